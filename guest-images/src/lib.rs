@@ -1,0 +1,1 @@
+//! guest-images (placeholder: filled in by its first real code)

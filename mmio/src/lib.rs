@@ -1,0 +1,1 @@
+//! mmio (placeholder: filled in by its first real code)

@@ -1,0 +1,1 @@
+//! pgpu (placeholder: filled in by its first real code)

@@ -1,0 +1,1 @@
+//! ptx (placeholder: filled in by its first real code)

@@ -1,0 +1,1 @@
+//! suite (placeholder: filled in by its first real code)

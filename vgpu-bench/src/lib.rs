@@ -1,0 +1,1 @@
+//! vgpu-bench (placeholder: filled in by its first real code)

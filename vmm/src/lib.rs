@@ -1,0 +1,1 @@
+//! vmm (placeholder: filled in by its first real code)
