@@ -1,0 +1,474 @@
+//! The `Engine` trait: the physical GPU as the hypervisor sees it, and the types it speaks.
+//!
+//! Shaped so that both the software GPU (`sim`) and a CUDA driver backend fit: the hypervisor owns
+//! VRAM allocation and hands the engine physical ranges; the engine owns address spaces whose
+//! mappings are the shadow page tables (it never sees a guest page table); jobs (copies, kernel
+//! launches) run in one address space, can be preempted from another thread, and come back with a
+//! saved context (bytes) that resumes later. See `pgpu/README.md` for the contract in prose.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+/// Identifies an address space of one engine. Never reused within an engine's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpaceId(pub u64);
+
+/// Identifies a loaded module of one engine. Never reused within an engine's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(pub u64);
+
+/// Identifies a host memory region registered with the engine (e.g. a VM's guest RAM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostRegionId(pub u64);
+
+/// A page size the engine can map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PageSize {
+    /// 4 KiB.
+    Size4K,
+    /// 2 MiB.
+    Size2M,
+}
+
+impl PageSize {
+    /// The page size in bytes.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            PageSize::Size4K => 4 << 10,
+            PageSize::Size2M => 2 << 20,
+        }
+    }
+}
+
+/// Access rights of a mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Perm {
+    /// Loads only; stores and atomics fault.
+    ReadOnly,
+    /// Loads, stores and atomics.
+    ReadWrite,
+}
+
+/// Kind of a memory access, as reported in faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// A load (or the source of a copy).
+    Read,
+    /// A store (or the destination of a copy).
+    Write,
+    /// A read-modify-write atomic.
+    Atomic,
+}
+
+/// What a mapping points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MapTarget {
+    /// Physical VRAM at this physical address.
+    Vram {
+        /// Physical address (byte offset into VRAM).
+        pa: u64,
+    },
+    /// A registered host region (system-memory PTEs: the VM's own RAM) at this byte offset.
+    Host {
+        /// The region.
+        region: HostRegionId,
+        /// Byte offset into the region.
+        offset: u64,
+    },
+}
+
+/// One VA → PA mapping request: `len` bytes at `va` onto `target`, in pages of `page_size`.
+///
+/// `va`, `len` and the target address must be multiples of `page_size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// First virtual address.
+    pub va: u64,
+    /// Length in bytes (a non-zero multiple of `page_size`).
+    pub len: u64,
+    /// Where the first byte lands; the rest follows contiguously.
+    pub target: MapTarget,
+    /// Access rights.
+    pub perm: Perm,
+    /// Page size used for the mapping.
+    pub page_size: PageSize,
+}
+
+/// The virtual address window of an address space: `[base, base + size)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct VaWindow {
+    /// First address (aligned to the engine's largest page size).
+    pub base: u64,
+    /// Size in bytes (a non-zero multiple of the engine's largest page size).
+    pub size: u64,
+}
+
+/// Limits the engine enforces on hostile requests (all runtime configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineLimits {
+    /// Address spaces alive at once.
+    pub max_spaces: usize,
+    /// Largest VA window of one address space, bytes.
+    pub max_window_size: u64,
+    /// Host regions registered at once.
+    pub max_host_regions: usize,
+    /// Modules loaded at once.
+    pub max_modules: usize,
+    /// Largest PTX text accepted, bytes.
+    pub max_ptx_bytes: usize,
+    /// Largest entry name, bytes.
+    pub max_entry_name: usize,
+    /// Largest grid, per dimension.
+    pub max_grid: [u32; 3],
+    /// Largest block, per dimension.
+    pub max_block: [u32; 3],
+    /// Largest block, in threads.
+    pub max_threads_per_block: u32,
+    /// Largest shared memory per block (static + dynamic), bytes.
+    pub max_shared_per_block: u32,
+    /// Largest kernel parameter buffer, bytes.
+    pub max_param_bytes: usize,
+    /// Largest saved context accepted by `resume`, bytes.
+    pub max_context_bytes: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        Self {
+            max_spaces: 256,
+            max_window_size: 1 << 40,
+            max_host_regions: 64,
+            max_modules: 1024,
+            max_ptx_bytes: 4 << 20,
+            max_entry_name: 1024,
+            max_grid: [1 << 20, 65535, 65535],
+            max_block: [1024, 1024, 64],
+            max_threads_per_block: 1024,
+            max_shared_per_block: 48 << 10,
+            max_param_bytes: 4096,
+            max_context_bytes: 1 << 30,
+        }
+    }
+}
+
+/// What an engine is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Backend name (`sim`, `cuda`).
+    pub name: String,
+    /// Physical VRAM size in bytes.
+    pub vram_size: u64,
+    /// Page sizes `map` accepts, smallest first.
+    pub page_sizes: Vec<PageSize>,
+    /// Limits on requests.
+    pub limits: EngineLimits,
+}
+
+impl EngineInfo {
+    /// The largest supported page size (VA windows must be aligned to it).
+    pub fn largest_page(&self) -> PageSize {
+        self.page_sizes.iter().copied().max().unwrap_or(PageSize::Size2M)
+    }
+}
+
+/// A VA → VA copy inside one address space (the copy engine). Source and destination go through
+/// the MMU and fault like kernel accesses do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyJob {
+    /// The address space.
+    pub space: SpaceId,
+    /// Source VA.
+    pub src: u64,
+    /// Destination VA.
+    pub dst: u64,
+    /// Bytes to copy.
+    pub len: u64,
+}
+
+/// A kernel launch in one address space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchJob {
+    /// The address space the kernel's global accesses are translated in.
+    pub space: SpaceId,
+    /// The module (from `load_module`).
+    pub module: ModuleId,
+    /// Entry name.
+    pub entry: String,
+    /// Grid size in blocks.
+    pub grid: [u32; 3],
+    /// Block size in threads.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub dynamic_shared: u32,
+    /// Parameter buffer, laid out as the entry declares (pointers are VAs of `space`).
+    pub params: Vec<u8>,
+}
+
+/// A unit of work for the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Job {
+    /// Copy engine.
+    Copy(CopyJob),
+    /// Compute engine.
+    Launch(LaunchJob),
+}
+
+impl Job {
+    /// The address space the job runs in.
+    pub fn space(&self) -> SpaceId {
+        match self {
+            Job::Copy(c) => c.space,
+            Job::Launch(l) => l.space,
+        }
+    }
+}
+
+/// Why a job faulted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FaultKind {
+    /// No mapping at the address.
+    #[error("unmapped address")]
+    Unmapped,
+    /// A write or atomic to a read-only mapping.
+    #[error("write to read-only page")]
+    ReadOnly,
+    /// The address lies outside the address space's VA window.
+    #[error("address outside the VA window")]
+    OutOfWindow,
+    /// A misaligned access.
+    #[error("misaligned access")]
+    Misaligned,
+    /// Any other kernel error (trap, bad state space access, illegal instruction...).
+    #[error("kernel error: {0}")]
+    Kernel(String),
+}
+
+/// A fault that ended a job. The engine stays usable for the next job and other spaces.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{kind} at va {va:#x} ({access:?}){}", location.as_deref().map(|l| format!(" in {l}")).unwrap_or_default())]
+pub struct JobFault {
+    /// What went wrong.
+    pub kind: FaultKind,
+    /// The faulting virtual address (0 when the fault is not about memory).
+    pub va: u64,
+    /// The access kind (`None` when the fault is not about memory).
+    pub access: Option<AccessKind>,
+    /// Where: kernel entry, instruction index and thread for kernels; `None` for copies.
+    pub location: Option<String>,
+}
+
+/// A preempted job's complete state, as bytes (serializable: store, send, resume later).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SavedContext(Vec<u8>);
+
+impl SavedContext {
+    /// Wraps bytes (validated when resumed, never trusted before).
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+    /// Takes the bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+impl fmt::Debug for SavedContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SavedContext({} bytes)", self.0.len())
+    }
+}
+
+/// How a job's execution ended. `gpu_time` is the wall time the engine spent on this call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The job finished.
+    Completed {
+        /// Engine time used.
+        gpu_time: Duration,
+    },
+    /// The job stopped at a preemption request; `context` resumes it.
+    Preempted {
+        /// Saved state.
+        context: SavedContext,
+        /// Engine time used.
+        gpu_time: Duration,
+    },
+    /// The job faulted and is over.
+    Faulted {
+        /// The fault.
+        fault: JobFault,
+        /// Engine time used.
+        gpu_time: Duration,
+    },
+}
+
+impl Outcome {
+    /// Engine time the call used.
+    pub fn gpu_time(&self) -> Duration {
+        match self {
+            Outcome::Completed { gpu_time }
+            | Outcome::Preempted { gpu_time, .. }
+            | Outcome::Faulted { gpu_time, .. } => *gpu_time,
+        }
+    }
+}
+
+/// Asks a running job to stop at its next preemption point, from any thread.
+///
+/// Cloning shares the flag. The flag stays set until [`PreemptHandle::clear`]; a job started
+/// with the flag set is preempted at its first preemption point. The time of the latest request
+/// is kept so that preemption latency can be measured.
+#[derive(Debug, Clone, Default)]
+pub struct PreemptHandle {
+    inner: Arc<PreemptInner>,
+}
+
+#[derive(Debug, Default)]
+struct PreemptInner {
+    flag: AtomicBool,
+    requested_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl PreemptHandle {
+    /// A new handle with the flag clear.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Requests preemption (idempotent) and returns the time of the request.
+    pub fn request(&self) -> Instant {
+        let now = Instant::now();
+        if let Ok(mut at) = self.inner.requested_at.lock() {
+            *at = Some(now);
+        }
+        self.inner.flag.store(true, Ordering::Release);
+        now
+    }
+    /// Clears a request (before reusing the handle for the next job).
+    pub fn clear(&self) {
+        self.inner.flag.store(false, Ordering::Release);
+        if let Ok(mut at) = self.inner.requested_at.lock() {
+            *at = None;
+        }
+    }
+    /// Whether preemption is requested.
+    pub fn is_requested(&self) -> bool {
+        self.inner.flag.load(Ordering::Acquire)
+    }
+    /// When the latest request was made, if the flag is set.
+    pub fn requested_at(&self) -> Option<Instant> {
+        self.inner.requested_at.lock().ok().and_then(|at| *at)
+    }
+    /// The flag itself, for engines that poll it in an inner loop.
+    pub fn flag(&self) -> &AtomicBool {
+        &self.inner.flag
+    }
+}
+
+/// Errors of engine calls (requests the engine refuses; faults of jobs are `Outcome::Faulted`).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EngineError {
+    #[error("unknown address space {0:?}")]
+    UnknownSpace(SpaceId),
+    #[error("unknown module {0:?}")]
+    UnknownModule(ModuleId),
+    #[error("unknown host region {0:?}")]
+    UnknownHostRegion(HostRegionId),
+    #[error("address space {0:?} is running a job")]
+    SpaceBusy(SpaceId),
+    #[error("host region {0:?} is still mapped")]
+    HostRegionInUse(HostRegionId),
+    #[error("too many {0}")]
+    TooMany(&'static str),
+    #[error("bad VA window {base:#x}+{size:#x}: {why}")]
+    BadWindow { base: u64, size: u64, why: &'static str },
+    #[error("bad host region: {0}")]
+    BadHostRegion(&'static str),
+    #[error("bad mapping: {0}")]
+    BadMapping(String),
+    #[error("physical range {pa:#x}+{len:#x} outside VRAM")]
+    VramRange { pa: u64, len: u64 },
+    #[error("copy fault: {0}")]
+    CopyFault(JobFault),
+    #[error("module load failed: {log}")]
+    ModuleLoad {
+        /// The loader's error text, to give back to the guest.
+        log: String,
+    },
+    #[error("bad launch: {0}")]
+    BadLaunch(String),
+    #[error("bad saved context: {0}")]
+    BadContext(String),
+    #[error("engine failure: {0}")]
+    Backend(String),
+}
+
+/// The physical GPU as the hypervisor sees it.
+///
+/// All methods take `&self` and are callable from several threads: one job per call of
+/// [`Engine::execute`]/[`Engine::resume`] runs on the calling thread (plus the engine's workers),
+/// and [`PreemptHandle::request`] from any other thread makes it return
+/// [`Outcome::Preempted`] at its next preemption point.
+pub trait Engine: Send + Sync {
+    /// Name, VRAM size, page sizes and limits.
+    fn info(&self) -> &EngineInfo;
+
+    /// Reads physical VRAM for the hypervisor's own use (shadow structures, BAR1 aperture).
+    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError>;
+    /// Writes physical VRAM for the hypervisor's own use.
+    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError>;
+
+    /// Registers host memory (a VM's guest RAM) so that mappings can point at it.
+    ///
+    /// # Safety
+    /// `base..base+len` must be readable and writable memory that stays valid, and is not freed or
+    /// remapped, until `unregister_host_region` succeeds for the returned id. The engine's kernels
+    /// and copies access it concurrently with other users (as DMA would).
+    unsafe fn register_host_region(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegionId, EngineError>;
+    /// Unregisters a host region; refused while any address space maps it.
+    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError>;
+
+    /// Creates an address space over a VA window.
+    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError>;
+    /// Destroys an address space; refused while a job runs in it.
+    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError>;
+    /// Maps a range. Overlaps with existing mappings are rejected (unmap first); refused while
+    /// a job runs in the space. All-or-nothing.
+    fn map(&self, space: SpaceId, mapping: &Mapping) -> Result<(), EngineError>;
+    /// Unmaps every page inside `va..va+len`, returning the bytes unmapped (holes are skipped).
+    /// A large page that straddles an end of the range is an error and nothing changes.
+    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError>;
+
+    /// Copies host bytes to `va` through the space's MMU (synchronous; faults come back as
+    /// `EngineError::CopyFault`, with nothing written past the fault).
+    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError>;
+    /// Copies from `va` through the space's MMU into a host buffer (synchronous).
+    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError>;
+
+    /// Loads PTX text. Identical text gives the same id (content cache; loads are counted and
+    /// each needs an `unload_module`). Errors carry the loader's text for the guest.
+    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError>;
+    /// Drops one load of a module; the module goes when the last load is dropped. Jobs already
+    /// running keep it alive; saved contexts referring to it can no longer be resumed.
+    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError>;
+
+    /// Runs a job until it completes, faults or is preempted.
+    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError>;
+    /// Resumes a preempted job from its saved context (in the space it was saved from).
+    fn resume(
+        &self,
+        context: &SavedContext,
+        preempt: &PreemptHandle,
+    ) -> Result<Outcome, EngineError>;
+}
