@@ -1,0 +1,1 @@
+//! Per-lane arithmetic kernels.

@@ -1,0 +1,9 @@
+//! The SIMT interpreter: CTA/warp state, instruction execution, memory access and scheduling.
+
+pub(crate) mod alu;
+pub(crate) mod cta;
+pub mod launch;
+pub(crate) mod mem;
+pub(crate) mod sched;
+pub(crate) mod setup;
+pub(crate) mod warp;

@@ -1,0 +1,462 @@
+//! The decoded instruction IR: dense register indices, resolved branch targets, typed operands
+//! and pre-converted immediates. Produced once by the parser, executed by `exec`.
+
+use crate::error::Pos;
+use crate::module::EntryInfo;
+
+/// Scalar PTX types the interpreter supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Ty {
+    B8,
+    B16,
+    B32,
+    B64,
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    F32,
+    F64,
+    Pred,
+}
+
+impl Ty {
+    pub(crate) fn from_name(s: &str) -> Option<Ty> {
+        Some(match s {
+            "b8" => Ty::B8,
+            "b16" => Ty::B16,
+            "b32" => Ty::B32,
+            "b64" => Ty::B64,
+            "u8" => Ty::U8,
+            "u16" => Ty::U16,
+            "u32" => Ty::U32,
+            "u64" => Ty::U64,
+            "s8" => Ty::S8,
+            "s16" => Ty::S16,
+            "s32" => Ty::S32,
+            "s64" => Ty::S64,
+            "f32" => Ty::F32,
+            "f64" => Ty::F64,
+            "pred" => Ty::Pred,
+            _ => return None,
+        })
+    }
+
+    /// Size in bytes (pred counts as 1).
+    pub(crate) fn bytes(self) -> u32 {
+        match self {
+            Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
+            Ty::B16 | Ty::U16 | Ty::S16 => 2,
+            Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 4,
+            Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 8,
+        }
+    }
+
+    pub(crate) fn bits(self) -> u32 {
+        self.bytes() * 8
+    }
+
+    pub(crate) fn is_signed(self) -> bool {
+        matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
+    }
+
+    pub(crate) fn is_float(self) -> bool {
+        matches!(self, Ty::F32 | Ty::F64)
+    }
+
+    pub(crate) fn is_int(self) -> bool {
+        !self.is_float() && self != Ty::Pred
+    }
+
+    /// Integer type of twice the width with the same signedness (for `.wide`).
+    pub(crate) fn wide(self) -> Option<Ty> {
+        Some(match self {
+            Ty::U16 => Ty::U32,
+            Ty::U32 => Ty::U64,
+            Ty::S16 => Ty::S32,
+            Ty::S32 => Ty::S64,
+            _ => return None,
+        })
+    }
+
+    /// Mask of the low `bits()` bits.
+    pub(crate) fn mask(self) -> u64 {
+        if self.bits() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.bits()) - 1
+        }
+    }
+
+    /// Sign- or zero-extend the low bits of `v` to 64 bits according to the type.
+    pub(crate) fn extend(self, v: u64) -> u64 {
+        let b = self.bits();
+        if b >= 64 {
+            return v;
+        }
+        if self.is_signed() {
+            let sh = 64 - b;
+            (((v << sh) as i64) >> sh) as u64
+        } else {
+            v & self.mask()
+        }
+    }
+}
+
+/// Special (read-only) registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Sreg {
+    Tid(u8),
+    Ntid(u8),
+    Ctaid(u8),
+    Nctaid(u8),
+    LaneId,
+    WarpId,
+    NWarpId,
+    Clock,
+    Clock64,
+    GlobalTimer,
+    LaneMaskEq,
+    LaneMaskLt,
+    LaneMaskLe,
+    LaneMaskGt,
+    LaneMaskGe,
+}
+
+/// A value source, already converted to the instruction's operand type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Src {
+    Reg(u32),
+    Imm(u64),
+    Sreg(Sreg),
+}
+
+/// A predicate source (possibly negated) or a constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PSrc {
+    Reg { idx: u32, neg: bool },
+    Const(bool),
+}
+
+/// State spaces of memory instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Space {
+    Global,
+    Shared,
+    Local,
+    Param,
+    Generic,
+}
+
+/// Rounding modes of cvt and float arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Rnd {
+    /// Round to nearest even (float result).
+    Rn,
+    /// Toward zero.
+    Rz,
+    /// Toward -inf.
+    Rm,
+    /// Toward +inf.
+    Rp,
+    /// Round to integral, nearest even.
+    Rni,
+    /// Round to integral toward zero.
+    Rzi,
+    /// Round to integral toward -inf.
+    Rmi,
+    /// Round to integral toward +inf.
+    Rpi,
+    /// No modifier given.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UnOp {
+    Mov,
+    Neg,
+    Abs,
+    Not,
+    Cnot,
+    Popc,
+    Clz,
+    Brev,
+    Sqrt,
+    Rsqrt,
+    Rcp,
+    Ex2,
+    Lg2,
+    Sin,
+    Cos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    AddSat,
+    SubSat,
+    MulLo,
+    MulHi,
+    MulWide,
+    Div,
+    Rem,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+    Copysign,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TerOp {
+    MadLo,
+    MadHi,
+    MadWide,
+    Fma,
+    Bfe,
+    Selp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Equ,
+    Neu,
+    Ltu,
+    Leu,
+    Gtu,
+    Geu,
+    Num,
+    Nan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BoolOp {
+    And,
+    Or,
+    Xor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomOp {
+    Add,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+    Exch,
+    Cas,
+    Inc,
+    Dec,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShflMode {
+    Up,
+    Down,
+    Bfly,
+    Idx,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VoteMode {
+    All,
+    Any,
+    Uni,
+    Ballot,
+}
+
+/// Float arithmetic flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct FFlags {
+    pub ftz: bool,
+    pub sat: bool,
+}
+
+/// A decoded instruction.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Inst {
+    Un {
+        op: UnOp,
+        ty: Ty,
+        f: FFlags,
+        d: u32,
+        a: Src,
+    },
+    Bin {
+        op: BinOp,
+        ty: Ty,
+        f: FFlags,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    Ter {
+        op: TerOp,
+        ty: Ty,
+        f: FFlags,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `selp`: d = p ? a : b.
+    Selp {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        p: PSrc,
+    },
+    /// bfi.b32/b64 d, a(insert), b(base), c(pos), e(len).
+    Bfi {
+        ty: Ty,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+        e: Src,
+    },
+    /// Logic on predicates (`and/or/xor/not/mov.pred`); `b` unused for not/mov.
+    PLogic {
+        op: Option<BoolOp>,
+        not: bool,
+        d: u32,
+        a: PSrc,
+        b: PSrc,
+    },
+    Setp {
+        cmp: Cmp,
+        ty: Ty,
+        ftz: bool,
+        p: u32,
+        q: Option<u32>,
+        a: Src,
+        b: Src,
+        comb: Option<(BoolOp, PSrc)>,
+    },
+    /// `set.cmp.u32/s32/f32.stype`: d = cmp ? all ones (or 1.0f) : 0.
+    Set {
+        cmp: Cmp,
+        ty: Ty,
+        float_out: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+    },
+    Cvt {
+        dty: Ty,
+        sty: Ty,
+        rnd: Rnd,
+        sat: bool,
+        ftz: bool,
+        d: u32,
+        a: Src,
+    },
+    /// `cvta` to generic (`to=false`) or from generic (`to=true`).
+    Cvta {
+        space: Space,
+        to: bool,
+        d: u32,
+        a: Src,
+    },
+    /// Pack scalars into one wider register (`mov.b64 %rd, {%r1,%r2}`).
+    Pack {
+        elem_bits: u32,
+        d: u32,
+        parts: Vec<Src>,
+    },
+    /// Unpack a wide value into scalars.
+    Unpack {
+        elem_bits: u32,
+        ds: Vec<u32>,
+        a: Src,
+    },
+    Ld {
+        space: Space,
+        ty: Ty,
+        dwidth: u32,
+        n: u8,
+        d: [u32; 4],
+        base: Src,
+        off: i64,
+    },
+    St {
+        space: Space,
+        ty: Ty,
+        n: u8,
+        a: [Src; 4],
+        base: Src,
+        off: i64,
+    },
+    /// atom/red. `d` is None for red. `c` is the swap value of cas.
+    Atom {
+        space: Space,
+        op: AtomOp,
+        ty: Ty,
+        d: Option<u32>,
+        base: Src,
+        off: i64,
+        b: Src,
+        c: Src,
+    },
+    Bra {
+        target: u32,
+    },
+    Bar,
+    Exit,
+    Trap,
+    Nop,
+    Shfl {
+        mode: ShflMode,
+        d: u32,
+        p: Option<u32>,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Vote {
+        mode: VoteMode,
+        d: u32,
+        a: PSrc,
+    },
+    Activemask {
+        d: u32,
+    },
+}
+
+/// One instruction with its guard predicate (`@p` / `@!p`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Op {
+    pub inst: Inst,
+    pub guard: Option<(u32, bool)>,
+}
+
+/// A decoded kernel entry.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub info: EntryInfo,
+    pub code: Vec<Op>,
+    /// Source position of each instruction.
+    pub pos: Vec<Pos>,
+    /// Immediate post-dominator (reconvergence pc) of each instruction; `code.len()` = exit.
+    pub ipdom: Vec<u32>,
+    /// Number of 64-bit registers per thread.
+    pub nregs: u32,
+    /// Number of predicate registers per thread.
+    pub npreds: u32,
+}

@@ -1,0 +1,77 @@
+//! A decoded PTX module: its kernels (entries), their parameter layout, memory needs and code.
+
+use crate::ir::Entry;
+
+/// A parsed and decoded module. Immutable, `Send + Sync`; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Module {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) hash: u64,
+}
+
+/// Public description of one `.entry` of a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// Entry (kernel) name as written in the PTX.
+    pub name: String,
+    /// Parameters in declaration order.
+    pub params: Vec<ParamInfo>,
+    /// Exact size in bytes the launch parameter buffer must have (end of the last parameter).
+    pub param_size: u32,
+    /// Static shared memory per CTA in bytes (module- and entry-level `.shared` variables).
+    pub static_shared_bytes: u32,
+    /// Alignment the dynamic (`.extern .shared`) area starts at, after static shared memory.
+    pub dynamic_shared_align: u32,
+    /// Local memory per thread in bytes (`.local` variables).
+    pub local_bytes_per_thread: u32,
+    /// `.reqntid` if present.
+    pub reqntid: Option<[u32; 3]>,
+    /// `.maxntid` if present.
+    pub maxntid: Option<[u32; 3]>,
+    /// Number of decoded instructions.
+    pub instructions: usize,
+}
+
+/// One kernel parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// Name as written in the PTX.
+    pub name: String,
+    /// Byte offset in the parameter buffer (aligned to `align`).
+    pub offset: u32,
+    /// Size in bytes.
+    pub size: u32,
+    /// Alignment in bytes.
+    pub align: u32,
+}
+
+impl Module {
+    /// Content hash of the PTX text (FNV-1a 64); saved contexts are bound to it.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// All entries, in source order.
+    pub fn entries(&self) -> impl Iterator<Item = &EntryInfo> {
+        self.entries.iter().map(|e| &e.info)
+    }
+
+    /// The entry named `name`.
+    pub fn entry(&self, name: &str) -> Option<&EntryInfo> {
+        self.entry_index(name).map(|i| &self.entries[i].info)
+    }
+
+    pub(crate) fn entry_index(&self, name: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.info.name == name)
+    }
+}
+
+/// FNV-1a 64-bit hash.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
