@@ -1,0 +1,94 @@
+//! Runtime for vgpu-vmm's bare-metal guests: 64-bit entry (SSE on, .bss cleared, own stack),
+//! an IDT that reports CPU exceptions, serial console output, port and MMIO helpers, PCI
+//! enumeration, a bump heap for `alloc`, the command line, and `exit(code)` through the
+//! debug-exit port. A program links this crate and names its main with [`entry!`].
+#![no_std]
+
+extern crate alloc;
+
+pub mod boot;
+pub mod heap;
+pub mod idt;
+pub mod io;
+mod mem;
+pub mod pci;
+pub mod serial;
+pub mod time;
+
+pub use boot::{arg, args, boot_info};
+pub use guest_abi as abi;
+
+/// Declares the program's main: `fn main() -> u8`, whose result is the exit code.
+#[macro_export]
+macro_rules! entry {
+    ($main:path) => {
+        #[unsafe(no_mangle)]
+        pub extern "Rust" fn __guest_main() -> u8 {
+            $main()
+        }
+    };
+}
+
+unsafe extern "Rust" {
+    fn __guest_main() -> u8;
+}
+
+/// Ends the VM with `code` through the debug-exit port. Never returns.
+pub fn exit(code: u8) -> ! {
+    io::outb(abi::ports::DEBUG_EXIT, code);
+    // The VMM stops this vCPU; wait for that without burning the host CPU.
+    loop {
+        // SAFETY: hlt only waits for an interrupt; interrupts are off, so this idles forever.
+        unsafe { core::arch::asm!("cli; hlt", options(nomem, nostack)) };
+    }
+}
+
+/// Called by the assembly entry with the boot-info pointer the VMM put in `rdi`.
+extern "C" fn rt_start(info: u64) -> ! {
+    idt::init();
+    if boot::init(info).is_err() {
+        println!("guest-rt: missing or malformed boot info at {info:#x}");
+        exit(abi::exit_codes::BAD_BOOT_INFO);
+    }
+    heap::init();
+    // SAFETY: the program defines __guest_main through `entry!`; it has the declared signature.
+    let code = unsafe { __guest_main() };
+    exit(code)
+}
+
+core::arch::global_asm!(
+    r#"
+    .section .text.boot, "ax"
+    .global _start
+_start:
+    cli
+    cld
+    mov r12, rdi
+    lea rdi, [rip + __bss_start]
+    lea rcx, [rip + __bss_end]
+    sub rcx, rdi
+    xor eax, eax
+    rep stosb
+    lea rsp, [rip + __stack_top]
+    xor ebp, ebp
+    mov rax, cr0
+    and rax, ~(1 << 2)
+    or rax, (1 << 1)
+    mov cr0, rax
+    mov rax, cr4
+    or rax, (1 << 9) | (1 << 10)
+    mov cr4, rax
+    mov rdi, r12
+    call {start}
+2:
+    hlt
+    jmp 2b
+    "#,
+    start = sym rt_start,
+);
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    println!("guest panic: {info}");
+    exit(abi::exit_codes::PANIC)
+}
