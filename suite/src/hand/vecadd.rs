@@ -1,0 +1,52 @@
+//! vecadd: c = a + b over f32 vectors (one thread per element, bounds-checked tail).
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::{Buffer, Elem, Instance, Launch, Param, Rng, Size, Workload, f32_bytes};
+
+/// The workload.
+pub const WORKLOAD: Workload = Workload::new(
+    "vecadd",
+    include_str!("../../kernels/vecadd.ptx"),
+    "vecadd",
+    "c[i] = a[i] + b[i], f32",
+    build,
+);
+
+/// CTA size used by every size.
+pub const BLOCK: u32 = 256;
+/// Thread-instructions per thread (in-range path of the PTX).
+const INSTRS: u64 = 22;
+
+fn build(size: Size) -> Instance {
+    let n: u32 = size.pick(4000, 16_391, 1 << 20);
+    let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
+    let a: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();
+    // add.rn.f32 is correctly rounded, as is Rust's f32 `+`: the result is exact to the bit.
+    let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    let grid = n.div_ceil(BLOCK);
+    Instance {
+        workload: WORKLOAD.name,
+        size,
+        ptx: WORKLOAD.ptx,
+        buffers: vec![
+            Buffer::input("a", f32_bytes(&a)),
+            Buffer::input("b", f32_bytes(&b)),
+            Buffer::exact_out("c", Elem::F32, f32_bytes(&c)),
+        ],
+        launches: vec![Launch::linear(
+            WORKLOAD.entry,
+            grid,
+            BLOCK,
+            vec![
+                Param::Buffer(0),
+                Param::Buffer(1),
+                Param::Buffer(2),
+                Param::U32(n),
+            ],
+        )],
+        approx_thread_instrs: u64::from(grid * BLOCK) * INSTRS,
+    }
+}
