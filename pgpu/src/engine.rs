@@ -7,8 +7,8 @@
 //! saved context (bytes) that resumes later. See `pgpu/README.md` for the contract in prose.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -98,6 +98,17 @@ pub struct Mapping {
     pub page_size: PageSize,
 }
 
+/// What one VA translates to (see [`Engine::lookup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Translation {
+    /// The target of the byte at the VA (not of the page start).
+    pub target: MapTarget,
+    /// Access rights.
+    pub perm: Perm,
+    /// Page size of the mapping.
+    pub page_size: PageSize,
+}
+
 /// The virtual address window of an address space: `[base, base + size)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VaWindow {
@@ -130,6 +141,8 @@ pub struct EngineLimits {
     pub max_threads_per_block: u32,
     /// Largest shared memory per block (static + dynamic), bytes.
     pub max_shared_per_block: u32,
+    /// Largest local memory per thread, bytes.
+    pub max_local_per_thread: u32,
     /// Largest kernel parameter buffer, bytes.
     pub max_param_bytes: usize,
     /// Largest saved context accepted by `resume`, bytes.
@@ -149,6 +162,7 @@ impl Default for EngineLimits {
             max_block: [1024, 1024, 64],
             max_threads_per_block: 1024,
             max_shared_per_block: 48 << 10,
+            max_local_per_thread: 16 << 10,
             max_param_bytes: 4096,
             max_context_bytes: 1 << 30,
         }
@@ -171,7 +185,11 @@ pub struct EngineInfo {
 impl EngineInfo {
     /// The largest supported page size (VA windows must be aligned to it).
     pub fn largest_page(&self) -> PageSize {
-        self.page_sizes.iter().copied().max().unwrap_or(PageSize::Size2M)
+        self.page_sizes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(PageSize::Size2M)
     }
 }
 
@@ -331,10 +349,27 @@ pub struct PreemptHandle {
     inner: Arc<PreemptInner>,
 }
 
-#[derive(Debug, Default)]
+/// Called on a preemption request, for engines whose inner loop polls a flag of its own.
+pub(crate) type PreemptHook = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
 struct PreemptInner {
     flag: AtomicBool,
-    requested_at: std::sync::Mutex<Option<Instant>>,
+    requested_at: Mutex<Option<Instant>>,
+    running_since: Mutex<Option<Instant>>,
+    hook: Mutex<Option<PreemptHook>>,
+}
+
+impl fmt::Debug for PreemptInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PreemptInner")
+            .field("flag", &self.flag)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PreemptHandle {
@@ -345,18 +380,17 @@ impl PreemptHandle {
     /// Requests preemption (idempotent) and returns the time of the request.
     pub fn request(&self) -> Instant {
         let now = Instant::now();
-        if let Ok(mut at) = self.inner.requested_at.lock() {
-            *at = Some(now);
+        *lock(&self.inner.requested_at) = Some(now);
+        self.inner.flag.store(true, Ordering::SeqCst);
+        if let Some(hook) = lock(&self.inner.hook).as_ref() {
+            hook();
         }
-        self.inner.flag.store(true, Ordering::Release);
         now
     }
     /// Clears a request (before reusing the handle for the next job).
     pub fn clear(&self) {
-        self.inner.flag.store(false, Ordering::Release);
-        if let Ok(mut at) = self.inner.requested_at.lock() {
-            *at = None;
-        }
+        self.inner.flag.store(false, Ordering::SeqCst);
+        *lock(&self.inner.requested_at) = None;
     }
     /// Whether preemption is requested.
     pub fn is_requested(&self) -> bool {
@@ -364,12 +398,64 @@ impl PreemptHandle {
     }
     /// When the latest request was made, if the flag is set.
     pub fn requested_at(&self) -> Option<Instant> {
-        self.inner.requested_at.lock().ok().and_then(|at| *at)
+        *lock(&self.inner.requested_at)
+    }
+    /// When the engine last started (or resumed) running a job under this handle: for
+    /// measuring restore latency (`resume` called → job running).
+    pub fn running_since(&self) -> Option<Instant> {
+        *lock(&self.inner.running_since)
+    }
+    /// Records that the job is now running (engines call this once state is restored).
+    pub(crate) fn mark_running(&self) {
+        *lock(&self.inner.running_since) = Some(Instant::now());
+    }
+    /// Installs `hook` to be called on every request until the returned guard drops; calls it
+    /// at once if a request is already pending (no request is lost in between).
+    pub(crate) fn attach(&self, hook: PreemptHook) -> HookGuard<'_> {
+        *lock(&self.inner.hook) = Some(hook.clone());
+        if self.inner.flag.load(Ordering::SeqCst) {
+            hook();
+        }
+        HookGuard { handle: self }
     }
     /// The flag itself, for engines that poll it in an inner loop.
     pub fn flag(&self) -> &AtomicBool {
         &self.inner.flag
     }
+}
+
+/// Removes a preemption hook when dropped.
+pub(crate) struct HookGuard<'a> {
+    handle: &'a PreemptHandle,
+}
+
+impl Drop for HookGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.handle.inner.hook) = None;
+    }
+}
+
+/// Why a `map` or `unmap` was refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum MapError {
+    #[error("length is zero")]
+    ZeroLength,
+    #[error("page size {0:?} not supported")]
+    UnsupportedPageSize(PageSize),
+    #[error("{what} {value:#x} is not aligned to the page size {page:#x}")]
+    Misaligned {
+        what: &'static str,
+        value: u64,
+        page: u64,
+    },
+    #[error("VA range {va:#x}+{len:#x} is outside the window")]
+    OutOfWindow { va: u64, len: u64 },
+    #[error("target range {offset:#x}+{len:#x} is outside its memory ({size:#x} bytes)")]
+    TargetRange { offset: u64, len: u64, size: u64 },
+    #[error("VA {0:#x} is already mapped")]
+    Overlap(u64),
+    #[error("unmap range splits the 2 MiB page at {0:#x}")]
+    SplitsLargePage(u64),
 }
 
 /// Errors of engine calls (requests the engine refuses; faults of jobs are `Outcome::Faulted`).
@@ -388,11 +474,17 @@ pub enum EngineError {
     #[error("too many {0}")]
     TooMany(&'static str),
     #[error("bad VA window {base:#x}+{size:#x}: {why}")]
-    BadWindow { base: u64, size: u64, why: &'static str },
+    BadWindow {
+        base: u64,
+        size: u64,
+        why: &'static str,
+    },
     #[error("bad host region: {0}")]
     BadHostRegion(&'static str),
     #[error("bad mapping: {0}")]
-    BadMapping(String),
+    BadMapping(#[from] MapError),
+    #[error("bad copy: {0}")]
+    BadCopy(&'static str),
     #[error("physical range {pa:#x}+{len:#x} outside VRAM")]
     VramRange { pa: u64, len: u64 },
     #[error("copy fault: {0}")]
@@ -449,6 +541,8 @@ pub trait Engine: Send + Sync {
     /// Unmaps every page inside `va..va+len`, returning the bytes unmapped (holes are skipped).
     /// A large page that straddles an end of the range is an error and nothing changes.
     fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError>;
+    /// What `va` maps to in `space` (target address of that byte, permission, page size).
+    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError>;
 
     /// Copies host bytes to `va` through the space's MMU (synchronous; faults come back as
     /// `EngineError::CopyFault`, with nothing written past the fault).

@@ -10,26 +10,9 @@
 
 use std::collections::HashMap;
 
-use thiserror::Error;
-
 use crate::engine::{AccessKind, FaultKind, PageSize, Perm, VaWindow};
 
-/// Errors of MMU updates.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum MmuError {
-    #[error("length is zero")]
-    ZeroLength,
-    #[error("{what} {value:#x} is not aligned to the page size {page:#x}")]
-    Misaligned { what: &'static str, value: u64, page: u64 },
-    #[error("VA range {va:#x}+{len:#x} is outside the window")]
-    OutOfWindow { va: u64, len: u64 },
-    #[error("target range {offset:#x}+{len:#x} is outside its memory ({size:#x} bytes)")]
-    TargetRange { offset: u64, len: u64, size: u64 },
-    #[error("VA {0:#x} is already mapped")]
-    Overlap(u64),
-    #[error("unmap range splits the 2 MiB page at {0:#x}")]
-    SplitsLargePage(u64),
-}
+pub use crate::engine::MapError as MmuError;
 
 const SHIFT_4K: u32 = 12;
 const SHIFT_2M: u32 = 21;
@@ -51,7 +34,11 @@ struct Pte(u64);
 
 impl Pte {
     fn new(host: usize, slot: u16, perm: Perm) -> Self {
-        let w = if perm == Perm::ReadWrite { PTE_WRITE } else { 0 };
+        let w = if perm == Perm::ReadWrite {
+            PTE_WRITE
+        } else {
+            0
+        };
         Pte(host as u64 | (u64::from(slot) & PTE_SLOT_MASK) << PTE_SLOT_SHIFT | w | PTE_PRESENT)
     }
     fn present(self) -> bool {
@@ -67,7 +54,11 @@ impl Pte {
         ((self.0 >> PTE_SLOT_SHIFT) & PTE_SLOT_MASK) as u16
     }
     fn perm(self) -> Perm {
-        if self.writable() { Perm::ReadWrite } else { Perm::ReadOnly }
+        if self.writable() {
+            Perm::ReadWrite
+        } else {
+            Perm::ReadOnly
+        }
     }
 }
 
@@ -120,7 +111,11 @@ impl Mmu {
     /// no overflow); the table itself allocates one pointer per GiB of window.
     pub fn new(window: VaWindow) -> Self {
         let n = window.size.div_ceil(1 << SHIFT_1G) as usize;
-        Self { window, dirs: vec![None; n], slot_bytes: HashMap::new() }
+        Self {
+            window,
+            dirs: vec![None; n],
+            slot_bytes: HashMap::new(),
+        }
     }
 
     /// The VA window.
@@ -169,7 +164,13 @@ impl Mmu {
         let start = self.window_offset(va, len)?;
         match offset.checked_add(len) {
             Some(end) if end <= target.size => {}
-            _ => return Err(MmuError::TargetRange { offset, len, size: target.size }),
+            _ => {
+                return Err(MmuError::TargetRange {
+                    offset,
+                    len,
+                    size: target.size,
+                });
+            }
         }
         // Host addresses of every page fit: host_base + size was a valid allocation.
         if !target.host_base.is_multiple_of(SIZE_4K as usize) {
@@ -228,7 +229,11 @@ impl Mmu {
     pub fn unmap(&mut self, va: u64, len: u64) -> Result<u64, MmuError> {
         for (what, value) in [("VA", va), ("length", len)] {
             if value % SIZE_4K != 0 {
-                return Err(MmuError::Misaligned { what, value, page: SIZE_4K });
+                return Err(MmuError::Misaligned {
+                    what,
+                    value,
+                    page: SIZE_4K,
+                });
             }
         }
         let start = self.window_offset(va, len)?;
@@ -286,7 +291,9 @@ impl Mmu {
         let first = (start >> SHIFT_1G) as usize;
         let last = (end.saturating_sub(1) >> SHIFT_1G) as usize;
         for d in self.dirs.iter_mut().take(last + 1).skip(first) {
-            if d.as_ref().is_some_and(|dir| dir.iter().all(|p| matches!(p, Pde::Empty))) {
+            if d.as_ref()
+                .is_some_and(|dir| dir.iter().all(|p| matches!(p, Pde::Empty)))
+            {
                 *d = None;
             }
         }
@@ -347,7 +354,12 @@ impl Mmu {
             return None;
         }
         let in_page = (off & (page_size.bytes() - 1)) as usize;
-        Some(Resolved { slot: pte.slot(), host: pte.host() + in_page, perm: pte.perm(), page_size })
+        Some(Resolved {
+            slot: pte.slot(),
+            host: pte.host() + in_page,
+            perm: pte.perm(),
+            page_size,
+        })
     }
 }
 

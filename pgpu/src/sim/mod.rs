@@ -1,5 +1,17 @@
 //! The `sim` engine: the built-in software GPU (raw VRAM region, per-space MMU, copy engine and
 //! the `ptx` interpreter).
 
+mod atomic_copy;
+mod config;
+mod context;
+mod copy;
+mod engine;
+mod exec;
+mod hostmem;
 pub mod mmu;
+mod modules;
+mod spaces;
 pub mod vram;
+
+pub use config::SimConfig;
+pub use engine::SimEngine;

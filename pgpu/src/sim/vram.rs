@@ -9,6 +9,8 @@ use std::ptr::NonNull;
 
 use thiserror::Error;
 
+use super::atomic_copy;
+
 /// Errors of the VRAM region.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum VramError {
@@ -31,8 +33,8 @@ pub struct VramRegion {
 }
 
 // SAFETY: the region is plain memory owned by this value; every access goes through raw pointers
-// with bounds checks, and concurrent kernel access is the GPU memory model (racy by design, as on
-// hardware), never a Rust reference.
+// with bounds checks and atomic loads/stores (kernels race like on hardware), never a Rust
+// reference.
 unsafe impl Send for VramRegion {}
 // SAFETY: as above; no `&`/`&mut` to the bytes is ever created from a shared `VramRegion`.
 unsafe impl Sync for VramRegion {}
@@ -83,33 +85,38 @@ impl VramRegion {
                 // mapping or one past its end; `size` fits in usize (checked at creation).
                 Ok(unsafe { self.base.as_ptr().add(pa as usize) })
             }
-            _ => Err(VramError::OutOfRange { pa, len, size: self.size }),
+            _ => Err(VramError::OutOfRange {
+                pa,
+                len,
+                size: self.size,
+            }),
         }
     }
 
     /// Copies `buf.len()` bytes at physical address `pa` into `buf`.
     pub fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), VramError> {
         let src = self.host_ptr(pa, buf.len() as u64)?;
-        // SAFETY: `src..src+len` is inside the mapping (checked above); `buf` is a distinct Rust
-        // allocation, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        // SAFETY: `src..src+len` is inside the mapping (checked above); kernels touch VRAM only
+        // atomically, and so does `load`.
+        unsafe { atomic_copy::load(src, buf) };
         Ok(())
     }
 
     /// Copies `data` to physical address `pa`.
     pub fn write(&self, pa: u64, data: &[u8]) -> Result<(), VramError> {
         let dst = self.host_ptr(pa, data.len() as u64)?;
-        // SAFETY: `dst..dst+len` is inside the mapping (checked above); `data` is a distinct Rust
-        // allocation, so the ranges cannot overlap.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        // SAFETY: `dst..dst+len` is inside the mapping (checked above); kernels touch VRAM only
+        // atomically, and so does `store`.
+        unsafe { atomic_copy::store(data, dst) };
         Ok(())
     }
 
     /// Fills `pa..pa+len` with `byte` (scrubbing a partition before it changes hands).
     pub fn fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), VramError> {
         let dst = self.host_ptr(pa, len)?;
-        // SAFETY: `dst..dst+len` is inside the mapping (checked above, len fits since <= size).
-        unsafe { std::ptr::write_bytes(dst, byte, len as usize) };
+        // SAFETY: `dst..dst+len` is inside the mapping (checked above, len fits since <= size);
+        // accesses are atomic as for `write`.
+        unsafe { atomic_copy::fill(dst, len as usize, byte) };
         Ok(())
     }
 }
@@ -141,7 +148,10 @@ mod tests {
         v.fill(0x1000, 2, 0).unwrap();
         v.read(0x1000, &mut b).unwrap();
         assert_eq!(&b, b"\0\0llo");
-        assert_eq!(VramRegion::anonymous(3 << 20).unwrap_err(), VramError::BadSize(3 << 20));
+        assert_eq!(
+            VramRegion::anonymous(3 << 20).unwrap_err(),
+            VramError::BadSize(3 << 20)
+        );
         assert_eq!(VramRegion::anonymous(0).unwrap_err(), VramError::BadSize(0));
     }
 }

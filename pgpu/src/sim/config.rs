@@ -1,0 +1,32 @@
+//! Runtime configuration of the sim engine.
+
+use crate::engine::{EngineLimits, PageSize};
+
+/// Configuration of a [`super::SimEngine`]. Everything is chosen at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Physical VRAM size in bytes (a multiple of 2 MiB; reserved lazily).
+    pub vram_size: u64,
+    /// Worker threads that run a kernel's CTAs (1 runs on the caller's thread).
+    pub workers: usize,
+    /// Bytes the copy engine moves between preemption checks.
+    pub copy_chunk: u64,
+    /// Page sizes `map` accepts (any of 4 KiB and 2 MiB).
+    pub page_sizes: Vec<PageSize>,
+    /// Limits on hostile requests.
+    pub limits: EngineLimits,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            vram_size: 1 << 30,
+            workers: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            copy_chunk: 256 << 10,
+            page_sizes: vec![PageSize::Size4K, PageSize::Size2M],
+            limits: EngineLimits::default(),
+        }
+    }
+}

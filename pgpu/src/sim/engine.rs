@@ -1,0 +1,446 @@
+//! `SimEngine`: the `Engine` implementation of the built-in software GPU.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::engine::{
+    CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LaunchJob, MapError, MapTarget,
+    Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+};
+
+use super::config::SimConfig;
+use super::context::Saved;
+use super::copy::{self, CopyEnd};
+use super::exec;
+use super::hostmem::{HostMemError, HostRegions};
+use super::mmu::TargetMem;
+use super::modules::Modules;
+use super::spaces::{SpaceUse, Spaces};
+use super::vram::{VramError, VramRegion};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The built-in software GPU.
+#[derive(Debug)]
+pub struct SimEngine {
+    info: EngineInfo,
+    config: SimConfig,
+    vram: VramRegion,
+    /// Lock order: `host` before any space lock (map and unregister hold it across both).
+    host: Mutex<HostRegions>,
+    spaces: Spaces,
+    modules: Mutex<Modules>,
+    /// Test knob: when non-zero, every run stops after this much work (see `set_step_limit`).
+    step_limit: AtomicU64,
+}
+
+impl SimEngine {
+    /// Creates an engine with `config`.
+    pub fn new(config: SimConfig) -> Result<Self, EngineError> {
+        let vram = VramRegion::anonymous(config.vram_size).map_err(vram_err)?;
+        let mut page_sizes = config.page_sizes.clone();
+        page_sizes.sort();
+        page_sizes.dedup();
+        if page_sizes.is_empty() {
+            return Err(EngineError::Backend("no page size configured".into()));
+        }
+        let info = EngineInfo {
+            name: "sim".into(),
+            vram_size: vram.size(),
+            page_sizes,
+            limits: config.limits.clone(),
+        };
+        log::info!(
+            "sim engine: {} MiB VRAM, {} workers",
+            vram.size() >> 20,
+            config.workers
+        );
+        Ok(Self {
+            info,
+            config,
+            vram,
+            host: Mutex::default(),
+            spaces: Spaces::default(),
+            modules: Mutex::default(),
+            step_limit: AtomicU64::new(0),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Deterministic preemption for tests and experiments: with `Some(n)`, every `execute` or
+    /// `resume` call stops after `n` units of work (warp-instructions per worker for kernels,
+    /// chunks for copies) and returns `Preempted` as if requested.
+    pub fn set_step_limit(&self, steps: Option<u64>) {
+        self.step_limit.store(steps.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    fn steps(&self) -> Option<u64> {
+        match self.step_limit.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    fn ptx_limits(&self) -> ptx::Limits {
+        let l = &self.info.limits;
+        ptx::Limits {
+            max_threads_per_block: l.max_threads_per_block,
+            max_block: l.max_block,
+            max_grid: l.max_grid,
+            max_shared_bytes: l.max_shared_per_block,
+            max_local_bytes_per_thread: l.max_local_per_thread,
+        }
+    }
+
+    fn target_mem(
+        &self,
+        hosts: &HostRegions,
+        t: MapTarget,
+    ) -> Result<(TargetMem, u64), EngineError> {
+        match t {
+            MapTarget::Vram { pa } => Ok((
+                TargetMem {
+                    slot: 0,
+                    host_base: self.vram.host_base(),
+                    size: self.vram.size(),
+                },
+                pa,
+            )),
+            MapTarget::Host { region, offset } => {
+                Ok((hosts.target(region).map_err(host_err)?, offset))
+            }
+        }
+    }
+
+    fn run_copy(
+        &self,
+        space: SpaceUse,
+        c: (u64, u64, u64, u64),
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Outcome {
+        let (src, dst, len, done) = c;
+        let chunk = self.config.copy_chunk;
+        let end = match self.steps() {
+            // Forced preemption after `n` chunks: run with a private flag set by chunk count.
+            Some(n) => {
+                let stop = done.saturating_add(n.saturating_mul(chunk)).min(len);
+                preempt.mark_running();
+                match copy::run(space.mmu(), src, dst, stop, done, chunk, preempt.flag()) {
+                    CopyEnd::Done if stop < len => CopyEnd::Preempted { done: stop },
+                    other => other,
+                }
+            }
+            None => {
+                preempt.mark_running();
+                copy::run(space.mmu(), src, dst, len, done, chunk, preempt.flag())
+            }
+        };
+        let gpu_time = t0.elapsed();
+        match end {
+            CopyEnd::Done => Outcome::Completed { gpu_time },
+            CopyEnd::Preempted { done } => {
+                let saved = Saved::Copy {
+                    space: space.id(),
+                    src,
+                    dst,
+                    len,
+                    done,
+                };
+                log::debug!("copy in {:?} preempted at {done:#x}/{len:#x}", space.id());
+                Outcome::Preempted {
+                    context: SavedContext::from_bytes(saved.encode()),
+                    gpu_time,
+                }
+            }
+            CopyEnd::Faulted(fault) => {
+                log::info!("copy in {:?} faulted: {fault}", space.id());
+                Outcome::Faulted { fault, gpu_time }
+            }
+        }
+    }
+
+    fn run_launch(
+        &self,
+        space: SpaceUse,
+        module: ModuleId,
+        mut launch: ptx::Launch,
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Outcome {
+        let out = exec::run(
+            &mut launch,
+            space.mmu(),
+            preempt,
+            self.config.workers,
+            self.steps(),
+        );
+        match out {
+            ptx::RunOutcome::Completed(_) => Outcome::Completed {
+                gpu_time: t0.elapsed(),
+            },
+            ptx::RunOutcome::Preempted(_) => {
+                let saved = Saved::Launch {
+                    space: space.id(),
+                    module,
+                    state: launch.save(),
+                };
+                let context = SavedContext::from_bytes(saved.encode());
+                log::debug!("launch in {:?} preempted ({:?})", space.id(), context);
+                Outcome::Preempted {
+                    context,
+                    gpu_time: t0.elapsed(),
+                }
+            }
+            ptx::RunOutcome::Faulted(f) => {
+                let fault = exec::job_fault(&f, launch.entry_name(), space.mmu());
+                log::info!("launch in {:?} faulted: {fault}", space.id());
+                Outcome::Faulted {
+                    fault,
+                    gpu_time: t0.elapsed(),
+                }
+            }
+        }
+    }
+
+    fn new_launch(&self, l: &LaunchJob) -> Result<ptx::Launch, EngineError> {
+        let lim = &self.info.limits;
+        if l.entry.len() > lim.max_entry_name {
+            return Err(EngineError::BadLaunch("entry name too long".into()));
+        }
+        if l.params.len() > lim.max_param_bytes {
+            return Err(EngineError::BadLaunch("parameter buffer too large".into()));
+        }
+        let module = lock(&self.modules).get(l.module)?;
+        let cfg = ptx::LaunchConfig {
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.dynamic_shared,
+            params: l.params.clone(),
+        };
+        ptx::Launch::new(module, &l.entry, cfg, &self.ptx_limits())
+            .map_err(|e| EngineError::BadLaunch(e.to_string()))
+    }
+}
+
+fn vram_err(e: VramError) -> EngineError {
+    match e {
+        VramError::OutOfRange { pa, len, .. } => EngineError::VramRange { pa, len },
+        other => EngineError::Backend(other.to_string()),
+    }
+}
+
+fn host_err(e: HostMemError) -> EngineError {
+    match e {
+        HostMemError::Misaligned => EngineError::BadHostRegion("base or length not 4 KiB aligned"),
+        HostMemError::TooMany(_) => EngineError::TooMany("host regions"),
+        HostMemError::Unknown(id) => EngineError::UnknownHostRegion(id),
+    }
+}
+
+fn check_range(va: u64, len: u64) -> Result<(), EngineError> {
+    va.checked_add(len)
+        .map(|_| ())
+        .ok_or(EngineError::BadCopy("range wraps around"))
+}
+
+impl Engine for SimEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.vram.read(pa, buf).map_err(vram_err)
+    }
+
+    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.vram.write(pa, data).map_err(vram_err)
+    }
+
+    unsafe fn register_host_region(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegionId, EngineError> {
+        let limit = self.info.limits.max_host_regions;
+        let id = lock(&self.host)
+            .register(base as usize, len, limit)
+            .map_err(host_err)?;
+        log::debug!("host region {id:?}: {len:#x} bytes at {base:p}");
+        Ok(id)
+    }
+
+    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError> {
+        let mut hosts = lock(&self.host);
+        let slot = hosts.target(region).map_err(host_err)?.slot;
+        if self.spaces.any_maps_slot(slot) {
+            return Err(EngineError::HostRegionInUse(region));
+        }
+        hosts.remove(region).map_err(host_err)
+    }
+
+    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError> {
+        let align = self.info.largest_page().bytes();
+        let bad = |why| {
+            Err(EngineError::BadWindow {
+                base: window.base,
+                size: window.size,
+                why,
+            })
+        };
+        if window.size == 0 {
+            return bad("empty");
+        }
+        if !window.base.is_multiple_of(align) || !window.size.is_multiple_of(align) {
+            return bad("not aligned to the largest page size");
+        }
+        if window.base.checked_add(window.size).is_none() {
+            return bad("wraps around");
+        }
+        if window.size > self.info.limits.max_window_size {
+            return bad("larger than the limit");
+        }
+        self.spaces.create(window, self.info.limits.max_spaces)
+    }
+
+    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError> {
+        self.spaces.destroy(space)
+    }
+
+    fn map(&self, space: SpaceId, m: &Mapping) -> Result<(), EngineError> {
+        if !self.info.page_sizes.contains(&m.page_size) {
+            return Err(MapError::UnsupportedPageSize(m.page_size).into());
+        }
+        let hosts = lock(&self.host);
+        let (target, offset) = self.target_mem(&hosts, m.target)?;
+        self.spaces.update(space, |mmu| {
+            Ok(mmu.map(m.va, m.len, target, offset, m.perm, m.page_size)?)
+        })
+    }
+
+    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError> {
+        let _hosts = lock(&self.host);
+        self.spaces.update(space, |mmu| Ok(mmu.unmap(va, len)?))
+    }
+
+    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError> {
+        let hosts = lock(&self.host);
+        let r = self.spaces.inspect(space, |mmu| mmu.resolve(va))?;
+        Ok(r.and_then(|r| {
+            let target = if r.slot == 0 {
+                MapTarget::Vram {
+                    pa: (r.host - self.vram.host_base()) as u64,
+                }
+            } else {
+                let (region, base) = hosts.by_slot(r.slot)?;
+                MapTarget::Host {
+                    region,
+                    offset: (r.host - base) as u64,
+                }
+            };
+            Some(Translation {
+                target,
+                perm: r.perm,
+                page_size: r.page_size,
+            })
+        }))
+    }
+
+    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError> {
+        check_range(va, data.len() as u64)?;
+        let s = self.spaces.begin(space)?;
+        copy::host_to_space(s.mmu(), va, data).map_err(EngineError::CopyFault)
+    }
+
+    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        check_range(va, buf.len() as u64)?;
+        let s = self.spaces.begin(space)?;
+        copy::space_to_host(s.mmu(), va, buf).map_err(EngineError::CopyFault)
+    }
+
+    fn load_module(&self, text: &str) -> Result<ModuleId, EngineError> {
+        if text.len() > self.info.limits.max_ptx_bytes {
+            return Err(EngineError::ModuleLoad {
+                log: "PTX text too large".into(),
+            });
+        }
+        if let Some(id) = lock(&self.modules).lookup_and_count(text) {
+            return Ok(id);
+        }
+        // Parse outside the lock: it can take a while and other loads should not wait.
+        let module =
+            ptx::parse(text).map_err(|e| EngineError::ModuleLoad { log: e.to_string() })?;
+        lock(&self.modules).insert(text, module, self.info.limits.max_modules)
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        lock(&self.modules).unload(module)
+    }
+
+    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
+        let t0 = Instant::now();
+        match job {
+            Job::Copy(CopyJob {
+                space,
+                src,
+                dst,
+                len,
+            }) => {
+                check_range(*src, *len)?;
+                check_range(*dst, *len)?;
+                let s = self.spaces.begin(*space)?;
+                Ok(self.run_copy(s, (*src, *dst, *len, 0), preempt, t0))
+            }
+            Job::Launch(l) => {
+                let launch = self.new_launch(l)?;
+                let s = self.spaces.begin(l.space)?;
+                Ok(self.run_launch(s, l.module, launch, preempt, t0))
+            }
+        }
+    }
+
+    fn resume(
+        &self,
+        context: &SavedContext,
+        preempt: &PreemptHandle,
+    ) -> Result<Outcome, EngineError> {
+        let t0 = Instant::now();
+        let bytes = context.as_bytes();
+        if bytes.len() > self.info.limits.max_context_bytes {
+            return Err(EngineError::BadContext("too large".into()));
+        }
+        let saved = Saved::decode(bytes).map_err(|e| EngineError::BadContext(e.to_string()))?;
+        match saved {
+            Saved::Copy {
+                space,
+                src,
+                dst,
+                len,
+                done,
+            } => {
+                check_range(src, len)?;
+                check_range(dst, len)?;
+                let s = self.spaces.begin(space)?;
+                Ok(self.run_copy(s, (src, dst, len, done), preempt, t0))
+            }
+            Saved::Launch {
+                space,
+                module,
+                state,
+            } => {
+                let m = lock(&self.modules).get(module)?;
+                let launch = ptx::Launch::restore(m, &state, &self.ptx_limits())
+                    .map_err(|e| EngineError::BadContext(e.to_string()))?;
+                let s = self.spaces.begin(space)?;
+                Ok(self.run_launch(s, module, launch, preempt, t0))
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Module cache of the sim engine: PTX text → parsed `ptx::Module`, keyed by the full text (so a
+//! hash collision cannot alias two modules), with counted loads and ids that are never reused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::engine::{EngineError, ModuleId};
+
+#[derive(Debug)]
+struct Entry {
+    module: Arc<ptx::Module>,
+    text: Arc<str>,
+    loads: u64,
+}
+
+/// The cache.
+#[derive(Debug, Default)]
+pub struct Modules {
+    by_id: HashMap<ModuleId, Entry>,
+    by_text: HashMap<Arc<str>, ModuleId>,
+    next_id: u64,
+}
+
+impl Modules {
+    /// The id of already loaded `text`, counting one more load.
+    pub fn lookup_and_count(&mut self, text: &str) -> Option<ModuleId> {
+        let id = *self.by_text.get(text)?;
+        if let Some(e) = self.by_id.get_mut(&id) {
+            e.loads = e.loads.saturating_add(1);
+        }
+        Some(id)
+    }
+
+    /// Adds a parsed module (or counts a load if `text` was added meanwhile).
+    pub fn insert(
+        &mut self,
+        text: &str,
+        module: ptx::Module,
+        max_modules: usize,
+    ) -> Result<ModuleId, EngineError> {
+        if let Some(id) = self.lookup_and_count(text) {
+            return Ok(id);
+        }
+        if self.by_id.len() >= max_modules {
+            return Err(EngineError::TooMany("modules"));
+        }
+        self.next_id += 1;
+        let id = ModuleId(self.next_id);
+        let text: Arc<str> = Arc::from(text);
+        self.by_text.insert(text.clone(), id);
+        self.by_id.insert(
+            id,
+            Entry {
+                module: Arc::new(module),
+                text,
+                loads: 1,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Drops one load; the module goes with the last.
+    pub fn unload(&mut self, id: ModuleId) -> Result<(), EngineError> {
+        let e = self
+            .by_id
+            .get_mut(&id)
+            .ok_or(EngineError::UnknownModule(id))?;
+        e.loads = e.loads.saturating_sub(1);
+        if e.loads == 0
+            && let Some(e) = self.by_id.remove(&id)
+        {
+            self.by_text.remove(&e.text);
+        }
+        Ok(())
+    }
+
+    /// The parsed module.
+    pub fn get(&self, id: ModuleId) -> Result<Arc<ptx::Module>, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.module.clone())
+            .ok_or(EngineError::UnknownModule(id))
+    }
+}
