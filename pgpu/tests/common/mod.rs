@@ -86,3 +86,5 @@ impl Rng {
         (0..n).map(|_| self.next() as u8).collect()
     }
 }
+
+pub mod runner;
