@@ -1,14 +1,334 @@
-//! Saved-context format (in progress).
+//! Saved-context format: the complete state of a [`Launch`] (configuration, CTA progress, and
+//! for every started CTA its shared memory, barrier state and every warp's registers,
+//! predicates, local memory, pc and SIMT stack). Little-endian, versioned, bound to the
+//! module's content hash. `restore` treats the bytes as hostile and validates every field.
+
 use std::sync::Arc;
 
-use crate::error::ContextError;
-use crate::exec::launch::{Launch, Limits};
+use crate::error::{ContextError, Pos};
+use crate::exec::cta::{Cta, NO_RPC, StackEntry, Warp};
+use crate::exec::launch::{KernelFault, Launch, LaunchConfig, Limits, Stats};
+use crate::exec::setup;
+use crate::exec::warp::MAX_STACK;
+use crate::memory::{Access, FaultReason};
 use crate::module::Module;
 
-pub(crate) fn save(_l: &Launch) -> Vec<u8> {
-    Vec::new()
+const MAGIC: &[u8; 8] = b"PTXCTX\0\0";
+const VERSION: u32 = 1;
+
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
 }
 
-pub(crate) fn restore(_m: Arc<Module>, _b: &[u8], _l: &Limits) -> Result<Launch, ContextError> {
-    Err(ContextError::Truncated)
+fn access_code(a: Access) -> u8 {
+    match a {
+        Access::Read => 0,
+        Access::Write => 1,
+        Access::Atomic => 2,
+    }
+}
+
+const REASONS: [FaultReason; 8] = [
+    FaultReason::Unmapped,
+    FaultReason::ReadOnly,
+    FaultReason::Misaligned,
+    FaultReason::SharedOutOfBounds,
+    FaultReason::LocalOutOfBounds,
+    FaultReason::ParamOutOfBounds,
+    FaultReason::Trap,
+    FaultReason::Deadlock,
+];
+
+/// Serialize a launch.
+pub(crate) fn save(l: &Launch) -> Vec<u8> {
+    let mut w = W(Vec::new());
+    w.0.extend_from_slice(MAGIC);
+    w.u32(VERSION);
+    w.u64(l.module.hash);
+    w.bytes(l.entry_name().as_bytes());
+    for v in l.cfg.grid.iter().chain(&l.cfg.block) {
+        w.u32(*v);
+    }
+    w.u32(l.cfg.dynamic_shared);
+    w.bytes(&l.cfg.params);
+    w.u64(l.next_cta);
+    w.u64(l.stats.thread_instructions);
+    w.u64(l.stats.warp_instructions);
+    match &l.fault {
+        None => w.u8(0),
+        Some(f) => {
+            w.u8(1);
+            w.u64(f.va);
+            w.u8(access_code(f.access));
+            w.u8(REASONS.iter().position(|r| *r == f.reason).unwrap_or(0) as u8);
+            w.u32(f.pc);
+            w.u32(f.pos.line);
+            w.u32(f.pos.col);
+            for v in f.cta.iter().chain(&f.thread) {
+                w.u32(*v);
+            }
+        }
+    }
+    w.u32(l.pending.len() as u32);
+    for c in &l.pending {
+        w.u64(c.linear);
+        w.u32(c.cursor);
+        w.bytes(&c.shared);
+        w.u32(c.warps.len() as u32);
+        for wp in &c.warps {
+            for v in [wp.pc, wp.mask, wp.rpc, wp.valid, wp.exited] {
+                w.u32(v);
+            }
+            w.u8(u8::from(wp.at_barrier));
+            w.u8(u8::from(wp.done));
+            w.u32(wp.stack.len() as u32);
+            for e in &wp.stack {
+                w.u32(e.pc);
+                w.u32(e.mask);
+                w.u32(e.rpc);
+            }
+            w.u32(wp.regs.len() as u32);
+            for r in &wp.regs {
+                w.u64(*r);
+            }
+            w.u32(wp.preds.len() as u32);
+            for p in &wp.preds {
+                w.u32(*p);
+            }
+            w.bytes(&wp.local);
+        }
+    }
+    w.0
+}
+
+struct Rd<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+type R<T> = Result<T, ContextError>;
+
+impl Rd<'_> {
+    fn take(&mut self, n: usize) -> R<&[u8]> {
+        let end = self.i.checked_add(n).ok_or(ContextError::Truncated)?;
+        let s = self.b.get(self.i..end).ok_or(ContextError::Truncated)?;
+        self.i = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> R<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> R<u32> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    fn u64(&mut self) -> R<u64> {
+        let s = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn bool(&mut self) -> R<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(ContextError::Invalid("bad flag")),
+        }
+    }
+    /// A length-prefixed byte string whose length must equal `expect` (if given).
+    fn bytes(&mut self, expect: Option<usize>) -> R<Vec<u8>> {
+        let n = self.u32()? as usize;
+        if expect.is_some_and(|e| e != n) {
+            return Err(ContextError::Invalid("byte string length"));
+        }
+        Ok(self.take(n)?.to_vec())
+    }
+    /// A count that must equal `expect`.
+    fn count(&mut self, expect: usize, what: &'static str) -> R<usize> {
+        let n = self.u32()? as usize;
+        if n != expect {
+            return Err(ContextError::Invalid(what));
+        }
+        Ok(n)
+    }
+}
+
+/// Rebuild a launch from hostile bytes.
+pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<Launch> {
+    let mut r = Rd { b: bytes, i: 0 };
+    if r.take(8).map_err(|_| ContextError::BadMagic)? != MAGIC {
+        return Err(ContextError::BadMagic);
+    }
+    let v = r.u32()?;
+    if v != VERSION {
+        return Err(ContextError::Version(v));
+    }
+    if r.u64()? != module.hash {
+        return Err(ContextError::ModuleMismatch);
+    }
+    let name_len = r.u32()? as usize;
+    let name = String::from_utf8(r.take(name_len)?.to_vec())
+        .map_err(|_| ContextError::Invalid("entry name"))?;
+    let mut dims = [0u32; 6];
+    for d in &mut dims {
+        *d = r.u32()?;
+    }
+    let dynamic_shared = r.u32()?;
+    let params = r.bytes(None)?;
+    let cfg = LaunchConfig {
+        grid: [dims[0], dims[1], dims[2]],
+        block: [dims[3], dims[4], dims[5]],
+        dynamic_shared,
+        params,
+    };
+    let mut l = setup::new_launch(module.clone(), &name, cfg, limits)?;
+    let entry = &module.entries[l.entry];
+    l.next_cta = r.u64()?;
+    if l.next_cta > l.total_ctas {
+        return Err(ContextError::Invalid("cta progress"));
+    }
+    l.stats = Stats {
+        thread_instructions: r.u64()?,
+        warp_instructions: r.u64()?,
+    };
+    if r.bool()? {
+        let va = r.u64()?;
+        let access = match r.u8()? {
+            0 => Access::Read,
+            1 => Access::Write,
+            2 => Access::Atomic,
+            _ => return Err(ContextError::Invalid("fault access")),
+        };
+        let reason = *REASONS
+            .get(r.u8()? as usize)
+            .ok_or(ContextError::Invalid("fault reason"))?;
+        let pc = r.u32()?;
+        let pos = Pos {
+            line: r.u32()?,
+            col: r.u32()?,
+        };
+        let mut c = [0u32; 6];
+        for x in &mut c {
+            *x = r.u32()?;
+        }
+        l.fault = Some(KernelFault {
+            va,
+            access,
+            reason,
+            pc,
+            pos,
+            cta: [c[0], c[1], c[2]],
+            thread: [c[3], c[4], c[5]],
+        });
+    }
+    let npending = r.u32()? as u64;
+    if npending > l.next_cta {
+        return Err(ContextError::Invalid("pending cta count"));
+    }
+    let block = l.cfg.block;
+    let threads = block[0] * block[1] * block[2];
+    let nwarps = threads.div_ceil(32) as usize;
+    let ncode = entry.code.len() as u32;
+    let local_bytes = entry.info.local_bytes_per_thread as usize;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..npending {
+        let linear = r.u64()?;
+        if linear >= l.next_cta || !seen.insert(linear) {
+            return Err(ContextError::Invalid("pending cta index"));
+        }
+        let cursor = r.u32()?;
+        if cursor as usize >= nwarps {
+            return Err(ContextError::Invalid("warp cursor"));
+        }
+        let shared = r.bytes(Some(l.shared_bytes as usize))?;
+        r.count(nwarps, "warp count")?;
+        let mut warps = Vec::with_capacity(nwarps);
+        for wi in 0..nwarps {
+            let lanes = (threads - wi as u32 * 32).min(32);
+            let valid_expected = if lanes == 32 {
+                u32::MAX
+            } else {
+                (1u32 << lanes) - 1
+            };
+            let (pc, mask, rpc, valid, exited) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+            let pc_ok = |p: u32| p <= ncode;
+            let rpc_ok = |p: u32| p <= ncode || p == NO_RPC;
+            if valid != valid_expected
+                || exited & !valid != 0
+                || mask & !valid != 0
+                || !pc_ok(pc)
+                || !rpc_ok(rpc)
+            {
+                return Err(ContextError::Invalid("warp state"));
+            }
+            let at_barrier = r.bool()?;
+            let done = r.bool()?;
+            let sl = r.u32()? as usize;
+            if sl > MAX_STACK {
+                return Err(ContextError::Invalid("simt stack depth"));
+            }
+            let mut stack = Vec::with_capacity(sl);
+            for _ in 0..sl {
+                let e = StackEntry {
+                    pc: r.u32()?,
+                    mask: r.u32()?,
+                    rpc: r.u32()?,
+                };
+                if !pc_ok(e.pc) || !rpc_ok(e.rpc) || e.mask & !valid != 0 {
+                    return Err(ContextError::Invalid("simt stack entry"));
+                }
+                stack.push(e);
+            }
+            let nregs = entry.nregs as usize * 32;
+            r.count(nregs, "register count")?;
+            let mut regs = Vec::with_capacity(nregs);
+            for _ in 0..nregs {
+                regs.push(r.u64()?);
+            }
+            let npreds = entry.npreds as usize;
+            r.count(npreds, "predicate count")?;
+            let mut preds = Vec::with_capacity(npreds);
+            for _ in 0..npreds {
+                preds.push(r.u32()?);
+            }
+            let local = r.bytes(Some(local_bytes * 32))?;
+            warps.push(Warp {
+                regs,
+                preds,
+                pc,
+                mask,
+                rpc,
+                stack,
+                valid,
+                exited,
+                at_barrier,
+                done,
+                local,
+            });
+        }
+        l.pending.push(Cta {
+            linear,
+            warps,
+            shared,
+            cursor,
+        });
+    }
+    if r.i != bytes.len() {
+        return Err(ContextError::Trailing);
+    }
+    Ok(l)
 }

@@ -349,15 +349,6 @@ pub(crate) enum Inst {
         b: Src,
         comb: Option<(BoolOp, PSrc)>,
     },
-    /// `set.cmp.u32/s32/f32.stype`: d = cmp ? all ones (or 1.0f) : 0.
-    Set {
-        cmp: Cmp,
-        ty: Ty,
-        float_out: bool,
-        d: u32,
-        a: Src,
-        b: Src,
-    },
     Cvt {
         dty: Ty,
         sty: Ty,

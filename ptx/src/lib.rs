@@ -10,6 +10,8 @@
 
 mod cfg;
 mod context;
+mod decode;
+mod decode_ops;
 mod error;
 mod exec;
 mod ir;

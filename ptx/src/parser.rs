@@ -1,10 +1,621 @@
-//! PTX parser (in progress).
-use crate::error::{Pos, PtxError};
-use crate::module::Module;
+//! Module-level PTX parser: directives, entry headers, declarations, labels and raw
+//! instruction statements. Instruction decoding into the IR is in `decode`.
 
-pub(crate) fn parse_module(_text: &str) -> Result<Module, PtxError> {
-    Err(PtxError::Syntax {
-        pos: Pos { line: 1, col: 1 },
-        msg: "parser not implemented yet".into(),
+use std::collections::HashMap;
+
+use crate::decode::{self, EntryDecls, ROp, RawInst, Stmt, VarDecl};
+use crate::error::{Pos, PtxError};
+use crate::ir::Ty;
+use crate::lexer::{Tok, Token, lex};
+use crate::module::{Module, ParamInfo, fnv1a};
+
+/// Largest array/variable the parser accepts (bytes).
+const MAX_VAR_BYTES: u64 = 1 << 30;
+/// Most registers a `%r<N>` range may declare.
+const MAX_RANGE: u64 = 1 << 20;
+
+pub(crate) struct Parser {
+    toks: Vec<Token>,
+    i: usize,
+    end: Pos,
+}
+
+type R<T> = Result<T, PtxError>;
+
+impl Parser {
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.i).map(|t| &t.tok)
+    }
+
+    fn peek_at(&self, k: usize) -> Option<&Tok> {
+        self.toks.get(self.i + k).map(|t| &t.tok)
+    }
+
+    pub(crate) fn pos(&self) -> Pos {
+        self.toks.get(self.i).map_or(self.end, |t| t.pos)
+    }
+
+    fn err<T>(&self, msg: impl Into<String>) -> R<T> {
+        Err(PtxError::Syntax {
+            pos: self.pos(),
+            msg: msg.into(),
+        })
+    }
+
+    fn next(&mut self) -> R<Tok> {
+        match self.toks.get(self.i) {
+            Some(t) => {
+                self.i += 1;
+                Ok(t.tok.clone())
+            }
+            None => self.err("unexpected end of input"),
+        }
+    }
+
+    fn is_punct(&self, c: char) -> bool {
+        self.peek() == Some(&Tok::Punct(c))
+    }
+
+    fn eat_punct(&mut self, c: char) -> bool {
+        if self.is_punct(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_punct(&mut self, c: char) -> R<()> {
+        if self.eat_punct(c) {
+            Ok(())
+        } else {
+            self.err(format!("expected `{c}`"))
+        }
+    }
+
+    fn is_ident(&self, s: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Ident(x)) if x == s)
+    }
+
+    fn eat_ident(&mut self, s: &str) -> bool {
+        if self.is_ident(s) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn ident(&mut self) -> R<String> {
+        match self.peek() {
+            Some(Tok::Ident(s)) => {
+                let s = s.clone();
+                self.i += 1;
+                Ok(s)
+            }
+            _ => self.err("expected identifier"),
+        }
+    }
+
+    fn int(&mut self) -> R<u64> {
+        match self.peek() {
+            Some(Tok::Int(v)) => {
+                let v = *v;
+                self.i += 1;
+                Ok(v)
+            }
+            _ => self.err("expected integer"),
+        }
+    }
+
+    /// Skip the rest of the current source line (for `.file`, `.loc`).
+    fn skip_line(&mut self) {
+        let line = self
+            .toks
+            .get(self.i.saturating_sub(1))
+            .map_or(0, |t| t.pos.line);
+        while let Some(t) = self.toks.get(self.i) {
+            if t.pos.line != line || t.tok == Tok::Punct(';') {
+                break;
+            }
+            self.i += 1;
+        }
+    }
+
+    /// Skip `{ ... }` with nesting (for `.section`).
+    fn skip_braces(&mut self) -> R<()> {
+        self.expect_punct('{')?;
+        let mut depth = 1u32;
+        while depth > 0 {
+            match self.next()? {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth -= 1,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn unsupported_directive<T>(&self, name: &str) -> R<T> {
+        Err(PtxError::UnsupportedDirective {
+            pos: self.pos(),
+            name: name.chars().take(64).collect(),
+        })
+    }
+}
+
+/// Parse a whole module.
+pub(crate) fn parse_module(text: &str) -> R<Module> {
+    let toks = lex(text)?;
+    let end = toks.last().map_or(Pos { line: 1, col: 1 }, |t| t.pos);
+    let mut p = Parser { toks, i: 0, end };
+    let mut module_shared: Vec<VarDecl> = Vec::new();
+    let mut entries = Vec::new();
+    let mut names: HashMap<String, ()> = HashMap::new();
+    while p.peek().is_some() {
+        let pos = p.pos();
+        let d = p.ident()?;
+        match d.as_str() {
+            ".version" => match p.next()? {
+                Tok::F64(_) | Tok::Int(_) => {}
+                _ => return p.err("expected version number"),
+            },
+            ".target" => {
+                p.ident()?;
+                while p.eat_punct(',') {
+                    p.ident()?;
+                }
+            }
+            ".address_size" => {
+                let pos = p.pos();
+                if p.int()? != 64 {
+                    return Err(PtxError::UnsupportedDirective {
+                        pos,
+                        name: ".address_size (only 64)".into(),
+                    });
+                }
+            }
+            ".file" | ".loc" => p.skip_line(),
+            ".pragma" => {
+                p.next()?;
+                p.expect_punct(';')?;
+            }
+            ".section" => {
+                p.ident()?;
+                p.skip_braces()?;
+            }
+            ".visible" | ".weak" | ".extern" | ".entry" | ".shared" | ".common" => {
+                let mut is_extern = d == ".extern";
+                let mut cur = d.clone();
+                while matches!(cur.as_str(), ".visible" | ".weak" | ".extern" | ".common") {
+                    cur = p.ident()?;
+                    is_extern |= cur == ".extern";
+                }
+                match cur.as_str() {
+                    ".entry" => {
+                        let e = parse_entry(&mut p, &module_shared, pos)?;
+                        if names.insert(e.info.name.clone(), ()).is_some() {
+                            return Err(PtxError::Duplicate {
+                                pos,
+                                name: e.info.name.clone(),
+                            });
+                        }
+                        entries.push(e);
+                    }
+                    ".shared" => {
+                        let v = parse_var(&mut p, is_extern, pos)?;
+                        module_shared.push(v);
+                    }
+                    other => return p.unsupported_directive(other),
+                }
+            }
+            other => {
+                p.i = p.i.saturating_sub(1);
+                return p.unsupported_directive(other);
+            }
+        }
+    }
+    Ok(Module {
+        entries,
+        hash: fnv1a(text.as_bytes()),
     })
+}
+
+/// Parse `[.align N] .type name[dims]... [= init]` after `.shared`/`.local` (which is consumed).
+pub(crate) fn parse_var(p: &mut Parser, is_extern: bool, pos: Pos) -> R<VarDecl> {
+    let mut align = 0u64;
+    let mut ty = None;
+    loop {
+        let t = p.ident()?;
+        if t == ".align" {
+            align = p.int()?;
+            continue;
+        }
+        if let Some(x) = t.strip_prefix('.').and_then(Ty::from_name) {
+            ty = Some(x);
+            continue;
+        }
+        if t == ".v2" || t == ".v4" || t.starts_with('.') {
+            return Err(PtxError::UnsupportedDirective { pos, name: t });
+        }
+        let ty = ty.ok_or(PtxError::Syntax {
+            pos,
+            msg: "variable without type".into(),
+        })?;
+        let mut size = u64::from(ty.bytes());
+        let mut unsized_ = false;
+        while p.eat_punct('[') {
+            if p.eat_punct(']') {
+                unsized_ = true;
+                continue;
+            }
+            let n = p.int()?;
+            p.expect_punct(']')?;
+            size = size.saturating_mul(n);
+        }
+        if p.is_punct('=') {
+            return Err(PtxError::UnsupportedDirective {
+                pos,
+                name: "initialized shared/local variable".into(),
+            });
+        }
+        p.expect_punct(';')?;
+        if size > MAX_VAR_BYTES {
+            return Err(PtxError::TooLarge {
+                pos,
+                what: format!("variable `{t}`"),
+            });
+        }
+        if is_extern != unsized_ {
+            return p.err("only `.extern` variables may be unsized arrays");
+        }
+        let align = if align == 0 {
+            u64::from(ty.bytes())
+        } else {
+            align
+        };
+        if !align.is_power_of_two() || align > 4096 {
+            return Err(PtxError::Syntax {
+                pos,
+                msg: format!("bad alignment {align}"),
+            });
+        }
+        return Ok(VarDecl {
+            name: t,
+            size: if unsized_ { 0 } else { size },
+            align: align as u32,
+            is_extern,
+            pos,
+        });
+    }
+}
+
+fn parse_param(p: &mut Parser, offset: &mut u64) -> R<ParamInfo> {
+    let pos = p.pos();
+    if !p.eat_ident(".param") {
+        return p.err("expected `.param`");
+    }
+    let mut align = 0u64;
+    let mut ty = None;
+    loop {
+        let t = p.ident()?;
+        match t.as_str() {
+            ".align" => align = p.int()?,
+            ".ptr" | ".global" | ".shared" | ".const" | ".local" => {}
+            _ if t.starts_with('.') => match t.strip_prefix('.').and_then(Ty::from_name) {
+                Some(Ty::Pred) | None => {
+                    return Err(PtxError::UnsupportedDirective { pos, name: t });
+                }
+                Some(x) => ty = Some(x),
+            },
+            _ => {
+                let ty = ty.ok_or(PtxError::Syntax {
+                    pos,
+                    msg: "parameter without type".into(),
+                })?;
+                let mut size = u64::from(ty.bytes());
+                while p.eat_punct('[') {
+                    let n = p.int()?;
+                    p.expect_punct(']')?;
+                    size = size.saturating_mul(n);
+                }
+                let align = if align == 0 {
+                    u64::from(ty.bytes())
+                } else {
+                    align
+                };
+                if !align.is_power_of_two() || align > 256 || size > 1 << 16 {
+                    return Err(PtxError::TooLarge {
+                        pos,
+                        what: format!("parameter `{t}`"),
+                    });
+                }
+                let off = offset.div_ceil(align) * align;
+                *offset = off + size;
+                if *offset > 1 << 16 {
+                    return Err(PtxError::TooLarge {
+                        pos,
+                        what: "parameter list".into(),
+                    });
+                }
+                return Ok(ParamInfo {
+                    name: t,
+                    offset: off as u32,
+                    size: size as u32,
+                    align: align as u32,
+                });
+            }
+        }
+    }
+}
+
+fn dims(p: &mut Parser) -> R<[u32; 3]> {
+    let mut d = [1u32; 3];
+    for (k, slot) in d.iter_mut().enumerate() {
+        if k > 0 && !p.eat_punct(',') {
+            break;
+        }
+        let v = p.int()?;
+        *slot = u32::try_from(v).or_else(|_| p.err("dimension too large"))?;
+    }
+    Ok(d)
+}
+
+fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<crate::ir::Entry> {
+    let name = p.ident()?;
+    let mut params = Vec::new();
+    let mut offset = 0u64;
+    if p.eat_punct('(') && !p.eat_punct(')') {
+        loop {
+            params.push(parse_param(p, &mut offset)?);
+            if p.eat_punct(')') {
+                break;
+            }
+            p.expect_punct(',')?;
+        }
+    }
+    let mut decls = EntryDecls {
+        name,
+        params,
+        param_size: offset as u32,
+        reqntid: None,
+        maxntid: None,
+        shared: module_shared.to_vec(),
+        local: Vec::new(),
+        regs: HashMap::new(),
+        pos,
+    };
+    loop {
+        if p.is_punct('{') {
+            break;
+        }
+        let dpos = p.pos();
+        let d = p.ident()?;
+        match d.as_str() {
+            ".maxntid" => decls.maxntid = Some(dims(p)?),
+            ".reqntid" => decls.reqntid = Some(dims(p)?),
+            ".minnctapersm" | ".maxnreg" | ".maxnctapersm" => {
+                p.int()?;
+            }
+            ".noreturn" => {}
+            ".pragma" => {
+                p.next()?;
+                p.expect_punct(';')?;
+            }
+            _ => {
+                return Err(PtxError::UnsupportedDirective { pos: dpos, name: d });
+            }
+        }
+    }
+    let body = parse_body(p, &mut decls)?;
+    decode::decode_entry(decls, body)
+}
+
+fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
+    let pos = p.pos();
+    let t = p.ident()?;
+    let ty = match t.strip_prefix('.').and_then(Ty::from_name) {
+        Some(ty) => ty,
+        None => return Err(PtxError::UnsupportedDirective { pos, name: t }),
+    };
+    loop {
+        let npos = p.pos();
+        let name = p.ident()?;
+        if p.eat_punct('<') {
+            let n = p.int()?;
+            p.expect_punct('>')?;
+            if n > MAX_RANGE {
+                return Err(PtxError::TooLarge {
+                    pos: npos,
+                    what: "register range".into(),
+                });
+            }
+            for k in 0..n {
+                decls.regs.insert(format!("{name}{k}"), ty);
+            }
+        } else if decls.regs.insert(name.clone(), ty).is_some() {
+            log::debug!("register {name} redeclared at {npos}");
+        }
+        if p.eat_punct(';') {
+            return Ok(());
+        }
+        p.expect_punct(',')?;
+    }
+}
+
+fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
+    p.expect_punct('{')?;
+    let mut depth = 1u32;
+    let mut out = Vec::new();
+    loop {
+        let pos = p.pos();
+        match p.next()? {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Ok(out);
+                }
+            }
+            Tok::Punct('@') => {
+                let neg = p.eat_punct('!');
+                let gpos = p.pos();
+                let g = p.ident()?;
+                let opcode = p.ident()?;
+                let ops = parse_operands(p)?;
+                out.push(Stmt::Inst(RawInst {
+                    pos,
+                    guard: Some((g, neg, gpos)),
+                    opcode,
+                    ops,
+                }));
+            }
+            Tok::Ident(s) => match s.as_str() {
+                ".reg" => parse_reg_decl(p, decls)?,
+                ".shared" => {
+                    let v = parse_var(p, false, pos)?;
+                    decls.shared.push(v);
+                }
+                ".local" => {
+                    let v = parse_var(p, false, pos)?;
+                    decls.local.push(v);
+                }
+                ".loc" | ".file" => p.skip_line(),
+                ".pragma" => {
+                    p.next()?;
+                    p.expect_punct(';')?;
+                }
+                _ if s.starts_with('.') => {
+                    return Err(PtxError::UnsupportedDirective { pos, name: s });
+                }
+                _ if p.is_punct(':') => {
+                    p.i += 1;
+                    out.push(Stmt::Label(s, pos));
+                }
+                _ => {
+                    let ops = parse_operands(p)?;
+                    out.push(Stmt::Inst(RawInst {
+                        pos,
+                        guard: None,
+                        opcode: s,
+                        ops,
+                    }));
+                }
+            },
+            _ => {
+                p.i = p.i.saturating_sub(1);
+                return p.err("expected instruction, declaration or label");
+            }
+        }
+    }
+}
+
+/// Parse operands up to and including `;`.
+fn parse_operands(p: &mut Parser) -> R<Vec<ROp>> {
+    let mut ops = Vec::new();
+    if p.eat_punct(';') {
+        return Ok(ops);
+    }
+    loop {
+        ops.push(parse_operand(p)?);
+        if p.eat_punct(';') {
+            return Ok(ops);
+        }
+        p.expect_punct(',')?;
+        if ops.len() > 16 {
+            return p.err("too many operands");
+        }
+    }
+}
+
+fn signed_number(p: &mut Parser) -> R<ROp> {
+    let neg = p.eat_punct('-');
+    let v = match p.next()? {
+        Tok::Int(v) => ROp::Int(if neg { v.wrapping_neg() } else { v }),
+        Tok::F32(b) => ROp::F32(if neg { b ^ 0x8000_0000 } else { b }),
+        Tok::F64(b) => ROp::F64(if neg { b ^ (1 << 63) } else { b }),
+        _ => {
+            p.i = p.i.saturating_sub(1);
+            return p.err("expected number");
+        }
+    };
+    Ok(v)
+}
+
+fn parse_operand(p: &mut Parser) -> R<ROp> {
+    let pos = p.pos();
+    match p.peek() {
+        Some(Tok::Punct('[')) => {
+            p.i += 1;
+            let mut base = None;
+            let mut off: u64 = 0;
+            if matches!(p.peek(), Some(Tok::Ident(_))) {
+                base = Some(p.ident()?);
+            } else if let ROp::Int(v) = signed_number(p)? {
+                off = v;
+            } else {
+                return p.err("bad address");
+            }
+            while p.is_punct('+') || p.is_punct('-') {
+                let minus = p.eat_punct('-');
+                if !minus {
+                    p.i += 1;
+                }
+                match signed_number(p)? {
+                    ROp::Int(v) => {
+                        off = if minus {
+                            off.wrapping_sub(v)
+                        } else {
+                            off.wrapping_add(v)
+                        }
+                    }
+                    _ => return p.err("bad address offset"),
+                }
+            }
+            p.expect_punct(']')?;
+            Ok(ROp::Addr {
+                base,
+                off: off as i64,
+                pos,
+            })
+        }
+        Some(Tok::Punct('{')) => {
+            p.i += 1;
+            let mut v = Vec::new();
+            loop {
+                v.push(parse_operand(p)?);
+                if p.eat_punct('}') {
+                    break;
+                }
+                p.expect_punct(',')?;
+                if v.len() > 8 {
+                    return p.err("vector too long");
+                }
+            }
+            Ok(ROp::Vec(v))
+        }
+        Some(Tok::Punct('!')) => {
+            p.i += 1;
+            Ok(ROp::Not(p.ident()?, pos))
+        }
+        Some(Tok::Ident(_)) => {
+            let a = p.ident()?;
+            if p.eat_punct('|') {
+                let b = p.ident()?;
+                return Ok(ROp::Pair(a, b, pos));
+            }
+            if (p.is_punct('+') || p.is_punct('-')) && matches!(p.peek_at(1), Some(Tok::Int(_))) {
+                // `sym+4` used as an immediate address
+                let minus = p.eat_punct('-');
+                if !minus {
+                    p.i += 1;
+                }
+                let v = p.int()?;
+                let off = if minus { v.wrapping_neg() } else { v };
+                return Ok(ROp::SymOff(a, off as i64, pos));
+            }
+            Ok(ROp::Name(a, pos))
+        }
+        _ => signed_number(p),
+    }
 }

@@ -1,1 +1,480 @@
-//! Per-lane arithmetic kernels.
+//! Per-lane arithmetic: integer and float binary/unary/ternary ops, comparisons and cvt.
+//! Values are raw bits (low `ty.bits()` of a u64); each op is applied over 32 lanes in a tight
+//! loop after one dispatch on (op, type).
+
+use crate::ir::{BinOp, Cmp, FFlags, Rnd, TerOp, Ty, UnOp};
+
+pub(crate) type Lanes = [u64; 32];
+
+#[inline(always)]
+fn map1(a: &Lanes, r: &mut Lanes, f: impl Fn(u64) -> u64) {
+    for l in 0..32 {
+        r[l] = f(a[l]);
+    }
+}
+
+#[inline(always)]
+fn map2(a: &Lanes, b: &Lanes, r: &mut Lanes, f: impl Fn(u64, u64) -> u64) {
+    for l in 0..32 {
+        r[l] = f(a[l], b[l]);
+    }
+}
+
+#[inline(always)]
+fn map3(a: &Lanes, b: &Lanes, c: &Lanes, r: &mut Lanes, f: impl Fn(u64, u64, u64) -> u64) {
+    for l in 0..32 {
+        r[l] = f(a[l], b[l], c[l]);
+    }
+}
+
+#[inline(always)]
+fn f32_in(x: u64, ftz: bool) -> f32 {
+    let f = f32::from_bits(x as u32);
+    if ftz && f.is_subnormal() {
+        0.0f32.copysign(f)
+    } else {
+        f
+    }
+}
+
+#[inline(always)]
+fn f32_out(f: f32, fl: FFlags) -> u64 {
+    let mut f = f;
+    if fl.sat {
+        f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
+    }
+    if fl.ftz && f.is_subnormal() {
+        f = 0.0f32.copysign(f);
+    }
+    u64::from(f.to_bits())
+}
+
+#[inline(always)]
+fn f64_out(f: f64, fl: FFlags) -> u64 {
+    let f = if fl.sat {
+        if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) }
+    } else {
+        f
+    };
+    f.to_bits()
+}
+
+/// Integer division with the documented divide-by-zero results.
+#[inline(always)]
+pub(crate) fn idiv(ty: Ty, x: u64, y: u64) -> u64 {
+    let m = ty.mask();
+    if ty.is_signed() {
+        let (x, y) = (ty.extend(x) as i64, ty.extend(y) as i64);
+        if y == 0 {
+            m
+        } else {
+            (x.wrapping_div(y) as u64) & m
+        }
+    } else if y & m == 0 {
+        m
+    } else {
+        ((x & m) / (y & m)) & m
+    }
+}
+
+/// Integer remainder; `x rem 0 = x`.
+#[inline(always)]
+pub(crate) fn irem(ty: Ty, x: u64, y: u64) -> u64 {
+    let m = ty.mask();
+    if ty.is_signed() {
+        let (x, y) = (ty.extend(x) as i64, ty.extend(y) as i64);
+        if y == 0 {
+            (x as u64) & m
+        } else {
+            (x.wrapping_rem(y) as u64) & m
+        }
+    } else if y & m == 0 {
+        x & m
+    } else {
+        ((x & m) % (y & m)) & m
+    }
+}
+
+#[inline(always)]
+fn mul_hi(ty: Ty, x: u64, y: u64) -> u64 {
+    let b = ty.bits();
+    if ty.is_signed() {
+        let p = i128::from(ty.extend(x) as i64) * i128::from(ty.extend(y) as i64);
+        ((p >> b) as u64) & ty.mask()
+    } else {
+        let p = u128::from(x & ty.mask()) * u128::from(y & ty.mask());
+        ((p >> b) as u64) & ty.mask()
+    }
+}
+
+#[inline(always)]
+fn mul_wide(ty: Ty, x: u64, y: u64) -> u64 {
+    let w = ty.wide().unwrap_or(Ty::U64);
+    if ty.is_signed() {
+        ((ty.extend(x) as i64).wrapping_mul(ty.extend(y) as i64) as u64) & w.mask()
+    } else {
+        (x & ty.mask()).wrapping_mul(y & ty.mask()) & w.mask()
+    }
+}
+
+#[inline(always)]
+fn shr(ty: Ty, x: u64, y: u64) -> u64 {
+    let b = u64::from(ty.bits());
+    if ty.is_signed() {
+        let s = y.min(b - 1);
+        ((ty.extend(x) as i64 >> s) as u64) & ty.mask()
+    } else if y >= b {
+        0
+    } else {
+        (x & ty.mask()) >> y
+    }
+}
+
+/// Binary op over lanes.
+pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut Lanes) {
+    let m = ty.mask();
+    match ty {
+        Ty::F32 => {
+            let g = |op: fn(f32, f32) -> f32| {
+                move |x, y| f32_out(op(f32_in(x, f.ftz), f32_in(y, f.ftz)), f)
+            };
+            match op {
+                BinOp::Add | BinOp::AddSat => map2(a, b, r, g(|x, y| x + y)),
+                BinOp::Sub | BinOp::SubSat => map2(a, b, r, g(|x, y| x - y)),
+                BinOp::MulLo | BinOp::MulHi | BinOp::MulWide => map2(a, b, r, g(|x, y| x * y)),
+                BinOp::Div => map2(a, b, r, g(|x, y| x / y)),
+                BinOp::Min => map2(a, b, r, g(f32::min)),
+                BinOp::Max => map2(a, b, r, g(f32::max)),
+                BinOp::Copysign => map2(a, b, r, g(|x, y| y.copysign(x))),
+                _ => map2(a, b, r, |_, _| 0),
+            }
+        }
+        Ty::F64 => {
+            let g = |op: fn(f64, f64) -> f64| {
+                move |x, y| f64_out(op(f64::from_bits(x), f64::from_bits(y)), f)
+            };
+            match op {
+                BinOp::Add | BinOp::AddSat => map2(a, b, r, g(|x, y| x + y)),
+                BinOp::Sub | BinOp::SubSat => map2(a, b, r, g(|x, y| x - y)),
+                BinOp::MulLo | BinOp::MulHi | BinOp::MulWide => map2(a, b, r, g(|x, y| x * y)),
+                BinOp::Div => map2(a, b, r, g(|x, y| x / y)),
+                BinOp::Min => map2(a, b, r, g(f64::min)),
+                BinOp::Max => map2(a, b, r, g(f64::max)),
+                BinOp::Copysign => map2(a, b, r, g(|x, y| y.copysign(x))),
+                _ => map2(a, b, r, |_, _| 0),
+            }
+        }
+        _ => match op {
+            BinOp::Add => map2(a, b, r, |x, y| x.wrapping_add(y) & m),
+            BinOp::Sub => map2(a, b, r, |x, y| x.wrapping_sub(y) & m),
+            BinOp::AddSat => map2(a, b, r, |x, y| {
+                u64::from((x as i32).saturating_add(y as i32) as u32)
+            }),
+            BinOp::SubSat => map2(a, b, r, |x, y| {
+                u64::from((x as i32).saturating_sub(y as i32) as u32)
+            }),
+            BinOp::MulLo => map2(a, b, r, |x, y| x.wrapping_mul(y) & m),
+            BinOp::MulHi => map2(a, b, r, |x, y| mul_hi(ty, x, y)),
+            BinOp::MulWide => map2(a, b, r, |x, y| mul_wide(ty, x, y)),
+            BinOp::Div => map2(a, b, r, |x, y| idiv(ty, x, y)),
+            BinOp::Rem => map2(a, b, r, |x, y| irem(ty, x, y)),
+            BinOp::Min if ty.is_signed() => map2(a, b, r, |x, y| {
+                (ty.extend(x) as i64).min(ty.extend(y) as i64) as u64 & m
+            }),
+            BinOp::Max if ty.is_signed() => map2(a, b, r, |x, y| {
+                (ty.extend(x) as i64).max(ty.extend(y) as i64) as u64 & m
+            }),
+            BinOp::Min => map2(a, b, r, |x, y| (x & m).min(y & m)),
+            BinOp::Max => map2(a, b, r, |x, y| (x & m).max(y & m)),
+            BinOp::And => map2(a, b, r, |x, y| x & y & m),
+            BinOp::Or => map2(a, b, r, |x, y| (x | y) & m),
+            BinOp::Xor => map2(a, b, r, |x, y| (x ^ y) & m),
+            BinOp::Shl => map2(a, b, r, |x, y| {
+                let y = y & 0xffff_ffff;
+                if y >= u64::from(ty.bits()) {
+                    0
+                } else {
+                    (x << y) & m
+                }
+            }),
+            BinOp::Shr => map2(a, b, r, |x, y| shr(ty, x, y & 0xffff_ffff)),
+            BinOp::Copysign => map2(a, b, r, |_, _| 0),
+        },
+    }
+}
+
+/// Unary op over lanes.
+pub(crate) fn un(op: UnOp, ty: Ty, f: FFlags, a: &Lanes, r: &mut Lanes) {
+    let m = ty.mask();
+    match ty {
+        Ty::F32 => {
+            let g = |op: fn(f32) -> f32| move |x| f32_out(op(f32_in(x, f.ftz)), f);
+            match op {
+                UnOp::Mov => map1(a, r, |x| x & m),
+                UnOp::Neg => map1(a, r, g(|x| -x)),
+                UnOp::Abs => map1(a, r, g(f32::abs)),
+                UnOp::Sqrt => map1(a, r, g(f32::sqrt)),
+                UnOp::Rsqrt => map1(a, r, g(|x| 1.0 / x.sqrt())),
+                UnOp::Rcp => map1(a, r, g(|x| 1.0 / x)),
+                UnOp::Ex2 => map1(a, r, g(f32::exp2)),
+                UnOp::Lg2 => map1(a, r, g(f32::log2)),
+                UnOp::Sin => map1(a, r, g(f32::sin)),
+                UnOp::Cos => map1(a, r, g(f32::cos)),
+                _ => map1(a, r, |_| 0),
+            }
+        }
+        Ty::F64 => {
+            let g = |op: fn(f64) -> f64| move |x| f64_out(op(f64::from_bits(x)), f);
+            match op {
+                UnOp::Mov => map1(a, r, |x| x),
+                UnOp::Neg => map1(a, r, g(|x| -x)),
+                UnOp::Abs => map1(a, r, g(f64::abs)),
+                UnOp::Sqrt => map1(a, r, g(f64::sqrt)),
+                UnOp::Rsqrt => map1(a, r, g(|x| 1.0 / x.sqrt())),
+                UnOp::Rcp => map1(a, r, g(|x| 1.0 / x)),
+                _ => map1(a, r, |_| 0),
+            }
+        }
+        _ => match op {
+            UnOp::Mov => map1(a, r, |x| x & m),
+            UnOp::Neg => map1(a, r, |x| x.wrapping_neg() & m),
+            UnOp::Abs => map1(a, r, |x| (ty.extend(x) as i64).wrapping_abs() as u64 & m),
+            UnOp::Not => map1(a, r, |x| !x & m),
+            UnOp::Cnot => map1(a, r, |x| u64::from(x & m == 0)),
+            UnOp::Popc => map1(a, r, |x| u64::from((x & m).count_ones())),
+            UnOp::Clz if ty.bits() == 32 => map1(a, r, |x| u64::from((x as u32).leading_zeros())),
+            UnOp::Clz => map1(a, r, |x| u64::from(x.leading_zeros())),
+            UnOp::Brev if ty.bits() == 32 => map1(a, r, |x| u64::from((x as u32).reverse_bits())),
+            UnOp::Brev => map1(a, r, u64::reverse_bits),
+            _ => map1(a, r, |_| 0),
+        },
+    }
+}
+
+/// Bit-field extract (PTX `bfe`).
+pub(crate) fn bfe(ty: Ty, a: u64, pos: u64, len: u64) -> u64 {
+    let bits = u64::from(ty.bits());
+    let (pos, len) = (pos & 0xff, len & 0xff);
+    let sbit = if ty.is_signed() && len > 0 {
+        let i = (pos + len - 1).min(bits - 1);
+        (a >> i) & 1
+    } else {
+        0
+    };
+    let mut d = 0u64;
+    for i in 0..bits {
+        let bit = if i < len && pos + i < bits {
+            (a >> (pos + i)) & 1
+        } else {
+            sbit
+        };
+        d |= bit << i;
+    }
+    d & ty.mask()
+}
+
+/// Bit-field insert (PTX `bfi`): insert `len` bits of `f` into `b` at `pos`.
+pub(crate) fn bfi(ty: Ty, f: u64, b: u64, pos: u64, len: u64) -> u64 {
+    let bits = u64::from(ty.bits());
+    let (pos, len) = (pos & 0xff, len & 0xff);
+    let mut d = b;
+    for i in 0..len {
+        if pos + i >= bits {
+            break;
+        }
+        let bit = (f >> i) & 1;
+        d = (d & !(1 << (pos + i))) | (bit << (pos + i));
+    }
+    d & ty.mask()
+}
+
+/// Ternary op over lanes.
+pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes, r: &mut Lanes) {
+    let m = ty.mask();
+    match (op, ty) {
+        (TerOp::Fma, Ty::F32) => map3(a, b, c, r, |x, y, z| {
+            f32_out(
+                f32_in(x, f.ftz).mul_add(f32_in(y, f.ftz), f32_in(z, f.ftz)),
+                f,
+            )
+        }),
+        (TerOp::Fma, _) => map3(a, b, c, r, |x, y, z| {
+            f64_out(
+                f64::from_bits(x).mul_add(f64::from_bits(y), f64::from_bits(z)),
+                f,
+            )
+        }),
+        (TerOp::MadLo, _) => map3(a, b, c, r, |x, y, z| x.wrapping_mul(y).wrapping_add(z) & m),
+        (TerOp::MadHi, _) => map3(a, b, c, r, |x, y, z| mul_hi(ty, x, y).wrapping_add(z) & m),
+        (TerOp::MadWide, _) => {
+            let wm = ty.wide().unwrap_or(Ty::U64).mask();
+            map3(a, b, c, r, |x, y, z| {
+                mul_wide(ty, x, y).wrapping_add(z) & wm
+            })
+        }
+        (TerOp::Bfe, _) => map3(a, b, c, r, |x, y, z| bfe(ty, x, y, z)),
+        (TerOp::Selp, _) => map3(a, b, c, r, |x, y, z| if z != 0 { x } else { y }),
+    }
+}
+
+/// Comparison of one lane's operands.
+#[inline(always)]
+pub(crate) fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
+    match ty {
+        Ty::F32 | Ty::F64 => {
+            let (x, y) = if ty == Ty::F32 {
+                (f64::from(f32_in(x, ftz)), f64::from(f32_in(y, ftz)))
+            } else {
+                (f64::from_bits(x), f64::from_bits(y))
+            };
+            let un = x.is_nan() || y.is_nan();
+            match cmp {
+                Cmp::Eq => x == y,
+                Cmp::Ne => !un && x != y,
+                Cmp::Lt => x < y,
+                Cmp::Le => x <= y,
+                Cmp::Gt => x > y,
+                Cmp::Ge => x >= y,
+                Cmp::Equ => un || x == y,
+                Cmp::Neu => x != y,
+                Cmp::Ltu => un || x < y,
+                Cmp::Leu => un || x <= y,
+                Cmp::Gtu => un || x > y,
+                Cmp::Geu => un || x >= y,
+                Cmp::Num => !un,
+                Cmp::Nan => un,
+            }
+        }
+        _ if ty.is_signed() => {
+            let (x, y) = (ty.extend(x) as i64, ty.extend(y) as i64);
+            int_cmp(cmp, x.cmp(&y))
+        }
+        _ => {
+            let m = ty.mask();
+            int_cmp(cmp, (x & m).cmp(&(y & m)))
+        }
+    }
+}
+
+fn int_cmp(cmp: Cmp, o: std::cmp::Ordering) -> bool {
+    use std::cmp::Ordering::*;
+    match cmp {
+        Cmp::Eq => o == Equal,
+        Cmp::Ne => o != Equal,
+        Cmp::Lt => o == Less,
+        Cmp::Le => o != Greater,
+        Cmp::Gt => o == Greater,
+        Cmp::Ge => o != Less,
+        _ => false,
+    }
+}
+
+/// Integer value of a source as i128 (sign- or zero-extended).
+fn int_val(ty: Ty, x: u64) -> i128 {
+    if ty.is_signed() {
+        i128::from(ty.extend(x) as i64)
+    } else {
+        i128::from(x & ty.mask())
+    }
+}
+
+fn int_range(ty: Ty) -> (i128, i128) {
+    let b = ty.bits();
+    if ty.is_signed() {
+        (-(1i128 << (b - 1)), (1i128 << (b - 1)) - 1)
+    } else {
+        (0, (1i128 << b) - 1)
+    }
+}
+
+fn round_int(x: f64, rnd: Rnd) -> f64 {
+    match rnd {
+        Rnd::Rni | Rnd::Rn => x.round_ties_even(),
+        Rnd::Rzi | Rnd::Rz => x.trunc(),
+        Rnd::Rmi | Rnd::Rm => x.floor(),
+        Rnd::Rpi | Rnd::Rp => x.ceil(),
+        Rnd::None => x,
+    }
+}
+
+/// Directed rounding of an exact value `v` to f32 given its nearest rounding `r`; `cmp` tells
+/// how `r` compares to the exact value.
+fn direct_f32(r: f32, cmp: std::cmp::Ordering, neg: bool, rnd: Rnd) -> f32 {
+    use std::cmp::Ordering::*;
+    let down = matches!(rnd, Rnd::Rm) || (matches!(rnd, Rnd::Rz) && !neg);
+    let up = matches!(rnd, Rnd::Rp) || (matches!(rnd, Rnd::Rz) && neg);
+    match cmp {
+        Greater if down => r.next_down(),
+        Less if up => r.next_up(),
+        _ => r,
+    }
+}
+
+fn direct_f64(r: f64, cmp: std::cmp::Ordering, neg: bool, rnd: Rnd) -> f64 {
+    use std::cmp::Ordering::*;
+    let down = matches!(rnd, Rnd::Rm) || (matches!(rnd, Rnd::Rz) && !neg);
+    let up = matches!(rnd, Rnd::Rp) || (matches!(rnd, Rnd::Rz) && neg);
+    match cmp {
+        Greater if down => r.next_down(),
+        Less if up => r.next_up(),
+        _ => r,
+    }
+}
+
+/// `cvt` of one value.
+pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u64 {
+    let fl = FFlags { ftz, sat };
+    match (dty.is_float(), sty.is_float()) {
+        (false, false) => {
+            let mut v = int_val(sty, x);
+            if sat {
+                let (lo, hi) = int_range(dty);
+                v = v.clamp(lo, hi);
+            }
+            (v as u64) & dty.mask()
+        }
+        (false, true) => {
+            let f = if sty == Ty::F32 {
+                f64::from(f32_in(x, ftz))
+            } else {
+                f64::from_bits(x)
+            };
+            if f.is_nan() {
+                return 0;
+            }
+            let (lo, hi) = int_range(dty);
+            let v = (round_int(f, rnd) as i128).clamp(lo, hi);
+            (v as u64) & dty.mask()
+        }
+        (true, false) => {
+            let v = int_val(sty, x);
+            if dty == Ty::F32 {
+                let r = v as f32;
+                let r = direct_f32(r, (r as i128).cmp(&v), v < 0, rnd);
+                f32_out(r, fl)
+            } else {
+                let r = v as f64;
+                let r = direct_f64(r, (r as i128).cmp(&v), v < 0, rnd);
+                f64_out(r, fl)
+            }
+        }
+        (true, true) => match (dty, sty) {
+            (Ty::F32, Ty::F32) => f32_out(round_int(f64::from(f32_in(x, ftz)), rnd) as f32, fl),
+            (Ty::F64, Ty::F64) => f64_out(round_int(f64::from_bits(x), rnd), fl),
+            (Ty::F64, _) => f64_out(round_int(f64::from(f32_in(x, ftz)), rnd), fl),
+            _ => {
+                let v = f64::from_bits(x);
+                let r = v as f32;
+                let r = if v.is_nan() {
+                    r
+                } else {
+                    let c = f64::from(r)
+                        .partial_cmp(&v)
+                        .unwrap_or(std::cmp::Ordering::Equal);
+                    direct_f32(r, c, v < 0.0, rnd)
+                };
+                f32_out(r, fl)
+            }
+        },
+    }
+}

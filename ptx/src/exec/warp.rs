@@ -1,1 +1,670 @@
-//! Warp execution.
+//! Warp execution: runs one warp's 32 lanes per instruction under an active mask, with a SIMT
+//! reconvergence stack (immediate post-dominators computed at decode time).
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::exec::alu::{self, Lanes};
+use crate::exec::cta::{StackEntry, Warp, thread_coords};
+use crate::exec::launch::{KernelFault, Stats};
+use crate::exec::mem::{LaneFault, MemCtx, Tlb};
+use crate::ir::{BoolOp, Entry, Inst, PSrc, ShflMode, Src, Sreg, TerOp, VoteMode};
+use crate::memory::{Access, FaultReason, GlobalMemory};
+
+/// Most entries a SIMT stack may hold (bounds hostile saved contexts too).
+pub(crate) const MAX_STACK: usize = 4096;
+
+/// Per-CTA environment of a warp.
+pub(crate) struct Env<'a> {
+    pub entry: &'a Entry,
+    pub params: &'a [u8],
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub ctaid: [u32; 3],
+    pub nwarps: u32,
+    pub mem: &'a dyn GlobalMemory,
+    pub local_bytes: usize,
+    pub t0: Instant,
+}
+
+/// Why a warp stopped.
+pub(crate) enum WarpStop {
+    /// Its instruction budget ran out.
+    Budget,
+    /// It reached `bar.sync`.
+    Barrier,
+    /// All lanes exited.
+    Done,
+    Fault(KernelFault),
+}
+
+#[inline(always)]
+fn psrc(w: &Warp, p: PSrc) -> u32 {
+    match p {
+        PSrc::Reg { idx, neg } => {
+            let v = w.preds.get(idx as usize).copied().unwrap_or(0);
+            if neg { !v } else { v }
+        }
+        PSrc::Const(b) => {
+            if b {
+                u32::MAX
+            } else {
+                0
+            }
+        }
+    }
+}
+
+fn sreg(s: Sreg, widx: u32, lane: u32, env: &Env) -> u64 {
+    let dim = |d: u8, v: [u32; 3]| u64::from(v[usize::from(d).min(2)]);
+    match s {
+        Sreg::Tid(d) => dim(d, thread_coords(widx * 32 + lane, env.block)),
+        Sreg::Ntid(d) => dim(d, env.block),
+        Sreg::Ctaid(d) => dim(d, env.ctaid),
+        Sreg::Nctaid(d) => dim(d, env.grid),
+        Sreg::LaneId => u64::from(lane),
+        Sreg::WarpId => u64::from(widx),
+        Sreg::NWarpId => u64::from(env.nwarps),
+        Sreg::Clock => u64::from(env.t0.elapsed().as_nanos() as u32),
+        Sreg::Clock64 => env.t0.elapsed().as_nanos() as u64,
+        Sreg::GlobalTimer => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        Sreg::LaneMaskEq => 1u64 << lane,
+        Sreg::LaneMaskLt => (1u64 << lane) - 1,
+        Sreg::LaneMaskLe => (1u64 << (lane + 1)) - 1,
+        Sreg::LaneMaskGt => u64::from(!(((1u64 << (lane + 1)) - 1) as u32)),
+        Sreg::LaneMaskGe => u64::from(!(((1u64 << lane) - 1) as u32)),
+    }
+}
+
+#[inline(always)]
+fn fetch(w: &Warp, s: Src, widx: u32, env: &Env, out: &mut Lanes) {
+    match s {
+        Src::Reg(r) => {
+            let r = r as usize * 32;
+            out.copy_from_slice(&w.regs[r..r + 32]);
+        }
+        Src::Imm(v) => *out = [v; 32],
+        Src::Sreg(sr) => {
+            for (l, o) in out.iter_mut().enumerate() {
+                *o = sreg(sr, widx, l as u32, env);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn write(w: &mut Warp, d: u32, exec: u32, v: &Lanes) {
+    let r = d as usize * 32;
+    let dst = &mut w.regs[r..r + 32];
+    if exec == u32::MAX {
+        dst.copy_from_slice(v);
+    } else {
+        for l in 0..32 {
+            if exec >> l & 1 != 0 {
+                dst[l] = v[l];
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn write_pred(w: &mut Warp, d: u32, exec: u32, v: u32) {
+    if let Some(p) = w.preds.get_mut(d as usize) {
+        *p = (*p & !exec) | (v & exec);
+    }
+}
+
+fn bool_op(op: BoolOp, a: u32, b: u32) -> u32 {
+    match op {
+        BoolOp::And => a & b,
+        BoolOp::Or => a | b,
+        BoolOp::Xor => a ^ b,
+    }
+}
+
+/// Pop finished reconvergence entries. Returns false when the warp has no live lanes left.
+#[inline(always)]
+fn reconverge(w: &mut Warp) -> bool {
+    while w.pc == w.rpc || w.mask == 0 {
+        match w.stack.pop() {
+            Some(e) => {
+                w.pc = e.pc;
+                w.mask = e.mask & !w.exited;
+                w.rpc = e.rpc;
+            }
+            None => {
+                w.done = true;
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Run warp `widx` for at most `budget` instructions.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exec_warp(
+    w: &mut Warp,
+    widx: u32,
+    shared: &mut [u8],
+    env: &Env,
+    tlb: &mut Tlb,
+    budget: u64,
+    stats: &mut Stats,
+) -> WarpStop {
+    let code = &env.entry.code;
+    let mut a: Lanes = [0; 32];
+    let mut b: Lanes = [0; 32];
+    let mut c: Lanes = [0; 32];
+    let mut r: Lanes = [0; 32];
+    for _ in 0..budget {
+        if !reconverge(w) {
+            return WarpStop::Done;
+        }
+        let pc = w.pc;
+        let Some(op) = code.get(pc as usize) else {
+            // Unreachable for decoded code (it ends with exit); treat as exit.
+            w.exited |= w.mask;
+            w.mask = 0;
+            continue;
+        };
+        let exec = match op.guard {
+            None => w.mask,
+            Some((p, neg)) => {
+                let v = w.preds.get(p as usize).copied().unwrap_or(0);
+                (if neg { !v } else { v }) & w.mask
+            }
+        };
+        stats.warp_instructions += 1;
+        stats.thread_instructions += u64::from(exec.count_ones());
+        let mut next = pc + 1;
+        if exec == 0 {
+            w.pc = next;
+            continue;
+        }
+        match &op.inst {
+            Inst::Un {
+                op,
+                ty,
+                f,
+                d,
+                a: sa,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                alu::un(*op, *ty, *f, &a, &mut r);
+                write(w, *d, exec, &r);
+            }
+            Inst::Bin {
+                op,
+                ty,
+                f,
+                d,
+                a: sa,
+                b: sb,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                alu::bin(*op, *ty, *f, &a, &b, &mut r);
+                write(w, *d, exec, &r);
+            }
+            Inst::Ter {
+                op,
+                ty,
+                f,
+                d,
+                a: sa,
+                b: sb,
+                c: sc,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                fetch(w, *sc, widx, env, &mut c);
+                alu::ter(*op, *ty, *f, &a, &b, &c, &mut r);
+                write(w, *d, exec, &r);
+            }
+            Inst::Selp {
+                ty,
+                d,
+                a: sa,
+                b: sb,
+                p,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                let pm = psrc(w, *p);
+                for l in 0..32 {
+                    c[l] = u64::from(pm >> l & 1);
+                }
+                alu::ter(TerOp::Selp, *ty, Default::default(), &a, &b, &c, &mut r);
+                write(w, *d, exec, &r);
+            }
+            Inst::Bfi {
+                ty,
+                d,
+                a: sa,
+                b: sb,
+                c: sc,
+                e,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                fetch(w, *sc, widx, env, &mut c);
+                fetch(w, *e, widx, env, &mut r);
+                let mut out: Lanes = [0; 32];
+                for l in 0..32 {
+                    out[l] = alu::bfi(*ty, a[l], b[l], c[l], r[l]);
+                }
+                write(w, *d, exec, &out);
+            }
+            Inst::PLogic {
+                op,
+                not,
+                d,
+                a: pa,
+                b: pb,
+            } => {
+                let x = psrc(w, *pa);
+                let v = match op {
+                    Some(o) => bool_op(*o, x, psrc(w, *pb)),
+                    None if *not => !x,
+                    None => x,
+                };
+                write_pred(w, *d, exec, v);
+            }
+            Inst::Setp {
+                cmp,
+                ty,
+                ftz,
+                p,
+                q,
+                a: sa,
+                b: sb,
+                comb,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                let mut m = 0u32;
+                for l in 0..32 {
+                    m |= u32::from(alu::compare(*cmp, *ty, *ftz, a[l], b[l])) << l;
+                }
+                let (pv, qv) = match comb {
+                    Some((o, cs)) => {
+                        let cv = psrc(w, *cs);
+                        (bool_op(*o, m, cv), bool_op(*o, !m, cv))
+                    }
+                    None => (m, !m),
+                };
+                write_pred(w, *p, exec, pv);
+                if let Some(q) = q {
+                    write_pred(w, *q, exec, qv);
+                }
+            }
+            Inst::Cvt {
+                dty,
+                sty,
+                rnd,
+                sat,
+                ftz,
+                d,
+                a: sa,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                for l in 0..32 {
+                    r[l] = alu::cvt(*dty, *sty, *rnd, *sat, *ftz, a[l]);
+                }
+                write(w, *d, exec, &r);
+            }
+            Inst::Cvta {
+                space,
+                to,
+                d,
+                a: sa,
+            } => {
+                use crate::ir::Space;
+                use crate::memory::{LOCAL_WINDOW, SHARED_WINDOW};
+                fetch(w, *sa, widx, env, &mut a);
+                let base = match space {
+                    Space::Shared => SHARED_WINDOW,
+                    Space::Local => LOCAL_WINDOW,
+                    _ => 0,
+                };
+                for l in 0..32 {
+                    r[l] = if *to {
+                        a[l].wrapping_sub(base)
+                    } else {
+                        a[l].wrapping_add(base)
+                    };
+                }
+                write(w, *d, exec, &r);
+            }
+            Inst::Pack {
+                elem_bits,
+                d,
+                parts,
+            } => {
+                r = [0; 32];
+                let em = if *elem_bits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << elem_bits) - 1
+                };
+                for (k, s) in parts.iter().enumerate() {
+                    fetch(w, *s, widx, env, &mut a);
+                    let sh = k as u32 * elem_bits;
+                    for l in 0..32 {
+                        r[l] |= (a[l] & em).checked_shl(sh).unwrap_or(0);
+                    }
+                }
+                write(w, *d, exec, &r);
+            }
+            Inst::Unpack {
+                elem_bits,
+                ds,
+                a: sa,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                let em = if *elem_bits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << elem_bits) - 1
+                };
+                for (k, d) in ds.iter().enumerate() {
+                    let sh = k as u32 * elem_bits;
+                    for l in 0..32 {
+                        r[l] = a[l].checked_shr(sh).unwrap_or(0) & em;
+                    }
+                    write(w, *d, exec, &r);
+                }
+            }
+            Inst::Ld {
+                space,
+                ty,
+                dwidth,
+                n,
+                d,
+                base,
+                off,
+            } => {
+                fetch(w, *base, widx, env, &mut a);
+                let size = u64::from(ty.bytes());
+                let dmask = if *dwidth >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << dwidth) - 1
+                };
+                let mut vals = [[0u64; 32]; 4];
+                let lb = env.local_bytes;
+                for l in 0..32 {
+                    if exec >> l & 1 == 0 {
+                        continue;
+                    }
+                    let addr = a[l].wrapping_add(*off as u64);
+                    let mut mc = MemCtx {
+                        mem: env.mem,
+                        tlb,
+                        shared,
+                        local: &mut w.local[l * lb..(l + 1) * lb],
+                        params: env.params,
+                    };
+                    if *n > 1 && addr % (size * u64::from(*n)) != 0 {
+                        return fault(
+                            w,
+                            env,
+                            l,
+                            LaneFault {
+                                va: addr,
+                                access: Access::Read,
+                                reason: FaultReason::Misaligned,
+                            },
+                        );
+                    }
+                    for k in 0..usize::from(*n) {
+                        let ea = addr.wrapping_add(k as u64 * size);
+                        match mc.load(*space, ea, size) {
+                            Ok(v) => {
+                                let v = if ty.is_signed() {
+                                    ty.extend(v) & dmask
+                                } else {
+                                    v
+                                };
+                                vals[k][l] = v;
+                            }
+                            Err(f) => return fault(w, env, l, f),
+                        }
+                    }
+                }
+                for k in 0..usize::from(*n) {
+                    write(w, d[k], exec, &vals[k]);
+                }
+            }
+            Inst::St {
+                space,
+                ty,
+                n,
+                a: vals,
+                base,
+                off,
+            } => {
+                fetch(w, *base, widx, env, &mut a);
+                let size = u64::from(ty.bytes());
+                let mut data = [[0u64; 32]; 4];
+                for k in 0..usize::from(*n) {
+                    fetch(w, vals[k], widx, env, &mut data[k]);
+                }
+                let lb = env.local_bytes;
+                for l in 0..32 {
+                    if exec >> l & 1 == 0 {
+                        continue;
+                    }
+                    let addr = a[l].wrapping_add(*off as u64);
+                    let mut mc = MemCtx {
+                        mem: env.mem,
+                        tlb,
+                        shared,
+                        local: &mut w.local[l * lb..(l + 1) * lb],
+                        params: env.params,
+                    };
+                    if *n > 1 && addr % (size * u64::from(*n)) != 0 {
+                        return fault(
+                            w,
+                            env,
+                            l,
+                            LaneFault {
+                                va: addr,
+                                access: Access::Write,
+                                reason: FaultReason::Misaligned,
+                            },
+                        );
+                    }
+                    for (k, dk) in data.iter().enumerate().take(usize::from(*n)) {
+                        let ea = addr.wrapping_add(k as u64 * size);
+                        if let Err(f) = mc.store(*space, ea, size, dk[l]) {
+                            return fault(w, env, l, f);
+                        }
+                    }
+                }
+            }
+            Inst::Atom {
+                space,
+                op,
+                ty,
+                d,
+                base,
+                off,
+                b: sb,
+                c: sc,
+            } => {
+                fetch(w, *base, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                fetch(w, *sc, widx, env, &mut c);
+                let lb = env.local_bytes;
+                for l in 0..32 {
+                    if exec >> l & 1 == 0 {
+                        continue;
+                    }
+                    let addr = a[l].wrapping_add(*off as u64);
+                    let mut mc = MemCtx {
+                        mem: env.mem,
+                        tlb,
+                        shared,
+                        local: &mut w.local[l * lb..(l + 1) * lb],
+                        params: env.params,
+                    };
+                    match mc.atomic(*space, addr, *op, *ty, b[l], c[l]) {
+                        Ok(v) => r[l] = v,
+                        Err(f) => return fault(w, env, l, f),
+                    }
+                }
+                if let Some(d) = d {
+                    write(w, *d, exec, &r);
+                }
+            }
+            Inst::Bra { target } => {
+                if exec == w.mask {
+                    next = *target;
+                } else {
+                    let rpc = env
+                        .entry
+                        .ipdom
+                        .get(pc as usize)
+                        .copied()
+                        .unwrap_or(u32::MAX);
+                    if w.stack.len() + 2 > MAX_STACK {
+                        return fault(
+                            w,
+                            env,
+                            exec.trailing_zeros() as usize,
+                            LaneFault {
+                                va: 0,
+                                access: Access::Read,
+                                reason: FaultReason::Deadlock,
+                            },
+                        );
+                    }
+                    if rpc != w.rpc {
+                        w.stack.push(StackEntry {
+                            pc: rpc,
+                            mask: w.mask,
+                            rpc: w.rpc,
+                        });
+                    }
+                    w.stack.push(StackEntry {
+                        pc: next,
+                        mask: w.mask & !exec,
+                        rpc,
+                    });
+                    w.mask = exec;
+                    w.rpc = rpc;
+                    next = *target;
+                }
+            }
+            Inst::Bar => {
+                w.pc = next;
+                w.at_barrier = true;
+                return WarpStop::Barrier;
+            }
+            Inst::Exit => {
+                w.exited |= exec;
+                w.mask &= !exec;
+            }
+            Inst::Trap => {
+                return fault(
+                    w,
+                    env,
+                    exec.trailing_zeros() as usize,
+                    LaneFault {
+                        va: 0,
+                        access: Access::Read,
+                        reason: FaultReason::Trap,
+                    },
+                );
+            }
+            Inst::Nop => {}
+            Inst::Shfl {
+                mode,
+                d,
+                p,
+                a: sa,
+                b: sb,
+                c: sc,
+            } => {
+                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sb, widx, env, &mut b);
+                fetch(w, *sc, widx, env, &mut c);
+                let mut pm = 0u32;
+                for l in 0..32i64 {
+                    let cl = c[l as usize];
+                    let bl = i64::from(b[l as usize] as u32 & 31);
+                    let clamp = (cl & 31) as i64;
+                    let seg = ((cl >> 8) & 31) as i64;
+                    let max_lane = (l & seg) | (clamp & !seg);
+                    let min_lane = l & seg;
+                    let (j, ok) = match mode {
+                        ShflMode::Up => (l - bl, l - bl >= max_lane),
+                        ShflMode::Down => (l + bl, l + bl <= max_lane),
+                        ShflMode::Bfly => (l ^ bl, (l ^ bl) <= max_lane),
+                        ShflMode::Idx => {
+                            let j = min_lane | (bl & !seg);
+                            (j, j <= max_lane)
+                        }
+                    };
+                    let j = if ok && (0..32).contains(&j) { j } else { l };
+                    r[l as usize] = a[j as usize];
+                    pm |= u32::from(ok) << l;
+                }
+                write(w, *d, exec, &r);
+                if let Some(p) = p {
+                    write_pred(w, *p, exec, pm);
+                }
+            }
+            Inst::Vote { mode, d, a: pa } => {
+                let pv = psrc(w, *pa) & exec;
+                match mode {
+                    VoteMode::Ballot => {
+                        r = [u64::from(pv); 32];
+                        write(w, *d, exec, &r);
+                    }
+                    _ => {
+                        let v = match mode {
+                            VoteMode::All => pv == exec,
+                            VoteMode::Any => pv != 0,
+                            _ => pv == 0 || pv == exec,
+                        };
+                        write_pred(w, *d, exec, if v { u32::MAX } else { 0 });
+                    }
+                }
+            }
+            Inst::Activemask { d } => {
+                r = [u64::from(exec); 32];
+                write(w, *d, exec, &r);
+            }
+        }
+        w.pc = next;
+    }
+    WarpStop::Budget
+}
+
+/// Build the kernel fault of lane `lane` at the current pc (the warp's pc stays at the faulting
+/// instruction); `thread` holds the lane until [`fix_thread`] converts it.
+fn fault(w: &Warp, env: &Env, lane: usize, f: LaneFault) -> WarpStop {
+    WarpStop::Fault(KernelFault {
+        va: f.va,
+        access: f.access,
+        reason: f.reason,
+        pc: w.pc,
+        pos: env
+            .entry
+            .pos
+            .get(w.pc as usize)
+            .copied()
+            .unwrap_or_default(),
+        cta: env.ctaid,
+        thread: [lane as u32, 0, 0],
+    })
+}
+
+/// Convert the lane-relative thread field of a fault into CTA thread coordinates.
+pub(crate) fn fix_thread(f: &mut KernelFault, widx: u32, block: [u32; 3]) {
+    f.thread = thread_coords(widx * 32 + f.thread[0], block);
+}

@@ -1,0 +1,420 @@
+//! Decoding of parsed entry bodies into the IR: memory layout of shared/local variables,
+//! dense register allocation, label resolution, and per-instruction decoding (`decode_ops`).
+
+use std::collections::HashMap;
+
+use crate::cfg;
+use crate::error::{Pos, PtxError};
+use crate::ir::{Entry, Inst, Op, PSrc, Space, Src, Sreg, Ty};
+use crate::module::{EntryInfo, ParamInfo};
+
+/// Most distinct registers (values + predicates) an entry may use.
+const MAX_REGS: usize = 8192;
+/// Most instructions per entry.
+const MAX_INSTS: usize = 1 << 22;
+/// Largest shared/local total (bytes).
+const MAX_MEM: u64 = 1 << 30;
+
+/// A `.shared` or `.local` variable.
+#[derive(Debug, Clone)]
+pub(crate) struct VarDecl {
+    pub name: String,
+    pub size: u64,
+    pub align: u32,
+    pub is_extern: bool,
+    pub pos: Pos,
+}
+
+/// Declarations of one entry collected by the parser.
+#[derive(Debug)]
+pub(crate) struct EntryDecls {
+    pub name: String,
+    pub params: Vec<ParamInfo>,
+    pub param_size: u32,
+    pub reqntid: Option<[u32; 3]>,
+    pub maxntid: Option<[u32; 3]>,
+    pub shared: Vec<VarDecl>,
+    pub local: Vec<VarDecl>,
+    pub regs: HashMap<String, Ty>,
+    pub pos: Pos,
+}
+
+/// A raw operand.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ROp {
+    Name(String, Pos),
+    Not(String, Pos),
+    Int(u64),
+    F32(u32),
+    F64(u64),
+    Addr {
+        base: Option<String>,
+        off: i64,
+        pos: Pos,
+    },
+    SymOff(String, i64, Pos),
+    Vec(Vec<ROp>),
+    Pair(String, String, Pos),
+}
+
+/// A raw instruction.
+#[derive(Debug, Clone)]
+pub(crate) struct RawInst {
+    pub pos: Pos,
+    pub guard: Option<(String, bool, Pos)>,
+    pub opcode: String,
+    pub ops: Vec<ROp>,
+}
+
+/// A body statement.
+#[derive(Debug, Clone)]
+pub(crate) enum Stmt {
+    Label(String, Pos),
+    Inst(RawInst),
+}
+
+type R<T> = Result<T, PtxError>;
+
+/// Name resolution while decoding one entry.
+pub(crate) struct Ctx<'a> {
+    pub decls: &'a EntryDecls,
+    regs: HashMap<String, u32>,
+    preds: HashMap<String, u32>,
+    /// Symbols usable as addresses: (space, address in that space).
+    syms: HashMap<String, (Space, u64)>,
+    pub labels: HashMap<String, u32>,
+    /// Current instruction (for errors).
+    pub pos: Pos,
+    pub opcode: String,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn operr<T>(&self, msg: impl Into<String>) -> R<T> {
+        Err(PtxError::Operand {
+            pos: self.pos,
+            inst: self.opcode.clone(),
+            msg: msg.into(),
+        })
+    }
+
+    pub(crate) fn unsupported<T>(&self) -> R<T> {
+        Err(PtxError::UnsupportedInstruction {
+            pos: self.pos,
+            name: self.opcode.chars().take(80).collect(),
+        })
+    }
+
+    fn undefined<T>(&self, name: &str, pos: Pos) -> R<T> {
+        Err(PtxError::Undefined {
+            pos,
+            name: name.chars().take(80).collect(),
+        })
+    }
+
+    /// Declared type of a value register.
+    pub(crate) fn reg_ty(&self, name: &str) -> Option<Ty> {
+        self.decls.regs.get(name).copied()
+    }
+
+    /// Dense index of a non-predicate register.
+    pub(crate) fn reg(&mut self, name: &str, pos: Pos) -> R<u32> {
+        match self.reg_ty(name) {
+            Some(Ty::Pred) => return self.operr(format!("`{name}` is a predicate")),
+            Some(_) => {}
+            None => return self.undefined(name, pos),
+        }
+        if let Some(i) = self.regs.get(name) {
+            return Ok(*i);
+        }
+        if self.regs.len() + self.preds.len() >= MAX_REGS {
+            return Err(PtxError::TooLarge {
+                pos,
+                what: "register count".into(),
+            });
+        }
+        let i = self.regs.len() as u32;
+        self.regs.insert(name.to_string(), i);
+        Ok(i)
+    }
+
+    /// Dense index of a predicate register.
+    pub(crate) fn pred(&mut self, name: &str, pos: Pos) -> R<u32> {
+        match self.reg_ty(name) {
+            Some(Ty::Pred) => {}
+            Some(_) => return self.operr(format!("`{name}` is not a predicate")),
+            None => return self.undefined(name, pos),
+        }
+        if let Some(i) = self.preds.get(name) {
+            return Ok(*i);
+        }
+        if self.regs.len() + self.preds.len() >= MAX_REGS {
+            return Err(PtxError::TooLarge {
+                pos,
+                what: "register count".into(),
+            });
+        }
+        let i = self.preds.len() as u32;
+        self.preds.insert(name.to_string(), i);
+        Ok(i)
+    }
+
+    /// A destination register operand.
+    pub(crate) fn dst(&mut self, op: &ROp) -> R<u32> {
+        match op {
+            ROp::Name(n, pos) => self.reg(n, *pos),
+            _ => self.operr("destination must be a register"),
+        }
+    }
+
+    /// Declared width in bits of a destination register operand.
+    pub(crate) fn dst_bits(&self, op: &ROp) -> u32 {
+        match op {
+            ROp::Name(n, _) => self.reg_ty(n).map_or(64, Ty::bits),
+            _ => 64,
+        }
+    }
+
+    /// A predicate destination.
+    pub(crate) fn pdst(&mut self, op: &ROp) -> R<u32> {
+        match op {
+            ROp::Name(n, pos) => self.pred(n, *pos),
+            _ => self.operr("destination must be a predicate"),
+        }
+    }
+
+    /// A predicate source, possibly negated, or an integer constant.
+    pub(crate) fn psrc(&mut self, op: &ROp) -> R<PSrc> {
+        match op {
+            ROp::Name(n, pos) => Ok(PSrc::Reg {
+                idx: self.pred(n, *pos)?,
+                neg: false,
+            }),
+            ROp::Not(n, pos) => Ok(PSrc::Reg {
+                idx: self.pred(n, *pos)?,
+                neg: true,
+            }),
+            ROp::Int(v) => Ok(PSrc::Const(*v != 0)),
+            _ => self.operr("expected a predicate"),
+        }
+    }
+
+    /// A value source converted to `ty`.
+    pub(crate) fn src(&mut self, op: &ROp, ty: Ty) -> R<Src> {
+        match op {
+            ROp::Name(n, pos) => {
+                if let Some(s) = sreg(n) {
+                    return Ok(Src::Sreg(s));
+                }
+                if let Some((_, addr)) = self.syms.get(n) {
+                    return Ok(Src::Imm(*addr & ty.mask()));
+                }
+                Ok(Src::Reg(self.reg(n, *pos)?))
+            }
+            ROp::SymOff(n, off, pos) => match self.syms.get(n) {
+                Some((_, addr)) => Ok(Src::Imm(addr.wrapping_add(*off as u64) & ty.mask())),
+                None => self.undefined(n, *pos),
+            },
+            ROp::Int(v) => Ok(Src::Imm(match ty {
+                Ty::F32 => u64::from((*v as i64 as f32).to_bits()),
+                Ty::F64 => (*v as i64 as f64).to_bits(),
+                _ => *v & ty.mask(),
+            })),
+            ROp::F32(b) => Ok(Src::Imm(match ty {
+                Ty::F64 => f64::from(f32::from_bits(*b)).to_bits(),
+                _ => u64::from(*b) & ty.mask(),
+            })),
+            ROp::F64(b) => Ok(Src::Imm(match ty {
+                Ty::F32 => u64::from((f64::from_bits(*b) as f32).to_bits()),
+                _ => *b & ty.mask(),
+            })),
+            _ => self.operr("expected a register or immediate"),
+        }
+    }
+
+    /// An address operand `[base+off]`: base register or symbol, and the byte offset.
+    /// Returns the space the symbol belongs to, if the base is a symbol.
+    pub(crate) fn addr(&mut self, op: &ROp) -> R<(Src, i64, Option<Space>)> {
+        match op {
+            ROp::Addr {
+                base: None, off, ..
+            } => Ok((Src::Imm(0), *off, None)),
+            ROp::Addr {
+                base: Some(n),
+                off,
+                pos,
+            } => {
+                if let Some((sp, a)) = self.syms.get(n) {
+                    return Ok((Src::Imm(*a), *off, Some(*sp)));
+                }
+                match self.reg_ty(n) {
+                    Some(t) if t.bits() >= 32 && t != Ty::Pred => {}
+                    Some(_) => return self.operr("address register must be 32 or 64 bits"),
+                    None => return self.undefined(n, *pos),
+                }
+                Ok((Src::Reg(self.reg(n, *pos)?), *off, None))
+            }
+            _ => self.operr("expected an address `[...]`"),
+        }
+    }
+
+    /// A branch target.
+    pub(crate) fn label(&self, op: &ROp) -> R<u32> {
+        match op {
+            ROp::Name(n, pos) => match self.labels.get(n) {
+                Some(t) => Ok(*t),
+                None => self.undefined(n, *pos),
+            },
+            _ => self.operr("expected a label"),
+        }
+    }
+}
+
+/// Special register by name.
+fn sreg(n: &str) -> Option<Sreg> {
+    let dim = |s: &str| match s {
+        "x" => Some(0u8),
+        "y" => Some(1),
+        "z" => Some(2),
+        _ => None,
+    };
+    if let Some((head, d)) = n.split_once('.') {
+        let d = dim(d)?;
+        return Some(match head {
+            "%tid" => Sreg::Tid(d),
+            "%ntid" => Sreg::Ntid(d),
+            "%ctaid" => Sreg::Ctaid(d),
+            "%nctaid" => Sreg::Nctaid(d),
+            _ => return None,
+        });
+    }
+    Some(match n {
+        "%laneid" => Sreg::LaneId,
+        "%warpid" => Sreg::WarpId,
+        "%nwarpid" => Sreg::NWarpId,
+        "%clock" => Sreg::Clock,
+        "%clock64" => Sreg::Clock64,
+        "%globaltimer" => Sreg::GlobalTimer,
+        "%lanemask_eq" => Sreg::LaneMaskEq,
+        "%lanemask_lt" => Sreg::LaneMaskLt,
+        "%lanemask_le" => Sreg::LaneMaskLe,
+        "%lanemask_gt" => Sreg::LaneMaskGt,
+        "%lanemask_ge" => Sreg::LaneMaskGe,
+        _ => return None,
+    })
+}
+
+/// Lay out variables; returns (symbols, total size, alignment of the extern area).
+fn layout(
+    vars: &[VarDecl],
+    space: Space,
+    syms: &mut HashMap<String, (Space, u64)>,
+) -> R<(u64, u32)> {
+    let mut off = 0u64;
+    let mut ext_align = 1u32;
+    for v in vars.iter().filter(|v| !v.is_extern) {
+        let a = u64::from(v.align.max(1));
+        off = off.div_ceil(a) * a;
+        if syms.insert(v.name.clone(), (space, off)).is_some() {
+            return Err(PtxError::Duplicate {
+                pos: v.pos,
+                name: v.name.clone(),
+            });
+        }
+        off = off.saturating_add(v.size);
+        if off > MAX_MEM {
+            return Err(PtxError::TooLarge {
+                pos: v.pos,
+                what: "shared/local memory".into(),
+            });
+        }
+    }
+    for v in vars.iter().filter(|v| v.is_extern) {
+        ext_align = ext_align.max(v.align);
+    }
+    let a = u64::from(ext_align);
+    let dyn_start = off.div_ceil(a) * a;
+    for v in vars.iter().filter(|v| v.is_extern) {
+        syms.insert(v.name.clone(), (space, dyn_start));
+    }
+    Ok((off, ext_align))
+}
+
+/// Decode one entry.
+pub(crate) fn decode_entry(decls: EntryDecls, body: Vec<Stmt>) -> R<Entry> {
+    let mut syms = HashMap::new();
+    for p in &decls.params {
+        syms.insert(p.name.clone(), (Space::Param, u64::from(p.offset)));
+    }
+    let (shared_size, dyn_align) = layout(&decls.shared, Space::Shared, &mut syms)?;
+    let (local_size, _) = layout(&decls.local, Space::Local, &mut syms)?;
+    let mut labels = HashMap::new();
+    let mut n = 0u32;
+    for s in &body {
+        match s {
+            Stmt::Label(l, pos) => {
+                if labels.insert(l.clone(), n).is_some() {
+                    return Err(PtxError::Duplicate {
+                        pos: *pos,
+                        name: l.clone(),
+                    });
+                }
+            }
+            Stmt::Inst(_) => n += 1,
+        }
+    }
+    if n as usize > MAX_INSTS {
+        return Err(PtxError::TooLarge {
+            pos: decls.pos,
+            what: "instruction count".into(),
+        });
+    }
+    let mut ctx = Ctx {
+        decls: &decls,
+        regs: HashMap::new(),
+        preds: HashMap::new(),
+        syms,
+        labels,
+        pos: decls.pos,
+        opcode: String::new(),
+    };
+    let mut code = Vec::with_capacity(n as usize);
+    let mut pos = Vec::with_capacity(n as usize);
+    for s in &body {
+        let Stmt::Inst(ri) = s else { continue };
+        ctx.pos = ri.pos;
+        ctx.opcode = ri.opcode.clone();
+        let guard = match &ri.guard {
+            Some((g, neg, gpos)) => Some((ctx.pred(g, *gpos)?, *neg)),
+            None => None,
+        };
+        let inst = crate::decode_ops::decode_inst(&mut ctx, &ri.opcode, &ri.ops)?;
+        code.push(Op { inst, guard });
+        pos.push(ri.pos);
+    }
+    // Falling off the end of the body is an implicit exit.
+    code.push(Op {
+        inst: Inst::Exit,
+        guard: None,
+    });
+    pos.push(decls.pos);
+    let ipdom = cfg::ipdoms(&code);
+    let info = EntryInfo {
+        name: decls.name.clone(),
+        params: decls.params.clone(),
+        param_size: decls.param_size,
+        static_shared_bytes: shared_size as u32,
+        dynamic_shared_align: dyn_align,
+        local_bytes_per_thread: local_size as u32,
+        reqntid: decls.reqntid,
+        maxntid: decls.maxntid,
+        instructions: code.len(),
+    };
+    Ok(Entry {
+        info,
+        nregs: ctx.regs.len() as u32,
+        npreds: ctx.preds.len() as u32,
+        code,
+        pos,
+        ipdom,
+    })
+}

@@ -1,0 +1,744 @@
+//! Per-instruction decoding: opcode + modifiers + raw operands → one IR instruction.
+//! Every opcode or modifier outside the documented subset is an `UnsupportedInstruction`.
+
+use crate::decode::{Ctx, ROp};
+use crate::error::PtxError;
+use crate::ir::{
+    AtomOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, ShflMode, Space, Src, TerOp, Ty, UnOp,
+    VoteMode,
+};
+
+type R<T> = Result<T, PtxError>;
+
+/// Modifier list of an opcode with use tracking.
+struct Mods<'a> {
+    list: Vec<&'a str>,
+    used: Vec<bool>,
+}
+
+impl<'a> Mods<'a> {
+    fn new(list: Vec<&'a str>) -> Self {
+        let used = vec![false; list.len()];
+        Self { list, used }
+    }
+
+    fn take(&mut self, m: &str) -> bool {
+        for (i, x) in self.list.iter().enumerate() {
+            if !self.used[i] && *x == m {
+                self.used[i] = true;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn take_any(&mut self, opts: &[&'a str]) -> Option<&'a str> {
+        opts.iter().copied().find(|o| self.take(o))
+    }
+
+    /// Take every type modifier, in order.
+    fn types(&mut self) -> Vec<Ty> {
+        let mut v = Vec::new();
+        for (i, x) in self.list.iter().enumerate() {
+            if !self.used[i]
+                && let Some(t) = Ty::from_name(x)
+            {
+                self.used[i] = true;
+                v.push(t);
+            }
+        }
+        v
+    }
+
+    fn done(&self) -> bool {
+        self.used.iter().all(|u| *u)
+    }
+}
+
+fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
+    match m.types().as_slice() {
+        [t] => Ok(*t),
+        _ => c.unsupported(),
+    }
+}
+
+fn nops(c: &Ctx, ops: &[ROp], n: usize) -> R<()> {
+    if ops.len() == n {
+        Ok(())
+    } else {
+        c.operr(format!("expected {n} operands, got {}", ops.len()))
+    }
+}
+
+fn space_of(m: &mut Mods) -> Space {
+    match m.take_any(&["global", "shared", "local", "param"]) {
+        Some("global") => Space::Global,
+        Some("shared") => Space::Shared,
+        Some("local") => Space::Local,
+        Some("param") => Space::Param,
+        _ => Space::Generic,
+    }
+}
+
+/// Float rounding for arithmetic: only round-to-nearest (and approx/full) are supported.
+fn float_mods(c: &Ctx, m: &mut Mods, ty: Ty) -> R<FFlags> {
+    let mut f = FFlags::default();
+    if ty.is_float() {
+        m.take_any(&["rn", "approx", "full"]);
+        f.ftz = m.take("ftz");
+        f.sat = m.take("sat");
+        if m.take_any(&["rz", "rm", "rp"]).is_some() {
+            return c.unsupported();
+        }
+    }
+    Ok(f)
+}
+
+/// Decode one instruction.
+pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
+    let mut parts = opcode.split('.');
+    let base = parts.next().unwrap_or("");
+    let mut m = Mods::new(parts.collect());
+    let inst = match base {
+        "mov" => dec_mov(c, &mut m, ops)?,
+        "add" | "sub" | "mul" | "div" | "rem" | "min" | "max" | "and" | "or" | "xor" | "shl"
+        | "shr" | "copysign" => dec_bin(c, base, &mut m, ops)?,
+        "mad" | "fma" => dec_mad(c, base, &mut m, ops)?,
+        "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
+        | "ex2" | "lg2" | "sin" | "cos" => dec_un(c, base, &mut m, ops)?,
+        "bfe" => {
+            let ty = one_type(c, &mut m)?;
+            if !matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64) {
+                return c.unsupported();
+            }
+            nops(c, ops, 4)?;
+            Inst::Ter {
+                op: TerOp::Bfe,
+                ty,
+                f: FFlags::default(),
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+                b: c.src(&ops[2], Ty::U32)?,
+                c: c.src(&ops[3], Ty::U32)?,
+            }
+        }
+        "bfi" => {
+            let ty = one_type(c, &mut m)?;
+            if !matches!(ty, Ty::B32 | Ty::B64) {
+                return c.unsupported();
+            }
+            nops(c, ops, 5)?;
+            Inst::Bfi {
+                ty,
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+                b: c.src(&ops[2], ty)?,
+                c: c.src(&ops[3], Ty::U32)?,
+                e: c.src(&ops[4], Ty::U32)?,
+            }
+        }
+        "setp" => dec_setp(c, &mut m, ops)?,
+        "selp" => {
+            let ty = one_type(c, &mut m)?;
+            nops(c, ops, 4)?;
+            if ty == Ty::Pred {
+                return c.unsupported();
+            }
+            Inst::Selp {
+                ty,
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+                b: c.src(&ops[2], ty)?,
+                p: c.psrc(&ops[3])?,
+            }
+        }
+        "cvt" => dec_cvt(c, &mut m, ops)?,
+        "cvta" => {
+            let to = m.take("to");
+            let space = space_of(&mut m);
+            let ty = one_type(c, &mut m)?;
+            if ty != Ty::U64 || space == Space::Param && to {
+                return c.unsupported();
+            }
+            nops(c, ops, 2)?;
+            Inst::Cvta {
+                space,
+                to,
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], Ty::U64)?,
+            }
+        }
+        "ld" | "ldu" | "st" => dec_ldst(c, base, &mut m, ops)?,
+        "atom" | "red" => dec_atom(c, base, &mut m, ops)?,
+        "bra" => {
+            m.take("uni");
+            nops(c, ops, 1)?;
+            Inst::Bra {
+                target: c.label(&ops[0])?,
+            }
+        }
+        "bar" | "barrier" => {
+            if m.take("warp") {
+                m.take("sync");
+                Inst::Nop
+            } else {
+                if m.take_any(&["sync", "red", "arrive"]) != Some("sync") && base == "bar" {
+                    return c.unsupported();
+                }
+                if base == "barrier" && !m.take("sync") {
+                    return c.unsupported();
+                }
+                m.take("aligned");
+                if ops.len() > 2 {
+                    return c.operr("too many operands");
+                }
+                for o in ops {
+                    match o {
+                        ROp::Int(0) => {}
+                        ROp::Int(_) | ROp::Name(..) if ops.len() == 2 => {}
+                        _ => return c.unsupported(),
+                    }
+                }
+                Inst::Bar
+            }
+        }
+        "membar" | "fence" => {
+            m.take_any(&["gl", "cta", "sys"]);
+            m.take_any(&["sc", "acq_rel"]);
+            m.take_any(&["gpu", "cta", "sys"]);
+            nops(c, ops, 0)?;
+            Inst::Nop
+        }
+        "ret" | "exit" => {
+            m.take("uni");
+            nops(c, ops, 0)?;
+            Inst::Exit
+        }
+        "trap" => Inst::Trap,
+        "nop" => Inst::Nop,
+        "shfl" => dec_shfl(c, &mut m, ops)?,
+        "vote" => dec_vote(c, &mut m, ops)?,
+        "activemask" => {
+            if !m.take("b32") {
+                return c.unsupported();
+            }
+            nops(c, ops, 1)?;
+            Inst::Activemask { d: c.dst(&ops[0])? }
+        }
+        _ => return c.unsupported(),
+    };
+    if !m.done() {
+        return c.unsupported();
+    }
+    Ok(inst)
+}
+
+fn dec_mov(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let ty = one_type(c, m)?;
+    nops(c, ops, 2)?;
+    if ty == Ty::Pred {
+        return Ok(Inst::PLogic {
+            op: None,
+            not: false,
+            d: c.pdst(&ops[0])?,
+            a: c.psrc(&ops[1])?,
+            b: PSrc::Const(false),
+        });
+    }
+    match (&ops[0], &ops[1]) {
+        (ROp::Vec(parts), src) => {
+            let n = parts.len() as u32;
+            if n < 2 || ty.bits() % n != 0 || ty.bits() / n < 8 {
+                return c.operr("bad vector unpack");
+            }
+            let ds = parts.iter().map(|p| c.dst(p)).collect::<R<Vec<_>>>()?;
+            Ok(Inst::Unpack {
+                elem_bits: ty.bits() / n,
+                ds,
+                a: c.src(src, ty)?,
+            })
+        }
+        (d, ROp::Vec(parts)) => {
+            let n = parts.len() as u32;
+            if n < 2 || ty.bits() % n != 0 || ty.bits() / n < 8 {
+                return c.operr("bad vector pack");
+            }
+            let et = match ty.bits() / n {
+                8 => Ty::B8,
+                16 => Ty::B16,
+                _ => Ty::B32,
+            };
+            let parts = parts.iter().map(|p| c.src(p, et)).collect::<R<Vec<_>>>()?;
+            Ok(Inst::Pack {
+                elem_bits: ty.bits() / n,
+                d: c.dst(d)?,
+                parts,
+            })
+        }
+        (d, a) => Ok(Inst::Un {
+            op: UnOp::Mov,
+            ty,
+            f: FFlags::default(),
+            d: c.dst(d)?,
+            a: c.src(a, ty)?,
+        }),
+    }
+}
+
+fn pred_logic(c: &mut Ctx, base: &str, ops: &[ROp]) -> R<Inst> {
+    let op = match base {
+        "and" => Some(BoolOp::And),
+        "or" => Some(BoolOp::Or),
+        "xor" => Some(BoolOp::Xor),
+        "not" => None,
+        _ => return c.unsupported(),
+    };
+    nops(c, ops, if op.is_some() { 3 } else { 2 })?;
+    Ok(Inst::PLogic {
+        op,
+        not: op.is_none(),
+        d: c.pdst(&ops[0])?,
+        a: c.psrc(&ops[1])?,
+        b: if op.is_some() {
+            c.psrc(&ops[2])?
+        } else {
+            PSrc::Const(false)
+        },
+    })
+}
+
+fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let mode = m.take_any(&["lo", "hi", "wide"]);
+    let sat = m.take("sat");
+    let ty = one_type(c, m)?;
+    if ty == Ty::Pred {
+        return pred_logic(c, base, ops);
+    }
+    let mut f = float_mods(c, m, ty)?;
+    nops(c, ops, 3)?;
+    let int = ty.is_int();
+    let op = match (base, mode) {
+        ("add", None) if sat && ty == Ty::S32 => BinOp::AddSat,
+        ("sub", None) if sat && ty == Ty::S32 => BinOp::SubSat,
+        ("add", None) => BinOp::Add,
+        ("sub", None) => BinOp::Sub,
+        ("mul", Some("lo")) if int => BinOp::MulLo,
+        ("mul", Some("hi")) if int => BinOp::MulHi,
+        ("mul", Some("wide")) if ty.wide().is_some() => BinOp::MulWide,
+        ("mul", None) if !int => BinOp::MulLo,
+        ("div", None) => BinOp::Div,
+        ("rem", None) if int => BinOp::Rem,
+        ("min", None) => BinOp::Min,
+        ("max", None) => BinOp::Max,
+        ("and", None) if int => BinOp::And,
+        ("or", None) if int => BinOp::Or,
+        ("xor", None) if int => BinOp::Xor,
+        ("shl", None) if int => BinOp::Shl,
+        ("shr", None) if int => BinOp::Shr,
+        ("copysign", None) if !int => BinOp::Copysign,
+        _ => return c.unsupported(),
+    };
+    if sat && int && !matches!(op, BinOp::AddSat | BinOp::SubSat) {
+        return c.unsupported();
+    }
+    if sat && !int {
+        f.sat = true;
+    }
+    let bty = if matches!(op, BinOp::Shl | BinOp::Shr) {
+        Ty::U32
+    } else {
+        ty
+    };
+    Ok(Inst::Bin {
+        op,
+        ty,
+        f,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], ty)?,
+        b: c.src(&ops[2], bty)?,
+    })
+}
+
+fn dec_mad(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let mode = m.take_any(&["lo", "hi", "wide"]);
+    let ty = one_type(c, m)?;
+    let f = float_mods(c, m, ty)?;
+    nops(c, ops, 4)?;
+    let op = match (base, mode, ty.is_float()) {
+        ("mad", Some("lo"), false) => TerOp::MadLo,
+        ("mad", Some("hi"), false) => TerOp::MadHi,
+        ("mad", Some("wide"), false) if ty.wide().is_some() => TerOp::MadWide,
+        ("mad" | "fma", None, true) => TerOp::Fma,
+        _ => return c.unsupported(),
+    };
+    let cty = if op == TerOp::MadWide {
+        ty.wide().unwrap_or(ty)
+    } else {
+        ty
+    };
+    Ok(Inst::Ter {
+        op,
+        ty,
+        f,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], ty)?,
+        b: c.src(&ops[2], ty)?,
+        c: c.src(&ops[3], cty)?,
+    })
+}
+
+fn dec_un(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let ty = one_type(c, m)?;
+    if ty == Ty::Pred {
+        return pred_logic(c, base, ops);
+    }
+    let f = float_mods(c, m, ty)?;
+    nops(c, ops, 2)?;
+    let int = ty.is_int();
+    let op = match base {
+        "neg" if ty.is_signed() || !int => UnOp::Neg,
+        "abs" if ty.is_signed() || !int => UnOp::Abs,
+        "not" if int => UnOp::Not,
+        "cnot" if int => UnOp::Cnot,
+        "popc" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Popc,
+        "clz" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Clz,
+        "brev" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Brev,
+        "sqrt" if !int => UnOp::Sqrt,
+        "rsqrt" if !int => UnOp::Rsqrt,
+        "rcp" if !int => UnOp::Rcp,
+        "ex2" if ty == Ty::F32 => UnOp::Ex2,
+        "lg2" if ty == Ty::F32 => UnOp::Lg2,
+        "sin" if ty == Ty::F32 => UnOp::Sin,
+        "cos" if ty == Ty::F32 => UnOp::Cos,
+        _ => return c.unsupported(),
+    };
+    Ok(Inst::Un {
+        op,
+        ty,
+        f,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], ty)?,
+    })
+}
+
+fn cmp_of(s: &str) -> Option<Cmp> {
+    Some(match s {
+        "eq" => Cmp::Eq,
+        "ne" => Cmp::Ne,
+        "lt" | "lo" => Cmp::Lt,
+        "le" | "ls" => Cmp::Le,
+        "gt" | "hi" => Cmp::Gt,
+        "ge" | "hs" => Cmp::Ge,
+        "equ" => Cmp::Equ,
+        "neu" => Cmp::Neu,
+        "ltu" => Cmp::Ltu,
+        "leu" => Cmp::Leu,
+        "gtu" => Cmp::Gtu,
+        "geu" => Cmp::Geu,
+        "num" => Cmp::Num,
+        "nan" => Cmp::Nan,
+        _ => return None,
+    })
+}
+
+fn dec_setp(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let Some(cmp) = m.list.first().and_then(|s| cmp_of(s)) else {
+        return c.unsupported();
+    };
+    m.used[0] = true;
+    let comb = match m.take_any(&["and", "or", "xor"]) {
+        Some("and") => Some(BoolOp::And),
+        Some("or") => Some(BoolOp::Or),
+        Some("xor") => Some(BoolOp::Xor),
+        _ => None,
+    };
+    let ftz = m.take("ftz");
+    let ty = one_type(c, m)?;
+    let float_only = !matches!(
+        cmp,
+        Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
+    );
+    if ty == Ty::Pred || (float_only && !ty.is_float()) {
+        return c.unsupported();
+    }
+    let want = if comb.is_some() { 4 } else { 3 };
+    nops(c, ops, want)?;
+    let (p, q) = match &ops[0] {
+        ROp::Pair(a, b, pos) => (c.pred(a, *pos)?, Some(c.pred(b, *pos)?)),
+        o => (c.pdst(o)?, None),
+    };
+    let comb = match comb {
+        Some(op) => Some((op, c.psrc(&ops[3])?)),
+        None => None,
+    };
+    Ok(Inst::Setp {
+        cmp,
+        ty,
+        ftz,
+        p,
+        q,
+        a: c.src(&ops[1], ty)?,
+        b: c.src(&ops[2], ty)?,
+        comb,
+    })
+}
+
+fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let rnd = match m.take_any(&["rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"]) {
+        Some("rn") => Rnd::Rn,
+        Some("rz") => Rnd::Rz,
+        Some("rm") => Rnd::Rm,
+        Some("rp") => Rnd::Rp,
+        Some("rni") => Rnd::Rni,
+        Some("rzi") => Rnd::Rzi,
+        Some("rmi") => Rnd::Rmi,
+        Some("rpi") => Rnd::Rpi,
+        _ => Rnd::None,
+    };
+    let ftz = m.take("ftz");
+    let sat = m.take("sat");
+    let tys = m.types();
+    let [dty, sty] = tys.as_slice() else {
+        return c.unsupported();
+    };
+    let (dty, sty) = (*dty, *sty);
+    if dty == Ty::Pred || sty == Ty::Pred {
+        return c.unsupported();
+    }
+    // Rounding-mode rules of the PTX ISA.
+    let int_rnd = matches!(rnd, Rnd::Rni | Rnd::Rzi | Rnd::Rmi | Rnd::Rpi);
+    let flt_rnd = matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp);
+    let ok = match (dty.is_float(), sty.is_float()) {
+        (false, true) => int_rnd,
+        (true, false) => !int_rnd,
+        (true, true) => {
+            if dty.bits() < sty.bits() {
+                flt_rnd
+            } else {
+                !flt_rnd
+            }
+        }
+        (false, false) => rnd == Rnd::None,
+    };
+    if !ok {
+        return c.unsupported();
+    }
+    nops(c, ops, 2)?;
+    Ok(Inst::Cvt {
+        dty,
+        sty,
+        rnd,
+        sat,
+        ftz,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], sty)?,
+    })
+}
+
+fn vec_n(m: &mut Mods) -> u8 {
+    match m.take_any(&["v2", "v4"]) {
+        Some("v2") => 2,
+        Some("v4") => 4,
+        _ => 1,
+    }
+}
+
+fn dec_ldst(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    m.take_any(&["weak", "volatile", "relaxed", "acquire", "release"]);
+    m.take_any(&["cta", "gpu", "sys"]);
+    let mut space = space_of(m);
+    m.take("nc");
+    m.take_any(&["ca", "cg", "cs", "lu", "cv", "wb", "wt"]);
+    for hint in [
+        "L1::evict_last",
+        "L1::evict_first",
+        "L1::no_allocate",
+        "L1::evict_normal",
+        "L2::evict_last",
+        "L2::evict_first",
+        "L2::cache_hint",
+        "L2::64B",
+        "L2::128B",
+        "L2::256B",
+    ] {
+        m.take(hint);
+    }
+    let n = vec_n(m);
+    let ty = one_type(c, m)?;
+    if ty == Ty::Pred {
+        return c.unsupported();
+    }
+    nops(c, ops, 2)?;
+    let (vals, addr) = if base == "st" {
+        (&ops[1], &ops[0])
+    } else {
+        (&ops[0], &ops[1])
+    };
+    let (bsrc, off, sym_space) = c.addr(addr)?;
+    if let Some(ss) = sym_space {
+        if space == Space::Generic {
+            space = ss;
+        } else if space != ss {
+            return c.operr("symbol used in another state space");
+        }
+    }
+    let list: Vec<ROp> = match vals {
+        ROp::Vec(v) if v.len() == n as usize && n > 1 => v.clone(),
+        v if n == 1 && !matches!(v, ROp::Vec(_)) => vec![v.clone()],
+        _ => return c.operr("vector width does not match operands"),
+    };
+    if base == "st" {
+        let mut a = [Src::Imm(0); 4];
+        for (k, v) in list.iter().enumerate() {
+            a[k] = c.src(v, ty)?;
+        }
+        Ok(Inst::St {
+            space,
+            ty,
+            n,
+            a,
+            base: bsrc,
+            off,
+        })
+    } else {
+        let mut d = [0u32; 4];
+        let mut dwidth = 64;
+        for (k, v) in list.iter().enumerate() {
+            d[k] = c.dst(v)?;
+            dwidth = c.dst_bits(v);
+        }
+        Ok(Inst::Ld {
+            space,
+            ty,
+            dwidth,
+            n,
+            d,
+            base: bsrc,
+            off,
+        })
+    }
+}
+
+fn dec_atom(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    m.take_any(&["relaxed", "acquire", "release", "acq_rel"]);
+    m.take_any(&["cta", "gpu", "sys"]);
+    let mut space = space_of(m);
+    let op = match m.take_any(&[
+        "add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec",
+    ]) {
+        Some("add") => AtomOp::Add,
+        Some("min") => AtomOp::Min,
+        Some("max") => AtomOp::Max,
+        Some("and") => AtomOp::And,
+        Some("or") => AtomOp::Or,
+        Some("xor") => AtomOp::Xor,
+        Some("exch") => AtomOp::Exch,
+        Some("cas") => AtomOp::Cas,
+        Some("inc") => AtomOp::Inc,
+        Some("dec") => AtomOp::Dec,
+        _ => return c.unsupported(),
+    };
+    let ty = one_type(c, m)?;
+    let ok = match op {
+        AtomOp::Add => matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::F32 | Ty::F64),
+        AtomOp::Min | AtomOp::Max => matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64),
+        AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(ty, Ty::B32 | Ty::B64),
+        AtomOp::Exch | AtomOp::Cas => matches!(ty, Ty::B32 | Ty::B64),
+        AtomOp::Inc | AtomOp::Dec => ty == Ty::U32,
+    };
+    if !ok || space == Space::Param || space == Space::Local {
+        return c.unsupported();
+    }
+    let red = base == "red";
+    let want = usize::from(!red) + 2 + usize::from(op == AtomOp::Cas);
+    nops(c, ops, want)?;
+    let k = usize::from(!red);
+    let d = if red { None } else { Some(c.dst(&ops[0])?) };
+    let (bsrc, off, sym_space) = c.addr(&ops[k])?;
+    if let Some(ss) = sym_space {
+        if space == Space::Generic {
+            space = ss;
+        } else if space != ss {
+            return c.operr("symbol used in another state space");
+        }
+    }
+    let b = c.src(&ops[k + 1], ty)?;
+    let cc = if op == AtomOp::Cas {
+        c.src(&ops[k + 2], ty)?
+    } else {
+        Src::Imm(0)
+    };
+    Ok(Inst::Atom {
+        space,
+        op,
+        ty,
+        d,
+        base: bsrc,
+        off,
+        b,
+        c: cc,
+    })
+}
+
+fn dec_shfl(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let sync = m.take("sync");
+    let mode = match m.take_any(&["up", "down", "bfly", "idx"]) {
+        Some("up") => ShflMode::Up,
+        Some("down") => ShflMode::Down,
+        Some("bfly") => ShflMode::Bfly,
+        Some("idx") => ShflMode::Idx,
+        _ => return c.unsupported(),
+    };
+    if !m.take("b32") {
+        return c.unsupported();
+    }
+    nops(c, ops, if sync { 5 } else { 4 })?;
+    let (d, p) = match &ops[0] {
+        ROp::Pair(a, b, pos) => (c.reg(a, *pos)?, Some(c.pred(b, *pos)?)),
+        o => (c.dst(o)?, None),
+    };
+    if sync {
+        c.src(&ops[4], Ty::B32)?;
+    }
+    Ok(Inst::Shfl {
+        mode,
+        d,
+        p,
+        a: c.src(&ops[1], Ty::B32)?,
+        b: c.src(&ops[2], Ty::U32)?,
+        c: c.src(&ops[3], Ty::U32)?,
+    })
+}
+
+fn dec_vote(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let sync = m.take("sync");
+    let mode = match m.take_any(&["all", "any", "uni", "ballot"]) {
+        Some("all") => VoteMode::All,
+        Some("any") => VoteMode::Any,
+        Some("uni") => VoteMode::Uni,
+        Some("ballot") => VoteMode::Ballot,
+        _ => return c.unsupported(),
+    };
+    let want_ty = if mode == VoteMode::Ballot {
+        "b32"
+    } else {
+        "pred"
+    };
+    if !m.take(want_ty) {
+        return c.unsupported();
+    }
+    nops(c, ops, if sync { 3 } else { 2 })?;
+    if sync {
+        c.src(&ops[2], Ty::B32)?;
+    }
+    let d = if mode == VoteMode::Ballot {
+        c.dst(&ops[0])?
+    } else {
+        c.pdst(&ops[0])?
+    };
+    Ok(Inst::Vote {
+        mode,
+        d,
+        a: c.psrc(&ops[1])?,
+    })
+}
