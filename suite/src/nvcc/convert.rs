@@ -116,6 +116,12 @@ fn saturate(x: f32) -> f32 {
     }
 }
 
+/// `cvt.rzi.s64.f32`: saturating like Rust's `as`, except that NaN gives i64::MIN
+/// (0x8000000000000000), as measured on an H200 (`cvt.rzi.s32.f32` gives 0 for NaN).
+fn f32_to_i64_rz(x: f32) -> i64 {
+    if x.is_nan() { i64::MIN } else { x as i64 }
+}
+
 fn canon(x: f32) -> u32 {
     if x.is_nan() {
         CANONICAL_NAN
@@ -128,7 +134,7 @@ fn canon(x: f32) -> u32 {
 /// saturate and send NaN to 0, which is what Rust's `as` does.
 pub fn reference(x: f32, p: i32, q: i32) -> [u32; OUTS] {
     let (pu, qu) = (p as u32, q as u32);
-    let wide = (i64::from(p) * i64::from(q)).wrapping_add(x as i64) as u64;
+    let wide = (i64::from(p) * i64::from(q)).wrapping_add(f32_to_i64_rz(x)) as u64;
     let a = (i64::from(p) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let h = ((u128::from(a) * u128::from(i64::from(q) as u64)) >> 64) as u64;
     [
@@ -242,6 +248,9 @@ mod tests {
         assert_eq!(f32::from_bits(r[6]), 2_147_483_520.0);
         assert_eq!(reference(1e10, 0, 1)[0] as i32, i32::MAX);
         assert_eq!(reference(-0.0, 0, 1)[10], 0);
+        // NaN to s64 is i64::MIN: the wide product's high word gets its top bit flipped.
+        let r = reference(f32::NAN, 3, 5);
+        assert_eq!((r[14], r[15]), (15, 0x8000_0000));
     }
 
     #[test]
