@@ -1,0 +1,235 @@
+//! Execution of the project's workload kernels (hand-written PTX and real nvcc output) through
+//! the interpreter, checked against CPU references.
+
+mod common;
+use common::*;
+
+const VECADD: &str = include_str!("../../suite/kernels/vecadd.ptx");
+const MATMUL: &str = include_str!("../../suite/kernels/matmul.ptx");
+const REDUCTION: &str = include_str!("../../suite/kernels/reduction.ptx");
+const HISTOGRAM: &str = include_str!("../../suite/cuda/histogram.ptx");
+const SCAN: &str = include_str!("../../suite/cuda/scan.ptx");
+const VOTE: &str = include_str!("../../suite/cuda/vote.ptx");
+const WARP_REDUCE: &str = include_str!("../../suite/cuda/warp_reduce.ptx");
+const ATOMICS64: &str = include_str!("../../suite/cuda/atomics64.ptx");
+
+#[test]
+fn vecadd_matches_cpu() {
+    let n = 1000usize;
+    let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let b: Vec<f32> = (0..n).map(|i| 3.0 - i as f32).collect();
+    let mut mem = Mem::new(1 << 20);
+    let (va, vb) = (mem.put_f32(&a), mem.put_f32(&b));
+    let vc = mem.alloc(n * 4);
+    let m = module(VECADD);
+    let p = Params::default().u64(va).u64(vb).u64(vc).u32(n as u32);
+    let s = run(&m, "vecadd", cfg([4, 1, 1], [256, 1, 1], 0, p), &mem, 2);
+    let c = mem.f32s(vc, n);
+    for i in 0..n {
+        assert_eq!(c[i], a[i] + b[i], "i={i}");
+    }
+    assert!(s.thread_instructions >= n as u64);
+}
+
+fn matmul_ref(a: &[f32], b: &[f32], n: usize) -> Vec<f32> {
+    let mut c = vec![0f32; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            let mut acc = 0f32;
+            for k in 0..n {
+                acc = a[i * n + k].mul_add(b[k * n + j], acc);
+            }
+            c[i * n + j] = acc;
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_bit_exact() {
+    let n = 48usize;
+    let mut r = Rng(7);
+    let a: Vec<f32> = (0..n * n).map(|_| (r.u32() % 100) as f32 / 7.0).collect();
+    let b: Vec<f32> = (0..n * n)
+        .map(|_| (r.u32() % 100) as f32 / 3.0 - 10.0)
+        .collect();
+    let mut mem = Mem::new(1 << 20);
+    let (va, vb) = (mem.put_f32(&a), mem.put_f32(&b));
+    let vc = mem.alloc(n * n * 4);
+    let m = module(MATMUL);
+    let p = Params::default().u64(va).u64(vb).u64(vc).u32(n as u32);
+    let g = (n / 16) as u32;
+    run(&m, "matmul", cfg([g, g, 1], [16, 16, 1], 0, p), &mem, 2);
+    assert_eq!(mem.f32s(vc, n * n), matmul_ref(&a, &b, n));
+}
+
+#[test]
+fn reduction_with_dynamic_shared() {
+    let n = 10_000usize;
+    let v: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 8)
+        .collect();
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u32(&v);
+    let parts = mem.alloc(8 * 8);
+    let total = mem.put_u64(&[0]);
+    let m = module(REDUCTION);
+    let p = Params::default()
+        .u64(vin)
+        .u64(parts)
+        .u64(total)
+        .u32(n as u32);
+    run(
+        &m,
+        "reduction",
+        cfg([8, 1, 1], [128, 1, 1], 8 * 128, p),
+        &mem,
+        2,
+    );
+    let want: u64 = v.iter().map(|&x| u64::from(x)).sum();
+    assert_eq!(mem.u64s(total, 1)[0], want);
+    assert_eq!(mem.u64s(parts, 8).iter().sum::<u64>(), want);
+}
+
+#[test]
+fn histogram_nvcc() {
+    let n = 5000usize;
+    let mut r = Rng(3);
+    let data: Vec<u8> = (0..n).map(|_| (r.u32() % 256) as u8).collect();
+    let mut mem = Mem::new(1 << 20);
+    let vd = mem.alloc(n);
+    assert!(mem.mem.write(vd, &data));
+    let bins = mem.put_u32(&[0; 256]);
+    let m = module(HISTOGRAM);
+    let p = Params::default().u64(vd).u64(bins).u32(n as u32);
+    run(&m, "histogram", cfg([5, 1, 1], [96, 1, 1], 0, p), &mem, 2);
+    let mut want = vec![0u32; 256];
+    for d in &data {
+        want[*d as usize] += 1;
+    }
+    assert_eq!(mem.u32s(bins, 256), want);
+}
+
+#[test]
+fn scan_nvcc() {
+    let n = 1000usize;
+    let bs = 256usize;
+    let v: Vec<u32> = (0..n as u32).map(|i| (i * 7919) % 1000).collect();
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u32(&v);
+    let out = mem.alloc(n * 4);
+    let nb = n.div_ceil(bs);
+    let sums = mem.alloc(nb * 4);
+    let m = module(SCAN);
+    let p = Params::default().u64(vin).u64(out).u64(sums).u32(n as u32);
+    run(
+        &m,
+        "scan",
+        cfg([nb as u32, 1, 1], [bs as u32, 1, 1], 0, p),
+        &mem,
+        1,
+    );
+    let got = mem.u32s(out, n);
+    for blk in 0..nb {
+        let mut acc = 0u32;
+        for i in blk * bs..((blk + 1) * bs).min(n) {
+            acc = acc.wrapping_add(v[i]);
+            assert_eq!(got[i], acc, "i={i}");
+        }
+    }
+}
+
+#[test]
+fn vote_nvcc() {
+    let n = 100usize;
+    let mut r = Rng(11);
+    let v: Vec<u32> = (0..n)
+        .map(|i| if i % 7 == 0 { 0 } else { r.u32() })
+        .collect();
+    let nw = 4usize;
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u32(&v);
+    let (ballots, counts, flags) = (mem.alloc(nw * 4), mem.alloc(nw * 4), mem.alloc(nw * 4));
+    let m = module(VOTE);
+    let p = Params::default()
+        .u64(vin)
+        .u64(ballots)
+        .u64(counts)
+        .u64(flags)
+        .u32(n as u32);
+    run(&m, "vote", cfg([1, 1, 1], [128, 1, 1], 0, p), &mem, 1);
+    for w in 0..nw {
+        let vals: Vec<u32> = (0..32)
+            .map(|l| v.get(w * 32 + l).copied().unwrap_or(0))
+            .collect();
+        let ballot = vals
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (l, x)| acc | ((x & 1) << l));
+        let any = vals.iter().any(|&x| x > 0x8000_0000);
+        let all = vals.iter().all(|&x| x != 0);
+        assert_eq!(mem.u32s(ballots, nw)[w], ballot, "w={w}");
+        assert_eq!(
+            mem.u32s(counts, nw)[w],
+            ballot.count_ones() + vals[0].count_ones()
+        );
+        assert_eq!(
+            mem.u32s(flags, nw)[w],
+            u32::from(any) | (u32::from(all) << 1)
+        );
+    }
+}
+
+#[test]
+fn warp_reduce_nvcc() {
+    let n = 200usize;
+    let v: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u32(&v);
+    let nw = 8;
+    let ws = mem.alloc(nw * 4);
+    let ls = mem.alloc(n * 4);
+    let m = module(WARP_REDUCE);
+    let p = Params::default().u64(vin).u64(ws).u64(ls).u32(n as u32);
+    run(
+        &m,
+        "warp_reduce",
+        cfg([2, 1, 1], [128, 1, 1], 0, p),
+        &mem,
+        2,
+    );
+    let val = |i: usize| if i < n { v[i] } else { 0 };
+    let lanes = mem.u32s(ls, n);
+    let sums = mem.u32s(ws, nw);
+    for w in 0..nw {
+        let sum: u32 = (w * 32..w * 32 + 32).map(val).sum();
+        assert_eq!(sums[w], sum, "warp {w}");
+        for i in w * 32..(w * 32 + 32).min(n) {
+            assert_eq!(lanes[i], sum, "i={i}");
+        }
+    }
+}
+
+#[test]
+fn atomics64_nvcc() {
+    let n = 777usize;
+    let mut r = Rng(5);
+    let v: Vec<u64> = (0..n).map(|_| r.next() >> 8).collect();
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u64(&v);
+    let out = mem.put_u64(&[0, 0, 0]);
+    let m = module(ATOMICS64);
+    let p = Params::default().u64(vin).u64(out).u32(n as u32);
+    run(&m, "atomics64", cfg([7, 1, 1], [128, 1, 1], 0, p), &mem, 2);
+    let mix = |mut x: u64| {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    };
+    let o = mem.u64s(out, 3);
+    assert_eq!(o[0], v.iter().fold(0u64, |a, x| a.wrapping_add(*x)));
+    assert_eq!(o[1], v.iter().map(|x| mix(*x)).max().unwrap_or(0));
+    assert_eq!(o[2], n as u64);
+}
