@@ -35,6 +35,49 @@ pub struct SimEngine {
     modules: Mutex<Modules>,
     /// Test knob: when non-zero, every run stops after this much work (see `set_step_limit`).
     step_limit: AtomicU64,
+    counters: Counters,
+}
+
+/// Cumulative work counters of a sim engine (for experiments: interpreter throughput, job mix).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SimCounters {
+    /// Thread-instructions executed by kernels (active lanes summed over warp-instructions).
+    pub thread_instructions: u64,
+    /// Warp-instructions executed by kernels.
+    pub warp_instructions: u64,
+    /// `execute`/`resume` calls that ran a job.
+    pub runs: u64,
+    /// Runs that ended preempted.
+    pub preemptions: u64,
+    /// Runs that ended faulted.
+    pub faults: u64,
+    /// Bytes moved by the copy engine (jobs only, not host copies).
+    pub copy_bytes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    thread_instructions: AtomicU64,
+    warp_instructions: AtomicU64,
+    runs: AtomicU64,
+    preemptions: AtomicU64,
+    faults: AtomicU64,
+    copy_bytes: AtomicU64,
+}
+
+impl Counters {
+    fn outcome(&self, o: &Outcome) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        match o {
+            Outcome::Completed { .. } => {}
+            Outcome::Preempted { .. } => {
+                self.preemptions.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Faulted { .. } => {
+                self.faults.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl SimEngine {
@@ -66,6 +109,7 @@ impl SimEngine {
             spaces: Spaces::default(),
             modules: Mutex::default(),
             step_limit: AtomicU64::new(0),
+            counters: Counters::default(),
         })
     }
 
@@ -79,6 +123,20 @@ impl SimEngine {
     /// chunks for copies) and returns `Preempted` as if requested.
     pub fn set_step_limit(&self, steps: Option<u64>) {
         self.step_limit.store(steps.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Work counters since the engine was created.
+    pub fn counters(&self) -> SimCounters {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SimCounters {
+            thread_instructions: get(&c.thread_instructions),
+            warp_instructions: get(&c.warp_instructions),
+            runs: get(&c.runs),
+            preemptions: get(&c.preemptions),
+            faults: get(&c.faults),
+            copy_bytes: get(&c.copy_bytes),
+        }
     }
 
     fn steps(&self) -> Option<u64> {
@@ -144,7 +202,13 @@ impl SimEngine {
             }
         };
         let gpu_time = t0.elapsed();
-        match end {
+        let moved = match &end {
+            CopyEnd::Done => len - done,
+            CopyEnd::Preempted { done: now } => now - done,
+            CopyEnd::Faulted(_) => 0,
+        };
+        self.counters.copy_bytes.fetch_add(moved, Ordering::Relaxed);
+        let out = match end {
             CopyEnd::Done => Outcome::Completed { gpu_time },
             CopyEnd::Preempted { done } => {
                 let saved = Saved::Copy {
@@ -164,7 +228,9 @@ impl SimEngine {
                 log::info!("copy in {:?} faulted: {fault}", space.id());
                 Outcome::Faulted { fault, gpu_time }
             }
-        }
+        };
+        self.counters.outcome(&out);
+        out
     }
 
     fn run_launch(

@@ -14,4 +14,4 @@ mod spaces;
 pub mod vram;
 
 pub use config::SimConfig;
-pub use engine::SimEngine;
+pub use engine::{SimCounters, SimEngine};

@@ -1,0 +1,194 @@
+//! `vgpu-bench preempt`: preemption latency (preempt flag set → saved context bytes in hand) and
+//! restore latency (`resume` called with the bytes → kernel running again) for a running matmul,
+//! over many random preemption points. Each kernel run is preempted repeatedly at random delays
+//! and resumed from its context bytes until it completes; its result is checked.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use pgpu::sim::{SimConfig, SimEngine};
+use pgpu::{Engine, Outcome, PreemptHandle, SavedContext};
+
+use crate::error::BenchError;
+use crate::{report, runner};
+
+/// Target from the project brief for the p99 of both latencies, µs.
+const TARGET_P99_US: f64 = 50.0;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Output directory (summary.json, preempt.csv).
+    #[arg(long, default_value = "vgpu-bench-out/preempt")]
+    pub out: PathBuf,
+    /// Preemptions to measure.
+    #[arg(long, default_value_t = 1000)]
+    pub samples: usize,
+    /// Workload (suite name).
+    #[arg(long, default_value = "matmul")]
+    pub workload: String,
+    /// Instance size: small, medium or large.
+    #[arg(long, default_value = "large")]
+    pub size: String,
+    /// Worker threads of the engine (0: available parallelism).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Seed of the random preemption delays.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+struct Sample {
+    run: u64,
+    preempt_us: f64,
+    restore_us: f64,
+    context_bytes: usize,
+}
+
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Runs `f` while a helper thread requests preemption on `h` after `delay`.
+fn with_preempt_after<T>(h: &PreemptHandle, delay: Duration, f: impl FnOnce() -> T) -> T {
+    std::thread::scope(|s| {
+        let h2 = h.clone();
+        let helper = s.spawn(move || {
+            std::thread::sleep(delay);
+            h2.request();
+        });
+        let out = f();
+        let _ = helper.join();
+        out
+    })
+}
+
+pub fn run(a: &Args) -> Result<String, BenchError> {
+    let size = suite::Size::from_name(&a.size)
+        .ok_or_else(|| BenchError::Invalid(format!("unknown size `{}`", a.size)))?;
+    let mut cfg = SimConfig::default();
+    if a.workers > 0 {
+        cfg.workers = a.workers;
+    }
+    let workers = cfg.workers;
+    let e = SimEngine::new(cfg)?;
+    let inst = runner::workload(&a.workload)?.instance(size);
+    let p = runner::place(&e, &inst)?;
+    let job = runner::job(&p, &inst, 0)?;
+    // Uninterrupted time of one run, to spread the preemption points over it.
+    let t = Instant::now();
+    runner::run_all(&e, &p, &inst)?;
+    let full = t.elapsed();
+    runner::check(&e, &p, &inst)?;
+    let max_delay_us = (full.as_micros() as u64 / 4).max(1);
+
+    let mut seed = a.seed.max(1);
+    let mut samples = Vec::new();
+    let mut runs = 0u64;
+    let h = PreemptHandle::new();
+    while samples.len() < a.samples {
+        runs += 1;
+        runner::reset(&e, &p, &inst)?;
+        h.clear();
+        let mut out = with_preempt_after(
+            &h,
+            Duration::from_micros(next(&mut seed) % max_delay_us),
+            || e.execute(&job, &h),
+        )?;
+        loop {
+            let done = Instant::now();
+            match out {
+                Outcome::Completed { .. } => break,
+                Outcome::Faulted { fault, .. } => {
+                    return Err(BenchError::Fault {
+                        workload: a.workload.clone(),
+                        fault,
+                    });
+                }
+                Outcome::Preempted { context, .. } => {
+                    let requested = h.requested_at().unwrap_or(done);
+                    let preempt_us = done.saturating_duration_since(requested).as_secs_f64() * 1e6;
+                    let bytes = context.into_bytes();
+                    let context_bytes = bytes.len();
+                    h.clear();
+                    let delay = Duration::from_micros(next(&mut seed) % max_delay_us);
+                    let mut restore_us = f64::NAN;
+                    out = with_preempt_after(&h, delay, || {
+                        let called = Instant::now();
+                        let r = e.resume(&SavedContext::from_bytes(bytes), &h);
+                        if let Some(running) = h.running_since() {
+                            restore_us =
+                                running.saturating_duration_since(called).as_secs_f64() * 1e6;
+                        }
+                        r
+                    })?;
+                    samples.push(Sample {
+                        run: runs,
+                        preempt_us,
+                        restore_us,
+                        context_bytes,
+                    });
+                }
+            }
+        }
+        runner::check(&e, &p, &inst)?;
+    }
+    let pre = report::Percentiles::of(&samples.iter().map(|s| s.preempt_us).collect::<Vec<_>>());
+    let res = report::Percentiles::of(&samples.iter().map(|s| s.restore_us).collect::<Vec<_>>());
+    let ctx = report::Percentiles::of(
+        &samples
+            .iter()
+            .map(|s| s.context_bytes as f64)
+            .collect::<Vec<_>>(),
+    );
+    let meets = pre.p99 <= TARGET_P99_US && res.p99 <= TARGET_P99_US;
+    let summary = serde_json::json!({
+        "experiment": "preempt",
+        "workload": a.workload,
+        "size": a.size,
+        "workers": workers,
+        "samples": samples.len(),
+        "kernel_runs": runs,
+        "uninterrupted_run_us": full.as_secs_f64() * 1e6,
+        "preempt_to_saved_us": pre.json(),
+        "restore_to_running_us": res.json(),
+        "context_bytes": ctx.json(),
+        "target_p99_us": TARGET_P99_US,
+        "meets_target": meets,
+    });
+    let csv: Vec<String> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            format!(
+                "{i},{},{:.3},{:.3},{}",
+                s.run, s.preempt_us, s.restore_us, s.context_bytes
+            )
+        })
+        .collect();
+    report::write(
+        &a.out,
+        &summary,
+        "preempt.csv",
+        "sample,run,preempt_us,restore_us,context_bytes",
+        &csv,
+    )?;
+    Ok(format!(
+        "preempt: {} samples of {} {} ({} workers): preempt→saved p50/p99/max {:.1}/{:.1}/{:.1} µs, \
+         restore→running {:.1}/{:.1}/{:.1} µs, context {:.0} B (target p99 ≤ {TARGET_P99_US} µs: {})",
+        samples.len(),
+        a.workload,
+        a.size,
+        workers,
+        pre.p50,
+        pre.p99,
+        pre.max,
+        res.p50,
+        res.p99,
+        res.max,
+        ctx.p50,
+        if meets { "met" } else { "missed" }
+    ))
+}

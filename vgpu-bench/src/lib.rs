@@ -1,1 +1,0 @@
-//! vgpu-bench (placeholder: filled in by its first real code)
