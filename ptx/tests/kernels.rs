@@ -233,3 +233,96 @@ fn atomics64_nvcc() {
     assert_eq!(o[1], v.iter().map(|x| mix(*x)).max().unwrap_or(0));
     assert_eq!(o[2], n as u64);
 }
+
+const CONVERT: &str = include_str!("../../suite/cuda/convert.ptx");
+
+/// Directed int→f32 rounding computed by truncating the integer (independent of the
+/// interpreter's next_up/next_down method).
+fn i2f_directed(p: i32, mode: char) -> f32 {
+    let neg = p < 0;
+    let a = p.unsigned_abs();
+    let bits = 32 - a.leading_zeros();
+    let drop = bits.saturating_sub(24);
+    let t = (a >> drop) << drop;
+    let up = if t != a { t as u64 + (1u64 << drop) } else { t as u64 };
+    let mag = match (mode, neg) {
+        ('z', _) | ('d', false) | ('u', true) => t as u64,
+        _ => up,
+    };
+    let f = mag as f32; // exact: at most 24 significant bits (or a power of two)
+    if neg { -f } else { f }
+}
+
+#[test]
+fn convert_nvcc_rounding_and_int_math() {
+    let mut r = Rng(99);
+    let mut xs: Vec<f32> = vec![
+        2.5, -2.5, 3.5, -0.5, 0.49999997, 3e9, -3e9, f32::NAN, f32::INFINITY, -1e-40, 1.0, 0.0,
+    ];
+    let mut ps: Vec<i32> = vec![16_777_217, -16_777_219, i32::MAX, i32::MIN, 7, -7];
+    let mut qs: Vec<i32> = vec![3, -5, 2, 1, -1, i32::MAX];
+    while xs.len() < 300 {
+        xs.push(f32::from_bits(r.u32() & 0xCFFF_FFFF));
+    }
+    while ps.len() < 300 {
+        ps.push(r.u32() as i32);
+        let q = r.u32() as i32 >> (r.u32() % 31);
+        qs.push(if q == 0 || q == -1 { 3 } else { q });
+    }
+    let n = xs.len();
+    ps.truncate(n);
+    qs.truncate(n);
+    let mut mem = Mem::new(1 << 20);
+    let vf = mem.put_f32(&xs);
+    let va = mem.put_u32(&ps.iter().map(|&p| p as u32).collect::<Vec<_>>());
+    let vb = mem.put_u32(&qs.iter().map(|&q| q as u32).collect::<Vec<_>>());
+    let out = mem.alloc(n * 80);
+    let m = module(CONVERT);
+    let params = Params::default()
+        .u64(vf)
+        .u64(va)
+        .u64(vb)
+        .u64(out)
+        .u32(n as u32);
+    run(&m, "convert", cfg([3, 1, 1], [128, 1, 1], 0, params), &mem, 2);
+    let got = mem.u32s(out, n * 20);
+    for i in 0..n {
+        let (x, p, q) = (xs[i], ps[i], qs[i]);
+        let w = (i64::from(p) * i64::from(q)).wrapping_add(x as i64) as u64;
+        let h = ((u128::from((i64::from(p) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            * u128::from(i64::from(q) as u64))
+            >> 64) as u64;
+        let sat = if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) };
+        let want: [u32; 20] = [
+            x.round_ties_even() as i32 as u32,
+            x.trunc() as i32 as u32,
+            x.floor() as i32 as u32,
+            x.ceil() as i32 as u32,
+            x.round_ties_even() as u32,
+            (p as f32).to_bits(),
+            i2f_directed(p, 'z').to_bits(),
+            i2f_directed(p, 'd').to_bits(),
+            i2f_directed(p, 'u').to_bits(),
+            (p as u32 as f32).to_bits(),
+            sat.to_bits(),
+            (x / q as f32).to_bits(),
+            ((i64::from(p) * i64::from(q)) >> 32) as u32,
+            ((u64::from(p as u32) * u64::from(q as u32)) >> 32) as u32,
+            w as u32,
+            (w >> 32) as u32,
+            (h ^ (h >> 32)) as u32,
+            p.wrapping_div(q) as u32,
+            p.wrapping_rem(q) as u32,
+            (p as u32 / q as u32).wrapping_add(p as u32 % q as u32),
+        ];
+        let g = &got[i * 20..i * 20 + 20];
+        for k in 0..20 {
+            // NaN results compare by NaN-ness (payloads may differ)
+            if k == 11 && f32::from_bits(want[k]).is_nan() {
+                assert!(f32::from_bits(g[k]).is_nan(), "i={i} k={k}");
+                continue;
+            }
+            assert_eq!(g[k], want[k], "i={i} k={k} x={x} p={p} q={q}");
+        }
+    }
+}
