@@ -244,7 +244,11 @@ fn i2f_directed(p: i32, mode: char) -> f32 {
     let bits = 32 - a.leading_zeros();
     let drop = bits.saturating_sub(24);
     let t = (a >> drop) << drop;
-    let up = if t != a { t as u64 + (1u64 << drop) } else { t as u64 };
+    let up = if t != a {
+        t as u64 + (1u64 << drop)
+    } else {
+        t as u64
+    };
     let mag = match (mode, neg) {
         ('z', _) | ('d', false) | ('u', true) => t as u64,
         _ => up,
@@ -257,7 +261,18 @@ fn i2f_directed(p: i32, mode: char) -> f32 {
 fn convert_nvcc_rounding_and_int_math() {
     let mut r = Rng(99);
     let mut xs: Vec<f32> = vec![
-        2.5, -2.5, 3.5, -0.5, 0.49999997, 3e9, -3e9, f32::NAN, f32::INFINITY, -1e-40, 1.0, 0.0,
+        2.5,
+        -2.5,
+        3.5,
+        -0.5,
+        0.49999997,
+        3e9,
+        -3e9,
+        f32::NAN,
+        f32::INFINITY,
+        -1e-40,
+        1.0,
+        0.0,
     ];
     let mut ps: Vec<i32> = vec![16_777_217, -16_777_219, i32::MAX, i32::MIN, 7, -7];
     let mut qs: Vec<i32> = vec![3, -5, 2, 1, -1, i32::MAX];
@@ -284,7 +299,13 @@ fn convert_nvcc_rounding_and_int_math() {
         .u64(vb)
         .u64(out)
         .u32(n as u32);
-    run(&m, "convert", cfg([3, 1, 1], [128, 1, 1], 0, params), &mem, 2);
+    run(
+        &m,
+        "convert",
+        cfg([3, 1, 1], [128, 1, 1], 0, params),
+        &mem,
+        2,
+    );
     let got = mem.u32s(out, n * 20);
     for i in 0..n {
         let (x, p, q) = (xs[i], ps[i], qs[i]);
