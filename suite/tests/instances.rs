@@ -179,3 +179,38 @@ fn buffers_not_read_back_are_not_looked_at() {
     let slices: Vec<&[u8]> = vec![&[], &[], &reference[2]];
     assert!(inst.check(&slices).is_ok());
 }
+
+/// `.param` types declared by `.entry name(...)` in `ptx`, in order.
+fn declared_params(ptx: &str, entry: &str) -> Vec<String> {
+    let start = ptx.find(&format!(".entry {entry}(")).expect("entry");
+    let end = start + ptx[start..].find(')').expect("param list end");
+    ptx[start..end]
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(".param "))
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn launch_params_match_the_ptx_declarations() {
+    for w in every() {
+        let inst = w.instance(Size::Small);
+        for l in &inst.launches {
+            let decl = declared_params(inst.ptx, l.entry);
+            assert_eq!(decl.len(), l.params.len(), "{}", w.name);
+            for (d, p) in decl.iter().zip(&l.params) {
+                let ok = match p {
+                    suite::Param::Buffer(_) | suite::Param::U64(_) | suite::Param::I64(_) => {
+                        matches!(d.as_str(), ".u64" | ".s64" | ".b64")
+                    }
+                    suite::Param::U32(_) | suite::Param::I32(_) => {
+                        matches!(d.as_str(), ".u32" | ".s32" | ".b32")
+                    }
+                    suite::Param::F32(_) => d == ".f32",
+                    suite::Param::F64(_) => d == ".f64",
+                };
+                assert!(ok, "{}: {p:?} passed for a {d} parameter", w.name);
+            }
+        }
+    }
+}
