@@ -462,6 +462,7 @@ fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
                 let gpos = p.pos();
                 let g = p.ident()?;
                 let opcode = p.ident()?;
+                known_opcode(&opcode, pos)?;
                 let ops = parse_operands(p)?;
                 out.push(Stmt::Inst(RawInst {
                     pos,
@@ -493,6 +494,7 @@ fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
                     out.push(Stmt::Label(s, pos));
                 }
                 _ => {
+                    known_opcode(&s, pos)?;
                     let ops = parse_operands(p)?;
                     out.push(Stmt::Inst(RawInst {
                         pos,
@@ -507,6 +509,75 @@ fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
                 return p.err("expected instruction, declaration or label");
             }
         }
+    }
+}
+
+/// Opcode bases the decoder knows; anything else is reported before its operands are parsed.
+const KNOWN: &[&str] = &[
+    "mov",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "min",
+    "max",
+    "and",
+    "or",
+    "xor",
+    "shl",
+    "shr",
+    "copysign",
+    "mad",
+    "fma",
+    "neg",
+    "abs",
+    "not",
+    "cnot",
+    "popc",
+    "clz",
+    "brev",
+    "sqrt",
+    "rsqrt",
+    "rcp",
+    "ex2",
+    "lg2",
+    "sin",
+    "cos",
+    "bfe",
+    "bfi",
+    "setp",
+    "selp",
+    "cvt",
+    "cvta",
+    "ld",
+    "ldu",
+    "st",
+    "atom",
+    "red",
+    "bra",
+    "bar",
+    "barrier",
+    "membar",
+    "fence",
+    "ret",
+    "exit",
+    "trap",
+    "nop",
+    "shfl",
+    "vote",
+    "activemask",
+];
+
+fn known_opcode(opcode: &str, pos: Pos) -> R<()> {
+    let base = opcode.split('.').next().unwrap_or("");
+    if KNOWN.contains(&base) {
+        Ok(())
+    } else {
+        Err(PtxError::UnsupportedInstruction {
+            pos,
+            name: opcode.chars().take(80).collect(),
+        })
     }
 }
 

@@ -1,0 +1,220 @@
+//! Hostile inputs: malformed or unsupported PTX, bad launch configurations and faulting
+//! kernels give typed errors (with positions) and never panic or hang.
+
+mod common;
+use common::*;
+
+use ptx::{Access, FaultReason, Launch, LaunchError, Limits, PtxError, RunControl, RunOutcome};
+
+const HEAD: &str = ".version 7.8\n.target sm_80\n.address_size 64\n";
+
+fn body(b: &str) -> String {
+    format!(
+        "{HEAD}.visible .entry k(.param .u64 p0, .param .u32 p1)\n{{\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.reg .pred %p<4>;\n.reg .f32 %f<4>;\n{b}\nret;\n}}\n"
+    )
+}
+
+fn err(text: &str) -> PtxError {
+    ptx::parse(text).expect_err("must fail")
+}
+
+#[test]
+fn unsupported_instruction_names_it_with_position() {
+    match err(&body("add.cc.u32 %r1, %r2, %r3;")) {
+        PtxError::UnsupportedInstruction { pos, name } => {
+            assert_eq!(name, "add.cc.u32");
+            assert_eq!((pos.line, pos.col), (10, 1));
+        }
+        e => panic!("{e}"),
+    }
+    for bad in [
+        "tex.2d.v4.f32.f32 {%f1,%f2,%f3,%f4}, [%rd1, {%f1,%f2}];",
+        "add.rz.f32 %f1, %f2, %f3;",
+        "mul.u32 %r1, %r2, %r3;",
+        "cvt.rni.f32.s32 %f1, %r1;",
+        "cvt.s32.f32 %r1, %f1;",
+        "atom.global.add.s64 %rd1, [%rd2], %rd3;",
+        "setp.ltu.s32 %p1, %r1, %r2;",
+        "shfl.sync.up.b64 %rd1, %rd2, 1, 0, -1;",
+        "frobnicate.u32 %r1;",
+    ] {
+        assert!(
+            matches!(err(&body(bad)), PtxError::UnsupportedInstruction { .. }),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn malformed_text() {
+    let cases = [
+        body("add.s32 %r1, %r2;"),
+        body("add.s32 %r1, %r2, %nope;"),
+        body("bra $L_missing;"),
+        body("ld.global.u32 %r1, [%rd1;"),
+        body("$L: $L: ret;"),
+        body("add.s32 %r1, %r2, %p1;"),
+        format!("{HEAD}.visible .entry k() {{ ret; "),
+        format!("{HEAD}.visible .func f() {{ ret; }}"),
+        format!("{HEAD}.global .u32 g;"),
+        format!("{HEAD}.visible .entry k() {{ .reg .b32 %r<99999999>; }}"),
+        format!("{HEAD}.address_size 32"),
+        "/* unterminated".to_string(),
+        "\u{0}\u{1}".to_string(),
+        format!("{HEAD}.visible .entry k() {{}}\n.visible .entry k() {{}}"),
+    ];
+    for c in &cases {
+        let _ = err(c);
+    }
+}
+
+#[test]
+fn garbage_never_panics() {
+    let seed = body(
+        "ld.param.u64 %rd1, [p0];\nsetp.lt.s32 %p1, %r1, 4;\n@%p1 bra $L1;\nst.global.u32 [%rd1+4], %r1;\n$L1:\nshfl.sync.bfly.b32 %r2|%p2, %r1, 1, 31, -1;",
+    );
+    assert!(ptx::parse(&seed).is_ok());
+    let bytes = seed.as_bytes();
+    let mut r = Rng(1234);
+    for _ in 0..3000 {
+        let mut b = bytes.to_vec();
+        match r.next() % 3 {
+            0 => {
+                let i = (r.next() % b.len() as u64) as usize;
+                b[i] = (r.next() % 128) as u8;
+            }
+            1 => {
+                let i = (r.next() % b.len() as u64) as usize;
+                b.truncate(i);
+            }
+            _ => {
+                let i = (r.next() % b.len() as u64) as usize;
+                let j = (r.next() % b.len() as u64) as usize;
+                let chunk = b[i.min(j)..i.max(j)].to_vec();
+                b.splice(i..i, chunk);
+            }
+        }
+        if let Ok(s) = String::from_utf8(b) {
+            let _ = ptx::parse(&s);
+        }
+    }
+}
+
+#[test]
+fn launch_validation() {
+    let m = module(&body(""));
+    let lim = Limits::default();
+    let good = || cfg([1, 1, 1], [32, 1, 1], 0, Params::default().u64(0).u32(0));
+    assert!(Launch::new(m.clone(), "k", good(), &lim).is_ok());
+    assert_eq!(
+        Launch::new(m.clone(), "nope", good(), &lim).unwrap_err(),
+        LaunchError::UnknownEntry("nope".into())
+    );
+    let mut c = good();
+    c.params.pop();
+    assert!(matches!(
+        Launch::new(m.clone(), "k", c, &lim),
+        Err(LaunchError::ParamSize {
+            expected: 12,
+            got: 11
+        })
+    ));
+    for grid in [[0, 1, 1], [1, 0, 1], [1, 1, 70_000]] {
+        let mut c = good();
+        c.grid = grid;
+        assert_eq!(
+            Launch::new(m.clone(), "k", c, &lim).unwrap_err(),
+            LaunchError::BadGrid(grid)
+        );
+    }
+    for block in [[0, 1, 1], [1025, 1, 1], [64, 32, 1], [1, 1, 65]] {
+        let mut c = good();
+        c.block = block;
+        assert_eq!(
+            Launch::new(m.clone(), "k", c, &lim).unwrap_err(),
+            LaunchError::BadBlock(block)
+        );
+    }
+    let mut c = good();
+    c.dynamic_shared = u32::MAX;
+    assert!(matches!(
+        Launch::new(m.clone(), "k", c, &lim),
+        Err(LaunchError::SharedTooLarge { .. })
+    ));
+    let req = module(&format!(
+        "{HEAD}.visible .entry r() .reqntid 64, 1, 1 {{ ret; }}"
+    ));
+    let c = cfg([1, 1, 1], [32, 1, 1], 0, Params::default());
+    assert!(matches!(
+        Launch::new(req, "r", c, &lim),
+        Err(LaunchError::BadBlock(_))
+    ));
+}
+
+fn fault_of(b: &str, mem: &Mem, p0: u64) -> ptx::KernelFault {
+    let m = module(&body(b));
+    let c = cfg([2, 1, 1], [64, 1, 1], 0, Params::default().u64(p0).u32(0));
+    let mut l = Launch::new(m, "k", c, &Limits::default()).unwrap();
+    let f = match l.run(&mem.mem, &RunControl::new(2)) {
+        RunOutcome::Faulted(f) => f,
+        o => panic!("expected fault: {o:?}"),
+    };
+    // The launch stays faulted; running again reports the same fault.
+    assert_eq!(l.run(&mem.mem, &RunControl::new(1)), RunOutcome::Faulted(f));
+    f
+}
+
+#[test]
+fn faults_are_reported_with_location() {
+    let mut mem = Mem::new(1 << 16);
+    let buf = mem.alloc(1024);
+    let load = "ld.param.u64 %rd1, [p0];\nmov.u32 %r1, %tid.x;\nsetp.eq.s32 %p1, %r1, 37;\n@%p1 ld.global.u32 %r2, [%rd1+4];";
+    let f = fault_of(load, &mem, 0x10);
+    assert_eq!(f.reason, FaultReason::Unmapped);
+    assert_eq!(f.access, Access::Read);
+    assert_eq!(f.va, 0x14);
+    assert_eq!(f.thread, [37, 0, 0]);
+    assert_eq!(f.pos.line, 13);
+    assert_eq!(f.pc, 3);
+    let f = fault_of(load, &mem, buf + 2);
+    assert_eq!(f.reason, FaultReason::Misaligned);
+    let f = fault_of(
+        "ld.param.u64 %rd1, [p0];\nst.global.u32 [%rd1], %r1;",
+        &mem,
+        BASE + (1 << 16),
+    );
+    assert_eq!((f.reason, f.access), (FaultReason::Unmapped, Access::Write));
+    let f = fault_of(
+        ".shared .b8 s[16];\nmov.u32 %r1, s;\nst.shared.u32 [%r1+16], %r1;",
+        &mem,
+        0,
+    );
+    assert_eq!(f.reason, FaultReason::SharedOutOfBounds);
+    let f = fault_of("ld.param.u32 %r1, [p1+4];", &mem, 0);
+    assert_eq!(f.reason, FaultReason::ParamOutOfBounds);
+    let f = fault_of("trap;", &mem, 0);
+    assert_eq!(f.reason, FaultReason::Trap);
+    let f = fault_of(
+        ".local .align 4 .b8 d[8];\nmov.u64 %rd1, d;\nst.local.u32 [%rd1+8], %r1;",
+        &mem,
+        0,
+    );
+    assert_eq!(f.reason, FaultReason::LocalOutOfBounds);
+    // Read-only mapping.
+    let mut ro = Mem::new(1 << 16);
+    ro.mem.set_read_only_below(BASE + 4096);
+    let f = fault_of(
+        "ld.param.u64 %rd1, [p0];\natom.global.add.u32 %r1, [%rd1], 1;",
+        &ro,
+        BASE + 64,
+    );
+    assert_eq!(
+        (f.reason, f.access),
+        (FaultReason::ReadOnly, Access::Atomic)
+    );
+    // Memory stays usable after faults.
+    let m = module(&body("ld.param.u64 %rd1, [p0];\nst.global.u32 [%rd1], 7;"));
+    let c = cfg([1, 1, 1], [1, 1, 1], 0, Params::default().u64(buf).u32(0));
+    run(&m, "k", c, &mem, 1);
+    assert_eq!(mem.u32s(buf, 1), vec![7]);
+}
