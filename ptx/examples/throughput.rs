@@ -1,0 +1,66 @@
+//! Interpreter throughput on matmul- and reduction-like kernels (thread-instructions/s).
+//! Run: `cargo run -p ptx --release --example throughput [workers]`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ptx::{FlatMemory, Launch, LaunchConfig, Limits, RunControl, RunOutcome};
+
+const MATMUL: &str = include_str!("../../suite/kernels/matmul.ptx");
+const REDUCTION: &str = include_str!("../../suite/kernels/reduction.ptx");
+const BASE: u64 = 0x1_0000_0000;
+
+fn params(v: &[u64], last: u32) -> Vec<u8> {
+    let mut p: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    p.extend_from_slice(&last.to_le_bytes());
+    p
+}
+
+fn measure(name: &str, text: &str, cfg: LaunchConfig, mem: &FlatMemory, workers: usize) {
+    let m = Arc::new(ptx::parse(text).expect("parse"));
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let mut l = Launch::new(m.clone(), name, cfg.clone(), &Limits::default()).expect("launch");
+        let t = Instant::now();
+        let s = match l.run(mem, &RunControl::new(workers)) {
+            RunOutcome::Completed(s) => s,
+            o => panic!("{o:?}"),
+        };
+        let dt = t.elapsed().as_secs_f64();
+        let rate = s.thread_instructions as f64 / dt;
+        best = best.max(rate);
+        println!(
+            "{name:10} workers={workers} thread_instr={} warp_instr={} time={:.3}s rate={:.3e} thread-instr/s",
+            s.thread_instructions, s.warp_instructions, dt, rate
+        );
+    }
+    println!("{name:10} workers={workers} best={best:.3e} thread-instr/s");
+}
+
+fn main() {
+    let workers: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1);
+    let n = 256usize;
+    let mem = FlatMemory::new(BASE, 16 << 20);
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 17) as f32).collect();
+    assert!(mem.write_f32s(BASE, &a));
+    assert!(mem.write_f32s(BASE + (1 << 20), &a));
+    let g = (n / 16) as u32;
+    let cfg = LaunchConfig {
+        grid: [g, g, 1],
+        block: [16, 16, 1],
+        dynamic_shared: 0,
+        params: params(&[BASE, BASE + (1 << 20), BASE + (2 << 20)], n as u32),
+    };
+    measure("matmul", MATMUL, cfg, &mem, workers);
+    let cnt = 1usize << 21;
+    let cfg = LaunchConfig {
+        grid: [64, 1, 1],
+        block: [256, 1, 1],
+        dynamic_shared: 8 * 256,
+        params: params(&[BASE, BASE + (12 << 20), BASE + (13 << 20)], cnt as u32),
+    };
+    measure("reduction", REDUCTION, cfg, &mem, workers);
+}
