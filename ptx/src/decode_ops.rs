@@ -530,6 +530,7 @@ fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         rnd,
         sat,
         ftz,
+        dbits: c.dst_bits(&ops[0]),
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], sty)?,
     })

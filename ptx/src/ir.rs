@@ -355,6 +355,8 @@ pub(crate) enum Inst {
         rnd: Rnd,
         sat: bool,
         ftz: bool,
+        /// Width of the destination register (narrow signed results are sign-extended to it).
+        dbits: u32,
         d: u32,
         a: Src,
     },

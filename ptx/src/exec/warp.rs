@@ -306,12 +306,20 @@ pub(crate) fn exec_warp(
                 rnd,
                 sat,
                 ftz,
+                dbits,
                 d,
                 a: sa,
             } => {
                 fetch(w, *sa, widx, env, &mut a);
+                let dmask = if *dbits >= 64 {
+                    u64::MAX
+                } else {
+                    (1u64 << dbits) - 1
+                };
+                let widen = dty.is_signed() && dty.bits() < *dbits;
                 for l in 0..32 {
-                    r[l] = alu::cvt(*dty, *sty, *rnd, *sat, *ftz, a[l]);
+                    let v = alu::cvt(*dty, *sty, *rnd, *sat, *ftz, a[l]);
+                    r[l] = if widen { dty.extend(v) & dmask } else { v };
                 }
                 write(w, *d, exec, &r);
             }
