@@ -543,13 +543,13 @@ const SETP: &[(&str, St, Model)] = &[
         u64::from(f32_(a) != f32_(b))
     }),
     ("setp.ltu.f32 %p, %fa, %fb;", St::Pred, |a, b, _| {
-        u64::from(!(f32_(a) >= f32_(b)))
+        u64::from(f32_(a).partial_cmp(&f32_(b)).is_none_or(|o| o.is_lt()))
     }),
     ("setp.gt.f32 %p, %fa, %fb;", St::Pred, |a, b, _| {
         u64::from(f32_(a) > f32_(b))
     }),
     ("setp.geu.f64 %p, %da, %db;", St::Pred, |a, b, _| {
-        u64::from(!(f64_(a) < f64_(b)))
+        u64::from(f64_(a).partial_cmp(&f64_(b)).is_none_or(|o| o.is_ge()))
     }),
     ("setp.nan.f32 %p, %fa, %fb;", St::Pred, |a, b, _| {
         u64::from(f32_(a).is_nan() || f32_(b).is_nan())

@@ -1,6 +1,8 @@
 //! Execution of the project's workload kernels (hand-written PTX and real nvcc output) through
 //! the interpreter, checked against CPU references.
 
+#![allow(clippy::needless_range_loop)] // reference loops index several arrays by position
+
 mod common;
 use common::*;
 

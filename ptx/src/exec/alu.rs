@@ -70,10 +70,8 @@ pub(crate) fn idiv(ty: Ty, x: u64, y: u64) -> u64 {
         } else {
             (x.wrapping_div(y) as u64) & m
         }
-    } else if y & m == 0 {
-        m
     } else {
-        ((x & m) / (y & m)) & m
+        (x & m).checked_div(y & m).unwrap_or(m)
     }
 }
 

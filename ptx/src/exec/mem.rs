@@ -80,7 +80,7 @@ impl Tlb {
                 reason: FaultReason::Unmapped,
             });
         }
-        if span.ptr() as usize % size as usize != 0 {
+        if !(span.ptr() as usize).is_multiple_of(size as usize) {
             return Err(LaneFault {
                 va,
                 access,
@@ -133,19 +133,19 @@ fn resolve(space: Space, a: u64) -> Loc {
     }
 }
 
-fn slice_of<'b>(
-    buf: &'b mut [u8],
+fn slice_of(
+    buf: &mut [u8],
     off: u64,
     size: u64,
     access: Access,
     oob: FaultReason,
-) -> Result<&'b mut [u8], LaneFault> {
+) -> Result<&mut [u8], LaneFault> {
     let fault = |reason| LaneFault {
         va: off,
         access,
         reason,
     };
-    if off % size != 0 {
+    if !off.is_multiple_of(size) {
         return Err(fault(FaultReason::Misaligned));
     }
     let end = off.checked_add(size).ok_or(fault(oob))?;
@@ -203,7 +203,7 @@ unsafe fn host_store(p: *mut u8, size: u64, v: u64) {
 
 impl MemCtx<'_> {
     fn global_ptr(&mut self, va: u64, size: u64, access: Access) -> Result<*mut u8, LaneFault> {
-        if va % size != 0 {
+        if !va.is_multiple_of(size) {
             return Err(LaneFault {
                 va,
                 access,
@@ -243,7 +243,7 @@ impl MemCtx<'_> {
                     access: acc,
                     reason,
                 };
-                if o % size != 0 {
+                if !o.is_multiple_of(size) {
                     return Err(fault(FaultReason::Misaligned));
                 }
                 let end = o

@@ -1,6 +1,9 @@
 //! Warp execution: runs one warp's 32 lanes per instruction under an active mask, with a SIMT
 //! reconvergence stack (immediate post-dominators computed at decode time).
 
+// Lane loops index several per-lane arrays by the lane number.
+#![allow(clippy::needless_range_loop)]
+
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exec::alu::{self, Lanes};
@@ -415,7 +418,7 @@ pub(crate) fn exec_warp(
                         local: &mut w.local[l * lb..(l + 1) * lb],
                         params: env.params,
                     };
-                    if *n > 1 && addr % (size * u64::from(*n)) != 0 {
+                    if *n > 1 && !addr.is_multiple_of(size * u64::from(*n)) {
                         return fault(
                             w,
                             env,
@@ -473,7 +476,7 @@ pub(crate) fn exec_warp(
                         local: &mut w.local[l * lb..(l + 1) * lb],
                         params: env.params,
                     };
-                    if *n > 1 && addr % (size * u64::from(*n)) != 0 {
+                    if *n > 1 && !addr.is_multiple_of(size * u64::from(*n)) {
                         return fault(
                             w,
                             env,

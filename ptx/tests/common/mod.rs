@@ -71,7 +71,7 @@ pub struct Params(pub Vec<u8>);
 
 impl Params {
     fn align(&mut self, a: usize) {
-        while self.0.len() % a != 0 {
+        while !self.0.len().is_multiple_of(a) {
             self.0.push(0);
         }
     }
