@@ -6,6 +6,7 @@
 //! launches) run in one address space, can be preempted from another thread, and come back with a
 //! saved context (bytes) that resumes later. See `pgpu/README.md` for the contract in prose.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -279,28 +280,79 @@ pub struct JobFault {
     pub location: Option<String>,
 }
 
-/// A preempted job's complete state, as bytes (serializable: store, send, resume later).
-#[derive(Clone, PartialEq, Eq)]
-pub struct SavedContext(Vec<u8>);
+/// Engine-private in-memory state of a preempted job: resumed as is by the engine that made it,
+/// serialized only when asked.
+pub trait LiveContext: Send + fmt::Debug {
+    /// The state as bytes (what `SavedContext::from_bytes` takes back).
+    fn to_bytes(&self) -> Vec<u8>;
+    /// For the engine to recover its own type.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+/// A preempted job's complete state. Either the engine's in-memory state (fast path: resuming
+/// on the same engine needs no serialization) or bytes; [`SavedContext::to_bytes`] serializes the
+/// former (store, send, migrate), [`SavedContext::from_bytes`] wraps the latter (validated when
+/// resumed, never trusted before). Cloning and comparing serialize.
+pub struct SavedContext(ContextRepr);
+
+/// The two forms of a saved context.
+pub(crate) enum ContextRepr {
+    Bytes(Vec<u8>),
+    Live(Box<dyn LiveContext>),
+}
 
 impl SavedContext {
-    /// Wraps bytes (validated when resumed, never trusted before).
+    /// Wraps bytes.
     pub fn from_bytes(bytes: Vec<u8>) -> Self {
-        Self(bytes)
+        Self(ContextRepr::Bytes(bytes))
     }
-    /// The bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+    /// Wraps an engine's in-memory state.
+    pub(crate) fn live(state: Box<dyn LiveContext>) -> Self {
+        Self(ContextRepr::Live(state))
     }
-    /// Takes the bytes.
+    /// The state as bytes (serializes in-memory state; copies bytes).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match &self.0 {
+            ContextRepr::Bytes(b) => b.clone(),
+            ContextRepr::Live(l) => l.to_bytes(),
+        }
+    }
+    /// Takes the state as bytes (serializes in-memory state).
     pub fn into_bytes(self) -> Vec<u8> {
+        match self.0 {
+            ContextRepr::Bytes(b) => b,
+            ContextRepr::Live(l) => l.to_bytes(),
+        }
+    }
+    /// Whether this is bytes (as opposed to in-memory state).
+    pub fn is_bytes(&self) -> bool {
+        matches!(self.0, ContextRepr::Bytes(_))
+    }
+    pub(crate) fn into_repr(self) -> ContextRepr {
         self.0
     }
 }
 
+impl Clone for SavedContext {
+    fn clone(&self) -> Self {
+        Self::from_bytes(self.to_bytes())
+    }
+}
+
+impl PartialEq for SavedContext {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_bytes() == other.to_bytes()
+    }
+}
+
+impl Eq for SavedContext {}
+
 impl fmt::Debug for SavedContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SavedContext({} bytes)", self.0.len())
+        match &self.0 {
+            ContextRepr::Bytes(b) => write!(f, "SavedContext({} bytes)", b.len()),
+            ContextRepr::Live(l) => write!(f, "SavedContext(live {l:?})"),
+        }
     }
 }
 
@@ -559,10 +611,12 @@ pub trait Engine: Send + Sync {
 
     /// Runs a job until it completes, faults or is preempted.
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError>;
-    /// Resumes a preempted job from its saved context (in the space it was saved from).
+    /// Resumes a preempted job from its saved context (in the space it was saved from). The
+    /// context is consumed; on `Err` nothing ran and the job is lost (its space or module is
+    /// gone, or the bytes are invalid).
     fn resume(
         &self,
-        context: &SavedContext,
+        context: SavedContext,
         preempt: &PreemptHandle,
     ) -> Result<Outcome, EngineError>;
 }

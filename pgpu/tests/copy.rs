@@ -158,7 +158,7 @@ fn preempted_copy_resumes_from_bytes_with_identical_result() {
         // Through plain bytes, as a scheduler would store them.
         let bytes = context.into_bytes();
         e.set_step_limit(Some(1 + rng.below(40)));
-        out = e.resume(&SavedContext::from_bytes(bytes), &h).unwrap();
+        out = e.resume(SavedContext::from_bytes(bytes), &h).unwrap();
     }
     assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
     assert!(preemptions > 5, "{preemptions}");
@@ -172,6 +172,8 @@ fn preempt_request_before_start_and_from_another_thread() {
     let e = engine();
     let s = space(&e);
     map_vram(&e, s, BASE, 32 * MIB, 0, Perm::ReadWrite);
+    let data = Rng(5).bytes(16 * MIB as usize);
+    e.copy_to_space(s, BASE, &data).unwrap();
     let h = PreemptHandle::new();
     h.request();
     let out = e
@@ -180,8 +182,9 @@ fn preempt_request_before_start_and_from_another_thread() {
     let Outcome::Preempted { context, .. } = out else {
         panic!("{out:?}")
     };
+    assert!(!context.is_bytes(), "in-memory context");
     h.clear();
-    // Resume and preempt from another thread until done.
+    // Resume (in-memory contexts) and preempt from another thread until done.
     let mut ctx = context;
     let mut rounds = 0;
     loop {
@@ -192,7 +195,7 @@ fn preempt_request_before_start_and_from_another_thread() {
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 h2.request();
             });
-            e.resume(&ctx, &h).unwrap()
+            e.resume(ctx, &h).unwrap()
         });
         h.clear();
         match out {
@@ -203,6 +206,9 @@ fn preempt_request_before_start_and_from_another_thread() {
         assert!(rounds < 10_000);
     }
     assert!(h.running_since().is_some());
+    let mut got = vec![0u8; data.len()];
+    e.copy_from_space(s, BASE + 16 * MIB, &mut got).unwrap();
+    assert!(got == data, "copied bytes differ");
 }
 
 #[test]
@@ -210,8 +216,8 @@ fn hostile_contexts_are_refused() {
     let e = engine();
     let s = space(&e);
     let h = PreemptHandle::new();
-    for bytes in [vec![], b"PGPUCTX1".to_vec(), vec![0xff; 64]] {
-        let r = e.resume(&SavedContext::from_bytes(bytes), &h);
+    for bytes in [vec![], b"PGPUCTX2".to_vec(), vec![0xff; 64]] {
+        let r = e.resume(SavedContext::from_bytes(bytes), &h);
         assert!(matches!(r, Err(EngineError::BadContext(_))), "{r:?}");
     }
     map_vram(&e, s, BASE, 0x2000, 0, Perm::ReadWrite);
@@ -221,12 +227,26 @@ fn hostile_contexts_are_refused() {
     else {
         panic!()
     };
-    let mut bad = context.as_bytes().to_vec();
+    let mut bad = context.to_bytes();
     bad.truncate(bad.len() - 1);
     assert!(matches!(
-        e.resume(&SavedContext::from_bytes(bad), &h),
+        e.resume(SavedContext::from_bytes(bad), &h),
         Err(EngineError::BadContext(_))
     ));
+    // An in-memory context resumes only on the engine that made it.
+    let other = engine();
+    let r = other.resume(context.clone(), &h);
+    assert!(
+        matches!(r, Err(EngineError::UnknownSpace(_))),
+        "bytes path: {r:?}"
+    );
+    let Outcome::Preempted { context: live, .. } =
+        e.execute(&copy(s, BASE, BASE + 0x1000, 64), &h).unwrap()
+    else {
+        panic!()
+    };
+    let r = other.resume(live, &h);
+    assert!(matches!(r, Err(EngineError::BadContext(_))), "{r:?}");
     e.destroy_space(s).unwrap();
-    assert_eq!(e.resume(&context, &h), Err(EngineError::UnknownSpace(s)));
+    assert_eq!(e.resume(context, &h), Err(EngineError::UnknownSpace(s)));
 }

@@ -1,14 +1,18 @@
-//! Saved-context format of the sim engine (bytes a preempted job resumes from).
+//! Saved contexts of the sim engine: the in-memory state of a preempted job (resumed without any
+//! serialization on the same engine) and its byte format.
 //!
-//! Layout, little endian: magic `PGPUCTX1`, kind (u8: 1 copy, 2 launch), space id (u64), then
-//! for a copy: src, dst, len, done (u64 each); for a launch: module id (u64), length (u64) and
-//! the `ptx::Launch::save` bytes. Decoding treats the bytes as hostile.
+//! Byte layout, little endian, trailer last so that a kernel's interpreter state is never copied:
+//! `body ++ space (u64) ++ kind (u8) ++ magic "PGPUCTX2"`. For a launch, body = the
+//! `ptx::Launch::save` bytes ++ module id (u64); for a copy, body = src, dst, len, done (u64 each).
+//! Decoding treats the bytes as hostile and borrows the interpreter state.
+
+use std::any::Any;
 
 use thiserror::Error;
 
-use crate::engine::{ModuleId, SpaceId};
+use crate::engine::{LiveContext, ModuleId, SpaceId};
 
-const MAGIC: &[u8; 8] = b"PGPUCTX1";
+const MAGIC: &[u8; 8] = b"PGPUCTX2";
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
 
@@ -27,114 +31,150 @@ pub enum ContextError {
     Trailing,
 }
 
-/// A decoded context.
+/// A copy's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyState {
+    pub space: SpaceId,
+    pub src: u64,
+    pub dst: u64,
+    pub len: u64,
+    pub done: u64,
+}
+
+/// A decoded context, borrowing the interpreter state from the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Saved {
-    /// A copy, `done` bytes in.
-    Copy {
-        space: SpaceId,
-        src: u64,
-        dst: u64,
-        len: u64,
-        done: u64,
-    },
-    /// A kernel launch with its interpreter state.
+pub enum Decoded<'a> {
+    Copy(CopyState),
     Launch {
         space: SpaceId,
         module: ModuleId,
-        state: Vec<u8>,
+        state: &'a [u8],
     },
 }
 
-impl Saved {
-    /// Encodes to bytes.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        match self {
-            Saved::Copy {
+/// The in-memory state of a preempted job of one sim engine.
+pub struct Live {
+    /// Identity of the engine that may resume it without serialization.
+    pub engine: u64,
+    pub job: LiveJob,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.job {
+            LiveJob::Copy(c) => write!(f, "copy in {:?}, {:#x}/{:#x} done", c.space, c.done, c.len),
+            LiveJob::Launch { space, launch, .. } => {
+                let (done, total) = launch.progress();
+                write!(
+                    f,
+                    "{} in {space:?}, {done}/{total} CTAs done",
+                    launch.entry_name()
+                )
+            }
+        }
+    }
+}
+
+/// What was preempted.
+pub enum LiveJob {
+    Copy(CopyState),
+    Launch {
+        space: SpaceId,
+        module: ModuleId,
+        launch: Box<ptx::Launch>,
+    },
+}
+
+impl LiveContext for Live {
+    fn to_bytes(&self) -> Vec<u8> {
+        match &self.job {
+            LiveJob::Copy(c) => encode_copy(c),
+            LiveJob::Launch {
+                space,
+                module,
+                launch,
+            } => encode_launch(*space, *module, launch.save()),
+        }
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+fn trailer(out: &mut Vec<u8>, space: SpaceId, kind: u8) {
+    out.extend_from_slice(&space.0.to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(MAGIC);
+}
+
+/// Bytes of a copy context.
+pub fn encode_copy(c: &CopyState) -> Vec<u8> {
+    let mut out = Vec::with_capacity(49);
+    for v in [c.src, c.dst, c.len, c.done] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    trailer(&mut out, c.space, KIND_COPY);
+    out
+}
+
+/// Bytes of a launch context, reusing `state`'s allocation.
+pub fn encode_launch(space: SpaceId, module: ModuleId, mut state: Vec<u8>) -> Vec<u8> {
+    state.reserve_exact(25);
+    state.extend_from_slice(&module.0.to_le_bytes());
+    trailer(&mut state, space, KIND_LAUNCH);
+    state
+}
+
+fn split_u64(b: &[u8]) -> Result<(&[u8], u64), ContextError> {
+    let at = b.len().checked_sub(8).ok_or(ContextError::Truncated)?;
+    let (rest, v) = b.split_at(at);
+    let mut a = [0u8; 8];
+    a.copy_from_slice(v);
+    Ok((rest, u64::from_le_bytes(a)))
+}
+
+/// Decodes hostile bytes.
+pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ContextError> {
+    let at = bytes
+        .len()
+        .checked_sub(MAGIC.len())
+        .ok_or(ContextError::Truncated)?;
+    let (rest, magic) = bytes.split_at(at);
+    if magic != MAGIC {
+        return Err(ContextError::BadMagic);
+    }
+    let (&kind, rest) = rest.split_last().ok_or(ContextError::Truncated)?;
+    let (rest, space) = split_u64(rest)?;
+    let space = SpaceId(space);
+    match kind {
+        KIND_COPY => {
+            let (rest, done) = split_u64(rest)?;
+            let (rest, len) = split_u64(rest)?;
+            let (rest, dst) = split_u64(rest)?;
+            let (rest, src) = split_u64(rest)?;
+            if !rest.is_empty() {
+                return Err(ContextError::Trailing);
+            }
+            if done > len {
+                return Err(ContextError::BadProgress { done, len });
+            }
+            Ok(Decoded::Copy(CopyState {
                 space,
                 src,
                 dst,
                 len,
                 done,
-            } => {
-                out.push(KIND_COPY);
-                for v in [space.0, *src, *dst, *len, *done] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-            Saved::Launch {
+            }))
+        }
+        KIND_LAUNCH => {
+            let (state, module) = split_u64(rest)?;
+            Ok(Decoded::Launch {
                 space,
-                module,
+                module: ModuleId(module),
                 state,
-            } => {
-                out.reserve(25 + state.len());
-                out.push(KIND_LAUNCH);
-                for v in [space.0, module.0, state.len() as u64] {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-                out.extend_from_slice(state);
-            }
+            })
         }
-        out
-    }
-
-    /// Decodes hostile bytes.
-    pub fn decode(bytes: &[u8]) -> Result<Saved, ContextError> {
-        let mut r = Reader(bytes);
-        if r.take(8)? != MAGIC {
-            return Err(ContextError::BadMagic);
-        }
-        let kind = r.take(1)?[0];
-        let space = SpaceId(r.u64()?);
-        let saved = match kind {
-            KIND_COPY => {
-                let (src, dst, len, done) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                if done > len {
-                    return Err(ContextError::BadProgress { done, len });
-                }
-                Saved::Copy {
-                    space,
-                    src,
-                    dst,
-                    len,
-                    done,
-                }
-            }
-            KIND_LAUNCH => {
-                let module = ModuleId(r.u64()?);
-                let n = usize::try_from(r.u64()?).map_err(|_| ContextError::Truncated)?;
-                Saved::Launch {
-                    space,
-                    module,
-                    state: r.take(n)?.to_vec(),
-                }
-            }
-            k => return Err(ContextError::BadKind(k)),
-        };
-        if !r.0.is_empty() {
-            return Err(ContextError::Trailing);
-        }
-        Ok(saved)
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ContextError> {
-        if self.0.len() < n {
-            return Err(ContextError::Truncated);
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn u64(&mut self) -> Result<u64, ContextError> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
+        k => Err(ContextError::BadKind(k)),
     }
 }
 
@@ -144,48 +184,41 @@ mod tests {
 
     #[test]
     fn round_trip_and_hostile_bytes() {
-        let c = Saved::Copy {
+        let c = CopyState {
             space: SpaceId(3),
             src: 1,
             dst: 2,
             len: 10,
             done: 4,
         };
-        let l = Saved::Launch {
+        let b = encode_copy(&c);
+        assert_eq!(decode(&b), Ok(Decoded::Copy(c)));
+        for cut in 0..b.len() {
+            assert!(decode(&b[cut + 1..]).is_err(), "cut {cut}");
+        }
+        let mut long = vec![0u8];
+        long.extend_from_slice(&b);
+        assert_eq!(decode(&long), Err(ContextError::Trailing));
+        let l = encode_launch(SpaceId(1), ModuleId(7), vec![1, 2, 3]);
+        let want = Decoded::Launch {
             space: SpaceId(1),
             module: ModuleId(7),
-            state: vec![1, 2, 3],
+            state: &[1, 2, 3],
         };
-        for s in [&c, &l] {
-            let b = s.encode();
-            assert_eq!(&Saved::decode(&b).unwrap(), s);
-            for cut in 0..b.len() {
-                assert!(Saved::decode(&b[..cut]).is_err(), "truncated at {cut}");
-            }
-            let mut long = b.clone();
-            long.push(0);
-            assert_eq!(Saved::decode(&long), Err(ContextError::Trailing));
-        }
-        let mut b = c.encode();
-        b[0] ^= 1;
-        assert_eq!(Saved::decode(&b), Err(ContextError::BadMagic));
-        let mut b = c.encode();
-        b[8] = 9;
-        assert_eq!(Saved::decode(&b), Err(ContextError::BadKind(9)));
-        let bad = Saved::Copy {
-            space: SpaceId(3),
-            src: 1,
-            dst: 2,
-            len: 10,
-            done: 11,
-        }
-        .encode();
+        assert_eq!(decode(&l), Ok(want));
+        let mut bad = b.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(decode(&bad), Err(ContextError::BadMagic));
+        let mut bad = b.clone();
+        let k = bad.len() - 9;
+        bad[k] = 9;
+        assert_eq!(decode(&bad), Err(ContextError::BadKind(9)));
+        let over = CopyState { done: 11, ..c };
         assert_eq!(
-            Saved::decode(&bad),
+            decode(&encode_copy(&over)),
             Err(ContextError::BadProgress { done: 11, len: 10 })
         );
-        let mut huge = l.encode();
-        huge[25..33].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert_eq!(Saved::decode(&huge), Err(ContextError::Truncated));
+        assert_eq!(decode(b"PGPUCTX2"), Err(ContextError::Truncated));
+        assert_eq!(decode(&[]), Err(ContextError::Truncated));
     }
 }

@@ -5,12 +5,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::engine::{
-    CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LaunchJob, MapError, MapTarget,
-    Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LaunchJob, MapError,
+    MapTarget, Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation,
+    VaWindow,
 };
 
 use super::config::SimConfig;
-use super::context::Saved;
+use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy::{self, CopyEnd};
 use super::exec;
 use super::hostmem::{HostMemError, HostRegions};
@@ -36,7 +37,12 @@ pub struct SimEngine {
     /// Test knob: when non-zero, every run stops after this much work (see `set_step_limit`).
     step_limit: AtomicU64,
     counters: Counters,
+    /// Identity of this engine in the process (in-memory contexts resume only where made).
+    id: u64,
 }
+
+/// Source of engine identities.
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Cumulative work counters of a sim engine (for experiments: interpreter throughput, job mix).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,6 +116,7 @@ impl SimEngine {
             modules: Mutex::default(),
             step_limit: AtomicU64::new(0),
             counters: Counters::default(),
+            id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
 
@@ -177,52 +184,56 @@ impl SimEngine {
         }
     }
 
+    fn live(&self, job: LiveJob) -> SavedContext {
+        SavedContext::live(Box::new(Live {
+            engine: self.id,
+            job,
+        }))
+    }
+
     fn run_copy(
         &self,
         space: SpaceUse,
-        c: (u64, u64, u64, u64),
+        c: CopyState,
         preempt: &PreemptHandle,
         t0: Instant,
     ) -> Outcome {
-        let (src, dst, len, done) = c;
         let chunk = self.config.copy_chunk;
-        let end = match self.steps() {
-            // Forced preemption after `n` chunks: run with a private flag set by chunk count.
-            Some(n) => {
-                let stop = done.saturating_add(n.saturating_mul(chunk)).min(len);
-                preempt.mark_running();
-                match copy::run(space.mmu(), src, dst, stop, done, chunk, preempt.flag()) {
-                    CopyEnd::Done if stop < len => CopyEnd::Preempted { done: stop },
-                    other => other,
-                }
-            }
-            None => {
-                preempt.mark_running();
-                copy::run(space.mmu(), src, dst, len, done, chunk, preempt.flag())
-            }
+        // A forced preemption after `n` chunks (test knob) is a shorter copy that ends preempted.
+        let stop = match self.steps() {
+            Some(n) => c.done.saturating_add(n.saturating_mul(chunk)).min(c.len),
+            None => c.len,
+        };
+        preempt.mark_running();
+        let end = match copy::run(
+            space.mmu(),
+            c.src,
+            c.dst,
+            stop,
+            c.done,
+            chunk,
+            preempt.flag(),
+        ) {
+            CopyEnd::Done if stop < c.len => CopyEnd::Preempted { done: stop },
+            other => other,
         };
         let gpu_time = t0.elapsed();
         let moved = match &end {
-            CopyEnd::Done => len - done,
-            CopyEnd::Preempted { done: now } => now - done,
+            CopyEnd::Done => c.len - c.done,
+            CopyEnd::Preempted { done } => done - c.done,
             CopyEnd::Faulted(_) => 0,
         };
         self.counters.copy_bytes.fetch_add(moved, Ordering::Relaxed);
         let out = match end {
             CopyEnd::Done => Outcome::Completed { gpu_time },
             CopyEnd::Preempted { done } => {
-                let saved = Saved::Copy {
-                    space: space.id(),
-                    src,
-                    dst,
-                    len,
-                    done,
-                };
-                log::debug!("copy in {:?} preempted at {done:#x}/{len:#x}", space.id());
-                Outcome::Preempted {
-                    context: SavedContext::from_bytes(saved.encode()),
-                    gpu_time,
-                }
+                log::debug!(
+                    "copy in {:?} preempted at {done:#x}/{:#x}",
+                    space.id(),
+                    c.len
+                );
+                let context = self.live(LiveJob::Copy(CopyState { done, ..c }));
+                Outcome::Preempted { context, gpu_time }
             }
             CopyEnd::Faulted(fault) => {
                 log::info!("copy in {:?} faulted: {fault}", space.id());
@@ -237,29 +248,36 @@ impl SimEngine {
         &self,
         space: SpaceUse,
         module: ModuleId,
-        mut launch: ptx::Launch,
+        mut launch: Box<ptx::Launch>,
         preempt: &PreemptHandle,
         t0: Instant,
     ) -> Outcome {
-        let out = exec::run(
+        let steps = self.steps();
+        let run = exec::run(
             &mut launch,
             space.mmu(),
             preempt,
             self.config.workers,
-            self.steps(),
+            steps,
         );
-        match out {
+        let c = &self.counters;
+        if let ptx::RunOutcome::Completed(st) | ptx::RunOutcome::Preempted(st) = &run {
+            c.thread_instructions
+                .fetch_add(st.thread_instructions, Ordering::Relaxed);
+            c.warp_instructions
+                .fetch_add(st.warp_instructions, Ordering::Relaxed);
+        }
+        let out = match run {
             ptx::RunOutcome::Completed(_) => Outcome::Completed {
                 gpu_time: t0.elapsed(),
             },
             ptx::RunOutcome::Preempted(_) => {
-                let saved = Saved::Launch {
+                let context = self.live(LiveJob::Launch {
                     space: space.id(),
                     module,
-                    state: launch.save(),
-                };
-                let context = SavedContext::from_bytes(saved.encode());
-                log::debug!("launch in {:?} preempted ({:?})", space.id(), context);
+                    launch,
+                });
+                log::debug!("launch preempted: {context:?}");
                 Outcome::Preempted {
                     context,
                     gpu_time: t0.elapsed(),
@@ -272,6 +290,68 @@ impl SimEngine {
                     fault,
                     gpu_time: t0.elapsed(),
                 }
+            }
+        };
+        c.outcome(&out);
+        out
+    }
+
+    fn resume_live(
+        &self,
+        live: Live,
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Result<Outcome, EngineError> {
+        if live.engine != self.id {
+            return Err(EngineError::BadContext(
+                "in-memory context of another engine".into(),
+            ));
+        }
+        match live.job {
+            LiveJob::Copy(c) => {
+                let s = self.spaces.begin(c.space)?;
+                Ok(self.run_copy(s, c, preempt, t0))
+            }
+            LiveJob::Launch {
+                space,
+                module,
+                launch,
+            } => {
+                // The module must still be loaded, as for a context in bytes.
+                lock(&self.modules).get(module)?;
+                let s = self.spaces.begin(space)?;
+                Ok(self.run_launch(s, module, launch, preempt, t0))
+            }
+        }
+    }
+
+    fn resume_bytes(
+        &self,
+        bytes: &[u8],
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Result<Outcome, EngineError> {
+        if bytes.len() > self.info.limits.max_context_bytes {
+            return Err(EngineError::BadContext("too large".into()));
+        }
+        let decoded = context::decode(bytes).map_err(|e| EngineError::BadContext(e.to_string()))?;
+        match decoded {
+            Decoded::Copy(c) => {
+                check_range(c.src, c.len)?;
+                check_range(c.dst, c.len)?;
+                let s = self.spaces.begin(c.space)?;
+                Ok(self.run_copy(s, c, preempt, t0))
+            }
+            Decoded::Launch {
+                space,
+                module,
+                state,
+            } => {
+                let m = lock(&self.modules).get(module)?;
+                let launch = ptx::Launch::restore(m, state, &self.ptx_limits())
+                    .map_err(|e| EngineError::BadContext(e.to_string()))?;
+                let s = self.spaces.begin(space)?;
+                Ok(self.run_launch(s, module, Box::new(launch), preempt, t0))
             }
         }
     }
@@ -462,51 +542,37 @@ impl Engine for SimEngine {
                 check_range(*src, *len)?;
                 check_range(*dst, *len)?;
                 let s = self.spaces.begin(*space)?;
-                Ok(self.run_copy(s, (*src, *dst, *len, 0), preempt, t0))
+                let c = CopyState {
+                    space: *space,
+                    src: *src,
+                    dst: *dst,
+                    len: *len,
+                    done: 0,
+                };
+                Ok(self.run_copy(s, c, preempt, t0))
             }
             Job::Launch(l) => {
                 let launch = self.new_launch(l)?;
                 let s = self.spaces.begin(l.space)?;
-                Ok(self.run_launch(s, l.module, launch, preempt, t0))
+                Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
             }
         }
     }
 
     fn resume(
         &self,
-        context: &SavedContext,
+        context: SavedContext,
         preempt: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
         let t0 = Instant::now();
-        let bytes = context.as_bytes();
-        if bytes.len() > self.info.limits.max_context_bytes {
-            return Err(EngineError::BadContext("too large".into()));
-        }
-        let saved = Saved::decode(bytes).map_err(|e| EngineError::BadContext(e.to_string()))?;
-        match saved {
-            Saved::Copy {
-                space,
-                src,
-                dst,
-                len,
-                done,
-            } => {
-                check_range(src, len)?;
-                check_range(dst, len)?;
-                let s = self.spaces.begin(space)?;
-                Ok(self.run_copy(s, (src, dst, len, done), preempt, t0))
-            }
-            Saved::Launch {
-                space,
-                module,
-                state,
-            } => {
-                let m = lock(&self.modules).get(module)?;
-                let launch = ptx::Launch::restore(m, &state, &self.ptx_limits())
-                    .map_err(|e| EngineError::BadContext(e.to_string()))?;
-                let s = self.spaces.begin(space)?;
-                Ok(self.run_launch(s, module, launch, preempt, t0))
-            }
+        match context.into_repr() {
+            ContextRepr::Bytes(b) => self.resume_bytes(&b, preempt, t0),
+            ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
+                Ok(live) => self.resume_live(*live, preempt, t0),
+                Err(_) => Err(EngineError::BadContext(
+                    "in-memory context of another engine".into(),
+                )),
+            },
         }
     }
 }

@@ -48,7 +48,8 @@ pub fn place(e: &SimEngine, inst: &suite::Instance, pa_base: u64) -> Placed {
 }
 
 /// Runs every launch. Before each `execute`/`resume` call, `step` picks the engine's step limit
-/// (None: run to the end). Returns the buffers' contents, or the fault / error as text.
+/// (None: run to the end); preempted runs resume alternately from the in-memory context and from
+/// its bytes. Returns the buffers' contents and the preemption count, or the fault as text.
 pub fn run(
     e: &SimEngine,
     p: &Placed,
@@ -72,11 +73,14 @@ pub fn run(
         let mut out = e.execute(&job, &h).map_err(|e| e.to_string())?;
         while let Outcome::Preempted { context, .. } = out {
             preemptions += 1;
-            let bytes = context.into_bytes();
+            // Every other resume goes through plain bytes, as a stored context would.
+            let context = if preemptions % 2 == 0 {
+                SavedContext::from_bytes(context.into_bytes())
+            } else {
+                context
+            };
             e.set_step_limit(step());
-            out = e
-                .resume(&SavedContext::from_bytes(bytes), &h)
-                .map_err(|e| e.to_string())?;
+            out = e.resume(context, &h).map_err(|e| e.to_string())?;
         }
         if let Outcome::Faulted { fault, .. } = out {
             return Err(format!("{}: {fault}", l.entry));
