@@ -11,7 +11,7 @@ use crate::module::{EntryInfo, ParamInfo};
 /// Most distinct registers (values + predicates) an entry may use.
 const MAX_REGS: usize = 8192;
 /// Most instructions per entry.
-const MAX_INSTS: usize = 1 << 22;
+const MAX_INSTS: usize = 1 << 20;
 /// Largest shared/local total (bytes).
 const MAX_MEM: u64 = 1 << 30;
 

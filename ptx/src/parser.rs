@@ -588,7 +588,7 @@ fn parse_operands(p: &mut Parser) -> R<Vec<ROp>> {
         return Ok(ops);
     }
     loop {
-        ops.push(parse_operand(p)?);
+        ops.push(parse_operand(p, false)?);
         if p.eat_punct(';') {
             return Ok(ops);
         }
@@ -613,7 +613,7 @@ fn signed_number(p: &mut Parser) -> R<ROp> {
     Ok(v)
 }
 
-fn parse_operand(p: &mut Parser) -> R<ROp> {
+fn parse_operand(p: &mut Parser, in_vector: bool) -> R<ROp> {
     let pos = p.pos();
     match p.peek() {
         Some(Tok::Punct('[')) => {
@@ -651,10 +651,13 @@ fn parse_operand(p: &mut Parser) -> R<ROp> {
             })
         }
         Some(Tok::Punct('{')) => {
+            if in_vector {
+                return p.err("nested vector operand");
+            }
             p.i += 1;
             let mut v = Vec::new();
             loop {
-                v.push(parse_operand(p)?);
+                v.push(parse_operand(p, true)?);
                 if p.eat_punct('}') {
                     break;
                 }

@@ -218,3 +218,24 @@ fn faults_are_reported_with_location() {
     run(&m, "k", c, &mem, 1);
     assert_eq!(mem.u32s(buf, 1), vec![7]);
 }
+
+#[test]
+fn deep_nesting_and_huge_inputs_are_bounded() {
+    let deep = body(&format!("mov.b64 %rd1, {}%r1{};", "{".repeat(100_000), "}".repeat(100_000)));
+    let _ = err(&deep);
+    let braces = format!("{HEAD}.visible .entry k() {}", "{".repeat(200_000));
+    let _ = err(&braces);
+    let many_labels: String = (0..20_000).map(|i| format!("$L{i}: bra $L{i};\n")).collect();
+    assert!(ptx::parse(&body(&many_labels)).is_ok());
+}
+
+#[test]
+fn public_types_are_thread_safe() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<ptx::Module>();
+    send_sync::<ptx::Launch>();
+    send_sync::<ptx::RunControl>();
+    send_sync::<ptx::FlatMemory>();
+    send_sync::<ptx::PtxError>();
+    send_sync::<ptx::KernelFault>();
+}
