@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -393,7 +393,8 @@ impl Outcome {
 
 /// Asks a running job to stop at its next preemption point, from any thread.
 ///
-/// Cloning shares the flag. The flag stays set until [`PreemptHandle::clear`]; a job started
+/// Cloning shares the flag; one handle may cover several jobs running at once (a request stops
+/// them all). The flag stays set until [`PreemptHandle::clear`]; a job started
 /// with the flag set is preempted at its first preemption point. The time of the latest request
 /// is kept so that preemption latency can be measured.
 #[derive(Debug, Clone, Default)]
@@ -409,7 +410,9 @@ struct PreemptInner {
     flag: AtomicBool,
     requested_at: Mutex<Option<Instant>>,
     running_since: Mutex<Option<Instant>>,
-    hook: Mutex<Option<PreemptHook>>,
+    /// Hooks of the jobs running under this handle, by attach number.
+    hooks: Mutex<Vec<(u64, PreemptHook)>>,
+    next_hook: AtomicU64,
 }
 
 impl fmt::Debug for PreemptInner {
@@ -434,7 +437,7 @@ impl PreemptHandle {
         let now = Instant::now();
         *lock(&self.inner.requested_at) = Some(now);
         self.inner.flag.store(true, Ordering::SeqCst);
-        if let Some(hook) = lock(&self.inner.hook).as_ref() {
+        for (_, hook) in lock(&self.inner.hooks).iter() {
             hook();
         }
         now
@@ -464,11 +467,12 @@ impl PreemptHandle {
     /// Installs `hook` to be called on every request until the returned guard drops; calls it
     /// at once if a request is already pending (no request is lost in between).
     pub(crate) fn attach(&self, hook: PreemptHook) -> HookGuard<'_> {
-        *lock(&self.inner.hook) = Some(hook.clone());
+        let id = self.inner.next_hook.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.hooks).push((id, hook.clone()));
         if self.inner.flag.load(Ordering::SeqCst) {
             hook();
         }
-        HookGuard { handle: self }
+        HookGuard { handle: self, id }
     }
     /// The flag itself, for engines that poll it in an inner loop.
     pub fn flag(&self) -> &AtomicBool {
@@ -479,11 +483,12 @@ impl PreemptHandle {
 /// Removes a preemption hook when dropped.
 pub(crate) struct HookGuard<'a> {
     handle: &'a PreemptHandle,
+    id: u64,
 }
 
 impl Drop for HookGuard<'_> {
     fn drop(&mut self) {
-        *lock(&self.handle.inner.hook) = None;
+        lock(&self.handle.inner.hooks).retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -619,4 +624,50 @@ pub trait Engine: Send + Sync {
         context: SavedContext,
         preempt: &PreemptHandle,
     ) -> Result<Outcome, EngineError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    #[test]
+    fn preempt_hooks_fire_for_every_attached_job_and_late_attach() {
+        let h = PreemptHandle::new();
+        let n = Arc::new(AtomicU32::new(0));
+        let hook = |n: &Arc<AtomicU32>| -> PreemptHook {
+            let n = n.clone();
+            Arc::new(move || {
+                n.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let g1 = h.attach(hook(&n));
+        let g2 = h.attach(hook(&n));
+        assert!(h.requested_at().is_none());
+        h.request();
+        assert_eq!(n.load(Ordering::SeqCst), 2);
+        drop(g1);
+        h.request();
+        assert_eq!(
+            n.load(Ordering::SeqCst),
+            3,
+            "the second job's hook survives the first's end"
+        );
+        drop(g2);
+        // Attaching while a request is pending fires at once.
+        let _g3 = h.attach(hook(&n));
+        assert_eq!(n.load(Ordering::SeqCst), 4);
+        h.clear();
+        assert!(!h.is_requested() && h.requested_at().is_none());
+        let _g4 = h.attach(hook(&n));
+        assert_eq!(n.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn engine_is_object_safe() {
+        fn takes(_: Option<&dyn Engine>) {}
+        takes(None);
+        assert_eq!(PageSize::Size2M.bytes(), 2 << 20);
+        assert_eq!(PageSize::Size4K.bytes(), 4096);
+    }
 }

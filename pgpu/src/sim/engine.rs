@@ -198,7 +198,7 @@ impl SimEngine {
         preempt: &PreemptHandle,
         t0: Instant,
     ) -> Outcome {
-        let chunk = self.config.copy_chunk;
+        let chunk = self.config.copy_chunk.max(1);
         // A forced preemption after `n` chunks (test knob) is a shorter copy that ends preempted.
         let stop = match self.steps() {
             Some(n) => c.done.saturating_add(n.saturating_mul(chunk)).min(c.len),
