@@ -66,8 +66,22 @@ fn next(seed: &mut u64) -> u64 {
     *seed
 }
 
-/// Runs `f` while a helper thread requests preemption on `h` after `delay`.
-fn with_preempt_after<T>(h: &PreemptHandle, delay: Duration, f: impl FnOnce() -> T) -> T {
+/// One `execute`/`resume` call under a delayed preemption request.
+struct Step {
+    out: Result<Outcome, pgpu::EngineError>,
+    /// When the call returned.
+    returned: Instant,
+    /// The context serialized right after, and when that was done (if preempted).
+    bytes: Option<(Vec<u8>, Instant)>,
+}
+
+/// Runs `f` while a helper thread requests preemption on `h` after `delay`. Timestamps and the
+/// serialization are taken on this thread before the helper is joined.
+fn step(
+    h: &PreemptHandle,
+    delay: Duration,
+    f: impl FnOnce() -> Result<Outcome, pgpu::EngineError>,
+) -> Step {
     std::thread::scope(|s| {
         let h2 = h.clone();
         let helper = s.spawn(move || {
@@ -75,8 +89,17 @@ fn with_preempt_after<T>(h: &PreemptHandle, delay: Duration, f: impl FnOnce() ->
             h2.request();
         });
         let out = f();
+        let returned = Instant::now();
+        let bytes = match &out {
+            Ok(Outcome::Preempted { context, .. }) => Some((context.to_bytes(), Instant::now())),
+            _ => None,
+        };
         let _ = helper.join();
-        out
+        Step {
+            out,
+            returned,
+            bytes,
+        }
     })
 }
 
@@ -107,13 +130,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         runs += 1;
         runner::reset(&e, &p, &inst)?;
         h.clear();
-        let mut out = with_preempt_after(
+        let mut st = step(
             &h,
             Duration::from_micros(next(&mut seed) % max_delay_us),
             || e.execute(&job, &h),
-        )?;
+        );
         loop {
-            let done = Instant::now();
+            let (out, returned, bytes) = (st.out?, st.returned, st.bytes);
             match out {
                 Outcome::Completed { .. } => break,
                 Outcome::Faulted { fault, .. } => {
@@ -123,10 +146,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                     });
                 }
                 Outcome::Preempted { context, .. } => {
-                    let requested = h.requested_at().unwrap_or(done);
-                    let preempt_live_us = since_us(requested, done);
-                    let bytes = context.to_bytes();
-                    let preempt_bytes_us = since_us(requested, Instant::now());
+                    let requested = h.requested_at().unwrap_or(returned);
+                    let preempt_live_us = since_us(requested, returned);
+                    let (bytes, bytes_at) =
+                        bytes.unwrap_or_else(|| (context.to_bytes(), Instant::now()));
+                    let preempt_bytes_us = since_us(requested, bytes_at);
                     let context_bytes = bytes.len();
                     // Alternate the resume path.
                     let resumed_from_bytes = samples.len() % 2 == 0;
@@ -138,14 +162,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                     h.clear();
                     let delay = Duration::from_micros(next(&mut seed) % max_delay_us);
                     let mut restore_us = f64::NAN;
-                    out = with_preempt_after(&h, delay, || {
+                    st = step(&h, delay, || {
                         let called = Instant::now();
                         let r = e.resume(context, &h);
                         if let Some(running) = h.running_since() {
                             restore_us = since_us(called, running);
                         }
                         r
-                    })?;
+                    });
                     samples.push(Sample {
                         run: runs,
                         preempt_live_us,
