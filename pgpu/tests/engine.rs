@@ -342,3 +342,49 @@ fn host_region_limit() {
     let r2 = unsafe { e.register_host_region(a.ptr(), a.len()) };
     assert_eq!(r2, Err(EngineError::TooMany("host regions")));
 }
+
+#[test]
+fn engines_on_partitions_of_shared_vram_are_confined_to_them() {
+    use pgpu::sim::vram::VramRegion;
+    let daemon = VramRegion::shared(8 * MIB).unwrap();
+    let fd = daemon.fd().unwrap();
+    let cfg = || SimConfig {
+        workers: 1,
+        ..SimConfig::default()
+    };
+    let vm0 = SimEngine::with_vram(cfg(), VramRegion::from_fd(fd, 0, 4 * MIB).unwrap()).unwrap();
+    let vm1 =
+        SimEngine::with_vram(cfg(), VramRegion::from_fd(fd, 4 * MIB, 4 * MIB).unwrap()).unwrap();
+    assert_eq!(vm1.info().vram_size, 4 * MIB);
+    let s0 = space(&vm0);
+    let s1 = space(&vm1);
+    for (e, s) in [(&vm0, s0), (&vm1, s1)] {
+        let m = Mapping {
+            va: BASE,
+            len: 4 * MIB,
+            target: MapTarget::Vram { pa: 0 },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        };
+        e.map(s, &m).unwrap();
+    }
+    vm0.copy_to_space(s0, BASE + 8, b"zero").unwrap();
+    vm1.copy_to_space(s1, BASE + 8, b"one!").unwrap();
+    let mut b = [0u8; 4];
+    daemon.read(8, &mut b).unwrap();
+    assert_eq!(&b, b"zero");
+    daemon.read(4 * MIB + 8, &mut b).unwrap();
+    assert_eq!(&b, b"one!");
+    // A VM's engine cannot name physical memory past its partition.
+    let m = Mapping {
+        va: BASE + 4 * MIB,
+        len: 2 * MIB,
+        target: MapTarget::Vram { pa: 4 * MIB },
+        perm: Perm::ReadWrite,
+        page_size: PageSize::Size2M,
+    };
+    assert!(matches!(
+        vm0.map(s0, &m),
+        Err(EngineError::BadMapping(MapError::TargetRange { .. }))
+    ));
+}

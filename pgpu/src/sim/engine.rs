@@ -87,9 +87,15 @@ impl Counters {
 }
 
 impl SimEngine {
-    /// Creates an engine with `config`.
+    /// Creates an engine with `config` and private VRAM of `config.vram_size` bytes.
     pub fn new(config: SimConfig) -> Result<Self, EngineError> {
         let vram = VramRegion::anonymous(config.vram_size).map_err(vram_err)?;
+        Self::with_vram(config, vram)
+    }
+
+    /// Creates an engine on a given VRAM region (e.g. this VM's partition of a shared memory
+    /// object, `VramRegion::from_fd`); `config.vram_size` is ignored.
+    pub fn with_vram(config: SimConfig, vram: VramRegion) -> Result<Self, EngineError> {
         let mut page_sizes = config.page_sizes.clone();
         page_sizes.sort();
         page_sizes.dedup();
@@ -118,6 +124,11 @@ impl SimEngine {
             counters: Counters::default(),
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
         })
+    }
+
+    /// The VRAM region (for its shared memory object, if any).
+    pub fn vram(&self) -> &VramRegion {
+        &self.vram
     }
 
     /// The configuration.

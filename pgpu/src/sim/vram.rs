@@ -1,10 +1,11 @@
 //! Physical VRAM of the sim engine: one raw host memory region that the engine owns.
 //!
-//! Today the region is an anonymous private mapping; later it becomes a shared memory object that
-//! several VM processes map (each only its own partition), which is why it is a raw region behind
-//! a small type rather than a `Vec`. Kernels reach it through host pointers handed out by the MMU,
-//! so all access here is by raw pointer with explicit bounds checks.
+//! The region is an anonymous private mapping (one process owns the GPU), or a shared memory
+//! object (memfd) that a daemon creates and several VM processes map, each only its own
+//! partition (`from_fd` with an offset). Kernels reach it through host pointers handed out by the
+//! MMU, so all access here is by raw pointer with explicit bounds checks.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 use thiserror::Error;
@@ -20,6 +21,12 @@ pub enum VramError {
     Map { size: u64, errno: i32 },
     #[error("physical range {pa:#x}+{len:#x} is outside VRAM ({size:#x} bytes)")]
     OutOfRange { pa: u64, len: u64, size: u64 },
+    #[error("shared memory object: {what} failed: {errno}")]
+    Shm { what: &'static str, errno: i32 },
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 /// Alignment that the VRAM size must have (the largest page size of the sim engine).
@@ -30,6 +37,8 @@ const VRAM_GRANULE: u64 = 2 << 20;
 pub struct VramRegion {
     base: NonNull<u8>,
     size: u64,
+    /// The shared memory object, when the region is one (see [`VramRegion::shared`]).
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the region is plain memory owned by this value; every access goes through raw pointers
@@ -42,28 +51,86 @@ unsafe impl Sync for VramRegion {}
 impl VramRegion {
     /// Maps `size` bytes of anonymous memory (reserved lazily: untouched pages cost nothing).
     pub fn anonymous(size: u64) -> Result<Self, VramError> {
-        if size == 0 || !size.is_multiple_of(VRAM_GRANULE) {
-            return Err(VramError::BadSize(size));
+        let len = check_size(size)?;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let base = map(len, flags, -1, 0, size)?;
+        Ok(Self {
+            base,
+            size,
+            fd: None,
+        })
+    }
+
+    /// Creates a shared memory object (memfd) of `size` bytes and maps all of it. Other processes
+    /// map it (or a partition of it) with [`VramRegion::from_fd`] on a duplicate of [`Self::fd`].
+    pub fn shared(size: u64) -> Result<Self, VramError> {
+        let len = check_size(size)?;
+        // SAFETY: a NUL-terminated name and valid flags; the result is checked before use.
+        let raw = unsafe { libc::memfd_create(c"pgpu-vram".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(VramError::Shm {
+                what: "memfd_create",
+                errno: errno(),
+            });
         }
-        let len = usize::try_from(size).map_err(|_| VramError::BadSize(size))?;
-        // SAFETY: anonymous private mapping with no address hint; the kernel picks the address and
-        // the result is checked against MAP_FAILED before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            return Err(VramError::Map { size, errno });
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let off = libc::off_t::try_from(size).map_err(|_| VramError::BadSize(size))?;
+        // SAFETY: plain syscall on a descriptor we own.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), off) } != 0 {
+            return Err(VramError::Shm {
+                what: "ftruncate",
+                errno: errno(),
+            });
         }
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or(VramError::Map { size, errno: 0 })?;
-        Ok(Self { base, size })
+        let base = map(len, libc::MAP_SHARED, fd.as_raw_fd(), 0, size)?;
+        Ok(Self {
+            base,
+            size,
+            fd: Some(fd),
+        })
+    }
+
+    /// Maps `size` bytes at byte `offset` of a shared memory object (a VM's partition of the
+    /// daemon's VRAM): physical address 0 of this region is `offset` in the object. Fails if the
+    /// range is not inside the object.
+    pub fn from_fd(fd: BorrowedFd<'_>, offset: u64, size: u64) -> Result<Self, VramError> {
+        let len = check_size(size)?;
+        if !offset.is_multiple_of(VRAM_GRANULE) {
+            return Err(VramError::BadSize(offset));
+        }
+        // SAFETY: `stat` is plain old data, filled by fstat before it is read.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and a pointer to a live `stat`.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(VramError::Shm {
+                what: "fstat",
+                errno: errno(),
+            });
+        }
+        let object = u64::try_from(st.st_size).unwrap_or(0);
+        match offset.checked_add(size) {
+            Some(end) if end <= object => {}
+            _ => {
+                return Err(VramError::OutOfRange {
+                    pa: offset,
+                    len: size,
+                    size: object,
+                });
+            }
+        }
+        let off = libc::off_t::try_from(offset).map_err(|_| VramError::BadSize(offset))?;
+        let base = map(len, libc::MAP_SHARED, fd.as_raw_fd(), off, size)?;
+        Ok(Self {
+            base,
+            size,
+            fd: None,
+        })
+    }
+
+    /// The shared memory object, if this region created one.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(AsFd::as_fd)
     }
 
     /// Size in bytes.
@@ -121,6 +188,41 @@ impl VramRegion {
     }
 }
 
+fn check_size(size: u64) -> Result<usize, VramError> {
+    if size == 0 || !size.is_multiple_of(VRAM_GRANULE) {
+        return Err(VramError::BadSize(size));
+    }
+    usize::try_from(size).map_err(|_| VramError::BadSize(size))
+}
+
+fn map(
+    len: usize,
+    flags: libc::c_int,
+    fd: libc::c_int,
+    off: libc::off_t,
+    size: u64,
+) -> Result<NonNull<u8>, VramError> {
+    // SAFETY: a new mapping with no address hint (the kernel picks an unused range, so no
+    // existing memory is replaced); the result is checked against MAP_FAILED before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            fd,
+            off,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(VramError::Map {
+            size,
+            errno: errno(),
+        });
+    }
+    NonNull::new(ptr.cast::<u8>()).ok_or(VramError::Map { size, errno: 0 })
+}
+
 impl Drop for VramRegion {
     fn drop(&mut self) {
         // SAFETY: `base`/`size` are exactly what mmap returned in `anonymous`; the region is
@@ -153,5 +255,32 @@ mod tests {
             VramError::BadSize(3 << 20)
         );
         assert_eq!(VramRegion::anonymous(0).unwrap_err(), VramError::BadSize(0));
+        assert!(v.fd().is_none());
+    }
+
+    #[test]
+    fn shared_object_partitions_see_the_same_bytes() {
+        const MIB: u64 = 1 << 20;
+        let whole = VramRegion::shared(8 * MIB).unwrap();
+        let fd = whole.fd().unwrap();
+        let part = VramRegion::from_fd(fd, 4 * MIB, 4 * MIB).unwrap();
+        part.write(16, b"vm1").unwrap();
+        let mut b = [0u8; 3];
+        whole.read(4 * MIB + 16, &mut b).unwrap();
+        assert_eq!(&b, b"vm1");
+        whole.write(4 * MIB + 100, b"daemon").unwrap();
+        let mut b = [0u8; 6];
+        part.read(100, &mut b).unwrap();
+        assert_eq!(&b, b"daemon");
+        // A partition cannot reach past its end, nor be mapped past the object.
+        assert!(part.write(4 * MIB - 1, b"xy").is_err());
+        assert!(matches!(
+            VramRegion::from_fd(fd, 6 * MIB, 4 * MIB),
+            Err(VramError::OutOfRange { .. })
+        ));
+        assert!(
+            VramRegion::from_fd(fd, MIB, 2 * MIB).is_err(),
+            "offset not 2 MiB aligned"
+        );
     }
 }
