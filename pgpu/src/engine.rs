@@ -266,9 +266,34 @@ pub enum FaultKind {
     Kernel(String),
 }
 
+/// Where in a kernel a fault happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSite {
+    /// Entry (kernel) name.
+    pub entry: String,
+    /// Instruction index in the entry.
+    pub pc: u32,
+    /// Source line of that instruction in the PTX text (0 when unknown).
+    pub line: u32,
+    /// CTA index (x, y, z).
+    pub cta: [u32; 3],
+    /// Thread index in the CTA (x, y, z) of the first faulting thread.
+    pub thread: [u32; 3],
+}
+
+impl fmt::Display for KernelSite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} pc {} (line {}) cta {:?} thread {:?}",
+            self.entry, self.pc, self.line, self.cta, self.thread
+        )
+    }
+}
+
 /// A fault that ended a job. The engine stays usable for the next job and other spaces.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{kind} at va {va:#x} ({access:?}){}", location.as_deref().map(|l| format!(" in {l}")).unwrap_or_default())]
+#[error("{kind} at va {va:#x} ({access:?}){}", site.as_ref().map(|s| format!(" in {s}")).unwrap_or_default())]
 pub struct JobFault {
     /// What went wrong.
     pub kind: FaultKind,
@@ -276,8 +301,8 @@ pub struct JobFault {
     pub va: u64,
     /// The access kind (`None` when the fault is not about memory).
     pub access: Option<AccessKind>,
-    /// Where: kernel entry, instruction index and thread for kernels; `None` for copies.
-    pub location: Option<String>,
+    /// Where in the kernel; `None` for copies.
+    pub site: Option<KernelSite>,
 }
 
 /// Engine-private in-memory state of a preempted job: resumed as is by the engine that made it,

@@ -26,7 +26,7 @@ fn fault(kind: crate::engine::FaultKind, va: u64, access: AccessKind) -> JobFaul
         kind,
         va,
         access: Some(access),
-        location: None,
+        site: None,
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use ptx::{Access, FaultReason, GlobalMemory, HostSpan, KernelFault, MemFault};
 
-use crate::engine::{AccessKind, FaultKind, JobFault, PreemptHandle};
+use crate::engine::{AccessKind, FaultKind, JobFault, KernelSite, PreemptHandle};
 
 use super::mmu::Mmu;
 
@@ -78,9 +78,12 @@ pub fn job_fault(f: &KernelFault, entry: &str, mmu: &Mmu) -> JobFault {
         kind,
         va: f.va,
         access: memory.then(|| access_kind(f.access)),
-        location: Some(format!(
-            "{entry} pc {} ({}) cta {:?} thread {:?}",
-            f.pc, f.pos, f.cta, f.thread
-        )),
+        site: Some(KernelSite {
+            entry: entry.to_string(),
+            pc: f.pc,
+            line: f.pos.line,
+            cta: f.cta,
+            thread: f.thread,
+        }),
     }
 }
