@@ -47,6 +47,7 @@ impl Ty {
     }
 
     /// Size in bytes (pred counts as 1).
+    #[inline(always)]
     pub(crate) fn bytes(self) -> u32 {
         match self {
             Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
@@ -56,14 +57,17 @@ impl Ty {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn bits(self) -> u32 {
         self.bytes() * 8
     }
 
+    #[inline(always)]
     pub(crate) fn is_signed(self) -> bool {
         matches!(self, Ty::S8 | Ty::S16 | Ty::S32 | Ty::S64)
     }
 
+    #[inline(always)]
     pub(crate) fn is_float(self) -> bool {
         matches!(self, Ty::F32 | Ty::F64)
     }
@@ -84,6 +88,7 @@ impl Ty {
     }
 
     /// Mask of the low `bits()` bits.
+    #[inline(always)]
     pub(crate) fn mask(self) -> u64 {
         if self.bits() >= 64 {
             u64::MAX
@@ -93,6 +98,7 @@ impl Ty {
     }
 
     /// Sign- or zero-extend the low bits of `v` to 64 bits according to the type.
+    #[inline(always)]
     pub(crate) fn extend(self, v: u64) -> u64 {
         let b = self.bits();
         if b >= 64 {

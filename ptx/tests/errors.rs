@@ -221,11 +221,17 @@ fn faults_are_reported_with_location() {
 
 #[test]
 fn deep_nesting_and_huge_inputs_are_bounded() {
-    let deep = body(&format!("mov.b64 %rd1, {}%r1{};", "{".repeat(100_000), "}".repeat(100_000)));
+    let deep = body(&format!(
+        "mov.b64 %rd1, {}%r1{};",
+        "{".repeat(100_000),
+        "}".repeat(100_000)
+    ));
     let _ = err(&deep);
     let braces = format!("{HEAD}.visible .entry k() {}", "{".repeat(200_000));
     let _ = err(&braces);
-    let many_labels: String = (0..20_000).map(|i| format!("$L{i}: bra $L{i};\n")).collect();
+    let many_labels: String = (0..20_000)
+        .map(|i| format!("$L{i}: bra $L{i};\n"))
+        .collect();
     assert!(ptx::parse(&body(&many_labels)).is_ok());
 }
 

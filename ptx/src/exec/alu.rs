@@ -476,3 +476,43 @@ pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u
         },
     }
 }
+
+#[inline(always)]
+fn build_mask(f: impl Fn(usize) -> bool) -> u32 {
+    let mut m = 0u32;
+    for l in 0..32 {
+        m |= u32::from(f(l)) << l;
+    }
+    m
+}
+
+/// `setp` over lanes: bit `l` of the result is the comparison of lane `l`.
+pub(crate) fn setp_mask(cmp: Cmp, ty: Ty, ftz: bool, a: &Lanes, b: &Lanes) -> u32 {
+    if ty.is_float() {
+        return build_mask(|l| compare(cmp, ty, ftz, a[l], b[l]));
+    }
+    if ty.is_signed() {
+        let sh = 64 - ty.bits();
+        let e = |x: u64| ((x << sh) as i64) >> sh;
+        match cmp {
+            Cmp::Eq => build_mask(|l| e(a[l]) == e(b[l])),
+            Cmp::Ne => build_mask(|l| e(a[l]) != e(b[l])),
+            Cmp::Lt => build_mask(|l| e(a[l]) < e(b[l])),
+            Cmp::Le => build_mask(|l| e(a[l]) <= e(b[l])),
+            Cmp::Gt => build_mask(|l| e(a[l]) > e(b[l])),
+            Cmp::Ge => build_mask(|l| e(a[l]) >= e(b[l])),
+            _ => 0,
+        }
+    } else {
+        let m = ty.mask();
+        match cmp {
+            Cmp::Eq => build_mask(|l| a[l] & m == b[l] & m),
+            Cmp::Ne => build_mask(|l| a[l] & m != b[l] & m),
+            Cmp::Lt => build_mask(|l| a[l] & m < b[l] & m),
+            Cmp::Le => build_mask(|l| a[l] & m <= b[l] & m),
+            Cmp::Gt => build_mask(|l| a[l] & m > b[l] & m),
+            Cmp::Ge => build_mask(|l| a[l] & m >= b[l] & m),
+            _ => 0,
+        }
+    }
+}

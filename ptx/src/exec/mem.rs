@@ -59,15 +59,19 @@ impl Tlb {
 
     /// Host pointer for `size` bytes at `va` (already checked to be naturally aligned).
     #[inline(always)]
-    fn lookup(
+    pub(crate) fn lookup(
         &mut self,
         mem: &dyn GlobalMemory,
         va: u64,
         size: u64,
         access: Access,
     ) -> Result<*mut u8, LaneFault> {
+        let last = &self.e[(self.next + TLB_WAYS - 1) % TLB_WAYS];
+        if last.access == access && va >= last.lo && va.wrapping_add(size) <= last.hi {
+            return Ok(last.host.wrapping_add((va - last.lo) as usize));
+        }
         for e in &self.e {
-            if e.access == access && va >= e.lo && va + size <= e.hi {
+            if e.access == access && va >= e.lo && va.wrapping_add(size) <= e.hi {
                 return Ok(e.host.wrapping_add((va - e.lo) as usize));
             }
         }
@@ -171,7 +175,7 @@ fn write_le(b: &mut [u8], v: u64) {
 /// # Safety
 /// `p` must be valid and aligned for `size` bytes (guaranteed by a translated span).
 #[inline(always)]
-unsafe fn host_load(p: *mut u8, size: u64) -> u64 {
+pub(crate) unsafe fn host_load(p: *mut u8, size: u64) -> u64 {
     // SAFETY: the caller guarantees `p` is valid and aligned for `size` bytes for the duration
     // of the run (HostSpan contract); all concurrent accesses are atomic.
     unsafe {
@@ -189,7 +193,7 @@ unsafe fn host_load(p: *mut u8, size: u64) -> u64 {
 /// # Safety
 /// As [`host_load`].
 #[inline(always)]
-unsafe fn host_store(p: *mut u8, size: u64, v: u64) {
+pub(crate) unsafe fn host_store(p: *mut u8, size: u64, v: u64) {
     // SAFETY: as in `host_load`.
     unsafe {
         match size {

@@ -8,9 +8,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exec::alu::{self, Lanes};
 use crate::exec::cta::{StackEntry, Warp, thread_coords};
+use crate::exec::fastmem;
 use crate::exec::launch::{KernelFault, Stats};
 use crate::exec::mem::{LaneFault, MemCtx, Tlb};
-use crate::ir::{BoolOp, Entry, Inst, PSrc, ShflMode, Src, Sreg, TerOp, VoteMode};
+use crate::ir::{BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
 use crate::memory::{Access, FaultReason, GlobalMemory};
 
 /// Most entries a SIMT stack may hold (bounds hostile saved contexts too).
@@ -96,6 +97,25 @@ fn fetch(w: &Warp, s: Src, widx: u32, env: &Env, out: &mut Lanes) {
     }
 }
 
+/// A source operand's lanes: a view of the register row, or `buf` filled with the value.
+#[inline(always)]
+fn src<'a>(w: &'a Warp, s: Src, widx: u32, env: &Env, buf: &'a mut Lanes) -> &'a Lanes {
+    if let Src::Reg(r) = s {
+        let r = r as usize * 32;
+        if let Some(row) = w
+            .regs
+            .get(r..r + 32)
+            .and_then(|x| <&Lanes>::try_from(x).ok())
+        {
+            return row;
+        }
+        *buf = [0; 32];
+        return buf;
+    }
+    fetch(w, s, widx, env, buf);
+    buf
+}
+
 #[inline(always)]
 fn write(w: &mut Warp, d: u32, exec: u32, v: &Lanes) {
     let r = d as usize * 32;
@@ -157,9 +177,9 @@ pub(crate) fn exec_warp(
     stats: &mut Stats,
 ) -> WarpStop {
     let code = &env.entry.code;
-    let mut a: Lanes = [0; 32];
-    let mut b: Lanes = [0; 32];
-    let mut c: Lanes = [0; 32];
+    let mut ba: Lanes = [0; 32];
+    let mut bb: Lanes = [0; 32];
+    let mut bc: Lanes = [0; 32];
     let mut r: Lanes = [0; 32];
     for _ in 0..budget {
         if !reconverge(w) {
@@ -194,8 +214,8 @@ pub(crate) fn exec_warp(
                 d,
                 a: sa,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                alu::un(*op, *ty, *f, &a, &mut r);
+                let a = src(w, *sa, widx, env, &mut ba);
+                alu::un(*op, *ty, *f, a, &mut r);
                 write(w, *d, exec, &r);
             }
             Inst::Bin {
@@ -206,9 +226,9 @@ pub(crate) fn exec_warp(
                 a: sa,
                 b: sb,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                alu::bin(*op, *ty, *f, &a, &b, &mut r);
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                alu::bin(*op, *ty, *f, a, b, &mut r);
                 write(w, *d, exec, &r);
             }
             Inst::Ter {
@@ -220,10 +240,10 @@ pub(crate) fn exec_warp(
                 b: sb,
                 c: sc,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                fetch(w, *sc, widx, env, &mut c);
-                alu::ter(*op, *ty, *f, &a, &b, &c, &mut r);
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
+                alu::ter(*op, *ty, *f, a, b, c, &mut r);
                 write(w, *d, exec, &r);
             }
             Inst::Selp {
@@ -233,13 +253,13 @@ pub(crate) fn exec_warp(
                 b: sb,
                 p,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
                 let pm = psrc(w, *p);
                 for l in 0..32 {
-                    c[l] = u64::from(pm >> l & 1);
+                    bc[l] = u64::from(pm >> l & 1);
                 }
-                alu::ter(TerOp::Selp, *ty, Default::default(), &a, &b, &c, &mut r);
+                alu::ter(TerOp::Selp, *ty, Default::default(), a, b, &bc, &mut r);
                 write(w, *d, exec, &r);
             }
             Inst::Bfi {
@@ -250,9 +270,9 @@ pub(crate) fn exec_warp(
                 c: sc,
                 e,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                fetch(w, *sc, widx, env, &mut c);
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
                 fetch(w, *e, widx, env, &mut r);
                 let mut out: Lanes = [0; 32];
                 for l in 0..32 {
@@ -285,12 +305,9 @@ pub(crate) fn exec_warp(
                 b: sb,
                 comb,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                let mut m = 0u32;
-                for l in 0..32 {
-                    m |= u32::from(alu::compare(*cmp, *ty, *ftz, a[l], b[l])) << l;
-                }
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let m = alu::setp_mask(*cmp, *ty, *ftz, a, b);
                 let (pv, qv) = match comb {
                     Some((o, cs)) => {
                         let cv = psrc(w, *cs);
@@ -313,7 +330,7 @@ pub(crate) fn exec_warp(
                 d,
                 a: sa,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
+                let a = src(w, *sa, widx, env, &mut ba);
                 let dmask = if *dbits >= 64 {
                     u64::MAX
                 } else {
@@ -332,9 +349,8 @@ pub(crate) fn exec_warp(
                 d,
                 a: sa,
             } => {
-                use crate::ir::Space;
                 use crate::memory::{LOCAL_WINDOW, SHARED_WINDOW};
-                fetch(w, *sa, widx, env, &mut a);
+                let a = src(w, *sa, widx, env, &mut ba);
                 let base = match space {
                     Space::Shared => SHARED_WINDOW,
                     Space::Local => LOCAL_WINDOW,
@@ -361,7 +377,7 @@ pub(crate) fn exec_warp(
                     (1u64 << elem_bits) - 1
                 };
                 for (k, s) in parts.iter().enumerate() {
-                    fetch(w, *s, widx, env, &mut a);
+                    let a = src(w, *s, widx, env, &mut ba);
                     let sh = k as u32 * elem_bits;
                     for l in 0..32 {
                         r[l] |= (a[l] & em).checked_shl(sh).unwrap_or(0);
@@ -374,7 +390,8 @@ pub(crate) fn exec_warp(
                 ds,
                 a: sa,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
+                fetch(w, *sa, widx, env, &mut ba);
+                let a = &ba;
                 let em = if *elem_bits >= 64 {
                     u64::MAX
                 } else {
@@ -397,13 +414,35 @@ pub(crate) fn exec_warp(
                 base,
                 off,
             } => {
-                fetch(w, *base, widx, env, &mut a);
+                fetch(w, *base, widx, env, &mut ba);
+                let a = &ba;
                 let size = u64::from(ty.bytes());
                 let dmask = if *dwidth >= 64 {
                     u64::MAX
                 } else {
                     (1u64 << dwidth) - 1
                 };
+                if *n == 1 {
+                    let ok = match space {
+                        Space::Shared => {
+                            fastmem::ld_shared(shared, a, *off, size as usize, exec, &mut r)
+                        }
+                        Space::Global => {
+                            fastmem::ld_global(env.mem, tlb, a, *off, size as usize, exec, &mut r)
+                        }
+                        _ => false,
+                    };
+                    if ok {
+                        if ty.is_signed() {
+                            for v in r.iter_mut() {
+                                *v = ty.extend(*v) & dmask;
+                            }
+                        }
+                        write(w, d[0], exec, &r);
+                        w.pc = next;
+                        continue;
+                    }
+                }
                 let mut vals = [[0u64; 32]; 4];
                 let lb = env.local_bytes;
                 for l in 0..32 {
@@ -457,11 +496,26 @@ pub(crate) fn exec_warp(
                 base,
                 off,
             } => {
-                fetch(w, *base, widx, env, &mut a);
+                fetch(w, *base, widx, env, &mut ba);
+                let a = &ba;
                 let size = u64::from(ty.bytes());
                 let mut data = [[0u64; 32]; 4];
                 for k in 0..usize::from(*n) {
                     fetch(w, vals[k], widx, env, &mut data[k]);
+                }
+                if *n == 1 {
+                    let sz = size as usize;
+                    let ok = match space {
+                        Space::Shared => fastmem::st_shared(shared, a, *off, sz, exec, &data[0]),
+                        Space::Global => {
+                            fastmem::st_global(env.mem, tlb, a, *off, sz, exec, &data[0])
+                        }
+                        _ => false,
+                    };
+                    if ok {
+                        w.pc = next;
+                        continue;
+                    }
                 }
                 let lb = env.local_bytes;
                 for l in 0..32 {
@@ -506,9 +560,12 @@ pub(crate) fn exec_warp(
                 b: sb,
                 c: sc,
             } => {
-                fetch(w, *base, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                fetch(w, *sc, widx, env, &mut c);
+                fetch(w, *base, widx, env, &mut ba);
+                let a = &ba;
+                fetch(w, *sb, widx, env, &mut bb);
+                let b = &bb;
+                fetch(w, *sc, widx, env, &mut bc);
+                let c = &bc;
                 let lb = env.local_bytes;
                 for l in 0..32 {
                     if exec >> l & 1 == 0 {
@@ -600,9 +657,9 @@ pub(crate) fn exec_warp(
                 b: sb,
                 c: sc,
             } => {
-                fetch(w, *sa, widx, env, &mut a);
-                fetch(w, *sb, widx, env, &mut b);
-                fetch(w, *sc, widx, env, &mut c);
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
                 let mut pm = 0u32;
                 for l in 0..32i64 {
                     let cl = c[l as usize];
