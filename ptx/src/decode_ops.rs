@@ -105,7 +105,7 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
         | "shr" | "copysign" => dec_bin(c, base, &mut m, ops)?,
         "mad" | "fma" => dec_mad(c, base, &mut m, ops)?,
         "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
-        | "ex2" | "lg2" | "sin" | "cos" => dec_un(c, base, &mut m, ops)?,
+        | "ex2" | "lg2" | "sin" | "cos" | "tanh" => dec_un(c, base, &mut m, ops)?,
         "bfe" => {
             let ty = one_type(c, &mut m)?;
             if !matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64) {
@@ -215,6 +215,54 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             Inst::Exit
         }
         "trap" => Inst::Trap,
+        "nanosleep" | "prefetch" | "prefetchu" => {
+            // Hints without architectural effect in the interpreter.
+            m.take("u32");
+            m.take_any(&["global", "local"]);
+            m.take_any(&["L1", "L2"]);
+            if ops.len() != 1 {
+                return c.operr("expected 1 operand");
+            }
+            if base == "nanosleep" {
+                c.src(&ops[0], Ty::U32)?;
+            } else {
+                c.addr(&ops[0])?;
+            }
+            Inst::Nop
+        }
+        "prmt" => {
+            if !m.take("b32") {
+                return c.unsupported();
+            }
+            nops(c, ops, 4)?;
+            Inst::Prmt {
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], Ty::B32)?,
+                b: c.src(&ops[2], Ty::B32)?,
+                c: c.src(&ops[3], Ty::B32)?,
+            }
+        }
+        "slct" => {
+            let ftz = m.take("ftz");
+            let tys = m.types();
+            let [ty, cty] = tys.as_slice() else {
+                return c.unsupported();
+            };
+            let (ty, cty) = (*ty, *cty);
+            if ty == Ty::Pred || !matches!(cty, Ty::S32 | Ty::F32) {
+                return c.unsupported();
+            }
+            nops(c, ops, 4)?;
+            Inst::Slct {
+                ty,
+                cty,
+                ftz,
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+                b: c.src(&ops[2], ty)?,
+                c: c.src(&ops[3], cty)?,
+            }
+        }
         "nop" => Inst::Nop,
         "shfl" => dec_shfl(c, &mut m, ops)?,
         "vote" => dec_vote(c, &mut m, ops)?,
@@ -410,6 +458,7 @@ fn dec_un(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         "lg2" if ty == Ty::F32 => UnOp::Lg2,
         "sin" if ty == Ty::F32 => UnOp::Sin,
         "cos" if ty == Ty::F32 => UnOp::Cos,
+        "tanh" if ty == Ty::F32 => UnOp::Tanh,
         _ => return c.unsupported(),
     };
     Ok(Inst::Un {

@@ -198,6 +198,7 @@ pub(crate) enum UnOp {
     Lg2,
     Sin,
     Cos,
+    Tanh,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -329,6 +330,23 @@ pub(crate) enum Inst {
         p: PSrc,
     },
     /// bfi.b32/b64 d, a(insert), b(base), c(pos), e(len).
+    /// `prmt.b32` (default mode): byte permute of {b, a} by selector c.
+    Prmt {
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    /// `slct.dty.s32/f32`: d = c >= 0 ? a : b.
+    Slct {
+        ty: Ty,
+        cty: Ty,
+        ftz: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
     Bfi {
         ty: Ty,
         d: u32,

@@ -274,6 +274,42 @@ const INT32: &[(&str, St, Model)] = &[
     ("xor.b32 %d32, %a32, %b32;", St::U32, |a, b, _| {
         w32(u32_(a) ^ u32_(b))
     }),
+    ("prmt.b32 %d32, %a32, %b32, %c32;", St::U32, |a, b, c| {
+        let mut src = [0u8; 8];
+        src[..4].copy_from_slice(&u32_(a).to_le_bytes());
+        src[4..].copy_from_slice(&u32_(b).to_le_bytes());
+        let mut out = [0u8; 4];
+        for (i, o) in out.iter_mut().enumerate() {
+            let sel = (u32_(c) >> (4 * i)) & 0xf;
+            let byte = src[(sel & 7) as usize];
+            *o = if sel & 8 == 0 {
+                byte
+            } else if byte >= 0x80 {
+                0xff
+            } else {
+                0
+            };
+        }
+        w32(u32::from_le_bytes(out))
+    }),
+    (
+        "slct.u32.s32 %d32, %a32, %b32, %c32;",
+        St::U32,
+        |a, b, c| {
+            if s32(c) >= 0 {
+                a & 0xffff_ffff
+            } else {
+                b & 0xffff_ffff
+            }
+        },
+    ),
+    ("slct.b32.f32 %d32, %a32, %b32, %fc;", St::U32, |a, b, c| {
+        if f32_(c) >= 0.0 {
+            a & 0xffff_ffff
+        } else {
+            b & 0xffff_ffff
+        }
+    }),
     ("bfe.u32 %d32, %a32, %b32, %c32;", St::U32, |a, b, c| {
         let (pos, len) = (u32_(b) & 0xff, u32_(c) & 0xff);
         let mut d = 0u32;

@@ -218,6 +218,7 @@ pub(crate) fn un(op: UnOp, ty: Ty, f: FFlags, a: &Lanes, r: &mut Lanes) {
                 UnOp::Lg2 => map1(a, r, g(f32::log2)),
                 UnOp::Sin => map1(a, r, g(f32::sin)),
                 UnOp::Cos => map1(a, r, g(f32::cos)),
+                UnOp::Tanh => map1(a, r, g(f32::tanh)),
                 _ => map1(a, r, |_| 0),
             }
         }
@@ -514,5 +515,31 @@ pub(crate) fn setp_mask(cmp: Cmp, ty: Ty, ftz: bool, a: &Lanes, b: &Lanes) -> u3
             Cmp::Ge => build_mask(|l| a[l] & m >= b[l] & m),
             _ => 0,
         }
+    }
+}
+
+/// `prmt.b32` default mode.
+pub(crate) fn prmt(a: u64, b: u64, c: u64) -> u64 {
+    let bytes = (b & 0xffff_ffff) << 32 | (a & 0xffff_ffff);
+    let mut d = 0u64;
+    for i in 0..4 {
+        let sel = (c >> (4 * i)) & 0xf;
+        let byte = (bytes >> (8 * (sel & 7))) & 0xff;
+        let v = if sel & 8 != 0 {
+            if byte & 0x80 != 0 { 0xff } else { 0 }
+        } else {
+            byte
+        };
+        d |= v << (8 * i);
+    }
+    d
+}
+
+/// `slct` condition: c >= 0 (s32) or c >= 0.0 (f32, NaN false).
+pub(crate) fn slct_cond(cty: Ty, ftz: bool, c: u64) -> bool {
+    if cty == Ty::F32 {
+        f32_in(c, ftz) >= 0.0
+    } else {
+        (c as u32 as i32) >= 0
     }
 }

@@ -262,6 +262,42 @@ pub(crate) fn exec_warp(
                 alu::ter(TerOp::Selp, *ty, Default::default(), a, b, &bc, &mut r);
                 write(w, *d, exec, &r);
             }
+            Inst::Prmt {
+                d,
+                a: sa,
+                b: sb,
+                c: sc,
+            } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
+                for l in 0..32 {
+                    r[l] = alu::prmt(a[l], b[l], c[l]);
+                }
+                write(w, *d, exec, &r);
+            }
+            Inst::Slct {
+                ty,
+                cty,
+                ftz,
+                d,
+                a: sa,
+                b: sb,
+                c: sc,
+            } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
+                let m = ty.mask();
+                for l in 0..32 {
+                    r[l] = if alu::slct_cond(*cty, *ftz, c[l]) {
+                        a[l]
+                    } else {
+                        b[l]
+                    } & m;
+                }
+                write(w, *d, exec, &r);
+            }
             Inst::Bfi {
                 ty,
                 d,
