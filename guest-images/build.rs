@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let guests = manifest.join("guests");
     println!("cargo:rerun-if-changed={}", guests.display());
@@ -35,7 +36,10 @@ fn main() {
         "-C".into(),
         "link-arg=-no-pie".into(),
         "-C".into(),
-        format!("link-arg=-Wl,-T,{},--build-id=none", linker_script.display()),
+        format!(
+            "link-arg=-Wl,-T,{},--build-id=none",
+            linker_script.display()
+        ),
     ]
     .join("\x1f");
 
@@ -53,25 +57,44 @@ fn main() {
         let key = key.to_string_lossy().into_owned();
         let inherited = (key.starts_with("CARGO") && key != "CARGO_HOME")
             || key.starts_with("RUSTC_WORKSPACE_WRAPPER")
-            || matches!(key.as_str(), "RUSTFLAGS" | "RUSTDOCFLAGS" | "CLIPPY_ARGS" | "MAKEFLAGS" | "MFLAGS");
+            || matches!(
+                key.as_str(),
+                "RUSTFLAGS" | "RUSTDOCFLAGS" | "CLIPPY_ARGS" | "MAKEFLAGS" | "MFLAGS"
+            );
         if inherited {
             cmd.env_remove(&key);
         }
     }
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags);
-    let status = cmd.status().expect("failed to start cargo for the guest images");
-    assert!(status.success(), "building the guest images failed (see the output above)");
+    let status = cmd
+        .status()
+        .expect("failed to start cargo for the guest images");
+    assert!(
+        status.success(),
+        "building the guest images failed (see the output above)"
+    );
 
     let mut names: Vec<String> = std::fs::read_dir(guests.join("programs/src/bin"))
         .expect("guests/programs/src/bin exists")
         .filter_map(|e| e.ok()?.path().file_stem()?.to_str().map(String::from))
         .collect();
     names.sort();
-    let mut code = String::from("/// Every bundled guest image: (name, ELF bytes).\npub static IMAGES: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// Every bundled guest image: (name, ELF bytes).\npub static IMAGES: &[(&str, &[u8])] = &[\n",
+    );
     for name in &names {
         let elf = target_dir.join("release").join(name);
-        assert!(Path::new(&elf).exists(), "guest image {} was not built", elf.display());
-        writeln!(code, "    ({name:?}, include_bytes!({:?})),", elf.display().to_string()).expect("write to String");
+        assert!(
+            Path::new(&elf).exists(),
+            "guest image {} was not built",
+            elf.display()
+        );
+        writeln!(
+            code,
+            "    ({name:?}, include_bytes!({:?})),",
+            elf.display().to_string()
+        )
+        .expect("write to String");
     }
     code.push_str("];\n");
     std::fs::write(out.join("images.rs"), code).expect("write images.rs");

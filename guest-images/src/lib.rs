@@ -27,7 +27,10 @@ mod tests {
             assert_eq!(u16::from_le_bytes([elf[16], elf[17]]), 2, "{name}: ET_EXEC");
             assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 62, "{name}: x86-64");
             let entry = u64::from_le_bytes(elf[24..32].try_into().unwrap());
-            assert!((0x10_0000..0x20_0000).contains(&entry), "{name}: entry {entry:#x}");
+            assert!(
+                (0x10_0000..0x20_0000).contains(&entry),
+                "{name}: entry {entry:#x}"
+            );
         }
         assert!(super::get("nope").is_none());
     }

@@ -1,1 +1,18 @@
-//! vmm (placeholder: filled in by its first real code)
+//! vgpu-vmm: a KVM virtual machine monitor built from rust-vmm crates, which runs bare-metal
+//! test guests (and, later, Linux) and gives them a virtual GPU.
+//!
+//! Module map: [`layout`] (every guest address), [`memory`] (RAM and KVM slots), [`arch`]
+//! (x86-64 entry state), [`loader`] (images and boot info), [`devices`] (serial, i8042,
+//! debug exit, PCI test device), [`vcpu`] (threads and exit dispatch), [`lifecycle`] (signals,
+//! timeout), [`exit`] (why the VM stopped), [`stats`] (`--stats`), [`vm`] (putting it together).
+
+pub mod arch;
+pub mod devices;
+pub mod exit;
+pub mod layout;
+pub mod lifecycle;
+pub mod loader;
+pub mod memory;
+pub mod stats;
+pub mod vcpu;
+pub mod vm;

@@ -1,5 +1,5 @@
-//! Runtime for vgpu-vmm's bare-metal guests: 64-bit entry (SSE on, .bss cleared, own stack),
-//! an IDT that reports CPU exceptions, serial console output, port and MMIO helpers, PCI
+//! Runtime for vgpu-vmm's bare-metal guests: 64-bit entry that sets the machine up at CPL0 and
+//! runs the program at CPL3 (see [`cpu`]), an IDT that reports CPU exceptions, serial console output, port and MMIO helpers, PCI
 //! enumeration, a bump heap for `alloc`, the command line, and `exit(code)` through the
 //! debug-exit port. A program links this crate and names its main with [`entry!`].
 #![no_std]
@@ -7,6 +7,7 @@
 extern crate alloc;
 
 pub mod boot;
+pub mod cpu;
 pub mod heap;
 pub mod idt;
 pub mod io;
@@ -36,16 +37,14 @@ unsafe extern "Rust" {
 /// Ends the VM with `code` through the debug-exit port. Never returns.
 pub fn exit(code: u8) -> ! {
     io::outb(abi::ports::DEBUG_EXIT, code);
-    // The VMM stops this vCPU; wait for that without burning the host CPU.
+    // The VMM stops this vCPU at once; should it not, idle rather than spin.
     loop {
-        // SAFETY: hlt only waits for an interrupt; interrupts are off, so this idles forever.
-        unsafe { core::arch::asm!("cli; hlt", options(nomem, nostack)) };
+        cpu::halt();
     }
 }
 
-/// Called by the assembly entry with the boot-info pointer the VMM put in `rdi`.
+/// Where the program starts, at CPL3, with the boot-info pointer the VMM put in `rdi`.
 extern "C" fn rt_start(info: u64) -> ! {
-    idt::init();
     if boot::init(info).is_err() {
         println!("guest-rt: missing or malformed boot info at {info:#x}");
         exit(abi::exit_codes::BAD_BOOT_INFO);
@@ -55,37 +54,6 @@ extern "C" fn rt_start(info: u64) -> ! {
     let code = unsafe { __guest_main() };
     exit(code)
 }
-
-core::arch::global_asm!(
-    r#"
-    .section .text.boot, "ax"
-    .global _start
-_start:
-    cli
-    cld
-    mov r12, rdi
-    lea rdi, [rip + __bss_start]
-    lea rcx, [rip + __bss_end]
-    sub rcx, rdi
-    xor eax, eax
-    rep stosb
-    lea rsp, [rip + __stack_top]
-    xor ebp, ebp
-    mov rax, cr0
-    and rax, ~(1 << 2)
-    or rax, (1 << 1)
-    mov cr0, rax
-    mov rax, cr4
-    or rax, (1 << 9) | (1 << 10)
-    mov cr4, rax
-    mov rdi, r12
-    call {start}
-2:
-    hlt
-    jmp 2b
-    "#,
-    start = sym rt_start,
-);
 
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {

@@ -20,11 +20,7 @@ fn main() -> u8 {
             println!("read {v}");
         }
         "panic" => panic!("requested by the command line"),
-        "triple" => {
-            guest_rt::idt::break_idt();
-            // SAFETY: deliberately faults with no IDT.
-            unsafe { core::arch::asm!("ud2") }
-        }
+        "triple" => guest_rt::idt::triple_fault(),
         other => println!("unknown mode {other}"),
     }
     1

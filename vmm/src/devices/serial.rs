@@ -1,0 +1,177 @@
+//! The 8250 UART at COM1 (vm-superio): output to the VMM's stdout, input from its stdin, its
+//! interrupt through an irqfd on IRQ 4. Console input reaches the event loop through
+//! [`ConsoleInput`], fed by a reader thread so that any stdin works (terminal, pipe, file,
+//! /dev/null); on a terminal, Ctrl-A x quits.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc::{Receiver, TryRecvError, channel};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
+use mmio::BusDevice;
+use vm_superio::{Serial, Trigger};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::exit::{ExitLatch, ExitReason};
+
+/// Raises the UART's interrupt through an irqfd.
+pub struct IrqTrigger(pub EventFd);
+
+impl Trigger for IrqTrigger {
+    type E = std::io::Error;
+    fn trigger(&self) -> std::io::Result<()> {
+        self.0.write(1)
+    }
+}
+
+/// The UART as a bus device.
+pub struct SerialDevice(Serial<IrqTrigger, vm_superio::serial::NoEvents, Box<dyn Write + Send>>);
+
+impl SerialDevice {
+    pub fn new(irq: EventFd, out: Box<dyn Write + Send>) -> Self {
+        SerialDevice(Serial::new(IrqTrigger(irq), out))
+    }
+
+    /// Queues console input; returns how many bytes fit in the receive FIFO.
+    fn enqueue(&mut self, bytes: &[u8]) -> usize {
+        self.0.enqueue_raw_bytes(bytes).unwrap_or(0)
+    }
+}
+
+impl BusDevice for SerialDevice {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = u8::try_from(offset + i as u64)
+                .map(|o| self.0.read(o))
+                .unwrap_or(0xff);
+        }
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        for (i, b) in data.iter().enumerate() {
+            if let Ok(o) = u8::try_from(offset + i as u64)
+                && let Err(e) = self.0.write(o, *b)
+            {
+                log::warn!("serial: write at offset {o}: {e:?}");
+            }
+        }
+    }
+}
+
+/// Starts the stdin reader thread; returns the channel and the eventfd it signals.
+pub fn spawn_stdin_reader() -> std::io::Result<(Receiver<Vec<u8>>, EventFd)> {
+    let (tx, rx) = channel();
+    let evt = EventFd::new(libc::EFD_NONBLOCK)?;
+    let notify = evt.try_clone()?;
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = [0u8; 512];
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() || notify.write(1).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        log::debug!("stdin: {e}");
+                        break;
+                    }
+                }
+            }
+        })?;
+    Ok((rx, evt))
+}
+
+/// Event-loop subscriber moving console input into the UART, holding back what does not fit
+/// in its FIFO until the guest drains it (retried on every wake-up and on a timer tick).
+pub struct ConsoleInput {
+    serial: Arc<Mutex<SerialDevice>>,
+    rx: Receiver<Vec<u8>>,
+    evt: EventFd,
+    pending: VecDeque<u8>,
+    latch: Arc<ExitLatch>,
+    interactive: bool,
+    saw_ctrl_a: bool,
+}
+
+impl ConsoleInput {
+    pub fn new(
+        serial: Arc<Mutex<SerialDevice>>,
+        rx: Receiver<Vec<u8>>,
+        evt: EventFd,
+        latch: Arc<ExitLatch>,
+        interactive: bool,
+    ) -> Self {
+        ConsoleInput {
+            serial,
+            rx,
+            evt,
+            pending: VecDeque::new(),
+            latch,
+            interactive,
+            saw_ctrl_a: false,
+        }
+    }
+
+    /// Feeds pending input into the UART FIFO.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut serial = self.serial.lock().unwrap_or_else(PoisonError::into_inner);
+        let (a, _) = self.pending.as_slices();
+        let n = serial.enqueue(a);
+        self.pending.drain(..n);
+    }
+
+    fn take(&mut self, bytes: Vec<u8>) {
+        for b in bytes {
+            if self.interactive {
+                if self.saw_ctrl_a {
+                    self.saw_ctrl_a = false;
+                    if b == b'x' {
+                        self.latch.request(ExitReason::ConsoleQuit);
+                        return;
+                    }
+                } else if b == 0x01 {
+                    self.saw_ctrl_a = true;
+                    continue;
+                }
+            }
+            self.pending.push_back(b);
+        }
+    }
+}
+
+impl MutEventSubscriber for ConsoleInput {
+    fn process(&mut self, events: Events, ops: &mut EventOps) {
+        if events.fd() != self.evt.as_raw_fd() {
+            return;
+        }
+        let _ = self.evt.read();
+        loop {
+            match self.rx.try_recv() {
+                Ok(bytes) => self.take(bytes),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    let _ = ops.remove(Events::new(&self.evt, EventSet::IN));
+                    break;
+                }
+            }
+        }
+        self.flush();
+    }
+
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(&self.evt, EventSet::IN)) {
+            log::error!("console input: {e:?}");
+        }
+    }
+}

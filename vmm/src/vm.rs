@@ -1,0 +1,261 @@
+//! Building and running one VM: KVM VM with in-kernel irqchip and PIT, guest RAM, the image,
+//! the buses and devices, the vCPUs; then the event loop until something asks the VM to stop.
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
+use kvm_bindings::{KVM_PIT_SPEAKER_DUMMY, kvm_pit_config};
+use kvm_ioctls::Kvm;
+use mmio::Bus;
+use mmio::pci::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::arch;
+use crate::devices::{debug_exit::DebugExit, i8042::I8042, serial, testdev::TestDev};
+use crate::exit::{ExitLatch, ExitReason};
+use crate::layout;
+use crate::lifecycle::Lifecycle;
+use crate::loader::{self, Image, LoadError};
+use crate::memory::{self, MemoryError};
+use crate::stats::{Stats, VcpuStats};
+use crate::vcpu::{self, ExitCounters, Vcpu};
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    pub image: Image,
+    pub cmdline: String,
+    pub memory_mib: u64,
+    pub cpus: u8,
+    pub testdev: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// Errors setting up or running a VM.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    #[error("open /dev/kvm: {0}")]
+    Kvm(kvm_ioctls::Error),
+    #[error("{what}: {err}")]
+    KvmSetup {
+        what: &'static str,
+        err: kvm_ioctls::Error,
+    },
+    #[error("--cpus must be between 1 and {max}, got {got}")]
+    Cpus { got: u8, max: usize },
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("set up vCPU {id}: {err}")]
+    Cpu { id: u8, err: arch::CpuError },
+    #[error("register device: {0}")]
+    Bus(#[from] mmio::BusError),
+    #[error("PCI: {0}")]
+    Pci(#[from] mmio::pci::PciError),
+    #[error("write boot tables: {0}")]
+    Tables(#[from] vm_memory::GuestMemoryError),
+    #[error("{what}: {err}")]
+    Io {
+        what: &'static str,
+        err: std::io::Error,
+    },
+    #[error("event loop: {0:?}")]
+    EventLoop(event_manager::Error),
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
+    move |err| VmError::Io { what, err }
+}
+
+fn kvm(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
+    move |err| VmError::KvmSetup { what, err }
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct RunOutcome {
+    pub reason: ExitReason,
+    pub stats: Stats,
+}
+
+/// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.
+pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
+    let kvm_fd = Kvm::new().map_err(VmError::Kvm)?;
+    let max_cpus = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
+    if cfg.cpus == 0 || usize::from(cfg.cpus) > max_cpus {
+        return Err(VmError::Cpus {
+            got: cfg.cpus,
+            max: max_cpus,
+        });
+    }
+    let (name, bytes) = loader::image_bytes(&cfg.image)?;
+    let vm = kvm_fd.create_vm().map_err(kvm("create VM"))?;
+    vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
+        .map_err(kvm("set identity map address"))?;
+    vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
+        .map_err(kvm("set TSS address"))?;
+    vm.create_irq_chip().map_err(kvm("create irqchip"))?;
+    let pit = kvm_pit_config {
+        flags: KVM_PIT_SPEAKER_DUMMY,
+        ..Default::default()
+    };
+    vm.create_pit2(pit).map_err(kvm("create PIT"))?;
+
+    let mem = memory::create(&vm, cfg.memory_mib)?;
+    let entry = loader::load_elf(&mem, &name, &bytes)?;
+    arch::write_boot_tables(&mem)?;
+
+    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
+    let pio = Arc::new(Bus::new("pio"));
+    let mmio_bus = Arc::new(Bus::new("mmio"));
+
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(io("create serial irqfd"))?;
+    vm.register_irqfd(&serial_irq, layout::SERIAL_IRQ)
+        .map_err(kvm("register serial irqfd"))?;
+    let serial_dev = Arc::new(Mutex::new(serial::SerialDevice::new(
+        serial_irq,
+        Box::new(std::io::stdout()),
+    )));
+    let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
+    let (base, len) = range(layout::SERIAL_PORTS);
+    pio.insert("serial", base, len, serial_dev.clone())?;
+    let (base, len) = range(layout::I8042_PORTS);
+    pio.insert(
+        "i8042",
+        base,
+        len,
+        Arc::new(Mutex::new(I8042::new(latch.clone()))),
+    )?;
+    pio.insert(
+        "debug-exit",
+        layout::DEBUG_EXIT_PORT,
+        4,
+        Arc::new(Mutex::new(DebugExit::new(latch.clone()))),
+    )?;
+    let windows = PciWindows {
+        mmio32: layout::PCI_MMIO32,
+        mmio64: layout::PCI_MMIO64,
+        pio: layout::PCI_PIO,
+    };
+    let mut root = PciRoot::new(mmio_bus.clone(), pio.clone(), windows);
+    if cfg.testdev {
+        root.add_device("testdev", Arc::new(Mutex::new(TestDev::new()?)))?;
+    }
+    pio.insert(
+        "pci-config",
+        CONFIG_ADDRESS_PORT,
+        CONFIG_PORTS_LEN,
+        Arc::new(Mutex::new(root)),
+    )?;
+
+    let mut vcpus = Vec::new();
+    let mut tsc_khz = 0;
+    for id in 0..cfg.cpus {
+        let fd = vm.create_vcpu(u64::from(id)).map_err(kvm("create vCPU"))?;
+        arch::setup_cpuid(&kvm_fd, &fd, id, cfg.cpus).map_err(|err| VmError::Cpu { id, err })?;
+        arch::setup_lapic(&fd).map_err(|err| VmError::Cpu { id, err })?;
+        if id == 0 {
+            tsc_khz = fd.get_tsc_khz().map(u64::from).unwrap_or(0);
+        }
+        vcpus.push(fd);
+    }
+    let boot_info =
+        loader::write_boot_info(&mem, &cfg.cmdline, cfg.cpus, memory::split(&mem), tsc_khz)?;
+    arch::setup_boot_vcpu(&vcpus[0], entry, boot_info)
+        .map_err(|err| VmError::Cpu { id: 0, err })?;
+
+    // Event loop: console input and the VM's lifecycle.
+    let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
+        EventManager::new().map_err(VmError::EventLoop)?;
+    let interactive = std::io::stdin().is_terminal();
+    let (rx, evt) = serial::spawn_stdin_reader().map_err(io("start the stdin reader"))?;
+    let console = Arc::new(Mutex::new(serial::ConsoleInput::new(
+        serial_dev,
+        rx,
+        evt,
+        latch.clone(),
+        interactive,
+    )));
+    em.add_subscriber(console.clone());
+    let lifecycle = Lifecycle::new(latch.clone(), cfg.timeout, Some(console))
+        .map_err(io("set up signals and timers"))?;
+    em.add_subscriber(Arc::new(Mutex::new(lifecycle)));
+    let _raw = interactive.then(RawTerminal::enter);
+
+    vcpu::install_kick_handler().map_err(|e| VmError::Io {
+        what: "install the vCPU kick handler",
+        err: e.into(),
+    })?;
+    let counters: Vec<Arc<ExitCounters>> = (0..cfg.cpus).map(|_| Arc::default()).collect();
+    let started = Instant::now();
+    let mut threads = Vec::new();
+    for (id, fd) in vcpus.into_iter().enumerate() {
+        let v = Vcpu {
+            id: id as u8,
+            fd,
+            pio: pio.clone(),
+            mmio: mmio_bus.clone(),
+            latch: latch.clone(),
+            counters: counters[id].clone(),
+        };
+        match v.spawn() {
+            Ok(t) => threads.push(t),
+            Err(err) => {
+                latch.request(ExitReason::VcpuError {
+                    vcpu: id as u8,
+                    what: format!("spawn thread: {err}"),
+                });
+                break;
+            }
+        }
+    }
+    while !latch.stopping() {
+        em.run_with_timeout(100).map_err(VmError::EventLoop)?;
+    }
+    vcpu::stop_all(threads, Duration::from_secs(2));
+    let run_ms = started.elapsed().as_secs_f64() * 1e3;
+    let reason = latch.reason().unwrap_or(ExitReason::VcpuError {
+        vcpu: 0,
+        what: "stopped without a reason".into(),
+    });
+    let stats = Stats {
+        exit_reason: reason.to_string(),
+        exit_code: reason.code(),
+        run_ms,
+        vcpus: counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| VcpuStats {
+                id: i as u8,
+                exits: c.snapshot(),
+            })
+            .collect(),
+        pio: pio.stats(),
+        mmio: mmio_bus.stats(),
+    };
+    drop(mem);
+    Ok(RunOutcome { reason, stats })
+}
+
+/// Puts the terminal in raw mode for an interactive console and restores it when dropped.
+struct RawTerminal;
+
+impl RawTerminal {
+    fn enter() -> Self {
+        use vmm_sys_util::terminal::Terminal;
+        if let Err(e) = std::io::stdin().lock().set_raw_mode() {
+            log::warn!("console: cannot set raw mode: {e}");
+        }
+        RawTerminal
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        use vmm_sys_util::terminal::Terminal;
+        let _ = std::io::stdin().lock().set_canon_mode();
+    }
+}
