@@ -442,8 +442,9 @@ const FLOAT: &[(&str, St, Model)] = &[
         wf32(f32_(a).sqrt())
     }),
     ("add.sat.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        // hardware: NaN and -0 saturate to +0
         let s = f32_(a) + f32_(b);
-        wf32(if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) })
+        wf32(if s > 0.0 { s.min(1.0) } else { 0.0 })
     }),
     ("mul.ftz.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
         let ftz = |x: f32| {
@@ -490,10 +491,19 @@ const CVT: &[(&str, St, Model)] = &[
         w32(f32_(a).trunc() as u32)
     }),
     ("cvt.rmi.s64.f32 %d64, %fa;", St::U64, |a, _, _| {
-        f32_(a).floor() as i64 as u64
+        // NaN -> 0x8000000000000000 for 64-bit targets (measured for s64 on the hardware)
+        if f32_(a).is_nan() {
+            1 << 63
+        } else {
+            f32_(a).floor() as i64 as u64
+        }
     }),
     ("cvt.rpi.u64.f64 %d64, %da;", St::U64, |a, _, _| {
-        f64_(a).ceil() as u64
+        if f64_(a).is_nan() {
+            1 << 63
+        } else {
+            f64_(a).ceil() as u64
+        }
     }),
     ("cvt.rzi.s32.f64 %d32, %da;", St::U32, |a, _, _| {
         w32(f64_(a).trunc() as i32 as u32)
@@ -524,7 +534,7 @@ const CVT: &[(&str, St, Model)] = &[
     }),
     ("cvt.sat.f32.f32 %fd, %fa;", St::F32, |a, _, _| {
         let x = f32_(a);
-        wf32(if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) })
+        wf32(if x > 0.0 { x.min(1.0) } else { 0.0 })
     }),
     ("cvt.u16.u32 %d32, %a32;", St::U32, |a, _, _| a & 0xffff),
     ("cvt.s32.s8 %d32, %a32;", St::U32, |a, _, _| {

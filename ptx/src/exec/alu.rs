@@ -37,14 +37,24 @@ fn f32_in(x: u64, ftz: bool) -> f32 {
     }
 }
 
+/// Canonical NaN produced by float arithmetic (measured on NVIDIA hardware for f32).
+pub(crate) const CANON_NAN_F32: u32 = 0x7fff_ffff;
+/// Canonical f64 NaN (chosen to match the f32 pattern: all payload bits set).
+pub(crate) const CANON_NAN_F64: u64 = 0x7fff_ffff_ffff_ffff;
+
+/// Round a float arithmetic result: `.sat` clamps to [+0, 1] (NaN and -0 give +0, as the
+/// hardware does), `.ftz` flushes subnormals, NaN results are canonical.
 #[inline(always)]
 fn f32_out(f: f32, fl: FFlags) -> u64 {
     let mut f = f;
     if fl.sat {
-        f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
+        f = if f > 0.0 { f.min(1.0) } else { 0.0 };
     }
     if fl.ftz && f.is_subnormal() {
         f = 0.0f32.copysign(f);
+    }
+    if f.is_nan() {
+        return u64::from(CANON_NAN_F32);
     }
     u64::from(f.to_bits())
 }
@@ -52,10 +62,13 @@ fn f32_out(f: f32, fl: FFlags) -> u64 {
 #[inline(always)]
 fn f64_out(f: f64, fl: FFlags) -> u64 {
     let f = if fl.sat {
-        if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) }
+        if f > 0.0 { f.min(1.0) } else { 0.0 }
     } else {
         f
     };
+    if f.is_nan() {
+        return CANON_NAN_F64;
+    }
     f.to_bits()
 }
 
@@ -209,8 +222,9 @@ pub(crate) fn un(op: UnOp, ty: Ty, f: FFlags, a: &Lanes, r: &mut Lanes) {
             let g = |op: fn(f32) -> f32| move |x| f32_out(op(f32_in(x, f.ftz)), f);
             match op {
                 UnOp::Mov => map1(a, r, |x| x & m),
-                UnOp::Neg => map1(a, r, g(|x| -x)),
-                UnOp::Abs => map1(a, r, g(f32::abs)),
+                // Sign-bit operations: NaN payloads are kept.
+                UnOp::Neg => map1(a, r, |x| u64::from((-f32_in(x, f.ftz)).to_bits())),
+                UnOp::Abs => map1(a, r, |x| u64::from(f32_in(x, f.ftz).abs().to_bits())),
                 UnOp::Sqrt => map1(a, r, g(f32::sqrt)),
                 UnOp::Rsqrt => map1(a, r, g(|x| 1.0 / x.sqrt())),
                 UnOp::Rcp => map1(a, r, g(|x| 1.0 / x)),
@@ -226,8 +240,8 @@ pub(crate) fn un(op: UnOp, ty: Ty, f: FFlags, a: &Lanes, r: &mut Lanes) {
             let g = |op: fn(f64) -> f64| move |x| f64_out(op(f64::from_bits(x)), f);
             match op {
                 UnOp::Mov => map1(a, r, |x| x),
-                UnOp::Neg => map1(a, r, g(|x| -x)),
-                UnOp::Abs => map1(a, r, g(f64::abs)),
+                UnOp::Neg => map1(a, r, |x| x ^ (1 << 63)),
+                UnOp::Abs => map1(a, r, |x| x & !(1 << 63)),
                 UnOp::Sqrt => map1(a, r, g(f64::sqrt)),
                 UnOp::Rsqrt => map1(a, r, g(|x| 1.0 / x.sqrt())),
                 UnOp::Rcp => map1(a, r, g(|x| 1.0 / x)),
@@ -439,7 +453,9 @@ pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u
                 f64::from_bits(x)
             };
             if f.is_nan() {
-                return 0;
+                // Hardware: NaN converts to 0 for 32-bit and narrower targets and to
+                // 0x8000_0000_0000_0000 for s64 (measured); u64 is taken to behave the same.
+                return if dty.bits() == 64 { 1 << 63 } else { 0 };
             }
             let (lo, hi) = int_range(dty);
             let v = (round_int(f, rnd) as i128).clamp(lo, hi);
