@@ -137,6 +137,7 @@ fn operand() -> impl Strategy<Value = u64> {
         Just(u64::from(f32::INFINITY.to_bits())),
         Just(u64::from(2.5f32.to_bits())),
         Just(u64::from((-0.5f32).to_bits())),
+        Just(u64::from((-0.0f32).to_bits())),
         Just(u64::from(1e-40f32.to_bits())),
     ]
 }
@@ -431,10 +432,37 @@ const FLOAT: &[(&str, St, Model)] = &[
         wf32(f32_(a).mul_add(f32_(b), f32_(c)))
     }),
     ("min.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
-        wf32(f32_(a).min(f32_(b)))
+        // NaN-ignoring; -0 is below +0
+        let (x, y) = (f32_(a), f32_(b));
+        wf32(match x.partial_cmp(&y) {
+            None if x.is_nan() => y,
+            None => x,
+            Some(std::cmp::Ordering::Less) => x,
+            Some(std::cmp::Ordering::Greater) => y,
+            Some(_) => {
+                if x.is_sign_negative() {
+                    x
+                } else {
+                    y
+                }
+            }
+        })
     }),
     ("max.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
-        wf32(f32_(a).max(f32_(b)))
+        let (x, y) = (f32_(a), f32_(b));
+        wf32(match x.partial_cmp(&y) {
+            None if x.is_nan() => y,
+            None => x,
+            Some(std::cmp::Ordering::Less) => y,
+            Some(std::cmp::Ordering::Greater) => x,
+            Some(_) => {
+                if x.is_sign_positive() {
+                    x
+                } else {
+                    y
+                }
+            }
+        })
     }),
     ("neg.f32 %fd, %fa;", St::F32, |a, _, _| wf32(-f32_(a))),
     ("abs.f32 %fd, %fa;", St::F32, |a, _, _| wf32(f32_(a).abs())),

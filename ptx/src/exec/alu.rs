@@ -154,8 +154,30 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
                 BinOp::Sub | BinOp::SubSat => map2(a, b, r, g(|x, y| x - y)),
                 BinOp::MulLo | BinOp::MulHi | BinOp::MulWide => map2(a, b, r, g(|x, y| x * y)),
                 BinOp::Div => map2(a, b, r, g(|x, y| x / y)),
-                BinOp::Min => map2(a, b, r, g(f32::min)),
-                BinOp::Max => map2(a, b, r, g(f32::max)),
+                BinOp::Min => map2(
+                    a,
+                    b,
+                    r,
+                    g(|x, y| {
+                        if x == y {
+                            f32::from_bits(x.to_bits() | y.to_bits())
+                        } else {
+                            x.min(y)
+                        }
+                    }),
+                ),
+                BinOp::Max => map2(
+                    a,
+                    b,
+                    r,
+                    g(|x, y| {
+                        if x == y {
+                            f32::from_bits(x.to_bits() & y.to_bits())
+                        } else {
+                            x.max(y)
+                        }
+                    }),
+                ),
                 BinOp::Copysign => map2(a, b, r, g(|x, y| y.copysign(x))),
                 _ => map2(a, b, r, |_, _| 0),
             }
@@ -169,8 +191,30 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
                 BinOp::Sub | BinOp::SubSat => map2(a, b, r, g(|x, y| x - y)),
                 BinOp::MulLo | BinOp::MulHi | BinOp::MulWide => map2(a, b, r, g(|x, y| x * y)),
                 BinOp::Div => map2(a, b, r, g(|x, y| x / y)),
-                BinOp::Min => map2(a, b, r, g(f64::min)),
-                BinOp::Max => map2(a, b, r, g(f64::max)),
+                BinOp::Min => map2(
+                    a,
+                    b,
+                    r,
+                    g(|x, y| {
+                        if x == y {
+                            f64::from_bits(x.to_bits() | y.to_bits())
+                        } else {
+                            x.min(y)
+                        }
+                    }),
+                ),
+                BinOp::Max => map2(
+                    a,
+                    b,
+                    r,
+                    g(|x, y| {
+                        if x == y {
+                            f64::from_bits(x.to_bits() & y.to_bits())
+                        } else {
+                            x.max(y)
+                        }
+                    }),
+                ),
                 BinOp::Copysign => map2(a, b, r, g(|x, y| y.copysign(x))),
                 _ => map2(a, b, r, |_, _| 0),
             }
