@@ -336,22 +336,17 @@ impl SimEngine {
         }
     }
 
-    fn resume_bytes(
-        &self,
-        bytes: &[u8],
-        preempt: &PreemptHandle,
-        t0: Instant,
-    ) -> Result<Outcome, EngineError> {
+    /// Decodes and validates context bytes into the in-memory form (the bytes can then go).
+    fn live_from_bytes(&self, bytes: &[u8]) -> Result<Live, EngineError> {
         if bytes.len() > self.info.limits.max_context_bytes {
             return Err(EngineError::BadContext("too large".into()));
         }
         let decoded = context::decode(bytes).map_err(|e| EngineError::BadContext(e.to_string()))?;
-        match decoded {
+        let job = match decoded {
             Decoded::Copy(c) => {
                 check_range(c.src, c.len)?;
                 check_range(c.dst, c.len)?;
-                let s = self.spaces.begin(c.space)?;
-                Ok(self.run_copy(s, c, preempt, t0))
+                LiveJob::Copy(c)
             }
             Decoded::Launch {
                 space,
@@ -361,10 +356,17 @@ impl SimEngine {
                 let m = lock(&self.modules).get(module)?;
                 let launch = ptx::Launch::restore(m, state, &self.ptx_limits())
                     .map_err(|e| EngineError::BadContext(e.to_string()))?;
-                let s = self.spaces.begin(space)?;
-                Ok(self.run_launch(s, module, Box::new(launch), preempt, t0))
+                LiveJob::Launch {
+                    space,
+                    module,
+                    launch: Box::new(launch),
+                }
             }
-        }
+        };
+        Ok(Live {
+            engine: self.id,
+            job,
+        })
     }
 
     fn new_launch(&self, l: &LaunchJob) -> Result<ptx::Launch, EngineError> {
@@ -577,7 +579,12 @@ impl Engine for SimEngine {
     ) -> Result<Outcome, EngineError> {
         let t0 = Instant::now();
         match context.into_repr() {
-            ContextRepr::Bytes(b) => self.resume_bytes(&b, preempt, t0),
+            ContextRepr::Bytes(b) => {
+                let live = self.live_from_bytes(&b)?;
+                // Free the bytes before running, not inside the next preemption's latency.
+                drop(b);
+                self.resume_live(live, preempt, t0)
+            }
             ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
                 Ok(live) => self.resume_live(*live, preempt, t0),
                 Err(_) => Err(EngineError::BadContext(
