@@ -63,4 +63,58 @@ fn main() {
         params: params(&[BASE, BASE + (12 << 20), BASE + (13 << 20)], cnt as u32),
     };
     measure("reduction", REDUCTION, cfg, &mem, workers);
+    preempt_latency(workers);
+}
+
+const SPIN: &str = r#"
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry forever()
+{
+    .reg .b32 %r<3>;
+    mov.u32 %r1, 0;
+$L_top:
+    add.s32 %r1, %r1, 1;
+    bra.uni $L_top;
+}
+"#;
+
+/// Time from setting the preempt flag to `run` returning, on a runaway kernel.
+fn preempt_latency(workers: usize) {
+    let m = Arc::new(ptx::parse(SPIN).expect("parse"));
+    let mem = FlatMemory::new(BASE, 4096);
+    let mut worst = 0f64;
+    let mut total = 0f64;
+    let rounds = 20;
+    for _ in 0..rounds {
+        let cfg = LaunchConfig {
+            grid: [64, 1, 1],
+            block: [256, 1, 1],
+            dynamic_shared: 0,
+            params: Vec::new(),
+        };
+        let mut l = Launch::new(m.clone(), "forever", cfg, &Limits::default()).expect("launch");
+        let ctl = RunControl::new(workers);
+        let (out, lat) = std::thread::scope(|s| {
+            let h = s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                ctl.preempt
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Instant::now()
+            });
+            let out = l.run(&mem, &ctl);
+            let done = Instant::now();
+            let set = h.join().expect("setter");
+            (out, done.duration_since(set).as_secs_f64())
+        });
+        assert!(matches!(out, RunOutcome::Preempted(_)));
+        worst = worst.max(lat);
+        total += lat;
+    }
+    println!(
+        "preempt    workers={workers} latency mean={:.1}us worst={:.1}us (flag set -> run returned)",
+        total / rounds as f64 * 1e6,
+        worst * 1e6
+    );
 }

@@ -157,7 +157,7 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             let to = m.take("to");
             let space = space_of(&mut m);
             let ty = one_type(c, &mut m)?;
-            if ty != Ty::U64 || space == Space::Param && to {
+            if ty != Ty::U64 || matches!(space, Space::Param | Space::Generic) {
                 return c.unsupported();
             }
             nops(c, ops, 2)?;
