@@ -351,3 +351,125 @@ fn window_not_multiple_of_gib() {
         .is_err()
     );
 }
+
+/// Random map/unmap sequences against a model of 4 KiB pages: every page translates exactly as
+/// the model says, overlaps are refused, and bytes are accounted.
+#[test]
+fn random_operations_match_a_page_model() {
+    use std::collections::BTreeMap;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    const PAGES: u64 = 4096; // 16 MiB window of 4 KiB pages
+    let base = 6 << 30; // crosses no GiB boundary but starts at one
+    let mut m = Mmu::new(VaWindow {
+        base,
+        size: PAGES * 4096,
+    });
+    // page index -> (host page address, writable, large)
+    let mut model: BTreeMap<u64, (usize, bool, bool)> = BTreeMap::new();
+    let host = 0x7000_0000_0000usize;
+    let t = TargetMem {
+        slot: 0,
+        host_base: host,
+        size: 64 * MIB,
+    };
+    let mut seen = [0u32; 4]; // large maps, small maps, overlap refusals, split refusals
+    for _ in 0..3000 {
+        let op = rnd(4);
+        let large = op == 0;
+        let perm = if rnd(2) == 0 {
+            Perm::ReadOnly
+        } else {
+            Perm::ReadWrite
+        };
+        match op {
+            0 | 1 => {
+                let (first, n, ps) = if large {
+                    (rnd(PAGES / 512) * 512, 512 * (1 + rnd(2)), PageSize::Size2M)
+                } else {
+                    // Small pages mostly in the lower half, so that 2 MiB slots stay free above.
+                    (rnd(PAGES / 2 + 64), 1 + rnd(8), PageSize::Size4K)
+                };
+                let target_page = if large { rnd(16) * 512 } else { rnd(16000) };
+                let r = m.map(
+                    base + first * 4096,
+                    n * 4096,
+                    t,
+                    target_page * 4096,
+                    perm,
+                    ps,
+                );
+                let fits = first + n <= PAGES;
+                let free = (first..(first + n).min(PAGES)).all(|p| !model.contains_key(&p));
+                // A 2M map also conflicts with 4K pages anywhere in its 2M slots (it covers
+                // them whole), which `free` already checks page by page.
+                match r {
+                    Ok(()) => {
+                        assert!(fits && free);
+                        seen[usize::from(!large)] += 1;
+                        for i in 0..n {
+                            let h = host + ((target_page + i) * 4096) as usize;
+                            model.insert(first + i, (h, perm == Perm::ReadWrite, large));
+                        }
+                    }
+                    Err(MmuError::Overlap(_)) => {
+                        assert!(!free);
+                        seen[2] += 1;
+                    }
+                    Err(MmuError::OutOfWindow { .. }) => assert!(!fits),
+                    Err(MmuError::TargetRange { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            _ => {
+                let (first, n) = if rnd(2) == 0 {
+                    (rnd(PAGES), 1 + rnd(1500))
+                } else {
+                    (rnd(PAGES / 512) * 512, 512 * (1 + rnd(3)))
+                };
+                let r = m.unmap(base + first * 4096, n * 4096);
+                match r {
+                    Ok(bytes) => {
+                        let gone: Vec<u64> =
+                            model.range(first..first + n).map(|(&p, _)| p).collect();
+                        assert_eq!(bytes, gone.len() as u64 * 4096);
+                        for p in gone {
+                            model.remove(&p);
+                        }
+                    }
+                    Err(MmuError::SplitsLargePage(_)) => {
+                        let split = model.range(first..first + n).any(|(&p, &(_, _, l))| {
+                            l && (p / 512 * 512 < first || p / 512 * 512 + 512 > first + n)
+                        });
+                        assert!(split);
+                        seen[3] += 1;
+                    }
+                    Err(MmuError::OutOfWindow { .. }) => assert!(first + n > PAGES),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        let sample = rnd(PAGES);
+        for p in [sample, rnd(PAGES)] {
+            let va = base + p * 4096 + 8;
+            match model.get(&p) {
+                None => assert_eq!(m.translate(va, AccessKind::Read), Err(FaultKind::Unmapped)),
+                Some(&(h, w, _)) => {
+                    assert_eq!(m.translate(va, AccessKind::Read).map(|r| r.0), Ok(h + 8));
+                    let wr = m.translate(va, AccessKind::Write);
+                    assert_eq!(wr.is_ok(), w);
+                }
+            }
+        }
+        assert_eq!(m.mapped_bytes(), model.len() as u64 * 4096);
+    }
+    assert!(
+        seen.iter().all(|&n| n > 20),
+        "every path exercised: {seen:?}"
+    );
+}
