@@ -567,6 +567,11 @@ pub enum EngineError {
     BadMapping(#[from] MapError),
     #[error("bad copy: {0}")]
     BadCopy(&'static str),
+    #[error("batch entry {index}: {source}")]
+    BatchEntry {
+        index: usize,
+        source: Box<EngineError>,
+    },
     #[error("physical range {pa:#x}+{len:#x} outside VRAM")]
     VramRange { pa: u64, len: u64 },
     #[error("copy fault: {0}")]
@@ -620,6 +625,9 @@ pub trait Engine: Send + Sync {
     /// Maps a range. Overlaps with existing mappings are rejected (unmap first); refused while
     /// a job runs in the space. All-or-nothing.
     fn map(&self, space: SpaceId, mapping: &Mapping) -> Result<(), EngineError>;
+    /// Maps several ranges, all or nothing (a shadow-table rebuild, a para-virt MAP_BATCH): on
+    /// error nothing of the batch stays mapped and `EngineError::BatchEntry` names the entry.
+    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError>;
     /// Unmaps every page inside `va..va+len`, returning the bytes unmapped (holes are skipped).
     /// A large page that straddles an end of the range is an error and nothing changes.
     fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError>;

@@ -388,3 +388,70 @@ fn engines_on_partitions_of_shared_vram_are_confined_to_them() {
         Err(EngineError::BadMapping(MapError::TargetRange { .. }))
     ));
 }
+
+#[test]
+fn map_batch_is_all_or_nothing() {
+    let e = engine();
+    let s = space(&e);
+    let m = |va, pa, ps| Mapping {
+        va,
+        len: PageSize::bytes(ps),
+        target: MapTarget::Vram { pa },
+        perm: Perm::ReadWrite,
+        page_size: ps,
+    };
+    map(
+        &e,
+        s,
+        BASE + 8 * MIB,
+        0x1000,
+        0,
+        Perm::ReadOnly,
+        PageSize::Size4K,
+    )
+    .unwrap();
+    let batch = [
+        m(BASE, 0, PageSize::Size4K),
+        m(BASE + 2 * MIB, 2 * MIB, PageSize::Size2M),
+        m(BASE + 8 * MIB, 0x1000, PageSize::Size4K), // overlaps the existing page
+    ];
+    let r = e.map_batch(s, &batch);
+    let Err(EngineError::BatchEntry { index, source }) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(index, 2);
+    assert_eq!(
+        *source,
+        EngineError::BadMapping(MapError::Overlap(BASE + 8 * MIB))
+    );
+    assert_eq!(e.lookup(s, BASE).unwrap(), None, "first entry undone");
+    assert_eq!(
+        e.lookup(s, BASE + 2 * MIB).unwrap(),
+        None,
+        "second entry undone"
+    );
+    assert!(
+        e.lookup(s, BASE + 8 * MIB).unwrap().is_some(),
+        "what was there stays"
+    );
+    // Duplicates inside one batch are refused too.
+    let r = e.map_batch(
+        s,
+        &[
+            m(BASE, 0, PageSize::Size4K),
+            m(BASE, 0x1000, PageSize::Size4K),
+        ],
+    );
+    assert!(matches!(r, Err(EngineError::BatchEntry { index: 1, .. })));
+    assert_eq!(e.lookup(s, BASE).unwrap(), None);
+    let bad_target = Mapping {
+        target: MapTarget::Vram { pa: 64 * MIB },
+        ..m(BASE, 0, PageSize::Size4K)
+    };
+    assert!(matches!(
+        e.map_batch(s, &[bad_target]),
+        Err(EngineError::BatchEntry { index: 0, .. })
+    ));
+    e.map_batch(s, &batch[..2]).unwrap();
+    assert!(e.lookup(s, BASE + 3 * MIB).unwrap().is_some());
+}

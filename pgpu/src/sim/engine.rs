@@ -484,6 +484,37 @@ impl Engine for SimEngine {
         })
     }
 
+    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError> {
+        let hosts = lock(&self.host);
+        let mut resolved = Vec::with_capacity(mappings.len());
+        for (index, m) in mappings.iter().enumerate() {
+            let entry = |e: EngineError| EngineError::BatchEntry {
+                index,
+                source: Box::new(e),
+            };
+            if !self.info.page_sizes.contains(&m.page_size) {
+                return Err(entry(MapError::UnsupportedPageSize(m.page_size).into()));
+            }
+            resolved.push(self.target_mem(&hosts, m.target).map_err(entry)?);
+        }
+        self.spaces.update(space, |mmu| {
+            for (index, (m, (target, offset))) in mappings.iter().zip(&resolved).enumerate() {
+                if let Err(e) = mmu.map(m.va, m.len, *target, *offset, m.perm, m.page_size) {
+                    // Undo the entries already made: they did not overlap anything, so
+                    // unmapping exactly their ranges restores the previous tables.
+                    for done in &mappings[..index] {
+                        let _ = mmu.unmap(done.va, done.len);
+                    }
+                    return Err(EngineError::BatchEntry {
+                        index,
+                        source: Box::new(e.into()),
+                    });
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError> {
         let _hosts = lock(&self.host);
         self.spaces.update(space, |mmu| Ok(mmu.unmap(va, len)?))
