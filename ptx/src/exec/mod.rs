@@ -8,3 +8,4 @@ pub(crate) mod mem;
 pub(crate) mod sched;
 pub(crate) mod setup;
 pub(crate) mod warp;
+pub(crate) mod warp_mem;

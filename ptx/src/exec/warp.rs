@@ -8,9 +8,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exec::alu::{self, Lanes};
 use crate::exec::cta::{StackEntry, Warp, thread_coords};
-use crate::exec::fastmem;
 use crate::exec::launch::{KernelFault, Stats};
-use crate::exec::mem::{LaneFault, MemCtx, Tlb};
+use crate::exec::mem::{LaneFault, Tlb};
+use crate::exec::warp_mem;
 use crate::ir::{BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
 use crate::memory::{Access, FaultReason, GlobalMemory};
 
@@ -82,7 +82,7 @@ fn sreg(s: Sreg, widx: u32, lane: u32, env: &Env) -> u64 {
 }
 
 #[inline(always)]
-fn fetch(w: &Warp, s: Src, widx: u32, env: &Env, out: &mut Lanes) {
+pub(crate) fn fetch(w: &Warp, s: Src, widx: u32, env: &Env, out: &mut Lanes) {
     match s {
         Src::Reg(r) => {
             let r = r as usize * 32;
@@ -117,7 +117,7 @@ fn src<'a>(w: &'a Warp, s: Src, widx: u32, env: &Env, buf: &'a mut Lanes) -> &'a
 }
 
 #[inline(always)]
-fn write(w: &mut Warp, d: u32, exec: u32, v: &Lanes) {
+pub(crate) fn write(w: &mut Warp, d: u32, exec: u32, v: &Lanes) {
     let r = d as usize * 32;
     let dst = &mut w.regs[r..r + 32];
     if exec == u32::MAX {
@@ -181,6 +181,7 @@ pub(crate) fn exec_warp(
     let mut bb: Lanes = [0; 32];
     let mut bc: Lanes = [0; 32];
     let mut r: Lanes = [0; 32];
+    let mut scratch: [Lanes; 4] = [[0; 32]; 4];
     for _ in 0..budget {
         if !reconverge(w) {
             return WarpStop::Done;
@@ -441,187 +442,11 @@ pub(crate) fn exec_warp(
                     write(w, *d, exec, &r);
                 }
             }
-            Inst::Ld {
-                space,
-                ty,
-                dwidth,
-                n,
-                d,
-                base,
-                off,
-            } => {
-                fetch(w, *base, widx, env, &mut ba);
-                let a = &ba;
-                let size = u64::from(ty.bytes());
-                let dmask = if *dwidth >= 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << dwidth) - 1
-                };
-                if *n == 1 {
-                    let ok = match space {
-                        Space::Shared => {
-                            fastmem::ld_shared(shared, a, *off, size as usize, exec, &mut r)
-                        }
-                        Space::Global => {
-                            fastmem::ld_global(env.mem, tlb, a, *off, size as usize, exec, &mut r)
-                        }
-                        _ => false,
-                    };
-                    if ok {
-                        if ty.is_signed() {
-                            for v in r.iter_mut() {
-                                *v = ty.extend(*v) & dmask;
-                            }
-                        }
-                        write(w, d[0], exec, &r);
-                        w.pc = next;
-                        continue;
-                    }
-                }
-                let mut vals = [[0u64; 32]; 4];
-                let lb = env.local_bytes;
-                for l in 0..32 {
-                    if exec >> l & 1 == 0 {
-                        continue;
-                    }
-                    let addr = a[l].wrapping_add(*off as u64);
-                    let mut mc = MemCtx {
-                        mem: env.mem,
-                        tlb,
-                        shared,
-                        local: &mut w.local[l * lb..(l + 1) * lb],
-                        params: env.params,
-                    };
-                    if *n > 1 && !addr.is_multiple_of(size * u64::from(*n)) {
-                        return fault(
-                            w,
-                            env,
-                            l,
-                            LaneFault {
-                                va: addr,
-                                access: Access::Read,
-                                reason: FaultReason::Misaligned,
-                            },
-                        );
-                    }
-                    for k in 0..usize::from(*n) {
-                        let ea = addr.wrapping_add(k as u64 * size);
-                        match mc.load(*space, ea, size) {
-                            Ok(v) => {
-                                let v = if ty.is_signed() {
-                                    ty.extend(v) & dmask
-                                } else {
-                                    v
-                                };
-                                vals[k][l] = v;
-                            }
-                            Err(f) => return fault(w, env, l, f),
-                        }
-                    }
-                }
-                for k in 0..usize::from(*n) {
-                    write(w, d[k], exec, &vals[k]);
-                }
-            }
-            Inst::St {
-                space,
-                ty,
-                n,
-                a: vals,
-                base,
-                off,
-            } => {
-                fetch(w, *base, widx, env, &mut ba);
-                let a = &ba;
-                let size = u64::from(ty.bytes());
-                let mut data = [[0u64; 32]; 4];
-                for k in 0..usize::from(*n) {
-                    fetch(w, vals[k], widx, env, &mut data[k]);
-                }
-                if *n == 1 {
-                    let sz = size as usize;
-                    let ok = match space {
-                        Space::Shared => fastmem::st_shared(shared, a, *off, sz, exec, &data[0]),
-                        Space::Global => {
-                            fastmem::st_global(env.mem, tlb, a, *off, sz, exec, &data[0])
-                        }
-                        _ => false,
-                    };
-                    if ok {
-                        w.pc = next;
-                        continue;
-                    }
-                }
-                let lb = env.local_bytes;
-                for l in 0..32 {
-                    if exec >> l & 1 == 0 {
-                        continue;
-                    }
-                    let addr = a[l].wrapping_add(*off as u64);
-                    let mut mc = MemCtx {
-                        mem: env.mem,
-                        tlb,
-                        shared,
-                        local: &mut w.local[l * lb..(l + 1) * lb],
-                        params: env.params,
-                    };
-                    if *n > 1 && !addr.is_multiple_of(size * u64::from(*n)) {
-                        return fault(
-                            w,
-                            env,
-                            l,
-                            LaneFault {
-                                va: addr,
-                                access: Access::Write,
-                                reason: FaultReason::Misaligned,
-                            },
-                        );
-                    }
-                    for (k, dk) in data.iter().enumerate().take(usize::from(*n)) {
-                        let ea = addr.wrapping_add(k as u64 * size);
-                        if let Err(f) = mc.store(*space, ea, size, dk[l]) {
-                            return fault(w, env, l, f);
-                        }
-                    }
-                }
-            }
-            Inst::Atom {
-                space,
-                op,
-                ty,
-                d,
-                base,
-                off,
-                b: sb,
-                c: sc,
-            } => {
-                fetch(w, *base, widx, env, &mut ba);
-                let a = &ba;
-                fetch(w, *sb, widx, env, &mut bb);
-                let b = &bb;
-                fetch(w, *sc, widx, env, &mut bc);
-                let c = &bc;
-                let lb = env.local_bytes;
-                for l in 0..32 {
-                    if exec >> l & 1 == 0 {
-                        continue;
-                    }
-                    let addr = a[l].wrapping_add(*off as u64);
-                    let mut mc = MemCtx {
-                        mem: env.mem,
-                        tlb,
-                        shared,
-                        local: &mut w.local[l * lb..(l + 1) * lb],
-                        params: env.params,
-                    };
-                    match mc.atomic(*space, addr, *op, *ty, b[l], c[l]) {
-                        Ok(v) => r[l] = v,
-                        Err(f) => return fault(w, env, l, f),
-                    }
-                }
-                if let Some(d) = d {
-                    write(w, *d, exec, &r);
+            Inst::Ld { .. } | Inst::St { .. } | Inst::Atom { .. } => {
+                if let Err((l, f)) =
+                    warp_mem::exec(w, widx, env, tlb, shared, exec, &op.inst, &mut scratch)
+                {
+                    return fault(w, env, l, f);
                 }
             }
             Inst::Bra { target } => {
