@@ -23,6 +23,7 @@ pub struct ExitCounters {
     mmio_read: AtomicU64,
     mmio_write: AtomicU64,
     other: AtomicU64,
+    handle_ns: AtomicU64,
 }
 
 /// A snapshot of [`ExitCounters`].
@@ -33,6 +34,8 @@ pub struct ExitCounts {
     pub mmio_read: u64,
     pub mmio_write: u64,
     pub other: u64,
+    /// Time spent in the VMM handling port and MMIO exits (bus dispatch and device), in ns.
+    pub handle_ns: u64,
 }
 
 impl ExitCounters {
@@ -44,6 +47,7 @@ impl ExitCounters {
             mmio_read: l(&self.mmio_read),
             mmio_write: l(&self.mmio_write),
             other: l(&self.other),
+            handle_ns: l(&self.handle_ns),
         }
     }
 }
@@ -82,6 +86,7 @@ impl Vcpu {
 
     fn run(mut self) {
         let id = self.id;
+        log::debug!("vcpu{id}: running");
         while !self.latch.stopping() {
             let reason = match self.fd.run() {
                 Ok(exit) => dispatch(exit, id, &self.pio, &self.mmio, &self.counters),
@@ -150,22 +155,31 @@ fn dispatch(
     mmio: &Bus,
     c: &ExitCounters,
 ) -> Option<ExitReason> {
+    let start = Instant::now();
+    let timed = |c: &ExitCounters| {
+        c.handle_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed)
+    };
     match exit {
         VcpuExit::IoIn(port, data) => {
             bump(&c.io_in);
             pio.read(u64::from(port), data);
+            timed(c);
         }
         VcpuExit::IoOut(port, data) => {
             bump(&c.io_out);
             pio.write(u64::from(port), data);
+            timed(c);
         }
         VcpuExit::MmioRead(addr, data) => {
             bump(&c.mmio_read);
             mmio.read(addr, data);
+            timed(c);
         }
         VcpuExit::MmioWrite(addr, data) => {
             bump(&c.mmio_write);
             mmio.write(addr, data);
+            timed(c);
         }
         VcpuExit::Shutdown => return Some(ExitReason::TripleFault { vcpu: id }),
         VcpuExit::SystemEvent(kind, _) => {

@@ -83,6 +83,7 @@ pub struct RunOutcome {
 
 /// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.
 pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
+    log::debug!("creating the VM");
     let kvm_fd = Kvm::new().map_err(VmError::Kvm)?;
     let max_cpus = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
     if cfg.cpus == 0 || usize::from(cfg.cpus) > max_cpus {
@@ -105,6 +106,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     vm.create_pit2(pit).map_err(kvm("create PIT"))?;
 
     let mem = memory::create(&vm, cfg.memory_mib)?;
+    log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
     let entry = loader::load_elf(&mem, &name, &bytes)?;
     arch::write_boot_tables(&mem)?;
 
@@ -190,6 +192,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         err: e.into(),
     })?;
     let counters: Vec<Arc<ExitCounters>> = (0..cfg.cpus).map(|_| Arc::default()).collect();
+    log::debug!("devices and vCPUs ready; starting");
     let started = Instant::now();
     let mut threads = Vec::new();
     for (id, fd) in vcpus.into_iter().enumerate() {

@@ -10,6 +10,10 @@ pub const BOOT_INFO_VERSION: u32 = 1;
 
 /// Written by the VMM into guest memory (address in `rdi` at entry, see the VMM's layout.rs).
 /// The guest treats every field as a hint to validate, not a promise.
+///
+/// Entry contract: 64-bit mode, paging on with the VMM's identity map (user-accessible), SSE
+/// enabled, interrupts off, and all RAM that the image does not occupy (its .bss included)
+/// reads as zero.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BootInfo {

@@ -1,11 +1,11 @@
-//! CPU set-up at entry, in assembly: the runtime prepares the machine at CPL0 (clears .bss,
-//! enables SSE, loads its own GDT with user segments and a TSS, builds the IDT) and then
+//! CPU set-up at entry, in assembly: the runtime prepares the machine at CPL0 (enables SSE, loads its own GDT with user segments and a TSS, builds the IDT) and then
 //! runs the program at CPL3 with IOPL=3, so port I/O, MMIO, `cli`/`sti`, `rdtsc` and SSE all
 //! work from the program.
 //!
 //! Why CPL3: under KVM on hosts without hardware virtualization (PVM, a pagetable-based KVM),
 //! CPL0 code of a non-PVM guest goes through KVM's instruction emulator, which has no SSE and
-//! is slow; CPL3 code runs natively there. On VMX/SVM hosts both run natively, so the choice
+//! is slow; CPL3 code runs natively there. For the same reason .bss is not cleared here: the
+//! VMM guarantees RAM outside the image is zero (see `guest_abi::BootInfo`). On VMX/SVM hosts both run natively, so the choice
 //! costs nothing. The CPL0 parts here use only instructions that emulator supports.
 //!
 //! Software interrupts from CPL3 are not delivered under PVM, so the program asks for CPL0
@@ -38,11 +38,6 @@ _start:
     cli
     cld
     mov r12, rdi
-    lea rdi, [rip + __bss_start]
-    lea rcx, [rip + __bss_end]
-    sub rcx, rdi
-    xor eax, eax
-    rep stosb
     lea rsp, [rip + __kstack_top]
 
     mov rax, cr0

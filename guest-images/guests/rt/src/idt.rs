@@ -19,19 +19,50 @@ pub struct ExceptionFrame {
 }
 
 const NAMES: [&str; 32] = [
-    "divide error", "debug", "NMI", "breakpoint", "overflow", "bound range", "invalid opcode",
-    "device not available", "double fault", "coprocessor overrun", "invalid TSS",
-    "segment not present", "stack fault", "general protection", "page fault", "reserved",
-    "x87 FP", "alignment check", "machine check", "SIMD FP", "virtualization", "control protection",
-    "reserved", "reserved", "reserved", "reserved", "reserved", "reserved", "hypervisor injection",
-    "VMM communication", "security", "reserved",
+    "divide error",
+    "debug",
+    "NMI",
+    "breakpoint",
+    "overflow",
+    "bound range",
+    "invalid opcode",
+    "device not available",
+    "double fault",
+    "coprocessor overrun",
+    "invalid TSS",
+    "segment not present",
+    "stack fault",
+    "general protection",
+    "page fault",
+    "reserved",
+    "x87 FP",
+    "alignment check",
+    "machine check",
+    "SIMD FP",
+    "virtualization",
+    "control protection",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "hypervisor injection",
+    "VMM communication",
+    "security",
+    "reserved",
 ];
 
 extern "C" fn rt_exception(frame: &ExceptionFrame) -> ! {
     let name = NAMES.get(frame.vector as usize).copied().unwrap_or("?");
     crate::println!(
         "guest exception: #{} ({name}) at rip={:#x} error={:#x} cr2={:#x} rsp={:#x} cpl={}",
-        frame.vector, frame.rip, frame.error, frame.cr2, frame.rsp, frame.cs & 3
+        frame.vector,
+        frame.rip,
+        frame.error,
+        frame.cr2,
+        frame.rsp,
+        frame.cs & 3
     );
     crate::exit(guest_abi::exit_codes::EXCEPTION)
 }

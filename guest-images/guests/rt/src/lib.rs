@@ -45,6 +45,7 @@ pub fn exit(code: u8) -> ! {
 
 /// Where the program starts, at CPL3, with the boot-info pointer the VMM put in `rdi`.
 extern "C" fn rt_start(info: u64) -> ! {
+    serial::init();
     if boot::init(info).is_err() {
         println!("guest-rt: missing or malformed boot info at {info:#x}");
         exit(abi::exit_codes::BAD_BOOT_INFO);

@@ -9,7 +9,9 @@ use core::arch::asm;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
     // SAFETY: the caller guarantees both ranges are valid and do not overlap.
-    unsafe { asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags)) };
+    unsafe {
+        asm!("rep movsb", inout("rcx") n => _, inout("rdi") dst => _, inout("rsi") src => _, options(nostack, preserves_flags))
+    };
     dst
 }
 
@@ -35,7 +37,9 @@ pub unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
     // SAFETY: the caller guarantees the range is valid.
-    unsafe { asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _, in("al") c as u8, options(nostack, preserves_flags)) };
+    unsafe {
+        asm!("rep stosb", inout("rcx") n => _, inout("rdi") dst => _, in("al") c as u8, options(nostack, preserves_flags))
+    };
     dst
 }
 
@@ -46,7 +50,12 @@ pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     let mut i = 0;
     while i < n {
         // SAFETY: i < n and the caller guarantees both ranges are readable.
-        let (x, y) = unsafe { (core::ptr::read_volatile(a.add(i)), core::ptr::read_volatile(b.add(i))) };
+        let (x, y) = unsafe {
+            (
+                core::ptr::read_volatile(a.add(i)),
+                core::ptr::read_volatile(b.add(i)),
+            )
+        };
         if x != y {
             return i32::from(x) - i32::from(y);
         }

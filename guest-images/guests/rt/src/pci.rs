@@ -58,7 +58,10 @@ fn bars(dev: u8, func: u8) -> [Option<Bar>; 6] {
         }
         if orig & 1 == 1 {
             let size = (!(mask & !0x3)).wrapping_add(1) & 0xffff;
-            out[i] = Some(Bar::Io { port: (orig & !0x3) as u16, size });
+            out[i] = Some(Bar::Io {
+                port: (orig & !0x3) as u16,
+                size,
+            });
             i += 1;
         } else if orig & 0x6 == 0x4 && i < 5 {
             let hreg = reg + 4;
@@ -68,11 +71,19 @@ fn bars(dev: u8, func: u8) -> [Option<Bar>; 6] {
             write32(dev, func, hreg, horig);
             let full = u64::from(hmask) << 32 | u64::from(mask & !0xf);
             let addr = u64::from(horig) << 32 | u64::from(orig & !0xf);
-            out[i] = Some(Bar::Mem { addr, size: (!full).wrapping_add(1), is64: true });
+            out[i] = Some(Bar::Mem {
+                addr,
+                size: (!full).wrapping_add(1),
+                is64: true,
+            });
             i += 2;
         } else {
             let size = u64::from((!(mask & !0xf)).wrapping_add(1));
-            out[i] = Some(Bar::Mem { addr: u64::from(orig & !0xf), size, is64: false });
+            out[i] = Some(Bar::Mem {
+                addr: u64::from(orig & !0xf),
+                size,
+                is64: false,
+            });
             i += 1;
         }
     }
@@ -102,7 +113,11 @@ pub fn scan() -> Vec<Function> {
                 class: (class >> 24) as u8,
                 subclass: (class >> 16) as u8,
                 prog_if: (class >> 8) as u8,
-                bars: if header & 0x7f == 0 { bars(dev, func) } else { [None; 6] },
+                bars: if header & 0x7f == 0 {
+                    bars(dev, func)
+                } else {
+                    [None; 6]
+                },
             });
             if func == 0 && header & 0x80 == 0 {
                 break;
@@ -114,5 +129,7 @@ pub fn scan() -> Vec<Function> {
 
 /// The first function with this vendor and device id.
 pub fn find(vendor: u16, device: u16) -> Option<Function> {
-    scan().into_iter().find(|f| f.vendor == vendor && f.device == device)
+    scan()
+        .into_iter()
+        .find(|f| f.vendor == vendor && f.device == device)
 }

@@ -9,5 +9,9 @@ pub fn rdtsc() -> u64 {
 /// Converts TSC ticks to nanoseconds (0 if the frequency is unknown).
 pub fn ticks_to_ns(ticks: u64) -> u64 {
     let khz = crate::boot_info().tsc_khz;
-    if khz == 0 { 0 } else { (u128::from(ticks) * 1_000_000 / u128::from(khz)) as u64 }
+    if khz == 0 {
+        0
+    } else {
+        (u128::from(ticks) * 1_000_000 / u128::from(khz)) as u64
+    }
 }

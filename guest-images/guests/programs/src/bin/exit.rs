@@ -5,7 +5,9 @@
 guest_rt::entry!(main);
 
 fn main() -> u8 {
-    let code = guest_rt::arg("code").and_then(|c| c.parse::<u8>().ok()).unwrap_or(0);
+    let code = guest_rt::arg("code")
+        .and_then(|c| c.parse::<u8>().ok())
+        .unwrap_or(0);
     guest_rt::println!("exit: code {code}");
     code
 }

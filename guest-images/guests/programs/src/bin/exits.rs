@@ -12,7 +12,10 @@ use guest_rt::{println, time};
 guest_rt::entry!(main);
 
 fn main() -> u8 {
-    let n: u64 = guest_rt::arg("n").and_then(|v| v.parse().ok()).unwrap_or(100_000).max(1);
+    let n: u64 = guest_rt::arg("n")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+        .max(1);
     let Some(f) = pci::find(testdev::VENDOR_ID, testdev::DEVICE_ID) else {
         println!("exits: test device not found (run with --testdev)");
         return 2;
@@ -32,7 +35,10 @@ fn main() -> u8 {
     }
     let t2 = time::rdtsc();
     for (kind, ticks) in [("mmio", t1 - t0), ("pio", t2 - t1)] {
-        println!("EXITS kind={kind} n={n} ns_per_exit={}", time::ticks_to_ns(ticks) / n);
+        println!(
+            "EXITS kind={kind} n={n} ns_per_exit={}",
+            time::ticks_to_ns(ticks) / n
+        );
     }
     if bad != 0 {
         println!("exits: {bad} reads returned a wrong value");

@@ -9,7 +9,13 @@ guest_rt::entry!(main);
 fn main() -> u8 {
     let info = boot_info();
     println!("hello from a vgpu-vmm guest");
-    println!("boot: cpus={} mem={} MiB tsc={} kHz args=\"{}\"", info.cpus, (info.mem_below_4g + info.mem_above_4g) >> 20, info.tsc_khz, guest_rt::args());
+    println!(
+        "boot: cpus={} mem={} MiB tsc={} kHz args=\"{}\"",
+        info.cpus,
+        (info.mem_below_4g + info.mem_above_4g) >> 20,
+        info.tsc_khz,
+        guest_rt::args()
+    );
     let fns = pci::scan();
     for f in &fns {
         println!(
@@ -19,9 +25,14 @@ fn main() -> u8 {
         for (i, bar) in f.bars.iter().enumerate() {
             match bar {
                 Some(pci::Bar::Mem { addr, size, is64 }) => {
-                    println!("    BAR{i} mem{} {addr:#x} size {size:#x}", if *is64 { "64" } else { "32" })
+                    println!(
+                        "    BAR{i} mem{} {addr:#x} size {size:#x}",
+                        if *is64 { "64" } else { "32" }
+                    )
                 }
-                Some(pci::Bar::Io { port, size }) => println!("    BAR{i} io {port:#x} size {size:#x}"),
+                Some(pci::Bar::Io { port, size }) => {
+                    println!("    BAR{i} io {port:#x} size {size:#x}")
+                }
                 None => {}
             }
         }
