@@ -1,28 +1,28 @@
-//! Per-instruction decoding: opcode + modifiers + raw operands → one IR instruction.
+//! Per-instruction decoding: opcode + modifiers + raw operands → one IR instruction
+//! (arithmetic, logic, comparisons, conversions, control flow; memory and warp-level
+//! instructions are in `decode_mem`).
 //! Every opcode or modifier outside the documented subset is an `UnsupportedInstruction`.
 
 use crate::decode::{Ctx, ROp};
+use crate::decode_mem;
 use crate::error::PtxError;
-use crate::ir::{
-    AtomOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, ShflMode, Space, Src, TerOp, Ty, UnOp,
-    VoteMode,
-};
+use crate::ir::{BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, Ty, UnOp};
 
 type R<T> = Result<T, PtxError>;
 
 /// Modifier list of an opcode with use tracking.
-struct Mods<'a> {
-    list: Vec<&'a str>,
-    used: Vec<bool>,
+pub(crate) struct Mods<'a> {
+    pub(crate) list: Vec<&'a str>,
+    pub(crate) used: Vec<bool>,
 }
 
 impl<'a> Mods<'a> {
-    fn new(list: Vec<&'a str>) -> Self {
+    pub(crate) fn new(list: Vec<&'a str>) -> Self {
         let used = vec![false; list.len()];
         Self { list, used }
     }
 
-    fn take(&mut self, m: &str) -> bool {
+    pub(crate) fn take(&mut self, m: &str) -> bool {
         for (i, x) in self.list.iter().enumerate() {
             if !self.used[i] && *x == m {
                 self.used[i] = true;
@@ -32,12 +32,12 @@ impl<'a> Mods<'a> {
         false
     }
 
-    fn take_any(&mut self, opts: &[&'a str]) -> Option<&'a str> {
+    pub(crate) fn take_any(&mut self, opts: &[&'a str]) -> Option<&'a str> {
         opts.iter().copied().find(|o| self.take(o))
     }
 
     /// Take every type modifier, in order.
-    fn types(&mut self) -> Vec<Ty> {
+    pub(crate) fn types(&mut self) -> Vec<Ty> {
         let mut v = Vec::new();
         for (i, x) in self.list.iter().enumerate() {
             if !self.used[i]
@@ -50,19 +50,19 @@ impl<'a> Mods<'a> {
         v
     }
 
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.used.iter().all(|u| *u)
     }
 }
 
-fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
+pub(crate) fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
     match m.types().as_slice() {
         [t] => Ok(*t),
         _ => c.unsupported(),
     }
 }
 
-fn nops(c: &Ctx, ops: &[ROp], n: usize) -> R<()> {
+pub(crate) fn nops(c: &Ctx, ops: &[ROp], n: usize) -> R<()> {
     if ops.len() == n {
         Ok(())
     } else {
@@ -70,7 +70,7 @@ fn nops(c: &Ctx, ops: &[ROp], n: usize) -> R<()> {
     }
 }
 
-fn space_of(m: &mut Mods) -> Space {
+pub(crate) fn space_of(m: &mut Mods) -> Space {
     match m.take_any(&["global", "shared", "local", "param"]) {
         Some("global") => Space::Global,
         Some("shared") => Space::Shared,
@@ -81,7 +81,7 @@ fn space_of(m: &mut Mods) -> Space {
 }
 
 /// Float rounding for arithmetic: only round-to-nearest (and approx/full) are supported.
-fn float_mods(c: &Ctx, m: &mut Mods, ty: Ty) -> R<FFlags> {
+pub(crate) fn float_mods(c: &Ctx, m: &mut Mods, ty: Ty) -> R<FFlags> {
     let mut f = FFlags::default();
     if ty.is_float() {
         m.take_any(&["rn", "approx", "full"]);
@@ -168,8 +168,8 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
                 a: c.src(&ops[1], Ty::U64)?,
             }
         }
-        "ld" | "ldu" | "st" => dec_ldst(c, base, &mut m, ops)?,
-        "atom" | "red" => dec_atom(c, base, &mut m, ops)?,
+        "ld" | "ldu" | "st" => decode_mem::dec_ldst(c, base, &mut m, ops)?,
+        "atom" | "red" => decode_mem::dec_atom(c, base, &mut m, ops)?,
         "bra" => {
             m.take("uni");
             nops(c, ops, 1)?;
@@ -264,8 +264,8 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             }
         }
         "nop" => Inst::Nop,
-        "shfl" => dec_shfl(c, &mut m, ops)?,
-        "vote" => dec_vote(c, &mut m, ops)?,
+        "shfl" => decode_mem::dec_shfl(c, &mut m, ops)?,
+        "vote" => decode_mem::dec_vote(c, &mut m, ops)?,
         "activemask" => {
             if !m.take("b32") {
                 return c.unsupported();
@@ -582,213 +582,5 @@ fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         dbits: c.dst_bits(&ops[0]),
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], sty)?,
-    })
-}
-
-fn vec_n(m: &mut Mods) -> u8 {
-    match m.take_any(&["v2", "v4"]) {
-        Some("v2") => 2,
-        Some("v4") => 4,
-        _ => 1,
-    }
-}
-
-fn dec_ldst(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
-    m.take_any(&["weak", "volatile", "relaxed", "acquire", "release"]);
-    m.take_any(&["cta", "gpu", "sys"]);
-    let mut space = space_of(m);
-    m.take("nc");
-    m.take_any(&["ca", "cg", "cs", "lu", "cv", "wb", "wt"]);
-    for hint in [
-        "L1::evict_last",
-        "L1::evict_first",
-        "L1::no_allocate",
-        "L1::evict_normal",
-        "L2::evict_last",
-        "L2::evict_first",
-        "L2::cache_hint",
-        "L2::64B",
-        "L2::128B",
-        "L2::256B",
-    ] {
-        m.take(hint);
-    }
-    let n = vec_n(m);
-    let ty = one_type(c, m)?;
-    if ty == Ty::Pred {
-        return c.unsupported();
-    }
-    nops(c, ops, 2)?;
-    let (vals, addr) = if base == "st" {
-        (&ops[1], &ops[0])
-    } else {
-        (&ops[0], &ops[1])
-    };
-    let (bsrc, off, sym_space) = c.addr(addr)?;
-    if let Some(ss) = sym_space {
-        if space == Space::Generic {
-            space = ss;
-        } else if space != ss {
-            return c.operr("symbol used in another state space");
-        }
-    }
-    let list: Vec<ROp> = match vals {
-        ROp::Vec(v) if v.len() == n as usize && n > 1 => v.clone(),
-        v if n == 1 && !matches!(v, ROp::Vec(_)) => vec![v.clone()],
-        _ => return c.operr("vector width does not match operands"),
-    };
-    if base == "st" {
-        let mut a = [Src::Imm(0); 4];
-        for (k, v) in list.iter().enumerate() {
-            a[k] = c.src(v, ty)?;
-        }
-        Ok(Inst::St {
-            space,
-            ty,
-            n,
-            a,
-            base: bsrc,
-            off,
-        })
-    } else {
-        let mut d = [0u32; 4];
-        let mut dwidth = 64;
-        for (k, v) in list.iter().enumerate() {
-            d[k] = c.dst(v)?;
-            dwidth = c.dst_bits(v);
-        }
-        Ok(Inst::Ld {
-            space,
-            ty,
-            dwidth,
-            n,
-            d,
-            base: bsrc,
-            off,
-        })
-    }
-}
-
-fn dec_atom(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
-    m.take_any(&["relaxed", "acquire", "release", "acq_rel"]);
-    m.take_any(&["cta", "gpu", "sys"]);
-    let mut space = space_of(m);
-    let op = match m.take_any(&[
-        "add", "min", "max", "and", "or", "xor", "exch", "cas", "inc", "dec",
-    ]) {
-        Some("add") => AtomOp::Add,
-        Some("min") => AtomOp::Min,
-        Some("max") => AtomOp::Max,
-        Some("and") => AtomOp::And,
-        Some("or") => AtomOp::Or,
-        Some("xor") => AtomOp::Xor,
-        Some("exch") => AtomOp::Exch,
-        Some("cas") => AtomOp::Cas,
-        Some("inc") => AtomOp::Inc,
-        Some("dec") => AtomOp::Dec,
-        _ => return c.unsupported(),
-    };
-    let ty = one_type(c, m)?;
-    let ok = match op {
-        AtomOp::Add => matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::F32 | Ty::F64),
-        AtomOp::Min | AtomOp::Max => matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64),
-        AtomOp::And | AtomOp::Or | AtomOp::Xor => matches!(ty, Ty::B32 | Ty::B64),
-        AtomOp::Exch | AtomOp::Cas => matches!(ty, Ty::B32 | Ty::B64),
-        AtomOp::Inc | AtomOp::Dec => ty == Ty::U32,
-    };
-    if !ok || space == Space::Param || space == Space::Local {
-        return c.unsupported();
-    }
-    let red = base == "red";
-    let want = usize::from(!red) + 2 + usize::from(op == AtomOp::Cas);
-    nops(c, ops, want)?;
-    let k = usize::from(!red);
-    let d = if red { None } else { Some(c.dst(&ops[0])?) };
-    let (bsrc, off, sym_space) = c.addr(&ops[k])?;
-    if let Some(ss) = sym_space {
-        if space == Space::Generic {
-            space = ss;
-        } else if space != ss {
-            return c.operr("symbol used in another state space");
-        }
-    }
-    let b = c.src(&ops[k + 1], ty)?;
-    let cc = if op == AtomOp::Cas {
-        c.src(&ops[k + 2], ty)?
-    } else {
-        Src::Imm(0)
-    };
-    Ok(Inst::Atom {
-        space,
-        op,
-        ty,
-        d,
-        base: bsrc,
-        off,
-        b,
-        c: cc,
-    })
-}
-
-fn dec_shfl(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
-    let sync = m.take("sync");
-    let mode = match m.take_any(&["up", "down", "bfly", "idx"]) {
-        Some("up") => ShflMode::Up,
-        Some("down") => ShflMode::Down,
-        Some("bfly") => ShflMode::Bfly,
-        Some("idx") => ShflMode::Idx,
-        _ => return c.unsupported(),
-    };
-    if !m.take("b32") {
-        return c.unsupported();
-    }
-    nops(c, ops, if sync { 5 } else { 4 })?;
-    let (d, p) = match &ops[0] {
-        ROp::Pair(a, b, pos) => (c.reg(a, *pos)?, Some(c.pred(b, *pos)?)),
-        o => (c.dst(o)?, None),
-    };
-    if sync {
-        c.src(&ops[4], Ty::B32)?;
-    }
-    Ok(Inst::Shfl {
-        mode,
-        d,
-        p,
-        a: c.src(&ops[1], Ty::B32)?,
-        b: c.src(&ops[2], Ty::U32)?,
-        c: c.src(&ops[3], Ty::U32)?,
-    })
-}
-
-fn dec_vote(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
-    let sync = m.take("sync");
-    let mode = match m.take_any(&["all", "any", "uni", "ballot"]) {
-        Some("all") => VoteMode::All,
-        Some("any") => VoteMode::Any,
-        Some("uni") => VoteMode::Uni,
-        Some("ballot") => VoteMode::Ballot,
-        _ => return c.unsupported(),
-    };
-    let want_ty = if mode == VoteMode::Ballot {
-        "b32"
-    } else {
-        "pred"
-    };
-    if !m.take(want_ty) {
-        return c.unsupported();
-    }
-    nops(c, ops, if sync { 3 } else { 2 })?;
-    if sync {
-        c.src(&ops[2], Ty::B32)?;
-    }
-    let d = if mode == VoteMode::Ballot {
-        c.dst(&ops[0])?
-    } else {
-        c.pdst(&ops[0])?
-    };
-    Ok(Inst::Vote {
-        mode,
-        d,
-        a: c.psrc(&ops[1])?,
     })
 }

@@ -62,6 +62,7 @@
 mod cfg;
 mod context;
 mod decode;
+mod decode_mem;
 mod decode_ops;
 mod error;
 mod exec;
@@ -69,6 +70,7 @@ mod ir;
 mod lexer;
 mod memory;
 mod module;
+mod parse_body;
 mod parser;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};

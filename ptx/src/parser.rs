@@ -1,9 +1,10 @@
-//! Module-level PTX parser: directives, entry headers, declarations, labels and raw
-//! instruction statements. Instruction decoding into the IR is in `decode`.
+//! Module-level PTX parser: the token cursor, module directives, entry headers with their
+//! parameters and performance directives, and variable declarations. Entry bodies are parsed
+//! in `parse_body`; decoding into the IR is in `decode`.
 
 use std::collections::HashMap;
 
-use crate::decode::{self, EntryDecls, ROp, RawInst, Stmt, VarDecl};
+use crate::decode::{self, EntryDecls, VarDecl};
 use crate::error::{Pos, PtxError};
 use crate::ir::Ty;
 use crate::lexer::{Tok, Token, lex};
@@ -11,23 +12,21 @@ use crate::module::{Module, ParamInfo, fnv1a};
 
 /// Largest array/variable the parser accepts (bytes).
 const MAX_VAR_BYTES: u64 = 1 << 30;
-/// Most registers a `%r<N>` range may declare.
-const MAX_RANGE: u64 = 1 << 20;
 
 pub(crate) struct Parser {
-    toks: Vec<Token>,
-    i: usize,
-    end: Pos,
+    pub(crate) toks: Vec<Token>,
+    pub(crate) i: usize,
+    pub(crate) end: Pos,
 }
 
 type R<T> = Result<T, PtxError>;
 
 impl Parser {
-    fn peek(&self) -> Option<&Tok> {
+    pub(crate) fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.i).map(|t| &t.tok)
     }
 
-    fn peek_at(&self, k: usize) -> Option<&Tok> {
+    pub(crate) fn peek_at(&self, k: usize) -> Option<&Tok> {
         self.toks.get(self.i + k).map(|t| &t.tok)
     }
 
@@ -35,14 +34,14 @@ impl Parser {
         self.toks.get(self.i).map_or(self.end, |t| t.pos)
     }
 
-    fn err<T>(&self, msg: impl Into<String>) -> R<T> {
+    pub(crate) fn err<T>(&self, msg: impl Into<String>) -> R<T> {
         Err(PtxError::Syntax {
             pos: self.pos(),
             msg: msg.into(),
         })
     }
 
-    fn next(&mut self) -> R<Tok> {
+    pub(crate) fn next(&mut self) -> R<Tok> {
         match self.toks.get(self.i) {
             Some(t) => {
                 self.i += 1;
@@ -52,11 +51,11 @@ impl Parser {
         }
     }
 
-    fn is_punct(&self, c: char) -> bool {
+    pub(crate) fn is_punct(&self, c: char) -> bool {
         self.peek() == Some(&Tok::Punct(c))
     }
 
-    fn eat_punct(&mut self, c: char) -> bool {
+    pub(crate) fn eat_punct(&mut self, c: char) -> bool {
         if self.is_punct(c) {
             self.i += 1;
             true
@@ -65,7 +64,7 @@ impl Parser {
         }
     }
 
-    fn expect_punct(&mut self, c: char) -> R<()> {
+    pub(crate) fn expect_punct(&mut self, c: char) -> R<()> {
         if self.eat_punct(c) {
             Ok(())
         } else {
@@ -73,11 +72,11 @@ impl Parser {
         }
     }
 
-    fn is_ident(&self, s: &str) -> bool {
+    pub(crate) fn is_ident(&self, s: &str) -> bool {
         matches!(self.peek(), Some(Tok::Ident(x)) if x == s)
     }
 
-    fn eat_ident(&mut self, s: &str) -> bool {
+    pub(crate) fn eat_ident(&mut self, s: &str) -> bool {
         if self.is_ident(s) {
             self.i += 1;
             true
@@ -86,7 +85,7 @@ impl Parser {
         }
     }
 
-    fn ident(&mut self) -> R<String> {
+    pub(crate) fn ident(&mut self) -> R<String> {
         match self.peek() {
             Some(Tok::Ident(s)) => {
                 let s = s.clone();
@@ -97,7 +96,7 @@ impl Parser {
         }
     }
 
-    fn int(&mut self) -> R<u64> {
+    pub(crate) fn int(&mut self) -> R<u64> {
         match self.peek() {
             Some(Tok::Int(v)) => {
                 let v = *v;
@@ -109,7 +108,7 @@ impl Parser {
     }
 
     /// Skip the rest of the current source line (for `.file`, `.loc`).
-    fn skip_line(&mut self) {
+    pub(crate) fn skip_line(&mut self) {
         let line = self
             .toks
             .get(self.i.saturating_sub(1))
@@ -123,7 +122,7 @@ impl Parser {
     }
 
     /// Skip `{ ... }` with nesting (for `.section`).
-    fn skip_braces(&mut self) -> R<()> {
+    pub(crate) fn skip_braces(&mut self) -> R<()> {
         self.expect_punct('{')?;
         let mut depth = 1u32;
         while depth > 0 {
@@ -136,7 +135,7 @@ impl Parser {
         Ok(())
     }
 
-    fn unsupported_directive<T>(&self, name: &str) -> R<T> {
+    pub(crate) fn unsupported_directive<T>(&self, name: &str) -> R<T> {
         Err(PtxError::UnsupportedDirective {
             pos: self.pos(),
             name: name.chars().take(64).collect(),
@@ -407,295 +406,6 @@ fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<crate::
             }
         }
     }
-    let body = parse_body(p, &mut decls)?;
+    let body = crate::parse_body::parse_body(p, &mut decls)?;
     decode::decode_entry(decls, body)
-}
-
-fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
-    let pos = p.pos();
-    let t = p.ident()?;
-    let ty = match t.strip_prefix('.').and_then(Ty::from_name) {
-        Some(ty) => ty,
-        None => return Err(PtxError::UnsupportedDirective { pos, name: t }),
-    };
-    loop {
-        let npos = p.pos();
-        let name = p.ident()?;
-        if p.eat_punct('<') {
-            let n = p.int()?;
-            p.expect_punct('>')?;
-            if n > MAX_RANGE {
-                return Err(PtxError::TooLarge {
-                    pos: npos,
-                    what: "register range".into(),
-                });
-            }
-            for k in 0..n {
-                decls.regs.insert(format!("{name}{k}"), ty);
-            }
-        } else if decls.regs.insert(name.clone(), ty).is_some() {
-            log::debug!("register {name} redeclared at {npos}");
-        }
-        if p.eat_punct(';') {
-            return Ok(());
-        }
-        p.expect_punct(',')?;
-    }
-}
-
-fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
-    p.expect_punct('{')?;
-    let mut depth = 1u32;
-    let mut out = Vec::new();
-    loop {
-        let pos = p.pos();
-        match p.next()? {
-            Tok::Punct('{') => depth += 1,
-            Tok::Punct('}') => {
-                depth -= 1;
-                if depth == 0 {
-                    return Ok(out);
-                }
-            }
-            Tok::Punct('@') => {
-                let neg = p.eat_punct('!');
-                let gpos = p.pos();
-                let g = p.ident()?;
-                let opcode = p.ident()?;
-                known_opcode(&opcode, pos)?;
-                let ops = parse_operands(p)?;
-                out.push(Stmt::Inst(RawInst {
-                    pos,
-                    guard: Some((g, neg, gpos)),
-                    opcode,
-                    ops,
-                }));
-            }
-            Tok::Ident(s) => match s.as_str() {
-                ".reg" => parse_reg_decl(p, decls)?,
-                ".shared" => {
-                    let v = parse_var(p, false, pos)?;
-                    decls.shared.push(v);
-                }
-                ".local" => {
-                    let v = parse_var(p, false, pos)?;
-                    decls.local.push(v);
-                }
-                ".loc" | ".file" => p.skip_line(),
-                ".pragma" => {
-                    p.next()?;
-                    p.expect_punct(';')?;
-                }
-                _ if s.starts_with('.') => {
-                    return Err(PtxError::UnsupportedDirective { pos, name: s });
-                }
-                _ if p.is_punct(':') => {
-                    p.i += 1;
-                    out.push(Stmt::Label(s, pos));
-                }
-                _ => {
-                    known_opcode(&s, pos)?;
-                    let ops = parse_operands(p)?;
-                    out.push(Stmt::Inst(RawInst {
-                        pos,
-                        guard: None,
-                        opcode: s,
-                        ops,
-                    }));
-                }
-            },
-            _ => {
-                p.i = p.i.saturating_sub(1);
-                return p.err("expected instruction, declaration or label");
-            }
-        }
-    }
-}
-
-/// Opcode bases the decoder knows; anything else is reported before its operands are parsed.
-const KNOWN: &[&str] = &[
-    "mov",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "rem",
-    "min",
-    "max",
-    "and",
-    "or",
-    "xor",
-    "shl",
-    "shr",
-    "copysign",
-    "mad",
-    "fma",
-    "neg",
-    "abs",
-    "not",
-    "cnot",
-    "popc",
-    "clz",
-    "brev",
-    "sqrt",
-    "rsqrt",
-    "rcp",
-    "ex2",
-    "lg2",
-    "sin",
-    "cos",
-    "bfe",
-    "bfi",
-    "setp",
-    "selp",
-    "cvt",
-    "cvta",
-    "ld",
-    "ldu",
-    "st",
-    "atom",
-    "red",
-    "bra",
-    "bar",
-    "barrier",
-    "membar",
-    "fence",
-    "ret",
-    "exit",
-    "trap",
-    "prmt",
-    "slct",
-    "tanh",
-    "nanosleep",
-    "prefetch",
-    "prefetchu",
-    "nop",
-    "shfl",
-    "vote",
-    "activemask",
-];
-
-fn known_opcode(opcode: &str, pos: Pos) -> R<()> {
-    let base = opcode.split('.').next().unwrap_or("");
-    if KNOWN.contains(&base) {
-        Ok(())
-    } else {
-        Err(PtxError::UnsupportedInstruction {
-            pos,
-            name: opcode.chars().take(80).collect(),
-        })
-    }
-}
-
-/// Parse operands up to and including `;`.
-fn parse_operands(p: &mut Parser) -> R<Vec<ROp>> {
-    let mut ops = Vec::new();
-    if p.eat_punct(';') {
-        return Ok(ops);
-    }
-    loop {
-        ops.push(parse_operand(p, false)?);
-        if p.eat_punct(';') {
-            return Ok(ops);
-        }
-        p.expect_punct(',')?;
-        if ops.len() > 16 {
-            return p.err("too many operands");
-        }
-    }
-}
-
-fn signed_number(p: &mut Parser) -> R<ROp> {
-    let neg = p.eat_punct('-');
-    let v = match p.next()? {
-        Tok::Int(v) => ROp::Int(if neg { v.wrapping_neg() } else { v }),
-        Tok::F32(b) => ROp::F32(if neg { b ^ 0x8000_0000 } else { b }),
-        Tok::F64(b) => ROp::F64(if neg { b ^ (1 << 63) } else { b }),
-        _ => {
-            p.i = p.i.saturating_sub(1);
-            return p.err("expected number");
-        }
-    };
-    Ok(v)
-}
-
-fn parse_operand(p: &mut Parser, in_vector: bool) -> R<ROp> {
-    let pos = p.pos();
-    match p.peek() {
-        Some(Tok::Punct('[')) => {
-            p.i += 1;
-            let mut base = None;
-            let mut off: u64 = 0;
-            if matches!(p.peek(), Some(Tok::Ident(_))) {
-                base = Some(p.ident()?);
-            } else if let ROp::Int(v) = signed_number(p)? {
-                off = v;
-            } else {
-                return p.err("bad address");
-            }
-            while p.is_punct('+') || p.is_punct('-') {
-                let minus = p.eat_punct('-');
-                if !minus {
-                    p.i += 1;
-                }
-                match signed_number(p)? {
-                    ROp::Int(v) => {
-                        off = if minus {
-                            off.wrapping_sub(v)
-                        } else {
-                            off.wrapping_add(v)
-                        }
-                    }
-                    _ => return p.err("bad address offset"),
-                }
-            }
-            p.expect_punct(']')?;
-            Ok(ROp::Addr {
-                base,
-                off: off as i64,
-                pos,
-            })
-        }
-        Some(Tok::Punct('{')) => {
-            if in_vector {
-                return p.err("nested vector operand");
-            }
-            p.i += 1;
-            let mut v = Vec::new();
-            loop {
-                v.push(parse_operand(p, true)?);
-                if p.eat_punct('}') {
-                    break;
-                }
-                p.expect_punct(',')?;
-                if v.len() > 8 {
-                    return p.err("vector too long");
-                }
-            }
-            Ok(ROp::Vec(v))
-        }
-        Some(Tok::Punct('!')) => {
-            p.i += 1;
-            Ok(ROp::Not(p.ident()?, pos))
-        }
-        Some(Tok::Ident(_)) => {
-            let a = p.ident()?;
-            if p.eat_punct('|') {
-                let b = p.ident()?;
-                return Ok(ROp::Pair(a, b, pos));
-            }
-            if (p.is_punct('+') || p.is_punct('-')) && matches!(p.peek_at(1), Some(Tok::Int(_))) {
-                // `sym+4` used as an immediate address
-                let minus = p.eat_punct('-');
-                if !minus {
-                    p.i += 1;
-                }
-                let v = p.int()?;
-                let off = if minus { v.wrapping_neg() } else { v };
-                return Ok(ROp::SymOff(a, off as i64, pos));
-            }
-            Ok(ROp::Name(a, pos))
-        }
-        _ => signed_number(p),
-    }
 }

@@ -2,6 +2,7 @@
 
 pub(crate) mod alu;
 pub(crate) mod cta;
+pub(crate) mod cvt;
 pub(crate) mod fastmem;
 pub mod launch;
 pub(crate) mod mem;

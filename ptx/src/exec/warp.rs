@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exec::alu::{self, Lanes};
 use crate::exec::cta::{StackEntry, Warp, thread_coords};
+use crate::exec::cvt;
 use crate::exec::launch::{KernelFault, Stats};
 use crate::exec::mem::{LaneFault, Tlb};
 use crate::exec::warp_mem;
@@ -375,7 +376,7 @@ pub(crate) fn exec_warp(
                 };
                 let widen = dty.is_signed() && dty.bits() < *dbits;
                 for l in 0..32 {
-                    let v = alu::cvt(*dty, *sty, *rnd, *sat, *ftz, a[l]);
+                    let v = cvt::cvt(*dty, *sty, *rnd, *sat, *ftz, a[l]);
                     r[l] = if widen { dty.extend(v) & dmask } else { v };
                 }
                 write(w, *d, exec, &r);
