@@ -1,18 +1,18 @@
-//! `SimEngine`: the `Engine` implementation of the built-in software GPU.
+//! `SimEngine`: the built-in software GPU: its state, constructors and the job runners that
+//! `api.rs` (the `Engine` implementation) calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::engine::{
-    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LaunchJob, MapError,
-    MapTarget, Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation,
-    VaWindow,
+    EngineError, EngineInfo, LaunchJob, MapTarget, ModuleId, Outcome, PreemptHandle, SavedContext,
 };
 
 use super::config::SimConfig;
 use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy::{self, CopyEnd};
+use super::counters::{Counters, SimCounters};
 use super::exec;
 use super::hostmem::{HostMemError, HostRegions};
 use super::mmu::TargetMem;
@@ -20,71 +20,29 @@ use super::modules::Modules;
 use super::spaces::{SpaceUse, Spaces};
 use super::vram::{VramError, VramRegion};
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The built-in software GPU.
 #[derive(Debug)]
 pub struct SimEngine {
-    info: EngineInfo,
-    config: SimConfig,
-    vram: VramRegion,
+    pub(super) info: EngineInfo,
+    pub(super) config: SimConfig,
+    pub(super) vram: VramRegion,
     /// Lock order: `host` before any space lock (map and unregister hold it across both).
-    host: Mutex<HostRegions>,
-    spaces: Spaces,
-    modules: Mutex<Modules>,
+    pub(super) host: Mutex<HostRegions>,
+    pub(super) spaces: Spaces,
+    pub(super) modules: Mutex<Modules>,
     /// Test knob: when non-zero, every run stops after this much work (see `set_step_limit`).
-    step_limit: AtomicU64,
-    counters: Counters,
+    pub(super) step_limit: AtomicU64,
+    pub(super) counters: Counters,
     /// Identity of this engine in the process (in-memory contexts resume only where made).
-    id: u64,
+    pub(super) id: u64,
 }
 
 /// Source of engine identities.
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Cumulative work counters of a sim engine (for experiments: interpreter throughput, job mix).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SimCounters {
-    /// Thread-instructions executed by kernels (active lanes summed over warp-instructions).
-    pub thread_instructions: u64,
-    /// Warp-instructions executed by kernels.
-    pub warp_instructions: u64,
-    /// `execute`/`resume` calls that ran a job.
-    pub runs: u64,
-    /// Runs that ended preempted.
-    pub preemptions: u64,
-    /// Runs that ended faulted.
-    pub faults: u64,
-    /// Bytes moved by the copy engine (jobs only, not host copies).
-    pub copy_bytes: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    thread_instructions: AtomicU64,
-    warp_instructions: AtomicU64,
-    runs: AtomicU64,
-    preemptions: AtomicU64,
-    faults: AtomicU64,
-    copy_bytes: AtomicU64,
-}
-
-impl Counters {
-    fn outcome(&self, o: &Outcome) {
-        self.runs.fetch_add(1, Ordering::Relaxed);
-        match o {
-            Outcome::Completed { .. } => {}
-            Outcome::Preempted { .. } => {
-                self.preemptions.fetch_add(1, Ordering::Relaxed);
-            }
-            Outcome::Faulted { .. } => {
-                self.faults.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
 
 impl SimEngine {
     /// Creates an engine with `config` and private VRAM of `config.vram_size` bytes.
@@ -157,14 +115,14 @@ impl SimEngine {
         }
     }
 
-    fn steps(&self) -> Option<u64> {
+    pub(super) fn steps(&self) -> Option<u64> {
         match self.step_limit.load(Ordering::Relaxed) {
             0 => None,
             n => Some(n),
         }
     }
 
-    fn ptx_limits(&self) -> ptx::Limits {
+    pub(super) fn ptx_limits(&self) -> ptx::Limits {
         let l = &self.info.limits;
         ptx::Limits {
             max_threads_per_block: l.max_threads_per_block,
@@ -175,7 +133,7 @@ impl SimEngine {
         }
     }
 
-    fn target_mem(
+    pub(super) fn target_mem(
         &self,
         hosts: &HostRegions,
         t: MapTarget,
@@ -195,14 +153,14 @@ impl SimEngine {
         }
     }
 
-    fn live(&self, job: LiveJob) -> SavedContext {
+    pub(super) fn live(&self, job: LiveJob) -> SavedContext {
         SavedContext::live(Box::new(Live {
             engine: self.id,
             job,
         }))
     }
 
-    fn run_copy(
+    pub(super) fn run_copy(
         &self,
         space: SpaceUse,
         c: CopyState,
@@ -255,7 +213,7 @@ impl SimEngine {
         out
     }
 
-    fn run_launch(
+    pub(super) fn run_launch(
         &self,
         space: SpaceUse,
         module: ModuleId,
@@ -307,7 +265,7 @@ impl SimEngine {
         out
     }
 
-    fn resume_live(
+    pub(super) fn resume_live(
         &self,
         live: Live,
         preempt: &PreemptHandle,
@@ -337,7 +295,7 @@ impl SimEngine {
     }
 
     /// Decodes and validates context bytes into the in-memory form (the bytes can then go).
-    fn live_from_bytes(&self, bytes: &[u8]) -> Result<Live, EngineError> {
+    pub(super) fn live_from_bytes(&self, bytes: &[u8]) -> Result<Live, EngineError> {
         if bytes.len() > self.info.limits.max_context_bytes {
             return Err(EngineError::BadContext("too large".into()));
         }
@@ -369,7 +327,7 @@ impl SimEngine {
         })
     }
 
-    fn new_launch(&self, l: &LaunchJob) -> Result<ptx::Launch, EngineError> {
+    pub(super) fn new_launch(&self, l: &LaunchJob) -> Result<ptx::Launch, EngineError> {
         let lim = &self.info.limits;
         if l.entry.len() > lim.max_entry_name {
             return Err(EngineError::BadLaunch("entry name too long".into()));
@@ -389,14 +347,14 @@ impl SimEngine {
     }
 }
 
-fn vram_err(e: VramError) -> EngineError {
+pub(super) fn vram_err(e: VramError) -> EngineError {
     match e {
         VramError::OutOfRange { pa, len, .. } => EngineError::VramRange { pa, len },
         other => EngineError::Backend(other.to_string()),
     }
 }
 
-fn host_err(e: HostMemError) -> EngineError {
+pub(super) fn host_err(e: HostMemError) -> EngineError {
     match e {
         HostMemError::Misaligned => EngineError::BadHostRegion("base or length not 4 KiB aligned"),
         HostMemError::TooMany(_) => EngineError::TooMany("host regions"),
@@ -404,224 +362,8 @@ fn host_err(e: HostMemError) -> EngineError {
     }
 }
 
-fn check_range(va: u64, len: u64) -> Result<(), EngineError> {
+pub(super) fn check_range(va: u64, len: u64) -> Result<(), EngineError> {
     va.checked_add(len)
         .map(|_| ())
         .ok_or(EngineError::BadCopy("range wraps around"))
-}
-
-impl Engine for SimEngine {
-    fn info(&self) -> &EngineInfo {
-        &self.info
-    }
-
-    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        self.vram.read(pa, buf).map_err(vram_err)
-    }
-
-    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError> {
-        self.vram.write(pa, data).map_err(vram_err)
-    }
-
-    unsafe fn register_host_region(
-        &self,
-        base: *mut u8,
-        len: usize,
-    ) -> Result<HostRegionId, EngineError> {
-        let limit = self.info.limits.max_host_regions;
-        let id = lock(&self.host)
-            .register(base as usize, len, limit)
-            .map_err(host_err)?;
-        log::debug!("host region {id:?}: {len:#x} bytes at {base:p}");
-        Ok(id)
-    }
-
-    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError> {
-        let mut hosts = lock(&self.host);
-        let slot = hosts.target(region).map_err(host_err)?.slot;
-        if self.spaces.any_maps_slot(slot) {
-            return Err(EngineError::HostRegionInUse(region));
-        }
-        hosts.remove(region).map_err(host_err)
-    }
-
-    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError> {
-        let align = self.info.largest_page().bytes();
-        let bad = |why| {
-            Err(EngineError::BadWindow {
-                base: window.base,
-                size: window.size,
-                why,
-            })
-        };
-        if window.size == 0 {
-            return bad("empty");
-        }
-        if !window.base.is_multiple_of(align) || !window.size.is_multiple_of(align) {
-            return bad("not aligned to the largest page size");
-        }
-        if window.base.checked_add(window.size).is_none() {
-            return bad("wraps around");
-        }
-        if window.size > self.info.limits.max_window_size {
-            return bad("larger than the limit");
-        }
-        self.spaces.create(window, self.info.limits.max_spaces)
-    }
-
-    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError> {
-        self.spaces.destroy(space)
-    }
-
-    fn map(&self, space: SpaceId, m: &Mapping) -> Result<(), EngineError> {
-        if !self.info.page_sizes.contains(&m.page_size) {
-            return Err(MapError::UnsupportedPageSize(m.page_size).into());
-        }
-        let hosts = lock(&self.host);
-        let (target, offset) = self.target_mem(&hosts, m.target)?;
-        self.spaces.update(space, |mmu| {
-            Ok(mmu.map(m.va, m.len, target, offset, m.perm, m.page_size)?)
-        })
-    }
-
-    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError> {
-        let hosts = lock(&self.host);
-        let mut resolved = Vec::with_capacity(mappings.len());
-        for (index, m) in mappings.iter().enumerate() {
-            let entry = |e: EngineError| EngineError::BatchEntry {
-                index,
-                source: Box::new(e),
-            };
-            if !self.info.page_sizes.contains(&m.page_size) {
-                return Err(entry(MapError::UnsupportedPageSize(m.page_size).into()));
-            }
-            resolved.push(self.target_mem(&hosts, m.target).map_err(entry)?);
-        }
-        self.spaces.update(space, |mmu| {
-            for (index, (m, (target, offset))) in mappings.iter().zip(&resolved).enumerate() {
-                if let Err(e) = mmu.map(m.va, m.len, *target, *offset, m.perm, m.page_size) {
-                    // Undo the entries already made: they did not overlap anything, so
-                    // unmapping exactly their ranges restores the previous tables.
-                    for done in &mappings[..index] {
-                        let _ = mmu.unmap(done.va, done.len);
-                    }
-                    return Err(EngineError::BatchEntry {
-                        index,
-                        source: Box::new(e.into()),
-                    });
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError> {
-        let _hosts = lock(&self.host);
-        self.spaces.update(space, |mmu| Ok(mmu.unmap(va, len)?))
-    }
-
-    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError> {
-        let hosts = lock(&self.host);
-        let r = self.spaces.inspect(space, |mmu| mmu.resolve(va))?;
-        Ok(r.and_then(|r| {
-            let target = if r.slot == 0 {
-                MapTarget::Vram {
-                    pa: (r.host - self.vram.host_base()) as u64,
-                }
-            } else {
-                let (region, base) = hosts.by_slot(r.slot)?;
-                MapTarget::Host {
-                    region,
-                    offset: (r.host - base) as u64,
-                }
-            };
-            Some(Translation {
-                target,
-                perm: r.perm,
-                page_size: r.page_size,
-            })
-        }))
-    }
-
-    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError> {
-        check_range(va, data.len() as u64)?;
-        let s = self.spaces.begin(space)?;
-        copy::host_to_space(s.mmu(), va, data).map_err(EngineError::CopyFault)
-    }
-
-    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        check_range(va, buf.len() as u64)?;
-        let s = self.spaces.begin(space)?;
-        copy::space_to_host(s.mmu(), va, buf).map_err(EngineError::CopyFault)
-    }
-
-    fn load_module(&self, text: &str) -> Result<ModuleId, EngineError> {
-        if text.len() > self.info.limits.max_ptx_bytes {
-            return Err(EngineError::ModuleLoad {
-                log: "PTX text too large".into(),
-            });
-        }
-        if let Some(id) = lock(&self.modules).lookup_and_count(text) {
-            return Ok(id);
-        }
-        // Parse outside the lock: it can take a while and other loads should not wait.
-        let module =
-            ptx::parse(text).map_err(|e| EngineError::ModuleLoad { log: e.to_string() })?;
-        lock(&self.modules).insert(text, module, self.info.limits.max_modules)
-    }
-
-    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
-        lock(&self.modules).unload(module)
-    }
-
-    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
-        let t0 = Instant::now();
-        match job {
-            Job::Copy(CopyJob {
-                space,
-                src,
-                dst,
-                len,
-            }) => {
-                check_range(*src, *len)?;
-                check_range(*dst, *len)?;
-                let s = self.spaces.begin(*space)?;
-                let c = CopyState {
-                    space: *space,
-                    src: *src,
-                    dst: *dst,
-                    len: *len,
-                    done: 0,
-                };
-                Ok(self.run_copy(s, c, preempt, t0))
-            }
-            Job::Launch(l) => {
-                let launch = self.new_launch(l)?;
-                let s = self.spaces.begin(l.space)?;
-                Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
-            }
-        }
-    }
-
-    fn resume(
-        &self,
-        context: SavedContext,
-        preempt: &PreemptHandle,
-    ) -> Result<Outcome, EngineError> {
-        let t0 = Instant::now();
-        match context.into_repr() {
-            ContextRepr::Bytes(b) => {
-                let live = self.live_from_bytes(&b)?;
-                // Free the bytes before running, not inside the next preemption's latency.
-                drop(b);
-                self.resume_live(live, preempt, t0)
-            }
-            ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
-                Ok(live) => self.resume_live(*live, preempt, t0),
-                Err(_) => Err(EngineError::BadContext(
-                    "in-memory context of another engine".into(),
-                )),
-            },
-        }
-    }
 }

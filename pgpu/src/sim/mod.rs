@@ -1,10 +1,12 @@
 //! The `sim` engine: the built-in software GPU (raw VRAM region, per-space MMU, copy engine and
 //! the `ptx` interpreter).
 
+mod api;
 mod atomic_copy;
 mod config;
 mod context;
 mod copy;
+mod counters;
 mod engine;
 mod exec;
 mod hostmem;
@@ -14,4 +16,5 @@ mod spaces;
 pub mod vram;
 
 pub use config::SimConfig;
-pub use engine::{SimCounters, SimEngine};
+pub use counters::SimCounters;
+pub use engine::SimEngine;

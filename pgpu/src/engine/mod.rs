@@ -1,0 +1,106 @@
+//! The `Engine` trait: the physical GPU as the hypervisor sees it, and the types it speaks.
+//!
+//! Shaped so that both the software GPU (`sim`) and a CUDA driver backend fit: the hypervisor owns
+//! VRAM allocation and hands the engine physical ranges; the engine owns address spaces whose
+//! mappings are the shadow page tables (it never sees a guest page table); jobs (copies, kernel
+//! launches) run in one address space, can be preempted from another thread, and come back with a
+//! saved context (in memory, serializable to bytes) that resumes later. See `pgpu/README.md`.
+//!
+//! Files: `types` (ids, mappings, jobs, info), `fault`, `context` (saved contexts, outcomes),
+//! `preempt` (the preemption handle), `error`.
+
+mod context;
+mod error;
+mod fault;
+mod preempt;
+mod types;
+
+pub(crate) use context::ContextRepr;
+pub use context::{LiveContext, Outcome, SavedContext};
+pub use error::{EngineError, MapError};
+pub use fault::{FaultKind, JobFault, KernelSite};
+pub use preempt::PreemptHandle;
+pub use types::*;
+
+/// The physical GPU as the hypervisor sees it.
+///
+/// All methods take `&self` and are callable from several threads: one job per call of
+/// [`Engine::execute`]/[`Engine::resume`] runs on the calling thread (plus the engine's workers),
+/// and [`PreemptHandle::request`] from any other thread makes it return
+/// [`Outcome::Preempted`] at its next preemption point.
+pub trait Engine: Send + Sync {
+    /// Name, VRAM size, page sizes and limits.
+    fn info(&self) -> &EngineInfo;
+
+    /// Reads physical VRAM for the hypervisor's own use (shadow structures, BAR1 aperture).
+    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError>;
+    /// Writes physical VRAM for the hypervisor's own use.
+    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError>;
+
+    /// Registers host memory (a VM's guest RAM) so that mappings can point at it.
+    ///
+    /// # Safety
+    /// `base..base+len` must be readable and writable memory that stays valid, and is not freed or
+    /// remapped, until `unregister_host_region` succeeds for the returned id. The engine's kernels
+    /// and copies access it concurrently with other users (as DMA would).
+    unsafe fn register_host_region(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegionId, EngineError>;
+    /// Unregisters a host region; refused while any address space maps it.
+    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError>;
+
+    /// Creates an address space over a VA window.
+    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError>;
+    /// Destroys an address space; refused while a job runs in it.
+    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError>;
+    /// Maps a range. Overlaps with existing mappings are rejected (unmap first); refused while
+    /// a job runs in the space. All-or-nothing.
+    fn map(&self, space: SpaceId, mapping: &Mapping) -> Result<(), EngineError>;
+    /// Maps several ranges, all or nothing (a shadow-table rebuild, a para-virt MAP_BATCH): on
+    /// error nothing of the batch stays mapped and `EngineError::BatchEntry` names the entry.
+    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError>;
+    /// Unmaps every page inside `va..va+len`, returning the bytes unmapped (holes are skipped).
+    /// A large page that straddles an end of the range is an error and nothing changes.
+    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError>;
+    /// What `va` maps to in `space` (target address of that byte, permission, page size).
+    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError>;
+
+    /// Copies host bytes to `va` through the space's MMU (synchronous; faults come back as
+    /// `EngineError::CopyFault`, with nothing written past the fault).
+    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError>;
+    /// Copies from `va` through the space's MMU into a host buffer (synchronous).
+    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError>;
+
+    /// Loads PTX text. Identical text gives the same id (content cache; loads are counted and
+    /// each needs an `unload_module`). Errors carry the loader's text for the guest.
+    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError>;
+    /// Drops one load of a module; the module goes when the last load is dropped. Jobs already
+    /// running keep it alive; saved contexts referring to it can no longer be resumed.
+    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError>;
+
+    /// Runs a job until it completes, faults or is preempted.
+    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError>;
+    /// Resumes a preempted job from its saved context (in the space it was saved from). The
+    /// context is consumed; on `Err` nothing ran and the job is lost (its space or module is
+    /// gone, or the bytes are invalid).
+    fn resume(
+        &self,
+        context: SavedContext,
+        preempt: &PreemptHandle,
+    ) -> Result<Outcome, EngineError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_is_object_safe() {
+        fn takes(_: Option<&dyn Engine>) {}
+        takes(None);
+        assert_eq!(PageSize::Size2M.bytes(), 2 << 20);
+        assert_eq!(PageSize::Size4K.bytes(), 4096);
+    }
+}

@@ -1,0 +1,228 @@
+//! `impl Engine for SimEngine`: the contract's entry points, delegating to the engine's parts.
+
+use std::time::Instant;
+
+use crate::engine::{
+    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, MapError, MapTarget,
+    Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+};
+
+use super::context::{CopyState, Live};
+use super::copy;
+use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
+
+impl Engine for SimEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.vram.read(pa, buf).map_err(vram_err)
+    }
+
+    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.vram.write(pa, data).map_err(vram_err)
+    }
+
+    unsafe fn register_host_region(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegionId, EngineError> {
+        let limit = self.info.limits.max_host_regions;
+        let id = lock(&self.host)
+            .register(base as usize, len, limit)
+            .map_err(host_err)?;
+        log::debug!("host region {id:?}: {len:#x} bytes at {base:p}");
+        Ok(id)
+    }
+
+    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError> {
+        let mut hosts = lock(&self.host);
+        let slot = hosts.target(region).map_err(host_err)?.slot;
+        if self.spaces.any_maps_slot(slot) {
+            return Err(EngineError::HostRegionInUse(region));
+        }
+        hosts.remove(region).map_err(host_err)
+    }
+
+    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError> {
+        let align = self.info.largest_page().bytes();
+        let bad = |why| {
+            Err(EngineError::BadWindow {
+                base: window.base,
+                size: window.size,
+                why,
+            })
+        };
+        if window.size == 0 {
+            return bad("empty");
+        }
+        if !window.base.is_multiple_of(align) || !window.size.is_multiple_of(align) {
+            return bad("not aligned to the largest page size");
+        }
+        if window.base.checked_add(window.size).is_none() {
+            return bad("wraps around");
+        }
+        if window.size > self.info.limits.max_window_size {
+            return bad("larger than the limit");
+        }
+        self.spaces.create(window, self.info.limits.max_spaces)
+    }
+
+    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError> {
+        self.spaces.destroy(space)
+    }
+
+    fn map(&self, space: SpaceId, m: &Mapping) -> Result<(), EngineError> {
+        if !self.info.page_sizes.contains(&m.page_size) {
+            return Err(MapError::UnsupportedPageSize(m.page_size).into());
+        }
+        let hosts = lock(&self.host);
+        let (target, offset) = self.target_mem(&hosts, m.target)?;
+        self.spaces.update(space, |mmu| {
+            Ok(mmu.map(m.va, m.len, target, offset, m.perm, m.page_size)?)
+        })
+    }
+
+    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError> {
+        let hosts = lock(&self.host);
+        let mut resolved = Vec::with_capacity(mappings.len());
+        for (index, m) in mappings.iter().enumerate() {
+            let entry = |e: EngineError| EngineError::BatchEntry {
+                index,
+                source: Box::new(e),
+            };
+            if !self.info.page_sizes.contains(&m.page_size) {
+                return Err(entry(MapError::UnsupportedPageSize(m.page_size).into()));
+            }
+            resolved.push(self.target_mem(&hosts, m.target).map_err(entry)?);
+        }
+        self.spaces.update(space, |mmu| {
+            for (index, (m, (target, offset))) in mappings.iter().zip(&resolved).enumerate() {
+                if let Err(e) = mmu.map(m.va, m.len, *target, *offset, m.perm, m.page_size) {
+                    // Undo the entries already made: they did not overlap anything, so
+                    // unmapping exactly their ranges restores the previous tables.
+                    for done in &mappings[..index] {
+                        let _ = mmu.unmap(done.va, done.len);
+                    }
+                    return Err(EngineError::BatchEntry {
+                        index,
+                        source: Box::new(e.into()),
+                    });
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError> {
+        let _hosts = lock(&self.host);
+        self.spaces.update(space, |mmu| Ok(mmu.unmap(va, len)?))
+    }
+
+    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError> {
+        let hosts = lock(&self.host);
+        let r = self.spaces.inspect(space, |mmu| mmu.resolve(va))?;
+        Ok(r.and_then(|r| {
+            let target = if r.slot == 0 {
+                MapTarget::Vram {
+                    pa: (r.host - self.vram.host_base()) as u64,
+                }
+            } else {
+                let (region, base) = hosts.by_slot(r.slot)?;
+                MapTarget::Host {
+                    region,
+                    offset: (r.host - base) as u64,
+                }
+            };
+            Some(Translation {
+                target,
+                perm: r.perm,
+                page_size: r.page_size,
+            })
+        }))
+    }
+
+    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError> {
+        check_range(va, data.len() as u64)?;
+        let s = self.spaces.begin(space)?;
+        copy::host_to_space(s.mmu(), va, data).map_err(EngineError::CopyFault)
+    }
+
+    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        check_range(va, buf.len() as u64)?;
+        let s = self.spaces.begin(space)?;
+        copy::space_to_host(s.mmu(), va, buf).map_err(EngineError::CopyFault)
+    }
+
+    fn load_module(&self, text: &str) -> Result<ModuleId, EngineError> {
+        if text.len() > self.info.limits.max_ptx_bytes {
+            return Err(EngineError::ModuleLoad {
+                log: "PTX text too large".into(),
+            });
+        }
+        if let Some(id) = lock(&self.modules).lookup_and_count(text) {
+            return Ok(id);
+        }
+        // Parse outside the lock: it can take a while and other loads should not wait.
+        let module =
+            ptx::parse(text).map_err(|e| EngineError::ModuleLoad { log: e.to_string() })?;
+        lock(&self.modules).insert(text, module, self.info.limits.max_modules)
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        lock(&self.modules).unload(module)
+    }
+
+    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
+        let t0 = Instant::now();
+        match job {
+            Job::Copy(CopyJob {
+                space,
+                src,
+                dst,
+                len,
+            }) => {
+                check_range(*src, *len)?;
+                check_range(*dst, *len)?;
+                let s = self.spaces.begin(*space)?;
+                let c = CopyState {
+                    space: *space,
+                    src: *src,
+                    dst: *dst,
+                    len: *len,
+                    done: 0,
+                };
+                Ok(self.run_copy(s, c, preempt, t0))
+            }
+            Job::Launch(l) => {
+                let launch = self.new_launch(l)?;
+                let s = self.spaces.begin(l.space)?;
+                Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
+            }
+        }
+    }
+
+    fn resume(
+        &self,
+        context: SavedContext,
+        preempt: &PreemptHandle,
+    ) -> Result<Outcome, EngineError> {
+        let t0 = Instant::now();
+        match context.into_repr() {
+            ContextRepr::Bytes(b) => {
+                let live = self.live_from_bytes(&b)?;
+                // Free the bytes before running, not inside the next preemption's latency.
+                drop(b);
+                self.resume_live(live, preempt, t0)
+            }
+            ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
+                Ok(live) => self.resume_live(*live, preempt, t0),
+                Err(_) => Err(EngineError::BadContext(
+                    "in-memory context of another engine".into(),
+                )),
+            },
+        }
+    }
+}
