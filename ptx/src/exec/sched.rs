@@ -175,17 +175,17 @@ fn run_cta(
         return CtaStop::Done;
     }
     loop {
-        if sh.stop.load(Relaxed) || sh.ctl.preempt.load(Relaxed) || *steps_left == 0 {
-            return CtaStop::Preempted;
-        }
         let start = cta.cursor as usize % nw;
         let found = (0..nw)
             .map(|k| (start + k) % nw)
             .find(|&i| !cta.warps[i].done && !cta.warps[i].at_barrier);
+        if found.is_none() && cta.warps.iter().all(|w| w.done) {
+            return CtaStop::Done;
+        }
+        if sh.stop.load(Relaxed) || sh.ctl.preempt.load(Relaxed) || *steps_left == 0 {
+            return CtaStop::Preempted;
+        }
         let Some(i) = found else {
-            if cta.warps.iter().all(|w| w.done) {
-                return CtaStop::Done;
-            }
             // Every live warp waits at the barrier: release them all.
             for w in &mut cta.warps {
                 w.at_barrier = false;

@@ -571,6 +571,9 @@ pub(crate) fn exec_warp(
             }
         }
         w.pc = next;
+        if !reconverge(w) {
+            return WarpStop::Done;
+        }
     }
     WarpStop::Budget
 }
