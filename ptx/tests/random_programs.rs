@@ -60,7 +60,7 @@ fn program(r: &mut Rng, n: usize) -> String {
             17 => format!(
                 "cvt.rn.f32.s32 %f1, {a};\nsqrt.rn.f32 %f1, %f1;\ncvt.rzi.s32.f32 {d}, %f1;"
             ),
-            18 => format!("@%p1 exit;"),
+            18 => "@%p1 exit;".to_string(),
             19 => format!("selp.b32 {d}, {a}, {b}, %p2;"),
             20 => format!("min.s32 {d}, {a}, {b};"),
             21 => format!("atom.shared.cas.b32 {d}, [sh+8], {a}, {b};"),
