@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::error::{ContextError, Pos};
 use crate::exec::cta::{Cta, NO_RPC, StackEntry, Warp};
 use crate::exec::launch::{KernelFault, Launch, LaunchConfig, Limits, Stats};
+use crate::exec::sched::QUANTUM;
 use crate::exec::setup;
 use crate::exec::warp::MAX_STACK;
 use crate::memory::{Access, FaultReason};
@@ -87,6 +88,7 @@ pub(crate) fn save(l: &Launch) -> Vec<u8> {
     for c in &l.pending {
         w.u64(c.linear);
         w.u32(c.cursor);
+        w.u32(c.slice_left);
         w.bytes(&c.shared);
         w.u32(c.warps.len() as u32);
         for wp in &c.warps {
@@ -251,7 +253,8 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
             return Err(ContextError::Invalid("pending cta index"));
         }
         let cursor = r.u32()?;
-        if cursor as usize >= nwarps {
+        let slice_left = r.u32()?;
+        if cursor as usize >= nwarps || u64::from(slice_left) > QUANTUM {
             return Err(ContextError::Invalid("warp cursor"));
         }
         let shared = r.bytes(Some(l.shared_bytes as usize))?;
@@ -325,6 +328,7 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
             warps,
             shared,
             cursor,
+            slice_left,
         });
     }
     if r.i != bytes.len() {

@@ -1,8 +1,8 @@
 //! Random (valid) PTX programs with loops, divergent branches, barriers, shuffles, votes and
 //! memory accesses that may fault: the interpreter must always return (completed, faulted or
-//! preempted by the step limit) without panicking, and single-warp kernels must give the same
-//! memory and registers whether they run straight through or are preempted, saved and
-//! restored at random points.
+//! preempted by the step limit) without panicking, and kernels (racy ones included, with one
+//! worker) must give the same memory and state whether they run straight through or are
+//! preempted, saved and restored at random points.
 
 mod common;
 use common::*;
@@ -91,7 +91,7 @@ fn random_programs_never_panic_and_resume_identically() {
         let len = 10 + r.u32() as usize % 40;
         let text = program(&mut r, len);
         let m = module(&text);
-        let block = 1 + r.u32() % 32;
+        let block = 1 + r.u32() % 96;
         let mk = || {
             let mem = Mem::new(4096);
             let buf = BASE;

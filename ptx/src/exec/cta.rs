@@ -44,6 +44,8 @@ pub(crate) struct Cta {
     pub shared: Vec<u8>,
     /// Round-robin cursor: the warp to run next.
     pub cursor: u32,
+    /// Rest of the quantum of the warp at `cursor` when the step limit cut it short (0: none).
+    pub slice_left: u32,
 }
 
 /// Sentinel rpc meaning "never reconverges before exit".
@@ -88,6 +90,7 @@ impl Cta {
             warps,
             shared: vec![0; shared_bytes as usize],
             cursor: 0,
+            slice_left: 0,
         }
     }
 }

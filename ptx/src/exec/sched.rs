@@ -14,7 +14,7 @@ use crate::ir::Entry;
 use crate::memory::GlobalMemory;
 
 /// Warp-instructions a warp runs before the scheduler rotates and polls for preemption.
-const QUANTUM: u64 = 256;
+pub(crate) const QUANTUM: u64 = 256;
 /// Most worker threads.
 const MAX_THREADS: usize = 256;
 
@@ -192,7 +192,14 @@ fn run_cta(
             }
             continue;
         };
-        let budget = QUANTUM.min(*steps_left);
+        // A warp cut short by the step limit resumes with the rest of its quantum, so that
+        // sliced (and saved/restored) runs interleave warps exactly like straight runs.
+        let quantum = if cta.slice_left > 0 {
+            u64::from(cta.slice_left)
+        } else {
+            QUANTUM
+        };
+        let budget = quantum.min(*steps_left);
         let before = stats.warp_instructions;
         let r = exec_warp(
             &mut cta.warps[i],
@@ -203,8 +210,15 @@ fn run_cta(
             budget,
             stats,
         );
-        *steps_left = steps_left.saturating_sub(stats.warp_instructions - before);
-        cta.cursor = ((i + 1) % nw) as u32;
+        let used = stats.warp_instructions - before;
+        *steps_left = steps_left.saturating_sub(used);
+        if matches!(r, WarpStop::Budget) && used < quantum {
+            cta.slice_left = (quantum - used) as u32;
+            cta.cursor = i as u32;
+        } else {
+            cta.slice_left = 0;
+            cta.cursor = ((i + 1) % nw) as u32;
+        }
         if let WarpStop::Fault(mut f) = r {
             fix_thread(&mut f, i as u32, cfg.block);
             return CtaStop::Fault(f);
