@@ -6,16 +6,17 @@
 use std::sync::Arc;
 
 use crate::error::{ContextError, Pos};
-use crate::exec::cta::{Cta, NO_RPC, StackEntry, Warp};
+use crate::exec::cta::{BarAcc, BarDst, Cta, NO_RPC, StackEntry, Warp};
 use crate::exec::launch::{KernelFault, Launch, LaunchConfig, Limits, Stats};
 use crate::exec::sched::QUANTUM;
 use crate::exec::setup;
 use crate::exec::warp::MAX_STACK;
+use crate::ir::BarRedOp;
 use crate::memory::{Access, FaultReason};
 use crate::module::Module;
 
 const MAGIC: &[u8; 8] = b"PTXCTX\0\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 struct W(Vec<u8>);
 
@@ -89,6 +90,9 @@ pub(crate) fn save(l: &Launch) -> Vec<u8> {
         w.u64(c.linear);
         w.u32(c.cursor);
         w.u32(c.slice_left);
+        w.u32(c.bar.count);
+        w.u8(u8::from(c.bar.all));
+        w.u8(u8::from(c.bar.any));
         w.bytes(&c.shared);
         w.u32(c.warps.len() as u32);
         for wp in &c.warps {
@@ -97,6 +101,18 @@ pub(crate) fn save(l: &Launch) -> Vec<u8> {
             }
             w.u8(u8::from(wp.at_barrier));
             w.u8(u8::from(wp.done));
+            match wp.bar_dst {
+                None => w.u8(0),
+                Some(b) => {
+                    w.u8(match b.op {
+                        BarRedOp::Popc => 1,
+                        BarRedOp::And => 2,
+                        BarRedOp::Or => 3,
+                    });
+                    w.u32(b.d);
+                    w.u32(b.exec);
+                }
+            }
             w.u32(wp.stack.len() as u32);
             for e in &wp.stack {
                 w.u32(e.pc);
@@ -257,6 +273,14 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
         if cursor as usize >= nwarps || u64::from(slice_left) > QUANTUM {
             return Err(ContextError::Invalid("warp cursor"));
         }
+        let bar = BarAcc {
+            count: r.u32()?,
+            all: r.bool()?,
+            any: r.bool()?,
+        };
+        if bar.count > threads {
+            return Err(ContextError::Invalid("barrier reduction"));
+        }
         let shared = r.bytes(Some(l.shared_bytes as usize))?;
         r.count(nwarps, "warp count")?;
         let mut warps = Vec::with_capacity(nwarps);
@@ -280,6 +304,23 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
             }
             let at_barrier = r.bool()?;
             let done = r.bool()?;
+            let bar_dst = match r.u8()? {
+                0 => None,
+                k @ 1..=3 => {
+                    let op = [BarRedOp::Popc, BarRedOp::And, BarRedOp::Or][usize::from(k - 1)];
+                    let (d, exec) = (r.u32()?, r.u32()?);
+                    let limit = if op == BarRedOp::Popc {
+                        entry.nregs
+                    } else {
+                        entry.npreds
+                    };
+                    if d >= limit || exec & !valid != 0 || !at_barrier {
+                        return Err(ContextError::Invalid("barrier reduction target"));
+                    }
+                    Some(BarDst { op, d, exec })
+                }
+                _ => return Err(ContextError::Invalid("barrier reduction target")),
+            };
             let sl = r.u32()? as usize;
             if sl > MAX_STACK {
                 return Err(ContextError::Invalid("simt stack depth"));
@@ -319,6 +360,7 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
                 valid,
                 exited,
                 at_barrier,
+                bar_dst,
                 done,
                 local,
             });
@@ -329,6 +371,7 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
             shared,
             cursor,
             slice_left,
+            bar,
         });
     }
     if r.i != bytes.len() {

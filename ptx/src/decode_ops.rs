@@ -6,7 +6,7 @@
 use crate::decode::{Ctx, ROp};
 use crate::decode_mem;
 use crate::error::PtxError;
-use crate::ir::{BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, Ty, UnOp};
+use crate::ir::{BarRedOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, Ty, UnOp};
 
 type R<T> = Result<T, PtxError>;
 
@@ -177,31 +177,7 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
                 target: c.label(&ops[0])?,
             }
         }
-        "bar" | "barrier" => {
-            if m.take("warp") {
-                m.take("sync");
-                Inst::Nop
-            } else {
-                if m.take_any(&["sync", "red", "arrive"]) != Some("sync") && base == "bar" {
-                    return c.unsupported();
-                }
-                if base == "barrier" && !m.take("sync") {
-                    return c.unsupported();
-                }
-                m.take("aligned");
-                if ops.len() > 2 {
-                    return c.operr("too many operands");
-                }
-                for o in ops {
-                    match o {
-                        ROp::Int(0) => {}
-                        ROp::Int(_) | ROp::Name(..) if ops.len() == 2 => {}
-                        _ => return c.unsupported(),
-                    }
-                }
-                Inst::Bar
-            }
-        }
+        "bar" | "barrier" => dec_bar(c, &mut m, ops)?,
         "membar" | "fence" => {
             m.take_any(&["gl", "cta", "sys"]);
             m.take_any(&["sc", "acq_rel"]);
@@ -279,6 +255,47 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
         return c.unsupported();
     }
     Ok(inst)
+}
+
+fn dec_bar(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    if m.take("warp") {
+        m.take("sync");
+        return Ok(Inst::Nop);
+    }
+    let kind = m.take_any(&["sync", "red", "arrive"]);
+    m.take("aligned");
+    // Barrier id (and optional thread count): every barrier is CTA-wide.
+    let id_ok = |o: &ROp| matches!(o, ROp::Int(_) | ROp::Name(..));
+    match kind {
+        Some("sync") => {
+            if ops.is_empty() || ops.len() > 2 || !ops.iter().all(id_ok) {
+                return c.operr("expected barrier id [, thread count]");
+            }
+            if ops.len() == 1 && !matches!(ops[0], ROp::Int(0)) {
+                return c.unsupported();
+            }
+            Ok(Inst::Bar)
+        }
+        Some("red") => {
+            let op = match m.take_any(&["popc", "and", "or"]) {
+                Some("popc") if m.take("u32") => BarRedOp::Popc,
+                Some("and") if m.take("pred") => BarRedOp::And,
+                Some("or") if m.take("pred") => BarRedOp::Or,
+                _ => return c.unsupported(),
+            };
+            if !(3..=4).contains(&ops.len()) || !id_ok(&ops[1]) {
+                return c.operr("expected d, barrier id, [count,] predicate");
+            }
+            let d = if op == BarRedOp::Popc {
+                c.dst(&ops[0])?
+            } else {
+                c.pdst(&ops[0])?
+            };
+            let p = c.psrc(&ops[ops.len() - 1])?;
+            Ok(Inst::BarRed { op, d, p })
+        }
+        _ => c.unsupported(),
+    }
 }
 
 fn dec_mov(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {

@@ -272,6 +272,13 @@ pub(crate) enum AtomOp {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BarRedOp {
+    Popc,
+    And,
+    Or,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ShflMode {
     Up,
     Down,
@@ -435,6 +442,12 @@ pub(crate) enum Inst {
         target: u32,
     },
     Bar,
+    /// `bar.red.popc.u32 d` / `bar.red.{and,or}.pred d`: CTA barrier reducing predicate `p`.
+    BarRed {
+        op: BarRedOp,
+        d: u32,
+        p: PSrc,
+    },
     Exit,
     Trap,
     Nop,

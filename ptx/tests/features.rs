@@ -400,3 +400,49 @@ fn special_registers_3d_and_extern_shared_layout() {
         }
     }
 }
+
+#[test]
+fn barrier_reductions() {
+    let text = kern(
+        ".param .u64 k_param_0,\n.param .u32 k_param_1",
+        ".reg .pred %p<5>;\n.reg .b32 %r<10>;\n.reg .b64 %rd<4>;",
+        r#"
+	ld.param.u64 	%rd1, [k_param_0];
+	ld.param.u32 	%r5, [k_param_1];
+	mov.u32 	%r1, %tid.x;
+	rem.u32 	%r2, %r1, %r5;
+	setp.eq.s32 	%p1, %r2, 0;
+	bar.red.popc.u32 	%r3, 0, %p1;
+	bar.red.and.pred 	%p2, 0, %p1;
+	barrier.sync.aligned 	0;
+	bar.red.or.pred 	%p3, 0, %p1;
+	selp.u32 	%r6, 1, 0, %p2;
+	selp.u32 	%r7, 1, 0, %p3;
+	mul.wide.u32 	%rd2, %r1, 12;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.u32 	[%rd3], %r3;
+	st.global.u32 	[%rd3+4], %r6;
+	st.global.u32 	[%rd3+8], %r7;
+	ret;
+"#,
+    );
+    let m = module(&text);
+    for (n, k) in [(100u32, 3u32), (64, 1), (70, 1000)] {
+        let mut mem = Mem::new(1 << 16);
+        let out = mem.alloc(n as usize * 12);
+        run(
+            &m,
+            "k",
+            cfg([2, 1, 1], [n, 1, 1], 0, Params::default().u64(out).u32(k)),
+            &mem,
+            1,
+        );
+        let count = (0..n).filter(|t| t % k == 0).count() as u32;
+        let g = mem.u32s(out, n as usize * 3);
+        for t in 0..n as usize {
+            assert_eq!(g[t * 3], count, "n={n} k={k} t={t}");
+            assert_eq!(g[t * 3 + 1], u32::from(count == n));
+            assert_eq!(g[t * 3 + 2], u32::from(count > 0));
+        }
+    }
+}

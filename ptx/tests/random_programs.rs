@@ -23,7 +23,7 @@ fn program(r: &mut Rng, n: usize) -> String {
             body.push_str(&format!("$L{}:\n", i / 4));
         }
         let (d, a, b) = (reg(r), reg(r), reg(r));
-        let line = match r.u32() % 24 {
+        let line = match r.u32() % 25 {
             0 => format!("add.s32 {d}, {a}, {b};"),
             1 => format!("mul.lo.s32 {d}, {a}, {};", r.u32() % 7),
             2 => format!("div.s32 {d}, {a}, {b};"),
@@ -65,6 +65,7 @@ fn program(r: &mut Rng, n: usize) -> String {
             20 => format!("min.s32 {d}, {a}, {b};"),
             21 => format!("atom.shared.cas.b32 {d}, [sh+8], {a}, {b};"),
             22 => format!("mov.u32 {d}, %laneid;"),
+            23 => format!("bar.red.popc.u32 {d}, 0, %p1;\nbar.red.or.pred %p2, 0, !%p1;"),
             _ => format!("sub.s32 {d}, {a}, 1;"),
         };
         body.push_str(&line);

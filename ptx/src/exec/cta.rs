@@ -10,6 +10,32 @@ pub(crate) struct StackEntry {
     pub rpc: u32,
 }
 
+/// Accumulated `bar.red` reduction of the barrier in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BarAcc {
+    pub count: u32,
+    pub all: bool,
+    pub any: bool,
+}
+
+impl Default for BarAcc {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            all: true,
+            any: false,
+        }
+    }
+}
+
+/// Where a warp waiting in `bar.red` receives the result: (op, destination, lanes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BarDst {
+    pub op: crate::ir::BarRedOp,
+    pub d: u32,
+    pub exec: u32,
+}
+
 /// One warp of 32 lanes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Warp {
@@ -29,6 +55,8 @@ pub(crate) struct Warp {
     pub exited: u32,
     /// Blocked at `bar.sync` (pc already points after it).
     pub at_barrier: bool,
+    /// Pending `bar.red` result destination.
+    pub bar_dst: Option<BarDst>,
     /// Every lane has exited.
     pub done: bool,
     /// Local memory, `local_bytes` per lane, lane-major.
@@ -44,6 +72,8 @@ pub(crate) struct Cta {
     pub shared: Vec<u8>,
     /// Round-robin cursor: the warp to run next.
     pub cursor: u32,
+    /// `bar.red` accumulator of the barrier in progress.
+    pub bar: BarAcc,
     /// Rest of the quantum of the warp at `cursor` when the step limit cut it short (0: none).
     pub slice_left: u32,
 }
@@ -80,6 +110,7 @@ impl Cta {
                     valid,
                     exited: 0,
                     at_barrier: false,
+                    bar_dst: None,
                     done: false,
                     local: vec![0; local_bytes as usize * 32],
                 }
@@ -91,6 +122,7 @@ impl Cta {
             shared: vec![0; shared_bytes as usize],
             cursor: 0,
             slice_left: 0,
+            bar: BarAcc::default(),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::exec::cta::{Cta, cta_coords};
 use crate::exec::launch::{KernelFault, Launch, RunControl, RunOutcome, Stats};
 use crate::exec::mem::Tlb;
-use crate::exec::warp::{Env, WarpStop, exec_warp, fix_thread};
+use crate::exec::warp::{Env, WarpStop, deliver_bar_red, exec_warp, fix_thread};
 use crate::ir::Entry;
 use crate::memory::GlobalMemory;
 
@@ -186,9 +186,12 @@ fn run_cta(
             return CtaStop::Preempted;
         }
         let Some(i) = found else {
-            // Every live warp waits at the barrier: release them all.
+            // Every live warp waits at the barrier: release them all (with the `bar.red`
+            // result, if any).
+            let acc = std::mem::take(&mut cta.bar);
             for w in &mut cta.warps {
                 w.at_barrier = false;
+                deliver_bar_red(w, acc);
             }
             continue;
         };
@@ -205,6 +208,7 @@ fn run_cta(
             &mut cta.warps[i],
             i as u32,
             &mut cta.shared,
+            &mut cta.bar,
             &env,
             tlb,
             budget,

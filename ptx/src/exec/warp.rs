@@ -7,12 +7,12 @@
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exec::alu::{self, Lanes};
-use crate::exec::cta::{StackEntry, Warp, thread_coords};
+use crate::exec::cta::{BarAcc, BarDst, StackEntry, Warp, thread_coords};
 use crate::exec::cvt;
 use crate::exec::launch::{KernelFault, Stats};
 use crate::exec::mem::{LaneFault, Tlb};
 use crate::exec::warp_mem;
-use crate::ir::{BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
+use crate::ir::{BarRedOp, BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
 use crate::memory::{Access, FaultReason, GlobalMemory};
 
 /// Most entries a SIMT stack may hold (bounds hostile saved contexts too).
@@ -133,7 +133,7 @@ pub(crate) fn write(w: &mut Warp, d: u32, exec: u32, v: &Lanes) {
 }
 
 #[inline(always)]
-fn write_pred(w: &mut Warp, d: u32, exec: u32, v: u32) {
+pub(crate) fn write_pred(w: &mut Warp, d: u32, exec: u32, v: u32) {
     if let Some(p) = w.preds.get_mut(d as usize) {
         *p = (*p & !exec) | (v & exec);
     }
@@ -172,6 +172,7 @@ pub(crate) fn exec_warp(
     w: &mut Warp,
     widx: u32,
     shared: &mut [u8],
+    bar: &mut BarAcc,
     env: &Env,
     tlb: &mut Tlb,
     budget: u64,
@@ -494,6 +495,20 @@ pub(crate) fn exec_warp(
                 w.at_barrier = true;
                 return WarpStop::Barrier;
             }
+            Inst::BarRed { op, d, p } => {
+                let pv = psrc(w, *p) & exec;
+                bar.count += pv.count_ones();
+                bar.all &= pv == exec;
+                bar.any |= pv != 0;
+                w.bar_dst = Some(BarDst {
+                    op: *op,
+                    d: *d,
+                    exec,
+                });
+                w.pc = next;
+                w.at_barrier = true;
+                return WarpStop::Barrier;
+            }
             Inst::Exit => {
                 w.exited |= exec;
                 w.mask &= !exec;
@@ -600,4 +615,16 @@ fn fault(w: &Warp, env: &Env, lane: usize, f: LaneFault) -> WarpStop {
 /// Convert the lane-relative thread field of a fault into CTA thread coordinates.
 pub(crate) fn fix_thread(f: &mut KernelFault, widx: u32, block: [u32; 3]) {
     f.thread = thread_coords(widx * 32 + f.thread[0], block);
+}
+
+/// Deliver a finished `bar.red` reduction to a waiting warp.
+pub(crate) fn deliver_bar_red(w: &mut Warp, acc: BarAcc) {
+    let Some(dst) = w.bar_dst.take() else {
+        return;
+    };
+    match dst.op {
+        BarRedOp::Popc => write(w, dst.d, dst.exec, &[u64::from(acc.count); 32]),
+        BarRedOp::And => write_pred(w, dst.d, dst.exec, if acc.all { u32::MAX } else { 0 }),
+        BarRedOp::Or => write_pred(w, dst.d, dst.exec, if acc.any { u32::MAX } else { 0 }),
+    }
 }
