@@ -246,6 +246,19 @@ fn bad_maps_are_rejected_and_leave_nothing() {
             len: 2
         })
     );
+    let r = e.vram_fill(63 * MIB, 2 * MIB, 0);
+    assert_eq!(
+        r,
+        Err(EngineError::VramRange {
+            pa: 63 * MIB,
+            len: 2 * MIB
+        })
+    );
+    e.vram_write(5 * MIB, b"secret").unwrap();
+    e.vram_fill(5 * MIB + 1, 4, 0).unwrap();
+    let mut b = [0u8; 6];
+    e.vram_read(5 * MIB, &mut b).unwrap();
+    assert_eq!(&b, b"s\0\0\0\0t");
 }
 
 #[test]

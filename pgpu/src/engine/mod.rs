@@ -36,6 +36,8 @@ pub trait Engine: Send + Sync {
     fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError>;
     /// Writes physical VRAM for the hypervisor's own use.
     fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError>;
+    /// Fills physical VRAM with `byte` (scrubbing a partition before it changes hands).
+    fn vram_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EngineError>;
 
     /// Registers host memory (a VM's guest RAM) so that mappings can point at it.
     ///

@@ -24,6 +24,10 @@ impl Engine for SimEngine {
         self.vram.write(pa, data).map_err(vram_err)
     }
 
+    fn vram_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EngineError> {
+        self.vram.fill(pa, len, byte).map_err(vram_err)
+    }
+
     unsafe fn register_host_region(
         &self,
         base: *mut u8,
