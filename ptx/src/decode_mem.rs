@@ -215,3 +215,34 @@ pub(crate) fn dec_vote(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         a: c.psrc(&ops[1])?,
     })
 }
+
+pub(crate) fn dec_redux(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    if !m.take("sync") {
+        return c.unsupported();
+    }
+    let op = match m.take_any(&["add", "min", "max", "and", "or", "xor"]) {
+        Some("add") => AtomOp::Add,
+        Some("min") => AtomOp::Min,
+        Some("max") => AtomOp::Max,
+        Some("and") => AtomOp::And,
+        Some("or") => AtomOp::Or,
+        Some("xor") => AtomOp::Xor,
+        _ => return c.unsupported(),
+    };
+    let ty = one_type(c, m)?;
+    let ok = match op {
+        AtomOp::Add | AtomOp::Min | AtomOp::Max => matches!(ty, Ty::U32 | Ty::S32),
+        _ => ty == Ty::B32,
+    };
+    if !ok {
+        return c.unsupported();
+    }
+    nops(c, ops, 3)?;
+    c.src(&ops[2], Ty::B32)?;
+    Ok(Inst::Redux {
+        op,
+        ty,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], ty)?,
+    })
+}

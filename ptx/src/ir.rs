@@ -464,6 +464,13 @@ pub(crate) enum Inst {
         d: u32,
         a: PSrc,
     },
+    /// `redux.sync`: reduce `a` over the active lanes with `op` (Add/Min/Max/And/Or/Xor).
+    Redux {
+        op: AtomOp,
+        ty: Ty,
+        d: u32,
+        a: Src,
+    },
     Activemask {
         d: u32,
     },

@@ -166,6 +166,7 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "redux",
     "slct",
     "tanh",
     "nanosleep",

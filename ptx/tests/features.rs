@@ -446,3 +446,60 @@ fn barrier_reductions() {
         }
     }
 }
+
+#[test]
+fn redux_sync_over_active_lanes() {
+    let text = kern(
+        ".param .u64 k_param_0",
+        ".reg .pred %p<3>;\n.reg .b32 %r<12>;\n.reg .b64 %rd<4>;",
+        r#"
+	ld.param.u64 	%rd1, [k_param_0];
+	mov.u32 	%r1, %tid.x;
+	mul.lo.s32 	%r2, %r1, 7;
+	sub.s32 	%r2, 100, %r2;
+	mov.u32 	%r3, 0;
+	mov.u32 	%r4, 0;
+	mov.u32 	%r5, 0;
+	mov.u32 	%r6, 0;
+	rem.u32 	%r7, %r1, 3;
+	setp.eq.s32 	%p1, %r7, 0;
+	@%p1 bra 	$L_skip;
+	redux.sync.add.s32 	%r3, %r2, -1;
+	redux.sync.min.s32 	%r4, %r2, -1;
+	redux.sync.max.u32 	%r5, %r2, -1;
+	redux.sync.xor.b32 	%r6, %r2, -1;
+$L_skip:
+	mul.wide.u32 	%rd2, %r1, 16;
+	add.s64 	%rd3, %rd1, %rd2;
+	st.global.v4.u32 	[%rd3], {%r3, %r4, %r5, %r6};
+	ret;
+"#,
+    );
+    let m = module(&text);
+    let mut mem = Mem::new(1 << 16);
+    let out = mem.alloc(64 * 16);
+    run(
+        &m,
+        "k",
+        cfg([1, 1, 1], [64, 1, 1], 0, Params::default().u64(out)),
+        &mem,
+        1,
+    );
+    let g = mem.u32s(out, 64 * 4);
+    for t in 0..64u32 {
+        let warp = t / 32 * 32..t / 32 * 32 + 32;
+        let vals: Vec<i32> = warp
+            .filter(|l| l % 3 != 0)
+            .map(|l| 100 - 7 * l as i32)
+            .collect();
+        let row = &g[t as usize * 4..t as usize * 4 + 4];
+        if t % 3 == 0 {
+            assert_eq!(row, [0, 0, 0, 0]);
+            continue;
+        }
+        assert_eq!(row[0] as i32, vals.iter().sum::<i32>(), "t={t}");
+        assert_eq!(row[1] as i32, *vals.iter().min().unwrap());
+        assert_eq!(row[2], vals.iter().map(|&v| v as u32).max().unwrap());
+        assert_eq!(row[3], vals.iter().fold(0u32, |a, &v| a ^ v as u32));
+    }
+}

@@ -10,7 +10,7 @@ use crate::exec::alu::{self, Lanes};
 use crate::exec::cta::{BarAcc, BarDst, StackEntry, Warp, thread_coords};
 use crate::exec::cvt;
 use crate::exec::launch::{KernelFault, Stats};
-use crate::exec::mem::{LaneFault, Tlb};
+use crate::exec::mem::{self, LaneFault, Tlb};
 use crate::exec::warp_mem;
 use crate::ir::{BarRedOp, BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
 use crate::memory::{Access, FaultReason, GlobalMemory};
@@ -579,6 +579,20 @@ pub(crate) fn exec_warp(
                         write_pred(w, *d, exec, if v { u32::MAX } else { 0 });
                     }
                 }
+            }
+            Inst::Redux { op, ty, d, a: sa } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let mut acc: Option<u64> = None;
+                for l in 0..32 {
+                    if exec >> l & 1 != 0 {
+                        acc = Some(match acc {
+                            None => a[l] & ty.mask(),
+                            Some(x) => mem::apply(*op, *ty, x, a[l], 0),
+                        });
+                    }
+                }
+                r = [acc.unwrap_or(0); 32];
+                write(w, *d, exec, &r);
             }
             Inst::Activemask { d } => {
                 r = [u64::from(exec); 32];
