@@ -24,7 +24,7 @@ impl Default for SimConfig {
             workers: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
-            copy_chunk: 256 << 10,
+            copy_chunk: 64 << 10,
             page_sizes: vec![PageSize::Size4K, PageSize::Size2M],
             limits: EngineLimits::default(),
         }
