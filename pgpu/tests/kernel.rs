@@ -392,3 +392,43 @@ fn concurrent_jobs_in_many_spaces_with_map_churn() {
     });
     assert_eq!(e.counters().faults, 0);
 }
+
+#[test]
+fn module_limits_bound_what_a_guest_can_pin() {
+    let vecadd = suite::find("vecadd").unwrap().ptx;
+    let saxpy = suite::find("saxpy").unwrap().ptx;
+    let limits = EngineLimits {
+        max_modules: 1,
+        max_ptx_bytes_total: vecadd.len() + saxpy.len() - 1,
+        ..EngineLimits::default()
+    };
+    let cfg = pgpu::sim::SimConfig {
+        vram_size: 2 * MIB,
+        workers: 1,
+        limits,
+        ..Default::default()
+    };
+    let e = SimEngine::new(cfg).unwrap();
+    let a = e.load_module(vecadd).unwrap();
+    assert_eq!(e.load_module(saxpy), Err(EngineError::TooMany("modules")));
+    e.unload_module(a).unwrap();
+    e.load_module(saxpy).unwrap();
+    let limits = EngineLimits {
+        max_ptx_bytes_total: vecadd.len() + saxpy.len() - 1,
+        ..EngineLimits::default()
+    };
+    let cfg = pgpu::sim::SimConfig {
+        vram_size: 2 * MIB,
+        workers: 1,
+        limits,
+        ..Default::default()
+    };
+    let e = SimEngine::new(cfg).unwrap();
+    let a = e.load_module(vecadd).unwrap();
+    assert_eq!(
+        e.load_module(saxpy),
+        Err(EngineError::TooMany("bytes of loaded PTX"))
+    );
+    e.unload_module(a).unwrap();
+    e.load_module(saxpy).unwrap();
+}

@@ -119,6 +119,8 @@ pub struct EngineLimits {
     pub max_modules: usize,
     /// Largest PTX text accepted, bytes.
     pub max_ptx_bytes: usize,
+    /// Largest total of PTX text held by loaded modules, bytes.
+    pub max_ptx_bytes_total: usize,
     /// Largest entry name, bytes.
     pub max_entry_name: usize,
     /// Largest grid, per dimension.
@@ -145,6 +147,7 @@ impl Default for EngineLimits {
             max_host_regions: 64,
             max_modules: 1024,
             max_ptx_bytes: 4 << 20,
+            max_ptx_bytes_total: 64 << 20,
             max_entry_name: 1024,
             max_grid: [1 << 20, 65535, 65535],
             max_block: [1024, 1024, 64],

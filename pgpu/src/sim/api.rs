@@ -172,7 +172,8 @@ impl Engine for SimEngine {
         // Parse outside the lock: it can take a while and other loads should not wait.
         let module =
             ptx::parse(text).map_err(|e| EngineError::ModuleLoad { log: e.to_string() })?;
-        lock(&self.modules).insert(text, module, self.info.limits.max_modules)
+        let lim = &self.info.limits;
+        lock(&self.modules).insert(text, module, lim.max_modules, lim.max_ptx_bytes_total)
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {

@@ -19,6 +19,8 @@ pub struct Modules {
     by_id: HashMap<ModuleId, Entry>,
     by_text: HashMap<Arc<str>, ModuleId>,
     next_id: u64,
+    /// Bytes of PTX text held.
+    text_bytes: usize,
 }
 
 impl Modules {
@@ -37,6 +39,7 @@ impl Modules {
         text: &str,
         module: ptx::Module,
         max_modules: usize,
+        max_text_bytes: usize,
     ) -> Result<ModuleId, EngineError> {
         if let Some(id) = self.lookup_and_count(text) {
             return Ok(id);
@@ -44,6 +47,11 @@ impl Modules {
         if self.by_id.len() >= max_modules {
             return Err(EngineError::TooMany("modules"));
         }
+        let total = self.text_bytes.saturating_add(text.len());
+        if total > max_text_bytes {
+            return Err(EngineError::TooMany("bytes of loaded PTX"));
+        }
+        self.text_bytes = total;
         self.next_id += 1;
         let id = ModuleId(self.next_id);
         let text: Arc<str> = Arc::from(text);
@@ -70,6 +78,7 @@ impl Modules {
             && let Some(e) = self.by_id.remove(&id)
         {
             self.by_text.remove(&e.text);
+            self.text_bytes = self.text_bytes.saturating_sub(e.text.len());
         }
         Ok(())
     }
