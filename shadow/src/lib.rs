@@ -1,0 +1,1 @@
+//! shadow (being written: shadow page tables and channels)
