@@ -1,0 +1,1 @@
+//! gpu-driver (being written: the guest GPU driver library)
