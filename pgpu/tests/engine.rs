@@ -468,3 +468,35 @@ fn map_batch_is_all_or_nothing() {
     e.map_batch(s, &batch[..2]).unwrap();
     assert!(e.lookup(s, BASE + 3 * MIB).unwrap().is_some());
 }
+
+#[test]
+fn engine_allocated_host_regions_back_guest_ram() {
+    let e = engine();
+    let s = space(&e);
+    assert!(matches!(
+        e.alloc_host_region(4096),
+        Err(EngineError::BadHostRegion(_))
+    ));
+    let (r, ptr) = e.alloc_host_region(2 * MIB).unwrap();
+    let m = Mapping {
+        va: BASE,
+        len: 2 * MIB,
+        target: MapTarget::Host {
+            region: r,
+            offset: 0,
+        },
+        perm: Perm::ReadWrite,
+        page_size: PageSize::Size2M,
+    };
+    e.map(s, &m).unwrap();
+    e.copy_to_space(s, BASE + 40, b"gpu wrote").unwrap();
+    // SAFETY: the region is registered and 2 MiB long; no job runs meanwhile.
+    let seen = unsafe { std::slice::from_raw_parts(ptr.as_ptr().add(40), 9) };
+    assert_eq!(seen, b"gpu wrote");
+    assert_eq!(
+        e.unregister_host_region(r),
+        Err(EngineError::HostRegionInUse(r))
+    );
+    e.unmap(s, BASE, 2 * MIB).unwrap();
+    e.unregister_host_region(r).unwrap();
+}

@@ -9,6 +9,8 @@
 //! Files: `types` (ids, mappings, jobs, info), `fault`, `context` (saved contexts, outcomes),
 //! `preempt` (the preemption handle), `error`.
 
+use std::ptr::NonNull;
+
 mod context;
 mod error;
 mod fault;
@@ -50,7 +52,13 @@ pub trait Engine: Send + Sync {
         base: *mut u8,
         len: usize,
     ) -> Result<HostRegionId, EngineError>;
-    /// Unregisters a host region; refused while any address space maps it.
+    /// Allocates `len` bytes of zeroed host memory owned by the engine (a multiple of the largest
+    /// page size) and registers it as a host region. The VMM may back guest RAM with it: this is
+    /// the form a CUDA engine can map at arbitrary GPU VAs (cuMemCreate on the host), where
+    /// registering existing memory is not. The pointer is valid until `unregister_host_region`.
+    fn alloc_host_region(&self, len: u64) -> Result<(HostRegionId, NonNull<u8>), EngineError>;
+    /// Unregisters a host region (freeing it if the engine allocated it); refused while any
+    /// address space maps it.
     fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError>;
 
     /// Creates an address space over a VA window.

@@ -1,5 +1,6 @@
 //! `impl Engine for SimEngine`: the contract's entry points, delegating to the engine's parts.
 
+use std::ptr::NonNull;
 use std::time::Instant;
 
 use crate::engine::{
@@ -10,6 +11,7 @@ use crate::engine::{
 use super::context::{CopyState, Live};
 use super::copy;
 use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
+use super::vram::VramRegion;
 
 impl Engine for SimEngine {
     fn info(&self) -> &EngineInfo {
@@ -39,6 +41,20 @@ impl Engine for SimEngine {
             .map_err(host_err)?;
         log::debug!("host region {id:?}: {len:#x} bytes at {base:p}");
         Ok(id)
+    }
+
+    fn alloc_host_region(&self, len: u64) -> Result<(HostRegionId, NonNull<u8>), EngineError> {
+        let mem = VramRegion::anonymous(len).map_err(|_| {
+            EngineError::BadHostRegion("length zero or not a multiple of 2 MiB, or out of memory")
+        })?;
+        let base = mem.host_ptr(0, 0).map_err(vram_err)?;
+        let base = NonNull::new(base).ok_or(EngineError::BadHostRegion("null mapping"))?;
+        let limit = self.info.limits.max_host_regions;
+        let id = lock(&self.host)
+            .register_owned(mem, limit)
+            .map_err(host_err)?;
+        log::debug!("host region {id:?}: {len:#x} bytes allocated at {base:p}");
+        Ok((id, base))
     }
 
     fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError> {

@@ -1,10 +1,11 @@
-//! Host memory regions registered with the sim engine (a VM's guest RAM), so that mappings for
-//! system-memory PTEs can point at them. Each live region has a small slot number that the MMU
+//! Host memory regions registered with (or allocated by) the sim engine (a VM's guest RAM), so
+//! that mappings for system-memory PTEs can point at them. Each live region has a small slot number that the MMU
 //! stores in its PTEs (slot 0 is VRAM).
 
 use thiserror::Error;
 
 use super::mmu::{MAX_SLOT, TargetMem};
+use super::vram::VramRegion;
 use crate::engine::HostRegionId;
 
 /// Errors of the region table.
@@ -20,11 +21,13 @@ pub enum HostMemError {
 
 const PAGE: usize = 4096;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Region {
     id: HostRegionId,
     base: usize,
     len: u64,
+    /// The memory itself when the engine allocated it (freed with the region).
+    _owned: Option<VramRegion>,
 }
 
 /// The table of registered regions.
@@ -43,6 +46,26 @@ impl HostRegions {
         base: usize,
         len: usize,
         limit: usize,
+    ) -> Result<HostRegionId, HostMemError> {
+        self.insert(base, len, limit, None)
+    }
+
+    /// Adds memory the engine allocated; it is freed when the region is removed.
+    pub fn register_owned(
+        &mut self,
+        mem: VramRegion,
+        limit: usize,
+    ) -> Result<HostRegionId, HostMemError> {
+        let len = usize::try_from(mem.size()).map_err(|_| HostMemError::Misaligned)?;
+        self.insert(mem.host_base(), len, limit, Some(mem))
+    }
+
+    fn insert(
+        &mut self,
+        base: usize,
+        len: usize,
+        limit: usize,
+        owned: Option<VramRegion>,
     ) -> Result<HostRegionId, HostMemError> {
         if base == 0 || len == 0 || !base.is_multiple_of(PAGE) || !len.is_multiple_of(PAGE) {
             return Err(HostMemError::Misaligned);
@@ -63,6 +86,7 @@ impl HostRegions {
             id,
             base,
             len: len as u64,
+            _owned: owned,
         });
         Ok(id)
     }
