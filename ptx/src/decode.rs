@@ -35,6 +35,8 @@ pub(crate) struct EntryDecls {
     pub maxntid: Option<[u32; 3]>,
     pub shared: Vec<VarDecl>,
     pub local: Vec<VarDecl>,
+    /// Call-site `.param` variables (argument/return buffers of inlined calls), per thread.
+    pub call_params: Vec<VarDecl>,
     pub regs: HashMap<String, Ty>,
     pub pos: Pos,
 }
@@ -54,6 +56,8 @@ pub(crate) enum ROp {
     },
     SymOff(String, i64, Pos),
     Vec(Vec<ROp>),
+    /// Parenthesized list (call arguments / return values).
+    List(Vec<ROp>),
     Pair(String, String, Pos),
 }
 
@@ -340,13 +344,20 @@ fn layout(
 }
 
 /// Decode one entry.
-pub(crate) fn decode_entry(decls: EntryDecls, body: Vec<Stmt>) -> R<Entry> {
+pub(crate) fn decode_entry(
+    mut decls: EntryDecls,
+    body: Vec<Stmt>,
+    funcs: &HashMap<String, crate::inline::FuncDef>,
+) -> R<Entry> {
+    let body = crate::inline::expand_calls(&mut decls, body, funcs)?;
     let mut syms = HashMap::new();
     for p in &decls.params {
         syms.insert(p.name.clone(), (Space::Param, u64::from(p.offset)));
     }
     let (shared_size, dyn_align) = layout(&decls.shared, Space::Shared, &mut syms)?;
-    let (local_size, _) = layout(&decls.local, Space::Local, &mut syms)?;
+    let mut locals = decls.local.clone();
+    locals.extend(decls.call_params.iter().cloned());
+    let (local_size, _) = layout(&locals, Space::Local, &mut syms)?;
     let mut labels = HashMap::new();
     let mut n = 0u32;
     for s in &body {

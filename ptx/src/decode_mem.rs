@@ -49,7 +49,8 @@ pub(crate) fn dec_ldst(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<
     };
     let (bsrc, off, sym_space) = c.addr(addr)?;
     if let Some(ss) = sym_space {
-        if space == Space::Generic {
+        if space == Space::Generic || (space == Space::Param && ss == Space::Local) {
+            // `.param` accesses to call-site parameters (inlined calls) live in local memory.
             space = ss;
         } else if space != ss {
             return c.operr("symbol used in another state space");
@@ -129,7 +130,8 @@ pub(crate) fn dec_atom(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<
     let d = if red { None } else { Some(c.dst(&ops[0])?) };
     let (bsrc, off, sym_space) = c.addr(&ops[k])?;
     if let Some(ss) = sym_space {
-        if space == Space::Generic {
+        if space == Space::Generic || (space == Space::Param && ss == Space::Local) {
+            // `.param` accesses to call-site parameters (inlined calls) live in local memory.
             space = ss;
         } else if space != ss {
             return c.operr("symbol used in another state space");

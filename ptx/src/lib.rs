@@ -66,6 +66,7 @@ mod decode_mem;
 mod decode_ops;
 mod error;
 mod exec;
+mod inline;
 mod ir;
 mod lexer;
 mod memory;

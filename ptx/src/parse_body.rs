@@ -9,7 +9,9 @@ use crate::lexer::Tok;
 use crate::parser::{Parser, parse_var};
 
 /// Most registers a `%r<N>` range may declare.
-const MAX_RANGE: u64 = 1 << 20;
+const MAX_RANGE: u64 = 1 << 16;
+/// Most registers a whole module may declare.
+const MAX_DECLARED: u64 = 1 << 20;
 
 type R<T> = Result<T, PtxError>;
 
@@ -26,10 +28,11 @@ fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
         if p.eat_punct('<') {
             let n = p.int()?;
             p.expect_punct('>')?;
-            if n > MAX_RANGE {
+            p.declared_regs = p.declared_regs.saturating_add(n);
+            if n > MAX_RANGE || p.declared_regs > MAX_DECLARED {
                 return Err(PtxError::TooLarge {
                     pos: npos,
-                    what: "register range".into(),
+                    what: "register declarations".into(),
                 });
             }
             for k in 0..n {
@@ -82,6 +85,17 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 ".local" => {
                     let v = parse_var(p, false, pos)?;
                     decls.local.push(v);
+                }
+                ".param" => {
+                    // Call-site parameter buffer; scopes of different calls reuse names.
+                    let v = parse_var(p, false, pos)?;
+                    match decls.call_params.iter_mut().find(|x| x.name == v.name) {
+                        Some(x) => {
+                            x.size = x.size.max(v.size);
+                            x.align = x.align.max(v.align);
+                        }
+                        None => decls.call_params.push(v),
+                    }
                 }
                 ".loc" | ".file" => p.skip_line(),
                 ".pragma" => {
@@ -166,6 +180,7 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "call",
     "redux",
     "slct",
     "tanh",
@@ -276,6 +291,24 @@ fn parse_operand(p: &mut Parser, in_vector: bool) -> R<ROp> {
                 }
             }
             Ok(ROp::Vec(v))
+        }
+        Some(Tok::Punct('(')) if !in_vector => {
+            p.i += 1;
+            let mut v = Vec::new();
+            if p.eat_punct(')') {
+                return Ok(ROp::List(v));
+            }
+            loop {
+                v.push(parse_operand(p, true)?);
+                if p.eat_punct(')') {
+                    break;
+                }
+                p.expect_punct(',')?;
+                if v.len() > 64 {
+                    return p.err("argument list too long");
+                }
+            }
+            Ok(ROp::List(v))
         }
         Some(Tok::Punct('!')) => {
             p.i += 1;

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::decode::{self, EntryDecls, VarDecl};
+use crate::decode::{self, EntryDecls, Stmt, VarDecl};
 use crate::error::{Pos, PtxError};
+use crate::inline::FuncDef;
 use crate::ir::Ty;
 use crate::lexer::{Tok, Token, lex};
 use crate::module::{Module, ParamInfo, fnv1a};
@@ -17,6 +18,8 @@ pub(crate) struct Parser {
     pub(crate) toks: Vec<Token>,
     pub(crate) i: usize,
     pub(crate) end: Pos,
+    /// Registers declared so far in the whole module (bounded against hostile ranges).
+    pub(crate) declared_regs: u64,
 }
 
 type R<T> = Result<T, PtxError>;
@@ -147,9 +150,16 @@ impl Parser {
 pub(crate) fn parse_module(text: &str) -> R<Module> {
     let toks = lex(text)?;
     let end = toks.last().map_or(Pos { line: 1, col: 1 }, |t| t.pos);
-    let mut p = Parser { toks, i: 0, end };
+    let mut p = Parser {
+        toks,
+        i: 0,
+        end,
+        declared_regs: 0,
+    };
     let mut module_shared: Vec<VarDecl> = Vec::new();
     let mut entries = Vec::new();
+    let mut parsed: Vec<(EntryDecls, Vec<Stmt>)> = Vec::new();
+    let mut funcs: HashMap<String, FuncDef> = HashMap::new();
     let mut names: HashMap<String, ()> = HashMap::new();
     while p.peek().is_some() {
         let pos = p.pos();
@@ -183,7 +193,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 p.ident()?;
                 p.skip_braces()?;
             }
-            ".visible" | ".weak" | ".extern" | ".entry" | ".shared" | ".common" => {
+            ".visible" | ".weak" | ".extern" | ".entry" | ".func" | ".shared" | ".common" => {
                 let mut is_extern = d == ".extern";
                 let mut cur = d.clone();
                 while matches!(cur.as_str(), ".visible" | ".weak" | ".extern" | ".common") {
@@ -192,14 +202,26 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 }
                 match cur.as_str() {
                     ".entry" => {
-                        let e = parse_entry(&mut p, &module_shared, pos)?;
-                        if names.insert(e.info.name.clone(), ()).is_some() {
+                        let (decls, body) = parse_entry(&mut p, &module_shared, pos)?;
+                        if names.insert(decls.name.clone(), ()).is_some() {
                             return Err(PtxError::Duplicate {
                                 pos,
-                                name: e.info.name.clone(),
+                                name: decls.name.clone(),
                             });
                         }
-                        entries.push(e);
+                        parsed.push((decls, body));
+                    }
+                    ".func" => {
+                        let f = parse_func(&mut p, &module_shared, pos)?;
+                        match funcs.get(&f.name) {
+                            Some(old) if old.body.is_some() && f.body.is_some() => {
+                                return Err(PtxError::Duplicate { pos, name: f.name });
+                            }
+                            Some(old) if old.body.is_some() => {}
+                            _ => {
+                                funcs.insert(f.name.clone(), f);
+                            }
+                        }
                     }
                     ".shared" => {
                         let v = parse_var(&mut p, is_extern, pos)?;
@@ -213,6 +235,10 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 return p.unsupported_directive(other);
             }
         }
+    }
+    // Entries are decoded once every function of the module is known (calls are inlined).
+    for (decls, body) in parsed {
+        entries.push(decode::decode_entry(decls, body, &funcs)?);
     }
     Ok(Module {
         entries,
@@ -360,7 +386,57 @@ fn dims(p: &mut Parser) -> R<[u32; 3]> {
     Ok(d)
 }
 
-fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<crate::ir::Entry> {
+/// Parse `.func [(rets)] name [(params)] [.noreturn] (; | { body })` after `.func`.
+fn parse_func(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<FuncDef> {
+    let mut off = 0u64;
+    let mut list = |p: &mut Parser| -> R<Vec<String>> {
+        let mut v = Vec::new();
+        if p.eat_punct('(') && !p.eat_punct(')') {
+            loop {
+                v.push(parse_param(p, &mut off)?.name);
+                if p.eat_punct(')') {
+                    break;
+                }
+                p.expect_punct(',')?;
+            }
+        }
+        Ok(v)
+    };
+    let rets = if p.is_punct('(') {
+        list(p)?
+    } else {
+        Vec::new()
+    };
+    let name = p.ident()?;
+    let params = list(p)?;
+    while p.eat_ident(".noreturn") {}
+    let mut decls = EntryDecls {
+        name: name.clone(),
+        params: Vec::new(),
+        param_size: 0,
+        reqntid: None,
+        maxntid: None,
+        shared: module_shared.to_vec(),
+        local: Vec::new(),
+        call_params: Vec::new(),
+        regs: HashMap::new(),
+        pos,
+    };
+    let body = if p.eat_punct(';') {
+        None
+    } else {
+        Some(crate::parse_body::parse_body(p, &mut decls)?)
+    };
+    Ok(FuncDef {
+        name,
+        rets,
+        params,
+        decls,
+        body,
+    })
+}
+
+fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<(EntryDecls, Vec<Stmt>)> {
     let name = p.ident()?;
     let mut params = Vec::new();
     let mut offset = 0u64;
@@ -381,6 +457,7 @@ fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<crate::
         maxntid: None,
         shared: module_shared.to_vec(),
         local: Vec::new(),
+        call_params: Vec::new(),
         regs: HashMap::new(),
         pos,
     };
@@ -407,5 +484,5 @@ fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<crate::
         }
     }
     let body = crate::parse_body::parse_body(p, &mut decls)?;
-    decode::decode_entry(decls, body)
+    Ok((decls, body))
 }
