@@ -44,7 +44,12 @@ pub struct PciConfig {
     regs: [u8; CONFIG_SIZE],
     wmask: [u8; CONFIG_SIZE],
     bars: [Option<BarSpec>; 6],
+    /// Where the next capability goes (0 until the first is added).
+    next_cap: usize,
 }
+
+/// Capabilities start here (after the type-0 header).
+const CAP_START: usize = 0x40;
 
 impl std::fmt::Debug for PciConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,6 +68,7 @@ impl PciConfig {
             regs: [0; CONFIG_SIZE],
             wmask: [0; CONFIG_SIZE],
             bars: [None; 6],
+            next_cap: 0,
         };
         c.regs[0..2].copy_from_slice(&vendor.to_le_bytes());
         c.regs[2..4].copy_from_slice(&device.to_le_bytes());
@@ -75,6 +81,49 @@ impl PciConfig {
         c.wmask[0x0d] = 0xff; // latency timer
         c.wmask[0x3c] = 0xff; // interrupt line
         c
+    }
+
+    /// Appends a capability of `len` bytes (id and next pointer included) to the capability
+    /// list; returns its offset, or `None` if config space is full.
+    pub fn add_capability(&mut self, id: u8, len: usize) -> Option<usize> {
+        let off = if self.next_cap == 0 {
+            CAP_START
+        } else {
+            self.next_cap
+        };
+        let end = off.checked_add(len.max(2))?.next_multiple_of(4);
+        if end > CONFIG_SIZE {
+            return None;
+        }
+        // Link from the header or the previous capability.
+        let mut link = 0x34;
+        while self.regs[link] != 0 {
+            link = usize::from(self.regs[link]) + 1;
+        }
+        self.regs[link] = off as u8;
+        self.regs[off] = id;
+        self.regs[off + 1] = 0;
+        self.regs[0x06] |= 0x10; // status: capability list
+        self.next_cap = end;
+        Some(off)
+    }
+
+    /// Sets raw bytes (device-side initialisation; ignores write masks).
+    pub fn set_raw(&mut self, off: usize, bytes: &[u8]) {
+        for (i, b) in bytes.iter().enumerate() {
+            if let Some(r) = self.regs.get_mut(off + i) {
+                *r = *b;
+            }
+        }
+    }
+
+    /// Sets which bits of `bytes.len()` bytes at `off` the guest may write.
+    pub fn set_wmask(&mut self, off: usize, mask: &[u8]) {
+        for (i, m) in mask.iter().enumerate() {
+            if let Some(r) = self.wmask.get_mut(off + i) {
+                *r = *m;
+            }
+        }
     }
 
     /// Sets the subsystem vendor/device ids.

@@ -4,9 +4,11 @@
 //! step with what the guest programs into BARs and the command register.
 
 mod config;
+mod msi;
 mod root;
 
 pub use config::{BarKind, BarSpec, PciConfig, PciError};
+pub use msi::{CAP_ID_MSI, MsiMessage};
 pub use root::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
 
 /// Command register bit: I/O space decode.
