@@ -5,7 +5,7 @@
 
 use crate::exec::alu::Lanes;
 use crate::exec::mem::{Tlb, host_load, host_store};
-use crate::memory::{Access, GlobalMemory};
+use crate::memory::{Access, GlobalMemory, LOCAL_WINDOW, SHARED_WINDOW};
 
 #[inline(always)]
 fn shared_get(sh: &[u8], o: u64, size: usize) -> Option<u64> {
@@ -81,7 +81,14 @@ pub(crate) fn st_shared(
     true
 }
 
-/// Scalar global load for the lanes in `exec`.
+/// True for generic addresses of the shared/local windows (never global memory; used so the
+/// global paths also serve generic accesses that resolve to global memory).
+#[inline(always)]
+fn in_window(va: u64) -> bool {
+    va >= SHARED_WINDOW.min(LOCAL_WINDOW)
+}
+
+/// Scalar global (or generic-to-global) load for the lanes in `exec`.
 #[inline(always)]
 pub(crate) fn ld_global(
     mem: &dyn GlobalMemory,
@@ -96,7 +103,7 @@ pub(crate) fn ld_global(
     for l in 0..32 {
         if exec >> l & 1 != 0 {
             let va = addr[l].wrapping_add(off as u64);
-            if !va.is_multiple_of(sz) {
+            if !va.is_multiple_of(sz) || in_window(va) {
                 return false;
             }
             let Ok(p) = tlb.lookup(mem, va, sz, Access::Read) else {
@@ -110,7 +117,7 @@ pub(crate) fn ld_global(
     true
 }
 
-/// Scalar global store for the lanes in `exec` (lane order).
+/// Scalar global (or generic-to-global) store for the lanes in `exec` (lane order).
 #[inline(always)]
 pub(crate) fn st_global(
     mem: &dyn GlobalMemory,
@@ -125,7 +132,7 @@ pub(crate) fn st_global(
     for l in 0..32 {
         if exec >> l & 1 != 0 {
             let va = addr[l].wrapping_add(off as u64);
-            if !va.is_multiple_of(sz) {
+            if !va.is_multiple_of(sz) || in_window(va) {
                 return false;
             }
             let Ok(p) = tlb.lookup(mem, va, sz, Access::Write) else {

@@ -47,7 +47,7 @@ pub(crate) fn exec(
             if *n == 1 {
                 let ok = match space {
                     Space::Shared => fastmem::ld_shared(shared, a, *off, size as usize, exec, r),
-                    Space::Global => {
+                    Space::Global | Space::Generic => {
                         fastmem::ld_global(env.mem, tlb, a, *off, size as usize, exec, r)
                     }
                     _ => false,
@@ -124,7 +124,9 @@ pub(crate) fn exec(
                 let sz = size as usize;
                 let ok = match space {
                     Space::Shared => fastmem::st_shared(shared, a, *off, sz, exec, &data[0]),
-                    Space::Global => fastmem::st_global(env.mem, tlb, a, *off, sz, exec, &data[0]),
+                    Space::Global | Space::Generic => {
+                        fastmem::st_global(env.mem, tlb, a, *off, sz, exec, &data[0])
+                    }
                     _ => false,
                 };
                 if ok {
