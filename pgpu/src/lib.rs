@@ -61,6 +61,7 @@
 //! # Ok::<(), EngineError>(())
 //! ```
 
+pub mod conformance;
 pub mod engine;
 pub mod sim;
 
