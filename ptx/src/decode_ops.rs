@@ -206,6 +206,54 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             }
             Inst::Nop
         }
+        "shf" => {
+            let left = match m.take_any(&["l", "r"]) {
+                Some("l") => true,
+                Some("r") => false,
+                _ => return c.unsupported(),
+            };
+            let clamp = match m.take_any(&["wrap", "clamp"]) {
+                Some("clamp") => true,
+                Some("wrap") => false,
+                _ => return c.unsupported(),
+            };
+            if !m.take("b32") {
+                return c.unsupported();
+            }
+            nops(c, ops, 4)?;
+            Inst::Ter {
+                op: if left {
+                    TerOp::ShfL { clamp }
+                } else {
+                    TerOp::ShfR { clamp }
+                },
+                ty: Ty::B32,
+                f: FFlags::default(),
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], Ty::B32)?,
+                b: c.src(&ops[2], Ty::B32)?,
+                c: c.src(&ops[3], Ty::U32)?,
+            }
+        }
+        "lop3" => {
+            if !m.take("b32") {
+                return c.unsupported();
+            }
+            nops(c, ops, 5)?;
+            let lut = match ops[4] {
+                ROp::Int(v) if v <= 0xff => v as u8,
+                _ => return c.operr("lop3 truth table must be an immediate 0..255"),
+            };
+            Inst::Ter {
+                op: TerOp::Lop3 { lut },
+                ty: Ty::B32,
+                f: FFlags::default(),
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], Ty::B32)?,
+                b: c.src(&ops[2], Ty::B32)?,
+                c: c.src(&ops[3], Ty::B32)?,
+            }
+        }
         "prmt" => {
             if !m.take("b32") {
                 return c.unsupported();

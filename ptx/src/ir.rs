@@ -230,6 +230,17 @@ pub(crate) enum TerOp {
     Fma,
     Bfe,
     Selp,
+    /// Funnel shifts `shf.{l,r}.{wrap,clamp}.b32` of the 64-bit value {b, a} by c.
+    ShfL {
+        clamp: bool,
+    },
+    ShfR {
+        clamp: bool,
+    },
+    /// `lop3.b32` with its 8-bit truth table.
+    Lop3 {
+        lut: u8,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -180,6 +180,8 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "shf",
+    "lop3",
     "call",
     "redux",
     "slct",

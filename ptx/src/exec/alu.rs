@@ -372,6 +372,25 @@ pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes,
         }
         (TerOp::Bfe, _) => map3(a, b, c, r, |x, y, z| bfe(ty, x, y, z)),
         (TerOp::Selp, _) => map3(a, b, c, r, |x, y, z| if z != 0 { x } else { y }),
+        (TerOp::ShfL { clamp }, _) => map3(a, b, c, r, |x, y, z| {
+            let n = if clamp {
+                (z as u32).min(32)
+            } else {
+                z as u32 & 31
+            };
+            let v = (y << 32) | (x & 0xffff_ffff);
+            ((v << n) >> 32) & 0xffff_ffff
+        }),
+        (TerOp::ShfR { clamp }, _) => map3(a, b, c, r, |x, y, z| {
+            let n = if clamp {
+                (z as u32).min(32)
+            } else {
+                z as u32 & 31
+            };
+            let v = ((y & 0xffff_ffff) << 32) | (x & 0xffff_ffff);
+            (v >> n) & 0xffff_ffff
+        }),
+        (TerOp::Lop3 { lut }, _) => map3(a, b, c, r, |x, y, z| lop3(x, y, z, lut) & m),
     }
 }
 
@@ -491,4 +510,19 @@ pub(crate) fn slct_cond(cty: Ty, ftz: bool, c: u64) -> bool {
     } else {
         (c as u32 as i32) >= 0
     }
+}
+
+/// `lop3`: bit i of the result is `lut[(a_i << 2) | (b_i << 1) | c_i]`, as the sum of the
+/// minterms selected by the truth table (ta = 0xF0, tb = 0xCC, tc = 0xAA).
+pub(crate) fn lop3(a: u64, b: u64, c: u64, lut: u8) -> u64 {
+    let mut d = 0u64;
+    for k in 0..8u8 {
+        if lut >> k & 1 != 0 {
+            let fa = if k & 4 != 0 { a } else { !a };
+            let fb = if k & 2 != 0 { b } else { !b };
+            let fc = if k & 1 != 0 { c } else { !c };
+            d |= fa & fb & fc;
+        }
+    }
+    d
 }
