@@ -14,6 +14,14 @@ fn body(b: &str) -> String {
     )
 }
 
+/// Iteration multiplier for the randomized tests (`PTX_STRESS=N`, default 1).
+fn stress() -> usize {
+    std::env::var("PTX_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 fn err(text: &str) -> PtxError {
     ptx::parse(text).expect_err("must fail")
 }
@@ -77,7 +85,7 @@ fn garbage_never_panics() {
     assert!(ptx::parse(&seed).is_ok());
     let bytes = seed.as_bytes();
     let mut r = Rng(1234);
-    for _ in 0..3000 {
+    for _ in 0..3000 * stress() {
         let mut b = bytes.to_vec();
         match r.next() % 3 {
             0 => {

@@ -88,7 +88,11 @@ fn outcome_kind(o: &RunOutcome) -> u8 {
 fn random_programs_never_panic_and_resume_identically() {
     let mut r = Rng(2024);
     let mut kinds = [0u32; 3];
-    for case in 0..150 {
+    let stress: usize = std::env::var("PTX_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for case in 0..150 * stress {
         let len = 10 + r.u32() as usize % 40;
         let text = program(&mut r, len);
         let m = module(&text);
