@@ -2,7 +2,7 @@
 //! ordering qualifiers), `atom`/`red`, `shfl`, `vote`.
 
 use crate::decode::{Ctx, ROp};
-use crate::decode_ops::{Mods, nops, one_type, space_of};
+use crate::decode_ops::{Mods, nops, one_storage_type, one_type, space_of};
 use crate::error::PtxError;
 use crate::ir::{AtomOp, Inst, ShflMode, Space, Src, Ty, VoteMode};
 
@@ -37,7 +37,7 @@ pub(crate) fn dec_ldst(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<
         m.take(hint);
     }
     let n = vec_n(m);
-    let ty = one_type(c, m)?;
+    let ty = one_storage_type(c, m)?;
     if ty == Ty::Pred {
         return c.unsupported();
     }

@@ -55,7 +55,16 @@ impl<'a> Mods<'a> {
     }
 }
 
+/// The single type modifier of an arithmetic instruction (`.f16` is storage-only).
 pub(crate) fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
+    match one_storage_type(c, m)? {
+        Ty::F16 => c.unsupported(),
+        t => Ok(t),
+    }
+}
+
+/// The single type modifier of a move, load or store (`.f16` allowed).
+pub(crate) fn one_storage_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
     match m.types().as_slice() {
         [t] => Ok(*t),
         _ => c.unsupported(),
@@ -348,7 +357,7 @@ fn dec_bar(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
 }
 
 fn dec_mov(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
-    let ty = one_type(c, m)?;
+    let ty = one_storage_type(c, m)?;
     nops(c, ops, 2)?;
     if ty == Ty::Pred {
         return Ok(Inst::PLogic {
@@ -623,7 +632,8 @@ fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     // Rounding-mode rules of the PTX ISA.
     let int_rnd = matches!(rnd, Rnd::Rni | Rnd::Rzi | Rnd::Rmi | Rnd::Rpi);
     let flt_rnd = matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp);
-    let ok = match (dty.is_float(), sty.is_float()) {
+    let fl = |t: Ty| t.is_float() || t == Ty::F16;
+    let ok = match (fl(dty), fl(sty)) {
         (false, true) => int_rnd,
         (true, false) => !int_rnd,
         (true, true) => {

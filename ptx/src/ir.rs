@@ -19,6 +19,8 @@ pub(crate) enum Ty {
     S16,
     S32,
     S64,
+    /// IEEE half: storage, moves and conversions only.
+    F16,
     F32,
     F64,
     Pred,
@@ -39,6 +41,7 @@ impl Ty {
             "s16" => Ty::S16,
             "s32" => Ty::S32,
             "s64" => Ty::S64,
+            "f16" => Ty::F16,
             "f32" => Ty::F32,
             "f64" => Ty::F64,
             "pred" => Ty::Pred,
@@ -51,7 +54,7 @@ impl Ty {
     pub(crate) fn bytes(self) -> u32 {
         match self {
             Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
-            Ty::B16 | Ty::U16 | Ty::S16 => 2,
+            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 => 2,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 4,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 8,
         }
@@ -73,7 +76,7 @@ impl Ty {
     }
 
     pub(crate) fn is_int(self) -> bool {
-        !self.is_float() && self != Ty::Pred
+        !self.is_float() && !matches!(self, Ty::Pred | Ty::F16)
     }
 
     /// Integer type of twice the width with the same signedness (for `.wide`).

@@ -47,6 +47,7 @@ fn kernel(slots: &[(&str, St, Model)]) -> String {
 .reg .f32 %fa, %fb, %fc, %fd;
 .reg .f64 %da, %db, %dc, %dd;
 .reg .pred %p, %q, %pc;
+.reg .b16 %h;
 mov.u32 %r1, %tid.x;
 mul.wide.u32 %rd1, %r1, 8;
 ld.param.u64 %rd2, [pa];
@@ -138,6 +139,11 @@ fn operand() -> impl Strategy<Value = u64> {
         Just(u64::from(2.5f32.to_bits())),
         Just(u64::from((-0.5f32).to_bits())),
         Just(u64::from((-0.0f32).to_bits())),
+        // exact midpoints between neighbouring halves (round-to-nearest-even ties)
+        (0u16..0x7bff, any::<bool>()).prop_map(|(h, neg)| {
+            let mid = ((half_value(h) + half_value(h + 1)) / 2.0) as f32;
+            u64::from((if neg { -mid } else { mid }).to_bits())
+        }),
         Just(u64::from(1e-40f32.to_bits())),
     ]
 }
@@ -511,7 +517,121 @@ fn i64_to_f32_rz(v: i64) -> f32 {
     if v < 0 { -f } else { f }
 }
 
+/// Value of a finite half, from its fields (independent of the interpreter's decoder).
+fn half_value(h: u16) -> f64 {
+    let (e, m) = (i32::from(h >> 10 & 0x1f), f64::from(h & 0x3ff));
+    let mag = if e == 0 {
+        m / 1024.0 * 2f64.powi(-14)
+    } else {
+        (1.0 + m / 1024.0) * 2f64.powi(e - 15)
+    };
+    if h & 0x8000 != 0 { -mag } else { mag }
+}
+
+/// Round to half by searching the ordered table of positive halves (mode: n, z, m, p).
+fn half_round(x: f64, mode: char) -> u16 {
+    if x.is_nan() {
+        return 0x7fff;
+    }
+    let sign = if x.is_sign_negative() { 0x8000 } else { 0 };
+    let a = x.abs();
+    // Positive halves 0..=0x7c00 are ordered by value; infinity counts as 65536 (the
+    // IEEE overflow threshold for round-to-nearest is then the midpoint 65520).
+    let val = |h: u16| if h == 0x7c00 { 65536.0 } else { half_value(h) };
+    let hi = (0u16..=0x7c00)
+        .collect::<Vec<_>>()
+        .partition_point(|&h| val(h) < a) as u16;
+    let hi = hi.min(0x7c00);
+    let lo = if val(hi) == a || hi == 0 { hi } else { hi - 1 };
+    let lo = if a.is_infinite() { 0x7c00 } else { lo };
+    let away = match mode {
+        'z' => false,
+        'm' => sign != 0,
+        'p' => sign == 0,
+        _ => {
+            let (dl, dh) = (a - val(lo), val(hi) - a);
+            dh < dl || (dh == dl && hi & 1 == 0)
+        }
+    };
+    let r = if away { hi } else { lo };
+    // directed toward zero never gives infinity for finite input
+    let r = if !away && r == 0x7c00 && !a.is_infinite() {
+        0x7bff
+    } else {
+        r
+    };
+    sign | r
+}
+
+fn half_bits_model(x: f64, mode: char) -> u64 {
+    u64::from(half_round(x, mode))
+}
+
 const CVT: &[(&str, St, Model)] = &[
+    (
+        "cvt.rn.f16.f32 %h, %fa;\ncvt.u32.u16 %d32, %h;",
+        St::U32,
+        |a, _, _| half_bits_model(f64::from(f32_(a)), 'n'),
+    ),
+    (
+        "cvt.rz.f16.f32 %h, %fa;\ncvt.u32.u16 %d32, %h;",
+        St::U32,
+        |a, _, _| half_bits_model(f64::from(f32_(a)), 'z'),
+    ),
+    (
+        "cvt.rm.f16.f64 %h, %da;\ncvt.u32.u16 %d32, %h;",
+        St::U32,
+        |a, _, _| half_bits_model(f64_(a), 'm'),
+    ),
+    (
+        "cvt.rp.f16.f32 %h, %fa;\ncvt.u32.u16 %d32, %h;",
+        St::U32,
+        |a, _, _| half_bits_model(f64::from(f32_(a)), 'p'),
+    ),
+    (
+        "cvt.rn.f16.s32 %h, %a32;\ncvt.u32.u16 %d32, %h;",
+        St::U32,
+        |a, _, _| half_bits_model(f64::from(s32(a)), 'n'),
+    ),
+    (
+        "cvt.u16.u32 %h, %a32;\ncvt.f32.f16 %fd, %h;",
+        St::F32,
+        |a, _, _| {
+            let h = a as u16;
+            if h & 0x7c00 == 0x7c00 && h & 0x3ff != 0 {
+                return u64::from(f32::NAN.to_bits());
+            }
+            wf32(if h & 0x7fff == 0x7c00 {
+                if h & 0x8000 != 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    f32::INFINITY
+                }
+            } else {
+                half_value(h) as f32
+            })
+        },
+    ),
+    (
+        "cvt.u16.u32 %h, %a32;\ncvt.rzi.s32.f16 %d32, %h;",
+        St::U32,
+        |a, _, _| {
+            let h = a as u16;
+            let v = if h & 0x7c00 == 0x7c00 {
+                if h & 0x3ff != 0 {
+                    return 0;
+                }
+                if h & 0x8000 != 0 {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                half_value(h)
+            };
+            w32(v.trunc() as i32 as u32)
+        },
+    ),
     ("cvt.rni.s32.f32 %d32, %fa;", St::U32, |a, _, _| {
         w32(f32_(a).round_ties_even() as i32 as u32)
     }),

@@ -2,7 +2,7 @@
 //! (`.rn/.rz/.rm/.rp` exact directed rounding, `.rni/.rzi/.rmi/.rpi` to integral), saturation
 //! and the hardware's NaN results.
 
-use crate::exec::alu::{f32_in, f32_out, f64_out};
+use crate::exec::alu::{CANON_NAN_F64, f32_in, f32_out, f64_out};
 use crate::ir::{FFlags, Rnd, Ty};
 
 /// Integer value of a source as i128 (sign- or zero-extended).
@@ -59,6 +59,9 @@ fn direct_f64(r: f64, cmp: std::cmp::Ordering, neg: bool, rnd: Rnd) -> f64 {
 
 /// `cvt` of one value.
 pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u64 {
+    if dty == Ty::F16 || sty == Ty::F16 {
+        return cvt_f16(dty, sty, rnd, sat, ftz, x);
+    }
     let fl = FFlags { ftz, sat };
     match (dty.is_float(), sty.is_float()) {
         (false, false) => {
@@ -115,4 +118,75 @@ pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u
             }
         },
     }
+}
+
+/// Conversions to or from `.f16`: the source value is taken exactly as f64 (every f16, f32
+/// and f64 is; integers beyond 2^53 overflow f16 anyway), then rounded once.
+fn cvt_f16(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u64 {
+    let v = match sty {
+        Ty::F16 => f16_to_f64(x as u16),
+        Ty::F32 => f64::from(f32_in(x, ftz)),
+        Ty::F64 => f64::from_bits(x),
+        _ => int_val(sty, x) as f64,
+    };
+    if dty != Ty::F16 {
+        return cvt(dty, Ty::F64, rnd, sat, false, v.to_bits());
+    }
+    let v = if sat {
+        if v > 0.0 { v.min(1.0) } else { 0.0 }
+    } else {
+        v
+    };
+    let v = match rnd {
+        Rnd::Rni | Rnd::Rzi | Rnd::Rmi | Rnd::Rpi => round_int(v, rnd),
+        _ => v,
+    };
+    u64::from(f64_to_f16(v, rnd))
+}
+
+/// Exact value of an IEEE half.
+pub(crate) fn f16_to_f64(h: u16) -> f64 {
+    let e = i32::from((h >> 10) & 0x1f);
+    let m = f64::from(h & 0x3ff);
+    let mag = match e {
+        0 => m * 2f64.powi(-24),
+        31 if m == 0.0 => f64::INFINITY,
+        31 => return f64::from_bits(CANON_NAN_F64),
+        _ => (1024.0 + m) * 2f64.powi(e - 25),
+    };
+    if h & 0x8000 != 0 { -mag } else { mag }
+}
+
+/// Round `x` to an IEEE half (NaN → canonical 0x7fff).
+pub(crate) fn f64_to_f16(x: f64, rnd: Rnd) -> u16 {
+    if x.is_nan() {
+        return 0x7fff;
+    }
+    let neg = x.is_sign_negative();
+    let sign: u16 = if neg { 0x8000 } else { 0 };
+    let a = x.abs();
+    if a.is_infinite() {
+        return sign | 0x7c00;
+    }
+    // Rounding of the magnitude: 0 = toward zero, 1 = away from zero, 2 = nearest even.
+    let mode = match rnd {
+        Rnd::Rz | Rnd::Rzi => 0,
+        Rnd::Rm | Rnd::Rmi => u8::from(neg),
+        Rnd::Rp | Rnd::Rpi => u8::from(!neg),
+        _ => 2,
+    };
+    let e = (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(-14);
+    if e > 15 {
+        return sign | if mode == 0 { 0x7bff } else { 0x7c00 };
+    }
+    let q = a / 2f64.powi(e - 10); // exact: a power-of-two scaling
+    let qi = match mode {
+        0 => q.floor(),
+        1 => q.ceil(),
+        _ => q.round_ties_even(),
+    } as u32;
+    // Subnormals (e = -14, qi < 1024) and normals share this formula; a carry into the
+    // exponent (qi = 2048) is handled by the addition, up to infinity.
+    let bits = ((e + 15) as u32) * 1024 + qi - 1024;
+    sign | bits.min(0x7c00) as u16
 }
