@@ -2,7 +2,9 @@
 //! target as static, position-dependent ELF images laid out by `guests/linker.ld`, and
 //! generates `images.rs`, which embeds each one by name.
 //!
-//! Only the host target is needed: the guests are `#![no_std]` and linked with `-nostdlib`.
+//! Only the host target is needed: the guests are `#![no_std]` and linked with `-nostdlib`. It is
+//! named explicitly (`--target`) so that the flags apply to the guests and not to host-side build
+//! scripts and proc macros of their dependencies.
 //! The nested cargo must not inherit this build's cargo/rustc variables (an outer `RUSTFLAGS`,
 //! clippy's wrapper, the jobserver), so they are removed from its environment.
 
@@ -44,11 +46,16 @@ fn main() {
     .join("\x1f");
 
     let target_dir = out.join("guest-target");
+    // An explicit --target keeps the bare-metal flags away from build scripts and proc macros
+    // of the guests' dependencies, which run on the host as ordinary programs.
+    let triple = env::var("HOST").expect("cargo sets HOST");
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build")
         .arg("--release")
         .arg("--bins")
+        .arg("--target")
+        .arg(&triple)
         .arg("--manifest-path")
         .arg(guests.join("Cargo.toml"))
         .arg("--target-dir")
@@ -83,7 +90,7 @@ fn main() {
         "/// Every bundled guest image: (name, ELF bytes).\npub static IMAGES: &[(&str, &[u8])] = &[\n",
     );
     for name in &names {
-        let elf = target_dir.join("release").join(name);
+        let elf = target_dir.join(&triple).join("release").join(name);
         assert!(
             Path::new(&elf).exists(),
             "guest image {} was not built",

@@ -76,3 +76,10 @@ pub unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
 /// `panic = "abort"` nothing ever unwinds, so it is never called.
 #[unsafe(no_mangle)]
 pub extern "C" fn rust_eh_personality() {}
+
+/// Also referenced by the prebuilt `alloc` (cleanup paths of `format!`); unreachable with
+/// `panic = "abort"`. Ends the VM if it is ever reached.
+#[unsafe(no_mangle)]
+pub extern "C" fn _Unwind_Resume() -> ! {
+    crate::exit(guest_abi::exit_codes::PANIC)
+}
