@@ -348,9 +348,16 @@ pub(crate) fn decode_entry(
     mut decls: EntryDecls,
     body: Vec<Stmt>,
     funcs: &HashMap<String, crate::inline::FuncDef>,
+    modvars: &[crate::modvars::ModVar],
 ) -> R<Entry> {
     let body = crate::inline::expand_calls(&mut decls, body, funcs)?;
     let mut syms = HashMap::new();
+    for v in modvars {
+        syms.insert(
+            v.name.clone(),
+            (v.space, crate::memory::MODULE_WINDOW + v.offset),
+        );
+    }
     for p in &decls.params {
         syms.insert(p.name.clone(), (Space::Param, u64::from(p.offset)));
     }

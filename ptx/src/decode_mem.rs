@@ -56,6 +56,9 @@ pub(crate) fn dec_ldst(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<
             return c.operr("symbol used in another state space");
         }
     }
+    if base == "st" && space == Space::Const {
+        return c.unsupported();
+    }
     let list: Vec<ROp> = match vals {
         ROp::Vec(v) if v.len() == n as usize && n > 1 => v.clone(),
         v if n == 1 && !matches!(v, ROp::Vec(_)) => vec![v.clone()],
@@ -120,7 +123,7 @@ pub(crate) fn dec_atom(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<
         AtomOp::Exch | AtomOp::Cas => matches!(ty, Ty::B32 | Ty::B64),
         AtomOp::Inc | AtomOp::Dec => ty == Ty::U32,
     };
-    if !ok || space == Space::Param || space == Space::Local {
+    if !ok || matches!(space, Space::Param | Space::Local | Space::Const) {
         return c.unsupported();
     }
     let red = base == "red";

@@ -80,8 +80,9 @@ pub(crate) fn nops(c: &Ctx, ops: &[ROp], n: usize) -> R<()> {
 }
 
 pub(crate) fn space_of(m: &mut Mods) -> Space {
-    match m.take_any(&["global", "shared", "local", "param"]) {
+    match m.take_any(&["global", "shared", "local", "param", "const"]) {
         Some("global") => Space::Global,
+        Some("const") => Space::Const,
         Some("shared") => Space::Shared,
         Some("local") => Space::Local,
         Some("param") => Space::Param,

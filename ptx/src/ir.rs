@@ -155,6 +155,8 @@ pub(crate) enum PSrc {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Space {
     Global,
+    /// `.const` module variables (read-only, module storage).
+    Const,
     Shared,
     Local,
     Param,

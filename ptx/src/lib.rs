@@ -71,14 +71,15 @@ mod ir;
 mod lexer;
 mod memory;
 mod module;
+mod modvars;
 mod parse_body;
 mod parser;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};
 pub use exec::launch::{KernelFault, Launch, LaunchConfig, Limits, RunControl, RunOutcome, Stats};
 pub use memory::{
-    Access, FaultReason, FlatMemory, GlobalMemory, HostSpan, LOCAL_WINDOW, MemFault, SHARED_WINDOW,
-    WINDOW_SIZE,
+    Access, FaultReason, FlatMemory, GlobalMemory, HostSpan, LOCAL_WINDOW, MODULE_WINDOW, MemFault,
+    SHARED_WINDOW, WINDOW_SIZE,
 };
 pub use module::{EntryInfo, Module, ParamInfo};
 

@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 pub const SHARED_WINDOW: u64 = 0xFFFF_FE00_0000_0000;
 /// Base of the generic-address window that maps to the thread's local memory.
 pub const LOCAL_WINDOW: u64 = 0xFFFF_FF00_0000_0000;
+/// Base of the window of module-scope `.global`/`.const` variables (module storage; symbol
+/// values of such variables are addresses in this window).
+pub const MODULE_WINDOW: u64 = 0xFFFF_FD00_0000_0000;
 /// Size of each generic window.
 pub const WINDOW_SIZE: u64 = 1 << 32;
 

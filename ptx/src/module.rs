@@ -1,12 +1,15 @@
 //! A decoded PTX module: its kernels (entries), their parameter layout, memory needs and code.
 
 use crate::ir::Entry;
+use crate::modvars::ModMem;
 
 /// A parsed and decoded module. Immutable, `Send + Sync`; share it behind an `Arc`.
 #[derive(Debug)]
 pub struct Module {
     pub(crate) entries: Vec<Entry>,
     pub(crate) hash: u64,
+    /// Module-scope `.global`/`.const` variables and their storage.
+    pub(crate) vars: ModMem,
 }
 
 /// Public description of one `.entry` of a module.
@@ -59,6 +62,32 @@ impl Module {
     /// The entry named `name`.
     pub fn entry(&self, name: &str) -> Option<&EntryInfo> {
         self.entry_index(name).map(|i| &self.entries[i].info)
+    }
+
+    /// A module-scope `.global`/`.const` variable: (address in [`crate::MODULE_WINDOW`], size).
+    pub fn variable(&self, name: &str) -> Option<(u64, u64)> {
+        self.vars
+            .var(name)
+            .map(|v| (crate::memory::MODULE_WINDOW + v.offset, v.size))
+    }
+
+    /// Current contents of a module variable (host side, like `cuMemcpyDtoH` of a symbol).
+    pub fn read_variable(&self, name: &str) -> Option<Vec<u8>> {
+        self.vars
+            .var(name)
+            .map(|v| self.vars.read(v.offset, v.size))
+    }
+
+    /// Overwrite the start of a module variable (host side; `.const` ones too). Returns false
+    /// for an unknown name or data longer than the variable.
+    pub fn write_variable(&self, name: &str, data: &[u8]) -> bool {
+        match self.vars.var(name) {
+            Some(v) if data.len() as u64 <= v.size => {
+                self.vars.write(v.offset, data);
+                true
+            }
+            _ => false,
+        }
     }
 
     pub(crate) fn entry_index(&self, name: &str) -> Option<usize> {

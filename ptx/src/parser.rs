@@ -7,9 +7,11 @@ use std::collections::HashMap;
 use crate::decode::{self, EntryDecls, Stmt, VarDecl};
 use crate::error::{Pos, PtxError};
 use crate::inline::FuncDef;
+use crate::ir::Space;
 use crate::ir::Ty;
 use crate::lexer::{Tok, Token, lex};
 use crate::module::{Module, ParamInfo, fnv1a};
+use crate::modvars::{ModMem, RawModVar, parse_mod_var};
 
 /// Largest array/variable the parser accepts (bytes).
 const MAX_VAR_BYTES: u64 = 1 << 30;
@@ -160,6 +162,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
     let mut entries = Vec::new();
     let mut parsed: Vec<(EntryDecls, Vec<Stmt>)> = Vec::new();
     let mut funcs: HashMap<String, FuncDef> = HashMap::new();
+    let mut raw_vars: Vec<RawModVar> = Vec::new();
     let mut names: HashMap<String, ()> = HashMap::new();
     while p.peek().is_some() {
         let pos = p.pos();
@@ -193,7 +196,8 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 p.ident()?;
                 p.skip_braces()?;
             }
-            ".visible" | ".weak" | ".extern" | ".entry" | ".func" | ".shared" | ".common" => {
+            ".visible" | ".weak" | ".extern" | ".entry" | ".func" | ".shared" | ".common"
+            | ".global" | ".const" => {
                 let mut is_extern = d == ".extern";
                 let mut cur = d.clone();
                 while matches!(cur.as_str(), ".visible" | ".weak" | ".extern" | ".common") {
@@ -227,6 +231,14 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                         let v = parse_var(&mut p, is_extern, pos)?;
                         module_shared.push(v);
                     }
+                    ".global" | ".const" if !is_extern => {
+                        let space = if cur == ".const" {
+                            Space::Const
+                        } else {
+                            Space::Global
+                        };
+                        raw_vars.push(parse_mod_var(&mut p, space, pos)?);
+                    }
                     other => return p.unsupported_directive(other),
                 }
             }
@@ -236,13 +248,15 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
             }
         }
     }
-    // Entries are decoded once every function of the module is known (calls are inlined).
+    // Entries are decoded once every function and variable of the module is known.
+    let vars = ModMem::build(&raw_vars)?;
     for (decls, body) in parsed {
-        entries.push(decode::decode_entry(decls, body, &funcs)?);
+        entries.push(decode::decode_entry(decls, body, &funcs, &vars.vars)?);
     }
     Ok(Module {
         entries,
         hash: fnv1a(text.as_bytes()),
+        vars,
     })
 }
 

@@ -649,3 +649,115 @@ fn recursive_and_external_calls_are_rejected() {
         Err(ptx::PtxError::Undefined { .. })
     ));
 }
+
+const MODVARS: &str = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+
+.const .align 4 .b8 coeffs[16] = {0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64};
+.const .align 8 .f64 dtab[2] = {0d3FF8000000000000, -2.5};
+.global .align 4 .u32 counter;
+.visible .global .align 4 .f32 scale = 0f40000000;
+
+.visible .entry k(
+	.param .u64 k_param_0
+)
+{
+	.reg .b32 	%r<8>;
+	.reg .f32 	%f<6>;
+	.reg .f64 	%fd<3>;
+	.reg .b64 	%rd<10>;
+
+	ld.param.u64 	%rd1, [k_param_0];
+	mov.u32 	%r1, %tid.x;
+	and.b32 	%r2, %r1, 3;
+	mov.u64 	%rd2, coeffs;
+	mul.wide.u32 	%rd3, %r2, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	ld.const.f32 	%f1, [%rd4];
+	ld.global.f32 	%f2, [scale];
+	mul.f32 	%f3, %f1, %f2;
+	atom.global.add.u32 	%r3, [counter], 1;
+	ld.const.f64 	%fd1, [dtab+8];
+	cvt.rzi.s32.f64 	%r4, %fd1;
+	mov.u64 	%rd5, scale;
+	cvta.global.u64 	%rd6, %rd5;
+	ld.f32 	%f4, [%rd6];
+	mul.wide.u32 	%rd7, %r1, 16;
+	add.s64 	%rd8, %rd1, %rd7;
+	st.global.v4.f32 	[%rd8], {%f3, %f4, %f1, %f2};
+	ret;
+}
+
+.visible .entry bad(
+	.param .u64 bad_param_0
+)
+{
+	.reg .b64 	%rd<3>;
+	mov.u64 	%rd1, coeffs;
+	cvta.const.u64 	%rd2, %rd1;
+	st.u32 	[%rd2], 7;
+	ret;
+}
+"#;
+
+#[test]
+fn module_variables_with_initializers() {
+    let m = module(MODVARS);
+    assert_eq!(m.variable("counter").map(|v| v.1), Some(4));
+    assert_eq!(m.read_variable("scale"), Some(2f32.to_le_bytes().to_vec()));
+    assert_eq!(
+        m.read_variable("dtab").unwrap()[8..],
+        (-2.5f64).to_le_bytes()
+    );
+    let mut mem = Mem::new(1 << 16);
+    let out = mem.alloc(64 * 16);
+    for launch in 1..=2u32 {
+        run(
+            &m,
+            "k",
+            cfg([2, 1, 1], [32, 1, 1], 0, Params::default().u64(out)),
+            &mem,
+            2,
+        );
+        assert_eq!(
+            m.read_variable("counter"),
+            Some((64 * launch).to_le_bytes().to_vec())
+        );
+    }
+    // Both CTAs write slots 0..32 (indexed by %tid.x) with the same values.
+    let g = mem.f32s(out, 32 * 4);
+    for t in 0..32usize {
+        let c = [1.0f32, 2.0, 3.0, 4.0][t % 4];
+        assert_eq!(&g[t * 4..t * 4 + 4], &[c * 2.0, 2.0, c, 2.0], "t={t}");
+    }
+    // Host writes (like cuMemcpyHtoD to a symbol), .const included.
+    assert!(m.write_variable("scale", &3f32.to_le_bytes()));
+    assert!(m.write_variable("coeffs", &10f32.to_le_bytes()));
+    assert!(!m.write_variable("coeffs", &[0; 17]));
+    assert!(!m.write_variable("nope", &[0]));
+    run(
+        &m,
+        "k",
+        cfg([1, 1, 1], [4, 1, 1], 0, Params::default().u64(out)),
+        &mem,
+        1,
+    );
+    assert_eq!(mem.f32s(out, 4), vec![30.0, 3.0, 10.0, 3.0]);
+    // Kernels cannot write .const variables.
+    let mut l = ptx::Launch::new(
+        m.clone(),
+        "bad",
+        cfg([1, 1, 1], [1, 1, 1], 0, Params::default().u64(0)),
+        &ptx::Limits::default(),
+    )
+    .unwrap();
+    match l.run(&mem.mem, &ptx::RunControl::new(1)) {
+        ptx::RunOutcome::Faulted(f) => {
+            assert_eq!(f.reason, ptx::FaultReason::ReadOnly);
+            assert_eq!(f.va, ptx::MODULE_WINDOW);
+        }
+        o => panic!("{o:?}"),
+    }
+}

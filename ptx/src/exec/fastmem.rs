@@ -5,7 +5,7 @@
 
 use crate::exec::alu::Lanes;
 use crate::exec::mem::{Tlb, host_load, host_store};
-use crate::memory::{Access, GlobalMemory, LOCAL_WINDOW, SHARED_WINDOW};
+use crate::memory::{Access, GlobalMemory, LOCAL_WINDOW, MODULE_WINDOW, SHARED_WINDOW};
 
 #[inline(always)]
 fn shared_get(sh: &[u8], o: u64, size: usize) -> Option<u64> {
@@ -81,11 +81,11 @@ pub(crate) fn st_shared(
     true
 }
 
-/// True for generic addresses of the shared/local windows (never global memory; used so the
+/// True for generic addresses of the shared/local/module windows (never global memory; used so the
 /// global paths also serve generic accesses that resolve to global memory).
 #[inline(always)]
 fn in_window(va: u64) -> bool {
-    va >= SHARED_WINDOW.min(LOCAL_WINDOW)
+    va >= SHARED_WINDOW.min(LOCAL_WINDOW).min(MODULE_WINDOW)
 }
 
 /// Scalar global (or generic-to-global) load for the lanes in `exec`.

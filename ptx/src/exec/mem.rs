@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Rel
 
 use crate::ir::{AtomOp, Space, Ty};
 use crate::memory::{
-    Access, FaultReason, GlobalMemory, LOCAL_WINDOW, MemFault, SHARED_WINDOW, WINDOW_SIZE,
+    Access, FaultReason, GlobalMemory, LOCAL_WINDOW, MODULE_WINDOW, MemFault, SHARED_WINDOW,
+    WINDOW_SIZE,
 };
+use crate::modvars::ModMem;
 
 /// A memory fault at one lane.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +107,8 @@ impl Tlb {
 /// Everything a memory instruction of one lane can touch.
 pub(crate) struct MemCtx<'a> {
     pub mem: &'a dyn GlobalMemory,
+    /// Module-scope variables.
+    pub module: &'a ModMem,
     pub tlb: &'a mut Tlb,
     pub shared: &'a mut [u8],
     /// This lane's local memory.
@@ -114,6 +118,8 @@ pub(crate) struct MemCtx<'a> {
 
 enum Loc {
     Global(u64),
+    /// Offset in the module-variable storage.
+    Module(u64),
     Shared(u64),
     Local(u64),
     Param(u64),
@@ -121,7 +127,11 @@ enum Loc {
 
 fn resolve(space: Space, a: u64) -> Loc {
     match space {
+        Space::Global if a.wrapping_sub(MODULE_WINDOW) < WINDOW_SIZE => {
+            Loc::Module(a - MODULE_WINDOW)
+        }
         Space::Global => Loc::Global(a),
+        Space::Const => Loc::Module(a.wrapping_sub(MODULE_WINDOW)),
         Space::Shared => Loc::Shared(a),
         Space::Local => Loc::Local(a),
         Space::Param => Loc::Param(a),
@@ -130,6 +140,8 @@ fn resolve(space: Space, a: u64) -> Loc {
                 Loc::Shared(a - SHARED_WINDOW)
             } else if a.wrapping_sub(LOCAL_WINDOW) < WINDOW_SIZE {
                 Loc::Local(a - LOCAL_WINDOW)
+            } else if a.wrapping_sub(MODULE_WINDOW) < WINDOW_SIZE {
+                Loc::Module(a - MODULE_WINDOW)
             } else {
                 Loc::Global(a)
             }
@@ -205,7 +217,47 @@ pub(crate) unsafe fn host_store(p: *mut u8, size: u64, v: u64) {
     }
 }
 
+/// Atomic read-modify-write of `ty` at `p`; returns the old value.
+///
+/// # Safety
+/// `p` must be valid and aligned for `ty.bytes()` (4 or 8) bytes, accessed only atomically.
+unsafe fn host_rmw(p: *mut u8, op: AtomOp, ty: Ty, b: u64, c: u64) -> u64 {
+    if ty.bytes() == 4 {
+        // SAFETY: guaranteed by the caller.
+        let at = unsafe { AtomicU32::from_ptr(p.cast()) };
+        let mut old = at.load(Relaxed);
+        loop {
+            let new = apply(op, ty, u64::from(old), b, c) as u32;
+            match at.compare_exchange_weak(old, new, Relaxed, Relaxed) {
+                Ok(_) => return u64::from(old),
+                Err(x) => old = x,
+            }
+        }
+    } else {
+        // SAFETY: guaranteed by the caller.
+        let at = unsafe { AtomicU64::from_ptr(p.cast()) };
+        let mut old = at.load(Relaxed);
+        loop {
+            let new = apply(op, ty, old, b, c);
+            match at.compare_exchange_weak(old, new, Relaxed, Relaxed) {
+                Ok(_) => return old,
+                Err(x) => old = x,
+            }
+        }
+    }
+}
+
 impl MemCtx<'_> {
+    fn module_ptr(&self, off: u64, size: u64, access: Access) -> Result<*mut u8, LaneFault> {
+        self.module
+            .ptr(off, size, access)
+            .map_err(|reason| LaneFault {
+                va: off.wrapping_add(MODULE_WINDOW),
+                access,
+                reason,
+            })
+    }
+
     fn global_ptr(&mut self, va: u64, size: u64, access: Access) -> Result<*mut u8, LaneFault> {
         if !va.is_multiple_of(size) {
             return Err(LaneFault {
@@ -225,6 +277,12 @@ impl MemCtx<'_> {
             Loc::Global(va) => {
                 let p = self.global_ptr(va, size, acc)?;
                 // SAFETY: `p` comes from a translated span covering `size` aligned bytes.
+                Ok(unsafe { host_load(p, size) })
+            }
+            Loc::Module(o) => {
+                let p = self.module_ptr(o, size, acc)?;
+                // SAFETY: `ModMem::ptr` checked bounds and alignment; the storage lives in the
+                // module, which the running launch holds.
                 Ok(unsafe { host_load(p, size) })
             }
             Loc::Shared(o) => Ok(read_le(slice_of(
@@ -278,6 +336,13 @@ impl MemCtx<'_> {
                 unsafe { host_store(p, size, v) };
                 Ok(())
             }
+            Loc::Module(o) => {
+                let p = self.module_ptr(o, size, acc)?;
+                // SAFETY: `ModMem::ptr` checked bounds, alignment and writability; the storage
+                // lives in the module, which the running launch holds.
+                unsafe { host_store(p, size, v) };
+                Ok(())
+            }
             Loc::Shared(o) => {
                 let s = slice_of(self.shared, o, size, acc, FaultReason::SharedOutOfBounds)?;
                 write_le(s, v);
@@ -311,29 +376,15 @@ impl MemCtx<'_> {
         match resolve(space, a) {
             Loc::Global(va) => {
                 let p = self.global_ptr(va, size, acc)?;
-                if size == 4 {
-                    // SAFETY: `p` is valid and 4-aligned (translated span, checked alignment).
-                    let at = unsafe { AtomicU32::from_ptr(p.cast()) };
-                    let mut old = at.load(Relaxed);
-                    loop {
-                        let new = apply(op, ty, u64::from(old), b, c) as u32;
-                        match at.compare_exchange_weak(old, new, Relaxed, Relaxed) {
-                            Ok(_) => return Ok(u64::from(old)),
-                            Err(x) => old = x,
-                        }
-                    }
-                } else {
-                    // SAFETY: `p` is valid and 8-aligned (translated span, checked alignment).
-                    let at = unsafe { AtomicU64::from_ptr(p.cast()) };
-                    let mut old = at.load(Relaxed);
-                    loop {
-                        let new = apply(op, ty, old, b, c);
-                        match at.compare_exchange_weak(old, new, Relaxed, Relaxed) {
-                            Ok(_) => return Ok(old),
-                            Err(x) => old = x,
-                        }
-                    }
-                }
+                // SAFETY: `p` is valid and aligned for `size` bytes (translated span, checked
+                // alignment).
+                Ok(unsafe { host_rmw(p, op, ty, b, c) })
+            }
+            Loc::Module(o) => {
+                let p = self.module_ptr(o, size, acc)?;
+                // SAFETY: `ModMem::ptr` checked bounds and alignment; the storage lives in the
+                // module, which the running launch holds.
+                Ok(unsafe { host_rmw(p, op, ty, b, c) })
             }
             Loc::Shared(o) => {
                 // A CTA's warps run on one worker thread: plain read-modify-write is atomic.

@@ -26,6 +26,7 @@ enum CtaStop {
 
 struct Shared<'a> {
     entry: &'a Entry,
+    module: &'a crate::modvars::ModMem,
     launch_cfg: &'a crate::exec::launch::LaunchConfig,
     shared_bytes: u32,
     total: u64,
@@ -52,6 +53,7 @@ pub(crate) fn run(l: &mut Launch, mem: &dyn GlobalMemory, ctl: &RunControl) -> R
     let entry = &module.entries[l.entry];
     let sh = Shared {
         entry,
+        module: &module.vars,
         launch_cfg: &l.cfg,
         shared_bytes: l.shared_bytes,
         total: l.total_ctas,
@@ -168,6 +170,7 @@ fn run_cta(
         ctaid: cta_coords(cta.linear, cfg.grid),
         nwarps: nw as u32,
         mem: sh.mem,
+        module: sh.module,
         local_bytes: sh.entry.info.local_bytes_per_thread as usize,
         t0: sh.t0,
     };

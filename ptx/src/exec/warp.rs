@@ -14,6 +14,7 @@ use crate::exec::mem::{self, LaneFault, Tlb};
 use crate::exec::warp_mem;
 use crate::ir::{BarRedOp, BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
 use crate::memory::{Access, FaultReason, GlobalMemory};
+use crate::modvars::ModMem;
 
 /// Most entries a SIMT stack may hold (bounds hostile saved contexts too).
 pub(crate) const MAX_STACK: usize = 4096;
@@ -27,6 +28,7 @@ pub(crate) struct Env<'a> {
     pub ctaid: [u32; 3],
     pub nwarps: u32,
     pub mem: &'a dyn GlobalMemory,
+    pub module: &'a ModMem,
     pub local_bytes: usize,
     pub t0: Instant,
 }

@@ -71,6 +71,7 @@ pub(crate) fn exec(
                 let addr = a[l].wrapping_add(*off as u64);
                 let mut mc = MemCtx {
                     mem: env.mem,
+                    module: env.module,
                     tlb,
                     shared,
                     local: &mut w.local[l * lb..(l + 1) * lb],
@@ -141,6 +142,7 @@ pub(crate) fn exec(
                 let addr = a[l].wrapping_add(*off as u64);
                 let mut mc = MemCtx {
                     mem: env.mem,
+                    module: env.module,
                     tlb,
                     shared,
                     local: &mut w.local[l * lb..(l + 1) * lb],
@@ -188,6 +190,7 @@ pub(crate) fn exec(
                 let addr = a[l].wrapping_add(*off as u64);
                 let mut mc = MemCtx {
                     mem: env.mem,
+                    module: env.module,
                     tlb,
                     shared,
                     local: &mut w.local[l * lb..(l + 1) * lb],
