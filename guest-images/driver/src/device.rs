@@ -1,0 +1,615 @@
+//! The device: init (identity, limits), page tables, the VRAM and system-memory pools every
+//! buffer comes from, the runlist, TLB flushes, fault records and interrupt acknowledgement.
+
+use crate::error::Error;
+use crate::fault::Fault;
+use crate::mmu::{AddressSpace, PAGE_2M, PAGE_4K, TableBackend, TableLoc, Target};
+use crate::platform::{DmaBuf, Platform};
+use crate::range::RangeAllocator;
+use crate::regs;
+use alloc::vec::Vec;
+
+/// Where page directory and page tables live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TablePlacement {
+    /// In guest VRAM, written through BAR1 (one trap per entry).
+    Vram,
+    /// In system memory (no trap per entry; the GPU reads them at TLB_FLUSH).
+    Sysmem,
+}
+
+/// Driver settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub tables: TablePlacement,
+    /// Bytes of system memory mapped for the GPU (GPFIFOs, pushbuffers, semaphores, PTX,
+    /// parameters, staging), rounded up to 2 MiB.
+    pub sys_pool_bytes: u64,
+    /// Bytes of VRAM mapped for buffers (rounded down to 2 MiB); 0: half of VRAM.
+    pub vram_pool_bytes: u64,
+    /// Longest wait for a fence before [`Error::Timeout`].
+    pub wait_timeout_ns: u64,
+    /// While polling a fence, how often to look at the channel's status for a fault.
+    pub fault_poll_ns: u64,
+    /// Sleep on the GPU's interrupt (if the platform has one) instead of polling.
+    pub use_interrupts: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            tables: TablePlacement::Vram,
+            sys_pool_bytes: 8 << 20,
+            vram_pool_bytes: 0,
+            wait_timeout_ns: 60_000_000_000,
+            fault_poll_ns: 2_000_000,
+            use_interrupts: false,
+        }
+    }
+}
+
+/// What the identity registers said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Info {
+    pub version: u32,
+    pub vram_size: u64,
+    pub channels: u32,
+    pub page_sizes: u32,
+    pub va_base: u64,
+    pub va_size: u64,
+    pub caps: u32,
+    pub max_push_words: u32,
+}
+
+/// A piece of the system-memory pool: CPU-visible, mapped at `va`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SysAlloc {
+    pub va: u64,
+    pub gpa: u64,
+    pub len: u64,
+    off: u64,
+}
+
+/// A piece of the VRAM pool, mapped at `va`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VramAlloc {
+    pub va: u64,
+    /// Guest VRAM address.
+    pub vram: u64,
+    pub len: u64,
+}
+
+/// Smallest sub-allocation (keeps buffers 256-byte aligned).
+const POOL_ALIGN: u64 = 256;
+
+/// The GPU, as the driver owns it.
+pub struct Gpu<P: Platform> {
+    pub(crate) p: P,
+    info: Info,
+    pub(crate) cfg: Config,
+    mmio: u64,
+    vram: RangeAllocator,
+    va: RangeAllocator,
+    space: AddressSpace,
+    tables: Vec<DmaBuf>,
+    sys: DmaBuf,
+    sys_va: u64,
+    sys_pool: RangeAllocator,
+    vpool_vram: u64,
+    vpool_va: u64,
+    vpool: RangeAllocator,
+    tlb_dirty: bool,
+    runlist_vram: u64,
+    runlist: Vec<u32>,
+    pub(crate) channels_in_use: u32,
+}
+
+/// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
+struct Backend<'a, P: Platform> {
+    p: &'a mut P,
+    mmio: &'a mut u64,
+    vram: &'a mut RangeAllocator,
+    tables: &'a mut Vec<DmaBuf>,
+    placement: TablePlacement,
+    aperture: u64,
+}
+
+impl<P: Platform> TableBackend for Backend<'_, P> {
+    fn alloc_table(&mut self, bytes: u64) -> Result<(TableLoc, bool), Error> {
+        match self.placement {
+            TablePlacement::Vram => {
+                let addr = self.vram.alloc(bytes, PAGE_4K).ok_or(Error::NoVram(bytes))?;
+                Ok((
+                    TableLoc {
+                        target: Target::Vram,
+                        addr,
+                        handle: 0,
+                    },
+                    false,
+                ))
+            }
+            TablePlacement::Sysmem => {
+                let len = usize::try_from(bytes).map_err(|_| Error::NoSysmem(bytes))?;
+                let buf = self
+                    .p
+                    .dma_alloc(len, PAGE_4K as usize)
+                    .ok_or(Error::NoSysmem(bytes))?;
+                if !buf.gpa().is_multiple_of(PAGE_4K) || buf.len() < len {
+                    return Err(Error::Unaligned(buf.gpa()));
+                }
+                let loc = TableLoc {
+                    target: Target::Sysmem,
+                    addr: buf.gpa(),
+                    handle: self.tables.len(),
+                };
+                self.tables.push(buf);
+                Ok((loc, true))
+            }
+        }
+    }
+
+    fn write_entry(&mut self, t: TableLoc, index: usize, value: u64) -> Result<(), Error> {
+        let off = (index as u64).checked_mul(8).ok_or(Error::OutOfRange(t.addr))?;
+        match t.target {
+            Target::Vram => {
+                let a = t.addr.checked_add(off).ok_or(Error::OutOfRange(t.addr))?;
+                if a + 8 > self.aperture {
+                    return Err(Error::OutOfRange(a));
+                }
+                *self.mmio += 1;
+                self.p.vram_write64(a, value);
+                Ok(())
+            }
+            Target::Sysmem => self
+                .tables
+                .get(t.handle)
+                .and_then(|b| b.write_u64(off as usize, value))
+                .ok_or(Error::OutOfRange(t.addr + off)),
+        }
+    }
+}
+
+impl<P: Platform> Gpu<P> {
+    /// Checks the device, reads its limits, builds the address space and the pools.
+    pub fn new(mut p: P, cfg: Config) -> Result<Self, Error> {
+        let mut mmio = 0u64;
+        let mut rd = |p: &mut P, off: u32| {
+            mmio += 1;
+            p.reg_read(off)
+        };
+        let id = rd(&mut p, regs::ID);
+        if id != regs::ID_VALUE {
+            return Err(Error::BadId(id));
+        }
+        let version = rd(&mut p, regs::VERSION);
+        if version >> 16 != regs::VERSION_MAJOR {
+            return Err(Error::BadVersion(version));
+        }
+        let wide = |p: &mut P, lo: u32, hi: u32, rd: &mut dyn FnMut(&mut P, u32) -> u32| {
+            u64::from(rd(p, lo)) | u64::from(rd(p, hi)) << 32
+        };
+        let vram_size = wide(&mut p, regs::VRAM_SIZE_LO, regs::VRAM_SIZE_HI, &mut rd);
+        let channels = rd(&mut p, regs::CHANNELS).min(regs::MAX_CHANNELS);
+        let page_sizes = rd(&mut p, regs::PAGE_SIZES);
+        let va_base = wide(&mut p, regs::VA_BASE_LO, regs::VA_BASE_HI, &mut rd);
+        let va_size = wide(&mut p, regs::VA_SIZE_LO, regs::VA_SIZE_HI, &mut rd);
+        let caps = rd(&mut p, regs::CAPS);
+        let max_push_words = rd(&mut p, regs::MAX_PUSH_WORDS);
+        let info = Info {
+            version,
+            vram_size,
+            channels,
+            page_sizes,
+            va_base,
+            va_size,
+            caps,
+            max_push_words,
+        };
+        if channels == 0 {
+            return Err(Error::BadInfo("CHANNELS is 0"));
+        }
+        if page_sizes & (regs::PAGE_4K | regs::PAGE_2M) == 0 {
+            return Err(Error::BadInfo("PAGE_SIZES has no known size"));
+        }
+        if max_push_words < 32 {
+            return Err(Error::BadInfo("MAX_PUSH_WORDS below 32"));
+        }
+        if caps & regs::CAP_SYSMEM == 0 {
+            return Err(Error::MissingCap("system-memory targets"));
+        }
+        if va_base.checked_add(va_size).is_none() || va_size < 8 * PAGE_2M {
+            return Err(Error::BadInfo("VA window"));
+        }
+        let aperture = p.vram_aperture().min(vram_size);
+        let mut vram = RangeAllocator::new(0, aperture);
+        let mut va = RangeAllocator::new(va_base, va_size);
+        // The first 2 MiB of the window stay unmapped: a guard against null-ish pointers.
+        va.reserve(va_base, PAGE_2M);
+        let big = page_sizes & regs::PAGE_2M != 0;
+        let mut tables = Vec::new();
+        let space = AddressSpace::new(
+            &mut Backend {
+                p: &mut p,
+                mmio: &mut mmio,
+                vram: &mut vram,
+                tables: &mut tables,
+                placement: cfg.tables,
+                aperture,
+            },
+            va_base,
+            va_size,
+            big,
+        )?;
+        let sys_bytes = cfg.sys_pool_bytes.max(PAGE_2M).next_multiple_of(PAGE_2M);
+        let sys_len = usize::try_from(sys_bytes).map_err(|_| Error::NoSysmem(sys_bytes))?;
+        let sys = p
+            .dma_alloc(sys_len, PAGE_2M as usize)
+            .ok_or(Error::NoSysmem(sys_bytes))?;
+        if sys.len() < sys_len || !sys.gpa().is_multiple_of(PAGE_4K) {
+            return Err(Error::NoSysmem(sys_bytes));
+        }
+        let sys_va = va.alloc(sys_bytes, PAGE_2M).ok_or(Error::NoVa(sys_bytes))?;
+        let runlist_vram = vram
+            .alloc(PAGE_4K, PAGE_4K)
+            .ok_or(Error::NoVram(PAGE_4K))?;
+        let want = if cfg.vram_pool_bytes == 0 {
+            aperture / 2
+        } else {
+            cfg.vram_pool_bytes
+        };
+        let vpool_bytes = (want / PAGE_2M * PAGE_2M).max(PAGE_2M);
+        let vpool_vram = vram
+            .alloc(vpool_bytes, PAGE_2M)
+            .ok_or(Error::NoVram(vpool_bytes))?;
+        let vpool_va = va.alloc(vpool_bytes, PAGE_2M).ok_or(Error::NoVa(vpool_bytes))?;
+        let mut gpu = Self {
+            p,
+            info,
+            cfg,
+            mmio,
+            vram,
+            va,
+            space,
+            tables,
+            sys,
+            sys_va,
+            sys_pool: RangeAllocator::new(0, sys_bytes),
+            vpool_vram,
+            vpool_va,
+            vpool: RangeAllocator::new(0, vpool_bytes),
+            tlb_dirty: true,
+            runlist_vram,
+            runlist: Vec::new(),
+            channels_in_use: 0,
+        };
+        let sys_gpa = gpu.sys.gpa();
+        gpu.map(sys_va, sys_bytes, Target::Sysmem, sys_gpa, false)?;
+        gpu.map(vpool_va, vpool_bytes, Target::Vram, vpool_vram, false)?;
+        gpu.reg_write(regs::FAULT_CLEAR, 1);
+        gpu.reg_write(regs::INTR_STATUS, u32::MAX);
+        gpu.reg_write(regs::INTR_CHANNELS, u32::MAX);
+        let enable = if gpu.interrupts_on() {
+            regs::INTR_SEMAPHORE | regs::INTR_FAULT
+        } else {
+            0
+        };
+        gpu.reg_write(regs::INTR_ENABLE, enable);
+        gpu.flush_tlb();
+        Ok(gpu)
+    }
+
+    /// Whether waits sleep on the interrupt.
+    pub fn interrupts_on(&self) -> bool {
+        self.cfg.use_interrupts && self.p.has_interrupts() && self.info.caps & regs::CAP_MSI != 0
+    }
+
+    /// What the device reported at init.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// The platform.
+    pub fn platform(&mut self) -> &mut P {
+        &mut self.p
+    }
+
+    /// MMIO accesses (register and BAR1) made so far: each is a VM exit in a guest.
+    pub fn mmio_count(&self) -> u64 {
+        self.mmio
+    }
+
+    /// Reads a BAR0 register (counted).
+    pub fn reg_read(&mut self, off: u32) -> u32 {
+        self.mmio += 1;
+        self.p.reg_read(off)
+    }
+
+    /// Writes a BAR0 register (counted).
+    pub fn reg_write(&mut self, off: u32, v: u32) {
+        self.mmio += 1;
+        self.p.reg_write(off, v);
+    }
+
+    /// Writes `data` to guest VRAM at `addr` through BAR1, 8 bytes at a time (the tail
+    /// read-modify-written). For small things only: bulk data goes through the copy engine.
+    pub fn vram_write(&mut self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        let aperture = self.p.vram_aperture().min(self.info.vram_size);
+        let end = addr
+            .checked_add((data.len() as u64).next_multiple_of(8))
+            .filter(|e| *e <= aperture)
+            .ok_or(Error::OutOfRange(addr))?;
+        if !addr.is_multiple_of(8) || end < addr {
+            return Err(Error::Unaligned(addr));
+        }
+        for (k, chunk) in data.chunks(8).enumerate() {
+            let a = addr + 8 * k as u64;
+            let mut w = [0u8; 8];
+            if chunk.len() < 8 {
+                self.mmio += 1;
+                w = self.p.vram_read64(a).to_le_bytes();
+            }
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.mmio += 1;
+            self.p.vram_write64(a, u64::from_le_bytes(w));
+        }
+        Ok(())
+    }
+
+    /// Writes one u64 of guest VRAM through BAR1.
+    pub fn vram_write64(&mut self, addr: u64, v: u64) -> Result<(), Error> {
+        self.vram_write(addr, &v.to_le_bytes())
+    }
+
+    /// Reads one u64 of guest VRAM through BAR1.
+    pub fn vram_read64(&mut self, addr: u64) -> Result<u64, Error> {
+        let aperture = self.p.vram_aperture().min(self.info.vram_size);
+        if !addr.is_multiple_of(8) {
+            return Err(Error::Unaligned(addr));
+        }
+        if addr.checked_add(8).is_none_or(|e| e > aperture) {
+            return Err(Error::OutOfRange(addr));
+        }
+        self.mmio += 1;
+        Ok(self.p.vram_read64(addr))
+    }
+
+    fn backend(&mut self) -> (Backend<'_, P>, &mut AddressSpace) {
+        let aperture = self.p.vram_aperture().min(self.info.vram_size);
+        (
+            Backend {
+                p: &mut self.p,
+                mmio: &mut self.mmio,
+                vram: &mut self.vram,
+                tables: &mut self.tables,
+                placement: self.cfg.tables,
+                aperture,
+            },
+            &mut self.space,
+        )
+    }
+
+    /// Maps [va, va + len) to `phys` of `target` (2 MiB pages where aligned). The TLB is
+    /// flushed before the next submission.
+    pub fn map(
+        &mut self,
+        va: u64,
+        len: u64,
+        target: Target,
+        phys: u64,
+        read_only: bool,
+    ) -> Result<(), Error> {
+        let (mut b, space) = self.backend();
+        space.map(&mut b, va, len, target, phys, read_only)?;
+        self.tlb_dirty = true;
+        Ok(())
+    }
+
+    /// Removes the translations of [va, va + len).
+    pub fn unmap(&mut self, va: u64, len: u64) -> Result<(), Error> {
+        let (mut b, space) = self.backend();
+        space.unmap(&mut b, va, len)?;
+        self.tlb_dirty = true;
+        Ok(())
+    }
+
+    /// Writes a raw PTE for the 4 KiB page at `va` (device validation tests).
+    pub fn set_pte_raw(&mut self, va: u64, value: u64) -> Result<(), Error> {
+        let (mut b, space) = self.backend();
+        space.set_pte_raw(&mut b, va, value)?;
+        self.tlb_dirty = true;
+        Ok(())
+    }
+
+    /// Writes a raw PDE for the 2 MiB region of `va` (device validation tests).
+    pub fn set_pde_raw(&mut self, va: u64, value: u64) -> Result<(), Error> {
+        let (mut b, space) = self.backend();
+        space.set_pde_raw(&mut b, va, value)?;
+        self.tlb_dirty = true;
+        Ok(())
+    }
+
+    /// What `va` translates to, per the tables the driver wrote.
+    pub fn translate(&self, va: u64) -> Option<(Target, u64, bool)> {
+        self.space.translate(va)
+    }
+
+    /// The instance-block PDB value for this address space.
+    pub(crate) fn pdb(&self) -> u64 {
+        let d = self.space.directory();
+        crate::mmu::pdb(d.target, d.addr)
+    }
+
+    /// Tells the GPU to forget translations (one register write).
+    pub fn flush_tlb(&mut self) {
+        self.reg_write(regs::TLB_FLUSH, 1);
+        self.tlb_dirty = false;
+    }
+
+    /// Flushes if tables changed since the last flush.
+    pub fn flush_if_needed(&mut self) {
+        if self.tlb_dirty {
+            self.flush_tlb();
+        }
+    }
+
+    /// Allocates GPU virtual address space (not mapped).
+    pub fn va_alloc(&mut self, len: u64, align: u64) -> Result<u64, Error> {
+        self.va.alloc(len, align).ok_or(Error::NoVa(len))
+    }
+
+    /// Returns GPU virtual address space.
+    pub fn va_free(&mut self, va: u64, len: u64) {
+        self.va.free(va, len);
+    }
+
+    /// Allocates raw guest VRAM (not mapped).
+    pub fn vram_alloc_raw(&mut self, len: u64, align: u64) -> Result<u64, Error> {
+        self.vram.alloc(len, align).ok_or(Error::NoVram(len))
+    }
+
+    /// Returns raw guest VRAM.
+    pub fn vram_free_raw(&mut self, addr: u64, len: u64) {
+        self.vram.free(addr, len);
+    }
+
+    /// A buffer in the VRAM pool (already mapped).
+    pub fn vram_alloc(&mut self, len: u64) -> Result<VramAlloc, Error> {
+        let n = len.max(1).next_multiple_of(POOL_ALIGN);
+        let off = self.vpool.alloc(n, POOL_ALIGN).ok_or(Error::NoVram(len))?;
+        Ok(VramAlloc {
+            va: self.vpool_va + off,
+            vram: self.vpool_vram + off,
+            len: n,
+        })
+    }
+
+    /// Gives a VRAM pool buffer back.
+    pub fn vram_free(&mut self, a: VramAlloc) {
+        self.vpool.free(a.vram - self.vpool_vram, a.len);
+    }
+
+    /// A buffer in the system-memory pool (already mapped), zero-filled.
+    pub fn sys_alloc(&mut self, len: u64) -> Result<SysAlloc, Error> {
+        let n = len.max(1).next_multiple_of(POOL_ALIGN);
+        let off = self.sys_pool.alloc(n, POOL_ALIGN).ok_or(Error::NoSysmem(len))?;
+        let a = SysAlloc {
+            va: self.sys_va + off,
+            gpa: self.sys.gpa() + off,
+            len: n,
+            off,
+        };
+        self.sys_fill_zero(&a)?;
+        Ok(a)
+    }
+
+    fn sys_fill_zero(&mut self, a: &SysAlloc) -> Result<(), Error> {
+        const Z: [u8; 256] = [0; 256];
+        let mut done = 0;
+        while done < a.len {
+            let n = (a.len - done).min(256);
+            self.sys_write(a, done, &Z[..n as usize])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Gives a system-memory pool buffer back.
+    pub fn sys_free(&mut self, a: SysAlloc) {
+        self.sys_pool.free(a.off, a.len);
+    }
+
+    fn sys_range(&self, a: &SysAlloc, off: u64, n: usize) -> Result<usize, Error> {
+        let end = off.checked_add(n as u64).ok_or(Error::OutOfRange(off))?;
+        if end > a.len {
+            return Err(Error::OutOfRange(a.va + off));
+        }
+        usize::try_from(a.off + off).map_err(|_| Error::OutOfRange(off))
+    }
+
+    /// Copies `data` into a system-memory buffer at `off`.
+    pub fn sys_write(&mut self, a: &SysAlloc, off: u64, data: &[u8]) -> Result<(), Error> {
+        let at = self.sys_range(a, off, data.len())?;
+        self.sys.write(at, data).ok_or(Error::OutOfRange(a.va + off))
+    }
+
+    /// Copies bytes out of a system-memory buffer from `off`.
+    pub fn sys_read(&mut self, a: &SysAlloc, off: u64, out: &mut [u8]) -> Result<(), Error> {
+        let at = self.sys_range(a, off, out.len())?;
+        self.sys.read(at, out).ok_or(Error::OutOfRange(a.va + off))
+    }
+
+    /// Volatile u32 read of a system-memory buffer (polling what the GPU writes).
+    pub fn sys_read_u32(&self, a: &SysAlloc, off: u64) -> Result<u32, Error> {
+        let at = self.sys_range(a, off, 4)?;
+        self.sys.read_u32(at).ok_or(Error::Unaligned(a.va + off))
+    }
+
+    /// Volatile u64 read of a system-memory buffer.
+    pub fn sys_read_u64(&self, a: &SysAlloc, off: u64) -> Result<u64, Error> {
+        let at = self.sys_range(a, off, 8)?;
+        self.sys.read_u64(at).ok_or(Error::Unaligned(a.va + off))
+    }
+
+    /// Volatile u64 write into a system-memory buffer.
+    pub fn sys_write_u64(&mut self, a: &SysAlloc, off: u64, v: u64) -> Result<(), Error> {
+        let at = self.sys_range(a, off, 8)?;
+        self.sys.write_u64(at, v).ok_or(Error::Unaligned(a.va + off))
+    }
+
+    /// Writes the runlist (the channels in use) and submits it.
+    pub(crate) fn runlist_set(&mut self, id: u32, on: bool) -> Result<(), Error> {
+        self.runlist.retain(|&c| c != id);
+        if on {
+            self.runlist.push(id);
+        }
+        let ids = self.runlist.clone();
+        let mut bytes = Vec::with_capacity(ids.len() * 4);
+        ids.iter().for_each(|i| bytes.extend_from_slice(&i.to_le_bytes()));
+        self.vram_write(self.runlist_vram, &bytes)?;
+        self.reg_write(regs::RUNLIST_BASE, (self.runlist_vram >> 12) as u32);
+        self.reg_write(regs::RUNLIST_SUBMIT, ids.len() as u32);
+        self.check_device_fault()
+    }
+
+    /// Reads and clears the pending fault record, if any (one register read when none).
+    pub fn take_fault(&mut self) -> Option<Fault> {
+        let status = self.reg_read(regs::FAULT_STATUS);
+        if status & regs::FAULT_VALID == 0 {
+            return None;
+        }
+        let channel = self.reg_read(regs::FAULT_CHANNEL);
+        let lo = self.reg_read(regs::FAULT_ADDR_LO);
+        let hi = self.reg_read(regs::FAULT_ADDR_HI);
+        let info = self.reg_read(regs::FAULT_INFO);
+        self.reg_write(regs::FAULT_CLEAR, 1);
+        Fault::decode(status, channel, u64::from(lo) | u64::from(hi) << 32, info)
+    }
+
+    /// `Err(Fault)` if the device holds a fault record (which is then cleared).
+    pub fn check_device_fault(&mut self) -> Result<(), Error> {
+        match self.take_fault() {
+            Some(f) => Err(Error::Fault(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Acknowledges interrupts: returns INTR_STATUS and clears it and INTR_CHANNELS.
+    pub fn ack_interrupts(&mut self) -> u32 {
+        let s = self.reg_read(regs::INTR_STATUS);
+        if s & regs::INTR_SEMAPHORE != 0 {
+            let ch = self.reg_read(regs::INTR_CHANNELS);
+            self.reg_write(regs::INTR_CHANNELS, ch);
+        }
+        if s != 0 {
+            self.reg_write(regs::INTR_STATUS, s & regs::INTR_SEMAPHORE);
+        }
+        s
+    }
+
+    /// The device TIMER in ns (two register reads).
+    pub fn timer_ns(&mut self) -> u64 {
+        let lo = self.reg_read(regs::TIMER_LO);
+        let hi = self.reg_read(regs::TIMER_HI);
+        u64::from(lo) | u64::from(hi) << 32
+    }
+}
