@@ -3,9 +3,7 @@
 mod common;
 
 use common::*;
-use shadow::{
-    Aperture, FaultKind, GuestFault, INSTANCE_BLOCK_SIZE, Instance, Pdb, Rule,
-};
+use shadow::{Aperture, FaultKind, GuestFault, INSTANCE_BLOCK_SIZE, Instance, Pdb, Rule};
 
 const INST: u64 = 0x20_0000;
 
@@ -82,7 +80,7 @@ fn instance_address_rules() {
         (f.kind, f.rule, f.addr),
         (FaultKind::BadInstance, Rule::InstanceMisaligned, INST + 8)
     );
-    for addr in [VRAM, VRAM + 4096, u64::MAX & !0xfff] {
+    for addr in [VRAM, VRAM + 4096, !0xfffu64] {
         let f = Instance::read(&mem(), &l, addr).unwrap_err();
         assert_eq!(
             (f.kind, f.rule, f.addr),
@@ -123,11 +121,22 @@ fn page_directory_must_fit() {
     let p = |pdb| Instance::parse(&l, INST, &instance_bytes(pdb, VA, 256, 0, 0));
     assert!(p((VRAM - 16 * KIB) | 1).is_ok());
     let f = p((VRAM - 8 * KIB) | 1).unwrap_err();
-    assert_eq!((f.kind, f.rule), (FaultKind::BadInstance, Rule::PdOutsideVram));
-    assert_eq!(p(0xffff_ffff_ffff_f001).unwrap_err().rule, Rule::PdOutsideVram);
+    assert_eq!(
+        (f.kind, f.rule),
+        (FaultKind::BadInstance, Rule::PdOutsideVram)
+    );
+    assert_eq!(
+        p(0xffff_ffff_ffff_f001).unwrap_err().rule,
+        Rule::PdOutsideVram
+    );
     // System memory: inside one region, not in a gap, not across two adjacent regions.
     assert!(p((16 * MIB - 16 * KIB) | 2).is_ok());
-    for pdb in [16 * MIB - 8 * KIB, 20 * MIB, 35 * MIB - 8 * KIB, 40 * MIB - 4 * KIB] {
+    for pdb in [
+        16 * MIB - 8 * KIB,
+        20 * MIB,
+        35 * MIB - 8 * KIB,
+        40 * MIB - 4 * KIB,
+    ] {
         let f = p(pdb | 2).unwrap_err();
         assert_eq!(
             (f.kind, f.rule),
@@ -178,7 +187,12 @@ fn engine_ctx_rules() {
     for ctx in [8, VA - 4096, end - 4095, end, u64::MAX] {
         assert_eq!(
             rule_of(instance_bytes(PD | 1, VA, 256, 0, ctx)),
-            (FaultKind::BadInstance, Rule::EngineCtxOutsideWindow, INST, 0x18),
+            (
+                FaultKind::BadInstance,
+                Rule::EngineCtxOutsideWindow,
+                INST,
+                0x18
+            ),
             "{ctx:#x}"
         );
     }

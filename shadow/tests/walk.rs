@@ -6,8 +6,7 @@ mod common;
 use common::*;
 use shadow::{
     Aperture::{Sysmem, Vram},
-    FaultKind, GuestFault, GuestMapping, GuestTarget, Pdb, Rule, VecGuestMem, Walk, WatchKey,
-    walk,
+    FaultKind, GuestFault, GuestMapping, GuestTarget, Pdb, Rule, VecGuestMem, Walk, WatchKey, walk,
 };
 
 /// Page tables used by the tests (guest VRAM and guest RAM).
@@ -80,7 +79,12 @@ fn runs_merge_across_directory_entries() {
     let w = run(&m);
     assert_eq!(
         w.mappings,
-        [map(va(0, 511), 4096 + 4 * MIB, GuestTarget::Vram(0x1ff000), false)]
+        [map(
+            va(0, 511),
+            4096 + 4 * MIB,
+            GuestTarget::Vram(0x1ff000),
+            false
+        )]
     );
 }
 
@@ -107,13 +111,37 @@ fn big_pages() {
 #[test]
 fn big_page_rules() {
     let cases = [
-        (pde_big(Vram, 0x40_1000, false), FaultKind::BadEntry, Rule::BigPageMisaligned),
-        (pde_big(Vram, VRAM, false), FaultKind::PteVramRange, Rule::VramRange),
-        (pde_big(Vram, 1 << 50, false), FaultKind::PteVramRange, Rule::VramRange),
-        (pde_big(Sysmem, 16 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
+        (
+            pde_big(Vram, 0x40_1000, false),
+            FaultKind::BadEntry,
+            Rule::BigPageMisaligned,
+        ),
+        (
+            pde_big(Vram, VRAM, false),
+            FaultKind::PteVramRange,
+            Rule::VramRange,
+        ),
+        (
+            pde_big(Vram, 1 << 50, false),
+            FaultKind::PteVramRange,
+            Rule::VramRange,
+        ),
+        (
+            pde_big(Sysmem, 16 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
         // [34, 36) MiB straddles the adjacent regions [32, 35) and [35, 40).
-        (pde_big(Sysmem, 34 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
-        (pde_big(Sysmem, 40 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
+        (
+            pde_big(Sysmem, 34 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
+        (
+            pde_big(Sysmem, 40 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
     ];
     for (pde, kind, rule) in cases {
         let mut m = mem();
@@ -142,9 +170,13 @@ fn pde_rules() {
         (PT | 1 | 1 << 11, FaultKind::BadEntry, Rule::EntryReserved),
         (PT | 1 | 8, FaultKind::BadEntry, Rule::ReadOnlyWithoutBig),
         (VRAM | 1, FaultKind::PteVramRange, Rule::VramRange),
-        (u64::MAX & !0xfff | 1, FaultKind::PteVramRange, Rule::VramRange),
+        (!0xfffu64 | 1, FaultKind::PteVramRange, Rule::VramRange),
         (0x100_0000 | 2, FaultKind::PteSysmemRange, Rule::SysmemRange),
-        (0x2000_0000 | 2, FaultKind::PteSysmemRange, Rule::SysmemRange),
+        (
+            0x2000_0000 | 2,
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
     ];
     for (pde, kind, rule) in cases {
         let mut m = mem();
@@ -192,13 +224,41 @@ fn pte_rules() {
     let cases = [
         (0x40_0000 | 3, FaultKind::BadEntry, Rule::ReservedTarget),
         (0x40_0000 | 1 | 4, FaultKind::BadEntry, Rule::EntryReserved),
-        (0x40_0000 | 1 | 1 << 4, FaultKind::BadEntry, Rule::EntryReserved),
-        (0x40_0000 | 2 | 1 << 11, FaultKind::BadEntry, Rule::EntryReserved),
-        (pte(Vram, VRAM, false), FaultKind::PteVramRange, Rule::VramRange),
-        (pte(Vram, 1 << 62, true), FaultKind::PteVramRange, Rule::VramRange),
-        (pte(Sysmem, 16 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
-        (pte(Sysmem, 31 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
-        (pte(Sysmem, 40 * MIB, false), FaultKind::PteSysmemRange, Rule::SysmemRange),
+        (
+            0x40_0000 | 1 | 1 << 4,
+            FaultKind::BadEntry,
+            Rule::EntryReserved,
+        ),
+        (
+            0x40_0000 | 2 | 1 << 11,
+            FaultKind::BadEntry,
+            Rule::EntryReserved,
+        ),
+        (
+            pte(Vram, VRAM, false),
+            FaultKind::PteVramRange,
+            Rule::VramRange,
+        ),
+        (
+            pte(Vram, 1 << 62, true),
+            FaultKind::PteVramRange,
+            Rule::VramRange,
+        ),
+        (
+            pte(Sysmem, 16 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
+        (
+            pte(Sysmem, 31 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
+        (
+            pte(Sysmem, 40 * MIB, false),
+            FaultKind::PteSysmemRange,
+            Rule::SysmemRange,
+        ),
     ];
     for (entry, kind, rule) in cases {
         let mut m = mem();
@@ -251,8 +311,10 @@ fn tables_in_system_memory() {
     let mut m = mem();
     // Page directory in RAM, page table in RAM mapping VRAM and RAM pages.
     let pd = 0x3_0000;
-    m.write_u64(Sysmem, pd + 3 * 8, pde_pt(Sysmem, PT_RAM)).unwrap();
-    m.write_u64(Sysmem, PT_RAM, pte(Vram, 0x1000, false)).unwrap();
+    m.write_u64(Sysmem, pd + 3 * 8, pde_pt(Sysmem, PT_RAM))
+        .unwrap();
+    m.write_u64(Sysmem, PT_RAM, pte(Vram, 0x1000, false))
+        .unwrap();
     m.write_u64(Sysmem, PT_RAM + 8, pte(Sysmem, 33 * MIB, false))
         .unwrap();
     let p = Pdb {
@@ -313,17 +375,58 @@ fn directory_must_fit_and_be_readable() {
     let l = layout();
     let check = |m: &VecGuestMem, p: Pdb, rule| {
         let f: GuestFault = walk(m, &l, p).unwrap_err();
-        assert_eq!((f.kind, f.rule, f.addr), (FaultKind::BadInstance, rule, p.addr));
+        assert_eq!(
+            (f.kind, f.rule, f.addr),
+            (FaultKind::BadInstance, rule, p.addr)
+        );
     };
     let m = mem();
     // 256 bytes of directory: the last 4 KiB of VRAM fits, one page beyond does not.
-    assert!(walk(&m, &l, Pdb { aperture: Vram, addr: VRAM - 4096 }).is_ok());
-    check(&m, Pdb { aperture: Vram, addr: VRAM }, Rule::PdOutsideVram);
-    check(&m, Pdb { aperture: Vram, addr: u64::MAX & !0xfff }, Rule::PdOutsideVram);
-    check(&m, Pdb { aperture: Sysmem, addr: 16 * MIB }, Rule::PdOutsideRam);
+    assert!(
+        walk(
+            &m,
+            &l,
+            Pdb {
+                aperture: Vram,
+                addr: VRAM - 4096
+            }
+        )
+        .is_ok()
+    );
+    check(
+        &m,
+        Pdb {
+            aperture: Vram,
+            addr: VRAM,
+        },
+        Rule::PdOutsideVram,
+    );
+    check(
+        &m,
+        Pdb {
+            aperture: Vram,
+            addr: !0xfffu64,
+        },
+        Rule::PdOutsideVram,
+    );
+    check(
+        &m,
+        Pdb {
+            aperture: Sysmem,
+            addr: 16 * MIB,
+        },
+        Rule::PdOutsideRam,
+    );
     // The layout says RAM is there, but guest memory cannot read it.
     let bare = VecGuestMem::new(VRAM as usize);
-    check(&bare, Pdb { aperture: Sysmem, addr: 0 }, Rule::TableUnreadable);
+    check(
+        &bare,
+        Pdb {
+            aperture: Sysmem,
+            addr: 0,
+        },
+        Rule::TableUnreadable,
+    );
 }
 
 #[test]
@@ -338,7 +441,12 @@ fn unreadable_table_faults_its_range() {
     let w = walk(&m, &l, pdb()).unwrap();
     assert_eq!(
         only_fault(&w),
-        (FaultKind::PteSysmemRange, Rule::TableUnreadable, va(6, 0), 6)
+        (
+            FaultKind::PteSysmemRange,
+            Rule::TableUnreadable,
+            va(6, 0),
+            6
+        )
     );
 }
 

@@ -20,7 +20,10 @@ pub const PD: u64 = 0x10_0000;
 pub fn layout() -> GpuLayout {
     GpuLayout {
         vram_size: VRAM,
-        ram: RAM.iter().map(|&(gpa, len)| RamRegion { gpa, len }).collect(),
+        ram: RAM
+            .iter()
+            .map(|&(gpa, len)| RamRegion { gpa, len })
+            .collect(),
         va: VaWindow {
             base: VA,
             size: VA_SIZE,
