@@ -20,7 +20,16 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 mod tests {
     #[test]
     fn images_are_static_x86_64_elf_executables() {
-        for name in ["hello", "exit", "fault", "pcitest", "exits", "idle", "echo"] {
+        for name in [
+            "hello",
+            "exit",
+            "fault",
+            "pcitest",
+            "exits",
+            "idle",
+            "echo",
+            "workloads",
+        ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");
             assert_eq!(elf[4], 2, "{name}: 64-bit");

@@ -85,7 +85,12 @@ impl<P: Platform> Gpu<P> {
     }
 
     /// Writes an instance block (4 traps).
-    pub fn write_instance(&mut self, ch: &Channel, gpfifo_va: u64, entries: u32) -> Result<(), Error> {
+    pub fn write_instance(
+        &mut self,
+        ch: &Channel,
+        gpfifo_va: u64,
+        entries: u32,
+    ) -> Result<(), Error> {
         let pdb = self.pdb();
         self.vram_write64(ch.inst + regs::inst::PDB, pdb)?;
         self.vram_write64(ch.inst + regs::inst::GPFIFO_BASE, gpfifo_va)?;
@@ -188,7 +193,11 @@ impl Channel {
     /// Submits `pb` (after appending the fence release to it): copies its words into the
     /// stream, writes GPFIFO entries and rings the doorbell (one register write, plus a TLB
     /// flush if page tables changed).
-    pub fn submit<P: Platform>(&mut self, gpu: &mut Gpu<P>, pb: &mut PushBuf) -> Result<Fence, Error> {
+    pub fn submit<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        pb: &mut PushBuf,
+    ) -> Result<Fence, Error> {
         let seq = self.seq.wrapping_add(1);
         pb.release(self.slot_va(0), seq, gpu.interrupts_on(), true);
         let max = gpu.info().max_push_words.min(0xffff) as usize;
@@ -235,6 +244,17 @@ impl Channel {
     /// every `fault_poll_ns`; or sleeps on the interrupt if the driver uses them. A fault of
     /// this channel ends the wait with the fault.
     pub fn wait<P: Platform>(&mut self, gpu: &mut Gpu<P>, fence: Fence) -> Result<(), Error> {
+        let limit = gpu.cfg.wait_timeout_ns;
+        self.wait_timeout(gpu, fence, limit)
+    }
+
+    /// [`Channel::wait`] with its own time limit.
+    pub fn wait_timeout<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        fence: Fence,
+        limit_ns: u64,
+    ) -> Result<(), Error> {
         let mode = if gpu.interrupts_on() {
             WaitMode::Interrupt
         } else {
@@ -248,7 +268,7 @@ impl Channel {
             }
             let now = gpu.p.now_ns();
             let waited = now.saturating_sub(start);
-            if waited > gpu.cfg.wait_timeout_ns {
+            if waited > limit_ns {
                 return Err(Error::Timeout { waited_ns: waited });
             }
             match mode {
@@ -334,5 +354,35 @@ impl Channel {
     /// Rings the doorbell with a raw value (device validation tests).
     pub fn doorbell_raw<P: Platform>(&self, gpu: &mut Gpu<P>, put: u32) {
         gpu.reg_write(regs::gp_put(self.id), put);
+    }
+
+    /// Writes one raw GPFIFO entry and rings the doorbell (device validation tests). The
+    /// entry is not followed by a fence.
+    pub fn submit_raw_entry<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        entry: u64,
+    ) -> Result<(), Error> {
+        if self.ring_used + 1 >= RING_ENTRIES {
+            self.wait_idle(gpu)?;
+            self.ring_used = 0;
+        }
+        gpu.sys_write_u64(&self.ring, 8 * u64::from(self.put), entry)?;
+        self.put = (self.put + 1) % RING_ENTRIES;
+        self.ring_used += 1;
+        gpu.flush_if_needed();
+        gpu.reg_write(regs::gp_put(self.id), self.put);
+        Ok(())
+    }
+
+    /// Rewrites the instance block with a raw GPFIFO base and size (device validation tests;
+    /// [`Channel::recover`] restores the real ones).
+    pub fn set_gpfifo_raw<P: Platform>(
+        &self,
+        gpu: &mut Gpu<P>,
+        va: u64,
+        entries: u32,
+    ) -> Result<(), Error> {
+        gpu.write_instance(self, va, entries)
     }
 }

@@ -118,7 +118,10 @@ impl<P: Platform> TableBackend for Backend<'_, P> {
     fn alloc_table(&mut self, bytes: u64) -> Result<(TableLoc, bool), Error> {
         match self.placement {
             TablePlacement::Vram => {
-                let addr = self.vram.alloc(bytes, PAGE_4K).ok_or(Error::NoVram(bytes))?;
+                let addr = self
+                    .vram
+                    .alloc(bytes, PAGE_4K)
+                    .ok_or(Error::NoVram(bytes))?;
                 Ok((
                     TableLoc {
                         target: Target::Vram,
@@ -149,7 +152,9 @@ impl<P: Platform> TableBackend for Backend<'_, P> {
     }
 
     fn write_entry(&mut self, t: TableLoc, index: usize, value: u64) -> Result<(), Error> {
-        let off = (index as u64).checked_mul(8).ok_or(Error::OutOfRange(t.addr))?;
+        let off = (index as u64)
+            .checked_mul(8)
+            .ok_or(Error::OutOfRange(t.addr))?;
         match t.target {
             Target::Vram => {
                 let a = t.addr.checked_add(off).ok_or(Error::OutOfRange(t.addr))?;
@@ -249,9 +254,7 @@ impl<P: Platform> Gpu<P> {
             return Err(Error::NoSysmem(sys_bytes));
         }
         let sys_va = va.alloc(sys_bytes, PAGE_2M).ok_or(Error::NoVa(sys_bytes))?;
-        let runlist_vram = vram
-            .alloc(PAGE_4K, PAGE_4K)
-            .ok_or(Error::NoVram(PAGE_4K))?;
+        let runlist_vram = vram.alloc(PAGE_4K, PAGE_4K).ok_or(Error::NoVram(PAGE_4K))?;
         let want = if cfg.vram_pool_bytes == 0 {
             aperture / 2
         } else {
@@ -261,7 +264,9 @@ impl<P: Platform> Gpu<P> {
         let vpool_vram = vram
             .alloc(vpool_bytes, PAGE_2M)
             .ok_or(Error::NoVram(vpool_bytes))?;
-        let vpool_va = va.alloc(vpool_bytes, PAGE_2M).ok_or(Error::NoVa(vpool_bytes))?;
+        let vpool_va = va
+            .alloc(vpool_bytes, PAGE_2M)
+            .ok_or(Error::NoVa(vpool_bytes))?;
         let mut gpu = Self {
             p,
             info,
@@ -491,7 +496,10 @@ impl<P: Platform> Gpu<P> {
     /// A buffer in the system-memory pool (already mapped), zero-filled.
     pub fn sys_alloc(&mut self, len: u64) -> Result<SysAlloc, Error> {
         let n = len.max(1).next_multiple_of(POOL_ALIGN);
-        let off = self.sys_pool.alloc(n, POOL_ALIGN).ok_or(Error::NoSysmem(len))?;
+        let off = self
+            .sys_pool
+            .alloc(n, POOL_ALIGN)
+            .ok_or(Error::NoSysmem(len))?;
         let a = SysAlloc {
             va: self.sys_va + off,
             gpa: self.sys.gpa() + off,
@@ -529,7 +537,9 @@ impl<P: Platform> Gpu<P> {
     /// Copies `data` into a system-memory buffer at `off`.
     pub fn sys_write(&mut self, a: &SysAlloc, off: u64, data: &[u8]) -> Result<(), Error> {
         let at = self.sys_range(a, off, data.len())?;
-        self.sys.write(at, data).ok_or(Error::OutOfRange(a.va + off))
+        self.sys
+            .write(at, data)
+            .ok_or(Error::OutOfRange(a.va + off))
     }
 
     /// Copies bytes out of a system-memory buffer from `off`.
@@ -553,7 +563,9 @@ impl<P: Platform> Gpu<P> {
     /// Volatile u64 write into a system-memory buffer.
     pub fn sys_write_u64(&mut self, a: &SysAlloc, off: u64, v: u64) -> Result<(), Error> {
         let at = self.sys_range(a, off, 8)?;
-        self.sys.write_u64(at, v).ok_or(Error::Unaligned(a.va + off))
+        self.sys
+            .write_u64(at, v)
+            .ok_or(Error::Unaligned(a.va + off))
     }
 
     /// Writes the runlist (the channels in use) and submits it.
@@ -564,11 +576,25 @@ impl<P: Platform> Gpu<P> {
         }
         let ids = self.runlist.clone();
         let mut bytes = Vec::with_capacity(ids.len() * 4);
-        ids.iter().for_each(|i| bytes.extend_from_slice(&i.to_le_bytes()));
+        ids.iter()
+            .for_each(|i| bytes.extend_from_slice(&i.to_le_bytes()));
         self.vram_write(self.runlist_vram, &bytes)?;
         self.reg_write(regs::RUNLIST_BASE, (self.runlist_vram >> 12) as u32);
         self.reg_write(regs::RUNLIST_SUBMIT, ids.len() as u32);
         self.check_device_fault()
+    }
+
+    /// Writes and submits the driver's runlist again (after a test submitted another one).
+    pub fn runlist_refresh(&mut self) -> Result<(), Error> {
+        match self.runlist.first().copied() {
+            Some(id) => self.runlist_set(id, true),
+            None => Ok(()),
+        }
+    }
+
+    /// Guest VRAM address of the runlist.
+    pub fn runlist_addr(&self) -> u64 {
+        self.runlist_vram
     }
 
     /// Reads and clears the pending fault record, if any (one register read when none).

@@ -55,7 +55,10 @@ impl fmt::Display for Error {
             Error::PushTooLong(n) => write!(f, "method of {n} words exceeds MAX_PUSH_WORDS"),
             Error::Fault(fault) => write!(f, "GPU fault: {fault}"),
             Error::ChannelFaulted { channel, kind } => {
-                write!(f, "channel {channel} faulted (kind {kind}) without a fault record")
+                write!(
+                    f,
+                    "channel {channel} faulted (kind {kind}) without a fault record"
+                )
             }
             Error::Timeout { waited_ns } => write!(f, "GPU did not finish in {waited_ns} ns"),
         }

@@ -156,7 +156,11 @@ impl fmt::Display for Fault {
             Some(c) => write!(f, " channel {c}")?,
             None => write!(f, " device")?,
         }
-        write!(f, " addr {:#x} info {:#x} access {:?}", self.addr, self.info, self.access)
+        write!(
+            f,
+            " addr {:#x} info {:#x} access {:?}",
+            self.addr, self.info, self.access
+        )
     }
 }
 

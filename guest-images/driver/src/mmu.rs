@@ -152,8 +152,7 @@ impl AddressSpace {
         let v = pde_table(loc.target, loc.addr);
         backend.write_entry(self.dir, i, v)?;
         self.pdes[i] = v;
-        self.tables
-            .insert(i, (loc, alloc::vec![0; PTES_PER_TABLE]));
+        self.tables.insert(i, (loc, alloc::vec![0; PTES_PER_TABLE]));
         Ok(())
     }
 
@@ -291,7 +290,11 @@ impl AddressSpace {
         }
         let (_, ptes) = self.tables.get(&i)?;
         let e = ptes[((va / PAGE_4K) % PTES_PER_TABLE as u64) as usize];
-        Some((decode(e)?, (e & ADDR_MASK) + va % PAGE_4K, e & READ_ONLY != 0))
+        Some((
+            decode(e)?,
+            (e & ADDR_MASK) + va % PAGE_4K,
+            e & READ_ONLY != 0,
+        ))
     }
 }
 
@@ -343,22 +346,33 @@ mod tests {
         let mut a = AddressSpace::new(&mut m, BASE, 4 << 30, true).unwrap();
         assert_eq!(m.writes.len(), 2048);
         m.writes.clear();
-        a.map(&mut m, BASE + PAGE_2M, 2 * PAGE_2M, Target::Vram, 0x40_0000, false)
-            .unwrap();
+        a.map(
+            &mut m,
+            BASE + PAGE_2M,
+            2 * PAGE_2M,
+            Target::Vram,
+            0x40_0000,
+            false,
+        )
+        .unwrap();
         assert_eq!(
             m.writes,
-            [
-                (0x10_0000, 1, 0x40_0005),
-                (0x10_0000, 2, 0x60_0005)
-            ]
+            [(0x10_0000, 1, 0x40_0005), (0x10_0000, 2, 0x60_0005)]
         );
         assert_eq!(
             a.translate(BASE + PAGE_2M + 0x123),
             Some((Target::Vram, 0x40_0123, false))
         );
         m.writes.clear();
-        a.map(&mut m, BASE + PAGE_2M, 2 * PAGE_2M, Target::Vram, 0x40_0000, false)
-            .unwrap();
+        a.map(
+            &mut m,
+            BASE + PAGE_2M,
+            2 * PAGE_2M,
+            Target::Vram,
+            0x40_0000,
+            false,
+        )
+        .unwrap();
         assert!(m.writes.is_empty(), "unchanged entries are not rewritten");
         a.unmap(&mut m, BASE + PAGE_2M, PAGE_2M).unwrap();
         assert_eq!(m.writes, [(0x10_0000, 1, 0)]);
@@ -378,16 +392,25 @@ mod tests {
         assert_eq!(m.writes[512], (0x10_0000, 0, table | 1));
         assert_eq!(m.writes[513], (table, 1, 0x700a));
         assert_eq!(m.writes[514], (table, 2, 0x800a));
-        assert_eq!(a.translate(BASE + 0x2004), Some((Target::Sysmem, 0x8004, true)));
-        // big mapping over a PDE with a table is refused; a 2 MiB sysmem not aligned uses PTEs
         assert_eq!(
-            a.map(&mut m, BASE, PAGE_2M, Target::Vram, 0, false),
-            Ok(())
+            a.translate(BASE + 0x2004),
+            Some((Target::Sysmem, 0x8004, true))
         );
-        assert_eq!(a.translate(BASE + 0x1000), Some((Target::Vram, 0x1000, false)));
+        // big mapping over a PDE with a table is refused; a 2 MiB sysmem not aligned uses PTEs
+        assert_eq!(a.map(&mut m, BASE, PAGE_2M, Target::Vram, 0, false), Ok(()));
+        assert_eq!(
+            a.translate(BASE + 0x1000),
+            Some((Target::Vram, 0x1000, false))
+        );
         assert!(a.map(&mut m, BASE, 0x800, Target::Vram, 0, false).is_err());
-        assert!(a.map(&mut m, BASE + (64 << 20), 0x1000, Target::Vram, 0, false).is_err());
-        assert!(a.map(&mut m, BASE - 0x1000, 0x1000, Target::Vram, 0, false).is_err());
+        assert!(
+            a.map(&mut m, BASE + (64 << 20), 0x1000, Target::Vram, 0, false)
+                .is_err()
+        );
+        assert!(
+            a.map(&mut m, BASE - 0x1000, 0x1000, Target::Vram, 0, false)
+                .is_err()
+        );
     }
 
     #[test]
@@ -395,7 +418,8 @@ mod tests {
         let mut m = Mock::default();
         let mut a = AddressSpace::new(&mut m, BASE, 4 << 20, false).unwrap();
         m.writes.clear();
-        a.map(&mut m, BASE, PAGE_2M, Target::Vram, 0, false).unwrap();
+        a.map(&mut m, BASE, PAGE_2M, Target::Vram, 0, false)
+            .unwrap();
         assert_eq!(m.writes.len(), 512 + 1 + 512);
     }
 }

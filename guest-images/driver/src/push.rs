@@ -101,7 +101,8 @@ impl PushBuf {
     pub fn nonincr(&mut self, method: u32, data: &[u32]) -> &mut Self {
         for chunk in data.chunks(MAX_COUNT as usize) {
             self.starts.push(self.words.len());
-            self.words.push(header(OP_NONINCR, chunk.len() as u32, method));
+            self.words
+                .push(header(OP_NONINCR, chunk.len() as u32, method));
             self.words.extend_from_slice(chunk);
         }
         self
@@ -126,7 +127,13 @@ impl PushBuf {
     }
 
     /// Semaphore release of `payload` at `va`, with optional interrupt and timestamp.
-    pub fn release(&mut self, va: u64, payload: u32, interrupt: bool, timestamp: bool) -> &mut Self {
+    pub fn release(
+        &mut self,
+        va: u64,
+        payload: u32,
+        interrupt: bool,
+        timestamp: bool,
+    ) -> &mut Self {
         let mut exec = SEM_RELEASE;
         if interrupt {
             exec |= SEM_INTERRUPT;
@@ -187,7 +194,12 @@ impl PushBuf {
     pub fn segments(&self, max_words: usize) -> Result<Vec<(usize, usize)>, Error> {
         let mut out = Vec::new();
         let mut seg_start = 0;
-        let ends = self.starts.iter().skip(1).copied().chain([self.words.len()]);
+        let ends = self
+            .starts
+            .iter()
+            .skip(1)
+            .copied()
+            .chain([self.words.len()]);
         for (start, end) in self.starts.iter().copied().zip(ends) {
             if end - start > max_words {
                 return Err(Error::PushTooLong(end - start));
@@ -223,7 +235,10 @@ mod tests {
         assert_eq!(p.words(), [0x2004_0004, 1, 0x2345_6780, 7, 0x32]);
         p.clear();
         p.copy(0x10, 0x20, 0x30);
-        assert_eq!(p.words(), [0x2005_0040, 0, 0x10, 0, 0x20, 0x30, 0x8000_0045]);
+        assert_eq!(
+            p.words(),
+            [0x2005_0040, 0, 0x10, 0, 0x20, 0x30, 0x8000_0045]
+        );
         p.clear();
         p.launch(&LaunchDesc {
             grid: [2, 1, 1],
@@ -253,6 +268,9 @@ mod tests {
         p.clear();
         p.incr(0x100, &big);
         assert_eq!(p.words().len(), 9002);
-        assert_eq!(p.words()[8192], header(OP_INCR, 9000 - 8191, 0x100 + 4 * 8191));
+        assert_eq!(
+            p.words()[8192],
+            header(OP_INCR, 9000 - 8191, 0x100 + 4 * 8191)
+        );
     }
 }

@@ -147,6 +147,7 @@ __idt_ptr:
 __tss:
     .skip 104
     .balign 4096
+    .global __idt
 __idt:
     .skip 256 * 16
     "#,

@@ -182,6 +182,24 @@ __exc_frame:
 
 unsafe extern "C" {
     static mut __tss: [u8; 104];
+    static mut __idt: [u64; 512];
+}
+
+/// Points IDT vector `vector` at `handler` (an interrupt gate to CPL0 code in the kernel code
+/// segment). The IDT is in ordinary (user-accessible) memory, so the program can do this.
+pub fn set_gate(vector: u8, handler: u64) {
+    let low = (handler & 0xffff)
+        | u64::from(crate::cpu::KERNEL_CS) << 16
+        | 0x8e << 40
+        | ((handler >> 16) & 0xffff) << 48;
+    let i = usize::from(vector) * 2;
+    // SAFETY: the runtime's IDT (256 16-byte gates) in .bss; only whole gates are written and
+    // no other code touches it after start-up.
+    unsafe {
+        let idt = (&raw mut __idt).cast::<u64>();
+        core::ptr::write_volatile(idt.add(i + 1), handler >> 32);
+        core::ptr::write_volatile(idt.add(i), low);
+    }
 }
 
 /// Makes the CPU shut down: points the TSS's ring-0 stack at unmapped memory and raises an

@@ -133,3 +133,52 @@ pub fn find(vendor: u16, device: u16) -> Option<Function> {
         .into_iter()
         .find(|f| f.vendor == vendor && f.device == device)
 }
+
+/// Sets a function's command register bits (memory decode, bus master, ...).
+pub fn command_set(dev: u8, func: u8, bits: u16) {
+    let v = read32(dev, func, 0x04);
+    write32(dev, func, 0x04, (v & 0xffff) | u32::from(bits));
+}
+
+/// Finds capability `id` in the function's capability list: its config-space offset.
+pub fn find_capability(dev: u8, func: u8, id: u8) -> Option<u8> {
+    if read32(dev, func, 0x04) >> 16 & 0x10 == 0 {
+        return None;
+    }
+    let mut ptr = (read32(dev, func, 0x34) & 0xfc) as u8;
+    for _ in 0..48 {
+        if ptr < 0x40 {
+            return None;
+        }
+        let head = read32(dev, func, ptr);
+        if head as u8 == id {
+            return Some(ptr);
+        }
+        ptr = (head >> 8) as u8 & 0xfc;
+    }
+    None
+}
+
+/// Programs and enables the function's MSI capability to send `data` to `address`, and
+/// disables INTx. False if it has no MSI capability.
+pub fn enable_msi(dev: u8, func: u8, address: u64, data: u16) -> bool {
+    const MSI: u8 = 0x05;
+    let Some(cap) = find_capability(dev, func, MSI) else {
+        return false;
+    };
+    let head = read32(dev, func, cap);
+    let ctrl = (head >> 16) as u16;
+    let is64 = ctrl & (1 << 7) != 0;
+    write32(dev, func, cap + 4, address as u32);
+    if is64 {
+        write32(dev, func, cap + 8, (address >> 32) as u32);
+        write32(dev, func, cap + 12, u32::from(data));
+    } else {
+        write32(dev, func, cap + 8, u32::from(data));
+    }
+    // Enable, one message (multiple message enable = 0).
+    let new_ctrl = (ctrl & !(7 << 4)) | 1;
+    write32(dev, func, cap, (head & 0xffff) | u32::from(new_ctrl) << 16);
+    command_set(dev, func, 1 << 10);
+    true
+}

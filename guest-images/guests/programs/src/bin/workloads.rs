@@ -1,0 +1,73 @@
+//! `workloads`: runs every workload of the suite (`size=small|medium|large`, default small;
+//! `only=NAME` for one) on the virtual GPU through gpu-driver and checks the results in the
+//! guest. Prints `RESULT name=<name> ok=<0|1> gpu_us=<n> exits=<n>` per workload (gpu_us:
+//! device TIMER between semaphore releases around the launches; exits: the driver's MMIO
+//! accesses for that workload) and exits 0 only if all were ok. Driver options: see
+//! `guest_programs::platform::config_from_args` (`tables=`, `wait=`, `sys_mib=`, `timeout_s=`).
+#![no_std]
+#![no_main]
+
+use guest_programs::{platform, runner};
+use guest_rt::println;
+use suite::Size;
+
+guest_rt::entry!(main);
+
+fn main() -> u8 {
+    let size = match guest_rt::arg("size").map(Size::from_name) {
+        None => Size::Small,
+        Some(Some(s)) => s,
+        Some(None) => {
+            println!("workloads: size must be small, medium or large");
+            return 2;
+        }
+    };
+    let only = guest_rt::arg("only");
+    let cfg = platform::config_from_args();
+    let mut gpu = match platform::open(cfg) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("workloads: {e}");
+            return 3;
+        }
+    };
+    let info = *gpu.info();
+    println!(
+        "workloads: gpu vram={} MiB channels={} va={:#x}+{:#x} caps={:#x} max_push={} tables={:?} irq={} init_exits={}",
+        info.vram_size >> 20,
+        info.channels,
+        info.va_base,
+        info.va_size,
+        info.caps,
+        info.max_push_words,
+        cfg.tables,
+        gpu.interrupts_on(),
+        gpu.mmio_count()
+    );
+    let mut ch = match gpu.create_channel(0) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("workloads: channel: {e}");
+            return 4;
+        }
+    };
+    let (mut total, mut passed) = (0, 0);
+    for w in suite::all().filter(|w| only.is_none_or(|o| o == w.name)) {
+        let inst = w.instance(size);
+        let out = runner::run_instance(&mut gpu, &mut ch, &inst);
+        total += 1;
+        passed += usize::from(out.ok);
+        if !out.ok {
+            println!("workloads: {} failed: {}", w.name, out.detail);
+        }
+        println!(
+            "RESULT name={} ok={} gpu_us={} exits={}",
+            w.name,
+            u8::from(out.ok),
+            out.gpu_ns / 1000,
+            out.exits
+        );
+    }
+    println!("workloads: {passed}/{total} ok (size {})", size.name());
+    if total > 0 && passed == total { 0 } else { 1 }
+}
