@@ -500,7 +500,7 @@ pub(crate) struct Op {
 }
 
 /// A decoded kernel entry.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub info: EntryInfo,
     pub code: Vec<Op>,

@@ -64,6 +64,23 @@ impl Module {
         self.entry_index(name).map(|i| &self.entries[i].info)
     }
 
+    /// True when the module declares `.global`/`.const` variables, i.e. holds mutable state
+    /// shared by all its launches. Such a module must not be shared between isolation domains
+    /// (VMs): give each its own instance ([`Module::instantiate`]).
+    pub fn has_variables(&self) -> bool {
+        !self.vars.vars.is_empty()
+    }
+
+    /// A new instance of this module: the same decoded code and hash, with its own variables
+    /// reset to their PTX initial values (cheaper than parsing the text again).
+    pub fn instantiate(&self) -> Module {
+        Module {
+            entries: self.entries.clone(),
+            hash: self.hash,
+            vars: self.vars.fresh(),
+        }
+    }
+
     /// A module-scope `.global`/`.const` variable: (address in [`crate::MODULE_WINDOW`], size).
     pub fn variable(&self, name: &str) -> Option<(u64, u64)> {
         self.vars

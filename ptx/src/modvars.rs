@@ -46,6 +46,8 @@ pub(crate) struct ModMem {
     size: u64,
     const_end: u64,
     pub vars: Vec<ModVar>,
+    /// Initial contents (from the PTX initializers), for fresh instances.
+    initial: Vec<u8>,
 }
 
 /// Bits of a numeric initializer token converted to `ty`.
@@ -222,11 +224,12 @@ impl ModMem {
             }
         }
         let words: Box<[AtomicU64]> = (0..off.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
-        let m = ModMem {
+        let mut m = ModMem {
             words,
             size: off,
             const_end,
             vars,
+            initial: Vec::new(),
         };
         for (base, v) in placed {
             let eb = u64::from(v.ty.bytes());
@@ -237,7 +240,24 @@ impl ModMem {
                 }
             }
         }
+        m.initial = m.read(0, m.size);
         Ok(m)
+    }
+
+    /// A new storage with the same layout and the initial contents.
+    pub(crate) fn fresh(&self) -> ModMem {
+        let words: Box<[AtomicU64]> = (0..self.size.div_ceil(8))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let m = ModMem {
+            words,
+            size: self.size,
+            const_end: self.const_end,
+            vars: self.vars.clone(),
+            initial: self.initial.clone(),
+        };
+        m.write(0, &self.initial);
+        m
     }
 
     fn byte(&self, off: u64) -> &AtomicU8 {

@@ -745,6 +745,31 @@ fn module_variables_with_initializers() {
         1,
     );
     assert_eq!(mem.f32s(out, 4), vec![30.0, 3.0, 10.0, 3.0]);
+    // A fresh instance has its own variables with the initial values.
+    assert!(m.has_variables());
+    let inst = std::sync::Arc::new(m.instantiate());
+    assert_eq!(inst.hash(), m.hash());
+    assert_eq!(inst.read_variable("counter"), Some(vec![0; 4]));
+    assert_eq!(
+        inst.read_variable("scale"),
+        Some(2f32.to_le_bytes().to_vec())
+    );
+    run(
+        &inst,
+        "k",
+        cfg([1, 1, 1], [4, 1, 1], 0, Params::default().u64(out)),
+        &mem,
+        1,
+    );
+    assert_eq!(
+        inst.read_variable("counter"),
+        Some(4u32.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        m.read_variable("counter"),
+        Some(132u32.to_le_bytes().to_vec())
+    );
+    assert!(!module(include_str!("../../suite/kernels/vecadd.ptx")).has_variables());
     // Kernels cannot write .const variables.
     let mut l = ptx::Launch::new(
         m.clone(),
