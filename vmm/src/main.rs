@@ -31,6 +31,10 @@ struct Args {
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
     testdev: bool,
+    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full, backend=sim, vram=256M,
+    /// channels=8, timeout_ms=2000, workers=1).
+    #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "")]
+    gpu: Option<String>,
     /// Stop the VM after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
@@ -75,6 +79,13 @@ fn main() -> ExitCode {
         }
         t => t.map(Duration::from_secs_f64),
     };
+    let gpu = match args.gpu.as_deref().map(vgpu::GpuConfig::parse).transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("vgpu-vmm: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let cfg = VmConfig {
         image,
         cmdline: args.cmdline,
@@ -82,6 +93,7 @@ fn main() -> ExitCode {
         cpus: args.cpus,
         testdev: args.testdev,
         timeout,
+        gpu,
     };
     match vm::run(&cfg) {
         Ok(outcome) => {

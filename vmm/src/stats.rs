@@ -14,6 +14,9 @@ pub struct Stats {
     pub vcpus: Vec<VcpuStats>,
     pub pio: Vec<mmio::RegionStats>,
     pub mmio: Vec<mmio::RegionStats>,
+    /// The virtual GPU's counters, with `--gpu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<vgpu::GpuStats>,
 }
 
 /// One vCPU's exits.

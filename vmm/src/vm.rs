@@ -31,6 +31,8 @@ pub struct VmConfig {
     pub cpus: u8,
     pub testdev: bool,
     pub timeout: Option<Duration>,
+    /// Attach a virtual GPU with this configuration.
+    pub gpu: Option<vgpu::GpuConfig>,
 }
 
 /// Errors setting up or running a VM.
@@ -64,6 +66,8 @@ pub enum VmError {
     },
     #[error("event loop: {0:?}")]
     EventLoop(event_manager::Error),
+    #[error("virtual GPU: {0}")]
+    Gpu(#[from] vgpu::VgpuError),
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -93,7 +97,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         });
     }
     let (name, bytes) = loader::image_bytes(&cfg.image)?;
-    let vm = kvm_fd.create_vm().map_err(kvm("create VM"))?;
+    let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
     vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
         .map_err(kvm("set identity map address"))?;
     vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
@@ -146,6 +150,14 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     if cfg.testdev {
         root.add_device("testdev", Arc::new(Mutex::new(TestDev::new()?)))?;
     }
+    let gpu = match &cfg.gpu {
+        Some(g) => {
+            let gpu = vgpu::Vgpu::new(g.clone(), mem.clone(), Arc::new(MsiSink(vm.clone())))?;
+            root.add_device("vgpu", gpu.device())?;
+            Some(gpu)
+        }
+        None => None,
+    };
     pio.insert(
         "pci-config",
         CONFIG_ADDRESS_PORT,
@@ -238,9 +250,32 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
             .collect(),
         pio: pio.stats(),
         mmio: mmio_bus.stats(),
+        gpu: gpu.as_ref().map(vgpu::Vgpu::stats),
     };
+    drop(gpu);
     drop(mem);
     Ok(RunOutcome { reason, stats })
+}
+
+/// Delivers the virtual GPU's MSI messages through KVM.
+struct MsiSink(Arc<kvm_ioctls::VmFd>);
+
+impl vgpu::IrqSink for MsiSink {
+    fn msi(&self, msg: mmio::pci::MsiMessage) {
+        let m = kvm_bindings::kvm_msi {
+            address_lo: msg.address as u32,
+            address_hi: (msg.address >> 32) as u32,
+            data: msg.data,
+            ..Default::default()
+        };
+        if let Err(e) = self.0.signal_msi(m) {
+            log::warn!(
+                "vgpu: MSI {:#x}/{:#x} not delivered: {e}",
+                msg.address,
+                msg.data
+            );
+        }
+    }
 }
 
 /// Puts the terminal in raw mode for an interactive console and restores it when dropped.

@@ -1,0 +1,167 @@
+//! `--gpu key=value,...`: the virtual GPU's runtime configuration.
+
+use std::time::Duration;
+
+/// How the guest drives the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Full virtualization: every BAR access traps; shadows rebuilt at TLB flush.
+    Full,
+}
+
+/// The physical GPU behind the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The built-in software GPU.
+    Sim,
+}
+
+/// Configuration of one virtual GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    pub mode: Mode,
+    pub backend: Backend,
+    /// Guest VRAM in bytes (power of two, 2 MiB … 64 GiB).
+    pub vram: u64,
+    /// Channels the guest may use (1 … 32).
+    pub channels: u32,
+    /// Per-job time limit; work running longer is stopped with a TIMEOUT fault.
+    pub job_timeout: Duration,
+    /// GPU VA window.
+    pub va_base: u64,
+    pub va_size: u64,
+    /// Worker threads of the software GPU.
+    pub workers: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            mode: Mode::Full,
+            backend: Backend::Sim,
+            vram: 256 << 20,
+            channels: 8,
+            job_timeout: Duration::from_secs(2),
+            va_base: 0x10_0000_0000,
+            va_size: 4 << 30,
+            workers: 1,
+        }
+    }
+}
+
+/// Errors in a `--gpu` option string.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers)")]
+    UnknownKey(String),
+    #[error("--gpu: {key}={value}: {why}")]
+    BadValue {
+        key: String,
+        value: String,
+        why: &'static str,
+    },
+}
+
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.as_bytes().last()? {
+        b'K' | b'k' => (&v[..v.len() - 1], 1u64 << 10),
+        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
+        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl GpuConfig {
+    /// Parses `key=value,...` (an empty string gives the defaults).
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let mut c = GpuConfig::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (key, value) = item.split_once('=').unwrap_or((item, ""));
+            let bad = |why| ConfigError::BadValue {
+                key: key.into(),
+                value: value.into(),
+                why,
+            };
+            match key {
+                "mode" => {
+                    c.mode = match value {
+                        "full" => Mode::Full,
+                        _ => return Err(bad("supported: full")),
+                    }
+                }
+                "backend" => {
+                    c.backend = match value {
+                        "sim" => Backend::Sim,
+                        _ => return Err(bad("supported: sim")),
+                    }
+                }
+                "vram" => {
+                    c.vram = parse_size(value)
+                        .filter(|v| v.is_power_of_two() && (2 << 20..=64 << 30).contains(v))
+                        .ok_or_else(|| bad("a power of two from 2M to 64G, e.g. 256M"))?
+                }
+                "channels" => {
+                    c.channels = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=32).contains(n))
+                        .ok_or_else(|| bad("1 to 32"))?
+                }
+                "timeout_ms" => {
+                    let ms: u64 = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=600_000).contains(n))
+                        .ok_or_else(|| bad("1 to 600000"))?;
+                    c.job_timeout = Duration::from_millis(ms);
+                }
+                "workers" => {
+                    c.workers = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=64).contains(n))
+                        .ok_or_else(|| bad("1 to 64"))?
+                }
+                _ => return Err(ConfigError::UnknownKey(key.into())),
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_options_and_rejects_bad_ones() {
+        assert_eq!(GpuConfig::parse("").unwrap(), GpuConfig::default());
+        let c =
+            GpuConfig::parse("mode=full,vram=64M,backend=sim,channels=4,timeout_ms=500").unwrap();
+        assert_eq!(
+            (c.vram, c.channels, c.job_timeout),
+            (64 << 20, 4, Duration::from_millis(500))
+        );
+        assert!(matches!(
+            GpuConfig::parse("vram=3M"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            GpuConfig::parse("vram=1G0"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            GpuConfig::parse("channels=0"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert!(matches!(
+            GpuConfig::parse("mode=para"),
+            Err(ConfigError::BadValue { .. })
+        ));
+        assert_eq!(
+            GpuConfig::parse("color=red"),
+            Err(ConfigError::UnknownKey("color".into()))
+        );
+    }
+}

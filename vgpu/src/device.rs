@@ -1,0 +1,377 @@
+//! The PCI front end of the virtual GPU: configuration space (identity, BARs, MSI), BAR0
+//! registers and the PRAMIN window, and the BAR1 VRAM aperture. Runs on vCPU threads; work
+//! goes to the GPU worker through the shared state. Every register value is validated here.
+
+use std::sync::{Arc, PoisonError};
+
+use mmio::pci::{BarKind, BarSpec, PciConfig, PciDevice, PciError};
+use pgpu::Engine;
+
+use crate::config::GpuConfig;
+use crate::regs::{self, Access, FaultKind};
+use crate::state::{FaultRecord, Shared, Watched};
+
+/// The device as the PCI root sees it.
+pub struct VgpuDevice {
+    config: PciConfig,
+    msi_cap: usize,
+    cfg: GpuConfig,
+    engine: Arc<dyn Engine>,
+    /// Physical VRAM address of guest VRAM address 0.
+    vram_base: u64,
+    shared: Arc<Shared>,
+    timer_hi_latch: u32,
+}
+
+impl VgpuDevice {
+    pub fn new(
+        cfg: GpuConfig,
+        engine: Arc<dyn Engine>,
+        vram_base: u64,
+        shared: Arc<Shared>,
+    ) -> Result<Self, PciError> {
+        let mut config = PciConfig::new(regs::VENDOR_ID, regs::DEVICE_ID, 0x03, 0x02, 0x00);
+        config.set_raw(0x08, &[1]);
+        config.set_interrupt(1, 11);
+        config.add_bar(
+            0,
+            BarSpec {
+                kind: BarKind::Mmio32,
+                size: regs::BAR0_SIZE,
+                prefetchable: false,
+            },
+        )?;
+        config.add_bar(
+            1,
+            BarSpec {
+                kind: BarKind::Mmio64,
+                size: cfg.vram,
+                prefetchable: true,
+            },
+        )?;
+        let msi_cap = config.add_msi().ok_or(PciError::BarSlot(0))?;
+        Ok(VgpuDevice {
+            config,
+            msi_cap,
+            cfg,
+            engine,
+            vram_base,
+            shared,
+            timer_hi_latch: 0,
+        })
+    }
+
+    /// Reads or writes guest VRAM `[addr, addr + len)` through the aperture; out-of-range
+    /// accesses read all-ones and are dropped.
+    fn vram_access(&self, addr: u64, read: Option<&mut [u8]>, write: Option<&[u8]>) {
+        let len = read
+            .as_ref()
+            .map(|b| b.len())
+            .or(write.map(|b| b.len()))
+            .unwrap_or(0) as u64;
+        let inside = addr
+            .checked_add(len)
+            .is_some_and(|end| end <= self.cfg.vram);
+        match (read, write) {
+            (Some(buf), _) => {
+                if !inside || self.engine.vram_read(self.vram_base + addr, buf).is_err() {
+                    buf.fill(0xff);
+                }
+            }
+            (None, Some(data)) => {
+                if !inside {
+                    log::debug!("vgpu: aperture write past VRAM at {addr:#x} dropped");
+                    return;
+                }
+                if let Err(e) = self.engine.vram_write(self.vram_base + addr, data) {
+                    log::warn!("vgpu: VRAM write at {addr:#x}: {e}");
+                }
+                self.notice_write(addr, len);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Marks what a guest write to VRAM touched: instance blocks to re-read, table writes.
+    fn notice_write(&self, addr: u64, len: u64) {
+        let mut r = self.shared.lock();
+        if r.watched.is_empty() {
+            return;
+        }
+        let (first, last) = (addr >> 12, (addr + len.max(1) - 1) >> 12);
+        for page in first..=last {
+            match r.watched.get(&page).copied() {
+                Some(Watched::Instance(mask)) => {
+                    r.counters.instance_writes_noticed += 1;
+                    for (i, c) in r.chans.iter_mut().enumerate() {
+                        if mask & (1 << i) != 0 {
+                            c.inst_dirty = true;
+                        }
+                    }
+                }
+                Some(Watched::Table) => r.counters.table_writes_noticed += 1,
+                None => {}
+            }
+        }
+    }
+
+    fn read_reg(&mut self, off: u64) -> u32 {
+        let c = &self.cfg;
+        let r = self.shared.lock();
+        let chans = r.chans.len() as u64;
+        match off {
+            regs::ID => regs::ID_VALUE,
+            regs::VERSION => regs::VERSION_VALUE,
+            regs::VRAM_SIZE_LO => c.vram as u32,
+            regs::VRAM_SIZE_HI => (c.vram >> 32) as u32,
+            regs::CHANNELS => c.channels,
+            regs::PAGE_SIZES => self.page_sizes(),
+            regs::VA_BASE_LO => c.va_base as u32,
+            regs::VA_BASE_HI => (c.va_base >> 32) as u32,
+            regs::VA_SIZE_LO => c.va_size as u32,
+            regs::VA_SIZE_HI => (c.va_size >> 32) as u32,
+            regs::CAPS => regs::CAP_COPY | regs::CAP_COMPUTE | regs::CAP_SYSMEM | regs::CAP_MSI,
+            regs::MAX_PUSH_WORDS => regs::MAX_PUSH,
+            regs::TIMER_LO => {
+                let t = self.shared.timer_ns();
+                self.timer_hi_latch = (t >> 32) as u32;
+                t as u32
+            }
+            regs::TIMER_HI => self.timer_hi_latch,
+            regs::INTR_STATUS => r.intr_status,
+            regs::INTR_ENABLE => r.intr_enable,
+            regs::INTR_CHANNELS => r.intr_channels,
+            regs::PRAMIN_BASE => r.pramin_base,
+            regs::RUNLIST_BASE => r.runlist_base,
+            regs::FAULT_STATUS => r.fault.map_or(0, |f| {
+                1 << 31 | (f.access as u32) << 16 | u32::from(f.kind.code())
+            }),
+            regs::FAULT_CHANNEL => r.fault.map_or(0, |f| f.channel),
+            regs::FAULT_ADDR_LO => r.fault.map_or(0, |f| f.addr as u32),
+            regs::FAULT_ADDR_HI => r.fault.map_or(0, |f| (f.addr >> 32) as u32),
+            regs::FAULT_INFO => r.fault.map_or(0, |f| f.info),
+            o if (regs::CHAN_BASE..regs::CHAN_BASE + 8 * chans).contains(&o) => {
+                let ch = &r.chans[((o - regs::CHAN_BASE) / 8) as usize];
+                if o.is_multiple_of(8) {
+                    ch.inst
+                } else {
+                    ch.state | u32::from(ch.fault_kind) << 8
+                }
+            }
+            o if (regs::DOORBELL_BASE..regs::DOORBELL_BASE + 8 * chans).contains(&o) => {
+                let ch = &r.chans[((o - regs::DOORBELL_BASE) / 8) as usize];
+                if o.is_multiple_of(8) {
+                    ch.gp_put
+                } else {
+                    ch.gp_get
+                }
+            }
+            _ => 0xffff_ffff,
+        }
+    }
+
+    fn page_sizes(&self) -> u32 {
+        self.engine
+            .info()
+            .page_sizes
+            .iter()
+            .fold(0, |m, p| match p {
+                pgpu::PageSize::Size4K => m | 1,
+                pgpu::PageSize::Size2M => m | 2,
+            })
+    }
+
+    fn write_reg(&mut self, off: u64, v: u32) {
+        let shared = self.shared.clone();
+        let mut r = shared.lock();
+        let chans = r.chans.len() as u64;
+        let vram = self.cfg.vram;
+        match off {
+            regs::INTR_STATUS => {
+                r.intr_status &= !v;
+                shared.update_irq(&mut r);
+            }
+            regs::INTR_ENABLE => {
+                r.intr_enable = v & (regs::INTR_SEMAPHORE | regs::INTR_FAULT);
+                shared.update_irq(&mut r);
+            }
+            regs::INTR_CHANNELS => r.intr_channels &= !v,
+            regs::PRAMIN_BASE => {
+                if (u64::from(v) << 16) + regs::PRAMIN_WINDOW <= vram {
+                    r.pramin_base = v;
+                } else {
+                    shared.device_fault(
+                        &mut r,
+                        FaultKind::BadRegister,
+                        u64::from(v) << 16,
+                        off as u32,
+                    );
+                }
+            }
+            regs::TLB_FLUSH => {
+                r.flush_epoch += 1;
+                r.counters.tlb_flushes += 1;
+                shared.wake.notify_all();
+            }
+            regs::RUNLIST_BASE => r.runlist_base = v,
+            regs::RUNLIST_SUBMIT => {
+                drop(r);
+                self.submit_runlist(v);
+            }
+            regs::FAULT_CLEAR => {
+                if v & 1 != 0 {
+                    r.fault = None;
+                    r.intr_status &= !regs::INTR_FAULT;
+                    shared.update_irq(&mut r);
+                }
+            }
+            o if (regs::CHAN_BASE..regs::CHAN_BASE + 8 * 32).contains(&o)
+                && o.is_multiple_of(8) =>
+            {
+                let n = (o - regs::CHAN_BASE) / 8;
+                if n >= chans {
+                    let rec = FaultRecord {
+                        kind: FaultKind::BadChannel,
+                        access: Access::None,
+                        channel: 0xffff,
+                        addr: n,
+                        info: v,
+                    };
+                    shared.fault(&mut r, rec);
+                    return;
+                }
+                let addr = u64::from(v & 0x0fff_ffff) << 12;
+                if v & regs::CHAN_INST_VALID != 0 && addr + 4096 > vram {
+                    shared.device_fault(&mut r, FaultKind::BadRegister, addr, off as u32);
+                    return;
+                }
+                let ch = &mut r.chans[n as usize];
+                ch.inst = v;
+                ch.gp_put = 0;
+                ch.gp_get = 0;
+                ch.fault_kind = 0;
+                ch.inst_dirty = true;
+                ch.state = if v & regs::CHAN_INST_VALID != 0 {
+                    regs::STATE_IDLE
+                } else {
+                    regs::STATE_UNBOUND
+                };
+            }
+            o if (regs::DOORBELL_BASE..regs::DOORBELL_BASE + 8 * 32).contains(&o)
+                && o.is_multiple_of(8) =>
+            {
+                let n = (o - regs::DOORBELL_BASE) / 8;
+                let bound = r
+                    .chans
+                    .get(n as usize)
+                    .is_some_and(|c| c.state != regs::STATE_UNBOUND);
+                if !bound {
+                    let rec = FaultRecord {
+                        kind: FaultKind::BadChannel,
+                        access: Access::None,
+                        channel: 0xffff,
+                        addr: n,
+                        info: v,
+                    };
+                    shared.fault(&mut r, rec);
+                    return;
+                }
+                r.counters.doorbells += 1;
+                let ch = &mut r.chans[n as usize];
+                ch.gp_put = v;
+                if ch.state == regs::STATE_IDLE && ch.gp_put != ch.gp_get {
+                    ch.state = regs::STATE_PENDING;
+                }
+                shared.wake.notify_all();
+            }
+            _ => {
+                log::debug!("vgpu: write {v:#x} to read-only or unknown register {off:#x} ignored")
+            }
+        }
+    }
+
+    fn submit_runlist(&mut self, n: u32) {
+        let shared = self.shared.clone();
+        let base = u64::from(shared.lock().runlist_base) << 12;
+        let chans = self.cfg.channels;
+        let mut ids = vec![0u8; 4 * n.min(chans) as usize];
+        let read_ok = n <= chans
+            && base + ids.len() as u64 <= self.cfg.vram
+            && self
+                .engine
+                .vram_read(self.vram_base + base, &mut ids)
+                .is_ok();
+        let mut r = shared.lock();
+        if !read_ok {
+            shared.device_fault(&mut r, FaultKind::BadRunlist, base, n);
+            return;
+        }
+        let list: Vec<u32> = ids
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(bad) = list.iter().find(|&&id| {
+            r.chans
+                .get(id as usize)
+                .is_none_or(|c| c.state == regs::STATE_UNBOUND)
+        }) {
+            shared.device_fault(&mut r, FaultKind::BadRunlist, base, *bad);
+            return;
+        }
+        r.runlist = list;
+        shared.wake.notify_all();
+    }
+}
+
+fn le(data: &[u8]) -> u32 {
+    let mut b = [0u8; 4];
+    b[..data.len().min(4)].copy_from_slice(&data[..data.len().min(4)]);
+    u32::from_le_bytes(b)
+}
+
+impl PciDevice for VgpuDevice {
+    fn config(&self) -> &PciConfig {
+        &self.config
+    }
+    fn config_mut(&mut self) -> &mut PciConfig {
+        &mut self.config
+    }
+
+    fn config_written(&mut self, _offset: usize, _len: usize) {
+        let msg = self.config.msi_message(self.msi_cap);
+        *self
+            .shared
+            .msi
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = msg;
+    }
+
+    fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        match bar {
+            0 if offset >= regs::REGS_END => {
+                let base = u64::from(self.shared.lock().pramin_base) << 16;
+                self.vram_access(base + offset - regs::REGS_END, Some(data), None);
+            }
+            0 if data.len() == 4 && offset.is_multiple_of(4) => {
+                data.copy_from_slice(&self.read_reg(offset).to_le_bytes())
+            }
+            1 => self.vram_access(offset, Some(data), None),
+            _ => data.fill(0xff),
+        }
+    }
+
+    fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        match bar {
+            0 if offset >= regs::REGS_END => {
+                let base = u64::from(self.shared.lock().pramin_base) << 16;
+                self.vram_access(base + offset - regs::REGS_END, None, Some(data));
+            }
+            0 if data.len() == 4 && offset.is_multiple_of(4) => self.write_reg(offset, le(data)),
+            1 => self.vram_access(offset, None, Some(data)),
+            _ => log::debug!(
+                "vgpu: {}-byte write to BAR{bar} at {offset:#x} ignored",
+                data.len()
+            ),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The device state shared by the register front end (vCPU threads) and the GPU worker: the
+//! register file, per-channel registers, the fault record, interrupt status, and the set of
+//! guest VRAM pages that hold GPU structures (whose writes the device must notice).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use mmio::pci::MsiMessage;
+use serde::Serialize;
+
+use crate::regs::{self, Access, FaultKind};
+
+/// Delivers the device's interrupt; implemented by the VMM.
+pub trait IrqSink: Send + Sync {
+    /// Sends an MSI message.
+    fn msi(&self, msg: MsiMessage);
+}
+
+/// Channel registers.
+#[derive(Debug, Clone, Default)]
+pub struct ChanRegs {
+    /// CHAN_INST as written (VALID | address >> 12).
+    pub inst: u32,
+    pub state: u32,
+    pub fault_kind: u8,
+    pub gp_put: u32,
+    pub gp_get: u32,
+    /// The instance block must be (re-)read before the channel runs again.
+    pub inst_dirty: bool,
+}
+
+/// The first fault not yet cleared by the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FaultRecord {
+    #[serde(serialize_with = "kind_code")]
+    pub kind: FaultKind,
+    pub access: Access,
+    /// Channel id, or 0xffff for device-level faults.
+    pub channel: u32,
+    pub addr: u64,
+    pub info: u32,
+}
+
+fn kind_code<S: serde::Serializer>(k: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u8(k.code())
+}
+
+/// What a watched guest VRAM page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// The instance block of these channels (bitmask).
+    Instance(u32),
+    /// A page directory or page table.
+    Table,
+}
+
+/// Device counters for `--stats`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GpuCounters {
+    pub doorbells: u64,
+    pub tlb_flushes: u64,
+    pub shadow_rebuilds: u64,
+    pub pages_shadowed: u64,
+    pub pages_unshadowed: u64,
+    pub table_writes_noticed: u64,
+    pub instance_writes_noticed: u64,
+    pub gpfifo_entries: u64,
+    pub methods: u64,
+    pub copies: u64,
+    pub launches: u64,
+    pub releases: u64,
+    pub acquires: u64,
+    pub interrupts: u64,
+    pub faults: u64,
+    pub faults_dropped: u64,
+    pub gpu_ns: u64,
+}
+
+/// Registers and bookkeeping, under one lock.
+#[derive(Debug)]
+pub struct Regs {
+    pub intr_status: u32,
+    pub intr_enable: u32,
+    pub intr_channels: u32,
+    pub pramin_base: u32,
+    pub runlist_base: u32,
+    /// Channels on the current runlist.
+    pub runlist: Vec<u32>,
+    pub chans: Vec<ChanRegs>,
+    pub fault: Option<FaultRecord>,
+    /// Incremented by every TLB_FLUSH.
+    pub flush_epoch: u64,
+    pub watched: HashMap<u64, Watched>,
+    pub counters: GpuCounters,
+    pub shutdown: bool,
+    /// Whether the interrupt condition was signalled and not yet cleared (edge per MSI).
+    irq_line: bool,
+}
+
+/// State shared between the front end and the worker.
+pub struct Shared {
+    regs: Mutex<Regs>,
+    /// Wakes the worker (doorbell, runlist, flush, shutdown).
+    pub wake: Condvar,
+    pub msi: Mutex<Option<MsiMessage>>,
+    pub irq: Arc<dyn IrqSink>,
+    pub started: Instant,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub fn new(channels: u32, irq: Arc<dyn IrqSink>) -> Self {
+        Shared {
+            regs: Mutex::new(Regs {
+                intr_status: 0,
+                intr_enable: 0,
+                intr_channels: 0,
+                pramin_base: 0,
+                runlist_base: 0,
+                runlist: Vec::new(),
+                chans: vec![ChanRegs::default(); channels as usize],
+                fault: None,
+                flush_epoch: 0,
+                watched: HashMap::new(),
+                counters: GpuCounters::default(),
+                shutdown: false,
+                irq_line: false,
+            }),
+            wake: Condvar::new(),
+            msi: Mutex::new(None),
+            irq,
+            started: Instant::now(),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Regs> {
+        self.regs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Nanoseconds since the device was created (the TIMER register).
+    pub fn timer_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Sends the interrupt if STATUS & ENABLE just became non-zero. Call after changing either.
+    pub fn update_irq(&self, regs: &mut Regs) {
+        let active = regs.intr_status & regs.intr_enable != 0;
+        if active && !regs.irq_line {
+            regs.counters.interrupts += 1;
+            let msg = *self.msi.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(msg) = msg {
+                self.irq.msi(msg);
+            }
+        }
+        regs.irq_line = active;
+    }
+
+    /// Records a fault (the first one stays until cleared), raises the FAULT interrupt.
+    pub fn fault(&self, regs: &mut Regs, rec: FaultRecord) {
+        regs.counters.faults += 1;
+        log::warn!(
+            "vgpu: fault {:?} on channel {:#x}: addr {:#x} access {:?} info {:#x}",
+            rec.kind,
+            rec.channel,
+            rec.addr,
+            rec.access,
+            rec.info
+        );
+        if regs.fault.is_none() {
+            regs.fault = Some(rec);
+        } else {
+            regs.counters.faults_dropped += 1;
+        }
+        if let Some(c) = regs.chans.get_mut(rec.channel as usize) {
+            c.state = regs::STATE_FAULTED;
+            c.fault_kind = rec.kind.code();
+        }
+        regs.intr_status |= regs::INTR_FAULT;
+        self.update_irq(regs);
+    }
+
+    /// A device-level fault (not tied to a channel).
+    pub fn device_fault(&self, regs: &mut Regs, kind: FaultKind, addr: u64, info: u32) {
+        self.fault(
+            regs,
+            FaultRecord {
+                kind,
+                access: Access::None,
+                channel: 0xffff,
+                addr,
+                info,
+            },
+        );
+    }
+}

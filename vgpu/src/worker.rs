@@ -1,0 +1,501 @@
+//! The GPU worker: one thread that runs the guest's channels on the engine. It picks runnable
+//! channels round-robin (one GPFIFO entry per turn), re-reads instance blocks and rebuilds
+//! shadow page tables when the guest changed them, decodes pushbuffers, runs copies and kernels
+//! under the per-job time limit, and turns every failure into the fault the spec names.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgpu::{CopyJob, Engine, EngineError, Job, LaunchJob, Outcome, PreemptHandle, SpaceId};
+
+use crate::config::GpuConfig;
+use crate::methods::{Command, LaunchDesc, MethodState};
+use crate::pushbuf::{self, MethodCall};
+use crate::regs::{self, Access, FaultKind};
+use crate::shadowing::{Instance, Shadows};
+use crate::state::{FaultRecord, Shared, Watched};
+use crate::watchdog::Watchdog;
+
+/// A fault as the worker finds it (the channel is filled in by the caller).
+#[derive(Debug, Clone, Copy)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub access: Access,
+    pub addr: u64,
+    pub info: u32,
+}
+
+impl Fault {
+    pub fn new(kind: FaultKind, addr: u64, info: u32) -> Self {
+        Fault {
+            kind,
+            access: Access::None,
+            addr,
+            info,
+        }
+    }
+    fn access(mut self, a: Access) -> Self {
+        self.access = a;
+        self
+    }
+}
+
+#[derive(Default)]
+struct ChanRt {
+    instance: Option<Instance>,
+    methods: MethodState,
+    calls: Vec<MethodCall>,
+    pos: usize,
+    decode_error: Option<pushbuf::DecodeError>,
+    in_segment: bool,
+    waiting_since: Option<Instant>,
+}
+
+/// What one turn of a channel did.
+enum Turn {
+    /// The entry was consumed.
+    Advanced,
+    /// An acquire is not satisfied yet; try again later.
+    Waiting,
+    Faulted(Fault),
+}
+
+/// See the module documentation.
+pub struct Worker {
+    shared: Arc<Shared>,
+    engine: Arc<dyn Engine>,
+    cfg: GpuConfig,
+    shadows: Shadows,
+    chans: Vec<ChanRt>,
+    watchdog: Watchdog,
+    next: usize,
+}
+
+/// How long a waiting acquire sleeps before it is retried.
+const ACQUIRE_POLL: Duration = Duration::from_millis(1);
+
+impl Worker {
+    pub fn new(
+        shared: Arc<Shared>,
+        engine: Arc<dyn Engine>,
+        cfg: GpuConfig,
+        shadows: Shadows,
+    ) -> std::io::Result<Self> {
+        let chans = (0..cfg.channels).map(|_| ChanRt::default()).collect();
+        Ok(Worker {
+            shared,
+            engine,
+            cfg,
+            shadows,
+            chans,
+            watchdog: Watchdog::start()?,
+            next: 0,
+        })
+    }
+
+    /// Runs until the device shuts down.
+    pub fn run(mut self) {
+        while let Some((ch, flush_epoch)) = self.pick() {
+            let turn = self.turn(ch, flush_epoch);
+            let shared = self.shared.clone();
+            let mut r = shared.lock();
+            let entries = self.chans[ch]
+                .instance
+                .as_ref()
+                .map_or(1, |i| i.gpfifo_entries);
+            let c = &mut r.chans[ch];
+            match turn {
+                Turn::Advanced => {
+                    c.gp_get = (c.gp_get + 1) % entries;
+                    if c.state == regs::STATE_RUNNING {
+                        c.state = if c.gp_get == c.gp_put {
+                            regs::STATE_IDLE
+                        } else {
+                            regs::STATE_PENDING
+                        };
+                    }
+                }
+                Turn::Waiting => {
+                    if c.state == regs::STATE_RUNNING {
+                        c.state = regs::STATE_PENDING;
+                    }
+                }
+                Turn::Faulted(f) => {
+                    self.chans[ch] = ChanRt {
+                        instance: self.chans[ch].instance.take(),
+                        ..ChanRt::default()
+                    };
+                    let rec = FaultRecord {
+                        kind: f.kind,
+                        access: f.access,
+                        channel: ch as u32,
+                        addr: f.addr,
+                        info: f.info,
+                    };
+                    shared.fault(&mut r, rec);
+                }
+            }
+        }
+    }
+
+    /// Waits for a runnable channel; returns it (marked running) and the flush epoch.
+    fn pick(&mut self) -> Option<(usize, u64)> {
+        let shared = self.shared.clone();
+        let mut r = shared.lock();
+        loop {
+            if r.shutdown {
+                return None;
+            }
+            let n = r.chans.len();
+            let mut waiting = false;
+            for k in 0..n {
+                let ch = (self.next + k) % n;
+                let c = &r.chans[ch];
+                let runnable = r.runlist.contains(&(ch as u32))
+                    && c.state == regs::STATE_PENDING
+                    && (c.gp_get != c.gp_put || self.chans[ch].in_segment);
+                if !runnable {
+                    continue;
+                }
+                if let Some(since) = self.chans[ch].waiting_since
+                    && since.elapsed() < ACQUIRE_POLL
+                {
+                    waiting = true;
+                    continue;
+                }
+                self.next = (ch + 1) % n;
+                let epoch = r.flush_epoch;
+                let c = &mut r.chans[ch];
+                c.state = regs::STATE_RUNNING;
+                if std::mem::take(&mut c.inst_dirty) {
+                    self.chans[ch].instance = None;
+                }
+                return Some((ch, epoch));
+            }
+            r = if waiting {
+                shared
+                    .wake
+                    .wait_timeout(r, ACQUIRE_POLL)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0)
+            } else {
+                shared
+                    .wake
+                    .wait(r)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+            };
+        }
+    }
+
+    fn turn(&mut self, ch: usize, flush_epoch: u64) -> Turn {
+        match self.turn_inner(ch, flush_epoch) {
+            Ok(t) => t,
+            Err(f) => Turn::Faulted(f),
+        }
+    }
+
+    fn turn_inner(&mut self, ch: usize, flush_epoch: u64) -> Result<Turn, Fault> {
+        let (inst_reg, gp_get, gp_put) = {
+            let r = self.shared.lock();
+            let c = &r.chans[ch];
+            (c.inst, c.gp_get, c.gp_put)
+        };
+        if self.chans[ch].instance.is_none() {
+            let addr = u64::from(inst_reg & 0x0fff_ffff) << 12;
+            let inst = self.shadows.read_instance(addr)?;
+            let mut r = self.shared.lock();
+            let page = addr >> 12;
+            let mask = match r.watched.get(&page) {
+                Some(Watched::Instance(m)) => *m,
+                _ => 0,
+            };
+            r.watched.insert(page, Watched::Instance(mask | 1 << ch));
+            drop(r);
+            self.chans[ch].instance = Some(inst);
+        }
+        let inst = self.chans[ch]
+            .instance
+            .ok_or(Fault::new(FaultKind::BadInstance, 0, 0))?;
+        let sync = self.shadows.space_for(&inst, flush_epoch)?;
+        if let Some(report) = sync.report {
+            let mut r = self.shared.lock();
+            r.counters.shadow_rebuilds += 1;
+            r.counters.pages_shadowed += report.mapped;
+            r.counters.pages_unshadowed += report.unmapped;
+            r.watched.retain(|_, w| !matches!(w, Watched::Table));
+            for page in &report.table_pages {
+                r.watched.entry(*page).or_insert(Watched::Table);
+            }
+            for f in &report.faults {
+                let rec = FaultRecord {
+                    kind: f.kind,
+                    access: Access::None,
+                    channel: ch as u32,
+                    addr: f.addr,
+                    info: f.info,
+                };
+                // Reported, but the channel goes on: the bad range simply stays unmapped.
+                if r.fault.is_none() {
+                    r.fault = Some(rec);
+                    r.intr_status |= regs::INTR_FAULT;
+                } else {
+                    r.counters.faults_dropped += 1;
+                }
+                r.counters.faults += 1;
+                log::warn!(
+                    "vgpu: channel {ch}: page tables: {:?} at VA {:#x}",
+                    f.kind,
+                    f.addr
+                );
+            }
+            self.shared.update_irq(&mut r);
+        }
+        let space = sync.space;
+        if !self.chans[ch].in_segment {
+            if gp_put >= inst.gpfifo_entries || gp_get >= inst.gpfifo_entries {
+                return Err(Fault::new(
+                    FaultKind::BadGpfifo,
+                    u64::from(gp_put),
+                    inst.gpfifo_entries,
+                ));
+            }
+            self.fetch_segment(ch, space, &inst, gp_get)?;
+        }
+        self.execute_calls(ch, space)
+    }
+
+    fn read(&self, space: SpaceId, va: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+        self.engine.copy_from_space(space, va, buf).map_err(|e| {
+            log::debug!("vgpu: read {} bytes at {va:#x}: {e}", buf.len());
+            Fault::new(FaultKind::Unmapped, va, 0).access(access)
+        })
+    }
+
+    fn fetch_segment(
+        &mut self,
+        ch: usize,
+        space: SpaceId,
+        inst: &Instance,
+        gp_get: u32,
+    ) -> Result<(), Fault> {
+        let entry_va = inst.gpfifo_base + 8 * u64::from(gp_get);
+        let mut e = [0u8; 8];
+        self.read(space, entry_va, &mut e, Access::Fetch)?;
+        let e = u64::from_le_bytes(e);
+        let (va, words) = (e & ((1 << 48) - 1), (e >> 48) as u32);
+        if words > regs::MAX_PUSH || va % 4 != 0 {
+            return Err(Fault::new(FaultKind::BadGpfifo, entry_va, gp_get));
+        }
+        let mut bytes = vec![0u8; 4 * words as usize];
+        self.read(space, va, &mut bytes, Access::Fetch)?;
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let (calls, err) = pushbuf::decode(&words);
+        let rt = &mut self.chans[ch];
+        rt.calls = calls;
+        rt.pos = 0;
+        rt.decode_error = err;
+        rt.in_segment = true;
+        let mut r = self.shared.lock();
+        r.counters.gpfifo_entries += 1;
+        Ok(())
+    }
+
+    fn execute_calls(&mut self, ch: usize, space: SpaceId) -> Result<Turn, Fault> {
+        while self.chans[ch].pos < self.chans[ch].calls.len() {
+            let call = self.chans[ch].calls[self.chans[ch].pos];
+            let cmd = self.chans[ch]
+                .methods
+                .apply(call.addr, call.data)
+                .map_err(|_| Fault::new(FaultKind::BadMethod, u64::from(call.data), call.addr))?;
+            self.shared.lock().counters.methods += 1;
+            if let Some(cmd) = cmd {
+                match self.command(ch, space, cmd)? {
+                    Turn::Advanced => {}
+                    other => return Ok(other),
+                }
+            }
+            self.chans[ch].pos += 1;
+        }
+        let rt = &mut self.chans[ch];
+        rt.in_segment = false;
+        rt.calls.clear();
+        if let Some(e) = rt.decode_error.take() {
+            let index = match e {
+                pushbuf::DecodeError::Opcode { index, .. }
+                | pushbuf::DecodeError::Reserved { index, .. }
+                | pushbuf::DecodeError::Truncated { index, .. } => index,
+            };
+            return Err(Fault::new(FaultKind::BadMethod, 0, index as u32));
+        }
+        Ok(Turn::Advanced)
+    }
+
+    fn command(&mut self, ch: usize, space: SpaceId, cmd: Command) -> Result<Turn, Fault> {
+        match cmd {
+            Command::SemAcquire { va, payload } => {
+                let mut b = [0u8; 4];
+                self.read(space, va, &mut b, Access::Read)?;
+                let rt = &mut self.chans[ch];
+                if u32::from_le_bytes(b) >= payload {
+                    rt.waiting_since = None;
+                    self.shared.lock().counters.acquires += 1;
+                    return Ok(Turn::Advanced);
+                }
+                let since = *rt.waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > self.cfg.job_timeout {
+                    rt.waiting_since = None;
+                    return Err(Fault::new(FaultKind::Timeout, va, payload));
+                }
+                Ok(Turn::Waiting)
+            }
+            Command::SemRelease {
+                va,
+                payload,
+                interrupt,
+                timestamp,
+            } => {
+                let write = |va: u64, data: &[u8]| {
+                    self.engine
+                        .copy_to_space(space, va, data)
+                        .map_err(|_| Fault::new(FaultKind::Unmapped, va, 0).access(Access::Write))
+                };
+                if va % 4 != 0 || (timestamp && va % 16 != 0) {
+                    return Err(Fault::new(
+                        FaultKind::BadMethod,
+                        va,
+                        regs::method::SEM_EXECUTE,
+                    ));
+                }
+                if timestamp {
+                    write(va + 8, &self.shared.timer_ns().to_le_bytes())?;
+                }
+                write(va, &payload.to_le_bytes())?;
+                let mut r = self.shared.lock();
+                r.counters.releases += 1;
+                if interrupt {
+                    r.intr_channels |= 1 << ch;
+                    r.intr_status |= regs::INTR_SEMAPHORE;
+                    self.shared.update_irq(&mut r);
+                }
+                Ok(Turn::Advanced)
+            }
+            Command::Copy { src, dst, len } => {
+                self.shared.lock().counters.copies += 1;
+                if len == 0 {
+                    return Ok(Turn::Advanced);
+                }
+                self.run_job(Job::Copy(CopyJob {
+                    space,
+                    src,
+                    dst,
+                    len,
+                }))
+            }
+            Command::Launch(desc) => {
+                self.shared.lock().counters.launches += 1;
+                let job = self.launch_job(space, &desc)?;
+                self.run_job(Job::Launch(job))
+            }
+        }
+    }
+
+    fn launch_job(&self, space: SpaceId, d: &LaunchDesc) -> Result<LaunchJob, Fault> {
+        let bad = |info| Fault::new(FaultKind::BadLaunch, 0, info);
+        if d.code_len == 0 || d.code_len > regs::MAX_CODE_LEN {
+            return Err(bad(regs::method::CODE_LEN));
+        }
+        if d.entry_len == 0 || d.entry_len > regs::MAX_ENTRY_LEN {
+            return Err(bad(regs::method::ENTRY_LEN));
+        }
+        if d.param_len > regs::MAX_PARAM_LEN {
+            return Err(bad(regs::method::PARAM_LEN));
+        }
+        let mut code = vec![0u8; d.code_len as usize];
+        self.read(space, d.code_va, &mut code, Access::Read)?;
+        let mut entry = vec![0u8; d.entry_len as usize];
+        self.read(space, d.entry_va, &mut entry, Access::Read)?;
+        let mut params = vec![0u8; d.param_len as usize];
+        if !params.is_empty() {
+            self.read(space, d.param_va, &mut params, Access::Read)?;
+        }
+        let text = String::from_utf8(code).map_err(|e| {
+            Fault::new(
+                FaultKind::PtxError,
+                d.code_va,
+                e.utf8_error().valid_up_to() as u32,
+            )
+        })?;
+        let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
+        let module = self.engine.load_module(&text).map_err(|e| {
+            let log = match &e {
+                EngineError::ModuleLoad { log } => log.clone(),
+                other => other.to_string(),
+            };
+            log::warn!("vgpu: PTX from VA {:#x} refused: {log}", d.code_va);
+            Fault::new(FaultKind::PtxError, d.code_va, first_line_number(&log))
+        })?;
+        Ok(LaunchJob {
+            space,
+            module,
+            entry,
+            grid: d.grid,
+            block: d.block,
+            dynamic_shared: d.shared_bytes,
+            params,
+        })
+    }
+
+    fn run_job(&mut self, job: Job) -> Result<Turn, Fault> {
+        let handle = PreemptHandle::new();
+        self.watchdog
+            .arm(Instant::now() + self.cfg.job_timeout, handle.clone());
+        let outcome = self.engine.execute(&job, &handle);
+        let timed_out = self.watchdog.disarm();
+        let is_launch = matches!(job, Job::Launch(_));
+        let outcome = outcome.map_err(|e| {
+            log::warn!("vgpu: engine refused the job: {e}");
+            Fault::new(FaultKind::BadLaunch, 0, 0)
+        })?;
+        self.shared.lock().counters.gpu_ns += outcome.gpu_time().as_nanos() as u64;
+        match outcome {
+            Outcome::Completed { .. } => Ok(Turn::Advanced),
+            Outcome::Preempted { .. } => {
+                log::warn!(
+                    "vgpu: job stopped after the {:?} limit (timed out: {timed_out})",
+                    self.cfg.job_timeout
+                );
+                Err(Fault::new(
+                    FaultKind::Timeout,
+                    0,
+                    self.cfg.job_timeout.as_millis() as u32,
+                ))
+            }
+            Outcome::Faulted { fault, .. } => {
+                let access = match fault.access {
+                    Some(pgpu::AccessKind::Read) => Access::Read,
+                    Some(pgpu::AccessKind::Write) => Access::Write,
+                    Some(pgpu::AccessKind::Atomic) => Access::Atomic,
+                    None => Access::None,
+                };
+                let line = fault.site.as_ref().map_or(0, |s| s.line);
+                let kind = match (&fault.kind, is_launch) {
+                    (_, true) => FaultKind::KernelFault,
+                    (pgpu::FaultKind::ReadOnly, false) => FaultKind::ReadOnly,
+                    _ => FaultKind::Unmapped,
+                };
+                log::warn!("vgpu: job faulted: {} at {:#x}", fault.kind, fault.va);
+                Err(Fault::new(kind, fault.va, line).access(access))
+            }
+        }
+    }
+}
+
+/// The first `line N` / `N:` number in a loader log (0 if none).
+fn first_line_number(log: &str) -> u32 {
+    log.split(|c: char| !c.is_ascii_digit())
+        .find_map(|n| n.parse().ok())
+        .unwrap_or(0)
+}
