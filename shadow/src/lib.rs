@@ -15,6 +15,8 @@
 
 mod channel;
 mod diff;
+#[cfg(test)]
+mod diff_tests;
 mod fault;
 mod instance;
 mod layout;

@@ -46,6 +46,7 @@ pub struct SpaceCounters {
 }
 
 /// The shadow of one guest page directory: an engine address space and what is installed in it.
+/// Call `destroy` before dropping it (dropping does not reach the engine).
 #[derive(Debug)]
 pub struct ShadowSpace {
     key: Pdb,
@@ -251,5 +252,16 @@ impl ShadowSpace {
             self.installed.clear();
         }
         Ok(())
+    }
+}
+
+impl Drop for ShadowSpace {
+    fn drop(&mut self) {
+        if let Some(space) = self.space {
+            log::warn!(
+                "shadow space {space:?} for {:?} dropped without destroy: the engine keeps it",
+                self.key
+            );
+        }
     }
 }
