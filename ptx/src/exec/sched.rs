@@ -72,9 +72,18 @@ pub(crate) fn run(l: &mut Launch, mem: &dyn GlobalMemory, ctl: &RunControl) -> R
         worker(&sh);
     } else {
         std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| worker(&sh));
+            // The calling thread is one of the workers; a failed spawn (resource limits) just
+            // means fewer helpers.
+            for k in 1..threads {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("ptx-worker-{k}"))
+                    .spawn_scoped(s, || worker(&sh));
+                if let Err(e) = spawned {
+                    log::warn!("ptx: could not start worker thread {k}: {e}");
+                    break;
+                }
             }
+            worker(&sh);
         });
     }
     let stats: Stats = into(sh.stats);
