@@ -29,6 +29,7 @@ mod tests {
             "idle",
             "echo",
             "workloads",
+            "attack",
         ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");

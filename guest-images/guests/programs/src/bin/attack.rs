@@ -1,0 +1,392 @@
+//! `attack`: tries, one by one, to make the virtual GPU reach outside the guest's partition or
+//! choke on malformed work, and prints
+//! `ATTACK name=<n> contained=<0|1> aim=<where> fault=<KINDS> sanity=<0|1>` per attempt:
+//! contained when an expected fault kind came back, nothing leaked, and a correct job (vecadd)
+//! still ran right afterwards. `aim` is the address it aimed at (`vram:`, `gpa:`, `va:`) so a
+//! host test can check sentinels there. Exits 0 only if every attempt was contained.
+//! `only=NAME` runs one; driver options as for `workloads`.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use FaultKind::*;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use gpu_driver::mmu::{self, Target};
+use gpu_driver::push::{OP_IMMD, OP_INCR, method};
+use gpu_driver::{Channel, Error, FaultKind, Gpu, regs};
+use guest_programs::attacks::{self, Attempt, Ctx};
+use guest_programs::platform::{self, BareMetal};
+use guest_programs::runner;
+use guest_rt::println;
+
+guest_rt::entry!(main);
+
+struct Run {
+    total: usize,
+    contained: usize,
+    only: Option<&'static str>,
+}
+
+fn report(
+    gpu: &mut Gpu<BareMetal>,
+    ch: &mut Channel,
+    run: &mut Run,
+    name: &str,
+    expected: &[FaultKind],
+    r: Result<Attempt, Error>,
+) {
+    let sanity = {
+        let inst = suite::find("vecadd").map(|w| w.instance(suite::Size::Small));
+        inst.is_some_and(|i| runner::run_instance(gpu, ch, &i).ok)
+    };
+    let (ok, aim, faults, note) = match r {
+        Ok(a) => {
+            let hit = a.faults.iter().any(|k| expected.contains(k));
+            let names: Vec<&str> = a.faults.iter().map(|k| k.name()).collect();
+            (
+                hit && a.breach.is_none(),
+                a.aim,
+                names.join(","),
+                a.breach.unwrap_or_default(),
+            )
+        }
+        Err(e) => (
+            false,
+            String::from("-"),
+            String::new(),
+            format!("driver: {e}"),
+        ),
+    };
+    let contained = ok && sanity;
+    run.total += 1;
+    run.contained += usize::from(contained);
+    if !note.is_empty() {
+        println!("attack: {name}: {note}");
+    }
+    println!(
+        "ATTACK name={name} contained={} aim={aim} fault={} sanity={}",
+        u8::from(contained),
+        if faults.is_empty() { "none" } else { &faults },
+        u8::from(sanity)
+    );
+}
+
+fn main() -> u8 {
+    let cfg = platform::config_from_args();
+    let mut gpu = match platform::open(cfg) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("attack: {e}");
+            return 3;
+        }
+    };
+    let info = *gpu.info();
+    let mut ch = match gpu.create_channel(0) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("attack: channel: {e}");
+            return 4;
+        }
+    };
+    let ram_end = guest_rt::boot_info().mem_below_4g;
+    let ctx = match Ctx::new(&mut gpu, ram_end) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("attack: setup: {e}");
+            return 4;
+        }
+    };
+    println!(
+        "attack: vram={:#x} channels={} va={:#x}+{:#x} ram_end={ram_end:#x}",
+        info.vram_size, info.channels, info.va_base, info.va_size
+    );
+    let mut run = Run {
+        total: 0,
+        contained: 0,
+        only: guest_rt::arg("only"),
+    };
+    let vram_end = info.vram_size;
+    let big_vram = vram_end.next_multiple_of(mmu::PAGE_2M);
+    let big_ram = ram_end.next_multiple_of(mmu::PAGE_2M);
+    let n = info.channels;
+    let code = (ctx.code.va, attacks::PTX.len() as u32);
+    let g = &mut gpu;
+    let c = &mut ch;
+    macro_rules! attack {
+        ($name:expr, $expected:expr, $body:expr) => {
+            if run.only.is_none_or(|o| o == $name) {
+                let r = $body;
+                report(g, c, &mut run, $name, $expected, r);
+            }
+        };
+    }
+    attack!(
+        "pte_vram_outside",
+        &[PteVramRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            false,
+            attacks::pte_vram(vram_end),
+            format!("vram:{vram_end:#x}")
+        )
+    );
+    attack!(
+        "pte_vram_far",
+        &[PteVramRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            false,
+            attacks::pte_vram(vram_end * 4 + 0x1000),
+            format!("vram:{:#x}", vram_end * 4 + 0x1000)
+        )
+    );
+    attack!(
+        "pde_vram_outside",
+        &[PteVramRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            true,
+            mmu::pde_big(Target::Vram, big_vram, false),
+            format!("vram:{big_vram:#x}")
+        )
+    );
+    attack!(
+        "pte_sysmem_outside",
+        &[PteSysmemRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            false,
+            attacks::pte_sys(ram_end),
+            format!("gpa:{ram_end:#x}")
+        )
+    );
+    attack!(
+        "pte_sysmem_mmio",
+        &[PteSysmemRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            false,
+            attacks::pte_sys(0xfee0_0000),
+            String::from("gpa:0xfee00000")
+        )
+    );
+    attack!(
+        "pde_sysmem_outside",
+        &[PteSysmemRange],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            true,
+            mmu::pde_big(Target::Sysmem, big_ram, false),
+            format!("gpa:{big_ram:#x}")
+        )
+    );
+    attack!(
+        "pte_reserved_target",
+        &[BadEntry],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            false,
+            0x3 | 0x1000,
+            String::from("entry:0x1003")
+        )
+    );
+    attack!(
+        "pde_big_misaligned",
+        &[BadEntry],
+        attacks::bad_mapping(
+            g,
+            c,
+            &ctx,
+            true,
+            mmu::pde_big(Target::Vram, 0x10_1000, false),
+            String::from("vram:0x101000")
+        )
+    );
+    attack!(
+        "pramin_past_vram",
+        &[BadRegister],
+        Ok(attacks::bad_register(
+            g,
+            regs::PRAMIN_BASE,
+            (vram_end >> 16) as u32,
+            format!("vram:{vram_end:#x}")
+        ))
+    );
+    attack!(
+        "chan_inst_outside_vram",
+        &[BadRegister, BadChannel],
+        Ok(attacks::bad_register(
+            g,
+            regs::chan_inst(n.saturating_sub(1).min(1)),
+            regs::CHAN_INST_VALID | (vram_end >> 12) as u32,
+            format!("vram:{vram_end:#x}")
+        ))
+    );
+    attack!(
+        "chan_inst_beyond_quota",
+        &[BadChannel],
+        Ok(attacks::bad_register(
+            g,
+            regs::chan_inst(n),
+            regs::CHAN_INST_VALID | (c.instance() >> 12) as u32,
+            format!("channel:{n}")
+        ))
+    );
+    attack!(
+        "doorbell_beyond_quota",
+        &[BadChannel],
+        Ok(attacks::bad_register(
+            g,
+            regs::gp_put(n),
+            1,
+            format!("channel:{n}")
+        ))
+    );
+    attack!(
+        "runlist_beyond_quota",
+        &[BadRunlist],
+        attacks::bad_runlist(g, n)
+    );
+    attack!(
+        "gpfifo_unmapped",
+        &[Unmapped, BadGpfifo],
+        attacks::bad_gpfifo(g, c, ctx.pte_va + 0x10000, 512)
+    );
+    attack!(
+        "gpfifo_bad_size",
+        &[BadGpfifo, BadInstance],
+        attacks::bad_gpfifo(g, c, c.ring_va(), 3)
+    );
+    attack!(
+        "pushbuffer_unmapped",
+        &[Unmapped, BadGpfifo],
+        attacks::raw_entry(g, c, ctx.pte_va + 0x20000, 4)
+    );
+    attack!(
+        "bad_opcode",
+        &[BadMethod],
+        attacks::raw_words(
+            g,
+            c,
+            &[attacks::header(2, 1, method::SEM_PAYLOAD), 0],
+            String::from("opcode:2")
+        )
+    );
+    attack!(
+        "unknown_method",
+        &[BadMethod],
+        attacks::raw_words(
+            g,
+            c,
+            &[attacks::header(OP_IMMD, 0, 0x0ffc)],
+            String::from("method:0xffc")
+        )
+    );
+    attack!(
+        "method_cut_short",
+        &[BadMethod],
+        attacks::raw_words(
+            g,
+            c,
+            &[attacks::header(OP_INCR, 4, method::SEM_ADDR_HI), 0],
+            String::from("method:0x10")
+        )
+    );
+    attack!(
+        "reserved_subchannel",
+        &[BadMethod],
+        attacks::raw_words(
+            g,
+            c,
+            &[
+                attacks::header(OP_INCR, 1, method::SEM_PAYLOAD) | 1 << 13,
+                0
+            ],
+            String::from("method:0x18")
+        )
+    );
+    let garbage = b"this is not PTX { at all ;;";
+    attack!("garbage_ptx", &[PtxError], {
+        match c.stage(g, garbage, 8) {
+            Ok(va) => attacks::launch(
+                g,
+                c,
+                (va, garbage.len() as u32),
+                "poke",
+                Some(0),
+                5_000_000_000,
+                format!("va:{va:#x}"),
+            ),
+            Err(e) => Err(e),
+        }
+    });
+    let hole = ctx.pte_va + 0x30000;
+    attack!(
+        "kernel_unmapped_pointer",
+        &[KernelFault],
+        attacks::launch(
+            g,
+            c,
+            code,
+            "poke",
+            Some(hole),
+            5_000_000_000,
+            format!("va:{hole:#x}")
+        )
+    );
+    attack!(
+        "copy_into_readonly",
+        &[ReadOnly],
+        copy_into_readonly(g, c, &ctx)
+    );
+    attack!(
+        "kernel_never_ends",
+        &[Timeout],
+        attacks::launch(
+            g,
+            c,
+            code,
+            "forever",
+            None,
+            300_000_000_000,
+            String::from("job")
+        )
+    );
+    println!("attack: {}/{} contained", run.contained, run.total);
+    if run.total > 0 && run.contained == run.total {
+        0
+    } else {
+        1
+    }
+}
+
+fn copy_into_readonly(
+    gpu: &mut Gpu<BareMetal>,
+    ch: &mut Channel,
+    ctx: &Ctx,
+) -> Result<Attempt, Error> {
+    let va = ctx.pte_va + 0x40000;
+    gpu.map(va, 4096, Target::Sysmem, ctx.scratch.gpa, true)?;
+    let mut a = attacks::copy_attempt(gpu, ch, ctx, va)?;
+    gpu.set_pte_raw(va, 0)?;
+    gpu.flush_tlb();
+    a.aim = format!("va:{va:#x}");
+    Ok(a)
+}
