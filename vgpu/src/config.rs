@@ -32,6 +32,10 @@ pub struct GpuConfig {
     pub va_size: u64,
     /// Worker threads of the software GPU.
     pub workers: usize,
+    /// Bytes of physical VRAM below and above the VM's partition (and of a host buffer that is
+    /// not guest RAM) filled with a sentinel pattern and checked at exit: a host-side proof that
+    /// nothing the guest did reached memory outside its partition.
+    pub guard: u64,
 }
 
 impl Default for GpuConfig {
@@ -45,6 +49,7 @@ impl Default for GpuConfig {
             va_base: 0x10_0000_0000,
             va_size: 4 << 30,
             workers: 1,
+            guard: 2 << 20,
         }
     }
 }

@@ -47,6 +47,73 @@ pub enum VgpuError {
 pub struct GpuStats {
     pub counters: GpuCounters,
     pub fault: Option<FaultRecord>,
+    /// Whether the sentinels around the partition and in the foreign host buffer are intact.
+    pub guard_intact: bool,
+}
+
+/// The sentinel byte of the guard areas.
+const SENTINEL: u8 = 0xa5;
+
+/// Guard areas: physical VRAM around the partition and a host buffer registered with the
+/// engine but never guest RAM, filled with [`SENTINEL`].
+struct Guards {
+    engine: Arc<dyn Engine>,
+    vram: Vec<(u64, u64)>,
+    host: Option<(std::ptr::NonNull<u8>, usize)>,
+}
+
+// SAFETY: the host pointer is only read, through the engine-owned region that lives as long as
+// the engine this struct holds.
+unsafe impl Send for Guards {}
+// SAFETY: as above; reads only.
+unsafe impl Sync for Guards {}
+
+impl Guards {
+    fn new(engine: Arc<dyn Engine>, partition: (u64, u64), guard: u64) -> Result<Self, VgpuError> {
+        let mut g = Guards {
+            engine,
+            vram: Vec::new(),
+            host: None,
+        };
+        if guard == 0 {
+            return Ok(g);
+        }
+        g.vram = vec![(0, guard), (partition.0 + partition.1, guard)];
+        for (pa, len) in &g.vram {
+            g.engine.vram_fill(*pa, *len, SENTINEL)?;
+        }
+        let (_, ptr) = g.engine.alloc_host_region(guard)?;
+        // SAFETY: the engine just allocated `guard` bytes at `ptr` for us; nothing else uses them.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), SENTINEL, guard as usize) };
+        g.host = Some((ptr, guard as usize));
+        Ok(g)
+    }
+
+    fn intact(&self) -> bool {
+        let mut buf = vec![0u8; 1 << 20];
+        for (pa, len) in &self.vram {
+            let mut off = 0;
+            while off < *len {
+                let n = (len - off).min(buf.len() as u64) as usize;
+                if self.engine.vram_read(pa + off, &mut buf[..n]).is_err()
+                    || buf[..n].iter().any(|b| *b != SENTINEL)
+                {
+                    log::error!("vgpu: VRAM guard at {:#x} changed", pa + off);
+                    return false;
+                }
+                off += n as u64;
+            }
+        }
+        if let Some((ptr, len)) = self.host {
+            // SAFETY: the region is alive (owned by the engine we hold) and `len` bytes long.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+            if bytes.iter().any(|b| *b != SENTINEL) {
+                log::error!("vgpu: host guard buffer changed");
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// One virtual GPU: the device (to put on the PCI bus) and its worker.
@@ -54,6 +121,7 @@ pub struct Vgpu {
     device: Arc<Mutex<device::VgpuDevice>>,
     shared: Arc<state::Shared>,
     worker: Option<JoinHandle<()>>,
+    guards: Guards,
 }
 
 impl Vgpu {
@@ -64,13 +132,15 @@ impl Vgpu {
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
     ) -> Result<Self, VgpuError> {
+        // Physical VRAM: guard, the VM's partition, guard.
+        let vram_base = cfg.guard;
         let sim = SimConfig {
-            vram_size: cfg.vram,
+            vram_size: cfg.vram + 2 * cfg.guard,
             workers: cfg.workers,
             ..SimConfig::default()
         };
         let engine: Arc<dyn Engine> = Arc::new(SimEngine::new(sim)?);
-        let vram_base = 0;
+        let guards = Guards::new(engine.clone(), (vram_base, cfg.vram), cfg.guard)?;
         let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram)?;
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let device = Arc::new(Mutex::new(device::VgpuDevice::new(
@@ -87,6 +157,7 @@ impl Vgpu {
             device,
             shared,
             worker: Some(worker),
+            guards,
         })
     }
 
@@ -95,12 +166,16 @@ impl Vgpu {
         self.device.clone()
     }
 
-    /// Counters and the pending fault.
+    /// Counters, the pending fault, and the guard check.
     pub fn stats(&self) -> GpuStats {
-        let r = self.shared.lock();
+        let (counters, fault) = {
+            let r = self.shared.lock();
+            (r.counters.clone(), r.fault)
+        };
         GpuStats {
-            counters: r.counters.clone(),
-            fault: r.fault,
+            counters,
+            fault,
+            guard_intact: self.guards.intact(),
         }
     }
 }
