@@ -531,3 +531,128 @@ fn failed_engine_calls_lead_to_a_full_rebuild() {
     assert_eq!(look(&e, &s, va(1, 0)).unwrap().page_size, PageSize::Size2M);
     s.destroy(&e).unwrap();
 }
+
+#[test]
+fn engine_with_2m_pages_only() {
+    // What a cuda engine offers: 2 MiB pages only; the guest is told PAGE_SIZES = 2 MiB.
+    let e = SimEngine::new(SimConfig {
+        vram_size: 512 * MIB,
+        workers: 1,
+        page_sizes: vec![PageSize::Size2M],
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut l = layout();
+    l.page_sizes = shadow::PageSizes::of_engine(&e.info().page_sizes);
+    let mut m = mem();
+    set_pde(&mut m, 0, pde_big(Vram, 2 * MIB, false));
+    set_pde(&mut m, 1, pde_big(Vram, 4 * MIB, false));
+    set_pde(&mut m, 2, pde_pt(Vram, PT));
+    set_pte(&mut m, Vram, PT, 0, pte(Vram, 0, false));
+    let p = plan(
+        &m,
+        &l,
+        &partition(),
+        &SysmemMap::default(),
+        &e.info().page_sizes,
+        pdb(),
+    )
+    .unwrap();
+    assert_eq!(p.fault_count, 1);
+    assert_eq!(
+        (p.faults[0].kind, p.faults[0].rule, p.faults[0].addr),
+        (FaultKind::BadEntry, Rule::PageSizeUnsupported, va(2, 0))
+    );
+    let mut s = ShadowSpace::create(&e, pdb(), window()).unwrap();
+    let st = s.sync(&e, &p.mappings).unwrap();
+    assert_eq!(st.mapped_pages, 2);
+    assert_eq!(
+        look(&e, &s, va(1, 7)),
+        vram_at(BASE + 4 * MIB + 0x7000, Perm::ReadWrite, PageSize::Size2M)
+    );
+    assert_eq!(look(&e, &s, va(2, 0)), None);
+    s.destroy(&e).unwrap();
+}
+
+#[test]
+fn plan_faults_are_sorted_and_capped() {
+    let e = engine();
+    let mut l = layout();
+    l.max_faults = 3;
+    let mut m = mem();
+    set_pde(&mut m, 0, pde_pt(Vram, PT));
+    // Walk faults at PTEs 1 and 3, translation faults (outside a small partition) at 0 and 2.
+    for j in 0..4 {
+        let e = if j % 2 == 1 {
+            3
+        } else {
+            pte(Vram, 40 * MIB, false)
+        };
+        set_pte(&mut m, Vram, PT, j, e);
+    }
+    let small = Partition::new(BASE, 32 * MIB).unwrap();
+    let p = plan(
+        &m,
+        &l,
+        &small,
+        &SysmemMap::default(),
+        &e.info().page_sizes,
+        pdb(),
+    )
+    .unwrap();
+    assert_eq!(p.fault_count, 4);
+    let got: Vec<_> = p.faults.iter().map(|f| (f.addr, f.kind.code())).collect();
+    assert_eq!(got, [(va(0, 0), 3), (va(0, 1), 5), (va(0, 2), 3)]);
+    assert!(p.mappings.is_empty());
+    assert_eq!(p.guest.len(), 2);
+    assert_eq!(p.pdb, pdb());
+    assert_eq!(p.watch.len(), 2);
+}
+
+#[test]
+fn full_4g_window() {
+    // 2048 PDEs, each with its own page table mapping the same 2 MiB of VRAM: 1M PTEs.
+    let e = engine();
+    let mut l = layout();
+    l.va.size = 4 << 30;
+    let mut m = mem();
+    let tables = 0x100_0000;
+    for i in 0..2048 {
+        let pt = tables + i * 4096;
+        m.write_u64(Vram, PD + i * 8, pde_pt(Vram, pt)).unwrap();
+        let mut bytes = vec![0u8; 4096];
+        for j in 0..512u64 {
+            let e = pte(Vram, j * 4096, false).to_le_bytes();
+            bytes[j as usize * 8..j as usize * 8 + 8].copy_from_slice(&e);
+        }
+        m.write(Vram, pt, &bytes).unwrap();
+    }
+    let pages = e.info().page_sizes.clone();
+    let none = SysmemMap::default();
+    let p = plan(&m, &l, &partition(), &none, &pages, pdb()).unwrap();
+    assert_eq!(p.fault_count, 0);
+    assert_eq!(p.guest.len(), 2048);
+    assert_eq!(p.watch.len(), 4 + 2048);
+    let mut s = ShadowSpace::create(&e, pdb(), l.va).unwrap();
+    let st = s.sync(&e, &p.mappings).unwrap();
+    assert_eq!((st.mapped_pages, st.mapped_bytes), (2048, 4 << 30));
+    // One PTE changes: its 2 MiB page becomes 511 + 1 small pages, nothing else moves.
+    let i = 1000;
+    m.write_u64(Vram, tables + i * 4096 + 7 * 8, pte(Vram, 8 * MIB, false))
+        .unwrap();
+    let p = plan(&m, &l, &partition(), &none, &pages, pdb()).unwrap();
+    let st = s.sync(&e, &p.mappings).unwrap();
+    assert_eq!(
+        (st.unmapped_pages, st.mapped_pages, st.unmap_calls),
+        (1, 512, 1)
+    );
+    assert_eq!(
+        look(&e, &s, va(i, 7)),
+        vram_at(BASE + 8 * MIB, Perm::ReadWrite, PageSize::Size4K)
+    );
+    assert_eq!(
+        look(&e, &s, va(i + 1, 7)).unwrap().page_size,
+        PageSize::Size2M
+    );
+    s.destroy(&e).unwrap();
+}
