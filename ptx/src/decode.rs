@@ -303,6 +303,9 @@ fn sreg(n: &str) -> Option<Sreg> {
         "%lanemask_le" => Sreg::LaneMaskLe,
         "%lanemask_gt" => Sreg::LaneMaskGt,
         "%lanemask_ge" => Sreg::LaneMaskGe,
+        "%smid" => Sreg::SmId,
+        "%nsmid" => Sreg::NSmId,
+        "%gridid" => Sreg::GridId,
         _ => return None,
     })
 }

@@ -6,7 +6,9 @@
 use crate::decode::{Ctx, ROp};
 use crate::decode_mem;
 use crate::error::PtxError;
-use crate::ir::{BarRedOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, Ty, UnOp};
+use crate::ir::{
+    BarRedOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, TestpOp, Ty, UnOp,
+};
 
 type R<T> = Result<T, PtxError>;
 
@@ -115,7 +117,36 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
         | "shr" | "copysign" => dec_bin(c, base, &mut m, ops)?,
         "mad" | "fma" => dec_mad(c, base, &mut m, ops)?,
         "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
-        | "ex2" | "lg2" | "sin" | "cos" | "tanh" => dec_un(c, base, &mut m, ops)?,
+        | "ex2" | "lg2" | "sin" | "cos" | "tanh" | "bfind" => dec_un(c, base, &mut m, ops)?,
+        "testp" => {
+            let op = match m.take_any(&[
+                "finite",
+                "infinite",
+                "number",
+                "notanumber",
+                "normal",
+                "subnormal",
+            ]) {
+                Some("finite") => TestpOp::Finite,
+                Some("infinite") => TestpOp::Infinite,
+                Some("number") => TestpOp::Number,
+                Some("notanumber") => TestpOp::NotANumber,
+                Some("normal") => TestpOp::Normal,
+                Some("subnormal") => TestpOp::Subnormal,
+                _ => return c.unsupported(),
+            };
+            let ty = one_type(c, &mut m)?;
+            if !ty.is_float() {
+                return c.unsupported();
+            }
+            nops(c, ops, 2)?;
+            Inst::Testp {
+                op,
+                ty,
+                p: c.pdst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+            }
+        }
         "bfe" => {
             let ty = one_type(c, &mut m)?;
             if !matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64) {
@@ -512,6 +543,7 @@ fn dec_mad(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
 }
 
 fn dec_un(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let shiftamt = base == "bfind" && m.take("shiftamt");
     let ty = one_type(c, m)?;
     if ty == Ty::Pred {
         return pred_logic(c, base, ops);
@@ -527,6 +559,7 @@ fn dec_un(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         "popc" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Popc,
         "clz" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Clz,
         "brev" if matches!(ty, Ty::B32 | Ty::B64) => UnOp::Brev,
+        "bfind" if matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64) => UnOp::Bfind { shiftamt },
         "sqrt" if !int => UnOp::Sqrt,
         "rsqrt" if !int => UnOp::Rsqrt,
         "rcp" if !int => UnOp::Rcp,

@@ -134,6 +134,9 @@ pub(crate) enum Sreg {
     LaneMaskLe,
     LaneMaskGt,
     LaneMaskGe,
+    SmId,
+    NSmId,
+    GridId,
 }
 
 /// A value source, already converted to the instruction's operand type.
@@ -196,6 +199,10 @@ pub(crate) enum UnOp {
     Popc,
     Clz,
     Brev,
+    /// `bfind` (`shiftamt`: distance from the top instead of the bit index).
+    Bfind {
+        shiftamt: bool,
+    },
     Sqrt,
     Rsqrt,
     Rcp,
@@ -288,6 +295,16 @@ pub(crate) enum AtomOp {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TestpOp {
+    Finite,
+    Infinite,
+    Number,
+    NotANumber,
+    Normal,
+    Subnormal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BarRedOp {
     Popc,
     And,
@@ -353,6 +370,13 @@ pub(crate) enum Inst {
         p: PSrc,
     },
     /// bfi.b32/b64 d, a(insert), b(base), c(pos), e(len).
+    /// `testp.op.{f32,f64} p, a`.
+    Testp {
+        op: TestpOp,
+        ty: Ty,
+        p: u32,
+        a: Src,
+    },
     /// `prmt.b32` (default mode): byte permute of {b, a} by selector c.
     Prmt {
         d: u32,

@@ -180,6 +180,8 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "testp",
+    "bfind",
     "shf",
     "lop3",
     "call",

@@ -303,6 +303,7 @@ pub(crate) fn un(op: UnOp, ty: Ty, f: FFlags, a: &Lanes, r: &mut Lanes) {
             UnOp::Clz if ty.bits() == 32 => map1(a, r, |x| u64::from((x as u32).leading_zeros())),
             UnOp::Clz => map1(a, r, |x| u64::from(x.leading_zeros())),
             UnOp::Brev if ty.bits() == 32 => map1(a, r, |x| u64::from((x as u32).reverse_bits())),
+            UnOp::Bfind { shiftamt } => map1(a, r, |x| bfind(ty, x, shiftamt)),
             UnOp::Brev => map1(a, r, u64::reverse_bits),
             _ => map1(a, r, |_| 0),
         },
@@ -525,4 +526,22 @@ pub(crate) fn lop3(a: u64, b: u64, c: u64, lut: u8) -> u64 {
         }
     }
     d
+}
+
+/// `bfind`: index of the most significant non-sign bit (0xffffffff when none); with
+/// `shiftamt`, the left shift that would bring it to the top.
+pub(crate) fn bfind(ty: Ty, x: u64, shiftamt: bool) -> u64 {
+    let bits = ty.bits();
+    let v = x & ty.mask();
+    // For signed types, search for the first bit that differs from the sign.
+    let v = if ty.is_signed() && (v >> (bits - 1)) & 1 == 1 {
+        !v & ty.mask()
+    } else {
+        v
+    };
+    if v == 0 {
+        return 0xffff_ffff;
+    }
+    let pos = 63 - v.leading_zeros();
+    u64::from(if shiftamt { bits - 1 - pos } else { pos })
 }

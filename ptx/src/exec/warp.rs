@@ -12,7 +12,9 @@ use crate::exec::cvt;
 use crate::exec::launch::{KernelFault, Stats};
 use crate::exec::mem::{self, LaneFault, Tlb};
 use crate::exec::warp_mem;
-use crate::ir::{BarRedOp, BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, VoteMode};
+use crate::ir::{
+    BarRedOp, BoolOp, Entry, Inst, PSrc, ShflMode, Space, Src, Sreg, TerOp, TestpOp, Ty, VoteMode,
+};
 use crate::memory::{Access, FaultReason, GlobalMemory};
 use crate::modvars::ModMem;
 
@@ -81,6 +83,9 @@ fn sreg(s: Sreg, widx: u32, lane: u32, env: &Env) -> u64 {
         Sreg::LaneMaskLe => (1u64 << (lane + 1)) - 1,
         Sreg::LaneMaskGt => u64::from(!(((1u64 << (lane + 1)) - 1) as u32)),
         Sreg::LaneMaskGe => u64::from(!(((1u64 << lane) - 1) as u32)),
+        // One virtual SM per launch: persistent-thread kernels see a single SM.
+        Sreg::SmId | Sreg::GridId => 0,
+        Sreg::NSmId => 1,
     }
 }
 
@@ -266,6 +271,33 @@ pub(crate) fn exec_warp(
                 }
                 alu::ter(TerOp::Selp, *ty, Default::default(), a, b, &bc, &mut r);
                 write(w, *d, exec, &r);
+            }
+            Inst::Testp { op, ty, p, a: sa } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let mut m = 0u32;
+                for l in 0..32 {
+                    let x = if *ty == Ty::F32 {
+                        f64::from(f32::from_bits(a[l] as u32))
+                    } else {
+                        f64::from_bits(a[l])
+                    };
+                    // Subnormal-ness is a property of the source format.
+                    let sub = if *ty == Ty::F32 {
+                        f32::from_bits(a[l] as u32).is_subnormal()
+                    } else {
+                        x.is_subnormal()
+                    };
+                    let v = match op {
+                        TestpOp::Finite => x.is_finite(),
+                        TestpOp::Infinite => x.is_infinite(),
+                        TestpOp::Number => !x.is_nan(),
+                        TestpOp::NotANumber => x.is_nan(),
+                        TestpOp::Normal => x.is_finite() && x != 0.0 && !sub,
+                        TestpOp::Subnormal => sub,
+                    };
+                    m |= u32::from(v) << l;
+                }
+                write_pred(w, *p, exec, m);
             }
             Inst::Prmt {
                 d,
