@@ -178,3 +178,11 @@ pub enum ShadowError {
     #[error("the shadow space was destroyed")]
     Destroyed,
 }
+
+impl ShadowError {
+    /// Whether the engine refused only because a job runs in the space (`SpaceBusy`): not the
+    /// guest's fault; retry once the job has stopped (a failed `sync` rebuilds fully next time).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, ShadowError::Engine(EngineError::SpaceBusy(_)))
+    }
+}
