@@ -257,3 +257,32 @@ fn public_types_are_thread_safe() {
     send_sync::<ptx::PtxError>();
     send_sync::<ptx::KernelFault>();
 }
+
+/// An MMU that breaks the alignment contract (host pointer one byte off).
+struct SkewedMemory(ptx::FlatMemory);
+
+impl ptx::GlobalMemory for SkewedMemory {
+    fn translate(&self, va: u64, access: ptx::Access) -> Result<ptx::HostSpan, ptx::MemFault> {
+        let span = self.0.translate(va, access)?;
+        if span.len() < 2 {
+            return Ok(span);
+        }
+        // SAFETY: one byte into a valid span is still inside it, for one byte less; the
+        // interpreter must refuse the misaligned pointer before using it.
+        Ok(unsafe { ptx::HostSpan::new(span.ptr().wrapping_add(1), span.len() - 1) })
+    }
+}
+
+#[test]
+fn misaligned_host_pointers_are_refused() {
+    let mem = SkewedMemory(ptx::FlatMemory::new(BASE, 4096));
+    let m = module(&body(
+        "ld.param.u64 %rd1, [p0];\nld.global.u32 %r1, [%rd1];",
+    ));
+    let c = cfg([1, 1, 1], [1, 1, 1], 0, Params::default().u64(BASE).u32(0));
+    let mut l = Launch::new(m, "k", c, &Limits::default()).unwrap();
+    match l.run(&mem, &RunControl::new(1)) {
+        RunOutcome::Faulted(f) => assert_eq!(f.reason, FaultReason::Misaligned),
+        o => panic!("{o:?}"),
+    }
+}

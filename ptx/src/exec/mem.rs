@@ -88,7 +88,10 @@ impl Tlb {
         }
         // The host pointer must have the alignment of `va` modulo 8 (HostSpan contract), so
         // that every naturally aligned access served from this entry later is aligned too.
-        if !(span.ptr() as usize as u64).wrapping_sub(va).is_multiple_of(8) {
+        if !(span.ptr() as usize as u64)
+            .wrapping_sub(va)
+            .is_multiple_of(8)
+        {
             return Err(LaneFault {
                 va,
                 access,
