@@ -181,6 +181,8 @@ impl Shadows {
             key,
         )
         .map_err(guest_fault)?;
+        // The worker runs one job at a time, so the engine never reports the space busy here;
+        // any error is a host-side failure, reported to the guest as a bad instance.
         let host_fault = |e: shadow::ShadowError| {
             log::error!("vgpu: shadow space for {key:?}: {e}");
             Fault::new(shadow::FaultKind::BadInstance, inst.addr, 0)
@@ -215,5 +217,15 @@ impl Shadows {
             space,
             report: Some(report),
         })
+    }
+}
+
+impl Drop for Shadows {
+    fn drop(&mut self) {
+        for (sp, _) in self.spaces.values_mut() {
+            if let Err(e) = sp.destroy(&*self.engine) {
+                log::warn!("vgpu: destroy shadow space {:?}: {e}", sp.key());
+            }
+        }
     }
 }

@@ -1,0 +1,261 @@
+//! The virtual GPU driven from the host as a guest would: a copy through VRAM and back with a
+//! semaphore and an interrupt, and the validation rules of registers, channels, methods and
+//! page tables (docs/hardware.md), each leaving the device usable.
+
+mod common;
+
+use common::*;
+use mmio::pci::PciDevice;
+use std::sync::atomic::Ordering;
+use vgpu::regs::method::*;
+use vgpu::regs::*;
+
+/// Sets up VA_BASE → VRAM [0, 2M) and VA_BASE+2M → sysmem [SYS, SYS+2M), channel 0 with its
+/// GPFIFO at the start of the sysmem page, and flushes.
+fn setup(b: &Bench) {
+    b.map_big(0, 1, 0);
+    b.map_big(1, 2, SYS);
+    b.bind(0, b.va_base + (2 << 20), 16);
+    b.write(TLB_FLUSH, 1);
+    b.write(INTR_ENABLE, INTR_SEMAPHORE | INTR_FAULT);
+}
+
+const SYS_VA_OFF: u64 = 2 << 20;
+
+/// Writes pushbuffer `pb` at sysmem offset `pb_off`, GPFIFO entry `slot` pointing at it, and
+/// rings the doorbell with GP_PUT = slot + 1.
+fn submit(b: &Bench, slot: u32, pb_off: u64, pb: &[u8]) {
+    b.sys_write(SYS + pb_off, pb);
+    let entry = (b.va_base + SYS_VA_OFF + pb_off) | ((pb.len() as u64 / 4) << 48);
+    b.sys_write(SYS + 8 * u64::from(slot), &entry.to_le_bytes());
+    b.write(DOORBELL_BASE, slot + 1);
+}
+
+fn hi(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+#[test]
+fn identity_registers() {
+    let b = Bench::new();
+    assert_eq!(b.read(ID), ID_VALUE);
+    assert_eq!(b.read(VERSION), VERSION_VALUE);
+    assert_eq!(
+        u64::from(b.read(VRAM_SIZE_HI)) << 32 | u64::from(b.read(VRAM_SIZE_LO)),
+        VRAM
+    );
+    assert_eq!(b.read(CHANNELS), 4);
+    assert_eq!(b.read(PAGE_SIZES), 3);
+    assert_eq!(
+        u64::from(b.read(VA_BASE_HI)) << 32 | u64::from(b.read(VA_BASE_LO)),
+        b.va_base
+    );
+    assert_eq!(b.read(0x0fff0), 0xffff_ffff, "unknown register");
+    let t1 = b.read(TIMER_LO);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(b.read(TIMER_LO).wrapping_sub(t1) >= 1_000_000);
+}
+
+#[test]
+fn copy_round_trip_with_semaphore_and_interrupt() {
+    let b = Bench::new();
+    setup(&b);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+    b.sys_write(SYS + 0x10000, &data);
+    let sys_va = b.va_base + SYS_VA_OFF;
+    let vram_va = b.va_base + 0x1000;
+    let sem = sys_va + 0x3000;
+    let pb = push(&[
+        (
+            COPY_SRC_HI,
+            &[
+                hi(sys_va),
+                (sys_va + 0x10000) as u32,
+                hi(vram_va),
+                vram_va as u32,
+                8192,
+            ],
+        ),
+        (COPY_LAUNCH, &[0]),
+        (
+            COPY_SRC_HI,
+            &[
+                hi(vram_va),
+                vram_va as u32,
+                hi(sys_va),
+                (sys_va + 0x20000) as u32,
+                8192,
+            ],
+        ),
+        (COPY_LAUNCH, &[0]),
+        (
+            SEM_ADDR_HI,
+            &[
+                hi(sem),
+                sem as u32,
+                42,
+                SEM_OP_RELEASE | SEM_FLAG_INTERRUPT | SEM_FLAG_TIMESTAMP,
+            ],
+        ),
+    ]);
+    submit(&b, 0, 0x1000, &pb);
+    b.wait("the semaphore", |b| {
+        b.sys_read(SYS + 0x3000, 4) == 42u32.to_le_bytes()
+    });
+    assert_eq!(
+        b.sys_read(SYS + 0x20000, 8192),
+        data,
+        "data came back through VRAM"
+    );
+    assert_eq!(
+        b.vram_read_u64(0x1000),
+        u64::from_le_bytes(data[..8].try_into().unwrap()),
+        "and is in VRAM"
+    );
+    assert_ne!(b.sys_read(SYS + 0x3008, 8), [0; 8], "timestamp written");
+    assert_eq!(b.read(DOORBELL_BASE + 4), 1, "GP_GET advanced");
+    b.wait("idle", |b| b.read(CHAN_BASE + 4) & 0xf == STATE_IDLE);
+    assert_eq!(b.read(INTR_STATUS) & INTR_SEMAPHORE, INTR_SEMAPHORE);
+    assert_eq!(b.read(INTR_CHANNELS), 1);
+    assert_eq!(b.irq.0.load(Ordering::SeqCst), 1, "one MSI");
+    b.write(INTR_STATUS, INTR_SEMAPHORE);
+    b.write(INTR_CHANNELS, 1);
+    assert_eq!(b.read(INTR_STATUS), 0);
+    let s = b.gpu.stats();
+    assert_eq!(
+        (
+            s.counters.copies,
+            s.counters.releases,
+            s.counters.shadow_rebuilds
+        ),
+        (2, 1, 1)
+    );
+    assert!(s.guard_intact && s.fault.is_none());
+}
+
+#[test]
+fn register_values_are_validated() {
+    let b = Bench::new();
+    b.write(PRAMIN_BASE, (VRAM >> 16) as u32);
+    let (st, ch, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, ch, addr),
+        (FaultKind::BadRegister.code().into(), 0xffff, VRAM)
+    );
+    assert_eq!(b.read(PRAMIN_BASE), 0, "refused value not taken");
+    b.write(FAULT_CLEAR, 1);
+    assert_eq!(b.read(FAULT_STATUS), 0);
+    // Instance block past VRAM; channel beyond the quota; doorbell of an unbound channel.
+    b.write(CHAN_BASE, CHAN_INST_VALID | (VRAM >> 12) as u32);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadRegister.code()));
+    b.write(FAULT_CLEAR, 1);
+    b.write(CHAN_BASE + 8 * 7, CHAN_INST_VALID | 0x500);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadChannel.code()));
+    b.write(FAULT_CLEAR, 1);
+    b.write(DOORBELL_BASE + 8, 1);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadChannel.code()));
+    b.write(FAULT_CLEAR, 1);
+    // A runlist naming an unbound channel.
+    b.dev
+        .lock()
+        .unwrap()
+        .bar_write(1, RUNLIST, &2u32.to_le_bytes());
+    b.write(RUNLIST_BASE, (RUNLIST >> 12) as u32);
+    b.write(RUNLIST_SUBMIT, 1);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadRunlist.code()));
+    b.write(FAULT_CLEAR, 1);
+    // PRAMIN: a window onto VRAM.
+    b.write(PRAMIN_BASE, 0x10);
+    b.dev
+        .lock()
+        .unwrap()
+        .bar_write(0, 0x1_0008, &0x1122_3344_5566_7788u64.to_le_bytes());
+    assert_eq!(b.vram_read_u64(0x10_0008), 0x1122_3344_5566_7788);
+    assert!(b.gpu.stats().guard_intact);
+}
+
+#[test]
+fn bad_method_faults_the_channel_and_rebinding_recovers() {
+    let b = Bench::new();
+    setup(&b);
+    let sem = b.va_base + SYS_VA_OFF + 0x3000;
+    let mut bad = push(&[(SEM_ADDR_HI, &[hi(sem), sem as u32, 1])]);
+    bad.extend_from_slice(&vgpu::pushbuf::incr(0x300, 1).to_le_bytes());
+    bad.extend_from_slice(&0u32.to_le_bytes());
+    submit(&b, 0, 0x1000, &bad);
+    b.wait("the fault", |b| b.read(FAULT_STATUS) != 0);
+    let (st, ch, _, info) = b.fault();
+    assert_eq!(
+        (st & 0xff, ch, info),
+        (u32::from(FaultKind::BadMethod.code()), 0, 0x300)
+    );
+    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, STATE_FAULTED);
+    assert_eq!(b.read(INTR_STATUS) & INTR_FAULT, INTR_FAULT);
+    b.write(FAULT_CLEAR, 1);
+    // Rebind: the channel runs again.
+    b.bind(0, b.va_base + SYS_VA_OFF, 16);
+    let good = push(&[(SEM_ADDR_HI, &[hi(sem), sem as u32, 7, SEM_OP_RELEASE])]);
+    submit(&b, 0, 0x2000, &good);
+    b.wait("the release", |b| {
+        b.sys_read(SYS + 0x3000, 4) == 7u32.to_le_bytes()
+    });
+}
+
+#[test]
+fn bad_page_table_entries_are_reported_and_never_mapped() {
+    let b = Bench::new();
+    setup(&b);
+    // PDE 2 points past the partition, PDE 3 past guest RAM.
+    b.map_big(2, 1, VRAM);
+    b.map_big(3, 2, RAM);
+    b.write(TLB_FLUSH, 1);
+    let sem = b.va_base + SYS_VA_OFF + 0x3000;
+    // Copy from the bad VRAM range: the rebuild reports kind 3, the copy faults UNMAPPED.
+    let bad_va = b.va_base + (4 << 20);
+    let pb = push(&[
+        (
+            COPY_SRC_HI,
+            &[hi(bad_va), bad_va as u32, hi(sem), sem as u32, 64],
+        ),
+        (COPY_LAUNCH, &[0]),
+    ]);
+    submit(&b, 0, 0x1000, &pb);
+    b.wait("the fault", |b| {
+        b.read(CHAN_BASE + 4) & 0xf == STATE_FAULTED
+    });
+    let (st, _, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, addr),
+        (u32::from(FaultKind::PteVramRange.code()), bad_va)
+    );
+    assert_eq!(
+        b.read(CHAN_BASE + 4) >> 8 & 0xff,
+        u32::from(FaultKind::Unmapped.code())
+    );
+    assert!(b.gpu.stats().counters.faults >= 3);
+    assert!(b.gpu.stats().guard_intact);
+}
+
+#[test]
+fn unmapped_gpfifo_and_bad_ring_positions_fault() {
+    let b = Bench::new();
+    b.map_big(1, 2, SYS);
+    b.bind(0, b.va_base + (8 << 20), 16);
+    b.write(TLB_FLUSH, 1);
+    b.write(DOORBELL_BASE, 1);
+    b.wait("the fault", |b| b.read(FAULT_STATUS) != 0);
+    let (st, _, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, st >> 16 & 0xff, addr),
+        (
+            u32::from(FaultKind::Unmapped.code()),
+            Access::Fetch as u32,
+            b.va_base + (8 << 20)
+        )
+    );
+    b.write(FAULT_CLEAR, 1);
+    b.bind(0, b.va_base + SYS_VA_OFF, 16);
+    b.write(DOORBELL_BASE, 40);
+    b.wait("the fault", |b| b.read(FAULT_STATUS) != 0);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadGpfifo.code()));
+}
