@@ -95,7 +95,8 @@ _start:
     lidt [rip + __idt_ptr]
 
     push 0x1b
-    lea rax, [rip + __stack_top]
+    // As if entered by `call`: rsp ≡ 8 (mod 16) at the first instruction (SSE spills need it).
+    lea rax, [rip + __stack_top - 8]
     push rax
     push 0x3002
     push 0x23

@@ -155,7 +155,7 @@ isr_common:
     mov rax, cr2
     mov [rip + __exc_frame + 56], rax
     push 0x1b
-    lea rax, [rip + __exc_stack_top]
+    lea rax, [rip + __exc_stack_top - 8]
     push rax
     push 0x3002
     push 0x23
