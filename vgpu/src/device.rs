@@ -32,6 +32,7 @@ impl VgpuDevice {
     ) -> Result<Self, PciError> {
         let mut config = PciConfig::new(regs::VENDOR_ID, regs::DEVICE_ID, 0x03, 0x02, 0x00);
         config.set_raw(0x08, &[1]);
+        // INTA, routed to IRQ 11 (vmm's layout.rs GPU_INTX_IRQ).
         config.set_interrupt(1, 11);
         config.add_bar(
             0,

@@ -15,6 +15,8 @@ use crate::regs::{self, Access, FaultKind};
 pub trait IrqSink: Send + Sync {
     /// Sends an MSI message.
     fn msi(&self, msg: MsiMessage);
+    /// Drives the INTA line (level-triggered) when MSI is off.
+    fn intx(&self, level: bool);
 }
 
 /// Channel registers.
@@ -148,15 +150,20 @@ impl Shared {
         self.started.elapsed().as_nanos() as u64
     }
 
-    /// Sends the interrupt if STATUS & ENABLE just became non-zero. Call after changing either.
+    /// Signals the interrupt when STATUS & ENABLE becomes non-zero: one MSI message if the
+    /// guest enabled MSI, else INTA asserted until the condition clears. Call after changing
+    /// either register.
     pub fn update_irq(&self, regs: &mut Regs) {
         let active = regs.intr_status & regs.intr_enable != 0;
+        let msi = *self.msi.lock().unwrap_or_else(PoisonError::into_inner);
         if active && !regs.irq_line {
             regs.counters.interrupts += 1;
-            let msg = *self.msi.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(msg) = msg {
-                self.irq.msi(msg);
+            match msi {
+                Some(msg) => self.irq.msi(msg),
+                None => self.irq.intx(true),
             }
+        } else if !active && regs.irq_line && msi.is_none() {
+            self.irq.intx(false);
         }
         regs.irq_line = active;
     }

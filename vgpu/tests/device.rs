@@ -121,6 +121,10 @@ fn copy_round_trip_with_semaphore_and_interrupt() {
     b.write(INTR_STATUS, INTR_SEMAPHORE);
     b.write(INTR_CHANNELS, 1);
     assert_eq!(b.read(INTR_STATUS), 0);
+    assert!(
+        !b.irq.1.load(Ordering::SeqCst),
+        "INTA stays low while MSI is on"
+    );
     let s = b.gpu.stats();
     assert_eq!(
         (
@@ -131,6 +135,24 @@ fn copy_round_trip_with_semaphore_and_interrupt() {
         (2, 1, 1)
     );
     assert!(s.guard_intact && s.fault.is_none());
+}
+
+#[test]
+fn without_msi_the_interrupt_is_a_level_on_inta() {
+    let b = Bench::new();
+    {
+        let mut d = b.dev.lock().unwrap();
+        let mut cap = [0u8; 1];
+        d.config().read(0x34, &mut cap);
+        d.config_mut().write(usize::from(cap[0]) + 2, &[0, 0]);
+        d.config_written(usize::from(cap[0]), 2);
+    }
+    b.write(INTR_ENABLE, INTR_FAULT);
+    b.write(PRAMIN_BASE, u32::MAX);
+    assert!(b.irq.1.load(Ordering::SeqCst), "asserted by the fault");
+    b.write(FAULT_CLEAR, 1);
+    assert!(!b.irq.1.load(Ordering::SeqCst), "released when cleared");
+    assert_eq!(b.irq.0.load(Ordering::SeqCst), 0, "no MSI");
 }
 
 #[test]

@@ -84,6 +84,8 @@ pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
 pub const I8042_PORTS: Range<u64> = 0x60..0x65;
 pub const SERIAL_PORTS: Range<u64> = 0x3f8..0x400;
 pub const SERIAL_IRQ: u32 = 4;
+/// The virtual GPU's INTA line (the PCI interrupt line it reports).
+pub const GPU_INTX_IRQ: u32 = 11;
 pub const DEBUG_EXIT_PORT: u64 = guest_abi::ports::DEBUG_EXIT as u64;
 
 // The layout's invariants, checked at compile time.

@@ -152,7 +152,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     }
     let gpu = match &cfg.gpu {
         Some(g) => {
-            let gpu = vgpu::Vgpu::new(g.clone(), mem.clone(), Arc::new(MsiSink(vm.clone())))?;
+            let gpu = vgpu::Vgpu::new(g.clone(), mem.clone(), Arc::new(GpuIrq(vm.clone())))?;
             root.add_device("vgpu", gpu.device())?;
             Some(gpu)
         }
@@ -257,10 +257,10 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     Ok(RunOutcome { reason, stats })
 }
 
-/// Delivers the virtual GPU's MSI messages through KVM.
-struct MsiSink(Arc<kvm_ioctls::VmFd>);
+/// Delivers the virtual GPU's interrupts through KVM: MSI messages, or its INTA line.
+struct GpuIrq(Arc<kvm_ioctls::VmFd>);
 
-impl vgpu::IrqSink for MsiSink {
+impl vgpu::IrqSink for GpuIrq {
     fn msi(&self, msg: mmio::pci::MsiMessage) {
         let m = kvm_bindings::kvm_msi {
             address_lo: msg.address as u32,
@@ -274,6 +274,12 @@ impl vgpu::IrqSink for MsiSink {
                 msg.address,
                 msg.data
             );
+        }
+    }
+
+    fn intx(&self, level: bool) {
+        if let Err(e) = self.0.set_irq_line(layout::GPU_INTX_IRQ, level) {
+            log::warn!("vgpu: INTA line {level}: {e}");
         }
     }
 }

@@ -14,11 +14,14 @@ use vgpu::{GpuConfig, IrqSink, Vgpu};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 #[derive(Default)]
-pub struct CountingIrq(pub AtomicU64);
+pub struct CountingIrq(pub AtomicU64, pub std::sync::atomic::AtomicBool);
 
 impl IrqSink for CountingIrq {
     fn msi(&self, _msg: MsiMessage) {
         self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn intx(&self, level: bool) {
+        self.1.store(level, Ordering::SeqCst);
     }
 }
 
