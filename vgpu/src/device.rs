@@ -20,6 +20,8 @@ pub struct VgpuDevice {
     /// Physical VRAM address of guest VRAM address 0.
     vram_base: u64,
     shared: Arc<Shared>,
+    /// What guest addresses are valid (for validating instance blocks at bind time).
+    layout: shadow::GpuLayout,
     timer_hi_latch: u32,
 }
 
@@ -29,6 +31,7 @@ impl VgpuDevice {
         engine: Arc<dyn Engine>,
         vram_base: u64,
         shared: Arc<Shared>,
+        layout: shadow::GpuLayout,
     ) -> Result<Self, PciError> {
         let mut config = PciConfig::new(regs::VENDOR_ID, regs::DEVICE_ID, 0x03, 0x02, 0x00);
         config.set_raw(0x08, &[1]);
@@ -58,6 +61,7 @@ impl VgpuDevice {
             engine,
             vram_base,
             shared,
+            layout,
             timer_hi_latch: 0,
         })
     }
@@ -257,6 +261,32 @@ impl VgpuDevice {
                 } else {
                     regs::STATE_UNBOUND
                 };
+                if v & regs::CHAN_INST_VALID != 0 {
+                    // The spec: the instance block is read when CHAN_INST is written.
+                    let mut bytes = [0u8; shadow::INSTANCE_BYTES];
+                    let parsed = self
+                        .engine
+                        .vram_read(self.vram_base + addr, &mut bytes)
+                        .map_err(|_| {
+                            shadow::GuestFault::new(
+                                FaultKind::BadInstance,
+                                shadow::Rule::InstanceOutsideVram,
+                                addr,
+                                0,
+                            )
+                        })
+                        .and_then(|()| shadow::Instance::parse(&self.layout, addr, &bytes));
+                    if let Err(f) = parsed {
+                        let rec = FaultRecord {
+                            kind: f.kind,
+                            access: Access::None,
+                            channel: n as u32,
+                            addr: f.addr,
+                            info: f.info,
+                        };
+                        shared.fault(&mut r, rec);
+                    }
+                }
             }
             o if (regs::DOORBELL_BASE..regs::DOORBELL_BASE + 8 * 32).contains(&o)
                 && o.is_multiple_of(8) =>

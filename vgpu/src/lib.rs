@@ -142,12 +142,14 @@ impl Vgpu {
         let engine: Arc<dyn Engine> = Arc::new(SimEngine::new(sim)?);
         let guards = Guards::new(engine.clone(), (vram_base, cfg.vram), cfg.guard)?;
         let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram)?;
+        let layout = shadows.layout().clone();
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let device = Arc::new(Mutex::new(device::VgpuDevice::new(
             cfg.clone(),
             engine.clone(),
             vram_base,
             shared.clone(),
+            layout,
         )?));
         let w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
         let worker = std::thread::Builder::new()

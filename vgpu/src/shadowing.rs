@@ -154,6 +154,11 @@ impl Shadows {
         })
     }
 
+    /// The VM's GPU layout (what guest addresses are valid).
+    pub fn layout(&self) -> &GpuLayout {
+        &self.layout
+    }
+
     /// Reads and validates the instance block at guest VRAM `addr`.
     pub fn read_instance(&self, addr: u64) -> Result<Instance, Fault> {
         Instance::read(&self.mem, &self.layout, addr).map_err(guest_fault)

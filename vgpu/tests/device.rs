@@ -281,3 +281,34 @@ fn unmapped_gpfifo_and_bad_ring_positions_fault() {
     b.wait("the fault", |b| b.read(FAULT_STATUS) != 0);
     assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadGpfifo.code()));
 }
+
+#[test]
+fn instance_blocks_are_validated_when_bound() {
+    let b = Bench::new();
+    b.map_big(1, 2, SYS);
+    // A ring size that is not a power of two: refused at the CHAN_INST write.
+    b.vram_write_u64(INST, PD | 1);
+    b.vram_write_u64(INST + 8, b.va_base + SYS_VA_OFF);
+    b.vram_write_u64(INST + 16, 3);
+    b.write(CHAN_BASE, CHAN_INST_VALID | (INST >> 12) as u32);
+    let (st, ch, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, ch, addr),
+        (u32::from(FaultKind::BadGpfifo.code()), 0, INST)
+    );
+    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, STATE_FAULTED);
+    // A page directory with a reserved target.
+    b.write(FAULT_CLEAR, 1);
+    b.vram_write_u64(INST, PD | 3);
+    b.vram_write_u64(INST + 16, 16);
+    b.write(CHAN_BASE, CHAN_INST_VALID | (INST >> 12) as u32);
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::BadInstance.code()));
+    // Fixed: binds cleanly.
+    b.write(FAULT_CLEAR, 1);
+    b.vram_write_u64(INST, PD | 1);
+    b.write(CHAN_BASE, CHAN_INST_VALID | (INST >> 12) as u32);
+    assert_eq!(
+        (b.read(FAULT_STATUS), b.read(CHAN_BASE + 4) & 0xf),
+        (0, STATE_IDLE)
+    );
+}
