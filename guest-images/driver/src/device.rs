@@ -495,11 +495,15 @@ impl<P: Platform> Gpu<P> {
 
     /// A buffer in the system-memory pool (already mapped), zero-filled.
     pub fn sys_alloc(&mut self, len: u64) -> Result<SysAlloc, Error> {
+        self.sys_alloc_aligned(len, POOL_ALIGN)
+    }
+
+    /// [`Gpu::sys_alloc`] at a multiple of `align` (a power of two; 4096 for a page that can
+    /// be mapped on its own).
+    pub fn sys_alloc_aligned(&mut self, len: u64, align: u64) -> Result<SysAlloc, Error> {
+        let align = align.max(POOL_ALIGN);
         let n = len.max(1).next_multiple_of(POOL_ALIGN);
-        let off = self
-            .sys_pool
-            .alloc(n, POOL_ALIGN)
-            .ok_or(Error::NoSysmem(len))?;
+        let off = self.sys_pool.alloc(n, align).ok_or(Error::NoSysmem(len))?;
         let a = SysAlloc {
             va: self.sys_va + off,
             gpa: self.sys.gpa() + off,

@@ -92,7 +92,7 @@ impl Ctx {
     pub fn new<P: Platform>(gpu: &mut Gpu<P>, ram_end: u64) -> Result<Self, Error> {
         let pte_va = gpu.va_alloc(mmu::PAGE_2M, mmu::PAGE_2M)?;
         let pde_va = gpu.va_alloc(mmu::PAGE_2M, mmu::PAGE_2M)?;
-        let scratch = gpu.sys_alloc(4096)?;
+        let scratch = gpu.sys_alloc_aligned(4096, 4096)?;
         let code = gpu.sys_alloc(PTX.len() as u64)?;
         gpu.sys_write(&code, 0, PTX.as_bytes())?;
         // Create the page table once (a VRAM table costs 512 writes to clear).
@@ -212,7 +212,9 @@ pub fn bad_gpfifo<P: Platform>(
     let mut a = Attempt::new(format!("va:{va:#x} entries:{entries}"));
     ch.set_gpfifo_raw(gpu, va, entries)?;
     a.drain(gpu);
-    ch.doorbell_raw(gpu, 1);
+    // One entry past where the GPU stands, so there is work to fetch.
+    let get = gpu.reg_read(regs::gp_get(ch.id()));
+    ch.doorbell_raw(gpu, get.wrapping_add(1));
     a.note(wait_fault(gpu, ch));
     a.drain(gpu);
     ch.recover(gpu)?;
