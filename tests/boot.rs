@@ -234,6 +234,9 @@ fn console_input_reaches_the_guest() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("echo: first line\n"), "{text}");
-    assert!(text.contains(&format!("echo: {long}\n")), "long line lost bytes:\n{text}");
+    assert!(
+        text.contains(&format!("echo: {long}\n")),
+        "long line lost bytes:\n{text}"
+    );
     assert!(text.contains("echo: bye"), "{text}");
 }
