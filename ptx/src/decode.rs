@@ -9,7 +9,7 @@ use crate::ir::{Entry, Inst, Op, PSrc, Space, Src, Sreg, Ty};
 use crate::module::{EntryInfo, ParamInfo};
 
 /// Most distinct registers (values + predicates) an entry may use.
-const MAX_REGS: usize = 8192;
+const MAX_REGS: usize = 1 << 16;
 /// Most instructions per entry.
 const MAX_INSTS: usize = 1 << 20;
 /// Largest shared/local total (bytes).
@@ -37,6 +37,8 @@ pub(crate) struct EntryDecls {
     pub local: Vec<VarDecl>,
     /// Call-site `.param` variables (argument/return buffers of inlined calls), per thread.
     pub call_params: Vec<VarDecl>,
+    /// Index of `call_params` by name.
+    pub call_param_index: HashMap<String, usize>,
     pub regs: HashMap<String, Ty>,
     pub pos: Pos,
 }
@@ -86,6 +88,8 @@ pub(crate) struct Ctx<'a> {
     preds: HashMap<String, u32>,
     /// Symbols usable as addresses: (space, address in that space).
     syms: HashMap<String, (Space, u64)>,
+    /// Module-level symbols (looked up after the entry's own).
+    module: &'a ModuleSyms,
     pub labels: HashMap<String, u32>,
     /// Current instruction (for errors).
     pub pos: Pos,
@@ -113,6 +117,11 @@ impl Ctx<'_> {
             pos,
             name: name.chars().take(80).collect(),
         })
+    }
+
+    /// A symbol of the entry or the module: (space, address).
+    fn sym(&self, n: &str) -> Option<(Space, u64)> {
+        self.syms.get(n).or_else(|| self.module.map.get(n)).copied()
     }
 
     /// Declared type of a value register.
@@ -209,12 +218,12 @@ impl Ctx<'_> {
                 if let Some(s) = sreg(n) {
                     return Ok(Src::Sreg(s));
                 }
-                if let Some((_, addr)) = self.syms.get(n) {
-                    return Ok(Src::Imm(*addr & ty.mask()));
+                if let Some((_, addr)) = self.sym(n) {
+                    return Ok(Src::Imm(addr & ty.mask()));
                 }
                 Ok(Src::Reg(self.reg(n, *pos)?))
             }
-            ROp::SymOff(n, off, pos) => match self.syms.get(n) {
+            ROp::SymOff(n, off, pos) => match self.sym(n) {
                 Some((_, addr)) => Ok(Src::Imm(addr.wrapping_add(*off as u64) & ty.mask())),
                 None => self.undefined(n, *pos),
             },
@@ -247,8 +256,8 @@ impl Ctx<'_> {
                 off,
                 pos,
             } => {
-                if let Some((sp, a)) = self.syms.get(n) {
-                    return Ok((Src::Imm(*a), *off, Some(*sp)));
+                if let Some((sp, a)) = self.sym(n) {
+                    return Ok((Src::Imm(a), *off, Some(sp)));
                 }
                 match self.reg_ty(n) {
                     Some(t) if t.bits() >= 32 && t != Ty::Pred => {}
@@ -310,13 +319,59 @@ fn sreg(n: &str) -> Option<Sreg> {
     })
 }
 
-/// Lay out variables; returns (symbols, total size, alignment of the extern area).
+/// Module-level symbols shared by every entry: static `.shared` variables (offsets from 0),
+/// `.global`/`.const` variables (module-window addresses), and `.extern .shared` declarations
+/// (placed per entry after all static shared memory).
+#[derive(Debug, Default)]
+pub(crate) struct ModuleSyms {
+    pub map: HashMap<String, (Space, u64)>,
+    pub shared_end: u64,
+    pub externs: Vec<VarDecl>,
+}
+
+/// Most module-level `.extern .shared` declarations.
+const MAX_MODULE_EXTERNS: usize = 64;
+
+impl ModuleSyms {
+    /// Lay out module-level shared variables and add the module variables.
+    pub(crate) fn build(shared: &[VarDecl], vars: &[crate::modvars::ModVar]) -> R<ModuleSyms> {
+        let statics: Vec<VarDecl> = shared.iter().filter(|v| !v.is_extern).cloned().collect();
+        let externs: Vec<VarDecl> = shared.iter().filter(|v| v.is_extern).cloned().collect();
+        if let Some(v) = externs.get(MAX_MODULE_EXTERNS) {
+            return Err(PtxError::TooLarge {
+                pos: v.pos,
+                what: "module-level .extern .shared declarations".into(),
+            });
+        }
+        let mut map = HashMap::new();
+        let (shared_end, _) = layout(&statics, Space::Shared, &mut map, 0, &[])?;
+        for v in vars {
+            let addr = crate::memory::MODULE_WINDOW + v.offset;
+            if map.insert(v.name.clone(), (v.space, addr)).is_some() {
+                return Err(PtxError::Duplicate {
+                    pos: Pos::default(),
+                    name: v.name.clone(),
+                });
+            }
+        }
+        Ok(ModuleSyms {
+            map,
+            shared_end,
+            externs,
+        })
+    }
+}
+
+/// Lay out variables from offset `start`; `.extern` ones (and `more_externs`) share the
+/// aligned end. Returns (end of static data, alignment of the extern area).
 fn layout(
     vars: &[VarDecl],
     space: Space,
     syms: &mut HashMap<String, (Space, u64)>,
+    start: u64,
+    more_externs: &[VarDecl],
 ) -> R<(u64, u32)> {
-    let mut off = 0u64;
+    let mut off = start;
     let mut ext_align = 1u32;
     for v in vars.iter().filter(|v| !v.is_extern) {
         let a = u64::from(v.align.max(1));
@@ -335,12 +390,13 @@ fn layout(
             });
         }
     }
-    for v in vars.iter().filter(|v| v.is_extern) {
+    let externs = vars.iter().filter(|v| v.is_extern).chain(more_externs);
+    for v in externs.clone() {
         ext_align = ext_align.max(v.align);
     }
     let a = u64::from(ext_align);
     let dyn_start = off.div_ceil(a) * a;
-    for v in vars.iter().filter(|v| v.is_extern) {
+    for v in externs {
         syms.insert(v.name.clone(), (space, dyn_start));
     }
     Ok((off, ext_align))
@@ -351,23 +407,23 @@ pub(crate) fn decode_entry(
     mut decls: EntryDecls,
     body: Vec<Stmt>,
     funcs: &HashMap<String, crate::inline::FuncDef>,
-    modvars: &[crate::modvars::ModVar],
+    module: &ModuleSyms,
 ) -> R<Entry> {
     let body = crate::inline::expand_calls(&mut decls, body, funcs)?;
     let mut syms = HashMap::new();
-    for v in modvars {
-        syms.insert(
-            v.name.clone(),
-            (v.space, crate::memory::MODULE_WINDOW + v.offset),
-        );
-    }
     for p in &decls.params {
         syms.insert(p.name.clone(), (Space::Param, u64::from(p.offset)));
     }
-    let (shared_size, dyn_align) = layout(&decls.shared, Space::Shared, &mut syms)?;
+    let (shared_size, dyn_align) = layout(
+        &decls.shared,
+        Space::Shared,
+        &mut syms,
+        module.shared_end,
+        &module.externs,
+    )?;
     let mut locals = decls.local.clone();
     locals.extend(decls.call_params.iter().cloned());
-    let (local_size, _) = layout(&locals, Space::Local, &mut syms)?;
+    let (local_size, _) = layout(&locals, Space::Local, &mut syms, 0, &[])?;
     let mut labels = HashMap::new();
     let mut n = 0u32;
     for s in &body {
@@ -394,6 +450,7 @@ pub(crate) fn decode_entry(
         regs: HashMap::new(),
         preds: HashMap::new(),
         syms,
+        module,
         labels,
         pos: decls.pos,
         opcode: String::new(),

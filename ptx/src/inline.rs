@@ -13,7 +13,7 @@ use crate::error::PtxError;
 /// Deepest call nesting accepted (also bounds recursion).
 const MAX_DEPTH: u32 = 8;
 /// Most statements after inlining.
-const MAX_STMTS: usize = 1 << 20;
+const MAX_STMTS: usize = 1 << 18;
 /// Most registers an entry may hold after inlining (renamed copies included).
 const MAX_REGS: usize = 1 << 20;
 
@@ -100,7 +100,7 @@ fn operr(ri: &RawInst, msg: &str) -> PtxError {
 fn param_names(ri: &RawInst, list: &[ROp], decls: &EntryDecls) -> R<Vec<String>> {
     list.iter()
         .map(|o| match o {
-            ROp::Name(n, _) if decls.call_params.iter().any(|v| &v.name == n) => Ok(n.clone()),
+            ROp::Name(n, _) if decls.call_param_index.contains_key(n) => Ok(n.clone()),
             _ => Err(operr(ri, "call arguments must be .param variables")),
         })
         .collect()
@@ -172,6 +172,12 @@ fn inline_call(
     for (name, ty) in &f.decls.regs {
         decls.regs.insert(tag(name), *ty);
     }
+    // Static shared variables of a function are one per CTA, whatever the call site.
+    for v in &f.decls.shared {
+        if !decls.shared.iter().any(|x| x.name == v.name) {
+            decls.shared.push(v.clone());
+        }
+    }
     for v in &f.decls.local {
         renamed.insert(v.name.clone());
         decls.local.push(VarDecl {
@@ -181,6 +187,9 @@ fn inline_call(
     }
     for v in &f.decls.call_params {
         renamed.insert(v.name.clone());
+        decls
+            .call_param_index
+            .insert(tag(&v.name), decls.call_params.len());
         decls.call_params.push(VarDecl {
             name: tag(&v.name),
             ..v.clone()

@@ -195,9 +195,10 @@ impl ModMem {
         let mut off = 0u64;
         let mut const_end = 0u64;
         let mut placed = Vec::new();
+        let mut names = std::collections::HashSet::new();
         for pass in [Space::Const, Space::Global] {
             for v in raw.iter().filter(|v| v.space == pass) {
-                if vars.iter().any(|x: &ModVar| x.name == v.name) {
+                if !names.insert(v.name.as_str()) {
                     return Err(PtxError::Duplicate {
                         pos: v.pos,
                         name: v.name.clone(),

@@ -89,12 +89,18 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 ".param" => {
                     // Call-site parameter buffer; scopes of different calls reuse names.
                     let v = parse_var(p, false, pos)?;
-                    match decls.call_params.iter_mut().find(|x| x.name == v.name) {
-                        Some(x) => {
+                    match decls.call_param_index.get(&v.name) {
+                        Some(&k) => {
+                            let x = &mut decls.call_params[k];
                             x.size = x.size.max(v.size);
                             x.align = x.align.max(v.align);
                         }
-                        None => decls.call_params.push(v),
+                        None => {
+                            decls
+                                .call_param_index
+                                .insert(v.name.clone(), decls.call_params.len());
+                            decls.call_params.push(v);
+                        }
                     }
                 }
                 ".loc" | ".file" => p.skip_line(),

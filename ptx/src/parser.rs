@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::decode::{self, EntryDecls, Stmt, VarDecl};
+use crate::decode::{self, EntryDecls, ModuleSyms, Stmt, VarDecl};
 use crate::error::{Pos, PtxError};
 use crate::inline::FuncDef;
 use crate::ir::Space;
@@ -206,7 +206,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 }
                 match cur.as_str() {
                     ".entry" => {
-                        let (decls, body) = parse_entry(&mut p, &module_shared, pos)?;
+                        let (decls, body) = parse_entry(&mut p, pos)?;
                         if names.insert(decls.name.clone(), ()).is_some() {
                             return Err(PtxError::Duplicate {
                                 pos,
@@ -216,7 +216,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                         parsed.push((decls, body));
                     }
                     ".func" => {
-                        let f = parse_func(&mut p, &module_shared, pos)?;
+                        let f = parse_func(&mut p, pos)?;
                         match funcs.get(&f.name) {
                             Some(old) if old.body.is_some() && f.body.is_some() => {
                                 return Err(PtxError::Duplicate { pos, name: f.name });
@@ -250,8 +250,9 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
     }
     // Entries are decoded once every function and variable of the module is known.
     let vars = ModMem::build(&raw_vars)?;
+    let msyms = ModuleSyms::build(&module_shared, &vars.vars)?;
     for (decls, body) in parsed {
-        entries.push(decode::decode_entry(decls, body, &funcs, &vars.vars)?);
+        entries.push(decode::decode_entry(decls, body, &funcs, &msyms)?);
     }
     Ok(Module {
         entries,
@@ -401,7 +402,7 @@ fn dims(p: &mut Parser) -> R<[u32; 3]> {
 }
 
 /// Parse `.func [(rets)] name [(params)] [.noreturn] (; | { body })` after `.func`.
-fn parse_func(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<FuncDef> {
+fn parse_func(p: &mut Parser, pos: Pos) -> R<FuncDef> {
     let mut off = 0u64;
     let mut list = |p: &mut Parser| -> R<Vec<String>> {
         let mut v = Vec::new();
@@ -430,9 +431,10 @@ fn parse_func(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<FuncDef>
         param_size: 0,
         reqntid: None,
         maxntid: None,
-        shared: module_shared.to_vec(),
+        shared: Vec::new(),
         local: Vec::new(),
         call_params: Vec::new(),
+        call_param_index: HashMap::new(),
         regs: HashMap::new(),
         pos,
     };
@@ -450,7 +452,7 @@ fn parse_func(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<FuncDef>
     })
 }
 
-fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<(EntryDecls, Vec<Stmt>)> {
+fn parse_entry(p: &mut Parser, pos: Pos) -> R<(EntryDecls, Vec<Stmt>)> {
     let name = p.ident()?;
     let mut params = Vec::new();
     let mut offset = 0u64;
@@ -469,9 +471,10 @@ fn parse_entry(p: &mut Parser, module_shared: &[VarDecl], pos: Pos) -> R<(EntryD
         param_size: offset as u32,
         reqntid: None,
         maxntid: None,
-        shared: module_shared.to_vec(),
+        shared: Vec::new(),
         local: Vec::new(),
         call_params: Vec::new(),
+        call_param_index: HashMap::new(),
         regs: HashMap::new(),
         pos,
     };
