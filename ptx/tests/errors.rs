@@ -286,3 +286,24 @@ fn misaligned_host_pointers_are_refused() {
         o => panic!("{o:?}"),
     }
 }
+
+/// Shapes that make naive algorithms quadratic: each must parse (or fail) quickly.
+#[test]
+fn hostile_shapes_parse_in_linear_time() {
+    let n = 40_000;
+    let t = std::time::Instant::now();
+    let ladder: String = (0..n).map(|_| "@%p1 bra $Ls;\n").collect();
+    assert!(ptx::parse(&body(&format!("$Ls:\n{ladder}"))).is_ok());
+    let params: String = (0..n).map(|i| format!(".param .b32 q{i};\n")).collect();
+    assert!(ptx::parse(&body(&params)).is_ok());
+    let vars: String = (0..n).map(|i| format!(".global .u32 g{i};\n")).collect();
+    assert!(ptx::parse(&format!("{HEAD}{vars}.visible .entry k() {{ ret; }}")).is_ok());
+    let shared: String = (0..n / 4)
+        .map(|i| format!(".shared .u32 s{i};\n"))
+        .collect();
+    let entries: String = (0..n / 4)
+        .map(|i| format!(".visible .entry k{i}() {{ ret; }}\n"))
+        .collect();
+    assert!(ptx::parse(&format!("{HEAD}{shared}{entries}")).is_ok());
+    assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
+}
