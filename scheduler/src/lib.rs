@@ -1,0 +1,1 @@
+//! scheduler (being written: GPU scheduling policies)
