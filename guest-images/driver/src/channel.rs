@@ -241,8 +241,8 @@ impl Channel {
     }
 
     /// Waits until `fence` has passed: polls the semaphore (no trap), checking CHAN_STATUS
-    /// every `fault_poll_ns`; or sleeps on the interrupt if the driver uses them. A fault of
-    /// this channel ends the wait with the fault.
+    /// after `fault_poll_ns`, then at doubling intervals up to 16 times that; or sleeps on the
+    /// interrupt if the driver uses them. A fault of this channel ends the wait with the fault.
     pub fn wait<P: Platform>(&mut self, gpu: &mut Gpu<P>, fence: Fence) -> Result<(), Error> {
         let limit = gpu.cfg.wait_timeout_ns;
         self.wait_timeout(gpu, fence, limit)
@@ -262,6 +262,8 @@ impl Channel {
         };
         let start = gpu.p.now_ns();
         let mut last_check = start;
+        // Each look at CHAN_STATUS is a trap: look often at first, then back off (to 16×).
+        let mut interval = gpu.cfg.fault_poll_ns;
         loop {
             if reached(self.slot_value(gpu, 0)?, fence.seq) {
                 return Ok(());
@@ -285,8 +287,9 @@ impl Channel {
                     }
                 }
                 WaitMode::Poll => {
-                    if now.saturating_sub(last_check) >= gpu.cfg.fault_poll_ns {
+                    if now.saturating_sub(last_check) >= interval {
                         last_check = now;
+                        interval = (interval * 2).min(gpu.cfg.fault_poll_ns.saturating_mul(16));
                         self.check_faulted(gpu)?;
                     }
                     core::hint::spin_loop();
