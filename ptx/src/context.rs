@@ -52,7 +52,7 @@ const REASONS: [FaultReason; 8] = [
     FaultReason::LocalOutOfBounds,
     FaultReason::ParamOutOfBounds,
     FaultReason::Trap,
-    FaultReason::Deadlock,
+    FaultReason::StackOverflow,
 ];
 
 /// Serialize a launch.

@@ -43,8 +43,8 @@ pub enum FaultReason {
     ParamOutOfBounds,
     /// The kernel executed `trap`.
     Trap,
-    /// A barrier can never be satisfied (all live warps blocked on different barriers).
-    Deadlock,
+    /// Divergence nested deeper than the SIMT reconvergence stack allows.
+    StackOverflow,
 }
 
 /// A translation failure reported by [`GlobalMemory::translate`].

@@ -503,7 +503,7 @@ pub(crate) fn exec_warp(
                             LaneFault {
                                 va: 0,
                                 access: Access::Read,
-                                reason: FaultReason::Deadlock,
+                                reason: FaultReason::StackOverflow,
                             },
                         );
                     }
