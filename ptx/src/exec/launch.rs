@@ -93,7 +93,8 @@ impl Stats {
 /// A fault that aborted a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelFault {
-    /// Faulting address (global VA, shared/local/param offset), or 0 for trap/deadlock.
+    /// Faulting address (global VA, shared/local/param offset, module-window address), or 0
+    /// for `trap` and SIMT stack overflow.
     pub va: u64,
     /// Access kind.
     pub access: Access,
