@@ -118,6 +118,15 @@ pub enum LaunchError {
         /// Limit.
         max: u32,
     },
+    /// The interpreter state of one CTA (registers and local memory of all its threads) would
+    /// exceed the interpreter's fixed bound.
+    #[error("CTA state of {needed} bytes exceeds the interpreter bound of {max}")]
+    CtaStateTooLarge {
+        /// Bytes needed.
+        needed: u64,
+        /// Bound.
+        max: u64,
+    },
 }
 
 /// Errors from [`crate::Launch::restore`]: saved context bytes are hostile and fully validated.

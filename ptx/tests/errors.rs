@@ -307,3 +307,20 @@ fn hostile_shapes_parse_in_linear_time() {
     assert!(ptx::parse(&format!("{HEAD}{shared}{entries}")).is_ok());
     assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
 }
+
+#[test]
+fn oversized_cta_state_is_refused() {
+    // 40000 live registers x 1024 threads x 8 bytes = 320 MB per CTA.
+    let regs: String = (0..40_000)
+        .map(|i| format!("mov.u32 %x{i}, {i};\n"))
+        .collect();
+    let text = format!("{HEAD}.visible .entry k() {{\n.reg .b32 %x<40000>;\n{regs}ret;\n}}\n");
+    let m = module(&text);
+    let small = cfg([1, 1, 1], [32, 1, 1], 0, Params::default());
+    assert!(Launch::new(m.clone(), "k", small, &Limits::default()).is_ok());
+    let big = cfg([1, 1, 1], [1024, 1, 1], 0, Params::default());
+    assert!(matches!(
+        Launch::new(m, "k", big, &Limits::default()),
+        Err(LaunchError::CtaStateTooLarge { .. })
+    ));
+}

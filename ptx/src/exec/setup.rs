@@ -75,5 +75,21 @@ pub(crate) fn validate(
             max: limits.max_local_bytes_per_thread,
         });
     }
+    // Registers (8 bytes per lane), predicates and local memory of every warp of a CTA.
+    let entry = &module.entries[idx];
+    let warps = threads.div_ceil(32);
+    let state = warps
+        * (u64::from(entry.nregs) * 32 * 8
+            + u64::from(entry.npreds) * 4
+            + u64::from(info.local_bytes_per_thread) * 32);
+    if state > MAX_CTA_STATE {
+        return Err(LaunchError::CtaStateTooLarge {
+            needed: state,
+            max: MAX_CTA_STATE,
+        });
+    }
     Ok(needed as u32)
 }
+
+/// Bound on one CTA's interpreter state (each worker holds one CTA at a time).
+pub(crate) const MAX_CTA_STATE: u64 = 256 << 20;
