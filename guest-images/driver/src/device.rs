@@ -232,13 +232,20 @@ impl<P: Platform> Gpu<P> {
         va.reserve(va_base, PAGE_2M);
         let big = page_sizes & regs::PAGE_2M != 0;
         let mut tables = Vec::new();
+        // A VRAM directory is built in system memory first and moved once the copy engine can
+        // clear its VRAM (one copy instead of a trap per entry).
+        let bootstrap = cfg.tables == TablePlacement::Vram && caps & regs::CAP_COPY != 0;
         let space = AddressSpace::new(
             &mut Backend {
                 p: &mut p,
                 mmio: &mut mmio,
                 vram: &mut vram,
                 tables: &mut tables,
-                placement: cfg.tables,
+                placement: if bootstrap {
+                    TablePlacement::Sysmem
+                } else {
+                    cfg.tables
+                },
                 aperture,
             },
             va_base,
@@ -300,7 +307,63 @@ impl<P: Platform> Gpu<P> {
         };
         gpu.reg_write(regs::INTR_ENABLE, enable);
         gpu.flush_tlb();
+        if bootstrap {
+            gpu.directory_to_vram()?;
+            gpu.flush_tlb();
+        }
         Ok(gpu)
+    }
+
+    /// Moves the page directory from system memory into VRAM: clears the VRAM with one
+    /// copy-engine copy (or, if that fails, through BAR1), then writes the valid entries.
+    fn directory_to_vram(&mut self) -> Result<(), Error> {
+        let len = self.space.directory_bytes();
+        let span = len.next_multiple_of(PAGE_2M);
+        let dir = self.vram.alloc(len, PAGE_2M).ok_or(Error::NoVram(len))?;
+        if self.zero_vram_by_copy(dir, span, len).is_err() {
+            let _ = self.take_fault();
+            for off in (0..len).step_by(8) {
+                self.vram_write64(dir + off, 0)?;
+            }
+        }
+        let loc = TableLoc {
+            target: Target::Vram,
+            addr: dir,
+            handle: 0,
+        };
+        let (mut b, space) = self.backend();
+        space.move_directory(&mut b, loc)?;
+        self.tlb_dirty = true;
+        Ok(())
+    }
+
+    /// Clears VRAM [addr, addr + len) with the copy engine on a temporary channel 0, through a
+    /// temporary mapping of [addr, addr + span) (2 MiB pages).
+    fn zero_vram_by_copy(&mut self, addr: u64, span: u64, len: u64) -> Result<(), Error> {
+        let va = self.va_alloc(span, PAGE_2M)?;
+        let zero = match self.sys_alloc(len) {
+            Ok(z) => z,
+            Err(e) => {
+                self.va_free(va, span);
+                return Err(e);
+            }
+        };
+        let r = self
+            .map(va, span, Target::Vram, addr, false)
+            .and_then(|()| {
+                let mut ch = self.create_channel(0)?;
+                let mut pb = crate::push::PushBuf::new();
+                pb.copy(zero.va, va, len);
+                let r = ch
+                    .submit(self, &mut pb)
+                    .and_then(|f| ch.wait_timeout(self, f, 5_000_000_000));
+                self.destroy_channel(ch)?;
+                r
+            });
+        let u = self.unmap(va, span);
+        self.va_free(va, span);
+        self.sys_free(zero);
+        r.and(u)
     }
 
     /// Whether waits sleep on the interrupt.

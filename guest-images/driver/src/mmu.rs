@@ -117,6 +117,27 @@ impl AddressSpace {
         self.dir
     }
 
+    /// Bytes of the page directory.
+    pub fn directory_bytes(&self) -> u64 {
+        (self.pdes.len() as u64 * 8).next_multiple_of(PAGE_4K)
+    }
+
+    /// Moves the directory to `to`, which must already read as zero: writes only the valid
+    /// entries there. Page tables stay where they are.
+    pub fn move_directory(
+        &mut self,
+        backend: &mut impl TableBackend,
+        to: TableLoc,
+    ) -> Result<(), Error> {
+        for (i, &v) in self.pdes.iter().enumerate() {
+            if v != 0 {
+                backend.write_entry(to, i, v)?;
+            }
+        }
+        self.dir = to;
+        Ok(())
+    }
+
     fn pde_index(&self, va: u64) -> Result<usize, Error> {
         let off = va.checked_sub(self.va_base).ok_or(Error::OutOfRange(va))?;
         let i = usize::try_from(off / PAGE_2M).map_err(|_| Error::OutOfRange(va))?;
@@ -377,6 +398,24 @@ mod tests {
         a.unmap(&mut m, BASE + PAGE_2M, PAGE_2M).unwrap();
         assert_eq!(m.writes, [(0x10_0000, 1, 0)]);
         assert_eq!(a.translate(BASE + PAGE_2M), None);
+    }
+
+    #[test]
+    fn moving_the_directory_writes_only_valid_entries() {
+        let mut m = Mock::default();
+        let mut a = AddressSpace::new(&mut m, BASE, 64 << 20, true).unwrap();
+        a.map(&mut m, BASE + 4 * PAGE_2M, PAGE_2M, Target::Vram, 0, false)
+            .unwrap();
+        m.writes.clear();
+        let to = TableLoc {
+            target: Target::Vram,
+            addr: 0x40_0000,
+            handle: 0,
+        };
+        a.move_directory(&mut m, to).unwrap();
+        assert_eq!(m.writes, [(0x40_0000, 4, 0x5)]);
+        assert_eq!(a.directory(), to);
+        assert_eq!(a.directory_bytes(), 4096);
     }
 
     #[test]
