@@ -150,6 +150,24 @@ impl Ctx<'_> {
         Ok(i)
     }
 
+    /// Index of the hidden predicate that holds the carry flag CC.CF (allocated on first use;
+    /// its name cannot be written in PTX).
+    pub(crate) fn carry_flag(&mut self) -> R<u32> {
+        const NAME: &str = "CC.CF#";
+        if let Some(i) = self.preds.get(NAME) {
+            return Ok(*i);
+        }
+        if self.regs.len() + self.preds.len() >= MAX_REGS {
+            return Err(PtxError::TooLarge {
+                pos: self.pos,
+                what: "register count".into(),
+            });
+        }
+        let i = self.preds.len() as u32;
+        self.preds.insert(NAME.to_string(), i);
+        Ok(i)
+    }
+
     /// Dense index of a predicate register.
     pub(crate) fn pred(&mut self, name: &str, pos: Pos) -> R<u32> {
         match self.reg_ty(name) {

@@ -7,7 +7,8 @@ use crate::decode::{Ctx, ROp};
 use crate::decode_mem;
 use crate::error::PtxError;
 use crate::ir::{
-    BarRedOp, BinOp, BoolOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, TerOp, TestpOp, Ty, UnOp,
+    BarRedOp, BinOp, BoolOp, CarryOp, Cmp, FFlags, Inst, PSrc, Rnd, Space, Src, TerOp, TestpOp, Ty,
+    UnOp,
 };
 
 type R<T> = Result<T, PtxError>;
@@ -113,6 +114,11 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
     let mut m = Mods::new(parts.collect());
     let inst = match base {
         "mov" => dec_mov(c, &mut m, ops)?,
+        "add" | "sub" | "addc" | "subc" | "mad" | "madc"
+            if matches!(base, "addc" | "subc" | "madc") || m.list.contains(&"cc") =>
+        {
+            dec_carry(c, base, &mut m, ops)?
+        }
         "add" | "sub" | "mul" | "div" | "rem" | "min" | "max" | "and" | "or" | "xor" | "shl"
         | "shr" | "copysign" => dec_bin(c, base, &mut m, ops)?,
         "mad" | "fma" => dec_mad(c, base, &mut m, ops)?,
@@ -511,6 +517,40 @@ fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], ty)?,
         b: c.src(&ops[2], bty)?,
+    })
+}
+
+fn dec_carry(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let cout = m.take("cc");
+    let cin = base.ends_with('c');
+    let mode = m.take_any(&["lo", "hi"]);
+    let ty = one_type(c, m)?;
+    if !matches!(ty, Ty::U32 | Ty::S32 | Ty::U64 | Ty::S64) {
+        return c.unsupported();
+    }
+    let op = match (base, mode) {
+        ("add" | "addc", None) => CarryOp::Add,
+        ("sub" | "subc", None) => CarryOp::Sub,
+        ("mad" | "madc", Some("lo")) => CarryOp::MadLo,
+        ("mad" | "madc", Some("hi")) => CarryOp::MadHi,
+        _ => return c.unsupported(),
+    };
+    let mad = matches!(op, CarryOp::MadLo | CarryOp::MadHi);
+    nops(c, ops, if mad { 4 } else { 3 })?;
+    Ok(Inst::Carry {
+        op,
+        cin,
+        cout,
+        ty,
+        flag: c.carry_flag()?,
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], ty)?,
+        b: c.src(&ops[2], ty)?,
+        c: if mad {
+            c.src(&ops[3], ty)?
+        } else {
+            Src::Imm(0)
+        },
     })
 }
 

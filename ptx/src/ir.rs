@@ -295,6 +295,14 @@ pub(crate) enum AtomOp {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CarryOp {
+    Add,
+    Sub,
+    MadLo,
+    MadHi,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TestpOp {
     Finite,
     Infinite,
@@ -370,6 +378,20 @@ pub(crate) enum Inst {
         p: PSrc,
     },
     /// bfi.b32/b64 d, a(insert), b(base), c(pos), e(len).
+    /// Extended-precision arithmetic with the carry flag (`add.cc`, `addc[.cc]`, `sub.cc`,
+    /// `subc[.cc]`, `mad.lo.cc`, `madc.{lo,hi}[.cc]`); `flag` is the hidden predicate holding
+    /// CC.CF (carry for add/mad, borrow for sub).
+    Carry {
+        op: CarryOp,
+        cin: bool,
+        cout: bool,
+        ty: Ty,
+        flag: u32,
+        d: u32,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
     /// `testp.op.{f32,f64} p, a`.
     Testp {
         op: TestpOp,

@@ -358,6 +358,45 @@ const INT32: &[(&str, St, Model)] = &[
 ];
 
 const INT64: &[(&str, St, Model)] = &[
+    (
+        "mov.b64 {%r1, %r2}, %a64;\nmov.b64 {%r3, %s32}, %b64;\nadd.cc.u32 %r1, %r1, %r3;\naddc.u32 %r2, %r2, %s32;\nmov.b64 %d64, {%r1, %r2};",
+        St::U64,
+        |a, b, _| a.wrapping_add(b),
+    ),
+    (
+        "mov.b64 {%r1, %r2}, %a64;\nmov.b64 {%r3, %s32}, %b64;\nsub.cc.u32 %r1, %r1, %r3;\nsubc.u32 %r2, %r2, %s32;\nmov.b64 %d64, {%r1, %r2};",
+        St::U64,
+        |a, b, _| a.wrapping_sub(b),
+    ),
+    (
+        "add.cc.u64 %d64, %a64, %b64;\naddc.u64 %d64, 0, 0;",
+        St::U64,
+        |a, b, _| ((u128::from(a) + u128::from(b)) >> 64) as u64,
+    ),
+    (
+        "add.cc.s64 %d64, %a64, %b64;\naddc.cc.u64 %d64, %c64, %a64;\naddc.u64 %d64, 0, 0;",
+        St::U64,
+        |a, b, c| {
+            let c1 = (u128::from(a) + u128::from(b)) >> 64;
+            ((u128::from(c) + u128::from(a) + c1) >> 64) as u64
+        },
+    ),
+    (
+        "sub.cc.u64 %d64, %a64, %b64;\nsubc.u64 %d64, 0, 0;",
+        St::U64,
+        |a, b, _| {
+            if a < b { u64::MAX } else { 0 }
+        },
+    ),
+    (
+        "mad.lo.cc.u32 %d32, %a32, %b32, %c32;\nmadc.hi.u32 %d32, %a32, %b32, 0;",
+        St::U32,
+        |a, b, c| {
+            let p = u64::from(u32_(a)) * u64::from(u32_(b));
+            let carry = ((p & 0xffff_ffff) + u64::from(u32_(c))) >> 32;
+            w32(((p >> 32) + carry) as u32)
+        },
+    ),
     ("add.s64 %d64, %a64, %b64;", St::U64, |a, b, _| {
         a.wrapping_add(b)
     }),

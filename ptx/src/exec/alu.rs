@@ -545,3 +545,37 @@ pub(crate) fn bfind(ty: Ty, x: u64, shiftamt: bool) -> u64 {
     let pos = 63 - v.leading_zeros();
     u64::from(if shiftamt { bits - 1 - pos } else { pos })
 }
+
+/// One lane of carry-chain arithmetic on the low `bits` bits: returns (result, flag out).
+/// For add/mad the flag is the carry, for sub the borrow (PTX CC.CF semantics).
+pub(crate) fn carry_op(
+    op: crate::ir::CarryOp,
+    bits: u32,
+    a: u64,
+    b: u64,
+    c: u64,
+    cf: bool,
+) -> (u64, bool) {
+    use crate::ir::CarryOp;
+    let m: u128 = if bits >= 64 {
+        u128::from(u64::MAX)
+    } else {
+        (1u128 << bits) - 1
+    };
+    let (a, b, c, cf) = (
+        u128::from(a) & m,
+        u128::from(b) & m,
+        u128::from(c) & m,
+        u128::from(cf),
+    );
+    let wide = match op {
+        CarryOp::Add => a + b + cf,
+        CarryOp::MadLo => ((a * b) & m) + c + cf,
+        CarryOp::MadHi => ((a * b) >> bits) + c + cf,
+        CarryOp::Sub => {
+            let sub = b + cf;
+            return (((a.wrapping_sub(sub)) & m) as u64, sub > a);
+        }
+    };
+    ((wide & m) as u64, wide > m)
+}

@@ -272,6 +272,37 @@ pub(crate) fn exec_warp(
                 alu::ter(TerOp::Selp, *ty, Default::default(), a, b, &bc, &mut r);
                 write(w, *d, exec, &r);
             }
+            Inst::Carry {
+                op,
+                cin,
+                cout,
+                ty,
+                flag,
+                d,
+                a: sa,
+                b: sb,
+                c: sc,
+            } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let c = src(w, *sc, widx, env, &mut bc);
+                let cf_in = if *cin {
+                    w.preds.get(*flag as usize).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                let mut cf_out = 0u32;
+                for l in 0..32 {
+                    let (v, f) =
+                        alu::carry_op(*op, ty.bits(), a[l], b[l], c[l], cf_in >> l & 1 != 0);
+                    r[l] = v;
+                    cf_out |= u32::from(f) << l;
+                }
+                write(w, *d, exec, &r);
+                if *cout {
+                    write_pred(w, *flag, exec, cf_out);
+                }
+            }
             Inst::Testp { op, ty, p, a: sa } => {
                 let a = src(w, *sa, widx, env, &mut ba);
                 let mut m = 0u32;
