@@ -28,9 +28,9 @@ fn err(text: &str) -> PtxError {
 
 #[test]
 fn unsupported_instruction_names_it_with_position() {
-    match err(&body("add.cc.u32 %r1, %r2, %r3;")) {
+    match err(&body("dp4a.u32.u32 %r1, %r2, %r3, %r4;")) {
         PtxError::UnsupportedInstruction { pos, name } => {
-            assert_eq!(name, "add.cc.u32");
+            assert_eq!(name, "dp4a.u32.u32");
             assert_eq!((pos.line, pos.col), (10, 1));
         }
         e => panic!("{e}"),
