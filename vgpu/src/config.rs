@@ -32,6 +32,10 @@ pub struct GpuConfig {
     pub va_size: u64,
     /// Worker threads of the software GPU.
     pub workers: usize,
+    /// Lazy shadowing: a TLB flush only marks the shadows stale; a stale shadow is brought up
+    /// to date (by difference) when a channel using it next runs. Off (`opt=none`): every flush
+    /// rebuilds every shadow from scratch at once, as GPUvm's naive full virtualization does.
+    pub lazy_shadowing: bool,
     /// Bytes of physical VRAM below and above the VM's partition (and of a host buffer that is
     /// not guest RAM) filled with a sentinel pattern and checked at exit: a host-side proof that
     /// nothing the guest did reached memory outside its partition.
@@ -49,6 +53,7 @@ impl Default for GpuConfig {
             va_base: 0x10_0000_0000,
             va_size: 4 << 30,
             workers: 1,
+            lazy_shadowing: true,
             guard: 2 << 20,
         }
     }
@@ -57,7 +62,9 @@ impl Default for GpuConfig {
 /// Errors in a `--gpu` option string.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers)")]
+    #[error(
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt)"
+    )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
     BadValue {
@@ -121,6 +128,13 @@ impl GpuConfig {
                         .ok_or_else(|| bad("1 to 600000"))?;
                     c.job_timeout = Duration::from_millis(ms);
                 }
+                "opt" => {
+                    c.lazy_shadowing = match value {
+                        "none" => false,
+                        "lazy" | "all" => true,
+                        _ => return Err(bad("none, lazy or all")),
+                    }
+                }
                 "workers" => {
                     c.workers = value
                         .parse()
@@ -168,5 +182,11 @@ mod tests {
             GpuConfig::parse("color=red"),
             Err(ConfigError::UnknownKey("color".into()))
         );
+        assert!(!GpuConfig::parse("opt=none").unwrap().lazy_shadowing);
+        assert!(GpuConfig::parse("opt=lazy").unwrap().lazy_shadowing);
+        assert!(matches!(
+            GpuConfig::parse("opt=fast"),
+            Err(ConfigError::BadValue { .. })
+        ));
     }
 }

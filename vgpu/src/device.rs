@@ -217,6 +217,28 @@ impl VgpuDevice {
                 r.flush_epoch += 1;
                 r.counters.tlb_flushes += 1;
                 shared.wake.notify_all();
+                if !self.cfg.lazy_shadowing {
+                    // Naive full virtualization: the flush write returns once every shadow has
+                    // been rebuilt (bounded by the job limit plus a second).
+                    let target = r.flush_epoch;
+                    let deadline = std::time::Instant::now()
+                        + self.cfg.job_timeout
+                        + std::time::Duration::from_secs(1);
+                    while r.flushed_epoch < target && !r.shutdown {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        if left.is_zero() {
+                            log::warn!(
+                                "vgpu: TLB flush {target} not done within the limit; not waiting longer"
+                            );
+                            break;
+                        }
+                        r = shared
+                            .flushed
+                            .wait_timeout(r, left)
+                            .map(|(g, _)| g)
+                            .unwrap_or_else(|e| e.into_inner().0);
+                    }
+                }
             }
             regs::RUNLIST_BASE => r.runlist_base = v,
             regs::RUNLIST_SUBMIT => {

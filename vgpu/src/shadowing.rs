@@ -164,6 +164,52 @@ impl Shadows {
         Instance::read(&self.mem, &self.layout, addr).map_err(guest_fault)
     }
 
+    /// Rebuilds every shadow space from scratch (a fresh engine space, every mapping made
+    /// again) and marks it current for `epoch`. Spaces whose page directory became invalid are
+    /// dropped (the next run of their channel reports the fault).
+    pub fn rebuild_all(&mut self, epoch: u64) -> Vec<RebuildReport> {
+        let keys: Vec<Pdb> = self.spaces.keys().copied().collect();
+        let mut reports = Vec::new();
+        for key in keys {
+            if let Some((mut sp, _)) = self.spaces.remove(&key)
+                && let Err(e) = sp.destroy(&*self.engine)
+            {
+                log::warn!("vgpu: destroy shadow space {key:?}: {e}");
+            }
+            let plan = match shadow::plan(
+                &self.mem,
+                &self.layout,
+                &self.partition,
+                &self.sysmem,
+                &self.engine.info().page_sizes,
+                key,
+            ) {
+                Ok(p) => p,
+                Err(f) => {
+                    log::debug!("vgpu: eager rebuild of {key:?}: {f}");
+                    continue;
+                }
+            };
+            let built =
+                ShadowSpace::create(&*self.engine, key, self.layout.va).and_then(|mut sp| {
+                    let stats = sp.sync(&*self.engine, &plan.mappings)?;
+                    Ok((sp, stats))
+                });
+            match built {
+                Ok((sp, stats)) => {
+                    self.spaces.insert(key, (sp, epoch));
+                    reports.push(RebuildReport {
+                        mapped: stats.mapped_pages,
+                        unmapped: stats.unmapped_pages,
+                        ..RebuildReport::default()
+                    });
+                }
+                Err(e) => log::error!("vgpu: eager rebuild of {key:?}: {e}"),
+            }
+        }
+        reports
+    }
+
     /// The shadow space for `inst`'s page directory, rebuilt if the guest flushed since it was
     /// built (or it is new).
     pub fn space_for(&mut self, inst: &Instance, epoch: u64) -> Result<SpaceSync, Fault> {

@@ -93,6 +93,8 @@ pub struct Regs {
     pub fault: Option<FaultRecord>,
     /// Incremented by every TLB_FLUSH.
     pub flush_epoch: u64,
+    /// The last flush epoch whose shadows the worker rebuilt eagerly (without lazy shadowing).
+    pub flushed_epoch: u64,
     pub watched: HashMap<u64, Watched>,
     pub counters: GpuCounters,
     pub shutdown: bool,
@@ -105,6 +107,8 @@ pub struct Shared {
     regs: Mutex<Regs>,
     /// Wakes the worker (doorbell, runlist, flush, shutdown).
     pub wake: Condvar,
+    /// Signalled by the worker when it finished an eager flush.
+    pub flushed: Condvar,
     pub msi: Mutex<Option<MsiMessage>>,
     pub irq: Arc<dyn IrqSink>,
     pub started: Instant,
@@ -129,12 +133,14 @@ impl Shared {
                 chans: vec![ChanRegs::default(); channels as usize],
                 fault: None,
                 flush_epoch: 0,
+                flushed_epoch: 0,
                 watched: HashMap::new(),
                 counters: GpuCounters::default(),
                 shutdown: false,
                 irq_line: false,
             }),
             wake: Condvar::new(),
+            flushed: Condvar::new(),
             msi: Mutex::new(None),
             irq,
             started: Instant::now(),

@@ -69,7 +69,12 @@ pub struct Worker {
     chans: Vec<ChanRt>,
     watchdog: Watchdog,
     next: usize,
+    /// The last TLB-flush epoch handled eagerly (without lazy shadowing).
+    seen_epoch: u64,
 }
+
+/// The channel index `pick` returns for an eager flush.
+const FLUSH: usize = usize::MAX;
 
 /// How long a waiting acquire sleeps before it is retried.
 const ACQUIRE_POLL: Duration = Duration::from_millis(1);
@@ -90,12 +95,17 @@ impl Worker {
             chans,
             watchdog: Watchdog::start()?,
             next: 0,
+            seen_epoch: 0,
         })
     }
 
     /// Runs until the device shuts down.
     pub fn run(mut self) {
         while let Some((ch, flush_epoch)) = self.pick() {
+            if ch == FLUSH {
+                self.eager_flush(flush_epoch);
+                continue;
+            }
             let turn = self.turn(ch, flush_epoch);
             let shared = self.shared.clone();
             let mut r = shared.lock();
@@ -139,12 +149,32 @@ impl Worker {
     }
 
     /// Waits for a runnable channel; returns it (marked running) and the flush epoch.
+    /// Rebuilds every shadow from scratch now (naive full virtualization: `opt=none`).
+    fn eager_flush(&mut self, epoch: u64) {
+        let reports = self.shadows.rebuild_all(epoch);
+        let mut r = self.shared.lock();
+        for report in reports {
+            r.counters.shadow_rebuilds += 1;
+            r.counters.pages_shadowed += report.mapped;
+            r.counters.pages_unshadowed += report.unmapped;
+        }
+        r.flushed_epoch = epoch;
+        self.shared.flushed.notify_all();
+    }
+
+    /// Waits for work: a runnable channel (returned marked running, with the flush epoch), or
+    /// `(FLUSH, epoch)` when a TLB flush must be handled eagerly.
     fn pick(&mut self) -> Option<(usize, u64)> {
         let shared = self.shared.clone();
         let mut r = shared.lock();
         loop {
             if r.shutdown {
                 return None;
+            }
+            if !self.cfg.lazy_shadowing && r.flush_epoch != self.seen_epoch {
+                // One flush at a time: the flushing vCPU waits for each (see the device).
+                self.seen_epoch += 1;
+                return Some((FLUSH, self.seen_epoch));
             }
             let n = r.chans.len();
             let mut waiting = false;

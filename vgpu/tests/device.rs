@@ -312,3 +312,52 @@ fn instance_blocks_are_validated_when_bound() {
         (0, STATE_IDLE)
     );
 }
+
+/// Runs one release on channel 0 (slot `slot`) and waits for it.
+fn release(b: &Bench, slot: u32, payload: u32) {
+    let sem = b.va_base + SYS_VA_OFF + 0x3000;
+    let pb = push(&[(SEM_ADDR_HI, &[hi(sem), sem as u32, payload, SEM_OP_RELEASE])]);
+    submit(b, slot, 0x1000 + 0x100 * u64::from(slot), &pb);
+    b.wait("the release", |b| {
+        b.sys_read(SYS + 0x3000, 4) == payload.to_le_bytes()
+    });
+}
+
+#[test]
+fn lazy_shadowing_defers_rebuilds_to_the_next_run_and_naive_rebuilds_at_every_flush() {
+    for lazy in [true, false] {
+        let b = Bench::with(|c| c.lazy_shadowing = lazy);
+        setup(&b);
+        release(&b, 0, 1);
+        assert_eq!(b.gpu.stats().counters.shadow_rebuilds, 1);
+        for _ in 0..3 {
+            b.write(TLB_FLUSH, 1);
+        }
+        if lazy {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert_eq!(
+                b.gpu.stats().counters.shadow_rebuilds,
+                1,
+                "flushes only mark the shadow stale"
+            );
+            release(&b, 1, 2);
+            assert_eq!(
+                b.gpu.stats().counters.shadow_rebuilds,
+                2,
+                "one rebuild, at the next run"
+            );
+        } else {
+            b.wait("three eager rebuilds", |b| {
+                b.gpu.stats().counters.shadow_rebuilds == 4
+            });
+            let shadowed = b.gpu.stats().counters.pages_shadowed;
+            release(&b, 1, 2);
+            let s = b.gpu.stats().counters;
+            assert_eq!(s.shadow_rebuilds, 4, "nothing left to do at the run");
+            assert!(
+                shadowed >= 4 * 512 * 2 / 512,
+                "each rebuild maps everything again: {shadowed}"
+            );
+        }
+    }
+}

@@ -44,14 +44,20 @@ pub struct Bench {
 
 impl Bench {
     pub fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// A bench whose configuration `tweak` adjusts.
+    pub fn with(tweak: impl FnOnce(&mut GpuConfig)) -> Self {
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
         let irq = Arc::new(CountingIrq::default());
-        let cfg = GpuConfig {
+        let mut cfg = GpuConfig {
             vram: VRAM,
             channels: 4,
             job_timeout: Duration::from_millis(300),
             ..GpuConfig::default()
         };
+        tweak(&mut cfg);
         let va_base = cfg.va_base;
         let gpu = Vgpu::new(cfg, ram.clone(), irq.clone()).unwrap();
         let dev = gpu.device();
