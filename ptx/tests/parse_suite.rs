@@ -119,3 +119,31 @@ fn nvcc_lineinfo_artifacts_parse_and_run() {
     ));
     assert_eq!(mem.read_u32s(0x1000, 8), Some((0..8).collect()));
 }
+
+/// Every `.ptx` file present in the suite folders at test time (new nvcc output included)
+/// parses; the explicit list above keeps the known ones compiled into the test.
+#[test]
+fn every_ptx_file_in_the_suite_folders_parses() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("suite");
+    let mut seen = 0;
+    let mut failures = Vec::new();
+    for dir in ["cuda", "kernels"] {
+        let Ok(rd) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for f in rd.flatten() {
+            let path = f.path();
+            if path.extension().is_some_and(|e| e == "ptx") {
+                seen += 1;
+                let text = std::fs::read_to_string(&path).expect("readable");
+                if let Err(e) = ptx::parse(&text) {
+                    failures.push(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(seen >= FILES.len(), "found {seen} files");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
