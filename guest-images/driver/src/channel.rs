@@ -235,6 +235,38 @@ impl Channel {
         Ok(Fence { seq })
     }
 
+    /// Copies `data` into a new VRAM pool buffer (staged in system memory, one copy-engine
+    /// copy, waited for).
+    pub fn upload_vram<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        data: &[u8],
+    ) -> Result<crate::device::VramAlloc, Error> {
+        let len = data.len() as u64;
+        let v = gpu.vram_alloc(len)?;
+        let staging = match gpu.sys_alloc(len) {
+            Ok(s) => s,
+            Err(e) => {
+                gpu.vram_free(v);
+                return Err(e);
+            }
+        };
+        let r = gpu.sys_write(&staging, 0, data).and_then(|()| {
+            let mut pb = PushBuf::new();
+            pb.copy(staging.va, v.va, len);
+            let f = self.submit(gpu, &mut pb)?;
+            self.wait(gpu, f)
+        });
+        gpu.sys_free(staging);
+        match r {
+            Ok(()) => Ok(v),
+            Err(e) => {
+                gpu.vram_free(v);
+                Err(e)
+            }
+        }
+    }
+
     /// Waits for everything submitted so far.
     pub fn wait_idle<P: Platform>(&mut self, gpu: &mut Gpu<P>) -> Result<(), Error> {
         self.wait(gpu, Fence { seq: self.seq })

@@ -1,5 +1,6 @@
 //! Runs one suite instance through gpu-driver: PTX and staging buffers in system memory,
-//! buffers in VRAM (copy engine in and out), every launch in order in one submission between
+//! buffers in VRAM (copy engine in and out; or, by [`RunOpts`], PTX in VRAM and buffers used
+//! in place in system memory), every launch in order in one submission between
 //! two timestamped semaphore releases, then the suite's check in the guest.
 
 use alloc::format;
@@ -11,6 +12,25 @@ use suite::Instance;
 /// Semaphore slots of the start and end timestamps.
 const SLOT_START: u64 = 1;
 const SLOT_END: u64 = 2;
+
+/// Where things go.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOpts {
+    /// PTX text copied into VRAM (else read by the GPU from system memory).
+    pub ptx_in_vram: bool,
+    /// Buffers left in system memory for the kernels to use directly (else VRAM + copies).
+    pub buffers_in_sysmem: bool,
+}
+
+impl RunOpts {
+    /// From the command line: `ptx=vram`, `buffers=sysmem`.
+    pub fn from_args() -> Self {
+        Self {
+            ptx_in_vram: guest_rt::arg("ptx") == Some("vram"),
+            buffers_in_sysmem: guest_rt::arg("buffers") == Some("sysmem"),
+        }
+    }
+}
 
 /// What one run gave.
 #[derive(Debug)]
@@ -38,13 +58,18 @@ impl Allocs {
 }
 
 /// Runs `inst` on channel `ch` and checks it.
-pub fn run_instance<P: Platform>(gpu: &mut Gpu<P>, ch: &mut Channel, inst: &Instance) -> Outcome {
+pub fn run_instance<P: Platform>(
+    gpu: &mut Gpu<P>,
+    ch: &mut Channel,
+    inst: &Instance,
+    opts: RunOpts,
+) -> Outcome {
     let before = gpu.mmio_count();
     let mut allocs = Allocs {
         sys: Vec::new(),
         vram: Vec::new(),
     };
-    let r = run(gpu, ch, inst, &mut allocs);
+    let r = run(gpu, ch, inst, opts, &mut allocs);
     allocs.free(gpu);
     let exits = gpu.mmio_count() - before;
     match r {
@@ -75,25 +100,39 @@ fn run<P: Platform>(
     gpu: &mut Gpu<P>,
     ch: &mut Channel,
     inst: &Instance,
+    opts: RunOpts,
     allocs: &mut Allocs,
 ) -> Result<(bool, u64, String), Error> {
-    let code = gpu.sys_alloc(inst.ptx.len() as u64)?;
-    allocs.sys.push(code);
-    gpu.sys_write(&code, 0, inst.ptx.as_bytes())?;
+    let code_va = if opts.ptx_in_vram {
+        let v = ch.upload_vram(gpu, inst.ptx.as_bytes())?;
+        allocs.vram.push(v);
+        v.va
+    } else {
+        let code = gpu.sys_alloc(inst.ptx.len() as u64)?;
+        allocs.sys.push(code);
+        gpu.sys_write(&code, 0, inst.ptx.as_bytes())?;
+        code.va
+    };
     let mut pb = PushBuf::new();
     let mut addrs = Vec::with_capacity(inst.buffers.len());
     let mut staging = Vec::with_capacity(inst.buffers.len());
     for b in &inst.buffers {
         let len = b.init.len() as u64;
-        let v = gpu.vram_alloc(len)?;
-        allocs.vram.push(v);
         let s = gpu.sys_alloc(len)?;
         allocs.sys.push(s);
         if len > 0 {
             gpu.sys_write(&s, 0, &b.init)?;
-            pb.copy(s.va, v.va, len);
         }
-        addrs.push(v.va);
+        if opts.buffers_in_sysmem {
+            addrs.push(s.va);
+        } else {
+            let v = gpu.vram_alloc(len)?;
+            allocs.vram.push(v);
+            if len > 0 {
+                pb.copy(s.va, v.va, len);
+            }
+            addrs.push(v.va);
+        }
         staging.push(s);
     }
     pb.release(ch.slot_va(SLOT_START), 1, false, true);
@@ -107,7 +146,7 @@ fn run<P: Platform>(
             ch.stage(gpu, &params, 16)?
         };
         pb.launch(&LaunchDesc {
-            code_va: code.va,
+            code_va,
             code_len: inst.ptx.len() as u32,
             entry_va,
             entry_len: l.entry.len() as u32,
@@ -121,7 +160,7 @@ fn run<P: Platform>(
     pb.release(ch.slot_va(SLOT_END), 1, false, true);
     for i in inst.read_back() {
         let len = inst.buffers[i].init.len() as u64;
-        if len > 0 {
+        if len > 0 && !opts.buffers_in_sysmem {
             pb.copy(addrs[i], staging[i].va, len);
         }
     }

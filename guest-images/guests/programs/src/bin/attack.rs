@@ -40,7 +40,7 @@ fn report(
 ) {
     let sanity = {
         let inst = suite::find("vecadd").map(|w| w.instance(suite::Size::Small));
-        inst.is_some_and(|i| runner::run_instance(gpu, ch, &i).ok)
+        inst.is_some_and(|i| runner::run_instance(gpu, ch, &i, runner::RunOpts::default()).ok)
     };
     let (ok, aim, faults, note) = match r {
         Ok(a) => {

@@ -3,7 +3,8 @@
 //! guest. Prints `RESULT name=<name> ok=<0|1> gpu_us=<n> exits=<n>` per workload (gpu_us:
 //! device TIMER between semaphore releases around the launches; exits: the driver's MMIO
 //! accesses for that workload) and exits 0 only if all were ok. Driver options: see
-//! `guest_programs::platform::config_from_args` (`tables=`, `wait=`, `sys_mib=`, `timeout_s=`).
+//! `guest_programs::platform::config_from_args` (`tables=`, `wait=`, `sys_mib=`, `timeout_s=`);
+//! placement: `ptx=vram`, `buffers=sysmem` (see `guest_programs::runner::RunOpts`).
 #![no_std]
 #![no_main]
 
@@ -24,6 +25,7 @@ fn main() -> u8 {
     };
     let only = guest_rt::arg("only");
     let cfg = platform::config_from_args();
+    let opts = runner::RunOpts::from_args();
     let mut gpu = match platform::open(cfg) {
         Ok(g) => g,
         Err(e) => {
@@ -54,7 +56,7 @@ fn main() -> u8 {
     let (mut total, mut passed) = (0, 0);
     for w in suite::all().filter(|w| only.is_none_or(|o| o == w.name)) {
         let inst = w.instance(size);
-        let out = runner::run_instance(&mut gpu, &mut ch, &inst);
+        let out = runner::run_instance(&mut gpu, &mut ch, &inst, opts);
         total += 1;
         passed += usize::from(out.ok);
         if !out.ok {
