@@ -58,6 +58,10 @@
 //!   cumulative (saved with the context).
 //! - `RunControl::step_limit` counts warp-instructions per worker (exact with one worker).
 //! - A faulted launch stays faulted; drop it. Dropping a preempted launch cancels it.
+//! - Generic addresses at and above [`MODULE_WINDOW`] (module variables), [`SHARED_WINDOW`]
+//!   and [`LOCAL_WINDOW`] never reach [`GlobalMemory`]; guest VAs must stay below them.
+//! - A module with `.global`/`.const` variables ([`Module::has_variables`]) holds state shared
+//!   by all its launches: give each isolation domain (VM) its own [`Module::instantiate`].
 
 mod cfg;
 mod context;
