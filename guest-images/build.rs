@@ -19,7 +19,10 @@ fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let guests = manifest.join("guests");
     println!("cargo:rerun-if-changed={}", guests.display());
-    println!("cargo:rerun-if-changed={}", manifest.join("abi").display());
+    // Everything the guests are built from: their workspace, the ABI, the driver, the suite.
+    for dep in ["abi", "driver", "../suite"] {
+        println!("cargo:rerun-if-changed={}", manifest.join(dep).display());
+    }
 
     let linker_script = guests.join("linker.ld");
     let flags = [
