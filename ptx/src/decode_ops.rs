@@ -185,6 +185,7 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             }
         }
         "setp" => dec_setp(c, &mut m, ops)?,
+        "set" => dec_set(c, &mut m, ops)?,
         "selp" => {
             let ty = one_type(c, &mut m)?;
             nops(c, ops, 4)?;
@@ -675,6 +676,50 @@ fn dec_setp(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         ftz,
         p,
         q,
+        a: c.src(&ops[1], ty)?,
+        b: c.src(&ops[2], ty)?,
+        comb,
+    })
+}
+
+fn dec_set(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let Some(cmp) = m.list.first().and_then(|s| cmp_of(s)) else {
+        return c.unsupported();
+    };
+    m.used[0] = true;
+    let comb = match m.take_any(&["and", "or", "xor"]) {
+        Some("and") => Some(BoolOp::And),
+        Some("or") => Some(BoolOp::Or),
+        Some("xor") => Some(BoolOp::Xor),
+        _ => None,
+    };
+    let ftz = m.take("ftz");
+    let tys = m.types();
+    let [dty, ty] = tys.as_slice() else {
+        return c.unsupported();
+    };
+    let (dty, ty) = (*dty, *ty);
+    let float_only = !matches!(
+        cmp,
+        Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
+    );
+    if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32)
+        || matches!(ty, Ty::Pred | Ty::F16)
+        || (float_only && !ty.is_float())
+    {
+        return c.unsupported();
+    }
+    nops(c, ops, if comb.is_some() { 4 } else { 3 })?;
+    let comb = match comb {
+        Some(op) => Some((op, c.psrc(&ops[3])?)),
+        None => None,
+    };
+    Ok(Inst::Set {
+        cmp,
+        ty,
+        float_out: dty == Ty::F32,
+        ftz,
+        d: c.dst(&ops[0])?,
         a: c.src(&ops[1], ty)?,
         b: c.src(&ops[2], ty)?,
         comb,

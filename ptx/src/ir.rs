@@ -392,6 +392,17 @@ pub(crate) enum Inst {
         b: Src,
         c: Src,
     },
+    /// `set.cmp[.bool].dty.sty d, a, b[, c]`: d = all ones (u32/s32) or 1.0 (f32) when true.
+    Set {
+        cmp: Cmp,
+        ty: Ty,
+        float_out: bool,
+        ftz: bool,
+        d: u32,
+        a: Src,
+        b: Src,
+        comb: Option<(BoolOp, PSrc)>,
+    },
     /// `testp.op.{f32,f64} p, a`.
     Testp {
         op: TestpOp,

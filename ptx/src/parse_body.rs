@@ -186,6 +186,7 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "set",
     "addc",
     "subc",
     "madc",

@@ -303,6 +303,32 @@ pub(crate) fn exec_warp(
                     write_pred(w, *flag, exec, cf_out);
                 }
             }
+            Inst::Set {
+                cmp,
+                ty,
+                float_out,
+                ftz,
+                d,
+                a: sa,
+                b: sb,
+                comb,
+            } => {
+                let a = src(w, *sa, widx, env, &mut ba);
+                let b = src(w, *sb, widx, env, &mut bb);
+                let mut m = alu::setp_mask(*cmp, *ty, *ftz, a, b);
+                if let Some((o, cs)) = comb {
+                    m = bool_op(*o, m, psrc(w, *cs));
+                }
+                let one = if *float_out {
+                    u64::from(1f32.to_bits())
+                } else {
+                    0xffff_ffff
+                };
+                for l in 0..32 {
+                    r[l] = if m >> l & 1 != 0 { one } else { 0 };
+                }
+                write(w, *d, exec, &r);
+            }
             Inst::Testp { op, ty, p, a: sa } => {
                 let a = src(w, *sa, widx, env, &mut ba);
                 let mut m = 0u32;
