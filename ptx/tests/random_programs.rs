@@ -23,7 +23,7 @@ fn program(r: &mut Rng, n: usize) -> String {
             body.push_str(&format!("$L{}:\n", i / 4));
         }
         let (d, a, b) = (reg(r), reg(r), reg(r));
-        let line = match r.u32() % 25 {
+        let line = match r.u32() % 29 {
             0 => format!("add.s32 {d}, {a}, {b};"),
             1 => format!("mul.lo.s32 {d}, {a}, {};", r.u32() % 7),
             2 => format!("div.s32 {d}, {a}, {b};"),
@@ -66,6 +66,12 @@ fn program(r: &mut Rng, n: usize) -> String {
             21 => format!("atom.shared.cas.b32 {d}, [sh+8], {a}, {b};"),
             22 => format!("mov.u32 {d}, %laneid;"),
             23 => format!("bar.red.popc.u32 {d}, 0, %p1;\nbar.red.or.pred %p2, 0, !%p1;"),
+            24 => format!(
+                "add.cc.u32 {d}, {a}, {b};\naddc.cc.u32 {a}, {a}, {d};\nsubc.u32 {b}, {b}, 1;"
+            ),
+            25 => format!("shf.l.wrap.b32 {d}, {a}, {b}, {a};\nlop3.b32 {a}, {a}, {b}, {d}, 0xE8;"),
+            26 => format!("redux.sync.add.u32 {d}, {a}, -1;\nset.lt.u32.s32 {b}, {a}, {d};"),
+            27 => format!("bfind.s32 {d}, {a};\nprmt.b32 {b}, {a}, {d}, 0x3210;"),
             _ => format!("sub.s32 {d}, {a}, 1;"),
         };
         body.push_str(&line);
