@@ -10,3 +10,4 @@ pub(crate) mod sched;
 pub(crate) mod setup;
 pub(crate) mod warp;
 pub(crate) mod warp_mem;
+pub(crate) mod warp_ops;
