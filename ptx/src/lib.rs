@@ -66,6 +66,7 @@
 mod cfg;
 mod context;
 mod decode;
+mod decode_cmp;
 mod decode_mem;
 mod decode_ops;
 mod error;
