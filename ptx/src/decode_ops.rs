@@ -1,6 +1,7 @@
 //! Per-instruction decoding: opcode + modifiers + raw operands → one IR instruction
-//! (arithmetic, logic, comparisons, conversions, control flow; memory and warp-level
-//! instructions are in `decode_mem`).
+//! (dispatch, arithmetic, logic, bit operations, moves and control flow; comparisons,
+//! conversions, carry chains and barriers are in `decode_cmp`, memory and warp-level
+//! instructions in `decode_mem`).
 //! Every opcode or modifier outside the documented subset is an `UnsupportedInstruction`.
 
 use crate::decode::{Ctx, ROp};
