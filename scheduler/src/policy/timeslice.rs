@@ -1,0 +1,210 @@
+//! TIMESLICE: weighted fair share with preemption at slice end. Virtual time (GPU time / weight)
+//! orders the VMs; overshoot shortens the VM's next slice (repaid); an idle VM gives up its turn.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{Choice, Policy};
+use crate::config::PolicyKind;
+use crate::types::VmId;
+
+/// Scale of virtual time: virtual ns = GPU ns × 2^32 / weight.
+const VSCALE: u32 = 32;
+
+fn virt(d: Duration, weight: u32) -> u128 {
+    (d.as_nanos() << VSCALE) / u128::from(weight.max(1))
+}
+
+#[derive(Debug)]
+struct Vm {
+    weight: u32,
+    /// Virtual time: weighted GPU time received.
+    vtime: u128,
+    runnable: bool,
+    /// Grant sequence number of its last turn (ties go to the least recently run: round robin).
+    last_turn: u64,
+    /// Overshoot of past turns not yet repaid.
+    debt: Duration,
+}
+
+/// The VM whose turn it is.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    vm: VmId,
+    used: Duration,
+    budget: Duration,
+}
+
+/// Weighted fair time slicing.
+#[derive(Debug)]
+pub struct Timeslice {
+    slice: Duration,
+    /// A VM that gets work preempts the running VM when it is this far behind (`None`: never).
+    wake_preempt: Option<Duration>,
+    vms: BTreeMap<VmId, Vm>,
+    turn: Option<Turn>,
+    /// The VM holding the GPU and since when.
+    running: Option<(VmId, Duration)>,
+    /// Monotonic floor of virtual time: the least virtual time among VMs with work. A VM that
+    /// gets work is placed no lower than one slice below it, so idle time is not banked.
+    floor: u128,
+    turns: u64,
+}
+
+impl Timeslice {
+    pub fn new(slice: Duration, wake_preempt: Option<Duration>) -> Self {
+        Self {
+            slice,
+            wake_preempt,
+            vms: BTreeMap::new(),
+            turn: None,
+            running: None,
+            floor: 0,
+            turns: 0,
+        }
+    }
+
+    fn charge(&mut self, vm: VmId, gpu_time: Duration) {
+        if self.running.is_some_and(|(r, _)| r == vm) {
+            self.running = None;
+        }
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.vtime = v.vtime.saturating_add(virt(gpu_time, v.weight));
+        }
+        if let Some(t) = &mut self.turn
+            && t.vm == vm
+        {
+            t.used = t.used.saturating_add(gpu_time);
+        }
+        self.update_floor();
+    }
+
+    fn update_floor(&mut self) {
+        let least = self
+            .vms
+            .values()
+            .filter(|v| v.runnable)
+            .map(|v| v.vtime)
+            .min();
+        if let Some(least) = least {
+            self.floor = self.floor.max(least);
+        }
+    }
+
+    /// Ends the current turn: an overshoot beyond its budget becomes debt.
+    fn end_turn(&mut self) {
+        if let Some(t) = self.turn.take()
+            && let Some(v) = self.vms.get_mut(&t.vm)
+        {
+            v.debt = v.debt.saturating_add(t.used.saturating_sub(t.budget));
+        }
+    }
+}
+
+impl Policy for Timeslice {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Timeslice
+    }
+    fn add(&mut self, vm: VmId, weight: u32, _now: Duration) {
+        let state = Vm {
+            weight,
+            vtime: self.floor,
+            runnable: false,
+            last_turn: 0,
+            debt: Duration::ZERO,
+        };
+        self.vms.insert(vm, state);
+    }
+    fn remove(&mut self, vm: VmId, _now: Duration) {
+        self.vms.remove(&vm);
+        if self.turn.is_some_and(|t| t.vm == vm) {
+            self.turn = None;
+        }
+        if self.running.is_some_and(|(r, _)| r == vm) {
+            self.running = None;
+        }
+        self.update_floor();
+    }
+    fn on_submit(&mut self, vm: VmId, now: Duration) -> bool {
+        let (floor, slice) = (self.floor, self.slice);
+        let Some(v) = self.vms.get_mut(&vm) else {
+            return false;
+        };
+        if v.runnable {
+            return false;
+        }
+        v.runnable = true;
+        v.vtime = v.vtime.max(floor.saturating_sub(virt(slice, v.weight)));
+        let (mine, granularity) = (v.vtime, self.wake_preempt);
+        let (Some(granularity), Some((r, since))) = (granularity, self.running) else {
+            return false;
+        };
+        let Some(running) = self.vms.get(&r).filter(|_| r != vm) else {
+            return false;
+        };
+        let effective = running
+            .vtime
+            .saturating_add(virt(now.saturating_sub(since), running.weight));
+        let weight = self.vms.get(&vm).map_or(1, |v| v.weight);
+        let preempt = mine.saturating_add(virt(granularity, weight)) < effective;
+        if preempt {
+            // The running VM's turn ends here; the next pick goes by virtual time.
+            self.end_turn();
+        }
+        preempt
+    }
+    fn on_idle(&mut self, vm: VmId, _now: Duration) {
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.runnable = false;
+        }
+        // The turn is kept: a VM that submits again before the next pick goes on with it; one
+        // still idle at the pick gives up the rest of its turn.
+        self.update_floor();
+    }
+    fn on_complete(&mut self, vm: VmId, gpu_time: Duration, _now: Duration) {
+        self.charge(vm, gpu_time);
+    }
+    fn on_preempted(&mut self, vm: VmId, gpu_time: Duration, _now: Duration) {
+        self.charge(vm, gpu_time);
+    }
+    fn pick(&mut self, now: Duration) -> Option<Choice> {
+        if let Some(t) = self.turn
+            && t.used < t.budget
+            && self.vms.get(&t.vm).is_some_and(|v| v.runnable)
+        {
+            self.running = Some((t.vm, now));
+            return Some(Choice::Run {
+                vm: t.vm,
+                slice: Some(t.budget - t.used),
+            });
+        }
+        self.end_turn();
+        let (&vm, _) = self
+            .vms
+            .iter()
+            .filter(|(_, v)| v.runnable)
+            .min_by_key(|(_, v)| (v.vtime, v.last_turn))?;
+        self.turns += 1;
+        // Repay debt by shortening this turn, keeping at least a quarter slice.
+        let repay = self
+            .vms
+            .get(&vm)
+            .map_or(Duration::ZERO, |v| v.debt)
+            .min(self.slice * 3 / 4);
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.last_turn = self.turns;
+            v.debt -= repay;
+        }
+        let budget = self.slice - repay;
+        self.turn = Some(Turn {
+            vm,
+            used: Duration::ZERO,
+            budget,
+        });
+        self.running = Some((vm, now));
+        Some(Choice::Run {
+            vm,
+            slice: Some(budget),
+        })
+    }
+}

@@ -1,0 +1,339 @@
+//! `Scheduler`: validates events, keeps VM state (queued jobs, running VM), strict priority
+//! classes over per-class policies, and charges GPU time to the accounting.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::accounting::Accounting;
+use crate::config::{Charge, Config, ConfigError};
+use crate::error::SchedError;
+use crate::policy::{Choice, Policy, make_policy};
+use crate::types::{Action, Decision, Pick, Removed, Running, VmId, VmParams, VmStats};
+
+#[derive(Debug)]
+struct Vm {
+    params: VmParams,
+    stats: VmStats,
+}
+
+/// How a granted run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Completed,
+    Faulted,
+    Preempted,
+}
+
+/// The GPU scheduler: one policy per priority class, the highest class with work runs.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: Config,
+    vms: BTreeMap<VmId, Vm>,
+    /// Policy per class; the class of every registered VM has one.
+    classes: BTreeMap<u8, Box<dyn Policy>>,
+    running: Option<Running>,
+    last: Duration,
+    accounting: Accounting,
+}
+
+impl Scheduler {
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let accounting = Accounting::new(config.window, config.history);
+        Ok(Self {
+            config,
+            vms: BTreeMap::new(),
+            classes: BTreeMap::new(),
+            running: None,
+            last: Duration::ZERO,
+            accounting,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Refuses a time earlier than the last event's; otherwise records it.
+    fn tick(&mut self, now: Duration) -> Result<(), SchedError> {
+        if now < self.last {
+            return Err(SchedError::TimeWentBackwards {
+                last: self.last,
+                now,
+            });
+        }
+        self.last = now;
+        Ok(())
+    }
+
+    fn check_time(&self, now: Duration) -> Result<(), SchedError> {
+        if now < self.last {
+            return Err(SchedError::TimeWentBackwards {
+                last: self.last,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    fn vm(&self, vm: VmId) -> Result<&Vm, SchedError> {
+        self.vms.get(&vm).ok_or(SchedError::UnknownVm(vm))
+    }
+
+    fn policy(&mut self, class: u8) -> Option<&mut Box<dyn Policy>> {
+        self.classes.get_mut(&class)
+    }
+
+    /// Registers a VM (no queued jobs).
+    pub fn register(
+        &mut self,
+        vm: VmId,
+        params: VmParams,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        if self.vms.contains_key(&vm) {
+            return Err(SchedError::AlreadyRegistered(vm));
+        }
+        if params.weight == 0 || params.weight > self.config.max_weight {
+            return Err(SchedError::BadWeight {
+                weight: params.weight,
+                max: self.config.max_weight,
+            });
+        }
+        if self.vms.len() >= self.config.max_vms {
+            return Err(SchedError::TooManyVms(self.config.max_vms));
+        }
+        self.tick(now)?;
+        let config = &self.config;
+        let policy = self
+            .classes
+            .entry(params.priority)
+            .or_insert_with(|| make_policy(config.policy_of(params.priority), config));
+        policy.add(vm, params.weight, now);
+        self.vms.insert(
+            vm,
+            Vm {
+                params,
+                stats: VmStats::default(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes a VM at any time (it died, hung, or left): its queued jobs are dropped and, if it
+    /// held the GPU, the GPU is free at once (`was_running`: stop or abandon its job).
+    pub fn remove(&mut self, vm: VmId, now: Duration) -> Result<Removed, SchedError> {
+        self.check_time(now)?;
+        let entry = self.vm(vm)?;
+        let (class, pending) = (entry.params.priority, entry.stats.pending);
+        self.tick(now)?;
+        let was_running = self.running.is_some_and(|r| r.vm == vm);
+        if was_running {
+            self.running = None;
+        }
+        self.vms.remove(&vm);
+        if let Some(p) = self.policy(class) {
+            p.remove(vm, now);
+        }
+        if !self.vms.values().any(|v| v.params.priority == class) {
+            self.classes.remove(&class);
+        }
+        self.accounting.forget(vm);
+        Ok(Removed {
+            was_running,
+            pending,
+        })
+    }
+
+    /// One job queued for `vm`. Returns `Action::Preempt` when the VM's class is higher than the
+    /// running VM's (and `priority_preempt` is on), or when its class's policy asks for it
+    /// (TIMESLICE wake-up preemption).
+    pub fn on_submit(&mut self, vm: VmId, now: Duration) -> Result<Action, SchedError> {
+        self.check_time(now)?;
+        let class = self.vm(vm)?.params.priority;
+        self.tick(now)?;
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.stats.pending = v.stats.pending.saturating_add(1);
+        }
+        let wake = self.policy(class).is_some_and(|p| p.on_submit(vm, now));
+        let action = match self.running {
+            Some(r) if r.vm != vm => {
+                let running_class = self.vms.get(&r.vm).map_or(0, |v| v.params.priority);
+                let higher = self.config.priority_preempt && class > running_class;
+                if higher || (wake && class == running_class) {
+                    Action::Preempt(r.vm)
+                } else {
+                    Action::None
+                }
+            }
+            _ => Action::None,
+        };
+        Ok(action)
+    }
+
+    /// `vm`'s queue was dropped (channel reset, VM stopped submitting): it has no jobs left.
+    /// Refused while it holds the GPU (report the end of the run first).
+    pub fn on_idle(&mut self, vm: VmId, now: Duration) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        let class = self.vm(vm)?.params.priority;
+        if self.running.is_some_and(|r| r.vm == vm) {
+            return Err(SchedError::Busy(vm));
+        }
+        self.tick(now)?;
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.stats.pending = 0;
+        }
+        if let Some(p) = self.policy(class) {
+            p.on_idle(vm, now);
+        }
+        Ok(())
+    }
+
+    /// The running VM's job completed after `gpu_time` on the engine.
+    pub fn on_complete(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.end_run(vm, gpu_time, now, End::Completed)
+    }
+
+    /// The running VM's job faulted after `gpu_time` (charged; the job is gone like a completed one).
+    pub fn on_fault(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.end_run(vm, gpu_time, now, End::Faulted)
+    }
+
+    /// The running VM's job was preempted after `gpu_time`; it stays queued and resumes later.
+    pub fn on_preempted(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.end_run(vm, gpu_time, now, End::Preempted)
+    }
+
+    fn end_run(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+        end: End,
+    ) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        let class = self.vm(vm)?.params.priority;
+        let run = match self.running {
+            Some(r) if r.vm == vm => r,
+            _ => return Err(SchedError::NotRunning(vm)),
+        };
+        self.tick(now)?;
+        self.running = None;
+        let held = now.saturating_sub(run.since);
+        let charged = match self.config.charge {
+            Charge::Engine => gpu_time.min(held),
+            Charge::Wall => held,
+        };
+        self.accounting.charge(vm, charged, now);
+        let mut idle = false;
+        if let Some(v) = self.vms.get_mut(&vm) {
+            let s = &mut v.stats;
+            s.gpu_time = s.gpu_time.saturating_add(charged);
+            match end {
+                End::Preempted => s.preemptions += 1,
+                End::Completed | End::Faulted => {
+                    if end == End::Faulted {
+                        s.faults += 1;
+                    } else {
+                        s.completions += 1;
+                    }
+                    s.pending = s.pending.saturating_sub(1);
+                    idle = s.pending == 0;
+                }
+            }
+        }
+        if let Some(p) = self.policy(class) {
+            match end {
+                End::Preempted => p.on_preempted(vm, charged, now),
+                End::Completed | End::Faulted => p.on_complete(vm, charged, now),
+            }
+            if idle {
+                p.on_idle(vm, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Chooses who gets the GPU now: the highest priority class with queued jobs decides with
+    /// its policy. A `Run` is a grant: the VM is running until its run is reported or it is removed.
+    pub fn pick(&mut self, now: Duration) -> Result<Pick, SchedError> {
+        self.check_time(now)?;
+        if let Some(r) = self.running {
+            return Err(SchedError::Busy(r.vm));
+        }
+        self.tick(now)?;
+        let class = self
+            .vms
+            .values()
+            .filter(|v| v.stats.pending > 0)
+            .map(|v| v.params.priority)
+            .max();
+        let Some(class) = class else {
+            return Ok(Pick::Idle);
+        };
+        let choice = self.policy(class).and_then(|p| p.pick(now));
+        let pick = match choice {
+            Some(Choice::Run { vm, slice })
+                if self.vms.get(&vm).is_some_and(|v| v.stats.pending > 0) =>
+            {
+                if let Some(v) = self.vms.get_mut(&vm) {
+                    v.stats.runs += 1;
+                }
+                self.running = Some(Running {
+                    vm,
+                    since: now,
+                    slice,
+                });
+                Pick::Run(Decision { run: vm, slice })
+            }
+            Some(Choice::Wait { vm, until }) if self.vms.contains_key(&vm) && until > now => {
+                Pick::Wait { vm, until }
+            }
+            // A policy that broke its contract: refuse to grant rather than run an idle VM.
+            _ => Pick::Idle,
+        };
+        Ok(pick)
+    }
+
+    /// The run in progress, if any (a daemon checks it against the slice to catch a VM that
+    /// does not yield).
+    pub fn running(&self) -> Option<Running> {
+        self.running
+    }
+
+    /// A VM's registration parameters and totals.
+    pub fn vm_info(&self, vm: VmId) -> Result<(VmParams, VmStats), SchedError> {
+        self.vm(vm).map(|v| (v.params, v.stats))
+    }
+
+    /// Registered VMs in id order.
+    pub fn vms(&self) -> impl Iterator<Item = VmId> + '_ {
+        self.vms.keys().copied()
+    }
+
+    /// Whether any VM has queued jobs.
+    pub fn has_work(&self) -> bool {
+        self.vms.values().any(|v| v.stats.pending > 0)
+    }
+
+    /// GPU time per VM per window.
+    pub fn accounting(&self) -> &Accounting {
+        &self.accounting
+    }
+}
