@@ -324,3 +324,27 @@ fn oversized_cta_state_is_refused() {
         Err(LaunchError::CtaStateTooLarge { .. })
     ));
 }
+
+#[test]
+fn addresses_that_wrap_the_address_space_fault() {
+    // The first load fills the TLB; the second one's end wraps past 2^64 and must not be
+    // served from that entry.
+    let mut mem = Mem::new(1 << 16);
+    let buf = mem.alloc(64);
+    let f = fault_of(
+        "ld.param.u64 %rd1, [p0];\nld.global.u32 %r1, [%rd1];\nmov.u64 %rd2, -4;\nld.global.u32 %r2, [%rd2];",
+        &mem,
+        buf,
+    );
+    assert_eq!(f.reason, FaultReason::Unmapped);
+    assert_eq!(f.va, u64::MAX - 3);
+    let f = fault_of(
+        "ld.param.u64 %rd1, [p0];\nst.global.u32 [%rd1], 1;\nmov.u64 %rd2, -8;\nst.global.u64 [%rd2+4], %rd1;",
+        &mem,
+        buf,
+    );
+    assert!(matches!(
+        f.reason,
+        FaultReason::Unmapped | FaultReason::Misaligned
+    ));
+}

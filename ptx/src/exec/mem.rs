@@ -68,18 +68,20 @@ impl Tlb {
         size: u64,
         access: Access,
     ) -> Result<*mut u8, LaneFault> {
+        // `end` saturates: an access that would wrap the address space matches no entry.
+        let end = va.saturating_add(size);
         let last = &self.e[(self.next + TLB_WAYS - 1) % TLB_WAYS];
-        if last.access == access && va >= last.lo && va.wrapping_add(size) <= last.hi {
+        if last.access == access && va >= last.lo && end <= last.hi && end != u64::MAX {
             return Ok(last.host.wrapping_add((va - last.lo) as usize));
         }
         for e in &self.e {
-            if e.access == access && va >= e.lo && va.wrapping_add(size) <= e.hi {
+            if e.access == access && va >= e.lo && end <= e.hi && end != u64::MAX {
                 return Ok(e.host.wrapping_add((va - e.lo) as usize));
             }
         }
         let span = mem.translate(va, access)?;
         let hi = va.saturating_add(span.len() as u64);
-        if va + size > hi {
+        if va.checked_add(size).is_none_or(|e| e > hi) {
             return Err(LaneFault {
                 va: hi,
                 access,
