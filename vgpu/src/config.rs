@@ -7,6 +7,9 @@ use std::time::Duration;
 pub enum Mode {
     /// Full virtualization: every BAR access traps; shadows rebuilt at TLB flush.
     Full,
+    /// Para-virtualization: the guest changes its GPU address space with hypercalls (BAR3),
+    /// validated once at map time; no guest page tables are walked.
+    Para,
 }
 
 /// The physical GPU behind the device.
@@ -99,7 +102,8 @@ impl GpuConfig {
                 "mode" => {
                     c.mode = match value {
                         "full" => Mode::Full,
-                        _ => return Err(bad("supported: full")),
+                        "para" => Mode::Para,
+                        _ => return Err(bad("supported: full, para")),
                     }
                 }
                 "backend" => {
@@ -174,8 +178,9 @@ mod tests {
             GpuConfig::parse("channels=0"),
             Err(ConfigError::BadValue { .. })
         ));
+        assert_eq!(GpuConfig::parse("mode=para").unwrap().mode, Mode::Para);
         assert!(matches!(
-            GpuConfig::parse("mode=para"),
+            GpuConfig::parse("mode=pv"),
             Err(ConfigError::BadValue { .. })
         ));
         assert_eq!(

@@ -23,6 +23,8 @@ pub struct VgpuDevice {
     /// What guest addresses are valid (for validating instance blocks at bind time).
     layout: shadow::GpuLayout,
     timer_hi_latch: u32,
+    /// The para-virtual BAR3 (`mode=para`).
+    para: Option<crate::para::Para>,
 }
 
 impl VgpuDevice {
@@ -63,7 +65,22 @@ impl VgpuDevice {
             shared,
             layout,
             timer_hi_latch: 0,
+            para: None,
         })
+    }
+
+    /// Adds the para-virtual interface: BAR3 and CAPS bit 4 (before the device is on a bus).
+    pub fn attach_para(&mut self, para: crate::para::Para) -> Result<(), PciError> {
+        self.config.add_bar(
+            3,
+            BarSpec {
+                kind: BarKind::Mmio32,
+                size: crate::para::BAR_SIZE,
+                prefetchable: false,
+            },
+        )?;
+        self.para = Some(para);
+        Ok(())
     }
 
     /// Reads or writes guest VRAM `[addr, addr + len)` through the aperture; out-of-range
@@ -135,7 +152,14 @@ impl VgpuDevice {
             regs::VA_BASE_HI => (c.va_base >> 32) as u32,
             regs::VA_SIZE_LO => c.va_size as u32,
             regs::VA_SIZE_HI => (c.va_size >> 32) as u32,
-            regs::CAPS => regs::CAP_COPY | regs::CAP_COMPUTE | regs::CAP_SYSMEM | regs::CAP_MSI,
+            regs::CAPS => {
+                let para = if self.para.is_some() {
+                    regs::CAP_PARA
+                } else {
+                    0
+                };
+                regs::CAP_COPY | regs::CAP_COMPUTE | regs::CAP_SYSMEM | regs::CAP_MSI | para
+            }
             regs::MAX_PUSH_WORDS => regs::MAX_PUSH,
             regs::TIMER_LO => {
                 let t = self.shared.timer_ns();
@@ -409,6 +433,10 @@ impl PciDevice for VgpuDevice {
                 data.copy_from_slice(&self.read_reg(offset).to_le_bytes())
             }
             1 => self.vram_access(offset, Some(data), None),
+            3 if data.len() == 4 && offset.is_multiple_of(4) && self.para.is_some() => {
+                let v = self.para.as_ref().map_or(u32::MAX, |p| p.read(offset));
+                data.copy_from_slice(&v.to_le_bytes());
+            }
             _ => data.fill(0xff),
         }
     }
@@ -421,6 +449,11 @@ impl PciDevice for VgpuDevice {
             }
             0 if data.len() == 4 && offset.is_multiple_of(4) => self.write_reg(offset, le(data)),
             1 => self.vram_access(offset, None, Some(data)),
+            3 if data.len() == 4 && offset.is_multiple_of(4) && self.para.is_some() => {
+                if let Some(p) = self.para.as_mut() {
+                    p.write(offset, le(data));
+                }
+            }
             _ => log::debug!(
                 "vgpu: {}-byte write to BAR{bar} at {offset:#x} ignored",
                 data.len()

@@ -7,11 +7,13 @@
 //! Files: `config` (`--gpu` options), `regs` (offsets, methods, fault kinds), `device` (PCI
 //! front end), `state` (shared registers, faults, interrupts), `pushbuf` (pushbuffer decoding),
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
-//! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit).
+//! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
+//! (the para-virtual BAR3 and its hypercalls, `mode=para`).
 
 pub mod config;
 pub mod device;
 pub mod methods;
+pub mod para;
 pub mod pushbuf;
 pub mod regs;
 pub mod shadowing;
@@ -49,6 +51,8 @@ pub struct GpuStats {
     pub fault: Option<FaultRecord>,
     /// Whether the sentinels around the partition and in the foreign host buffer are intact.
     pub guard_intact: bool,
+    /// Hypercall counters (`mode=para` only).
+    pub para: Option<para::ParaCounters>,
 }
 
 /// The sentinel byte of the guard areas.
@@ -122,6 +126,7 @@ pub struct Vgpu {
     shared: Arc<state::Shared>,
     worker: Option<JoinHandle<()>>,
     guards: Guards,
+    para: Option<para::SharedSpaces>,
 }
 
 impl Vgpu {
@@ -141,17 +146,32 @@ impl Vgpu {
         };
         let engine: Arc<dyn Engine> = Arc::new(SimEngine::new(sim)?);
         let guards = Guards::new(engine.clone(), (vram_base, cfg.vram), cfg.guard)?;
-        let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram)?;
+        let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone())?;
         let layout = shadows.layout().clone();
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
-        let device = Arc::new(Mutex::new(device::VgpuDevice::new(
+        let mut dev = device::VgpuDevice::new(
             cfg.clone(),
             engine.clone(),
             vram_base,
             shared.clone(),
-            layout,
-        )?));
-        let w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
+            layout.clone(),
+        )?;
+        let para = (cfg.mode == config::Mode::Para).then(|| {
+            Arc::new(Mutex::new(para::ParaSpaces::new(
+                engine.clone(),
+                layout,
+                shadows.partition(),
+                shadows.sysmem().clone(),
+            )))
+        });
+        if let Some(spaces) = &para {
+            dev.attach_para(para::Para::new(spaces.clone(), ram, shared.clone()))?;
+        }
+        let device = Arc::new(Mutex::new(dev));
+        let mut w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
+        if let Some(spaces) = &para {
+            w.set_para(spaces.clone());
+        }
         let worker = std::thread::Builder::new()
             .name("vgpu".into())
             .spawn(move || w.run())?;
@@ -160,6 +180,7 @@ impl Vgpu {
             shared,
             worker: Some(worker),
             guards,
+            para,
         })
     }
 
@@ -178,6 +199,7 @@ impl Vgpu {
             counters,
             fault,
             guard_intact: self.guards.intact(),
+            para: self.para.as_ref().map(|p| para::lock(p).counters.clone()),
         }
     }
 }

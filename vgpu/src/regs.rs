@@ -45,6 +45,8 @@ pub const CAP_COPY: u32 = 1 << 0;
 pub const CAP_COMPUTE: u32 = 1 << 1;
 pub const CAP_SYSMEM: u32 = 1 << 2;
 pub const CAP_MSI: u32 = 1 << 3;
+/// The para-virtual BAR (BAR3) is present (`mode=para`).
+pub const CAP_PARA: u32 = 1 << 4;
 
 pub const INTR_SEMAPHORE: u32 = 1 << 0;
 pub const INTR_FAULT: u32 = 1 << 1;

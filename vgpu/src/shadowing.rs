@@ -159,6 +159,16 @@ impl Shadows {
         &self.layout
     }
 
+    /// The VM's VRAM partition (for the para-managed spaces).
+    pub fn partition(&self) -> Partition {
+        self.partition
+    }
+
+    /// Guest RAM onto registered host regions (for the para-managed spaces).
+    pub fn sysmem(&self) -> &SysmemMap {
+        &self.sysmem
+    }
+
     /// Reads and validates the instance block at guest VRAM `addr`.
     pub fn read_instance(&self, addr: u64) -> Result<Instance, Fault> {
         Instance::read(&self.mem, &self.layout, addr).map_err(guest_fault)

@@ -71,6 +71,8 @@ pub struct Worker {
     next: usize,
     /// The last TLB-flush epoch handled eagerly (without lazy shadowing).
     seen_epoch: u64,
+    /// `mode=para`: channels run in these spaces (held for a whole turn; see `para`).
+    para: Option<crate::para::SharedSpaces>,
 }
 
 /// The channel index `pick` returns for an eager flush.
@@ -96,7 +98,13 @@ impl Worker {
             watchdog: Watchdog::start()?,
             next: 0,
             seen_epoch: 0,
+            para: None,
         })
+    }
+
+    /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
+    pub fn set_para(&mut self, spaces: crate::para::SharedSpaces) {
+        self.para = Some(spaces);
     }
 
     /// Runs until the device shuts down.
@@ -106,7 +114,11 @@ impl Worker {
                 self.eager_flush(flush_epoch);
                 continue;
             }
-            let turn = self.turn(ch, flush_epoch);
+            // Para mode: no hypercall changes a space during this turn (its jobs included).
+            let para = self.para.clone();
+            let held = para.as_ref().map(crate::para::lock);
+            let turn = self.turn(ch, flush_epoch, held.as_deref());
+            drop(held);
             let shared = self.shared.clone();
             let mut r = shared.lock();
             let entries = self.chans[ch]
@@ -217,14 +229,24 @@ impl Worker {
         }
     }
 
-    fn turn(&mut self, ch: usize, flush_epoch: u64) -> Turn {
-        match self.turn_inner(ch, flush_epoch) {
+    fn turn(
+        &mut self,
+        ch: usize,
+        flush_epoch: u64,
+        para: Option<&crate::para::ParaSpaces>,
+    ) -> Turn {
+        match self.turn_inner(ch, flush_epoch, para) {
             Ok(t) => t,
             Err(f) => Turn::Faulted(f),
         }
     }
 
-    fn turn_inner(&mut self, ch: usize, flush_epoch: u64) -> Result<Turn, Fault> {
+    fn turn_inner(
+        &mut self,
+        ch: usize,
+        flush_epoch: u64,
+        para: Option<&crate::para::ParaSpaces>,
+    ) -> Result<Turn, Fault> {
         let (inst_reg, gp_get, gp_put) = {
             let r = self.shared.lock();
             let c = &r.chans[ch];
@@ -246,7 +268,18 @@ impl Worker {
         let inst = self.chans[ch]
             .instance
             .ok_or(Fault::new(FaultKind::BadInstance, 0, 0))?;
-        let sync = self.shadows.space_for(&inst, flush_epoch)?;
+        let sync = match para {
+            // Para mode: the space the guest built with hypercalls; nothing to walk or rebuild.
+            Some(p) => crate::shadowing::SpaceSync {
+                space: p.space_for(inst.pdb).ok_or(Fault::new(
+                    FaultKind::BadInstance,
+                    inst.addr,
+                    0,
+                ))?,
+                report: None,
+            },
+            None => self.shadows.space_for(&inst, flush_epoch)?,
+        };
         if let Some(report) = sync.report {
             let mut r = self.shared.lock();
             r.counters.shadow_rebuilds += 1;

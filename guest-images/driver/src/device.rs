@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::fault::Fault;
 use crate::mmu::{AddressSpace, PAGE_2M, PAGE_4K, TableBackend, TableLoc, Target};
+use crate::para::{self, ParaIf};
 use crate::platform::{DmaBuf, Platform};
 use crate::range::RangeAllocator;
 use crate::regs;
@@ -33,6 +34,10 @@ pub struct Config {
     pub fault_poll_ns: u64,
     /// Sleep on the GPU's interrupt (if the platform has one) instead of polling.
     pub use_interrupts: bool,
+    /// Use the para-virtual interface when the device offers it (CAPS bit 4 and BAR3): page
+    /// tables become hypercalls; the driver's own record of its mappings stays in system memory
+    /// (the device never reads it).
+    pub para: bool,
 }
 
 impl Default for Config {
@@ -44,6 +49,7 @@ impl Default for Config {
             wait_timeout_ns: 60_000_000_000,
             fault_poll_ns: 2_000_000,
             use_interrupts: false,
+            para: true,
         }
     }
 }
@@ -102,6 +108,8 @@ pub struct Gpu<P: Platform> {
     runlist_vram: u64,
     runlist: Vec<u32>,
     pub(crate) channels_in_use: u32,
+    /// The para-virtual interface, when in use.
+    para: Option<ParaIf>,
 }
 
 /// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
@@ -176,7 +184,7 @@ impl<P: Platform> TableBackend for Backend<'_, P> {
 
 impl<P: Platform> Gpu<P> {
     /// Checks the device, reads its limits, builds the address space and the pools.
-    pub fn new(mut p: P, cfg: Config) -> Result<Self, Error> {
+    pub fn new(mut p: P, mut cfg: Config) -> Result<Self, Error> {
         let mut mmio = 0u64;
         let mut rd = |p: &mut P, off: u32| {
             mmio += 1;
@@ -224,6 +232,16 @@ impl<P: Platform> Gpu<P> {
         }
         if va_base.checked_add(va_size).is_none() || va_size < 8 * PAGE_2M {
             return Err(Error::BadInfo("VA window"));
+        }
+        let para = if cfg.para && caps & regs::CAP_PV_BAR != 0 {
+            mmio += 4;
+            ParaIf::open(&mut p)?
+        } else {
+            None
+        };
+        if para.is_some() {
+            // The tables are only the driver's record: keep them in RAM, never in VRAM.
+            cfg.tables = TablePlacement::Sysmem;
         }
         let aperture = p.vram_aperture().min(vram_size);
         let mut vram = RangeAllocator::new(0, aperture);
@@ -293,7 +311,12 @@ impl<P: Platform> Gpu<P> {
             runlist_vram,
             runlist: Vec::new(),
             channels_in_use: 0,
+            para,
         };
+        if gpu.para.is_some() {
+            let pdb = gpu.pdb();
+            gpu.para_call(para::OP_SET_PD, pdb)?;
+        }
         let sys_gpa = gpu.sys.gpa();
         gpu.map(sys_va, sys_bytes, Target::Sysmem, sys_gpa, false)?;
         gpu.map(vpool_va, vpool_bytes, Target::Vram, vpool_vram, false)?;
@@ -468,14 +491,67 @@ impl<P: Platform> Gpu<P> {
     ) -> Result<(), Error> {
         let (mut b, space) = self.backend();
         space.map(&mut b, va, len, target, phys, read_only)?;
+        if self.para.is_some() {
+            let big = self.info.page_sizes & regs::PAGE_2M != 0;
+            let e = para::map_entries(va, len, target, phys, read_only, big)?;
+            return self.para_batch(para::OP_MAP_BATCH, &e, true);
+        }
         self.tlb_dirty = true;
         Ok(())
+    }
+
+    /// Whether page-table changes go through the para-virtual interface.
+    pub fn is_para(&self) -> bool {
+        self.para.is_some()
+    }
+
+    /// Para mode: one call without entries; a refusal is an error.
+    fn para_call(&mut self, op: u32, arg: u64) -> Result<(), Error> {
+        let Some(pi) = self.para.as_mut() else {
+            return Ok(());
+        };
+        let out = pi.call(&mut self.p, op, arg)?;
+        self.mmio += 1;
+        match out.status {
+            para::ST_OK => Ok(()),
+            status => Err(Error::ParaRefused {
+                status,
+                index: out.index,
+            }),
+        }
+    }
+
+    /// Para mode: `entries` as batched calls. A refused entry is also the device's fault
+    /// record: with `take` it is read and returned as [`Error::Fault`], otherwise it is left
+    /// for the caller (the raw-entry test hooks) and the call returns `Ok`.
+    fn para_batch(&mut self, op: u32, entries: &[para::Entry], take: bool) -> Result<(), Error> {
+        let Some(pi) = self.para.as_mut() else {
+            return Ok(());
+        };
+        let before = pi.calls;
+        let out = pi.batch(&mut self.p, op, entries)?;
+        self.mmio += pi.calls - before;
+        match out.status {
+            para::ST_OK => Ok(()),
+            para::ST_ENTRY_FAULT if !take => Ok(()),
+            status => Err(match self.take_fault() {
+                Some(f) if status == para::ST_ENTRY_FAULT => Error::Fault(f),
+                _ => Error::ParaRefused {
+                    status,
+                    index: out.index,
+                },
+            }),
+        }
     }
 
     /// Removes the translations of [va, va + len).
     pub fn unmap(&mut self, va: u64, len: u64) -> Result<(), Error> {
         let (mut b, space) = self.backend();
         space.unmap(&mut b, va, len)?;
+        if self.para.is_some() {
+            let e = para::unmap_entry(va, len)?;
+            return self.para_batch(para::OP_UNMAP_BATCH, &[e], true);
+        }
         self.tlb_dirty = true;
         Ok(())
     }
@@ -484,14 +560,36 @@ impl<P: Platform> Gpu<P> {
     pub fn set_pte_raw(&mut self, va: u64, value: u64) -> Result<(), Error> {
         let (mut b, space) = self.backend();
         space.set_pte_raw(&mut b, va, value)?;
+        if self.para.is_some() {
+            // The device's verdict on the entry is its fault record, as after a flush.
+            let e = para::Entry {
+                va,
+                pte: value,
+                pages: 1,
+            };
+            return self.para_batch(para::OP_MAP_BATCH, &[e], false);
+        }
         self.tlb_dirty = true;
         Ok(())
     }
 
     /// Writes a raw PDE for the 2 MiB region of `va` (device validation tests).
     pub fn set_pde_raw(&mut self, va: u64, value: u64) -> Result<(), Error> {
+        // Para mode: a BIG PDE is one 2 MiB entry, an invalid one unmaps the 2 MiB; a
+        // page-table pointer has no para equivalent (there are no tables).
+        if self.para.is_some() && value & 3 != 0 && value & para::BIG == 0 {
+            return Err(Error::BadInfo("para mode: a PDE must be BIG or invalid"));
+        }
         let (mut b, space) = self.backend();
         space.set_pde_raw(&mut b, va, value)?;
+        if self.para.is_some() {
+            let e = para::Entry {
+                va: va - va % PAGE_2M,
+                pte: if value & 3 == 0 { para::BIG } else { value },
+                pages: 1,
+            };
+            return self.para_batch(para::OP_MAP_BATCH, &[e], false);
+        }
         self.tlb_dirty = true;
         Ok(())
     }
@@ -509,7 +607,10 @@ impl<P: Platform> Gpu<P> {
 
     /// Tells the GPU to forget translations (one register write).
     pub fn flush_tlb(&mut self) {
-        self.reg_write(regs::TLB_FLUSH, 1);
+        // Para mode: a call's mappings are in effect when it returns; nothing to flush.
+        if self.para.is_none() {
+            self.reg_write(regs::TLB_FLUSH, 1);
+        }
         self.tlb_dirty = false;
     }
 

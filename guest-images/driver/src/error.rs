@@ -36,6 +36,9 @@ pub enum Error {
     ChannelFaulted { channel: u32, kind: u8 },
     /// Waiting for the GPU took longer than the configured limit.
     Timeout { waited_ns: u64 },
+    /// A para-virtual call was refused as a whole (its STATUS: 1 BAD_CALL, 3 LIMIT,
+    /// 4 HOST_ERROR; or 2 ENTRY_FAULT without a fault record).
+    ParaRefused { status: u32, index: u32 },
 }
 
 impl fmt::Display for Error {
@@ -61,6 +64,12 @@ impl fmt::Display for Error {
                 )
             }
             Error::Timeout { waited_ns } => write!(f, "GPU did not finish in {waited_ns} ns"),
+            Error::ParaRefused { status, index } => {
+                write!(
+                    f,
+                    "para-virtual call refused (status {status}, entry {index})"
+                )
+            }
         }
     }
 }

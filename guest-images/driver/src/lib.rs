@@ -18,6 +18,10 @@
 //! ch.wait(&mut gpu, fence)?;
 //! ```
 //!
+//! With a device that offers the para-virtual BAR (CAPS bit 4, `--gpu mode=para`) and
+//! [`Config::para`] set, mappings become batched hypercalls ([`para`]) instead of table writes
+//! and TLB flushes; the API is the same.
+//!
 //! Every value read back from the device is treated as untrusted: nothing here panics on it.
 #![no_std]
 
@@ -28,6 +32,7 @@ mod device;
 mod error;
 mod fault;
 pub mod mmu;
+pub mod para;
 mod platform;
 pub mod push;
 pub mod range;

@@ -30,6 +30,13 @@ pub trait Platform {
     }
     /// Monotonic nanoseconds.
     fn now_ns(&mut self) -> u64;
+    /// 32-bit read of the para-virtual BAR (BAR3) register at `offset`; all-ones where the
+    /// device has no such BAR (full virtualization).
+    fn para_read(&mut self, _offset: u32) -> u32 {
+        u32::MAX
+    }
+    /// 32-bit write of the para-virtual BAR register at `offset` (a hypercall when it is CALL).
+    fn para_write(&mut self, _offset: u32, _value: u32) {}
 }
 
 /// A system-memory buffer shared with the GPU: where the CPU sees it and the guest-physical

@@ -14,6 +14,8 @@ pub const VENDOR_ID: u16 = 0x1234;
 pub const DEVICE_ID: u16 = 0x9a01;
 /// Size of BAR0 (registers and PRAMIN window).
 const BAR0_SIZE: u64 = 0x2_0000;
+/// Size of the para-virtual BAR3.
+const PARA_BAR_SIZE: u64 = 0x1000;
 /// The VMM identity-maps the first GiB of the 64-bit PCI window (and 0–4 GiB).
 const MAPPED_64: (u64, u64) = (0x100_0000_0000, 0x100_4000_0000);
 
@@ -23,6 +25,8 @@ pub struct BareMetal {
     bar0: u64,
     bar1: u64,
     bar1_size: u64,
+    /// The para-virtual BAR3 (`--gpu mode=para`), if present and identity-mapped.
+    bar3: Option<u64>,
     irq: bool,
 }
 
@@ -59,6 +63,12 @@ impl BareMetal {
                 "BARs outside the identity map: BAR0 {bar0:#x}+{s0:#x} BAR1 {bar1:#x}+{s1:#x}"
             ));
         }
+        let bar3 = match f.bars[3] {
+            Some(Bar::Mem { addr, size, .. }) if size >= PARA_BAR_SIZE && mapped(addr, size) => {
+                Some(addr)
+            }
+            _ => None,
+        };
         pci::command_set(f.dev, f.func, 0x6);
         let irq = irq && {
             apic::enable();
@@ -73,6 +83,7 @@ impl BareMetal {
             bar0,
             bar1,
             bar1_size: s1,
+            bar3,
             irq,
         })
     }
@@ -140,6 +151,25 @@ impl Platform for BareMetal {
         self.irq
     }
 
+    fn para_read(&mut self, offset: u32) -> u32 {
+        match self.bar3 {
+            // SAFETY: inside BAR3 (checked), which `find` checked is identity-mapped MMIO.
+            Some(b) if u64::from(offset) + 4 <= PARA_BAR_SIZE => unsafe {
+                mmio_read32(b + u64::from(offset & !3))
+            },
+            _ => u32::MAX,
+        }
+    }
+
+    fn para_write(&mut self, offset: u32, value: u32) {
+        if let Some(b) = self.bar3
+            && u64::from(offset) + 4 <= PARA_BAR_SIZE
+        {
+            // SAFETY: as for `para_read`.
+            unsafe { mmio_write32(b + u64::from(offset & !3), value) }
+        }
+    }
+
     fn now_ns(&mut self) -> u64 {
         let t = time::rdtsc();
         match time::ticks_to_ns(t) {
@@ -149,7 +179,7 @@ impl Platform for BareMetal {
     }
 }
 
-/// Driver settings from the command line: `tables=vram|sysmem`, `wait=poll|irq`,
+/// Driver settings from the command line: `tables=vram|sysmem`, `wait=poll|irq`, `mode=full`,
 /// `sys_mib=N`, `timeout_s=N`.
 pub fn config_from_args() -> Config {
     let mut cfg = Config::default();
@@ -157,6 +187,8 @@ pub fn config_from_args() -> Config {
         cfg.tables = TablePlacement::Sysmem;
     }
     cfg.use_interrupts = guest_rt::arg("wait") == Some("irq");
+    // `mode=full` keeps the table-writing path even where the device offers para-virtualization.
+    cfg.para = guest_rt::arg("mode") != Some("full");
     if let Some(m) = guest_rt::arg("sys_mib").and_then(|v| v.parse::<u64>().ok()) {
         cfg.sys_pool_bytes = m.clamp(2, 2048) << 20;
     }

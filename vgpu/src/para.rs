@@ -1,0 +1,552 @@
+//! The para-virtual interface (`--gpu mode=para`; docs/hardware.md, "Para-virtual interface"):
+//! the BAR3 registers, the hypercall argument area in guest RAM, and the para-managed address
+//! spaces channels run in. Entries are validated once, at map time, with the `shadow` layout's
+//! range rules and `shadow::translate` (the host never walks guest page tables in this mode).
+//!
+//! Coordination with the worker: the spaces live in one `Mutex<ParaSpaces>`; the worker holds
+//! it for a whole turn of a channel (fetch, methods, jobs), so a hypercall that changes a space
+//! waits until the running job has ended, and a job never sees a half-applied batch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use pgpu::{Engine, PageSize, SpaceId};
+use serde::Serialize;
+use shadow::{
+    Aperture, FaultKind, GpuLayout, GuestMapping, GuestTarget, Instance, PAGE_2M, PAGE_4K,
+    Partition, Pdb, Rule, ShadowSpace, SysmemMap,
+};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::state::Shared;
+
+/// BAR3 size and registers.
+pub const BAR_SIZE: u64 = 4096;
+pub const PARA_ID: u64 = 0x00;
+pub const PARA_ID_VALUE: u32 = 0x5041_5241;
+pub const PARA_VERSION: u64 = 0x04;
+pub const PARA_VERSION_VALUE: u32 = 0x0001_0000;
+pub const ARGS_LO: u64 = 0x08;
+pub const ARGS_HI: u64 = 0x0c;
+pub const MAX_BATCH_REG: u64 = 0x10;
+pub const STATUS: u64 = 0x14;
+pub const CALL: u64 = 0x18;
+
+/// The argument area: size, header fields, entries.
+pub const ARGS_BYTES: u64 = 64 << 10;
+pub const OFF_ARG: u64 = 0x00;
+pub const OFF_COUNT: u64 = 0x08;
+pub const OFF_RESULT: u64 = 0x10;
+pub const OFF_ENTRIES: u64 = 0x40;
+pub const ENTRY_BYTES: usize = 24;
+/// Most entries one call takes.
+pub const MAX_BATCH: u32 = 2048;
+/// Most page directories (address spaces) per VM.
+pub const MAX_SPACES: usize = 8;
+/// Most separate runs one address space holds.
+pub const MAX_RUNS: usize = 1 << 16;
+
+/// Operations (CALL bits 7:0).
+pub const OP_SET_PD: u32 = 1;
+pub const OP_MAP: u32 = 2;
+pub const OP_MAP_BATCH: u32 = 3;
+pub const OP_UNMAP_BATCH: u32 = 4;
+pub const OP_TLB_FLUSH: u32 = 5;
+
+/// Result STATUS values.
+pub const ST_OK: u32 = 0;
+pub const ST_BAD_CALL: u32 = 1;
+pub const ST_ENTRY_FAULT: u32 = 2;
+pub const ST_LIMIT: u32 = 3;
+pub const ST_HOST_ERROR: u32 = 4;
+
+const TARGET_MASK: u64 = 3;
+const BIG: u64 = 1 << 2;
+const READ_ONLY: u64 = 1 << 3;
+const ENTRY_RESERVED: u64 = 0xff0;
+
+/// Why an entry was refused: a `shadow` rule, or one only the para interface has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Rule(Rule),
+    /// VA not aligned to the entry's page size.
+    VaMisaligned,
+    /// The range is not inside the VA window.
+    VaOutsideWindow,
+    /// PAGES is 0.
+    NoPages,
+}
+
+/// The first failing entry of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryFault {
+    pub index: u32,
+    pub kind: FaultKind,
+    pub why: Why,
+    /// The GPU VA involved.
+    pub va: u64,
+}
+
+/// Why a call failed (its STATUS).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("bad call: {0}")]
+    BadCall(&'static str),
+    #[error("entry {} refused: kind {} ({:?}) at VA {:#x}", .0.index, .0.kind.code(), .0.why, .0.va)]
+    Entry(EntryFault),
+    #[error("the address space would hold more than {MAX_RUNS} runs")]
+    Limit,
+    #[error("host: {0}")]
+    Host(String),
+}
+
+impl CallError {
+    fn status(&self) -> u32 {
+        match self {
+            CallError::BadCall(_) => ST_BAD_CALL,
+            CallError::Entry(_) => ST_ENTRY_FAULT,
+            CallError::Limit => ST_LIMIT,
+            CallError::Host(_) => ST_HOST_ERROR,
+        }
+    }
+}
+
+/// One validated change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Map(GuestMapping),
+    Unmap { va: u64, len: u64 },
+}
+
+/// Counters of the para interface (`--stats`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ParaCounters {
+    /// CALL writes.
+    pub hypercalls: u64,
+    /// Calls refused (any STATUS other than OK).
+    pub refused: u64,
+    /// Entries applied.
+    pub entries: u64,
+    /// Engine pages mapped / unmapped by the calls.
+    pub pages_mapped: u64,
+    pub pages_unmapped: u64,
+}
+
+struct Space {
+    shadow: ShadowSpace,
+    /// What the guest mapped: sorted, non-overlapping, adjacent compatible runs merged.
+    runs: Vec<GuestMapping>,
+}
+
+/// The para-managed address spaces of one VM.
+pub struct ParaSpaces {
+    engine: Arc<dyn Engine>,
+    layout: GpuLayout,
+    partition: Partition,
+    sysmem: SysmemMap,
+    engine_pages: Vec<PageSize>,
+    spaces: HashMap<Pdb, Space>,
+    current: Option<Pdb>,
+    pub counters: ParaCounters,
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut x = [0u8; 8];
+    if let Some(s) = b.get(o..o + 8) {
+        x.copy_from_slice(s);
+    }
+    u64::from_le_bytes(x)
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    let mut x = [0u8; 4];
+    if let Some(s) = b.get(o..o + 4) {
+        x.copy_from_slice(s);
+    }
+    u32::from_le_bytes(x)
+}
+
+/// Removes `[va, va + len)` from sorted, non-overlapping `runs` (splitting runs it cuts).
+pub fn remove_range(runs: &mut Vec<GuestMapping>, va: u64, len: u64) {
+    let end = va.saturating_add(len);
+    let first = runs.partition_point(|m| m.va.saturating_add(m.len) <= va);
+    let last = first + runs[first..].partition_point(|m| m.va < end);
+    if first == last {
+        return;
+    }
+    let mut keep = Vec::with_capacity(2);
+    if let Some(m) = runs.get(first)
+        && m.va < va
+    {
+        keep.push(GuestMapping {
+            len: va - m.va,
+            ..*m
+        });
+    }
+    if let Some(m) = runs.get(last - 1) {
+        let mend = m.va.saturating_add(m.len);
+        if mend > end
+            && let Some(target) = m.target.offset(end - m.va)
+        {
+            keep.push(GuestMapping {
+                va: end,
+                len: mend - end,
+                target,
+                read_only: m.read_only,
+            });
+        }
+    }
+    runs.splice(first..last, keep);
+}
+
+fn continues(a: &GuestMapping, b: &GuestMapping) -> bool {
+    a.va.checked_add(a.len) == Some(b.va)
+        && a.read_only == b.read_only
+        && a.target.offset(a.len) == Some(b.target)
+}
+
+/// Inserts `g` (which overlaps nothing in `runs`), merging it with contiguous neighbours.
+pub fn insert_run(runs: &mut Vec<GuestMapping>, g: GuestMapping) {
+    let mut i = runs.partition_point(|m| m.va < g.va);
+    runs.insert(i, g);
+    if i + 1 < runs.len() && continues(&runs[i], &runs[i + 1]) {
+        runs[i].len += runs[i + 1].len;
+        runs.remove(i + 1);
+    }
+    if i > 0 && continues(&runs[i - 1], &runs[i]) {
+        runs[i - 1].len += runs[i].len;
+        runs.remove(i);
+        i -= 1;
+    }
+    let _ = i;
+}
+
+/// Applies validated changes in order to a copy of `runs`.
+pub fn apply(runs: &[GuestMapping], ops: &[Op]) -> Vec<GuestMapping> {
+    let mut out = runs.to_vec();
+    for op in ops {
+        match *op {
+            Op::Map(g) => {
+                remove_range(&mut out, g.va, g.len);
+                insert_run(&mut out, g);
+            }
+            Op::Unmap { va, len } => remove_range(&mut out, va, len),
+        }
+    }
+    out
+}
+
+impl ParaSpaces {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        layout: GpuLayout,
+        partition: Partition,
+        sysmem: SysmemMap,
+    ) -> Self {
+        let engine_pages = engine.info().page_sizes.clone();
+        ParaSpaces {
+            engine,
+            layout,
+            partition,
+            sysmem,
+            engine_pages,
+            spaces: HashMap::new(),
+            current: None,
+            counters: ParaCounters::default(),
+        }
+    }
+
+    /// Validates entry `index` (24 bytes) of a MAP/MAP_BATCH (`unmap` false) or UNMAP_BATCH.
+    pub fn decode(&self, index: u32, e: &[u8], unmap: bool) -> Result<Op, EntryFault> {
+        let (va, pte, pages, reserved) = (u64_at(e, 0), u64_at(e, 8), u32_at(e, 16), u32_at(e, 20));
+        let fault = |kind, why, va| EntryFault {
+            index,
+            kind,
+            why,
+            va,
+        };
+        let bad = |why| fault(FaultKind::BadEntry, why, va);
+        if reserved != 0 || (unmap && pte & !BIG != 0) {
+            return Err(bad(Why::Rule(Rule::EntryReserved)));
+        }
+        let big = pte & BIG != 0;
+        let ps = self.layout.page_sizes;
+        if (big && !ps.big) || (!big && !ps.small) {
+            return Err(bad(Why::Rule(Rule::PageSizeUnsupported)));
+        }
+        let page = if big { PAGE_2M } else { PAGE_4K };
+        if pages == 0 {
+            return Err(bad(Why::NoPages));
+        }
+        if !va.is_multiple_of(page) {
+            return Err(bad(Why::VaMisaligned));
+        }
+        let len = u64::from(pages) * page;
+        if !self.layout.va_contains(va, len) {
+            return Err(bad(Why::VaOutsideWindow));
+        }
+        // Target, reserved bits and the range: the rules of a PTE / BIG PDE.
+        let aperture = match pte & TARGET_MASK {
+            0 => return Ok(Op::Unmap { va, len }),
+            t => Aperture::from_target(t).ok_or(bad(Why::Rule(Rule::ReservedTarget)))?,
+        };
+        if pte & ENTRY_RESERVED != 0 {
+            return Err(bad(Why::Rule(Rule::EntryReserved)));
+        }
+        if aperture == Aperture::Sysmem && !self.layout.sysmem {
+            return Err(bad(Why::Rule(Rule::SysmemUnsupported)));
+        }
+        let addr = pte & !0xfff;
+        if big && !addr.is_multiple_of(PAGE_2M) {
+            return Err(bad(Why::Rule(Rule::BigPageMisaligned)));
+        }
+        if let Err(rule) = self.layout.check_range(aperture, addr, len) {
+            let kind = match aperture {
+                Aperture::Vram => FaultKind::PteVramRange,
+                Aperture::Sysmem => FaultKind::PteSysmemRange,
+            };
+            return Err(fault(kind, Why::Rule(rule), va));
+        }
+        let g = GuestMapping {
+            va,
+            len,
+            target: GuestTarget::new(aperture, addr),
+            read_only: pte & READ_ONLY != 0,
+        };
+        // What the host can back (partition, registered RAM): the translation's own rules.
+        let t = shadow::translate(&[g], &self.partition, &self.sysmem, &self.engine_pages);
+        if let Some(f) = t.faults.first() {
+            return Err(fault(f.kind, Why::Rule(f.rule), f.addr));
+        }
+        Ok(Op::Map(g))
+    }
+
+    /// SET_PD: validates the PDB as an instance block's, selects it, creates its space if new.
+    pub fn set_pd(&mut self, raw: u64) -> Result<Pdb, CallError> {
+        // The instance block's PDB rules, applied to a block that is otherwise valid.
+        let mut block = [0u8; shadow::INSTANCE_BYTES];
+        block[0..8].copy_from_slice(&raw.to_le_bytes());
+        block[8..16].copy_from_slice(&self.layout.va.base.to_le_bytes());
+        block[16..20].copy_from_slice(&2u32.to_le_bytes());
+        let pdb = Instance::parse(&self.layout, 0, &block)
+            .map_err(|f| {
+                log::debug!("vgpu para: SET_PD {raw:#x}: {f}");
+                CallError::BadCall("SET_PD: PDB invalid")
+            })?
+            .pdb;
+        if !self.spaces.contains_key(&pdb) {
+            if self.spaces.len() >= MAX_SPACES {
+                return Err(CallError::BadCall("SET_PD: too many page directories"));
+            }
+            let shadow = ShadowSpace::create(&*self.engine, pdb, self.layout.va)
+                .map_err(|e| CallError::Host(e.to_string()))?;
+            self.spaces.insert(
+                pdb,
+                Space {
+                    shadow,
+                    runs: Vec::new(),
+                },
+            );
+        }
+        self.current = Some(pdb);
+        Ok(pdb)
+    }
+
+    /// Applies validated `ops` to the selected space, all or nothing.
+    pub fn commit(&mut self, ops: &[Op]) -> Result<(), CallError> {
+        let pdb = self
+            .current
+            .ok_or(CallError::BadCall("no page directory selected (SET_PD)"))?;
+        let engine = self.engine.clone();
+        let sp = self
+            .spaces
+            .get_mut(&pdb)
+            .ok_or(CallError::BadCall("no page directory selected (SET_PD)"))?;
+        let runs = apply(&sp.runs, ops);
+        if runs.len() > MAX_RUNS {
+            return Err(CallError::Limit);
+        }
+        let t = shadow::translate(&runs, &self.partition, &self.sysmem, &self.engine_pages);
+        if let Some(f) = t.faults.first() {
+            // Every entry was translated when it was validated: this is a host-side bug.
+            return Err(CallError::Host(f.to_string()));
+        }
+        let stats = sp
+            .shadow
+            .sync(&*engine, &t.mappings)
+            .map_err(|e| CallError::Host(e.to_string()))?;
+        sp.runs = runs;
+        self.counters.entries += ops.len() as u64;
+        self.counters.pages_mapped += stats.mapped_pages;
+        self.counters.pages_unmapped += stats.unmapped_pages;
+        Ok(())
+    }
+
+    /// The engine space of the page directory `pdb`, if the guest set it.
+    pub fn space_for(&self, pdb: Pdb) -> Option<SpaceId> {
+        self.spaces.get(&pdb).and_then(|s| s.shadow.space())
+    }
+
+    /// What the selected space holds (guest view), for tests.
+    pub fn runs(&self) -> &[GuestMapping] {
+        self.current
+            .and_then(|p| self.spaces.get(&p))
+            .map_or(&[], |s| &s.runs)
+    }
+}
+
+impl Drop for ParaSpaces {
+    fn drop(&mut self) {
+        for s in self.spaces.values_mut() {
+            if let Err(e) = s.shadow.destroy(&*self.engine) {
+                log::warn!("vgpu para: destroy space {:?}: {e}", s.shadow.key());
+            }
+        }
+    }
+}
+
+/// The spaces, shared by the BAR3 front end and the worker.
+pub type SharedSpaces = Arc<Mutex<ParaSpaces>>;
+
+/// Locks the spaces (a poisoned lock is still used: the state is valid between calls).
+pub fn lock(s: &SharedSpaces) -> MutexGuard<'_, ParaSpaces> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The BAR3 front end: registers and the hypercall (runs on vCPU threads).
+pub struct Para {
+    spaces: SharedSpaces,
+    ram: GuestMemoryMmap,
+    layout: GpuLayout,
+    shared: Arc<Shared>,
+    args: u64,
+    status: u32,
+}
+
+impl Para {
+    pub fn new(spaces: SharedSpaces, ram: GuestMemoryMmap, shared: Arc<Shared>) -> Self {
+        let layout = lock(&spaces).layout.clone();
+        Para {
+            spaces,
+            ram,
+            layout,
+            shared,
+            args: 0,
+            status: 0,
+        }
+    }
+
+    /// The shared spaces (for the worker).
+    pub fn spaces(&self) -> SharedSpaces {
+        self.spaces.clone()
+    }
+
+    /// A BAR3 register read.
+    pub fn read(&self, off: u64) -> u32 {
+        match off {
+            PARA_ID => PARA_ID_VALUE,
+            PARA_VERSION => PARA_VERSION_VALUE,
+            ARGS_LO => self.args as u32,
+            ARGS_HI => (self.args >> 32) as u32,
+            MAX_BATCH_REG => MAX_BATCH,
+            STATUS => self.status,
+            _ => 0xffff_ffff,
+        }
+    }
+
+    /// A BAR3 register write.
+    pub fn write(&mut self, off: u64, v: u32) {
+        match off {
+            ARGS_LO => self.args = (self.args & !0xffff_ffff) | u64::from(v),
+            ARGS_HI => self.args = (self.args & 0xffff_ffff) | u64::from(v) << 32,
+            CALL => self.call(v & 0xff),
+            _ => log::debug!("vgpu para: write {v:#x} to BAR3 {off:#x} ignored"),
+        }
+    }
+
+    fn area_ok(&self) -> bool {
+        self.args != 0
+            && self.args.is_multiple_of(PAGE_4K)
+            && self
+                .layout
+                .check_range(Aperture::Sysmem, self.args, ARGS_BYTES)
+                .is_ok()
+    }
+
+    fn call(&mut self, op: u32) {
+        let result = if self.area_ok() {
+            self.run(op)
+        } else {
+            Err(CallError::BadCall(
+                "argument area not registered or not in RAM",
+            ))
+        };
+        let (status, index, kind, addr) = match &result {
+            Ok(n) => (ST_OK, *n, 0, 0),
+            Err(CallError::Entry(f)) => (ST_ENTRY_FAULT, f.index, u32::from(f.kind.code()), f.va),
+            Err(e) => (e.status(), 0, 0, 0),
+        };
+        {
+            let mut s = lock(&self.spaces);
+            s.counters.hypercalls += 1;
+            if result.is_err() {
+                s.counters.refused += 1;
+            }
+        }
+        if let Err(e) = &result {
+            log::debug!("vgpu para: op {op}: {e}");
+            if let CallError::Entry(f) = e {
+                let mut r = self.shared.lock();
+                self.shared.device_fault(&mut r, f.kind, f.va, f.index);
+            }
+        }
+        self.status = status | kind << 8 | (index.min(0xffff)) << 16;
+        if self.area_ok() {
+            let mut out = [0u8; 24];
+            out[0..4].copy_from_slice(&status.to_le_bytes());
+            out[4..8].copy_from_slice(&index.to_le_bytes());
+            out[8..12].copy_from_slice(&kind.to_le_bytes());
+            out[16..24].copy_from_slice(&addr.to_le_bytes());
+            if let Err(e) = self
+                .ram
+                .write_slice(&out, GuestAddress(self.args + OFF_RESULT))
+            {
+                log::warn!("vgpu para: result write: {e}");
+            }
+        }
+    }
+
+    /// Performs `op`; `Ok(n)` = entries applied.
+    fn run(&mut self, op: u32) -> Result<u32, CallError> {
+        let mut header = [0u8; 16];
+        self.ram
+            .read_slice(&mut header, GuestAddress(self.args))
+            .map_err(|_| CallError::BadCall("argument area unreadable"))?;
+        let count = match op {
+            OP_SET_PD => {
+                lock(&self.spaces).set_pd(u64_at(&header, OFF_ARG as usize))?;
+                return Ok(0);
+            }
+            OP_TLB_FLUSH => return Ok(0),
+            OP_MAP => 1,
+            OP_MAP_BATCH | OP_UNMAP_BATCH => u32_at(&header, OFF_COUNT as usize),
+            _ => return Err(CallError::BadCall("unknown operation")),
+        };
+        if count > MAX_BATCH {
+            return Err(CallError::BadCall("COUNT above MAX_BATCH"));
+        }
+        let mut bytes = vec![0u8; count as usize * ENTRY_BYTES];
+        self.ram
+            .read_slice(&mut bytes, GuestAddress(self.args + OFF_ENTRIES))
+            .map_err(|_| CallError::BadCall("argument area unreadable"))?;
+        let mut spaces = lock(&self.spaces);
+        let ops = bytes
+            .chunks_exact(ENTRY_BYTES)
+            .enumerate()
+            .map(|(i, e)| spaces.decode(i as u32, e, op == OP_UNMAP_BATCH))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CallError::Entry)?;
+        spaces.commit(&ops)?;
+        Ok(count)
+    }
+}

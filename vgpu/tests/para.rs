@@ -1,0 +1,348 @@
+//! The para-virtual interface (`mode=para`, docs/hardware.md "Para-virtual interface") driven
+//! from the host as a guest would: BAR3 presence, a copy through hypercall-made mappings, every
+//! entry rule with its fault kind, all-or-nothing batches, argument-area bounds, hostile counts.
+
+mod common;
+
+use common::*;
+use mmio::pci::PciDevice;
+use vgpu::config::Mode;
+use vgpu::para::*;
+use vgpu::regs::method::*;
+use vgpu::regs::*;
+
+/// The argument area (guest RAM).
+const ARGS: u64 = 0x100_0000;
+const BIG: u64 = 1 << 2;
+const RO: u64 = 1 << 3;
+
+fn para_bench() -> Bench {
+    let b = Bench::with(|c| c.mode = Mode::Para);
+    b.para_write(ARGS_LO, ARGS as u32);
+    b.para_write(ARGS_HI, 0);
+    b
+}
+
+trait ParaBench {
+    fn para_read(&self, off: u64) -> u32;
+    fn para_write(&self, off: u64, v: u32);
+    /// Runs `op` with `arg` and `entries` (va, pte, pages); returns (status, index, kind, addr).
+    fn call(&self, op: u32, arg: u64, entries: &[(u64, u64, u32)]) -> (u32, u32, u32, u64);
+}
+
+impl ParaBench for Bench {
+    fn para_read(&self, off: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.dev.lock().unwrap().bar_read(3, off, &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    fn para_write(&self, off: u64, v: u32) {
+        self.dev.lock().unwrap().bar_write(3, off, &v.to_le_bytes());
+    }
+
+    fn call(&self, op: u32, arg: u64, entries: &[(u64, u64, u32)]) -> (u32, u32, u32, u64) {
+        self.sys_write(ARGS, &arg.to_le_bytes());
+        self.sys_write(ARGS + 8, &(entries.len() as u64).to_le_bytes());
+        let mut bytes = Vec::new();
+        for (va, pte, pages) in entries {
+            bytes.extend_from_slice(&va.to_le_bytes());
+            bytes.extend_from_slice(&pte.to_le_bytes());
+            bytes.extend_from_slice(&u64::from(*pages).to_le_bytes());
+        }
+        self.sys_write(ARGS + 0x40, &bytes);
+        self.sys_write(ARGS + 0x10, &[0xee; 24]);
+        self.para_write(CALL, op);
+        let r = self.sys_read(ARGS + 0x10, 24);
+        let u = |o: usize| u32::from_le_bytes([r[o], r[o + 1], r[o + 2], r[o + 3]]);
+        let addr = u64::from(u(16)) | u64::from(u(20)) << 32;
+        let st = self.para_read(STATUS);
+        assert_eq!(st & 0xff, u(0), "STATUS register agrees with the area");
+        (u(0), u(4), u(8), addr)
+    }
+}
+
+/// SET_PD on the bench's PD; VA_BASE → VRAM [0, 2M) (BIG), VA_BASE + 2M → sysmem SYS (4 KiB
+/// pages), channel 0 bound with its GPFIFO at the start of the sysmem range.
+fn setup(b: &Bench) {
+    assert_eq!(b.call(OP_SET_PD, PD | 1, &[]).0, ST_OK);
+    let entries = [
+        (b.va_base, BIG | 1, 1),
+        (b.va_base + (2 << 20), SYS | 2, 512),
+    ];
+    assert_eq!(b.call(OP_MAP_BATCH, 0, &entries), (ST_OK, 2, 0, 0));
+    b.bind(0, b.va_base + (2 << 20), 16);
+}
+
+fn hi(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+/// Copies 64 bytes from `src` to `dst` with a release of `payload` after it; returns whether
+/// the release arrived (the channel did not fault).
+fn copy(b: &Bench, slot: u32, src: u64, dst: u64, payload: u32) -> bool {
+    let sem = b.va_base + (2 << 20) + 0x3000;
+    let pb = push(&[
+        (COPY_SRC_HI, &[hi(src), src as u32, hi(dst), dst as u32, 64]),
+        (COPY_LAUNCH, &[0]),
+        (SEM_ADDR_HI, &[hi(sem), sem as u32, payload, SEM_OP_RELEASE]),
+    ]);
+    let off = 0x1000 + 0x100 * u64::from(slot);
+    b.sys_write(SYS + off, &pb);
+    let entry = (b.va_base + (2 << 20) + off) | ((pb.len() as u64 / 4) << 48);
+    b.sys_write(SYS + 8 * u64::from(slot), &entry.to_le_bytes());
+    b.write(DOORBELL_BASE, slot + 1);
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(5) {
+        if b.sys_read(SYS + 0x3000, 4) == payload.to_le_bytes() {
+            return true;
+        }
+        if b.read(CHAN_BASE + 4) & 0xf == STATE_FAULTED {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("neither release nor fault");
+}
+
+#[test]
+fn bar3_and_caps_only_in_para_mode() {
+    let full = Bench::new();
+    assert_eq!(full.read(CAPS) & CAP_PARA, 0);
+    assert!(full.dev.lock().unwrap().config().bars()[3].is_none());
+    let mut v = [0u8; 4];
+    full.dev.lock().unwrap().bar_read(3, PARA_ID, &mut v);
+    assert_eq!(u32::from_le_bytes(v), u32::MAX);
+    let b = para_bench();
+    assert_ne!(b.read(CAPS) & CAP_PARA, 0);
+    assert!(b.dev.lock().unwrap().config().bars()[3].is_some());
+    assert_eq!(b.para_read(PARA_ID), PARA_ID_VALUE);
+    assert_eq!(b.para_read(PARA_VERSION), PARA_VERSION_VALUE);
+    assert_eq!(b.para_read(MAX_BATCH_REG), MAX_BATCH);
+    assert_eq!(b.para_read(ARGS_LO), ARGS as u32);
+    assert_eq!(b.para_read(0x800), u32::MAX, "unknown register");
+}
+
+#[test]
+fn a_copy_runs_through_hypercall_mappings_and_unmap_takes_effect() {
+    let b = para_bench();
+    setup(&b);
+    b.sys_write(SYS + 0x4000, &[7u8; 64]);
+    let (sys_va, vram_va) = (b.va_base + (2 << 20), b.va_base);
+    assert!(copy(&b, 0, sys_va + 0x4000, vram_va + 0x100, 1));
+    assert!(copy(&b, 1, vram_va + 0x100, sys_va + 0x5000, 2));
+    assert_eq!(b.sys_read(SYS + 0x5000, 64), vec![7u8; 64]);
+    // The guest never wrote a table; the host walked none.
+    let s = b.gpu.stats();
+    assert_eq!(s.counters.shadow_rebuilds, 0);
+    assert_eq!(s.counters.table_writes_noticed, 0);
+    let p = s.para.expect("para counters");
+    assert_eq!((p.hypercalls, p.entries, p.refused), (2, 2, 0));
+    // Unmap the VRAM page: the next copy from it faults UNMAPPED, nothing else changed.
+    assert_eq!(b.call(OP_UNMAP_BATCH, 0, &[(vram_va, BIG, 1)]).0, ST_OK);
+    assert!(!copy(&b, 2, vram_va + 0x100, sys_va + 0x5000, 3));
+    let (st, _, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, addr),
+        (u32::from(FaultKind::Unmapped.code()), vram_va + 0x100)
+    );
+    assert!(b.gpu.stats().guard_intact);
+}
+
+#[test]
+fn read_only_entries_refuse_writes() {
+    let b = para_bench();
+    setup(&b);
+    let ro_va = b.va_base + (6 << 20);
+    assert_eq!(b.call(OP_MAP, 0, &[(ro_va, SYS | 2 | RO, 1)]).0, ST_OK);
+    assert!(!copy(&b, 0, b.va_base, ro_va, 1));
+    assert_eq!(b.fault().0 & 0xff, u32::from(FaultKind::ReadOnly.code()));
+}
+
+#[test]
+fn every_entry_rule_gives_its_fault_kind() {
+    let b = para_bench();
+    setup(&b);
+    let va = b.va_base + (8 << 20);
+    let window_end = b.va_base + (4 << 30);
+    let (k3, k4, k5) = (
+        u32::from(FaultKind::PteVramRange.code()),
+        u32::from(FaultKind::PteSysmemRange.code()),
+        u32::from(FaultKind::BadEntry.code()),
+    );
+    // (what, entry, fault kind, fault VA)
+    type Case = (&'static str, (u64, u64, u32), u32, u64);
+    let cases: &[Case] = &[
+        ("target 3", (va, 3, 1), k5, va),
+        ("reserved PTE bits", (va, 0x10 | 1, 1), k5, va),
+        ("big address misaligned", (va, 0x1000 | BIG | 1, 1), k5, va),
+        ("va misaligned", (va + 0x800, 1, 1), k5, va + 0x800),
+        (
+            "big va misaligned",
+            (va + 0x1000, BIG | 1, 1),
+            k5,
+            va + 0x1000,
+        ),
+        ("no pages", (va, 1, 0), k5, va),
+        (
+            "below the window",
+            (b.va_base - 0x1000, 1, 1),
+            k5,
+            b.va_base - 0x1000,
+        ),
+        (
+            "past the window",
+            (window_end - 0x1000, 1, 2),
+            k5,
+            window_end - 0x1000,
+        ),
+        ("VRAM past the end", (va, VRAM | 1, 1), k3, va),
+        (
+            "VRAM range running out",
+            (va, (VRAM - 0x1000) | 1, 2),
+            k3,
+            va,
+        ),
+        ("VRAM far", (va, (VRAM << 8) | BIG | 1, 1), k3, va),
+        ("sysmem past RAM", (va, RAM | 2, 1), k4, va),
+        ("sysmem MMIO", (va, 0xfee0_0000 | 2, 1), k4, va),
+        (
+            "sysmem range running out",
+            (va, (RAM - 0x1000) | 2, 2),
+            k4,
+            va,
+        ),
+    ];
+    for (i, (what, e, kind, addr)) in cases.iter().enumerate() {
+        b.write(FAULT_CLEAR, 1);
+        let (st, index, k, a) = b.call(OP_MAP_BATCH, 0, &[*e]);
+        assert_eq!(
+            (st, index, k, a),
+            (ST_ENTRY_FAULT, 0, *kind, *addr),
+            "{i}: {what}"
+        );
+        // The same fault is the device's record (channel 0xffff, INFO = the index).
+        let (fst, ch, faddr, info) = b.fault();
+        assert_eq!(
+            (fst & 0xff, ch, faddr, info),
+            (*kind, 0xffff, *addr, 0),
+            "{what}"
+        );
+    }
+    // Nothing of that reached the space: the bench's two ranges only.
+    assert!(copy(&b, 0, b.va_base, b.va_base + (2 << 20) + 0x5000, 9));
+    let p = b.gpu.stats().para.unwrap();
+    assert_eq!(p.refused, cases.len() as u64);
+    assert!(b.gpu.stats().guard_intact);
+}
+
+#[test]
+fn batches_are_all_or_nothing_and_report_the_first_failing_index() {
+    let b = para_bench();
+    setup(&b);
+    let va = b.va_base + (8 << 20);
+    // Entry 0 would unmap the GPFIFO's range, entry 2 is bad: nothing happens.
+    let entries = [
+        (b.va_base + (2 << 20), 0, 512),
+        (va, SYS | 2, 1),
+        (va + 0x1000, 3, 1),
+        (va + 0x2000, RAM | 2, 1),
+    ];
+    let (st, index, kind, addr) = b.call(OP_MAP_BATCH, 0, &entries);
+    assert_eq!(
+        (st, index, kind, addr),
+        (
+            ST_ENTRY_FAULT,
+            2,
+            u32::from(FaultKind::BadEntry.code()),
+            va + 0x1000
+        )
+    );
+    assert_eq!(b.fault().3, 2, "FAULT_INFO = the index");
+    b.write(FAULT_CLEAR, 1);
+    // The channel still runs: the GPFIFO range is still mapped, `va` is not.
+    assert!(copy(&b, 0, b.va_base, b.va_base + (2 << 20) + 0x5000, 1));
+    assert!(!copy(&b, 1, va, b.va_base + (2 << 20) + 0x5000, 2));
+    // Later entries override earlier ones; part of a range can be replaced.
+    let b = para_bench();
+    setup(&b);
+    let sys_va = b.va_base + (2 << 20);
+    b.sys_write(SYS + 0x10_0000, &[5u8; 64]);
+    let entries = [(va, 2 | SYS, 4), (va + 0x1000, 2 | (SYS + 0x10_0000), 1)];
+    assert_eq!(b.call(OP_MAP_BATCH, 0, &entries).0, ST_OK);
+    assert!(copy(&b, 0, va + 0x1000, sys_va + 0x5000, 1));
+    assert_eq!(b.sys_read(SYS + 0x5000, 64), vec![5u8; 64]);
+}
+
+#[test]
+fn bad_calls_and_hostile_counts_are_refused_without_effect() {
+    let b = Bench::with(|c| c.mode = Mode::Para);
+    // No argument area yet: BAD_CALL in the register (nothing to write the result to).
+    b.para_write(CALL, OP_SET_PD);
+    assert_eq!(b.para_read(STATUS) & 0xff, ST_BAD_CALL);
+    // An area not wholly in RAM, or misaligned.
+    for bad in [RAM - 0x1000, ARGS + 8, 0xfee0_0000] {
+        b.para_write(ARGS_LO, bad as u32);
+        b.para_write(ARGS_HI, (bad >> 32) as u32);
+        b.para_write(CALL, OP_SET_PD);
+        assert_eq!(b.para_read(STATUS) & 0xff, ST_BAD_CALL, "{bad:#x}");
+    }
+    b.para_write(ARGS_LO, ARGS as u32);
+    // Before SET_PD, maps are refused.
+    assert_eq!(b.call(OP_MAP, 0, &[(b.va_base, 1, 1)]).0, ST_BAD_CALL);
+    // Bad PDBs.
+    for pdb in [PD, PD | 3, PD | 1 | 0x10, VRAM | 1, RAM | 2] {
+        assert_eq!(b.call(OP_SET_PD, pdb, &[]).0, ST_BAD_CALL, "{pdb:#x}");
+    }
+    assert_eq!(b.call(OP_SET_PD, PD | 1, &[]).0, ST_OK);
+    // Unknown ops, VRAM_ALLOC/FREE (not provided), a count above MAX_BATCH (never read).
+    for op in [0, 6, 7, 0xff] {
+        assert_eq!(b.call(op, 0, &[]).0, ST_BAD_CALL, "op {op}");
+    }
+    b.sys_write(ARGS + 8, &u32::MAX.to_le_bytes());
+    b.para_write(CALL, OP_MAP_BATCH);
+    assert_eq!(b.para_read(STATUS) & 0xff, ST_BAD_CALL);
+    b.sys_write(ARGS + 8, &(MAX_BATCH + 1).to_le_bytes());
+    b.para_write(CALL, OP_UNMAP_BATCH);
+    assert_eq!(b.para_read(STATUS) & 0xff, ST_BAD_CALL);
+    // A full batch is fine; UNMAP entries with anything but BIG set are refused.
+    let full: Vec<_> = (0..u64::from(MAX_BATCH))
+        .map(|i| (b.va_base + 0x1000 * i, 1 | (0x1000 * i), 1))
+        .collect();
+    assert_eq!(b.call(OP_MAP_BATCH, 0, &full), (ST_OK, MAX_BATCH, 0, 0));
+    assert_eq!(
+        b.call(OP_UNMAP_BATCH, 0, &[(b.va_base, 1, 1)]).0,
+        ST_ENTRY_FAULT
+    );
+    assert_eq!(b.call(OP_UNMAP_BATCH, 0, &[(b.va_base, 0, 2048)]).0, ST_OK);
+    // At most 8 page directories.
+    for k in 1..8u64 {
+        assert_eq!(b.call(OP_SET_PD, (PD + 0x10_0000 * k) | 1, &[]).0, ST_OK);
+    }
+    assert_eq!(b.call(OP_SET_PD, 0x100_0000 | 1, &[]).0, ST_BAD_CALL);
+    assert_eq!(b.call(OP_TLB_FLUSH, 0, &[]).0, ST_OK);
+    assert!(b.gpu.stats().guard_intact);
+}
+
+#[test]
+fn a_channel_whose_pd_was_never_set_faults_bad_instance() {
+    let b = para_bench();
+    setup(&b);
+    let inst = INST + 0x1000;
+    b.vram_write_u64(inst, (PD + 0x10_0000) | 1);
+    b.vram_write_u64(inst + 8, b.va_base + (2 << 20));
+    b.vram_write_u64(inst + 16, 16);
+    b.vram_write_u64(inst + 24, 0);
+    b.write(CHAN_BASE + 8, CHAN_INST_VALID | (inst >> 12) as u32);
+    b.dev.lock().unwrap().bar_write(1, RUNLIST, &[1, 0, 0, 0]);
+    b.write(RUNLIST_BASE, (RUNLIST >> 12) as u32);
+    b.write(RUNLIST_SUBMIT, 1);
+    b.write(DOORBELL_BASE + 8, 1);
+    b.wait("the fault", |b| {
+        b.read(CHAN_BASE + 12) & 0xf == STATE_FAULTED
+    });
+    assert_eq!(
+        b.read(CHAN_BASE + 12) >> 8 & 0xff,
+        u32::from(FaultKind::BadInstance.code())
+    );
+}
