@@ -24,7 +24,7 @@ pub struct VgpuDevice {
     layout: shadow::GpuLayout,
     timer_hi_latch: u32,
     /// The para-virtual BAR3 (`mode=para`).
-    para: Option<crate::para::Para>,
+    para: Option<crate::para_bar::Para>,
 }
 
 impl VgpuDevice {
@@ -70,7 +70,7 @@ impl VgpuDevice {
     }
 
     /// Adds the para-virtual interface: BAR3 and CAPS bit 4 (before the device is on a bus).
-    pub fn attach_para(&mut self, para: crate::para::Para) -> Result<(), PciError> {
+    pub fn attach_para(&mut self, para: crate::para_bar::Para) -> Result<(), PciError> {
         self.config.add_bar(
             3,
             BarSpec {

@@ -8,12 +8,14 @@
 //! front end), `state` (shared registers, faults, interrupts), `pushbuf` (pushbuffer decoding),
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
-//! (the para-virtual BAR3 and its hypercalls, `mode=para`).
+//! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
+//! the hypercall).
 
 pub mod config;
 pub mod device;
 pub mod methods;
 pub mod para;
+pub mod para_bar;
 pub mod pushbuf;
 pub mod regs;
 pub mod shadowing;
@@ -165,7 +167,7 @@ impl Vgpu {
             )))
         });
         if let Some(spaces) = &para {
-            dev.attach_para(para::Para::new(spaces.clone(), ram, shared.clone()))?;
+            dev.attach_para(para_bar::Para::new(spaces.clone(), ram, shared.clone()))?;
         }
         let device = Arc::new(Mutex::new(dev));
         let mut w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;

@@ -346,3 +346,65 @@ fn a_channel_whose_pd_was_never_set_faults_bad_instance() {
         u32::from(FaultKind::BadInstance.code())
     );
 }
+
+/// The space's bookkeeping (`apply`: replace / remove ranges, merge neighbours) against a
+/// page-by-page model, on random operations.
+#[test]
+fn applying_changes_matches_a_page_model() {
+    use shadow::{GuestMapping, GuestTarget};
+    use std::collections::BTreeMap;
+    use vgpu::para::{Op, apply};
+    const P: u64 = 0x1000;
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut runs: Vec<GuestMapping> = Vec::new();
+    let mut model: BTreeMap<u64, (bool, u64, bool)> = BTreeMap::new();
+    for step in 0..3000 {
+        let va = 0x1000_0000 + rnd(64) * P;
+        let len = (1 + rnd(12)) * P;
+        let op = if rnd(3) == 0 {
+            for k in 0..len / P {
+                model.remove(&(va + k * P));
+            }
+            Op::Unmap { va, len }
+        } else {
+            let (vram, addr, ro) = (rnd(2) == 0, rnd(8) * P, rnd(4) == 0);
+            for k in 0..len / P {
+                model.insert(va + k * P, (vram, addr + k * P, ro));
+            }
+            let target = if vram {
+                GuestTarget::Vram(addr)
+            } else {
+                GuestTarget::Sysmem(addr)
+            };
+            Op::Map(GuestMapping {
+                va,
+                len,
+                target,
+                read_only: ro,
+            })
+        };
+        runs = apply(&runs, &[op]);
+        let mut pages = BTreeMap::new();
+        for (i, m) in runs.iter().enumerate() {
+            if let Some(n) = runs.get(i + 1) {
+                assert!(m.va + m.len <= n.va, "step {step}: sorted, disjoint");
+                let merged = m.va + m.len == n.va
+                    && m.read_only == n.read_only
+                    && m.target.offset(m.len) == Some(n.target);
+                assert!(!merged, "step {step}: neighbours that continue are merged");
+            }
+            for k in 0..m.len / P {
+                let t = m.target.offset(k * P).unwrap();
+                let vram = matches!(t, GuestTarget::Vram(_));
+                pages.insert(m.va + k * P, (vram, t.addr(), m.read_only));
+            }
+        }
+        assert_eq!(pages, model, "step {step}");
+    }
+}
