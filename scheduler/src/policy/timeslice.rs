@@ -46,7 +46,7 @@ pub struct Timeslice {
     /// The VM holding the GPU and since when.
     running: Option<(VmId, Duration)>,
     /// Monotonic floor of virtual time: the least virtual time among VMs with work. A VM that
-    /// gets work is placed no lower than one slice below it, so idle time is not banked.
+    /// gets work is placed no lower than one turn below it, so idle time is not banked.
     floor: u128,
     turns: u64,
 }
@@ -126,7 +126,11 @@ impl Policy for Timeslice {
         self.update_floor();
     }
     fn on_submit(&mut self, vm: VmId, now: Duration) -> bool {
-        let (floor, slice) = (self.floor, self.slice);
+        // A VM getting work may lag the floor by one turn of the lightest VM (the most any one
+        // turn moves virtual time), no more: idle time is not banked.
+        let lightest = self.vms.values().map(|v| v.weight).min().unwrap_or(1);
+        let lag = virt(self.slice, lightest);
+        let floor = self.floor;
         let Some(v) = self.vms.get_mut(&vm) else {
             return false;
         };
@@ -134,7 +138,7 @@ impl Policy for Timeslice {
             return false;
         }
         v.runnable = true;
-        v.vtime = v.vtime.max(floor.saturating_sub(virt(slice, v.weight)));
+        v.vtime = v.vtime.max(floor.saturating_sub(lag));
         let (mine, granularity) = (v.vtime, self.wake_preempt);
         let (Some(granularity), Some((r, since))) = (granularity, self.running) else {
             return false;

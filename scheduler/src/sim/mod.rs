@@ -223,6 +223,10 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
         }
         now = t;
         if now >= spec.duration {
+            // Close the books: the run in progress is charged up to the end.
+            if let Some(r) = running {
+                sched.on_preempted(id(r.vm)?, now.saturating_sub(r.start), now)?;
+            }
             break;
         }
         if let Some(r) = running.filter(|r| r.end == now) {
