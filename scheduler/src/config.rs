@@ -79,6 +79,11 @@ pub struct Config {
     pub class_policy: BTreeMap<u8, PolicyKind>,
     /// TIMESLICE slice length (`slice=`, default 2 ms as NVIDIA's time-sliced vGPU scheduler).
     pub slice: Duration,
+    /// TIMESLICE slice while more than `many_vms` VMs share a class (`slice_many=`, default
+    /// 1 ms as NVIDIA above 8 vGPUs; `off` = always `slice`).
+    pub slice_many: Option<Duration>,
+    /// See `slice_many` (`many_vms=`, default 8).
+    pub many_vms: usize,
     /// CREDIT replenishment period (`credit_period=`, default 100 ms).
     pub credit_period: Duration,
     /// BAND budget period (`band_period=`, default 100 ms).
@@ -110,6 +115,8 @@ impl Default for Config {
             policy: PolicyKind::Timeslice,
             class_policy: BTreeMap::new(),
             slice: Duration::from_millis(2),
+            slice_many: Some(Duration::from_millis(1)),
+            many_vms: 8,
             credit_period: Duration::from_millis(100),
             band_period: Duration::from_millis(100),
             band_wait: Duration::from_micros(500),
@@ -157,6 +164,9 @@ impl Config {
         match key {
             "policy" => self.policy = value.parse()?,
             "slice" => self.slice = parse_duration(value).ok_or_else(bad)?,
+            "slice_many" if value == "off" => self.slice_many = None,
+            "slice_many" => self.slice_many = Some(parse_duration(value).ok_or_else(bad)?),
+            "many_vms" => self.many_vms = value.parse().map_err(|_| bad())?,
             "credit_period" => self.credit_period = parse_duration(value).ok_or_else(bad)?,
             "band_period" => self.band_period = parse_duration(value).ok_or_else(bad)?,
             "band_wait" => self.band_wait = parse_duration(value).ok_or_else(bad)?,
@@ -192,6 +202,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let nonzero = [
             (self.slice.is_zero(), "slice"),
+            (self.slice_many.is_some_and(|s| s.is_zero()), "slice_many"),
             (self.credit_period.is_zero(), "credit_period"),
             (self.band_period.is_zero(), "band_period"),
             (self.window.is_zero(), "window"),

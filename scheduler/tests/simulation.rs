@@ -189,22 +189,18 @@ fn removing_a_running_vm_lets_the_others_share() {
 }
 
 #[test]
-fn thirty_two_vms_timeslice_is_fair_over_the_run() {
+fn thirty_two_vms_timeslice_is_fair_per_window_with_the_many_vms_slice() {
+    // Above 8 VMs the slice is 1 ms (NVIDIA's rule): 32 turns fit a 100 ms window 3 times.
     let r = sim(PolicyKind::Timeslice, &scenarios::thirty_two());
-    assert!(r.share_error_max() <= 0.005, "{}", r.summary());
-    // 32 × 2 ms turns do not fit a 100 ms window evenly; 1 ms slices (NVIDIA's choice above 8
-    // vGPUs) halve the per-window spread.
-    let fine = simulate(
-        &Config::parse("slice=1ms").unwrap(),
-        &scenarios::thirty_two(),
-    )
-    .unwrap();
     assert!(
-        fine.jain_min() > r.jain_min(),
-        "{} vs {}",
-        fine.summary(),
+        r.share_error_max() <= 0.005 && r.jain_min() >= 0.99,
+        "{}",
         r.summary()
     );
+    // With 2 ms slices, 32 turns take 64 ms and do not fit a window evenly.
+    let coarse = Config::parse("slice_many=off").unwrap();
+    let c = simulate(&coarse, &scenarios::thirty_two()).unwrap();
+    assert!(c.jain_min() < 0.95, "{}", c.summary());
 }
 
 #[test]

@@ -62,7 +62,8 @@ pub fn make_policy(kind: PolicyKind, config: &Config) -> Box<dyn Policy> {
         PolicyKind::Band => Box::new(Band::new(config.band_period, config.band_wait)),
         PolicyKind::Timeslice => {
             let wake = config.wake_preempt.then_some(config.wake_granularity);
-            Box::new(Timeslice::new(config.slice, wake))
+            let many = config.slice_many.map(|s| (config.many_vms, s));
+            Box::new(Timeslice::new(config.slice, many, wake))
         }
     }
 }

@@ -39,6 +39,8 @@ struct Turn {
 #[derive(Debug)]
 pub struct Timeslice {
     slice: Duration,
+    /// Slice used instead when more than this many VMs share the class (NVIDIA: 1 ms above 8).
+    many: Option<(usize, Duration)>,
     /// A VM that gets work preempts the running VM when it is this far behind (`None`: never).
     wake_preempt: Option<Duration>,
     vms: BTreeMap<VmId, Vm>,
@@ -52,15 +54,29 @@ pub struct Timeslice {
 }
 
 impl Timeslice {
-    pub fn new(slice: Duration, wake_preempt: Option<Duration>) -> Self {
+    /// `many`: `(n, slice)`: use `slice` while more than `n` VMs are registered in the class.
+    pub fn new(
+        slice: Duration,
+        many: Option<(usize, Duration)>,
+        wake_preempt: Option<Duration>,
+    ) -> Self {
         Self {
             slice,
+            many,
             wake_preempt,
             vms: BTreeMap::new(),
             turn: None,
             running: None,
             floor: 0,
             turns: 0,
+        }
+    }
+
+    /// The slice for the number of VMs registered now.
+    fn slice(&self) -> Duration {
+        match self.many {
+            Some((n, many)) if self.vms.len() > n => many,
+            _ => self.slice,
         }
     }
 
@@ -129,7 +145,7 @@ impl Policy for Timeslice {
         // A VM getting work may lag the floor by one turn of the lightest VM (the most any one
         // turn moves virtual time), no more: idle time is not banked.
         let lightest = self.vms.values().map(|v| v.weight).min().unwrap_or(1);
-        let lag = virt(self.slice, lightest);
+        let lag = virt(self.slice(), lightest);
         let floor = self.floor;
         let Some(v) = self.vms.get_mut(&vm) else {
             return false;
@@ -189,17 +205,18 @@ impl Policy for Timeslice {
             .filter(|(_, v)| v.runnable)
             .min_by_key(|(_, v)| (v.vtime, v.last_turn))?;
         self.turns += 1;
+        let slice = self.slice();
         // Repay debt by shortening this turn, keeping at least a quarter slice.
         let repay = self
             .vms
             .get(&vm)
             .map_or(Duration::ZERO, |v| v.debt)
-            .min(self.slice * 3 / 4);
+            .min(slice - slice / 4);
         if let Some(v) = self.vms.get_mut(&vm) {
             v.last_turn = self.turns;
             v.debt -= repay;
         }
-        let budget = self.slice - repay;
+        let budget = slice - repay;
         self.turn = Some(Turn {
             vm,
             used: Duration::ZERO,

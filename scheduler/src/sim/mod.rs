@@ -159,13 +159,13 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
                         Some(s) if remaining > s => Run {
                             vm,
                             start: now,
-                            end: now + s + cost,
+                            end: now.saturating_add(s).saturating_add(cost),
                             outcome: Outcome::Preempt { progress: s },
                         },
                         _ => Run {
                             vm,
                             start: now,
-                            end: now + remaining,
+                            end: now.saturating_add(remaining),
                             outcome: Outcome::Complete,
                         },
                     };
@@ -215,7 +215,7 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
             if let Some(r) = running {
                 busy += t - lo;
                 let overhead_from = match r.outcome {
-                    Outcome::Preempt { progress } => r.start + progress,
+                    Outcome::Preempt { progress } => r.start.saturating_add(progress),
                     Outcome::Complete => r.end,
                 };
                 useful += overhead_from.max(lo).min(t) - lo;
@@ -240,8 +240,10 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
                     completions[r.vm] += 1;
                     sched.on_complete(id(r.vm)?, gpu, now)?;
                     let v = &spec.vms[r.vm];
-                    if s.next_submit.is_none() && v.stop.is_none_or(|stop| now + v.gap < stop) {
-                        s.next_submit = Some(now + v.gap);
+                    if s.next_submit.is_none()
+                        && v.stop.is_none_or(|stop| now.saturating_add(v.gap) < stop)
+                    {
+                        s.next_submit = Some(now.saturating_add(v.gap));
                     }
                 }
                 Outcome::Preempt { progress } => {
@@ -283,7 +285,7 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
                         .get(p.0 as usize)
                         .map_or(Duration::ZERO, |v| v.preempt_cost);
                     if let Some(r) = running.as_mut().filter(|r| r.vm == p.0 as usize) {
-                        let cut = now + cost;
+                        let cut = now.saturating_add(cost);
                         if r.end > cut {
                             r.end = cut;
                             r.outcome = Outcome::Preempt {

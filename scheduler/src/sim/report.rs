@@ -137,7 +137,7 @@ pub(super) fn report(
         vec![0u32; n],
     );
     for w in sched.accounting().windows() {
-        let (ws, we) = (w.start, w.start + window);
+        let (ws, we) = (w.start, w.start.saturating_add(window));
         if ws < spec.warmup || we > spec.duration {
             continue;
         }
