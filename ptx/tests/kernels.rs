@@ -497,3 +497,27 @@ fn spin_waits_on_globaltimer() {
     assert!(t.elapsed().as_nanos() as u64 >= dur);
     assert!(mem.u64s(out, 64).iter().all(|&x| x >= dur));
 }
+
+#[test]
+fn concurrent_runs_share_the_worker_pool() {
+    // Several launches run at once from different threads, each with several workers.
+    let m = module(VECADD);
+    std::thread::scope(|s| {
+        for k in 0..4u32 {
+            let m = m.clone();
+            s.spawn(move || {
+                let n = 3000usize;
+                let mut mem = Mem::new(1 << 16);
+                let a: Vec<f32> = (0..n).map(|i| (i as u32 * (k + 1)) as f32).collect();
+                let (va, vb) = (mem.put_f32(&a), mem.put_f32(&a));
+                let vc = mem.alloc(n * 4);
+                for _ in 0..5 {
+                    let p = Params::default().u64(va).u64(vb).u64(vc).u32(n as u32);
+                    run(&m, "vecadd", cfg([12, 1, 1], [256, 1, 1], 0, p), &mem, 3);
+                }
+                let c = mem.f32s(vc, n);
+                assert!((0..n).all(|i| c[i] == 2.0 * a[i]), "thread {k}");
+            });
+        }
+    });
+}

@@ -6,6 +6,7 @@ pub(crate) mod cvt;
 pub(crate) mod fastmem;
 pub mod launch;
 pub(crate) mod mem;
+pub(crate) mod pool;
 pub(crate) mod sched;
 pub(crate) mod setup;
 pub(crate) mod warp;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::exec::cta::{Cta, cta_coords};
 use crate::exec::launch::{KernelFault, Launch, RunControl, RunOutcome, Stats};
 use crate::exec::mem::Tlb;
+use crate::exec::pool;
 use crate::exec::warp::{Env, WarpStop, deliver_bar_red, exec_warp, fix_thread};
 use crate::ir::Entry;
 use crate::memory::GlobalMemory;
@@ -71,20 +72,10 @@ pub(crate) fn run(l: &mut Launch, mem: &dyn GlobalMemory, ctl: &RunControl) -> R
     if threads == 1 {
         worker(&sh);
     } else {
-        std::thread::scope(|s| {
-            // The calling thread is one of the workers; a failed spawn (resource limits) just
-            // means fewer helpers.
-            for k in 1..threads {
-                let spawned = std::thread::Builder::new()
-                    .name(format!("ptx-worker-{k}"))
-                    .spawn_scoped(s, || worker(&sh));
-                if let Err(e) = spawned {
-                    log::warn!("ptx: could not start worker thread {k}: {e}");
-                    break;
-                }
-            }
-            worker(&sh);
-        });
+        // The calling thread is one of the workers; the others come from the pool.
+        if !pool::scope_run(threads - 1, &|| worker(&sh)) {
+            log::error!("ptx: a worker thread panicked");
+        }
     }
     let stats: Stats = into(sh.stats);
     let fault: Option<KernelFault> = into(sh.fault);
