@@ -311,8 +311,40 @@ impl Scheduler {
         Ok(pick)
     }
 
+    /// Changes a VM's weight (same limits as `register`); its policy uses it from the next
+    /// decision (CREDIT / BAND: from the next period's shares).
+    pub fn set_weight(&mut self, vm: VmId, weight: u32, now: Duration) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        let class = self.vm(vm)?.params.priority;
+        if weight == 0 || weight > self.config.max_weight {
+            return Err(SchedError::BadWeight {
+                weight,
+                max: self.config.max_weight,
+            });
+        }
+        self.tick(now)?;
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.params.weight = weight;
+        }
+        if let Some(p) = self.policy(class) {
+            p.set_weight(vm, weight, now);
+        }
+        Ok(())
+    }
+
+    /// The running VM if it has held the GPU longer than its slice plus `grace` (no slice: than
+    /// `grace`): a VM that does not yield. The caller then stops its job or removes it.
+    pub fn overdue(&self, now: Duration, grace: Duration) -> Option<VmId> {
+        let r = self.running?;
+        let limit = r
+            .since
+            .saturating_add(r.slice.unwrap_or_default())
+            .saturating_add(grace);
+        (now >= limit).then_some(r.vm)
+    }
+
     /// The run in progress, if any (a daemon checks it against the slice to catch a VM that
-    /// does not yield).
+    /// does not yield; see `overdue`).
     pub fn running(&self) -> Option<Running> {
         self.running
     }

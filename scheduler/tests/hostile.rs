@@ -164,6 +164,7 @@ fn extreme_times_do_not_panic() {
 enum Ev {
     Register(u32, u32, u8),
     Remove(u32),
+    Weight(u32, u32),
     Submit(u32),
     Idle(u32),
     Pick,
@@ -179,6 +180,7 @@ fn ev() -> impl Strategy<Value = Ev> {
     prop_oneof![
         1 => (0u32..6, 0u32..20, 0u8..3).prop_map(|(v, w, p)| Ev::Register(v, w, p)),
         1 => (0u32..6).prop_map(Ev::Remove),
+        1 => (0u32..6, 0u32..20).prop_map(|(v, w)| Ev::Weight(v, w)),
         4 => (0u32..6).prop_map(Ev::Submit),
         1 => (0u32..6).prop_map(Ev::Idle),
         4 => Just(Ev::Pick),
@@ -225,6 +227,13 @@ fn step(s: &mut Scheduler, m: &mut Model, now: &mut Duration, e: Ev) -> Result<(
             if r.is_ok() {
                 m.last = t;
                 m.removed.insert(v);
+            }
+        }
+        Ev::Weight(v, w) => {
+            let ok = s.set_weight(VmId(v), w, t).is_ok();
+            prop_assert_eq!(ok, w > 0 && m.pending.contains_key(&v));
+            if ok {
+                m.last = t;
             }
         }
         Ev::Submit(v) => {

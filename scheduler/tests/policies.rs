@@ -275,3 +275,46 @@ fn faults_and_dropped_queues_end_the_vms_work() {
     s.on_idle(B, ms(2)).unwrap();
     assert_eq!(s.pick(ms(2)).unwrap(), Pick::Idle);
 }
+
+#[test]
+fn a_vm_that_does_not_yield_is_overdue_and_can_be_removed() {
+    let mut s = sched("policy=timeslice,slice=2ms", &[(1, 1, 0), (2, 1, 0)]);
+    s.on_submit(A, ms(0)).unwrap();
+    s.on_submit(B, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    assert_eq!(s.overdue(ms(11), ms(10)), None);
+    assert_eq!(s.overdue(ms(12), ms(10)), Some(A));
+    assert!(s.remove(A, ms(12)).unwrap().was_running);
+    assert_eq!(s.overdue(ms(12), ms(10)), None);
+    assert_eq!(run(&mut s, ms(12)).run, B);
+    // Non-preemptive grants: overdue after the grace alone.
+    let mut f = sched("policy=fifo", &[(1, 1, 0)]);
+    f.on_submit(A, ms(0)).unwrap();
+    run(&mut f, ms(0));
+    assert_eq!(
+        (f.overdue(ms(99), ms(100)), f.overdue(ms(100), ms(100))),
+        (None, Some(A))
+    );
+}
+
+#[test]
+fn weights_can_change_at_run_time() {
+    let mut s = sched("policy=timeslice,slice=1ms", &[(1, 1, 0), (2, 1, 0)]);
+    assert!(s.set_weight(A, 0, ms(0)).is_err());
+    assert!(s.set_weight(VmId(9), 1, ms(0)).is_err());
+    s.set_weight(B, 3, ms(0)).unwrap();
+    assert_eq!(s.vm_info(B).unwrap().0.weight, 3);
+    s.on_submit(A, ms(0)).unwrap();
+    s.on_submit(B, ms(0)).unwrap();
+    let mut now = ms(0);
+    for _ in 0..400 {
+        let d = run(&mut s, now);
+        now += d.slice.unwrap();
+        s.on_preempted(d.run, d.slice.unwrap(), now).unwrap();
+    }
+    let (a, b) = (
+        s.vm_info(A).unwrap().1.gpu_time,
+        s.vm_info(B).unwrap().1.gpu_time,
+    );
+    assert_eq!((a, b), (ms(100), ms(300)));
+}

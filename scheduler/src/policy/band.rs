@@ -139,6 +139,11 @@ impl Policy for Band {
             },
         );
     }
+    fn set_weight(&mut self, vm: VmId, weight: u32, _now: Duration) {
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.weight = weight;
+        }
+    }
     fn remove(&mut self, vm: VmId, _now: Duration) {
         self.vms.remove(&vm);
         self.queue.retain(|&v| v != vm);

@@ -26,6 +26,7 @@ impl Policy for Fifo {
         PolicyKind::Fifo
     }
     fn add(&mut self, _vm: VmId, _weight: u32, _now: Duration) {}
+    fn set_weight(&mut self, _vm: VmId, _weight: u32, _now: Duration) {}
     fn remove(&mut self, vm: VmId, _now: Duration) {
         self.jobs.retain(|&v| v != vm);
     }

@@ -41,6 +41,8 @@ pub trait Policy: Debug + Send {
     fn kind(&self) -> PolicyKind;
     fn add(&mut self, vm: VmId, weight: u32, now: Duration);
     fn remove(&mut self, vm: VmId, now: Duration);
+    /// New weight for a registered VM (takes effect from the next decision / period).
+    fn set_weight(&mut self, vm: VmId, weight: u32, now: Duration);
     /// One job queued for `vm`. Returns true when the VM running in this class (if any) should
     /// be preempted now in favour of `vm`.
     fn on_submit(&mut self, vm: VmId, now: Duration) -> bool;

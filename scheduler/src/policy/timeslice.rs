@@ -131,6 +131,11 @@ impl Policy for Timeslice {
         };
         self.vms.insert(vm, state);
     }
+    fn set_weight(&mut self, vm: VmId, weight: u32, _now: Duration) {
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.weight = weight;
+        }
+    }
     fn remove(&mut self, vm: VmId, _now: Duration) {
         self.vms.remove(&vm);
         if self.turn.is_some_and(|t| t.vm == vm) {
