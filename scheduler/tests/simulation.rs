@@ -235,3 +235,18 @@ fn bad_simulations_are_refused() {
     };
     assert!(simulate(&Config::default(), &spec).is_err());
 }
+
+#[test]
+fn tiny_slices_and_free_preemption_still_make_progress() {
+    let mut vm = SimVm::backlogged(1, &[us(3)]);
+    vm.preempt_cost = Duration::ZERO;
+    let spec = SimSpec {
+        vms: vec![vm.clone(), vm],
+        duration: us(200),
+        warmup: Duration::ZERO,
+    };
+    let config = Config::parse("slice=1ns,wake_granularity=0ns").unwrap();
+    let r = simulate(&config, &spec).unwrap();
+    let total: Duration = r.vms.iter().map(|v| v.completions as u32 * us(3)).sum();
+    assert!(total >= us(190), "{:?}", r.vms);
+}

@@ -221,7 +221,7 @@ impl Policy for Timeslice {
             v.last_turn = self.turns;
             v.debt -= repay;
         }
-        let budget = slice - repay;
+        let budget = (slice - repay).max(Duration::from_nanos(1));
         self.turn = Some(Turn {
             vm,
             used: Duration::ZERO,
