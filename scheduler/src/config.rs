@@ -105,6 +105,8 @@ pub struct Config {
     pub history: usize,
     /// Most VMs registered at once (`max_vms=`, default 1024).
     pub max_vms: usize,
+    /// Most jobs queued per VM (`max_pending=`, default 65536): bounds FIFO's queue.
+    pub max_pending: u64,
     /// Largest weight (`max_weight=`, default 10000).
     pub max_weight: u32,
 }
@@ -127,6 +129,7 @@ impl Default for Config {
             window: Duration::from_millis(100),
             history: 600,
             max_vms: 1024,
+            max_pending: 65_536,
             max_weight: 10_000,
         }
     }
@@ -183,6 +186,7 @@ impl Config {
             }
             "history" => self.history = value.parse().map_err(|_| bad())?,
             "max_vms" => self.max_vms = value.parse().map_err(|_| bad())?,
+            "max_pending" => self.max_pending = value.parse().map_err(|_| bad())?,
             "max_weight" => self.max_weight = value.parse().map_err(|_| bad())?,
             _ => match key.strip_prefix("policy.") {
                 Some(class) => {
@@ -208,6 +212,7 @@ impl Config {
             (self.window.is_zero(), "window"),
             (self.history == 0, "history"),
             (self.max_vms == 0, "max_vms"),
+            (self.max_pending == 0, "max_pending"),
             (self.max_weight == 0, "max_weight"),
         ];
         match nonzero.into_iter().find(|(zero, _)| *zero) {

@@ -13,6 +13,8 @@ pub enum SchedError {
     AlreadyRegistered(VmId),
     #[error("weight {weight} out of range 1..={max}")]
     BadWeight { weight: u32, max: u32 },
+    #[error("VM {vm} has {limit} jobs queued already (max_pending)")]
+    TooManyJobs { vm: VmId, limit: u64 },
     #[error("too many VMs (limit {0})")]
     TooManyVms(usize),
     #[error("time went backwards: last event at {last:?}, this one at {now:?}")]

@@ -151,10 +151,14 @@ impl Scheduler {
     /// (TIMESLICE wake-up preemption).
     pub fn on_submit(&mut self, vm: VmId, now: Duration) -> Result<Action, SchedError> {
         self.check_time(now)?;
-        let class = self.vm(vm)?.params.priority;
+        let entry = self.vm(vm)?;
+        let (class, limit) = (entry.params.priority, self.config.max_pending);
+        if entry.stats.pending >= limit {
+            return Err(SchedError::TooManyJobs { vm, limit });
+        }
         self.tick(now)?;
         if let Some(v) = self.vms.get_mut(&vm) {
-            v.stats.pending = v.stats.pending.saturating_add(1);
+            v.stats.pending += 1;
         }
         let wake = self.policy(class).is_some_and(|p| p.on_submit(vm, now));
         let action = match self.running {

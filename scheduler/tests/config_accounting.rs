@@ -24,7 +24,7 @@ fn parses_every_key() {
     let c = Config::parse(
         "policy=band, slice=1ms credit_period=50ms,band_period=20ms,band_wait=100us,\
          wake_preempt=false,wake_granularity=1ms,priority_preempt=false,charge=wall,\
-         window=10ms,history=5,max_vms=3,max_weight=7,policy.2=fifo,slice_many=500us,many_vms=4",
+         window=10ms,history=5,max_vms=3,max_weight=7,max_pending=9,policy.2=fifo,slice_many=500us,many_vms=4",
     )
     .unwrap();
     assert_eq!(c.policy, PolicyKind::Band);

@@ -63,6 +63,22 @@ fn too_many_vms_is_rejected() {
 }
 
 #[test]
+fn queued_jobs_per_vm_are_bounded() {
+    let mut s = sched("max_pending=3", &[(1, 1, 0)]);
+    for _ in 0..3 {
+        s.on_submit(A, ms(0)).unwrap();
+    }
+    assert_eq!(
+        s.on_submit(A, ms(0)),
+        Err(SchedError::TooManyJobs { vm: A, limit: 3 })
+    );
+    assert_eq!(s.vm_info(A).unwrap().1.pending, 3);
+    run(&mut s, ms(0));
+    s.on_complete(A, ms(1), ms(1)).unwrap();
+    s.on_submit(A, ms(1)).unwrap();
+}
+
+#[test]
 fn unknown_vm_ids_are_rejected() {
     let mut s = sched("", &[(1, 1, 0)]);
     let x = VmId(99);
