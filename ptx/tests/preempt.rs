@@ -269,3 +269,50 @@ fn hostile_contexts_are_rejected() {
         ContextError::BadMagic
     );
 }
+
+#[test]
+fn a_short_run_is_not_held_up_by_a_long_one() {
+    // A runaway kernel keeps its workers (and the pool's helpers) busy; short launches with
+    // several workers must still complete promptly, doing the work on their own thread.
+    let spin = module(SPIN_FOREVER);
+    let short = module(include_str!("../../suite/kernels/vecadd.ptx"));
+    let mem = Mem::new(1 << 16);
+    let ctl_long = RunControl::new(8);
+    std::thread::scope(|s| {
+        let long = s.spawn(|| {
+            let mut l = Launch::new(
+                spin.clone(),
+                "forever",
+                cfg([64, 1, 1], [64, 1, 1], 0, Params::default().u64(0)),
+                &Limits::default(),
+            )
+            .unwrap();
+            l.run(&mem.mem, &ctl_long)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let t = std::time::Instant::now();
+        for _ in 0..20 {
+            let p = Params::default()
+                .u64(BASE)
+                .u64(BASE)
+                .u64(BASE + 4096)
+                .u32(64);
+            let mut l = Launch::new(
+                short.clone(),
+                "vecadd",
+                cfg([1, 1, 1], [64, 1, 1], 0, p),
+                &Limits::default(),
+            )
+            .unwrap();
+            assert!(matches!(
+                l.run(&mem.mem, &RunControl::new(4)),
+                RunOutcome::Completed(_)
+            ));
+        }
+        let short_time = t.elapsed();
+        assert!(!long.is_finished(), "the long run must still be running");
+        ctl_long.preempt.store(true, Ordering::Relaxed);
+        assert!(matches!(long.join().unwrap(), RunOutcome::Preempted(_)));
+        assert!(short_time.as_secs() < 5, "short runs took {short_time:?}");
+    });
+}

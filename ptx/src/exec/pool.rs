@@ -3,8 +3,10 @@
 //! which matters to time-slice schedulers that run kernels in short slices.
 //!
 //! `scope_run(k, f)` runs `f` on the calling thread and on up to `k` helpers, and returns only
-//! after every helper has finished `f` (also when the caller's own call panics), which is what
-//! makes lending `f`'s borrowed data to the helpers sound.
+//! after every helper that started `f` has finished it (also when the caller's own call
+//! panics), which is what makes lending `f`'s borrowed data to the helpers sound. Helper calls
+//! not yet started when the caller's own `f` returns are withdrawn (`f` must be a work-sharing
+//! loop for which that is harmless, as the launch workers are).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,6 +142,22 @@ pub(crate) fn scope_run<F: Fn() + Sync>(helpers: usize, f: &F) -> bool {
         p.cv.notify_all();
     }
     f();
+    if k > 0 {
+        // Tasks that no helper has started yet (all busy, e.g. with another launch) are
+        // withdrawn: the caller's own `f` already did the work, and waiting for them would tie
+        // this run's latency to other runs.
+        let p = pool();
+        let mut q = lock(&p.queue);
+        let before = q.len();
+        let me: *const Done = &done;
+        q.retain(|t| !std::ptr::eq(t.done, me));
+        let withdrawn = before - q.len();
+        drop(q);
+        if withdrawn > 0 {
+            let mut left = lock(&done.left);
+            *left -= withdrawn;
+        }
+    }
     drop(guard);
     !done.panicked.load(Ordering::Relaxed)
 }
