@@ -144,6 +144,9 @@ fn every_attack_is_contained_in_para_mode() {
     assert_eq!(code, 0, "{out}");
     let gpu = &stats["gpu"];
     assert_eq!(gpu["guard_intact"], true, "{gpu}");
+    // Hostile calls themselves (count, area, ops, page-directory flood) were refused.
+    let para_attacks = attacks.iter().filter(|a| a.contains("name=para_")).count();
+    assert_eq!(para_attacks, 4, "{out}");
     // The bad entries were refused by hypercalls (validated at map time), not found by a walk.
     assert!(gpu["para"]["refused"].as_u64().unwrap() >= 8, "{gpu}");
     assert_eq!(gpu["counters"]["shadow_rebuilds"], 0, "{gpu}");

@@ -505,6 +505,40 @@ impl<P: Platform> Gpu<P> {
         self.para.is_some()
     }
 
+    /// Para mode, for attack tests: one raw call (`op`, ARG, COUNT; the entries in the area
+    /// as they are) with the argument area registered at `area` (`None`: the driver's own).
+    /// Afterwards the driver's own area and page directory are registered and selected again.
+    /// Returns the BAR3 STATUS register, or `None` outside para mode.
+    pub fn para_raw(
+        &mut self,
+        area: Option<u64>,
+        op: u32,
+        arg: u64,
+        count: u32,
+    ) -> Result<Option<u32>, Error> {
+        let pdb = self.pdb();
+        let Some(pi) = self.para.as_mut() else {
+            return Ok(None);
+        };
+        let before = pi.calls;
+        if area.is_some() {
+            pi.register(&mut self.p, area);
+        }
+        let status = pi.raw(&mut self.p, op, arg, count)?;
+        if area.is_some() {
+            pi.register(&mut self.p, None);
+        }
+        let restore = pi.raw(&mut self.p, para::OP_SET_PD, pdb, 0)?;
+        self.mmio += pi.calls - before + 2 + if area.is_some() { 4 } else { 0 };
+        if restore & 0xff != para::ST_OK {
+            return Err(Error::ParaRefused {
+                status: restore & 0xff,
+                index: 0,
+            });
+        }
+        Ok(Some(status))
+    }
+
     /// Para mode: one call without entries; a refusal is an error.
     fn para_call(&mut self, op: u32, arg: u64) -> Result<(), Error> {
         let Some(pi) = self.para.as_mut() else {

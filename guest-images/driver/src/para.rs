@@ -169,6 +169,29 @@ impl ParaIf {
         Ok(self.outcome())
     }
 
+    /// Registers `gpa` as the argument area (`None`: the driver's own).
+    pub fn register<P: Platform>(&self, p: &mut P, gpa: Option<u64>) {
+        let a = gpa.unwrap_or(self.args.gpa());
+        p.para_write(ARGS_LO, a as u32);
+        p.para_write(ARGS_HI, (a >> 32) as u32);
+    }
+
+    /// A raw call (attack tests): ARG and COUNT as given, entries left as they are; returns
+    /// the BAR3 STATUS register.
+    pub fn raw<P: Platform>(
+        &mut self,
+        p: &mut P,
+        op: u32,
+        arg: u64,
+        count: u32,
+    ) -> Result<u32, Error> {
+        self.put(OFF_ARG, arg)?;
+        self.put(OFF_COUNT, u64::from(count))?;
+        self.calls += 1;
+        p.para_write(CALL, op);
+        Ok(p.para_read(STATUS))
+    }
+
     /// `op` over `entries`, in calls of at most MAX_BATCH entries (each all-or-nothing);
     /// stops at the first call that does not return OK and returns its outcome (INDEX
     /// relative to `entries`).

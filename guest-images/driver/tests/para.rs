@@ -18,6 +18,9 @@ struct Fake {
     calls: Vec<Call>,
     /// STATUS and INDEX the next MAP_BATCH call returns.
     refuse: Option<(u32, u32)>,
+    /// The last call's STATUS, and every ARGS address registered.
+    status: u32,
+    areas: Vec<u64>,
     clock: u64,
 }
 
@@ -95,14 +98,24 @@ impl Platform for Fake {
         match (self.para, offset) {
             (true, para::PARA_ID) => para::PARA_ID_VALUE,
             (true, para::MAX_BATCH_REG) => 2048,
+            (true, para::STATUS) => self.status,
             _ => u32::MAX,
         }
     }
     fn para_write(&mut self, offset: u32, value: u32) {
         match offset {
             para::ARGS_LO => self.args = (self.args & !0xffff_ffff) | u64::from(value),
-            para::ARGS_HI => self.args = (self.args & 0xffff_ffff) | u64::from(value) << 32,
+            para::ARGS_HI => {
+                self.args = (self.args & 0xffff_ffff) | u64::from(value) << 32;
+                self.areas.push(self.args);
+            }
             para::CALL => {
+                if self.areas.last() != self.areas.first() {
+                    // A foreign area (attack test): refuse without reading it.
+                    self.calls.push((value, 0, Vec::new()));
+                    self.status = 1;
+                    return;
+                }
                 let count = if value == para::OP_SET_PD {
                     0
                 } else {
@@ -127,6 +140,7 @@ impl Platform for Fake {
                     }
                 };
                 self.set_result(status, index);
+                self.status = status;
             }
             _ => {}
         }
@@ -221,4 +235,27 @@ fn without_the_para_bar_or_with_para_off_tables_are_written() {
         assert!(f.calls.is_empty());
         assert!(f.writes.iter().any(|w| w.0 == regs::TLB_FLUSH));
     }
+}
+
+#[test]
+fn raw_calls_restore_the_drivers_area_and_directory() {
+    let mut gpu = Gpu::new(Fake::new(true), Config::default()).unwrap();
+    let own = gpu.platform().args;
+    let pdb = gpu.platform().calls[0].1;
+    let n = gpu.platform().calls.len();
+    assert_eq!(
+        gpu.para_raw(Some(0xfee0_0000), para::OP_SET_PD, 0, 0),
+        Ok(Some(1))
+    );
+    let f = gpu.platform();
+    assert_eq!(
+        f.areas[1..],
+        [0xfee0_0000, own],
+        "the foreign area, then the driver's again"
+    );
+    assert_eq!(f.calls.len(), n + 2);
+    assert_eq!((f.calls[n + 1].0, f.calls[n + 1].1), (para::OP_SET_PD, pdb));
+    assert_eq!(gpu.para_raw(None, para::OP_MAP_BATCH, 0, 0), Ok(Some(0)));
+    let full = Gpu::new(Fake::new(false), Config::default());
+    assert_eq!(full.unwrap().para_raw(None, 1, 0, 0), Ok(None));
 }

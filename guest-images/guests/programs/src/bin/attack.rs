@@ -4,7 +4,8 @@
 //! contained when an expected fault kind came back, nothing leaked, and a correct job (vecadd)
 //! still ran right afterwards. `aim` is the address it aimed at (`vram:`, `gpa:`, `va:`) so a
 //! host test can check sentinels there. Exits 0 only if every attempt was contained.
-//! `only=NAME` runs one; driver options as for `workloads`.
+//! `only=NAME` runs one; driver options as for `workloads`. With `--gpu mode=para` it also
+//! makes hostile para-virtual calls (`fault=REFUSED:[statuses]`: refused as a whole).
 #![no_std]
 #![no_main]
 
@@ -16,7 +17,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use gpu_driver::mmu::{self, Target};
 use gpu_driver::push::{OP_IMMD, OP_INCR, method};
-use gpu_driver::{Channel, Error, FaultKind, Gpu, regs};
+use gpu_driver::{Channel, Error, FaultKind, Gpu, para, regs};
 use guest_programs::attacks::{self, Attempt, Ctx};
 use guest_programs::platform::{self, BareMetal};
 use guest_programs::runner;
@@ -38,10 +39,7 @@ fn report(
     expected: &[FaultKind],
     r: Result<Attempt, Error>,
 ) {
-    let sanity = {
-        let inst = suite::find("vecadd").map(|w| w.instance(suite::Size::Small));
-        inst.is_some_and(|i| runner::run_instance(gpu, ch, &i, runner::RunOpts::default()).ok)
-    };
+    let sanity = sanity(gpu, ch);
     let (ok, aim, faults, note) = match r {
         Ok(a) => {
             let hit = a.faults.iter().any(|k| expected.contains(k));
@@ -72,6 +70,90 @@ fn report(
         if faults.is_empty() { "none" } else { &faults },
         u8::from(sanity)
     );
+}
+
+/// Whether a correct job (vecadd) still runs right.
+fn sanity(gpu: &mut Gpu<BareMetal>, ch: &mut Channel) -> bool {
+    let inst = suite::find("vecadd").map(|w| w.instance(suite::Size::Small));
+    inst.is_some_and(|i| runner::run_instance(gpu, ch, &i, runner::RunOpts::default()).ok)
+}
+
+/// One raw para call: argument area (`None`: the driver's), op, ARG, COUNT.
+type RawCall = (Option<u64>, u32, u64, u32);
+
+/// Hostile para-virtual calls (`--gpu mode=para` only): each must come back BAD_CALL (no fault
+/// record: the call is refused as a whole, nothing is read or changed) and leave the device
+/// usable.
+fn para_attacks(gpu: &mut Gpu<BareMetal>, ch: &mut Channel, run: &mut Run, ram_end: u64) {
+    const BAD_CALL: u32 = 1;
+    let vram = gpu.info().vram_size;
+    let attempts: [(&str, String, Vec<RawCall>); 4] = [
+        (
+            "para_count_beyond_max",
+            String::from("count:0xffffffff"),
+            alloc::vec![
+                (None, para::OP_MAP_BATCH, 0, u32::MAX),
+                (None, para::OP_UNMAP_BATCH, 0, 2049),
+            ],
+        ),
+        (
+            "para_area_outside_ram",
+            format!("gpa:{:#x}", ram_end - 0x1000),
+            alloc::vec![
+                (Some(ram_end - 0x1000), para::OP_SET_PD, 0, 0),
+                (Some(0xfee0_0000), para::OP_MAP_BATCH, 0, 1),
+                (Some(0x1234), para::OP_SET_PD, 0, 0),
+            ],
+        ),
+        (
+            "para_unknown_ops",
+            String::from("op:0,6,7,0xff"),
+            [0, 6, 7, 0xff].map(|op| (None, op, 0, 0)).to_vec(),
+        ),
+        (
+            "para_page_directory_flood",
+            String::from("pd:8-new"),
+            // The driver's directory and 7 more fill the 8 a VM may have; the 8th new one is
+            // refused (each call reselects the driver's own afterwards).
+            (1..=8u64)
+                .map(|k| (None, para::OP_SET_PD, (vram / 16 * k) & !0xfff | 1, 0))
+                .collect(),
+        ),
+    ];
+    for (name, aim, calls) in attempts {
+        if run.only.is_some_and(|o| o != name) {
+            continue;
+        }
+        let mut statuses = Vec::new();
+        let mut note = String::new();
+        for (area, op, arg, count) in calls {
+            match gpu.para_raw(area, op, arg, count) {
+                Ok(Some(st)) => statuses.push(st & 0xff),
+                Ok(None) => note = String::from("not in para mode"),
+                Err(e) => note = format!("driver: {e}"),
+            }
+        }
+        let refused = match statuses.split_last() {
+            Some((last, first)) if name == "para_page_directory_flood" => {
+                *last == BAD_CALL && first.iter().all(|s| *s == 0)
+            }
+            Some(_) => statuses.iter().all(|s| *s == BAD_CALL),
+            None => false,
+        };
+        let fault = gpu.take_fault();
+        let ok = sanity(gpu, ch);
+        let contained = refused && fault.is_none() && note.is_empty() && ok;
+        run.total += 1;
+        run.contained += usize::from(contained);
+        if !note.is_empty() || fault.is_some() {
+            println!("attack: {name}: {note} {fault:?}");
+        }
+        println!(
+            "ATTACK name={name} contained={} aim={aim} fault=REFUSED:{statuses:?} sanity={}",
+            u8::from(contained),
+            u8::from(ok)
+        );
+    }
 }
 
 fn main() -> u8 {
@@ -369,6 +451,9 @@ fn main() -> u8 {
             String::from("job")
         )
     );
+    if gpu.is_para() {
+        para_attacks(&mut gpu, &mut ch, &mut run, ram_end);
+    }
     println!("attack: {}/{} contained", run.contained, run.total);
     if run.total > 0 && run.contained == run.total {
         0
