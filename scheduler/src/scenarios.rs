@@ -19,6 +19,10 @@ pub fn all() -> Vec<(&'static str, SimSpec)> {
         ("weights 1:2:4:8, 5ms kernels", weights_1248()),
         ("2 backlogged VMs, 5ms vs 500µs", two_backlogged()),
         ("2 sync VMs (50µs gap), 5ms vs 500µs", two_synchronous()),
+        (
+            "8 sync VMs (50µs gap), 4×500µs + 4×5ms",
+            eight_synchronous(),
+        ),
         ("4 VMs, one idle except 0.5-1.0s", on_off()),
         ("32 VMs equal, 500µs/5ms", thirty_two()),
     ]
@@ -76,6 +80,16 @@ pub fn two_synchronous() -> SimSpec {
         SimVm::synchronous(1, &[us(5000)], us(50)),
         SimVm::synchronous(1, &[us(500)], us(50)),
     ])
+}
+
+/// 8 synchronous VMs of equal weight (one kernel in flight, 50 µs of CPU between kernels):
+/// four with 500 µs kernels, four with 5 ms kernels.
+pub fn eight_synchronous() -> SimSpec {
+    spec(
+        (0..8)
+            .map(|i| SimVm::synchronous(1, &[if i < 4 { us(500) } else { us(5000) }], us(50)))
+            .collect(),
+    )
 }
 
 /// Three backlogged VMs and one that only has work from 0.5 s to 1.0 s.

@@ -18,7 +18,12 @@ fn sim(policy: PolicyKind, spec: &SimSpec) -> SimReport {
 
 #[test]
 fn timeslice_eight_equal_vms_mixed_kernels_jain_at_least_099_per_window() {
-    for spec in [scenarios::eight_mixed(), scenarios::eight_alternating()] {
+    let specs = [
+        scenarios::eight_mixed(),
+        scenarios::eight_alternating(),
+        scenarios::eight_synchronous(),
+    ];
+    for spec in specs {
         let r = sim(PolicyKind::Timeslice, &spec);
         assert!(r.windows.len() >= 25, "{} windows", r.windows.len());
         assert!(r.jain_min() >= 0.99, "{}", r.summary());
