@@ -3,10 +3,16 @@
 //!
 //! - `ptx`: interpreter throughput (thread-instructions per second per core) on suite kernels.
 //! - `preempt`: preempt-to-saved and restore-to-running latency percentiles of a running kernel.
+//! - `overhead`: the suite under native, full-virtualization and para-virtualization
+//!   configurations: per benchmark and phase time, slowdown vs native and MMIO exits.
 
+mod chart;
 mod error;
+mod exp_overhead;
 mod exp_preempt;
 mod exp_ptx;
+mod native;
+mod overhead_vm;
 mod report;
 mod runner;
 
@@ -27,6 +33,8 @@ enum Cmd {
     Ptx(exp_ptx::Args),
     /// Preemption and restore latency percentiles of a running kernel.
     Preempt(exp_preempt::Args),
+    /// Virtualization overhead: the suite under native, full-virt and para-virt configurations.
+    Overhead(exp_overhead::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +42,7 @@ fn main() -> ExitCode {
     let result = match &cli.cmd {
         Cmd::Ptx(a) => exp_ptx::run(a),
         Cmd::Preempt(a) => exp_preempt::run(a),
+        Cmd::Overhead(a) => exp_overhead::run(a),
     };
     match result {
         Ok(line) => {
@@ -107,6 +116,77 @@ mod tests {
         let csv = std::fs::read_to_string(out.join("preempt.csv")).unwrap();
         assert!(csv.lines().count() > 6);
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// The quick overhead run end to end: native always (the suite must verify), and `full`
+    /// too when a vgpu-vmm binary sits next to the test (as after `cargo test --workspace`).
+    #[test]
+    fn overhead_quick_writes_its_figures() {
+        let out = out_dir("overhead");
+        let vmm = std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.parent()?.join("vgpu-vmm")))
+            .filter(|p| p.is_file());
+        let configs = if vmm.is_some() {
+            "native,full"
+        } else {
+            "native"
+        };
+        let cli = Cli::parse_from(["vgpu-bench", "overhead", "--quick", "--configs", configs]);
+        let Cmd::Overhead(mut a) = cli.cmd else {
+            panic!()
+        };
+        a.out = out.clone();
+        a.vmm = vmm.clone();
+        let line = exp_overhead::run(&a).unwrap();
+        assert!(line.starts_with("overhead: "), "{line}");
+        let s = summary(&out);
+        assert_eq!(s["sizes"], serde_json::json!(["small"]));
+        let results = s["results"].as_array().unwrap();
+        assert_eq!(results.len(), if vmm.is_some() { 2 } else { 1 });
+        let native = &results[0];
+        assert_eq!(native["config"], "native");
+        assert_eq!(native["all_ok"], true, "{native}");
+        let benches = native["benchmarks"].as_array().unwrap();
+        assert!(benches.len() >= 13, "{native}");
+        for b in benches {
+            assert_eq!(b["ok"], true, "{b}");
+            assert!((b["slowdown"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{b}");
+            assert!(b["total_us"].as_f64().unwrap() > 0.0, "{b}");
+            assert!(
+                b["phases"]["kernel"]["mmio_exits"].as_u64().unwrap() >= 1,
+                "{b}"
+            );
+        }
+        assert!(native["init"]["mmio_exits"].as_u64().unwrap() > 0);
+        if vmm.is_some() {
+            let full = &results[1];
+            assert_eq!(full["config"], "full");
+            assert_eq!(full["all_ok"], true, "{full}");
+            assert!(full["vm_mmio_exits"].as_u64().unwrap() > 0, "{full}");
+            assert!(full["geomean_slowdown"].as_f64().unwrap() > 0.0, "{full}");
+        }
+        let csv = std::fs::read_to_string(out.join("overhead.csv")).unwrap();
+        assert!(csv.lines().count() > 13 * 5, "{csv}");
+        let svg = std::fs::read_to_string(out.join("overhead-small.svg")).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("vecadd"), "{svg}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn overhead_refuses_bad_configurations() {
+        let cli = Cli::parse_from(["vgpu-bench", "overhead", "--configs", "full,native"]);
+        let Cmd::Overhead(a) = cli.cmd else { panic!() };
+        assert!(matches!(
+            exp_overhead::run(&a),
+            Err(error::BenchError::Invalid(_))
+        ));
+        let cli = Cli::parse_from(["vgpu-bench", "overhead", "--configs", "native,warp"]);
+        let Cmd::Overhead(a) = cli.cmd else { panic!() };
+        assert!(matches!(
+            exp_overhead::run(&a),
+            Err(error::BenchError::Invalid(_))
+        ));
     }
 
     #[test]

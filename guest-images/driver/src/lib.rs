@@ -22,6 +22,9 @@
 //! [`Config::para`] set, mappings become batched hypercalls ([`para`]) instead of table writes
 //! and TLB flushes; the API is the same.
 //!
+//! [`suite_run`] runs the workload suite through all of this, phase by phase (the loop the
+//! `workloads` guest and vgpu-bench's native baseline share).
+//!
 //! Every value read back from the device is treated as untrusted: nothing here panics on it.
 #![no_std]
 
@@ -37,6 +40,7 @@ mod platform;
 pub mod push;
 pub mod range;
 pub mod regs;
+pub mod suite_run;
 
 pub use channel::{Channel, Fence, WaitMode};
 pub use device::{Config, Gpu, Info, SysAlloc, TablePlacement, VramAlloc};

@@ -2,12 +2,19 @@
 //! `only=NAME` for one) on the virtual GPU through gpu-driver and checks the results in the
 //! guest. Prints `RESULT name=<name> ok=<0|1> gpu_us=<n> exits=<n>` per workload (gpu_us:
 //! device TIMER between semaphore releases around the launches; exits: the driver's MMIO
-//! accesses for that workload) and exits 0 only if all were ok. Driver options: see
+//! accesses for that workload; then per phase of `gpu_driver::suite_run` its wall time and MMIO
+//! accesses: `upload_ns= kernel_ns= download_ns= free_ns= upload_exits= ...`), after one
+//! `INIT init_ns=<n> init_exits=<n>` line (driver initialisation and channel creation), and
+//! exits 0 only if all were ok. Driver options: see
 //! `guest_programs::platform::config_from_args` (`tables=`, `wait=`, `sys_mib=`, `timeout_s=`);
 //! placement: `ptx=vram`, `buffers=sysmem` (see `guest_programs::runner::RunOpts`).
 #![no_std]
 #![no_main]
 
+extern crate alloc;
+
+use alloc::format;
+use gpu_driver::suite_run;
 use guest_programs::{platform, runner};
 use guest_rt::println;
 use suite::Size;
@@ -26,7 +33,9 @@ fn main() -> u8 {
     let only = guest_rt::arg("only");
     let cfg = platform::config_from_args();
     let opts = runner::RunOpts::from_args();
-    let mut gpu = match platform::open(cfg) {
+    let opened = platform::BareMetal::find(cfg.use_interrupts)
+        .and_then(|p| suite_run::open(p, cfg).map_err(|e| format!("driver init: {e}")));
+    let (mut gpu, mut ch, init) = match opened {
         Ok(g) => g,
         Err(e) => {
             println!("workloads: {e}");
@@ -46,13 +55,7 @@ fn main() -> u8 {
         gpu.interrupts_on(),
         gpu.mmio_count()
     );
-    let mut ch = match gpu.create_channel(0) {
-        Ok(c) => c,
-        Err(e) => {
-            println!("workloads: channel: {e}");
-            return 4;
-        }
-    };
+    println!("INIT init_ns={} init_exits={}", init.ns, init.mmio);
     let (mut total, mut passed) = (0, 0);
     for w in suite::all().filter(|w| only.is_none_or(|o| o == w.name)) {
         let inst = w.instance(size);
@@ -62,12 +65,21 @@ fn main() -> u8 {
         if !out.ok {
             println!("workloads: {} failed: {}", w.name, out.detail);
         }
+        let (u, k, d, f) = (out.upload, out.kernel, out.download, out.free);
         println!(
-            "RESULT name={} ok={} gpu_us={} exits={}",
+            "RESULT name={} ok={} gpu_us={} exits={} upload_ns={} kernel_ns={} download_ns={} free_ns={} upload_exits={} kernel_exits={} download_exits={} free_exits={}",
             w.name,
             u8::from(out.ok),
             out.gpu_ns / 1000,
-            out.exits
+            out.exits,
+            u.ns,
+            k.ns,
+            d.ns,
+            f.ns,
+            u.mmio,
+            k.mmio,
+            d.mmio,
+            f.mmio
         );
     }
     println!("workloads: {passed}/{total} ok (size {})", size.name());

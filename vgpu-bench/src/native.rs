@@ -1,0 +1,148 @@
+//! The native baseline of `overhead`: gpu-driver and its suite loop in this process, on the
+//! virtual GPU's device model called directly (no VM, no traps). Registers and the VRAM
+//! aperture are `PciDevice::bar_read`/`bar_write` calls; DMA buffers are carved out of a
+//! `GuestMemoryMmap` handed to `Vgpu::new` as the "guest RAM" (gpa = offset in it); waits poll
+//! the semaphore in that memory, as the `workloads` guest does by default.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use gpu_driver::suite_run::{self, Options, Outcome, Phase};
+use gpu_driver::{Config, DmaBuf, Platform};
+use mmio::pci::{MsiMessage, PciDevice};
+use vgpu::device::VgpuDevice;
+use vgpu::{GpuConfig, GpuCounters, IrqSink, Vgpu};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+use crate::error::BenchError;
+
+/// "Guest RAM" of the native platform (as `vgpu-vmm`'s default `--memory`).
+const RAM_BYTES: usize = 256 << 20;
+/// DMA buffers start here (below is left unused, like a guest's low memory).
+const DMA_BASE: u64 = 1 << 20;
+
+/// Interrupts are not used (the driver polls); the sink only drops them.
+struct NoIrq;
+
+impl IrqSink for NoIrq {
+    fn msi(&self, _msg: MsiMessage) {}
+    fn intx(&self, _level: bool) {}
+}
+
+/// gpu-driver's platform on the in-process device.
+pub struct Native {
+    dev: Arc<Mutex<VgpuDevice>>,
+    ram: GuestMemoryMmap,
+    aperture: u64,
+    next: u64,
+    t0: Instant,
+}
+
+impl Native {
+    fn bar_read(&self, bar: usize, off: u64, data: &mut [u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bar_read(bar, off, data);
+    }
+
+    fn bar_write(&self, bar: usize, off: u64, data: &[u8]) {
+        self.dev
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bar_write(bar, off, data);
+    }
+}
+
+impl Platform for Native {
+    fn reg_read(&mut self, offset: u32) -> u32 {
+        let mut b = [0u8; 4];
+        self.bar_read(0, u64::from(offset), &mut b);
+        u32::from_le_bytes(b)
+    }
+
+    fn reg_write(&mut self, offset: u32, value: u32) {
+        self.bar_write(0, u64::from(offset), &value.to_le_bytes());
+    }
+
+    fn vram_read64(&mut self, addr: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.bar_read(1, addr, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    fn vram_write64(&mut self, addr: u64, value: u64) {
+        self.bar_write(1, addr, &value.to_le_bytes());
+    }
+
+    fn vram_aperture(&self) -> u64 {
+        self.aperture
+    }
+
+    fn dma_alloc(&mut self, len: usize, align: usize) -> Option<DmaBuf> {
+        // A bump allocator over never-used (so zeroed) memory; nothing is ever freed.
+        let gpa = self.next.checked_next_multiple_of(align.max(1) as u64)?;
+        let end = gpa.checked_add(len as u64)?;
+        if end > RAM_BYTES as u64 {
+            return None;
+        }
+        let ptr = self.ram.get_host_address(GuestAddress(gpa)).ok()?;
+        self.next = end;
+        // SAFETY: `gpa .. end` lies in the single region of `ram` (checked against its size),
+        // which stays mapped as long as `self.ram` (a clone kept by the platform) lives, i.e.
+        // as long as the driver; the bump allocator hands out each byte once, and the device
+        // reaches these bytes at exactly these guest-physical addresses.
+        unsafe { DmaBuf::from_raw(ptr, gpa, len) }
+    }
+
+    fn wait_for_interrupt(&mut self, _ns: u64) {
+        std::thread::yield_now();
+    }
+
+    fn now_ns(&mut self) -> u64 {
+        u64::try_from(self.t0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One native run of the suite.
+pub struct NativeRun {
+    pub init: Phase,
+    pub results: Vec<(String, Outcome)>,
+    pub counters: GpuCounters,
+}
+
+/// Runs `workloads` (suite names) of `size` through gpu-driver on a fresh in-process virtual
+/// GPU configured by `gpu_opts` (the `--gpu` syntax).
+pub fn run(
+    gpu_opts: &str,
+    size: suite::Size,
+    workloads: &[&'static suite::Workload],
+) -> Result<NativeRun, BenchError> {
+    let cfg = GpuConfig::parse(gpu_opts).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let aperture = cfg.vram;
+    let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM_BYTES)])
+        .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+    let vgpu = Vgpu::new(cfg, ram.clone(), Arc::new(NoIrq))
+        .map_err(|e| BenchError::Invalid(format!("native vgpu: {e}")))?;
+    let p = Native {
+        dev: vgpu.device(),
+        ram,
+        aperture,
+        next: DMA_BASE,
+        t0: Instant::now(),
+    };
+    let (mut gpu, mut ch, init) = suite_run::open(p, Config::default())
+        .map_err(|e| BenchError::Invalid(format!("native driver init: {e}")))?;
+    let mut results = Vec::with_capacity(workloads.len());
+    for w in workloads {
+        let inst = w.instance(size);
+        let out = suite_run::run_instance(&mut gpu, &mut ch, &inst, Options::default());
+        results.push((w.name.to_string(), out));
+    }
+    drop(gpu);
+    Ok(NativeRun {
+        init,
+        results,
+        counters: vgpu.stats().counters,
+    })
+}

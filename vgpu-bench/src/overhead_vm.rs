@@ -1,0 +1,212 @@
+//! `overhead` under a VM: runs `vgpu-vmm --guest workloads` as a child process and reads its
+//! `INIT`/`RESULT` lines (per-phase times and the driver's MMIO counts) and its `--stats` JSON
+//! (per-BAR MMIO exits, shadow rebuilds).
+
+use std::path::Path;
+use std::process::Command;
+
+use gpu_driver::suite_run::Phase;
+
+use crate::error::BenchError;
+
+/// One workload's figures from one run.
+#[derive(Debug, Clone, Default)]
+pub struct Bench {
+    pub name: String,
+    pub ok: bool,
+    pub gpu_ns: u64,
+    /// upload, kernel, download, free.
+    pub phases: [Phase; 4],
+}
+
+/// One run of the suite under one configuration.
+#[derive(Debug, Clone, Default)]
+pub struct RunData {
+    pub init: Phase,
+    pub benches: Vec<Bench>,
+    /// Device counters (`shadow_rebuilds`, `tlb_flushes`, `doorbells`).
+    pub shadow_rebuilds: u64,
+    pub tlb_flushes: u64,
+    pub doorbells: u64,
+    /// MMIO exits the VMM counted over the whole run (every BAR); 0 natively.
+    pub vm_mmio_exits: u64,
+    /// Para-virtual hypercalls and the entries they carried (0 outside para mode).
+    pub hypercalls: u64,
+    pub para_entries: u64,
+}
+
+/// Phase names, in the order of [`Bench::phases`].
+pub const PHASES: [&str; 4] = ["upload", "kernel", "download", "free"];
+
+fn field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Parses the guest's output.
+pub fn parse_output(out: &str) -> Result<RunData, BenchError> {
+    let bad = |what: &str| BenchError::Invalid(format!("workloads guest output: {what}"));
+    let mut d = RunData::default();
+    let init = out
+        .lines()
+        .find(|l| l.starts_with("INIT "))
+        .ok_or_else(|| bad("no INIT line"))?;
+    d.init = Phase {
+        ns: field(init, "init_ns").ok_or_else(|| bad("INIT without init_ns"))?,
+        mmio: field(init, "init_exits").ok_or_else(|| bad("INIT without init_exits"))?,
+    };
+    for l in out.lines().filter(|l| l.starts_with("RESULT ")) {
+        let name = l
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("name="))
+            .ok_or_else(|| bad("RESULT without name"))?;
+        let mut phases = [Phase::default(); 4];
+        for (p, n) in phases.iter_mut().zip(PHASES) {
+            *p = Phase {
+                ns: field(l, &format!("{n}_ns")).ok_or_else(|| bad(&format!("{name}: {n}_ns")))?,
+                mmio: field(l, &format!("{n}_exits"))
+                    .ok_or_else(|| bad(&format!("{name}: {n}_exits")))?,
+            };
+        }
+        d.benches.push(Bench {
+            name: name.to_string(),
+            ok: field(l, "ok") == Some(1),
+            gpu_ns: field(l, "gpu_us").unwrap_or(0) * 1000,
+            phases,
+        });
+    }
+    if d.benches.is_empty() {
+        return Err(bad("no RESULT lines"));
+    }
+    Ok(d)
+}
+
+/// Adds the `--stats` figures to `d`.
+pub fn parse_stats(d: &mut RunData, stats: &serde_json::Value) -> Result<(), BenchError> {
+    let c = &stats["gpu"]["counters"];
+    let get = |k: &str| {
+        c[k].as_u64()
+            .ok_or_else(|| BenchError::Invalid(format!("--stats: no gpu.counters.{k}")))
+    };
+    d.shadow_rebuilds = get("shadow_rebuilds")?;
+    d.tlb_flushes = get("tlb_flushes")?;
+    d.doorbells = get("doorbells")?;
+    d.vm_mmio_exits = stats["mmio"]
+        .as_array()
+        .ok_or_else(|| BenchError::Invalid("--stats: no mmio rows".into()))?
+        .iter()
+        .map(|r| r["reads"].as_u64().unwrap_or(0) + r["writes"].as_u64().unwrap_or(0))
+        .sum();
+    let para = &stats["gpu"]["para"];
+    d.hypercalls = para["hypercalls"].as_u64().unwrap_or(0);
+    d.para_entries = para["entries"].as_u64().unwrap_or(0);
+    Ok(())
+}
+
+/// Whether `vmm` accepts `--gpu gpu_opts` (a run of the `exit` guest). `Ok(Some(why))` when it
+/// refuses them as a usage error.
+pub fn refuses(vmm: &Path, gpu_opts: &str) -> Result<Option<String>, BenchError> {
+    let out = Command::new(vmm)
+        .args(["--guest", "exit", "--timeout", "60", "--gpu", gpu_opts])
+        .output()
+        .map_err(|source| BenchError::Io {
+            path: vmm.display().to_string(),
+            source,
+        })?;
+    Ok(match out.status.code() {
+        Some(0) => None,
+        _ => Some(
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .next()
+                .unwrap_or("refused")
+                .to_string(),
+        ),
+    })
+}
+
+/// Runs the suite of `size` in a VM with `--gpu gpu_opts` and extra guest arguments.
+pub fn run(
+    vmm: &Path,
+    gpu_opts: &str,
+    size: &str,
+    guest_args: &str,
+    stats_path: &Path,
+) -> Result<RunData, BenchError> {
+    let cmdline = format!("size={size} {guest_args}");
+    let out = Command::new(vmm)
+        .args([
+            "--guest",
+            "workloads",
+            "--timeout",
+            "600",
+            "--gpu",
+            gpu_opts,
+        ])
+        .args(["--cmdline", cmdline.trim()])
+        .arg(format!("--stats={}", stats_path.display()))
+        .output()
+        .map_err(|source| BenchError::Io {
+            path: vmm.display().to_string(),
+            source,
+        })?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Exit 1 means "some workload failed": still figures (ok=0 is reported). Anything else
+    // (usage error, crash, timeout) is no run.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(BenchError::Invalid(format!(
+            "vgpu-vmm --gpu {gpu_opts} size={size}: {} ({})",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut d = parse_output(&stdout)?;
+    let text = std::fs::read_to_string(stats_path).map_err(|source| BenchError::Io {
+        path: stats_path.display().to_string(),
+        source,
+    })?;
+    let stats: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| BenchError::Invalid(format!("{}: {e}", stats_path.display())))?;
+    parse_stats(&mut d, &stats)?;
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_guest_lines_and_refuses_incomplete_ones() {
+        let out = "workloads: gpu ...\nINIT init_ns=5000 init_exits=116\n\
+            RESULT name=vecadd ok=1 gpu_us=479 exits=3 upload_ns=10 kernel_ns=20 download_ns=30 \
+            free_ns=40 upload_exits=1 kernel_exits=2 download_exits=3 free_exits=4\n";
+        let d = parse_output(out).unwrap();
+        assert_eq!(
+            d.init,
+            Phase {
+                ns: 5000,
+                mmio: 116
+            }
+        );
+        assert_eq!(d.benches.len(), 1);
+        let b = &d.benches[0];
+        assert!(b.ok);
+        assert_eq!((b.name.as_str(), b.gpu_ns), ("vecadd", 479_000));
+        assert_eq!(b.phases[2], Phase { ns: 30, mmio: 3 });
+        assert!(parse_output("RESULT name=x ok=1\n").is_err());
+        assert!(
+            parse_output("INIT init_ns=1 init_exits=1\nRESULT name=x ok=1 upload_ns=1\n").is_err()
+        );
+        let stats = serde_json::json!({
+            "mmio": [{"reads": 2, "writes": 3}, {"reads": 1, "writes": 0}],
+            "gpu": {"counters": {"shadow_rebuilds": 7, "tlb_flushes": 8, "doorbells": 9},
+                    "para": {"hypercalls": 3, "entries": 2}}
+        });
+        let mut d = RunData::default();
+        parse_stats(&mut d, &stats).unwrap();
+        assert_eq!((d.vm_mmio_exits, d.shadow_rebuilds, d.doorbells), (6, 7, 9));
+        assert_eq!((d.hypercalls, d.para_entries), (3, 2));
+        assert!(parse_stats(&mut d, &serde_json::json!({})).is_err());
+    }
+}
