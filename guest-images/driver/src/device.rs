@@ -494,7 +494,14 @@ impl<P: Platform> Gpu<P> {
         if self.para.is_some() {
             let big = self.info.page_sizes & regs::PAGE_2M != 0;
             let e = para::map_entries(va, len, target, phys, read_only, big)?;
-            return self.para_batch(para::OP_MAP_BATCH, &e, true);
+            let r = self.para_batch(para::OP_MAP_BATCH, &e, true);
+            if r.is_err() {
+                // Refused as a whole: the range most likely was unmapped before (a fresh VA);
+                // make the driver's record say so again rather than keep what was refused.
+                let (mut b, space) = self.backend();
+                let _ = space.unmap(&mut b, va, len);
+            }
+            return r;
         }
         self.tlb_dirty = true;
         Ok(())

@@ -200,6 +200,11 @@ fn refusals_come_back_as_errors_or_fault_records() {
         gpu.map(va, 0x1000, Target::Vram, 1 << 40, false),
         Err(Error::Fault(_))
     ));
+    assert_eq!(
+        gpu.translate(va),
+        None,
+        "the record does not keep a refused mapping"
+    );
     gpu.platform().regs.insert(regs::FAULT_STATUS, 0);
     // A raw entry leaves the verdict in the fault record (the caller drains it).
     gpu.platform().refuse = Some((para::ST_ENTRY_FAULT, 0));
