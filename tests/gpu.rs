@@ -114,7 +114,10 @@ fn workloads_run_and_verify_in_para_mode_with_hypercalls_only() {
     let results: Vec<&str> = out.lines().filter(|l| l.starts_with("RESULT ")).collect();
     assert!(results.len() >= 13, "{out}");
     assert!(results.iter().all(|l| l.contains("ok=1")), "{out}");
-    assert!(out.contains("caps=0x1f"), "CAPS bit 4 (PARA) offered: {out}");
+    assert!(
+        out.contains("caps=0x1f"),
+        "CAPS bit 4 (PARA) offered: {out}"
+    );
     let gpu = &stats["gpu"];
     assert_eq!(gpu["guard_intact"], true);
     assert!(gpu["fault"].is_null(), "no fault pending: {gpu}");
@@ -150,4 +153,34 @@ fn every_attack_is_contained_in_para_mode() {
     // The bad entries were refused by hypercalls (validated at map time), not found by a walk.
     assert!(gpu["para"]["refused"].as_u64().unwrap() >= 8, "{gpu}");
     assert_eq!(gpu["counters"]["shadow_rebuilds"], 0, "{gpu}");
+}
+
+#[test]
+fn bar_remap_removes_aperture_traps() {
+    let (code, out, lazy) = run_gpu(
+        &["--guest", "workloads", "--cmdline", "only=vecadd"],
+        "opt=lazy",
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out, all) = run_gpu(
+        &["--guest", "workloads", "--cmdline", "only=vecadd"],
+        "opt=all",
+    );
+    assert_eq!(code, 0, "{out}");
+    let (r_lazy, w_lazy) = bar_reads_writes(&lazy, "vgpu BAR1");
+    let (r_all, w_all) = bar_reads_writes(&all, "vgpu BAR1");
+    assert!(
+        w_lazy > 20,
+        "without remap the driver's table writes trap: {w_lazy}"
+    );
+    assert!(
+        r_all + w_all < (r_lazy + w_lazy) / 4,
+        "remap: {r_all}+{w_all} vs {r_lazy}+{w_lazy}"
+    );
+    let remap = &all["gpu"]["remap"];
+    assert!(
+        remap["trapped_pages"].as_u64().unwrap() >= 2,
+        "instance and table pages keep trapping: {remap}"
+    );
+    assert!(lazy["gpu"]["remap"].is_null());
 }

@@ -39,6 +39,9 @@ pub struct GpuConfig {
     /// to date (by difference) when a channel using it next runs. Off (`opt=none`): every flush
     /// rebuilds every shadow from scratch at once, as GPUvm's naive full virtualization does.
     pub lazy_shadowing: bool,
+    /// BAR remap: the VRAM aperture is mapped straight into the guest (memory slots), except
+    /// pages holding instance blocks and page tables, which keep trapping (`opt=remap|all`).
+    pub bar_remap: bool,
     /// Bytes of physical VRAM below and above the VM's partition (and of a host buffer that is
     /// not guest RAM) filled with a sentinel pattern and checked at exit: a host-side proof that
     /// nothing the guest did reached memory outside its partition.
@@ -57,6 +60,7 @@ impl Default for GpuConfig {
             va_size: 4 << 30,
             workers: 1,
             lazy_shadowing: true,
+            bar_remap: true,
             guard: 2 << 20,
         }
     }
@@ -133,10 +137,12 @@ impl GpuConfig {
                     c.job_timeout = Duration::from_millis(ms);
                 }
                 "opt" => {
-                    c.lazy_shadowing = match value {
-                        "none" => false,
-                        "lazy" | "all" => true,
-                        _ => return Err(bad("none, lazy or all")),
+                    (c.lazy_shadowing, c.bar_remap) = match value {
+                        "none" => (false, false),
+                        "lazy" => (true, false),
+                        "remap" => (false, true),
+                        "all" => (true, true),
+                        _ => return Err(bad("none, lazy, remap or all")),
                     }
                 }
                 "workers" => {
@@ -187,8 +193,14 @@ mod tests {
             GpuConfig::parse("color=red"),
             Err(ConfigError::UnknownKey("color".into()))
         );
-        assert!(!GpuConfig::parse("opt=none").unwrap().lazy_shadowing);
-        assert!(GpuConfig::parse("opt=lazy").unwrap().lazy_shadowing);
+        let opt = |v: &str| {
+            let c = GpuConfig::parse(&format!("opt={v}")).unwrap();
+            (c.lazy_shadowing, c.bar_remap)
+        };
+        assert_eq!(
+            [opt("none"), opt("lazy"), opt("remap"), opt("all")],
+            [(false, false), (true, false), (false, true), (true, true)]
+        );
         assert!(matches!(
             GpuConfig::parse("opt=fast"),
             Err(ConfigError::BadValue { .. })

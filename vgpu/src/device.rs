@@ -2,13 +2,14 @@
 //! registers and the PRAMIN window, and the BAR1 VRAM aperture. Runs on vCPU threads; work
 //! goes to the GPU worker through the shared state. Every register value is validated here.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use mmio::pci::{BarKind, BarSpec, PciConfig, PciDevice, PciError};
 use pgpu::Engine;
 
 use crate::config::GpuConfig;
 use crate::regs::{self, Access, FaultKind};
+use crate::remap::Remap;
 use crate::state::{FaultRecord, Shared, Watched};
 
 /// The device as the PCI root sees it.
@@ -25,6 +26,8 @@ pub struct VgpuDevice {
     timer_hi_latch: u32,
     /// The para-virtual BAR3 (`mode=para`).
     para: Option<crate::para_bar::Para>,
+    /// BAR remap of the aperture (`opt=remap|all`).
+    remap: Option<Arc<Mutex<Remap>>>,
 }
 
 impl VgpuDevice {
@@ -66,7 +69,23 @@ impl VgpuDevice {
             layout,
             timer_hi_latch: 0,
             para: None,
+            remap: None,
         })
+    }
+
+    /// Maps the VRAM aperture into the guest where it can (BAR remap; before the device is on
+    /// a bus, which reports where BAR1 decodes through `bar_moved`).
+    pub fn attach_remap(&mut self, remap: Arc<Mutex<Remap>>) {
+        self.remap = Some(remap);
+    }
+
+    /// Keeps the page holding guest VRAM `addr` trapping (it holds a GPU structure now).
+    fn retrap(&self, addr: u64) {
+        if let Some(r) = &self.remap {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .trap([addr]);
+        }
     }
 
     /// Adds the para-virtual interface: BAR3 and CAPS bit 4 (before the device is on a bus).
@@ -308,6 +327,8 @@ impl VgpuDevice {
                     regs::STATE_UNBOUND
                 };
                 if v & regs::CHAN_INST_VALID != 0 {
+                    // The page becomes an instance block now: it traps from this write on.
+                    self.retrap(addr);
                     // The spec: the instance block is read when CHAN_INST is written.
                     let mut bytes = [0u8; shadow::INSTANCE_BYTES];
                     let parsed = self
@@ -412,6 +433,16 @@ impl PciDevice for VgpuDevice {
     }
     fn config_mut(&mut self) -> &mut PciConfig {
         &mut self.config
+    }
+
+    fn bar_moved(&mut self, bar: usize, addr: Option<u64>) {
+        if bar == 1
+            && let Some(r) = &self.remap
+        {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .bar_moved(addr);
+        }
     }
 
     fn config_written(&mut self, _offset: usize, _len: usize) {

@@ -18,6 +18,7 @@ pub mod para;
 pub mod para_bar;
 pub mod pushbuf;
 pub mod regs;
+pub mod remap;
 pub mod shadowing;
 pub mod state;
 mod watchdog;
@@ -53,8 +54,21 @@ pub struct GpuStats {
     pub fault: Option<FaultRecord>,
     /// Whether the sentinels around the partition and in the foreign host buffer are intact.
     pub guard_intact: bool,
+    /// BAR remap state (`opt=remap|all` with a mapper): mapped ranges, trapped pages, maps.
+    pub remap: Option<RemapStats>,
     /// Hypercall counters (`mode=para` only).
     pub para: Option<para::ParaCounters>,
+}
+
+/// BAR remap figures for `--stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemapStats {
+    /// Aperture ranges mapped into the guest now.
+    pub ranges: usize,
+    /// Guest VRAM pages kept trapping (instance blocks, page tables).
+    pub trapped_pages: usize,
+    /// Memory-slot mappings made so far.
+    pub maps: u64,
 }
 
 /// The sentinel byte of the guard areas.
@@ -129,6 +143,7 @@ pub struct Vgpu {
     worker: Option<JoinHandle<()>>,
     guards: Guards,
     para: Option<para::SharedSpaces>,
+    remap: Option<Arc<Mutex<remap::Remap>>>,
 }
 
 impl Vgpu {
@@ -139,6 +154,17 @@ impl Vgpu {
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
     ) -> Result<Self, VgpuError> {
+        Self::with_mapper(cfg, ram, irq, None)
+    }
+
+    /// As [`Vgpu::new`], with a mapper that lets the device map its VRAM aperture straight
+    /// into the guest (BAR remap, when `cfg.bar_remap`).
+    pub fn with_mapper(
+        cfg: GpuConfig,
+        ram: vm_memory::GuestMemoryMmap,
+        irq: Arc<dyn IrqSink>,
+        mapper: Option<Arc<dyn remap::ApertureMapper>>,
+    ) -> Result<Self, VgpuError> {
         // Physical VRAM: guard, the VM's partition, guard.
         let vram_base = cfg.guard;
         let sim = SimConfig {
@@ -146,7 +172,18 @@ impl Vgpu {
             workers: cfg.workers,
             ..SimConfig::default()
         };
-        let engine: Arc<dyn Engine> = Arc::new(SimEngine::new(sim)?);
+        let sim_engine = Arc::new(SimEngine::new(sim)?);
+        let remap = match mapper.filter(|_| cfg.bar_remap) {
+            Some(m) => {
+                let host = sim_engine
+                    .vram()
+                    .host_ptr(vram_base, cfg.vram)
+                    .map_err(|e| VgpuError::Shadow(format!("VRAM host mapping: {e}")))?;
+                Some(Arc::new(Mutex::new(remap::Remap::new(m, host, cfg.vram))))
+            }
+            None => None,
+        };
+        let engine: Arc<dyn Engine> = sim_engine;
         let guards = Guards::new(engine.clone(), (vram_base, cfg.vram), cfg.guard)?;
         let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone())?;
         let layout = shadows.layout().clone();
@@ -169,8 +206,14 @@ impl Vgpu {
         if let Some(spaces) = &para {
             dev.attach_para(para_bar::Para::new(spaces.clone(), ram, shared.clone()))?;
         }
+        if let Some(r) = &remap {
+            dev.attach_remap(r.clone());
+        }
         let device = Arc::new(Mutex::new(dev));
         let mut w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
+        if let Some(r) = &remap {
+            w.set_remap(r.clone());
+        }
         if let Some(spaces) = &para {
             w.set_para(spaces.clone());
         }
@@ -183,6 +226,7 @@ impl Vgpu {
             worker: Some(worker),
             guards,
             para,
+            remap,
         })
     }
 
@@ -202,6 +246,14 @@ impl Vgpu {
             fault,
             guard_intact: self.guards.intact(),
             para: self.para.as_ref().map(|p| para::lock(p).counters.clone()),
+            remap: self.remap.as_ref().map(|r| {
+                let r = r.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                RemapStats {
+                    ranges: r.ranges().len(),
+                    trapped_pages: r.trapped_pages(),
+                    maps: r.maps,
+                }
+            }),
         }
     }
 }

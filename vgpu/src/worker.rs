@@ -73,6 +73,8 @@ pub struct Worker {
     seen_epoch: u64,
     /// `mode=para`: channels run in these spaces (held for a whole turn; see `para`).
     para: Option<crate::para::SharedSpaces>,
+    /// BAR remap: table pages found by a rebuild keep trapping from then on.
+    remap: Option<std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>>,
 }
 
 /// The channel index `pick` returns for an eager flush.
@@ -98,6 +100,7 @@ impl Worker {
             watchdog: Watchdog::start()?,
             next: 0,
             seen_epoch: 0,
+            remap: None,
             para: None,
         })
     }
@@ -161,6 +164,11 @@ impl Worker {
     }
 
     /// Waits for a runnable channel; returns it (marked running) and the flush epoch.
+    /// Keeps page-table pages trapping once a rebuild finds them (BAR remap).
+    pub fn set_remap(&mut self, remap: std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>) {
+        self.remap = Some(remap);
+    }
+
     /// Rebuilds every shadow from scratch now (naive full virtualization: `opt=none`).
     fn eager_flush(&mut self, epoch: u64) {
         let reports = self.shadows.rebuild_all(epoch);
@@ -288,6 +296,12 @@ impl Worker {
             r.watched.retain(|_, w| !matches!(w, Watched::Table));
             for page in &report.table_pages {
                 r.watched.entry(*page).or_insert(Watched::Table);
+            }
+            if let Some(remap) = &self.remap {
+                remap
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .trap(report.table_pages.iter().map(|p| p << 12));
             }
             for f in &report.faults {
                 let rec = FaultRecord {

@@ -361,3 +361,66 @@ fn lazy_shadowing_defers_rebuilds_to_the_next_run_and_naive_rebuilds_at_every_fl
         }
     }
 }
+
+/// Records the aperture mappings the device asks for.
+#[derive(Default)]
+struct FakeMapper(
+    std::sync::Mutex<std::collections::BTreeMap<u32, (u64, u64)>>,
+    std::sync::atomic::AtomicU32,
+);
+
+impl vgpu::remap::ApertureMapper for FakeMapper {
+    unsafe fn map(&self, gpa: u64, _host: *mut u8, len: u64) -> Result<u32, String> {
+        let h = self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.lock().unwrap().insert(h, (gpa, len));
+        Ok(h)
+    }
+    fn unmap(&self, handle: u32) {
+        self.0.lock().unwrap().remove(&handle);
+    }
+}
+
+impl FakeMapper {
+    /// Whether guest VRAM `addr` is mapped (accesses would not trap).
+    fn mapped(&self, addr: u64) -> bool {
+        let gpa = BAR1 + addr;
+        self.0
+            .lock()
+            .unwrap()
+            .values()
+            .any(|(g, l)| (*g..g + l).contains(&gpa))
+    }
+}
+
+#[test]
+fn bar_remap_maps_the_aperture_and_retraps_instance_and_table_pages() {
+    let fake = std::sync::Arc::new(FakeMapper::default());
+    let b = Bench::with_mapper(fake.clone());
+    assert!(
+        fake.mapped(0) && fake.mapped(INST) && fake.mapped(PD) && fake.mapped(VRAM - 1),
+        "whole aperture mapped"
+    );
+    setup(&b);
+    // CHAN_INST made INST an instance block: trapped from that write on.
+    assert!(!fake.mapped(INST), "instance block page traps again");
+    assert!(
+        fake.mapped(INST + 0x1000) && fake.mapped(PD),
+        "neighbours stay mapped until they hold tables"
+    );
+    // The first run rebuilds the shadow from the page directory at PD: its pages trap from then on.
+    release(&b, 0, 5);
+    assert!(
+        !fake.mapped(PD) && !fake.mapped(PD + 0x3000),
+        "page-directory pages trap (16 KiB PD)"
+    );
+    assert!(
+        fake.mapped(0x1000) && fake.mapped(PD + 0x4000),
+        "data pages stay mapped"
+    );
+    let s = b.gpu.stats();
+    let remap = s.remap.expect("remap stats");
+    assert!(remap.trapped_pages >= 5, "{remap:?}");
+    // Moving the BAR moves the mappings; dropping the device unmaps everything.
+    b.dev.lock().unwrap().bar_moved(1, None);
+    assert!(fake.0.lock().unwrap().is_empty());
+}

@@ -19,6 +19,7 @@ use crate::layout;
 use crate::lifecycle::Lifecycle;
 use crate::loader::{self, Image, LoadError};
 use crate::memory::{self, MemoryError};
+use crate::slots::SlotMapper;
 use crate::stats::{Stats, VcpuStats};
 use crate::vcpu::{self, ExitCounters, Vcpu};
 
@@ -152,7 +153,15 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     }
     let gpu = match &cfg.gpu {
         Some(g) => {
-            let gpu = vgpu::Vgpu::new(g.clone(), mem.clone(), Arc::new(GpuIrq(vm.clone())))?;
+            let slots = kvm_fd.get_nr_memslots();
+            let mapper: Arc<dyn vgpu::remap::ApertureMapper> =
+                Arc::new(SlotMapper::new(vm.clone(), slots));
+            let gpu = vgpu::Vgpu::with_mapper(
+                g.clone(),
+                mem.clone(),
+                Arc::new(GpuIrq(vm.clone())),
+                Some(mapper),
+            )?;
             root.add_device("vgpu", gpu.device())?;
             Some(gpu)
         }

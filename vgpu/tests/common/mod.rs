@@ -31,6 +31,8 @@ pub const VRAM: u64 = 64 << 20;
 pub const PD: u64 = 0x40_0000;
 pub const INST: u64 = 0x50_0000;
 pub const RUNLIST: u64 = 0x50_1000;
+/// Where the remap tests place BAR1.
+pub const BAR1: u64 = 0x100_0000_0000;
 /// Guest RAM (sysmem) addresses.
 pub const SYS: u64 = 0x20_0000;
 
@@ -49,6 +51,20 @@ impl Bench {
 
     /// A bench whose configuration `tweak` adjusts.
     pub fn with(tweak: impl FnOnce(&mut GpuConfig)) -> Self {
+        Self::build(tweak, None)
+    }
+
+    /// A bench whose aperture is remapped through `mapper` (BAR1 placed at `BAR1`).
+    pub fn with_mapper(mapper: Arc<dyn vgpu::remap::ApertureMapper>) -> Self {
+        let b = Self::build(|_| {}, Some(mapper));
+        b.dev.lock().unwrap().bar_moved(1, Some(BAR1));
+        b
+    }
+
+    fn build(
+        tweak: impl FnOnce(&mut GpuConfig),
+        mapper: Option<Arc<dyn vgpu::remap::ApertureMapper>>,
+    ) -> Self {
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
         let irq = Arc::new(CountingIrq::default());
         let mut cfg = GpuConfig {
@@ -59,7 +75,7 @@ impl Bench {
         };
         tweak(&mut cfg);
         let va_base = cfg.va_base;
-        let gpu = Vgpu::new(cfg, ram.clone(), irq.clone()).unwrap();
+        let gpu = Vgpu::with_mapper(cfg, ram.clone(), irq.clone(), mapper).unwrap();
         let dev = gpu.device();
         {
             // Enable MSI as a driver would: address, data, then the enable bit.
