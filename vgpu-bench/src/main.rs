@@ -154,6 +154,10 @@ mod tests {
             assert!((b["slowdown"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{b}");
             assert!(b["total_us"].as_f64().unwrap() > 0.0, "{b}");
             assert!(
+                (b["slowdown_with_init"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+                "{b}"
+            );
+            assert!(
                 b["phases"]["kernel"]["mmio_exits"].as_u64().unwrap() >= 1,
                 "{b}"
             );
@@ -165,6 +169,10 @@ mod tests {
             assert_eq!(full["all_ok"], true, "{full}");
             assert!(full["vm_mmio_exits"].as_u64().unwrap() > 0, "{full}");
             assert!(full["geomean_slowdown"].as_f64().unwrap() > 0.0, "{full}");
+            assert!(
+                full["geomean_slowdown_with_init"].as_f64().unwrap() > 0.0,
+                "{full}"
+            );
         }
         let csv = std::fs::read_to_string(out.join("overhead.csv")).unwrap();
         assert!(csv.lines().count() > 13 * 5, "{csv}");
