@@ -92,17 +92,28 @@ pub(crate) fn space_of(m: &mut Mods) -> Space {
 }
 
 /// Float rounding for arithmetic: only round-to-nearest (and approx/full) are supported.
-pub(crate) fn float_mods(c: &Ctx, m: &mut Mods, ty: Ty) -> R<FFlags> {
+pub(crate) fn float_mods(m: &mut Mods, ty: Ty) -> R<FFlags> {
     let mut f = FFlags::default();
     if ty.is_float() {
         m.take_any(&["rn", "approx", "full"]);
         f.ftz = m.take("ftz");
         f.sat = m.take("sat");
-        if m.take_any(&["rz", "rm", "rp"]).is_some() {
-            return c.unsupported();
-        }
+        f.dir = match m.take_any(&["rz", "rm", "rp"]) {
+            None => 0,
+            Some("rz") => 1,
+            Some("rm") => 2,
+            _ => 3,
+        };
     }
     Ok(f)
+}
+
+/// Directed rounding is supported for f32 add/sub/mul/fma only.
+fn check_dir(c: &Ctx, f: FFlags, ty: Ty, op_ok: bool) -> R<()> {
+    if f.dir != 0 && (ty != Ty::F32 || !op_ok) {
+        return c.unsupported();
+    }
+    Ok(())
 }
 
 /// Decode one instruction.
@@ -433,7 +444,7 @@ fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     if ty == Ty::Pred {
         return pred_logic(c, base, ops);
     }
-    let mut f = float_mods(c, m, ty)?;
+    let mut f = float_mods(m, ty)?;
     nops(c, ops, 3)?;
     let int = ty.is_int();
     let op = match (base, mode) {
@@ -457,6 +468,12 @@ fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         ("copysign", None) if !int => BinOp::Copysign,
         _ => return c.unsupported(),
     };
+    check_dir(
+        c,
+        f,
+        ty,
+        matches!(op, BinOp::Add | BinOp::Sub | BinOp::MulLo),
+    )?;
     if sat && int && !matches!(op, BinOp::AddSat | BinOp::SubSat) {
         return c.unsupported();
     }
@@ -481,7 +498,7 @@ fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
 fn dec_mad(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     let mode = m.take_any(&["lo", "hi", "wide"]);
     let ty = one_type(c, m)?;
-    let f = float_mods(c, m, ty)?;
+    let f = float_mods(m, ty)?;
     nops(c, ops, 4)?;
     let op = match (base, mode, ty.is_float()) {
         ("mad", Some("lo"), false) => TerOp::MadLo,
@@ -490,6 +507,7 @@ fn dec_mad(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         ("mad" | "fma", None, true) => TerOp::Fma,
         _ => return c.unsupported(),
     };
+    check_dir(c, f, ty, op == TerOp::Fma)?;
     let cty = if op == TerOp::MadWide {
         ty.wide().unwrap_or(ty)
     } else {
@@ -512,8 +530,9 @@ fn dec_un(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     if ty == Ty::Pred {
         return pred_logic(c, base, ops);
     }
-    let f = float_mods(c, m, ty)?;
+    let f = float_mods(m, ty)?;
     nops(c, ops, 2)?;
+    check_dir(c, f, ty, false)?;
     let int = ty.is_int();
     let op = match base {
         "neg" if ty.is_signed() || !int => UnOp::Neg,

@@ -340,6 +340,8 @@ pub(crate) enum VoteMode {
 pub(crate) struct FFlags {
     pub ftz: bool,
     pub sat: bool,
+    /// Directed rounding of f32 add/sub/mul/fma: 0 nearest, 1 `.rz`, 2 `.rm`, 3 `.rp`.
+    pub dir: u8,
 }
 
 /// A decoded instruction.

@@ -824,8 +824,100 @@ const SETP: &[(&str, St, Model)] = &[
     ),
 ];
 
+/// f32 in ±[2^-16, 2^16]: small enough for exact i128 models of directed rounding.
+fn moderate_f32() -> impl Strategy<Value = u64> {
+    (any::<bool>(), 0u32..(1 << 23), (127 - 16)..(127 + 16u32))
+        .prop_map(|(neg, m, e)| u64::from((u32::from(neg) << 31) | (e << 23) | m))
+}
+
+/// Exact value of a moderate f32 in units of 2^-39 (it is a multiple of that).
+fn units39(x: f32) -> i128 {
+    (f64::from(x) * 2f64.powi(39)) as i128
+}
+
+/// Exact value of a moderate f32 (or of a rounded result) in units of 2^-78.
+fn units(x: f32) -> i128 {
+    let v = f64::from(x) * 2f64.powi(78);
+    if v.abs() < 2f64.powi(100) {
+        v as i128
+    } else {
+        units39(x) << 39
+    }
+}
+
+/// Directed rounding of the exact value `x` (units of 2^-78) to f32; mode z, m or p.
+fn round_units(x: i128, mode: char) -> f32 {
+    let approx = (x as f64 * 2f64.powi(-78)) as f32;
+    let mut lo = approx.next_down().next_down();
+    while units(lo.next_up()) <= x {
+        lo = lo.next_up();
+    }
+    let hi = if units(lo) == x { lo } else { lo.next_up() };
+    match mode {
+        'm' => lo,
+        'p' => hi,
+        _ => {
+            if x >= 0 {
+                lo
+            } else {
+                hi
+            }
+        }
+    }
+}
+
+fn dir_add(a: u64, b: u64, mode: char, sub: bool) -> u64 {
+    let (x, y) = (units(f32_(a)), units(f32_(b)));
+    wf32(round_units(if sub { x - y } else { x + y }, mode))
+}
+
+fn dir_mul(a: u64, b: u64, mode: char) -> u64 {
+    let p = units39(f32_(a)) * units39(f32_(b));
+    wf32(round_units(p, mode))
+}
+
+fn dir_fma(a: u64, b: u64, c: u64, mode: char) -> u64 {
+    let p = units39(f32_(a)) * units39(f32_(b)) + units(f32_(c));
+    wf32(round_units(p, mode))
+}
+
+const DIRECTED: &[(&str, St, Model)] = &[
+    ("add.rz.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_add(a, b, 'z', false)
+    }),
+    ("add.rm.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_add(a, b, 'm', false)
+    }),
+    ("sub.rp.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_add(a, b, 'p', true)
+    }),
+    ("mul.rz.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_mul(a, b, 'z')
+    }),
+    ("mul.rm.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_mul(a, b, 'm')
+    }),
+    ("mul.rp.f32 %fd, %fa, %fb;", St::F32, |a, b, _| {
+        dir_mul(a, b, 'p')
+    }),
+    ("fma.rz.f32 %fd, %fa, %fb, %fc;", St::F32, |a, b, c| {
+        dir_fma(a, b, c, 'z')
+    }),
+    ("fma.rm.f32 %fd, %fa, %fb, %fc;", St::F32, |a, b, c| {
+        dir_fma(a, b, c, 'm')
+    }),
+    ("fma.rp.f32 %fd, %fa, %fb, %fc;", St::F32, |a, b, c| {
+        dir_fma(a, b, c, 'p')
+    }),
+];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn directed_rounding_f32(inputs in prop::collection::vec((moderate_f32(), moderate_f32(), moderate_f32()), 1..=32)) {
+        check(DIRECTED, &inputs)?;
+    }
 
     #[test]
     fn int32_ops(inputs in warp_inputs()) {

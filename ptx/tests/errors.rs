@@ -37,7 +37,7 @@ fn unsupported_instruction_names_it_with_position() {
     }
     for bad in [
         "tex.2d.v4.f32.f32 {%f1,%f2,%f3,%f4}, [%rd1, {%f1,%f2}];",
-        "add.rz.f32 %f1, %f2, %f3;",
+        "div.rz.f32 %f1, %f2, %f3;",
         "mul.u32 %r1, %r2, %r3;",
         "cvt.rni.f32.s32 %f1, %r1;",
         "cvt.s32.f32 %r1, %f1;",

@@ -146,6 +146,17 @@ fn shr(ty: Ty, x: u64, y: u64) -> u64 {
 pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut Lanes) {
     let m = ty.mask();
     match ty {
+        Ty::F32 if f.dir != 0 => {
+            let neg = op == BinOp::Sub;
+            map2(a, b, r, |x, y| {
+                let (x, y) = (f32_in(x, f.ftz), f32_in(y, f.ftz));
+                let v = match op {
+                    BinOp::MulLo => directed_mul(x, y, f.dir),
+                    _ => directed_add(x, if neg { -y } else { y }, f.dir),
+                };
+                f32_out(v, f)
+            })
+        }
         Ty::F32 => {
             let g = |op: fn(f32, f32) -> f32| {
                 move |x, y| f32_out(op(f32_in(x, f.ftz), f32_in(y, f.ftz)), f)
@@ -351,6 +362,10 @@ pub(crate) fn bfi(ty: Ty, f: u64, b: u64, pos: u64, len: u64) -> u64 {
 pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes, r: &mut Lanes) {
     let m = ty.mask();
     match (op, ty) {
+        (TerOp::Fma, Ty::F32) if f.dir != 0 => map3(a, b, c, r, |x, y, z| {
+            let (x, y, z) = (f32_in(x, f.ftz), f32_in(y, f.ftz), f32_in(z, f.ftz));
+            f32_out(directed_fma(x, y, z, f.dir), f)
+        }),
         (TerOp::Fma, Ty::F32) => map3(a, b, c, r, |x, y, z| {
             f32_out(
                 f32_in(x, f.ftz).mul_add(f32_in(y, f.ftz), f32_in(z, f.ftz)),
@@ -578,4 +593,48 @@ pub(crate) fn carry_op(
         }
     };
     ((wide & m) as u64, wide > m)
+}
+
+/// Error-free sum: `a + b == s + e` exactly (f64, no overflow for f32-sized inputs).
+fn two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    let bb = s - a;
+    (s, (a - (s - bb)) + (b - bb))
+}
+
+/// Move the round-to-nearest result `r` to the directed result, given `d` = exact − r (its
+/// sign is exact: see the callers). `dir`: 1 toward zero, 2 toward −∞, 3 toward +∞.
+fn direct(r: f32, d: f64, dir: u8) -> f32 {
+    if r.is_nan() || d == 0.0 || d.is_nan() {
+        return r;
+    }
+    let exact_pos = r > 0.0 || (r == 0.0 && d > 0.0);
+    let down = dir == 2 || (dir == 1 && exact_pos);
+    if d > 0.0 && !down {
+        r.next_up()
+    } else if d < 0.0 && down {
+        r.next_down()
+    } else {
+        r
+    }
+}
+
+/// f32 `a + b` with directed rounding.
+pub(crate) fn directed_add(a: f32, b: f32, dir: u8) -> f32 {
+    let r = a + b;
+    let (s, e) = two_sum(f64::from(a), f64::from(b));
+    direct(r, (s - f64::from(r)) + e, dir)
+}
+
+/// f32 `a * b` with directed rounding (the f64 product is exact).
+pub(crate) fn directed_mul(a: f32, b: f32, dir: u8) -> f32 {
+    let r = a * b;
+    direct(r, f64::from(a) * f64::from(b) - f64::from(r), dir)
+}
+
+/// f32 `a * b + c` with directed rounding.
+pub(crate) fn directed_fma(a: f32, b: f32, c: f32, dir: u8) -> f32 {
+    let r = a.mul_add(b, c);
+    let (s, e) = two_sum(f64::from(a) * f64::from(b), f64::from(c));
+    direct(r, (s - f64::from(r)) + e, dir)
 }

@@ -62,7 +62,7 @@ pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u
     if dty == Ty::F16 || sty == Ty::F16 {
         return cvt_f16(dty, sty, rnd, sat, ftz, x);
     }
-    let fl = FFlags { ftz, sat };
+    let fl = FFlags { ftz, sat, dir: 0 };
     match (dty.is_float(), sty.is_float()) {
         (false, false) => {
             let mut v = int_val(sty, x);
