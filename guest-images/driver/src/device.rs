@@ -38,6 +38,8 @@ pub struct Config {
     /// tables become hypercalls; the driver's own record of its mappings stays in system memory
     /// (the device never reads it).
     pub para: bool,
+    /// Para-virtual naive mode: one hypercall per page instead of batches (experiments).
+    pub para_per_page: bool,
 }
 
 impl Default for Config {
@@ -50,6 +52,7 @@ impl Default for Config {
             fault_poll_ns: 2_000_000,
             use_interrupts: false,
             para: true,
+            para_per_page: false,
         }
     }
 }
@@ -235,7 +238,10 @@ impl<P: Platform> Gpu<P> {
         }
         let para = if cfg.para && caps & regs::CAP_PV_BAR != 0 {
             mmio += 4;
-            ParaIf::open(&mut p)?
+            ParaIf::open(&mut p)?.map(|mut pi| {
+                pi.set_per_page(cfg.para_per_page);
+                pi
+            })
         } else {
             None
         };

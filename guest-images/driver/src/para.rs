@@ -113,11 +113,27 @@ pub fn unmap_entry(va: u64, len: u64) -> Result<Entry, Error> {
     Ok(Entry { va, pte: 0, pages })
 }
 
+/// `e` split into one entry per page (its page size: 2 MiB with BIG, else 4 KiB).
+fn per_page(e: Entry) -> impl Iterator<Item = Entry> {
+    let size = if e.pte & BIG != 0 { PAGE_2M } else { PAGE_4K };
+    (0..u64::from(e.pages)).map(move |i| Entry {
+        va: e.va + i * size,
+        pte: if e.pte & 3 == 0 {
+            e.pte
+        } else {
+            e.pte + i * size
+        },
+        pages: 1,
+    })
+}
+
 /// The driver's side of the interface: the registered argument area.
 #[derive(Debug)]
 pub struct ParaIf {
     args: DmaBuf,
     max_batch: u32,
+    /// Naive para-virtualization (GPUvm without multicall): every page is its own call.
+    per_page: bool,
     /// Hypercalls made.
     pub calls: u64,
 }
@@ -140,6 +156,7 @@ impl ParaIf {
         Ok(Some(Self {
             args,
             max_batch,
+            per_page: false,
             calls: 0,
         }))
     }
@@ -192,6 +209,12 @@ impl ParaIf {
         Ok(p.para_read(STATUS))
     }
 
+    /// Naive mode: each page of each entry becomes its own call (for the overhead experiment's
+    /// "para-naive" row; the default batches whole ranges).
+    pub fn set_per_page(&mut self, on: bool) {
+        self.per_page = on;
+    }
+
     /// `op` over `entries`, in calls of at most MAX_BATCH entries (each all-or-nothing);
     /// stops at the first call that does not return OK and returns its outcome (INDEX
     /// relative to `entries`).
@@ -207,7 +230,14 @@ impl ParaIf {
             kind: 0,
             addr: 0,
         };
-        for (k, chunk) in entries.chunks(self.max_batch as usize).enumerate() {
+        let pages: Vec<Entry>;
+        let (entries, per_call) = if self.per_page {
+            pages = entries.iter().flat_map(|e| per_page(*e)).collect();
+            (&pages[..], 1)
+        } else {
+            (entries, self.max_batch as usize)
+        };
+        for (k, chunk) in entries.chunks(per_call).enumerate() {
             self.put(OFF_COUNT, chunk.len() as u64)?;
             for (i, e) in chunk.iter().enumerate() {
                 let o = OFF_ENTRIES + i * ENTRY_BYTES;
@@ -219,7 +249,7 @@ impl ParaIf {
             p.para_write(CALL, op);
             last = self.outcome();
             if last.status != ST_OK {
-                last.index += (k * self.max_batch as usize) as u32;
+                last.index += (k * per_call) as u32;
                 return Ok(last);
             }
         }
@@ -230,6 +260,34 @@ impl ParaIf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_page_splits_ranges_into_single_pages() {
+        let big = Entry {
+            va: 0x10_0000_0000,
+            pte: 0x20_0000 | BIG | 2,
+            pages: 3,
+        };
+        let v: Vec<Entry> = per_page(big).collect();
+        assert_eq!(v.len(), 3);
+        assert_eq!(
+            (v[2].va, v[2].pte, v[2].pages),
+            (0x10_0040_0000, 0x60_0000 | BIG | 2, 1)
+        );
+        let small = Entry {
+            va: 0x10_0000_0000,
+            pte: 0x1000 | 1,
+            pages: 2,
+        };
+        let v: Vec<Entry> = per_page(small).collect();
+        assert_eq!((v[1].va, v[1].pte), (0x10_0000_1000, 0x2000 | 1));
+        let unmap = Entry {
+            va: 0x10_0000_0000,
+            pte: 0,
+            pages: 2,
+        };
+        assert!(per_page(unmap).all(|e| e.pte == 0 && e.pages == 1));
+    }
 
     #[test]
     fn ranges_become_few_entries() {

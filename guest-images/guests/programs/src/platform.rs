@@ -180,7 +180,7 @@ impl Platform for BareMetal {
 }
 
 /// Driver settings from the command line: `tables=vram|sysmem`, `wait=poll|irq`, `mode=full`,
-/// `sys_mib=N`, `timeout_s=N`.
+/// `para_batch=1` (naive para-virtualization: one hypercall per page), `sys_mib=N`, `timeout_s=N`.
 pub fn config_from_args() -> Config {
     let mut cfg = Config::default();
     if guest_rt::arg("tables") == Some("sysmem") {
@@ -189,6 +189,7 @@ pub fn config_from_args() -> Config {
     cfg.use_interrupts = guest_rt::arg("wait") == Some("irq");
     // `mode=full` keeps the table-writing path even where the device offers para-virtualization.
     cfg.para = guest_rt::arg("mode") != Some("full");
+    cfg.para_per_page = guest_rt::arg("para_batch") == Some("1");
     if let Some(m) = guest_rt::arg("sys_mib").and_then(|v| v.parse::<u64>().ok()) {
         cfg.sys_pool_bytes = m.clamp(2, 2048) << 20;
     }
