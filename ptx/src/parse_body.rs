@@ -2,6 +2,8 @@
 //! guarded instructions and their raw operands (registers, immediates, addresses, vectors,
 //! predicate pairs).
 
+use std::collections::HashMap;
+
 use crate::decode::{EntryDecls, ROp, RawInst, Stmt};
 use crate::error::{Pos, PtxError};
 use crate::ir::Ty;
@@ -15,7 +17,53 @@ const MAX_DECLARED: u64 = 1 << 20;
 
 type R<T> = Result<T, PtxError>;
 
-fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
+/// Lexical scopes of `{ }` blocks: names re-declared in an inner block get a unique internal
+/// name (`name{k}` cannot be written in PTX) for the statements of that block.
+struct Scopes {
+    stack: Vec<HashMap<String, String>>,
+    next: u64,
+}
+
+impl Scopes {
+    fn resolve(&self, name: &str) -> Option<&String> {
+        self.stack.iter().rev().find_map(|m| m.get(name))
+    }
+
+    fn rename_op(&self, o: &mut ROp) {
+        let fix = |n: &mut String, s: &Scopes| {
+            if let Some(r) = s.resolve(n) {
+                *n = r.clone();
+            }
+        };
+        match o {
+            ROp::Name(n, _) | ROp::Not(n, _) | ROp::SymOff(n, _, _) => fix(n, self),
+            ROp::Addr { base: Some(n), .. } => fix(n, self),
+            ROp::Pair(a, b, _) => {
+                fix(a, self);
+                fix(b, self);
+            }
+            ROp::Vec(v) | ROp::List(v) => v.iter_mut().for_each(|x| self.rename_op(x)),
+            _ => {}
+        }
+    }
+}
+
+/// Declare one register, shadowing an outer declaration when inside a nested block.
+fn declare(decls: &mut EntryDecls, scopes: &mut Scopes, name: String, ty: Ty) {
+    let nested = scopes.stack.len() > 1;
+    if nested && (decls.regs.contains_key(&name) || scopes.resolve(&name).is_some()) {
+        let unique = format!("{name}{{{}}}", scopes.next);
+        scopes.next += 1;
+        decls.regs.insert(unique.clone(), ty);
+        if let Some(top) = scopes.stack.last_mut() {
+            top.insert(name, unique);
+        }
+    } else if decls.regs.insert(name.clone(), ty).is_some() {
+        log::debug!("register {name} redeclared");
+    }
+}
+
+fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls, scopes: &mut Scopes) -> R<()> {
     let pos = p.pos();
     let t = p.ident()?;
     let ty = match t.strip_prefix('.').and_then(Ty::from_name) {
@@ -36,10 +84,10 @@ fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
                 });
             }
             for k in 0..n {
-                decls.regs.insert(format!("{name}{k}"), ty);
+                declare(decls, scopes, format!("{name}{k}"), ty);
             }
-        } else if decls.regs.insert(name.clone(), ty).is_some() {
-            log::debug!("register {name} redeclared at {npos}");
+        } else {
+            declare(decls, scopes, name, ty);
         }
         if p.eat_punct(';') {
             return Ok(());
@@ -50,14 +98,22 @@ fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls) -> R<()> {
 
 pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
     p.expect_punct('{')?;
+    let mut scopes = Scopes {
+        stack: vec![HashMap::new()],
+        next: 0,
+    };
     let mut depth = 1u32;
     let mut out = Vec::new();
     loop {
         let pos = p.pos();
         match p.next()? {
-            Tok::Punct('{') => depth += 1,
+            Tok::Punct('{') => {
+                depth += 1;
+                scopes.stack.push(HashMap::new());
+            }
             Tok::Punct('}') => {
                 depth -= 1;
+                scopes.stack.pop();
                 if depth == 0 {
                     return Ok(out);
                 }
@@ -66,9 +122,11 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 let neg = p.eat_punct('!');
                 let gpos = p.pos();
                 let g = p.ident()?;
+                let g = scopes.resolve(&g).cloned().unwrap_or(g);
                 let opcode = p.ident()?;
                 known_opcode(&opcode, pos)?;
-                let ops = parse_operands(p)?;
+                let mut ops = parse_operands(p)?;
+                ops.iter_mut().for_each(|o| scopes.rename_op(o));
                 out.push(Stmt::Inst(RawInst {
                     pos,
                     guard: Some((g, neg, gpos)),
@@ -77,7 +135,7 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 }));
             }
             Tok::Ident(s) => match s.as_str() {
-                ".reg" => parse_reg_decl(p, decls)?,
+                ".reg" => parse_reg_decl(p, decls, &mut scopes)?,
                 ".shared" => {
                     let v = parse_var(p, false, pos)?;
                     decls.shared.push(v);
@@ -117,7 +175,8 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 }
                 _ => {
                     known_opcode(&s, pos)?;
-                    let ops = parse_operands(p)?;
+                    let mut ops = parse_operands(p)?;
+                    ops.iter_mut().for_each(|o| scopes.rename_op(o));
                     out.push(Stmt::Inst(RawInst {
                         pos,
                         guard: None,

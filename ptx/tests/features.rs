@@ -786,3 +786,40 @@ fn module_variables_with_initializers() {
         o => panic!("{o:?}"),
     }
 }
+
+#[test]
+fn registers_declared_in_nested_blocks_shadow_outer_ones() {
+    // nvcc wraps inline-asm style sequences in `{ .reg .pred %p1; ... }`: the inner %p1 must
+    // not clobber the outer one.
+    let text = kern(
+        ".param .u64 k_param_0",
+        ".reg .pred %p<3>;\n.reg .b32 %r<4>;\n.reg .b64 %rd<3>;",
+        r#"
+	ld.param.u64 	%rd1, [k_param_0];
+	mov.u32 	%r1, %tid.x;
+	setp.lt.u32 	%p1, %r1, 4;
+	{
+	.reg .pred 	%p1;
+	setp.ge.u32 	%p1, %r1, 4;
+	selp.u32 	%r2, 10, 20, %p1;
+	}
+	selp.u32 	%r3, 1, 2, %p1;
+	add.s32 	%r3, %r3, %r2;
+	mul.wide.u32 	%rd2, %r1, 4;
+	add.s64 	%rd2, %rd1, %rd2;
+	st.global.u32 	[%rd2], %r3;
+	ret;
+"#,
+    );
+    let m = module(&text);
+    let mut mem = Mem::new(1 << 16);
+    let out = mem.alloc(8 * 4);
+    run(
+        &m,
+        "k",
+        cfg([1, 1, 1], [8, 1, 1], 0, Params::default().u64(out)),
+        &mem,
+        1,
+    );
+    assert_eq!(mem.u32s(out, 8), vec![21, 21, 21, 21, 12, 12, 12, 12]);
+}
