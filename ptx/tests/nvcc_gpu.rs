@@ -27,7 +27,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 fn math_input(i: usize) -> f32 {
-    if i % 50 == 0 {
+    if i.is_multiple_of(50) {
         return 1.0e6f32 + i as f32;
     }
     (i as i32 - 128) as f32 * 0.37 + (i % 7) as f32 * 13.1
