@@ -107,3 +107,104 @@ fn mathfn_matches_the_gpu() {
         "__device__ counter"
     );
 }
+
+const COV1: &str = include_str!("data/nvcc/cov1.ptx");
+
+#[test]
+fn nvcc_switch_and_half_conversions() {
+    let m = module(COV1);
+    let n = 300usize;
+    let mut r = Rng(9);
+    let v: Vec<u32> = (0..n).map(|_| r.u32()).collect();
+    let mut mem = Mem::new(1 << 20);
+    let vin = mem.put_u32(&v);
+    let out = mem.alloc(n * 4);
+    let p = Params::default().u64(vin).u64(out).u32(n as u32);
+    run(&m, "sw", cfg([3, 1, 1], [128, 1, 1], 0, p), &mem, 2);
+    let got = mem.u32s(out, n);
+    for i in 0..n {
+        let x = v[i] as i32;
+        let want = match x & 7 {
+            0 => x.wrapping_mul(3),
+            1 => x ^ 0x55,
+            2 => x / 7,
+            3 => x % 11,
+            4 => x.count_ones() as i32,
+            5 => x.leading_zeros() as i32,
+            6 => x << 3,
+            _ => x.wrapping_neg(),
+        };
+        assert_eq!(got[i] as i32, want, "i={i} x={x}");
+    }
+    // __float2half / __half2float round trip plus a warp reduction of the thread index.
+    let f: Vec<f32> = (0..n).map(|i| (i as f32 - 150.0) * 1.37 + 0.3).collect();
+    let vf = mem.put_f32(&f);
+    let halves = mem.alloc(n * 2);
+    let back = mem.alloc(n * 4);
+    let p = Params::default()
+        .u64(vf)
+        .u64(halves)
+        .u64(back)
+        .u32(n as u32);
+    run(&m, "halfconv", cfg([3, 1, 1], [128, 1, 1], 0, p), &mem, 1);
+    let hb = mem.mem.read(halves, n * 2).unwrap();
+    let b = mem.f32s(back, n);
+    for i in 0..n {
+        let h = u16::from_le_bytes([hb[2 * i], hb[2 * i + 1]]);
+        // Reference half rounding: f32 -> f64 -> nearest half, via the value grid.
+        let x = f64::from(f[i]);
+        let e = x.abs().log2().floor().max(-14.0) as i32;
+        let ulp = 2f64.powi(e - 10);
+        let q = (x / ulp).round_ties_even() * ulp;
+        let hv = f32::from_bits(
+            ((u32::from(h) & 0x8000) << 16) | {
+                let (ex, mt) = (u32::from(h >> 10 & 0x1f), u32::from(h & 0x3ff));
+                if ex == 0 {
+                    0
+                } else {
+                    ((ex + 112) << 23) | (mt << 13)
+                }
+            },
+        );
+        assert_eq!(f64::from(hv), q, "i={i}");
+        let warp_lo = (i / 32) * 32;
+        let sum: u32 = (warp_lo..(warp_lo + 32).min(n)).map(|k| k as u32).sum();
+        // The last warp of the last CTA is partial (threads >= n exit before the reduction).
+        assert_eq!(b[i], hv + sum as f32, "i={i}");
+    }
+}
+
+#[test]
+fn nvcc_double_math_is_accurate() {
+    let m = module(COV1);
+    let n = 96usize;
+    let x: Vec<f64> = (0..n).map(|i| (i as f64 - 40.0) * 0.731 + 0.01).collect();
+    let mut mem = Mem::new(1 << 20);
+    let b: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let vin = mem.alloc(n * 8);
+    assert!(mem.mem.write(vin, &b));
+    let out = mem.put_u64(&vec![0; n + 1]);
+    let p = Params::default().u64(vin).u64(out).u32(n as u32);
+    run(&m, "dmath", cfg([3, 1, 1], [32, 1, 1], 0, p), &mem, 1);
+    let got: Vec<f64> = mem.u64s(out, n).into_iter().map(f64::from_bits).collect();
+    let f = |x: f64| {
+        x.sin()
+            + x.cos() * (x * 0.01).exp()
+            + (x.abs() + 1.0).ln()
+            + x.abs().powf(0.3)
+            + x.abs().sqrt()
+            + x.tanh()
+            + x.atan2(2.0)
+    };
+    for i in 0..n {
+        // __shfl_down_sync past the last lane returns the caller's own value.
+        let r = f(x[i]) + if i % 32 == 31 { f(x[i]) } else { f(x[i + 1]) };
+        let want = r / (x[i] + 3.0);
+        assert!(
+            (got[i] - want).abs() <= want.abs() * 1e-13 + 1e-13,
+            "i={i} x={}: got {} want {want}",
+            x[i],
+            got[i]
+        );
+    }
+}
