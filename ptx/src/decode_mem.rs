@@ -251,3 +251,31 @@ pub(crate) fn dec_redux(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         a: c.src(&ops[1], ty)?,
     })
 }
+
+pub(crate) fn dec_match(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    let all = match m.take_any(&["any", "all"]) {
+        Some("any") => false,
+        Some("all") => true,
+        _ => return c.unsupported(),
+    };
+    if !m.take("sync") {
+        return c.unsupported();
+    }
+    let ty = one_type(c, m)?;
+    if !matches!(ty, Ty::B32 | Ty::B64) {
+        return c.unsupported();
+    }
+    nops(c, ops, 3)?;
+    c.src(&ops[2], Ty::B32)?;
+    let (d, p) = match &ops[0] {
+        ROp::Pair(a, b, pos) if all => (c.reg(a, *pos)?, Some(c.pred(b, *pos)?)),
+        o => (c.dst(o)?, None),
+    };
+    Ok(Inst::Match {
+        all,
+        ty,
+        d,
+        p,
+        a: c.src(&ops[1], ty)?,
+    })
+}

@@ -347,6 +347,7 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
         "nop" => Inst::Nop,
         "shfl" => decode_mem::dec_shfl(c, &mut m, ops)?,
         "redux" => decode_mem::dec_redux(c, &mut m, ops)?,
+        "match" => decode_mem::dec_match(c, &mut m, ops)?,
         "vote" => decode_mem::dec_vote(c, &mut m, ops)?,
         "activemask" => {
             if !m.take("b32") {

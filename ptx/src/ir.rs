@@ -539,6 +539,14 @@ pub(crate) enum Inst {
         d: u32,
         a: PSrc,
     },
+    /// `match.{any,all}.sync.{b32,b64} d[|p], a, membermask`.
+    Match {
+        all: bool,
+        ty: Ty,
+        d: u32,
+        p: Option<u32>,
+        a: Src,
+    },
     /// `redux.sync`: reduce `a` over the active lanes with `op` (Add/Min/Max/And/Or/Xor).
     Redux {
         op: AtomOp,

@@ -245,6 +245,7 @@ const KNOWN: &[&str] = &[
     "exit",
     "trap",
     "prmt",
+    "match",
     "set",
     "addc",
     "subc",

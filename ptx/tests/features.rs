@@ -823,3 +823,44 @@ fn registers_declared_in_nested_blocks_shadow_outer_ones() {
     );
     assert_eq!(mem.u32s(out, 8), vec![21, 21, 21, 21, 12, 12, 12, 12]);
 }
+
+#[test]
+fn match_sync_any_and_all() {
+    let text = kern(
+        ".param .u64 k_param_0",
+        ".reg .pred %p<3>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<3>;",
+        r#"
+	ld.param.u64 	%rd1, [k_param_0];
+	mov.u32 	%r1, %laneid;
+	rem.u32 	%r2, %r1, 3;
+	match.any.sync.b32 	%r3, %r2, -1;
+	match.all.sync.b32 	%r4|%p1, %r2, -1;
+	selp.u32 	%r5, 1, 0, %p1;
+	mov.u32 	%r6, 7;
+	match.all.sync.b32 	%r7|%p2, %r6, -1;
+	mul.wide.u32 	%rd2, %r1, 16;
+	add.s64 	%rd2, %rd1, %rd2;
+	st.global.v4.u32 	[%rd2], {%r3, %r4, %r5, %r7};
+	ret;
+"#,
+    );
+    let m = module(&text);
+    let mut mem = Mem::new(1 << 16);
+    let out = mem.alloc(32 * 16);
+    run(
+        &m,
+        "k",
+        cfg([1, 1, 1], [32, 1, 1], 0, Params::default().u64(out)),
+        &mem,
+        1,
+    );
+    let g = mem.u32s(out, 32 * 4);
+    for l in 0..32u32 {
+        let same: u32 = (0..32).filter(|k| k % 3 == l % 3).map(|k| 1u32 << k).sum();
+        assert_eq!(
+            &g[l as usize * 4..l as usize * 4 + 4],
+            &[same, 0, 0, u32::MAX],
+            "lane {l}"
+        );
+    }
+}

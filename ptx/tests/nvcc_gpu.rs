@@ -208,3 +208,38 @@ fn nvcc_double_math_is_accurate() {
         );
     }
 }
+
+const COV2: &str = include_str!("data/nvcc/cov2.ptx");
+
+#[test]
+fn nvcc_cooperative_groups_atomics_and_templates() {
+    let m = module(COV2);
+    let n = 128usize;
+    let mut mem = Mem::new(1 << 20);
+    let f4: Vec<f32> = (0..n).flat_map(|i| [i as f32, 1.0, 2.0, 3.0]).collect();
+    let vin = mem.put_f32(&f4);
+    let fmax = mem.put_f32(&[-1.0e30]);
+    let u = mem.put_u32(&[u32::MAX, 0, 0, 500, 0]);
+    let dsum = mem.put_u64(&[0]);
+    let t = mem.put_u64(&[0, 0]);
+    let p = Params::default()
+        .u64(vin)
+        .u64(fmax)
+        .u64(u)
+        .u64(dsum)
+        .u64(t)
+        .u32(n as u32);
+    run(&m, "cov2", cfg([2, 1, 1], [64, 1, 1], 64 * 8, p), &mem, 2);
+    // s = x + y*z - w = i - 1; tile sums of 32 consecutive i; the largest is the last tile.
+    let tile_max: f32 = (96..128).map(|i| i as f32 - 1.0).sum();
+    assert_eq!(mem.f32s(fmax, 1)[0], tile_max);
+    let uu = mem.u32s(u, 5);
+    assert_eq!(uu[1], 127);
+    assert_eq!(uu[2], 128);
+    assert_eq!(uu[3], 500 - 128);
+    // match.any over s > 0: lanes 0 and 1 of the first warp (s = -1, 0) form the smallest
+    // group mask.
+    assert_eq!(uu[0], 0b11);
+    let total: f64 = (0..128).map(|i| f64::from(i) - 1.0).sum();
+    assert_eq!(f64::from_bits(mem.u64s(dsum, 1)[0]), total);
+}

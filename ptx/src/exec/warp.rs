@@ -382,7 +382,8 @@ pub(crate) fn exec_warp(
             | Inst::Unpack { .. }
             | Inst::Shfl { .. }
             | Inst::Vote { .. }
-            | Inst::Redux { .. } => warp_ops::exec(w, widx, env, exec, &op.inst, &mut scratch),
+            | Inst::Redux { .. }
+            | Inst::Match { .. } => warp_ops::exec(w, widx, env, exec, &op.inst, &mut scratch),
             Inst::Ld { .. } | Inst::St { .. } | Inst::Atom { .. } => {
                 if let Err((l, f)) =
                     warp_mem::exec(w, widx, env, tlb, shared, exec, &op.inst, &mut scratch)

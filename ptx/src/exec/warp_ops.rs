@@ -248,6 +248,38 @@ pub(crate) fn exec(
             *r = [acc.unwrap_or(0); 32];
             write(w, *d, exec, r);
         }
+        Inst::Match {
+            all,
+            ty,
+            d,
+            p,
+            a: sa,
+        } => {
+            let a = src(w, *sa, widx, env, ba);
+            let m = ty.mask();
+            let mut eq_all = true;
+            let first = (0..32).find(|&l| exec >> l & 1 != 0).map(|l| a[l] & m);
+            for l in 0..32 {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let mut same = 0u32;
+                for k in 0..32 {
+                    if exec >> k & 1 != 0 && a[k] & m == a[l] & m {
+                        same |= 1 << k;
+                    }
+                }
+                eq_all &= Some(a[l] & m) == first;
+                r[l] = u64::from(same);
+            }
+            if *all {
+                *r = [if eq_all { u64::from(exec) } else { 0 }; 32];
+            }
+            write(w, *d, exec, r);
+            if let Some(p) = p {
+                write_pred(w, *p, exec, if eq_all { u32::MAX } else { 0 });
+            }
+        }
         _ => {}
     }
 }
