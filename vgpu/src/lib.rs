@@ -16,6 +16,7 @@ pub mod device;
 pub mod methods;
 pub mod para;
 pub mod para_bar;
+pub mod para_vram;
 pub mod pushbuf;
 pub mod regs;
 pub mod remap;

@@ -51,6 +51,8 @@ pub const OP_MAP: u32 = 2;
 pub const OP_MAP_BATCH: u32 = 3;
 pub const OP_UNMAP_BATCH: u32 = 4;
 pub const OP_TLB_FLUSH: u32 = 5;
+pub const OP_VRAM_ALLOC: u32 = 6;
+pub const OP_VRAM_FREE: u32 = 7;
 
 /// Result STATUS values.
 pub const ST_OK: u32 = 0;
@@ -58,6 +60,7 @@ pub const ST_BAD_CALL: u32 = 1;
 pub const ST_ENTRY_FAULT: u32 = 2;
 pub const ST_LIMIT: u32 = 3;
 pub const ST_HOST_ERROR: u32 = 4;
+pub const ST_NO_MEMORY: u32 = 5;
 
 const TARGET_MASK: u64 = 3;
 const BIG: u64 = 1 << 2;
@@ -97,6 +100,8 @@ pub enum CallError {
     Limit,
     #[error("host: {0}")]
     Host(String),
+    #[error("no VRAM block of that size and alignment is free")]
+    NoMemory,
 }
 
 impl CallError {
@@ -106,6 +111,7 @@ impl CallError {
             CallError::Entry(_) => ST_ENTRY_FAULT,
             CallError::Limit => ST_LIMIT,
             CallError::Host(_) => ST_HOST_ERROR,
+            CallError::NoMemory => ST_NO_MEMORY,
         }
     }
 }

@@ -10,6 +10,7 @@ use shadow::{Aperture, GpuLayout, PAGE_4K};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::para::*;
+use crate::para_vram::VramAllocator;
 use crate::state::Shared;
 
 /// The BAR3 front end: registers and the hypercall (runs on vCPU threads).
@@ -20,12 +21,14 @@ pub struct Para {
     shared: Arc<Shared>,
     args: u64,
     status: u32,
+    vram: VramAllocator,
 }
 
 impl Para {
     pub fn new(spaces: SharedSpaces, ram: GuestMemoryMmap, shared: Arc<Shared>) -> Self {
         let layout = lock(&spaces).layout.clone();
         Para {
+            vram: VramAllocator::new(layout.vram_size),
             spaces,
             ram,
             layout,
@@ -81,7 +84,7 @@ impl Para {
             ))
         };
         let (status, index, kind, addr) = match &result {
-            Ok(n) => (ST_OK, *n, 0, 0),
+            Ok((n, addr)) => (ST_OK, *n, 0, *addr),
             Err(CallError::Entry(f)) => (ST_ENTRY_FAULT, f.index, u32::from(f.kind.code()), f.va),
             Err(e) => (e.status(), 0, 0, 0),
         };
@@ -115,8 +118,8 @@ impl Para {
         }
     }
 
-    /// Performs `op`; `Ok(n)` = entries applied.
-    fn run(&mut self, op: u32) -> Result<u32, CallError> {
+    /// Performs `op`; `Ok((n, addr))` = entries applied, and the address VRAM_ALLOC chose.
+    fn run(&mut self, op: u32) -> Result<(u32, u64), CallError> {
         let mut header = [0u8; 16];
         self.ram
             .read_slice(&mut header, GuestAddress(self.args))
@@ -124,9 +127,35 @@ impl Para {
         let count = match op {
             OP_SET_PD => {
                 lock(&self.spaces).set_pd(u64_at(&header, OFF_ARG as usize))?;
-                return Ok(0);
+                return Ok((0, 0));
             }
-            OP_TLB_FLUSH => return Ok(0),
+            OP_TLB_FLUSH => return Ok((0, 0)),
+            OP_VRAM_ALLOC => {
+                let len = u64_at(&header, OFF_ARG as usize);
+                let log2 = match u32_at(&header, OFF_COUNT as usize) {
+                    0 => 12,
+                    n @ 12..=30 => n,
+                    _ => {
+                        return Err(CallError::BadCall(
+                            "VRAM_ALLOC alignment outside 2^12 … 2^30",
+                        ));
+                    }
+                };
+                if len == 0 || len > self.layout.vram_size {
+                    return Err(CallError::BadCall("VRAM_ALLOC size 0 or larger than VRAM"));
+                }
+                let addr = self.vram.alloc(len, 1 << log2).ok_or(CallError::NoMemory)?;
+                return Ok((0, addr));
+            }
+            OP_VRAM_FREE => {
+                let addr = u64_at(&header, OFF_ARG as usize);
+                if !self.vram.free(addr) {
+                    return Err(CallError::BadCall(
+                        "VRAM_FREE of an address VRAM_ALLOC did not return",
+                    ));
+                }
+                return Ok((0, 0));
+            }
             OP_MAP => 1,
             OP_MAP_BATCH | OP_UNMAP_BATCH => u32_at(&header, OFF_COUNT as usize),
             _ => return Err(CallError::BadCall("unknown operation")),
@@ -146,6 +175,6 @@ impl Para {
             .collect::<Result<Vec<_>, _>>()
             .map_err(CallError::Entry)?;
         spaces.commit(&ops)?;
-        Ok(count)
+        Ok((count, 0))
     }
 }

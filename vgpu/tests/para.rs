@@ -408,3 +408,35 @@ fn applying_changes_matches_a_page_model() {
         assert_eq!(pages, model, "step {step}");
     }
 }
+
+#[test]
+fn vram_alloc_and_free_hypercalls() {
+    let b = para_bench();
+    // 1 MiB, 2 MiB aligned (COUNT = log2 alignment); ADDR carries the block.
+    b.sys_write(ARGS + 8, &21u64.to_le_bytes());
+    let alloc = |len: u64, log2: u64| {
+        b.sys_write(ARGS, &len.to_le_bytes());
+        b.sys_write(ARGS + 8, &log2.to_le_bytes());
+        b.sys_write(ARGS + 0x10, &[0xee; 24]);
+        b.para_write(CALL, OP_VRAM_ALLOC);
+        let r = b.sys_read(ARGS + 0x10, 24);
+        let st = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
+        (st, u64::from_le_bytes(r[16..24].try_into().unwrap()))
+    };
+    let (st, a) = alloc(1 << 20, 21);
+    assert_eq!((st, a % (2 << 20)), (ST_OK, 0));
+    let (st, b2) = alloc(4096, 0);
+    assert_eq!(st, ST_OK);
+    assert!(b2 + 4096 <= a || b2 >= a + (1 << 20), "blocks do not overlap");
+    // Hostile sizes and alignments; exhaustion.
+    assert_eq!(alloc(0, 0).0, ST_BAD_CALL);
+    assert_eq!(alloc(VRAM + 1, 0).0, ST_BAD_CALL);
+    assert_eq!(alloc(4096, 40).0, ST_BAD_CALL);
+    assert_eq!(alloc(VRAM, 0).0, ST_NO_MEMORY);
+    // Free: only what ALLOC returned, once.
+    assert_eq!(b.call(OP_VRAM_FREE, a, &[]).0, ST_OK);
+    assert_eq!(b.call(OP_VRAM_FREE, a, &[]).0, ST_BAD_CALL);
+    assert_eq!(b.call(OP_VRAM_FREE, 12345, &[]).0, ST_BAD_CALL);
+    assert_eq!(alloc(1 << 20, 21), (ST_OK, a), "the freed block is reused");
+    assert!(b.gpu.stats().guard_intact);
+}
