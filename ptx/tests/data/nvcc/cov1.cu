@@ -1,3 +1,6 @@
+// Parse/run coverage: double-precision math (Payne-Hanek range reduction with carry chains),
+// double atomics and shuffles, __half conversions, __reduce_add_sync, and a switch statement.
+// PTX: nvcc -ptx -arch=sm_80 -O3 (CUDA 13.0) -> cov1.ptx.
 #include <cuda_fp16.h>
 extern "C" __global__ void dmath(const double *in, double *out, int n)
 {

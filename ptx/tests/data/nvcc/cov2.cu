@@ -1,6 +1,7 @@
 // Parse coverage: cooperative groups, float atomics through CAS loops, float4 __ldg,
 // templated dynamic shared memory, volatile warp-synchronous reductions, fences, clock64,
 // __nanosleep, __match_any_sync, atomicMin/Max/Inc/Dec/Exch, 3-D indexing.
+// PTX: nvcc -ptx -arch=sm_80 -O3 (CUDA 13.0) -> cov2.ptx.
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 namespace cg = cooperative_groups;

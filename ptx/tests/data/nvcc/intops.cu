@@ -1,3 +1,4 @@
+// PTX: nvcc -ptx -arch=sm_80 -O3 (CUDA 13.0) -> intops.ptx; GPU results in gpu.txt (harness.cu).
 // Integer-heavy code: 64-bit division and remainder by runtime values, 128-bit products,
 // funnel shifts / rotates, __ffs/__clz/__popc/__brev, byte permutes and saturating converts.
 extern "C" __global__ void intops(const unsigned long long *a, const unsigned long long *b,

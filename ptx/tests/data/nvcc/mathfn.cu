@@ -1,3 +1,4 @@
+// PTX: nvcc -ptx -arch=sm_80 -O3 (CUDA 13.0) -> mathfn.ptx; GPU results in gpu.txt (harness.cu).
 // Math library functions (nvcc expands them inline: range reduction, ex2/lg2, fma chains,
 // local-memory Payne-Hanek for large sinf arguments), a __constant__ table, a __device__
 // counter, a non-inlined device function and __syncthreads_count.
