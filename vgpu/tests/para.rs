@@ -427,7 +427,10 @@ fn vram_alloc_and_free_hypercalls() {
     assert_eq!((st, a % (2 << 20)), (ST_OK, 0));
     let (st, b2) = alloc(4096, 0);
     assert_eq!(st, ST_OK);
-    assert!(b2 + 4096 <= a || b2 >= a + (1 << 20), "blocks do not overlap");
+    assert!(
+        b2 + 4096 <= a || b2 >= a + (1 << 20),
+        "blocks do not overlap"
+    );
     // Hostile sizes and alignments; exhaustion.
     assert_eq!(alloc(0, 0).0, ST_BAD_CALL);
     assert_eq!(alloc(VRAM + 1, 0).0, ST_BAD_CALL);
