@@ -2,6 +2,7 @@
 //! implementations.
 
 mod band;
+mod budget;
 mod credit;
 mod fifo;
 mod timeslice;
