@@ -184,3 +184,24 @@ fn bar_remap_removes_aperture_traps() {
     );
     assert!(lazy["gpu"]["remap"].is_null());
 }
+
+#[test]
+fn a_guest_can_sleep_until_the_gpu_interrupts() {
+    // wait=irq: the driver enables MSI and waits for completions with `hlt` instead of polling.
+    let (code, out, stats) = run_gpu(
+        &[
+            "--guest",
+            "workloads",
+            "--cmdline",
+            "wait=irq only=matmul",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("irq=true"), "{out}");
+    let gpu = &stats["gpu"]["counters"];
+    assert!(
+        gpu["interrupts"].as_u64().unwrap() >= 2,
+        "one MSI per awaited completion at least: {gpu}"
+    );
+}
