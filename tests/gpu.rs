@@ -189,12 +189,7 @@ fn bar_remap_removes_aperture_traps() {
 fn a_guest_can_sleep_until_the_gpu_interrupts() {
     // wait=irq: the driver enables MSI and waits for completions with `hlt` instead of polling.
     let (code, out, stats) = run_gpu(
-        &[
-            "--guest",
-            "workloads",
-            "--cmdline",
-            "wait=irq only=matmul",
-        ],
+        &["--guest", "workloads", "--cmdline", "wait=irq only=matmul"],
         "",
     );
     assert_eq!(code, 0, "{out}");
