@@ -2,7 +2,7 @@
 //! test guests (and, later, Linux) and gives them a virtual GPU.
 //!
 //! Module map: [`layout`] (every guest address), [`memory`] (RAM and KVM slots), [`arch`]
-//! (x86-64 entry state), [`slots`] (memory slots beyond RAM: the GPU's remapped aperture), [`loader`] (images and boot info), [`devices`] (serial, i8042,
+//! (x86-64 entry state), [`slots`] (memory slots beyond RAM: the GPU's remapped aperture), [`loader`] (images and boot info), [`linux`] (stock Linux kernels), [`devices`] (serial, i8042,
 //! debug exit, PCI test device), [`vcpu`] (threads and exit dispatch), [`lifecycle`] (signals,
 //! timeout), [`exit`] (why the VM stopped), [`stats`] (`--stats`), [`vm`] (putting it together).
 
@@ -11,6 +11,7 @@ pub mod devices;
 pub mod exit;
 pub mod layout;
 pub mod lifecycle;
+pub mod linux;
 pub mod loader;
 pub mod memory;
 pub mod slots;

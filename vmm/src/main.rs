@@ -16,10 +16,17 @@ struct Args {
     /// Run the bundled guest NAME (see --list-guests).
     #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests"])]
     guest: Option<String>,
-    /// Run the 64-bit ELF image at PATH instead of a bundled guest.
+    /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
-    /// Command line passed to the guest.
+    /// Boot --kernel as Linux (an uncompressed vmlinux ELF; a bzImage needs no flag).
+    #[arg(long, requires = "kernel")]
+    linux: bool,
+    /// Initramfs for a Linux kernel.
+    #[arg(long, value_name = "PATH", requires = "kernel")]
+    initramfs: Option<PathBuf>,
+    /// Command line passed to the guest (Linux: empty means `linux::DEFAULT_CMDLINE`, which hides
+    /// the CPU features PVM cannot emulate at CPL0).
     #[arg(long, default_value = "")]
     cmdline: String,
     /// Guest RAM in MiB.
@@ -93,6 +100,8 @@ fn main() -> ExitCode {
         cpus: args.cpus,
         testdev: args.testdev,
         timeout,
+        linux: args.linux || args.initramfs.is_some(),
+        initramfs: args.initramfs,
         gpu,
     };
     match vm::run(&cfg) {

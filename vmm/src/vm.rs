@@ -32,6 +32,10 @@ pub struct VmConfig {
     pub cpus: u8,
     pub testdev: bool,
     pub timeout: Option<Duration>,
+    /// Boot the image as a Linux kernel (automatic for a bzImage).
+    pub linux: bool,
+    /// Initramfs for a Linux kernel.
+    pub initramfs: Option<std::path::PathBuf>,
     /// Attach a virtual GPU with this configuration.
     pub gpu: Option<vgpu::GpuConfig>,
 }
@@ -69,6 +73,8 @@ pub enum VmError {
     EventLoop(event_manager::Error),
     #[error("virtual GPU: {0}")]
     Gpu(#[from] vgpu::VgpuError),
+    #[error("Linux boot: {0}")]
+    Linux(#[from] crate::linux::LinuxError),
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -112,7 +118,23 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
 
     let mem = memory::create(&vm, cfg.memory_mib)?;
     log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
-    let entry = loader::load_elf(&mem, &name, &bytes)?;
+    let linux_boot = if cfg.linux || crate::linux::is_bzimage(&bytes) {
+        let cmdline = match cfg.cmdline.as_str() {
+            "" => crate::linux::DEFAULT_CMDLINE,
+            c => c,
+        };
+        let ram = layout::ram_regions(cfg.memory_mib << 20);
+        let initrd = cfg.initramfs.as_ref();
+        Some(crate::linux::load(
+            &mem, &ram, &name, &bytes, initrd, cmdline,
+        )?)
+    } else {
+        None
+    };
+    let entry = match &linux_boot {
+        Some(b) => b.entry,
+        None => loader::load_elf(&mem, &name, &bytes)?,
+    };
     arch::write_boot_tables(&mem)?;
 
     let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
@@ -142,6 +164,12 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         4,
         Arc::new(Mutex::new(DebugExit::new(latch.clone()))),
     )?;
+    if linux_boot.is_some() {
+        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::default()));
+        pio.insert("cmos", 0x70, 2, cmos)?;
+        let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
+        pio.insert("post", 0x80, 1, post)?;
+    }
     let windows = PciWindows {
         mmio32: layout::PCI_MMIO32,
         mmio64: layout::PCI_MMIO64,
@@ -185,10 +213,15 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         }
         vcpus.push(fd);
     }
-    let boot_info =
-        loader::write_boot_info(&mem, &cfg.cmdline, cfg.cpus, memory::split(&mem), tsc_khz)?;
-    arch::setup_boot_vcpu(&vcpus[0], entry, boot_info)
-        .map_err(|err| VmError::Cpu { id: 0, err })?;
+    if let Some(boot) = &linux_boot {
+        arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
+        crate::linux::setup_vcpu(&vcpus[0], boot)?;
+    } else {
+        let boot_info =
+            loader::write_boot_info(&mem, &cfg.cmdline, cfg.cpus, memory::split(&mem), tsc_khz)?;
+        arch::setup_boot_vcpu(&vcpus[0], entry, boot_info)
+            .map_err(|err| VmError::Cpu { id: 0, err })?;
+    }
 
     // Event loop: console input and the VM's lifecycle.
     let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
