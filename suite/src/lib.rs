@@ -18,6 +18,7 @@ extern crate alloc;
 pub mod dump;
 pub mod hand;
 mod instance;
+pub mod lcg;
 pub mod nvcc;
 mod param;
 mod rng;

@@ -1,0 +1,356 @@
+//! `fairness`: the load generator of the fairness experiment. Keeps one channel backlogged with
+//! `depth` compute-bound kernels (`suite::lcg`'s `lcg_spin`: `iters` steps of a 32-bit LCG per
+//! thread, `blocks` x `threads`), submitting a new one each time one completes, sleeping on the
+//! GPU's interrupt in between (each submission ends with a semaphore release + interrupt); checks
+//! every completed kernel's output against the recurrence on the CPU; stops after `ms`
+//! milliseconds of guest time (0: never) and drains what is in flight.
+//!
+//! Arguments: `iters=N` (default 100000), `threads=T` (1..=1024, default 32), `blocks=B`
+//! (1..=65535, default 1), `depth=D` (1..=16, default 2), `ms=M` (default 1000, 0 = forever),
+//! `report_ms=R` (>= 1, default 100), `wait=poll` (spin instead of sleeping; default: interrupt),
+//! and the driver options of `guest_programs::platform::config_from_args`.
+//!
+//! Output (parsed by a host tool):
+//! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
+//! `FAIRNESS t_ms=<guest ms since start> done=<completions>` every `report_ms`;
+//! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end.
+//! Exit codes: 0 all ok, 1 a result mismatch (`fairness: MISMATCH ...`), 2 a bad argument,
+//! 3 a GPU fault or timeout (`FAIRNESS fault <what>`) or no usable GPU.
+//!
+//! Time is the TSC (the runtime's clock: no VM exit per read), read about once per wake-up.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use alloc::collections::VecDeque;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::str::FromStr;
+
+use gpu_driver::{Channel, Error, Fence, Gpu, LaunchDesc, Platform, PushBuf, SysAlloc, suite_run};
+use guest_programs::platform::{self, BareMetal};
+use guest_rt::println;
+use suite::lcg;
+
+guest_rt::entry!(main);
+
+/// Most kernels kept in flight.
+const MAX_DEPTH: u32 = 16;
+
+/// The run's parameters.
+#[derive(Clone, Copy, Debug)]
+struct Args {
+    iters: u32,
+    threads: u32,
+    blocks: u32,
+    depth: u32,
+    ms: u64,
+    report_ms: u64,
+}
+
+/// `key=value` as a number in `lo..=hi`, or `default` when absent.
+fn num<T>(key: &str, default: T, lo: T, hi: T) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + Copy + core::fmt::Display,
+{
+    let Some(v) = guest_rt::arg(key) else {
+        return Ok(default);
+    };
+    match v.parse::<T>() {
+        Ok(n) if n >= lo && n <= hi => Ok(n),
+        _ => Err(format!("bad argument {key}={v} (must be {lo}..={hi})")),
+    }
+}
+
+impl Args {
+    fn parse() -> Result<Self, String> {
+        Ok(Self {
+            iters: num("iters", 100_000, 0, u32::MAX)?,
+            threads: num("threads", 32, 1, 1024)?,
+            blocks: num("blocks", 1, 1, 65_535)?,
+            depth: num("depth", 2, 1, MAX_DEPTH)?,
+            ms: num("ms", 1000, 0, u64::MAX / 1_000_000)?,
+            report_ms: num("report_ms", 100, 1, u64::MAX / 1_000_000)?,
+        })
+    }
+
+    /// Threads per kernel.
+    fn count(&self) -> u32 {
+        self.threads * self.blocks
+    }
+}
+
+/// Where one in-flight kernel's parameters and output live (reused once it completed).
+struct Slot {
+    params: SysAlloc,
+    out: SysAlloc,
+}
+
+/// What every launch shares.
+struct Kernel {
+    code: SysAlloc,
+    entry: SysAlloc,
+    args: Args,
+}
+
+/// Why the run stopped early.
+enum Stop {
+    Fault(String),
+    Mismatch(String),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Fault(format!("{e}"))
+    }
+}
+
+fn main() -> u8 {
+    let args = match Args::parse() {
+        Ok(a) => a,
+        Err(m) => {
+            println!("fairness: {m}");
+            return 2;
+        }
+    };
+    let mut cfg = platform::config_from_args();
+    // Wait by interrupt unless told to spin.
+    cfg.use_interrupts = guest_rt::arg("wait") != Some("poll");
+    let opened = BareMetal::find(cfg.use_interrupts)
+        .and_then(|p| suite_run::open(p, cfg).map_err(|e| format!("driver init: {e}")));
+    let (mut gpu, mut ch, _) = match opened {
+        Ok(g) => g,
+        Err(e) => {
+            println!("fairness: {e}");
+            println!("FAIRNESS fault {e}");
+            return 3;
+        }
+    };
+    if cfg.use_interrupts && !gpu.interrupts_on() {
+        println!("fairness: the GPU's MSI could not be enabled (wait=poll spins instead)");
+        println!("FAIRNESS fault no interrupts");
+        return 3;
+    }
+    if let Err(m) = self_check(args.iters) {
+        println!("fairness: MISMATCH {m}");
+        return 1;
+    }
+    let (kernel, slots) = match setup(&mut gpu, args) {
+        Ok(k) => k,
+        Err(e) => {
+            println!(
+                "fairness: cannot allocate {} kernels of {} threads: {e} (sys_mib=N gives more system memory)",
+                args.depth,
+                args.count()
+            );
+            return 2;
+        }
+    };
+    println!(
+        "FAIRNESS start iters={} threads={} blocks={} depth={}",
+        args.iters, args.threads, args.blocks, args.depth
+    );
+    let budget_ns = cfg.wait_timeout_ns;
+    let mut run = Run {
+        kernel,
+        slots,
+        jump: lcg::Jump::new(args.iters),
+        t0: gpu.platform().now_ns(),
+        done: 0,
+        seed: 0,
+        buf: vec![0; args.count() as usize * 4],
+    };
+    let r = run.go(&mut gpu, &mut ch, budget_ns);
+    let t_ms = run.elapsed_ns(&mut gpu) / 1_000_000;
+    match r {
+        Ok(()) => {
+            println!("FAIRNESS end t_ms={t_ms} done={} ok=1", run.done);
+            0
+        }
+        Err(Stop::Mismatch(m)) => {
+            println!("fairness: MISMATCH {m}");
+            println!("FAIRNESS end t_ms={t_ms} done={} ok=0", run.done);
+            1
+        }
+        Err(Stop::Fault(m)) => {
+            println!("FAIRNESS fault {m}");
+            3
+        }
+    }
+}
+
+/// The O(log n) form of the recurrence that checks every output must agree with the plain loop.
+fn self_check(iters: u32) -> Result<(), String> {
+    let j = lcg::Jump::new(iters);
+    for (gid, seed) in [(0, 1), (1023, 0x8000_0001)] {
+        let (a, b) = (j.value(gid, seed), lcg::reference(gid, iters, seed));
+        if a != b {
+            return Err(format!(
+                "CPU self-check gid={gid} iters={iters}: jump {a:#x} loop {b:#x}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Loads the PTX and the entry name, and allocates `depth` parameter + output buffers.
+fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>), Error> {
+    let code = gpu.sys_alloc(lcg::PTX.len() as u64)?;
+    gpu.sys_write(&code, 0, lcg::PTX.as_bytes())?;
+    let entry = gpu.sys_alloc(lcg::ENTRY.len() as u64)?;
+    gpu.sys_write(&entry, 0, lcg::ENTRY.as_bytes())?;
+    let mut slots = Vec::with_capacity(args.depth as usize);
+    for _ in 0..args.depth {
+        let params = gpu.sys_alloc(16)?;
+        let out = gpu.sys_alloc(u64::from(args.count()) * 4)?;
+        slots.push(Slot { params, out });
+    }
+    Ok((Kernel { code, entry, args }, slots))
+}
+
+/// The running experiment.
+struct Run {
+    kernel: Kernel,
+    slots: Vec<Slot>,
+    jump: lcg::Jump,
+    t0: u64,
+    done: u64,
+    /// Seed of the last submitted kernel (each kernel gets a new one, so a stale output fails).
+    seed: u32,
+    buf: Vec<u8>,
+}
+
+impl Run {
+    fn elapsed_ns<P: Platform>(&self, gpu: &mut Gpu<P>) -> u64 {
+        gpu.platform().now_ns().saturating_sub(self.t0)
+    }
+
+    /// Launches the kernel into slot `s` with the next seed.
+    fn submit<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        ch: &mut Channel,
+        s: usize,
+    ) -> Result<(Fence, u32), Error> {
+        self.seed = self.seed.wrapping_add(1);
+        let a = self.kernel.args;
+        let slot = &self.slots[s];
+        let params = suite::layout_params(
+            &[
+                suite::Param::U64(slot.out.va),
+                suite::Param::U32(a.iters),
+                suite::Param::U32(self.seed),
+            ],
+            &[],
+        )
+        .map_err(|_| Error::BadInfo("lcg_spin parameters"))?;
+        gpu.sys_write(&slot.params, 0, &params)?;
+        let mut pb = PushBuf::new();
+        pb.launch(&LaunchDesc {
+            code_va: self.kernel.code.va,
+            code_len: lcg::PTX.len() as u32,
+            entry_va: self.kernel.entry.va,
+            entry_len: lcg::ENTRY.len() as u32,
+            grid: [a.blocks, 1, 1],
+            block: [a.threads, 1, 1],
+            shared_bytes: 0,
+            param_va: slot.params.va,
+            param_len: params.len() as u32,
+        });
+        // `submit` appends the fence release (with the interrupt flag when interrupts are on).
+        Ok((ch.submit(gpu, &mut pb)?, self.seed))
+    }
+
+    /// Compares slot `s`'s output with the recurrence for `seed`; the first completion is also
+    /// checked step by step at its first and last thread.
+    fn check<P: Platform>(&mut self, gpu: &mut Gpu<P>, s: usize, seed: u32) -> Result<(), Stop> {
+        gpu.sys_read(&self.slots[s].out, 0, &mut self.buf)?;
+        let n = self.kernel.args.count();
+        let iters = self.kernel.args.iters;
+        let got = |g: u32| {
+            let i = g as usize * 4;
+            u32::from_le_bytes([
+                self.buf[i],
+                self.buf[i + 1],
+                self.buf[i + 2],
+                self.buf[i + 3],
+            ])
+        };
+        let bad = |g: u32, want: u32| {
+            Stop::Mismatch(format!(
+                "kernel={} seed={seed} out[{g}]={:#x} expected={want:#x} (iters={iters})",
+                self.done,
+                got(g)
+            ))
+        };
+        if self.done == 1 {
+            for g in [0, n - 1] {
+                let want = lcg::reference(g, iters, seed);
+                if got(g) != want {
+                    return Err(bad(g, want));
+                }
+            }
+        }
+        match (0..n).find(|&g| got(g) != self.jump.value(g, seed)) {
+            Some(g) => Err(bad(g, self.jump.value(g, seed))),
+            None => Ok(()),
+        }
+    }
+
+    /// Fills the pipeline, then per completion: check, submit the next (until `ms`), report.
+    fn go<P: Platform>(
+        &mut self,
+        gpu: &mut Gpu<P>,
+        ch: &mut Channel,
+        budget_ns: u64,
+    ) -> Result<(), Stop> {
+        let a = self.kernel.args;
+        let period = a.report_ms * 1_000_000;
+        let stop_at = (a.ms > 0).then(|| a.ms * 1_000_000);
+        let mut inflight: VecDeque<(Fence, usize, u32)> = VecDeque::new();
+        for s in 0..self.slots.len() {
+            let (f, seed) = self.submit(gpu, ch, s)?;
+            inflight.push_back((f, s, seed));
+        }
+        let mut next_report = period;
+        let mut stopping = false;
+        // When the kernel at the head of the queue started to be waited for.
+        let mut head_since = 0;
+        let mut now = 0;
+        while let Some(&(fence, s, seed)) = inflight.front() {
+            if now >= next_report {
+                println!("FAIRNESS t_ms={} done={}", now / 1_000_000, self.done);
+                next_report = (now / period + 1) * period;
+            }
+            match ch.wait_timeout(gpu, fence, next_report - now) {
+                Ok(()) => {
+                    inflight.pop_front();
+                    self.done += 1;
+                    self.check(gpu, s, seed)?;
+                    now = self.elapsed_ns(gpu);
+                    head_since = now;
+                    stopping |= stop_at.is_some_and(|t| now >= t);
+                    if !stopping {
+                        let (f, seed) = self.submit(gpu, ch, s)?;
+                        inflight.push_back((f, s, seed));
+                    }
+                }
+                Err(Error::Timeout { .. }) => {
+                    now = self.elapsed_ns(gpu);
+                    if now - head_since > budget_ns {
+                        return Err(Stop::Fault(format!(
+                            "timeout: kernel {} not done after {} ms",
+                            self.done + 1,
+                            (now - head_since) / 1_000_000
+                        )));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
