@@ -1,0 +1,506 @@
+//! The daemon: one thread, one `ppoll` loop over the listening socket, the VM connections, the
+//! pidfds of departed VM processes and a stop descriptor; the scheduler decides who holds the
+//! GPU, the loop sends grants and preempts, enforces slice ends and revokes the grant of a VM
+//! that does not yield. Message handling is in `handle`.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use scheduler::{Accounting, Config as SchedConfig, Pick, Scheduler, VmId};
+
+use crate::partition::{PartitionError, VramPool};
+use crate::proto::{self, ToVm, monotonic_ns};
+use crate::report::{Report, VmReport, WindowReport};
+use crate::session::{Session, ms};
+use crate::wire::{Listener, Received, WireError};
+
+/// Runtime configuration of the daemon (`vgpud --help`).
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub socket: PathBuf,
+    /// Physical VRAM shared by all VMs.
+    pub vram: u64,
+    /// Channel quota: channels all VMs together may use.
+    pub channels: u32,
+    pub sched: SchedConfig,
+    /// The scheduler configuration as given (for the report).
+    pub sched_text: String,
+    /// A VM that has not ended its run this long after a Preempt loses the grant and is
+    /// disconnected.
+    pub revoke_after: Duration,
+    /// A non-preemptive grant (FIFO, CREDIT, BAND) running longer than this is preempted.
+    pub max_run: Duration,
+    pub report: Option<PathBuf>,
+    pub report_every: Option<Duration>,
+}
+
+/// Errors that stop the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("socket: {0}")]
+    Wire(#[from] WireError),
+    #[error("VRAM: {0}")]
+    Vram(#[from] PartitionError),
+    #[error("scheduler configuration: {0}")]
+    Sched(#[from] scheduler::ConfigError),
+    #[error("poll: {0}")]
+    Poll(std::io::Error),
+}
+
+/// The grant in flight.
+pub(crate) struct Run {
+    pub vm: VmId,
+    pub conn: u64,
+    pub seq: u64,
+    pub granted_ns: u64,
+    /// Slice end (monotonic ns), or the `max_run` limit of a non-preemptive grant.
+    pub deadline_ns: u64,
+    pub preempt_sent_ns: Option<u64>,
+}
+
+/// A departed VM's partition, held until its process has exited.
+struct Quarantined {
+    pidfd: Option<OwnedFd>,
+    offset: u64,
+    size: u64,
+    channels: u32,
+    name: String,
+}
+
+/// See the module documentation.
+pub struct Daemon {
+    pub(crate) cfg: DaemonConfig,
+    listener: Listener,
+    pub(crate) pool: VramPool,
+    pub(crate) sched: Scheduler,
+    origin_ns: u64,
+    pub(crate) sessions: BTreeMap<u64, Session>,
+    pub(crate) by_vm: BTreeMap<VmId, u64>,
+    pub(crate) run: Option<Run>,
+    pub(crate) wait_until_ns: Option<u64>,
+    quarantine: Vec<Quarantined>,
+    pub(crate) channels_used: u32,
+    next_conn: u64,
+    pub(crate) next_vm: u32,
+    next_seq: u64,
+    /// GPU time per window of every VM ever registered (the scheduler forgets removed ones).
+    pub(crate) accounting: Accounting,
+    pub(crate) report: Report,
+    pub(crate) gone: Vec<VmReport>,
+    /// The last run's end: (vm, monotonic ns), for switch latency.
+    pub(crate) last_end: Option<(VmId, u64)>,
+    demand_since_ns: Option<u64>,
+    last_report_ns: u64,
+    last_at: std::cell::Cell<Duration>,
+}
+
+impl Daemon {
+    /// Binds the socket and creates the VRAM memory object.
+    pub fn new(cfg: DaemonConfig) -> Result<Self, DaemonError> {
+        let sched = Scheduler::new(cfg.sched.clone())?;
+        let pool = VramPool::new(cfg.vram)?;
+        let listener = Listener::bind(&cfg.socket)?;
+        let accounting = Accounting::new(cfg.sched.window, usize::MAX >> 1);
+        let report = Report {
+            version: proto::VERSION,
+            sched: cfg.sched_text.clone(),
+            window_ns: cfg.sched.window.as_nanos() as u64,
+            ..Report::default()
+        };
+        let origin_ns = monotonic_ns();
+        log::info!(
+            "vgpud: listening on {:?}; VRAM {} MiB, {} channels, scheduler {:?}",
+            cfg.socket,
+            cfg.vram >> 20,
+            cfg.channels,
+            cfg.sched_text
+        );
+        Ok(Daemon {
+            cfg,
+            listener,
+            pool,
+            sched,
+            origin_ns,
+            sessions: BTreeMap::new(),
+            by_vm: BTreeMap::new(),
+            run: None,
+            wait_until_ns: None,
+            quarantine: Vec::new(),
+            channels_used: 0,
+            next_conn: 0,
+            next_vm: 1,
+            next_seq: 1,
+            accounting,
+            report,
+            gone: Vec::new(),
+            last_end: None,
+            demand_since_ns: None,
+            last_report_ns: origin_ns,
+            last_at: std::cell::Cell::new(Duration::ZERO),
+        })
+    }
+
+    /// Scheduler time of the monotonic instant `mono_ns`, never earlier than a time already
+    /// handed out (events are stamped in the order they are handled).
+    pub(crate) fn at(&self, mono_ns: u64) -> Duration {
+        let t =
+            Duration::from_nanos(mono_ns.saturating_sub(self.origin_ns)).max(self.last_at.get());
+        self.last_at.set(t);
+        t
+    }
+
+    /// Runs until `stop` becomes readable (or closed); writes the report at the end.
+    pub fn run(&mut self, stop: BorrowedFd<'_>) -> Result<Report, DaemonError> {
+        loop {
+            let now = monotonic_ns();
+            self.timers(now);
+            self.schedule(now);
+            self.track_demand(now);
+            if self
+                .cfg
+                .report_every
+                .is_some_and(|e| now - self.last_report_ns >= e.as_nanos() as u64)
+            {
+                self.last_report_ns = now;
+                self.write_report(now);
+            }
+            if self.poll_once(stop)? {
+                break;
+            }
+        }
+        let now = monotonic_ns();
+        self.track_demand(now);
+        Ok(self.write_report(now))
+    }
+
+    /// One `ppoll` round and the events it found; true when `stop` fired.
+    fn poll_once(&mut self, stop: BorrowedFd<'_>) -> Result<bool, DaemonError> {
+        let ev = libc::POLLIN;
+        let mut fds = vec![
+            pollfd(stop.as_raw_fd(), ev),
+            pollfd(self.listener.as_fd().as_raw_fd(), ev),
+        ];
+        let conns: Vec<u64> = self.sessions.keys().copied().collect();
+        for c in &conns {
+            fds.push(pollfd(self.sessions[c].conn.as_fd().as_raw_fd(), ev));
+        }
+        let q0 = fds.len();
+        for q in &self.quarantine {
+            fds.push(pollfd(q.pidfd.as_ref().map_or(-1, |f| f.as_raw_fd()), ev));
+        }
+        let timeout = self.next_deadline().map(|d| {
+            let left = d.saturating_sub(monotonic_ns());
+            libc::timespec {
+                tv_sec: (left / 1_000_000_000) as libc::time_t,
+                tv_nsec: (left % 1_000_000_000) as libc::c_long,
+            }
+        });
+        let tp = timeout
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `fds` is a live array of pollfd of the given length; `tp` is null or points
+        // at a timespec that outlives the call; no signal mask is changed.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tp, std::ptr::null()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(DaemonError::Poll(e));
+        }
+        // On stop, the messages already received are handled first (a VM's last report counts).
+        let stop = fds[0].revents != 0;
+        if fds[1].revents != 0 {
+            self.accept_all()?;
+        }
+        for (i, c) in conns.iter().enumerate() {
+            if fds[2 + i].revents != 0 {
+                self.read_all(*c);
+            }
+        }
+        let exited: Vec<usize> = (0..self.quarantine.len())
+            .filter(|i| fds[q0 + i].revents != 0)
+            .collect();
+        for i in exited.into_iter().rev() {
+            let q = self.quarantine.remove(i);
+            self.reclaim(q);
+        }
+        let closing: Vec<u64> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.closing)
+            .map(|(c, _)| *c)
+            .collect();
+        for c in closing {
+            self.drop_session(c);
+        }
+        Ok(stop)
+    }
+
+    fn accept_all(&mut self) -> Result<(), DaemonError> {
+        while let Some(conn) = self.listener.accept()? {
+            let id = self.next_conn;
+            self.next_conn += 1;
+            let s = Session::new(conn);
+            log::debug!("vgpud: connection {id} from pid {:?}", s.pid);
+            self.sessions.insert(id, s);
+        }
+        Ok(())
+    }
+
+    /// Reads every message waiting on connection `c`.
+    fn read_all(&mut self, c: u64) {
+        let mut buf = [0u8; proto::MAX_MESSAGE];
+        loop {
+            let Some(s) = self.sessions.get_mut(&c) else {
+                return;
+            };
+            if s.closing {
+                return;
+            }
+            match s.conn.recv(&mut buf) {
+                Ok(Received::Empty) => return,
+                Ok(Received::Closed) => {
+                    s.closing = true;
+                    return;
+                }
+                Ok(Received::Message(n, fd)) => {
+                    if fd.is_some() {
+                        self.report.refused += 1;
+                        s.refuse("descriptors are not accepted from VMs".into(), false);
+                        continue;
+                    }
+                    self.handle(c, &buf[..n]);
+                }
+                Err(e) => {
+                    self.report.refused += 1;
+                    s.refuse(format!("{e}"), false);
+                    if !matches!(e, WireError::Truncated(_)) {
+                        s.closing = true;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a grant to the next VM when the GPU is free.
+    fn schedule(&mut self, now_ns: u64) {
+        if self.run.is_some() || self.wait_until_ns.is_some_and(|w| w > now_ns) {
+            return;
+        }
+        self.wait_until_ns = None;
+        let now = self.at(now_ns);
+        match self.sched.pick(now) {
+            Ok(Pick::Run(d)) => {
+                let Some(&conn) = self.by_vm.get(&d.run) else {
+                    log::error!("vgpud: scheduler picked unknown vm {}", d.run.0);
+                    let _ = self.sched.remove(d.run, now);
+                    return;
+                };
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let slice_ns = d.slice.map_or(0, |s| s.as_nanos().max(1) as u64);
+                let limit = if slice_ns > 0 {
+                    slice_ns
+                } else {
+                    self.cfg.max_run.as_nanos() as u64
+                };
+                self.run = Some(Run {
+                    vm: d.run,
+                    conn,
+                    seq,
+                    granted_ns: now_ns,
+                    deadline_ns: now_ns + limit,
+                    preempt_sent_ns: None,
+                });
+                self.report.grants += 1;
+                if let Some(s) = self.sessions.get_mut(&conn) {
+                    if let Some(r) = &mut s.reg {
+                        r.report.grants += 1;
+                    }
+                    s.send(&ToVm::Grant { seq, slice_ns });
+                }
+            }
+            Ok(Pick::Wait { until, .. }) => {
+                self.wait_until_ns = Some(self.origin_ns + until.as_nanos() as u64);
+            }
+            Ok(Pick::Idle) => {}
+            Err(e) => log::error!("vgpud: scheduler pick: {e}"),
+        }
+    }
+
+    /// Slice ends, run limits and revocations.
+    fn timers(&mut self, now_ns: u64) {
+        let Some(run) = &mut self.run else {
+            return;
+        };
+        match run.preempt_sent_ns {
+            None if now_ns >= run.deadline_ns => {
+                run.preempt_sent_ns = Some(now_ns);
+                let (conn, seq) = (run.conn, run.seq);
+                self.report.preempts += 1;
+                if let Some(s) = self.sessions.get_mut(&conn) {
+                    s.send(&ToVm::Preempt { seq });
+                }
+            }
+            Some(sent) if now_ns - sent >= self.cfg.revoke_after.as_nanos() as u64 => {
+                let conn = run.conn;
+                self.report.evictions += 1;
+                if let Some(s) = self.sessions.get_mut(&conn) {
+                    if let Some(r) = &mut s.reg {
+                        r.report.evicted = true;
+                    }
+                    let why = format!(
+                        "grant revoked: no yield {} after preempt",
+                        ms(self.cfg.revoke_after)
+                    );
+                    s.refuse(why, true);
+                }
+                self.drop_session(conn);
+            }
+            _ => {}
+        }
+    }
+
+    /// The earliest instant the loop must wake at without an event.
+    fn next_deadline(&self) -> Option<u64> {
+        let run = self.run.as_ref().map(|r| match r.preempt_sent_ns {
+            None => r.deadline_ns,
+            Some(s) => s + self.cfg.revoke_after.as_nanos() as u64,
+        });
+        let report = self
+            .cfg
+            .report_every
+            .map(|e| self.last_report_ns + e.as_nanos() as u64);
+        [run, self.wait_until_ns, report]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn track_demand(&mut self, now_ns: u64) {
+        let demand = self.run.is_some()
+            || self
+                .sessions
+                .values()
+                .any(|s| s.reg.as_ref().is_some_and(|r| r.pending));
+        match (demand, self.demand_since_ns) {
+            (true, None) => self.demand_since_ns = Some(now_ns),
+            (false, Some(since)) => {
+                self.report.demand_ns += now_ns - since;
+                self.demand_since_ns = None;
+            }
+            (true, Some(since)) => {
+                self.report.demand_ns += now_ns - since;
+                self.demand_since_ns = Some(now_ns);
+            }
+            (false, None) => {}
+        }
+    }
+
+    /// Removes a connection: the VM leaves the scheduler (the GPU is free at once if it held
+    /// it) and its partition waits in quarantine until its process has exited.
+    pub(crate) fn drop_session(&mut self, c: u64) {
+        let Some(s) = self.sessions.remove(&c) else {
+            return;
+        };
+        let Some(mut reg) = s.reg else {
+            return;
+        };
+        let now_ns = monotonic_ns();
+        self.by_vm.remove(&reg.id);
+        match self.sched.remove(reg.id, self.at(now_ns)) {
+            Ok(r) if r.was_running => log::info!("vgpud: vm {} left holding the GPU", reg.id.0),
+            Ok(_) => {}
+            Err(e) => log::error!("vgpud: remove vm {}: {e}", reg.id.0),
+        }
+        if self.run.as_ref().is_some_and(|r| r.vm == reg.id) {
+            self.run = None;
+        }
+        reg.report.gone_ns = Some(self.at(now_ns).as_nanos() as u64);
+        log::info!(
+            "vgpud: {} gone{}",
+            reg.report.name,
+            if reg.report.evicted { " (evicted)" } else { "" }
+        );
+        let q = Quarantined {
+            pidfd: s.pid.and_then(pidfd_open),
+            offset: reg.vram_offset,
+            size: reg.report.vram_size,
+            channels: reg.report.channels,
+            name: reg.report.name.clone(),
+        };
+        self.gone.push(reg.report);
+        let own = s.pid == Some(std::process::id() as i32);
+        if q.pidfd.is_none() || own {
+            // The process is gone already (or is this one: an in-process client).
+            self.reclaim(q);
+        } else {
+            self.quarantine.push(q);
+        }
+    }
+
+    fn reclaim(&mut self, q: Quarantined) {
+        self.pool.release(q.offset, q.size);
+        self.channels_used -= q.channels;
+        log::info!(
+            "vgpud: reclaimed {} MiB VRAM and {} channels of {}",
+            q.size >> 20,
+            q.channels,
+            q.name
+        );
+    }
+
+    /// Builds the report (and writes it when `--report` is set).
+    pub fn write_report(&mut self, now_ns: u64) -> Report {
+        let mut r = self.report.clone();
+        r.now_ns = self.at(now_ns).as_nanos() as u64;
+        r.vms = self.gone.clone();
+        r.vms.extend(
+            self.sessions
+                .values()
+                .filter_map(|s| s.reg.as_ref().map(|g| g.report.clone())),
+        );
+        r.vms.sort_by_key(|v| v.id);
+        r.windows = self
+            .accounting
+            .windows()
+            .map(|w| WindowReport {
+                start_ns: w.start.as_nanos() as u64,
+                per_vm: w
+                    .per_vm
+                    .iter()
+                    .map(|(v, d)| (v.0, d.as_nanos() as u64))
+                    .collect(),
+            })
+            .collect();
+        if let Some(p) = &self.cfg.report
+            && let Err(e) = r.write(p)
+        {
+            log::error!("vgpud: write report {p:?}: {e}");
+        }
+        r
+    }
+}
+
+fn pollfd(fd: i32, events: i16) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// A pidfd for `pid` (readable once the process has exited); `None` if it is gone already.
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: the pidfd_open system call with no flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}

@@ -1,0 +1,283 @@
+//! What the daemon does with each message of a VM process: registration (`Hello` → partition,
+//! channel quota, scheduler entry, `Welcome` with the VRAM memory object), `Want`/`Idle` (the
+//! VM's queue in the scheduler) and `Done` (end of a grant: charge, latencies, next job).
+//! Anything out of order or malformed is refused with an `Error` and counted; nothing a VM
+//! sends can touch another VM's state.
+
+use std::time::Duration;
+
+use scheduler::{Action, VmId, VmParams};
+
+use crate::daemon::Daemon;
+use crate::proto::{self, RunOutcome, ToDaemon, ToVm, monotonic_ns};
+use crate::report::VmReport;
+use crate::session::{Limits, Registered, validate_hello};
+
+impl Daemon {
+    /// Handles one datagram from connection `c`.
+    pub(crate) fn handle(&mut self, c: u64, bytes: &[u8]) {
+        let msg = match proto::decode::<ToDaemon>(bytes) {
+            Ok(m) => m,
+            Err(e) => return self.refuse(c, e.to_string(), false),
+        };
+        let registered = self
+            .sessions
+            .get(&c)
+            .and_then(|s| s.reg.as_ref())
+            .map(|r| r.id);
+        match (msg, registered) {
+            (
+                ToDaemon::Hello {
+                    version,
+                    name,
+                    weight,
+                    priority,
+                    vram,
+                    channels,
+                },
+                None,
+            ) => self.hello(c, version, name, weight, priority, vram, channels),
+            (ToDaemon::Hello { .. }, Some(_)) => self.refuse(c, "already registered".into(), false),
+            (_, None) => self.refuse(c, "the first message must be hello".into(), true),
+            (ToDaemon::Want {}, Some(vm)) => self.want(c, vm),
+            (ToDaemon::Idle {}, Some(vm)) => self.idle(c, vm),
+            (
+                ToDaemon::Done {
+                    seq,
+                    outcome,
+                    gpu_ns,
+                    start_ns,
+                    end_ns,
+                    more,
+                },
+                Some(vm),
+            ) => self.done(c, vm, seq, outcome, gpu_ns, (start_ns, end_ns), more),
+            (ToDaemon::Bye {}, Some(_)) => self.drop_session(c),
+        }
+    }
+
+    fn refuse(&mut self, c: u64, why: String, fatal: bool) {
+        self.report.refused += 1;
+        if let Some(s) = self.sessions.get_mut(&c) {
+            s.refuse(why, fatal);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hello(
+        &mut self,
+        c: u64,
+        version: u32,
+        name: String,
+        weight: u32,
+        priority: u8,
+        vram: u64,
+        channels: u32,
+    ) {
+        let limits = Limits {
+            vram_free: self.pool.free_bytes(),
+            channels_free: self.cfg.channels - self.channels_used,
+        };
+        let reg = match validate_hello(version, name, weight, priority, vram, channels, &limits) {
+            Ok(r) => r,
+            Err(why) => return self.refuse(c, why, true),
+        };
+        let offset = match self.pool.alloc(reg.vram) {
+            Ok(o) => o,
+            Err(e) => return self.refuse(c, e.to_string(), true),
+        };
+        let id = VmId(self.next_vm);
+        let now_ns = monotonic_ns();
+        let params = VmParams {
+            weight: reg.weight,
+            priority: reg.priority,
+        };
+        if let Err(e) = self.sched.register(id, params, self.at(now_ns)) {
+            self.pool.release(offset, reg.vram);
+            return self.refuse(c, e.to_string(), true);
+        }
+        self.next_vm += 1;
+        self.channels_used += reg.channels;
+        self.by_vm.insert(id, c);
+        let welcome = ToVm::Welcome {
+            version: proto::VERSION,
+            vm: id.0,
+            vram_offset: offset,
+            vram_size: reg.vram,
+        };
+        let registered_ns = self.at(now_ns).as_nanos() as u64;
+        let fd = self.pool.fd();
+        let sent = self.sessions.get_mut(&c).map(|s| {
+            let r = s.conn.send(&proto::encode(&welcome), Some(fd));
+            s.reg = Some(Registered {
+                id,
+                vram_offset: offset,
+                pending: false,
+                report: VmReport {
+                    id: id.0,
+                    name: reg.name.clone(),
+                    pid: s.pid,
+                    weight: reg.weight,
+                    priority: reg.priority,
+                    vram_offset: offset,
+                    vram_size: reg.vram,
+                    channels: reg.channels,
+                    registered_ns,
+                    ..VmReport::default()
+                },
+            });
+            r
+        });
+        match sent {
+            Some(Ok(())) => log::info!(
+                "vgpud: registered {} as vm {} (weight {}, priority {}, VRAM {} MiB at {:#x}, {} channels)",
+                reg.name,
+                id.0,
+                reg.weight,
+                reg.priority,
+                reg.vram >> 20,
+                offset,
+                reg.channels
+            ),
+            _ => {
+                if let Some(s) = self.sessions.get_mut(&c) {
+                    s.closing = true;
+                }
+            }
+        }
+    }
+
+    /// Marks `vm` queued (once) and sends a preempt the scheduler asks for.
+    fn want(&mut self, c: u64, vm: VmId) {
+        // A crossing Want while the grant is in flight: the VM answers the grant instead.
+        if self.run.as_ref().is_some_and(|r| r.vm == vm) {
+            return;
+        }
+        self.submit(c, vm);
+        self.wait_until_ns = None;
+    }
+
+    fn submit(&mut self, c: u64, vm: VmId) {
+        let now = self.at(monotonic_ns());
+        let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
+            return;
+        };
+        if reg.pending {
+            return;
+        }
+        match self.sched.on_submit(vm, now) {
+            Ok(action) => {
+                reg.pending = true;
+                if let Action::Preempt(v) = action {
+                    self.preempt_now(v);
+                }
+            }
+            Err(e) => self.refuse(c, format!("want: {e}"), false),
+        }
+    }
+
+    /// Sends a preempt to the running VM `v` now (wake-up or priority preemption).
+    fn preempt_now(&mut self, v: VmId) {
+        let now_ns = monotonic_ns();
+        let Some(run) = self.run.as_mut().filter(|r| r.vm == v) else {
+            return;
+        };
+        if run.preempt_sent_ns.is_some() {
+            return;
+        }
+        run.preempt_sent_ns = Some(now_ns);
+        let (conn, seq) = (run.conn, run.seq);
+        self.report.preempts += 1;
+        if let Some(s) = self.sessions.get_mut(&conn) {
+            s.send(&ToVm::Preempt { seq });
+        }
+    }
+
+    fn idle(&mut self, c: u64, vm: VmId) {
+        if self.run.as_ref().is_some_and(|r| r.vm == vm) {
+            return;
+        }
+        let now = self.at(monotonic_ns());
+        let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
+            return;
+        };
+        if !reg.pending {
+            return;
+        }
+        match self.sched.on_idle(vm, now) {
+            Ok(()) => reg.pending = false,
+            Err(e) => log::error!("vgpud: idle of vm {}: {e}", vm.0),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn done(
+        &mut self,
+        c: u64,
+        vm: VmId,
+        seq: u64,
+        outcome: RunOutcome,
+        gpu_ns: u64,
+        (start_ns, end_ns): (u64, u64),
+        more: bool,
+    ) {
+        let run = match self.run.take() {
+            Some(r) if r.vm == vm && r.seq == seq => r,
+            other => {
+                self.run = other;
+                return self.refuse(
+                    c,
+                    format!("done for grant {seq}, which is not running"),
+                    false,
+                );
+            }
+        };
+        let now_ns = monotonic_ns();
+        let now = self.at(now_ns);
+        // Charged: what the engine reports, never more than the wall time of the grant.
+        let gpu = Duration::from_nanos(gpu_ns.min(now_ns - run.granted_ns));
+        let r = match outcome {
+            RunOutcome::Completed => self.sched.on_complete(vm, gpu, now),
+            RunOutcome::Preempted => self.sched.on_preempted(vm, gpu, now),
+            RunOutcome::Faulted => self.sched.on_fault(vm, gpu, now),
+        };
+        if let Err(e) = r {
+            log::error!("vgpud: end of run of vm {}: {e}", vm.0);
+        }
+        self.accounting.charge(vm, gpu, now);
+        // Stamps are the VM's word: used for latencies only when they are consistent.
+        let stamped =
+            start_ns != 0 && run.granted_ns <= start_ns && start_ns <= end_ns && end_ns <= now_ns;
+        if stamped {
+            self.report.busy_ns += end_ns - start_ns;
+            if let Some(sent) = run.preempt_sent_ns {
+                self.report
+                    .preempt_latency_ns
+                    .push(end_ns.saturating_sub(sent));
+            }
+            if let Some((prev, prev_end)) = self.last_end
+                && prev != vm
+                && start_ns >= prev_end
+            {
+                self.report.switch_latency_ns.push(start_ns - prev_end);
+                self.report.switches += 1;
+            }
+            self.last_end = Some((vm, end_ns));
+        }
+        let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
+            return;
+        };
+        reg.report.gpu_ns += gpu.as_nanos() as u64;
+        match outcome {
+            RunOutcome::Completed => reg.report.completed += u64::from(gpu_ns > 0),
+            RunOutcome::Preempted => reg.report.preempted += 1,
+            RunOutcome::Faulted => reg.report.faulted += 1,
+        }
+        if outcome != RunOutcome::Preempted {
+            reg.pending = false;
+            if more {
+                self.submit(c, vm);
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The vgpud protocol, version 1: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
+//! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
+//! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this build speaks. A `Hello` with another version is refused.
+pub const VERSION: u32 = 1;
+
+/// The largest message either side sends or accepts, in bytes.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// Messages from a VM process to the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToDaemon {
+    /// The first message: who the VM is and what it needs. Answered by `Welcome` (with the
+    /// VRAM memory object attached) or `Error` and a close.
+    Hello {
+        version: u32,
+        /// A label for logs and reports (at most 64 printable characters).
+        name: String,
+        /// Share weight (1 ..= the scheduler's `max_weight`).
+        weight: u32,
+        /// Priority class (higher runs first).
+        priority: u8,
+        /// VRAM partition size in bytes (a multiple of 2 MiB).
+        vram: u64,
+        /// Channels the VM may use (counted against the daemon's channel quota).
+        channels: u32,
+    },
+    /// The VM has a job ready and wants the GPU. At most one is outstanding: a second before
+    /// the grant is ignored.
+    Want {},
+    /// The VM no longer wants the GPU (withdraws `Want`). Ignored while a grant is in flight:
+    /// the VM answers that grant with `Done { more: false }`.
+    Idle {},
+    /// The granted run `seq` ended. Every `Grant` is answered by exactly one `Done`.
+    Done {
+        seq: u64,
+        outcome: RunOutcome,
+        /// GPU time the engine reports for the run, in nanoseconds (the usage report).
+        gpu_ns: u64,
+        /// `CLOCK_MONOTONIC` nanoseconds when the engine started and stopped running the job
+        /// (both 0 when nothing ran).
+        start_ns: u64,
+        end_ns: u64,
+        /// The VM has another job ready now (an implicit `Want`).
+        more: bool,
+    },
+    /// The VM is going away; its partition may be reclaimed once its process has exited.
+    Bye {},
+}
+
+/// How a granted run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// The job finished (or there was nothing to run).
+    Completed,
+    /// The job stopped at a preemption point; its context is saved in the VM process and it
+    /// stays queued.
+    Preempted,
+    /// The job faulted (charged, gone).
+    Faulted,
+}
+
+/// Messages from the daemon to a VM process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToVm {
+    /// Registration accepted. The datagram carries the VRAM memory object (a memfd) as
+    /// `SCM_RIGHTS`; the VM maps `[vram_offset, vram_offset + vram_size)` of it and nothing else.
+    Welcome {
+        version: u32,
+        /// The daemon's id for this VM (reports and logs).
+        vm: u32,
+        vram_offset: u64,
+        vram_size: u64,
+    },
+    /// The VM may run one job (and, with a slice, further jobs that are ready while the slice
+    /// lasts: it reports each with `Done { more: true }` and waits for the next grant).
+    Grant {
+        seq: u64,
+        /// Time slice in nanoseconds; 0 = run the job to completion (non-preemptive policy).
+        slice_ns: u64,
+    },
+    /// Stop grant `seq`'s job at its next preemption point and answer with `Done`.
+    /// A preempt for a grant that already ended is ignored.
+    Preempt { seq: u64 },
+    /// A message was refused. `fatal`: the daemon closes the connection after this.
+    Error { message: String, fatal: bool },
+}
+
+/// Errors decoding a message.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("message of {0} bytes exceeds the {MAX_MESSAGE}-byte limit")]
+    TooLong(usize),
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Encodes a message.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // Serializing these plain enums cannot fail.
+    serde_json::to_vec(msg).unwrap_or_default()
+}
+
+/// Decodes one datagram.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ProtoError> {
+    if bytes.len() > MAX_MESSAGE {
+        return Err(ProtoError::TooLong(bytes.len()));
+    }
+    Ok(serde_json::from_slice(bytes)?)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock both sides stamp runs with (one clock for every
+/// process on the host, so the daemon can compare a VM's stamps with its own).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_wire_format() {
+        let m = ToDaemon::Done {
+            seq: 7,
+            outcome: RunOutcome::Preempted,
+            gpu_ns: 1500,
+            start_ns: 10,
+            end_ns: 20,
+            more: true,
+        };
+        let b = encode(&m);
+        assert_eq!(
+            std::str::from_utf8(&b).unwrap(),
+            r#"{"type":"done","seq":7,"outcome":"preempted","gpu_ns":1500,"start_ns":10,"end_ns":20,"more":true}"#
+        );
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), m);
+        let g = ToVm::Grant {
+            seq: 1,
+            slice_ns: 2_000_000,
+        };
+        assert_eq!(decode::<ToVm>(&encode(&g)).unwrap(), g);
+    }
+
+    #[test]
+    fn hostile_bytes_are_errors() {
+        for bad in [
+            &b""[..],
+            b"{",
+            b"{\"type\":\"want\",\"x\":1}",
+            b"{\"type\":\"launch\"}",
+            b"{\"type\":\"done\",\"seq\":-1}",
+            b"\xff\xfe",
+        ] {
+            assert!(decode::<ToDaemon>(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            decode::<ToDaemon>(&vec![b' '; MAX_MESSAGE + 1]),
+            Err(ProtoError::TooLong(_))
+        ));
+    }
+}

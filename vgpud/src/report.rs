@@ -1,0 +1,78 @@
+//! What the daemon measured, as JSON (`vgpud --report PATH`, written at exit and every
+//! `--report-every`): per-VM totals, GPU time per accounting window, preemption and switch
+//! latencies, utilization. `vgpu-bench fairness` reads it.
+
+use serde::Serialize;
+
+/// The whole report.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub version: u32,
+    /// The scheduler configuration in force (`Config::parse` syntax).
+    pub sched: String,
+    /// Nanoseconds since the daemon started (its time origin) when the report was made.
+    pub now_ns: u64,
+    /// Accounting window length.
+    pub window_ns: u64,
+    /// Every VM that registered, in registration order (also those gone).
+    pub vms: Vec<VmReport>,
+    /// GPU time per VM id per window, oldest first (only windows with some use).
+    pub windows: Vec<WindowReport>,
+    /// Sum of engine-reported run times (from the VMs' start/end stamps).
+    pub busy_ns: u64,
+    /// Time during which at least one VM wanted the GPU or held it.
+    pub demand_ns: u64,
+    /// Preemption latency samples: daemon sends Preempt → the engine stopped (VM's end stamp).
+    pub preempt_latency_ns: Vec<u64>,
+    /// Switch latency samples: one VM's engine stopped → the next VM's engine started.
+    pub switch_latency_ns: Vec<u64>,
+    /// Grants made, switches between different VMs, preempts sent.
+    pub grants: u64,
+    pub switches: u64,
+    pub preempts: u64,
+    /// Messages refused and VMs evicted (stopped yielding).
+    pub refused: u64,
+    pub evictions: u64,
+}
+
+/// One VM.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VmReport {
+    pub id: u32,
+    pub name: String,
+    pub pid: Option<i32>,
+    pub weight: u32,
+    pub priority: u8,
+    pub vram_offset: u64,
+    pub vram_size: u64,
+    pub channels: u32,
+    pub registered_ns: u64,
+    /// When it left (disconnected, evicted); `None` while connected.
+    pub gone_ns: Option<u64>,
+    pub evicted: bool,
+    pub gpu_ns: u64,
+    pub grants: u64,
+    pub completed: u64,
+    pub preempted: u64,
+    pub faulted: u64,
+}
+
+/// One accounting window.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowReport {
+    pub start_ns: u64,
+    /// `(vm id, GPU ns)` pairs.
+    pub per_vm: Vec<(u32, u64)>,
+}
+
+impl Report {
+    /// Writes the report to `path` atomically (a temporary file renamed over it).
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(tmp, path)
+    }
+}

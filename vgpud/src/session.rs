@@ -1,0 +1,140 @@
+//! One connected VM process as the daemon sees it: its connection, registration, partition and
+//! counters, and validation of its `Hello`.
+
+use std::time::Duration;
+
+use scheduler::VmId;
+
+use crate::proto::{self, ToVm};
+use crate::report::VmReport;
+use crate::wire::Conn;
+
+/// Limits a `Hello` is checked against.
+pub struct Limits {
+    pub vram_free: u64,
+    pub channels_free: u32,
+}
+
+/// A `Hello`, validated.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    pub name: String,
+    pub weight: u32,
+    pub priority: u8,
+    pub vram: u64,
+    pub channels: u32,
+}
+
+/// Checks the fields of a `Hello` (weight limits are the scheduler's to check).
+pub fn validate_hello(
+    version: u32,
+    name: String,
+    weight: u32,
+    priority: u8,
+    vram: u64,
+    channels: u32,
+    limits: &Limits,
+) -> Result<Registration, String> {
+    if version != proto::VERSION {
+        return Err(format!(
+            "protocol version {version} is not supported (this daemon speaks {})",
+            proto::VERSION
+        ));
+    }
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_graphic()) {
+        return Err("name must be 1..=64 printable ASCII characters".into());
+    }
+    if vram == 0 || !vram.is_multiple_of(crate::partition::GRANULE) {
+        return Err(format!("vram {vram} is not a positive multiple of 2 MiB"));
+    }
+    if vram > limits.vram_free {
+        return Err(format!(
+            "vram {} MiB requested, {} MiB free",
+            vram >> 20,
+            limits.vram_free >> 20
+        ));
+    }
+    if channels == 0 || channels > limits.channels_free {
+        return Err(format!(
+            "channels {channels} requested, 1..={} available",
+            limits.channels_free
+        ));
+    }
+    Ok(Registration {
+        name,
+        weight,
+        priority,
+        vram,
+        channels,
+    })
+}
+
+/// A connection, registered or not yet.
+pub struct Session {
+    pub conn: Conn,
+    pub pid: Option<i32>,
+    /// Set by a successful `Hello`.
+    pub reg: Option<Registered>,
+    /// Closing: the connection is dropped at the end of this round.
+    pub closing: bool,
+}
+
+/// The state of a registered VM.
+pub struct Registered {
+    pub id: VmId,
+    pub vram_offset: u64,
+    /// Queued in the scheduler (wants the GPU, or holds a preempted job).
+    pub pending: bool,
+    pub report: VmReport,
+}
+
+impl Session {
+    pub fn new(conn: Conn) -> Self {
+        let pid = conn.peer_pid();
+        Session {
+            conn,
+            pid,
+            reg: None,
+            closing: false,
+        }
+    }
+
+    /// Sends a message; a VM whose socket is full or gone is closed (it does not read: hung).
+    pub fn send(&mut self, msg: &ToVm) {
+        if self.closing {
+            return;
+        }
+        if let Err(e) = self.conn.send(&proto::encode(msg), None) {
+            log::warn!("vgpud: {}: send failed ({e}); closing", self.label());
+            self.closing = true;
+        }
+    }
+
+    /// Sends an error; `fatal` closes the connection after it.
+    pub fn refuse(&mut self, message: String, fatal: bool) {
+        log::warn!("vgpud: {}: refused: {message}", self.label());
+        self.send(&ToVm::Error { message, fatal });
+        if fatal {
+            self.conn.shutdown();
+            self.closing = true;
+        }
+    }
+
+    /// `name (vm N, pid P)` for logs.
+    pub fn label(&self) -> String {
+        match &self.reg {
+            Some(r) => format!(
+                "{} (vm {}, pid {})",
+                r.report.name,
+                r.id.0,
+                self.pid.unwrap_or(0)
+            ),
+            None => format!("unregistered connection (pid {})", self.pid.unwrap_or(0)),
+        }
+    }
+}
+
+/// Human form of a duration for messages.
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}

@@ -1,0 +1,331 @@
+//! Unix `SOCK_SEQPACKET` sockets for the protocol: message boundaries kept by the kernel, a
+//! file descriptor passed with `SCM_RIGHTS` (the VRAM memory object), the peer's pid from
+//! `SO_PEERCRED`. std's `UnixStream` is a byte stream and passes no descriptors, hence libc.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Errors of socket operations.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("socket path {0:?} is too long")]
+    PathTooLong(std::path::PathBuf),
+    #[error("{op}: {err}")]
+    Os { op: &'static str, err: io::Error },
+    #[error("socket {0:?} is in use by a running daemon")]
+    InUse(std::path::PathBuf),
+    #[error("message truncated (longer than {0} bytes)")]
+    Truncated(usize),
+}
+
+fn os(op: &'static str) -> WireError {
+    WireError::Os {
+        op,
+        err: io::Error::last_os_error(),
+    }
+}
+
+fn sockaddr(path: &Path) -> Result<(libc::sockaddr_un, libc::socklen_t), WireError> {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(WireError::PathTooLong(path.into()));
+    }
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+fn socket(nonblocking: bool) -> Result<OwnedFd, WireError> {
+    let mut ty = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC;
+    if nonblocking {
+        ty |= libc::SOCK_NONBLOCK;
+    }
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, ty, 0) };
+    if fd < 0 {
+        return Err(os("socket"));
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A listening socket (non-blocking accept).
+pub struct Listener {
+    fd: OwnedFd,
+    path: std::path::PathBuf,
+}
+
+impl Listener {
+    /// Binds and listens at `path`. A stale socket file (nobody accepting) is replaced; a live
+    /// one is an error.
+    pub fn bind(path: &Path) -> Result<Self, WireError> {
+        if path.exists() {
+            if Conn::connect(path).is_ok() {
+                return Err(WireError::InUse(path.into()));
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        let fd = socket(true)?;
+        let (addr, len) = sockaddr(path)?;
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        if unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) } < 0 {
+            return Err(os("bind"));
+        }
+        // SAFETY: listen on the socket we own.
+        if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+            return Err(os("listen"));
+        }
+        Ok(Listener {
+            fd,
+            path: path.into(),
+        })
+    }
+
+    /// Accepts one pending connection (non-blocking); `None` when none is pending.
+    pub fn accept(&self) -> Result<Option<Conn>, WireError> {
+        // SAFETY: accept4 with null address pointers; the result is checked.
+        let fd = unsafe {
+            libc::accept4(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+                _ => Err(WireError::Os { op: "accept", err }),
+            };
+        }
+        // SAFETY: a fresh descriptor from accept4, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Some(Conn { fd }))
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One connection.
+pub struct Conn {
+    fd: OwnedFd,
+}
+
+/// What `recv` got.
+pub enum Received {
+    /// A message (and a descriptor, if one was attached).
+    Message(usize, Option<OwnedFd>),
+    /// The peer closed the connection.
+    Closed,
+    /// Non-blocking socket: nothing to read now.
+    Empty,
+}
+
+impl Conn {
+    /// Connects (blocking socket).
+    pub fn connect(path: &Path) -> Result<Self, WireError> {
+        let fd = socket(false)?;
+        let (addr, len) = sockaddr(path)?;
+        // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
+        if unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len) } < 0 {
+            return Err(os("connect"));
+        }
+        Ok(Conn { fd })
+    }
+
+    /// Sends one message, with `fd` attached when given.
+    pub fn send(&self, msg: &[u8], fd: Option<BorrowedFd<'_>>) -> Result<(), WireError> {
+        let mut iov = libc::iovec {
+            iov_base: msg.as_ptr() as *mut libc::c_void,
+            iov_len: msg.len(),
+        };
+        let mut cbuf = [0u64; 4];
+        // SAFETY: msghdr is plain data; all zeroes is valid.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            let raw: RawFd = fd.as_raw_fd();
+            // SAFETY: CMSG_SPACE is a pure size computation.
+            let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+            hdr.msg_control = cbuf.as_mut_ptr().cast();
+            hdr.msg_controllen = space;
+            // SAFETY: the control buffer (32 bytes, 8-aligned) holds one cmsghdr with one int;
+            // CMSG_FIRSTHDR/CMSG_DATA point inside it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&hdr);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), raw);
+            }
+        }
+        loop {
+            // SAFETY: `hdr` points at `iov` (our message) and the control buffer, both alive.
+            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(WireError::Os { op: "send", err });
+            }
+        }
+    }
+
+    /// Receives one message into `buf`. A message longer than `buf` is an error (and is
+    /// consumed); an attached descriptor is returned owned (extra ones are closed).
+    pub fn recv(&self, buf: &mut [u8]) -> Result<Received, WireError> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: msghdr is plain data; all zeroes is valid.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = cbuf.as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = loop {
+            // SAFETY: `hdr` points at `buf` and the control buffer, both alive and writable.
+            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(Received::Empty),
+                io::ErrorKind::ConnectionReset => return Ok(Received::Closed),
+                _ => return Err(WireError::Os { op: "recv", err }),
+            }
+        };
+        let mut fds = Vec::new();
+        // SAFETY: walking the control messages the kernel wrote into our buffer; each
+        // SCM_RIGHTS payload is an array of ints the kernel installed in this process, now ours.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                    let count =
+                        ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                    for i in 0..count {
+                        fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&hdr, c);
+            }
+        }
+        if hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return Err(WireError::Truncated(buf.len()));
+        }
+        if n == 0 && fds.is_empty() {
+            return Ok(Received::Closed);
+        }
+        Ok(Received::Message(n, fds.into_iter().next()))
+    }
+
+    /// The pid of the process at the other end (`SO_PEERCRED`, taken at connect time).
+    pub fn peer_pid(&self) -> Option<i32> {
+        // SAFETY: ucred is plain data.
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&raw mut cred).cast(),
+                &mut len,
+            )
+        };
+        (r == 0 && cred.pid > 0).then_some(cred.pid)
+    }
+
+    /// Shuts both directions down (the peer sees end of file; our descriptor stays valid).
+    pub fn shutdown(&self) {
+        // SAFETY: shutdown on a socket we own.
+        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
+    /// A second handle to the same socket (for a reader thread).
+    pub fn try_clone(&self) -> Result<Self, WireError> {
+        Ok(Conn {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|err| WireError::Os { op: "dup", err })?,
+        })
+    }
+}
+
+impl AsFd for Conn {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_keep_boundaries_and_carry_a_descriptor() {
+        let dir = std::env::temp_dir().join(format!("vgpud-wire-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let l = Listener::bind(&path).unwrap();
+        assert!(matches!(Listener::bind(&path), Err(WireError::InUse(_))));
+        // The probe's own connection is queued first; it is closed already.
+        let probe = l.accept().unwrap().unwrap();
+        assert!(matches!(
+            probe.recv(&mut [0u8; 4]).unwrap(),
+            Received::Closed
+        ));
+        let c = Conn::connect(&path).unwrap();
+        let s = l.accept().unwrap().unwrap();
+        assert_eq!(s.peer_pid(), Some(std::process::id() as i32));
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        s.send(b"one", Some(file.as_fd())).unwrap();
+        s.send(b"two!", None).unwrap();
+        let mut buf = [0u8; 16];
+        match c.recv(&mut buf).unwrap() {
+            Received::Message(3, Some(fd)) => assert!(fd.as_raw_fd() >= 0),
+            _ => panic!("expected a message with a descriptor"),
+        }
+        assert!(matches!(
+            c.recv(&mut buf).unwrap(),
+            Received::Message(4, None)
+        ));
+        c.send(&[7u8; 32], None).unwrap();
+        let mut small = [0u8; 8];
+        assert!(matches!(s.recv(&mut small), Err(WireError::Truncated(8))));
+        assert!(matches!(s.recv(&mut small).unwrap(), Received::Empty));
+        drop(c);
+        assert!(matches!(s.recv(&mut buf).unwrap(), Received::Closed));
+        drop(l);
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir(&dir);
+    }
+}

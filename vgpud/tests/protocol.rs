@@ -1,0 +1,289 @@
+//! The daemon driven by scripted VM processes over its real socket: registration, grants,
+//! slice-end preemption, hostile messages, a VM that stops yielding, a VM that dies holding
+//! the GPU, partition reclaim.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
+use vgpud::wire::{Conn, Received};
+use vgpud::{Daemon, DaemonConfig, Report};
+
+struct Running {
+    stop: UnixStream,
+    thread: JoinHandle<Report>,
+    socket: PathBuf,
+}
+
+fn start(name: &str, sched: &str, revoke_ms: u64) -> Running {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let dir = std::env::temp_dir().join(format!("vgpud-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let cfg = DaemonConfig {
+        socket: socket.clone(),
+        vram: 64 << 20,
+        channels: 16,
+        sched: scheduler::Config::parse(sched).unwrap(),
+        sched_text: sched.into(),
+        revoke_after: Duration::from_millis(revoke_ms),
+        max_run: Duration::from_secs(5),
+        report: None,
+        report_every: None,
+    };
+    let mut d = Daemon::new(cfg).unwrap();
+    let (rx, stop) = UnixStream::pair().unwrap();
+    let thread = std::thread::spawn(move || d.run(rx.as_fd()).unwrap());
+    Running {
+        stop,
+        thread,
+        socket,
+    }
+}
+
+impl Running {
+    fn stop(self) -> Report {
+        drop(self.stop);
+        self.thread.join().unwrap()
+    }
+}
+
+struct Vm {
+    conn: Conn,
+}
+
+impl Vm {
+    fn connect(r: &Running) -> Vm {
+        Vm {
+            conn: Conn::connect(&r.socket).unwrap(),
+        }
+    }
+
+    fn send(&self, m: &ToDaemon) {
+        self.conn.send(&proto::encode(m), None).unwrap();
+    }
+
+    fn send_raw(&self, b: &[u8]) {
+        self.conn.send(b, None).unwrap();
+    }
+
+    /// The next message (fails the test after 2 s).
+    fn recv(&self) -> Option<(ToVm, bool)> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut buf = [0u8; 4096];
+        let mut pfd = libc::pollfd {
+            fd: self.conn.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 2000) };
+        assert!(n == 1 && Instant::now() < deadline, "no message within 2 s");
+        match self.conn.recv(&mut buf).unwrap() {
+            Received::Message(n, fd) => Some((proto::decode(&buf[..n]).unwrap(), fd.is_some())),
+            Received::Closed => None,
+            Received::Empty => panic!("empty"),
+        }
+    }
+
+    fn hello(r: &Running, name: &str, weight: u32, vram_mib: u64) -> (Vm, u64) {
+        let vm = Vm::connect(r);
+        vm.send(&ToDaemon::Hello {
+            version: proto::VERSION,
+            name: name.into(),
+            weight,
+            priority: 0,
+            vram: vram_mib << 20,
+            channels: 4,
+        });
+        match vm.recv() {
+            Some((
+                ToVm::Welcome {
+                    vram_offset,
+                    vram_size,
+                    ..
+                },
+                true,
+            )) => {
+                assert_eq!(vram_size, vram_mib << 20);
+                (vm, vram_offset)
+            }
+            other => panic!("expected welcome with a descriptor, got {other:?}"),
+        }
+    }
+
+    fn grant(&self) -> (u64, u64) {
+        match self.recv() {
+            Some((ToVm::Grant { seq, slice_ns }, _)) => (seq, slice_ns),
+            other => panic!("expected grant, got {other:?}"),
+        }
+    }
+
+    fn done(&self, seq: u64, outcome: RunOutcome, gpu_ns: u64, more: bool) {
+        let end = proto::monotonic_ns();
+        self.send(&ToDaemon::Done {
+            seq,
+            outcome,
+            gpu_ns,
+            start_ns: end - gpu_ns.min(end),
+            end_ns: end,
+            more,
+        });
+    }
+}
+
+#[test]
+fn timeslice_grants_preempts_at_slice_end_and_alternates() {
+    let d = start("slice", "policy=timeslice,slice=20ms", 500);
+    let (a, off_a) = Vm::hello(&d, "a", 1, 8);
+    let (b, off_b) = Vm::hello(&d, "b", 1, 8);
+    assert!(off_a + (8 << 20) <= off_b || off_b + (8 << 20) <= off_a);
+    a.send(&ToDaemon::Want {});
+    let t0 = Instant::now();
+    let (seq, slice) = a.grant();
+    assert_eq!(slice, 20_000_000);
+    b.send(&ToDaemon::Want {});
+    // `a` keeps running: the daemon preempts it at the end of its slice.
+    match a.recv() {
+        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+        other => panic!("expected preempt, got {other:?}"),
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(19),
+        "preempted after {took:?}"
+    );
+    a.done(seq, RunOutcome::Preempted, 20_000_000, true);
+    let (seq_b, _) = b.grant();
+    b.done(seq_b, RunOutcome::Completed, 1_000_000, false);
+    // `a` still has its preempted job queued: it gets the GPU back without asking.
+    let (seq_a2, _) = a.grant();
+    a.done(seq_a2, RunOutcome::Completed, 1_000_000, false);
+    drop((a, b));
+    let r = d.stop();
+    assert_eq!(r.grants, 3);
+    assert_eq!(r.preempts, 1);
+    assert_eq!(r.preempt_latency_ns.len(), 1);
+    assert_eq!(r.vms.len(), 2);
+    assert_eq!(r.vms[0].preempted, 1);
+    assert_eq!(r.vms[0].completed, 1);
+    assert!(r.vms.iter().all(|v| v.gone_ns.is_some()));
+}
+
+#[test]
+fn hostile_messages_are_refused_and_nothing_else_changes() {
+    let d = start("hostile", "policy=timeslice", 500);
+    // Anything before hello is fatal for that connection.
+    let x = Vm::connect(&d);
+    x.send(&ToDaemon::Want {});
+    assert!(matches!(
+        x.recv(),
+        Some((ToVm::Error { fatal: true, .. }, _))
+    ));
+    assert!(x.recv().is_none(), "connection closed");
+    // A bad hello is refused.
+    for (version, name, vram, ch) in [
+        (99, "v", 2u64 << 20, 1),
+        (proto::VERSION, "", 2 << 20, 1),
+        (proto::VERSION, "bad name", 2 << 20, 1),
+        (proto::VERSION, "v", 3 << 20, 1),
+        (proto::VERSION, "v", 1 << 30, 1),
+        (proto::VERSION, "v", 2 << 20, 0),
+        (proto::VERSION, "v", 2 << 20, 1000),
+    ] {
+        let y = Vm::connect(&d);
+        y.send(&ToDaemon::Hello {
+            version,
+            name: name.into(),
+            weight: 1,
+            priority: 0,
+            vram,
+            channels: ch,
+        });
+        assert!(
+            matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
+            "{version} {name:?} {vram} {ch}"
+        );
+    }
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    // Malformed and out-of-order messages: refused, the connection stays usable.
+    a.send_raw(b"{not json");
+    assert!(matches!(
+        a.recv(),
+        Some((ToVm::Error { fatal: false, .. }, _))
+    ));
+    a.send_raw(br#"{"type":"done","seq":5,"outcome":"completed","gpu_ns":1,"start_ns":0,"end_ns":0,"more":false}"#);
+    assert!(matches!(
+        a.recv(),
+        Some((ToVm::Error { fatal: false, .. }, _))
+    ));
+    a.send(&ToDaemon::Hello {
+        version: proto::VERSION,
+        name: "again".into(),
+        weight: 1,
+        priority: 0,
+        vram: 2 << 20,
+        channels: 1,
+    });
+    assert!(matches!(
+        a.recv(),
+        Some((ToVm::Error { fatal: false, .. }, _))
+    ));
+    a.send(&ToDaemon::Want {});
+    let (seq, _) = a.grant();
+    a.done(seq, RunOutcome::Completed, 10, false);
+    drop(a);
+    let r = d.stop();
+    assert_eq!(r.refused, 11);
+    assert_eq!(r.vms.len(), 1);
+    assert_eq!(r.vms[0].completed, 1);
+}
+
+#[test]
+fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
+    let d = start("revoke", "policy=timeslice,slice=5ms", 50);
+    let (hung, _) = Vm::hello(&d, "hung", 1, 8);
+    let (ok, _) = Vm::hello(&d, "ok", 1, 8);
+    hung.send(&ToDaemon::Want {});
+    let _ = hung.grant();
+    ok.send(&ToDaemon::Want {});
+    // `hung` ignores the preempt: after 5 ms + 50 ms it loses the GPU and its connection.
+    assert!(matches!(hung.recv(), Some((ToVm::Preempt { .. }, _))));
+    let t0 = Instant::now();
+    let (seq, _) = ok.grant();
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(45) && waited < Duration::from_millis(1000),
+        "{waited:?}"
+    );
+    assert!(matches!(
+        hung.recv(),
+        Some((ToVm::Error { fatal: true, .. }, _))
+    ));
+    assert!(hung.recv().is_none());
+    ok.done(seq, RunOutcome::Completed, 1000, false);
+    // A VM that dies holding the GPU: the next one is granted at once.
+    let (dies, _) = Vm::hello(&d, "dies", 1, 8);
+    dies.send(&ToDaemon::Want {});
+    let _ = dies.grant();
+    ok.send(&ToDaemon::Want {});
+    let t0 = Instant::now();
+    drop(dies);
+    let (seq, _) = ok.grant();
+    assert!(
+        t0.elapsed() < Duration::from_millis(5),
+        "{:?}",
+        t0.elapsed()
+    );
+    ok.done(seq, RunOutcome::Completed, 1000, false);
+    // Every partition of the departed VMs is back (this process is their "VM process").
+    let (_big, off) = Vm::hello(&d, "big", 1, 48);
+    assert_eq!(off % (2 << 20), 0);
+    drop(ok);
+    let r = d.stop();
+    assert_eq!(r.evictions, 1);
+    assert!(r.vms.iter().any(|v| v.name == "hung" && v.evicted));
+}
