@@ -200,3 +200,96 @@ fn a_guest_can_sleep_until_the_gpu_interrupts() {
         "one MSI per awaited completion at least: {gpu}"
     );
 }
+
+/// The `FAIRNESS ...` lines of the `fairness` guest's output, as key=value maps.
+fn fairness_lines(out: &str) -> Vec<std::collections::HashMap<String, u64>> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("FAIRNESS "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.parse().expect("numeric value")))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn fairness_keeps_the_gpu_busy_checks_every_kernel_and_reports() {
+    let (code, out, stats) = run_gpu(
+        &[
+            "--guest",
+            "fairness",
+            "--cmdline",
+            "iters=2000 threads=64 blocks=2 depth=3 ms=300 report_ms=50",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("FAIRNESS start iters=2000 threads=64 blocks=2 depth=3\n"),
+        "{out}"
+    );
+    let lines = fairness_lines(&out);
+    let end = out
+        .lines()
+        .find(|l| l.starts_with("FAIRNESS end "))
+        .unwrap_or_else(|| panic!("no end line:\n{out}"));
+    assert!(end.ends_with(" ok=1"), "{end}");
+    let last = lines.last().unwrap();
+    let (t_end, done) = (last["t_ms"], last["done"]);
+    assert!(done > 0, "{end}");
+    assert!((300..5000).contains(&t_end), "stops after ms=300: {end}");
+    // Progress lines: about every 50 ms, counts never decreasing, before the end.
+    let progress: Vec<_> = lines
+        .iter()
+        .filter(|m| m.len() == 2 && m.contains_key("t_ms") && m.contains_key("done"))
+        .collect();
+    assert!(progress.len() >= 4, "{out}");
+    assert!(
+        progress
+            .windows(2)
+            .all(|w| w[0]["t_ms"] < w[1]["t_ms"] && w[0]["done"] <= w[1]["done"]),
+        "{out}"
+    );
+    assert!(progress.iter().all(|m| m["done"] <= done), "{out}");
+    // Every completion is one launch the device ran, and the guest slept on its interrupts.
+    let gpu = &stats["gpu"];
+    assert_eq!(gpu["counters"]["launches"].as_u64(), Some(done), "{gpu}");
+    assert_eq!(gpu["counters"]["faults"], 0, "{gpu}");
+    assert!(
+        gpu["counters"]["interrupts"].as_u64().unwrap() >= 2,
+        "{gpu}"
+    );
+    assert_eq!(gpu["guard_intact"], true);
+}
+
+#[test]
+fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
+    for bad in [
+        "depth=0",
+        "depth=17",
+        "threads=2000",
+        "iters=x",
+        "report_ms=0",
+    ] {
+        let (code, out, _) = run_gpu(&["--guest", "fairness", "--cmdline", bad], "");
+        assert_eq!(code, 2, "{bad}: {out}");
+        let key = bad.split('=').next().unwrap();
+        assert!(
+            out.contains(&format!("fairness: bad argument {bad} (must be ")),
+            "{key}: {out}"
+        );
+        assert!(!out.contains("FAIRNESS start"), "{out}");
+    }
+    // A kernel longer than the device's job limit is stopped with a fault: exit 3.
+    let (code, out, stats) = run_gpu(
+        &["--guest", "fairness", "--cmdline", "iters=5000000 ms=100"],
+        "timeout_ms=20",
+    );
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("FAIRNESS start "), "{out}");
+    assert!(out.contains("FAIRNESS fault GPU fault: TIMEOUT"), "{out}");
+    assert!(!out.contains("FAIRNESS end"), "{out}");
+    assert!(stats["gpu"]["counters"]["faults"].as_u64().unwrap() >= 1);
+}

@@ -30,6 +30,7 @@ mod tests {
             "echo",
             "workloads",
             "attack",
+            "fairness",
         ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");
