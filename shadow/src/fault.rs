@@ -38,6 +38,8 @@ pub enum FaultKind {
     BadRegister = 14,
     /// 15: a bad runlist.
     BadRunlist = 15,
+    /// 16: the shared physical GPU was taken away (the host daemon revoked the grant or is gone).
+    GpuLost = 16,
 }
 
 impl FaultKind {
@@ -65,6 +67,7 @@ impl FaultKind {
             BadChannel,
             BadRegister,
             BadRunlist,
+            GpuLost,
         ]
         .into_iter()
         .find(|k| k.code() == code)

@@ -46,6 +46,8 @@ pub struct GpuConfig {
     /// not guest RAM) filled with a sentinel pattern and checked at exit: a host-side proof that
     /// nothing the guest did reached memory outside its partition.
     pub guard: u64,
+    /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
+    pub host: Option<crate::host::HostConfig>,
 }
 
 impl Default for GpuConfig {
@@ -62,6 +64,7 @@ impl Default for GpuConfig {
             lazy_shadowing: true,
             bar_remap: true,
             guard: 2 << 20,
+            host: None,
         }
     }
 }
@@ -70,7 +73,7 @@ impl Default for GpuConfig {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt, host, weight, priority, name)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -95,6 +98,7 @@ impl GpuConfig {
     /// Parses `key=value,...` (an empty string gives the defaults).
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut c = GpuConfig::default();
+        let (mut weight, mut priority, mut name) = (None, None, None);
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (key, value) = item.split_once('=').unwrap_or((item, ""));
             let bad = |why| ConfigError::BadValue {
@@ -152,8 +156,52 @@ impl GpuConfig {
                         .filter(|n| (1..=64).contains(n))
                         .ok_or_else(|| bad("1 to 64"))?
                 }
+                "host" => {
+                    if value.is_empty() {
+                        return Err(bad("the path of vgpud's socket"));
+                    }
+                    c.host = Some(crate::host::HostConfig {
+                        socket: value.into(),
+                        weight: 1,
+                        priority: 0,
+                        name: format!("vm-{}", std::process::id()),
+                    });
+                }
+                "weight" => {
+                    weight = Some(
+                        value
+                            .parse::<u32>()
+                            .ok()
+                            .filter(|n| (1..=10_000).contains(n))
+                            .ok_or_else(|| bad("1 to 10000"))?,
+                    )
+                }
+                "priority" => priority = Some(value.parse::<u8>().map_err(|_| bad("0 to 255"))?),
+                "name" => {
+                    let ok = (1..=64).contains(&value.len())
+                        && value.chars().all(|ch| ch.is_ascii_graphic());
+                    if !ok {
+                        return Err(bad("1 to 64 printable characters"));
+                    }
+                    name = Some(value.to_string());
+                }
                 _ => return Err(ConfigError::UnknownKey(key.into())),
             }
+        }
+        match &mut c.host {
+            Some(h) => {
+                h.weight = weight.unwrap_or(h.weight);
+                h.priority = priority.unwrap_or(h.priority);
+                h.name = name.unwrap_or(std::mem::take(&mut h.name));
+            }
+            None if weight.is_some() || priority.is_some() || name.is_some() => {
+                return Err(ConfigError::BadValue {
+                    key: "weight/priority/name".into(),
+                    value: String::new(),
+                    why: "only with host=SOCKET",
+                });
+            }
+            None => {}
         }
         Ok(c)
     }
@@ -205,5 +253,25 @@ mod tests {
             GpuConfig::parse("opt=fast"),
             Err(ConfigError::BadValue { .. })
         ));
+        let h = GpuConfig::parse("host=/run/g.sock,weight=4,priority=2,name=a1")
+            .unwrap()
+            .host
+            .unwrap();
+        assert_eq!(
+            (h.socket.to_str(), h.weight, h.priority, h.name.as_str()),
+            (Some("/run/g.sock"), 4, 2, "a1")
+        );
+        for bad in [
+            "weight=2",
+            "host=",
+            "host=s,weight=0",
+            "host=s,name=a b",
+            "host=s,priority=256",
+        ] {
+            assert!(
+                matches!(GpuConfig::parse(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod device;
+pub mod host;
 pub mod methods;
 pub mod para;
 pub mod para_bar;
@@ -46,6 +47,10 @@ pub enum VgpuError {
     Thread(#[from] std::io::Error),
     #[error("shadowing: {0}")]
     Shadow(String),
+    #[error("{0}")]
+    Host(#[from] host::HostError),
+    #[error("map the VRAM partition: {0}")]
+    Vram(String),
 }
 
 /// `--stats` of the virtual GPU.
@@ -145,6 +150,8 @@ pub struct Vgpu {
     guards: Guards,
     para: Option<para::SharedSpaces>,
     remap: Option<Arc<Mutex<remap::Remap>>>,
+    /// The daemon link when the GPU is shared (`host=`).
+    link: Option<Arc<host::HostLink>>,
 }
 
 impl Vgpu {
@@ -168,12 +175,29 @@ impl Vgpu {
     ) -> Result<Self, VgpuError> {
         // Physical VRAM: guard, the VM's partition, guard.
         let vram_base = cfg.guard;
+        let vram_size = cfg.vram + 2 * cfg.guard;
         let sim = SimConfig {
-            vram_size: cfg.vram + 2 * cfg.guard,
+            vram_size,
             workers: cfg.workers,
             ..SimConfig::default()
         };
-        let sim_engine = Arc::new(SimEngine::new(sim)?);
+        // Shared (`host=`): the daemon's VRAM object, of which only our partition is mapped.
+        let (link, sim_engine) = match &cfg.host {
+            Some(h) => {
+                let (link, w) = host::HostLink::connect(h, vram_size, cfg.channels)?;
+                let region = pgpu::sim::vram::VramRegion::from_fd(
+                    std::os::fd::AsFd::as_fd(&w.vram_fd),
+                    w.vram_offset,
+                    vram_size,
+                )
+                .map_err(|e| VgpuError::Vram(e.to_string()))?;
+                (
+                    Some(Arc::new(link)),
+                    Arc::new(SimEngine::with_vram(sim, region)?),
+                )
+            }
+            None => (None, Arc::new(SimEngine::new(sim)?)),
+        };
         let remap = match mapper.filter(|_| cfg.bar_remap) {
             Some(m) => {
                 let host = sim_engine
@@ -212,6 +236,9 @@ impl Vgpu {
         }
         let device = Arc::new(Mutex::new(dev));
         let mut w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
+        if let Some(l) = &link {
+            w.set_host(l.clone());
+        }
         if let Some(r) = &remap {
             w.set_remap(r.clone());
         }
@@ -228,6 +255,7 @@ impl Vgpu {
             guards,
             para,
             remap,
+            link,
         })
     }
 
@@ -263,6 +291,9 @@ impl Drop for Vgpu {
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
         self.shared.wake.notify_all();
+        if let Some(l) = &self.link {
+            l.close();
+        }
         if let Some(t) = self.worker.take() {
             let _ = t.join();
         }

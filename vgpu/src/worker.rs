@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 use pgpu::{CopyJob, Engine, EngineError, Job, LaunchJob, Outcome, PreemptHandle, SpaceId};
 
 use crate::config::GpuConfig;
+use crate::host::HostLink;
 use crate::methods::{Command, LaunchDesc, MethodState};
 use crate::pushbuf::{self, MethodCall};
 use crate::regs::{self, Access, FaultKind};
 use crate::shadowing::{Instance, Shadows};
 use crate::state::{FaultRecord, Shared, Watched};
 use crate::watchdog::Watchdog;
+use vgpud::proto::{RunOutcome, monotonic_ns};
 
 /// A fault as the worker finds it (the channel is filled in by the caller).
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +77,8 @@ pub struct Worker {
     para: Option<crate::para::SharedSpaces>,
     /// BAR remap: table pages found by a rebuild keep trapping from then on.
     remap: Option<std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>>,
+    /// Shared GPU (`host=`): every job runs under a grant of the host daemon.
+    host: Option<Arc<HostLink>>,
 }
 
 /// The channel index `pick` returns for an eager flush.
@@ -102,7 +106,13 @@ impl Worker {
             seen_epoch: 0,
             remap: None,
             para: None,
+            host: None,
         })
+    }
+
+    /// Shared GPU: gate every job on a grant of the daemon behind `link`.
+    pub fn set_host(&mut self, link: Arc<HostLink>) {
+        self.host = Some(link);
     }
 
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
@@ -221,6 +231,11 @@ impl Worker {
                     self.chans[ch].instance = None;
                 }
                 return Some((ch, epoch));
+            }
+            if let Some(h) = &self.host {
+                // Nothing runnable: withdraw a Want (`more` may have announced work that is
+                // not there, e.g. an unsatisfied acquire).
+                h.idle();
             }
             r = if waiting {
                 shared
@@ -464,17 +479,20 @@ impl Worker {
                 if len == 0 {
                     return Ok(Turn::Advanced);
                 }
-                self.run_job(Job::Copy(CopyJob {
-                    space,
-                    src,
-                    dst,
-                    len,
-                }))
+                self.run_job(
+                    ch,
+                    Job::Copy(CopyJob {
+                        space,
+                        src,
+                        dst,
+                        len,
+                    }),
+                )
             }
             Command::Launch(desc) => {
                 self.shared.lock().counters.launches += 1;
                 let job = self.launch_job(space, &desc)?;
-                self.run_job(Job::Launch(job))
+                self.run_job(ch, Job::Launch(job))
             }
         }
     }
@@ -525,18 +543,82 @@ impl Worker {
         })
     }
 
-    fn run_job(&mut self, job: Job) -> Result<Turn, Fault> {
+    /// Whether another job is probably ready after the current one (shared GPU: the `more` of
+    /// the run report, so a backlogged VM keeps its place without a new Want). A wrong guess
+    /// costs one message: the worker withdraws it when it finds nothing to run.
+    fn more_work(&self, ch: usize) -> bool {
+        let rt = &self.chans[ch];
+        if rt.pos + 1 < rt.calls.len() {
+            return true;
+        }
+        let entries = rt.instance.as_ref().map_or(1, |i| i.gpfifo_entries);
+        let r = self.shared.lock();
+        r.chans.iter().enumerate().any(|(k, c)| {
+            let queued = if k == ch {
+                // The entry being run is still counted until the turn ends.
+                (c.gp_put + entries - c.gp_get) % entries.max(1) > 1
+            } else {
+                c.gp_get != c.gp_put
+            };
+            queued && r.runlist.contains(&(k as u32))
+        })
+    }
+
+    fn run_job(&mut self, ch: usize, job: Job) -> Result<Turn, Fault> {
         let handle = PreemptHandle::new();
-        self.watchdog
-            .arm(Instant::now() + self.cfg.job_timeout, handle.clone());
-        let outcome = self.engine.execute(&job, &handle);
-        let timed_out = self.watchdog.disarm();
+        let mut saved = None;
+        let mut gpu = Duration::ZERO;
+        // Shared GPU: run under grants; a preempted job keeps its context (the engine's saved
+        // state, in memory) and resumes at the next grant. The time limit counts GPU time.
+        let (outcome, timed_out) = loop {
+            let ticket = match &self.host {
+                Some(h) => Some(h.acquire(&handle).map_err(|e| {
+                    log::error!("vgpu: {e}");
+                    Fault::new(FaultKind::GpuLost, 0, 0)
+                })?),
+                None => None,
+            };
+            let left = self.cfg.job_timeout.saturating_sub(gpu);
+            self.watchdog.arm(Instant::now() + left, handle.clone());
+            let start_ns = monotonic_ns();
+            let outcome = match saved.take() {
+                None => self.engine.execute(&job, &handle),
+                Some(ctx) => self.engine.resume(ctx, &handle),
+            };
+            let end_ns = monotonic_ns();
+            let timed_out = self.watchdog.disarm();
+            let run_gpu = outcome.as_ref().map_or(Duration::ZERO, Outcome::gpu_time);
+            gpu += run_gpu;
+            let lost = self.host.as_ref().and_then(|h| h.lost());
+            if let (Some(h), Some(t)) = (&self.host, ticket) {
+                let (kind, more) = match &outcome {
+                    Ok(Outcome::Preempted { .. }) if !timed_out && lost.is_none() => {
+                        (RunOutcome::Preempted, true)
+                    }
+                    Ok(Outcome::Completed { .. }) => (RunOutcome::Completed, self.more_work(ch)),
+                    _ => (RunOutcome::Faulted, false),
+                };
+                h.release(t, kind, run_gpu, (start_ns, end_ns), more);
+            }
+            match outcome {
+                Ok(Outcome::Preempted { context, .. })
+                    if self.host.is_some() && !timed_out && lost.is_none() =>
+                {
+                    saved = Some(context);
+                }
+                _ if lost.is_some() => {
+                    log::error!("vgpu: GPU lost mid-job: {}", lost.unwrap_or_default());
+                    return Err(Fault::new(FaultKind::GpuLost, 0, 0));
+                }
+                other => break (other, timed_out),
+            }
+        };
         let is_launch = matches!(job, Job::Launch(_));
         let outcome = outcome.map_err(|e| {
             log::warn!("vgpu: engine refused the job: {e}");
             Fault::new(FaultKind::BadLaunch, 0, 0)
         })?;
-        self.shared.lock().counters.gpu_ns += outcome.gpu_time().as_nanos() as u64;
+        self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
         match outcome {
             Outcome::Completed { .. } => Ok(Turn::Advanced),
             Outcome::Preempted { .. } => {

@@ -20,6 +20,7 @@ pub enum FaultKind {
     BadChannel,
     BadRegister,
     BadRunlist,
+    GpuLost,
     /// A kind this driver does not know (device input is untrusted).
     Unknown(u8),
 }
@@ -44,6 +45,7 @@ impl FaultKind {
             13 => BadChannel,
             14 => BadRegister,
             15 => BadRunlist,
+            16 => GpuLost,
             other => Unknown(other),
         }
     }
@@ -67,6 +69,7 @@ impl FaultKind {
             BadChannel => 13,
             BadRegister => 14,
             BadRunlist => 15,
+            GpuLost => 16,
             Unknown(v) => v,
         }
     }
@@ -90,6 +93,7 @@ impl FaultKind {
             BadChannel => "BAD_CHANNEL",
             BadRegister => "BAD_REGISTER",
             BadRunlist => "BAD_RUNLIST",
+            GpuLost => "GPU_LOST",
             Unknown(_) => "UNKNOWN",
         }
     }
