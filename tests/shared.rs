@@ -1,0 +1,193 @@
+//! Several real VM processes sharing one GPU through `vgpud` (run in this test process): results
+//! stay right under aggressive preemption (context save/restore), an `attack` VM changes
+//! nobody's checksums, a VM killed with SIGKILL mid-kernel or one that stops (SIGSTOP) does not
+//! stall the others, and its partition comes back once its process is gone.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vgpud::{Daemon, DaemonConfig, Report};
+
+struct Host {
+    stop: UnixStream,
+    thread: JoinHandle<Report>,
+    socket: PathBuf,
+}
+
+fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
+    let dir = std::env::temp_dir().join(format!("vgpu-shared-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("vgpud.sock");
+    let cfg = DaemonConfig {
+        socket: socket.clone(),
+        vram: vram_mib << 20,
+        channels: 64,
+        sched: scheduler::Config::parse(sched).unwrap(),
+        sched_text: sched.into(),
+        revoke_after: Duration::from_millis(300),
+        max_run: Duration::from_secs(5),
+        report: None,
+        report_every: None,
+    };
+    let mut d = Daemon::new(cfg).unwrap();
+    let (rx, stop) = UnixStream::pair().unwrap();
+    let thread = std::thread::spawn(move || d.run(rx.as_fd()).unwrap());
+    Host {
+        stop,
+        thread,
+        socket,
+    }
+}
+
+impl Host {
+    fn vm(&self, guest: &str, gpu: &str, cmdline: &str) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+            .args(["--guest", guest, "--timeout", "120", "--cmdline", cmdline])
+            .arg("--gpu")
+            .arg(format!("host={},{gpu}", self.socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start vgpu-vmm")
+    }
+
+    fn stop(self) -> Report {
+        drop(self.stop);
+        self.thread.join().unwrap()
+    }
+}
+
+fn finish(c: Child) -> (i32, String) {
+    let out = c.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The `RESULT name=.. ok=..` pairs of a workloads run.
+fn results(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn workloads_stay_correct_when_preempted_every_200us() {
+    let h = host(
+        "preempt",
+        "policy=timeslice,slice=200us,wake_preempt=false",
+        1024,
+    );
+    let a = h.vm("workloads", "name=full,mode=full", "");
+    let b = h.vm("workloads", "name=para,mode=para", "");
+    let (ca, oa) = finish(a);
+    let (cb, ob) = finish(b);
+    let r = h.stop();
+    assert_eq!(ca, 0, "{oa}");
+    assert_eq!(cb, 0, "{ob}");
+    assert_eq!(results(&oa).len(), 13, "{oa}");
+    assert!(
+        results(&oa)
+            .iter()
+            .chain(&results(&ob))
+            .all(|l| l.ends_with("ok=1"))
+    );
+    assert_eq!(r.vms.len(), 2);
+    // Both VMs were really stopped mid-job and resumed from their saved contexts.
+    for v in &r.vms {
+        assert!(v.preempted > 0 && v.completed > 0, "{v:?}");
+        assert!(v.gone_ns.is_some() && !v.evicted);
+    }
+    assert_eq!(r.evictions, 0);
+}
+
+#[test]
+fn an_attack_vm_beside_workloads_vms_changes_nothing() {
+    let h = host("attack", "policy=timeslice,slice=1ms", 1024);
+    let w1 = h.vm("workloads", "name=w1,mode=full", "");
+    let atk = h.vm("attack", "name=attacker", "");
+    let w2 = h.vm("workloads", "name=w2,mode=para", "");
+    let (c1, o1) = finish(w1);
+    let (c2, o2) = finish(w2);
+    let (ca, oa) = finish(atk);
+    let r = h.stop();
+    assert_eq!(c1, 0, "{o1}");
+    assert_eq!(c2, 0, "{o2}");
+    assert_eq!(
+        ca, 0,
+        "the attack guest reports every attempt contained:\n{oa}"
+    );
+    assert!(
+        results(&o1)
+            .iter()
+            .chain(&results(&o2))
+            .all(|l| l.ends_with("ok=1"))
+    );
+    assert_eq!(r.vms.len(), 3);
+    assert!(
+        r.vms.iter().all(|v| v.gpu_ns > 0 && !v.evicted),
+        "{:?}",
+        r.vms
+    );
+}
+
+/// Reads the fairness guest's output until its first progress line (it has run kernels); the
+/// rest of its output is drained by a thread.
+fn wait_for_progress(c: &mut Child) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
+    for l in lines.by_ref() {
+        if l.unwrap_or_default().starts_with("FAIRNESS t_ms=") {
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+}
+
+/// The fairness guest, backlogged with short spin kernels for `ms` milliseconds.
+fn spin_cmdline(ms: u64) -> String {
+    format!("iters=20000 depth=2 ms={ms} report_ms=100")
+}
+
+#[test]
+fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
+    let h = host("kill", "policy=timeslice,slice=2ms", 560);
+    let survivor = h.vm("fairness", "name=survivor,vram=16M", &spin_cmdline(2500));
+    let killed = h.vm("fairness", "name=killed,vram=16M", &spin_cmdline(5000));
+    let stopped = h.vm("fairness", "name=stopped,vram=16M", &spin_cmdline(5000));
+    // Once all three run kernels, kill one mid-kernel and freeze another.
+    let (mut killed, mut stopped) = (killed, stopped);
+    wait_for_progress(&mut killed);
+    wait_for_progress(&mut stopped);
+    killed.kill().unwrap();
+    let _ = killed.wait();
+    // SAFETY: sending SIGSTOP to our own child process.
+    unsafe { libc::kill(stopped.id() as i32, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    let (cs, os) = finish(survivor);
+    let survivor_time = t0.elapsed();
+    // SAFETY: SIGKILL to our own (stopped) child.
+    unsafe { libc::kill(stopped.id() as i32, libc::SIGKILL) };
+    let _ = finish(stopped);
+    // The daemon noticed the frozen VM (revoked at its next grant) and, once both processes
+    // are gone, took their partitions back: a VM needing more than what was never used (560 -
+    // 3 × 20 MiB) registers.
+    std::thread::sleep(Duration::from_millis(300));
+    let big = h.vm("fairness", "name=big,vram=512M", &spin_cmdline(200));
+    let (cb, ob) = finish(big);
+    let r = h.stop();
+    assert_eq!(cs, 0, "{os}");
+    assert!(os.contains("FAIRNESS end") && os.contains("ok=1"), "{os}");
+    assert!(survivor_time < Duration::from_secs(30), "{survivor_time:?}");
+    assert_eq!(cb, 0, "{ob}");
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert!(by("stopped").evicted, "{:?}", r.vms);
+    assert!(by("killed").gone_ns.is_some() && by("killed").gpu_ns > 0);
+    assert!(by("survivor").completed > 0 && !by("survivor").evicted);
+}
