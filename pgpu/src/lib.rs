@@ -62,6 +62,7 @@
 //! ```
 
 pub mod conformance;
+pub mod cuda;
 pub mod engine;
 pub mod sim;
 

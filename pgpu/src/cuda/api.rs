@@ -1,0 +1,398 @@
+//! The `Engine` trait on the cuda engine: memory, spaces, copies and modules; jobs are in
+//! `jobs.rs`.
+
+use std::ptr::NonNull;
+
+use cudarc::driver::sys;
+
+use super::driver::ck;
+use super::engine::{CudaEngine, RegionSlot, StateTargets, lock};
+use super::hostmem::HostRegion;
+use super::spaces::Space;
+use super::vmm::{self, CHUNK};
+use crate::engine::*;
+
+/// A job's or host copy's hold on a space (mappings frozen while it lives).
+pub(crate) struct SpaceUse<'a> {
+    pub engine: &'a CudaEngine,
+    pub space: SpaceId,
+}
+
+impl Drop for SpaceUse<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = lock(&self.engine.state).spaces.get_mut(&self.space) {
+            s.running = s.running.saturating_sub(1);
+        }
+    }
+}
+
+impl CudaEngine {
+    fn vram_range(&self, pa: u64, len: u64) -> Result<(), EngineError> {
+        match pa.checked_add(len) {
+            Some(end) if end <= self.info.vram_size => Ok(()),
+            _ => Err(EngineError::VramRange { pa, len }),
+        }
+    }
+
+    /// Starts a use of `space`; `check` sees the space (access checks) under the lock.
+    pub(crate) fn begin<T>(
+        &self,
+        space: SpaceId,
+        check: impl FnOnce(&Space) -> T,
+    ) -> Result<(SpaceUse<'_>, T), EngineError> {
+        let mut st = lock(&self.state);
+        let s = st
+            .spaces
+            .get_mut(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        s.running += 1;
+        let t = check(s);
+        Ok((
+            SpaceUse {
+                engine: self,
+                space,
+            },
+            t,
+        ))
+    }
+
+    fn map_all(&self, space: SpaceId, ms: &[Mapping], batch: bool) -> Result<(), EngineError> {
+        self.alive()?;
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let s = st
+            .spaces
+            .get(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        if s.running > 0 {
+            return Err(EngineError::SpaceBusy(space));
+        }
+        let t = StateTargets {
+            vram: self.info.vram_size,
+            regions: &st.regions,
+        };
+        for (i, m) in ms.iter().enumerate() {
+            let r = s.validate(m, &t, &ms[..i]).and_then(|_| match m.target {
+                MapTarget::Host { region, .. } if st.regions[&region].region.chunk(0).is_none() => {
+                    Err(EngineError::BadHostRegion(
+                        "registered host memory cannot be mapped at a chosen GPU VA (use alloc_host_region)",
+                    ))
+                }
+                _ => Ok(()),
+            });
+            if let Err(e) = r {
+                return Err(if batch {
+                    EngineError::BatchEntry {
+                        index: i,
+                        source: Box::new(e),
+                    }
+                } else {
+                    e
+                });
+            }
+        }
+        let mut done: Vec<u64> = Vec::new();
+        for m in ms {
+            for (va, page) in Space::pages_of(m) {
+                if let Err(e) = self.realise(st, va, &page) {
+                    for &va in &done {
+                        let _ = vmm::unmap(va, CHUNK);
+                    }
+                    return Err(e);
+                }
+                done.push(va);
+            }
+        }
+        let s = st
+            .spaces
+            .get_mut(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        for m in ms {
+            for (va, page) in Space::pages_of(m) {
+                if let MapTarget::Host { region, .. } = page.target
+                    && let Some(r) = st.regions.get_mut(&region)
+                {
+                    r.maps += 1;
+                }
+                s.pages.insert(va, page);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Engine for CudaEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn vram_read(&self, pa: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.alive()?;
+        self.vram_range(pa, buf.len() as u64)?;
+        self.vram.read(pa, buf).map_err(|e| self.drv(e))
+    }
+
+    fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.alive()?;
+        self.vram_range(pa, data.len() as u64)?;
+        self.vram.write(pa, data).map_err(|e| self.drv(e))
+    }
+
+    fn vram_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EngineError> {
+        self.alive()?;
+        self.vram_range(pa, len)?;
+        self.vram.fill(pa, len, byte).map_err(|e| self.drv(e))
+    }
+
+    unsafe fn register_host_region(
+        &self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<HostRegionId, EngineError> {
+        self.alive()?;
+        if len == 0 || !(base as usize).is_multiple_of(4096) || !len.is_multiple_of(4096) {
+            return Err(EngineError::BadHostRegion("empty or not 4 KiB aligned"));
+        }
+        let mut st = lock(&self.state);
+        if st.regions.len() >= self.info.limits.max_host_regions {
+            return Err(EngineError::TooMany("host regions"));
+        }
+        // SAFETY: the caller guarantees the range stays valid until unregistered.
+        let region = unsafe { HostRegion::register(base, len) }.map_err(|e| self.drv(e))?;
+        st.next_region += 1;
+        let id = HostRegionId(st.next_region);
+        st.regions.insert(id, RegionSlot { region, maps: 0 });
+        Ok(id)
+    }
+
+    fn alloc_host_region(&self, len: u64) -> Result<(HostRegionId, NonNull<u8>), EngineError> {
+        self.alive()?;
+        if len == 0 || !len.is_multiple_of(CHUNK) {
+            return Err(EngineError::BadHostRegion(
+                "length is not a non-zero multiple of 2 MiB",
+            ));
+        }
+        let mut st = lock(&self.state);
+        if st.regions.len() >= self.info.limits.max_host_regions {
+            return Err(EngineError::TooMany("host regions"));
+        }
+        let (region, ptr) = HostRegion::allocate(self.cfg.device, len).map_err(|e| self.drv(e))?;
+        st.next_region += 1;
+        let id = HostRegionId(st.next_region);
+        st.regions.insert(id, RegionSlot { region, maps: 0 });
+        Ok((id, ptr))
+    }
+
+    fn unregister_host_region(&self, region: HostRegionId) -> Result<(), EngineError> {
+        self.alive()?;
+        let mut st = lock(&self.state);
+        let slot = st
+            .regions
+            .get(&region)
+            .ok_or(EngineError::UnknownHostRegion(region))?;
+        if slot.maps > 0 {
+            return Err(EngineError::HostRegionInUse(region));
+        }
+        st.regions.remove(&region);
+        Ok(())
+    }
+
+    fn create_space(&self, window: VaWindow) -> Result<SpaceId, EngineError> {
+        self.alive()?;
+        let bad = |why| {
+            Err(EngineError::BadWindow {
+                base: window.base,
+                size: window.size,
+                why,
+            })
+        };
+        if window.size == 0 {
+            return bad("empty");
+        }
+        if !window.base.is_multiple_of(CHUNK) || !window.size.is_multiple_of(CHUNK) {
+            return bad("not aligned to the largest page size");
+        }
+        let Some(end) = window.base.checked_add(window.size) else {
+            return bad("wraps around");
+        };
+        if window.size > self.info.limits.max_window_size {
+            return bad("larger than the limit");
+        }
+        let mut st = lock(&self.state);
+        if st.spaces.len() >= self.info.limits.max_spaces {
+            return Err(EngineError::TooMany("address spaces"));
+        }
+        if st
+            .spaces
+            .values()
+            .any(|s| s.window.base < end && window.base < s.window.base + s.window.size)
+        {
+            return bad("overlaps another space (one CUDA context: spaces share one VA space)");
+        }
+        let got = vmm::reserve(window.size, window.base).map_err(|e| self.drv(e))?;
+        if got != window.base {
+            vmm::free(got, window.size);
+            log::error!(
+                "cuda: cuMemAddressReserve({:#x}, {:#x}) returned {got:#x}",
+                window.base,
+                window.size
+            );
+            return bad("CUDA did not reserve the window at its base (address taken or refused)");
+        }
+        st.next_space += 1;
+        let id = SpaceId(st.next_space);
+        st.spaces.insert(id, Space::new(window));
+        Ok(id)
+    }
+
+    fn destroy_space(&self, space: SpaceId) -> Result<(), EngineError> {
+        self.alive()?;
+        let mut st = lock(&self.state);
+        let s = st
+            .spaces
+            .get(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        if s.running > 0 {
+            return Err(EngineError::SpaceBusy(space));
+        }
+        let Some(s) = st.spaces.remove(&space) else {
+            return Err(EngineError::UnknownSpace(space));
+        };
+        for (&va, p) in &s.pages {
+            vmm::unmap(va, CHUNK).map_err(|e| self.drv(e))?;
+            if let MapTarget::Host { region, .. } = p.target
+                && let Some(r) = st.regions.get_mut(&region)
+            {
+                r.maps -= 1;
+            }
+        }
+        vmm::free(s.window.base, s.window.size);
+        Ok(())
+    }
+
+    fn map(&self, space: SpaceId, mapping: &Mapping) -> Result<(), EngineError> {
+        self.map_all(space, std::slice::from_ref(mapping), false)
+    }
+
+    fn map_batch(&self, space: SpaceId, mappings: &[Mapping]) -> Result<(), EngineError> {
+        self.map_all(space, mappings, true)
+    }
+
+    fn unmap(&self, space: SpaceId, va: u64, len: u64) -> Result<u64, EngineError> {
+        self.alive()?;
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let s = st
+            .spaces
+            .get_mut(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        if s.running > 0 {
+            return Err(EngineError::SpaceBusy(space));
+        }
+        let pages = s.unmap_pages(va, len)?;
+        for &p in &pages {
+            vmm::unmap(p, CHUNK).map_err(|e| self.drv(e))?;
+            if let Some(page) = s.pages.remove(&p)
+                && let MapTarget::Host { region, .. } = page.target
+                && let Some(r) = st.regions.get_mut(&region)
+            {
+                r.maps -= 1;
+            }
+        }
+        Ok(pages.len() as u64 * CHUNK)
+    }
+
+    fn lookup(&self, space: SpaceId, va: u64) -> Result<Option<Translation>, EngineError> {
+        let st = lock(&self.state);
+        let s = st
+            .spaces
+            .get(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        Ok(s.lookup(va))
+    }
+
+    fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError> {
+        self.alive()?;
+        if va.checked_add(data.len() as u64).is_none() {
+            return Err(EngineError::BadCopy("range wraps around"));
+        }
+        let (_use, (ok, fault)) = self.begin(space, |s| {
+            s.check_access(va, data.len() as u64, AccessKind::Write)
+        })?;
+        if ok > 0 {
+            // SAFETY: `va..va+ok` is mapped writable in this space (page model), which is frozen
+            // while `_use` lives; the source is `data`.
+            ck("cuMemcpyHtoD", unsafe {
+                sys::cuMemcpyHtoD_v2(va, data.as_ptr().cast(), ok as usize)
+            })
+            .map_err(|e| self.drv(e))?;
+        }
+        fault.map_or(Ok(()), |f| Err(EngineError::CopyFault(f)))
+    }
+
+    fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
+        self.alive()?;
+        if va.checked_add(buf.len() as u64).is_none() {
+            return Err(EngineError::BadCopy("range wraps around"));
+        }
+        let (_use, (ok, fault)) = self.begin(space, |s| {
+            s.check_access(va, buf.len() as u64, AccessKind::Read)
+        })?;
+        if ok > 0 {
+            // SAFETY: `va..va+ok` is mapped in this space and frozen while `_use` lives; the
+            // destination is `buf`.
+            ck("cuMemcpyDtoH", unsafe {
+                sys::cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), va, ok as usize)
+            })
+            .map_err(|e| self.drv(e))?;
+        }
+        fault.map_or(Ok(()), |f| Err(EngineError::CopyFault(f)))
+    }
+
+    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError> {
+        self.alive()?;
+        let lim = &self.info.limits;
+        if ptx.len() > lim.max_ptx_bytes {
+            return Err(EngineError::ModuleLoad {
+                log: "PTX text too large".into(),
+            });
+        }
+        let mut m = lock(&self.modules);
+        if let Some(id) = m.lookup_and_count(ptx) {
+            return Ok(id);
+        }
+        m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)
+    }
+
+    fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        lock(&self.modules).unload(module)
+    }
+
+    fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
+        self.run_job(super::context::JobState::from_job(job), preempt)
+    }
+
+    fn resume(
+        &self,
+        context: SavedContext,
+        preempt: &PreemptHandle,
+    ) -> Result<Outcome, EngineError> {
+        let job = match context.into_repr() {
+            ContextRepr::Live(l) => {
+                let bytes = l.to_bytes();
+                match l.into_any().downcast::<super::context::Live>() {
+                    Ok(live) if live.engine == self.id => live.job,
+                    _ => super::context::decode(&bytes, &self.info.limits)
+                        .map_err(EngineError::BadContext)?,
+                }
+            }
+            ContextRepr::Bytes(b) => {
+                if b.len() > self.info.limits.max_context_bytes {
+                    return Err(EngineError::BadContext("context too large".into()));
+                }
+                super::context::decode(&b, &self.info.limits).map_err(EngineError::BadContext)?
+            }
+        };
+        self.run_job(job, preempt)
+    }
+}

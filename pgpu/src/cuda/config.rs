@@ -1,0 +1,37 @@
+//! Runtime configuration of the cuda engine.
+
+use std::time::Duration;
+
+use crate::engine::EngineLimits;
+
+/// How a [`super::CudaEngine`] is set up (all runtime values, `Default` for tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaConfig {
+    /// CUDA device ordinal.
+    pub device: i32,
+    /// Physical VRAM of this engine in bytes (a multiple of 2 MiB): allocated eagerly at
+    /// construction as 2 MiB `cuMemCreate` chunks, zeroed. A VM process sizes it to its partition.
+    pub vram_size: u64,
+    /// Target duration of one sub-launch of a sliced kernel (about a tenth of a scheduler slice):
+    /// the preemption latency of a kernel is about this long.
+    pub sub_launch_target: Duration,
+    /// Blocks of the first sub-launch of an entry never measured before (0: two per SM).
+    pub initial_blocks: u32,
+    /// Largest chunk of a copy job between two preemption checks, bytes.
+    pub copy_chunk: u64,
+    /// Limits on requests.
+    pub limits: EngineLimits,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            vram_size: 64 << 20,
+            sub_launch_target: Duration::from_micros(200),
+            initial_blocks: 0,
+            copy_chunk: 64 << 20,
+            limits: EngineLimits::default(),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Saved contexts of the cuda engine: a sliced launch is (space, module, entry, launch shape,
+//! parameters, next block); a copy job is (space, src, dst, len, bytes done). Nothing of the GPU
+//! is saved: blocks before `next_block` have finished and their effects are in memory.
+//!
+//! Byte layout, little endian: magic `PGPUCUDA`, kind (u8), space (u64), then for a launch:
+//! module (u64), grid (3 × u32), block (3 × u32), dynamic shared (u32), next block (u64),
+//! entry length (u32) + entry bytes, params length (u32) + param bytes; for a copy: src, dst,
+//! len, done (u64 each). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
+//! progress within the job).
+
+use std::any::Any;
+
+use crate::engine::{EngineLimits, Job, LiveContext, ModuleId, SpaceId};
+
+const MAGIC: &[u8; 8] = b"PGPUCUDA";
+const KIND_COPY: u8 = 1;
+const KIND_LAUNCH: u8 = 2;
+
+/// A launch's progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchState {
+    pub space: SpaceId,
+    pub module: ModuleId,
+    pub entry: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_shared: u32,
+    pub params: Vec<u8>,
+    /// Linear index of the first block not yet run.
+    pub next_block: u64,
+}
+
+impl LaunchState {
+    /// Blocks in the grid.
+    pub fn total_blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| u64::from(g)).product()
+    }
+}
+
+/// A copy's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyState {
+    pub space: SpaceId,
+    pub src: u64,
+    pub dst: u64,
+    pub len: u64,
+    pub done: u64,
+}
+
+/// What was preempted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobState {
+    Copy(CopyState),
+    Launch(LaunchState),
+}
+
+impl JobState {
+    /// The state of a job not started yet.
+    pub fn from_job(job: &Job) -> JobState {
+        match job {
+            Job::Copy(c) => JobState::Copy(CopyState {
+                space: c.space,
+                src: c.src,
+                dst: c.dst,
+                len: c.len,
+                done: 0,
+            }),
+            Job::Launch(l) => JobState::Launch(LaunchState {
+                space: l.space,
+                module: l.module,
+                entry: l.entry.clone(),
+                grid: l.grid,
+                block: l.block,
+                dynamic_shared: l.dynamic_shared,
+                params: l.params.clone(),
+                next_block: 0,
+            }),
+        }
+    }
+}
+
+/// The in-memory context of one cuda engine.
+#[derive(Debug)]
+pub struct Live {
+    /// Identity of the engine that made it.
+    pub engine: u64,
+    pub job: JobState,
+}
+
+impl LiveContext for Live {
+    fn to_bytes(&self) -> Vec<u8> {
+        encode(&self.job)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Bytes of a context.
+pub fn encode(job: &JobState) -> Vec<u8> {
+    let mut o = MAGIC.to_vec();
+    match job {
+        JobState::Copy(c) => {
+            o.push(KIND_COPY);
+            for v in [c.space.0, c.src, c.dst, c.len, c.done] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        JobState::Launch(l) => {
+            o.push(KIND_LAUNCH);
+            o.extend_from_slice(&l.space.0.to_le_bytes());
+            o.extend_from_slice(&l.module.0.to_le_bytes());
+            for v in l.grid.iter().chain(&l.block).chain([&l.dynamic_shared]) {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+            o.extend_from_slice(&l.next_block.to_le_bytes());
+            for b in [l.entry.as_bytes(), &l.params] {
+                o.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                o.extend_from_slice(b);
+            }
+        }
+    }
+    o
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err("context truncated".into());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn blob(&mut self, max: usize, what: &str) -> Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        if n > max {
+            return Err(format!("{what} too long ({n} bytes)"));
+        }
+        self.take(n)
+    }
+}
+
+/// Decodes hostile bytes; `limits` bound the entry name and parameter sizes.
+pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
+    let mut r = Reader(bytes);
+    if r.take(8).map_err(|_| "not a pgpu cuda context")? != MAGIC {
+        return Err("not a pgpu cuda context".into());
+    }
+    let kind = r.take(1)?[0];
+    let space = SpaceId(r.u64()?);
+    let job = match kind {
+        KIND_COPY => {
+            let (src, dst, len, done) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            if done > len {
+                return Err(format!("copy progress {done:#x} beyond length {len:#x}"));
+            }
+            JobState::Copy(CopyState {
+                space,
+                src,
+                dst,
+                len,
+                done,
+            })
+        }
+        KIND_LAUNCH => {
+            let module = ModuleId(r.u64()?);
+            let mut dims = [0u32; 7];
+            for d in &mut dims {
+                *d = r.u32()?;
+            }
+            let next_block = r.u64()?;
+            let entry = r.blob(limits.max_entry_name, "entry name")?;
+            let entry = std::str::from_utf8(entry)
+                .map_err(|_| "entry name is not UTF-8")?
+                .to_string();
+            let params = r.blob(limits.max_param_bytes, "parameter buffer")?.to_vec();
+            let l = LaunchState {
+                space,
+                module,
+                entry,
+                grid: [dims[0], dims[1], dims[2]],
+                block: [dims[3], dims[4], dims[5]],
+                dynamic_shared: dims[6],
+                params,
+                next_block,
+            };
+            if l.next_block > l.total_blocks() {
+                return Err(format!("next block {next_block} beyond the grid"));
+            }
+            JobState::Launch(l)
+        }
+        k => return Err(format!("unknown job kind {k}")),
+    };
+    if !r.0.is_empty() {
+        return Err("trailing bytes".into());
+    }
+    Ok(job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_every_truncation_fails() {
+        let lim = EngineLimits::default();
+        let jobs = [
+            JobState::Copy(CopyState {
+                space: SpaceId(2),
+                src: 1,
+                dst: 2,
+                len: 9,
+                done: 3,
+            }),
+            JobState::Launch(LaunchState {
+                space: SpaceId(1),
+                module: ModuleId(4),
+                entry: "k".into(),
+                grid: [4, 2, 1],
+                block: [32, 1, 1],
+                dynamic_shared: 0,
+                params: vec![1, 2, 3],
+                next_block: 5,
+            }),
+        ];
+        for j in jobs {
+            let b = encode(&j);
+            assert_eq!(decode(&b, &lim), Ok(j));
+            for cut in 0..b.len() {
+                assert!(decode(&b[..cut], &lim).is_err());
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(decode(&long, &lim).is_err());
+        }
+        let bad = JobState::Launch(LaunchState {
+            space: SpaceId(1),
+            module: ModuleId(4),
+            entry: "k".into(),
+            grid: [4, 2, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: vec![],
+            next_block: 9,
+        });
+        assert!(decode(&encode(&bad), &lim).is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! The CUDA driver seen through cudarc's raw bindings: loading libcuda at run time (a clear error,
+//! never a panic, where there is none), the process's one context (the device's primary
+//! context), and turning `CUresult` codes into text.
+
+use std::ffi::{CStr, c_int};
+
+use cudarc::driver::sys;
+
+use crate::engine::EngineError;
+
+/// A failed driver call: which call and the driver's name and text for the code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrvError {
+    pub call: &'static str,
+    pub code: sys::CUresult,
+}
+
+impl DrvError {
+    /// Whether the code is one of the sticky errors that poison the context.
+    pub fn is_sticky(&self) -> bool {
+        use sys::CUresult::*;
+        matches!(
+            self.code,
+            CUDA_ERROR_ILLEGAL_ADDRESS
+                | CUDA_ERROR_ILLEGAL_INSTRUCTION
+                | CUDA_ERROR_MISALIGNED_ADDRESS
+                | CUDA_ERROR_INVALID_ADDRESS_SPACE
+                | CUDA_ERROR_INVALID_PC
+                | CUDA_ERROR_LAUNCH_FAILED
+                | CUDA_ERROR_HARDWARE_STACK_ERROR
+                | CUDA_ERROR_ASSERT
+                | CUDA_ERROR_LAUNCH_TIMEOUT
+                | CUDA_ERROR_ECC_UNCORRECTABLE
+                | CUDA_ERROR_CONTEXT_IS_DESTROYED
+        )
+    }
+}
+
+impl std::fmt::Display for DrvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        let mut text: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: out-pointers to locals; the driver returns static strings or leaves them null.
+        unsafe {
+            sys::cuGetErrorName(self.code, &mut name);
+            sys::cuGetErrorString(self.code, &mut text);
+        }
+        let s = |p: *const std::ffi::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-null pointers from cuGetError* point at static NUL-terminated text.
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
+        write!(f, "{}: {} ({})", self.call, s(name), s(text))
+    }
+}
+
+impl From<DrvError> for EngineError {
+    fn from(e: DrvError) -> Self {
+        EngineError::Backend(e.to_string())
+    }
+}
+
+/// `Ok` for `CUDA_SUCCESS`, else the error naming `call`.
+pub fn ck(call: &'static str, code: sys::CUresult) -> Result<(), DrvError> {
+    if code == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(DrvError { call, code })
+    }
+}
+
+/// The process's CUDA context on one device.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub ctx: sys::CUcontext,
+    pub device: sys::CUdevice,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread (made current with cuCtxSetCurrent).
+unsafe impl Send for Ctx {}
+// SAFETY: as above; the driver synchronises calls on a context internally.
+unsafe impl Sync for Ctx {}
+
+impl Ctx {
+    /// Loads libcuda (if present), initialises the driver and retains the primary context of
+    /// device `ordinal`.
+    pub fn open(ordinal: i32) -> Result<Ctx, EngineError> {
+        // SAFETY: only tries to dlopen the library names; no symbol is called.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(EngineError::Backend(
+                "CUDA driver not found: libcuda.so could not be loaded".into(),
+            ));
+        }
+        // SAFETY: plain driver calls with out-pointers to locals.
+        unsafe {
+            ck("cuInit", sys::cuInit(0))?;
+            let mut count: c_int = 0;
+            ck("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+            if ordinal < 0 || ordinal >= count {
+                return Err(EngineError::Backend(format!(
+                    "CUDA device {ordinal} not present ({count} devices)"
+                )));
+            }
+            let mut device: sys::CUdevice = 0;
+            ck("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            ck(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, device),
+            )?;
+            ck("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            Ok(Ctx { ctx, device })
+        }
+    }
+
+    /// Makes the context current on the calling thread (every engine entry point does this).
+    pub fn bind(&self) -> Result<(), DrvError> {
+        // SAFETY: the context stays retained for the engine's lifetime.
+        ck("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+
+    /// A device attribute.
+    pub fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, DrvError> {
+        let mut v: c_int = 0;
+        // SAFETY: out-pointer to a local.
+        ck("cuDeviceGetAttribute", unsafe {
+            sys::cuDeviceGetAttribute(&mut v, attr, self.device)
+        })?;
+        Ok(v)
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> String {
+        let mut buf = [0 as std::ffi::c_char; 128];
+        // SAFETY: the buffer is 128 bytes long as told.
+        let r = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), 128, self.device) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return String::from("unknown");
+        }
+        // SAFETY: the driver NUL-terminates within the buffer.
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Releases the primary context (after every resource of the engine is gone).
+    pub fn release(&self) {
+        // SAFETY: balances the retain in `open`.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}

@@ -1,0 +1,253 @@
+//! `CudaEngine`: construction, shared state, the lost-context rule and teardown. The trait
+//! methods are in `api.rs`, jobs in `jobs.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use cudarc::driver::sys;
+
+use super::config::CudaConfig;
+use super::driver::{Ctx, DrvError};
+use super::hostmem::HostRegion;
+use super::modules::Modules;
+use super::spaces::{Space, Targets};
+use super::stream::Stream;
+use super::vmm::{self, CHUNK, Loc};
+use super::vram::Vram;
+use crate::engine::{EngineError, EngineInfo, HostRegionId, ModuleId, PageSize, SpaceId};
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A host region and how many pages of spaces map it.
+#[derive(Debug)]
+pub(crate) struct RegionSlot {
+    pub region: HostRegion,
+    pub maps: u64,
+}
+
+/// Spaces and host regions (one lock: map/unmap are slow driver calls anyway, jobs hold it only
+/// to start and end).
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub spaces: HashMap<SpaceId, Space>,
+    pub regions: HashMap<HostRegionId, RegionSlot>,
+    pub next_space: u64,
+    pub next_region: u64,
+}
+
+pub(crate) struct StateTargets<'a> {
+    pub vram: u64,
+    pub regions: &'a HashMap<HostRegionId, RegionSlot>,
+}
+
+impl Targets for StateTargets<'_> {
+    fn vram_size(&self) -> u64 {
+        self.vram
+    }
+    fn region_len(&self, r: HostRegionId) -> Option<u64> {
+        self.regions.get(&r).map(|s| s.region.len())
+    }
+}
+
+/// Whose block throughput is measured: (module, entry, block shape).
+pub(crate) type RateKey = (ModuleId, String, [u32; 3]);
+
+/// Releases the primary context when the engine goes (declared last: dropped last).
+struct CtxGuard(Ctx);
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// The physical GPU through the CUDA driver API (see `pgpu/README.md`, "The cuda engine").
+///
+/// One per process: it uses the device's primary context. A kernel fault poisons that context
+/// (CUDA's sticky errors): the job returns `Outcome::Faulted` and every later call fails with
+/// `EngineError::Backend` ("CUDA context lost ..."); the process must exit to get a GPU back.
+pub struct CudaEngine {
+    pub(crate) ctx: Ctx,
+    pub(crate) id: u64,
+    pub(crate) cfg: CudaConfig,
+    pub(crate) info: EngineInfo,
+    /// Streaming multiprocessors of the device.
+    pub(crate) sms: u32,
+    pub(crate) vram: Vram,
+    pub(crate) state: Mutex<State>,
+    pub(crate) modules: Mutex<Modules>,
+    pub(crate) streams: Mutex<Vec<Stream>>,
+    /// Measured block throughput (blocks per second) per (module, entry, block shape).
+    pub(crate) rates: Mutex<HashMap<RateKey, f64>>,
+    /// Why the context is lost, once it is.
+    pub(crate) lost: Mutex<Option<String>>,
+    /// Sub-launches issued (for experiments).
+    pub(crate) sub_launches: AtomicU64,
+    _ctx: CtxGuard,
+}
+
+static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+
+impl std::fmt::Debug for CudaEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaEngine")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaEngine {
+    /// Opens device `cfg.device` (loading libcuda at run time) and creates `cfg.vram_size` bytes
+    /// of VRAM. Without a driver or device this returns `EngineError::Backend` with the reason
+    /// ("CUDA driver not found: ..."); it never panics.
+    pub fn new(cfg: CudaConfig) -> Result<CudaEngine, EngineError> {
+        if cfg.vram_size == 0 || !cfg.vram_size.is_multiple_of(CHUNK) {
+            return Err(EngineError::Backend(
+                "VRAM size must be a non-zero multiple of 2 MiB".into(),
+            ));
+        }
+        let ctx = Ctx::open(cfg.device)?;
+        let guard = CtxGuard(ctx);
+        let gran = vmm::granularity(Loc::Device(cfg.device))?;
+        if gran > CHUNK || !CHUNK.is_multiple_of(gran) {
+            return Err(EngineError::Backend(format!(
+                "device mapping granularity {gran:#x} does not divide 2 MiB"
+            )));
+        }
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            .max(1) as u32;
+        let vram = Vram::new(cfg.device, cfg.vram_size)?;
+        let info = EngineInfo {
+            name: "cuda".into(),
+            vram_size: cfg.vram_size,
+            page_sizes: vec![PageSize::Size2M],
+            limits: cfg.limits.clone(),
+        };
+        log::info!(
+            "cuda: {} ({sms} SMs), {} MiB VRAM",
+            ctx.name(),
+            cfg.vram_size >> 20
+        );
+        Ok(CudaEngine {
+            ctx,
+            id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
+            cfg,
+            info,
+            sms,
+            vram,
+            state: Mutex::new(State::default()),
+            modules: Mutex::new(Modules::default()),
+            streams: Mutex::new(Vec::new()),
+            rates: Mutex::new(HashMap::new()),
+            lost: Mutex::new(None),
+            sub_launches: AtomicU64::new(0),
+            _ctx: guard,
+        })
+    }
+
+    /// The device's name.
+    pub fn device_name(&self) -> String {
+        self.ctx.name()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CudaConfig {
+        &self.cfg
+    }
+
+    /// Kernel sub-launches issued so far (a sliced launch issues several).
+    pub fn sub_launches(&self) -> u64 {
+        self.sub_launches.load(Ordering::Relaxed)
+    }
+
+    /// Why the engine's context is lost (after a kernel fault), if it is.
+    pub fn lost(&self) -> Option<String> {
+        lock(&self.lost).clone()
+    }
+
+    /// Fails once the context is lost; makes the context current on this thread.
+    pub(crate) fn alive(&self) -> Result<(), EngineError> {
+        if let Some(why) = lock(&self.lost).as_ref() {
+            return Err(EngineError::Backend(format!(
+                "CUDA context lost after a kernel fault ({why}); this process's GPU is gone"
+            )));
+        }
+        self.ctx.bind().map_err(Into::into)
+    }
+
+    /// Records a sticky error: the context is lost for good.
+    pub(crate) fn poison(&self, why: &DrvError) {
+        log::error!("cuda: context lost: {why}");
+        lock(&self.lost).get_or_insert_with(|| why.to_string());
+    }
+
+    /// Maps an error of a driver call that may be sticky (poisons the engine if it is).
+    pub(crate) fn drv(&self, e: DrvError) -> EngineError {
+        if e.is_sticky() {
+            self.poison(&e);
+        }
+        e.into()
+    }
+
+    pub(crate) fn take_stream(&self) -> Result<Stream, EngineError> {
+        if let Some(s) = lock(&self.streams).pop() {
+            return Ok(s);
+        }
+        Stream::new().map_err(|e| self.drv(e))
+    }
+
+    pub(crate) fn give_stream(&self, s: Stream) {
+        lock(&self.streams).push(s);
+    }
+
+    /// Realises page `va` → `page` in the process's VA (map + access).
+    pub(crate) fn realise(
+        &self,
+        st: &State,
+        va: u64,
+        page: &super::spaces::Page,
+    ) -> Result<(), EngineError> {
+        use crate::engine::{MapTarget, Perm};
+        let h = match page.target {
+            MapTarget::Vram { pa } => self.vram.chunk(pa),
+            MapTarget::Host { region, offset } => st
+                .regions
+                .get(&region)
+                .ok_or(EngineError::UnknownHostRegion(region))?
+                .region
+                .chunk(offset)
+                .ok_or(EngineError::BadHostRegion(
+                    "registered host memory cannot be mapped at a chosen GPU VA (use alloc_host_region)",
+                ))?,
+        };
+        vmm::map(va, h).map_err(|e| self.drv(e))?;
+        let write = page.perm == Perm::ReadWrite;
+        if let Err(e) = vmm::set_access(va, CHUNK, &[Loc::Device(self.cfg.device)], write) {
+            let _ = vmm::unmap(va, CHUNK);
+            return Err(self.drv(e));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for CudaEngine {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        let st = std::mem::take(&mut *lock(&self.state));
+        for (_, s) in st.spaces {
+            for &va in s.pages.keys() {
+                let _ = vmm::unmap(va, CHUNK);
+            }
+            vmm::free(s.window.base, s.window.size);
+        }
+        drop(st.regions);
+        lock(&self.modules).clear();
+        lock(&self.streams).clear();
+    }
+}

@@ -1,0 +1,28 @@
+//! `cuda`: the physical GPU through the CUDA driver API (cudarc, libcuda loaded at run time).
+//!
+//! One engine per process on the device's primary context. VRAM is 2 MiB `cuMemCreate` chunks;
+//! an address space is a `cuMemAddressReserve` of its window at its base (guest GPU VA = host GPU
+//! VA, checked) realised with `cuMemMap`/`cuMemSetAccess`; kernels are rewritten PTX run as
+//! sliced launches (preemptible between sub-launches). `pgpu/README.md` ("The cuda engine")
+//! describes what works and what does not.
+//!
+//! Files: `driver` (loading, context, errors), `vmm` (chunks, reservations, mappings), `vram`,
+//! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
+//! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`.
+
+mod api;
+mod config;
+mod context;
+mod driver;
+mod engine;
+mod hostmem;
+mod jobs;
+mod modules;
+pub mod rewrite;
+mod spaces;
+mod stream;
+mod vmm;
+mod vram;
+
+pub use config::CudaConfig;
+pub use engine::CudaEngine;

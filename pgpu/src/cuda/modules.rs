@@ -1,0 +1,262 @@
+//! Loaded modules of the cuda engine: PTX rewritten for sliced launches, loaded with
+//! `cuModuleLoadDataEx` (the JIT error log becomes `EngineError::ModuleLoad { log }`), cached by
+//! content (hash, then full-text compare), with the functions and parameter layouts resolved
+//! once per entry.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::{CString, c_void};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use cudarc::driver::sys;
+
+use super::driver::{Ctx, ck};
+use super::rewrite::{SLICE_PARAMS, rewrite};
+use crate::engine::{EngineError, ModuleId};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A resolved entry: the function and where its parameters go.
+#[derive(Debug, Clone, Copy)]
+pub struct Func {
+    pub f: sys::CUfunction,
+    /// End of the entry's own parameters (the guest buffer must reach it).
+    pub own_end: usize,
+    /// Offset of the slice parameters (sliced modules) or the parameter buffer size.
+    pub slice_off: usize,
+}
+
+// SAFETY: a CUfunction handle is usable from any thread with the context current.
+unsafe impl Send for Func {}
+
+/// One CUDA module (unloaded when the last `Arc` goes: jobs keep it alive).
+#[derive(Debug)]
+pub struct Loaded {
+    ctx: Ctx,
+    module: sys::CUmodule,
+    /// Whether the entries take the slice parameters.
+    pub sliced: bool,
+    funcs: Mutex<HashMap<String, Func>>,
+}
+
+// SAFETY: the module handle is used with the context current; `funcs` is behind a mutex.
+unsafe impl Send for Loaded {}
+// SAFETY: as above.
+unsafe impl Sync for Loaded {}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: loaded by `load`, unloaded once; no job holds it any more.
+            let _ = unsafe { sys::cuModuleUnload(self.module) };
+        }
+    }
+}
+
+impl Loaded {
+    /// The function of `entry`, resolved once.
+    pub fn func(&self, entry: &str) -> Result<Func, EngineError> {
+        if let Some(f) = lock(&self.funcs).get(entry) {
+            return Ok(*f);
+        }
+        let bad = |m: String| EngineError::BadLaunch(m);
+        let name = CString::new(entry).map_err(|_| bad("entry name contains NUL".into()))?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local, NUL-terminated name, live module.
+        ck("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, self.module, name.as_ptr())
+        })
+        .map_err(|e| bad(format!("no entry {entry:?} ({e})")))?;
+        let mut params = Vec::new();
+        loop {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: out-pointers to locals; an index past the last parameter is an error.
+            let r = unsafe { sys::cuFuncGetParamInfo(f, params.len(), &mut off, &mut size) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                break;
+            }
+            params.push((off, size));
+        }
+        let extra = if self.sliced { SLICE_PARAMS.len() } else { 0 };
+        if params.len() < extra {
+            return Err(bad(format!("entry {entry:?}: slice parameters missing")));
+        }
+        let own = &params[..params.len() - extra];
+        let own_end = own.last().map_or(0, |&(o, s)| o + s);
+        let slice_off = if self.sliced {
+            params[own.len()].0
+        } else {
+            own_end
+        };
+        let func = Func {
+            f,
+            own_end,
+            slice_off,
+        };
+        lock(&self.funcs).insert(entry.to_string(), func);
+        Ok(func)
+    }
+}
+
+/// Loads PTX text with the JIT error log captured.
+fn load(ctx: Ctx, text: &str, log_bytes: usize) -> Result<sys::CUmodule, EngineError> {
+    let image = CString::new(text).map_err(|_| EngineError::ModuleLoad {
+        log: "PTX text contains NUL".into(),
+    })?;
+    let mut log = vec![0u8; log_bytes];
+    let mut opts = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut vals: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log_bytes as *mut c_void];
+    let mut m: sys::CUmodule = std::ptr::null_mut();
+    ctx.bind()?;
+    // SAFETY: NUL-terminated image; option arrays of length 2 with a log buffer of the size told.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut m,
+            image.as_ptr().cast(),
+            2,
+            opts.as_mut_ptr(),
+            vals.as_mut_ptr(),
+        )
+    };
+    if let Err(e) = ck("cuModuleLoadDataEx", r) {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let mut text = String::from_utf8_lossy(&log[..end]).trim().to_string();
+        if text.is_empty() {
+            text = e.to_string();
+        }
+        return Err(EngineError::ModuleLoad { log: text });
+    }
+    Ok(m)
+}
+
+struct Entry {
+    text: String,
+    loaded: Arc<Loaded>,
+    loads: u32,
+}
+
+/// The module table.
+#[derive(Default)]
+pub struct Modules {
+    by_id: HashMap<ModuleId, Entry>,
+    by_hash: HashMap<u64, Vec<ModuleId>>,
+    next: u64,
+    bytes: usize,
+}
+
+fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+impl Modules {
+    /// A cached module with exactly this text, counted as one more load.
+    pub fn lookup_and_count(&mut self, text: &str) -> Option<ModuleId> {
+        let ids = self.by_hash.get(&hash(text))?;
+        let id = *ids.iter().find(|id| self.by_id[id].text == text)?;
+        let e = self.by_id.get_mut(&id)?;
+        e.loads = e.loads.saturating_add(1);
+        Some(id)
+    }
+
+    /// Rewrites and loads `text` (not cached yet) and records it.
+    pub fn load(
+        &mut self,
+        ctx: Ctx,
+        text: &str,
+        max_modules: usize,
+        max_total: usize,
+    ) -> Result<ModuleId, EngineError> {
+        if self.by_id.len() >= max_modules {
+            return Err(EngineError::TooMany("modules"));
+        }
+        if self.bytes + text.len() > max_total {
+            return Err(EngineError::TooMany("bytes of loaded PTX"));
+        }
+        let rw = rewrite(text);
+        if !rw.sliced {
+            log::warn!(
+                "cuda: module runs unsliced (not preemptible): {}",
+                rw.reason
+            );
+        }
+        let module = match load(ctx, &rw.text, 64 << 10) {
+            Ok(m) => m,
+            // A rewrite the JIT refuses (it should not happen): fall back to the original text.
+            Err(EngineError::ModuleLoad { .. }) if rw.sliced => {
+                let m = load(ctx, text, 64 << 10)?;
+                log::warn!("cuda: rewritten PTX refused by the JIT, module runs unsliced");
+                return Ok(self.insert(text, ctx, m, false));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(self.insert(text, ctx, module, rw.sliced))
+    }
+
+    fn insert(&mut self, text: &str, ctx: Ctx, module: sys::CUmodule, sliced: bool) -> ModuleId {
+        self.next += 1;
+        let id = ModuleId(self.next);
+        let loaded = Arc::new(Loaded {
+            ctx,
+            module,
+            sliced,
+            funcs: Mutex::new(HashMap::new()),
+        });
+        self.by_id.insert(
+            id,
+            Entry {
+                text: text.to_string(),
+                loaded,
+                loads: 1,
+            },
+        );
+        self.by_hash.entry(hash(text)).or_default().push(id);
+        self.bytes += text.len();
+        id
+    }
+
+    /// Drops one load.
+    pub fn unload(&mut self, id: ModuleId) -> Result<(), EngineError> {
+        let e = self
+            .by_id
+            .get_mut(&id)
+            .ok_or(EngineError::UnknownModule(id))?;
+        e.loads -= 1;
+        if e.loads == 0 {
+            let e = self
+                .by_id
+                .remove(&id)
+                .ok_or(EngineError::UnknownModule(id))?;
+            self.bytes -= e.text.len();
+            let h = hash(&e.text);
+            if let Some(v) = self.by_hash.get_mut(&h) {
+                v.retain(|&x| x != id);
+                if v.is_empty() {
+                    self.by_hash.remove(&h);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The module (kept alive by the caller while a job uses it).
+    pub fn get(&self, id: ModuleId) -> Result<Arc<Loaded>, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.loaded.clone())
+            .ok_or(EngineError::UnknownModule(id))
+    }
+
+    /// Drops every module (engine teardown).
+    pub fn clear(&mut self) {
+        self.by_id.clear();
+        self.by_hash.clear();
+    }
+}

@@ -1,0 +1,84 @@
+//! A job stream: a non-blocking CUDA stream (so the hypervisor's synchronous copies on the legacy
+//! stream do not wait for kernels) with a pair of events that time each sub-launch.
+
+use std::time::Duration;
+
+use cudarc::driver::sys;
+
+use super::driver::{DrvError, ck};
+
+/// A stream and its timing events.
+#[derive(Debug)]
+pub struct Stream {
+    pub stream: sys::CUstream,
+    start: sys::CUevent,
+    end: sys::CUevent,
+}
+
+// SAFETY: stream and event handles are usable from any thread with the context current; a
+// stream is used by one job at a time (taken from the engine's pool).
+unsafe impl Send for Stream {}
+
+impl Stream {
+    /// Creates a stream and its events (the context must be current).
+    pub fn new() -> Result<Stream, DrvError> {
+        let mut s = Stream {
+            stream: std::ptr::null_mut(),
+            start: std::ptr::null_mut(),
+            end: std::ptr::null_mut(),
+        };
+        // SAFETY: out-pointers to fields; each handle is destroyed once in Drop when non-null.
+        unsafe {
+            ck(
+                "cuStreamCreate",
+                sys::cuStreamCreate(
+                    &mut s.stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                ),
+            )?;
+            ck("cuEventCreate", sys::cuEventCreate(&mut s.start, 0))?;
+            ck("cuEventCreate", sys::cuEventCreate(&mut s.end, 0))?;
+        }
+        Ok(s)
+    }
+
+    /// Records the start event.
+    pub fn mark_start(&self) -> Result<(), DrvError> {
+        // SAFETY: live event and stream.
+        ck("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.start, self.stream)
+        })
+    }
+
+    /// Records the end event, waits for it and returns the time between the events.
+    pub fn finish(&self) -> Result<Duration, DrvError> {
+        // SAFETY: live events and stream; out-pointer to a local.
+        unsafe {
+            ck("cuEventRecord", sys::cuEventRecord(self.end, self.stream))?;
+            ck("cuEventSynchronize", sys::cuEventSynchronize(self.end))?;
+            let mut ms = 0f32;
+            ck(
+                "cuEventElapsedTime",
+                sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end),
+            )?;
+            Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: handles created in `new`, destroyed once.
+        unsafe {
+            if !self.start.is_null() {
+                sys::cuEventDestroy_v2(self.start);
+            }
+            if !self.end.is_null() {
+                sys::cuEventDestroy_v2(self.end);
+            }
+            if !self.stream.is_null() {
+                sys::cuStreamDestroy_v2(self.stream);
+            }
+        }
+    }
+}
