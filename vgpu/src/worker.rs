@@ -79,6 +79,9 @@ pub struct Worker {
     remap: Option<std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>>,
     /// Shared GPU (`host=`): every job runs under a grant of the host daemon.
     host: Option<Arc<HostLink>>,
+    /// Stops the running job (watchdog, daemon preempt). One per worker: within a turn of a
+    /// shared GPU a preempt that arrives between two jobs must reach the next one.
+    handle: PreemptHandle,
 }
 
 /// The channel index `pick` returns for an eager flush.
@@ -107,6 +110,7 @@ impl Worker {
             remap: None,
             para: None,
             host: None,
+            handle: PreemptHandle::new(),
         })
     }
 
@@ -565,7 +569,10 @@ impl Worker {
     }
 
     fn run_job(&mut self, ch: usize, job: Job) -> Result<Turn, Fault> {
-        let handle = PreemptHandle::new();
+        let handle = self.handle.clone();
+        if self.host.is_none() {
+            handle.clear();
+        }
         let mut saved = None;
         let mut gpu = Duration::ZERO;
         // Shared GPU: run under grants; a preempted job keeps its context (the engine's saved

@@ -58,6 +58,12 @@ pub(crate) struct Run {
     /// Slice end (monotonic ns), or the `max_run` limit of a non-preemptive grant.
     pub deadline_ns: u64,
     pub preempt_sent_ns: Option<u64>,
+    /// Time-sliced grant: jobs may follow each other (`Progress`).
+    pub turn: bool,
+    /// GPU time of the jobs reported by `Progress` so far.
+    pub turn_gpu_ns: u64,
+    /// The end stamp of the grant's last job (the grant time before the first).
+    pub last_stamp_ns: u64,
 }
 
 /// A departed VM's partition, held until its process has exited.
@@ -315,6 +321,9 @@ impl Daemon {
                     granted_ns: now_ns,
                     deadline_ns: now_ns + limit,
                     preempt_sent_ns: None,
+                    turn: slice_ns > 0,
+                    turn_gpu_ns: 0,
+                    last_stamp_ns: now_ns,
                 });
                 self.report.grants += 1;
                 if let Some(s) = self.sessions.get_mut(&conn) {

@@ -52,6 +52,15 @@ impl Daemon {
                 },
                 Some(vm),
             ) => self.done(c, vm, seq, outcome, gpu_ns, (start_ns, end_ns), more),
+            (
+                ToDaemon::Progress {
+                    seq,
+                    gpu_ns,
+                    start_ns,
+                    end_ns,
+                },
+                Some(vm),
+            ) => self.progress(c, vm, seq, gpu_ns, (start_ns, end_ns)),
             (ToDaemon::Bye {}, Some(_)) => self.drop_session(c),
         }
     }
@@ -210,52 +219,61 @@ impl Daemon {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn done(
-        &mut self,
-        c: u64,
-        vm: VmId,
-        seq: u64,
-        outcome: RunOutcome,
-        gpu_ns: u64,
-        (start_ns, end_ns): (u64, u64),
-        more: bool,
-    ) {
-        let run = match self.run.take() {
-            Some(r) if r.vm == vm && r.seq == seq => r,
-            other => {
-                self.run = other;
-                return self.refuse(
-                    c,
-                    format!("done for grant {seq}, which is not running"),
-                    false,
-                );
-            }
-        };
+    /// A job of a time-sliced grant finished; the VM goes on under the same grant.
+    fn progress(&mut self, c: u64, vm: VmId, seq: u64, gpu_ns: u64, stamps: (u64, u64)) {
+        let ok = self
+            .run
+            .as_ref()
+            .is_some_and(|r| r.vm == vm && r.seq == seq && r.turn);
+        if !ok {
+            return self.refuse(
+                c,
+                format!("progress for grant {seq}, which is not a running turn"),
+                false,
+            );
+        }
+        let gpu = self.record_job(c, vm, gpu_ns, stamps);
+        if let Some(run) = &mut self.run {
+            run.turn_gpu_ns += gpu;
+        }
+        if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
+            reg.report.completed += 1;
+        }
+    }
+
+    /// Charges one finished job (or run) to the windows and the VM's total, and takes the
+    /// latency samples its stamps give (only stamps in order inside the grant count). Returns the
+    /// GPU time charged: the engine's report, capped so that the grant's jobs together never
+    /// exceed the grant's wall time.
+    fn record_job(&mut self, c: u64, vm: VmId, gpu_ns: u64, (start_ns, end_ns): (u64, u64)) -> u64 {
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
-        // Charged: what the engine reports, never more than the wall time of the grant.
-        let gpu = Duration::from_nanos(gpu_ns.min(now_ns - run.granted_ns));
-        let r = match outcome {
-            RunOutcome::Completed => self.sched.on_complete(vm, gpu, now),
-            RunOutcome::Preempted => self.sched.on_preempted(vm, gpu, now),
-            RunOutcome::Faulted => self.sched.on_fault(vm, gpu, now),
+        let Some(run) = self.run.as_mut() else {
+            return 0;
         };
-        if let Err(e) = r {
-            log::error!("vgpud: end of run of vm {}: {e}", vm.0);
+        // The grant's jobs together never ran longer than the grant has existed.
+        let wall = now_ns.saturating_sub(run.granted_ns);
+        let gpu_ns = gpu_ns.min(wall.saturating_sub(run.turn_gpu_ns));
+        let first = run.last_stamp_ns == run.granted_ns;
+        let stamped = start_ns != 0
+            && run.last_stamp_ns <= start_ns
+            && start_ns <= end_ns
+            && end_ns <= now_ns;
+        if stamped {
+            run.last_stamp_ns = end_ns;
         }
-        self.accounting.charge(vm, gpu, now);
-        // Stamps are the VM's word: used for latencies only when they are consistent.
-        let stamped =
-            start_ns != 0 && run.granted_ns <= start_ns && start_ns <= end_ns && end_ns <= now_ns;
+        let preempt_sent = run.preempt_sent_ns;
+        self.accounting
+            .charge(vm, Duration::from_nanos(gpu_ns), now);
         if stamped {
             self.report.busy_ns += end_ns - start_ns;
-            if let Some(sent) = run.preempt_sent_ns {
+            if let Some(sent) = preempt_sent {
                 self.report
                     .preempt_latency_ns
                     .push(end_ns.saturating_sub(sent));
             }
-            if let Some((prev, prev_end)) = self.last_end
+            if first
+                && let Some((prev, prev_end)) = self.last_end
                 && prev != vm
                 && start_ns >= prev_end
             {
@@ -264,10 +282,52 @@ impl Daemon {
             }
             self.last_end = Some((vm, end_ns));
         }
+        if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
+            reg.report.gpu_ns += gpu_ns;
+        }
+        gpu_ns
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn done(
+        &mut self,
+        c: u64,
+        vm: VmId,
+        seq: u64,
+        outcome: RunOutcome,
+        gpu_ns: u64,
+        stamps: (u64, u64),
+        more: bool,
+    ) {
+        if !self
+            .run
+            .as_ref()
+            .is_some_and(|r| r.vm == vm && r.seq == seq)
+        {
+            return self.refuse(
+                c,
+                format!("done for grant {seq}, which is not running"),
+                false,
+            );
+        }
+        let last = self.record_job(c, vm, gpu_ns, stamps);
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        let now = self.at(monotonic_ns());
+        // The scheduler sees the grant as one job: the whole turn's GPU time.
+        let gpu = Duration::from_nanos(run.turn_gpu_ns + last);
+        let r = match outcome {
+            RunOutcome::Completed => self.sched.on_complete(vm, gpu, now),
+            RunOutcome::Preempted => self.sched.on_preempted(vm, gpu, now),
+            RunOutcome::Faulted => self.sched.on_fault(vm, gpu, now),
+        };
+        if let Err(e) = r {
+            log::error!("vgpud: end of run of vm {}: {e}", vm.0);
+        }
         let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
             return;
         };
-        reg.report.gpu_ns += gpu.as_nanos() as u64;
         match outcome {
             RunOutcome::Completed => reg.report.completed += u64::from(gpu_ns > 0),
             RunOutcome::Preempted => reg.report.preempted += 1,

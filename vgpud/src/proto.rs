@@ -36,11 +36,22 @@ pub enum ToDaemon {
     /// The VM no longer wants the GPU (withdraws `Want`). Ignored while a grant is in flight:
     /// the VM answers that grant with `Done { more: false }`.
     Idle {},
+    /// Inside a time-sliced grant (`slice_ns > 0`): a job finished and the VM goes on with its
+    /// next ready job under the same grant, without a round trip (the grant is a turn). Sent
+    /// only while no preempt for the grant has arrived.
+    Progress {
+        seq: u64,
+        /// GPU time of the finished job, and its `CLOCK_MONOTONIC` run stamps.
+        gpu_ns: u64,
+        start_ns: u64,
+        end_ns: u64,
+    },
     /// The granted run `seq` ended. Every `Grant` is answered by exactly one `Done`.
     Done {
         seq: u64,
         outcome: RunOutcome,
-        /// GPU time the engine reports for the run, in nanoseconds (the usage report).
+        /// GPU time the engine reports for the last job of the grant (after any `Progress`),
+        /// in nanoseconds (the usage report).
         gpu_ns: u64,
         /// `CLOCK_MONOTONIC` nanoseconds when the engine started and stopped running the job
         /// (both 0 when nothing ran).
@@ -79,8 +90,8 @@ pub enum ToVm {
         vram_offset: u64,
         vram_size: u64,
     },
-    /// The VM may run one job (and, with a slice, further jobs that are ready while the slice
-    /// lasts: it reports each with `Done { more: true }` and waits for the next grant).
+    /// The VM may run one job; with a slice, a turn: further jobs that are ready, each
+    /// reported with `Progress`, until the VM runs out of work or is preempted.
     Grant {
         seq: u64,
         /// Time slice in nanoseconds; 0 = run the job to completion (non-preemptive policy).

@@ -2,10 +2,10 @@
 //! `--report-every`): per-VM totals, GPU time per accounting window, preemption and switch
 //! latencies, utilization. `vgpu-bench fairness` reads it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The whole report.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Report {
     pub version: u32,
     /// The scheduler configuration in force (`Config::parse` syntax).
@@ -36,7 +36,7 @@ pub struct Report {
 }
 
 /// One VM.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VmReport {
     pub id: u32,
     pub name: String,
@@ -58,7 +58,7 @@ pub struct VmReport {
 }
 
 /// One accounting window.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WindowReport {
     pub start_ns: u64,
     /// `(vm id, GPU ns)` pairs.

@@ -174,6 +174,48 @@ fn timeslice_grants_preempts_at_slice_end_and_alternates() {
 }
 
 #[test]
+fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
+    let d = start("turn", "policy=timeslice,slice=50ms", 500);
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    a.send(&ToDaemon::Want {});
+    let (seq, slice) = a.grant();
+    assert!(slice > 0);
+    for _ in 0..3 {
+        let end = proto::monotonic_ns();
+        a.send(&ToDaemon::Progress {
+            seq,
+            gpu_ns: 1000,
+            start_ns: end - 1000,
+            end_ns: end,
+        });
+    }
+    a.done(seq, RunOutcome::Completed, 1000, false);
+    drop(a);
+    let r = d.stop();
+    assert_eq!((r.grants, r.refused), (1, 0));
+    assert_eq!((r.vms[0].completed, r.vms[0].gpu_ns), (4, 4000));
+
+    let d = start("fifo", "policy=fifo", 500);
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    a.send(&ToDaemon::Want {});
+    let (seq, slice) = a.grant();
+    assert_eq!(slice, 0);
+    a.send(&ToDaemon::Progress {
+        seq,
+        gpu_ns: 1,
+        start_ns: 0,
+        end_ns: 0,
+    });
+    assert!(matches!(
+        a.recv(),
+        Some((ToVm::Error { fatal: false, .. }, _))
+    ));
+    a.done(seq, RunOutcome::Completed, 10, false);
+    drop(a);
+    assert_eq!(d.stop().refused, 1);
+}
+
+#[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
