@@ -60,6 +60,10 @@ pub(crate) struct Run {
     pub preempt_sent_ns: Option<u64>,
     /// Time-sliced grant: jobs may follow each other (`Progress`).
     pub turn: bool,
+    /// The slice of a turn; the turn is extended by this while no other VM waits.
+    pub slice_ns: u64,
+    /// The turn outlived its slice because no other VM waited.
+    pub extended: bool,
     /// GPU time of the jobs reported by `Progress` so far.
     pub turn_gpu_ns: u64,
     /// The end stamp of the grant's last job (the grant time before the first).
@@ -322,6 +326,8 @@ impl Daemon {
                     deadline_ns: now_ns + limit,
                     preempt_sent_ns: None,
                     turn: slice_ns > 0,
+                    slice_ns,
+                    extended: false,
                     turn_gpu_ns: 0,
                     last_stamp_ns: now_ns,
                 });
@@ -343,10 +349,17 @@ impl Daemon {
 
     /// Slice ends, run limits and revocations.
     fn timers(&mut self, now_ns: u64) {
+        let others = self.run.as_ref().is_some_and(|r| self.others_waiting(r.vm));
         let Some(run) = &mut self.run else {
             return;
         };
         match run.preempt_sent_ns {
+            None if now_ns >= run.deadline_ns && run.turn && !others => {
+                // Nobody else wants the GPU: preempting would only cost a round trip. The turn
+                // goes on; a VM that asks from now on preempts it at once (`submit`).
+                run.deadline_ns = now_ns + run.slice_ns;
+                run.extended = true;
+            }
             None if now_ns >= run.deadline_ns => {
                 run.preempt_sent_ns = Some(now_ns);
                 let (conn, seq) = (run.conn, run.seq);
@@ -372,6 +385,14 @@ impl Daemon {
             }
             _ => {}
         }
+    }
+
+    /// Whether a registered VM other than `vm` is queued for the GPU.
+    pub(crate) fn others_waiting(&self, vm: VmId) -> bool {
+        self.sessions
+            .values()
+            .filter_map(|s| s.reg.as_ref())
+            .any(|r| r.pending && r.id != vm)
     }
 
     /// The earliest instant the loop must wake at without an event.

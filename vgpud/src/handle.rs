@@ -179,6 +179,13 @@ impl Daemon {
                 reg.pending = true;
                 if let Action::Preempt(v) = action {
                     self.preempt_now(v);
+                } else if let Some(r) = &self.run
+                    && r.extended
+                    && r.vm != vm
+                {
+                    // The running turn was extended past its slice because nobody waited.
+                    let v = r.vm;
+                    self.preempt_now(v);
                 }
             }
             Err(e) => self.refuse(c, format!("want: {e}"), false),

@@ -216,6 +216,37 @@ fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
 }
 
 #[test]
+fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
+    let d = start(
+        "extend",
+        "policy=timeslice,slice=5ms,wake_preempt=false",
+        500,
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    a.send(&ToDaemon::Want {});
+    let (seq, _) = a.grant();
+    // Four slices pass with nobody waiting: no preempt.
+    std::thread::sleep(Duration::from_millis(20));
+    b.send(&ToDaemon::Want {});
+    let t0 = Instant::now();
+    match a.recv() {
+        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+        other => panic!("expected preempt, got {other:?}"),
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(4),
+        "{:?}",
+        t0.elapsed()
+    );
+    a.done(seq, RunOutcome::Preempted, 20_000_000, false);
+    let (sb, _) = b.grant();
+    b.done(sb, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    assert_eq!(d.stop().preempts, 1);
+}
+
+#[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
