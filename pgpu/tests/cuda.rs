@@ -478,14 +478,16 @@ fn gpu_measurements() {
     let inst = suite::hand::spin::instance_with(100_000, 400_000, 32, suite::Size::Large);
     let l = &inst.launches[0];
     let mut whole = Duration::ZERO;
-    for target in [
-        Duration::from_secs(10),
-        Duration::from_micros(200),
-        Duration::from_micros(50),
+    for (target, depth) in [
+        (Duration::from_secs(10), 1),
+        (Duration::from_micros(200), 1),
+        (Duration::from_micros(200), 2),
+        (Duration::from_micros(50), 2),
     ] {
         let e = cuda(CudaConfig {
             vram_size: 1024 * MIB,
             sub_launch_target: target,
+            pipeline_depth: depth,
             ..CudaConfig::default()
         });
         let p = place(&e, &inst, window());
@@ -515,12 +517,12 @@ fn gpu_measurements() {
             whole = wall;
         }
         println!(
-            "MEASURE spin 400k CTAs, sub-launch target {target:?}: {subs} sub-launches, wall {:.2} ms, gpu_time {:.2} ms, {:+.1}% vs whole",
+            "MEASURE spin 400k CTAs, sub-launch target {target:?}, depth {depth}: {subs} sub-launches, wall {:.2} ms, gpu_time {:.2} ms, {:+.1}% vs whole",
             wall.as_secs_f64() * 1e3,
             gpu.as_secs_f64() * 1e3 / reps as f64,
             (wall.as_secs_f64() / whole.as_secs_f64() - 1.0) * 100.0
         );
-        if target != Duration::from_micros(200) {
+        if target != Duration::from_micros(200) || depth != 2 {
             e.destroy_space(p.space).unwrap();
             continue;
         }
@@ -568,7 +570,7 @@ fn gpu_measurements() {
         }
         let n = stop_lat.len();
         println!(
-            "MEASURE preemption latency at 200us sub-launches (request -> execute returns) n={n}: p50 {:.0} us, p99 {:.0} us, max {:.0} us",
+            "MEASURE preemption latency at 200us sub-launches, depth 2 (request -> execute returns) n={n}: p50 {:.0} us, p99 {:.0} us, max {:.0} us",
             percentile(&mut stop_lat, 0.5),
             percentile(&mut stop_lat, 0.99),
             percentile(&mut stop_lat, 1.0)

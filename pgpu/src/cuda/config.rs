@@ -15,8 +15,14 @@ pub struct CudaConfig {
     /// Target duration of one sub-launch of a sliced kernel (about a tenth of a scheduler slice):
     /// the preemption latency of a kernel is about this long.
     pub sub_launch_target: Duration,
-    /// Blocks of the first sub-launch of an entry never measured before (0: two per SM).
+    /// Blocks of the first sub-launch of an entry never measured before (0: one full wave,
+    /// i.e. the blocks the device runs at once). Sub-launches never go below one wave unless
+    /// this is set lower (tests use 1 to force many tiny sub-launches).
     pub initial_blocks: u32,
+    /// Sub-launches in flight at once, on as many streams (1: each waits for the previous;
+    /// 2: the next one's blocks fill the SMs the previous one's tail leaves idle). A preemption
+    /// request waits for every sub-launch in flight: latency up to `pipeline_depth` sub-launches.
+    pub pipeline_depth: usize,
     /// Largest chunk of a copy job between two preemption checks, bytes.
     pub copy_chunk: u64,
     /// Limits on requests.
@@ -30,6 +36,7 @@ impl Default for CudaConfig {
             vram_size: 64 << 20,
             sub_launch_target: Duration::from_micros(200),
             initial_blocks: 0,
+            pipeline_depth: 2,
             copy_chunk: 64 << 20,
             limits: EngineLimits::default(),
         }

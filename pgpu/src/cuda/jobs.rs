@@ -1,10 +1,16 @@
 //! Jobs on the cuda engine: sliced kernel launches (the grid runs as 1-D sub-launches of K blocks
 //! with a block offset, the preemption flag is checked between them, K follows the measured block
 //! throughput so that one sub-launch lasts about `CudaConfig::sub_launch_target`) and copy jobs
-//! (`cuMemcpyDtoDAsync` in chunks with a preemption check between chunks). GPU time comes from
-//! CUDA events around each sub-launch.
+//! (`cuMemcpyDtoDAsync` in chunks with a preemption check between chunks). Up to
+//! `pipeline_depth` sub-launches are in flight on as many streams, so the next one's blocks fill
+//! the SMs the previous one's tail leaves idle; a preemption request stops issuing and waits for
+//! those in flight. GPU time comes from CUDA events: from an origin event recorded at the start
+//! of the call to the end event of the last sub-launch; each sub-launch's own events give the
+//! throughput that sizes the next one (never below one wave of resident blocks).
 
+use std::collections::VecDeque;
 use std::ffi::c_void;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
@@ -86,12 +92,26 @@ impl CudaEngine {
                 buf[at..at + 4].copy_from_slice(&g.to_le_bytes());
             }
         }
-        let stream = self.take_stream()?;
-        let out = self.slices(&mut l, func, sliced, &mut buf, &stream, h);
-        if self.lost().is_none() {
-            self.give_stream(stream);
+        let depth = if sliced {
+            self.cfg.pipeline_depth.max(1)
         } else {
-            std::mem::forget(stream);
+            1
+        };
+        let mut streams = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            match self.take_stream() {
+                Ok(st) => streams.push(st),
+                Err(e) => {
+                    streams.into_iter().for_each(|st| self.give_stream(st));
+                    return Err(e);
+                }
+            }
+        }
+        let out = self.slices(&mut l, func, sliced, &mut buf, &streams, h);
+        if self.lost().is_none() {
+            streams.into_iter().for_each(|st| self.give_stream(st));
+        } else {
+            std::mem::forget(streams);
         }
         let out = out?;
         if let Outcome::Preempted { gpu_time, .. } = out {
@@ -104,107 +124,170 @@ impl CudaEngine {
         Ok(out)
     }
 
-    /// The first sub-launch size for a key never measured: two blocks per SM.
-    fn first_k(&self, key: &RateKey) -> u64 {
+    /// Blocks the device runs at once for this entry and shape (one wave).
+    fn wave(&self, func: Func, l: &LaunchState) -> u64 {
+        let threads = l.block.iter().product::<u32>() as i32;
+        let mut per_sm = 0i32;
+        // SAFETY: live function handle; out-pointer to a local.
+        let r = unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut per_sm,
+                func.f,
+                threads,
+                l.dynamic_shared as usize,
+            )
+        };
+        let per_sm = if r == sys::CUresult::CUDA_SUCCESS {
+            per_sm.max(1) as u64
+        } else {
+            1
+        };
+        per_sm * u64::from(self.sms)
+    }
+
+    /// Size of the first sub-launch: from the throughput measured before for this key, else
+    /// `initial_blocks`, else one wave.
+    fn first_k(&self, key: &RateKey, wave: u64) -> u64 {
         let target = self.cfg.sub_launch_target.as_secs_f64();
+        let floor = self.k_floor(wave);
         match lock(&self.rates).get(key) {
-            Some(&rate) => ((rate * target) as u64).max(1),
+            Some(&rate) => ((rate * target) as u64).max(floor),
             None if self.cfg.initial_blocks > 0 => u64::from(self.cfg.initial_blocks),
-            None => 2 * u64::from(self.sms),
+            None => wave,
         }
     }
 
-    /// Runs sub-launches until done, preempted (context filled by the caller) or faulted.
+    /// The smallest sub-launch: one wave (fewer blocks would leave SMs idle), or less when
+    /// `initial_blocks` asks for less.
+    fn k_floor(&self, wave: u64) -> u64 {
+        match self.cfg.initial_blocks {
+            0 => wave,
+            n => wave.min(u64::from(n)),
+        }
+    }
+
+    /// Issues sub-launches (up to `streams.len()` in flight) until the grid is done or a
+    /// preemption is requested, then drains what is in flight. `l.next_block` counts the blocks
+    /// finished; the caller fills the context of a preempted launch.
     fn slices(
         &self,
         l: &mut LaunchState,
         func: Func,
         sliced: bool,
         buf: &mut [u8],
-        stream: &Stream,
+        streams: &[Stream],
         h: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
         let total = l.total_blocks();
         let key = (l.module, l.entry.clone(), l.block);
         let target = self.cfg.sub_launch_target.as_secs_f64();
-        let mut k = self.first_k(&key);
-        let mut gpu = Duration::ZERO;
+        let wave = if sliced { self.wave(func, l) } else { total };
+        let floor = self.k_floor(wave);
+        let mut k = self.first_k(&key, wave);
         let mut size = buf.len();
+        let mut inflight: VecDeque<(usize, u64)> = VecDeque::new();
+        let mut issued = l.next_block;
+        let mut slot = 0;
+        let mut last: Option<usize> = None;
+        let mut failure: Option<DrvError> = None;
+        streams[0].mark_origin().map_err(|e| self.drv(e))?;
         h.mark_running();
         loop {
-            if l.next_block >= total {
-                return Ok(Outcome::Completed {
-                    gpu_time: gpu.max(Duration::from_nanos(1)),
+            while failure.is_none()
+                && inflight.len() < streams.len()
+                && issued < total
+                && !h.is_requested()
+            {
+                let n = if sliced { k.min(total - issued) } else { total };
+                let grid = if sliced { [n as u32, 1, 1] } else { l.grid };
+                if sliced {
+                    let at = func.slice_off;
+                    buf[at..at + 4].copy_from_slice(&(issued as u32).to_le_bytes());
+                }
+                let mut extra: [*mut c_void; 5] = [
+                    // CU_LAUNCH_PARAM_BUFFER_POINTER ((void*)1 in cuda.h)
+                    sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+                    buf.as_mut_ptr().cast(),
+                    // CU_LAUNCH_PARAM_BUFFER_SIZE ((void*)2)
+                    sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+                    (&mut size as *mut usize).cast(),
+                    std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
+                ];
+                let st = &streams[slot];
+                self.sub_launches.fetch_add(1, Ordering::Relaxed);
+                let r = st.mark_start().and_then(|_| {
+                    // SAFETY: `func` belongs to a module the caller keeps alive; the parameter
+                    // buffer is laid out as the entry declares (offsets from
+                    // cuFuncGetParamInfo) and the driver copies it at launch; the stream is ours.
+                    ck("cuLaunchKernel", unsafe {
+                        sys::cuLaunchKernel(
+                            func.f,
+                            grid[0],
+                            grid[1],
+                            grid[2],
+                            l.block[0],
+                            l.block[1],
+                            l.block[2],
+                            l.dynamic_shared,
+                            st.stream,
+                            std::ptr::null_mut(),
+                            extra.as_mut_ptr(),
+                        )
+                    })
                 });
+                if let Err(e) = r.and_then(|_| st.mark_end()) {
+                    failure = Some(e);
+                    break;
+                }
+                inflight.push_back((slot, n));
+                issued += n;
+                slot = (slot + 1) % streams.len();
             }
-            if h.is_requested() {
-                return Ok(Outcome::Preempted {
-                    context: SavedContext::from_bytes(Vec::new()),
+            let Some((si, n)) = inflight.pop_front() else {
+                break;
+            };
+            match streams[si].wait_end() {
+                Ok(d) => {
+                    l.next_block += n;
+                    last = Some(si);
+                    if sliced {
+                        let rate = n as f64 / d.as_secs_f64().max(1e-6);
+                        k = ((rate * target) as u64).min(4 * n).max(floor);
+                        let mut rates = lock(&self.rates);
+                        let e = rates.entry(key.clone()).or_insert(rate);
+                        *e = 0.5 * *e + 0.5 * rate;
+                    }
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        let gpu = match last {
+            Some(si) => streams[0]
+                .origin_to_end(&streams[si])
+                .map_err(|e| self.drv(e))?,
+            None => Duration::ZERO,
+        };
+        if let Some(e) = failure {
+            if e.is_sticky() {
+                self.poison(&e);
+                return Ok(Outcome::Faulted {
+                    fault: kernel_fault(&l.entry, &e),
                     gpu_time: gpu,
                 });
             }
-            let n = if sliced {
-                k.min(total - l.next_block)
-            } else {
-                total
-            };
-            let grid = if sliced { [n as u32, 1, 1] } else { l.grid };
-            if sliced {
-                let at = func.slice_off;
-                buf[at..at + 4].copy_from_slice(&(l.next_block as u32).to_le_bytes());
-            }
-            let mut extra: [*mut c_void; 5] = [
-                // CU_LAUNCH_PARAM_BUFFER_POINTER ((void*)1 in cuda.h)
-                sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
-                buf.as_mut_ptr().cast(),
-                // CU_LAUNCH_PARAM_BUFFER_SIZE ((void*)2)
-                sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
-                (&mut size as *mut usize).cast(),
-                std::ptr::null_mut(), // CU_LAUNCH_PARAM_END
-            ];
-            stream.mark_start().map_err(|e| self.drv(e))?;
-            self.sub_launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // SAFETY: `func` belongs to a module kept alive by the caller; the parameter buffer
-            // is laid out as the entry declares (offsets from cuFuncGetParamInfo) and outlives
-            // the call (the driver copies it at launch); the stream is ours.
-            let r = ck("cuLaunchKernel", unsafe {
-                sys::cuLaunchKernel(
-                    func.f,
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    l.block[0],
-                    l.block[1],
-                    l.block[2],
-                    l.dynamic_shared,
-                    stream.stream,
-                    std::ptr::null_mut(),
-                    extra.as_mut_ptr(),
-                )
-            });
-            let r = r.and_then(|_| stream.finish());
-            let d = match r {
-                Ok(d) => d,
-                Err(e) if e.is_sticky() => {
-                    self.poison(&e);
-                    return Ok(Outcome::Faulted {
-                        fault: kernel_fault(&l.entry, &e),
-                        gpu_time: gpu,
-                    });
-                }
-                Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
-            };
-            gpu += d;
-            l.next_block += n;
-            if sliced {
-                let rate = n as f64 / d.as_secs_f64().max(1e-6);
-                k = ((rate * target) as u64).clamp(1, 4 * n);
-                let mut rates = lock(&self.rates);
-                let e = rates.entry(key.clone()).or_insert(rate);
-                *e = 0.5 * *e + 0.5 * rate;
-            }
+            return Err(EngineError::BadLaunch(e.to_string()));
         }
+        if l.next_block >= total {
+            return Ok(Outcome::Completed {
+                gpu_time: gpu.max(Duration::from_nanos(1)),
+            });
+        }
+        Ok(Outcome::Preempted {
+            context: SavedContext::from_bytes(Vec::new()),
+            gpu_time: gpu,
+        })
     }
 
     fn run_copy(&self, mut c: CopyState, h: &PreemptHandle) -> Result<Outcome, EngineError> {

@@ -1,5 +1,6 @@
 //! A job stream: a non-blocking CUDA stream (so the hypervisor's synchronous copies on the legacy
-//! stream do not wait for kernels) with a pair of events that time each sub-launch.
+//! stream do not wait for kernels) with a pair of events that time each sub-launch and an origin
+//! event that marks the start of an `execute`/`resume` call (for its GPU time).
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ pub struct Stream {
     pub stream: sys::CUstream,
     start: sys::CUevent,
     end: sys::CUevent,
+    origin: sys::CUevent,
 }
 
 // SAFETY: stream and event handles are usable from any thread with the context current; a
@@ -26,6 +28,7 @@ impl Stream {
             stream: std::ptr::null_mut(),
             start: std::ptr::null_mut(),
             end: std::ptr::null_mut(),
+            origin: std::ptr::null_mut(),
         };
         // SAFETY: out-pointers to fields; each handle is destroyed once in Drop when non-null.
         unsafe {
@@ -38,6 +41,7 @@ impl Stream {
             )?;
             ck("cuEventCreate", sys::cuEventCreate(&mut s.start, 0))?;
             ck("cuEventCreate", sys::cuEventCreate(&mut s.end, 0))?;
+            ck("cuEventCreate", sys::cuEventCreate(&mut s.origin, 0))?;
         }
         Ok(s)
     }
@@ -50,20 +54,47 @@ impl Stream {
         })
     }
 
-    /// Records the end event, waits for it and returns the time between the events.
-    pub fn finish(&self) -> Result<Duration, DrvError> {
-        // SAFETY: live events and stream; out-pointer to a local.
+    /// Records the end event (after the work to time).
+    pub fn mark_end(&self) -> Result<(), DrvError> {
+        // SAFETY: live event and stream.
+        ck("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.end, self.stream)
+        })
+    }
+
+    /// Records the origin event (start of a call).
+    pub fn mark_origin(&self) -> Result<(), DrvError> {
+        // SAFETY: live event and stream.
+        ck("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.origin, self.stream)
+        })
+    }
+
+    /// Waits for the end event; returns the time from the start event to it.
+    pub fn wait_end(&self) -> Result<Duration, DrvError> {
+        // SAFETY: live events; out-pointer to a local.
         unsafe {
-            ck("cuEventRecord", sys::cuEventRecord(self.end, self.stream))?;
             ck("cuEventSynchronize", sys::cuEventSynchronize(self.end))?;
-            let mut ms = 0f32;
-            ck(
-                "cuEventElapsedTime",
-                sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end),
-            )?;
-            Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+            elapsed(self.start, self.end)
         }
     }
+
+    /// Time from this stream's origin event to `other`'s end event (both completed).
+    pub fn origin_to_end(&self, other: &Stream) -> Result<Duration, DrvError> {
+        // SAFETY: live events of one context.
+        unsafe { elapsed(self.origin, other.end) }
+    }
+}
+
+/// # Safety
+/// Both events are live and completed.
+unsafe fn elapsed(a: sys::CUevent, b: sys::CUevent) -> Result<Duration, DrvError> {
+    let mut ms = 0f32;
+    // SAFETY: live events (caller); out-pointer to a local.
+    ck("cuEventElapsedTime", unsafe {
+        sys::cuEventElapsedTime_v2(&mut ms, a, b)
+    })?;
+    Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
 }
 
 impl Drop for Stream {
@@ -75,6 +106,9 @@ impl Drop for Stream {
             }
             if !self.end.is_null() {
                 sys::cuEventDestroy_v2(self.end);
+            }
+            if !self.origin.is_null() {
+                sys::cuEventDestroy_v2(self.origin);
             }
             if !self.stream.is_null() {
                 sys::cuStreamDestroy_v2(self.stream);
