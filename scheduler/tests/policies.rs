@@ -132,6 +132,21 @@ fn timeslice_grants_slices_and_continues_a_turn_across_jobs() {
 }
 
 #[test]
+fn timeslice_a_preempted_turn_is_over_even_if_the_engine_reports_less() {
+    let mut s = sched(
+        "policy=timeslice,slice=2ms,wake_preempt=false",
+        &[(1, 1, 0), (2, 1, 0)],
+    );
+    s.on_submit(A, ms(0)).unwrap();
+    s.on_submit(B, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    // Preempted at the slice end; the engine counted 1.8 ms of the 2 ms (dispatch overheads).
+    s.on_preempted(A, us(1800), ms(2)).unwrap();
+    let d = run(&mut s, ms(2));
+    assert_eq!((d.run, d.slice), (B, Some(ms(2))));
+}
+
+#[test]
 fn timeslice_repays_overshoot_with_a_shorter_slice() {
     let mut s = sched(
         "policy=timeslice,slice=2ms,wake_preempt=false",

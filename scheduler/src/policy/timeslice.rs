@@ -191,6 +191,12 @@ impl Policy for Timeslice {
     }
     fn on_preempted(&mut self, vm: VmId, gpu_time: Duration, _now: Duration) {
         self.charge(vm, gpu_time);
+        // A preempted VM's turn is over even if the engine reports less GPU time than the
+        // turn's budget (the engine does not count the dispatch overheads the wall clock
+        // does): granting "the rest" would only buy a round trip for a sliver of a slice.
+        if self.turn.is_some_and(|t| t.vm == vm) {
+            self.end_turn();
+        }
     }
     fn pick(&mut self, now: Duration) -> Option<Choice> {
         if let Some(t) = self.turn
