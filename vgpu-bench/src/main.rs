@@ -5,14 +5,24 @@
 //! - `preempt`: preempt-to-saved and restore-to-running latency percentiles of a running kernel.
 //! - `overhead`: the suite under native, full-virtualization and para-virtualization
 //!   configurations: per benchmark and phase time, slowdown vs native and MMIO exits.
+//! - `fairness`: N VMs sharing one GPU through `vgpud`: Jain's index, share error vs weights,
+//!   utilization, preemption and switch latency, per-VM throughput.
 
 mod chart;
 mod error;
+mod exp_fairness;
 mod exp_overhead;
 mod exp_preempt;
 mod exp_ptx;
+mod fairness_calib;
+mod fairness_chart;
+mod fairness_guest;
+mod fairness_metrics;
+mod fairness_output;
+mod fairness_procs;
 mod native;
 mod overhead_vm;
+mod progress;
 mod report;
 mod runner;
 
@@ -35,6 +45,8 @@ enum Cmd {
     Preempt(exp_preempt::Args),
     /// Virtualization overhead: the suite under native, full-virt and para-virt configurations.
     Overhead(exp_overhead::Args),
+    /// Fairness: N VMs sharing one GPU through vgpud under a scheduling policy.
+    Fairness(exp_fairness::Args),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +55,7 @@ fn main() -> ExitCode {
         Cmd::Ptx(a) => exp_ptx::run(a),
         Cmd::Preempt(a) => exp_preempt::run(a),
         Cmd::Overhead(a) => exp_overhead::run(a),
+        Cmd::Fairness(a) => exp_fairness::run(a),
     };
     match result {
         Ok(line) => {

@@ -1,0 +1,376 @@
+//! `vgpu-bench fairness`: N VMs share one GPU through `vgpud`. Calibrates the `lcg_spin`
+//! kernel on this host, starts the daemon with the chosen policy, starts N `vgpu-vmm --guest
+//! fairness --gpu host=SOCKET,weight=W,...` processes that keep their channel backlogged for
+//! `--duration`, stops the daemon (it writes its report), and turns the report and the guests'
+//! lines into figures (`fairness_metrics`) and files (`fairness_output`).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::error::BenchError;
+use crate::fairness_calib::{self, Calibration};
+use crate::fairness_guest;
+use crate::fairness_metrics::{self, VmSpec};
+use crate::fairness_output::{self, Run, VmRun};
+use crate::fairness_procs::{self, Proc};
+use crate::progress::Progress;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Output directory (summary.json, fairness.csv, SVG plots, vgpud.json, logs).
+    #[arg(long, default_value = "vgpu-bench-out/fairness")]
+    pub out: PathBuf,
+    /// Number of VMs.
+    #[arg(long, default_value_t = 8)]
+    pub vms: usize,
+    /// Scheduling policy of the daemon: fifo, credit, band, timeslice.
+    #[arg(long, default_value = "timeslice")]
+    pub policy: String,
+    /// More scheduler configuration for the daemon (`key=value,...`, e.g. `slice=1ms`).
+    #[arg(long, default_value = "")]
+    pub sched: String,
+    /// Weights, cycled over the VMs (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub weights: Vec<u32>,
+    /// Kernel lengths in µs, cycled over the VMs (comma separated).
+    #[arg(long = "kernel-us", value_delimiter = ',', default_value = "500,5000")]
+    pub kernel_us: Vec<f64>,
+    /// Seconds each guest keeps its GPU busy (guest time from its first kernel).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// VRAM partition of each VM (a power of two, e.g. 64M).
+    #[arg(long, default_value = "64M")]
+    pub vram_per_vm: String,
+    /// Guest RAM of each VM in MiB (default: vgpu-vmm's).
+    #[arg(long)]
+    pub vm_memory: Option<u32>,
+    /// Kernels each guest keeps in flight.
+    #[arg(long, default_value_t = 2)]
+    pub depth: u32,
+    /// Threads per CTA and CTAs of each kernel.
+    #[arg(long, default_value_t = 32)]
+    pub threads: u32,
+    #[arg(long, default_value_t = 1)]
+    pub blocks: u32,
+    /// Milliseconds after the first GPU use not counted in the figures (start-up ramp).
+    #[arg(long, default_value_t = 300.0)]
+    pub ramp_ms: f64,
+    /// CI mode: 2 VMs for 1 s.
+    #[arg(long)]
+    pub short: bool,
+    /// The vgpu-vmm and vgpud binaries (default: next to this one).
+    #[arg(long)]
+    pub vmm: Option<PathBuf>,
+    #[arg(long)]
+    pub vgpud: Option<PathBuf>,
+}
+
+/// The run as resolved from the arguments.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub vms: usize,
+    pub duration: f64,
+    pub sched: String,
+    pub weights: Vec<u32>,
+    pub kernel_us: Vec<f64>,
+    pub vram_per_vm: u64,
+}
+
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, mult) = match v.as_bytes().last()? {
+        b'K' | b'k' => (&v[..v.len() - 1], 1u64 << 10),
+        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
+        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Plan {
+    pub fn from_args(a: &Args) -> Result<Self, BenchError> {
+        let bad = |m: String| Err(BenchError::Invalid(m));
+        let (vms, duration) = if a.short {
+            (2, 1.0)
+        } else {
+            (a.vms, a.duration)
+        };
+        if vms == 0 || vms > 256 {
+            return bad(format!("--vms {vms}: 1 to 256"));
+        }
+        if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
+            return bad(format!("--duration {duration}: 0 to 3600 s"));
+        }
+        if a.weights.is_empty() || a.weights.contains(&0) {
+            return bad("--weights: positive integers".into());
+        }
+        if a.kernel_us.is_empty() || a.kernel_us.iter().any(|k| !(k.is_finite() && *k > 0.0)) {
+            return bad("--kernel-us: positive lengths".into());
+        }
+        if !(1..=16).contains(&a.depth) || !(1..=1024).contains(&a.threads) || a.blocks == 0 {
+            return bad("--depth 1..=16, --threads 1..=1024, --blocks >= 1".into());
+        }
+        let vram_per_vm = parse_size(&a.vram_per_vm)
+            .filter(|v| v.is_power_of_two() && *v >= 2 << 20)
+            .ok_or_else(|| {
+                BenchError::Invalid(format!(
+                    "--vram-per-vm {}: a power of two >= 2M",
+                    a.vram_per_vm
+                ))
+            })?;
+        let policy = a.policy.trim();
+        if policy.is_empty() || policy.contains([',', '=']) {
+            return bad(format!("--policy {policy:?}: one policy name"));
+        }
+        let extra = a.sched.trim().trim_matches(',');
+        let sched = if extra.is_empty() {
+            format!("policy={policy}")
+        } else {
+            format!("policy={policy},{extra}")
+        };
+        Ok(Plan {
+            vms,
+            duration,
+            sched,
+            weights: (0..vms).map(|k| a.weights[k % a.weights.len()]).collect(),
+            kernel_us: (0..vms)
+                .map(|k| a.kernel_us[k % a.kernel_us.len()])
+                .collect(),
+            vram_per_vm,
+        })
+    }
+
+    /// Seconds a VM may run before vgpu-vmm's own timeout stops it: the duration plus boot
+    /// (the VMs start one after another and share the host's cores) and drain.
+    pub fn vm_timeout(&self) -> f64 {
+        self.duration + 30.0 + 0.5 * self.vms as f64
+    }
+}
+
+/// The guest's command line.
+fn guest_cmdline(a: &Args, plan: &Plan, iters: u32) -> String {
+    format!(
+        "iters={iters} threads={} blocks={} depth={} ms={} report_ms=100",
+        a.threads,
+        a.blocks,
+        a.depth,
+        (plan.duration * 1e3).round() as u64
+    )
+}
+
+/// Waits for the VMs to finish (or the deadline), showing progress.
+fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(plan.vm_timeout() + 5.0);
+    let dur_ms = plan.duration * 1e3;
+    let mut last_scan: Option<Instant> = None;
+    loop {
+        let mut running = 0;
+        for v in vms.iter_mut() {
+            running += usize::from(!v.poll());
+        }
+        if running == 0 || daemon.poll() || Instant::now() >= deadline {
+            break;
+        }
+        if last_scan.is_none_or(|t| t.elapsed() >= Duration::from_millis(500)) {
+            last_scan = Some(Instant::now());
+            let (mut frac, mut done, mut started) = (0.0, 0, 0);
+            for v in vms.iter() {
+                let g = fairness_guest::parse(&std::fs::read_to_string(&v.out).unwrap_or_default());
+                started += usize::from(g.started);
+                done += g.done();
+                frac += if v.status.is_some() || g.end.is_some() {
+                    1.0
+                } else {
+                    g.progress.last().map_or(0.0, |x| x.0 as f64 / dur_ms)
+                };
+            }
+            p.update(
+                frac / vms.len() as f64,
+                &format!(
+                    "{started}/{} guests running kernels, {done} kernels, {:.0} s",
+                    vms.len(),
+                    start.elapsed().as_secs_f64()
+                ),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p.finish();
+}
+
+pub fn run(a: &Args) -> Result<String, BenchError> {
+    let plan = Plan::from_args(a)?;
+    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let vgpud = fairness_procs::sibling(a.vgpud.as_deref(), "vgpud")?;
+    std::fs::create_dir_all(&a.out).map_err(|source| BenchError::Io {
+        path: a.out.display().to_string(),
+        source,
+    })?;
+    let mut p = Progress::new("fairness");
+    p.note("calibrating lcg_spin on the sim engine");
+    let cal: Calibration = fairness_calib::calibrate(a.threads, a.blocks, &plan.kernel_us)?;
+    let iters: Vec<u32> = plan.kernel_us.iter().map(|&us| cal.iters_for(us)).collect();
+    let socket = a.out.join("vgpud.sock");
+    let report_path = a.out.join("vgpud.json");
+    for f in [&socket, &report_path] {
+        let _ = std::fs::remove_file(f);
+    }
+    // A VM asks for its VRAM plus the guard bands on both sides of its partition (2 MiB each
+    // by default): 8 MiB of slack per VM covers them.
+    let vram_total = ((plan.vram_per_vm + (8 << 20)) * plan.vms as u64).next_multiple_of(2 << 20);
+    let dargs = vec![
+        "--socket".into(),
+        socket.display().to_string(),
+        "--sched".into(),
+        plan.sched.clone(),
+        "--report".into(),
+        report_path.display().to_string(),
+        "--vram".into(),
+        format!("{}M", vram_total >> 20),
+    ];
+    let mut daemon = Proc::spawn(&a.out, "vgpud", &vgpud, &dargs)?;
+    fairness_procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
+    p.note(&format!(
+        "vgpud up ({}); starting {} VMs",
+        plan.sched, plan.vms
+    ));
+    let mut vms = Vec::with_capacity(plan.vms);
+    for (k, it) in iters.iter().enumerate() {
+        let mut args = vec![
+            "--guest".into(),
+            "fairness".into(),
+            "--gpu".into(),
+            format!(
+                "host={},weight={},name=vm{k},vram={}M",
+                socket.display(),
+                plan.weights[k],
+                plan.vram_per_vm >> 20
+            ),
+            "--cmdline".into(),
+            guest_cmdline(a, &plan, *it),
+            "--timeout".into(),
+            format!("{}", plan.vm_timeout()),
+        ];
+        if let Some(m) = a.vm_memory {
+            args.extend(["--memory".into(), m.to_string()]);
+        }
+        vms.push(Proc::spawn(&a.out, &format!("vm{k}"), &vmm, &args)?);
+    }
+    watch(&mut vms, &mut daemon, &plan, &mut p);
+    // Guests that have not ended by now will not: stop them, then the daemon.
+    for v in &mut vms {
+        v.stop(libc::SIGTERM, Duration::from_secs(2));
+    }
+    daemon.stop(libc::SIGTERM, Duration::from_secs(10));
+    let text = std::fs::read_to_string(&report_path).map_err(|source| BenchError::Io {
+        path: report_path.display().to_string(),
+        source,
+    })?;
+    let report: vgpud::Report = serde_json::from_str(&text)
+        .map_err(|e| BenchError::Invalid(format!("{}: {e}", report_path.display())))?;
+    if report.vms.is_empty() {
+        return Err(BenchError::Invalid(format!(
+            "no VM registered with vgpud; vm0 ({}): {}",
+            vms[0].status.map_or("running".into(), |s| s.to_string()),
+            vms[0].stderr_head()
+        )));
+    }
+    let specs: Vec<VmSpec> = (0..plan.vms)
+        .map(|k| VmSpec {
+            name: format!("vm{k}"),
+            weight: plan.weights[k],
+        })
+        .collect();
+    let ramp_ns = (a.ramp_ms.max(0.0) * 1e6) as u64;
+    let figures = fairness_metrics::compute(&report, &specs, ramp_ns)?;
+    let vm_runs: Vec<VmRun> = vms
+        .iter()
+        .enumerate()
+        .map(|(k, v)| VmRun {
+            name: v.name.clone(),
+            weight: plan.weights[k],
+            kernel_us: plan.kernel_us[k],
+            iters: iters[k],
+            guest: fairness_guest::parse(&std::fs::read_to_string(&v.out).unwrap_or_default()),
+            exit_code: v.code(),
+            command: v.command.clone(),
+        })
+        .collect();
+    fairness_output::write(
+        &a.out,
+        &Run {
+            policy: a.policy.trim(),
+            plan: &plan,
+            args: a,
+            calibration: &cal,
+            daemon_command: &daemon.command,
+            report: &report,
+            vms: &vm_runs,
+            figures: &figures,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        T::parse_from(std::iter::once("t").chain(extra.iter().copied())).a
+    }
+
+    #[test]
+    fn lists_are_cycled_and_sched_is_built() {
+        let a = args(&[
+            "--vms",
+            "5",
+            "--weights",
+            "1,2",
+            "--kernel-us",
+            "500",
+            "--policy",
+            "credit",
+            "--sched",
+            "credit_period=50ms",
+        ]);
+        let p = Plan::from_args(&a).unwrap();
+        assert_eq!(p.weights, [1, 2, 1, 2, 1]);
+        assert_eq!(p.kernel_us, [500.0; 5]);
+        assert_eq!(p.sched, "policy=credit,credit_period=50ms");
+        assert_eq!(p.vram_per_vm, 64 << 20);
+        assert_eq!(
+            guest_cmdline(&a, &p, 77),
+            "iters=77 threads=32 blocks=1 depth=2 ms=10000 report_ms=100"
+        );
+        let s = Plan::from_args(&args(&["--short", "--vms", "9"])).unwrap();
+        assert_eq!(
+            (s.vms, s.duration, s.sched.as_str()),
+            (2, 1.0, "policy=timeslice")
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        for bad in [
+            &["--vms", "0"][..],
+            &["--weights", "1,0"],
+            &["--kernel-us=-5"],
+            &["--duration", "0"],
+            &["--vram-per-vm", "3M"],
+            &["--policy", "timeslice,slice=1ms"],
+            &["--depth", "17"],
+        ] {
+            assert!(
+                matches!(Plan::from_args(&args(bad)), Err(BenchError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Calibration of `fairness`: how many `lcg_spin` iterations make a kernel of a given length.
+//! The kernel is timed on this host through the `pgpu` sim engine called directly (one worker,
+//! as a VM's virtual GPU has by default), at a few sizes, and a line `t = fixed + per_iter ×
+//! iters` is fitted by least squares.
+
+use std::time::Instant;
+
+use pgpu::sim::{SimConfig, SimEngine};
+use pgpu::{Engine, Outcome, PreemptHandle};
+
+use crate::error::BenchError;
+use crate::runner;
+
+/// One timed size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub iters: u32,
+    /// Fastest of the timed runs, microseconds (the least disturbed by other work on the host).
+    pub us: f64,
+}
+
+/// The fitted model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    pub threads: u32,
+    pub blocks: u32,
+    pub workers: usize,
+    pub points: Vec<Point>,
+    /// Cost of a launch independent of `iters`, microseconds (clamped at 0).
+    pub fixed_us: f64,
+    pub us_per_iter: f64,
+}
+
+impl Calibration {
+    /// Fits `points` (at least two distinct sizes).
+    pub fn fit(
+        threads: u32,
+        blocks: u32,
+        workers: usize,
+        points: Vec<Point>,
+    ) -> Result<Self, BenchError> {
+        let n = points.len() as f64;
+        let mx = points.iter().map(|p| f64::from(p.iters)).sum::<f64>() / n;
+        let my = points.iter().map(|p| p.us).sum::<f64>() / n;
+        let sxx: f64 = points
+            .iter()
+            .map(|p| (f64::from(p.iters) - mx).powi(2))
+            .sum();
+        let sxy: f64 = points
+            .iter()
+            .map(|p| (f64::from(p.iters) - mx) * (p.us - my))
+            .sum();
+        if points.len() < 2 || sxx <= 0.0 || sxy <= 0.0 {
+            return Err(BenchError::Invalid(format!(
+                "calibration: cannot fit µs per iteration to {points:?}"
+            )));
+        }
+        let us_per_iter = sxy / sxx;
+        Ok(Calibration {
+            threads,
+            blocks,
+            workers,
+            fixed_us: (my - us_per_iter * mx).max(0.0),
+            us_per_iter,
+            points,
+        })
+    }
+
+    /// Iterations for a kernel of `us` microseconds (at least 1).
+    pub fn iters_for(&self, us: f64) -> u32 {
+        let i = ((us - self.fixed_us) / self.us_per_iter).round();
+        if i.is_finite() {
+            i.clamp(1.0, f64::from(u32::MAX)) as u32
+        } else {
+            1
+        }
+    }
+
+    /// The model's kernel length at `iters`, microseconds.
+    pub fn us_at(&self, iters: u32) -> f64 {
+        self.fixed_us + self.us_per_iter * f64::from(iters)
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "engine": "sim (in vgpu-bench, no VM)",
+            "threads": self.threads,
+            "blocks": self.blocks,
+            "workers": self.workers,
+            "points": self.points.iter().map(|p| serde_json::json!({"iters": p.iters, "us": p.us})).collect::<Vec<_>>(),
+            "fixed_us": self.fixed_us,
+            "us_per_iter": self.us_per_iter,
+        })
+    }
+}
+
+/// Fastest of `reps` runs of `iters` iterations, microseconds (the first run, which loads the
+/// module's decoded form into caches, is not counted); the result is checked once. The minimum,
+/// not the median: on a shared host every disturbance only adds time.
+fn time(
+    e: &SimEngine,
+    iters: u32,
+    threads: u32,
+    blocks: u32,
+    reps: usize,
+) -> Result<f64, BenchError> {
+    let inst = suite::lcg::instance(iters, blocks, threads, 0x5eed);
+    let p = runner::place(e, &inst)?;
+    let job = runner::job(&p, &inst, 0)?;
+    let h = PreemptHandle::new();
+    let mut us = Vec::with_capacity(reps);
+    for r in 0..=reps {
+        let t = Instant::now();
+        match e.execute(&job, &h)? {
+            Outcome::Completed { .. } => {}
+            other => {
+                return Err(BenchError::Invalid(format!(
+                    "calibration: lcg_spin did not complete: {other:?}"
+                )));
+            }
+        }
+        if r > 0 {
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    runner::check(e, &p, &inst)?;
+    Ok(us.into_iter().fold(f64::INFINITY, f64::min))
+}
+
+/// Times the kernel and fits the model, choosing sizes that span `kernel_us` (the lengths the
+/// run will ask for).
+pub fn calibrate(threads: u32, blocks: u32, kernel_us: &[f64]) -> Result<Calibration, BenchError> {
+    let workers = 1;
+    let e = SimEngine::new(SimConfig {
+        workers,
+        ..SimConfig::default()
+    })?;
+    // A probe for the order of magnitude, then the shortest and longest requested lengths
+    // (at least a factor 4 apart, so that the slope is well defined).
+    const PROBE: u32 = 2000;
+    let probe = time(&e, PROBE, threads, blocks, 5)?;
+    let per = (probe / f64::from(PROBE)).max(1e-6);
+    let lo_us = kernel_us.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi_us = kernel_us
+        .iter()
+        .copied()
+        .fold(0.0, f64::max)
+        .max(lo_us * 4.0);
+    let size = |us: f64| ((us / per).round() as u32).clamp(100, 50_000_000);
+    let mut points = vec![Point {
+        iters: PROBE,
+        us: probe,
+    }];
+    for iters in [size(lo_us), size((lo_us * hi_us).sqrt()), size(hi_us)] {
+        if points.iter().all(|p| p.iters != iters) {
+            points.push(Point {
+                iters,
+                us: time(&e, iters, threads, blocks, 7)?,
+            });
+        }
+    }
+    Calibration::fit(threads, blocks, workers, points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fits_a_line_and_inverts_it() {
+        let pts = vec![
+            Point {
+                iters: 1000,
+                us: 30.0,
+            },
+            Point {
+                iters: 2000,
+                us: 50.0,
+            },
+            Point {
+                iters: 4000,
+                us: 90.0,
+            },
+        ];
+        let c = Calibration::fit(32, 1, 1, pts).unwrap();
+        assert!((c.us_per_iter - 0.02).abs() < 1e-12);
+        assert!((c.fixed_us - 10.0).abs() < 1e-9);
+        assert_eq!(c.iters_for(510.0), 25_000);
+        assert_eq!(c.iters_for(1.0), 1);
+        assert!((c.us_at(25_000) - 510.0).abs() < 1e-9);
+        assert!(Calibration::fit(32, 1, 1, vec![Point { iters: 5, us: 1.0 }]).is_err());
+    }
+
+    #[test]
+    fn calibrates_on_the_sim_engine() {
+        let c = calibrate(32, 1, &[50.0, 200.0]).unwrap();
+        assert!(c.points.len() >= 2);
+        assert!(c.us_per_iter > 0.0);
+        // The model reproduces the timed points to within a factor 2 (timing noise).
+        for p in &c.points {
+            let m = c.us_at(p.iters);
+            assert!(m > p.us / 2.0 && m < p.us * 2.0, "{p:?} {m}");
+        }
+    }
+}

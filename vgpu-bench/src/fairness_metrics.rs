@@ -1,0 +1,344 @@
+//! The figures of a fairness run, from the daemon's report (`vgpud::Report`), with the
+//! definitions of the scheduler simulator (scheduler/src/sim/report.rs): per accounting window,
+//! the weighted Jain's index over the VMs active for the whole window (`x_i = gpu_i / weight_i`)
+//! and the largest `|share − weight share|`; per VM, its share of the GPU time of the VMs active
+//! beside it in the measured windows against the mean weight share there; utilization (GPU busy
+//! / time some VM wanted it); latency percentiles.
+//!
+//! What the daemon cannot tell (when a guest's kernels started) is read off its windows: a VM is
+//! *active* in a window when it used the GPU in an earlier and in a later window. Measured
+//! windows start `ramp` after the first window with any use and exclude the last one.
+
+use vgpud::Report;
+
+use crate::error::BenchError;
+use crate::report::Percentiles;
+
+/// A VM of the experiment: its name in the report and its weight.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub name: String,
+    pub weight: u32,
+}
+
+/// One accounting window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    pub start_ns: u64,
+    /// GPU ns per VM (index = VM of the experiment).
+    pub gpu_ns: Vec<u64>,
+    /// Counted in Jain's index and the shares (after the ramp, not the last).
+    pub measured: bool,
+    /// VMs active for the whole window.
+    pub active: Vec<bool>,
+    /// Weighted Jain's index over the active VMs (measured windows with two or more).
+    pub jain: Option<f64>,
+    /// Largest share error among the active VMs (fraction).
+    pub max_error: Option<f64>,
+}
+
+/// Per-VM figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmFig {
+    /// The daemon's id (`None`: the VM never registered).
+    pub id: Option<u32>,
+    /// GPU ns over the whole run.
+    pub gpu_ns: u64,
+    /// Fraction of the whole run's GPU time.
+    pub share_run: f64,
+    /// Share in the measured windows it was active in (simulator definition).
+    pub share: f64,
+    /// Mean weight share over those windows.
+    pub expected: f64,
+    /// `weight / Σ weights` of all VMs.
+    pub target: f64,
+    /// `|share − expected|` (fraction).
+    pub error: f64,
+    pub measured_windows: u32,
+    pub jobs_completed: u64,
+    pub preempted: u64,
+    pub grants: u64,
+    pub evicted: bool,
+}
+
+/// Everything computed.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    pub window_ns: u64,
+    pub windows: Vec<Window>,
+    pub vms: Vec<VmFig>,
+    pub jain_min: Option<f64>,
+    pub jain_mean: Option<f64>,
+    pub jain_windows: usize,
+    /// Largest per-VM share error (fraction).
+    pub share_error_max: f64,
+    /// Largest per-window share error (fraction).
+    pub window_error_max: f64,
+    pub utilization: f64,
+    pub preempt_us: Percentiles,
+    pub switch_us: Percentiles,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// Weighted Jain's index of `(gpu, weight)` pairs; `None` when empty or all zero.
+pub fn jain(pairs: &[(f64, f64)]) -> Option<f64> {
+    let x: Vec<f64> = pairs.iter().map(|(g, w)| g / w).collect();
+    let (s, s2) = (x.iter().sum::<f64>(), x.iter().map(|v| v * v).sum::<f64>());
+    (!x.is_empty() && s2 > 0.0).then(|| s * s / (x.len() as f64 * s2))
+}
+
+/// Computes the figures of `report` for the experiment's `vms` (matched by name).
+pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures, BenchError> {
+    let wn = report.window_ns;
+    if wn == 0 {
+        return Err(BenchError::Invalid("vgpud report: window_ns is 0".into()));
+    }
+    let n = vms.len();
+    // The report's id of each VM (the last registration of that name).
+    let ids: Vec<Option<&vgpud::report::VmReport>> = vms
+        .iter()
+        .map(|v| report.vms.iter().rev().find(|r| r.name == v.name))
+        .collect();
+    let index = |id: u32| ids.iter().position(|r| r.is_some_and(|r| r.id == id));
+    // Dense windows from the first to the last one with any use.
+    let first = report.windows.iter().map(|w| w.start_ns / wn).min();
+    let last = report.windows.iter().map(|w| w.start_ns / wn).max();
+    let mut windows: Vec<Window> = match (first, last) {
+        (Some(f), Some(l)) => (f..=l)
+            .map(|k| Window {
+                start_ns: k * wn,
+                gpu_ns: vec![0; n],
+                measured: false,
+                active: vec![false; n],
+                jain: None,
+                max_error: None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let base = first.unwrap_or(0);
+    for w in &report.windows {
+        let k = (w.start_ns / wn - base) as usize;
+        for &(id, ns) in &w.per_vm {
+            if let Some(i) = index(id) {
+                windows[k].gpu_ns[i] += ns;
+            }
+        }
+    }
+    let used: Vec<(Option<usize>, Option<usize>)> = (0..n)
+        .map(|i| {
+            let mut it = windows.iter().enumerate().filter(|(_, w)| w.gpu_ns[i] > 0);
+            let f = it.next().map(|(k, _)| k);
+            (f, it.next_back().map(|(k, _)| k).or(f))
+        })
+        .collect();
+    let t0 = windows.first().map_or(0, |w| w.start_ns);
+    let count = windows.len();
+    let (mut vm_gpu, mut vm_total, mut vm_expected, mut vm_windows) =
+        (vec![0u64; n], vec![0u64; n], vec![0.0; n], vec![0u32; n]);
+    for (k, w) in windows.iter_mut().enumerate() {
+        w.measured = w.start_ns >= t0 + ramp_ns && k + 1 < count;
+        for (a, u) in w.active.iter_mut().zip(&used) {
+            *a = matches!(*u, (Some(f), Some(l)) if f < k && k < l);
+        }
+        if !w.measured {
+            continue;
+        }
+        let act: Vec<usize> = (0..n).filter(|&i| w.active[i]).collect();
+        let total: u64 = act.iter().map(|&i| w.gpu_ns[i]).sum();
+        if act.is_empty() || total == 0 {
+            continue;
+        }
+        let wsum: f64 = act.iter().map(|&i| f64::from(vms[i].weight)).sum();
+        let pairs: Vec<(f64, f64)> = act
+            .iter()
+            .map(|&i| (w.gpu_ns[i] as f64, f64::from(vms[i].weight)))
+            .collect();
+        if act.len() >= 2 {
+            w.jain = jain(&pairs);
+        }
+        let mut worst: f64 = 0.0;
+        for &i in &act {
+            let expected = f64::from(vms[i].weight) / wsum;
+            worst = worst.max((ratio(w.gpu_ns[i] as f64, total as f64) - expected).abs());
+            vm_gpu[i] += w.gpu_ns[i];
+            vm_total[i] += total;
+            vm_expected[i] += expected;
+            vm_windows[i] += 1;
+        }
+        w.max_error = Some(worst);
+    }
+    let all_gpu: u64 = ids.iter().flatten().map(|r| r.gpu_ns).sum();
+    let wsum_all: f64 = vms.iter().map(|v| f64::from(v.weight)).sum();
+    let figs: Vec<VmFig> = (0..n)
+        .map(|i| {
+            let r = ids[i];
+            let share = ratio(vm_gpu[i] as f64, vm_total[i] as f64);
+            let expected = ratio(vm_expected[i], f64::from(vm_windows[i]));
+            VmFig {
+                id: r.map(|r| r.id),
+                gpu_ns: r.map_or(0, |r| r.gpu_ns),
+                share_run: ratio(r.map_or(0, |r| r.gpu_ns) as f64, all_gpu as f64),
+                share,
+                expected,
+                target: ratio(f64::from(vms[i].weight), wsum_all),
+                error: if vm_windows[i] == 0 {
+                    0.0
+                } else {
+                    (share - expected).abs()
+                },
+                measured_windows: vm_windows[i],
+                jobs_completed: r.map_or(0, |r| r.completed),
+                preempted: r.map_or(0, |r| r.preempted),
+                grants: r.map_or(0, |r| r.grants),
+                evicted: r.is_some_and(|r| r.evicted),
+            }
+        })
+        .collect();
+    let js: Vec<f64> = windows.iter().filter_map(|w| w.jain).collect();
+    let us = |v: &[u64]| v.iter().map(|&x| x as f64 / 1e3).collect::<Vec<f64>>();
+    Ok(Figures {
+        window_ns: wn,
+        jain_min: js.iter().copied().reduce(f64::min),
+        jain_mean: (!js.is_empty()).then(|| js.iter().sum::<f64>() / js.len() as f64),
+        jain_windows: js.len(),
+        share_error_max: figs.iter().map(|v| v.error).fold(0.0, f64::max),
+        window_error_max: windows
+            .iter()
+            .filter_map(|w| w.max_error)
+            .fold(0.0, f64::max),
+        utilization: ratio(report.busy_ns as f64, report.demand_ns as f64),
+        preempt_us: Percentiles::of(&us(&report.preempt_latency_ns)),
+        switch_us: Percentiles::of(&us(&report.switch_latency_ns)),
+        windows,
+        vms: figs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpud::report::{VmReport, WindowReport};
+
+    const MS: u64 = 1_000_000;
+
+    fn spec(weights: &[u32]) -> Vec<VmSpec> {
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| VmSpec {
+                name: format!("vm{i}"),
+                weight: w,
+            })
+            .collect()
+    }
+
+    /// A report of `per_window[k][i]` ms for VM i (id 10 + i) in window k.
+    fn report(per_window: &[Vec<u64>]) -> Report {
+        let n = per_window[0].len();
+        let mut r = Report {
+            window_ns: 100 * MS,
+            busy_ns: 90,
+            demand_ns: 100,
+            preempt_latency_ns: (1..=100).map(|x| x * 1000).collect(),
+            switch_latency_ns: vec![5000, 7000],
+            ..Report::default()
+        };
+        for i in 0..n {
+            r.vms.push(VmReport {
+                id: 10 + i as u32,
+                name: format!("vm{i}"),
+                gpu_ns: per_window.iter().map(|w| w[i] * MS).sum(),
+                completed: 7,
+                ..VmReport::default()
+            });
+        }
+        for (k, w) in per_window.iter().enumerate() {
+            r.windows.push(WindowReport {
+                start_ns: (k as u64 + 3) * 100 * MS,
+                per_vm: w
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, ms)| **ms > 0)
+                    .map(|(i, ms)| (10 + i as u32, ms * MS))
+                    .collect(),
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn weighted_jain() {
+        assert_eq!(jain(&[(1.0, 1.0), (1.0, 1.0)]), Some(1.0));
+        assert_eq!(jain(&[(1.0, 1.0), (2.0, 2.0), (8.0, 8.0)]), Some(1.0));
+        assert!((jain(&[(1.0, 1.0), (0.0, 1.0)]).unwrap() - 0.5).abs() < 1e-12);
+        assert_eq!(jain(&[]), None);
+        assert_eq!(jain(&[(0.0, 1.0)]), None);
+    }
+
+    #[test]
+    fn equal_shares_and_ramp() {
+        // Window 0 (ramp) is uneven, windows 1..=3 even, window 4 is the last (excluded).
+        let r = report(&[
+            vec![90, 10],
+            vec![50, 50],
+            vec![50, 50],
+            vec![50, 50],
+            vec![60, 40],
+        ]);
+        let f = compute(&r, &spec(&[1, 1]), 100 * MS).unwrap();
+        assert_eq!(f.windows.len(), 5);
+        let measured: Vec<bool> = f.windows.iter().map(|w| w.measured).collect();
+        assert_eq!(measured, [false, true, true, true, false]);
+        assert_eq!(f.jain_windows, 3);
+        assert_eq!(f.jain_min, Some(1.0));
+        assert_eq!(f.share_error_max, 0.0);
+        assert_eq!(f.vms[0].share, 0.5);
+        assert_eq!(f.vms[0].target, 0.5);
+        assert_eq!(f.vms[0].id, Some(10));
+        assert_eq!(f.vms[1].gpu_ns, 200 * MS);
+        assert!((f.utilization - 0.9).abs() < 1e-12);
+        assert_eq!(f.preempt_us.p99, 99.0);
+        assert_eq!(f.switch_us.p50, 5.0);
+    }
+
+    #[test]
+    fn weights_errors_and_inactive_vms() {
+        // VM 2 (weight 2) uses the GPU only from window 2 on: active from window 3.
+        let r = report(&[
+            vec![50, 50, 0],
+            vec![50, 50, 0],
+            vec![30, 30, 40],
+            vec![20, 30, 50],
+            vec![25, 25, 50],
+            vec![25, 25, 50],
+        ]);
+        let f = compute(&r, &spec(&[1, 1, 2]), 0).unwrap();
+        let w1 = &f.windows[1];
+        assert_eq!(w1.active, [true, true, false]);
+        assert_eq!(w1.jain, Some(1.0));
+        let w3 = &f.windows[3];
+        assert_eq!(w3.active, [true, true, true]);
+        // x = 20, 30, 25: (75)^2 / (3 * (400 + 900 + 625)).
+        assert!((w3.jain.unwrap() - 5625.0 / 5775.0).abs() < 1e-12);
+        assert!((w3.max_error.unwrap() - 0.05).abs() < 1e-12);
+        assert!(!f.windows[5].measured);
+        // VM 2 is measured in windows 3 and 4: share 100 / 200, expected 0.5.
+        assert_eq!(f.vms[2].measured_windows, 2);
+        assert!((f.vms[2].share - 0.5).abs() < 1e-12);
+        assert!((f.vms[2].target - 0.5).abs() < 1e-12);
+        assert!((f.window_error_max - 0.05).abs() < 1e-12);
+        // A VM absent from the report has no figures but does not break the rest.
+        let mut s = spec(&[1, 1, 2]);
+        s.push(VmSpec {
+            name: "ghost".into(),
+            weight: 1,
+        });
+        let f = compute(&r, &s, 0).unwrap();
+        assert_eq!((f.vms[3].id, f.vms[3].gpu_ns), (None, 0));
+        assert!(compute(&Report::default(), &s, 0).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! The files of a fairness run: `summary.json` (configuration, calibration, per-VM figures,
+//! Jain's index, share errors, utilization, latencies), `fairness.csv` (GPU ms per VM per
+//! window), `fairness-shares.svg` and `fairness-targets.svg`; and the one-line summary.
+
+use std::path::Path;
+
+use crate::error::BenchError;
+use crate::exp_fairness::{Args, Plan};
+use crate::fairness_calib::Calibration;
+use crate::fairness_guest::GuestRun;
+use crate::fairness_metrics::Figures;
+use crate::{fairness_chart, report};
+
+/// One VM as run.
+pub struct VmRun {
+    pub name: String,
+    pub weight: u32,
+    pub kernel_us: f64,
+    pub iters: u32,
+    pub guest: GuestRun,
+    pub exit_code: Option<i32>,
+    pub command: String,
+}
+
+/// Everything the files are made of.
+pub struct Run<'a> {
+    pub policy: &'a str,
+    pub plan: &'a Plan,
+    pub args: &'a Args,
+    pub calibration: &'a Calibration,
+    pub daemon_command: &'a str,
+    pub report: &'a vgpud::Report,
+    pub vms: &'a [VmRun],
+    pub figures: &'a Figures,
+}
+
+fn opt(v: Option<f64>) -> serde_json::Value {
+    v.map_or(serde_json::Value::Null, serde_json::Value::from)
+}
+
+/// Writes the files; returns the summary line.
+pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
+    let f = r.figures;
+    let mut vms = Vec::new();
+    let mut kernels = 0;
+    for (v, fig) in r.vms.iter().zip(&f.vms) {
+        let g = &v.guest;
+        let secs = g.end.map(|e| e.t_ms as f64 / 1e3);
+        kernels += g.done();
+        vms.push(serde_json::json!({
+            "name": v.name,
+            "vgpud_id": fig.id,
+            "weight": v.weight,
+            "kernel_us": v.kernel_us,
+            "iters": v.iters,
+            "kernel_us_model": r.calibration.us_at(v.iters),
+            "kernel_us_measured": (fig.jobs_completed > 0)
+                .then(|| fig.gpu_ns as f64 / fig.jobs_completed as f64 / 1e3),
+            "gpu_ms": fig.gpu_ns as f64 / 1e6,
+            "share": fig.share,
+            "share_run": fig.share_run,
+            "target_share": fig.target,
+            "expected_share": fig.expected,
+            "share_error": fig.error,
+            "measured_windows": fig.measured_windows,
+            "kernels_completed": g.done(),
+            "kernels_per_s": secs.filter(|s| *s > 0.0).map(|s| g.done() as f64 / s),
+            "guest_ms": g.end.map(|e| e.t_ms),
+            "ok": g.ok(),
+            "fault": g.fault,
+            "exit_code": v.exit_code,
+            "jobs_completed": fig.jobs_completed,
+            "preempted": fig.preempted,
+            "grants": fig.grants,
+            "evicted": fig.evicted,
+            "command": v.command,
+        }));
+    }
+    let all_ok = r.vms.iter().all(|v| v.guest.ok() && v.exit_code == Some(0));
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let summary = serde_json::json!({
+        "experiment": "fairness",
+        "policy": r.policy,
+        "sched": r.plan.sched,
+        "n": r.plan.vms,
+        "weights": r.plan.weights,
+        "kernel_us": r.plan.kernel_us,
+        "config": {
+            "duration_s": r.plan.duration,
+            "depth": r.args.depth,
+            "threads": r.args.threads,
+            "blocks": r.args.blocks,
+            "vram_per_vm": r.plan.vram_per_vm,
+            "ramp_ms": r.args.ramp_ms,
+            "window_ms": f.window_ns as f64 / 1e6,
+            "short": r.args.short,
+            "host_cpus": cpus,
+        },
+        "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use and exclude the last; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more; share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon",
+        "calibration": r.calibration.json(),
+        "commands": {
+            "vgpud": r.daemon_command,
+            "vms": r.vms.iter().map(|v| v.command.clone()).collect::<Vec<_>>(),
+        },
+        "vms": vms,
+        "all_ok": all_ok,
+        "kernels_completed": kernels,
+        "jain": {
+            "min": opt(f.jain_min),
+            "mean": opt(f.jain_mean),
+            "windows": f.jain_windows,
+        },
+        "share_error_max": f.share_error_max,
+        "window_share_error_max": f.window_error_max,
+        "utilization": f.utilization,
+        "busy_ms": r.report.busy_ns as f64 / 1e6,
+        "demand_ms": r.report.demand_ns as f64 / 1e6,
+        "preempt_latency_us": f.preempt_us.json(),
+        "preempt_latency_samples": r.report.preempt_latency_ns.len(),
+        "switch_latency_us": f.switch_us.json(),
+        "switch_latency_samples": r.report.switch_latency_ns.len(),
+        "grants": r.report.grants,
+        "switches": r.report.switches,
+        "preempts": r.report.preempts,
+        "evictions": r.report.evictions,
+        "refused": r.report.refused,
+        "vgpud_vms": r.report.vms.len(),
+    });
+    let names: Vec<String> = r.vms.iter().map(|v| v.name.clone()).collect();
+    let header = format!(
+        "window_start_ms,measured,jain,{}",
+        names
+            .iter()
+            .map(|n| format!("{n}_gpu_ms"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let rows: Vec<String> = f
+        .windows
+        .iter()
+        .map(|w| {
+            let mut row = format!(
+                "{:.0},{},{}",
+                w.start_ns as f64 / 1e6,
+                u8::from(w.measured),
+                w.jain.map_or(String::new(), |j| format!("{j:.5}"))
+            );
+            for g in &w.gpu_ns {
+                row.push_str(&format!(",{:.3}", *g as f64 / 1e6));
+            }
+            row
+        })
+        .collect();
+    report::write(dir, &summary, "fairness.csv", &header, &rows)?;
+    let title = format!(
+        "{}: {} VMs, weights {:?}, kernels {:?} µs",
+        r.plan.sched, r.plan.vms, r.plan.weights, r.plan.kernel_us
+    );
+    fairness_chart::shares_over_time(&dir.join("fairness-shares.svg"), &title, &names, f)?;
+    fairness_chart::share_vs_target(&dir.join("fairness-targets.svg"), &title, &names, f)?;
+    let fmt = |v: Option<f64>| v.map_or("-".into(), |j| format!("{j:.4}"));
+    Ok(format!(
+        "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
+        r.plan.sched,
+        r.plan.vms,
+        r.plan.duration,
+        fmt(f.jain_min),
+        fmt(f.jain_mean),
+        f.jain_windows,
+        100.0 * f.share_error_max,
+        100.0 * f.utilization,
+        f.preempt_us.p50,
+        f.preempt_us.p99,
+        f.preempt_us.max,
+        f.switch_us.p50,
+        f.switch_us.p99,
+        r.report.switches,
+        r.report.evictions,
+        if all_ok { "all ok" } else { "NOT all ok" },
+    ))
+}

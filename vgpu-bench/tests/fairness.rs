@@ -1,0 +1,81 @@
+//! `vgpu-bench fairness --short` end to end: the real `vgpud` and two real `vgpu-vmm` VMs (KVM)
+//! running the `fairness` guest, sharing one GPU under TIMESLICE; asserts on what the run
+//! measured. Needs `vgpu-vmm` and `vgpud` built in the same target directory (as
+//! `cargo test --workspace` or `cargo build -p vmm -p vgpud` leaves them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn bin(name: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_vgpu-bench")).with_file_name(name);
+    assert!(
+        p.is_file(),
+        "{}: missing; build it first (cargo build -p vmm -p vgpud)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn short_fairness_run_shares_the_gpu_between_two_vms() {
+    let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
+    let out = std::env::temp_dir().join(format!("vgpu-bench-fairness-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args(["fairness", "--short", "--kernel-us", "500,2000", "--out"])
+        .arg(&out)
+        .arg("--vmm")
+        .arg(&vmm)
+        .arg("--vgpud")
+        .arg(&vgpud)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("fairness: policy=timeslice 2 VMs"),
+        "{stdout}"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["n"], 2);
+    assert_eq!(s["vgpud_vms"], 2, "{s}");
+    assert_eq!(s["all_ok"], true, "{s}");
+    let vms = s["vms"].as_array().unwrap();
+    assert_eq!(vms.len(), 2);
+    for v in vms {
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["exit_code"], 0, "{v}");
+        assert!(v["kernels_completed"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["jobs_completed"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["gpu_ms"].as_f64().unwrap() > 0.0, "{v}");
+        assert_eq!(v["target_share"], 0.5);
+        // Both VMs got a real part of the GPU (equal weights; the short run is noisy).
+        let share = v["share"].as_f64().unwrap();
+        assert!((0.25..=0.75).contains(&share), "{v}");
+    }
+    // Jain's index over the measured windows: defined, and in range for two equal VMs.
+    let jain = &s["jain"];
+    assert!(jain["windows"].as_u64().unwrap() >= 1, "{s}");
+    let (min, mean) = (
+        jain["min"].as_f64().unwrap(),
+        jain["mean"].as_f64().unwrap(),
+    );
+    assert!(0.5 <= min && min <= mean && mean <= 1.0 + 1e-9, "{jain}");
+    assert!(mean >= 0.8, "{jain}");
+    let util = s["utilization"].as_f64().unwrap();
+    assert!(util > 0.0 && util <= 1.0 + 1e-9, "{s}");
+    assert!(s["grants"].as_u64().unwrap() > 0);
+    assert!(s["calibration"]["us_per_iter"].as_f64().unwrap() > 0.0);
+    // The daemon's report, the CSV (a row per window) and both plots are there.
+    assert!(out.join("vgpud.json").is_file());
+    let csv = std::fs::read_to_string(out.join("fairness.csv")).unwrap();
+    assert!(csv.starts_with("window_start_ms,measured,jain,vm0_gpu_ms,vm1_gpu_ms\n"));
+    assert!(csv.lines().count() >= 3, "{csv}");
+    for svg in ["fairness-shares.svg", "fairness-targets.svg"] {
+        let t = std::fs::read_to_string(out.join(svg)).unwrap();
+        assert!(t.contains("<svg") && t.contains("vm1"), "{svg}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
