@@ -201,14 +201,19 @@ fn check(inst: &suite::Instance, outs: &[Vec<u8>]) -> Result<(), String> {
 }
 
 /// Conformance set-up for the cuda engine: 1 GiB windows (CUDA honours large reservations at
-/// their address) above the vGPU's window, disjoint, kernel faults fatal.
-fn cuda_setup() -> Setup {
+/// their address) above the vGPU's window, kernel faults fatal; `distinct` gives spaces alive
+/// at once disjoint windows (else they share one, time-shared by the engine).
+fn cuda_setup_with(distinct: bool) -> Setup {
     Setup {
         window_base: VGPU_BASE + VGPU_SIZE,
         window_size: 1 << 30,
-        distinct_windows: true,
+        distinct_windows: distinct,
         fatal_kernel_faults: true,
     }
+}
+
+fn cuda_setup() -> Setup {
+    cuda_setup_with(true)
 }
 
 fn window() -> VaWindow {
@@ -295,9 +300,10 @@ fn gpu_conformance() {
         ..CudaConfig::default()
     });
     println!("device: {}", e.device_name());
-    let setup = cuda_setup();
-    assert_eq!(check_engine(&e, setup), Ok(7));
-    println!("MEASURE conformance: 7 of 7 checks passed");
+    for distinct in [false, true] {
+        assert_eq!(check_engine(&e, cuda_setup_with(distinct)), Ok(7));
+        println!("MEASURE conformance (distinct windows: {distinct}): 7 of 7 checks passed");
+    }
     // The vGPU's window comes back exact.
     let s = e.create_space(window()).unwrap();
     e.destroy_space(s).unwrap();
@@ -317,11 +323,18 @@ fn gpu_conformance() {
             PageSize::Size4K
         )))
     ));
-    // Overlapping windows are refused (one VA space per process).
+    // A different window overlapping it is refused (one VA space per process); the same
+    // window is shared (time-multiplexed, see gpu_shared_windows_and_concurrent_jobs).
+    let other = VaWindow {
+        base: VGPU_BASE + (1 << 30),
+        size: 1 << 30,
+    };
     assert!(matches!(
-        e.create_space(window()),
+        e.create_space(other),
         Err(EngineError::BadWindow { .. })
     ));
+    let same = e.create_space(window()).unwrap();
+    e.destroy_space(same).unwrap();
     e.destroy_space(s).unwrap();
     // The JIT log reaches the caller.
     match e.load_module(".version 7.8\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tbogus.u32 %r1;\n}\n") {
@@ -680,4 +693,192 @@ fn gpu_host_regions_child() {
     println!("MEASURE registered region map: {:?}", e.map(s, &m).err());
     e.destroy_space(s).unwrap();
     e.unregister_host_region(rr).unwrap();
+}
+
+/// `out[i] = i + param` for i < n (a kernel whose every parameter is checked).
+const FILL: &str = ".version 7.8
+.target sm_80
+.address_size 64
+.visible .entry fill(.param .u64 out, .param .u32 n, .param .u32 add)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<5>;
+	ld.param.u64 %rd1, [out];
+	ld.param.u32 %r2, [n];
+	ld.param.u32 %r6, [add];
+	mov.u32 %r3, %ctaid.x;
+	mov.u32 %r4, %ntid.x;
+	mov.u32 %r5, %tid.x;
+	mad.lo.s32 %r1, %r3, %r4, %r5;
+	setp.ge.u32 %p1, %r1, %r2;
+	@%p1 bra DONE;
+	add.u32 %r7, %r1, %r6;
+	mul.wide.u32 %rd3, %r1, 4;
+	add.s64 %rd4, %rd1, %rd3;
+	st.global.u32 [%rd4], %r7;
+DONE:
+	ret;
+}
+";
+
+fn fill_job(space: SpaceId, module: ModuleId, out: u64, n: u32, add: u32) -> Job {
+    let mut params = out.to_le_bytes().to_vec();
+    params.extend_from_slice(&n.to_le_bytes());
+    params.extend_from_slice(&add.to_le_bytes());
+    Job::Launch(LaunchJob {
+        space,
+        module,
+        entry: "fill".into(),
+        grid: [n.div_ceil(128), 1, 1],
+        block: [128, 1, 1],
+        dynamic_shared: 0,
+        params,
+    })
+}
+
+fn filled(e: &dyn Engine, space: SpaceId, out: u64, n: u32, add: u32) -> bool {
+    let mut b = vec![0u8; n as usize * 4];
+    e.copy_from_space(space, out, &mut b).unwrap();
+    b.chunks(4)
+        .enumerate()
+        .all(|(i, w)| u32::from_le_bytes(w.try_into().unwrap()) == i as u32 + add)
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_shared_windows_and_concurrent_jobs() {
+    let e = Arc::new(cuda(CudaConfig {
+        vram_size: 512 * MIB,
+        ..CudaConfig::default()
+    }));
+    let pages = 64u64;
+    let n = (pages * PAGE / 4) as u32;
+    let module = e.load_module(FILL).unwrap();
+    // Two spaces on the vGPU's window (time-shared), one on another window.
+    let mut spaces = Vec::new();
+    for (i, base) in [VGPU_BASE, VGPU_BASE, VGPU_BASE + VGPU_SIZE]
+        .into_iter()
+        .enumerate()
+    {
+        let s = e
+            .create_space(VaWindow {
+                base,
+                size: VGPU_SIZE,
+            })
+            .unwrap();
+        e.map(
+            s,
+            &Mapping {
+                va: base,
+                len: pages * PAGE,
+                target: MapTarget::Vram {
+                    pa: i as u64 * pages * PAGE,
+                },
+                perm: Perm::ReadWrite,
+                page_size: PageSize::Size2M,
+            },
+        )
+        .unwrap();
+        spaces.push((s, base));
+    }
+    // Switch cost: alternate host copies between the two spaces of one window.
+    let mut b = [0u8; 4];
+    let t = Instant::now();
+    let switches = 20;
+    for i in 0..switches {
+        let (s, base) = spaces[i % 2];
+        e.copy_from_space(s, base, &mut b).unwrap();
+    }
+    let per = t.elapsed().as_secs_f64() * 1e6 / switches as f64;
+    println!(
+        "MEASURE time-shared window switch with {pages} pages each: {per:.0} us ({:.1} us / 2 MiB)",
+        per / (2 * pages) as f64
+    );
+    // Concurrent jobs from three threads, 30 each, checked every time.
+    let threads: Vec<_> = spaces
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, base))| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let h = PreemptHandle::new();
+                for round in 0..30u32 {
+                    let add = (i as u32) << 24 | round;
+                    let out = e.execute(&fill_job(s, module, base, n, add), &h).unwrap();
+                    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+                    assert!(filled(&*e, s, base, n, add), "space {i} round {round}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!("MEASURE concurrent jobs in 3 spaces (2 sharing a window): 90 jobs, outputs right");
+    for (s, _) in spaces {
+        e.destroy_space(s).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_hostile_context_bytes() {
+    let e = cuda(CudaConfig::default());
+    let s = e.create_space(window()).unwrap();
+    e.map(
+        s,
+        &Mapping {
+            va: VGPU_BASE,
+            len: PAGE,
+            target: MapTarget::Vram { pa: 0 },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        },
+    )
+    .unwrap();
+    let module = e.load_module(FILL).unwrap();
+    let n = 100_000;
+    let h = PreemptHandle::new();
+    h.request();
+    let Outcome::Preempted { context, .. } = e
+        .execute(&fill_job(s, module, VGPU_BASE, n, 7), &h)
+        .unwrap()
+    else {
+        panic!("not preempted")
+    };
+    h.clear();
+    let bytes = context.into_bytes();
+    // Every byte except the parameter payload (pointers: a hostile guest owns those anyway),
+    // flipped; every truncation and an extension.
+    let payload = bytes.len() - 16;
+    let (mut refused, mut ran) = (0, 0);
+    let mut tries: Vec<Vec<u8>> = Vec::new();
+    for i in 0..payload {
+        for x in [0x01u8, 0x80, 0xff] {
+            let mut b = bytes.clone();
+            b[i] ^= x;
+            tries.push(b);
+        }
+    }
+    for cut in 0..bytes.len() {
+        tries.push(bytes[..cut].to_vec());
+    }
+    let mut long = bytes.clone();
+    long.push(0);
+    tries.push(long);
+    for b in tries {
+        match e.resume(SavedContext::from_bytes(b), &h) {
+            Err(_) => refused += 1,
+            Ok(Outcome::Faulted { fault, .. }) => panic!("fault from hostile bytes: {fault}"),
+            Ok(_) => ran += 1,
+        }
+    }
+    assert!(e.lost().is_none());
+    let out = e.resume(SavedContext::from_bytes(bytes), &h).unwrap();
+    assert!(matches!(out, Outcome::Completed { .. }));
+    assert!(filled(&e, s, VGPU_BASE, n, 7));
+    println!(
+        "MEASURE hostile context bytes: {refused} refused, {ran} ran harmlessly, engine intact"
+    );
 }

@@ -2,13 +2,14 @@
 //! `jobs.rs`.
 
 use std::ptr::NonNull;
+use std::sync::PoisonError;
 
 use cudarc::driver::sys;
 
-use super::driver::ck;
+use super::driver::{ck, sync_legacy};
 use super::engine::{CudaEngine, RegionSlot, StateTargets, lock};
 use super::hostmem::HostRegion;
-use super::spaces::Space;
+use super::spaces::{Reservation, Space};
 use super::vmm::{self, CHUNK};
 use crate::engine::*;
 
@@ -23,7 +24,12 @@ impl Drop for SpaceUse<'_> {
         if let Some(s) = lock(&self.engine.state).spaces.get_mut(&self.space) {
             s.running = s.running.saturating_sub(1);
         }
+        self.engine.idle.notify_all();
     }
+}
+
+fn key(w: VaWindow) -> (u64, u64) {
+    (w.base, w.size)
 }
 
 impl CudaEngine {
@@ -34,13 +40,43 @@ impl CudaEngine {
         }
     }
 
-    /// Starts a use of `space`; `check` sees the space (access checks) under the lock.
+    /// Starts a use of `space` (a job or host copy), making it resident first: if another
+    /// space of the same window is resident, waits until nothing uses it, unmaps its pages and
+    /// maps this space's (the cost of time-sharing a window). `check` sees the space under the
+    /// lock (access checks).
     pub(crate) fn begin<T>(
         &self,
         space: SpaceId,
         check: impl FnOnce(&Space) -> T,
     ) -> Result<(SpaceUse<'_>, T), EngineError> {
         let mut st = lock(&self.state);
+        loop {
+            let w = st
+                .spaces
+                .get(&space)
+                .ok_or(EngineError::UnknownSpace(space))?
+                .window;
+            let resident = st.reservations.get(&key(w)).and_then(|r| r.resident);
+            match resident {
+                Some(r) if r == space => break,
+                Some(r) if st.spaces.get(&r).is_some_and(|o| o.running > 0) => {
+                    st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
+                other => {
+                    if let Some(r) = other {
+                        self.evict(&st, r)?;
+                    }
+                    if let Some(res) = st.reservations.get_mut(&key(w)) {
+                        res.resident = None;
+                    }
+                    self.realise_all(&st, space)?;
+                    if let Some(res) = st.reservations.get_mut(&key(w)) {
+                        res.resident = Some(space);
+                    }
+                    break;
+                }
+            }
+        }
         let s = st
             .spaces
             .get_mut(&space)
@@ -91,8 +127,9 @@ impl CudaEngine {
                 });
             }
         }
+        let resident = st.reservations.get(&key(s.window)).and_then(|r| r.resident) == Some(space);
         let mut done: Vec<u64> = Vec::new();
-        for m in ms {
+        for m in ms.iter().filter(|_| resident) {
             for (va, page) in Space::pages_of(m) {
                 if let Err(e) = self.realise(st, va, &page) {
                     for &va in &done {
@@ -222,25 +259,39 @@ impl Engine for CudaEngine {
         if st.spaces.len() >= self.info.limits.max_spaces {
             return Err(EngineError::TooMany("address spaces"));
         }
-        if st
-            .spaces
-            .values()
-            .any(|s| s.window.base < end && window.base < s.window.base + s.window.size)
-        {
-            return bad("overlaps another space (one CUDA context: spaces share one VA space)");
-        }
-        let got = vmm::reserve(window.size, window.base).map_err(|e| self.drv(e))?;
-        if got != window.base {
-            vmm::free(got, window.size);
-            log::error!(
-                "cuda: cuMemAddressReserve({:#x}, {:#x}) returned {got:#x}",
-                window.base,
-                window.size
+        let overlap = st.spaces.values().any(|s| {
+            s.window != window && s.window.base < end && window.base < s.window.base + s.window.size
+        });
+        if overlap {
+            return bad(
+                "overlaps another space's different window (one CUDA context: spaces share one VA space; identical windows are time-shared)",
             );
-            return bad("CUDA did not reserve the window at its base (address taken or refused)");
         }
         st.next_space += 1;
         let id = SpaceId(st.next_space);
+        if let Some(r) = st.reservations.get_mut(&key(window)) {
+            r.users += 1;
+        } else {
+            let got = vmm::reserve(window.size, window.base).map_err(|e| self.drv(e))?;
+            if got != window.base {
+                vmm::free(got, window.size);
+                log::error!(
+                    "cuda: cuMemAddressReserve({:#x}, {:#x}) returned {got:#x}",
+                    window.base,
+                    window.size
+                );
+                return bad(
+                    "CUDA did not reserve the window at its base (address taken or refused)",
+                );
+            }
+            st.reservations.insert(
+                key(window),
+                Reservation {
+                    users: 1,
+                    resident: Some(id),
+                },
+            );
+        }
         st.spaces.insert(id, Space::new(window));
         Ok(id)
     }
@@ -255,18 +306,35 @@ impl Engine for CudaEngine {
         if s.running > 0 {
             return Err(EngineError::SpaceBusy(space));
         }
+        let k = key(s.window);
+        let resident = st.reservations.get(&k).and_then(|r| r.resident) == Some(space);
+        if resident {
+            self.evict(&st, space)?;
+        }
         let Some(s) = st.spaces.remove(&space) else {
             return Err(EngineError::UnknownSpace(space));
         };
-        for (&va, p) in &s.pages {
-            vmm::unmap(va, CHUNK).map_err(|e| self.drv(e))?;
+        for p in s.pages.values() {
             if let MapTarget::Host { region, .. } = p.target
                 && let Some(r) = st.regions.get_mut(&region)
             {
                 r.maps -= 1;
             }
         }
-        vmm::free(s.window.base, s.window.size);
+        let last = match st.reservations.get_mut(&k) {
+            Some(r) => {
+                r.users -= 1;
+                if resident {
+                    r.resident = None;
+                }
+                r.users == 0
+            }
+            None => false,
+        };
+        if last {
+            st.reservations.remove(&k);
+            vmm::free(s.window.base, s.window.size);
+        }
         Ok(())
     }
 
@@ -290,8 +358,11 @@ impl Engine for CudaEngine {
             return Err(EngineError::SpaceBusy(space));
         }
         let pages = s.unmap_pages(va, len)?;
+        let resident = st.reservations.get(&key(s.window)).and_then(|r| r.resident) == Some(space);
         for &p in &pages {
-            vmm::unmap(p, CHUNK).map_err(|e| self.drv(e))?;
+            if resident {
+                vmm::unmap(p, CHUNK).map_err(|e| self.drv(e))?;
+            }
             if let Some(page) = s.pages.remove(&p)
                 && let MapTarget::Host { region, .. } = page.target
                 && let Some(r) = st.regions.get_mut(&region)
@@ -325,6 +396,7 @@ impl Engine for CudaEngine {
             ck("cuMemcpyHtoD", unsafe {
                 sys::cuMemcpyHtoD_v2(va, data.as_ptr().cast(), ok as usize)
             })
+            .and_then(|_| sync_legacy())
             .map_err(|e| self.drv(e))?;
         }
         fault.map_or(Ok(()), |f| Err(EngineError::CopyFault(f)))

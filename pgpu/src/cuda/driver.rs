@@ -152,3 +152,13 @@ impl Ctx {
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
 }
+
+/// Waits for the legacy default stream, where the synchronous `cuMemcpy*`/`cuMemset*` calls run:
+/// a host-to-device copy from pageable memory may return before its DMA lands, and job streams
+/// (non-blocking) do not wait for the legacy stream.
+pub fn sync_legacy() -> Result<(), DrvError> {
+    // SAFETY: the null stream handle names the legacy default stream.
+    ck("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(std::ptr::null_mut())
+    })
+}

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use cudarc::driver::sys;
 
@@ -11,7 +11,7 @@ use super::config::CudaConfig;
 use super::driver::{Ctx, DrvError};
 use super::hostmem::HostRegion;
 use super::modules::Modules;
-use super::spaces::{Space, Targets};
+use super::spaces::{Reservation, Space, Targets};
 use super::stream::Stream;
 use super::vmm::{self, CHUNK, Loc};
 use super::vram::Vram;
@@ -33,6 +33,8 @@ pub(crate) struct RegionSlot {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub spaces: HashMap<SpaceId, Space>,
+    /// Reservations by window (base, size).
+    pub reservations: HashMap<(u64, u64), Reservation>,
     pub regions: HashMap<HostRegionId, RegionSlot>,
     pub next_space: u64,
     pub next_region: u64,
@@ -78,6 +80,8 @@ pub struct CudaEngine {
     pub(crate) sms: u32,
     pub(crate) vram: Vram,
     pub(crate) state: Mutex<State>,
+    /// Signalled when a space's last use ends (a space waiting to become resident retries).
+    pub(crate) idle: Condvar,
     pub(crate) modules: Mutex<Modules>,
     pub(crate) streams: Mutex<Vec<Stream>>,
     /// Measured block throughput (blocks per second) per (module, entry, block shape).
@@ -140,6 +144,7 @@ impl CudaEngine {
             sms,
             vram,
             state: Mutex::new(State::default()),
+            idle: Condvar::new(),
             modules: Mutex::new(Modules::default()),
             streams: Mutex::new(Vec::new()),
             rates: Mutex::new(HashMap::new()),
@@ -204,6 +209,35 @@ impl CudaEngine {
         lock(&self.streams).push(s);
     }
 
+    /// Realises every page of `space` (resident from now on); on error none stays mapped.
+    pub(crate) fn realise_all(&self, st: &State, space: SpaceId) -> Result<(), EngineError> {
+        let s = st
+            .spaces
+            .get(&space)
+            .ok_or(EngineError::UnknownSpace(space))?;
+        let mut done = Vec::new();
+        for (&va, page) in &s.pages {
+            if let Err(e) = self.realise(st, va, page) {
+                for &va in &done {
+                    let _ = vmm::unmap(va, CHUNK);
+                }
+                return Err(e);
+            }
+            done.push(va);
+        }
+        Ok(())
+    }
+
+    /// Unmaps every page of `space` from the process's VA (it stops being resident).
+    pub(crate) fn evict(&self, st: &State, space: SpaceId) -> Result<(), EngineError> {
+        if let Some(s) = st.spaces.get(&space) {
+            for &va in s.pages.keys() {
+                vmm::unmap(va, CHUNK).map_err(|e| self.drv(e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Realises page `va` → `page` in the process's VA (map + access).
     pub(crate) fn realise(
         &self,
@@ -240,11 +274,13 @@ impl Drop for CudaEngine {
             return;
         }
         let st = std::mem::take(&mut *lock(&self.state));
-        for (_, s) in st.spaces {
-            for &va in s.pages.keys() {
-                let _ = vmm::unmap(va, CHUNK);
+        for (&(base, size), r) in &st.reservations {
+            if let Some(s) = r.resident.and_then(|id| st.spaces.get(&id)) {
+                for &va in s.pages.keys() {
+                    let _ = vmm::unmap(va, CHUNK);
+                }
             }
-            vmm::free(s.window.base, s.window.size);
+            vmm::free(base, size);
         }
         drop(st.regions);
         lock(&self.modules).clear();

@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 
 use cudarc::driver::sys;
 
-use super::driver::{DrvError, ck};
+use super::driver::{DrvError, ck, sync_legacy};
 use super::vmm::{self, CHUNK, Handle, Loc};
 
 /// One host region.
@@ -66,6 +66,7 @@ impl HostRegion {
                 sys::cuMemcpyHtoD_v2(base + i * CHUNK, zero.as_ptr().cast(), zero.len())
             })?;
         }
+        sync_legacy()?;
         let ptr = NonNull::new(base as *mut u8).ok_or(DrvError {
             call: "cuMemAddressReserve",
             code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,

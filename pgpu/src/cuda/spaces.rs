@@ -19,13 +19,21 @@ pub struct Page {
     pub perm: Perm,
 }
 
-/// One address space: its window (reserved at `window.base`), pages and users.
+/// One address space: its window, pages and users. Spaces with identical windows share one
+/// reservation, in which one of them at a time is resident (realised in CUDA).
 #[derive(Debug)]
 pub struct Space {
     pub window: VaWindow,
     pub pages: BTreeMap<u64, Page>,
     /// Jobs and host copies using the space now.
     pub running: u32,
+}
+
+/// A VA reservation shared by the spaces of one window, and which of them is mapped in it.
+#[derive(Debug)]
+pub struct Reservation {
+    pub users: u32,
+    pub resident: Option<crate::engine::SpaceId>,
 }
 
 /// The sizes a mapping's target must fit in.

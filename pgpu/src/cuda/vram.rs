@@ -5,7 +5,7 @@
 
 use cudarc::driver::sys;
 
-use super::driver::{DrvError, ck};
+use super::driver::{DrvError, ck, sync_legacy};
 use super::vmm::{self, CHUNK, Handle, Loc};
 
 /// The VRAM chunks and their private mapping.
@@ -55,6 +55,7 @@ impl Vram {
         ck("cuMemcpyHtoD", unsafe {
             sys::cuMemcpyHtoD_v2(self.base + pa, data.as_ptr().cast(), data.len())
         })
+        .and_then(|_| sync_legacy())
     }
 
     /// Fills `len` bytes at `pa` (range checked by the caller).
@@ -65,12 +66,7 @@ impl Vram {
         });
         // cuMemsetD8 is asynchronous with respect to the host for device memory: wait for the
         // legacy default stream it ran on (job streams are non-blocking, so not for kernels).
-        r.and_then(|_| {
-            // SAFETY: the null stream handle names the legacy default stream.
-            ck("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(std::ptr::null_mut())
-            })
-        })
+        r.and_then(|_| sync_legacy())
     }
 }
 
