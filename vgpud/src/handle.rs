@@ -317,6 +317,10 @@ impl Daemon {
                 false,
             );
         }
+        log::debug!(
+            "vgpud: done {seq} from vm {}: {outcome:?}, more {more}",
+            vm.0
+        );
         let last = self.record_job(c, vm, gpu_ns, stamps);
         let Some(run) = self.run.take() else {
             return;

@@ -194,6 +194,35 @@ impl Conn {
     /// Receives one message into `buf`. A message longer than `buf` is an error (and is
     /// consumed); an attached descriptor is returned owned (extra ones are closed).
     pub fn recv(&self, buf: &mut [u8]) -> Result<Received, WireError> {
+        self.recv_flags(buf, 0)
+    }
+
+    /// As `recv`, without blocking even on a blocking socket (`Received::Empty` if nothing).
+    pub fn try_recv(&self, buf: &mut [u8]) -> Result<Received, WireError> {
+        self.recv_flags(buf, libc::MSG_DONTWAIT)
+    }
+
+    /// Waits until a message (or end of file) can be read.
+    pub fn wait_readable(&self) -> Result<(), WireError> {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one live pollfd; no timeout.
+            let n = unsafe { libc::poll(&mut p, 1, -1) };
+            if n >= 0 {
+                return Ok(());
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(WireError::Os { op: "poll", err });
+            }
+        }
+    }
+
+    fn recv_flags(&self, buf: &mut [u8], flags: i32) -> Result<Received, WireError> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -207,7 +236,13 @@ impl Conn {
         hdr.msg_controllen = std::mem::size_of_val(&cbuf);
         let n = loop {
             // SAFETY: `hdr` points at `buf` and the control buffer, both alive and writable.
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+            let n = unsafe {
+                libc::recvmsg(
+                    self.fd.as_raw_fd(),
+                    &mut hdr,
+                    libc::MSG_CMSG_CLOEXEC | flags,
+                )
+            };
             if n >= 0 {
                 break n as usize;
             }
