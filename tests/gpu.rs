@@ -293,3 +293,29 @@ fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
     assert!(!out.contains("FAIRNESS end"), "{out}");
     assert!(stats["gpu"]["counters"]["faults"].as_u64().unwrap() >= 1);
 }
+
+/// The 2 MiB-only GPU (what the cuda backend offers): the driver reads PAGE_SIZES and maps
+/// with big pages; every workload still verifies in both modes, and the host-side guards hold
+/// while the attack guest (which writes 4 KiB PTEs) runs.
+#[test]
+fn workloads_verify_on_a_2m_only_gpu_and_the_guards_hold() {
+    for mode in ["full", "para"] {
+        let (code, out, stats) =
+            run_gpu(&["--guest", "workloads"], &format!("mode={mode},pages=2m"));
+        assert_eq!(code, 0, "{mode}: {out}");
+        assert_eq!(
+            out.lines()
+                .filter(|l| l.starts_with("RESULT ") && l.contains("ok=1"))
+                .count(),
+            13,
+            "{out}"
+        );
+        assert_eq!(stats["gpu"]["guard_intact"], true);
+    }
+    let (_, out, stats) = run_gpu(&["--guest", "attack"], "pages=2m,timeout_ms=300");
+    assert!(
+        out.lines().filter(|l| l.starts_with("ATTACK ")).count() >= 15,
+        "{out}"
+    );
+    assert_eq!(stats["gpu"]["guard_intact"], true, "{out}");
+}

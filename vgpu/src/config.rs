@@ -46,6 +46,9 @@ pub struct GpuConfig {
     /// not guest RAM) filled with a sentinel pattern and checked at exit: a host-side proof that
     /// nothing the guest did reached memory outside its partition.
     pub guard: u64,
+    /// Page sizes of the sim engine (`pages=4k+2m`, default, or `pages=2m`: the 2 MiB-only
+    /// GPU a cuda backend is, so the guest driver's big-page path can be exercised anywhere).
+    pub sim_pages_2m_only: bool,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
 }
@@ -64,6 +67,7 @@ impl Default for GpuConfig {
             lazy_shadowing: true,
             bar_remap: true,
             guard: 2 << 20,
+            sim_pages_2m_only: false,
             host: None,
         }
     }
@@ -73,7 +77,7 @@ impl Default for GpuConfig {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt, host, weight, priority, name)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt, pages, host, weight, priority, name)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -155,6 +159,13 @@ impl GpuConfig {
                         .ok()
                         .filter(|n| (1..=64).contains(n))
                         .ok_or_else(|| bad("1 to 64"))?
+                }
+                "pages" => {
+                    c.sim_pages_2m_only = match value {
+                        "4k+2m" => false,
+                        "2m" => true,
+                        _ => return Err(bad("4k+2m or 2m")),
+                    }
                 }
                 "host" => {
                     if value.is_empty() {

@@ -176,11 +176,14 @@ impl Vgpu {
         // Physical VRAM: guard, the VM's partition, guard.
         let vram_base = cfg.guard;
         let vram_size = cfg.vram + 2 * cfg.guard;
-        let sim = SimConfig {
+        let mut sim = SimConfig {
             vram_size,
             workers: cfg.workers,
             ..SimConfig::default()
         };
+        if cfg.sim_pages_2m_only {
+            sim.page_sizes = vec![pgpu::PageSize::Size2M];
+        }
         // Shared (`host=`): the daemon's VRAM object, of which only our partition is mapped.
         let (link, sim_engine) = match &cfg.host {
             Some(h) => {
