@@ -139,7 +139,7 @@ fn an_attack_vm_beside_workloads_vms_changes_nothing() {
 
 /// Reads the fairness guest's output until its first progress line (it has run kernels); the
 /// rest of its output is drained by a thread.
-fn wait_for_progress(c: &mut Child) {
+fn wait_for_progress(c: &mut Child) -> JoinHandle<String> {
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(c.stdout.take().unwrap()).lines();
     for l in lines.by_ref() {
@@ -147,7 +147,7 @@ fn wait_for_progress(c: &mut Child) {
             break;
         }
     }
-    std::thread::spawn(move || lines.for_each(drop));
+    std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"))
 }
 
 /// The fairness guest, backlogged with short spin kernels for `ms` milliseconds.
@@ -160,18 +160,18 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     let h = host("kill", "policy=timeslice,slice=2ms", 560);
     let survivor = h.vm("fairness", "name=survivor,vram=16M", &spin_cmdline(2500));
     let killed = h.vm("fairness", "name=killed,vram=16M", &spin_cmdline(5000));
-    // One very long kernel (~0.3 s of GPU time alone, several times that shared): while it
+    // One very long kernel (~0.2 s of GPU time alone, several times that shared): while it
     // runs or waits preempted, this VM is queued, so once it is frozen the daemon grants it at
     // some point and then must revoke the grant.
     let stopped = h.vm(
         "fairness",
-        "name=stopped,vram=16M",
-        "iters=5000000 depth=1 ms=5000 report_ms=100",
+        "name=stopped,vram=16M,timeout_ms=20000",
+        "iters=3000000 depth=1 ms=5000 report_ms=100",
     );
     // Once all three run kernels, kill one mid-kernel and freeze another.
     let (mut killed, mut stopped) = (killed, stopped);
     wait_for_progress(&mut killed);
-    wait_for_progress(&mut stopped);
+    let stopped_out = wait_for_progress(&mut stopped);
     killed.kill().unwrap();
     let _ = killed.wait();
     // SAFETY: sending SIGSTOP to our own child process.
@@ -179,9 +179,16 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     let t0 = Instant::now();
     let (cs, os) = finish(survivor);
     let survivor_time = t0.elapsed();
-    // SAFETY: SIGKILL to our own (stopped) child.
-    unsafe { libc::kill(stopped.id() as i32, libc::SIGKILL) };
-    let _ = finish(stopped);
+    // Thawed, the frozen VM finds its GPU gone: its guest sees fault kind 16 and stops.
+    // SAFETY: SIGCONT to our own (stopped) child.
+    unsafe { libc::kill(stopped.id() as i32, libc::SIGCONT) };
+    let (c_stopped, _) = finish(stopped);
+    let stopped_out = stopped_out.join().unwrap();
+    assert_eq!(c_stopped, 3, "{stopped_out}");
+    assert!(
+        stopped_out.contains("FAIRNESS fault") && stopped_out.contains("GPU_LOST"),
+        "{stopped_out}"
+    );
     // The daemon noticed the frozen VM (revoked at its next grant) and, once both processes
     // are gone, took their partitions back: a VM needing more than what was never used (560 -
     // 3 × 20 MiB) registers.
