@@ -622,6 +622,35 @@ fn gpu_host_regions_child() {
     let host = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), 4 * MIB as usize) };
     host[..5].copy_from_slice(b"guest");
     println!("MEASURE alloc_host_region: CPU writes through the pointer work");
+    // What backs the pointer (for using it as guest RAM: KVM pins guest pages with GUP, which
+    // process_vm_readv also uses).
+    let addr = ptr.as_ptr() as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for line in maps.lines() {
+        let mut it = line.split(' ').next().unwrap_or("").split('-');
+        let lo = usize::from_str_radix(it.next().unwrap_or("0"), 16).unwrap_or(0);
+        let hi = usize::from_str_radix(it.next().unwrap_or("0"), 16).unwrap_or(0);
+        if lo <= addr && addr < hi {
+            println!("MEASURE alloc_host_region mapping: {line}");
+        }
+    }
+    let mut probe = [0u8; 5];
+    let local = libc::iovec {
+        iov_base: probe.as_mut_ptr().cast(),
+        iov_len: 5,
+    };
+    let remote = libc::iovec {
+        iov_base: ptr.as_ptr().cast(),
+        iov_len: 5,
+    };
+    // SAFETY: both iovecs describe 5 valid bytes of this process.
+    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    println!(
+        "MEASURE alloc_host_region GUP (process_vm_readv): {} ({:?}), /dev/kvm present: {}",
+        got,
+        (got < 0).then(std::io::Error::last_os_error),
+        std::path::Path::new("/dev/kvm").exists()
+    );
     let s = e.create_space(window()).unwrap();
     e.map(
         s,

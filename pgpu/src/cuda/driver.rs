@@ -72,6 +72,48 @@ pub fn ck(call: &'static str, code: sys::CUresult) -> Result<(), DrvError> {
     }
 }
 
+/// Every driver entry point the engine calls (checked when the engine is created).
+const SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuMemGetAllocationGranularity",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8_v2",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuModuleLoadDataEx",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuFuncGetParamInfo",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuLaunchKernel",
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuStreamDestroy_v2",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventElapsedTime_v2",
+    "cuEventDestroy_v2",
+];
+
 /// The process's CUDA context on one device.
 #[derive(Debug, Clone, Copy)]
 pub struct Ctx {
@@ -93,6 +135,23 @@ impl Ctx {
             return Err(EngineError::Backend(
                 "CUDA driver not found: libcuda.so could not be loaded".into(),
             ));
+        }
+        // cudarc panics on a missing symbol at its first call: check them all up front, so an
+        // old driver is a clear error too.
+        let missing: Vec<&str> = SYMBOLS
+            .iter()
+            .copied()
+            .filter(|name| {
+                // SAFETY: the library is present (checked above); a look-up calls nothing.
+                let sym = unsafe { sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()) };
+                sym.is_err()
+            })
+            .collect();
+        if !missing.is_empty() {
+            return Err(EngineError::Backend(format!(
+                "CUDA driver too old (CUDA 12.8+ driver API needed): missing {}",
+                missing.join(", ")
+            )));
         }
         // SAFETY: plain driver calls with out-pointers to locals.
         unsafe {
