@@ -1,0 +1,385 @@
+//! The VM side of GPU sharing (`--gpu host=SOCKET`): registers with `vgpud`, receives the VRAM
+//! memory object of which this VM maps only its partition, and gates every engine job on a
+//! grant. A reader thread takes the daemon's messages: a grant wakes the GPU worker; a preempt
+//! stops the running job through its `PreemptHandle` (the worker then keeps the saved context
+//! and resumes it at the next grant). Protocol: `vgpud::proto`, docs/architecture.md.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use pgpu::PreemptHandle;
+use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
+use vgpud::wire::{Conn, Received};
+
+/// `host=...,weight=,priority=,name=` of `--gpu`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    pub socket: PathBuf,
+    pub weight: u32,
+    pub priority: u8,
+    pub name: String,
+}
+
+/// Errors of the daemon link.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("connect to vgpud at {path:?}: {err}")]
+    Connect {
+        path: PathBuf,
+        err: vgpud::wire::WireError,
+    },
+    #[error("vgpud refused the VM: {0}")]
+    Refused(String),
+    #[error("vgpud protocol: {0}")]
+    Protocol(String),
+    #[error("the GPU was taken away: {0}")]
+    Lost(String),
+}
+
+/// What registration gave.
+pub struct Welcome {
+    pub vm: u32,
+    pub vram_offset: u64,
+    pub vram_size: u64,
+    pub vram_fd: OwnedFd,
+}
+
+/// A grant being used by the worker.
+#[derive(Debug)]
+pub struct Ticket {
+    seq: u64,
+}
+
+#[derive(Default)]
+struct St {
+    /// A Want is outstanding (sent, no grant yet).
+    wanting: bool,
+    /// A grant received and not yet taken by the worker: (seq, preempted already, a turn).
+    grant: Option<(u64, bool, bool)>,
+    /// The grant the worker runs under, and the handle that stops its job.
+    active: Option<(u64, PreemptHandle)>,
+    /// The active grant is a turn (time-sliced): jobs may follow each other under it.
+    turn: bool,
+    /// Between two jobs of a turn: the worker keeps the active grant for its next job.
+    held: bool,
+    lost: Option<String>,
+    /// The worker reads the socket itself (waiting for a grant); the reader thread keeps off.
+    worker_reading: bool,
+}
+
+struct Inner {
+    conn: Conn,
+    st: Mutex<St>,
+    cv: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, St> {
+        self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn send(&self, st: &mut St, msg: &ToDaemon) {
+        if let Err(e) = self.conn.send(&proto::encode(msg), None) {
+            st.lost.get_or_insert(format!("send to vgpud: {e}"));
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// See the module documentation.
+pub struct HostLink {
+    inner: Arc<Inner>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl HostLink {
+    /// Registers with the daemon; `vram` is the partition size asked for.
+    pub fn connect(
+        cfg: &HostConfig,
+        vram: u64,
+        channels: u32,
+    ) -> Result<(Self, Welcome), HostError> {
+        let conn = Conn::connect(&cfg.socket).map_err(|err| HostError::Connect {
+            path: cfg.socket.clone(),
+            err,
+        })?;
+        let hello = ToDaemon::Hello {
+            version: proto::VERSION,
+            name: cfg.name.clone(),
+            weight: cfg.weight,
+            priority: cfg.priority,
+            vram,
+            channels,
+        };
+        let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
+        conn.send(&proto::encode(&hello), None)
+            .map_err(|e| proto_err(&e))?;
+        let mut buf = [0u8; proto::MAX_MESSAGE];
+        let welcome = match conn.recv(&mut buf).map_err(|e| proto_err(&e))? {
+            Received::Message(n, fd) => match (proto::decode::<ToVm>(&buf[..n]), fd) {
+                (
+                    Ok(ToVm::Welcome {
+                        version,
+                        vm,
+                        vram_offset,
+                        vram_size,
+                    }),
+                    Some(vram_fd),
+                ) if version == proto::VERSION && vram_size == vram => Welcome {
+                    vm,
+                    vram_offset,
+                    vram_size,
+                    vram_fd,
+                },
+                (Ok(ToVm::Error { message, .. }), _) => return Err(HostError::Refused(message)),
+                (other, _) => return Err(proto_err(&format!("unexpected answer {other:?}"))),
+            },
+            _ => return Err(HostError::Refused("connection closed".into())),
+        };
+        let inner = Arc::new(Inner {
+            conn,
+            st: Mutex::new(St::default()),
+            cv: Condvar::new(),
+        });
+        let i = inner.clone();
+        let reader = std::thread::Builder::new()
+            .name("vgpu-host".into())
+            .spawn(move || read_loop(&i))
+            .map_err(|e| proto_err(&e))?;
+        log::info!(
+            "vgpu: registered with vgpud as vm {} ({} MiB of VRAM at {:#x})",
+            welcome.vm,
+            welcome.vram_size >> 20,
+            welcome.vram_offset
+        );
+        Ok((
+            HostLink {
+                inner,
+                reader: Some(reader),
+            },
+            welcome,
+        ))
+    }
+
+    /// Blocks until the daemon grants the GPU (or returns the grant of the current turn, kept
+    /// by `release`). From then until the grant ends, a preempt for it calls
+    /// `handle.request()` (the handle is cleared at a new grant, not within a turn).
+    pub fn acquire(&self, handle: &PreemptHandle) -> Result<Ticket, HostError> {
+        let mut st = self.inner.lock();
+        loop {
+            if let Some(why) = &st.lost {
+                return Err(HostError::Lost(why.clone()));
+            }
+            if st.held
+                && let Some((seq, _)) = &st.active
+            {
+                let seq = *seq;
+                st.held = false;
+                return Ok(Ticket { seq });
+            }
+            if let Some((seq, preempted, turn)) = st.grant.take() {
+                handle.clear();
+                if preempted {
+                    handle.request();
+                }
+                st.active = Some((seq, handle.clone()));
+                st.turn = turn;
+                return Ok(Ticket { seq });
+            }
+            if !st.wanting {
+                st.wanting = true;
+                self.inner.send(&mut st, &ToDaemon::Want {});
+                continue;
+            }
+            st = self
+                .inner
+                .cv
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Reports the end of a job: how it ended, its GPU time and `CLOCK_MONOTONIC` stamps, and
+    /// whether another job is ready (`more`). Within a turn, a completed job with more work
+    /// behind it and no preempt pending keeps the grant (`Progress`; the next `acquire` returns
+    /// at once); otherwise the grant ends (`Done`; with `more` the next `acquire` needs no new
+    /// Want).
+    pub fn release(
+        &self,
+        t: Ticket,
+        outcome: RunOutcome,
+        gpu: Duration,
+        (start_ns, end_ns): (u64, u64),
+        more: bool,
+    ) {
+        let mut st = self.inner.lock();
+        let preempted = st.active.as_ref().is_some_and(|(_, h)| h.is_requested());
+        if outcome == RunOutcome::Completed && more && st.turn && !preempted {
+            st.held = true;
+            let msg = ToDaemon::Progress {
+                seq: t.seq,
+                gpu_ns: gpu.as_nanos() as u64,
+                start_ns,
+                end_ns,
+            };
+            self.inner.send(&mut st, &msg);
+            return;
+        }
+        st.active = None;
+        st.held = false;
+        st.wanting = more;
+        let msg = ToDaemon::Done {
+            seq: t.seq,
+            outcome,
+            gpu_ns: gpu.as_nanos() as u64,
+            start_ns,
+            end_ns,
+            more,
+        };
+        self.inner.send(&mut st, &msg);
+    }
+
+    /// The worker has nothing to run: withdraw a Want (or hand back a grant not yet used).
+    pub fn idle(&self) {
+        let mut st = self.inner.lock();
+        if st.held
+            && let Some((seq, _)) = st.active.take()
+        {
+            st.held = false;
+            st.wanting = false;
+            self.inner.send(&mut st, &empty_done(seq));
+        } else if let Some((seq, _, _)) = st.grant.take() {
+            st.wanting = false;
+            self.inner.send(&mut st, &empty_done(seq));
+        } else if st.wanting {
+            st.wanting = false;
+            self.inner.send(&mut st, &ToDaemon::Idle {});
+        }
+    }
+
+    /// Ends the link from this side (device shutdown): a worker waiting for a grant returns
+    /// `Lost`, a running job is stopped.
+    pub fn close(&self) {
+        let mut st = self.inner.lock();
+        st.lost
+            .get_or_insert_with(|| "the device is shutting down".into());
+        if let Some((_, h)) = &st.active {
+            h.request();
+        }
+        self.inner.cv.notify_all();
+    }
+
+    /// Why the link is gone, if it is.
+    pub fn lost(&self) -> Option<String> {
+        self.inner.lock().lost.clone()
+    }
+}
+
+fn empty_done(seq: u64) -> ToDaemon {
+    ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Completed,
+        gpu_ns: 0,
+        start_ns: 0,
+        end_ns: 0,
+        more: false,
+    }
+}
+
+impl Inner {
+    /// Reads one waiting message, if any, and acts on it (under the state lock: whichever
+    /// thread reads, the state changes the same way).
+    fn receive(&self, st: &mut St) {
+        let mut buf = [0u8; proto::MAX_MESSAGE];
+        let n = match self.conn.try_recv(&mut buf) {
+            Ok(Received::Message(n, _)) => n,
+            Ok(Received::Empty) => return,
+            Ok(Received::Closed) => return self.lose(st, "vgpud closed the connection".into()),
+            Err(e) => return self.lose(st, format!("receive from vgpud: {e}")),
+        };
+        let msg = match proto::decode::<ToVm>(&buf[..n]) {
+            Ok(m) => m,
+            Err(e) => return log::error!("vgpu: bad message from vgpud: {e}"),
+        };
+        match msg {
+            ToVm::Grant { seq, slice_ns } => {
+                if st.wanting && st.grant.is_none() {
+                    st.wanting = false;
+                    st.grant = Some((seq, false, slice_ns > 0));
+                    self.cv.notify_all();
+                } else {
+                    // Crossed with our Idle: nothing to run.
+                    self.send(st, &empty_done(seq));
+                }
+            }
+            ToVm::Preempt { seq } => match (&st.active, &mut st.grant) {
+                (Some((s, h)), _) if *s == seq => {
+                    h.request();
+                }
+                (_, Some((s, p, _))) if *s == seq => *p = true,
+                _ => {} // for a grant that already ended
+            },
+            ToVm::Error { message, fatal } => {
+                log::error!("vgpu: vgpud: {message}");
+                if fatal {
+                    self.lose(st, message);
+                }
+            }
+            ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
+        }
+    }
+
+    /// The link is gone: stop the running job, wake everyone.
+    fn lose(&self, st: &mut St, why: String) {
+        if st.lost.is_none() {
+            log::warn!("vgpu: {why}");
+            st.lost = Some(why);
+        }
+        if let Some((_, h)) = &st.active {
+            h.request();
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The reader thread: takes the daemon's messages while the worker is not reading them itself
+/// (it does while it waits for a grant: no thread hand-off on the grant path). It exists for
+/// the preempts that arrive while a job runs.
+fn read_loop(inner: &Inner) {
+    loop {
+        let mut st = inner.lock();
+        while st.worker_reading && st.lost.is_none() {
+            st = inner.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        if st.lost.is_some() {
+            return;
+        }
+        drop(st);
+        let ready = inner.conn.wait_readable();
+        let mut st = inner.lock();
+        if let Err(e) = ready {
+            return inner.lose(&mut st, format!("poll vgpud: {e}"));
+        }
+        if !st.worker_reading {
+            inner.receive(&mut st);
+        }
+    }
+}
+
+impl Drop for HostLink {
+    fn drop(&mut self) {
+        {
+            let mut st = self.inner.lock();
+            if st.lost.is_none() {
+                self.inner.send(&mut st, &ToDaemon::Bye {});
+            }
+        }
+        self.inner.conn.shutdown();
+        if let Some(t) = self.reader.take() {
+            let _ = t.join();
+        }
+    }
+}
