@@ -3,20 +3,13 @@
 //! nobody's checksums, a VM killed with SIGKILL mid-kernel or one that stops (SIGSTOP) does not
 //! stall the others, and its partition comes back once its process is gone.
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vgpud::{Daemon, DaemonConfig, Report};
+use vgpud::{Background, DaemonConfig, Report};
 
-struct Host {
-    stop: UnixStream,
-    thread: JoinHandle<Report>,
-    socket: PathBuf,
-}
+struct Host(Background);
 
 fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
     let dir = std::env::temp_dir().join(format!("vgpu-shared-{}-{name}", std::process::id()));
@@ -33,14 +26,7 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         report: None,
         report_every: None,
     };
-    let mut d = Daemon::new(cfg).unwrap();
-    let (rx, stop) = UnixStream::pair().unwrap();
-    let thread = std::thread::spawn(move || d.run(rx.as_fd()).unwrap());
-    Host {
-        stop,
-        thread,
-        socket,
-    }
+    Host(Background::start(cfg).unwrap())
 }
 
 impl Host {
@@ -48,7 +34,7 @@ impl Host {
         Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
             .args(["--guest", guest, "--timeout", "120", "--cmdline", cmdline])
             .arg("--gpu")
-            .arg(format!("host={},{gpu}", self.socket.display()))
+            .arg(format!("host={},{gpu}", self.0.socket().display()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -57,8 +43,7 @@ impl Host {
     }
 
     fn stop(self) -> Report {
-        drop(self.stop);
-        self.thread.join().unwrap()
+        self.0.stop().unwrap()
     }
 }
 

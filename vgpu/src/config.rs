@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use vgpud::units::parse_size;
+
 /// How the guest drives the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -86,16 +88,6 @@ pub enum ConfigError {
         value: String,
         why: &'static str,
     },
-}
-
-fn parse_size(v: &str) -> Option<u64> {
-    let (num, mult) = match v.as_bytes().last()? {
-        b'K' | b'k' => (&v[..v.len() - 1], 1u64 << 10),
-        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
-        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 impl GpuConfig {

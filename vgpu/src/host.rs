@@ -106,14 +106,14 @@ impl HostLink {
             path: cfg.socket.clone(),
             err,
         })?;
-        let hello = ToDaemon::Hello {
+        let hello = ToDaemon::Hello(proto::Hello {
             version: proto::VERSION,
             name: cfg.name.clone(),
             weight: cfg.weight,
             priority: cfg.priority,
             vram,
             channels,
-        };
+        });
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)
             .map_err(|e| proto_err(&e))?;

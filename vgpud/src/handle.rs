@@ -9,7 +9,7 @@ use std::time::Duration;
 use scheduler::{Action, VmId, VmParams};
 
 use crate::daemon::Daemon;
-use crate::proto::{self, RunOutcome, ToDaemon, ToVm, monotonic_ns};
+use crate::proto::{self, Hello, RunOutcome, ToDaemon, ToVm, monotonic_ns};
 use crate::report::VmReport;
 use crate::session::{Limits, Registered, validate_hello};
 
@@ -26,18 +26,8 @@ impl Daemon {
             .and_then(|s| s.reg.as_ref())
             .map(|r| r.id);
         match (msg, registered) {
-            (
-                ToDaemon::Hello {
-                    version,
-                    name,
-                    weight,
-                    priority,
-                    vram,
-                    channels,
-                },
-                None,
-            ) => self.hello(c, version, name, weight, priority, vram, channels),
-            (ToDaemon::Hello { .. }, Some(_)) => self.refuse(c, "already registered".into(), false),
+            (ToDaemon::Hello(h), None) => self.hello(c, h),
+            (ToDaemon::Hello(_), Some(_)) => self.refuse(c, "already registered".into(), false),
             (_, None) => self.refuse(c, "the first message must be hello".into(), true),
             (ToDaemon::Want {}, Some(vm)) => self.want(c, vm),
             (ToDaemon::Idle {}, Some(vm)) => self.idle(c, vm),
@@ -72,25 +62,14 @@ impl Daemon {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn hello(
-        &mut self,
-        c: u64,
-        version: u32,
-        name: String,
-        weight: u32,
-        priority: u8,
-        vram: u64,
-        channels: u32,
-    ) {
+    fn hello(&mut self, c: u64, reg: Hello) {
         let limits = Limits {
             vram_free: self.pool.free_bytes(),
             channels_free: self.cfg.channels - self.channels_used,
         };
-        let reg = match validate_hello(version, name, weight, priority, vram, channels, &limits) {
-            Ok(r) => r,
-            Err(why) => return self.refuse(c, why, true),
-        };
+        if let Err(why) = validate_hello(&reg, &limits) {
+            return self.refuse(c, why, true);
+        }
         let offset = match self.pool.alloc(reg.vram) {
             Ok(o) => o,
             Err(e) => return self.refuse(c, e.to_string(), true),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use vgpud::units::parse_size;
 use vgpud::{Daemon, DaemonConfig};
 
 /// Share one physical GPU among vgpu-vmm processes (`vgpu-vmm --gpu host=SOCKET,...`).
@@ -40,16 +41,6 @@ struct Args {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, default_value = "info")]
     log_level: String,
-}
-
-fn parse_size(v: &str) -> Option<u64> {
-    let (num, mult) = match v.as_bytes().last()? {
-        b'K' | b'k' => (&v[..v.len() - 1], 1u64 << 10),
-        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
-        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 fn ms(v: f64) -> Option<Duration> {

@@ -17,19 +17,7 @@ pub const MAX_MESSAGE: usize = 4096;
 pub enum ToDaemon {
     /// The first message: who the VM is and what it needs. Answered by `Welcome` (with the
     /// VRAM memory object attached) or `Error` and a close.
-    Hello {
-        version: u32,
-        /// A label for logs and reports (at most 64 printable characters).
-        name: String,
-        /// Share weight (1 ..= the scheduler's `max_weight`).
-        weight: u32,
-        /// Priority class (higher runs first).
-        priority: u8,
-        /// VRAM partition size in bytes (a multiple of 2 MiB).
-        vram: u64,
-        /// Channels the VM may use (counted against the daemon's channel quota).
-        channels: u32,
-    },
+    Hello(Hello),
     /// The VM has a job ready and wants the GPU. At most one is outstanding: a second before
     /// the grant is ignored.
     Want {},
@@ -62,6 +50,23 @@ pub enum ToDaemon {
     },
     /// The VM is going away; its partition may be reclaimed once its process has exited.
     Bye {},
+}
+
+/// The fields of `ToDaemon::Hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub version: u32,
+    /// A label for logs and reports (at most 64 printable characters).
+    pub name: String,
+    /// Share weight (1 ..= the scheduler's `max_weight`).
+    pub weight: u32,
+    /// Priority class (higher runs first).
+    pub priority: u8,
+    /// VRAM partition size in bytes (a multiple of 2 MiB).
+    pub vram: u64,
+    /// Channels the VM may use (counted against the daemon's channel quota).
+    pub channels: u32,
 }
 
 /// How a granted run ended.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use scheduler::VmId;
 
-use crate::proto::{self, ToVm};
+use crate::proto::{self, Hello, ToVm};
 use crate::report::VmReport;
 use crate::wire::Conn;
 
@@ -15,26 +15,16 @@ pub struct Limits {
     pub channels_free: u32,
 }
 
-/// A `Hello`, validated.
-#[derive(Debug, Clone)]
-pub struct Registration {
-    pub name: String,
-    pub weight: u32,
-    pub priority: u8,
-    pub vram: u64,
-    pub channels: u32,
-}
-
 /// Checks the fields of a `Hello` (weight limits are the scheduler's to check).
-pub fn validate_hello(
-    version: u32,
-    name: String,
-    weight: u32,
-    priority: u8,
-    vram: u64,
-    channels: u32,
-    limits: &Limits,
-) -> Result<Registration, String> {
+pub fn validate_hello(h: &Hello, limits: &Limits) -> Result<(), String> {
+    let Hello {
+        version,
+        name,
+        vram,
+        channels,
+        ..
+    } = h;
+    let (version, vram, channels) = (*version, *vram, *channels);
     if version != proto::VERSION {
         return Err(format!(
             "protocol version {version} is not supported (this daemon speaks {})",
@@ -60,13 +50,7 @@ pub fn validate_hello(
             limits.channels_free
         ));
     }
-    Ok(Registration {
-        name,
-        weight,
-        priority,
-        vram,
-        channels,
-    })
+    Ok(())
 }
 
 /// A connection, registered or not yet.

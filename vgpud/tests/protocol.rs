@@ -3,20 +3,13 @@
 //! the GPU, partition reclaim.
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
+use vgpud::proto::{self, Hello, RunOutcome, ToDaemon, ToVm};
 use vgpud::wire::{Conn, Received};
-use vgpud::{Daemon, DaemonConfig, Report};
+use vgpud::{Background, DaemonConfig, Report};
 
-struct Running {
-    stop: UnixStream,
-    thread: JoinHandle<Report>,
-    socket: PathBuf,
-}
+struct Running(Background);
 
 fn start(name: &str, sched: &str, revoke_ms: u64) -> Running {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -34,20 +27,12 @@ fn start(name: &str, sched: &str, revoke_ms: u64) -> Running {
         report: None,
         report_every: None,
     };
-    let mut d = Daemon::new(cfg).unwrap();
-    let (rx, stop) = UnixStream::pair().unwrap();
-    let thread = std::thread::spawn(move || d.run(rx.as_fd()).unwrap());
-    Running {
-        stop,
-        thread,
-        socket,
-    }
+    Running(Background::start(cfg).unwrap())
 }
 
 impl Running {
     fn stop(self) -> Report {
-        drop(self.stop);
-        self.thread.join().unwrap()
+        self.0.stop().unwrap()
     }
 }
 
@@ -58,7 +43,7 @@ struct Vm {
 impl Vm {
     fn connect(r: &Running) -> Vm {
         Vm {
-            conn: Conn::connect(&r.socket).unwrap(),
+            conn: Conn::connect(r.0.socket()).unwrap(),
         }
     }
 
@@ -91,14 +76,14 @@ impl Vm {
 
     fn hello(r: &Running, name: &str, weight: u32, vram_mib: u64) -> (Vm, u64) {
         let vm = Vm::connect(r);
-        vm.send(&ToDaemon::Hello {
+        vm.send(&ToDaemon::Hello(Hello {
             version: proto::VERSION,
             name: name.into(),
             weight,
             priority: 0,
             vram: vram_mib << 20,
             channels: 4,
-        });
+        }));
         match vm.recv() {
             Some((
                 ToVm::Welcome {
@@ -268,14 +253,14 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         (proto::VERSION, "v", 2 << 20, 1000),
     ] {
         let y = Vm::connect(&d);
-        y.send(&ToDaemon::Hello {
+        y.send(&ToDaemon::Hello(Hello {
             version,
             name: name.into(),
             weight: 1,
             priority: 0,
             vram,
             channels: ch,
-        });
+        }));
         assert!(
             matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
             "{version} {name:?} {vram} {ch}"
@@ -293,14 +278,14 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         a.recv(),
         Some((ToVm::Error { fatal: false, .. }, _))
     ));
-    a.send(&ToDaemon::Hello {
+    a.send(&ToDaemon::Hello(Hello {
         version: proto::VERSION,
         name: "again".into(),
         weight: 1,
         priority: 0,
         vram: 2 << 20,
         channels: 1,
-    });
+    }));
     assert!(matches!(
         a.recv(),
         Some((ToVm::Error { fatal: false, .. }, _))
