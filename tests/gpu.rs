@@ -319,3 +319,73 @@ fn workloads_verify_on_a_2m_only_gpu_and_the_guards_hold() {
     );
     assert_eq!(stats["gpu"]["guard_intact"], true, "{out}");
 }
+
+/// `backend=cuda` where there is no NVIDIA driver (CI): a clear set-up error, no panic.
+#[test]
+fn cuda_backend_without_a_driver_is_a_clear_error() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: the ignored cuda tests below are the ones to run
+    }
+    let (code, out, _) = run_gpu(&["--guest", "workloads"], "backend=cuda");
+    assert_eq!(code, 1, "{out}");
+}
+
+/// The vgpu-vmm binary: `VGPU_VMM` (a copy carried to the GPU machine) or the one Cargo built.
+fn vmm_binary() -> String {
+    std::env::var("VGPU_VMM").unwrap_or_else(|_| env!("CARGO_BIN_EXE_vgpu-vmm").to_string())
+}
+
+/// On an NVIDIA GPU (`cargo test --release -p vmm --test gpu -- --ignored cuda`): every
+/// workload verifies in the guest, full and para, on the cuda backend.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_workloads_verify_in_both_modes() {
+    for mode in ["full", "para"] {
+        let out = Command::new(vmm_binary())
+            .args(["--guest", "workloads", "--timeout", "300", "--gpu"])
+            .arg(format!("backend=cuda,mode={mode}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run vgpu-vmm");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {text}");
+        let ok = text
+            .lines()
+            .filter(|l| l.starts_with("RESULT ") && l.contains("ok=1"));
+        assert_eq!(ok.count(), 13, "{mode}: {text}");
+    }
+}
+
+/// On an NVIDIA GPU: an illegal-address kernel ends that VM's GPU with a fault status in the
+/// guest (KERNEL_FAULT, then GPU_LOST), while another cuda VM runs every workload right.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_kernel_fault_stays_in_its_vm() {
+    let spawn = |guest: &str, cmdline: &str| {
+        Command::new(vmm_binary())
+            .args(["--guest", guest, "--timeout", "300", "--cmdline", cmdline])
+            .args(["--gpu", "backend=cuda"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run vgpu-vmm")
+    };
+    let bad = spawn("attack", "only=kernel_unmapped_pointer");
+    let good = spawn("workloads", "");
+    let bad = bad.wait_with_output().unwrap();
+    let good = good.wait_with_output().unwrap();
+    let bad_text = String::from_utf8_lossy(&bad.stdout).into_owned();
+    let good_text = String::from_utf8_lossy(&good.stdout).into_owned();
+    assert!(bad_text.contains("fault=KERNEL_FAULT"), "{bad_text}");
+    assert_eq!(good.status.code(), Some(0), "{good_text}");
+    assert_eq!(
+        good_text
+            .lines()
+            .filter(|l| l.starts_with("RESULT ") && l.contains("ok=1"))
+            .count(),
+        13,
+        "{good_text}"
+    );
+}

@@ -19,6 +19,9 @@ pub enum Mode {
 pub enum Backend {
     /// The built-in software GPU.
     Sim,
+    /// An NVIDIA GPU through the CUDA driver API (`pgpu::cuda`): 2 MiB pages, no BAR remap,
+    /// guest RAM allocated by the engine (the VMM asks `Vgpu::cuda_engine` first).
+    Cuda,
 }
 
 /// Configuration of one virtual GPU.
@@ -113,7 +116,8 @@ impl GpuConfig {
                 "backend" => {
                     c.backend = match value {
                         "sim" => Backend::Sim,
-                        _ => return Err(bad("supported: sim")),
+                        "cuda" => Backend::Cuda,
+                        _ => return Err(bad("supported: sim, cuda")),
                     }
                 }
                 "vram" => {

@@ -166,9 +166,42 @@ impl Vgpu {
     }
 
     /// As [`Vgpu::new`], with a mapper that lets the device map its VRAM aperture straight
-    /// into the guest (BAR remap, when `cfg.bar_remap`).
+    /// into the guest (BAR remap, when `cfg.bar_remap`). Sim backend (the engine is made here).
     pub fn with_mapper(
         cfg: GpuConfig,
+        ram: vm_memory::GuestMemoryMmap,
+        irq: Arc<dyn IrqSink>,
+        mapper: Option<Arc<dyn remap::ApertureMapper>>,
+    ) -> Result<Self, VgpuError> {
+        Self::build(cfg, None, ram, irq, mapper)
+    }
+
+    /// The engine of a `backend=cuda` GPU, made before guest RAM: the VMM backs guest RAM with
+    /// `alloc_host_region` of this engine (CUDA cannot map other host memory at a chosen GPU VA)
+    /// and passes it, with the region ids, to [`Vgpu::with_engine`].
+    pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn Engine>, VgpuError> {
+        let cuda = pgpu::cuda::CudaConfig {
+            vram_size: cfg.vram + 2 * cfg.guard,
+            ..pgpu::cuda::CudaConfig::default()
+        };
+        Ok(Arc::new(pgpu::cuda::CudaEngine::new(cuda)?))
+    }
+
+    /// A virtual GPU on an engine made by the caller (`cuda_engine`); `ram_regions` are the
+    /// engine's host regions backing `ram`, region by region.
+    pub fn with_engine(
+        cfg: GpuConfig,
+        engine: Arc<dyn Engine>,
+        ram: vm_memory::GuestMemoryMmap,
+        ram_regions: Vec<pgpu::HostRegionId>,
+        irq: Arc<dyn IrqSink>,
+    ) -> Result<Self, VgpuError> {
+        Self::build(cfg, Some((engine, ram_regions)), ram, irq, None)
+    }
+
+    fn build(
+        mut cfg: GpuConfig,
+        given: Option<(Arc<dyn Engine>, Vec<pgpu::HostRegionId>)>,
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
@@ -184,36 +217,51 @@ impl Vgpu {
         if cfg.sim_pages_2m_only {
             sim.page_sizes = vec![pgpu::PageSize::Size2M];
         }
-        // Shared (`host=`): the daemon's VRAM object, of which only our partition is mapped.
-        let (link, sim_engine) = match &cfg.host {
+        // Shared (`host=`): register with the daemon (scheduling, VRAM and channel quota). The
+        // sim engine maps only our partition of the daemon's VRAM object; a cuda engine has
+        // VRAM of its own (the driver keeps processes apart).
+        let (link, welcome) = match &cfg.host {
             Some(h) => {
                 let (link, w) = host::HostLink::connect(h, vram_size, cfg.channels)?;
-                let region = pgpu::sim::vram::VramRegion::from_fd(
-                    std::os::fd::AsFd::as_fd(&w.vram_fd),
-                    w.vram_offset,
-                    vram_size,
-                )
-                .map_err(|e| VgpuError::Vram(e.to_string()))?;
-                (
-                    Some(Arc::new(link)),
-                    Arc::new(SimEngine::with_vram(sim, region)?),
-                )
+                (Some(Arc::new(link)), Some(w))
             }
-            None => (None, Arc::new(SimEngine::new(sim)?)),
+            None => (None, None),
         };
-        let remap = match mapper.filter(|_| cfg.bar_remap) {
-            Some(m) => {
+        let (engine, ram_regions, sim_engine): (Arc<dyn Engine>, _, _) = match given {
+            Some((e, regions)) => {
+                // No CPU pointer to a cuda engine's VRAM: the aperture keeps trapping.
+                cfg.bar_remap = false;
+                (e, Some(regions), None)
+            }
+            None => {
+                let e = match &welcome {
+                    Some(w) => {
+                        let region = pgpu::sim::vram::VramRegion::from_fd(
+                            std::os::fd::AsFd::as_fd(&w.vram_fd),
+                            w.vram_offset,
+                            vram_size,
+                        )
+                        .map_err(|e| VgpuError::Vram(e.to_string()))?;
+                        Arc::new(SimEngine::with_vram(sim, region)?)
+                    }
+                    None => Arc::new(SimEngine::new(sim)?),
+                };
+                (e.clone() as Arc<dyn Engine>, None, Some(e))
+            }
+        };
+        let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
+            (Some(m), Some(sim_engine)) => {
                 let host = sim_engine
                     .vram()
                     .host_ptr(vram_base, cfg.vram)
                     .map_err(|e| VgpuError::Shadow(format!("VRAM host mapping: {e}")))?;
                 Some(Arc::new(Mutex::new(remap::Remap::new(m, host, cfg.vram))))
             }
-            None => None,
+            _ => None,
         };
-        let engine: Arc<dyn Engine> = sim_engine;
         let guards = Guards::new(engine.clone(), (vram_base, cfg.vram), cfg.guard)?;
-        let shadows = shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone())?;
+        let shadows =
+            shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone(), ram_regions)?;
         let layout = shadows.layout().clone();
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let mut dev = device::VgpuDevice::new(

@@ -95,24 +95,31 @@ fn guest_fault(f: GuestFault) -> Fault {
 }
 
 impl Shadows {
-    /// Registers the VM's RAM with the engine and sets up the layout and partition.
+    /// Registers the VM's RAM with the engine (or takes `ram_regions`, the engine's own host
+    /// regions that back it, region by region) and sets up the layout and partition.
     pub fn new(
         engine: Arc<dyn Engine>,
         cfg: &GpuConfig,
         vram_base: u64,
         ram: GuestMemoryMmap,
+        ram_regions: Option<Vec<pgpu::HostRegionId>>,
     ) -> Result<Self, VgpuError> {
         let shadow_err = |e: shadow::ShadowError| VgpuError::Shadow(e.to_string());
         let mut entries = Vec::new();
         let mut regions = Vec::new();
-        for r in ram.iter() {
+        for (i, r) in ram.iter().enumerate() {
             let host = r
                 .get_host_address(MemoryRegionAddress(0))
                 .map_err(|e| VgpuError::Shadow(format!("guest RAM region: {e}")))?;
-            // SAFETY: `host` is the start of a live mapping of `r.len()` bytes of guest RAM that
-            // `ram` (kept in `VmMem` for the life of these shadows, and so of the engine's use
-            // of the region) owns.
-            let region = unsafe { engine.register_host_region(host, r.len() as usize)? };
+            let region = match &ram_regions {
+                Some(ids) => *ids
+                    .get(i)
+                    .ok_or_else(|| VgpuError::Shadow("a RAM region has no engine region".into()))?,
+                // SAFETY: `host` is the start of a live mapping of `r.len()` bytes of guest RAM
+                // that `ram` (kept in `VmMem` for the life of these shadows, and so of the
+                // engine's use of the region) owns.
+                None => unsafe { engine.register_host_region(host, r.len() as usize)? },
+            };
             entries.push(SysmemEntry {
                 gpa: r.start_addr().0,
                 len: r.len(),

@@ -623,7 +623,12 @@ impl Worker {
         let is_launch = matches!(job, Job::Launch(_));
         let outcome = outcome.map_err(|e| {
             log::warn!("vgpu: engine refused the job: {e}");
-            Fault::new(FaultKind::BadLaunch, 0, 0)
+            match e {
+                // The physical GPU itself failed (a cuda context lost after a kernel fault):
+                // nothing this VM submits can run any more.
+                pgpu::EngineError::Backend(_) => Fault::new(FaultKind::GpuLost, 0, 0),
+                _ => Fault::new(FaultKind::BadLaunch, 0, 0),
+            }
         })?;
         self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
         match outcome {

@@ -14,6 +14,8 @@ pub enum MemoryError {
     Size { got: u64, max: u64 },
     #[error("allocate guest memory: {0}")]
     Alloc(vm_memory::mmap::FromRangesError),
+    #[error("guest RAM from the GPU engine: {0}")]
+    External(String),
     #[error("register memory slot {slot}: {err}")]
     Slot { slot: u32, err: kvm_ioctls::Error },
 }
@@ -21,8 +23,18 @@ pub enum MemoryError {
 /// Largest supported `--memory`, in MiB.
 pub const MAX_MEMORY_MIB: u64 = 1 << 20;
 
-/// Allocates `mib` MiB of guest RAM and registers it with the VM.
-pub fn create(vm: &VmFd, mib: u64) -> Result<GuestMemoryMmap, MemoryError> {
+/// Host memory for guest RAM that something else owns (a GPU engine that must map guest RAM
+/// into GPU address spaces): `alloc(len)` returns a host mapping of `len` bytes, readable and
+/// writable, that lives as long as the allocator's owner.
+pub type RamAllocator<'a> = &'a dyn Fn(usize) -> Result<std::ptr::NonNull<u8>, String>;
+
+/// Allocates `mib` MiB of guest RAM (anonymous memory, or from `alloc`) and registers it with
+/// the VM.
+pub fn create(
+    vm: &VmFd,
+    mib: u64,
+    alloc: Option<RamAllocator<'_>>,
+) -> Result<GuestMemoryMmap, MemoryError> {
     if !(2..=MAX_MEMORY_MIB).contains(&mib) {
         return Err(MemoryError::Size {
             got: mib,
@@ -33,7 +45,10 @@ pub fn create(vm: &VmFd, mib: u64) -> Result<GuestMemoryMmap, MemoryError> {
         .into_iter()
         .map(|(base, len)| (GuestAddress(base), len as usize))
         .collect();
-    let mem = GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(MemoryError::Alloc)?;
+    let mem = match alloc {
+        None => GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(MemoryError::Alloc)?,
+        Some(alloc) => external(&ranges, alloc)?,
+    };
     for (slot, region) in mem.iter().enumerate() {
         let slot = slot as u32;
         let host = region
@@ -55,6 +70,34 @@ pub fn create(vm: &VmFd, mib: u64) -> Result<GuestMemoryMmap, MemoryError> {
             .map_err(|err| MemoryError::Slot { slot, err })?;
     }
     Ok(mem)
+}
+
+/// Guest RAM in host memory from `alloc` (not unmapped by vm-memory: its owner frees it).
+fn external(
+    ranges: &[(GuestAddress, usize)],
+    alloc: RamAllocator<'_>,
+) -> Result<GuestMemoryMmap, MemoryError> {
+    use vm_memory::mmap::{GuestRegionMmap, MmapRegion};
+    let mut regions = Vec::new();
+    for (gpa, len) in ranges {
+        let ptr = alloc(*len).map_err(MemoryError::External)?;
+        // SAFETY: `ptr` is a readable and writable mapping of `len` bytes that its allocator
+        // keeps alive as long as the VM (the engine outlives guest memory in `VmMem`); a raw
+        // region is never unmapped by vm-memory.
+        let region = unsafe {
+            MmapRegion::build_raw(
+                ptr.as_ptr(),
+                *len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+            )
+        }
+        .map_err(|e| MemoryError::External(e.to_string()))?;
+        let region = GuestRegionMmap::new(region, *gpa)
+            .ok_or_else(|| MemoryError::External("guest RAM region overflows".into()))?;
+        regions.push(region);
+    }
+    GuestMemoryMmap::from_regions(regions).map_err(|e| MemoryError::External(e.to_string()))
 }
 
 /// RAM below and above the hole, in bytes.

@@ -116,7 +116,28 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     };
     vm.create_pit2(pit).map_err(kvm("create PIT"))?;
 
-    let mem = memory::create(&vm, cfg.memory_mib)?;
+    // `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it
+    // allocated at a chosen GPU VA). Declared before `mem`, so it is dropped after it.
+    let cuda_engine = match &cfg.gpu {
+        Some(g) if g.backend == vgpu::config::Backend::Cuda => Some(vgpu::Vgpu::cuda_engine(g)?),
+        _ => None,
+    };
+    let ram_ids = std::cell::RefCell::new(Vec::new());
+    let alloc = |len: usize| {
+        let engine = cuda_engine.as_ref().ok_or("no engine")?;
+        let (id, ptr) = engine
+            .alloc_host_region(len as u64)
+            .map_err(|e| e.to_string())?;
+        ram_ids.borrow_mut().push(id);
+        Ok(ptr)
+    };
+    let mem = memory::create(
+        &vm,
+        cfg.memory_mib,
+        cuda_engine
+            .as_ref()
+            .map(|_| &alloc as memory::RamAllocator<'_>),
+    )?;
     log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
     let linux_boot = if cfg.linux || crate::linux::is_bzimage(&bytes) {
         let cmdline = match cfg.cmdline.as_str() {
@@ -179,8 +200,19 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     if cfg.testdev {
         root.add_device("testdev", Arc::new(Mutex::new(TestDev::new()?)))?;
     }
-    let gpu = match &cfg.gpu {
-        Some(g) => {
+    let gpu = match (&cfg.gpu, &cuda_engine) {
+        (Some(g), Some(engine)) => {
+            let gpu = vgpu::Vgpu::with_engine(
+                g.clone(),
+                engine.clone(),
+                mem.clone(),
+                ram_ids.take(),
+                Arc::new(GpuIrq(vm.clone())),
+            )?;
+            root.add_device("vgpu", gpu.device())?;
+            Some(gpu)
+        }
+        (Some(g), None) => {
             let slots = kvm_fd.get_nr_memslots();
             let mapper: Arc<dyn vgpu::remap::ApertureMapper> =
                 Arc::new(SlotMapper::new(vm.clone(), slots));
@@ -193,7 +225,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
             root.add_device("vgpu", gpu.device())?;
             Some(gpu)
         }
-        None => None,
+        (None, _) => None,
     };
     pio.insert(
         "pci-config",

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU-machine checks of the cuda backend and the fairness figures, with binaries built
+# elsewhere (the GPU machine has no Rust toolchain). Usage, from the repository root there:
+#   scripts/gpu-machine.sh BIN_DIR OUT_DIR [fairness-seconds]
+# BIN_DIR holds vgpu-vmm, vgpud, vgpu-bench and gpu-tests (the binary of `cargo test --release
+# -p vmm --test gpu --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
+set -u
+B=$(realpath "$1"); OUT=$(realpath -m "$2"); SECS=${3:-5}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+nvidia-smi -L || true
+echo "== cuda: workloads in both modes, a kernel fault beside a good VM (ignored Rust tests)"
+VGPU_VMM=$B/vgpu-vmm "$B/gpu-tests" --ignored --test-threads=1 cuda
+for mode in full para; do
+  echo "== cuda workloads mode=$mode"
+  "$B/vgpu-vmm" --guest workloads --gpu "backend=cuda,mode=$mode" --timeout 300 | grep -E "^(INIT|RESULT|workloads)"
+done
+echo "== cuda: two fairness VMs sharing the GPU through vgpud (timeslice 2 ms)"
+D=$OUT/cuda-shared; mkdir -p "$D"
+"$B/vgpud" --socket "$D/s" --vram 4G --sched policy=timeslice --report "$D/vgpud.json" --log-level warn &
+DP=$!; sleep 0.5
+for i in 1 2; do
+  "$B/vgpu-vmm" --guest fairness --gpu "backend=cuda,host=$D/s,name=c$i,vram=64M" \
+    --cmdline "iters=2000000 threads=256 blocks=528 depth=2 ms=3000" --timeout 60 > "$D/c$i.log" 2>&1 &
+done
+wait %2 %3; kill -TERM $DP; wait $DP
+grep -h "FAIRNESS end\|fault" "$D"/c*.log
+echo "== sim fairness on this host (${SECS} s runs)"
+F=$OUT/fair; mkdir -p "$F"
+run() { "$B/vgpu-bench" fairness --vmm "$B/vgpu-vmm" --vgpud "$B/vgpud" --duration "$SECS" "$@" | tail -1; }
+for p in timeslice fifo credit band; do
+  run --vms 8 --policy $p --kernel-us 500,5000 --out "$F/eq8-$p"
+done
+run --vms 4 --policy timeslice --weights 1,2,4,8 --kernel-us 5000 --out "$F/w1248-timeslice"
+run --vms 32 --policy timeslice --kernel-us 500,5000 --vm-memory 64 --vram-per-vm 16M --out "$F/vm32-timeslice"
+tar czf "$OUT/fair.tar.gz" -C "$OUT" fair cuda-shared
