@@ -78,6 +78,10 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
     }
     let all_ok = r.vms.iter().all(|v| v.guest.ok() && v.exit_code == Some(0));
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Other work on the host competes with the daemon and the VMs for the CPUs: record how much.
+    let load: Option<f64> = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok());
     let summary = serde_json::json!({
         "experiment": "fairness",
         "policy": r.policy,
@@ -95,6 +99,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "window_ms": f.window_ns as f64 / 1e6,
             "short": r.args.short,
             "host_cpus": cpus,
+            "host_load_1min_at_end": load,
         },
         "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use and exclude the last; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more; share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon",
         "calibration": r.calibration.json(),
