@@ -439,3 +439,56 @@ fn module_limits_bound_what_a_guest_can_pin() {
     e.unload_module(a).unwrap();
     e.load_module(saxpy).unwrap();
 }
+
+/// A kernel stops by itself at its handle's deadline (a time slice's end, no thread woken to
+/// ask), within a polling quantum, and resumed slices give identical bytes.
+#[test]
+fn a_kernel_stops_at_its_deadline_and_resumes_identically() {
+    let e = SimEngine::new(pgpu::sim::SimConfig {
+        vram_size: 64 * MIB,
+        workers: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let inst = suite::find("matmul").unwrap().instance(suite::Size::Medium);
+    let p = place(&e, &inst, 0);
+    let (want, _) = run(&e, &p, &inst, || None).unwrap();
+    let p2 = place(&e, &inst, 32 * MIB);
+    let job = launch_job(&p2, &inst, &p2.addrs);
+    let h = PreemptHandle::new();
+    let (mut slices, mut late) = (0, Vec::new());
+    let mut next: Option<SavedContext> = None;
+    loop {
+        let deadline = std::time::Instant::now() + Duration::from_micros(300);
+        h.set_deadline(Some(deadline));
+        let out = match next.take() {
+            None => e.execute(&job, &h),
+            Some(c) => e.resume(c, &h),
+        }
+        .unwrap();
+        match out {
+            Outcome::Completed { .. } => break,
+            Outcome::Preempted { context, .. } => {
+                assert!(h.is_requested(), "deadline passed");
+                late.push(std::time::Instant::now().saturating_duration_since(deadline));
+                slices += 1;
+                next = Some(context);
+            }
+            Outcome::Faulted { fault, .. } => panic!("{fault}"),
+        }
+        assert!(slices < 100_000);
+    }
+    assert!(slices > 0, "the kernel outlived no deadline");
+    late.sort();
+    // Generous for a loaded CI machine: a quantum is a few µs of interpretation.
+    assert!(
+        late[late.len() / 2] < Duration::from_millis(5),
+        "median overshoot {:?}",
+        late[late.len() / 2]
+    );
+    let mut got = vec![0u8; want[2].len()];
+    e.copy_from_space(p2.space, p2.addrs[2], &mut got).unwrap();
+    assert!(got == want[2], "sliced matmul differs");
+    h.set_deadline(None);
+    assert!(!h.is_requested());
+}

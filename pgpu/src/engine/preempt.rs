@@ -25,6 +25,9 @@ struct PreemptInner {
     flag: AtomicBool,
     requested_at: Mutex<Option<Instant>>,
     running_since: Mutex<Option<Instant>>,
+    /// Kernels running under this handle stop by themselves at this instant (a time slice's
+    /// end), with no thread woken to ask.
+    deadline: Mutex<Option<Instant>>,
     /// Hooks of the jobs running under this handle, by attach number.
     hooks: Mutex<Vec<(u64, PreemptHook)>>,
     next_hook: AtomicU64,
@@ -62,9 +65,20 @@ impl PreemptHandle {
         self.inner.flag.store(false, Ordering::SeqCst);
         *lock(&self.inner.requested_at) = None;
     }
-    /// Whether preemption is requested.
+    /// Whether preemption is requested (or the deadline has passed).
     pub fn is_requested(&self) -> bool {
         self.inner.flag.load(Ordering::Acquire)
+            || self.deadline().is_some_and(|d| Instant::now() >= d)
+    }
+    /// Jobs started from now on under this handle preempt themselves at `deadline` (engines
+    /// that support it check the clock at their preemption points: the sim engine's kernels);
+    /// `None` removes it. A request through `request` works as before.
+    pub fn set_deadline(&self, deadline: Option<Instant>) {
+        *lock(&self.inner.deadline) = deadline;
+    }
+    /// The deadline set by `set_deadline`.
+    pub fn deadline(&self) -> Option<Instant> {
+        *lock(&self.inner.deadline)
     }
     /// When the latest request was made, if the flag is set.
     pub fn requested_at(&self) -> Option<Instant> {

@@ -50,6 +50,7 @@ pub fn run(
 ) -> ptx::RunOutcome {
     let mut ctl = ptx::RunControl::new(threads.max(1));
     ctl.step_limit = step_limit;
+    ctl.deadline = preempt.deadline();
     let ctl = Arc::new(ctl);
     let hook_ctl = ctl.clone();
     let _hook = preempt.attach(Arc::new(move || {

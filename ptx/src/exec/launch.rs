@@ -61,6 +61,9 @@ pub struct RunControl {
     /// Deterministic preemption for tests: stop after this many warp-instructions in this call
     /// (exact with one thread, per worker with several).
     pub step_limit: Option<u64>,
+    /// Preempt at this instant (a time slice's end), checked at the same points as `preempt`:
+    /// the run stops within one polling quantum of it, with no thread woken to ask.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl RunControl {
@@ -70,7 +73,17 @@ impl RunControl {
             preempt: AtomicBool::new(false),
             threads,
             step_limit: None,
+            deadline: None,
         }
+    }
+
+    /// Whether the run must stop now: a preemption request or a passed deadline.
+    #[inline]
+    pub(crate) fn stop_requested(&self) -> bool {
+        self.preempt.load(std::sync::atomic::Ordering::Relaxed)
+            || self
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
     }
 }
 

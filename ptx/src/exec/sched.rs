@@ -113,7 +113,7 @@ fn worker(sh: &Shared) {
     let block = sh.launch_cfg.block;
     let threads = block[0] * block[1] * block[2];
     loop {
-        if sh.stop.load(Relaxed) || sh.ctl.preempt.load(Relaxed) || steps_left == 0 {
+        if sh.stop.load(Relaxed) || sh.ctl.stop_requested() || steps_left == 0 {
             break;
         }
         let popped = lock(&sh.pending).pop();
@@ -185,7 +185,7 @@ fn run_cta(
         if found.is_none() && cta.warps.iter().all(|w| w.done) {
             return CtaStop::Done;
         }
-        if sh.stop.load(Relaxed) || sh.ctl.preempt.load(Relaxed) || *steps_left == 0 {
+        if sh.stop.load(Relaxed) || sh.ctl.stop_requested() || *steps_left == 0 {
             return CtaStop::Preempted;
         }
         let Some(i) = found else {
