@@ -157,9 +157,13 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         })
         .collect();
     report::write(dir, &summary, "fairness.csv", &header, &rows)?;
+    let list = |v: Vec<String>| v.join(",");
     let title = format!(
-        "{}: {} VMs, weights {:?}, kernels {:?} µs",
-        r.plan.sched, r.plan.vms, r.plan.weights, r.plan.kernel_us
+        "{}: {} VMs, weights {}, kernels {} µs",
+        r.plan.sched,
+        r.plan.vms,
+        list(r.plan.weights.iter().map(u32::to_string).collect()),
+        list(r.plan.kernel_us.iter().map(f64::to_string).collect())
     );
     fairness_chart::shares_over_time(&dir.join("fairness-shares.svg"), &title, &names, f)?;
     fairness_chart::share_vs_target(&dir.join("fairness-targets.svg"), &title, &names, f)?;
