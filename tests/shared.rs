@@ -25,6 +25,8 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         max_run: Duration::from_secs(5),
         report: None,
         report_every: None,
+        spin: Duration::ZERO,
+        backstop: Duration::from_millis(1),
     };
     Host(Background::start(cfg).unwrap())
 }

@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgpu::PreemptHandle;
 use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
@@ -57,8 +57,8 @@ pub struct Ticket {
 struct St {
     /// A Want is outstanding (sent, no grant yet).
     wanting: bool,
-    /// A grant received and not yet taken by the worker: (seq, preempted already, a turn).
-    grant: Option<(u64, bool, bool)>,
+    /// A grant received and not yet taken by the worker.
+    grant: Option<Granted>,
     /// The grant the worker runs under, and the handle that stops its job.
     active: Option<(u64, PreemptHandle)>,
     /// The active grant is a turn (time-sliced): jobs may follow each other under it.
@@ -68,6 +68,32 @@ struct St {
     lost: Option<String>,
     /// The worker reads the socket itself (waiting for a grant); the reader thread keeps off.
     worker_reading: bool,
+    /// A `Standby` came: poll for the grant instead of sleeping until this instant.
+    standby_until: Option<Instant>,
+}
+
+/// A grant as received.
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    seq: u64,
+    /// A preempt for it came before the worker took it.
+    preempted: bool,
+    /// A time-sliced grant: jobs may follow each other under it.
+    turn: bool,
+    /// Stop by ourselves at this `CLOCK_MONOTONIC` instant (0: none).
+    deadline_ns: u64,
+}
+
+/// The `Instant` of a `CLOCK_MONOTONIC` time in nanoseconds (both are that clock on Linux).
+fn instant_of(mono_ns: u64) -> Instant {
+    let now_ns = proto::monotonic_ns();
+    let now = Instant::now();
+    if mono_ns >= now_ns {
+        now + Duration::from_nanos(mono_ns - now_ns)
+    } else {
+        now.checked_sub(Duration::from_nanos(now_ns - mono_ns))
+            .unwrap_or(now)
+    }
 }
 
 struct Inner {
@@ -180,14 +206,16 @@ impl HostLink {
                 st.held = false;
                 return Ok(Ticket { seq });
             }
-            if let Some((seq, preempted, turn)) = st.grant.take() {
+            if let Some(g) = st.grant.take() {
                 handle.clear();
-                if preempted {
+                // Others wait: the engine stops by itself at the slice end.
+                handle.set_deadline((g.deadline_ns != 0).then(|| instant_of(g.deadline_ns)));
+                if g.preempted {
                     handle.request();
                 }
-                st.active = Some((seq, handle.clone()));
-                st.turn = turn;
-                return Ok(Ticket { seq });
+                st.active = Some((g.seq, handle.clone()));
+                st.turn = g.turn;
+                return Ok(Ticket { seq: g.seq });
             }
             if !st.wanting {
                 st.wanting = true;
@@ -251,7 +279,7 @@ impl HostLink {
             st.held = false;
             st.wanting = false;
             self.inner.send(&mut st, &empty_done(seq));
-        } else if let Some((seq, _, _)) = st.grant.take() {
+        } else if let Some(Granted { seq, .. }) = st.grant.take() {
             st.wanting = false;
             self.inner.send(&mut st, &empty_done(seq));
         } else if st.wanting {
@@ -305,10 +333,19 @@ impl Inner {
             Err(e) => return log::error!("vgpu: bad message from vgpud: {e}"),
         };
         match msg {
-            ToVm::Grant { seq, slice_ns } => {
+            ToVm::Grant {
+                seq,
+                slice_ns,
+                deadline_ns,
+            } => {
                 if st.wanting && st.grant.is_none() {
                     st.wanting = false;
-                    st.grant = Some((seq, false, slice_ns > 0));
+                    st.grant = Some(Granted {
+                        seq,
+                        preempted: false,
+                        turn: slice_ns > 0,
+                        deadline_ns,
+                    });
                     self.cv.notify_all();
                 } else {
                     // Crossed with our Idle: nothing to run.
@@ -319,7 +356,7 @@ impl Inner {
                 (Some((s, h)), _) if *s == seq => {
                     h.request();
                 }
-                (_, Some((s, p, _))) if *s == seq => *p = true,
+                (_, Some(g)) if g.seq == seq => g.preempted = true,
                 _ => {} // for a grant that already ended
             },
             ToVm::Error { message, fatal } => {
@@ -327,6 +364,10 @@ impl Inner {
                 if fatal {
                     self.lose(st, message);
                 }
+            }
+            ToVm::Standby { spin_us } => {
+                let spin = Duration::from_micros(spin_us.min(10_000));
+                st.standby_until = Some(Instant::now() + 2 * spin);
             }
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
         }

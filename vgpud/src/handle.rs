@@ -101,6 +101,7 @@ impl Daemon {
                 id,
                 vram_offset: offset,
                 pending: false,
+                want_since_ns: 0,
                 report: VmReport {
                     id: id.0,
                     name: reg.name.clone(),
@@ -156,6 +157,7 @@ impl Daemon {
         match self.sched.on_submit(vm, now) {
             Ok(action) => {
                 reg.pending = true;
+                reg.want_since_ns = monotonic_ns();
                 if let Action::Preempt(v) = action {
                     self.preempt_now(v);
                 } else if let Some(r) = &self.run
@@ -218,7 +220,7 @@ impl Daemon {
                 false,
             );
         }
-        let gpu = self.record_job(c, vm, gpu_ns, stamps);
+        let gpu = self.record_job(c, vm, gpu_ns, stamps, false);
         if let Some(run) = &mut self.run {
             run.turn_gpu_ns += gpu;
         }
@@ -231,7 +233,14 @@ impl Daemon {
     /// latency samples its stamps give (only stamps in order inside the grant count). Returns the
     /// GPU time charged: the engine's report, capped so that the grant's jobs together never
     /// exceed the grant's wall time.
-    fn record_job(&mut self, c: u64, vm: VmId, gpu_ns: u64, (start_ns, end_ns): (u64, u64)) -> u64 {
+    fn record_job(
+        &mut self,
+        c: u64,
+        vm: VmId,
+        gpu_ns: u64,
+        (start_ns, end_ns): (u64, u64),
+        preempted: bool,
+    ) -> u64 {
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
         let Some(run) = self.run.as_mut() else {
@@ -248,15 +257,22 @@ impl Daemon {
         if stamped {
             run.last_stamp_ns = end_ns;
         }
-        let preempt_sent = run.preempt_sent_ns;
+        // When the stop was due: the slice end the VM was told to stop at, or the preempt.
+        let due = match (
+            run.self_deadline.then_some(run.slice_end_ns),
+            run.preempt_sent_ns,
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.accounting
             .charge(vm, Duration::from_nanos(gpu_ns), now);
         if stamped {
             self.report.busy_ns += end_ns - start_ns;
-            if let Some(sent) = preempt_sent {
+            if preempted && let Some(due) = due {
                 self.report
                     .preempt_latency_ns
-                    .push(end_ns.saturating_sub(sent));
+                    .push(end_ns.saturating_sub(due));
             }
             if first
                 && let Some((prev, prev_end)) = self.last_end
@@ -300,7 +316,7 @@ impl Daemon {
             "vgpud: done {seq} from vm {}: {outcome:?}, more {more}",
             vm.0
         );
-        let last = self.record_job(c, vm, gpu_ns, stamps);
+        let last = self.record_job(c, vm, gpu_ns, stamps, outcome == RunOutcome::Preempted);
         let Some(run) = self.run.take() else {
             return;
         };

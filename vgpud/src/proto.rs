@@ -101,7 +101,16 @@ pub enum ToVm {
         seq: u64,
         /// Time slice in nanoseconds; 0 = run the job to completion (non-preemptive policy).
         slice_ns: u64,
+        /// `CLOCK_MONOTONIC` instant at which the VM stops its job by itself (the slice end of a
+        /// turn other VMs wait for); 0 = none: a `Preempt` ends the turn. The daemon sends a
+        /// `Preempt` after it anyway, as a backstop.
+        #[serde(default)]
+        deadline_ns: u64,
     },
+    /// A grant is likely within about `spin_us` (the running VM's slice ends soon and this VM
+    /// waits longest): a VM waiting for a grant may poll for it instead of sleeping, for at most
+    /// `2 × spin_us`, so that waking up does not delay the switch.
+    Standby { spin_us: u64 },
     /// Stop grant `seq`'s job at its next preemption point and answer with `Done`.
     /// A preempt for a grant that already ended is ignored.
     Preempt { seq: u64 },
@@ -167,6 +176,7 @@ mod tests {
         let g = ToVm::Grant {
             seq: 1,
             slice_ns: 2_000_000,
+            deadline_ns: 5,
         };
         assert_eq!(decode::<ToVm>(&encode(&g)).unwrap(), g);
     }

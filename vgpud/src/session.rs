@@ -69,6 +69,8 @@ pub struct Registered {
     pub vram_offset: u64,
     /// Queued in the scheduler (wants the GPU, or holds a preempted job).
     pub pending: bool,
+    /// When it last became queued (the standby hint goes to the VM that waits longest).
+    pub want_since_ns: u64,
     pub report: VmReport,
 }
 

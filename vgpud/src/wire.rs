@@ -222,6 +222,22 @@ impl Conn {
         }
     }
 
+    /// Polls (without sleeping) until a message can be read or `until` has passed.
+    pub fn spin_readable(&self, until: std::time::Instant) {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        while std::time::Instant::now() < until {
+            // SAFETY: one live pollfd; zero timeout.
+            if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     fn recv_flags(&self, buf: &mut [u8], flags: i32) -> Result<Received, WireError> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),

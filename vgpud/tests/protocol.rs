@@ -12,6 +12,10 @@ use vgpud::{Background, DaemonConfig, Report};
 struct Running(Background);
 
 fn start(name: &str, sched: &str, revoke_ms: u64) -> Running {
+    start_with(name, sched, revoke_ms, Duration::ZERO)
+}
+
+fn start_with(name: &str, sched: &str, revoke_ms: u64, spin: Duration) -> Running {
     let _ = env_logger::builder().is_test(true).try_init();
     let dir = std::env::temp_dir().join(format!("vgpud-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -26,6 +30,8 @@ fn start(name: &str, sched: &str, revoke_ms: u64) -> Running {
         max_run: Duration::from_secs(5),
         report: None,
         report_every: None,
+        spin,
+        backstop: Duration::from_millis(1),
     };
     Running(Background::start(cfg).unwrap())
 }
@@ -102,7 +108,7 @@ impl Vm {
 
     fn grant(&self) -> (u64, u64) {
         match self.recv() {
-            Some((ToVm::Grant { seq, slice_ns }, _)) => (seq, slice_ns),
+            Some((ToVm::Grant { seq, slice_ns, .. }, _)) => (seq, slice_ns),
             other => panic!("expected grant, got {other:?}"),
         }
     }
@@ -229,6 +235,59 @@ fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     b.done(sb, RunOutcome::Completed, 1000, false);
     drop((a, b));
     assert_eq!(d.stop().preempts, 1);
+}
+
+#[test]
+fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
+    let d = start_with(
+        "deadline",
+        "policy=timeslice,slice=10ms,wake_preempt=false",
+        500,
+        Duration::from_millis(2),
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    a.send(&ToDaemon::Want {});
+    let (sa, _) = a.grant();
+    b.send(&ToDaemon::Want {});
+    assert!(matches!(a.recv(), Some((ToVm::Preempt { .. }, _))));
+    a.done(sa, RunOutcome::Preempted, 10_000_000, true);
+    // `a` waits now: `b`'s grant tells it when to stop.
+    let (sb, deadline) = match b.recv() {
+        Some((
+            ToVm::Grant {
+                seq, deadline_ns, ..
+            },
+            _,
+        )) => (seq, deadline_ns),
+        other => panic!("expected grant, got {other:?}"),
+    };
+    let now = proto::monotonic_ns();
+    assert!(
+        deadline > now && deadline <= now + 10_000_000,
+        "{deadline} {now}"
+    );
+    // 2 ms before it, `a` (waiting longest) is told its grant is near.
+    match a.recv() {
+        Some((ToVm::Standby { spin_us }, _)) => assert_eq!(spin_us, 2000),
+        other => panic!("expected standby, got {other:?}"),
+    }
+    assert!(proto::monotonic_ns() + 2_100_000 >= deadline);
+    // `b` stops by itself at the deadline, no preempt needed; its overshoot is the latency.
+    while proto::monotonic_ns() < deadline + 50_000 {
+        std::hint::spin_loop();
+    }
+    b.done(sb, RunOutcome::Preempted, 10_020_000, true);
+    let (sa, _) = a.grant();
+    a.done(sa, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    let r = d.stop();
+    assert_eq!(
+        r.preempts, 1,
+        "only the first, uncontended grant needed a preempt"
+    );
+    assert_eq!(r.preempt_latency_ns.len(), 2);
+    assert!(r.preempt_latency_ns[1] >= 50_000 && r.preempt_latency_ns[1] < 2_000_000);
 }
 
 #[test]
