@@ -362,7 +362,10 @@ impl Daemon {
                     last_stamp_ns: now_ns,
                 });
                 self.report.grants += 1;
-                log::debug!("vgpud: grant {seq} to vm {} (slice {slice_ns} ns)", d.run.0);
+                log::debug!(
+                    "vgpud: grant {seq} to vm {} (slice {slice_ns} ns) at {now_ns}",
+                    d.run.0
+                );
                 if let Some(s) = self.sessions.get_mut(&conn) {
                     if let Some(r) = &mut s.reg {
                         r.report.grants += 1;

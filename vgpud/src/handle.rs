@@ -313,8 +313,11 @@ impl Daemon {
             );
         }
         log::debug!(
-            "vgpud: done {seq} from vm {}: {outcome:?}, more {more}",
-            vm.0
+            "vgpud: done {seq} from vm {}: {outcome:?}, more {more}, run {}..{} ns, now {}",
+            vm.0,
+            stamps.0,
+            stamps.1,
+            monotonic_ns()
         );
         let last = self.record_job(c, vm, gpu_ns, stamps, outcome == RunOutcome::Preempted);
         let Some(run) = self.run.take() else {
@@ -339,7 +342,10 @@ impl Daemon {
             RunOutcome::Preempted => reg.report.preempted += 1,
             RunOutcome::Faulted => reg.report.faulted += 1,
         }
-        if outcome != RunOutcome::Preempted {
+        if outcome == RunOutcome::Preempted {
+            // Queued again from now on (the standby hint goes to the VM waiting longest).
+            reg.want_since_ns = monotonic_ns();
+        } else {
             reg.pending = false;
             if more {
                 self.submit(c, vm);
