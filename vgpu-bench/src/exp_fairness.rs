@@ -52,6 +52,9 @@ pub struct Args {
     pub threads: u32,
     #[arg(long, default_value_t = 1)]
     pub blocks: u32,
+    /// More guest arguments, appended to the command line (e.g. `wait=poll`, driver options).
+    #[arg(long, default_value = "")]
+    pub guest_args: String,
     /// Milliseconds after the first GPU use not counted in the figures (start-up ramp).
     #[arg(long, default_value_t = 300.0)]
     pub ramp_ms: f64,
@@ -148,13 +151,17 @@ impl Plan {
 
 /// The guest's command line.
 fn guest_cmdline(a: &Args, plan: &Plan, iters: u32) -> String {
-    format!(
+    let base = format!(
         "iters={iters} threads={} blocks={} depth={} ms={} report_ms=100",
         a.threads,
         a.blocks,
         a.depth,
         (plan.duration * 1e3).round() as u64
-    )
+    );
+    match a.guest_args.trim() {
+        "" => base,
+        extra => format!("{base} {extra}"),
+    }
 }
 
 /// Waits for the VMs to finish (or the deadline), showing progress.
@@ -349,6 +356,8 @@ mod tests {
             guest_cmdline(&a, &p, 77),
             "iters=77 threads=32 blocks=1 depth=2 ms=10000 report_ms=100"
         );
+        let g = args(&["--guest-args", " wait=poll "]);
+        assert!(guest_cmdline(&g, &p, 5).ends_with("report_ms=100 wait=poll"));
         let s = Plan::from_args(&args(&["--short", "--vms", "9"])).unwrap();
         assert_eq!(
             (s.vms, s.duration, s.sched.as_str()),
