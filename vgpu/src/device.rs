@@ -317,6 +317,7 @@ impl VgpuDevice {
                 }
                 let ch = &mut r.chans[n as usize];
                 ch.inst = v;
+                ch.binding = ch.binding.wrapping_add(1);
                 ch.gp_put = 0;
                 ch.gp_get = 0;
                 ch.fault_kind = 0;

@@ -30,6 +30,9 @@ pub struct ChanRegs {
     pub gp_get: u32,
     /// The instance block must be (re-)read before the channel runs again.
     pub inst_dirty: bool,
+    /// Bumped at every CHAN_INST write (a new binding, GP_GET/GP_PUT reset): a turn the worker
+    /// began under an older binding must not move this one's GP_GET.
+    pub binding: u64,
 }
 
 /// The first fault not yet cleared by the guest.

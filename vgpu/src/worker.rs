@@ -44,6 +44,8 @@ impl Fault {
 
 #[derive(Default)]
 struct ChanRt {
+    /// The channel binding (`ChanRegs::binding`) this state belongs to.
+    binding: u64,
     instance: Option<Instance>,
     methods: MethodState,
     calls: Vec<MethodCall>,
@@ -138,6 +140,12 @@ impl Worker {
             drop(held);
             let shared = self.shared.clone();
             let mut r = shared.lock();
+            if r.chans[ch].binding != self.chans[ch].binding {
+                // The guest re-bound the channel while this turn ran: the turn belonged to the
+                // old binding, whose GPFIFO is gone; the new one starts from its own GP_GET.
+                log::debug!("vgpu: channel {ch} re-bound during a turn; its result is dropped");
+                continue;
+            }
             let entries = self.chans[ch]
                 .instance
                 .as_ref()
@@ -161,6 +169,7 @@ impl Worker {
                 }
                 Turn::Faulted(f) => {
                     self.chans[ch] = ChanRt {
+                        binding: self.chans[ch].binding,
                         instance: self.chans[ch].instance.take(),
                         ..ChanRt::default()
                     };
@@ -231,6 +240,13 @@ impl Worker {
                 let epoch = r.flush_epoch;
                 let c = &mut r.chans[ch];
                 c.state = regs::STATE_RUNNING;
+                if c.binding != self.chans[ch].binding {
+                    // A new binding: nothing of the old one's pushbuffer state carries over.
+                    self.chans[ch] = ChanRt {
+                        binding: c.binding,
+                        ..ChanRt::default()
+                    };
+                }
                 if std::mem::take(&mut c.inst_dirty) {
                     self.chans[ch].instance = None;
                 }

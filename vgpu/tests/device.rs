@@ -424,3 +424,36 @@ fn bar_remap_maps_the_aperture_and_retraps_instance_and_table_pages() {
     b.dev.lock().unwrap().bar_moved(1, None);
     assert!(fake.0.lock().unwrap().is_empty());
 }
+
+/// The guest re-binds a channel (CHAN_INST) while the worker is in the middle of a turn of the
+/// old binding, then submits on the new one: the old turn's end must not move the new
+/// binding's GP_GET (it once did, skipping the new binding's first entry — a lost launch whose
+/// fence a later release then satisfied).
+#[test]
+fn rebinding_during_a_turn_keeps_the_new_binding_s_first_entry() {
+    let b = Bench::new();
+    setup(&b);
+    for i in 0..16 {
+        b.map_big(2 + i, 1, (16 << 20) + (i << 21));
+    }
+    b.write(TLB_FLUSH, 1);
+    let src = b.va_base + (4 << 20);
+    let dst = src + (16 << 20);
+    let copy = [hi(src), src as u32, hi(dst), dst as u32, 16 << 20];
+    let mut methods: Vec<(u32, &[u32])> = Vec::new();
+    for _ in 0..4 {
+        methods.push((COPY_SRC_HI, &copy));
+        methods.push((COPY_LAUNCH, &[0]));
+    }
+    submit(&b, 0, 0x1000, &push(&methods));
+    b.wait("the long copies to start", |b| {
+        b.read(CHAN_BASE + 4) & 0xf == STATE_RUNNING
+    });
+    b.bind(0, b.va_base + SYS_VA_OFF, 16);
+    let sem = b.va_base + SYS_VA_OFF + 0x3000;
+    let pb = push(&[(SEM_ADDR_HI, &[hi(sem), sem as u32, 7, SEM_OP_RELEASE])]);
+    submit(&b, 0, 0x2000, &pb);
+    b.wait("the new binding's first entry", |b| {
+        b.sys_read(SYS + 0x3000, 4) == 7u32.to_le_bytes()
+    });
+}
