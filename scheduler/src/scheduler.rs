@@ -317,6 +317,17 @@ impl Scheduler {
 
     /// Changes a VM's weight (same limits as `register`); its policy uses it from the next
     /// decision (CREDIT / BAND: from the next period's shares).
+    /// A guess, changing nothing, of the VM that gets the GPU next if the running one stops
+    /// now: the highest class's policy's own guess (TIMESLICE: least virtual time; others give
+    /// none). For dispatchers that warn the next VM ahead of a switch.
+    pub fn peek_next(&self) -> Option<VmId> {
+        let running = self.running.map(|r| r.vm);
+        self.classes
+            .values()
+            .rev()
+            .find_map(|p| p.peek_next(running))
+    }
+
     pub fn set_weight(&mut self, vm: VmId, weight: u32, now: Duration) -> Result<(), SchedError> {
         self.check_time(now)?;
         let class = self.vm(vm)?.params.priority;

@@ -4,6 +4,7 @@ mod common;
 
 use common::{ms, run, sched, us};
 use scheduler::{Action, Pick, VmId};
+use std::time::Duration;
 
 const A: VmId = VmId(1);
 const B: VmId = VmId(2);
@@ -144,6 +145,30 @@ fn timeslice_a_preempted_turn_is_over_even_if_the_engine_reports_less() {
     s.on_preempted(A, us(1800), ms(2)).unwrap();
     let d = run(&mut s, ms(2));
     assert_eq!((d.run, d.slice), (B, Some(ms(2))));
+}
+
+#[test]
+fn timeslice_peek_next_names_the_vm_the_next_turn_goes_to() {
+    let mut s = sched(
+        "policy=timeslice,slice=2ms,wake_preempt=false",
+        &[(1, 1, 0), (2, 1, 0), (3, 1, 0)],
+    );
+    for vm in [A, B, C] {
+        s.on_submit(vm, ms(0)).unwrap();
+    }
+    let mut t = 0;
+    for _ in 0..9 {
+        let d = run(&mut s, ms(t));
+        let guess = s.peek_next();
+        assert!(guess.is_some() && guess != Some(d.run));
+        t += 2;
+        s.on_preempted(d.run, ms(2), ms(t)).unwrap();
+        assert_eq!(Some(run(&mut s, ms(t)).run), guess);
+        s.on_preempted(guess.unwrap(), Duration::ZERO, ms(t))
+            .unwrap();
+    }
+    let f = sched("policy=fifo", &[(1, 1, 0)]);
+    assert_eq!(f.peek_next(), None, "FIFO does not guess");
 }
 
 #[test]

@@ -443,20 +443,24 @@ impl Daemon {
             })
     }
 
-    /// Tells the VM that waits longest that its grant is near (once per run).
+    /// Tells the VM likely to run next that its grant is near (once per run): the scheduler's
+    /// guess (TIMESLICE), else the VM that has waited longest.
     fn send_standby(&mut self) {
         let Some(run) = self.run.as_mut().filter(|r| !r.standby_sent) else {
             return;
         };
         run.standby_sent = true;
         let vm = run.vm;
-        let next = self
-            .sessions
-            .iter()
-            .filter_map(|(c, s)| s.reg.as_ref().map(|r| (c, r)))
-            .filter(|(_, r)| r.pending && r.id != vm)
-            .min_by_key(|(_, r)| r.want_since_ns)
-            .map(|(c, _)| *c);
+        let next = match self.sched.peek_next().and_then(|v| self.by_vm.get(&v)) {
+            Some(c) => Some(*c),
+            None => self
+                .sessions
+                .iter()
+                .filter_map(|(c, s)| s.reg.as_ref().map(|r| (c, r)))
+                .filter(|(_, r)| r.pending && r.id != vm)
+                .min_by_key(|(_, r)| r.want_since_ns)
+                .map(|(c, _)| *c),
+        };
         let spin_us = self.cfg.spin.as_micros() as u64;
         if let Some(s) = next.and_then(|c| self.sessions.get_mut(&c)) {
             s.send(&ToVm::Standby { spin_us });

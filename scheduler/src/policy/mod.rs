@@ -55,6 +55,11 @@ pub trait Policy: Debug + Send {
     fn on_preempted(&mut self, vm: VmId, gpu_time: Duration, now: Duration);
     /// Chooses among the VMs with queued jobs; `None` only if none has any.
     fn pick(&mut self, now: Duration) -> Option<Choice>;
+    /// A guess, changing nothing, of the VM the next new turn goes to if `running` stops now
+    /// (for dispatchers that warn the next VM ahead); `None` when the policy cannot tell.
+    fn peek_next(&self, _running: Option<VmId>) -> Option<VmId> {
+        None
+    }
 }
 
 /// Makes the policy `kind` with the parameters of `config`.

@@ -198,6 +198,13 @@ impl Policy for Timeslice {
             self.end_turn();
         }
     }
+    fn peek_next(&self, running: Option<VmId>) -> Option<VmId> {
+        self.vms
+            .iter()
+            .filter(|(vm, v)| v.runnable && Some(**vm) != running)
+            .min_by_key(|(_, v)| (v.vtime, v.last_turn))
+            .map(|(vm, _)| *vm)
+    }
     fn pick(&mut self, now: Duration) -> Option<Choice> {
         if let Some(t) = self.turn
             && t.used < t.budget
