@@ -1,7 +1,8 @@
 //! Calibration of `fairness`: how many `lcg_spin` iterations make a kernel of a given length.
 //! The kernel is timed on this host through the `pgpu` sim engine called directly (one worker,
 //! as a VM's virtual GPU has by default), at a few sizes, and a line `t = fixed + per_iter ×
-//! iters` is fitted by least squares.
+//! iters` is fitted by least squares. Each requested length is then timed at the line's answer
+//! and corrected in proportion (one noisy size cannot skew every kernel through the line).
 
 use std::time::Instant;
 
@@ -29,6 +30,8 @@ pub struct Calibration {
     /// Cost of a launch independent of `iters`, microseconds (clamped at 0).
     pub fixed_us: f64,
     pub us_per_iter: f64,
+    /// Per requested length: (µs, iterations chosen, µs timed at the line's answer).
+    pub chosen: Vec<(f64, u32, f64)>,
 }
 
 impl Calibration {
@@ -63,11 +66,21 @@ impl Calibration {
             fixed_us: (my - us_per_iter * mx).max(0.0),
             us_per_iter,
             points,
+            chosen: Vec::new(),
         })
     }
 
-    /// Iterations for a kernel of `us` microseconds (at least 1).
+    /// Iterations for a kernel of `us` microseconds (at least 1): the checked choice for a
+    /// requested length, else the line's answer.
     pub fn iters_for(&self, us: f64) -> u32 {
+        if let Some(c) = self.chosen.iter().find(|c| c.0 == us) {
+            return c.1;
+        }
+        self.line_iters(us)
+    }
+
+    /// The line's answer for `us` microseconds (at least 1).
+    pub fn line_iters(&self, us: f64) -> u32 {
         let i = ((us - self.fixed_us) / self.us_per_iter).round();
         if i.is_finite() {
             i.clamp(1.0, f64::from(u32::MAX)) as u32
@@ -90,6 +103,7 @@ impl Calibration {
             "points": self.points.iter().map(|p| serde_json::json!({"iters": p.iters, "us": p.us})).collect::<Vec<_>>(),
             "fixed_us": self.fixed_us,
             "us_per_iter": self.us_per_iter,
+            "chosen": self.chosen.iter().map(|(us, iters, timed)| serde_json::json!({"us": us, "iters": iters, "line_iters_timed_us": timed})).collect::<Vec<_>>(),
         })
     }
 }
@@ -159,7 +173,21 @@ pub fn calibrate(threads: u32, blocks: u32, kernel_us: &[f64]) -> Result<Calibra
             });
         }
     }
-    Calibration::fit(threads, blocks, workers, points)
+    let mut c = Calibration::fit(threads, blocks, workers, points)?;
+    let mut wanted: Vec<f64> = kernel_us.to_vec();
+    wanted.sort_by(f64::total_cmp);
+    wanted.dedup();
+    for us in wanted {
+        let i0 = c.line_iters(us);
+        let t0 = time(&e, i0, threads, blocks, 7)?;
+        // The correction is bounded: a timing more than 2x off the line is disturbance more
+        // likely than a line that wrong.
+        let i1 = (f64::from(i0) * (us / t0.max(1e-3)).clamp(0.5, 2.0))
+            .round()
+            .clamp(1.0, f64::from(u32::MAX)) as u32;
+        c.chosen.push((us, i1, t0));
+    }
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -186,6 +214,9 @@ mod tests {
         assert!((c.us_per_iter - 0.02).abs() < 1e-12);
         assert!((c.fixed_us - 10.0).abs() < 1e-9);
         assert_eq!(c.iters_for(510.0), 25_000);
+        let mut c2 = c.clone();
+        c2.chosen.push((510.0, 24_000, 530.0));
+        assert_eq!((c2.iters_for(510.0), c2.iters_for(50.0)), (24_000, 2000));
         assert_eq!(c.iters_for(1.0), 1);
         assert!((c.us_at(25_000) - 510.0).abs() < 1e-9);
         assert!(Calibration::fit(32, 1, 1, vec![Point { iters: 5, us: 1.0 }]).is_err());
@@ -201,5 +232,9 @@ mod tests {
             let m = c.us_at(p.iters);
             assert!(m > p.us / 2.0 && m < p.us * 2.0, "{p:?} {m}");
         }
+        // Every requested length has a checked choice, and a longer kernel more iterations.
+        assert_eq!(c.chosen.len(), 2);
+        assert!(c.iters_for(50.0) < c.iters_for(200.0));
+        assert_eq!(c.iters_for(200.0), c.chosen[1].1);
     }
 }
