@@ -197,13 +197,16 @@ impl HostLink {
         let mut st = self.inner.lock();
         loop {
             if let Some(why) = &st.lost {
-                return Err(HostError::Lost(why.clone()));
+                let e = HostError::Lost(why.clone());
+                self.inner.stop_reading(&mut st);
+                return Err(e);
             }
             if st.held
                 && let Some((seq, _)) = &st.active
             {
                 let seq = *seq;
                 st.held = false;
+                self.inner.stop_reading(&mut st);
                 return Ok(Ticket { seq });
             }
             if let Some(g) = st.grant.take() {
@@ -215,6 +218,8 @@ impl HostLink {
                 }
                 st.active = Some((g.seq, handle.clone()));
                 st.turn = g.turn;
+                log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
+                self.inner.stop_reading(&mut st);
                 return Ok(Ticket { seq: g.seq });
             }
             if !st.wanting {
@@ -222,11 +227,24 @@ impl HostLink {
                 self.inner.send(&mut st, &ToDaemon::Want {});
                 continue;
             }
-            st = self
-                .inner
-                .cv
-                .wait(st)
-                .unwrap_or_else(PoisonError::into_inner);
+            // Read the socket ourselves until the grant comes (no thread hand-off on the grant
+            // path; the reader thread keeps off meanwhile); after a standby hint, poll instead
+            // of sleeping.
+            st.worker_reading = true;
+            let spin_until = st.standby_until.take();
+            drop(st);
+            let ready = match spin_until {
+                Some(t) => {
+                    self.inner.conn.spin_readable(t);
+                    Ok(())
+                }
+                None => self.inner.conn.wait_readable(),
+            };
+            st = self.inner.lock();
+            match ready {
+                Ok(()) => self.inner.receive(&mut st),
+                Err(e) => self.inner.lose(&mut st, format!("poll vgpud: {e}")),
+            }
         }
     }
 
@@ -338,6 +356,7 @@ impl Inner {
                 slice_ns,
                 deadline_ns,
             } => {
+                log::debug!("vgpu: grant {seq} received at {}", proto::monotonic_ns());
                 if st.wanting && st.grant.is_none() {
                     st.wanting = false;
                     st.grant = Some(Granted {
@@ -366,10 +385,19 @@ impl Inner {
                 }
             }
             ToVm::Standby { spin_us } => {
+                log::debug!("vgpu: standby at {}", proto::monotonic_ns());
                 let spin = Duration::from_micros(spin_us.min(10_000));
                 st.standby_until = Some(Instant::now() + 2 * spin);
             }
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
+        }
+    }
+
+    /// The worker stops reading the socket (it has a grant, or the link is gone): the reader
+    /// thread takes over, woken only if the worker was reading.
+    fn stop_reading(&self, st: &mut St) {
+        if std::mem::take(&mut st.worker_reading) {
+            self.cv.notify_all();
         }
     }
 

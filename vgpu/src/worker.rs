@@ -604,6 +604,7 @@ impl Worker {
             let left = self.cfg.job_timeout.saturating_sub(gpu);
             self.watchdog.arm(Instant::now() + left, handle.clone());
             let start_ns = monotonic_ns();
+            log::trace!("vgpu: engine start at {start_ns}");
             let outcome = match saved.take() {
                 None => self.engine.execute(&job, &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
