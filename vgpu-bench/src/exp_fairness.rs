@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use vgpud::units::parse_size;
 
 use crate::error::BenchError;
 use crate::fairness_calib::{self, Calibration};
@@ -61,6 +62,10 @@ pub struct Args {
     /// CI mode: 2 VMs for 1 s.
     #[arg(long)]
     pub short: bool,
+    /// The physical GPU behind the VMs (`--gpu backend=`): the built-in software GPU, or an
+    /// NVIDIA GPU through CUDA (each VM process its own CUDA context; the daemon time-slices).
+    #[arg(long, value_enum, default_value = "sim")]
+    pub backend: crate::fairness_calib::Backend,
     /// The vgpu-vmm and vgpud binaries (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
@@ -77,16 +82,6 @@ pub struct Plan {
     pub weights: Vec<u32>,
     pub kernel_us: Vec<f64>,
     pub vram_per_vm: u64,
-}
-
-fn parse_size(v: &str) -> Option<u64> {
-    let (num, mult) = match v.as_bytes().last()? {
-        b'K' | b'k' => (&v[..v.len() - 1], 1u64 << 10),
-        b'M' | b'm' => (&v[..v.len() - 1], 1 << 20),
-        b'G' | b'g' => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 impl Plan {
@@ -214,8 +209,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         source,
     })?;
     let mut p = Progress::new("fairness");
-    p.note("calibrating lcg_spin on the sim engine");
-    let cal: Calibration = fairness_calib::calibrate(a.threads, a.blocks, &plan.kernel_us)?;
+    p.note(&format!(
+        "calibrating lcg_spin on the {} engine",
+        a.backend.name()
+    ));
+    let cal: Calibration =
+        fairness_calib::calibrate(a.backend, a.threads, a.blocks, &plan.kernel_us)?;
     let iters: Vec<u32> = plan.kernel_us.iter().map(|&us| cal.iters_for(us)).collect();
     let socket = a.out.join("vgpud.sock");
     let report_path = a.out.join("vgpud.json");
@@ -248,10 +247,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "fairness".into(),
             "--gpu".into(),
             format!(
-                "host={},weight={},name=vm{k},vram={}M",
+                "host={},weight={},name=vm{k},vram={}M,backend={}",
                 socket.display(),
                 plan.weights[k],
-                plan.vram_per_vm >> 20
+                plan.vram_per_vm >> 20,
+                a.backend.name()
             ),
             "--cmdline".into(),
             guest_cmdline(a, &plan, *it),

@@ -1,16 +1,89 @@
 //! Calibration of `fairness`: how many `lcg_spin` iterations make a kernel of a given length.
-//! The kernel is timed on this host through the `pgpu` sim engine called directly (one worker,
-//! as a VM's virtual GPU has by default), at a few sizes, and a line `t = fixed + per_iter ×
+//! The kernel is timed on this host through a `pgpu` engine called directly — the sim engine
+//! (one worker, as a VM's virtual GPU has by default) or, with `--backend cuda`, the GPU — at a
+//! few sizes, and a line `t = fixed + per_iter ×
 //! iters` is fitted by least squares. Each requested length is then timed at the line's answer
 //! and corrected in proportion (one noisy size cannot skew every kernel through the line).
 
 use std::time::Instant;
 
 use pgpu::sim::{SimConfig, SimEngine};
-use pgpu::{Engine, Outcome, PreemptHandle};
+use pgpu::{Engine, MapTarget, Mapping, Outcome, PageSize, Perm, PreemptHandle, SpaceId, VaWindow};
 
 use crate::error::BenchError;
 use crate::runner;
+
+/// The GPU the VMs of the run will have (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Sim,
+    Cuda,
+}
+
+impl Backend {
+    /// The `--gpu backend=` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sim => "sim",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// The VA window calibration runs in: the virtual GPU's own (a large reservation the CUDA
+/// driver honours; small ones it may move).
+const WINDOW: VaWindow = VaWindow {
+    base: 0x10_0000_0000,
+    size: 4 << 30,
+};
+
+/// `inst` (one output buffer, `lcg_spin`) placed in a fresh space with 2 MiB pages, which every
+/// engine supports.
+fn place(e: &dyn Engine, inst: &suite::Instance) -> Result<runner::Placed, BenchError> {
+    let space: SpaceId = e.create_space(WINDOW)?;
+    let (mut va, mut pa) = (WINDOW.base, 0u64);
+    let mut addrs = Vec::new();
+    for b in &inst.buffers {
+        let len = (b.init.len().max(1) as u64).next_multiple_of(2 << 20);
+        e.map(
+            space,
+            &Mapping {
+                va,
+                len,
+                target: MapTarget::Vram { pa },
+                perm: Perm::ReadWrite,
+                page_size: PageSize::Size2M,
+            },
+        )?;
+        e.copy_to_space(space, va, &b.init)?;
+        addrs.push(va);
+        va += len;
+        pa += len;
+    }
+    let module = e.load_module(inst.ptx)?;
+    Ok(runner::Placed {
+        space,
+        module,
+        addrs,
+    })
+}
+
+/// Checks `inst`'s output.
+fn check(e: &dyn Engine, p: &runner::Placed, inst: &suite::Instance) -> Result<(), BenchError> {
+    let mut outs = Vec::new();
+    for (b, &va) in inst.buffers.iter().zip(&p.addrs) {
+        let mut buf = vec![0u8; b.init.len()];
+        e.copy_from_space(p.space, va, &mut buf)?;
+        outs.push(buf);
+    }
+    let slices: Vec<&[u8]> = outs.iter().map(Vec::as_slice).collect();
+    inst.check(&slices)
+        .map(|_| ())
+        .map_err(|m| BenchError::Check {
+            workload: inst.workload.to_string(),
+            msg: m.to_string(),
+        })
+}
 
 /// One timed size.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,14 +185,14 @@ impl Calibration {
 /// module's decoded form into caches, is not counted); the result is checked once. The minimum,
 /// not the median: on a shared host every disturbance only adds time.
 fn time(
-    e: &SimEngine,
+    e: &dyn Engine,
     iters: u32,
     threads: u32,
     blocks: u32,
     reps: usize,
 ) -> Result<f64, BenchError> {
     let inst = suite::lcg::instance(iters, blocks, threads, 0x5eed);
-    let p = runner::place(e, &inst)?;
+    let p = place(e, &inst)?;
     let job = runner::job(&p, &inst, 0)?;
     let h = PreemptHandle::new();
     let mut us = Vec::with_capacity(reps);
@@ -137,22 +210,35 @@ fn time(
             us.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    runner::check(e, &p, &inst)?;
+    check(e, &p, &inst)?;
+    e.destroy_space(p.space)?;
     Ok(us.into_iter().fold(f64::INFINITY, f64::min))
 }
 
 /// Times the kernel and fits the model, choosing sizes that span `kernel_us` (the lengths the
 /// run will ask for).
-pub fn calibrate(threads: u32, blocks: u32, kernel_us: &[f64]) -> Result<Calibration, BenchError> {
+pub fn calibrate(
+    backend: Backend,
+    threads: u32,
+    blocks: u32,
+    kernel_us: &[f64],
+) -> Result<Calibration, BenchError> {
     let workers = 1;
-    let e = SimEngine::new(SimConfig {
-        workers,
-        ..SimConfig::default()
-    })?;
+    let e: Box<dyn Engine> = match backend {
+        Backend::Sim => Box::new(SimEngine::new(SimConfig {
+            workers,
+            ..SimConfig::default()
+        })?),
+        Backend::Cuda => Box::new(pgpu::cuda::CudaEngine::new(pgpu::cuda::CudaConfig {
+            vram_size: 64 << 20,
+            ..pgpu::cuda::CudaConfig::default()
+        })?),
+    };
+    let e = &*e;
     // A probe for the order of magnitude, then the shortest and longest requested lengths
     // (at least a factor 4 apart, so that the slope is well defined).
     const PROBE: u32 = 2000;
-    let probe = time(&e, PROBE, threads, blocks, 5)?;
+    let probe = time(e, PROBE, threads, blocks, 5)?;
     let per = (probe / f64::from(PROBE)).max(1e-6);
     let lo_us = kernel_us.iter().copied().fold(f64::INFINITY, f64::min);
     let hi_us = kernel_us
@@ -169,7 +255,7 @@ pub fn calibrate(threads: u32, blocks: u32, kernel_us: &[f64]) -> Result<Calibra
         if points.iter().all(|p| p.iters != iters) {
             points.push(Point {
                 iters,
-                us: time(&e, iters, threads, blocks, 7)?,
+                us: time(e, iters, threads, blocks, 7)?,
             });
         }
     }
@@ -179,7 +265,7 @@ pub fn calibrate(threads: u32, blocks: u32, kernel_us: &[f64]) -> Result<Calibra
     wanted.dedup();
     for us in wanted {
         let i0 = c.line_iters(us);
-        let t0 = time(&e, i0, threads, blocks, 7)?;
+        let t0 = time(e, i0, threads, blocks, 7)?;
         // The correction is bounded: a timing more than 2x off the line is disturbance more
         // likely than a line that wrong.
         let i1 = (f64::from(i0) * (us / t0.max(1e-3)).clamp(0.5, 2.0))
@@ -224,7 +310,7 @@ mod tests {
 
     #[test]
     fn calibrates_on_the_sim_engine() {
-        let c = calibrate(32, 1, &[50.0, 200.0]).unwrap();
+        let c = calibrate(Backend::Sim, 32, 1, &[50.0, 200.0]).unwrap();
         assert!(c.points.len() >= 2);
         assert!(c.us_per_iter > 0.0);
         // The model reproduces the timed points to within a factor 2 (timing noise).

@@ -84,6 +84,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         .and_then(|l| l.split_whitespace().next()?.parse().ok());
     let summary = serde_json::json!({
         "experiment": "fairness",
+        "backend": r.args.backend.name(),
         "policy": r.policy,
         "sched": r.plan.sched,
         "n": r.plan.vms,
