@@ -37,3 +37,11 @@ done
 run --vms 4 --policy timeslice --weights 1,2,4,8 --kernel-us 5000 --out "$F/w1248-timeslice"
 run --vms 32 --policy timeslice --kernel-us 500,5000 --vm-memory 64 --vram-per-vm 16M --out "$F/vm32-timeslice"
 tar czf "$OUT/fair.tar.gz" -C "$OUT" fair $( [ -d "$OUT/cuda-shared" ] && echo cuda-shared )
+if [ -z "${SKIP_CUDA:-}" ]; then
+  echo "== cuda fairness (vgpud time-slicing VMs that each own a CUDA context)"
+  C=$OUT/fair-cuda; mkdir -p "$C"
+  run --backend cuda --vms 4 --policy timeslice --kernel-us 500,5000 --out "$C/eq4"
+  run --backend cuda --vms 8 --policy timeslice --kernel-us 500,5000 --out "$C/eq8"
+  run --backend cuda --vms 3 --policy timeslice --weights 1,2,4 --kernel-us 5000 --out "$C/w124"
+  tar czf "$OUT/fair-cuda.tar.gz" -C "$OUT" fair-cuda
+fi
