@@ -2,7 +2,9 @@
 //! through gpu-driver's shared loop (`gpu_driver::suite_run`) under each configuration —
 //! native (in this process, no VM), full virtualization naive and optimized, para-virtual
 //! naive and multicall (each a `vgpu-vmm --guest workloads` child) — and per benchmark and
-//! phase the time, the slowdown against native and the MMIO exits are reported.
+//! phase the time, the slowdown against native and the MMIO exits are reported. `--backend`
+//! picks the engine under every configuration (sim, or cuda on a real GPU: `backend=cuda` in
+//! each `--gpu`, and a `CudaEngine` under native).
 
 use std::path::{Path, PathBuf};
 
@@ -58,8 +60,38 @@ pub const CONFIGS: [ConfigDef; 5] = [
     },
 ];
 
+/// The engine under every configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The software GPU (`pgpu::sim`).
+    Sim,
+    /// A real NVIDIA GPU (`pgpu::cuda`; needs the CUDA driver).
+    Cuda,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sim => "sim",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// The `--gpu` options of configuration `c` on `backend`.
+pub fn gpu_opts(c: &ConfigDef, backend: Backend) -> String {
+    match backend {
+        Backend::Sim => c.gpu.to_string(),
+        Backend::Cuda => format!("{},backend=cuda", c.gpu),
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Engine under every configuration: sim, or cuda (a real GPU; native then runs the suite
+    /// on an in-process `CudaEngine`, the VMs get `backend=cuda`).
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    pub backend: Backend,
     /// Output directory (summary.json, overhead.csv, overhead-SIZE.svg).
     #[arg(long, default_value = "vgpu-bench-out/overhead")]
     pub out: PathBuf,
@@ -133,9 +165,9 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
     Ok(d)
 }
 
-fn native_run(c: &ConfigDef, size: suite::Size) -> Result<RunData, BenchError> {
+fn native_run(gpu: &str, size: suite::Size) -> Result<RunData, BenchError> {
     let all: Vec<&'static suite::Workload> = suite::all().collect();
-    let n = native::run(c.gpu, size, &all)?;
+    let n = native::run(gpu, size, &all)?;
     Ok(RunData {
         init: n.init,
         benches: n
@@ -183,6 +215,8 @@ fn geomean(v: &[f64]) -> f64 {
 /// Results of one configuration at one size, with slowdowns against `base` (native).
 struct Table<'a> {
     config: &'a ConfigDef,
+    /// The `--gpu` options it ran with.
+    gpu: String,
     size: &'a str,
     data: RunData,
 }
@@ -237,10 +271,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let mut skipped = Vec::new();
     let mut tables: Vec<Table> = Vec::new();
     for c in &configs {
+        let gpu = gpu_opts(c, a.backend);
         if !c.native
-            && let Some(why) = overhead_vm::refuses(&vmm, c.gpu)?
+            && let Some(why) = overhead_vm::refuses(&vmm, &gpu)?
         {
-            skipped.push(serde_json::json!({ "config": c.name, "gpu": c.gpu, "why": why }));
+            skipped.push(serde_json::json!({ "config": c.name, "gpu": gpu, "why": why }));
             continue;
         }
         for s in &sizes {
@@ -249,14 +284,15 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
                 runs.push(if c.native {
-                    native_run(c, size)?
+                    native_run(&gpu, size)?
                 } else {
                     let stats = a.out.join(format!("stats-{}-{s}-{r}.json", c.name));
-                    overhead_vm::run(&vmm, c.gpu, s, c.args, &stats)?
+                    overhead_vm::run(&vmm, &gpu, s, c.args, &stats)?
                 });
             }
             tables.push(Table {
                 config: c,
+                gpu: gpu.clone(),
                 size: s,
                 data: combine(&runs)?,
             });
@@ -285,6 +321,7 @@ fn write(
         let mut benches = Vec::new();
         let mut slowdowns = Vec::new();
         let mut with_inits = Vec::new();
+        let mut phase_slow: [Vec<f64>; 4] = Default::default();
         let mut series = chart::Series {
             config: t.config.name.to_string(),
             size: t.size.to_string(),
@@ -316,6 +353,7 @@ fn write(
             let mut phases = serde_json::Map::new();
             for (k, n) in PHASES.iter().enumerate() {
                 let (p, np) = (b.phases[k], nb.phases[k]);
+                phase_slow[k].push(ratio(p.ns, np.ns));
                 phases.insert(
                     n.to_string(),
                     serde_json::json!({
@@ -376,15 +414,21 @@ fn write(
             g,
             geomean(&with_inits)
         ));
+        let phase_geomeans: serde_json::Map<String, serde_json::Value> = PHASES
+            .iter()
+            .zip(&phase_slow)
+            .map(|(n, v)| (n.to_string(), serde_json::json!(geomean(v))))
+            .collect();
         cfg_json.push(serde_json::json!({
             "config": t.config.name,
-            "gpu": t.config.gpu,
+            "gpu": t.gpu,
             "guest_args": t.config.args,
             "in_process": t.config.native,
             "size": t.size,
             "all_ok": t.data.benches.iter().all(|b| b.ok),
             "geomean_slowdown": g,
             "geomean_slowdown_with_init": geomean(&with_inits),
+            "phase_geomean_slowdown": phase_geomeans,
             "init": {
                 "us": t.data.init.ns as f64 / 1e3,
                 "slowdown": init_slow,
@@ -415,6 +459,7 @@ fn write(
     }
     let summary = serde_json::json!({
         "experiment": "overhead",
+        "backend": a.backend.name(),
         "sizes": sizes,
         "reps": reps,
         "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it)",
@@ -446,7 +491,8 @@ fn write(
         )
     };
     Ok(format!(
-        "overhead: geomean slowdown vs native: {}{skipped_note}; {}",
+        "overhead: geomean slowdown vs native (backend {}): {}{skipped_note}; {}",
+        a.backend.name(),
         line.join(", "),
         Path::new(&a.out).join("summary.json").display()
     ))
@@ -474,5 +520,39 @@ mod tests {
         });
         let d = combine(&runs).unwrap();
         assert_eq!(total(&d.benches[0]), Phase { ns: 80, mmio: 4 });
+    }
+
+    #[test]
+    fn cuda_adds_the_backend_to_every_configuration() {
+        for c in &CONFIGS {
+            assert_eq!(gpu_opts(c, Backend::Sim), c.gpu);
+            let cuda = gpu_opts(c, Backend::Cuda);
+            let cfg = vgpu::GpuConfig::parse(&cuda).unwrap();
+            assert_eq!(cfg.backend, vgpu::config::Backend::Cuda, "{cuda}");
+        }
+    }
+
+    /// `--backend cuda` where there is no NVIDIA driver (CI): a clear error from the native
+    /// baseline, before any VM is started.
+    #[test]
+    fn cuda_without_a_driver_is_a_clear_error() {
+        if Path::new("/dev/nvidiactl").exists() {
+            return; // a GPU machine: run the experiment itself there
+        }
+        let a = Args {
+            backend: Backend::Cuda,
+            out: std::env::temp_dir().join(format!("vgpu-bench-ov-cuda-{}", std::process::id())),
+            sizes: vec!["small".into()],
+            configs: vec!["native".into()],
+            reps: 1,
+            quick: true,
+            vmm: None,
+        };
+        let e = run(&a).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&a.out);
+        assert!(
+            e.contains("backend=cuda") && e.contains("CUDA driver not found"),
+            "{e}"
+        );
     }
 }

@@ -2,7 +2,10 @@
 //! virtual GPU's device model called directly (no VM, no traps). Registers and the VRAM
 //! aperture are `PciDevice::bar_read`/`bar_write` calls; DMA buffers are carved out of a
 //! `GuestMemoryMmap` handed to `Vgpu::new` as the "guest RAM" (gpa = offset in it); waits poll
-//! the semaphore in that memory, as the `workloads` guest does by default.
+//! the semaphore in that memory, as the `workloads` guest does by default. The engine is the
+//! `--gpu` options' `backend`: sim (made by `Vgpu::new`) or cuda (made first, as `vgpu-vmm`
+//! does, and backing the "guest RAM" with its `alloc_host_region`: CUDA maps only memory it
+//! allocated at a chosen GPU VA).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -10,8 +13,11 @@ use std::time::Instant;
 use gpu_driver::suite_run::{self, Options, Outcome, Phase};
 use gpu_driver::{Config, DmaBuf, Platform};
 use mmio::pci::{MsiMessage, PciDevice};
+use pgpu::{Engine, HostRegionId};
+use vgpu::config::Backend;
 use vgpu::device::VgpuDevice;
 use vgpu::{GpuConfig, GpuCounters, IrqSink, Vgpu};
+use vm_memory::mmap::{GuestRegionMmap, MmapRegion};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::error::BenchError;
@@ -111,8 +117,33 @@ pub struct NativeRun {
     pub counters: GpuCounters,
 }
 
+/// The "guest RAM" in one host region of `engine` (as `vgpu-vmm`'s `memory::create` with an
+/// allocator): the region is the engine's, freed when the engine is dropped.
+fn engine_ram(engine: &dyn Engine) -> Result<(GuestMemoryMmap, HostRegionId), BenchError> {
+    let (id, ptr) = engine.alloc_host_region(RAM_BYTES as u64)?;
+    // SAFETY: `ptr` is a readable and writable mapping of `RAM_BYTES` bytes that the engine
+    // keeps alive as long as itself; `run` keeps the engine alive past every user of the
+    // memory (the virtual GPU and the driver are dropped first), and a raw region is never
+    // unmapped by vm-memory.
+    let region = unsafe {
+        MmapRegion::build_raw(
+            ptr.as_ptr(),
+            RAM_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+        )
+    }
+    .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+    let region = GuestRegionMmap::new(region, GuestAddress(0))
+        .ok_or_else(|| BenchError::Invalid("native RAM: region overflows".into()))?;
+    let ram = GuestMemoryMmap::from_regions(vec![region])
+        .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+    Ok((ram, id))
+}
+
 /// Runs `workloads` (suite names) of `size` through gpu-driver on a fresh in-process virtual
-/// GPU configured by `gpu_opts` (the `--gpu` syntax).
+/// GPU configured by `gpu_opts` (the `--gpu` syntax; `backend=cuda` runs on a fresh
+/// `CudaEngine`, an error without a CUDA driver).
 pub fn run(
     gpu_opts: &str,
     size: suite::Size,
@@ -120,10 +151,28 @@ pub fn run(
 ) -> Result<NativeRun, BenchError> {
     let cfg = GpuConfig::parse(gpu_opts).map_err(|e| BenchError::Invalid(e.to_string()))?;
     let aperture = cfg.vram;
-    let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM_BYTES)])
-        .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
-    let vgpu = Vgpu::new(cfg, ram.clone(), Arc::new(NoIrq))
-        .map_err(|e| BenchError::Invalid(format!("native vgpu: {e}")))?;
+    // Declared before the RAM and the virtual GPU, so it is dropped after them.
+    let cuda = match cfg.backend {
+        Backend::Cuda => Some(
+            Vgpu::cuda_engine(&cfg)
+                .map_err(|e| BenchError::Invalid(format!("native (backend=cuda): {e}")))?,
+        ),
+        Backend::Sim => None,
+    };
+    let (ram, vgpu) = match &cuda {
+        Some(engine) => {
+            let (ram, id) = engine_ram(engine.as_ref())?;
+            let v = Vgpu::with_engine(cfg, engine.clone(), ram.clone(), vec![id], Arc::new(NoIrq));
+            (ram, v)
+        }
+        None => {
+            let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM_BYTES)])
+                .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+            let v = Vgpu::new(cfg, ram.clone(), Arc::new(NoIrq));
+            (ram, v)
+        }
+    };
+    let vgpu = vgpu.map_err(|e| BenchError::Invalid(format!("native vgpu: {e}")))?;
     let p = Native {
         dev: vgpu.device(),
         ram,
@@ -140,9 +189,12 @@ pub fn run(
         results.push((w.name.to_string(), out));
     }
     drop(gpu);
+    let counters = vgpu.stats().counters;
+    drop(vgpu);
+    drop(cuda);
     Ok(NativeRun {
         init,
         results,
-        counters: vgpu.stats().counters,
+        counters,
     })
 }
