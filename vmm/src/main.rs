@@ -38,8 +38,9 @@ struct Args {
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
     testdev: bool,
-    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim,
-    /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1).
+    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim|cuda,
+    /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m;
+    /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID).
     #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "")]
     gpu: Option<String>,
     /// Stop the VM after SECONDS (exit code 124).
