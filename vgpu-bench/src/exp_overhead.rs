@@ -108,6 +108,14 @@ pub struct Args {
     /// Runs per configuration and size; each figure is the median over them.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// The driver's system-memory pool in MiB, native and guests alike (the guest's
+    /// `sys_mib=`; default the driver's 8 MiB, too small for `large`: 64 fits it).
+    #[arg(long)]
+    pub sys_mib: Option<u64>,
+    /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default its 256). The guest's bump
+    /// heap keeps every workload's host copies: `large` needs about 1024.
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
     /// CI mode: small size only, one repetition.
     #[arg(long)]
     pub quick: bool,
@@ -165,9 +173,9 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
     Ok(d)
 }
 
-fn native_run(gpu: &str, size: suite::Size) -> Result<RunData, BenchError> {
+fn native_run(gpu: &str, size: suite::Size, sys_mib: Option<u64>) -> Result<RunData, BenchError> {
     let all: Vec<&'static suite::Workload> = suite::all().collect();
-    let n = native::run(gpu, size, &all)?;
+    let n = native::run(gpu, size, &all, sys_mib)?;
     Ok(RunData {
         init: n.init,
         benches: n
@@ -215,8 +223,9 @@ fn geomean(v: &[f64]) -> f64 {
 /// Results of one configuration at one size, with slowdowns against `base` (native).
 struct Table<'a> {
     config: &'a ConfigDef,
-    /// The `--gpu` options it ran with.
+    /// The `--gpu` options and extra guest arguments it ran with.
     gpu: String,
+    guest_args: String,
     size: &'a str,
     data: RunData,
 }
@@ -272,6 +281,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let mut tables: Vec<Table> = Vec::new();
     for c in &configs {
         let gpu = gpu_opts(c, a.backend);
+        let guest_args = match a.sys_mib {
+            Some(m) => format!("sys_mib={m} {}", c.args),
+            None => c.args.to_string(),
+        };
         if !c.native
             && let Some(why) = overhead_vm::refuses(&vmm, &gpu)?
         {
@@ -284,15 +297,16 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
                 runs.push(if c.native {
-                    native_run(&gpu, size)?
+                    native_run(&gpu, size, a.sys_mib)?
                 } else {
                     let stats = a.out.join(format!("stats-{}-{s}-{r}.json", c.name));
-                    overhead_vm::run(&vmm, &gpu, s, c.args, &stats)?
+                    overhead_vm::run(&vmm, &gpu, s, guest_args.trim(), a.memory_mib, &stats)?
                 });
             }
             tables.push(Table {
                 config: c,
                 gpu: gpu.clone(),
+                guest_args: guest_args.trim().to_string(),
                 size: s,
                 data: combine(&runs)?,
             });
@@ -422,7 +436,7 @@ fn write(
         cfg_json.push(serde_json::json!({
             "config": t.config.name,
             "gpu": t.gpu,
-            "guest_args": t.config.args,
+            "guest_args": t.guest_args,
             "in_process": t.config.native,
             "size": t.size,
             "all_ok": t.data.benches.iter().all(|b| b.ok),
@@ -461,6 +475,8 @@ fn write(
         "experiment": "overhead",
         "backend": a.backend.name(),
         "sizes": sizes,
+        "sys_mib": a.sys_mib,
+        "vm_memory_mib": a.memory_mib,
         "reps": reps,
         "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it)",
         "results": cfg_json,
@@ -545,6 +561,8 @@ mod tests {
             sizes: vec!["small".into()],
             configs: vec!["native".into()],
             reps: 1,
+            sys_mib: None,
+            memory_mib: None,
             quick: true,
             vmm: None,
         };

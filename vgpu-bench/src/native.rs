@@ -143,11 +143,13 @@ fn engine_ram(engine: &dyn Engine) -> Result<(GuestMemoryMmap, HostRegionId), Be
 
 /// Runs `workloads` (suite names) of `size` through gpu-driver on a fresh in-process virtual
 /// GPU configured by `gpu_opts` (the `--gpu` syntax; `backend=cuda` runs on a fresh
-/// `CudaEngine`, an error without a CUDA driver).
+/// `CudaEngine`, an error without a CUDA driver); `sys_mib` sizes the driver's system-memory
+/// pool as the guest's `sys_mib=` does (None: the driver's default).
 pub fn run(
     gpu_opts: &str,
     size: suite::Size,
     workloads: &[&'static suite::Workload],
+    sys_mib: Option<u64>,
 ) -> Result<NativeRun, BenchError> {
     let cfg = GpuConfig::parse(gpu_opts).map_err(|e| BenchError::Invalid(e.to_string()))?;
     let aperture = cfg.vram;
@@ -180,7 +182,12 @@ pub fn run(
         next: DMA_BASE,
         t0: Instant::now(),
     };
-    let (mut gpu, mut ch, init) = suite_run::open(p, Config::default())
+    let mut driver = Config::default();
+    if let Some(m) = sys_mib {
+        // As the guest's `platform::config_from_args`.
+        driver.sys_pool_bytes = m.clamp(2, 2048) << 20;
+    }
+    let (mut gpu, mut ch, init) = suite_run::open(p, driver)
         .map_err(|e| BenchError::Invalid(format!("native driver init: {e}")))?;
     let mut results = Vec::with_capacity(workloads.len());
     for w in workloads {

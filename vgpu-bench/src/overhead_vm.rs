@@ -126,16 +126,22 @@ pub fn refuses(vmm: &Path, gpu_opts: &str) -> Result<Option<String>, BenchError>
     })
 }
 
-/// Runs the suite of `size` in a VM with `--gpu gpu_opts` and extra guest arguments.
+/// Runs the suite of `size` in a VM with `--gpu gpu_opts` and extra guest arguments
+/// (`memory_mib`: the VM's `--memory`, None for vgpu-vmm's default).
 pub fn run(
     vmm: &Path,
     gpu_opts: &str,
     size: &str,
     guest_args: &str,
+    memory_mib: Option<u64>,
     stats_path: &Path,
 ) -> Result<RunData, BenchError> {
     let cmdline = format!("size={size} {guest_args}");
-    let out = Command::new(vmm)
+    let mut cmd = Command::new(vmm);
+    if let Some(m) = memory_mib {
+        cmd.args(["--memory", &m.to_string()]);
+    }
+    let out = cmd
         .args([
             "--guest",
             "workloads",
