@@ -68,23 +68,6 @@ fn place(e: &dyn Engine, inst: &suite::Instance) -> Result<runner::Placed, Bench
     })
 }
 
-/// Checks `inst`'s output.
-fn check(e: &dyn Engine, p: &runner::Placed, inst: &suite::Instance) -> Result<(), BenchError> {
-    let mut outs = Vec::new();
-    for (b, &va) in inst.buffers.iter().zip(&p.addrs) {
-        let mut buf = vec![0u8; b.init.len()];
-        e.copy_from_space(p.space, va, &mut buf)?;
-        outs.push(buf);
-    }
-    let slices: Vec<&[u8]> = outs.iter().map(Vec::as_slice).collect();
-    inst.check(&slices)
-        .map(|_| ())
-        .map_err(|m| BenchError::Check {
-            workload: inst.workload.to_string(),
-            msg: m.to_string(),
-        })
-}
-
 /// One timed size.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
@@ -210,7 +193,7 @@ fn time(
             us.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    check(e, &p, &inst)?;
+    runner::check(e, &p, &inst)?;
     e.destroy_space(p.space)?;
     Ok(us.into_iter().fold(f64::INFINITY, f64::min))
 }

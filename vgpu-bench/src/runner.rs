@@ -101,7 +101,7 @@ pub fn run_all(e: &SimEngine, p: &Placed, inst: &suite::Instance) -> Result<(), 
 }
 
 /// Reads every buffer back and runs the instance's check.
-pub fn check(e: &SimEngine, p: &Placed, inst: &suite::Instance) -> Result<(), BenchError> {
+pub fn check(e: &dyn Engine, p: &Placed, inst: &suite::Instance) -> Result<(), BenchError> {
     let mut outs = Vec::new();
     for (b, &va) in inst.buffers.iter().zip(&p.addrs) {
         let mut buf = vec![0u8; b.init.len()];
