@@ -210,7 +210,7 @@ fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
 fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     let d = start(
         "extend",
-        "policy=timeslice,slice=5ms,wake_preempt=false",
+        "policy=timeslice,slice=50ms,wake_preempt=false",
         500,
     );
     let (a, _) = Vm::hello(&d, "a", 1, 2);
@@ -218,15 +218,16 @@ fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     a.send(&ToDaemon::Want {});
     let (seq, _) = a.grant();
     // Four slices pass with nobody waiting: no preempt.
-    std::thread::sleep(Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(200));
     b.send(&ToDaemon::Want {});
     let t0 = Instant::now();
     match a.recv() {
         Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
         other => panic!("expected preempt, got {other:?}"),
     }
+    // At once, not at the next slice end (up to 50 ms away); generous for a loaded machine.
     assert!(
-        t0.elapsed() < Duration::from_millis(4),
+        t0.elapsed() < Duration::from_millis(25),
         "{:?}",
         t0.elapsed()
     );
@@ -390,8 +391,9 @@ fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
     let t0 = Instant::now();
     drop(dies);
     let (seq, _) = ok.grant();
+    // At once, not after the slice end and the 50 ms revocation delay.
     assert!(
-        t0.elapsed() < Duration::from_millis(5),
+        t0.elapsed() < Duration::from_millis(40),
         "{:?}",
         t0.elapsed()
     );
