@@ -31,7 +31,9 @@ fn start_with(name: &str, sched: &str, revoke_ms: u64, spin: Duration) -> Runnin
         report: None,
         report_every: None,
         spin,
-        backstop: Duration::from_millis(1),
+        // Long enough that a loaded machine's late `done` is not mistaken for a VM that did
+        // not stop (the standby test counts preempts).
+        backstop: Duration::from_millis(20),
     };
     Running(Background::start(cfg).unwrap())
 }
@@ -288,7 +290,7 @@ fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
         "only the first, uncontended grant needed a preempt"
     );
     assert_eq!(r.preempt_latency_ns.len(), 2);
-    assert!(r.preempt_latency_ns[1] >= 50_000 && r.preempt_latency_ns[1] < 2_000_000);
+    assert!(r.preempt_latency_ns[1] >= 50_000 && r.preempt_latency_ns[1] < 20_000_000);
 }
 
 #[test]
