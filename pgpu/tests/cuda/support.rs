@@ -1,0 +1,202 @@
+//! Helpers of the cuda engine tests: engines, child processes for what loses the CUDA context,
+//! suite instances placed on 2 MiB pages and run (optionally preempted from another thread),
+//! conformance set-ups and the vGPU's VA window.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pgpu::conformance::Setup;
+use pgpu::cuda::{CudaConfig, CudaEngine};
+use pgpu::sim::{SimConfig, SimEngine};
+use pgpu::*;
+
+pub const MIB: u64 = 1 << 20;
+pub const PAGE: u64 = 2 * MIB;
+/// The GPU VA window the vGPU advertises.
+pub const VGPU_BASE: u64 = 0x10_0000_0000;
+pub const VGPU_SIZE: u64 = 4 << 30;
+
+pub fn cuda(cfg: CudaConfig) -> CudaEngine {
+    CudaEngine::new(cfg).expect("a CUDA device")
+}
+
+pub fn sim() -> SimEngine {
+    SimEngine::new(SimConfig {
+        vram_size: 512 * MIB,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+/// Runs the ignored test `name` in a child process (for what loses the CUDA context or may
+/// crash), passing its output through.
+pub fn in_child(name: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PGPU_CUDA_CHILD", name)
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child {name}: {:?}", out.status);
+}
+
+pub fn is_child(name: &str) -> bool {
+    std::env::var("PGPU_CUDA_CHILD").as_deref() == Ok(name)
+}
+
+/// A suite instance placed in an address space.
+pub struct Placed {
+    pub space: SpaceId,
+    pub module: ModuleId,
+    pub addrs: Vec<u64>,
+}
+
+/// Maps every buffer on 2 MiB pages (an unmapped 2 MiB guard after each) from `window.base`,
+/// VRAM from 0, fills it and loads the PTX.
+pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed {
+    let space = e.create_space(window).unwrap();
+    let (mut va, mut pa) = (window.base, 0);
+    let mut maps = Vec::new();
+    let mut addrs = Vec::new();
+    for b in &inst.buffers {
+        let len = (b.init.len().max(1) as u64).next_multiple_of(PAGE);
+        maps.push(Mapping {
+            va,
+            len,
+            target: MapTarget::Vram { pa },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        });
+        addrs.push(va);
+        va += len + PAGE;
+        pa += len;
+    }
+    e.map_batch(space, &maps).unwrap();
+    for (b, &va) in inst.buffers.iter().zip(&addrs) {
+        e.copy_to_space(space, va, &b.init).unwrap();
+    }
+    let module = e.load_module(inst.ptx).unwrap();
+    Placed {
+        space,
+        module,
+        addrs,
+    }
+}
+
+/// Preempts every `every` from a helper thread while alive.
+pub struct Preempter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Preempter {
+    fn start(h: &PreemptHandle, every: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, h) = (stop.clone(), h.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(every);
+                h.request();
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Preempter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs every launch; with `preempt_every`, a helper thread preempts and the run resumes
+/// (alternately from memory and from bytes). Returns buffers and preemption count.
+pub fn run(
+    e: &dyn Engine,
+    p: &Placed,
+    inst: &suite::Instance,
+    preempt_every: Option<Duration>,
+) -> Result<(Vec<Vec<u8>>, u32), String> {
+    let h = PreemptHandle::new();
+    let _p = preempt_every.map(|d| Preempter::start(&h, d));
+    let mut n = 0;
+    for l in &inst.launches {
+        let params = suite::layout_params(&l.params, &p.addrs).map_err(|e| e.to_string())?;
+        let job = Job::Launch(LaunchJob {
+            space: p.space,
+            module: p.module,
+            entry: l.entry.to_string(),
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.shared_bytes,
+            params,
+        });
+        h.clear();
+        let mut out = e.execute(&job, &h).map_err(|e| e.to_string())?;
+        while let Outcome::Preempted { context, .. } = out {
+            n += 1;
+            let context = if n % 2 == 0 {
+                SavedContext::from_bytes(context.into_bytes())
+            } else {
+                context
+            };
+            h.clear();
+            out = e.resume(context, &h).map_err(|e| e.to_string())?;
+        }
+        if let Outcome::Faulted { fault, .. } = out {
+            return Err(format!("{}: {fault}", l.entry));
+        }
+    }
+    let mut outs = Vec::new();
+    for (b, &va) in inst.buffers.iter().zip(&p.addrs) {
+        let mut buf = vec![0u8; b.init.len()];
+        e.copy_from_space(p.space, va, &mut buf)
+            .map_err(|e| e.to_string())?;
+        outs.push(buf);
+    }
+    Ok((outs, n))
+}
+
+pub fn check(inst: &suite::Instance, outs: &[Vec<u8>]) -> Result<(), String> {
+    let slices: Vec<&[u8]> = outs.iter().map(Vec::as_slice).collect();
+    inst.check(&slices).map(|_| ()).map_err(|m| m.to_string())
+}
+
+/// Conformance set-up for the cuda engine: 1 GiB windows (CUDA honours large reservations at
+/// their address) above the vGPU's window, kernel faults fatal; `distinct` gives spaces alive
+/// at once disjoint windows (else they share one, time-shared by the engine).
+pub fn cuda_setup_with(distinct: bool) -> Setup {
+    Setup {
+        window_base: VGPU_BASE + VGPU_SIZE,
+        window_size: 1 << 30,
+        distinct_windows: distinct,
+        fatal_kernel_faults: true,
+    }
+}
+
+pub fn cuda_setup() -> Setup {
+    cuda_setup_with(true)
+}
+
+pub fn window() -> VaWindow {
+    VaWindow {
+        base: VGPU_BASE,
+        size: VGPU_SIZE,
+    }
+}
+
+// ---- CPU: the rewrite, checked on sim ----
