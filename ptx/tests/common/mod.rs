@@ -2,6 +2,8 @@
 //! buffer building and one-call launches.
 #![allow(dead_code)]
 
+pub mod model;
+
 use std::sync::Arc;
 
 use ptx::{FlatMemory, Launch, LaunchConfig, Limits, Module, RunControl, RunOutcome, Stats};
