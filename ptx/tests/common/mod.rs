@@ -128,3 +128,13 @@ impl Rng {
         (self.next() >> 32) as u32
     }
 }
+
+/// The header of the nvcc-style kernels of the feature tests.
+pub const NVCC_HEAD: &str = ".version 8.0\n.target sm_80\n.address_size 64\n";
+
+/// An nvcc-style entry `k` with `params`, register declarations `regs` and `body`.
+pub fn kern(params: &str, regs: &str, body: &str) -> String {
+    format!(
+        "{NVCC_HEAD}\n.visible .entry k(\n{params}\n)\n.maxntid 1024, 1, 1\n{{\n{regs}\n{body}\n}}\n"
+    )
+}
