@@ -534,7 +534,7 @@ impl Daemon {
         );
         let q = Quarantined {
             pidfd: s.pid.and_then(pidfd_open),
-            offset: reg.vram_offset,
+            offset: reg.report.vram_offset,
             size: reg.report.vram_size,
             channels: reg.report.channels,
             name: reg.report.name.clone(),

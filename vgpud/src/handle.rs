@@ -99,7 +99,6 @@ impl Daemon {
             let r = s.conn.send(&proto::encode(&welcome), Some(fd));
             s.reg = Some(Registered {
                 id,
-                vram_offset: offset,
                 pending: false,
                 want_since_ns: 0,
                 report: VmReport {

@@ -66,7 +66,6 @@ pub struct Session {
 /// The state of a registered VM.
 pub struct Registered {
     pub id: VmId,
-    pub vram_offset: u64,
     /// Queued in the scheduler (wants the GPU, or holds a preempted job).
     pub pending: bool,
     /// When it last became queued (the standby hint goes to the VM that waits longest).

@@ -319,16 +319,6 @@ impl Conn {
         // SAFETY: shutdown on a socket we own.
         unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
     }
-
-    /// A second handle to the same socket (for a reader thread).
-    pub fn try_clone(&self) -> Result<Self, WireError> {
-        Ok(Conn {
-            fd: self
-                .fd
-                .try_clone()
-                .map_err(|err| WireError::Os { op: "dup", err })?,
-        })
-    }
 }
 
 impl AsFd for Conn {
