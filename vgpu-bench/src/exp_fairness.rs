@@ -65,7 +65,7 @@ pub struct Args {
     /// The physical GPU behind the VMs (`--gpu backend=`): the built-in software GPU, or an
     /// NVIDIA GPU through CUDA (each VM process its own CUDA context; the daemon time-slices).
     #[arg(long, value_enum, default_value = "sim")]
-    pub backend: crate::fairness_calib::Backend,
+    pub backend: crate::backend::Backend,
     /// The vgpu-vmm and vgpud binaries (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,

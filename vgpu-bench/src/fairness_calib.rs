@@ -10,25 +10,9 @@ use std::time::Instant;
 use pgpu::sim::{SimConfig, SimEngine};
 use pgpu::{Engine, MapTarget, Mapping, Outcome, PageSize, Perm, PreemptHandle, SpaceId, VaWindow};
 
+use crate::backend::Backend;
 use crate::error::BenchError;
 use crate::runner;
-
-/// The GPU the VMs of the run will have (`--backend`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    Sim,
-    Cuda,
-}
-
-impl Backend {
-    /// The `--gpu backend=` value.
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sim => "sim",
-            Backend::Cuda => "cuda",
-        }
-    }
-}
 
 /// The VA window calibration runs in: the virtual GPU's own (a large reservation the CUDA
 /// driver honours; small ones it may move).

@@ -8,6 +8,7 @@
 //! - `fairness`: N VMs sharing one GPU through `vgpud`: Jain's index, share error vs weights,
 //!   utilization, preemption and switch latency, per-VM throughput.
 
+mod backend;
 mod chart;
 mod error;
 mod exp_fairness;
@@ -21,6 +22,7 @@ mod fairness_metrics;
 mod fairness_output;
 mod fairness_procs;
 mod native;
+mod overhead_output;
 mod overhead_vm;
 mod progress;
 mod report;
