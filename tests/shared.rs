@@ -71,10 +71,16 @@ fn workloads_stay_correct_when_preempted_every_200us() {
         "policy=timeslice,slice=200us,wake_preempt=false",
         1024,
     );
+    // A VM that always wants the GPU, so that every workloads job longer than a slice is
+    // preempted (a turn nobody waits for is not), whatever the two workloads VMs overlap.
+    let mut spin = h.vm("fairness", "name=spin,vram=16M", &spin_cmdline(120_000));
+    wait_for_progress(&mut spin);
     let a = h.vm("workloads", "name=full,mode=full", "");
     let b = h.vm("workloads", "name=para,mode=para", "");
     let (ca, oa) = finish(a);
     let (cb, ob) = finish(b);
+    spin.kill().unwrap();
+    let _ = spin.wait();
     let r = h.stop();
     assert_eq!(ca, 0, "{oa}");
     assert_eq!(cb, 0, "{ob}");
@@ -85,9 +91,9 @@ fn workloads_stay_correct_when_preempted_every_200us() {
             .chain(&results(&ob))
             .all(|l| l.ends_with("ok=1"))
     );
-    assert_eq!(r.vms.len(), 2);
-    // Both VMs were really stopped mid-job and resumed from their saved contexts.
-    for v in &r.vms {
+    assert_eq!(r.vms.len(), 3);
+    // Both workloads VMs were really stopped mid-job and resumed from their saved contexts.
+    for v in r.vms.iter().filter(|v| v.name != "spin") {
         assert!(v.preempted > 0 && v.completed > 0, "{v:?}");
         assert!(v.gone_ns.is_some() && !v.evicted);
     }
