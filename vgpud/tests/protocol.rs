@@ -294,6 +294,49 @@ fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
 }
 
 #[test]
+fn every_policy_shares_the_gpu_between_two_vms() {
+    for policy in ["fifo", "credit", "band", "timeslice"] {
+        let d = start(policy, &format!("policy={policy},band_wait=0ns"), 500);
+        let (a, _) = Vm::hello(&d, "a", 1, 2);
+        let (b, _) = Vm::hello(&d, "b", 1, 2);
+        a.send(&ToDaemon::Want {});
+        b.send(&ToDaemon::Want {});
+        // Each VM has three jobs of 1 ms; whoever is granted reports one and wants again.
+        let mut left = [3, 3];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while left.iter().any(|&n| n > 0) {
+            assert!(Instant::now() < deadline, "{policy}: jobs left {left:?}");
+            let mut ran = false;
+            for (i, vm) in [&a, &b].into_iter().enumerate() {
+                if left[i] == 0 {
+                    continue;
+                }
+                let mut buf = [0u8; 4096];
+                if let Ok(vgpud::wire::Received::Message(n, _)) = vm.conn.try_recv(&mut buf)
+                    && let Ok(ToVm::Grant { seq, .. }) = proto::decode(&buf[..n])
+                {
+                    left[i] -= 1;
+                    vm.done(seq, RunOutcome::Completed, 1_000_000, left[i] > 0);
+                    ran = true;
+                }
+            }
+            if !ran {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        drop((a, b));
+        let r = d.stop();
+        assert_eq!(r.grants, 6, "{policy}");
+        assert!(
+            r.vms.iter().all(|v| v.completed == 3),
+            "{policy}: {:?}",
+            r.vms
+        );
+        assert_eq!(r.refused, 0, "{policy}");
+    }
+}
+
+#[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
