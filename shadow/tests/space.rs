@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::*;
 use pgpu::sim::{SimConfig, SimEngine};
 use pgpu::{
-    Engine, EngineError, EngineInfo, HostRegionId, Job, MapTarget, Mapping, ModuleId, Outcome,
-    PageSize, Perm, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+    Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits, LoadedModule, MapTarget,
+    Mapping, ModuleId, Outcome, PageSize, Perm, PreemptHandle, SavedContext, SpaceId, Translation,
+    VaWindow,
 };
 use shadow::{
     Aperture::{Sysmem, Vram},
@@ -474,8 +475,8 @@ impl Engine for Flaky {
     fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.inner.copy_from_space(space, va, buf)
     }
-    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError> {
-        self.inner.load_module(ptx)
+    fn load_module(&self, ptx: &str, limits: &LoadLimits) -> Result<LoadedModule, EngineError> {
+        self.inner.load_module(ptx, limits)
     }
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         self.inner.unload_module(module)
