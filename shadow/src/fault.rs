@@ -40,6 +40,9 @@ pub enum FaultKind {
     BadRunlist = 15,
     /// 16: the shared physical GPU was taken away (the host daemon revoked the grant or is gone).
     GpuLost = 16,
+    /// 17: what the work needs of the host (module, shadow page tables) does not fit the VM's
+    /// host memory budget (`--gpu hostmem=`), even after everything idle was evicted.
+    ResourceLimit = 17,
 }
 
 impl FaultKind {
@@ -68,6 +71,7 @@ impl FaultKind {
             BadRegister,
             BadRunlist,
             GpuLost,
+            ResourceLimit,
         ]
         .into_iter()
         .find(|k| k.code() == code)

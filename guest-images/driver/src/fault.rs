@@ -21,6 +21,7 @@ pub enum FaultKind {
     BadRegister,
     BadRunlist,
     GpuLost,
+    ResourceLimit,
     /// A kind this driver does not know (device input is untrusted).
     Unknown(u8),
 }
@@ -46,6 +47,7 @@ impl FaultKind {
             14 => BadRegister,
             15 => BadRunlist,
             16 => GpuLost,
+            17 => ResourceLimit,
             other => Unknown(other),
         }
     }
@@ -70,6 +72,7 @@ impl FaultKind {
             BadRegister => 14,
             BadRunlist => 15,
             GpuLost => 16,
+            ResourceLimit => 17,
             Unknown(v) => v,
         }
     }
@@ -94,6 +97,7 @@ impl FaultKind {
             BadRegister => "BAD_REGISTER",
             BadRunlist => "BAD_RUNLIST",
             GpuLost => "GPU_LOST",
+            ResourceLimit => "RESOURCE_LIMIT",
             Unknown(_) => "UNKNOWN",
         }
     }
