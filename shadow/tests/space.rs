@@ -656,3 +656,53 @@ fn full_4g_window() {
     );
     s.destroy(&e).unwrap();
 }
+
+#[test]
+fn host_bytes_follow_the_installed_mappings() {
+    use shadow::host_bytes_of;
+    let w = VaWindow {
+        base: 0,
+        size: 4 << 30,
+    };
+    let small = |va: u64| Mapping {
+        va,
+        len: 4096,
+        target: MapTarget::Vram { pa: 0 },
+        perm: Perm::ReadWrite,
+        page_size: PageSize::Size4K,
+    };
+    let empty = host_bytes_of(w, &[]);
+    let one = host_bytes_of(w, &[small(0)]);
+    let entry = std::mem::size_of::<Mapping>() as u64;
+    // The first 4 KiB page: its entry, a directory and a leaf table.
+    assert_eq!(one - empty, entry + (8 << 10) + (4 << 10));
+    // A second page in the same 2 MiB region costs only its entry; one in another region of
+    // the same GiB a leaf table more; one in another GiB a directory more.
+    assert_eq!(host_bytes_of(w, &[small(0), small(4096)]) - one, entry);
+    assert_eq!(
+        host_bytes_of(w, &[small(0), small(2 << 20)]) - one,
+        entry + (4 << 10)
+    );
+    assert_eq!(
+        host_bytes_of(w, &[small(0), small(1 << 30)]) - one,
+        entry + (8 << 10) + (4 << 10)
+    );
+    // A 2 MiB page needs no leaf table.
+    let big = Mapping {
+        len: 2 << 20,
+        page_size: PageSize::Size2M,
+        ..small(2 << 20)
+    };
+    assert_eq!(host_bytes_of(w, &[small(0), big]) - one, entry);
+
+    // A synced space is charged for what it installed.
+    let e = engine();
+    let m = tables();
+    let p = plan_of(&e, &m, &partition(), &SysmemMap::default());
+    let mut s = ShadowSpace::create(&e, pdb(), window()).unwrap();
+    assert_eq!(s.host_bytes(), host_bytes_of(window(), &[]));
+    s.sync(&e, &p.mappings).unwrap();
+    assert_eq!(s.host_bytes(), host_bytes_of(window(), s.installed()));
+    assert!(s.host_bytes() > host_bytes_of(window(), &[]));
+    s.destroy(&e).unwrap();
+}

@@ -288,7 +288,11 @@ impl Shadows {
         }
         let tick = budget.tick();
         if !self.spaces.contains_key(&key) {
-            let sp = self.create(key, budget)?;
+            let sp = match self.create(key, budget) {
+                // The engine's table of spaces is full of live ones: over the limit too.
+                Err(ShadowError::Engine(pgpu::EngineError::TooMany(_))) => return Ok(None),
+                other => other?,
+            };
             self.spaces.insert(
                 key,
                 Entry {
