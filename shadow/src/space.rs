@@ -112,7 +112,7 @@ pub fn host_bytes_of(window: VaWindow, mappings: &[Mapping]) -> u64 {
             leaves.push((m.va >> 21, last >> 21));
         }
     }
-    let list = (mappings.len() * std::mem::size_of::<Mapping>()) as u64;
+    let list = std::mem::size_of_val(mappings) as u64;
     cost::SPACE
         + window.size.div_ceil(1 << 30) * cost::PER_GIB_OF_WINDOW
         + list
