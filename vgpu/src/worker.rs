@@ -638,15 +638,11 @@ impl Worker {
                 Err(e) => e,
             };
             match err {
-                EngineError::HostBudget { .. } | EngineError::TooMany(_) if !evicted => {
-                    // Make all the room there is (every idle module and shadow space), once.
+                EngineError::HostBudget { .. } | EngineError::TooMany(_)
+                    if !evicted && self.evict_all_idle() =>
+                {
+                    // All the room there is was made (once): try again.
                     evicted = true;
-                    let keep = self.current_pdb;
-                    let (modules, engine) = (&mut self.modules, &self.engine);
-                    self.shadows
-                        .make_room(u64::MAX, keep, &mut self.budget, &mut |b, older| {
-                            modules.evict_older(&**engine, b, older)
-                        });
                 }
                 e @ (EngineError::HostBudget { .. } | EngineError::TooMany(_)) => {
                     self.budget.count(|s| &mut s.refused);
@@ -675,6 +671,19 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Evicts every idle module and shadow space (not the current turn's); returns whether
+    /// that freed anything (or the engine's tables: a module was unloaded).
+    fn evict_all_idle(&mut self) -> bool {
+        let before = (self.budget.free(), self.budget.stats().modules_evicted);
+        let keep = self.current_pdb;
+        let (modules, engine) = (&mut self.modules, &self.engine);
+        self.shadows
+            .make_room(u64::MAX, keep, &mut self.budget, &mut |b, older| {
+                modules.evict_older(&**engine, b, older)
+            });
+        (self.budget.free(), self.budget.stats().modules_evicted) != before
     }
 
     /// Whether another job is probably ready after the current one (shared GPU: the `more` of

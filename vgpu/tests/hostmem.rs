@@ -120,7 +120,11 @@ fn kind(b: &Bench) -> u32 {
 #[test]
 fn modules_are_evicted_under_the_budget_and_reload_with_fresh_variables() {
     // 16 MiB: one module with 6 MiB of variables fits at a time, not two.
-    let b = Bench::with(|c| c.hostmem = 16 << 20);
+    let b = Bench::with(|c| {
+        c.hostmem = 16 << 20;
+        // Loads count against the job's limit: room for slow machines.
+        c.job_timeout = Duration::from_secs(20);
+    });
     setup(&b);
     let a = counter_ptx(6 << 20);
     let other = counter_ptx((6 << 20) + 8);
@@ -151,7 +155,11 @@ fn modules_are_evicted_under_the_budget_and_reload_with_fresh_variables() {
 #[test]
 fn many_modules_with_large_variables_stay_under_the_budget() {
     // Before the budget, every module stayed loaded: 10 x 6 MiB of variables for this VM.
-    let b = Bench::with(|c| c.hostmem = 16 << 20);
+    let b = Bench::with(|c| {
+        c.hostmem = 16 << 20;
+        // Loads count against the job's limit: room for slow machines.
+        c.job_timeout = Duration::from_secs(20);
+    });
     setup(&b);
     for i in 0..10u32 {
         launch(&b, i, &counter_ptx((6 << 20) + 8 * u64::from(i)));
@@ -228,7 +236,11 @@ fn write_dense_table(b: &Bench) {
 #[test]
 fn shadow_spaces_of_many_page_directories_stay_under_the_budget() {
     const PDES: u64 = 256;
-    let b = Bench::with(|c| c.hostmem = 16 << 20);
+    let b = Bench::with(|c| {
+        c.hostmem = 16 << 20;
+        // Loads count against the job's limit: room for slow machines.
+        c.job_timeout = Duration::from_secs(20);
+    });
     write_dense_table(&b);
     // What one directory's shadow costs (the accounting's own model of it).
     let mappings: Vec<Mapping> = (2..PDES)
@@ -269,7 +281,11 @@ fn shadow_spaces_of_many_page_directories_stay_under_the_budget() {
 
 #[test]
 fn a_shadow_that_cannot_fit_faults_resource_limit() {
-    let b = Bench::with(|c| c.hostmem = 16 << 20);
+    let b = Bench::with(|c| {
+        c.hostmem = 16 << 20;
+        // Loads count against the job's limit: room for slow machines.
+        c.job_timeout = Duration::from_secs(20);
+    });
     write_dense_table(&b);
     // 2048 PDEs of 512 distinct 4 KiB mappings: ~56 MiB of shadow for one directory.
     let pd = dense_pd(&b, 0, 2048);
