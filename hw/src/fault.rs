@@ -27,6 +27,7 @@ macro_rules! fault_kinds {
             (BadRegister, 14, "BAD_REGISTER", "a refused register write"),
             (BadRunlist, 15, "BAD_RUNLIST", "a bad runlist"),
             (GpuLost, 16, "GPU_LOST", "the shared physical GPU was taken away from this VM"),
+            (ResourceLimit, 17, "RESOURCE_LIMIT", "the work needs more host memory than the VM's budget allows, with everything idle evicted"),
         }
     };
 }

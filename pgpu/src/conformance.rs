@@ -317,7 +317,10 @@ fn host_copies(c: &Ctx) -> Result<(), String> {
 
 fn kernels_and_faults(c: &Ctx) -> Result<(), String> {
     let (e, p) = (c.e, c.page.bytes());
-    let module = e.load_module(FILL_PTX).map_err(err("load_module"))?;
+    let module = e
+        .load_module(FILL_PTX, &crate::LoadLimits::default())
+        .map(|m| m.id)
+        .map_err(err("load_module"))?;
     let (a, abase) = c.space_at(0, 0, Perm::ReadWrite)?;
     let (b, bbase) = c.space_at(1, p, Perm::ReadWrite)?;
     let h = PreemptHandle::new();
@@ -358,7 +361,10 @@ fn kernels_and_faults(c: &Ctx) -> Result<(), String> {
 
 fn preempt_and_resume(c: &Ctx) -> Result<(), String> {
     let (e, base) = (c.e, c.window.base);
-    let module = e.load_module(FILL_PTX).map_err(err("load_module"))?;
+    let module = e
+        .load_module(FILL_PTX, &crate::LoadLimits::default())
+        .map(|m| m.id)
+        .map_err(err("load_module"))?;
     for through_bytes in [false, true] {
         let s = c.space_with(0, Perm::ReadWrite)?;
         e.copy_to_space(s, base, &vec![0xff; N as usize * 4])
@@ -408,7 +414,11 @@ fn preempt_and_resume(c: &Ctx) -> Result<(), String> {
 fn module_errors(c: &Ctx) -> Result<(), String> {
     match c
         .e
-        .load_module(".version 7.8\n.target sm_80\n.address_size 64\nnot ptx;\n")
+        .load_module(
+            ".version 7.8\n.target sm_80\n.address_size 64\nnot ptx;\n",
+            &crate::LoadLimits::default(),
+        )
+        .map(|m| m.id)
     {
         Err(EngineError::ModuleLoad { log }) => ensure(!log.is_empty(), "empty load log"),
         other => Err(format!("garbage PTX: {other:?}")),
@@ -482,7 +492,10 @@ pub fn check_fatal_kernel_fault(e: &dyn Engine, setup: Setup) -> Result<(), Stri
         setup,
     };
     let p = page.bytes();
-    let module = e.load_module(FILL_PTX).map_err(err("load_module"))?;
+    let module = e
+        .load_module(FILL_PTX, &crate::LoadLimits::default())
+        .map(|m| m.id)
+        .map_err(err("load_module"))?;
     let (a, abase) = c.space_at(0, 0, Perm::ReadWrite)?;
     let h = PreemptHandle::new();
     // The whole grid writes past the page (an overrun of a few KiB could land in the 2 MiB

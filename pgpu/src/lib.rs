@@ -27,7 +27,9 @@
 //! engine.copy_to_space(space, a, &ones)?;
 //! engine.copy_to_space(space, b, &ones)?;
 //! // PTX text comes from guest memory; load errors carry the text to hand back to the guest.
-//! let module = engine.load_module(suite::find("vecadd").unwrap().ptx)?;
+//! // Bounded by the VM's host memory budget, the job's time limit and a cancel flag.
+//! let limits = LoadLimits { max_host_bytes: 64 << 20, ..LoadLimits::default() };
+//! let module = engine.load_module(suite::find("vecadd").unwrap().ptx, &limits)?.id;
 //! let mut params = Vec::new();
 //! for p in [a, b, c] {
 //!     params.extend_from_slice(&p.to_le_bytes());
@@ -64,6 +66,7 @@
 pub mod conformance;
 pub mod cuda;
 pub mod engine;
+mod ptx_load;
 pub mod sim;
 
 pub use engine::*;

@@ -59,7 +59,10 @@ fn rewritten_ptx_run_as_sub_launches_on_sim_gives_identical_bytes() {
         let (want, _) = run(&e, &plain, &inst, None).unwrap();
         e.destroy_space(plain.space).unwrap();
         let p = place(&e, &inst, window());
-        let module = e.load_module(&rw.text).unwrap();
+        let module = e
+            .load_module(&rw.text, &pgpu::LoadLimits::default())
+            .map(|m| m.id)
+            .unwrap();
         let h = PreemptHandle::new();
         for l in &inst.launches {
             let mut params = suite::layout_params(&l.params, &p.addrs).unwrap();
@@ -155,7 +158,7 @@ fn gpu_conformance() {
     e.destroy_space(same).unwrap();
     e.destroy_space(s).unwrap();
     // The JIT log reaches the caller.
-    match e.load_module(".version 7.8\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tbogus.u32 %r1;\n}\n") {
+    match e.load_module(".version 7.8\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n\tbogus.u32 %r1;\n}\n", &pgpu::LoadLimits::default()).map(|m| m.id) {
         Err(EngineError::ModuleLoad { log }) => println!("MEASURE JIT log: {log}"),
         other => panic!("{other:?}"),
     }

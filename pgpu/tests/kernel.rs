@@ -182,7 +182,10 @@ fn kernels_use_guest_ram_through_host_region_mappings() {
         ram.write(off, &b.init);
         addrs.push(BASE + off as u64);
     }
-    let module = e.load_module(inst.ptx).unwrap();
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     let p = runner::Placed {
         space: s,
         module,
@@ -267,24 +270,45 @@ fn matmul_preempted_from_another_thread_gives_identical_bytes() {
 fn module_cache_and_load_errors() {
     let e = engine();
     let text = suite::find("vecadd").unwrap().ptx;
-    let a = e.load_module(text).unwrap();
-    let b = e.load_module(text).unwrap();
+    let a = e
+        .load_module(text, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
+    let b = e
+        .load_module(text, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     assert_eq!(a, b, "same text, same module");
-    let other = e.load_module(suite::find("saxpy").unwrap().ptx).unwrap();
+    let other = e
+        .load_module(
+            suite::find("saxpy").unwrap().ptx,
+            &pgpu::LoadLimits::default(),
+        )
+        .map(|m| m.id)
+        .unwrap();
     assert_ne!(a, other);
     e.unload_module(a).unwrap();
     e.unload_module(a).unwrap();
     assert_eq!(e.unload_module(a), Err(EngineError::UnknownModule(a)));
-    let c = e.load_module(text).unwrap();
+    let c = e
+        .load_module(text, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     assert_ne!(a, c, "ids are never reused");
-    let Err(EngineError::ModuleLoad { log }) = e.load_module(".version 7.0\n.target sm_80\nbogus;")
+    let Err(EngineError::ModuleLoad { log }) = e
+        .load_module(
+            ".version 7.0\n.target sm_80\nbogus;",
+            &pgpu::LoadLimits::default(),
+        )
+        .map(|m| m.id)
     else {
         panic!("garbage loaded")
     };
     assert!(log.contains("3:"), "error text names the line: {log}");
     let big = " ".repeat(e.info().limits.max_ptx_bytes + 1);
     assert!(matches!(
-        e.load_module(&big),
+        e.load_module(&big, &pgpu::LoadLimits::default())
+            .map(|m| m.id),
         Err(EngineError::ModuleLoad { .. })
     ));
 }
@@ -416,10 +440,19 @@ fn module_limits_bound_what_a_guest_can_pin() {
         ..Default::default()
     };
     let e = SimEngine::new(cfg).unwrap();
-    let a = e.load_module(vecadd).unwrap();
-    assert_eq!(e.load_module(saxpy), Err(EngineError::TooMany("modules")));
+    let a = e
+        .load_module(vecadd, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
+    assert_eq!(
+        e.load_module(saxpy, &pgpu::LoadLimits::default())
+            .map(|m| m.id),
+        Err(EngineError::TooMany("modules"))
+    );
     e.unload_module(a).unwrap();
-    e.load_module(saxpy).unwrap();
+    e.load_module(saxpy, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     let limits = EngineLimits {
         max_ptx_bytes_total: vecadd.len() + saxpy.len() - 1,
         ..EngineLimits::default()
@@ -431,13 +464,19 @@ fn module_limits_bound_what_a_guest_can_pin() {
         ..Default::default()
     };
     let e = SimEngine::new(cfg).unwrap();
-    let a = e.load_module(vecadd).unwrap();
+    let a = e
+        .load_module(vecadd, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     assert_eq!(
-        e.load_module(saxpy),
+        e.load_module(saxpy, &pgpu::LoadLimits::default())
+            .map(|m| m.id),
         Err(EngineError::TooMany("bytes of loaded PTX"))
     );
     e.unload_module(a).unwrap();
-    e.load_module(saxpy).unwrap();
+    e.load_module(saxpy, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
 }
 
 /// A kernel stops by itself at its handle's deadline (a time slice's end, no thread woken to

@@ -34,7 +34,7 @@ pub use instance::{INSTANCE_BLOCK_SIZE, INSTANCE_BYTES, Instance};
 pub use layout::{GpuLayout, PageSizes, Partition, RamRegion, SysmemEntry, SysmemMap};
 pub use mem::{GuestMem, MemError, VecGuestMem};
 pub use plan::{Plan, plan};
-pub use space::{ShadowSpace, SpaceCounters, SyncStats};
+pub use space::{ShadowSpace, SpaceCounters, SyncStats, host_bytes_of};
 pub use translate::{Translated, translate};
 pub use types::{Aperture, GuestMapping, GuestTarget, PAGE_2M, PAGE_4K, Pdb};
 pub use walk::{Walk, walk};

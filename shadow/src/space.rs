@@ -71,7 +71,61 @@ fn bytes_of(list: &[Mapping]) -> [u64; 2] {
     b
 }
 
+/// Host bytes charged per byte-sized unit of a shadow (see [`host_bytes_of`]).
+mod cost {
+    /// A fixed part per space (engine slot, bookkeeping).
+    pub const SPACE: u64 = 4 << 10;
+    /// One directory pointer per GiB of window.
+    pub const PER_GIB_OF_WINDOW: u64 = 8;
+    /// A 512-entry directory per GiB of window with anything mapped.
+    pub const DIRECTORY: u64 = 8 << 10;
+    /// A 512-entry leaf table per 2 MiB region with 4 KiB pages mapped.
+    pub const LEAF_TABLE: u64 = 4 << 10;
+}
+
+/// Distinct units covered by sorted-or-not inclusive ranges of unit indices.
+fn distinct(mut ranges: Vec<(u64, u64)>) -> u64 {
+    ranges.sort_unstable();
+    let mut n = 0;
+    let mut next = 0u64; // first unit not counted yet
+    for (a, b) in ranges {
+        let a = a.max(next);
+        if a <= b {
+            n += b - a + 1;
+            next = b + 1;
+        }
+    }
+    n
+}
+
+/// Host bytes a shadow with `mappings` installed over `window` holds: the installed list and
+/// the engine's page tables as the sim engine builds them (a pointer per GiB of window, a
+/// directory per GiB touched, a 4 KiB leaf table per 2 MiB region holding 4 KiB pages). What a
+/// VM is charged for a shadow space; computable from a plan before anything is installed.
+pub fn host_bytes_of(window: VaWindow, mappings: &[Mapping]) -> u64 {
+    let mut gib = Vec::with_capacity(mappings.len());
+    let mut leaves = Vec::new();
+    for m in mappings.iter().filter(|m| m.len > 0) {
+        let last = m.va.saturating_add(m.len - 1);
+        gib.push((m.va >> 30, last >> 30));
+        if m.page_size == PageSize::Size4K {
+            leaves.push((m.va >> 21, last >> 21));
+        }
+    }
+    let list = std::mem::size_of_val(mappings) as u64;
+    cost::SPACE
+        + window.size.div_ceil(1 << 30) * cost::PER_GIB_OF_WINDOW
+        + list
+        + distinct(gib) * cost::DIRECTORY
+        + distinct(leaves) * cost::LEAF_TABLE
+}
+
 impl ShadowSpace {
+    /// Host bytes this shadow holds now ([`host_bytes_of`] its installed mappings).
+    pub fn host_bytes(&self) -> u64 {
+        host_bytes_of(self.window, &self.installed)
+    }
+
     /// Creates the engine address space for the page directory `key` over `window`.
     pub fn create<E: Engine + ?Sized>(
         engine: &E,

@@ -27,11 +27,12 @@ fn fault_kind_codes_match_the_spec() {
     assert_eq!(FaultKind::BadChannel.code(), 13);
     assert_eq!(FaultKind::BadRunlist.code(), 15);
     assert_eq!(FaultKind::GpuLost.code(), 16);
-    for code in 1..=16 {
+    assert_eq!(FaultKind::ResourceLimit.code(), 17);
+    for code in 1..=17 {
         assert_eq!(FaultKind::from_code(code).unwrap().code(), code);
     }
     assert_eq!(FaultKind::from_code(0), None);
-    assert_eq!(FaultKind::from_code(17), None);
+    assert_eq!(FaultKind::from_code(18), None);
 }
 
 #[test]

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::*;
 use pgpu::sim::{SimConfig, SimEngine};
 use pgpu::{
-    Engine, EngineError, EngineInfo, HostRegionId, Job, MapTarget, Mapping, ModuleId, Outcome,
-    PageSize, Perm, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+    Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits, LoadedModule, MapTarget,
+    Mapping, ModuleId, Outcome, PageSize, Perm, PreemptHandle, SavedContext, SpaceId, Translation,
+    VaWindow,
 };
 use shadow::{
     Aperture::{Sysmem, Vram},
@@ -474,8 +475,8 @@ impl Engine for Flaky {
     fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
         self.inner.copy_from_space(space, va, buf)
     }
-    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError> {
-        self.inner.load_module(ptx)
+    fn load_module(&self, ptx: &str, limits: &LoadLimits) -> Result<LoadedModule, EngineError> {
+        self.inner.load_module(ptx, limits)
     }
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         self.inner.unload_module(module)
@@ -653,5 +654,55 @@ fn full_4g_window() {
         look(&e, &s, va(i + 1, 7)).unwrap().page_size,
         PageSize::Size2M
     );
+    s.destroy(&e).unwrap();
+}
+
+#[test]
+fn host_bytes_follow_the_installed_mappings() {
+    use shadow::host_bytes_of;
+    let w = VaWindow {
+        base: 0,
+        size: 4 << 30,
+    };
+    let small = |va: u64| Mapping {
+        va,
+        len: 4096,
+        target: MapTarget::Vram { pa: 0 },
+        perm: Perm::ReadWrite,
+        page_size: PageSize::Size4K,
+    };
+    let empty = host_bytes_of(w, &[]);
+    let one = host_bytes_of(w, &[small(0)]);
+    let entry = std::mem::size_of::<Mapping>() as u64;
+    // The first 4 KiB page: its entry, a directory and a leaf table.
+    assert_eq!(one - empty, entry + (8 << 10) + (4 << 10));
+    // A second page in the same 2 MiB region costs only its entry; one in another region of
+    // the same GiB a leaf table more; one in another GiB a directory more.
+    assert_eq!(host_bytes_of(w, &[small(0), small(4096)]) - one, entry);
+    assert_eq!(
+        host_bytes_of(w, &[small(0), small(2 << 20)]) - one,
+        entry + (4 << 10)
+    );
+    assert_eq!(
+        host_bytes_of(w, &[small(0), small(1 << 30)]) - one,
+        entry + (8 << 10) + (4 << 10)
+    );
+    // A 2 MiB page needs no leaf table.
+    let big = Mapping {
+        len: 2 << 20,
+        page_size: PageSize::Size2M,
+        ..small(2 << 20)
+    };
+    assert_eq!(host_bytes_of(w, &[small(0), big]) - one, entry);
+
+    // A synced space is charged for what it installed.
+    let e = engine();
+    let m = tables();
+    let p = plan_of(&e, &m, &partition(), &SysmemMap::default());
+    let mut s = ShadowSpace::create(&e, pdb(), window()).unwrap();
+    assert_eq!(s.host_bytes(), host_bytes_of(window(), &[]));
+    s.sync(&e, &p.mappings).unwrap();
+    assert_eq!(s.host_bytes(), host_bytes_of(window(), s.installed()));
+    assert!(s.host_bytes() > host_bytes_of(window(), &[]));
     s.destroy(&e).unwrap();
 }

@@ -44,7 +44,9 @@ fn place(e: &dyn Engine, inst: &suite::Instance) -> Result<runner::Placed, Bench
         va += len;
         pa += len;
     }
-    let module = e.load_module(inst.ptx)?;
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)?;
     Ok(runner::Placed {
         space,
         module,

@@ -53,7 +53,9 @@ pub fn place(e: &SimEngine, inst: &suite::Instance) -> Result<Placed, BenchError
         va += len + 4096;
         pa += len;
     }
-    let module = e.load_module(inst.ptx)?;
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)?;
     Ok(Placed {
         space,
         module,

@@ -33,8 +33,12 @@ pub struct GpuConfig {
     pub vram: u64,
     /// Channels the guest may use (1 … 32).
     pub channels: u32,
-    /// Per-job time limit; work running longer is stopped with a TIMEOUT fault.
+    /// Per-job time limit (loading the job's module included); work running longer is stopped
+    /// with a TIMEOUT fault.
     pub job_timeout: Duration,
+    /// Host memory the device may hold for the guest around its GPU work (`hostmem=`): loaded
+    /// modules and their variables, module caches, shadow page tables. See `budget`.
+    pub hostmem: u64,
     /// GPU VA window.
     pub va_base: u64,
     pub va_size: u64,
@@ -66,6 +70,7 @@ impl Default for GpuConfig {
             vram: 256 << 20,
             channels: 8,
             job_timeout: Duration::from_secs(2),
+            hostmem: 256 << 20,
             va_base: 0x10_0000_0000,
             va_size: 4 << 30,
             workers: 1,
@@ -78,11 +83,16 @@ impl Default for GpuConfig {
     }
 }
 
+/// Smallest `hostmem=`: room for a few modules and shadows of the default VA window.
+pub const HOSTMEM_MIN: u64 = 16 << 20;
+/// Largest `hostmem=`.
+pub const HOSTMEM_MAX: u64 = 64 << 30;
+
 /// Errors in a `--gpu` option string.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, workers, opt, pages, host, weight, priority, name)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -139,6 +149,11 @@ impl GpuConfig {
                         .filter(|n| (1..=600_000).contains(n))
                         .ok_or_else(|| bad("1 to 600000"))?;
                     c.job_timeout = Duration::from_millis(ms);
+                }
+                "hostmem" => {
+                    c.hostmem = parse_size(value)
+                        .filter(|v| (HOSTMEM_MIN..=HOSTMEM_MAX).contains(v))
+                        .ok_or_else(|| bad("a size from 16M to 64G, e.g. 256M"))?
                 }
                 "opt" => {
                     (c.lazy_shadowing, c.bar_remap) = match value {
@@ -235,6 +250,14 @@ mod tests {
             GpuConfig::parse("vram=1G0"),
             Err(ConfigError::BadValue { .. })
         ));
+        assert_eq!(GpuConfig::default().hostmem, 256 << 20);
+        assert_eq!(GpuConfig::parse("hostmem=1G").unwrap().hostmem, 1 << 30);
+        for bad in ["hostmem=8M", "hostmem=65G", "hostmem=lots"] {
+            assert!(
+                matches!(GpuConfig::parse(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             GpuConfig::parse("channels=0"),
             Err(ConfigError::BadValue { .. })

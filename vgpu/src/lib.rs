@@ -11,10 +11,12 @@
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
 //! the hypercall).
 
+pub mod budget;
 pub mod config;
 pub mod device;
 pub mod host;
 pub mod methods;
+mod modcache;
 pub mod para;
 pub mod para_bar;
 pub mod para_vram;
@@ -152,6 +154,10 @@ pub struct Vgpu {
     remap: Option<Arc<Mutex<remap::Remap>>>,
     /// The daemon link when the GPU is shared (`host=`).
     link: Option<Arc<host::HostLink>>,
+    /// Stops a module load of the worker (set at teardown).
+    cancel: Arc<std::sync::atomic::AtomicBool>,
+    /// Stops the worker's running job (requested at teardown).
+    job: pgpu::PreemptHandle,
 }
 
 impl Vgpu {
@@ -286,7 +292,16 @@ impl Vgpu {
             dev.attach_remap(r.clone());
         }
         let device = Arc::new(Mutex::new(dev));
-        let mut w = worker::Worker::new(shared.clone(), engine, cfg, shadows)?;
+        let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let job = pgpu::PreemptHandle::new();
+        let mut w = worker::Worker::new(
+            shared.clone(),
+            engine,
+            cfg,
+            shadows,
+            job.clone(),
+            cancel.clone(),
+        )?;
         if let Some(l) = &link {
             w.set_host(l.clone());
         }
@@ -307,6 +322,8 @@ impl Vgpu {
             para,
             remap,
             link,
+            cancel,
+            job,
         })
     }
 
@@ -341,6 +358,9 @@ impl Vgpu {
 impl Drop for Vgpu {
     fn drop(&mut self) {
         self.shared.lock().shutdown = true;
+        // A module load or a job of the worker stops now, not at the job's time limit.
+        self.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.job.request();
         self.shared.wake.notify_all();
         if let Some(l) = &self.link {
             l.close();

@@ -85,6 +85,8 @@ pub struct GpuCounters {
     pub faults: u64,
     pub faults_dropped: u64,
     pub gpu_ns: u64,
+    /// The host memory budget's accounting (as of the worker's last turn).
+    pub hostmem: crate::budget::HostMemStats,
 }
 
 /// Registers and bookkeeping, under one lock.

@@ -1,16 +1,23 @@
 //! The GPU worker: one thread that runs the guest's channels on the engine. It picks runnable
 //! channels round-robin (one GPFIFO entry per turn), re-reads instance blocks and rebuilds
-//! shadow page tables when the guest changed them, decodes pushbuffers, runs copies and kernels
-//! under the per-job time limit, and turns every failure into the fault the spec names.
+//! shadow page tables when the guest changed them, decodes pushbuffers, loads modules and runs
+//! copies and kernels under the per-job time limit (loading included) and the VM's host memory
+//! budget, and turns every failure into the fault the spec names.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pgpu::{CopyJob, Engine, EngineError, Job, LaunchJob, Outcome, PreemptHandle, SpaceId};
+use pgpu::{
+    CopyJob, Engine, EngineError, Job, LaunchJob, LoadLimits, ModuleId, Outcome, PreemptHandle,
+    SpaceId,
+};
 
+use crate::budget::{Class, HostBudget};
 use crate::config::GpuConfig;
 use crate::host::HostLink;
 use crate::methods::{Command, LaunchDesc, MethodState};
+use crate::modcache::ModuleCache;
 use crate::pushbuf::{self, MethodCall};
 use crate::regs::{self, Access, FaultKind};
 use crate::shadowing::{Instance, Shadows};
@@ -81,10 +88,21 @@ pub struct Worker {
     remap: Option<std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>>,
     /// Shared GPU (`host=`): every job runs under a grant of the host daemon.
     host: Option<Arc<HostLink>>,
-    /// Stops the running job (watchdog, daemon preempt). One per worker: within a turn of a
-    /// shared GPU a preempt that arrives between two jobs must reach the next one.
+    /// Stops the running job (watchdog, daemon preempt, device teardown). One per worker:
+    /// within a turn of a shared GPU a preempt that arrives between two jobs must reach the
+    /// next one.
     handle: PreemptHandle,
+    /// Set when the device goes away: stops a module load and the running job at once.
+    cancel: Arc<AtomicBool>,
+    /// The VM's host memory budget (modules, shadow spaces).
+    budget: HostBudget,
+    modules: ModuleCache,
+    /// The page directory the current turn runs in (its shadow is never evicted meanwhile).
+    current_pdb: Option<shadow::Pdb>,
 }
+
+/// FAULT_INFO of a RESOURCE_LIMIT fault for a module (ADDR = CODE_VA of the launch).
+pub const LIMIT_MODULE: u32 = 1;
 
 /// The channel index `pick` returns for an eager flush.
 const FLUSH: usize = usize::MAX;
@@ -98,9 +116,15 @@ impl Worker {
         engine: Arc<dyn Engine>,
         cfg: GpuConfig,
         shadows: Shadows,
+        handle: PreemptHandle,
+        cancel: Arc<AtomicBool>,
     ) -> std::io::Result<Self> {
         let chans = (0..cfg.channels).map(|_| ChanRt::default()).collect();
         Ok(Worker {
+            budget: HostBudget::new(cfg.hostmem),
+            modules: ModuleCache::default(),
+            current_pdb: None,
+            cancel,
             shared,
             engine,
             cfg,
@@ -112,7 +136,7 @@ impl Worker {
             remap: None,
             para: None,
             host: None,
-            handle: PreemptHandle::new(),
+            handle,
         })
     }
 
@@ -140,6 +164,7 @@ impl Worker {
             drop(held);
             let shared = self.shared.clone();
             let mut r = shared.lock();
+            r.counters.hostmem = self.budget.stats();
             if r.chans[ch].binding != self.chans[ch].binding {
                 // The guest re-bound the channel while this turn ran: the turn belonged to the
                 // old binding, whose GPFIFO is gone; the new one starts from its own GP_GET.
@@ -184,6 +209,7 @@ impl Worker {
                 }
             }
         }
+        self.modules.clear(&*self.engine, &mut self.budget);
     }
 
     /// Waits for a runnable channel; returns it (marked running) and the flush epoch.
@@ -194,8 +220,14 @@ impl Worker {
 
     /// Rebuilds every shadow from scratch now (naive full virtualization: `opt=none`).
     fn eager_flush(&mut self, epoch: u64) {
-        let reports = self.shadows.rebuild_all(epoch);
+        let (modules, engine) = (&mut self.modules, &self.engine);
+        let reports = self
+            .shadows
+            .rebuild_all(epoch, &mut self.budget, &mut |b, older| {
+                modules.evict_older(&**engine, b, older)
+            });
         let mut r = self.shared.lock();
+        r.counters.hostmem = self.budget.stats();
         for report in reports {
             r.counters.shadow_rebuilds += 1;
             r.counters.pages_shadowed += report.mapped;
@@ -321,11 +353,20 @@ impl Worker {
                 ))?,
                 report: None,
             },
-            None => self.shadows.space_for(&inst, flush_epoch)?,
+            None => {
+                self.current_pdb = Some(inst.pdb);
+                let (modules, engine) = (&mut self.modules, &self.engine);
+                self.shadows
+                    .space_for(&inst, flush_epoch, &mut self.budget, &mut |b, older| {
+                        modules.evict_older(&**engine, b, older)
+                    })?
+            }
         };
         if let Some(report) = sync.report {
             let mut r = self.shared.lock();
-            r.counters.shadow_rebuilds += 1;
+            if report.rebuilt {
+                r.counters.shadow_rebuilds += 1;
+            }
             r.counters.pages_shadowed += report.mapped;
             r.counters.pages_unshadowed += report.unmapped;
             r.watched.retain(|_, w| !matches!(w, Watched::Table));
@@ -507,17 +548,22 @@ impl Worker {
                         dst,
                         len,
                     }),
+                    Duration::ZERO,
                 )
             }
             Command::Launch(desc) => {
                 self.shared.lock().counters.launches += 1;
+                let t0 = Instant::now();
                 let job = self.launch_job(space, &desc)?;
-                self.run_job(ch, Job::Launch(job))
+                self.modules.set_in_use(Some(job.module));
+                let r = self.run_job(ch, Job::Launch(job), t0.elapsed());
+                self.modules.set_in_use(None);
+                r
             }
         }
     }
 
-    fn launch_job(&self, space: SpaceId, d: &LaunchDesc) -> Result<LaunchJob, Fault> {
+    fn launch_job(&mut self, space: SpaceId, d: &LaunchDesc) -> Result<LaunchJob, Fault> {
         let bad = |info| Fault::new(FaultKind::BadLaunch, 0, info);
         if d.code_len == 0 || d.code_len > regs::MAX_CODE_LEN {
             return Err(bad(regs::method::CODE_LEN));
@@ -544,14 +590,7 @@ impl Worker {
             )
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
-        let module = self.engine.load_module(&text).map_err(|e| {
-            let log = match &e {
-                EngineError::ModuleLoad { log } => log.clone(),
-                other => other.to_string(),
-            };
-            log::warn!("vgpu: PTX from VA {:#x} refused: {log}", d.code_va);
-            Fault::new(FaultKind::PtxError, d.code_va, first_line_number(&log))
-        })?;
+        let module = self.module_for(&text, d.code_va)?;
         Ok(LaunchJob {
             space,
             module,
@@ -561,6 +600,90 @@ impl Worker {
             dynamic_shared: d.shared_bytes,
             params,
         })
+    }
+
+    /// The engine module for `text`: cached, or loaded under the job's time limit, the device's
+    /// cancel flag and the VM's host memory budget (evicting idle modules and shadow spaces,
+    /// least recently used first, when it does not fit).
+    fn module_for(&mut self, text: &str, code_va: u64) -> Result<ModuleId, Fault> {
+        if let Some(id) = self.modules.lookup(text, &mut self.budget) {
+            return Ok(id);
+        }
+        let deadline = Instant::now() + self.cfg.job_timeout;
+        let mut evicted = false;
+        loop {
+            // The cache keeps its own copy of the text.
+            let limits = LoadLimits {
+                max_host_bytes: self.budget.free().saturating_sub(text.len() as u64),
+                deadline: Some(deadline),
+                cancel: Some(self.cancel.clone()),
+            };
+            let err = match self.engine.load_module(text, &limits) {
+                Ok(m) => {
+                    let bytes = m.host_bytes.saturating_add(text.len() as u64);
+                    if self.budget.charge(Class::Module, bytes) {
+                        self.modules.insert(text, m.id, bytes, &mut self.budget);
+                        self.budget.count(|s| &mut s.module_loads);
+                        return Ok(m.id);
+                    }
+                    if let Err(e) = self.engine.unload_module(m.id) {
+                        log::warn!("vgpu: unload module {:?}: {e}", m.id);
+                    }
+                    EngineError::HostBudget {
+                        what: "module",
+                        used: bytes,
+                        limit: self.budget.free(),
+                    }
+                }
+                Err(e) => e,
+            };
+            match err {
+                EngineError::HostBudget { .. } | EngineError::TooMany(_)
+                    if !evicted && self.evict_all_idle() =>
+                {
+                    // All the room there is was made (once): try again.
+                    evicted = true;
+                }
+                e @ (EngineError::HostBudget { .. } | EngineError::TooMany(_)) => {
+                    self.budget.count(|s| &mut s.refused);
+                    log::warn!("vgpu: PTX from VA {code_va:#x}: over the host memory budget: {e}");
+                    return Err(Fault::new(FaultKind::ResourceLimit, code_va, LIMIT_MODULE));
+                }
+                e @ (EngineError::LoadDeadline | EngineError::LoadCancelled) => {
+                    log::warn!("vgpu: PTX from VA {code_va:#x}: {e}");
+                    return Err(Fault::new(
+                        FaultKind::Timeout,
+                        code_va,
+                        self.cfg.job_timeout.as_millis() as u32,
+                    ));
+                }
+                e => {
+                    let log = match &e {
+                        EngineError::ModuleLoad { log } => log.clone(),
+                        other => other.to_string(),
+                    };
+                    log::warn!("vgpu: PTX from VA {code_va:#x} refused: {log}");
+                    return Err(Fault::new(
+                        FaultKind::PtxError,
+                        code_va,
+                        first_line_number(&log),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Evicts every idle module and shadow space (not the current turn's); returns whether
+    /// that freed anything (or the engine's tables: a module was unloaded).
+    fn evict_all_idle(&mut self) -> bool {
+        let before = (self.budget.free(), self.budget.stats().modules_evicted);
+        let keep = self.current_pdb;
+        let (modules, engine) = (&mut self.modules, &self.engine);
+        self.shadows
+            .make_room(u64::MAX, keep, &mut self.budget, &mut |b, older| {
+                modules.evict_older(&**engine, b, older)
+            });
+        (self.budget.free(), self.budget.stats().modules_evicted) != before
     }
 
     /// Whether another job is probably ready after the current one (shared GPU: the `more` of
@@ -584,10 +707,15 @@ impl Worker {
         })
     }
 
-    fn run_job(&mut self, ch: usize, job: Job) -> Result<Turn, Fault> {
+    /// Runs `job` under the per-job time limit, of which `spent` went already (loading).
+    fn run_job(&mut self, ch: usize, job: Job, spent: Duration) -> Result<Turn, Fault> {
         let handle = self.handle.clone();
         if self.host.is_none() {
             handle.clear();
+        }
+        if self.cancel.load(Ordering::SeqCst) {
+            // The device is going away (its teardown may have requested before the clear).
+            handle.request();
         }
         let mut saved = None;
         let mut gpu = Duration::ZERO;
@@ -601,7 +729,7 @@ impl Worker {
                 })?),
                 None => None,
             };
-            let left = self.cfg.job_timeout.saturating_sub(gpu);
+            let left = self.cfg.job_timeout.saturating_sub(gpu + spent);
             self.watchdog.arm(Instant::now() + left, handle.clone());
             let start_ns = monotonic_ns();
             log::trace!("vgpu: engine start at {start_ns}");

@@ -257,6 +257,45 @@ fn bad_page_table_entries_are_reported_and_never_mapped() {
 }
 
 #[test]
+fn bad_entries_found_by_an_eager_rebuild_are_reported_too() {
+    // opt=none: the flush rebuilds every existing shadow at once; what it finds is reported
+    // before the next work of a channel in that space, as in the lazy modes.
+    let b = Bench::with(|c| c.lazy_shadowing = false);
+    setup(&b);
+    release(&b, 0, 1);
+    b.map_big(2, 1, VRAM);
+    b.write(TLB_FLUSH, 1);
+    b.wait("the eager rebuild", |b| {
+        b.gpu.stats().counters.shadow_rebuilds == 2
+    });
+    let sem = b.va_base + SYS_VA_OFF + 0x3000;
+    let bad_va = b.va_base + (4 << 20);
+    let pb = push(&[
+        (
+            COPY_SRC_HI,
+            &[hi(bad_va), bad_va as u32, hi(sem), sem as u32, 64],
+        ),
+        (COPY_LAUNCH, &[0]),
+    ]);
+    submit(&b, 1, 0x1400, &pb);
+    b.wait("the fault", |b| b.read(CHAN_BASE + 4) & 0xf == CHAN_FAULTED);
+    let (st, ch, addr, _) = b.fault();
+    assert_eq!(
+        (st & 0xff, ch, addr),
+        (u32::from(FaultKind::PteVramRange.code()), 0, bad_va)
+    );
+    assert_eq!(
+        b.read(CHAN_BASE + 4) >> 8 & 0xff,
+        u32::from(FaultKind::Unmapped.code())
+    );
+    assert_eq!(
+        b.gpu.stats().counters.shadow_rebuilds,
+        2,
+        "no rebuild at the run"
+    );
+}
+
+#[test]
 fn unmapped_gpfifo_and_bad_ring_positions_fault() {
     let b = Bench::new();
     b.map_big(1, 2, SYS);

@@ -421,7 +421,7 @@ impl Engine for CudaEngine {
         fault.map_or(Ok(()), |f| Err(EngineError::CopyFault(f)))
     }
 
-    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError> {
+    fn load_module(&self, ptx: &str, limits: &LoadLimits) -> Result<LoadedModule, EngineError> {
         self.alive()?;
         let lim = &self.info.limits;
         if ptx.len() > lim.max_ptx_bytes {
@@ -429,11 +429,27 @@ impl Engine for CudaEngine {
                 log: "PTX text too large".into(),
             });
         }
+        limits.check()?;
         let mut m = lock(&self.modules);
-        if let Some(id) = m.lookup_and_count(ptx) {
-            return Ok(id);
+        if let Some(loaded) = m.lookup_and_count(ptx) {
+            return Ok(loaded);
         }
-        m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)
+        // The JIT runs inside the driver and cannot be interrupted: the bounds are checked
+        // around it. Host memory: the text kept and an estimate of the driver's copy (module
+        // variables live in the context's device memory, not in host memory).
+        let loaded = m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)?;
+        let over = limits.check().err().or_else(|| {
+            (loaded.host_bytes > limits.max_host_bytes).then_some(EngineError::HostBudget {
+                what: "module",
+                used: loaded.host_bytes,
+                limit: limits.max_host_bytes,
+            })
+        });
+        if let Some(e) = over {
+            m.unload(loaded.id)?;
+            return Err(e);
+        }
+        Ok(loaded)
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {

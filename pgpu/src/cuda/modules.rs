@@ -13,7 +13,7 @@ use cudarc::driver::sys;
 
 use super::driver::{Ctx, ck};
 use super::rewrite::{SLICE_PARAMS, rewrite};
-use crate::engine::{EngineError, ModuleId};
+use crate::engine::{EngineError, LoadedModule, ModuleId};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -139,6 +139,9 @@ struct Entry {
     text: String,
     loaded: Arc<Loaded>,
     loads: u32,
+    /// Host bytes charged for it: the text kept here, plus the size of the text the driver
+    /// loaded (an estimate of the driver's own copy of the module).
+    host_bytes: u64,
 }
 
 /// The module table.
@@ -158,12 +161,15 @@ fn hash(text: &str) -> u64 {
 
 impl Modules {
     /// A cached module with exactly this text, counted as one more load.
-    pub fn lookup_and_count(&mut self, text: &str) -> Option<ModuleId> {
+    pub fn lookup_and_count(&mut self, text: &str) -> Option<LoadedModule> {
         let ids = self.by_hash.get(&hash(text))?;
         let id = *ids.iter().find(|id| self.by_id[id].text == text)?;
         let e = self.by_id.get_mut(&id)?;
         e.loads = e.loads.saturating_add(1);
-        Some(id)
+        Some(LoadedModule {
+            id,
+            host_bytes: e.host_bytes,
+        })
     }
 
     /// Rewrites and loads `text` (not cached yet) and records it.
@@ -173,7 +179,7 @@ impl Modules {
         text: &str,
         max_modules: usize,
         max_total: usize,
-    ) -> Result<ModuleId, EngineError> {
+    ) -> Result<LoadedModule, EngineError> {
         if self.by_id.len() >= max_modules {
             return Err(EngineError::TooMany("modules"));
         }
@@ -193,14 +199,21 @@ impl Modules {
             Err(EngineError::ModuleLoad { .. }) if rw.sliced => {
                 let m = load(ctx, text, 64 << 10)?;
                 log::warn!("cuda: rewritten PTX refused by the JIT, module runs unsliced");
-                return Ok(self.insert(text, ctx, m, false));
+                return Ok(self.insert(text, ctx, m, false, 0));
             }
             Err(e) => return Err(e),
         };
-        Ok(self.insert(text, ctx, module, rw.sliced))
+        Ok(self.insert(text, ctx, module, rw.sliced, rw.text.len()))
     }
 
-    fn insert(&mut self, text: &str, ctx: Ctx, module: sys::CUmodule, sliced: bool) -> ModuleId {
+    fn insert(
+        &mut self,
+        text: &str,
+        ctx: Ctx,
+        module: sys::CUmodule,
+        sliced: bool,
+        rewrite_bytes: usize,
+    ) -> LoadedModule {
         self.next += 1;
         let id = ModuleId(self.next);
         let loaded = Arc::new(Loaded {
@@ -209,17 +222,19 @@ impl Modules {
             sliced,
             funcs: Mutex::new(HashMap::new()),
         });
+        let host_bytes = (text.len() + rewrite_bytes) as u64;
         self.by_id.insert(
             id,
             Entry {
                 text: text.to_string(),
                 loaded,
                 loads: 1,
+                host_bytes,
             },
         );
         self.by_hash.entry(hash(text)).or_default().push(id);
         self.bytes += text.len();
-        id
+        LoadedModule { id, host_bytes }
     }
 
     /// Drops one load.

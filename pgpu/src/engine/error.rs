@@ -69,6 +69,19 @@ pub enum EngineError {
         /// The loader's error text, to give back to the guest.
         log: String,
     },
+    #[error("module load cancelled")]
+    LoadCancelled,
+    #[error("module load ran past its deadline")]
+    LoadDeadline,
+    #[error("host memory budget: {what} needs {used} bytes, {limit} allowed")]
+    HostBudget {
+        /// What outgrew the budget (e.g. "module variables").
+        what: &'static str,
+        /// Bytes it had reached when it was stopped (a lower bound of what it needs).
+        used: u64,
+        /// Bytes it was allowed.
+        limit: u64,
+    },
     #[error("bad launch: {0}")]
     BadLaunch(String),
     #[error("bad saved context: {0}")]

@@ -83,9 +83,11 @@ pub trait Engine: Send + Sync {
     /// Copies from `va` through the space's MMU into a host buffer (synchronous).
     fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError>;
 
-    /// Loads PTX text. Identical text gives the same id (content cache; loads are counted and
-    /// each needs an `unload_module`). Errors carry the loader's text for the guest.
-    fn load_module(&self, ptx: &str) -> Result<ModuleId, EngineError>;
+    /// Loads PTX text within `limits` (host bytes, deadline, cancel flag: a hostile text is
+    /// refused within them, `EngineError::{HostBudget, LoadDeadline, LoadCancelled}`).
+    /// Identical text gives the same id (content cache; loads are counted and each needs an
+    /// `unload_module`). Errors carry the loader's text for the guest.
+    fn load_module(&self, ptx: &str, limits: &LoadLimits) -> Result<LoadedModule, EngineError>;
     /// Drops one load of a module; the module goes when the last load is dropped. Jobs already
     /// running keep it alive; saved contexts referring to it can no longer be resumed.
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError>;

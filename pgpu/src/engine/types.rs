@@ -1,5 +1,9 @@
 //! Plain types of the engine contract: identifiers, page sizes, permissions, mappings, windows,
-//! limits, engine info and jobs.
+//! limits, engine info, module loads and jobs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// Identifies an address space of one engine. Never reused within an engine's lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -182,6 +186,57 @@ impl EngineInfo {
             .max()
             .unwrap_or(PageSize::Size2M)
     }
+}
+
+/// Bounds of one [`crate::Engine::load_module`] call, set by the caller per load (the VM's host
+/// memory budget, the job's time limit, the device's shutdown flag).
+#[derive(Debug, Clone)]
+pub struct LoadLimits {
+    /// Host bytes the new module may hold (decoded code, module variables, the text the engine
+    /// keeps); a module that needs more is refused with `EngineError::HostBudget`. `u64::MAX`:
+    /// no bound beyond the engine's own limits.
+    pub max_host_bytes: u64,
+    /// The load stops with `EngineError::LoadDeadline` once this instant passes.
+    pub deadline: Option<Instant>,
+    /// The load stops with `EngineError::LoadCancelled` once this flag is set (from any thread).
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_host_bytes: u64::MAX,
+            deadline: None,
+            cancel: None,
+        }
+    }
+}
+
+impl LoadLimits {
+    /// `Err` if the load must stop now (cancelled, or past its deadline).
+    pub fn check(&self) -> Result<(), crate::EngineError> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::SeqCst))
+        {
+            return Err(crate::EngineError::LoadCancelled);
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(crate::EngineError::LoadDeadline);
+        }
+        Ok(())
+    }
+}
+
+/// A module as `load_module` returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadedModule {
+    /// The module (the same for identical text while it stays loaded).
+    pub id: ModuleId,
+    /// Host bytes the engine holds for it (decoded code, module variables, its copy of the
+    /// text), what a caller charges the VM for it.
+    pub host_bytes: u64,
 }
 
 /// A VA → VA copy inside one address space (the copy engine). Source and destination go through

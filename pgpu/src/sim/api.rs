@@ -4,9 +4,11 @@ use std::ptr::NonNull;
 use std::time::Instant;
 
 use crate::engine::{
-    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, MapError, MapTarget,
-    Mapping, ModuleId, Outcome, PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
+    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits,
+    LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle, SavedContext,
+    SpaceId, Translation, VaWindow,
 };
+use crate::ptx_load;
 
 use super::context::{CopyState, Live};
 use super::copy;
@@ -176,20 +178,31 @@ impl Engine for SimEngine {
         copy::space_to_host(s.mmu(), va, buf).map_err(EngineError::CopyFault)
     }
 
-    fn load_module(&self, text: &str) -> Result<ModuleId, EngineError> {
+    fn load_module(&self, text: &str, limits: &LoadLimits) -> Result<LoadedModule, EngineError> {
         if text.len() > self.info.limits.max_ptx_bytes {
             return Err(EngineError::ModuleLoad {
                 log: "PTX text too large".into(),
             });
         }
-        if let Some(id) = lock(&self.modules).lookup_and_count(text) {
-            return Ok(id);
+        limits.check()?;
+        if let Some(m) = lock(&self.modules).lookup_and_count(text) {
+            return Ok(m);
         }
-        // Parse outside the lock: it can take a while and other loads should not wait.
-        let module =
-            ptx::parse(text).map_err(|e| EngineError::ModuleLoad { log: e.to_string() })?;
+        // Parse outside the lock: it can take a while and other loads should not wait. The
+        // engine keeps a copy of the text: the module gets the rest of the bound.
+        let bound = LoadLimits {
+            max_host_bytes: ptx_load::remaining(limits, text.len() as u64)?,
+            ..limits.clone()
+        };
+        let (module, bytes) = ptx_load::parse(text, &bound)?;
         let lim = &self.info.limits;
-        lock(&self.modules).insert(text, module, lim.max_modules, lim.max_ptx_bytes_total)
+        lock(&self.modules).insert(
+            text,
+            module,
+            bytes,
+            lim.max_modules,
+            lim.max_ptx_bytes_total,
+        )
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {

@@ -115,6 +115,12 @@ impl SimEngine {
         }
     }
 
+    /// Modules loaded now and the host bytes they hold (decoded code, variables, text).
+    pub fn module_usage(&self) -> (usize, u64) {
+        let m = lock(&self.modules);
+        (m.len(), m.host_bytes())
+    }
+
     pub(super) fn steps(&self) -> Option<u64> {
         match self.step_limit.load(Ordering::Relaxed) {
             0 => None,

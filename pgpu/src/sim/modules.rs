@@ -4,13 +4,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::engine::{EngineError, ModuleId};
+use crate::engine::{EngineError, LoadedModule, ModuleId};
 
 #[derive(Debug)]
 struct Entry {
     module: Arc<ptx::Module>,
     text: Arc<str>,
     loads: u64,
+    /// Host bytes held: the decoded module and its variables, and the text.
+    host_bytes: u64,
 }
 
 /// The cache.
@@ -24,25 +26,29 @@ pub struct Modules {
 }
 
 impl Modules {
-    /// The id of already loaded `text`, counting one more load.
-    pub fn lookup_and_count(&mut self, text: &str) -> Option<ModuleId> {
+    /// Already loaded `text`, counting one more load.
+    pub fn lookup_and_count(&mut self, text: &str) -> Option<LoadedModule> {
         let id = *self.by_text.get(text)?;
-        if let Some(e) = self.by_id.get_mut(&id) {
-            e.loads = e.loads.saturating_add(1);
-        }
-        Some(id)
+        let e = self.by_id.get_mut(&id)?;
+        e.loads = e.loads.saturating_add(1);
+        Some(LoadedModule {
+            id,
+            host_bytes: e.host_bytes,
+        })
     }
 
-    /// Adds a parsed module (or counts a load if `text` was added meanwhile).
+    /// Adds a parsed module holding `module_bytes` of host memory besides its text (or counts a
+    /// load if `text` was added meanwhile).
     pub fn insert(
         &mut self,
         text: &str,
         module: ptx::Module,
+        module_bytes: u64,
         max_modules: usize,
         max_text_bytes: usize,
-    ) -> Result<ModuleId, EngineError> {
-        if let Some(id) = self.lookup_and_count(text) {
-            return Ok(id);
+    ) -> Result<LoadedModule, EngineError> {
+        if let Some(m) = self.lookup_and_count(text) {
+            return Ok(m);
         }
         if self.by_id.len() >= max_modules {
             return Err(EngineError::TooMany("modules"));
@@ -54,6 +60,7 @@ impl Modules {
         self.text_bytes = total;
         self.next_id += 1;
         let id = ModuleId(self.next_id);
+        let host_bytes = module_bytes.saturating_add(text.len() as u64);
         let text: Arc<str> = Arc::from(text);
         self.by_text.insert(text.clone(), id);
         self.by_id.insert(
@@ -62,9 +69,20 @@ impl Modules {
                 module: Arc::new(module),
                 text,
                 loads: 1,
+                host_bytes,
             },
         );
-        Ok(id)
+        Ok(LoadedModule { id, host_bytes })
+    }
+
+    /// Modules loaded now.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Host bytes held by all loaded modules.
+    pub fn host_bytes(&self) -> u64 {
+        self.by_id.values().map(|e| e.host_bytes).sum()
     }
 
     /// Drops one load; the module goes with the last.

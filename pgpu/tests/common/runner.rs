@@ -39,7 +39,10 @@ pub fn place(e: &SimEngine, inst: &suite::Instance, pa_base: u64) -> Placed {
         va += len + 4096;
         pa += len;
     }
-    let module = e.load_module(inst.ptx).unwrap();
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     Placed {
         space,
         module,

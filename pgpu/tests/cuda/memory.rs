@@ -83,7 +83,10 @@ fn gpu_host_regions_child() {
     assert_eq!(&b, b"guest");
     // A kernel writes guest RAM through the space; the CPU sees it.
     let inst = suite::find("vecadd").unwrap().instance(suite::Size::Small);
-    let module = e.load_module(inst.ptx).unwrap();
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     let n = 1000u32;
     let (a, bb, c) = (VGPU_BASE, VGPU_BASE + MIB, VGPU_BASE + 2 * MIB + 4096);
     let ones: Vec<u8> = (0..n).flat_map(|_| 1f32.to_le_bytes()).collect();
@@ -195,7 +198,10 @@ fn gpu_shared_windows_and_concurrent_jobs() {
     }));
     let pages = 64u64;
     let n = (pages * PAGE / 4) as u32;
-    let module = e.load_module(FILL).unwrap();
+    let module = e
+        .load_module(FILL, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     // Two spaces on the vGPU's window (time-shared), one on another window.
     let mut spaces = Vec::new();
     for (i, base) in [VGPU_BASE, VGPU_BASE, VGPU_BASE + VGPU_SIZE]
@@ -278,7 +284,10 @@ fn gpu_hostile_context_bytes() {
         },
     )
     .unwrap();
-    let module = e.load_module(FILL).unwrap();
+    let module = e
+        .load_module(FILL, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     let n = 100_000;
     let h = PreemptHandle::new();
     h.request();

@@ -83,7 +83,10 @@ pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed
     for (b, &va) in inst.buffers.iter().zip(&addrs) {
         e.copy_to_space(space, va, &b.init).unwrap();
     }
-    let module = e.load_module(inst.ptx).unwrap();
+    let module = e
+        .load_module(inst.ptx, &pgpu::LoadLimits::default())
+        .map(|m| m.id)
+        .unwrap();
     Placed {
         space,
         module,
