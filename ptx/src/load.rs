@@ -12,8 +12,8 @@ use crate::error::PtxError;
 /// Budgets and cancellation for loading one module (all hostile-input bounds in one place).
 ///
 /// Besides these, fixed bounds of the interpreter apply (see `docs/ptx-subset.md`, "Load
-/// limits"): 4 Mi tokens, 2^20 declared registers and 2^20 registers after inlining per module,
-/// call depth 8, 64 MiB of module variables.
+/// limits"): 4 Mi tokens; 2^18 registers per module, declared or copied by inlining; 65536
+/// registers used per entry; call depth 8; 64 MiB of module variables.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Most decoded instructions in the whole module after inlining, all entries together.
@@ -47,7 +47,7 @@ impl Default for LoadOptions {
 }
 
 /// Most registers (declared in the text, plus their copies made by inlining) in a module.
-pub(crate) const MAX_MODULE_REGS: u64 = 1 << 20;
+pub(crate) const MAX_MODULE_REGS: u64 = 1 << 18;
 
 /// The cancel flag and deadline are looked at once per this many ticks.
 const CHECK_EVERY: u32 = 1024;

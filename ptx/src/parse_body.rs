@@ -31,9 +31,13 @@ struct Scopes {
     /// Names bound in each open block, innermost last; the outermost is the body's own.
     frames: Vec<Vec<String>>,
     next: u64,
-    /// Hash probes done (for the structural test of the linear cost).
-    #[cfg(test)]
-    probes: std::cell::Cell<u64>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Scope tables probed by name resolution on this thread (for the structural test of the
+    /// linear cost).
+    static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Host bytes charged for one binding of `name` to `unique`.
@@ -47,8 +51,6 @@ impl Scopes {
             bindings: HashMap::new(),
             frames: vec![Vec::new()],
             next: 0,
-            #[cfg(test)]
-            probes: std::cell::Cell::new(0),
         }
     }
 
@@ -58,7 +60,7 @@ impl Scopes {
 
     fn resolve(&self, name: &str) -> Option<&String> {
         #[cfg(test)]
-        self.probes.set(self.probes.get() + 1);
+        PROBES.with(|c| c.set(c.get() + 1));
         self.bindings.get(name).and_then(|v| v.last())
     }
 
@@ -555,4 +557,48 @@ pub(crate) fn stmt_bytes(s: &Stmt) -> u64 {
                     + i.ops.iter().map(op_heap_bytes).sum::<u64>()
             }
         }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PROBES;
+
+    /// A body `depth` blocks deep, each declaring `regs` new registers, with `insts`
+    /// instructions in the innermost block using registers of the body's own scope (the
+    /// costly cases for a resolution that scans the open scopes: a name bound in none).
+    fn nested(depth: usize, regs: usize, insts: usize) -> String {
+        let mut s = String::from(".version 8.0\n.target sm_80\n.address_size 64\n");
+        s.push_str(".visible .entry k()\n{\n.reg .b32 %r<4>;\n");
+        for k in 0..depth {
+            s.push_str(&format!("{{ .reg .b32 %q{k}_<{regs}>;\n"));
+        }
+        for _ in 0..insts {
+            s.push_str("add.u32 %r1, %r2, %r3;\n");
+        }
+        s.push_str(&"}".repeat(depth));
+        s.push_str("\nret;\n}\n");
+        s
+    }
+
+    fn probes(text: &str) -> u64 {
+        PROBES.with(|c| c.set(0));
+        let m = crate::parse(text).expect("nested scopes parse");
+        assert_eq!(m.entry("k").map(|e| e.instructions), Some(text.matches("add.u32").count() + 2));
+        PROBES.with(|c| c.get())
+    }
+
+    /// Name resolution costs O(1) scope-table probes per name whatever the nesting depth: the
+    /// probes for a text do not grow with its depth (a scan of every open scope, as before,
+    /// costs depth x names).
+    #[test]
+    fn scope_resolution_does_not_scan_open_scopes() {
+        let (regs, insts) = (50, 200);
+        let names = (regs + 3 * insts) as u64;
+        let shallow = probes(&nested(10, regs, insts));
+        let deep = probes(&nested(1000, regs, insts));
+        // One probe per declaration and per operand name.
+        assert!(shallow <= 10 * names, "{shallow} probes for depth 10");
+        assert!(deep <= 1000 * regs as u64 + 3 * insts as u64, "{deep} probes for depth 1000");
+        assert!(deep > 1000 * regs as u64, "declarations were not resolved ({deep} probes)");
+    }
 }
