@@ -433,6 +433,8 @@ pub(crate) fn decode_entry(
     meter: &mut Meter,
 ) -> R<Entry> {
     let body = crate::inline::expand_calls(&mut decls, body, funcs, meter)?;
+    // The implicit exit at the end of the code counts like any instruction.
+    meter.instructions(1)?;
     // Transient tables of this decode (symbols, labels, dense register maps, CFG analysis),
     // charged as they grow and freed at the end.
     let mut transient = 0u64;
