@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use crate::cfg;
-use crate::load::{Meter, elems, map_entry, str_bytes};
 use crate::error::{Pos, PtxError};
 use crate::ir::{Entry, Inst, Op, PSrc, Space, Src, Sreg, Ty};
+use crate::load::{Meter, elems, map_entry, str_bytes};
 use crate::module::{EntryInfo, ParamInfo};
 
 /// Most distinct registers (values + predicates) an entry may use.
@@ -460,7 +460,11 @@ fn decode_body(
     let syms_bytes: u64 = decls.params.iter().map(|p| sym_bytes(&p.name)).sum::<u64>()
         + decls.shared.iter().map(|v| sym_bytes(&v.name)).sum::<u64>()
         + decls.local.iter().map(|v| sym_bytes(&v.name)).sum::<u64>()
-        + decls.call_params.iter().map(|v| sym_bytes(&v.name)).sum::<u64>()
+        + decls
+            .call_params
+            .iter()
+            .map(|v| sym_bytes(&v.name))
+            .sum::<u64>()
         + elems::<VarDecl>(decls.local.len() + decls.call_params.len());
     charge(meter, syms_bytes)?;
     let mut syms = HashMap::new();
@@ -531,7 +535,10 @@ fn decode_body(
         // Dense register maps grow by at most a few names per instruction.
         let now = ctx.regs.len() + ctx.preds.len();
         if now > reg_entries {
-            charge(meter, (now - reg_entries) as u64 * (map_entry::<String, u32>() + 16))?;
+            charge(
+                meter,
+                (now - reg_entries) as u64 * (map_entry::<String, u32>() + 16),
+            )?;
             reg_entries = now;
         }
         charge(meter, op_heap_bytes(&inst))?;
@@ -599,9 +606,18 @@ impl Entry {
             + elems::<Op>(self.code.capacity())
             + elems::<Pos>(self.pos.capacity())
             + elems::<u32>(self.ipdom.capacity())
-            + self.code.iter().map(|o| op_heap_bytes(&o.inst)).sum::<u64>()
+            + self
+                .code
+                .iter()
+                .map(|o| op_heap_bytes(&o.inst))
+                .sum::<u64>()
             + str_bytes(&self.info.name)
             + elems::<ParamInfo>(self.info.params.capacity())
-            + self.info.params.iter().map(|p| str_bytes(&p.name)).sum::<u64>()
+            + self
+                .info
+                .params
+                .iter()
+                .map(|p| str_bytes(&p.name))
+                .sum::<u64>()
     }
 }

@@ -83,11 +83,11 @@ mod parser;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};
 pub use exec::launch::{KernelFault, Launch, LaunchConfig, Limits, RunControl, RunOutcome, Stats};
+pub use load::LoadOptions;
 pub use memory::{
     Access, FaultReason, FlatMemory, GlobalMemory, HostSpan, LOCAL_WINDOW, MODULE_WINDOW, MemFault,
     SHARED_WINDOW, WINDOW_SIZE,
 };
-pub use load::LoadOptions;
 pub use module::{EntryInfo, Module, ParamInfo};
 
 /// Parse and decode PTX text into a [`Module`] within the default [`LoadOptions`]

@@ -42,7 +42,10 @@ thread_local! {
 
 /// Host bytes charged for one binding of `name` to `unique`.
 fn binding_bytes(name: &str, unique: &str) -> u64 {
-    map_entry::<String, Vec<String>>() + 2 * str_bytes(name) + str_bytes(unique) + elems::<String>(2)
+    map_entry::<String, Vec<String>>()
+        + 2 * str_bytes(name)
+        + str_bytes(unique)
+        + elems::<String>(2)
 }
 
 impl Scopes {
@@ -583,7 +586,10 @@ mod tests {
     fn probes(text: &str) -> u64 {
         PROBES.with(|c| c.set(0));
         let m = crate::parse(text).expect("nested scopes parse");
-        assert_eq!(m.entry("k").map(|e| e.instructions), Some(text.matches("add.u32").count() + 2));
+        assert_eq!(
+            m.entry("k").map(|e| e.instructions),
+            Some(text.matches("add.u32").count() + 2)
+        );
         PROBES.with(|c| c.get())
     }
 
@@ -598,7 +604,13 @@ mod tests {
         let deep = probes(&nested(1000, regs, insts));
         // One probe per declaration and per operand name.
         assert!(shallow <= 10 * names, "{shallow} probes for depth 10");
-        assert!(deep <= 1000 * regs as u64 + 3 * insts as u64, "{deep} probes for depth 1000");
-        assert!(deep > 1000 * regs as u64, "declarations were not resolved ({deep} probes)");
+        assert!(
+            deep <= 1000 * regs as u64 + 3 * insts as u64,
+            "{deep} probes for depth 1000"
+        );
+        assert!(
+            deep > 1000 * regs as u64,
+            "declarations were not resolved ({deep} probes)"
+        );
     }
 }

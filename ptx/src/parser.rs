@@ -261,7 +261,9 @@ pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
         }
     }
     // The tokens are done with.
-    let Parser { toks, mut meter, .. } = p;
+    let Parser {
+        toks, mut meter, ..
+    } = p;
     drop(toks);
     meter.free(token_bytes);
     // Entries are decoded once every function and variable of the module is known.
@@ -273,7 +275,9 @@ pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
     meter.alloc(elems::<crate::ir::Entry>(parsed.len()))?;
     entries.reserve_exact(parsed.len());
     for (decls, body) in parsed {
-        entries.push(decode::decode_entry(decls, body, &funcs, &msyms, &mut meter)?);
+        entries.push(decode::decode_entry(
+            decls, body, &funcs, &msyms, &mut meter,
+        )?);
     }
     let module = Module {
         entries: std::sync::Arc::new(entries),

@@ -160,13 +160,20 @@ fn module_variables_are_charged_as_host_bytes() {
     );
     let m = ptx::parse(&text).expect("16 MiB of variables load by default");
     // Storage plus initial image.
-    assert!(m.variable_bytes() >= 2 * (16 << 20), "{}", m.variable_bytes());
+    assert!(
+        m.variable_bytes() >= 2 * (16 << 20),
+        "{}",
+        m.variable_bytes()
+    );
     assert!(m.host_bytes() > m.variable_bytes());
     assert!(m.host_bytes() <= LoadOptions::default().max_host_bytes);
     let copy = m.instantiate();
     assert_eq!(copy.variable_bytes(), m.variable_bytes());
     assert_eq!(copy.host_bytes(), m.host_bytes());
-    assert_eq!(copy.read_variable("c"), Some(vec![1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0]));
+    assert_eq!(
+        copy.read_variable("c"),
+        Some(vec![1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0])
+    );
     // Under a smaller budget the storage is refused before it is allocated.
     let small = LoadOptions {
         max_host_bytes: 8 << 20,
@@ -192,7 +199,10 @@ fn host_bytes_grow_with_the_code() {
     assert_eq!(small.variable_bytes(), large.variable_bytes());
     // At least an instruction, a source position and a reconvergence point each.
     let per_inst = (large.host_bytes() - small.host_bytes()) / 10_000;
-    assert!((16..1024).contains(&per_inst), "{per_inst} bytes per instruction");
+    assert!(
+        (16..1024).contains(&per_inst),
+        "{per_inst} bytes per instruction"
+    );
     // The text's transient structures are bounded by the same budget: a budget a little above
     // what the module keeps is too small to load it.
     let tight = LoadOptions {
