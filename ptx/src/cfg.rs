@@ -4,6 +4,10 @@
 
 use crate::ir::{Inst, Op};
 
+/// Estimated transient host bytes of [`ipdoms`] per instruction: the reversed graph (two
+/// vectors per node and their edges), seven index arrays and the DFS stack and buckets.
+pub(crate) const BYTES_PER_INST: u64 = 2 * 24 + 2 * 2 * 4 + 7 * 8 + 24 + 16 + 8;
+
 /// Successors of instruction `i` (`n` = the virtual exit).
 fn succs(code: &[Op], i: usize, out: &mut Vec<usize>) {
     let n = code.len();

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use crate::cfg;
 use crate::error::{Pos, PtxError};
 use crate::ir::{Entry, Inst, Op, PSrc, Space, Src, Sreg, Ty};
+use crate::load::{Meter, elems, map_entry, str_bytes};
 use crate::module::{EntryInfo, ParamInfo};
 
 /// Most distinct registers (values + predicates) an entry may use.
@@ -41,6 +42,9 @@ pub(crate) struct EntryDecls {
     pub call_param_index: HashMap<String, usize>,
     pub regs: HashMap<String, Ty>,
     pub pos: Pos,
+    /// Host bytes charged to the load for these declarations and their body (freed when they
+    /// are dropped).
+    pub bytes: u64,
 }
 
 /// A raw operand.
@@ -426,8 +430,43 @@ pub(crate) fn decode_entry(
     body: Vec<Stmt>,
     funcs: &HashMap<String, crate::inline::FuncDef>,
     module: &ModuleSyms,
+    meter: &mut Meter,
 ) -> R<Entry> {
-    let body = crate::inline::expand_calls(&mut decls, body, funcs)?;
+    let body = crate::inline::expand_calls(&mut decls, body, funcs, meter)?;
+    // The implicit exit at the end of the code counts like any instruction.
+    meter.instructions(1)?;
+    // Transient tables of this decode (symbols, labels, dense register maps, CFG analysis),
+    // charged as they grow and freed at the end.
+    let mut transient = 0u64;
+    let r = decode_body(&decls, &body, module, meter, &mut transient);
+    meter.free(transient);
+    meter.free(decls.bytes);
+    r
+}
+
+fn decode_body(
+    decls: &EntryDecls,
+    body: &[Stmt],
+    module: &ModuleSyms,
+    meter: &mut Meter,
+    transient: &mut u64,
+) -> R<Entry> {
+    let mut charge = |meter: &mut Meter, b: u64| -> R<()> {
+        meter.alloc(b)?;
+        *transient += b;
+        Ok(())
+    };
+    let sym_bytes = |n: &str| map_entry::<String, (Space, u64)>() + str_bytes(n);
+    let syms_bytes: u64 = decls.params.iter().map(|p| sym_bytes(&p.name)).sum::<u64>()
+        + decls.shared.iter().map(|v| sym_bytes(&v.name)).sum::<u64>()
+        + decls.local.iter().map(|v| sym_bytes(&v.name)).sum::<u64>()
+        + decls
+            .call_params
+            .iter()
+            .map(|v| sym_bytes(&v.name))
+            .sum::<u64>()
+        + elems::<VarDecl>(decls.local.len() + decls.call_params.len());
+    charge(meter, syms_bytes)?;
     let mut syms = HashMap::new();
     for p in &decls.params {
         syms.insert(p.name.clone(), (Space::Param, u64::from(p.offset)));
@@ -444,9 +483,11 @@ pub(crate) fn decode_entry(
     let (local_size, _) = layout(&locals, Space::Local, &mut syms, 0, &[])?;
     let mut labels = HashMap::new();
     let mut n = 0u32;
-    for s in &body {
+    for s in body {
+        meter.tick()?;
         match s {
             Stmt::Label(l, pos) => {
+                charge(meter, map_entry::<String, u32>() + str_bytes(l))?;
                 if labels.insert(l.clone(), n).is_some() {
                     return Err(PtxError::Duplicate {
                         pos: *pos,
@@ -463,8 +504,13 @@ pub(crate) fn decode_entry(
             what: "instruction count".into(),
         });
     }
+    // The decoded code, its positions and reconvergence points stay in the module; the CFG
+    // analysis is transient.
+    let kept = entry_code_bytes(n as usize + 1);
+    meter.alloc(kept)?;
+    charge(meter, cfg::BYTES_PER_INST * (u64::from(n) + 1))?;
     let mut ctx = Ctx {
-        decls: &decls,
+        decls,
         regs: HashMap::new(),
         preds: HashMap::new(),
         syms,
@@ -473,10 +519,12 @@ pub(crate) fn decode_entry(
         pos: decls.pos,
         opcode: String::new(),
     };
-    let mut code = Vec::with_capacity(n as usize);
-    let mut pos = Vec::with_capacity(n as usize);
-    for s in &body {
+    let mut code = Vec::with_capacity(n as usize + 1);
+    let mut pos = Vec::with_capacity(n as usize + 1);
+    let mut reg_entries = 0usize;
+    for s in body {
         let Stmt::Inst(ri) = s else { continue };
+        meter.tick()?;
         ctx.pos = ri.pos;
         ctx.opcode = ri.opcode.clone();
         let guard = match &ri.guard {
@@ -484,6 +532,16 @@ pub(crate) fn decode_entry(
             None => None,
         };
         let inst = crate::decode_ops::decode_inst(&mut ctx, &ri.opcode, &ri.ops)?;
+        // Dense register maps grow by at most a few names per instruction.
+        let now = ctx.regs.len() + ctx.preds.len();
+        if now > reg_entries {
+            charge(
+                meter,
+                (now - reg_entries) as u64 * (map_entry::<String, u32>() + 16),
+            )?;
+            reg_entries = now;
+        }
+        charge(meter, op_heap_bytes(&inst))?;
         code.push(Op { inst, guard });
         pos.push(ri.pos);
     }
@@ -494,6 +552,12 @@ pub(crate) fn decode_entry(
     });
     pos.push(decls.pos);
     let ipdom = cfg::ipdoms(&code);
+    charge(
+        meter,
+        str_bytes(&decls.name)
+            + elems::<ParamInfo>(decls.params.len())
+            + decls.params.iter().map(|p| str_bytes(&p.name)).sum::<u64>(),
+    )?;
     let info = EntryInfo {
         name: decls.name.clone(),
         params: decls.params.clone(),
@@ -505,12 +569,55 @@ pub(crate) fn decode_entry(
         maxntid: decls.maxntid,
         instructions: code.len(),
     };
-    Ok(Entry {
+    let entry = Entry {
         info,
         nregs: ctx.regs.len() as u32,
         npreds: ctx.preds.len() as u32,
         code,
         pos,
         ipdom,
-    })
+    };
+    // The entry's own heap (Pack/Unpack operand lists, names) is kept: move its charge from
+    // the transient total to the module.
+    let own = entry.host_bytes() - elems::<Entry>(1) - kept;
+    *transient = transient.saturating_sub(own);
+    Ok(entry)
+}
+
+/// Host bytes of the code, source positions and reconvergence points of `n` instructions.
+fn entry_code_bytes(n: usize) -> u64 {
+    elems::<Op>(n) + elems::<Pos>(n) + elems::<u32>(n)
+}
+
+/// Heap bytes an instruction owns.
+pub(crate) fn op_heap_bytes(i: &Inst) -> u64 {
+    match i {
+        Inst::Pack { parts, .. } => elems::<Src>(parts.capacity()),
+        Inst::Unpack { ds, .. } => elems::<u32>(ds.capacity()),
+        _ => 0,
+    }
+}
+
+impl Entry {
+    /// Host bytes this entry holds (its struct, code, positions, reconvergence points, the
+    /// instructions' own operand lists and the names in its description).
+    pub(crate) fn host_bytes(&self) -> u64 {
+        elems::<Entry>(1)
+            + elems::<Op>(self.code.capacity())
+            + elems::<Pos>(self.pos.capacity())
+            + elems::<u32>(self.ipdom.capacity())
+            + self
+                .code
+                .iter()
+                .map(|o| op_heap_bytes(&o.inst))
+                .sum::<u64>()
+            + str_bytes(&self.info.name)
+            + elems::<ParamInfo>(self.info.params.capacity())
+            + self
+                .info
+                .params
+                .iter()
+                .map(|p| str_bytes(&p.name))
+                .sum::<u64>()
+    }
 }

@@ -79,6 +79,23 @@ pub enum PtxError {
         /// What overflowed.
         what: String,
     },
+    /// Loading was cancelled through [`crate::LoadOptions::cancel`].
+    #[error("module load cancelled")]
+    Cancelled,
+    /// Loading ran past [`crate::LoadOptions::deadline`].
+    #[error("module load deadline exceeded")]
+    DeadlineExceeded,
+    /// A module-wide load budget ([`crate::LoadOptions`]) would be exceeded; the load stops
+    /// before the work or memory is spent.
+    #[error("module load budget exceeded: {what} {used} > {limit}")]
+    Budget {
+        /// What is counted: `"instructions"`, `"labels"`, `"registers"` or `"host bytes"`.
+        what: &'static str,
+        /// The amount the load would have reached.
+        used: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 /// Errors from [`crate::Launch::new`] (and the launch part of a restore).

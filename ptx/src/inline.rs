@@ -9,11 +9,11 @@ use std::collections::{HashMap, HashSet};
 
 use crate::decode::{EntryDecls, ROp, RawInst, Stmt, VarDecl};
 use crate::error::PtxError;
+use crate::load::{Meter, map_entry, str_bytes};
+use crate::parse_body::{reg_bytes, stmt_bytes, var_bytes};
 
 /// Deepest call nesting accepted (also bounds recursion).
 const MAX_DEPTH: u32 = 8;
-/// Most statements after inlining.
-const MAX_STMTS: usize = 1 << 18;
 /// Most registers an entry may hold after inlining (renamed copies included).
 const MAX_REGS: usize = 1 << 20;
 
@@ -31,21 +31,91 @@ pub(crate) struct FuncDef {
     pub decls: EntryDecls,
     /// `None` for a prototype or `.extern` declaration.
     pub body: Option<Vec<Stmt>>,
+    /// Names other than registers renamed per call site: locals, call-site params, labels.
+    pub local_names: HashSet<String>,
 }
 
-/// Replace every `call` in `body` by the callee's renamed body.
+impl FuncDef {
+    /// Collect the names renamed per call site (once per function, not per call).
+    pub(crate) fn new(
+        name: String,
+        rets: Vec<String>,
+        params: Vec<String>,
+        decls: EntryDecls,
+        body: Option<Vec<Stmt>>,
+    ) -> FuncDef {
+        let mut local_names: HashSet<String> = HashSet::new();
+        local_names.extend(decls.local.iter().map(|v| v.name.clone()));
+        local_names.extend(decls.call_params.iter().map(|v| v.name.clone()));
+        for s in body.iter().flatten() {
+            if let Stmt::Label(l, _) = s {
+                local_names.insert(l.clone());
+            }
+        }
+        FuncDef {
+            name,
+            rets,
+            params,
+            decls,
+            body,
+            local_names,
+        }
+    }
+
+    /// Host bytes of the name set built by [`FuncDef::new`].
+    pub(crate) fn local_names_bytes(&self) -> u64 {
+        self.local_names
+            .iter()
+            .map(|n| map_entry::<String, ()>() + str_bytes(n))
+            .sum()
+    }
+}
+
+/// State of the expansion of one entry.
+struct Inliner<'a> {
+    funcs: &'a HashMap<String, FuncDef>,
+    meter: &'a mut Meter,
+    /// Call sites inlined so far (their number tags the renamed names).
+    counter: u32,
+    /// Names in `decls.shared` (functions' shared variables are added once per entry).
+    shared: HashSet<String>,
+}
+
+/// Replace every `call` in `body` by the callee's renamed body, charging the module-wide
+/// instruction, label, register and host-byte budgets as the expansion grows.
 pub(crate) fn expand_calls(
     decls: &mut EntryDecls,
     body: Vec<Stmt>,
     funcs: &HashMap<String, FuncDef>,
+    meter: &mut Meter,
 ) -> R<Vec<Stmt>> {
     if funcs.is_empty() && !has_call(&body) {
+        for s in &body {
+            count(meter, s)?;
+        }
         return Ok(body);
     }
-    let mut counter = 0u32;
+    let mut inl = Inliner {
+        funcs,
+        meter,
+        counter: 0,
+        shared: decls.shared.iter().map(|v| v.name.clone()).collect(),
+    };
+    let shared_bytes = decls.shared.len() as u64 * map_entry::<String, ()>();
+    inl.meter.alloc(shared_bytes)?;
     let mut out = Vec::with_capacity(body.len());
-    expand(decls, body, funcs, 0, &mut counter, &mut out)?;
-    Ok(out)
+    let r = inl.expand(decls, body, 0, &mut out);
+    inl.meter.free(shared_bytes);
+    r.map(|()| out)
+}
+
+/// Charge one statement of the final body to the module's instruction or label budget.
+fn count(meter: &mut Meter, s: &Stmt) -> R<()> {
+    meter.tick()?;
+    match s {
+        Stmt::Inst(_) => meter.instructions(1),
+        Stmt::Label(..) => meter.labels(1),
+    }
 }
 
 fn has_call(body: &[Stmt]) -> bool {
@@ -53,31 +123,47 @@ fn has_call(body: &[Stmt]) -> bool {
         .any(|s| matches!(s, Stmt::Inst(i) if i.opcode.split('.').next() == Some("call")))
 }
 
-fn expand(
-    decls: &mut EntryDecls,
-    body: Vec<Stmt>,
-    funcs: &HashMap<String, FuncDef>,
-    depth: u32,
-    counter: &mut u32,
-    out: &mut Vec<Stmt>,
-) -> R<()> {
-    for stmt in body {
-        if out.len() > MAX_STMTS {
-            return Err(PtxError::TooLarge {
-                pos: decls.pos,
-                what: "instructions after inlining calls".into(),
-            });
-        }
-        match stmt {
-            Stmt::Inst(ri) if ri.opcode.split('.').next() == Some("call") => {
-                inline_call(decls, ri, funcs, depth, counter, out)?;
+impl Inliner<'_> {
+    fn expand(
+        &mut self,
+        decls: &mut EntryDecls,
+        body: Vec<Stmt>,
+        depth: u32,
+        out: &mut Vec<Stmt>,
+    ) -> R<()> {
+        for stmt in body {
+            match stmt {
+                Stmt::Inst(ri) if ri.opcode.split('.').next() == Some("call") => {
+                    self.meter.tick()?;
+                    self.inline_call(decls, ri, depth, out)?;
+                }
+                s => self.emit(out, s)?,
             }
-            s => out.push(s),
         }
+        Ok(())
     }
-    Ok(())
-}
 
+    /// Append a statement to the entry's final body.
+    fn emit(&mut self, out: &mut Vec<Stmt>, s: Stmt) -> R<()> {
+        count(self.meter, &s)?;
+        out.push(s);
+        Ok(())
+    }
+
+    /// Charge a statement created by inlining (owned by the entry's body from now on).
+    fn charge_new(&mut self, decls: &mut EntryDecls, s: &Stmt) -> R<()> {
+        let b = stmt_bytes(s);
+        self.meter.alloc(b)?;
+        decls.bytes += b;
+        Ok(())
+    }
+
+    fn charge(&mut self, decls: &mut EntryDecls, bytes: u64) -> R<()> {
+        self.meter.alloc(bytes)?;
+        decls.bytes += bytes;
+        Ok(())
+    }
+}
 fn unsupported(ri: &RawInst, what: &str) -> PtxError {
     PtxError::UnsupportedInstruction {
         pos: ri.pos,
@@ -106,146 +192,157 @@ fn param_names(ri: &RawInst, list: &[ROp], decls: &EntryDecls) -> R<Vec<String>>
         .collect()
 }
 
-fn inline_call(
-    decls: &mut EntryDecls,
-    ri: RawInst,
-    funcs: &HashMap<String, FuncDef>,
-    depth: u32,
-    counter: &mut u32,
-    out: &mut Vec<Stmt>,
-) -> R<()> {
-    if !matches!(ri.opcode.as_str(), "call" | "call.uni") {
-        return Err(unsupported(&ri, "call modifiers"));
-    }
-    let (rets, fname, args): (&[ROp], &ROp, &[ROp]) = match ri.ops.as_slice() {
-        [ROp::List(r), f, ROp::List(a)] => (r, f, a),
-        [ROp::List(r), f] => (r, f, &[]),
-        [f, ROp::List(a)] => (&[], f, a),
-        [f] => (&[], f, &[]),
-        _ => return Err(unsupported(&ri, "indirect or prototype call")),
-    };
-    let ROp::Name(fname, fpos) = fname else {
-        return Err(unsupported(&ri, "indirect call"));
-    };
-    let f = funcs.get(fname).ok_or_else(|| PtxError::Undefined {
-        pos: *fpos,
-        name: fname.chars().take(80).collect(),
-    })?;
-    let Some(fbody) = &f.body else {
-        return Err(unsupported(
-            &ri,
-            &format!("call of external function `{}`", f.name),
-        ));
-    };
-    if depth >= MAX_DEPTH {
-        return Err(PtxError::TooLarge {
-            pos: ri.pos,
-            what: format!("call depth (recursion?) at `{}`", f.name),
-        });
-    }
-    if rets.len() != f.rets.len() || args.len() != f.params.len() {
-        return Err(operr(&ri, "argument count does not match the function"));
-    }
-    let actual_rets = param_names(&ri, rets, decls)?;
-    let actual_args = param_names(&ri, args, decls)?;
-    let n = *counter;
-    *counter += 1;
-    let tag = |name: &str| format!("{name}@{n}");
-    // Formal parameters → the call site's variables.
-    let mut bind: HashMap<String, String> = HashMap::new();
-    for (formal, actual) in f
-        .rets
-        .iter()
-        .zip(actual_rets)
-        .chain(f.params.iter().zip(actual_args))
-    {
-        bind.insert(formal.clone(), actual);
-    }
-    // Everything else the callee declares is renamed per call site.
-    let mut renamed: HashSet<String> = f.decls.regs.keys().cloned().collect();
-    if decls.regs.len() + f.decls.regs.len() > MAX_REGS {
-        return Err(PtxError::TooLarge {
-            pos: ri.pos,
-            what: "registers after inlining calls".into(),
-        });
-    }
-    for (name, ty) in &f.decls.regs {
-        decls.regs.insert(tag(name), *ty);
-    }
-    // Static shared variables of a function are one per CTA, whatever the call site.
-    for v in &f.decls.shared {
-        if !decls.shared.iter().any(|x| x.name == v.name) {
-            decls.shared.push(v.clone());
+impl Inliner<'_> {
+    fn inline_call(
+        &mut self,
+        decls: &mut EntryDecls,
+        ri: RawInst,
+        depth: u32,
+        out: &mut Vec<Stmt>,
+    ) -> R<()> {
+        if !matches!(ri.opcode.as_str(), "call" | "call.uni") {
+            return Err(unsupported(&ri, "call modifiers"));
         }
-    }
-    for v in &f.decls.local {
-        renamed.insert(v.name.clone());
-        decls.local.push(VarDecl {
-            name: tag(&v.name),
-            ..v.clone()
-        });
-    }
-    for v in &f.decls.call_params {
-        renamed.insert(v.name.clone());
-        decls
-            .call_param_index
-            .insert(tag(&v.name), decls.call_params.len());
-        decls.call_params.push(VarDecl {
-            name: tag(&v.name),
-            ..v.clone()
-        });
-    }
-    for s in fbody {
-        if let Stmt::Label(l, _) = s {
-            renamed.insert(l.clone());
+        let (rets, fname, args): (&[ROp], &ROp, &[ROp]) = match ri.ops.as_slice() {
+            [ROp::List(r), f, ROp::List(a)] => (r, f, a),
+            [ROp::List(r), f] => (r, f, &[]),
+            [f, ROp::List(a)] => (&[], f, a),
+            [f] => (&[], f, &[]),
+            _ => return Err(unsupported(&ri, "indirect or prototype call")),
+        };
+        let ROp::Name(fname, fpos) = fname else {
+            return Err(unsupported(&ri, "indirect call"));
+        };
+        let funcs = self.funcs;
+        let f = funcs.get(fname).ok_or_else(|| PtxError::Undefined {
+            pos: *fpos,
+            name: fname.chars().take(80).collect(),
+        })?;
+        let Some(fbody) = &f.body else {
+            return Err(unsupported(
+                &ri,
+                &format!("call of external function `{}`", f.name),
+            ));
+        };
+        if depth >= MAX_DEPTH {
+            return Err(PtxError::TooLarge {
+                pos: ri.pos,
+                what: format!("call depth (recursion?) at `{}`", f.name),
+            });
         }
-    }
-    let ret_label = format!("$__ret@{n}");
-    let rename = |name: &str| -> String {
-        if let Some(a) = bind.get(name) {
-            a.clone()
-        } else if renamed.contains(name) {
-            tag(name)
-        } else {
-            name.to_string()
+        if rets.len() != f.rets.len() || args.len() != f.params.len() {
+            return Err(operr(&ri, "argument count does not match the function"));
         }
-    };
-    if let Some((g, neg, gpos)) = &ri.guard {
-        // `@p call f` → skip the inlined body when the guard is false.
-        out.push(Stmt::Inst(RawInst {
-            pos: ri.pos,
-            guard: Some((g.clone(), !neg, *gpos)),
-            opcode: "bra".into(),
-            ops: vec![ROp::Name(ret_label.clone(), ri.pos)],
-        }));
-    }
-    let mut inlined = Vec::with_capacity(fbody.len() + 1);
-    for s in fbody {
-        inlined.push(match s {
-            Stmt::Label(l, p) => Stmt::Label(rename(l), *p),
-            Stmt::Inst(i) => {
-                let guard = i.guard.as_ref().map(|(g, neg, p)| (rename(g), *neg, *p));
-                if i.opcode.split('.').next() == Some("ret") {
-                    Stmt::Inst(RawInst {
-                        pos: i.pos,
-                        guard,
-                        opcode: "bra".into(),
-                        ops: vec![ROp::Name(ret_label.clone(), i.pos)],
-                    })
-                } else {
-                    Stmt::Inst(RawInst {
-                        pos: i.pos,
-                        guard,
-                        opcode: i.opcode.clone(),
-                        ops: i.ops.iter().map(|o| rename_op(o, &rename)).collect(),
-                    })
-                }
+        let actual_rets = param_names(&ri, rets, decls)?;
+        let actual_args = param_names(&ri, args, decls)?;
+        let n = self.counter;
+        self.counter += 1;
+        let tag = |name: &str| format!("{name}@{n}");
+        // Formal parameters → the call site's variables.
+        let mut bind: HashMap<&str, String> = HashMap::new();
+        for (formal, actual) in f
+            .rets
+            .iter()
+            .zip(actual_rets)
+            .chain(f.params.iter().zip(actual_args))
+        {
+            bind.insert(formal, actual);
+        }
+        // Everything else the callee declares is renamed per call site: its registers get
+        // copies in the entry's table, charged before they are made.
+        if decls.regs.len() + f.decls.regs.len() > MAX_REGS {
+            return Err(PtxError::TooLarge {
+                pos: ri.pos,
+                what: "registers after inlining calls".into(),
+            });
+        }
+        self.meter.registers(f.decls.regs.len() as u64)?;
+        for (name, ty) in &f.decls.regs {
+            self.meter.tick()?;
+            let t = tag(name);
+            self.charge(decls, reg_bytes(&t))?;
+            decls.regs.insert(t, *ty);
+        }
+        // Static shared variables of a function are one per CTA, whatever the call site.
+        for v in &f.decls.shared {
+            if !self.shared.contains(&v.name) {
+                self.charge(decls, var_bytes(v) + map_entry::<String, ()>())?;
+                self.shared.insert(v.name.clone());
+                decls.shared.push(v.clone());
             }
-        });
+        }
+        for v in &f.decls.local {
+            let v = VarDecl {
+                name: tag(&v.name),
+                ..v.clone()
+            };
+            self.charge(decls, var_bytes(&v))?;
+            decls.local.push(v);
+        }
+        for v in &f.decls.call_params {
+            let v = VarDecl {
+                name: tag(&v.name),
+                ..v.clone()
+            };
+            self.charge(decls, var_bytes(&v) + map_entry::<String, usize>())?;
+            decls
+                .call_param_index
+                .insert(v.name.clone(), decls.call_params.len());
+            decls.call_params.push(v);
+        }
+        let ret_label = format!("$__ret@{n}");
+        let rename = |name: &str| -> String {
+            if let Some(a) = bind.get(name) {
+                a.clone()
+            } else if f.decls.regs.contains_key(name) || f.local_names.contains(name) {
+                tag(name)
+            } else {
+                name.to_string()
+            }
+        };
+        if let Some((g, neg, gpos)) = &ri.guard {
+            // `@p call f` → skip the inlined body when the guard is false.
+            let s = Stmt::Inst(RawInst {
+                pos: ri.pos,
+                guard: Some((g.clone(), !neg, *gpos)),
+                opcode: "bra".into(),
+                ops: vec![ROp::Name(ret_label.clone(), ri.pos)],
+            });
+            self.charge_new(decls, &s)?;
+            self.emit(out, s)?;
+        }
+        let mut inlined = Vec::with_capacity(fbody.len());
+        for s in fbody {
+            self.meter.tick()?;
+            let s = match s {
+                Stmt::Label(l, p) => Stmt::Label(rename(l), *p),
+                Stmt::Inst(i) => {
+                    let guard = i.guard.as_ref().map(|(g, neg, p)| (rename(g), *neg, *p));
+                    if i.opcode.split('.').next() == Some("ret") {
+                        Stmt::Inst(RawInst {
+                            pos: i.pos,
+                            guard,
+                            opcode: "bra".into(),
+                            ops: vec![ROp::Name(ret_label.clone(), i.pos)],
+                        })
+                    } else {
+                        Stmt::Inst(RawInst {
+                            pos: i.pos,
+                            guard,
+                            opcode: i.opcode.clone(),
+                            ops: i.ops.iter().map(|o| rename_op(o, &rename)).collect(),
+                        })
+                    }
+                }
+            };
+            self.charge_new(decls, &s)?;
+            inlined.push(s);
+        }
+        self.expand(decls, inlined, depth + 1, out)?;
+        let s = Stmt::Label(ret_label, ri.pos);
+        self.charge_new(decls, &s)?;
+        self.emit(out, s)
     }
-    expand(decls, inlined, funcs, depth + 1, counter, out)?;
-    out.push(Stmt::Label(ret_label, ri.pos));
-    Ok(())
 }
 
 fn rename_op(o: &ROp, rename: &impl Fn(&str) -> String) -> ROp {

@@ -3,6 +3,7 @@
 //! Comments (`//`, `/* */`) are skipped.
 
 use crate::error::{Pos, PtxError};
+use crate::load::{Meter, elems, str_bytes};
 
 /// A token kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,8 +39,27 @@ fn is_ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%' | '.')
 }
 
-/// Split `text` into tokens.
-pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
+/// Estimated host bytes of a token (the vector slot and its string).
+pub(crate) fn token_bytes(t: &Token) -> u64 {
+    elems::<Token>(1)
+        + match &t.tok {
+            Tok::Ident(s) | Tok::Str(s) => str_bytes(s),
+            _ => 0,
+        }
+}
+
+/// Split `text` into tokens, charging `meter` for the tokens (they stay charged: the caller
+/// frees them with [`token_bytes`] when it drops them).
+pub(crate) fn lex(text: &str, meter: &mut Meter) -> Result<Vec<Token>, PtxError> {
+    // The character array lives while lexing.
+    let char_bytes = elems::<char>(text.len());
+    meter.alloc(char_bytes)?;
+    let r = lex_chars(text, meter);
+    meter.free(char_bytes);
+    r
+}
+
+fn lex_chars(text: &str, meter: &mut Meter) -> Result<Vec<Token>, PtxError> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let (mut i, mut line, mut col) = (0usize, 1u32, 1u32);
@@ -48,6 +68,7 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
         msg: msg.to_string(),
     };
     while i < chars.len() {
+        meter.tick()?;
         let c = chars[i];
         let pos = Pos { line, col };
         let start = i;
@@ -66,6 +87,7 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
             while i < chars.len() && chars[i] != '\n' {
                 i += 1;
             }
+            meter.ticks((i - start) as u64)?;
             continue;
         }
         if c == '/' && chars.get(i + 1) == Some(&'*') {
@@ -88,6 +110,7 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
                 }
                 i += 1;
             }
+            meter.ticks((i - start) as u64)?;
             continue;
         }
         let tok = if c == '"' {
@@ -112,24 +135,35 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
                     }
                 }
             }
+            meter.ticks((i - start) as u64)?;
             Tok::Str(s)
         } else if c.is_ascii_digit() {
+            // Whether the literal so far has an `x` (hex: `e` is a digit, not an exponent);
+            // tracked as it grows so that a long literal costs linear time.
+            let mut hex = false;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                hex |= matches!(chars[i], 'x' | 'X');
                 // exponent sign of a decimal float
-                if matches!(chars[i], 'e' | 'E')
+                if !hex
+                    && matches!(chars[i], 'e' | 'E')
                     && matches!(chars.get(i + 1), Some('+' | '-'))
-                    && !chars[start..i].iter().any(|ch| matches!(ch, 'x' | 'X'))
                 {
                     i += 1;
                 }
                 i += 1;
             }
+            meter.ticks((i - start) as u64)?;
             let s: String = chars[start..i].iter().collect();
-            number(&s).ok_or_else(|| err(pos, &format!("bad number `{s}`")))?
+            number(&s).ok_or_else(|| {
+                let shown: String = s.chars().take(64).collect();
+                let more = if s.len() > shown.len() { "…" } else { "" };
+                err(pos, &format!("bad number `{shown}{more}`"))
+            })?
         } else if is_ident_start(c) {
             while i < chars.len() && is_ident_char(chars[i]) {
                 i += 1;
             }
+            meter.ticks((i - start) as u64)?;
             Tok::Ident(chars[start..i].iter().collect())
         } else if "{}()[];:,<>+-@!|=".contains(c) {
             i += 1;
@@ -138,7 +172,9 @@ pub(crate) fn lex(text: &str) -> Result<Vec<Token>, PtxError> {
             return Err(err(pos, &format!("unexpected character {c:?}")));
         };
         col = col.saturating_add((i - start) as u32);
-        out.push(Token { tok, pos });
+        let t = Token { tok, pos };
+        meter.alloc(token_bytes(&t))?;
+        out.push(t);
         if out.len() > MAX_TOKENS {
             return Err(PtxError::TooLarge {
                 pos,
@@ -183,6 +219,10 @@ fn number(s: &str) -> Option<Tok> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lex(s: &str) -> Result<Vec<Token>, PtxError> {
+        super::lex(s, &mut Meter::new(&crate::LoadOptions::default()))
+    }
 
     fn toks(s: &str) -> Vec<Tok> {
         lex(s).unwrap().into_iter().map(|t| t.tok).collect()

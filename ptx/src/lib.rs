@@ -74,6 +74,7 @@ mod exec;
 mod inline;
 mod ir;
 mod lexer;
+mod load;
 mod memory;
 mod module;
 mod modvars;
@@ -82,16 +83,27 @@ mod parser;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};
 pub use exec::launch::{KernelFault, Launch, LaunchConfig, Limits, RunControl, RunOutcome, Stats};
+pub use load::LoadOptions;
 pub use memory::{
     Access, FaultReason, FlatMemory, GlobalMemory, HostSpan, LOCAL_WINDOW, MODULE_WINDOW, MemFault,
     SHARED_WINDOW, WINDOW_SIZE,
 };
 pub use module::{EntryInfo, Module, ParamInfo};
 
-/// Parse and decode PTX text into a [`Module`].
+/// Parse and decode PTX text into a [`Module`] within the default [`LoadOptions`]
+/// (`parse_with(text, &LoadOptions::default())`).
 ///
 /// Every input is treated as hostile: anything outside the documented subset gives a typed
 /// [`PtxError`] naming the construct and its `line:col`.
 pub fn parse(text: &str) -> Result<Module, PtxError> {
-    parser::parse_module(text)
+    parse_with(text, &LoadOptions::default())
+}
+
+/// Parse and decode PTX text into a [`Module`] within the budgets of `opts`: loading costs
+/// time linear in the text's length plus the decoded module's size, and stops with
+/// [`PtxError::Budget`] before a module-wide budget would be exceeded, with
+/// [`PtxError::Cancelled`] soon after `opts.cancel` is set and with
+/// [`PtxError::DeadlineExceeded`] once `opts.deadline` has passed.
+pub fn parse_with(text: &str, opts: &LoadOptions) -> Result<Module, PtxError> {
+    parser::parse_module(text, opts)
 }

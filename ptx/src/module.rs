@@ -1,12 +1,16 @@
 //! A decoded PTX module: its kernels (entries), their parameter layout, memory needs and code.
 
+use std::sync::Arc;
+
 use crate::ir::Entry;
+use crate::load::elems;
 use crate::modvars::ModMem;
 
 /// A parsed and decoded module. Immutable, `Send + Sync`; share it behind an `Arc`.
 #[derive(Debug)]
 pub struct Module {
-    pub(crate) entries: Vec<Entry>,
+    /// Decoded code, shared by the instances of the module ([`Module::instantiate`]).
+    pub(crate) entries: Arc<Vec<Entry>>,
     pub(crate) hash: u64,
     /// Module-scope `.global`/`.const` variables and their storage.
     pub(crate) vars: ModMem,
@@ -71,14 +75,43 @@ impl Module {
         !self.vars.vars.is_empty()
     }
 
-    /// A new instance of this module: the same decoded code and hash, with its own variables
-    /// reset to their PTX initial values (cheaper than parsing the text again).
+    /// A new instance of this module: the same decoded code (shared, not copied) and hash,
+    /// with its own variables reset to their PTX initial values (cheaper than parsing the text
+    /// again). The copy holds [`Module::variable_bytes`] of new host memory (its
+    /// [`Module::host_bytes`] counts the shared code as well).
     pub fn instantiate(&self) -> Module {
         Module {
-            entries: self.entries.clone(),
+            entries: Arc::clone(&self.entries),
             hash: self.hash,
             vars: self.vars.fresh(),
         }
+    }
+
+    /// Estimated host bytes this module holds: its decoded code and the module variables.
+    ///
+    /// Computed from the retained structures: per entry its struct, the decoded instructions
+    /// (`code.capacity() × size_of::<Op>()` plus the operand lists of vector moves), one source
+    /// position and one reconvergence point per instruction, and its name and parameter names;
+    /// plus [`Module::variable_bytes`] and the `Module` struct. Strings count their length
+    /// rounded up to 8 bytes plus 8 for the allocator. The decoded code is shared by
+    /// [`Module::instantiate`] copies but counted in each (an instance keeps it alive).
+    /// Loading never exceeds [`crate::LoadOptions::max_host_bytes`], so neither does this.
+    pub fn host_bytes(&self) -> u64 {
+        elems::<Module>(1)
+            + elems::<Entry>(self.entries.capacity())
+            + self
+                .entries
+                .iter()
+                .map(|e| e.host_bytes() - elems::<Entry>(1))
+                .sum::<u64>()
+            + self.variable_bytes()
+    }
+
+    /// Host bytes of the module's own `.global`/`.const` variables: their storage, the
+    /// initial image kept for [`Module::instantiate`] (each as large as the variables, rounded
+    /// to 8 bytes for the storage) and the name table. What each instance adds.
+    pub fn variable_bytes(&self) -> u64 {
+        self.vars.host_bytes()
     }
 
     /// A module-scope `.global`/`.const` variable: (address in [`crate::MODULE_WINDOW`], size).

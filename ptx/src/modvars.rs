@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 use crate::error::{Pos, PtxError};
 use crate::ir::{Space, Ty};
 use crate::lexer::Tok;
+use crate::load::{Meter, elems, str_bytes};
 use crate::memory::{Access, FaultReason};
 use crate::parser::Parser;
 
@@ -138,6 +139,8 @@ pub(crate) fn parse_mod_var(p: &mut Parser, space: Space, pos: Pos) -> R<RawModV
                 Tok::Punct('}') if depth > 0 => depth -= 1,
                 Tok::Punct(',') if depth > 0 => {}
                 t @ (Tok::Int(_) | Tok::F32(_) | Tok::F64(_)) => {
+                    p.meter.tick()?;
+                    p.meter.alloc(elems::<u64>(1))?;
                     init.push(bits(&t, neg, ty).ok_or(PtxError::Syntax {
                         pos: epos,
                         msg: "bad initializer".into(),
@@ -159,6 +162,7 @@ pub(crate) fn parse_mod_var(p: &mut Parser, space: Space, pos: Pos) -> R<RawModV
         }
     }
     p.expect_punct(';')?;
+    p.meter.alloc(elems::<RawModVar>(1) + str_bytes(&name))?;
     if unsized_ {
         count = count.max(init.len() as u64);
     }
@@ -188,9 +192,17 @@ pub(crate) fn parse_mod_var(p: &mut Parser, space: Space, pos: Pos) -> R<RawModV
     })
 }
 
+impl RawModVar {
+    /// Host bytes charged for this declaration while loading (see `parse_mod_var`).
+    pub(crate) fn bytes(&self) -> u64 {
+        elems::<RawModVar>(1) + str_bytes(&self.name) + elems::<u64>(self.init.len())
+    }
+}
+
 impl ModMem {
-    /// Lay out and initialize the variables (`.const` first, then `.global`).
-    pub(crate) fn build(raw: &[RawModVar]) -> R<ModMem> {
+    /// Lay out and initialize the variables (`.const` first, then `.global`); the storage and
+    /// its initial image are charged to `meter` before they are allocated.
+    pub(crate) fn build(raw: &[RawModVar], meter: &mut Meter) -> R<ModMem> {
         let mut vars = Vec::new();
         let mut off = 0u64;
         let mut const_end = 0u64;
@@ -212,6 +224,7 @@ impl ModMem {
                     size: v.size,
                 });
                 placed.push((off, v));
+                meter.alloc(elems::<ModVar>(1) + str_bytes(&v.name))?;
                 off += v.size;
                 if off > MAX_BYTES {
                     return Err(PtxError::TooLarge {
@@ -224,6 +237,10 @@ impl ModMem {
                 const_end = off;
             }
         }
+        vars.shrink_to_fit();
+        // Storage and initial image.
+        meter.alloc(Self::storage_bytes(off))?;
+        meter.check()?;
         let words: Box<[AtomicU64]> = (0..off.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
         let mut m = ModMem {
             words,
@@ -235,6 +252,7 @@ impl ModMem {
         for (base, v) in placed {
             let eb = u64::from(v.ty.bytes());
             for (k, b) in v.init.iter().enumerate() {
+                meter.tick()?;
                 let at = base + k as u64 * eb;
                 for i in 0..eb {
                     m.byte(at + i).store((b >> (8 * i)) as u8, Relaxed);
@@ -243,6 +261,19 @@ impl ModMem {
         }
         m.initial = m.read(0, m.size);
         Ok(m)
+    }
+
+    /// Host bytes of the storage and the initial image of `size` bytes of variables.
+    fn storage_bytes(size: u64) -> u64 {
+        2 * size.next_multiple_of(8)
+    }
+
+    /// Host bytes this storage holds: the variables, their initial image and the name table.
+    pub(crate) fn host_bytes(&self) -> u64 {
+        elems::<AtomicU64>(self.words.len())
+            + self.initial.capacity() as u64
+            + elems::<ModVar>(self.vars.capacity())
+            + self.vars.iter().map(|v| str_bytes(&v.name)).sum::<u64>()
     }
 
     /// A new storage with the same layout and the initial contents.

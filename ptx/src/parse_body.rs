@@ -4,10 +4,11 @@
 
 use std::collections::HashMap;
 
-use crate::decode::{EntryDecls, ROp, RawInst, Stmt};
+use crate::decode::{EntryDecls, ROp, RawInst, Stmt, VarDecl};
 use crate::error::{Pos, PtxError};
 use crate::ir::Ty;
 use crate::lexer::Tok;
+use crate::load::{elems, map_entry, str_bytes};
 use crate::parser::{Parser, parse_var};
 
 /// Most registers a `%r<N>` range may declare.
@@ -19,14 +20,92 @@ type R<T> = Result<T, PtxError>;
 
 /// Lexical scopes of `{ }` blocks: names re-declared in an inner block get a unique internal
 /// name (`name{k}` cannot be written in PTX) for the statements of that block.
+///
+/// Resolution is one hash lookup whatever the nesting depth: each re-declared name maps to the
+/// stack of its bindings (innermost last), and each open block lists the names it bound, which
+/// are popped when it closes. Every declaration and every closing block costs O(1) per name,
+/// so a text of N tokens costs O(N), however deep it nests.
 struct Scopes {
-    stack: Vec<HashMap<String, String>>,
+    /// Current bindings of each name re-declared in an open inner block (innermost last).
+    bindings: HashMap<String, Vec<String>>,
+    /// Names bound in each open block, innermost last; the outermost is the body's own.
+    frames: Vec<Vec<String>>,
     next: u64,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Scope tables probed by name resolution on this thread (for the structural test of the
+    /// linear cost).
+    static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Host bytes charged for one binding of `name` to `unique`.
+fn binding_bytes(name: &str, unique: &str) -> u64 {
+    map_entry::<String, Vec<String>>()
+        + 2 * str_bytes(name)
+        + str_bytes(unique)
+        + elems::<String>(2)
+}
+
 impl Scopes {
+    fn new() -> Scopes {
+        Scopes {
+            bindings: HashMap::new(),
+            frames: vec![Vec::new()],
+            next: 0,
+        }
+    }
+
+    fn nested(&self) -> bool {
+        self.frames.len() > 1
+    }
+
     fn resolve(&self, name: &str) -> Option<&String> {
-        self.stack.iter().rev().find_map(|m| m.get(name))
+        #[cfg(test)]
+        PROBES.with(|c| c.set(c.get() + 1));
+        self.bindings.get(name).and_then(|v| v.last())
+    }
+
+    fn open(&mut self, p: &mut Parser) -> R<()> {
+        p.meter.alloc(elems::<Vec<String>>(1))?;
+        self.frames.push(Vec::new());
+        Ok(())
+    }
+
+    /// Close the innermost block: its bindings end.
+    fn close(&mut self, p: &mut Parser) {
+        let Some(names) = self.frames.pop() else {
+            return;
+        };
+        p.meter.free(elems::<Vec<String>>(1));
+        for name in names {
+            if let Some(v) = self.bindings.get_mut(&name) {
+                if let Some(u) = v.pop() {
+                    p.meter.free(binding_bytes(&name, &u));
+                }
+                if v.is_empty() {
+                    self.bindings.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// Bind `name` to `unique` in the innermost block.
+    fn bind(&mut self, p: &mut Parser, name: String, unique: String) -> R<()> {
+        p.meter.alloc(binding_bytes(&name, &unique))?;
+        if let Some(top) = self.frames.last_mut() {
+            top.push(name.clone());
+        }
+        self.bindings.entry(name).or_default().push(unique);
+        Ok(())
+    }
+
+    /// Close every block still open (error paths and the end of the body).
+    fn close_all(&mut self, p: &mut Parser) {
+        while !self.frames.is_empty() {
+            self.close(p);
+        }
     }
 
     fn rename_op(&self, o: &mut ROp) {
@@ -48,19 +127,43 @@ impl Scopes {
     }
 }
 
+/// Charge `bytes` held by the declarations or body of `decls` (freed when they are dropped).
+pub(crate) fn charge(p: &mut Parser, decls: &mut EntryDecls, bytes: u64) -> R<()> {
+    p.meter.alloc(bytes)?;
+    decls.bytes += bytes;
+    Ok(())
+}
+
 /// Declare one register, shadowing an outer declaration when inside a nested block.
-fn declare(decls: &mut EntryDecls, scopes: &mut Scopes, name: String, ty: Ty) {
-    let nested = scopes.stack.len() > 1;
-    if nested && (decls.regs.contains_key(&name) || scopes.resolve(&name).is_some()) {
+fn declare(
+    p: &mut Parser,
+    decls: &mut EntryDecls,
+    scopes: &mut Scopes,
+    name: String,
+    ty: Ty,
+) -> R<()> {
+    p.meter.tick()?;
+    p.meter.registers(1)?;
+    if scopes.nested() && (decls.regs.contains_key(&name) || scopes.resolve(&name).is_some()) {
         let unique = format!("{name}{{{}}}", scopes.next);
         scopes.next += 1;
+        charge(p, decls, reg_bytes(&unique))?;
         decls.regs.insert(unique.clone(), ty);
-        if let Some(top) = scopes.stack.last_mut() {
-            top.insert(name, unique);
+        scopes.bind(p, name, unique)?;
+    } else {
+        if !decls.regs.contains_key(&name) {
+            charge(p, decls, reg_bytes(&name))?;
         }
-    } else if decls.regs.insert(name.clone(), ty).is_some() {
-        log::debug!("register {name} redeclared");
+        if decls.regs.insert(name.clone(), ty).is_some() {
+            log::debug!("register {name} redeclared");
+        }
     }
+    Ok(())
+}
+
+/// Host bytes of one entry of a register table.
+pub(crate) fn reg_bytes(name: &str) -> u64 {
+    map_entry::<String, Ty>() + str_bytes(name)
 }
 
 fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls, scopes: &mut Scopes) -> R<()> {
@@ -84,10 +187,10 @@ fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls, scopes: &mut Scopes) -
                 });
             }
             for k in 0..n {
-                declare(decls, scopes, format!("{name}{k}"), ty);
+                declare(p, decls, scopes, format!("{name}{k}"), ty)?;
             }
         } else {
-            declare(decls, scopes, name, ty);
+            declare(p, decls, scopes, name, ty)?;
         }
         if p.eat_punct(';') {
             return Ok(());
@@ -96,26 +199,38 @@ fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls, scopes: &mut Scopes) -
     }
 }
 
+/// Parse `{ body }`: statements with names resolved through the body's block scopes. The
+/// statements and tables are charged to `decls.bytes`.
 pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>> {
     p.expect_punct('{')?;
-    let mut scopes = Scopes {
-        stack: vec![HashMap::new()],
-        next: 0,
-    };
-    let mut depth = 1u32;
+    let mut scopes = Scopes::new();
     let mut out = Vec::new();
+    let r = parse_stmts(p, decls, &mut scopes, &mut out);
+    scopes.close_all(p);
+    r.map(|()| out)
+}
+
+fn push_stmt(p: &mut Parser, decls: &mut EntryDecls, out: &mut Vec<Stmt>, s: Stmt) -> R<()> {
+    charge(p, decls, stmt_bytes(&s))?;
+    out.push(s);
+    Ok(())
+}
+
+fn parse_stmts(
+    p: &mut Parser,
+    decls: &mut EntryDecls,
+    scopes: &mut Scopes,
+    out: &mut Vec<Stmt>,
+) -> R<()> {
     loop {
+        p.meter.tick()?;
         let pos = p.pos();
         match p.next()? {
-            Tok::Punct('{') => {
-                depth += 1;
-                scopes.stack.push(HashMap::new());
-            }
+            Tok::Punct('{') => scopes.open(p)?,
             Tok::Punct('}') => {
-                depth -= 1;
-                scopes.stack.pop();
-                if depth == 0 {
-                    return Ok(out);
+                scopes.close(p);
+                if scopes.frames.is_empty() {
+                    return Ok(());
                 }
             }
             Tok::Punct('@') => {
@@ -127,21 +242,24 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 known_opcode(&opcode, pos)?;
                 let mut ops = parse_operands(p)?;
                 ops.iter_mut().for_each(|o| scopes.rename_op(o));
-                out.push(Stmt::Inst(RawInst {
+                let s = Stmt::Inst(RawInst {
                     pos,
                     guard: Some((g, neg, gpos)),
                     opcode,
                     ops,
-                }));
+                });
+                push_stmt(p, decls, out, s)?;
             }
             Tok::Ident(s) => match s.as_str() {
-                ".reg" => parse_reg_decl(p, decls, &mut scopes)?,
+                ".reg" => parse_reg_decl(p, decls, scopes)?,
                 ".shared" => {
                     let v = parse_var(p, false, pos)?;
+                    charge(p, decls, var_bytes(&v))?;
                     decls.shared.push(v);
                 }
                 ".local" => {
                     let v = parse_var(p, false, pos)?;
+                    charge(p, decls, var_bytes(&v))?;
                     decls.local.push(v);
                 }
                 ".param" => {
@@ -154,6 +272,7 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                             x.align = x.align.max(v.align);
                         }
                         None => {
+                            charge(p, decls, var_bytes(&v) + map_entry::<String, usize>())?;
                             decls
                                 .call_param_index
                                 .insert(v.name.clone(), decls.call_params.len());
@@ -171,18 +290,19 @@ pub(crate) fn parse_body(p: &mut Parser, decls: &mut EntryDecls) -> R<Vec<Stmt>>
                 }
                 _ if p.is_punct(':') => {
                     p.i += 1;
-                    out.push(Stmt::Label(s, pos));
+                    push_stmt(p, decls, out, Stmt::Label(s, pos))?;
                 }
                 _ => {
                     known_opcode(&s, pos)?;
                     let mut ops = parse_operands(p)?;
                     ops.iter_mut().for_each(|o| scopes.rename_op(o));
-                    out.push(Stmt::Inst(RawInst {
+                    let s = Stmt::Inst(RawInst {
                         pos,
                         guard: None,
                         opcode: s,
                         ops,
-                    }));
+                    });
+                    push_stmt(p, decls, out, s)?;
                 }
             },
             _ => {
@@ -407,5 +527,90 @@ fn parse_operand(p: &mut Parser, in_vector: bool) -> R<ROp> {
             Ok(ROp::Name(a, pos))
         }
         _ => signed_number(p),
+    }
+}
+
+/// Host bytes of a variable declaration.
+pub(crate) fn var_bytes(v: &VarDecl) -> u64 {
+    elems::<VarDecl>(1) + str_bytes(&v.name)
+}
+
+/// Host bytes of an operand's strings and sub-operands (not the operand itself).
+fn op_heap_bytes(o: &ROp) -> u64 {
+    match o {
+        ROp::Name(n, _) | ROp::Not(n, _) | ROp::SymOff(n, _, _) => str_bytes(n),
+        ROp::Addr { base, .. } => base.as_deref().map_or(0, str_bytes),
+        ROp::Pair(a, b, _) => str_bytes(a) + str_bytes(b),
+        ROp::Vec(v) | ROp::List(v) => {
+            elems::<ROp>(v.len()) + v.iter().map(op_heap_bytes).sum::<u64>()
+        }
+        ROp::Int(_) | ROp::F32(_) | ROp::F64(_) => 0,
+    }
+}
+
+/// Host bytes of a parsed statement (its slot in the body and everything it owns).
+pub(crate) fn stmt_bytes(s: &Stmt) -> u64 {
+    elems::<Stmt>(1)
+        + match s {
+            Stmt::Label(l, _) => str_bytes(l),
+            Stmt::Inst(i) => {
+                str_bytes(&i.opcode)
+                    + i.guard.as_ref().map_or(0, |(g, _, _)| str_bytes(g))
+                    + elems::<ROp>(i.ops.len())
+                    + i.ops.iter().map(op_heap_bytes).sum::<u64>()
+            }
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PROBES;
+
+    /// A body `depth` blocks deep, each declaring `regs` new registers, with `insts`
+    /// instructions in the innermost block using registers of the body's own scope (the
+    /// costly cases for a resolution that scans the open scopes: a name bound in none).
+    fn nested(depth: usize, regs: usize, insts: usize) -> String {
+        let mut s = String::from(".version 8.0\n.target sm_80\n.address_size 64\n");
+        s.push_str(".visible .entry k()\n{\n.reg .b32 %r<4>;\n");
+        for k in 0..depth {
+            s.push_str(&format!("{{ .reg .b32 %q{k}_<{regs}>;\n"));
+        }
+        for _ in 0..insts {
+            s.push_str("add.u32 %r1, %r2, %r3;\n");
+        }
+        s.push_str(&"}".repeat(depth));
+        s.push_str("\nret;\n}\n");
+        s
+    }
+
+    fn probes(text: &str) -> u64 {
+        PROBES.with(|c| c.set(0));
+        let m = crate::parse(text).expect("nested scopes parse");
+        assert_eq!(
+            m.entry("k").map(|e| e.instructions),
+            Some(text.matches("add.u32").count() + 2)
+        );
+        PROBES.with(|c| c.get())
+    }
+
+    /// Name resolution costs O(1) scope-table probes per name whatever the nesting depth: the
+    /// probes for a text do not grow with its depth (a scan of every open scope, as before,
+    /// costs depth x names).
+    #[test]
+    fn scope_resolution_does_not_scan_open_scopes() {
+        let (regs, insts) = (50, 200);
+        let names = (regs + 3 * insts) as u64;
+        let shallow = probes(&nested(10, regs, insts));
+        let deep = probes(&nested(1000, regs, insts));
+        // One probe per declaration and per operand name.
+        assert!(shallow <= 10 * names, "{shallow} probes for depth 10");
+        assert!(
+            deep <= 1000 * regs as u64 + 3 * insts as u64,
+            "{deep} probes for depth 1000"
+        );
+        assert!(
+            deep > 1000 * regs as u64,
+            "declarations were not resolved ({deep} probes)"
+        );
     }
 }

@@ -9,7 +9,8 @@ use crate::error::{Pos, PtxError};
 use crate::inline::FuncDef;
 use crate::ir::Space;
 use crate::ir::Ty;
-use crate::lexer::{Tok, Token, lex};
+use crate::lexer::{Tok, Token, lex, token_bytes};
+use crate::load::{LoadOptions, Meter, elems, map_entry, str_bytes};
 use crate::module::{Module, ParamInfo, fnv1a};
 use crate::modvars::{ModMem, RawModVar, parse_mod_var};
 
@@ -22,6 +23,8 @@ pub(crate) struct Parser {
     pub(crate) end: Pos,
     /// Registers declared so far in the whole module (bounded against hostile ranges).
     pub(crate) declared_regs: u64,
+    /// Budgets, cancellation and deadline of this load.
+    pub(crate) meter: Meter,
 }
 
 type R<T> = Result<T, PtxError>;
@@ -131,6 +134,7 @@ impl Parser {
         self.expect_punct('{')?;
         let mut depth = 1u32;
         while depth > 0 {
+            self.meter.tick()?;
             match self.next()? {
                 Tok::Punct('{') => depth += 1,
                 Tok::Punct('}') => depth -= 1,
@@ -148,15 +152,19 @@ impl Parser {
     }
 }
 
-/// Parse a whole module.
-pub(crate) fn parse_module(text: &str) -> R<Module> {
-    let toks = lex(text)?;
+/// Parse a whole module within the budgets of `opts`.
+pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
+    let mut meter = Meter::new(opts);
+    meter.check()?;
+    let toks = lex(text, &mut meter)?;
+    let token_bytes: u64 = toks.iter().map(token_bytes).sum();
     let end = toks.last().map_or(Pos { line: 1, col: 1 }, |t| t.pos);
     let mut p = Parser {
         toks,
         i: 0,
         end,
         declared_regs: 0,
+        meter,
     };
     let mut module_shared: Vec<VarDecl> = Vec::new();
     let mut entries = Vec::new();
@@ -165,6 +173,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
     let mut raw_vars: Vec<RawModVar> = Vec::new();
     let mut names: HashMap<String, ()> = HashMap::new();
     while p.peek().is_some() {
+        p.meter.tick()?;
         let pos = p.pos();
         let d = p.ident()?;
         match d.as_str() {
@@ -207,6 +216,8 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                 match cur.as_str() {
                     ".entry" => {
                         let (decls, body) = parse_entry(&mut p, pos)?;
+                        p.meter
+                            .alloc(map_entry::<String, ()>() + str_bytes(&decls.name))?;
                         if names.insert(decls.name.clone(), ()).is_some() {
                             return Err(PtxError::Duplicate {
                                 pos,
@@ -229,6 +240,7 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
                     }
                     ".shared" => {
                         let v = parse_var(&mut p, is_extern, pos)?;
+                        p.meter.alloc(crate::parse_body::var_bytes(&v))?;
                         module_shared.push(v);
                     }
                     ".global" | ".const" if !is_extern => {
@@ -248,17 +260,45 @@ pub(crate) fn parse_module(text: &str) -> R<Module> {
             }
         }
     }
+    // The tokens are done with.
+    let Parser {
+        toks, mut meter, ..
+    } = p;
+    drop(toks);
+    meter.free(token_bytes);
     // Entries are decoded once every function and variable of the module is known.
-    let vars = ModMem::build(&raw_vars)?;
+    let vars = ModMem::build(&raw_vars, &mut meter)?;
+    let raw_bytes: u64 = raw_vars.iter().map(|v| v.bytes()).sum();
+    drop(raw_vars);
+    meter.free(raw_bytes);
     let msyms = ModuleSyms::build(&module_shared, &vars.vars)?;
+    meter.alloc(elems::<crate::ir::Entry>(parsed.len()))?;
+    entries.reserve_exact(parsed.len());
     for (decls, body) in parsed {
-        entries.push(decode::decode_entry(decls, body, &funcs, &msyms)?);
+        entries.push(decode::decode_entry(
+            decls, body, &funcs, &msyms, &mut meter,
+        )?);
     }
-    Ok(Module {
-        entries,
+    let module = Module {
+        entries: std::sync::Arc::new(entries),
         hash: fnv1a(text.as_bytes()),
         vars,
-    })
+    };
+    // Every retained structure was charged while it was built; this holds by construction.
+    let held = module.host_bytes();
+    if held > opts.max_host_bytes {
+        return Err(PtxError::Budget {
+            what: "host bytes",
+            used: held,
+            limit: opts.max_host_bytes,
+        });
+    }
+    log::debug!(
+        "module loaded: {} entries, {held} host bytes, load peak {} bytes",
+        module.entries.len(),
+        meter.peak()
+    );
+    Ok(module)
 }
 
 /// Parse `[.align N] .type name[dims]... [= init]` after `.shared`/`.local` (which is consumed).
@@ -437,19 +477,16 @@ fn parse_func(p: &mut Parser, pos: Pos) -> R<FuncDef> {
         call_param_index: HashMap::new(),
         regs: HashMap::new(),
         pos,
+        bytes: 0,
     };
     let body = if p.eat_punct(';') {
         None
     } else {
         Some(crate::parse_body::parse_body(p, &mut decls)?)
     };
-    Ok(FuncDef {
-        name,
-        rets,
-        params,
-        decls,
-        body,
-    })
+    let f = FuncDef::new(name, rets, params, decls, body);
+    p.meter.alloc(f.local_names_bytes())?;
+    Ok(f)
 }
 
 fn parse_entry(p: &mut Parser, pos: Pos) -> R<(EntryDecls, Vec<Stmt>)> {
@@ -477,6 +514,7 @@ fn parse_entry(p: &mut Parser, pos: Pos) -> R<(EntryDecls, Vec<Stmt>)> {
         call_param_index: HashMap::new(),
         regs: HashMap::new(),
         pos,
+        bytes: 0,
     };
     loop {
         if p.is_punct('{') {
