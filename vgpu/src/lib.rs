@@ -18,6 +18,9 @@ pub mod methods;
 pub mod para;
 pub mod para_bar;
 pub mod para_vram;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pushbuf;
 pub mod regs;
 pub mod remap;
