@@ -16,7 +16,7 @@ use crate::regs::{self, Access, FaultKind};
 use crate::shadowing::{Instance, Shadows};
 use crate::state::{FaultRecord, Shared, Watched};
 use crate::watchdog::Watchdog;
-use vgpud::proto::{RunOutcome, monotonic_ns};
+use vgpu_proto::proto::{RunOutcome, monotonic_ns};
 
 /// A fault as the worker finds it (the channel is filled in by the caller).
 #[derive(Debug, Clone, Copy)]
