@@ -13,14 +13,14 @@
 
 pub mod config;
 pub mod device;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod methods;
 pub mod para;
 pub mod para_bar;
 pub mod para_vram;
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod pushbuf;
 pub mod regs;
 pub mod remap;

@@ -112,7 +112,10 @@ fn setup(u: &mut Unstructured) -> Result<Setup> {
     }
     let layout = GpuLayout {
         vram_size,
-        ram: RAM.iter().map(|&(gpa, len)| RamRegion { gpa, len }).collect(),
+        ram: RAM
+            .iter()
+            .map(|&(gpa, len)| RamRegion { gpa, len })
+            .collect(),
         va,
         page_sizes: PageSizes::from_bits(u.int_in_range(1..=3)?),
         sysmem: u.arbitrary()?,
@@ -196,7 +199,10 @@ fn write_call(
     }
     // Outside RAM these writes fail, as a guest's would: the call must then be refused.
     let _ = ram.write_slice(&arg.to_le_bytes(), GuestAddress(args.wrapping_add(OFF_ARG)));
-    let _ = ram.write_slice(&count.to_le_bytes(), GuestAddress(args.wrapping_add(OFF_COUNT)));
+    let _ = ram.write_slice(
+        &count.to_le_bytes(),
+        GuestAddress(args.wrapping_add(OFF_COUNT)),
+    );
     let _ = ram.write_slice(&bytes, GuestAddress(args.wrapping_add(OFF_ENTRIES)));
     Ok(op)
 }
@@ -214,7 +220,10 @@ fn model_ops(ram: &GuestMemoryMmap, args: u64, op: u32) -> Vec<(u64, u64, Option
         _ => return Vec::new(),
     };
     let mut bytes = vec![0u8; count as usize * ENTRY_BYTES];
-    if ram.read_slice(&mut bytes, GuestAddress(args + OFF_ENTRIES)).is_err() {
+    if ram
+        .read_slice(&mut bytes, GuestAddress(args + OFF_ENTRIES))
+        .is_err()
+    {
         return Vec::new();
     }
     bytes
@@ -226,7 +235,11 @@ fn model_ops(ram: &GuestMemoryMmap, args: u64, op: u32) -> Vec<(u64, u64, Option
                 target: GuestTarget::new(a, pte & !0xfff),
                 read_only: pte & 8 != 0,
             });
-            (va, pages * page, if op == OP_UNMAP_BATCH { None } else { target })
+            (
+                va,
+                pages * page,
+                if op == OP_UNMAP_BATCH { None } else { target },
+            )
         })
         .collect()
 }
@@ -276,7 +289,16 @@ fn run_inner(u: &mut Unstructured) -> Result<()> {
         let before = lock(&spaces).runs().to_vec();
         para.write(CALL, op);
         calls += 1;
-        check_call(&para, &spaces, &ram, &layout, args, op & 0xff, &before, &mut model);
+        check_call(
+            &para,
+            &spaces,
+            &ram,
+            &layout,
+            args,
+            op & 0xff,
+            &before,
+            &mut model,
+        );
     }
     assert_eq!(lock(&spaces).counters.hypercalls, calls as u64);
     check_engine(&spaces, &layout, &partition, &sysmem, &model);
@@ -296,7 +318,9 @@ fn check_call(
 ) {
     let area_ok = args != 0
         && args.is_multiple_of(PAGE_4K)
-        && layout.check_range(Aperture::Sysmem, args, ARGS_BYTES).is_ok();
+        && layout
+            .check_range(Aperture::Sysmem, args, ARGS_BYTES)
+            .is_ok();
     let status = para.read(STATUS) & 0xff;
     if !area_ok {
         assert_eq!(status, ST_BAD_CALL, "call without a valid argument area");
@@ -306,23 +330,33 @@ fn check_call(
     let mut result = [0u8; 24];
     ram.read_slice(&mut result, GuestAddress(args + OFF_RESULT))
         .expect("result area");
-    assert_eq!(u32_at(&result, 0), status, "STATUS and the result area differ");
+    assert_eq!(
+        u32_at(&result, 0),
+        status,
+        "STATUS and the result area differ"
+    );
     let ok = status == ST_OK;
     match op {
         OP_SET_PD if ok => {
             let mut header = [0u8; 8];
-            ram.read_slice(&mut header, GuestAddress(args)).expect("header");
+            ram.read_slice(&mut header, GuestAddress(args))
+                .expect("header");
             let raw = u64::from_le_bytes(header);
             let pdb = Pdb {
                 aperture: Aperture::from_target(raw).expect("accepted PDB target"),
                 addr: raw & !0xfff,
             };
             assert!(
-                layout.check_range(pdb.aperture, pdb.addr, layout.pd_bytes()).is_ok(),
+                layout
+                    .check_range(pdb.aperture, pdb.addr, layout.pd_bytes())
+                    .is_ok(),
                 "accepted page directory {pdb:?} outside guest memory"
             );
             model.spaces.entry(pdb).or_default();
-            assert!(model.spaces.len() <= MAX_SPACES, "more than MAX_SPACES spaces");
+            assert!(
+                model.spaces.len() <= MAX_SPACES,
+                "more than MAX_SPACES spaces"
+            );
             model.current = Some(pdb);
         }
         OP_MAP | OP_MAP_BATCH | OP_UNMAP_BATCH if ok => {
@@ -345,7 +379,8 @@ fn check_call(
         }
         OP_VRAM_ALLOC if ok => {
             let mut header = [0u8; 16];
-            ram.read_slice(&mut header, GuestAddress(args)).expect("header");
+            ram.read_slice(&mut header, GuestAddress(args))
+                .expect("header");
             let len = u64_at(&header, 0).next_multiple_of(PAGE_4K);
             let align = match u32_at(&header, 8) {
                 0 => 12,
@@ -354,13 +389,20 @@ fn check_call(
             let addr = u64_at(&result, 16);
             assert!(addr.is_multiple_of(1 << align), "VRAM block misaligned");
             assert!(addr + len <= layout.vram_size, "VRAM block outside VRAM");
-            let overlaps = model.blocks.iter().any(|(&a, &l)| a < addr + len && addr < a + l);
-            assert!(!overlaps, "VRAM block {addr:#x}+{len:#x} overlaps a live one");
+            let overlaps = model
+                .blocks
+                .iter()
+                .any(|(&a, &l)| a < addr + len && addr < a + l);
+            assert!(
+                !overlaps,
+                "VRAM block {addr:#x}+{len:#x} overlaps a live one"
+            );
             model.blocks.insert(addr, len);
         }
         OP_VRAM_FREE => {
             let mut header = [0u8; 8];
-            ram.read_slice(&mut header, GuestAddress(args)).expect("header");
+            ram.read_slice(&mut header, GuestAddress(args))
+                .expect("header");
             let live = model.blocks.remove(&u64::from_le_bytes(header)).is_some();
             assert_eq!(ok, live, "VRAM_FREE result disagrees with the live blocks");
         }
@@ -373,15 +415,21 @@ fn check_call(
     }
     assert!(runs.len() <= MAX_RUNS);
     for w in runs.windows(2) {
-        assert!(w[0].va + w[0].len <= w[1].va, "runs unsorted or overlapping");
+        assert!(
+            w[0].va + w[0].len <= w[1].va,
+            "runs unsorted or overlapping"
+        );
         let merged = w[0].va + w[0].len == w[1].va
             && w[0].read_only == w[1].read_only
             && w[0].target.offset(w[0].len) == Some(w[1].target);
-        assert!(!merged, "contiguous runs not merged: {:?}", &w[..]);
+        assert!(!merged, "contiguous runs not merged: {:?}", w);
     }
     for r in runs {
         assert!(r.len > 0 && r.len.is_multiple_of(PAGE_4K), "bad run {r:?}");
-        assert!(layout.va_contains(r.va, r.len), "run outside the window: {r:?}");
+        assert!(
+            layout.va_contains(r.va, r.len),
+            "run outside the window: {r:?}"
+        );
         let t = r.target;
         assert!(
             layout.check_range(t.aperture(), t.addr(), r.len).is_ok(),
@@ -407,8 +455,16 @@ fn check_engine(
 ) {
     let (engine, _) = engine();
     let s = lock(spaces);
-    let seen: HashSet<_> = model.spaces.keys().filter_map(|p| s.space_for(*p)).collect();
-    assert_eq!(seen.len(), model.spaces.len(), "a set page directory has no space");
+    let seen: HashSet<_> = model
+        .spaces
+        .keys()
+        .filter_map(|p| s.space_for(*p))
+        .collect();
+    assert_eq!(
+        seen.len(),
+        model.spaces.len(),
+        "a set page directory has no space"
+    );
     for (pdb, pages) in &model.spaces {
         let space = s.space_for(*pdb).expect("space");
         for k in 0..layout.va.size / PAGE_4K {
@@ -417,15 +473,22 @@ fn check_engine(
             let want = pages.get(&va).map(|p| {
                 let target = match p.target {
                     GuestTarget::Vram(a) => MapTarget::Vram {
-                        pa: partition.to_phys(a, PAGE_4K).expect("page outside the partition"),
+                        pa: partition
+                            .to_phys(a, PAGE_4K)
+                            .expect("page outside the partition"),
                     },
                     GuestTarget::Sysmem(a) => {
-                        let (region, offset) =
-                            sysmem.lookup(a, PAGE_4K).expect("RAM page without host region");
+                        let (region, offset) = sysmem
+                            .lookup(a, PAGE_4K)
+                            .expect("RAM page without host region");
                         MapTarget::Host { region, offset }
                     }
                 };
-                let perm = if p.read_only { Perm::ReadOnly } else { Perm::ReadWrite };
+                let perm = if p.read_only {
+                    Perm::ReadOnly
+                } else {
+                    Perm::ReadWrite
+                };
                 (target, perm)
             });
             assert_eq!(
@@ -440,6 +503,102 @@ fn check_engine(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The checks themselves, on calls that succeed: SET_PD, a batch mapping VRAM, a 2 MiB
+    /// page and RAM, an unmap cutting a run, VRAM_ALLOC and VRAM_FREE.
+    #[test]
+    fn checks_pass_on_accepted_calls() {
+        let (engine, region) = engine();
+        let layout = GpuLayout {
+            vram_size: 8 << 20,
+            ram: RAM
+                .iter()
+                .map(|&(gpa, len)| RamRegion { gpa, len })
+                .collect(),
+            va: VaWindow {
+                base: PAGE_2M,
+                size: 4 * PAGE_2M,
+            },
+            page_sizes: PageSizes::from_bits(3),
+            sysmem: true,
+            max_faults: 16,
+        };
+        let partition = Partition::new(4 * PAGE_2M, 8 << 20).unwrap();
+        let sysmem = SysmemMap::new(vec![SysmemEntry {
+            gpa: 0,
+            len: RAM[0].1,
+            region: *region,
+            offset: 0,
+        }])
+        .unwrap();
+        let ram = GuestMemoryMmap::<()>::from_ranges(&[
+            (GuestAddress(0), RAM[0].1 as usize),
+            (GuestAddress(RAM[1].0), RAM[1].1 as usize),
+        ])
+        .unwrap();
+        let spaces = Arc::new(Mutex::new(ParaSpaces::new(
+            engine.clone() as Arc<dyn Engine>,
+            layout.clone(),
+            partition,
+            sysmem.clone(),
+        )));
+        let mut para = Para::new(
+            spaces.clone(),
+            ram.clone(),
+            Arc::new(Shared::new(4, Arc::new(NoIrq))),
+        );
+        let mut model = Model::default();
+        let args = 0x1000;
+        para.write(ARGS_LO, args as u32);
+        let mut call =
+            |model: &mut Model, op: u32, arg: u64, count: u32, entries: &[(u64, u64, u32)]| {
+                let mut b = Vec::new();
+                for &(va, pte, pages) in entries {
+                    b.extend_from_slice(&va.to_le_bytes());
+                    b.extend_from_slice(&pte.to_le_bytes());
+                    b.extend_from_slice(&pages.to_le_bytes());
+                    b.extend_from_slice(&0u32.to_le_bytes());
+                }
+                ram.write_slice(&arg.to_le_bytes(), GuestAddress(args))
+                    .unwrap();
+                ram.write_slice(&count.to_le_bytes(), GuestAddress(args + OFF_COUNT))
+                    .unwrap();
+                ram.write_slice(&b, GuestAddress(args + OFF_ENTRIES))
+                    .unwrap();
+                let before = lock(&spaces).runs().to_vec();
+                para.write(CALL, op);
+                check_call(&para, &spaces, &ram, &layout, args, op, &before, model);
+                para.read(STATUS) & 0xff
+            };
+        assert_eq!(call(&mut model, OP_SET_PD, 0x1000 | 1, 0, &[]), ST_OK);
+        let map = [
+            (PAGE_2M, 0x10000 | 1, 16),
+            (2 * PAGE_2M, PAGE_2M | 4 | 1, 1),
+            (3 * PAGE_2M, 0x20000 | 8 | 2, 4),
+        ];
+        assert_eq!(call(&mut model, OP_MAP_BATCH, 0, 3, &map), ST_OK);
+        assert_eq!(
+            call(
+                &mut model,
+                OP_UNMAP_BATCH,
+                0,
+                1,
+                &[(PAGE_2M + 0x4000, 0, 2)]
+            ),
+            ST_OK
+        );
+        assert_eq!(lock(&spaces).runs().len(), 4);
+        assert_eq!(
+            call(&mut model, OP_MAP, 0, 0, &[(PAGE_2M, 0x3000 | 3, 1)]),
+            ST_ENTRY_FAULT
+        );
+        assert_eq!(call(&mut model, OP_VRAM_ALLOC, 8192, 16, &[]), ST_OK);
+        let block = *model.blocks.keys().next().unwrap();
+        assert_eq!(call(&mut model, OP_VRAM_FREE, block, 0, &[]), ST_OK);
+        assert_eq!(call(&mut model, OP_VRAM_FREE, block, 0, &[]), ST_BAD_CALL);
+        check_engine(&spaces, &layout, &partition, &sysmem, &model);
+        assert_eq!(model.spaces.values().next().unwrap().len(), 14 + 512 + 4);
+    }
 
     #[test]
     fn harness_runs_on_random_inputs() {
