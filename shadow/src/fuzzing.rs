@@ -536,7 +536,7 @@ mod tests {
         };
         let mut put = |ap, a: u64, v: u64| mem.words.insert((ap, a), v);
         put(Aperture::Vram, 0x1000, 0x2000 | 1);
-        put(Aperture::Vram, 0x1008, 2 * PAGE_2M | 4 | 1);
+        put(Aperture::Vram, 0x1008, (2 * PAGE_2M) | 4 | 1);
         put(Aperture::Vram, 0x1010, 0x3000 | 1);
         for k in 0..16 {
             put(Aperture::Vram, 0x2000 + 8 * k, (0x10000 + k * PAGE_4K) | 1);
