@@ -4,6 +4,9 @@
 //! both command lines (`units`). Kept apart from the daemon so that the device model (`vgpu`)
 //! depends on the protocol, not on the daemon's scheduler and state.
 
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod proto;
 pub mod units;
 pub mod wire;

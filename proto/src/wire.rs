@@ -140,6 +140,20 @@ pub enum Received {
 }
 
 impl Conn {
+    /// A connected pair (socketpair(2)), for the fuzz harness and tests.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn pair() -> Result<(Conn, Conn), WireError> {
+        let mut fds = [0; 2];
+        let ty = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC;
+        // SAFETY: socketpair writes two descriptors into `fds`; the result is checked.
+        if unsafe { libc::socketpair(libc::AF_UNIX, ty, 0, fds.as_mut_ptr()) } < 0 {
+            return Err(os("socketpair"));
+        }
+        // SAFETY: two fresh descriptors from socketpair, owned by nobody else.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok((Conn { fd: a }, Conn { fd: b }))
+    }
+
     /// Connects (blocking socket).
     pub fn connect(path: &Path) -> Result<Self, WireError> {
         let fd = socket(false)?;

@@ -18,6 +18,9 @@ mod diff;
 #[cfg(test)]
 mod diff_tests;
 mod fault;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod instance;
 mod layout;
 mod mem;

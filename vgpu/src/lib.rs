@@ -14,6 +14,9 @@
 pub mod budget;
 pub mod config;
 pub mod device;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod methods;
 mod modcache;
