@@ -33,6 +33,41 @@ pub(crate) fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
+/// The chart's series of one size (one per configuration, in order) and its group names: the
+/// first configuration's benchmarks, then `geomean` and `init`. A configuration that lacks a
+/// group is an error (every configuration runs the same suite).
+fn chart_series(
+    of_size: &[&(&Table, Vec<(String, chart::Bar)>)],
+) -> Result<(Vec<chart::Series>, Vec<String>), BenchError> {
+    let Some((_, first)) = of_size.first() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let groups: Vec<String> = first.iter().map(|(n, _)| n.clone()).collect();
+    let mut series = Vec::new();
+    for (t, named) in of_size {
+        let bars = groups
+            .iter()
+            .map(|g| {
+                named
+                    .iter()
+                    .find(|(n, _)| n == g)
+                    .map(|(_, b)| *b)
+                    .ok_or_else(|| {
+                        BenchError::Invalid(format!(
+                            "{}/{}: no figure for {g}",
+                            t.config.name, t.size
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        series.push(chart::Series {
+            config: t.config.name.to_string(),
+            bars,
+        });
+    }
+    Ok((series, groups))
+}
+
 /// Writes summary.json, overhead.csv and the charts; returns the one-line summary.
 pub(crate) fn write(
     a: &Args,
@@ -44,7 +79,8 @@ pub(crate) fn write(
     let mut csv = Vec::new();
     let mut cfg_json = Vec::new();
     let mut line = Vec::new();
-    let mut bars: Vec<chart::Series> = Vec::new();
+    // Per configuration and size: (benchmark or "geomean"/"init", bar).
+    let mut bars: Vec<(&Table, Vec<(String, chart::Bar)>)> = Vec::new();
     for t in tables {
         let base = tables
             .iter()
@@ -54,12 +90,15 @@ pub(crate) fn write(
         let mut slowdowns = Vec::new();
         let mut with_inits = Vec::new();
         let mut phase_slow: [Vec<f64>; 4] = Default::default();
-        let mut series = chart::Series {
-            config: t.config.name.to_string(),
-            size: t.size.to_string(),
-            values: Vec::new(),
-        };
+        let mut chart_bars = Vec::new();
+        // Slowdowns of each repetition (against native's median), per repetition.
+        let mut rep_slow: Vec<Vec<f64>> = vec![Vec::new(); t.runs.len()];
         let init_slow = ratio(t.data.init.ns, base.data.init.ns);
+        let init_reps: Vec<f64> = t
+            .runs
+            .iter()
+            .map(|r| ratio(r.init.ns, base.data.init.ns))
+            .collect();
         csv.push(format!(
             "{},{},init,init,{:.1},{:.3},{},1",
             t.config.name,
@@ -81,7 +120,17 @@ pub(crate) fn write(
             // As GPUvm counts a benchmark (one process: Init ... Close): with the set-up.
             let with_init = ratio(tot.ns + t.data.init.ns, ntot.ns + base.data.init.ns);
             with_inits.push(with_init);
-            series.values.push((b.name.clone(), slow));
+            let reps: Vec<f64> = t
+                .runs
+                .iter()
+                .filter_map(|r| r.benches.iter().find(|x| x.name == b.name))
+                .map(|x| ratio(total(x).ns, ntot.ns))
+                .collect();
+            for (r, v) in rep_slow.iter_mut().zip(&reps) {
+                r.push(*v);
+            }
+            let bar = chart::Bar::with_range(slow, &reps);
+            chart_bars.push((b.name.clone(), bar));
             let mut phases = serde_json::Map::new();
             for (k, n) in PHASES.iter().enumerate() {
                 let (p, np) = (b.phases[k], nb.phases[k]);
@@ -131,14 +180,21 @@ pub(crate) fn write(
                 "gpu_us": b.gpu_ns as f64 / 1e3,
                 "total_us": tot.ns as f64 / 1e3,
                 "slowdown": slow,
+                "slowdown_min": bar.min,
+                "slowdown_max": bar.max,
                 "slowdown_with_init": with_init,
                 "mmio_exits": tot.mmio,
                 "phases": phases,
             }));
         }
-        series.values.push(("init".into(), init_slow));
-        bars.push(series);
         let g = geomean(&slowdowns);
+        // The geomean of each repetition: its benchmarks against native's medians.
+        let rep_geomeans: Vec<f64> = rep_slow.iter().map(|r| geomean(r)).collect();
+        let g_bar = chart::Bar::with_range(g, &rep_geomeans);
+        let init_bar = chart::Bar::with_range(init_slow, &init_reps);
+        chart_bars.push(("geomean".into(), g_bar));
+        chart_bars.push(("init".into(), init_bar));
+        bars.push((t, chart_bars));
         line.push(format!(
             "{}/{} {:.2}x ({:.2}x with init)",
             t.config.name,
@@ -159,11 +215,14 @@ pub(crate) fn write(
             "size": t.size,
             "all_ok": t.data.benches.iter().all(|b| b.ok),
             "geomean_slowdown": g,
+            "geomean_slowdown_range": [g_bar.min, g_bar.max],
             "geomean_slowdown_with_init": geomean(&with_inits),
             "phase_geomean_slowdown": phase_geomeans,
             "init": {
                 "us": t.data.init.ns as f64 / 1e3,
                 "slowdown": init_slow,
+                "slowdown_min": init_bar.min,
+                "slowdown_max": init_bar.max,
                 "mmio_exits": t.data.init.mmio,
             },
             "shadow_rebuilds": t.data.shadow_rebuilds,
@@ -196,7 +255,7 @@ pub(crate) fn write(
         "sys_mib": a.sys_mib,
         "vm_memory_mib": a.memory_mib,
         "reps": reps,
-        "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it)",
+        "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it); slowdown_min/max: the fastest and slowest repetition against native's median; geomean_slowdown_range: the same for each repetition's geomean",
         "results": cfg_json,
         "skipped": skipped,
         "notes": notes,
@@ -209,8 +268,30 @@ pub(crate) fn write(
         &csv,
     )?;
     for s in sizes {
-        let series: Vec<&chart::Series> = bars.iter().filter(|b| &b.size == s).collect();
-        chart::draw(&a.out.join(format!("overhead-{s}.svg")), s, &series)?;
+        let of_size: Vec<&(&Table, Vec<(String, chart::Bar)>)> =
+            bars.iter().filter(|(t, _)| t.size == s).collect();
+        let (series, groups) = chart_series(&of_size)?;
+        if series.is_empty() {
+            continue;
+        }
+        let bench_n = groups.len().saturating_sub(2);
+        let c = chart::BarChart {
+            title: format!(
+                "Time relative to native, size {s} (backend {})",
+                a.backend.name()
+            ),
+            note: format!(
+                "Bars: median of {reps} run{}; error bars: fastest and slowest run; geomean over \
+                 the {bench_n} benchmarks (init excluded); init: driver and channel set-up, once per run",
+                if reps == 1 { "" } else { "s" }
+            ),
+            y_desc: "time relative to native (native = 1)".into(),
+            dividers: vec![bench_n, bench_n + 1],
+            groups,
+            reference: 1.0,
+            series: series.iter().collect(),
+        };
+        chart::draw(&a.out.join(format!("overhead-{s}.svg")), &c)?;
     }
     let skipped_note = if skipped.is_empty() {
         String::new()
