@@ -104,12 +104,12 @@ pub(crate) enum Swatch {
     Dash(RGBColor),
 }
 
-/// Height of the title and legend rows above a chart, and of the note under it.
+/// Height of the title and legend rows above a chart, and of a line of the note under it.
 const HEAD: u32 = 92;
-const FOOT: u32 = 34;
+const NOTE_LINE: u32 = 20;
 
-/// Draws the title, a legend row (a swatch and the name of each entry, centred) and a note line
-/// under the plot on `root`; returns the area left for the plot.
+/// Draws the title, a legend row (a swatch and the name of each entry, centred) and the note
+/// (lines split at `\n`) under the plot on `root`; returns the area left for the plot.
 pub(crate) fn frame<'a>(
     root: &DrawingArea<SVGBackend<'a>, Shift>,
     title: &str,
@@ -120,7 +120,9 @@ pub(crate) fn frame<'a>(
     let (width, height) = root.dim_in_pixel();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let (head, rest) = root.split_vertically(HEAD);
-    let (body, foot) = rest.split_vertically(height - HEAD - FOOT);
+    let lines: Vec<&str> = note.lines().collect();
+    let foot_h = 14 + NOTE_LINE * lines.len() as u32;
+    let (body, foot) = rest.split_vertically(height - HEAD - foot_h);
     let center = Pos::new(HPos::Center, VPos::Center);
     head.draw(&Text::new(
         title.to_string(),
@@ -128,15 +130,17 @@ pub(crate) fn frame<'a>(
         TextStyle::from((FONT, 24).into_font()).pos(center),
     ))
     .map_err(|x| e(&x))?;
-    foot.draw(&Text::new(
-        note.to_string(),
-        (width as i32 / 2, 14),
-        (FONT, 15)
-            .into_font()
-            .color(&RGBColor(60, 60, 60))
-            .pos(center),
-    ))
-    .map_err(|x| e(&x))?;
+    for (k, line) in lines.iter().enumerate() {
+        foot.draw(&Text::new(
+            line.to_string(),
+            (width as i32 / 2, 10 + (NOTE_LINE * k as u32) as i32),
+            (FONT, 15)
+                .into_font()
+                .color(&RGBColor(60, 60, 60))
+                .pos(center),
+        ))
+        .map_err(|x| e(&x))?;
+    }
     let font = TextStyle::from((FONT, 17).into_font());
     let gap = 28;
     let widths: Vec<i32> = entries
@@ -151,10 +155,9 @@ pub(crate) fn frame<'a>(
     let (mut x, y) = ((width as i32 - total) / 2, 66);
     for ((text, swatch), w) in entries.iter().zip(&widths) {
         match *swatch {
-            Swatch::Fill(c) => head.draw(&Rectangle::new(
-                [(x, y - 8), (x + 22, y + 8)],
-                ShapeStyle::from(c.filled()),
-            )),
+            Swatch::Fill(c) => {
+                head.draw(&Rectangle::new([(x, y - 8), (x + 22, y + 8)], c.filled()))
+            }
             Swatch::Line(c) => head.draw(&PathElement::new(
                 vec![(x, y), (x + 22, y)],
                 c.stroke_width(3),
@@ -305,6 +308,18 @@ fn draw_inner(path: &Path, c: &BarChart) -> Result<(), String> {
     Ok(())
 }
 
+/// The texts of an SVG file written by plotters (each `<text ...>` element's content).
+#[cfg(test)]
+pub(crate) fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = t.split_once('>')?.1;
+            Some(body.split_once("</text>")?.0.trim().to_string())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,15 +373,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("c.svg");
         draw(&path, &c).unwrap();
-        let svg = std::fs::read_to_string(&path).unwrap();
+        let texts = svg_texts(&std::fs::read_to_string(&path).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
         // Every group and configuration is named once, tick labels too.
-        for name in ["geomean", "init", "native", "full"] {
-            assert_eq!(svg.matches(&format!(">{name}<")).count(), 1, "{name}");
+        let count = |t: &str| texts.iter().filter(|x| *x == t).count();
+        for name in ["a", "geomean", "init", "native", "full"] {
+            assert_eq!(count(name), 1, "{name}: {texts:?}");
         }
         for t in &axis.ticks {
             let l = chart_axis::label(*t);
-            assert_eq!(svg.matches(&format!(">{l}<")).count(), 1, "tick {l}");
+            assert_eq!(count(&l), 1, "tick {l}: {texts:?}");
         }
     }
 

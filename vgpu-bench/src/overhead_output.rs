@@ -312,3 +312,97 @@ pub(crate) fn write(
         Path::new(&a.out).join("summary.json").display()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::exp_overhead::CONFIGS;
+    use crate::overhead_vm::RunData;
+
+    /// A run of two workloads taking `a` and `b` ns in total (their upload phase) after an
+    /// init of `init` ns.
+    fn run(init: u64, a: u64, b: u64) -> RunData {
+        let bench = |name: &str, ns| Bench {
+            name: name.into(),
+            ok: true,
+            gpu_ns: 0,
+            phases: [
+                Phase { ns, mmio: 0 },
+                Phase::default(),
+                Phase::default(),
+                Phase::default(),
+            ],
+        };
+        RunData {
+            init: Phase { ns: init, mmio: 0 },
+            benches: vec![bench("a", a), bench("b", b)],
+            ..RunData::default()
+        }
+    }
+
+    #[test]
+    fn error_bars_and_the_geomean_come_from_the_repetitions() {
+        let out = std::env::temp_dir().join(format!("vgpu-bench-ovout-{}", std::process::id()));
+        let a = Args {
+            backend: Backend::Sim,
+            out: out.clone(),
+            sizes: vec!["small".into()],
+            configs: vec![],
+            reps: 3,
+            sys_mib: None,
+            memory_mib: None,
+            quick: false,
+            vmm: None,
+        };
+        // Native medians: a 100, b 400, init 10.
+        let native_runs = vec![run(10, 100, 400), run(10, 100, 400), run(10, 100, 400)];
+        // full: a 200 (reps 150..300), b 800 (reps 800..1600), init 20..40.
+        let full_runs = vec![run(20, 150, 800), run(30, 200, 1600), run(40, 300, 800)];
+        let table = |c, runs: Vec<RunData>, data| Table {
+            config: c,
+            gpu: String::new(),
+            guest_args: String::new(),
+            size: "small",
+            data,
+            runs,
+        };
+        let tables = [
+            table(&CONFIGS[0], native_runs, run(10, 100, 400)),
+            table(&CONFIGS[2], full_runs, run(30, 200, 800)),
+        ];
+        write(&a, &["small".into()], 3, &tables, &[]).unwrap();
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let svg = std::fs::read_to_string(out.join("overhead-small.svg")).unwrap();
+        std::fs::remove_dir_all(&out).unwrap();
+        let full = &s["results"][1];
+        assert_eq!(full["config"], "full");
+        // Medians 2x and 2x: geomean 2; per repetition (1.5, 2) (2, 4) (3, 2).
+        assert!((full["geomean_slowdown"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        let range: Vec<f64> = full["geomean_slowdown_range"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!((range[0] - 3f64.sqrt()).abs() < 1e-9, "{range:?}");
+        assert!((range[1] - 8f64.sqrt()).abs() < 1e-9, "{range:?}");
+        let b = &full["benchmarks"][1];
+        assert_eq!(
+            (b["slowdown_min"].as_f64(), b["slowdown_max"].as_f64()),
+            (Some(2.0), Some(4.0))
+        );
+        assert_eq!(full["init"]["slowdown_min"].as_f64(), Some(2.0));
+        assert_eq!(full["init"]["slowdown_max"].as_f64(), Some(4.0));
+        let texts = chart::svg_texts(&svg);
+        for t in ["a", "b", "geomean", "init", "native", "full"] {
+            assert_eq!(
+                texts.iter().filter(|x| *x == t).count(),
+                1,
+                "{t}: {texts:?}"
+            );
+        }
+    }
+}
