@@ -115,6 +115,19 @@ pub fn linear(max: f64) -> Axis {
     }
 }
 
+/// `a` with its top lowered to `cap` where it overshoots it (a share in % never exceeds 100:
+/// the headroom would only add an empty band); the ticks above `cap` go, `cap` gets one.
+pub fn capped(mut a: Axis, cap: f64) -> Axis {
+    if a.hi > cap && a.lo < cap {
+        a.ticks.retain(|t| *t <= cap);
+        if a.ticks.last().is_none_or(|t| *t < cap) {
+            a.ticks.push(cap);
+        }
+        a.hi = cap;
+    }
+    a
+}
+
 /// The 1-2-5 (or 1-only) sequence between two decades around `[min, max]`.
 fn sequence(min: f64, max: f64, mantissas: &[f64]) -> Vec<f64> {
     let (d0, d1) = (
@@ -256,6 +269,15 @@ mod tests {
             assert_eq!(a.hi, hi, "{max}: {a:?}");
             assert!((4..=9).contains(&a.ticks.len()), "{max}: {a:?}");
         }
+    }
+
+    #[test]
+    fn shares_stop_at_100_percent() {
+        let a = capped(choose(&[12.0, 99.0], &[], false), 100.0);
+        assert_eq!(a.hi, 100.0);
+        check(&a, &[12.0, 99.0, 100.0]);
+        // An axis under the cap is left alone.
+        assert_eq!(capped(linear(40.0), 100.0), linear(40.0));
     }
 
     #[test]

@@ -117,7 +117,7 @@ fn shares_inner(
     let targets: Vec<f64> = f.vms.iter().map(|v| 100.0 * v.target).collect();
     let one_target = targets.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-9);
     let points: Vec<f64> = lines.iter().flatten().flatten().map(|p| p.1).collect();
-    let y = chart_axis::choose(&points, &targets, false);
+    let y = chart_axis::capped(chart_axis::choose(&points, &targets, false), 100.0);
     let x = chart_axis::linear(end / 1.05);
 
     let mut entries: Vec<(String, Swatch)> = Vec::new();
@@ -246,7 +246,7 @@ fn targets_inner(path: &Path, title: &str, names: &[String], f: &Figures) -> Res
         .chain(ranges.iter().flatten().flat_map(|(a, b)| [*a, *b]))
         .map(|v| 100.0 * v)
         .collect();
-    let y = chart_axis::choose(&values, &[], false);
+    let y = chart_axis::capped(chart_axis::choose(&values, &[], false), 100.0);
     let measured = RGBColor(0, 114, 178);
     let target = RGBColor(190, 190, 190);
     let entries = [
