@@ -187,7 +187,10 @@ pub(crate) struct Table<'a> {
     pub gpu: String,
     pub guest_args: String,
     pub size: &'a str,
+    /// The medians over the repetitions.
     pub data: RunData,
+    /// Every repetition (for the charts' min-max error bars).
+    pub runs: Vec<RunData>,
 }
 
 fn vmm_path(a: &Args) -> Result<PathBuf, BenchError> {
@@ -269,6 +272,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                 guest_args: guest_args.trim().to_string(),
                 size: s,
                 data: combine(&runs)?,
+                runs,
             });
         }
     }

@@ -1,6 +1,7 @@
 //! The files of a fairness run: `summary.json` (configuration, calibration, per-VM figures,
 //! Jain's index, share errors, utilization, latencies), `fairness.csv` (GPU ms per VM per
-//! window), `fairness-shares.svg` and `fairness-targets.svg`; and the one-line summary.
+//! window), `fairness-shares.svg`, `fairness-targets.svg` and `fairness-latency.svg` (the
+//! charts of `fairness_chart`); and the one-line summary.
 
 use std::path::Path;
 
@@ -166,8 +167,20 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         list(r.plan.weights.iter().map(u32::to_string).collect()),
         list(r.plan.kernel_us.iter().map(f64::to_string).collect())
     );
-    fairness_chart::shares_over_time(&dir.join("fairness-shares.svg"), &title, &names, f)?;
+    fairness_chart::shares_over_time(
+        &dir.join("fairness-shares.svg"),
+        &title,
+        &names,
+        f,
+        r.args.ramp_ms.max(0.0),
+    )?;
     fairness_chart::share_vs_target(&dir.join("fairness-targets.svg"), &title, &names, f)?;
+    fairness_chart::latency_cdf(
+        &dir.join("fairness-latency.svg"),
+        &title,
+        &r.report.preempt_latency_ns,
+        &r.report.switch_latency_ns,
+    )?;
     let fmt = |v: Option<f64>| v.map_or("-".into(), |j| format!("{j:.4}"));
     Ok(format!(
         "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",

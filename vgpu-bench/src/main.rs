@@ -10,6 +10,7 @@
 
 mod backend;
 mod chart;
+mod chart_axis;
 mod error;
 mod exp_fairness;
 mod exp_overhead;

@@ -33,6 +33,41 @@ pub(crate) fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
+/// The chart's series of one size (one per configuration, in order) and its group names: the
+/// first configuration's benchmarks, then `geomean` and `init`. A configuration that lacks a
+/// group is an error (every configuration runs the same suite).
+fn chart_series(
+    of_size: &[&(&Table, Vec<(String, chart::Bar)>)],
+) -> Result<(Vec<chart::Series>, Vec<String>), BenchError> {
+    let Some((_, first)) = of_size.first() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let groups: Vec<String> = first.iter().map(|(n, _)| n.clone()).collect();
+    let mut series = Vec::new();
+    for (t, named) in of_size {
+        let bars = groups
+            .iter()
+            .map(|g| {
+                named
+                    .iter()
+                    .find(|(n, _)| n == g)
+                    .map(|(_, b)| *b)
+                    .ok_or_else(|| {
+                        BenchError::Invalid(format!(
+                            "{}/{}: no figure for {g}",
+                            t.config.name, t.size
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        series.push(chart::Series {
+            config: t.config.name.to_string(),
+            bars,
+        });
+    }
+    Ok((series, groups))
+}
+
 /// Writes summary.json, overhead.csv and the charts; returns the one-line summary.
 pub(crate) fn write(
     a: &Args,
@@ -44,7 +79,8 @@ pub(crate) fn write(
     let mut csv = Vec::new();
     let mut cfg_json = Vec::new();
     let mut line = Vec::new();
-    let mut bars: Vec<chart::Series> = Vec::new();
+    // Per configuration and size: (benchmark or "geomean"/"init", bar).
+    let mut bars: Vec<(&Table, Vec<(String, chart::Bar)>)> = Vec::new();
     for t in tables {
         let base = tables
             .iter()
@@ -54,12 +90,15 @@ pub(crate) fn write(
         let mut slowdowns = Vec::new();
         let mut with_inits = Vec::new();
         let mut phase_slow: [Vec<f64>; 4] = Default::default();
-        let mut series = chart::Series {
-            config: t.config.name.to_string(),
-            size: t.size.to_string(),
-            values: Vec::new(),
-        };
+        let mut chart_bars = Vec::new();
+        // Slowdowns of each repetition (against native's median), per repetition.
+        let mut rep_slow: Vec<Vec<f64>> = vec![Vec::new(); t.runs.len()];
         let init_slow = ratio(t.data.init.ns, base.data.init.ns);
+        let init_reps: Vec<f64> = t
+            .runs
+            .iter()
+            .map(|r| ratio(r.init.ns, base.data.init.ns))
+            .collect();
         csv.push(format!(
             "{},{},init,init,{:.1},{:.3},{},1",
             t.config.name,
@@ -81,7 +120,17 @@ pub(crate) fn write(
             // As GPUvm counts a benchmark (one process: Init ... Close): with the set-up.
             let with_init = ratio(tot.ns + t.data.init.ns, ntot.ns + base.data.init.ns);
             with_inits.push(with_init);
-            series.values.push((b.name.clone(), slow));
+            let reps: Vec<f64> = t
+                .runs
+                .iter()
+                .filter_map(|r| r.benches.iter().find(|x| x.name == b.name))
+                .map(|x| ratio(total(x).ns, ntot.ns))
+                .collect();
+            for (r, v) in rep_slow.iter_mut().zip(&reps) {
+                r.push(*v);
+            }
+            let bar = chart::Bar::with_range(slow, &reps);
+            chart_bars.push((b.name.clone(), bar));
             let mut phases = serde_json::Map::new();
             for (k, n) in PHASES.iter().enumerate() {
                 let (p, np) = (b.phases[k], nb.phases[k]);
@@ -131,14 +180,21 @@ pub(crate) fn write(
                 "gpu_us": b.gpu_ns as f64 / 1e3,
                 "total_us": tot.ns as f64 / 1e3,
                 "slowdown": slow,
+                "slowdown_min": bar.min,
+                "slowdown_max": bar.max,
                 "slowdown_with_init": with_init,
                 "mmio_exits": tot.mmio,
                 "phases": phases,
             }));
         }
-        series.values.push(("init".into(), init_slow));
-        bars.push(series);
         let g = geomean(&slowdowns);
+        // The geomean of each repetition: its benchmarks against native's medians.
+        let rep_geomeans: Vec<f64> = rep_slow.iter().map(|r| geomean(r)).collect();
+        let g_bar = chart::Bar::with_range(g, &rep_geomeans);
+        let init_bar = chart::Bar::with_range(init_slow, &init_reps);
+        chart_bars.push(("geomean".into(), g_bar));
+        chart_bars.push(("init".into(), init_bar));
+        bars.push((t, chart_bars));
         line.push(format!(
             "{}/{} {:.2}x ({:.2}x with init)",
             t.config.name,
@@ -159,11 +215,14 @@ pub(crate) fn write(
             "size": t.size,
             "all_ok": t.data.benches.iter().all(|b| b.ok),
             "geomean_slowdown": g,
+            "geomean_slowdown_range": [g_bar.min, g_bar.max],
             "geomean_slowdown_with_init": geomean(&with_inits),
             "phase_geomean_slowdown": phase_geomeans,
             "init": {
                 "us": t.data.init.ns as f64 / 1e3,
                 "slowdown": init_slow,
+                "slowdown_min": init_bar.min,
+                "slowdown_max": init_bar.max,
                 "mmio_exits": t.data.init.mmio,
             },
             "shadow_rebuilds": t.data.shadow_rebuilds,
@@ -196,7 +255,7 @@ pub(crate) fn write(
         "sys_mib": a.sys_mib,
         "vm_memory_mib": a.memory_mib,
         "reps": reps,
-        "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it)",
+        "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it); slowdown_min/max: the fastest and slowest repetition against native's median; geomean_slowdown_range: the same for each repetition's geomean",
         "results": cfg_json,
         "skipped": skipped,
         "notes": notes,
@@ -209,8 +268,30 @@ pub(crate) fn write(
         &csv,
     )?;
     for s in sizes {
-        let series: Vec<&chart::Series> = bars.iter().filter(|b| &b.size == s).collect();
-        chart::draw(&a.out.join(format!("overhead-{s}.svg")), s, &series)?;
+        let of_size: Vec<&(&Table, Vec<(String, chart::Bar)>)> =
+            bars.iter().filter(|(t, _)| t.size == s).collect();
+        let (series, groups) = chart_series(&of_size)?;
+        if series.is_empty() {
+            continue;
+        }
+        let bench_n = groups.len().saturating_sub(2);
+        let c = chart::BarChart {
+            title: format!(
+                "Time relative to native, size {s} (backend {})",
+                a.backend.name()
+            ),
+            note: format!(
+                "Bars: median of {reps} run{}; error bars: fastest and slowest run; geomean over \
+                 the {bench_n} benchmarks (init excluded); init: driver and channel set-up, once per run",
+                if reps == 1 { "" } else { "s" }
+            ),
+            y_desc: "time relative to native (native = 1)".into(),
+            dividers: vec![bench_n, bench_n + 1],
+            groups,
+            reference: 1.0,
+            series: series.iter().collect(),
+        };
+        chart::draw(&a.out.join(format!("overhead-{s}.svg")), &c)?;
     }
     let skipped_note = if skipped.is_empty() {
         String::new()
@@ -230,4 +311,98 @@ pub(crate) fn write(
         line.join(", "),
         Path::new(&a.out).join("summary.json").display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::exp_overhead::CONFIGS;
+    use crate::overhead_vm::RunData;
+
+    /// A run of two workloads taking `a` and `b` ns in total (their upload phase) after an
+    /// init of `init` ns.
+    fn run(init: u64, a: u64, b: u64) -> RunData {
+        let bench = |name: &str, ns| Bench {
+            name: name.into(),
+            ok: true,
+            gpu_ns: 0,
+            phases: [
+                Phase { ns, mmio: 0 },
+                Phase::default(),
+                Phase::default(),
+                Phase::default(),
+            ],
+        };
+        RunData {
+            init: Phase { ns: init, mmio: 0 },
+            benches: vec![bench("a", a), bench("b", b)],
+            ..RunData::default()
+        }
+    }
+
+    #[test]
+    fn error_bars_and_the_geomean_come_from_the_repetitions() {
+        let out = std::env::temp_dir().join(format!("vgpu-bench-ovout-{}", std::process::id()));
+        let a = Args {
+            backend: Backend::Sim,
+            out: out.clone(),
+            sizes: vec!["small".into()],
+            configs: vec![],
+            reps: 3,
+            sys_mib: None,
+            memory_mib: None,
+            quick: false,
+            vmm: None,
+        };
+        // Native medians: a 100, b 400, init 10.
+        let native_runs = vec![run(10, 100, 400), run(10, 100, 400), run(10, 100, 400)];
+        // full: a 200 (reps 150..300), b 800 (reps 800..1600), init 20..40.
+        let full_runs = vec![run(20, 150, 800), run(30, 200, 1600), run(40, 300, 800)];
+        let table = |c, runs: Vec<RunData>, data| Table {
+            config: c,
+            gpu: String::new(),
+            guest_args: String::new(),
+            size: "small",
+            data,
+            runs,
+        };
+        let tables = [
+            table(&CONFIGS[0], native_runs, run(10, 100, 400)),
+            table(&CONFIGS[2], full_runs, run(30, 200, 800)),
+        ];
+        write(&a, &["small".into()], 3, &tables, &[]).unwrap();
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
+                .unwrap();
+        let svg = std::fs::read_to_string(out.join("overhead-small.svg")).unwrap();
+        std::fs::remove_dir_all(&out).unwrap();
+        let full = &s["results"][1];
+        assert_eq!(full["config"], "full");
+        // Medians 2x and 2x: geomean 2; per repetition (1.5, 2) (2, 4) (3, 2).
+        assert!((full["geomean_slowdown"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        let range: Vec<f64> = full["geomean_slowdown_range"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert!((range[0] - 3f64.sqrt()).abs() < 1e-9, "{range:?}");
+        assert!((range[1] - 8f64.sqrt()).abs() < 1e-9, "{range:?}");
+        let b = &full["benchmarks"][1];
+        assert_eq!(
+            (b["slowdown_min"].as_f64(), b["slowdown_max"].as_f64()),
+            (Some(2.0), Some(4.0))
+        );
+        assert_eq!(full["init"]["slowdown_min"].as_f64(), Some(2.0));
+        assert_eq!(full["init"]["slowdown_max"].as_f64(), Some(4.0));
+        let texts = chart::svg_texts(&svg);
+        for t in ["a", "b", "geomean", "init", "native", "full"] {
+            assert_eq!(
+                texts.iter().filter(|x| *x == t).count(),
+                1,
+                "{t}: {texts:?}"
+            );
+        }
+    }
 }

@@ -77,5 +77,10 @@ fn short_fairness_run_shares_the_gpu_between_two_vms() {
         let t = std::fs::read_to_string(out.join(svg)).unwrap();
         assert!(t.contains("<svg") && t.contains("vm1"), "{svg}");
     }
+    let t = std::fs::read_to_string(out.join("fairness-latency.svg")).unwrap();
+    assert!(
+        t.contains("<svg") && t.contains("preemption ("),
+        "fairness-latency.svg"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
