@@ -4,75 +4,8 @@
 use pgpu::EngineError;
 use thiserror::Error;
 
-/// Fault kinds of `docs/hardware.md` ("Fault kinds"); `code()` is the FAULT_STATUS.KIND value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum FaultKind {
-    /// 1: a GPU VA the work touched has no valid translation.
-    Unmapped = 1,
-    /// 2: a write or atomic to a read-only page.
-    ReadOnly = 2,
-    /// 3: a PDE/PTE points at VRAM outside [0, VRAM_SIZE).
-    PteVramRange = 3,
-    /// 4: a PDE/PTE points at system memory outside the guest's RAM.
-    PteSysmemRange = 4,
-    /// 5: a malformed PDE/PTE.
-    BadEntry = 5,
-    /// 6: an instance block field is invalid.
-    BadInstance = 6,
-    /// 7: GPFIFO base/size invalid (and the GPFIFO rules the device model checks).
-    BadGpfifo = 7,
-    /// 8: bad method.
-    BadMethod = 8,
-    /// 9: bad launch.
-    BadLaunch = 9,
-    /// 10: PTX load error.
-    PtxError = 10,
-    /// 11: kernel fault.
-    KernelFault = 11,
-    /// 12: timeout.
-    Timeout = 12,
-    /// 13: a channel id ≥ CHANNELS or an unbound channel.
-    BadChannel = 13,
-    /// 14: a refused register write.
-    BadRegister = 14,
-    /// 15: a bad runlist.
-    BadRunlist = 15,
-    /// 16: the shared physical GPU was taken away (the host daemon revoked the grant or is gone).
-    GpuLost = 16,
-}
-
-impl FaultKind {
-    /// The FAULT_STATUS.KIND value.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The kind with FAULT_STATUS.KIND value `code`, if any.
-    pub fn from_code(code: u8) -> Option<Self> {
-        use FaultKind::*;
-        [
-            Unmapped,
-            ReadOnly,
-            PteVramRange,
-            PteSysmemRange,
-            BadEntry,
-            BadInstance,
-            BadGpfifo,
-            BadMethod,
-            BadLaunch,
-            PtxError,
-            KernelFault,
-            Timeout,
-            BadChannel,
-            BadRegister,
-            BadRunlist,
-            GpuLost,
-        ]
-        .into_iter()
-        .find(|k| k.code() == code)
-    }
-}
+/// Fault kinds of `docs/hardware.md` ("Fault kinds"), defined once in `vgpu-hw`.
+pub use vgpu_hw::FaultKind;
 
 /// The validation rule a guest value broke (for host logs and tests; the guest sees the kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]

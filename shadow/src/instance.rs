@@ -4,22 +4,22 @@
 use crate::fault::{FaultKind, GuestFault, Rule};
 use crate::layout::GpuLayout;
 use crate::mem::GuestMem;
-use crate::types::{Aperture, PAGE_4K, Pdb};
+use crate::types::{Aperture, Pdb};
 
 /// Bytes of the instance block the spec defines (the rest of the 4 KiB page is ignored).
 pub const INSTANCE_BYTES: usize = 32;
 /// Size and alignment of an instance block.
-pub const INSTANCE_BLOCK_SIZE: u64 = PAGE_4K;
+pub const INSTANCE_BLOCK_SIZE: u64 = inst::SIZE;
 
-const OFF_PDB: u32 = 0x00;
-const OFF_GPFIFO_BASE: u32 = 0x08;
-const OFF_GPFIFO_ENTRIES: u32 = 0x10;
-const OFF_RESERVED: u32 = 0x14;
-const OFF_ENGINE_CTX: u32 = 0x18;
+// Field offsets as FAULT_INFO values (u32); the layout is vgpu-hw's.
+const OFF_PDB: u32 = inst::PDB as u32;
+const OFF_GPFIFO_BASE: u32 = inst::GPFIFO_BASE as u32;
+const OFF_GPFIFO_ENTRIES: u32 = inst::GPFIFO_ENTRIES as u32;
+const OFF_RESERVED: u32 = inst::RESERVED as u32;
+const OFF_ENGINE_CTX: u32 = inst::ENGINE_CTX as u32;
 /// Bytes of the engine context save area at ENGINE_CTX.
 const ENGINE_CTX_BYTES: u64 = 4096;
-const GPFIFO_MIN_ENTRIES: u32 = 2;
-const GPFIFO_MAX_ENTRIES: u32 = 65536;
+use vgpu_hw::inst::{self, GPFIFO_MAX_ENTRIES, GPFIFO_MIN_ENTRIES};
 
 /// A validated instance block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

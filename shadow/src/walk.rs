@@ -7,15 +7,9 @@ use crate::mem::GuestMem;
 use crate::types::{Aperture, GuestMapping, GuestTarget, PAGE_2M, PAGE_4K, Pdb};
 use crate::watch::WatchSet;
 
-const TARGET_MASK: u64 = 3;
-const BIG: u64 = 1 << 2;
-const READ_ONLY: u64 = 1 << 3;
-const ADDR_MASK: u64 = !0xfff;
-/// PDE bits that must be 0: 11:4.
-const PDE_RESERVED: u64 = 0xff0;
-/// PTE bits that must be 0: 2 and 11:4.
-const PTE_RESERVED: u64 = 0xff4;
-const PTES: usize = 512;
+use vgpu_hw::pte::{
+    ADDR_MASK, BIG, PDE_RESERVED, PTE_RESERVED, PTES_PER_TABLE as PTES, READ_ONLY, TARGET_MASK,
+};
 
 /// The result of walking one page directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use vgpud::units::parse_size;
+use vgpu_proto::units::parse_size;
 
 /// How the guest drives the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

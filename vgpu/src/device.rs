@@ -156,10 +156,10 @@ impl VgpuDevice {
         }
     }
 
-    fn read_reg(&mut self, off: u64) -> u32 {
+    fn read_reg(&mut self, off: u32) -> u32 {
         let c = &self.cfg;
         let r = self.shared.lock();
-        let chans = r.chans.len() as u64;
+        let chans = r.chans.len() as u32;
         match off {
             regs::ID => regs::ID_VALUE,
             regs::VERSION => regs::VERSION_VALUE,
@@ -229,10 +229,10 @@ impl VgpuDevice {
             })
     }
 
-    fn write_reg(&mut self, off: u64, v: u32) {
+    fn write_reg(&mut self, off: u32, v: u32) {
         let shared = self.shared.clone();
         let mut r = shared.lock();
-        let chans = r.chans.len() as u64;
+        let chans = r.chans.len() as u32;
         let vram = self.cfg.vram;
         match off {
             regs::INTR_STATUS => {
@@ -245,15 +245,10 @@ impl VgpuDevice {
             }
             regs::INTR_CHANNELS => r.intr_channels &= !v,
             regs::PRAMIN_BASE => {
-                if (u64::from(v) << 16) + regs::PRAMIN_WINDOW <= vram {
+                if (u64::from(v) << 16) + regs::PRAMIN_SIZE <= vram {
                     r.pramin_base = v;
                 } else {
-                    shared.device_fault(
-                        &mut r,
-                        FaultKind::BadRegister,
-                        u64::from(v) << 16,
-                        off as u32,
-                    );
+                    shared.device_fault(&mut r, FaultKind::BadRegister, u64::from(v) << 16, off);
                 }
             }
             regs::TLB_FLUSH => {
@@ -304,7 +299,7 @@ impl VgpuDevice {
                         kind: FaultKind::BadChannel,
                         access: Access::None,
                         channel: 0xffff,
-                        addr: n,
+                        addr: u64::from(n),
                         info: v,
                     };
                     shared.fault(&mut r, rec);
@@ -312,7 +307,7 @@ impl VgpuDevice {
                 }
                 let addr = u64::from(v & 0x0fff_ffff) << 12;
                 if v & regs::CHAN_INST_VALID != 0 && addr + 4096 > vram {
-                    shared.device_fault(&mut r, FaultKind::BadRegister, addr, off as u32);
+                    shared.device_fault(&mut r, FaultKind::BadRegister, addr, off);
                     return;
                 }
                 let ch = &mut r.chans[n as usize];
@@ -323,9 +318,9 @@ impl VgpuDevice {
                 ch.fault_kind = 0;
                 ch.inst_dirty = true;
                 ch.state = if v & regs::CHAN_INST_VALID != 0 {
-                    regs::STATE_IDLE
+                    regs::CHAN_IDLE
                 } else {
-                    regs::STATE_UNBOUND
+                    regs::CHAN_UNBOUND
                 };
                 if v & regs::CHAN_INST_VALID != 0 {
                     // The page becomes an instance block now: it traps from this write on.
@@ -348,7 +343,7 @@ impl VgpuDevice {
                         let rec = FaultRecord {
                             kind: f.kind,
                             access: Access::None,
-                            channel: n as u32,
+                            channel: n,
                             addr: f.addr,
                             info: f.info,
                         };
@@ -363,13 +358,13 @@ impl VgpuDevice {
                 let bound = r
                     .chans
                     .get(n as usize)
-                    .is_some_and(|c| c.state != regs::STATE_UNBOUND);
+                    .is_some_and(|c| c.state != regs::CHAN_UNBOUND);
                 if !bound {
                     let rec = FaultRecord {
                         kind: FaultKind::BadChannel,
                         access: Access::None,
                         channel: 0xffff,
-                        addr: n,
+                        addr: u64::from(n),
                         info: v,
                     };
                     shared.fault(&mut r, rec);
@@ -378,8 +373,8 @@ impl VgpuDevice {
                 r.counters.doorbells += 1;
                 let ch = &mut r.chans[n as usize];
                 ch.gp_put = v;
-                if ch.state == regs::STATE_IDLE && ch.gp_put != ch.gp_get {
-                    ch.state = regs::STATE_PENDING;
+                if ch.state == regs::CHAN_IDLE && ch.gp_put != ch.gp_get {
+                    ch.state = regs::CHAN_PENDING;
                 }
                 shared.wake.notify_all();
             }
@@ -412,7 +407,7 @@ impl VgpuDevice {
         if let Some(bad) = list.iter().find(|&&id| {
             r.chans
                 .get(id as usize)
-                .is_none_or(|c| c.state == regs::STATE_UNBOUND)
+                .is_none_or(|c| c.state == regs::CHAN_UNBOUND)
         }) {
             shared.device_fault(&mut r, FaultKind::BadRunlist, base, *bad);
             return;
@@ -457,12 +452,13 @@ impl PciDevice for VgpuDevice {
 
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
         match bar {
-            0 if offset >= regs::REGS_END => {
+            0 if offset >= u64::from(regs::REGS_END) => {
                 let base = u64::from(self.shared.lock().pramin_base) << 16;
-                self.vram_access(base + offset - regs::REGS_END, Some(data), None);
+                let off = offset - u64::from(regs::PRAMIN_WINDOW);
+                self.vram_access(base + off, Some(data), None);
             }
             0 if data.len() == 4 && offset.is_multiple_of(4) => {
-                data.copy_from_slice(&self.read_reg(offset).to_le_bytes())
+                data.copy_from_slice(&self.read_reg(offset as u32).to_le_bytes())
             }
             1 => self.vram_access(offset, Some(data), None),
             3 if data.len() == 4 && offset.is_multiple_of(4) && self.para.is_some() => {
@@ -475,11 +471,14 @@ impl PciDevice for VgpuDevice {
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
         match bar {
-            0 if offset >= regs::REGS_END => {
+            0 if offset >= u64::from(regs::REGS_END) => {
                 let base = u64::from(self.shared.lock().pramin_base) << 16;
-                self.vram_access(base + offset - regs::REGS_END, None, Some(data));
+                let off = offset - u64::from(regs::PRAMIN_WINDOW);
+                self.vram_access(base + off, None, Some(data));
             }
-            0 if data.len() == 4 && offset.is_multiple_of(4) => self.write_reg(offset, le(data)),
+            0 if data.len() == 4 && offset.is_multiple_of(4) => {
+                self.write_reg(offset as u32, le(data))
+            }
             1 => self.vram_access(offset, None, Some(data)),
             3 if data.len() == 4 && offset.is_multiple_of(4) && self.para.is_some() => {
                 if let Some(p) = self.para.as_mut() {

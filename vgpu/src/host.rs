@@ -2,7 +2,7 @@
 //! memory object of which this VM maps only its partition, and gates every engine job on a
 //! grant. A reader thread takes the daemon's messages: a grant wakes the GPU worker; a preempt
 //! stops the running job through its `PreemptHandle` (the worker then keeps the saved context
-//! and resumes it at the next grant). Protocol: `vgpud::proto`, docs/architecture.md.
+//! and resumes it at the next grant). Protocol: `vgpu_proto::proto`, docs/architecture.md.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -11,8 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pgpu::PreemptHandle;
-use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
-use vgpud::wire::{Conn, Received};
+use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
+use vgpu_proto::wire::{Conn, Received};
 
 /// `host=...,weight=,priority=,name=` of `--gpu`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub enum HostError {
     #[error("connect to vgpud at {path:?}: {err}")]
     Connect {
         path: PathBuf,
-        err: vgpud::wire::WireError,
+        err: vgpu_proto::wire::WireError,
     },
     #[error("vgpud refused the VM: {0}")]
     Refused(String),

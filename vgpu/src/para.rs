@@ -19,53 +19,12 @@ use shadow::{
     Partition, Pdb, Rule, ShadowSpace, SysmemMap,
 };
 
-/// BAR3 size and registers.
-pub const BAR_SIZE: u64 = 4096;
-pub const PARA_ID: u64 = 0x00;
-pub const PARA_ID_VALUE: u32 = 0x5041_5241;
-pub const PARA_VERSION: u64 = 0x04;
-pub const PARA_VERSION_VALUE: u32 = 0x0001_0000;
-pub const ARGS_LO: u64 = 0x08;
-pub const ARGS_HI: u64 = 0x0c;
-pub const MAX_BATCH_REG: u64 = 0x10;
-pub const STATUS: u64 = 0x14;
-pub const CALL: u64 = 0x18;
+/// BAR3's registers, the argument area, operations and status codes: `vgpu-hw`'s definitions.
+pub use vgpu_hw::para::*;
+/// The result block of the argument area (STATUS, INDEX, KIND, ADDR) starts at STATUS.
+pub const OFF_RESULT: u64 = OFF_STATUS;
 
-/// The argument area: size, header fields, entries.
-pub const ARGS_BYTES: u64 = 64 << 10;
-pub const OFF_ARG: u64 = 0x00;
-pub const OFF_COUNT: u64 = 0x08;
-pub const OFF_RESULT: u64 = 0x10;
-pub const OFF_ENTRIES: u64 = 0x40;
-pub const ENTRY_BYTES: usize = 24;
-/// Most entries one call takes.
-pub const MAX_BATCH: u32 = 2048;
-/// Most page directories (address spaces) per VM.
-pub const MAX_SPACES: usize = 8;
-/// Most separate runs one address space holds.
-pub const MAX_RUNS: usize = 1 << 16;
-
-/// Operations (CALL bits 7:0).
-pub const OP_SET_PD: u32 = 1;
-pub const OP_MAP: u32 = 2;
-pub const OP_MAP_BATCH: u32 = 3;
-pub const OP_UNMAP_BATCH: u32 = 4;
-pub const OP_TLB_FLUSH: u32 = 5;
-pub const OP_VRAM_ALLOC: u32 = 6;
-pub const OP_VRAM_FREE: u32 = 7;
-
-/// Result STATUS values.
-pub const ST_OK: u32 = 0;
-pub const ST_BAD_CALL: u32 = 1;
-pub const ST_ENTRY_FAULT: u32 = 2;
-pub const ST_LIMIT: u32 = 3;
-pub const ST_HOST_ERROR: u32 = 4;
-pub const ST_NO_MEMORY: u32 = 5;
-
-const TARGET_MASK: u64 = 3;
-const BIG: u64 = 1 << 2;
-const READ_ONLY: u64 = 1 << 3;
-const ENTRY_RESERVED: u64 = 0xff0;
+use vgpu_hw::pte::{BIG, READ_ONLY, RESERVED as ENTRY_RESERVED, TARGET_MASK};
 
 /// Why an entry was refused: a `shadow` rule, or one only the para interface has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

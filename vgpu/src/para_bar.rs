@@ -45,7 +45,8 @@ impl Para {
 
     /// A BAR3 register read.
     pub fn read(&self, off: u64) -> u32 {
-        match off {
+        // BAR3 is 4 KiB: every offset fits the u32 register map.
+        match off as u32 {
             PARA_ID => PARA_ID_VALUE,
             PARA_VERSION => PARA_VERSION_VALUE,
             ARGS_LO => self.args as u32,
@@ -58,7 +59,7 @@ impl Para {
 
     /// A BAR3 register write.
     pub fn write(&mut self, off: u64, v: u32) {
-        match off {
+        match off as u32 {
             ARGS_LO => self.args = (self.args & !0xffff_ffff) | u64::from(v),
             ARGS_HI => self.args = (self.args & 0xffff_ffff) | u64::from(v) << 32,
             CALL => self.call(v & 0xff),

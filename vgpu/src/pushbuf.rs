@@ -31,9 +31,7 @@ pub enum DecodeError {
     },
 }
 
-const OP_INCR: u32 = 1;
-const OP_NONINCR: u32 = 3;
-const OP_IMMD: u32 = 4;
+use vgpu_hw::method::{OP_IMMD, OP_INCR, OP_NONINCR};
 
 /// Decodes `words`; returns the calls and, if decoding stopped early, why.
 pub fn decode(words: &[u32]) -> (Vec<MethodCall>, Option<DecodeError>) {

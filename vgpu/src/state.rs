@@ -40,11 +40,16 @@ pub struct ChanRegs {
 pub struct FaultRecord {
     #[serde(serialize_with = "kind_code")]
     pub kind: FaultKind,
+    #[serde(serialize_with = "access_code")]
     pub access: Access,
     /// Channel id, or 0xffff for device-level faults.
     pub channel: u32,
     pub addr: u64,
     pub info: u32,
+}
+
+fn access_code<S: serde::Serializer>(a: &Access, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u8(*a as u8)
 }
 
 fn kind_code<S: serde::Serializer>(k: &FaultKind, s: S) -> Result<S::Ok, S::Error> {
@@ -194,7 +199,7 @@ impl Shared {
             regs.counters.faults_dropped += 1;
         }
         if let Some(c) = regs.chans.get_mut(rec.channel as usize) {
-            c.state = regs::STATE_FAULTED;
+            c.state = regs::CHAN_FAULTED;
             c.fault_kind = rec.kind.code();
         }
         regs.intr_status |= regs::INTR_FAULT;

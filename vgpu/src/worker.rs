@@ -16,7 +16,7 @@ use crate::regs::{self, Access, FaultKind};
 use crate::shadowing::{Instance, Shadows};
 use crate::state::{FaultRecord, Shared, Watched};
 use crate::watchdog::Watchdog;
-use vgpud::proto::{RunOutcome, monotonic_ns};
+use vgpu_proto::proto::{RunOutcome, monotonic_ns};
 
 /// A fault as the worker finds it (the channel is filled in by the caller).
 #[derive(Debug, Clone, Copy)]
@@ -154,17 +154,17 @@ impl Worker {
             match turn {
                 Turn::Advanced => {
                     c.gp_get = (c.gp_get + 1) % entries;
-                    if c.state == regs::STATE_RUNNING {
+                    if c.state == regs::CHAN_RUNNING {
                         c.state = if c.gp_get == c.gp_put {
-                            regs::STATE_IDLE
+                            regs::CHAN_IDLE
                         } else {
-                            regs::STATE_PENDING
+                            regs::CHAN_PENDING
                         };
                     }
                 }
                 Turn::Waiting => {
-                    if c.state == regs::STATE_RUNNING {
-                        c.state = regs::STATE_PENDING;
+                    if c.state == regs::CHAN_RUNNING {
+                        c.state = regs::CHAN_PENDING;
                     }
                 }
                 Turn::Faulted(f) => {
@@ -225,7 +225,7 @@ impl Worker {
                 let ch = (self.next + k) % n;
                 let c = &r.chans[ch];
                 let runnable = r.runlist.contains(&(ch as u32))
-                    && c.state == regs::STATE_PENDING
+                    && c.state == regs::CHAN_PENDING
                     && (c.gp_get != c.gp_put || self.chans[ch].in_segment);
                 if !runnable {
                     continue;
@@ -239,7 +239,7 @@ impl Worker {
                 self.next = (ch + 1) % n;
                 let epoch = r.flush_epoch;
                 let c = &mut r.chans[ch];
-                c.state = regs::STATE_RUNNING;
+                c.state = regs::CHAN_RUNNING;
                 if c.binding != self.chans[ch].binding {
                     // A new binding: nothing of the old one's pushbuffer state carries over.
                     self.chans[ch] = ChanRt {

@@ -114,7 +114,7 @@ fn copy_round_trip_with_semaphore_and_interrupt() {
     );
     assert_ne!(b.sys_read(SYS + 0x3008, 8), [0; 8], "timestamp written");
     assert_eq!(b.read(DOORBELL_BASE + 4), 1, "GP_GET advanced");
-    b.wait("idle", |b| b.read(CHAN_BASE + 4) & 0xf == STATE_IDLE);
+    b.wait("idle", |b| b.read(CHAN_BASE + 4) & 0xf == CHAN_IDLE);
     assert_eq!(b.read(INTR_STATUS) & INTR_SEMAPHORE, INTR_SEMAPHORE);
     assert_eq!(b.read(INTR_CHANNELS), 1);
     assert_eq!(b.irq.0.load(Ordering::SeqCst), 1, "one MSI");
@@ -211,7 +211,7 @@ fn bad_method_faults_the_channel_and_rebinding_recovers() {
         (st & 0xff, ch, info),
         (u32::from(FaultKind::BadMethod.code()), 0, 0x300)
     );
-    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, STATE_FAULTED);
+    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, CHAN_FAULTED);
     assert_eq!(b.read(INTR_STATUS) & INTR_FAULT, INTR_FAULT);
     b.write(FAULT_CLEAR, 1);
     // Rebind: the channel runs again.
@@ -242,9 +242,7 @@ fn bad_page_table_entries_are_reported_and_never_mapped() {
         (COPY_LAUNCH, &[0]),
     ]);
     submit(&b, 0, 0x1000, &pb);
-    b.wait("the fault", |b| {
-        b.read(CHAN_BASE + 4) & 0xf == STATE_FAULTED
-    });
+    b.wait("the fault", |b| b.read(CHAN_BASE + 4) & 0xf == CHAN_FAULTED);
     let (st, _, addr, _) = b.fault();
     assert_eq!(
         (st & 0xff, addr),
@@ -296,7 +294,7 @@ fn instance_blocks_are_validated_when_bound() {
         (st & 0xff, ch, addr),
         (u32::from(FaultKind::BadGpfifo.code()), 0, INST)
     );
-    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, STATE_FAULTED);
+    assert_eq!(b.read(CHAN_BASE + 4) & 0xf, CHAN_FAULTED);
     // A page directory with a reserved target.
     b.write(FAULT_CLEAR, 1);
     b.vram_write_u64(INST, PD | 3);
@@ -309,7 +307,7 @@ fn instance_blocks_are_validated_when_bound() {
     b.write(CHAN_BASE, CHAN_INST_VALID | (INST >> 12) as u32);
     assert_eq!(
         (b.read(FAULT_STATUS), b.read(CHAN_BASE + 4) & 0xf),
-        (0, STATE_IDLE)
+        (0, CHAN_IDLE)
     );
 }
 
@@ -447,7 +445,7 @@ fn rebinding_during_a_turn_keeps_the_new_binding_s_first_entry() {
     }
     submit(&b, 0, 0x1000, &push(&methods));
     b.wait("the long copies to start", |b| {
-        b.read(CHAN_BASE + 4) & 0xf == STATE_RUNNING
+        b.read(CHAN_BASE + 4) & 0xf == CHAN_RUNNING
     });
     b.bind(0, b.va_base + SYS_VA_OFF, 16);
     let sem = b.va_base + SYS_VA_OFF + 0x3000;

@@ -24,21 +24,24 @@ fn para_bench() -> Bench {
 }
 
 trait ParaBench {
-    fn para_read(&self, off: u64) -> u32;
-    fn para_write(&self, off: u64, v: u32);
+    fn para_read(&self, off: u32) -> u32;
+    fn para_write(&self, off: u32, v: u32);
     /// Runs `op` with `arg` and `entries` (va, pte, pages); returns (status, index, kind, addr).
     fn call(&self, op: u32, arg: u64, entries: &[(u64, u64, u32)]) -> (u32, u32, u32, u64);
 }
 
 impl ParaBench for Bench {
-    fn para_read(&self, off: u64) -> u32 {
+    fn para_read(&self, off: u32) -> u32 {
         let mut b = [0u8; 4];
-        self.dev.lock().unwrap().bar_read(3, off, &mut b);
+        self.dev.lock().unwrap().bar_read(3, u64::from(off), &mut b);
         u32::from_le_bytes(b)
     }
 
-    fn para_write(&self, off: u64, v: u32) {
-        self.dev.lock().unwrap().bar_write(3, off, &v.to_le_bytes());
+    fn para_write(&self, off: u32, v: u32) {
+        self.dev
+            .lock()
+            .unwrap()
+            .bar_write(3, u64::from(off), &v.to_le_bytes());
     }
 
     fn call(&self, op: u32, arg: u64, entries: &[(u64, u64, u32)]) -> (u32, u32, u32, u64) {
@@ -97,7 +100,7 @@ fn copy(b: &Bench, slot: u32, src: u64, dst: u64, payload: u32) -> bool {
         if b.sys_read(SYS + 0x3000, 4) == payload.to_le_bytes() {
             return true;
         }
-        if b.read(CHAN_BASE + 4) & 0xf == STATE_FAULTED {
+        if b.read(CHAN_BASE + 4) & 0xf == CHAN_FAULTED {
             return false;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -111,7 +114,10 @@ fn bar3_and_caps_only_in_para_mode() {
     assert_eq!(full.read(CAPS) & CAP_PARA, 0);
     assert!(full.dev.lock().unwrap().config().bars()[3].is_none());
     let mut v = [0u8; 4];
-    full.dev.lock().unwrap().bar_read(3, PARA_ID, &mut v);
+    full.dev
+        .lock()
+        .unwrap()
+        .bar_read(3, u64::from(PARA_ID), &mut v);
     assert_eq!(u32::from_le_bytes(v), u32::MAX);
     let b = para_bench();
     assert_ne!(b.read(CAPS) & CAP_PARA, 0);
@@ -339,7 +345,7 @@ fn a_channel_whose_pd_was_never_set_faults_bad_instance() {
     b.write(RUNLIST_SUBMIT, 1);
     b.write(DOORBELL_BASE + 8, 1);
     b.wait("the fault", |b| {
-        b.read(CHAN_BASE + 12) & 0xf == STATE_FAULTED
+        b.read(CHAN_BASE + 12) & 0xf == CHAN_FAULTED
     });
     assert_eq!(
         b.read(CHAN_BASE + 12) >> 8 & 0xff,

@@ -4,19 +4,20 @@
 //! socket, gets its partition, and asks for, is granted and yields GPU time. The protocol is
 //! `proto` (documented in docs/architecture.md, "Sharing one GPU: vgpud").
 //!
-//! Files: `background` (the daemon on a thread, for tests and tools), `proto` (messages), `wire` (SEQPACKET sockets, descriptor passing), `partition`
+//! Files: `background` (the daemon on a thread, for tests and tools), `partition`
 //! (VRAM pool), `session` (one connection), `daemon` (the poll loop, grants, slice ends,
-//! revocation, reclaim), `handle` (message handling), `report` (what was measured), `units` (sizes on command lines).
+//! revocation, reclaim), `handle` (message handling), `report` (what was measured).
 
 mod background;
 pub mod daemon;
 mod handle;
 pub mod partition;
-pub mod proto;
 pub mod report;
 mod session;
-pub mod units;
-pub mod wire;
+
+/// The protocol, its socket layer and command-line sizes live in `vgpu-proto` (shared with the
+/// device model); re-exported here under their old paths.
+pub use vgpu_proto::{proto, units, wire};
 
 pub use background::Background;
 pub use daemon::{Daemon, DaemonConfig, DaemonError};

@@ -240,7 +240,7 @@ impl<P: Platform> Gpu<P> {
         if va_base.checked_add(va_size).is_none() || va_size < 8 * PAGE_2M {
             return Err(Error::BadInfo("VA window"));
         }
-        let para = if cfg.para && caps & regs::CAP_PV_BAR != 0 {
+        let para = if cfg.para && caps & regs::CAP_PARA != 0 {
             mmio += 4;
             ParaIf::open(&mut p)?.map(|mut pi| {
                 pi.set_per_page(cfg.para_per_page);

@@ -2,102 +2,47 @@
 
 use core::fmt;
 
-/// `FAULT_STATUS.KIND` (docs/hardware.md, "Fault kinds").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
-    Unmapped,
-    ReadOnly,
-    PteVramRange,
-    PteSysmemRange,
-    BadEntry,
-    BadInstance,
-    BadGpfifo,
-    BadMethod,
-    BadLaunch,
-    PtxError,
-    KernelFault,
-    Timeout,
-    BadChannel,
-    BadRegister,
-    BadRunlist,
-    GpuLost,
-    /// A kind this driver does not know (device input is untrusted).
-    Unknown(u8),
+/// Builds the driver's view of `FAULT_STATUS.KIND` from `vgpu-hw`'s one list of kinds: every
+/// known kind, plus `Unknown` for a code this driver does not know (device input is untrusted).
+macro_rules! driver_fault_kind {
+    ($( ($variant:ident, $code:literal, $name:literal, $when:literal) ),* $(,)?) => {
+        /// `FAULT_STATUS.KIND` (docs/hardware.md, "Fault kinds").
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum FaultKind {
+            $( #[doc = $when] $variant, )*
+            /// A kind this driver does not know (device input is untrusted).
+            Unknown(u8),
+        }
+
+        impl FaultKind {
+            /// Decodes the 8-bit kind.
+            pub fn from_raw(v: u8) -> Self {
+                match v {
+                    $( $code => FaultKind::$variant, )*
+                    other => FaultKind::Unknown(other),
+                }
+            }
+
+            /// The 8-bit kind.
+            pub fn raw(self) -> u8 {
+                match self {
+                    $( FaultKind::$variant => $code, )*
+                    FaultKind::Unknown(v) => v,
+                }
+            }
+
+            /// Upper-case name as in the spec.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( FaultKind::$variant => $name, )*
+                    FaultKind::Unknown(_) => "UNKNOWN",
+                }
+            }
+        }
+    };
 }
 
-impl FaultKind {
-    /// Decodes the 8-bit kind.
-    pub fn from_raw(v: u8) -> Self {
-        use FaultKind::*;
-        match v {
-            1 => Unmapped,
-            2 => ReadOnly,
-            3 => PteVramRange,
-            4 => PteSysmemRange,
-            5 => BadEntry,
-            6 => BadInstance,
-            7 => BadGpfifo,
-            8 => BadMethod,
-            9 => BadLaunch,
-            10 => PtxError,
-            11 => KernelFault,
-            12 => Timeout,
-            13 => BadChannel,
-            14 => BadRegister,
-            15 => BadRunlist,
-            16 => GpuLost,
-            other => Unknown(other),
-        }
-    }
-
-    /// The 8-bit kind.
-    pub fn raw(self) -> u8 {
-        use FaultKind::*;
-        match self {
-            Unmapped => 1,
-            ReadOnly => 2,
-            PteVramRange => 3,
-            PteSysmemRange => 4,
-            BadEntry => 5,
-            BadInstance => 6,
-            BadGpfifo => 7,
-            BadMethod => 8,
-            BadLaunch => 9,
-            PtxError => 10,
-            KernelFault => 11,
-            Timeout => 12,
-            BadChannel => 13,
-            BadRegister => 14,
-            BadRunlist => 15,
-            GpuLost => 16,
-            Unknown(v) => v,
-        }
-    }
-
-    /// Upper-case name as in the spec.
-    pub fn name(self) -> &'static str {
-        use FaultKind::*;
-        match self {
-            Unmapped => "UNMAPPED",
-            ReadOnly => "READ_ONLY",
-            PteVramRange => "PTE_VRAM_RANGE",
-            PteSysmemRange => "PTE_SYSMEM_RANGE",
-            BadEntry => "BAD_ENTRY",
-            BadInstance => "BAD_INSTANCE",
-            BadGpfifo => "BAD_GPFIFO",
-            BadMethod => "BAD_METHOD",
-            BadLaunch => "BAD_LAUNCH",
-            PtxError => "PTX_ERROR",
-            KernelFault => "KERNEL_FAULT",
-            Timeout => "TIMEOUT",
-            BadChannel => "BAD_CHANNEL",
-            BadRegister => "BAD_REGISTER",
-            BadRunlist => "BAD_RUNLIST",
-            GpuLost => "GPU_LOST",
-            Unknown(_) => "UNKNOWN",
-        }
-    }
-}
+vgpu_hw::fault_kinds!(driver_fault_kind);
 
 /// `FAULT_STATUS.ACCESS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,8 +129,9 @@ mod tests {
         assert_eq!(d.channel, None);
         assert!(Fault::decode(0x0000_000e, 0, 0, 0).is_none());
         assert_eq!(FaultKind::from_raw(200), FaultKind::Unknown(200));
-        for k in 1..=15 {
-            assert_eq!(FaultKind::from_raw(k).raw(), k);
+        for k in vgpu_hw::FaultKind::ALL {
+            let d = FaultKind::from_raw(k.code());
+            assert_eq!((d.raw(), d.name()), (k.code(), k.name()));
         }
     }
 }

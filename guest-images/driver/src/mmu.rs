@@ -7,11 +7,8 @@ use crate::error::Error;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 
-/// Small page and big page sizes.
-pub const PAGE_4K: u64 = 4096;
-pub const PAGE_2M: u64 = 2 << 20;
-/// PTEs per page table.
-pub const PTES_PER_TABLE: usize = 512;
+/// Small page and big page sizes, PTEs per page table.
+pub use vgpu_hw::pte::{PAGE_2M, PAGE_4K, PTES_PER_TABLE};
 
 /// Where an entry points (bits 1:0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,15 +23,13 @@ impl Target {
     /// Field value.
     pub const fn bits(self) -> u64 {
         match self {
-            Target::Vram => 1,
-            Target::Sysmem => 2,
+            Target::Vram => vgpu_hw::pte::TARGET_VRAM,
+            Target::Sysmem => vgpu_hw::pte::TARGET_SYSMEM,
         }
     }
 }
 
-const BIG: u64 = 1 << 2;
-const READ_ONLY: u64 = 1 << 3;
-const ADDR_MASK: u64 = !0xfff;
+use vgpu_hw::pte::{ADDR_MASK, BIG, READ_ONLY};
 
 /// A PDE mapping a 2 MiB page at `addr` (2 MiB aligned).
 pub const fn pde_big(target: Target, addr: u64, read_only: bool) -> u64 {

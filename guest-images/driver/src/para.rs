@@ -7,41 +7,27 @@ use crate::mmu::{PAGE_2M, PAGE_4K, Target};
 use crate::platform::{DmaBuf, Platform};
 use alloc::vec::Vec;
 
-/// BAR3 registers.
-pub const PARA_ID: u32 = 0x00;
-pub const PARA_ID_VALUE: u32 = 0x5041_5241;
-pub const ARGS_LO: u32 = 0x08;
-pub const ARGS_HI: u32 = 0x0c;
-pub const MAX_BATCH_REG: u32 = 0x10;
-pub const STATUS: u32 = 0x14;
-pub const CALL: u32 = 0x18;
-
-/// Argument area layout.
-pub const ARGS_BYTES: usize = 64 << 10;
-const OFF_ARG: usize = 0x00;
-const OFF_COUNT: usize = 0x08;
-const OFF_STATUS: usize = 0x10;
-const OFF_INDEX: usize = 0x14;
-const OFF_KIND: usize = 0x18;
-const OFF_ADDR: usize = 0x20;
-const OFF_ENTRIES: usize = 0x40;
-const ENTRY_BYTES: usize = 24;
-/// The most entries this driver puts in one call (the device's MAX_BATCH may be lower).
-const MAX_BATCH: u32 = 2048;
-
-/// Operations.
-pub const OP_SET_PD: u32 = 1;
-pub const OP_MAP_BATCH: u32 = 3;
-pub const OP_UNMAP_BATCH: u32 = 4;
-
-/// STATUS values.
-pub const ST_OK: u32 = 0;
-pub const ST_ENTRY_FAULT: u32 = 2;
-pub const ST_LIMIT: u32 = 3;
-
+/// BAR3 registers, operations and status codes: `vgpu-hw`'s definitions.
+pub use vgpu_hw::para::{
+    ARGS_HI, ARGS_LO, CALL, MAX_BATCH_REG, OP_MAP_BATCH, OP_SET_PD, OP_UNMAP_BATCH, PARA_ID,
+    PARA_ID_VALUE, ST_ENTRY_FAULT, ST_LIMIT, ST_OK, STATUS,
+};
 /// Entry BIG bit (2 MiB pages).
-pub const BIG: u64 = 1 << 2;
-const READ_ONLY: u64 = 1 << 3;
+pub use vgpu_hw::pte::BIG;
+use vgpu_hw::pte::READ_ONLY;
+
+/// Argument area layout, as buffer offsets.
+pub const ARGS_BYTES: usize = vgpu_hw::para::ARGS_BYTES as usize;
+const OFF_ARG: usize = vgpu_hw::para::OFF_ARG as usize;
+const OFF_COUNT: usize = vgpu_hw::para::OFF_COUNT as usize;
+const OFF_STATUS: usize = vgpu_hw::para::OFF_STATUS as usize;
+const OFF_INDEX: usize = vgpu_hw::para::OFF_INDEX as usize;
+const OFF_KIND: usize = vgpu_hw::para::OFF_KIND as usize;
+const OFF_ADDR: usize = vgpu_hw::para::OFF_ADDR as usize;
+const OFF_ENTRIES: usize = vgpu_hw::para::OFF_ENTRIES as usize;
+const ENTRY_BYTES: usize = vgpu_hw::para::ENTRY_BYTES;
+/// The most entries this driver puts in one call (the device's MAX_BATCH may be lower).
+const MAX_BATCH: u32 = vgpu_hw::para::MAX_BATCH;
 
 /// One entry: pages of 4 KiB (or 2 MiB with BIG in `pte`) from `va`, onto `pte`'s target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,36 +5,12 @@
 use crate::error::Error;
 use alloc::vec::Vec;
 
-/// Opcodes (header bits 31:29).
-pub const OP_INCR: u32 = 1;
-pub const OP_NONINCR: u32 = 3;
-pub const OP_IMMD: u32 = 4;
-/// Largest count / immediate value (13 bits).
-pub const MAX_COUNT: u32 = 0x1fff;
-
-/// Method addresses.
-pub mod method {
-    pub const NOP: u32 = 0x000;
-    pub const SEM_ADDR_HI: u32 = 0x010;
-    pub const SEM_ADDR_LO: u32 = 0x014;
-    pub const SEM_PAYLOAD: u32 = 0x018;
-    pub const SEM_EXECUTE: u32 = 0x01c;
-    pub const COPY_SRC_HI: u32 = 0x100;
-    pub const COPY_LAUNCH: u32 = 0x114;
-    pub const CODE_HI: u32 = 0x200;
-    pub const LAUNCH: u32 = 0x240;
-}
-
-/// SEM_EXECUTE fields.
-pub const SEM_ACQUIRE: u32 = 1;
-pub const SEM_RELEASE: u32 = 2;
-pub const SEM_INTERRUPT: u32 = 1 << 4;
-pub const SEM_TIMESTAMP: u32 = 1 << 5;
-
-/// A method header.
-pub const fn header(op: u32, count: u32, method: u32) -> u32 {
-    (op & 7) << 29 | (count & MAX_COUNT) << 16 | (method >> 2) & 0x1fff
-}
+/// Header opcodes, the header encoding, method addresses and SEM_EXECUTE fields: `vgpu-hw`'s.
+pub use vgpu_hw::method::{
+    self as method, MAX_COUNT, OP_IMMD, OP_INCR, OP_NONINCR, SEM_FLAG_INTERRUPT as SEM_INTERRUPT,
+    SEM_FLAG_TIMESTAMP as SEM_TIMESTAMP, SEM_OP_ACQUIRE as SEM_ACQUIRE,
+    SEM_OP_RELEASE as SEM_RELEASE, header,
+};
 
 /// Everything a kernel launch needs, as GPU virtual addresses and sizes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

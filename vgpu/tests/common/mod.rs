@@ -97,14 +97,17 @@ impl Bench {
         }
     }
 
-    pub fn read(&self, off: u64) -> u32 {
+    pub fn read(&self, off: u32) -> u32 {
         let mut b = [0u8; 4];
-        self.dev.lock().unwrap().bar_read(0, off, &mut b);
+        self.dev.lock().unwrap().bar_read(0, u64::from(off), &mut b);
         u32::from_le_bytes(b)
     }
 
-    pub fn write(&self, off: u64, v: u32) {
-        self.dev.lock().unwrap().bar_write(0, off, &v.to_le_bytes());
+    pub fn write(&self, off: u32, v: u32) {
+        self.dev
+            .lock()
+            .unwrap()
+            .bar_write(0, u64::from(off), &v.to_le_bytes());
     }
 
     pub fn vram_write_u64(&self, addr: u64, v: u64) {
@@ -142,10 +145,7 @@ impl Bench {
         self.vram_write_u64(inst + 8, gpfifo);
         self.vram_write_u64(inst + 16, u64::from(entries));
         self.vram_write_u64(inst + 24, 0);
-        self.write(
-            CHAN_BASE + 8 * u64::from(ch),
-            CHAN_INST_VALID | (inst >> 12) as u32,
-        );
+        self.write(CHAN_BASE + 8 * ch, CHAN_INST_VALID | (inst >> 12) as u32);
         self.dev
             .lock()
             .unwrap()
