@@ -109,6 +109,26 @@ pub struct Config {
     pub max_pending: u64,
     /// Largest weight (`max_weight=`, default 10000).
     pub max_weight: u32,
+    /// Filling (`fill=on|off`, default off; `policy=fikit` = `policy=timeslice,fill=on`): while
+    /// the VMs of higher classes are in the idle gaps between their kernels, lower-class
+    /// kernels predicted to fit the gap run (see README.md, "Filling").
+    pub fill: bool,
+    /// A higher-class submission lets a filler predicted to end within this finish instead of
+    /// preempting it (`fill_bound=`, default 50 µs).
+    pub fill_bound: Duration,
+    /// Slice of lower-class runs while a higher VM's gap is not predicted yet (`fill_slice=`,
+    /// default 200 µs).
+    pub fill_slice: Duration,
+    /// Predicted gaps shorter than this are left idle (`fill_min=`, default 20 µs).
+    pub fill_min: Duration,
+    /// A higher VM idle this long beyond its predicted gap no longer constrains lower classes
+    /// (`fill_idle=`, default 5 ms).
+    pub fill_idle: Duration,
+    /// Samples an estimate needs before it is used (`fill_samples=`, default 2).
+    pub fill_samples: u32,
+    /// Kernel identities remembered per VM (`fill_kernels=`, default 256; least recently used
+    /// evicted).
+    pub fill_kernels: usize,
 }
 
 impl Default for Config {
@@ -131,6 +151,13 @@ impl Default for Config {
             max_vms: 1024,
             max_pending: 65_536,
             max_weight: 10_000,
+            fill: false,
+            fill_bound: Duration::from_micros(50),
+            fill_slice: Duration::from_micros(200),
+            fill_min: Duration::from_micros(20),
+            fill_idle: Duration::from_millis(5),
+            fill_samples: 2,
+            fill_kernels: 256,
         }
     }
 }
@@ -165,7 +192,24 @@ impl Config {
             value: value.into(),
         };
         match key {
+            "policy" if value.eq_ignore_ascii_case("fikit") => {
+                self.policy = PolicyKind::Timeslice;
+                self.fill = true;
+            }
             "policy" => self.policy = value.parse()?,
+            "fill" => {
+                self.fill = match value {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    _ => return Err(bad()),
+                }
+            }
+            "fill_bound" => self.fill_bound = parse_duration(value).ok_or_else(bad)?,
+            "fill_slice" => self.fill_slice = parse_duration(value).ok_or_else(bad)?,
+            "fill_min" => self.fill_min = parse_duration(value).ok_or_else(bad)?,
+            "fill_idle" => self.fill_idle = parse_duration(value).ok_or_else(bad)?,
+            "fill_samples" => self.fill_samples = value.parse().map_err(|_| bad())?,
+            "fill_kernels" => self.fill_kernels = value.parse().map_err(|_| bad())?,
             "slice" => self.slice = parse_duration(value).ok_or_else(bad)?,
             "slice_many" if value == "off" => self.slice_many = None,
             "slice_many" => self.slice_many = Some(parse_duration(value).ok_or_else(bad)?),
@@ -214,6 +258,9 @@ impl Config {
             (self.max_vms == 0, "max_vms"),
             (self.max_pending == 0, "max_pending"),
             (self.max_weight == 0, "max_weight"),
+            (self.fill_slice.is_zero(), "fill_slice"),
+            (self.fill_samples == 0, "fill_samples"),
+            (self.fill_kernels == 0, "fill_kernels"),
         ];
         match nonzero.into_iter().find(|(zero, _)| *zero) {
             Some((_, name)) => Err(ConfigError::Zero(name)),

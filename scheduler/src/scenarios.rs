@@ -110,3 +110,23 @@ pub fn thirty_two() -> SimSpec {
             .collect(),
     )
 }
+
+/// A latency-sensitive high-priority VM (class 1; inference: requests of 3 kernels of
+/// 300/500/200 µs with 100 and 150 µs of CPU between them and 3 ms of think time between
+/// requests) beside `lp` backlogged throughput VMs (class 0; training: 1 ms, 150 µs, 600 µs and
+/// 90 µs kernels in turn, each VM starting at a different kernel). With `lp = 0`: the
+/// high-priority VM alone.
+pub fn inference_and_training(lp: usize) -> SimSpec {
+    let mut vms = vec![SimVm::requests(
+        1,
+        &[us(300), us(500), us(200)],
+        &[us(100), us(150), us(3000)],
+    )];
+    let training = [us(1000), us(150), us(600), us(90)];
+    for i in 0..lp {
+        let mut k = training.to_vec();
+        k.rotate_left(i % training.len());
+        vms.push(SimVm::backlogged(1, &k));
+    }
+    spec(vms)
+}

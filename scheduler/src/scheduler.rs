@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::accounting::Accounting;
 use crate::config::{Charge, Config, ConfigError};
 use crate::error::SchedError;
+use crate::fill::{Fill, FillParams, Filler, Gate};
 use crate::policy::{Choice, Policy, make_policy};
-use crate::types::{Action, Decision, Pick, Removed, Running, VmId, VmParams, VmStats};
+use crate::types::{Action, Decision, KernelKey, Pick, Removed, Running, VmId, VmParams, VmStats};
 
 #[derive(Debug)]
 struct Vm {
@@ -34,12 +35,24 @@ pub struct Scheduler {
     running: Option<Running>,
     last: Duration,
     accounting: Accounting,
+    /// Filling state (`fill=on`).
+    fill: Option<Fill>,
 }
 
 impl Scheduler {
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         config.validate()?;
         let accounting = Accounting::new(config.window, config.history);
+        let fill = config.fill.then(|| {
+            Fill::new(FillParams {
+                bound: config.fill_bound,
+                slice: config.fill_slice,
+                min_gap: config.fill_min,
+                idle: config.fill_idle,
+                samples: config.fill_samples,
+                kernels: config.fill_kernels,
+            })
+        });
         Ok(Self {
             config,
             vms: BTreeMap::new(),
@@ -47,6 +60,7 @@ impl Scheduler {
             running: None,
             last: Duration::ZERO,
             accounting,
+            fill,
         })
     }
 
@@ -111,6 +125,9 @@ impl Scheduler {
             .entry(params.priority)
             .or_insert_with(|| make_policy(config.policy_of(params.priority), config));
         policy.add(vm, params.weight, now);
+        if let Some(f) = &mut self.fill {
+            f.add(vm);
+        }
         self.vms.insert(
             vm,
             Vm {
@@ -140,6 +157,12 @@ impl Scheduler {
             self.classes.remove(&class);
         }
         self.accounting.forget(vm);
+        if let Some(f) = &mut self.fill {
+            f.remove(vm);
+            if was_running {
+                f.clear_stop();
+            }
+        }
         Ok(Removed {
             was_running,
             pending,
@@ -150,6 +173,19 @@ impl Scheduler {
     /// running VM's (and `priority_preempt` is on), or when its class's policy asks for it
     /// (TIMESLICE wake-up preemption).
     pub fn on_submit(&mut self, vm: VmId, now: Duration) -> Result<Action, SchedError> {
+        self.on_submit_kernel(vm, None, now)
+    }
+
+    /// `on_submit` for a job whose kernel identity is known (`key`): with `fill=on` the
+    /// scheduler learns the GPU time per identity and the idle gap after each, and a higher
+    /// class's submission lets a filler that will end within `fill_bound` finish
+    /// (`Action::PreemptAt`) instead of preempting it.
+    pub fn on_submit_kernel(
+        &mut self,
+        vm: VmId,
+        key: Option<KernelKey>,
+        now: Duration,
+    ) -> Result<Action, SchedError> {
         self.check_time(now)?;
         let entry = self.vm(vm)?;
         let (class, limit) = (entry.params.priority, self.config.max_pending);
@@ -160,12 +196,23 @@ impl Scheduler {
         if let Some(v) = self.vms.get_mut(&vm) {
             v.stats.pending += 1;
         }
+        if let Some(f) = &mut self.fill {
+            f.on_submit(vm, key, now);
+        }
         let wake = self.policy(class).is_some_and(|p| p.on_submit(vm, now));
         let action = match self.running {
             Some(r) if r.vm != vm => {
                 let running_class = self.vms.get(&r.vm).map_or(0, |v| v.params.priority);
                 let higher = self.config.priority_preempt && class > running_class;
-                if higher || (wake && class == running_class) {
+                let finishing = self.fill.as_ref().and_then(|f| {
+                    let filler = f.filler().filter(|x| x.vm == r.vm)?;
+                    let bound = f.params().bound;
+                    (now <= filler.end && filler.end - now <= bound)
+                        .then(|| now.saturating_add(bound))
+                });
+                if let (true, Some(at)) = (higher, finishing) {
+                    Action::PreemptAt { vm: r.vm, at }
+                } else if higher || (wake && class == running_class) {
                     Action::Preempt(r.vm)
                 } else {
                     Action::None
@@ -173,6 +220,9 @@ impl Scheduler {
             }
             _ => Action::None,
         };
+        if let (Action::Preempt(_), Some(f)) = (action, &mut self.fill) {
+            f.note_preempt(now);
+        }
         Ok(action)
     }
 
@@ -187,6 +237,9 @@ impl Scheduler {
         self.tick(now)?;
         if let Some(v) = self.vms.get_mut(&vm) {
             v.stats.pending = 0;
+        }
+        if let Some(f) = &mut self.fill {
+            f.on_idle(vm);
         }
         if let Some(p) = self.policy(class) {
             p.on_idle(vm, now);
@@ -262,6 +315,20 @@ impl Scheduler {
                 }
             }
         }
+        if let Some(f) = &mut self.fill {
+            match end {
+                End::Preempted => {
+                    f.learn_stop(run.since, run.slice, now);
+                    f.on_preempted(vm, charged);
+                }
+                _ => f.clear_stop(),
+            }
+            match end {
+                End::Preempted => {}
+                End::Completed => f.on_end(vm, charged, true, idle, now),
+                End::Faulted => f.on_end(vm, charged, false, idle, now),
+            }
+        }
         if let Some(p) = self.policy(class) {
             match end {
                 End::Preempted => p.on_preempted(vm, charged, now),
@@ -291,7 +358,52 @@ impl Scheduler {
         let Some(class) = class else {
             return Ok(Pick::Idle);
         };
+        // Filling: the VMs of higher classes are all idle; how do their gaps constrain this grant?
+        let gate = self.fill.as_ref().map_or(Gate::Open, |f| {
+            let higher = self
+                .vms
+                .iter()
+                .filter(|(_, v)| v.params.priority > class)
+                .map(|(id, _)| *id);
+            f.gate(higher, now)
+        });
+        let cap = match gate {
+            Gate::Open => None,
+            Gate::Short => Some(self.config.fill_slice),
+            Gate::Gap { vm, end, short } => {
+                let left = end - now;
+                if left < self.config.fill_min {
+                    // Too short to fill: keep the GPU for the higher VM's next kernel.
+                    return Ok(Pick::Wait { vm, until: end });
+                }
+                if let Some((filler, predicted)) = self.best_fit(left) {
+                    return Ok(self.grant_filler(filler, predicted, left, now));
+                }
+                // Nothing is predicted to fit: the class's choice runs until the gap's end, told
+                // to stop early enough for its context to be saved by then.
+                let stop = self
+                    .fill
+                    .as_ref()
+                    .map_or(Duration::ZERO, Fill::stop_latency);
+                let until_end = left.saturating_sub(stop);
+                if until_end < self.config.fill_min {
+                    return Ok(Pick::Wait { vm, until: end });
+                }
+                Some(if short {
+                    until_end.min(self.config.fill_slice)
+                } else {
+                    until_end
+                })
+            }
+        };
         let choice = self.policy(class).and_then(|p| p.pick(now));
+        let choice = match (choice, cap) {
+            (Some(Choice::Run { vm, slice }), Some(cap)) => Some(Choice::Run {
+                vm,
+                slice: Some(slice.map_or(cap, |s| s.min(cap))),
+            }),
+            (c, _) => c,
+        };
         let pick = match choice {
             Some(Choice::Run { vm, slice })
                 if self.vms.get(&vm).is_some_and(|v| v.stats.pending > 0) =>
@@ -313,6 +425,75 @@ impl Scheduler {
             _ => Pick::Idle,
         };
         Ok(pick)
+    }
+
+    /// The filler for a gap of `left`: among the VMs with queued jobs whose head job's predicted
+    /// GPU time fits, the highest class first, then the best fit (the longest, in eighths of the
+    /// gap), then the least GPU time per weight (weights within a class hold), then the lowest id.
+    fn best_fit(&self, left: Duration) -> Option<(VmId, Duration)> {
+        let fill = self.fill.as_ref()?;
+        let eighth = (left / 8).max(Duration::from_nanos(1));
+        self.vms
+            .iter()
+            .filter(|(_, v)| v.stats.pending > 0)
+            .filter_map(|(&id, v)| {
+                let predicted = fill.head_remaining(id).filter(|p| *p <= left)?;
+                let fit = predicted.as_nanos() / eighth.as_nanos();
+                let per_weight = (v.stats.gpu_time.as_nanos() << 16) / u128::from(v.params.weight);
+                let key = (
+                    v.params.priority,
+                    fit,
+                    std::cmp::Reverse(per_weight),
+                    std::cmp::Reverse(id),
+                );
+                Some((key, id, predicted))
+            })
+            .max_by_key(|(key, _, _)| *key)
+            .map(|(_, id, predicted)| (id, predicted))
+    }
+
+    /// Grants `vm`'s head job as a filler predicted to take `predicted` of a gap of `left`. Its
+    /// slice is the longer of the gap and the class slice: past it, with no higher submission,
+    /// the policies decide again.
+    fn grant_filler(
+        &mut self,
+        vm: VmId,
+        predicted: Duration,
+        left: Duration,
+        now: Duration,
+    ) -> Pick {
+        let slice = Some(left.max(self.config.slice));
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.stats.runs += 1;
+        }
+        if let Some(f) = &mut self.fill {
+            f.set_filler(Some(Filler {
+                vm,
+                end: now.saturating_add(predicted),
+            }));
+        }
+        self.running = Some(Running {
+            vm,
+            since: now,
+            slice,
+        });
+        Pick::Run(Decision { run: vm, slice })
+    }
+
+    /// Kernel identities with a measured GPU time kept for `vm` (0 without `fill=on`).
+    pub fn kernels_known(&self, vm: VmId) -> usize {
+        self.fill.as_ref().map_or(0, |f| f.kernels_known(vm))
+    }
+
+    /// The predicted idle gap of `vm` now: (when it started, predicted length if learned);
+    /// `None` without `fill=on` or when the VM is not idle after a completion.
+    pub fn predicted_gap(&self, vm: VmId) -> Option<(Duration, Option<Duration>)> {
+        self.fill.as_ref()?.gap(vm)
+    }
+
+    /// Predicted GPU time left of `vm`'s head job (`fill=on`, identity measured enough).
+    pub fn predicted_head(&self, vm: VmId) -> Option<Duration> {
+        self.fill.as_ref()?.head_remaining(vm)
     }
 
     /// Changes a VM's weight (same limits as `register`); its policy uses it from the next

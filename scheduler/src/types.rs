@@ -58,6 +58,37 @@ pub enum Action {
     /// Preempt the running VM now (a VM of a higher priority class has work); report
     /// `on_preempted` when it has stopped, then pick.
     Preempt(VmId),
+    /// Filling (`fill=on`): the running filler is predicted to end within `fill_bound`; let it,
+    /// but preempt it at `at` if it is still running then (it overran its prediction).
+    PreemptAt { vm: VmId, at: Duration },
+}
+
+/// A kernel's identity for filling: a stable 64-bit hash of (module content hash, entry name,
+/// grid, block, dynamic shared memory size). Two launches with the same identity are expected
+/// to take about the same GPU time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KernelKey(pub u64);
+
+impl KernelKey {
+    /// The identity of a launch (FNV-1a over the fields, little-endian; stable across builds and
+    /// machines, so a VM process and the daemon compute the same key).
+    pub fn of(module: u64, entry: &str, grid: [u32; 3], block: [u32; 3], shared: u32) -> Self {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut h = OFFSET;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+            }
+        };
+        eat(&module.to_le_bytes());
+        eat(&(entry.len() as u64).to_le_bytes());
+        eat(entry.as_bytes());
+        for v in grid.into_iter().chain(block).chain([shared]) {
+            eat(&v.to_le_bytes());
+        }
+        Self(h)
+    }
 }
 
 /// Result of [`crate::Scheduler::remove`].

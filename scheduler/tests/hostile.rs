@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{ms, run, sched};
 use proptest::prelude::*;
-use scheduler::{Pick, SchedError, Scheduler, VmId, VmParams};
+use scheduler::{KernelKey, Pick, SchedError, Scheduler, VmId, VmParams};
 
 const A: VmId = VmId(1);
 const B: VmId = VmId(2);
@@ -181,7 +181,8 @@ enum Ev {
     Register(u32, u32, u8),
     Remove(u32),
     Weight(u32, u32),
-    Submit(u32),
+    /// A job with kernel identity `.1` (learned under `fill=on`).
+    Submit(u32, u8),
     Idle(u32),
     Pick,
     /// End the running VM's run: 0 = complete, 1 = preempted, 2 = fault.
@@ -197,7 +198,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => (0u32..6, 0u32..20, 0u8..3).prop_map(|(v, w, p)| Ev::Register(v, w, p)),
         1 => (0u32..6).prop_map(Ev::Remove),
         1 => (0u32..6, 0u32..20).prop_map(|(v, w)| Ev::Weight(v, w)),
-        4 => (0u32..6).prop_map(Ev::Submit),
+        4 => (0u32..6, 0u8..4).prop_map(|(v, k)| Ev::Submit(v, k)),
         1 => (0u32..6).prop_map(Ev::Idle),
         4 => Just(Ev::Pick),
         4 => (0u8..3, 0u64..10_000_000).prop_map(|(k, ns)| Ev::End(k, ns)),
@@ -252,8 +253,9 @@ fn step(s: &mut Scheduler, m: &mut Model, now: &mut Duration, e: Ev) -> Result<(
                 m.last = t;
             }
         }
-        Ev::Submit(v) => {
-            let ok = s.on_submit(VmId(v), t).is_ok();
+        Ev::Submit(v, key) => {
+            let key = Some(KernelKey(u64::from(key)));
+            let ok = s.on_submit_kernel(VmId(v), key, t).is_ok();
             prop_assert_eq!(ok, m.pending.contains_key(&v));
             if let Some(p) = m.pending.get_mut(&v) {
                 m.last = t;
@@ -348,10 +350,15 @@ proptest! {
     #[test]
     fn random_event_sequences_keep_the_invariants(
         policy in 0usize..4,
+        fill in any::<bool>(),
         events in proptest::collection::vec(ev(), 1..300),
     ) {
         let name = ["fifo", "credit", "band", "timeslice"][policy];
-        let mut s = sched(&format!("policy={name},credit_period=5ms,band_period=5ms"), &[]);
+        let fill = if fill { "on" } else { "off" };
+        let mut s = sched(
+            &format!("policy={name},credit_period=5ms,band_period=5ms,fill={fill},fill_samples=1"),
+            &[],
+        );
         let mut m = Model::default();
         let mut now = Duration::ZERO;
         for e in events {

@@ -386,6 +386,12 @@ impl Daemon {
         }
     }
 
+    /// The monotonic instant (ns) of a scheduler time.
+    pub(crate) fn mono_of(&self, at: Duration) -> u64 {
+        self.origin_ns
+            .saturating_add(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
+    }
+
     /// Slice ends, run limits and revocations.
     fn timers(&mut self, now_ns: u64) {
         let others = self.run.as_ref().is_some_and(|r| self.others_waiting(r.vm));

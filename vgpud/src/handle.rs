@@ -159,6 +159,14 @@ impl Daemon {
                 reg.want_since_ns = monotonic_ns();
                 if let Action::Preempt(v) = action {
                     self.preempt_now(v);
+                } else if let Action::PreemptAt { vm: v, at } = action {
+                    // Filling: the running filler should end within the bound; stop it then if
+                    // it has not.
+                    let at_ns = self.mono_of(at);
+                    if let Some(r) = self.run.as_mut().filter(|r| r.vm == v) {
+                        r.deadline_ns = r.deadline_ns.min(at_ns);
+                        r.extended = false;
+                    }
                 } else if let Some(r) = &self.run
                     && r.extended
                     && r.vm != vm

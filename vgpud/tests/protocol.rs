@@ -83,12 +83,16 @@ impl Vm {
     }
 
     fn hello(r: &Running, name: &str, weight: u32, vram_mib: u64) -> (Vm, u64) {
+        Vm::hello_at(r, name, weight, 0, vram_mib)
+    }
+
+    fn hello_at(r: &Running, name: &str, weight: u32, priority: u8, vram_mib: u64) -> (Vm, u64) {
         let vm = Vm::connect(r);
         vm.send(&ToDaemon::Hello(Hello {
             version: proto::VERSION,
             name: name.into(),
             weight,
-            priority: 0,
+            priority,
             vram: vram_mib << 20,
             channels: 4,
         }));
@@ -333,6 +337,40 @@ fn every_policy_shares_the_gpu_between_two_vms() {
             r.vms
         );
         assert_eq!(r.refused, 0, "{policy}");
+    }
+}
+
+#[test]
+fn filling_gives_a_low_vm_short_slices_while_a_high_vm_is_in_an_unpredicted_gap() {
+    // `fill_idle` long enough that the high VM's gap stays open for the whole test.
+    for fill in ["on", "off"] {
+        let sched =
+            format!("policy=timeslice,slice=20ms,fill={fill},fill_slice=300us,fill_idle=600s");
+        let d = start(&format!("fill-{fill}"), &sched, 500);
+        // The low VM connects first: the daemon reads its `done` before the high VM's `want`
+        // when both arrive in one poll round (connections are read in order).
+        let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+        let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+        // A high VM that never ran constrains nothing: the low VM's full slice.
+        lp.send(&ToDaemon::Want {});
+        let (seq, slice) = lp.grant();
+        assert_eq!(slice, 20_000_000, "fill={fill}");
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        hp.send(&ToDaemon::Want {});
+        let (seq, _) = hp.grant();
+        hp.done(seq, RunOutcome::Completed, 100_000, false);
+        // Now the high VM is idle after a kernel and its gap is not predicted yet.
+        lp.send(&ToDaemon::Want {});
+        let (seq, slice) = lp.grant();
+        // Without filling: the rest of its 20 ms turn (less the time charged so far).
+        if fill == "on" {
+            assert_eq!(slice, 300_000);
+        } else {
+            assert!(slice > 10_000_000, "{slice}");
+        }
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        drop((hp, lp));
+        assert_eq!(d.stop().refused, 0);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Deterministic discrete-event simulator: drives a [`Scheduler`] with synthetic VMs (kernel
 //! lengths, weights, arrival patterns, preemption cost) and measures shares per window, Jain's
-//! index, share error vs weights, utilization and switch counts.
+//! index, share error vs weights, utilization and switch counts; with per-kernel think times
+//! (`SimVm::requests`), the latency of requests (one cycle through a VM's kernels).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -8,8 +9,9 @@ use std::time::Duration;
 use crate::config::{Config, ConfigError};
 use crate::error::SchedError;
 use crate::scheduler::Scheduler;
-use crate::types::{Action, Pick, VmId, VmParams};
+use crate::types::{Action, KernelKey, Pick, VmId, VmParams};
 
+pub mod priority;
 mod report;
 
 pub use report::{SimReport, VmReport, WindowReport};
@@ -25,6 +27,8 @@ pub struct SimVm {
     pub depth: u32,
     /// Think time between a completion and the next submission.
     pub gap: Duration,
+    /// Think time after each kernel (index as `kernels`); empty: `gap` after every kernel.
+    pub gaps: Vec<Duration>,
     /// First submission.
     pub start: Duration,
     /// No submissions from this time on.
@@ -44,6 +48,7 @@ impl SimVm {
             kernels: kernels.to_vec(),
             depth: 2,
             gap: Duration::ZERO,
+            gaps: Vec::new(),
             start: Duration::ZERO,
             stop: None,
             remove_at: None,
@@ -58,6 +63,22 @@ impl SimVm {
             gap,
             ..Self::backlogged(weight, kernels)
         }
+    }
+
+    /// A latency-sensitive application (inference): requests of `kernels` run one at a time,
+    /// `gaps[i]` of CPU time after kernel `i` (the last one: the think time between requests).
+    /// Kernel `i` has identity `KernelKey(i)`; a request's latency is from its first submission
+    /// to its last completion.
+    pub fn requests(priority: u8, kernels: &[Duration], gaps: &[Duration]) -> Self {
+        Self {
+            priority,
+            gaps: gaps.to_vec(),
+            ..Self::synchronous(1, kernels, Duration::ZERO)
+        }
+    }
+
+    fn gap_after(&self, kernel: usize) -> Duration {
+        self.gaps.get(kernel).copied().unwrap_or(self.gap)
     }
 }
 
@@ -99,10 +120,14 @@ struct Run {
 
 #[derive(Debug, Default)]
 struct VmState {
-    jobs: VecDeque<Duration>,
+    /// Queued jobs: (GPU time left, kernel index).
+    jobs: VecDeque<(Duration, usize)>,
     next_kernel: usize,
     next_submit: Option<Duration>,
     removed: bool,
+    /// Submission of the first kernel of the request in progress.
+    request_start: Option<Duration>,
+    latencies: Vec<Duration>,
 }
 
 /// Runs `spec` under `config` (its `history` is raised to hold the whole run).
@@ -143,6 +168,7 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
     let mut last_vm = None::<usize>;
     let mut completions = vec![0u64; spec.vms.len()];
     let mut vm_preemptions = vec![0u64; spec.vms.len()];
+    let mut progress = vec![Duration::ZERO; spec.vms.len()];
     loop {
         if running.is_none() && need_pick {
             need_pick = false;
@@ -152,7 +178,7 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
                     let vm = d.run.0 as usize;
                     let remaining = st
                         .get(vm)
-                        .and_then(|s| s.jobs.front().copied())
+                        .and_then(|s| s.jobs.front().map(|j| j.0))
                         .unwrap_or_default();
                     let cost = spec.vms.get(vm).map_or(Duration::ZERO, |v| v.preempt_cost);
                     let run = match d.slice {
@@ -233,22 +259,36 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
             running = None;
             need_pick = true;
             let gpu = r.end - r.start;
+            let done = match r.outcome {
+                Outcome::Complete => gpu,
+                Outcome::Preempt { progress } => progress,
+            };
+            if r.start >= spec.warmup {
+                progress[r.vm] += done;
+            }
             let s = &mut st[r.vm];
             match r.outcome {
                 Outcome::Complete => {
-                    s.jobs.pop_front();
+                    let kernel = s.jobs.pop_front().map_or(0, |j| j.1);
                     completions[r.vm] += 1;
                     sched.on_complete(id(r.vm)?, gpu, now)?;
                     let v = &spec.vms[r.vm];
-                    if s.next_submit.is_none()
-                        && v.stop.is_none_or(|stop| now.saturating_add(v.gap) < stop)
+                    if kernel + 1 == v.kernels.len()
+                        && let Some(start) = s.request_start.take()
+                        && start >= spec.warmup
                     {
-                        s.next_submit = Some(now.saturating_add(v.gap));
+                        s.latencies.push(now - start);
+                    }
+                    let gap = v.gap_after(kernel);
+                    if s.next_submit.is_none()
+                        && v.stop.is_none_or(|stop| now.saturating_add(gap) < stop)
+                    {
+                        s.next_submit = Some(now.saturating_add(gap));
                     }
                 }
                 Outcome::Preempt { progress } => {
                     if let Some(j) = s.jobs.front_mut() {
-                        *j = j.saturating_sub(progress);
+                        j.0 = j.0.saturating_sub(progress);
                     }
                     preemptions += 1;
                     vm_preemptions[r.vm] += 1;
@@ -273,25 +313,35 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
             }
             s.next_submit = None;
             while s.jobs.len() < v.depth as usize {
-                let Some(&k) = v.kernels.get(s.next_kernel % v.kernels.len().max(1)) else {
+                let index = s.next_kernel % v.kernels.len().max(1);
+                let Some(&k) = v.kernels.get(index) else {
                     return Err(SimError::BadKernels(i));
                 };
                 s.next_kernel = s.next_kernel.wrapping_add(1);
-                s.jobs.push_back(k);
+                s.jobs.push_back((k, index));
+                if index == 0 {
+                    s.request_start = Some(now);
+                }
                 need_pick = true;
-                if let Action::Preempt(p) = sched.on_submit(id(i)?, now)? {
-                    let cost = spec
-                        .vms
-                        .get(p.0 as usize)
-                        .map_or(Duration::ZERO, |v| v.preempt_cost);
-                    if let Some(r) = running.as_mut().filter(|r| r.vm == p.0 as usize) {
-                        let cut = now.saturating_add(cost);
-                        if r.end > cut {
-                            r.end = cut;
-                            r.outcome = Outcome::Preempt {
-                                progress: now - r.start,
-                            };
-                        }
+                let key = Some(KernelKey(index as u64));
+                let (p, at) = match sched.on_submit_kernel(id(i)?, key, now)? {
+                    Action::None => continue,
+                    Action::Preempt(p) => (p, now),
+                    Action::PreemptAt { vm, at } => (vm, at),
+                };
+                let cost = spec
+                    .vms
+                    .get(p.0 as usize)
+                    .map_or(Duration::ZERO, |v| v.preempt_cost);
+                if let Some(r) = running.as_mut().filter(|r| r.vm == p.0 as usize) {
+                    // Stopped at `at` (now, or the bound a finishing filler was given) unless
+                    // it completes first; saving the context costs `cost`.
+                    let at = at.max(r.start);
+                    if r.end > at {
+                        r.end = at.saturating_add(cost);
+                        r.outcome = Outcome::Preempt {
+                            progress: at - r.start,
+                        };
                     }
                 }
             }
@@ -313,6 +363,8 @@ pub fn simulate(config: &Config, spec: &SimSpec) -> Result<SimReport, SimError> 
             waits,
             completions,
             vm_preemptions,
+            latencies: st.into_iter().map(|s| s.latencies).collect(),
+            progress,
         },
     ))
 }

@@ -17,9 +17,21 @@ pub struct VmReport {
     pub expected: f64,
     pub completions: u64,
     pub preemptions: u64,
+    /// Kernel progress after the warm-up (GPU time less preemption overhead).
+    pub progress: Duration,
+    /// Latency of every request started after the warm-up (`SimVm::requests`).
+    pub latencies: Vec<Duration>,
 }
 
 impl VmReport {
+    /// The `q` quantile (0..=1, nearest rank) of the request latencies; zero without requests.
+    pub fn latency(&self, q: f64) -> Duration {
+        let mut l = self.latencies.clone();
+        l.sort_unstable();
+        let rank = (q.clamp(0.0, 1.0) * l.len() as f64).ceil() as usize;
+        l.get(rank.saturating_sub(1)).copied().unwrap_or_default()
+    }
+
     /// `|share - expected|` (a fraction: 0.02 = 2 percentage points).
     pub fn error(&self) -> f64 {
         (self.share - self.expected).abs()
@@ -50,8 +62,12 @@ pub struct SimReport {
     /// Grants that changed the running VM.
     pub switches: u64,
     pub preemptions: u64,
-    /// `Pick::Wait` answers (BAND).
+    /// `Pick::Wait` answers (BAND, filling).
     pub waits: u64,
+    /// Time measured (after the warm-up), GPU held, and kernel progress in it.
+    pub measured: Duration,
+    pub busy: Duration,
+    pub useful_time: Duration,
 }
 
 impl SimReport {
@@ -103,6 +119,8 @@ pub(super) struct Counts {
     pub(super) waits: u64,
     pub(super) completions: Vec<u64>,
     pub(super) vm_preemptions: Vec<u64>,
+    pub(super) latencies: Vec<Vec<Duration>>,
+    pub(super) progress: Vec<Duration>,
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -190,6 +208,8 @@ pub(super) fn report(
             },
             completions: counts.completions[i],
             preemptions: counts.vm_preemptions[i],
+            latencies: counts.latencies.get(i).cloned().unwrap_or_default(),
+            progress: counts.progress.get(i).copied().unwrap_or_default(),
         })
         .collect();
     SimReport {
@@ -200,5 +220,8 @@ pub(super) fn report(
         switches: counts.switches,
         preemptions: counts.preemptions,
         waits: counts.waits,
+        measured: spec.duration.saturating_sub(spec.warmup),
+        busy,
+        useful_time: useful,
     }
 }

@@ -1,0 +1,287 @@
+//! Filling (FIKIT, 2024, with preemption): while the VMs of higher priority classes are in the
+//! idle gaps between their kernels, lower-class kernels predicted to fit the gap are granted.
+//! This module keeps what the prediction needs per VM: the identities of its queued jobs, the
+//! GPU time measured per identity, and the idle time measured after each identity (the gap from
+//! a completion that left the VM idle to its next submission). Everything is learned online
+//! from the scheduler's own events; tables are bounded per VM.
+
+mod stats;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use stats::{Estimate, Table};
+
+use crate::types::{KernelKey, VmId};
+
+/// Identities kept per VM for its queued jobs (later jobs count as unidentified).
+const KEYS_QUEUED: usize = 64;
+
+/// Parameters of filling (from `Config`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillParams {
+    /// A higher-class submission does not preempt a filler predicted to end within this.
+    pub bound: Duration,
+    /// Slice of a lower-class run while a higher VM's gap cannot be predicted.
+    pub slice: Duration,
+    /// Gaps shorter than this are not filled (the GPU waits for the higher VM).
+    pub min_gap: Duration,
+    /// A higher VM idle this long past its predicted gap (or, without a prediction, this long)
+    /// no longer constrains the lower classes (it went idle; preemption covers its return).
+    pub idle: Duration,
+    /// Samples an estimate needs before it is used.
+    pub samples: u32,
+    /// Identities kept per VM per table.
+    pub kernels: usize,
+}
+
+/// Filling state of one VM.
+#[derive(Debug, Clone)]
+struct VmFill {
+    /// Identities of its queued jobs, head first (`None`: unidentified).
+    keys: VecDeque<Option<KernelKey>>,
+    /// Queued jobs beyond `keys` (unidentified, after them).
+    overflow: u64,
+    /// GPU time of the head job's preempted runs so far.
+    head_progress: Duration,
+    /// GPU time per identity.
+    kernels: Table,
+    /// Idle time after each identity.
+    gaps: Table,
+    /// The completion that left it idle: (its identity, when).
+    idle_since: Option<(Option<KernelKey>, Duration)>,
+}
+
+/// How the idle higher-class VMs constrain a lower-class grant now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// No constraint: the lower class's policy decides as usual.
+    Open,
+    /// A higher VM may submit any time (no prediction, or late): short slices.
+    Short,
+    /// The earliest predicted submission of a higher VM is at `end` (`vm`); `short`: another
+    /// higher VM is unpredictable as well.
+    Gap {
+        vm: VmId,
+        end: Duration,
+        short: bool,
+    },
+}
+
+/// The filler running now: predicted to end at `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filler {
+    pub vm: VmId,
+    pub end: Duration,
+}
+
+/// Per-VM filling state of a scheduler.
+#[derive(Debug, Clone)]
+pub struct Fill {
+    params: FillParams,
+    vms: BTreeMap<VmId, VmFill>,
+    filler: Option<Filler>,
+    /// Time from a preemption request (or a slice end) to the run's end report: how early a
+    /// filler cut at a gap's end must be told to stop.
+    stop: Estimate,
+    /// When the running VM was told to stop (`Action::Preempt`).
+    stop_requested: Option<Duration>,
+}
+
+impl Fill {
+    pub fn new(params: FillParams) -> Self {
+        Self {
+            params,
+            vms: BTreeMap::new(),
+            filler: None,
+            stop: Estimate::default(),
+            stop_requested: None,
+        }
+    }
+
+    /// The running VM was told to stop at `now`.
+    pub fn note_preempt(&mut self, now: Duration) {
+        self.stop_requested.get_or_insert(now);
+    }
+
+    /// A run granted at `since` with `slice` ended preempted at `now`: learns the stop latency
+    /// from the earlier of the slice end and the preemption request.
+    pub fn learn_stop(&mut self, since: Duration, slice: Option<Duration>, now: Duration) {
+        let slice_end = slice.map(|s| since.saturating_add(s));
+        let asked = match (slice_end, self.stop_requested.take()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(asked) = asked.filter(|a| *a <= now) {
+            self.stop.add(now - asked);
+        }
+    }
+
+    /// Predicted stop latency (zero until one preemption was seen).
+    pub fn stop_latency(&self) -> Duration {
+        self.stop.high()
+    }
+
+    /// A run ended without preemption: a pending stop request is void.
+    pub fn clear_stop(&mut self) {
+        self.stop_requested = None;
+    }
+
+    pub fn params(&self) -> &FillParams {
+        &self.params
+    }
+
+    pub fn add(&mut self, vm: VmId) {
+        let kernels = self.params.kernels;
+        self.vms.insert(
+            vm,
+            VmFill {
+                keys: VecDeque::new(),
+                overflow: 0,
+                head_progress: Duration::ZERO,
+                kernels: Table::new(kernels),
+                gaps: Table::new(kernels),
+                idle_since: None,
+            },
+        );
+    }
+
+    pub fn remove(&mut self, vm: VmId) {
+        self.vms.remove(&vm);
+        if self.filler.is_some_and(|f| f.vm == vm) {
+            self.filler = None;
+        }
+    }
+
+    /// A job with identity `key` queued; if it ends an idle gap, the gap is learned.
+    pub fn on_submit(&mut self, vm: VmId, key: Option<KernelKey>, now: Duration) {
+        let Some(v) = self.vms.get_mut(&vm) else {
+            return;
+        };
+        if let Some((after, since)) = v.idle_since.take() {
+            v.gaps.add(after, now.saturating_sub(since));
+        }
+        if v.overflow == 0 && v.keys.len() < KEYS_QUEUED {
+            v.keys.push_back(key);
+        } else {
+            v.overflow = v.overflow.saturating_add(1);
+        }
+    }
+
+    /// The VM's queue was dropped: no jobs, and no gap being measured.
+    pub fn on_idle(&mut self, vm: VmId) {
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.keys.clear();
+            v.overflow = 0;
+            v.head_progress = Duration::ZERO;
+            v.idle_since = None;
+        }
+    }
+
+    /// The head job of `vm` ran `gpu_time` and was preempted (it stays queued).
+    pub fn on_preempted(&mut self, vm: VmId, gpu_time: Duration) {
+        if self.filler.is_some_and(|f| f.vm == vm) {
+            self.filler = None;
+        }
+        if let Some(v) = self.vms.get_mut(&vm) {
+            v.head_progress = v.head_progress.saturating_add(gpu_time);
+        }
+    }
+
+    /// The head job of `vm` ended after `gpu_time` (this run); `measured`: it completed (its
+    /// whole GPU time is learned), otherwise it faulted. `idle`: the VM has no jobs left, so a
+    /// gap starts now.
+    pub fn on_end(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        measured: bool,
+        idle: bool,
+        now: Duration,
+    ) {
+        if self.filler.is_some_and(|f| f.vm == vm) {
+            self.filler = None;
+        }
+        let Some(v) = self.vms.get_mut(&vm) else {
+            return;
+        };
+        let key = match v.keys.pop_front() {
+            Some(k) => k,
+            None => {
+                v.overflow = v.overflow.saturating_sub(1);
+                None
+            }
+        };
+        if v.keys.is_empty() && v.overflow > 0 {
+            // The unidentified tail is now at the head; identities are kept again from here.
+            v.overflow -= 1;
+            v.keys.push_back(None);
+        }
+        if measured {
+            v.kernels.add(key, v.head_progress.saturating_add(gpu_time));
+        }
+        v.head_progress = Duration::ZERO;
+        v.idle_since = if idle { Some((key, now)) } else { None };
+    }
+
+    /// Predicted GPU time left of `vm`'s head job, if its identity has enough samples.
+    pub fn head_remaining(&self, vm: VmId) -> Option<Duration> {
+        let v = self.vms.get(&vm)?;
+        let key = v.keys.front().copied().unwrap_or(None);
+        let e = v.kernels.get(key, self.params.samples)?;
+        let high = e.high();
+        // A head that already ran longer than predicted has no prediction left.
+        (v.head_progress < high).then(|| high - v.head_progress)
+    }
+
+    /// Predicted idle gap after `vm`'s last completion: (when it started, predicted length).
+    pub fn gap(&self, vm: VmId) -> Option<(Duration, Option<Duration>)> {
+        let v = self.vms.get(&vm)?;
+        let (key, since) = v.idle_since?;
+        let predicted = v.gaps.get(key, self.params.samples).map(|e| e.low());
+        Some((since, predicted))
+    }
+
+    /// How the idle VMs `higher` (those of classes above the one that has work) constrain a
+    /// grant at `now`.
+    pub fn gate(&self, higher: impl Iterator<Item = VmId>, now: Duration) -> Gate {
+        let (mut end, mut short) = (None::<(Duration, VmId)>, false);
+        for vm in higher {
+            let Some((since, predicted)) = self.gap(vm) else {
+                continue; // not in a gap (never ran, or its queue was dropped)
+            };
+            let predicted_end = predicted.map(|p| since.saturating_add(p));
+            match predicted_end {
+                Some(e) if now < e => {
+                    if end.is_none_or(|(best, _)| e < best) {
+                        end = Some((e, vm));
+                    }
+                }
+                _ => {
+                    let expected = predicted_end.unwrap_or(since);
+                    if now < expected.saturating_add(self.params.idle) {
+                        short = true;
+                    }
+                }
+            }
+        }
+        match (end, short) {
+            (Some((end, vm)), short) => Gate::Gap { vm, end, short },
+            (None, true) => Gate::Short,
+            (None, false) => Gate::Open,
+        }
+    }
+
+    pub fn set_filler(&mut self, filler: Option<Filler>) {
+        self.filler = filler;
+    }
+
+    pub fn filler(&self) -> Option<Filler> {
+        self.filler
+    }
+
+    /// Identities with a GPU-time estimate kept for `vm` (for tests and reports).
+    pub fn kernels_known(&self, vm: VmId) -> usize {
+        self.vms.get(&vm).map_or(0, |v| v.kernels.len())
+    }
+}
