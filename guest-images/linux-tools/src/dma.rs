@@ -1,18 +1,18 @@
 //! GPU-visible memory for a Linux guest: a range of guest RAM the kernel never manages
-//! (`memmap=SIZE$ADDR` on its command line: reserved in the e820 map), mapped once through
-//! `/dev/mem`. Its guest-physical addresses are known without `/proc/self/pagemap`, it is
+//! (`memmap=SIZE$ADDR` on its command line: reserved in the e820 map), mapped through
+//! `/dev/mem` 2 MiB at a time as the pool is used ([`LazyMap`]). Its guest-physical addresses are known without `/proc/self/pagemap`, it is
 //! contiguous, and `mmap` of `/dev/mem` fills the page tables at once (remap_pfn_range): no page
 //! fault and no kernel-side zeroing per page, each of which costs milliseconds under PVM's
 //! emulated CPL0. Allocation is a bump pointer; nothing is freed before exit (the driver keeps
 //! its pools for its whole life).
 
 use std::fs::OpenOptions;
-use std::os::fd::AsRawFd;
 
 use gpu_driver::DmaBuf;
 
 use crate::ToolError;
 use crate::args::parse_num;
+use crate::lazymap::LazyMap;
 
 /// The reserved range named by a kernel command line: the first `memmap=SIZE$ADDR`.
 pub fn reserved_range(cmdline: &str) -> Option<(u64, u64)> {
@@ -27,9 +27,8 @@ pub fn reserved_range(cmdline: &str) -> Option<(u64, u64)> {
 /// The mapped range and its bump pointer.
 #[derive(Debug)]
 pub struct DmaPool {
-    base: *mut u8,
+    map: LazyMap,
     gpa: u64,
-    len: usize,
     next: usize,
 }
 
@@ -46,39 +45,22 @@ impl DmaPool {
         Self::map(gpa, len)
     }
 
-    /// Maps `len` bytes of guest-physical memory at `gpa` through `/dev/mem`.
+    /// Maps `len` bytes of guest-physical memory at `gpa` (page-aligned) through `/dev/mem`,
+    /// 2 MiB at a time as the pool is used.
     pub fn map(gpa: u64, len: u64) -> Result<Self, ToolError> {
         let len = usize::try_from(len).map_err(|_| ToolError::Bad("DMA range too large".into()))?;
-        let off = libc::off_t::try_from(gpa)
-            .map_err(|_| ToolError::Bad(format!("DMA range at {gpa:#x} out of reach")))?;
+        if gpa % 4096 != 0 {
+            return Err(ToolError::Bad(format!(
+                "DMA range at {gpa:#x} is not page-aligned"
+            )));
+        }
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/mem")
             .map_err(ToolError::io("open /dev/mem"))?;
-        // SAFETY: a fresh shared mapping of a file; the kernel picks the address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                off,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ToolError::Io {
-                what: format!("mmap /dev/mem at {gpa:#x}+{len:#x}"),
-                err: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(Self {
-            base: p.cast(),
-            gpa,
-            len,
-            next: 0,
-        })
+        let map = LazyMap::new(f, gpa, len).map_err(ToolError::io("reserve address space"))?;
+        Ok(Self { map, gpa, next: 0 })
     }
 
     /// A zeroed buffer of `len` bytes aligned to `align` (a power of two) in guest-physical
@@ -88,22 +70,15 @@ impl DmaPool {
         if !align.is_power_of_two() {
             return None;
         }
-        // Align the guest-physical address (the pool's base is page-aligned in both spaces).
-        let start = usize::try_from(
-            (self.gpa + self.next as u64).next_multiple_of(align as u64) - self.gpa,
-        )
-        .ok()?;
-        let end = start.checked_add(len.max(1))?;
-        if end > self.len {
-            return None;
-        }
-        self.next = end;
-        // SAFETY: start..end lies inside the mapping (checked) and is handed out once.
-        let ptr = unsafe { self.base.add(start) };
-        // SAFETY: as above; the range is valid for writes.
+        let at = (self.gpa + self.next as u64).next_multiple_of(align as u64);
+        let start = usize::try_from(at - self.gpa).ok()?;
+        let ptr = self.map.ensure(start, len.max(1))?;
+        self.next = start + len.max(1);
+        // SAFETY: start..start+len is mapped (ensure) and handed out once.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        // SAFETY: the mapping stays for the life of the process (never unmapped), the range
-        // is given to this one buffer only, and it is guest-physical gpa + start.
+        // SAFETY: the mapping stays for the life of the pool (the driver's platform owns it
+        // for the driver's whole life), the range is given to this one buffer only, and it is
+        // guest-physical gpa + start.
         unsafe { DmaBuf::from_raw(ptr, self.gpa + start as u64, len) }
     }
 
@@ -114,12 +89,12 @@ impl DmaPool {
 
     /// Size of the pool.
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     /// Whether the pool is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.is_empty()
     }
 }
 

@@ -14,6 +14,7 @@ pub mod args;
 pub mod attack;
 pub mod dma;
 pub mod exit;
+pub mod lazymap;
 pub mod pci;
 pub mod platform;
 pub mod run_ptx;

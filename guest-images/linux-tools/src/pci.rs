@@ -1,13 +1,13 @@
 //! PCI functions as Linux's sysfs shows them (`/sys/bus/pci/devices/*`), the `lspci` command
 //! (Debian's busybox-static has no lspci applet), and the BAR mappings of a function's
-//! `resourceN` files.
+//! `resourceN` files (made 2 MiB at a time: [`LazyMap`]).
 
 use std::fs::{self, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::ToolError;
+use crate::lazymap::LazyMap;
 
 /// Where sysfs lists PCI functions.
 pub const SYSFS_PCI: &str = "/sys/bus/pci/devices";
@@ -100,7 +100,8 @@ impl Function {
             .map_err(ToolError::io("write the command register"))
     }
 
-    /// Maps BAR `i` (its `resourceN` file) read-write, uncached.
+    /// Maps BAR `i` (its `resourceN` file) read-write, uncached, 2 MiB at a time on first
+    /// access.
     pub fn map_bar(&self, i: usize) -> Result<Mapping, ToolError> {
         let len = self.bar_size(i);
         if len == 0 {
@@ -116,24 +117,11 @@ impl Function {
             .open(&path)
             .map_err(ToolError::io(format!("open {}", path.display())))?;
         let len = usize::try_from(len).map_err(|_| ToolError::Bad("BAR too large".into()))?;
-        // SAFETY: a fresh shared mapping of the BAR file; the kernel picks the address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(ToolError::Io {
-                what: format!("mmap {}", path.display()),
-                err: std::io::Error::last_os_error(),
-            });
-        }
-        Ok(Mapping { ptr: p.cast(), len })
+        let map = LazyMap::new(f, 0, len).map_err(ToolError::io(format!(
+            "reserve address space for {}",
+            path.display()
+        )))?;
+        Ok(Mapping { map })
     }
 }
 
@@ -213,74 +201,66 @@ pub fn lspci(argv: &[String]) -> Result<u8, ToolError> {
     Ok(0)
 }
 
-/// A mapped BAR; unmapped on drop.
+/// A mapped BAR (made accessible 2 MiB at a time; an access the kernel refuses to map reads
+/// as all-ones and writes nothing).
 #[derive(Debug)]
 pub struct Mapping {
-    ptr: *mut u8,
-    len: usize,
+    map: LazyMap,
 }
 
 impl Mapping {
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     /// Whether the mapping is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.is_empty()
+    }
+
+    /// The address of `n` aligned bytes at `off`, mapped.
+    fn at(&mut self, off: u64, n: usize) -> Option<*mut u8> {
+        let o = usize::try_from(off).ok()?;
+        if o % n != 0 {
+            return None;
+        }
+        self.map.ensure(o, n)
     }
 
     /// Volatile 32-bit read at `off` (all-ones outside or misaligned).
-    pub fn read32(&self, off: u64) -> u32 {
-        match usize::try_from(off) {
-            Ok(o) if o % 4 == 0 && o.checked_add(4).is_some_and(|e| e <= self.len) => {
-                // SAFETY: inside the mapping, aligned (checked); device memory is only reached
-                // through volatile accesses.
-                unsafe { std::ptr::read_volatile(self.ptr.add(o).cast::<u32>()) }
-            }
-            _ => u32::MAX,
+    pub fn read32(&mut self, off: u64) -> u32 {
+        match self.at(off, 4) {
+            // SAFETY: mapped, inside the BAR and aligned (`at`); device memory is only reached
+            // through volatile accesses.
+            Some(p) => unsafe { std::ptr::read_volatile(p.cast::<u32>()) },
+            None => u32::MAX,
         }
     }
 
     /// Volatile 32-bit write at `off` (ignored outside or misaligned).
-    pub fn write32(&self, off: u64, v: u32) {
-        if let Ok(o) = usize::try_from(off)
-            && o % 4 == 0
-            && o.checked_add(4).is_some_and(|e| e <= self.len)
-        {
+    pub fn write32(&mut self, off: u64, v: u32) {
+        if let Some(p) = self.at(off, 4) {
             // SAFETY: as for `read32`.
-            unsafe { std::ptr::write_volatile(self.ptr.add(o).cast::<u32>(), v) }
+            unsafe { std::ptr::write_volatile(p.cast::<u32>(), v) }
         }
     }
 
     /// Volatile 64-bit read at `off` (all-ones outside or misaligned).
-    pub fn read64(&self, off: u64) -> u64 {
-        match usize::try_from(off) {
-            Ok(o) if o % 8 == 0 && o.checked_add(8).is_some_and(|e| e <= self.len) => {
-                // SAFETY: as for `read32`, 8 bytes.
-                unsafe { std::ptr::read_volatile(self.ptr.add(o).cast::<u64>()) }
-            }
-            _ => u64::MAX,
+    pub fn read64(&mut self, off: u64) -> u64 {
+        match self.at(off, 8) {
+            // SAFETY: as for `read32`, 8 bytes.
+            Some(p) => unsafe { std::ptr::read_volatile(p.cast::<u64>()) },
+            None => u64::MAX,
         }
     }
 
     /// Volatile 64-bit write at `off` (ignored outside or misaligned).
-    pub fn write64(&self, off: u64, v: u64) {
-        if let Ok(o) = usize::try_from(off)
-            && o % 8 == 0
-            && o.checked_add(8).is_some_and(|e| e <= self.len)
-        {
+    pub fn write64(&mut self, off: u64, v: u64) {
+        if let Some(p) = self.at(off, 8) {
             // SAFETY: as for `read32`, 8 bytes.
-            unsafe { std::ptr::write_volatile(self.ptr.add(o).cast::<u64>(), v) }
+            unsafe { std::ptr::write_volatile(p.cast::<u64>(), v) }
         }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map_bar`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 

@@ -97,12 +97,12 @@ impl Platform for LinuxGpu {
 
     fn para_read(&mut self, offset: u32) -> u32 {
         self.bar3
-            .as_ref()
+            .as_mut()
             .map_or(u32::MAX, |b| b.read32(u64::from(offset & !3)))
     }
 
     fn para_write(&mut self, offset: u32, value: u32) {
-        if let Some(b) = &self.bar3 {
+        if let Some(b) = &mut self.bar3 {
             b.write32(u64::from(offset & !3), value);
         }
     }

@@ -133,6 +133,8 @@ pub fn load(
             version: MIN_PROTOCOL,
             initrd_addr_max: 0x7fff_ffff,
             kernel_alignment: 0x100_0000,
+            // COMMAND_LINE_SIZE of every x86-64 kernel since 2.6.22 (2048, NUL included).
+            cmdline_size: 2047,
             ..Default::default()
         };
         (r.kernel_load.0, r.kernel_end, hdr)
