@@ -49,7 +49,7 @@ impl DmaPool {
     /// 2 MiB at a time as the pool is used.
     pub fn map(gpa: u64, len: u64) -> Result<Self, ToolError> {
         let len = usize::try_from(len).map_err(|_| ToolError::Bad("DMA range too large".into()))?;
-        if gpa % 4096 != 0 {
+        if !gpa.is_multiple_of(4096) {
             return Err(ToolError::Bad(format!(
                 "DMA range at {gpa:#x} is not page-aligned"
             )));

@@ -222,7 +222,7 @@ impl Mapping {
     /// The address of `n` aligned bytes at `off`, mapped.
     fn at(&mut self, off: u64, n: usize) -> Option<*mut u8> {
         let o = usize::try_from(off).ok()?;
-        if o % n != 0 {
+        if !o.is_multiple_of(n) {
             return None;
         }
         self.map.ensure(o, n)

@@ -198,8 +198,7 @@ pub fn main(file: &str, a: &Args) -> Result<u8, ToolError> {
     match launch(&mut gpu, &mut ch, &ptx, &entry, grid, block, shared, &args) {
         Ok((gpu_ns, outputs)) => {
             println!("PTX entry={entry} ok=1 gpu_us={}", gpu_ns / 1000);
-            let mut i = 0;
-            for (arg, out) in args.iter().zip(outputs) {
+            for (i, (arg, out)) in args.iter().zip(outputs).enumerate() {
                 if let (Arg::Buffer { elem, .. }, Some(bytes)) = (arg, out) {
                     let n = bytes.len() / elem.size();
                     let shown: Vec<String> = bytes
@@ -209,7 +208,6 @@ pub fn main(file: &str, a: &Args) -> Result<u8, ToolError> {
                         .collect();
                     println!("BUF {i} {} n={n}: {}", elem.name(), shown.join(" "));
                 }
-                i += 1;
             }
             Ok(0)
         }
