@@ -27,7 +27,7 @@ log() { echo "linux-guest: $*" >&2; }
 # --- what the build needs, from Debian's packages ---
 src_tar=/usr/src/linux-source-6.1.tar.xz
 need_pkgs=""
-for pair in make:make gcc:gcc bc:bc bison:bison flex:flex cpio:cpio xz:xz-utils; do
+for pair in make:make gcc:gcc bc:bc bison:bison flex:flex cpio:cpio xz:xz-utils patch:patch; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_pkgs="$need_pkgs ${pair#*:}"
 done
 [ -f /usr/include/gelf.h ] || need_pkgs="$need_pkgs libelf-dev"
