@@ -13,7 +13,8 @@ use vmm::vm::{self, VmConfig};
 #[derive(Debug, Parser)]
 #[command(name = "vgpu-vmm", version, about, after_help = EXIT_CODES)]
 struct Args {
-    /// Run the bundled guest NAME (see --list-guests).
+    /// Run the bundled guest NAME (see --list-guests), or `linux`: the Linux guest built by
+    /// guest-images/linux/build.sh (--cmdline is appended to its command line).
     #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests"])]
     guest: Option<String>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
@@ -72,10 +73,25 @@ fn main() -> ExitCode {
         guest_images::names().for_each(|n| println!("{n}"));
         return ExitCode::SUCCESS;
     }
-    let image = match (&args.guest, &args.kernel) {
-        (_, Some(path)) => Image::File(path.clone()),
-        (Some(name), None) => Image::Bundled(name.clone()),
-        (None, None) => {
+    // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
+    let linux_guest = match args.guest.as_deref() {
+        Some(vmm::linux::guest::NAME) => {
+            match vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &args.cmdline)
+            {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    eprintln!("vgpu-vmm: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
+    let image = match (&linux_guest, &args.guest, &args.kernel) {
+        (Some(g), _, _) => Image::File(g.vmlinux.clone()),
+        (None, _, Some(path)) => Image::File(path.clone()),
+        (None, Some(name), None) => Image::Bundled(name.clone()),
+        (None, None, None) => {
             eprintln!("vgpu-vmm: give --guest NAME or --kernel PATH");
             return ExitCode::from(2);
         }
@@ -96,13 +112,15 @@ fn main() -> ExitCode {
     };
     let cfg = VmConfig {
         image,
-        cmdline: args.cmdline,
+        cmdline: linux_guest
+            .as_ref()
+            .map_or(args.cmdline, |g| g.cmdline.clone()),
         memory_mib: args.memory,
         cpus: args.cpus,
         testdev: args.testdev,
         timeout,
-        linux: args.linux || args.initramfs.is_some(),
-        initramfs: args.initramfs,
+        linux: args.linux || args.initramfs.is_some() || linux_guest.is_some(),
+        initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
         gpu,
     };
     match vm::run(&cfg) {

@@ -139,11 +139,27 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
             .map(|_| &alloc as memory::RamAllocator<'_>),
     )?;
     log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
+    // The vCPUs come before the images: a Linux command line gets the TSC rate.
+    let mut vcpus = Vec::new();
+    let mut tsc_khz = 0;
+    for id in 0..cfg.cpus {
+        let fd = vm.create_vcpu(u64::from(id)).map_err(kvm("create vCPU"))?;
+        arch::setup_cpuid(&kvm_fd, &fd, id, cfg.cpus).map_err(|err| VmError::Cpu { id, err })?;
+        arch::setup_lapic(&fd).map_err(|err| VmError::Cpu { id, err })?;
+        if id == 0 {
+            tsc_khz = fd.get_tsc_khz().map(u64::from).unwrap_or(0);
+        }
+        vcpus.push(fd);
+    }
     let linux_boot = if cfg.linux || crate::linux::is_bzimage(&bytes) {
-        let cmdline = match cfg.cmdline.as_str() {
-            "" => crate::linux::DEFAULT_CMDLINE,
-            c => c,
-        };
+        let cmdline = crate::linux::guest::with_tsc(
+            match cfg.cmdline.as_str() {
+                "" => crate::linux::DEFAULT_CMDLINE,
+                c => c,
+            },
+            tsc_khz,
+        );
+        let cmdline = cmdline.as_str();
         let ram = layout::ram_regions(cfg.memory_mib << 20);
         let initrd = cfg.initramfs.as_ref();
         Some(crate::linux::load(
@@ -234,17 +250,6 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         Arc::new(Mutex::new(root)),
     )?;
 
-    let mut vcpus = Vec::new();
-    let mut tsc_khz = 0;
-    for id in 0..cfg.cpus {
-        let fd = vm.create_vcpu(u64::from(id)).map_err(kvm("create vCPU"))?;
-        arch::setup_cpuid(&kvm_fd, &fd, id, cfg.cpus).map_err(|err| VmError::Cpu { id, err })?;
-        arch::setup_lapic(&fd).map_err(|err| VmError::Cpu { id, err })?;
-        if id == 0 {
-            tsc_khz = fd.get_tsc_khz().map(u64::from).unwrap_or(0);
-        }
-        vcpus.push(fd);
-    }
     if let Some(boot) = &linux_boot {
         arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
         crate::linux::setup_vcpu(&vcpus[0], boot)?;

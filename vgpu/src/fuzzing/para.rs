@@ -283,11 +283,11 @@ fn run_inner(u: &mut Unstructured) -> Result<()> {
             5 => u.arbitrary()?,
             _ => args,
         };
-        para.write(ARGS_LO, args as u32);
-        para.write(ARGS_HI, (args >> 32) as u32);
+        para.write(u64::from(ARGS_LO), args as u32);
+        para.write(u64::from(ARGS_HI), (args >> 32) as u32);
         let op = write_call(u, &ram, &layout, args, &model)?;
         let before = lock(&spaces).runs().to_vec();
-        para.write(CALL, op);
+        para.write(u64::from(CALL), op);
         calls += 1;
         check_call(
             &para,
@@ -321,7 +321,7 @@ fn check_call(
         && layout
             .check_range(Aperture::Sysmem, args, ARGS_BYTES)
             .is_ok();
-    let status = para.read(STATUS) & 0xff;
+    let status = para.read(u64::from(STATUS)) & 0xff;
     if !area_ok {
         assert_eq!(status, ST_BAD_CALL, "call without a valid argument area");
         assert_eq!(lock(spaces).runs(), before, "refused call changed the runs");
@@ -549,7 +549,7 @@ mod tests {
         );
         let mut model = Model::default();
         let args = 0x1000;
-        para.write(ARGS_LO, args as u32);
+        para.write(u64::from(ARGS_LO), args as u32);
         let mut call =
             |model: &mut Model, op: u32, arg: u64, count: u32, entries: &[(u64, u64, u32)]| {
                 let mut b = Vec::new();
@@ -566,9 +566,9 @@ mod tests {
                 ram.write_slice(&b, GuestAddress(args + OFF_ENTRIES))
                     .unwrap();
                 let before = lock(&spaces).runs().to_vec();
-                para.write(CALL, op);
+                para.write(u64::from(CALL), op);
                 check_call(&para, &spaces, &ram, &layout, args, op, &before, model);
-                para.read(STATUS) & 0xff
+                para.read(u64::from(STATUS)) & 0xff
             };
         assert_eq!(call(&mut model, OP_SET_PD, 0x1000 | 1, 0, &[]), ST_OK);
         let map = [

@@ -1,0 +1,122 @@
+#!/bin/sh
+# Builds the vgpu-vmm Linux guest under target/linux-guest (override: VGPU_LINUX_CACHE):
+#   vmlinux          Linux 6.1 from Debian's linux-source-6.1: `make tinyconfig` + guest.config,
+#                    with the PVM patches in patches/ (see patches/README.md); rebuilt only when
+#                    the source version, the config, the patches or the compiler change
+#   initramfs.cpio   busybox-static, /init (init.sh) and the guest tools (vgpu, linked as
+#                    vgpu-smi, vgpu-run, vgpu-exit), static, uncompressed; rebuilt every run
+#                    (cargo keeps the tools' build incremental)
+# Installs what it lacks from Debian's packages when run as root (apt-get).
+# Usage: guest-images/linux/build.sh [--add FILE]...   (FILEs go to /root in the initramfs)
+# Prints the two paths; exits non-zero when anything cannot be built.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${VGPU_LINUX_CACHE:-$root/target/linux-guest}
+jobs=${VGPU_LINUX_JOBS:-$(nproc)}
+extra=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --add) [ $# -ge 2 ] && [ -f "$2" ] || { echo "build.sh: --add needs a file" >&2; exit 2; }
+           extra="$extra $(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2 ;;
+    *) echo "usage: $0 [--add FILE]..." >&2; exit 2 ;;
+  esac
+done
+log() { echo "linux-guest: $*" >&2; }
+
+# --- what the build needs, from Debian's packages ---
+src_tar=/usr/src/linux-source-6.1.tar.xz
+need_pkgs=""
+for pair in make:make gcc:gcc bc:bc bison:bison flex:flex cpio:cpio xz:xz-utils patch:patch; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need_pkgs="$need_pkgs ${pair#*:}"
+done
+[ -f /usr/include/gelf.h ] || need_pkgs="$need_pkgs libelf-dev"
+[ -f "$src_tar" ] || need_pkgs="$need_pkgs linux-source-6.1"
+[ -x /bin/busybox ] || need_pkgs="$need_pkgs busybox-static"
+if [ -n "$need_pkgs" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing$need_pkgs"
+    export DEBIAN_FRONTEND=noninteractive
+    # shellcheck disable=SC2086
+    apt-get install -y --no-install-recommends $need_pkgs >&2 ||
+      { apt-get update >&2 && apt-get install -y --no-install-recommends $need_pkgs >&2; } ||
+      { log "cannot install$need_pkgs"; exit 1; }
+  else
+    log "missing$need_pkgs (install them: apt-get install$need_pkgs)"; exit 1
+  fi
+fi
+case "$(file -b /bin/busybox 2>/dev/null || echo static)" in
+  *dynamic*) log "/bin/busybox is dynamically linked: install busybox-static"; exit 1 ;;
+esac
+
+# --- the kernel (cached by a key over its inputs) ---
+mkdir -p "$cache"
+src_ver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || stat -c %s-%Y "$src_tar")
+key=$( { echo "$src_ver"; gcc --version | head -1; grep -E '^(CONFIG_|# CONFIG_)' "$here/guest.config"; cat "$here"/patches/*.patch; } |
+       sha256sum | cut -c1-16)
+kdir=$cache/kernel
+if [ -f "$kdir/vmlinux" ] && [ "$(cat "$kdir/.vgpu-key" 2>/dev/null)" = "$key" ]; then
+  log "kernel up to date ($key)"
+else
+  log "building the kernel (linux-source-6.1 $src_ver, key $key): a few minutes"
+  start=$(date +%s)
+  # A tree prepared for this key (extracted, patched, configured) is built on incrementally.
+  if [ "$(cat "$kdir/.vgpu-prepared" 2>/dev/null)" != "$key" ]; then
+    rm -rf "$kdir"
+    mkdir -p "$kdir"
+    tar -xJf "$src_tar" -C "$kdir" --strip-components=1
+    for p in "$here"/patches/*.patch; do
+      patch -d "$kdir" -p1 --quiet --forward < "$p" || { log "patch $p does not apply"; exit 1; }
+    done
+    make -C "$kdir" -s tinyconfig >&2
+    "$kdir/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "$here/guest.config" >/dev/null
+    make -C "$kdir" -s olddefconfig >&2
+    # Every option the fragment sets must have survived olddefconfig (a dependency may drop it).
+    grep -E '^(CONFIG_[A-Z0-9_]+=|# CONFIG_[A-Z0-9_]+ is not set)' "$here/guest.config" | while read -r line; do
+      case "$line" in
+        "# "*) opt=${line#\# }; opt=${opt%% *}
+               ! grep -q "^$opt=[ym]" "$kdir/.config" || { log "$opt should be off"; exit 1; } ;;
+        *) grep -qx "$line" "$kdir/.config" || { log "config lost: $line"; exit 1; } ;;
+      esac
+    done
+    echo "$key" > "$kdir/.vgpu-prepared"
+  fi
+  # vmlinux also builds usr/gen_init_cpio (BLK_DEV_INITRD), used for the initramfs below.
+  nice -n 10 make -C "$kdir" -s -j"$jobs" vmlinux >&2
+  echo "$key" > "$kdir/.vgpu-key"
+  log "kernel built in $(( $(date +%s) - start )) s"
+fi
+cp "$kdir/vmlinux" "$cache/vmlinux"
+
+# --- the guest tools: one static binary ---
+cargo=${CARGO:-cargo}
+tools_target=x86_64-unknown-linux-gnu
+# A nested cargo (this script run from a test) must not take the outer build's flags.
+unset CARGO_ENCODED_RUSTFLAGS RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CARGO_BUILD_RUSTFLAGS
+# Small (every initramfs byte is copied by the kernel in PVM's emulator: ~3 us per byte).
+RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" \
+  "$cargo" build --quiet --release -p vgpu-linux-tools --bin vgpu --target "$tools_target" \
+  --config 'profile.release.opt-level="s"' --config profile.release.lto=true \
+  --config profile.release.codegen-units=1 --config 'profile.release.panic="abort"' \
+  --manifest-path "$root/Cargo.toml" --target-dir "$cache/tools-target" >&2
+tool="$cache/tools-target/$tools_target/release/vgpu"
+
+# --- the initramfs (uncompressed: every byte would be decompressed in the CPL0 emulator) ---
+list="$cache/initramfs.list"
+{
+  echo "dir /dev 0755 0 0"
+  echo "nod /dev/console 0600 0 0 c 5 1"
+  for d in /proc /sys /bin /root /tmp; do echo "dir $d 0755 0 0"; done
+  echo "file /bin/busybox /bin/busybox 0755 0 0"
+  for a in sh mount cat echo ls poweroff sleep dmesg uname head grep hexdump; do
+    echo "slink /bin/$a busybox 0777 0 0"
+  done
+  echo "file /bin/vgpu $tool 0755 0 0"
+  for a in vgpu-smi vgpu-run vgpu-exit lspci; do echo "slink /bin/$a vgpu 0777 0 0"; done
+  echo "file /init $here/init.sh 0755 0 0"
+  for f in $here/examples/*.ptx $extra; do echo "file /root/$(basename "$f") $f 0644 0 0"; done
+} > "$list"
+"$kdir/usr/gen_init_cpio" "$list" > "$cache/initramfs.cpio.tmp"
+mv "$cache/initramfs.cpio.tmp" "$cache/initramfs.cpio"
+echo "vmlinux: $cache/vmlinux"
+echo "initramfs: $cache/initramfs.cpio"
