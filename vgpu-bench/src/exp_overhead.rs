@@ -72,7 +72,7 @@ pub fn gpu_opts(c: &ConfigDef, backend: Backend) -> String {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Engine under every configuration: sim, or cuda (a real GPU; native then runs the suite
-    /// on an in-process `CudaEngine`, the VMs get `backend=cuda`).
+    /// in this process on the GPU, the VMs get `backend=cuda`).
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
     /// Output directory (summary.json, overhead.csv, overhead-SIZE.svg).
@@ -89,15 +89,15 @@ pub struct Args {
     )]
     pub configs: Vec<String>,
     /// Runs per configuration and size; each figure is the median over them.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
     pub reps: usize,
     /// The driver's system-memory pool in MiB, native and guests alike (the guest's
-    /// `sys_mib=`; default the driver's 8 MiB, too small for `large`: 64 fits it).
-    #[arg(long)]
+    /// `sys_mib=`; default: what the largest size asks for).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub sys_mib: Option<u64>,
     /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default its 256). The guest's bump
     /// heap keeps every workload's host copies: `large` needs about 1024.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
     pub memory_mib: Option<u64>,
     /// CI mode: small size only, one repetition.
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! register file, per-channel registers, the fault record, interrupt status, and the set of
 //! guest VRAM pages that hold GPU structures (whose writes the device must notice).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -80,6 +80,48 @@ pub struct GpuCounters {
     pub faults: u64,
     pub faults_dropped: u64,
     pub gpu_ns: u64,
+    /// `faults` by kind (snake_case names of docs/hardware.md's kinds). All but `gpu_lost`
+    /// (the host daemon took the GPU away) are caused by the guest, so they are logged at info
+    /// level, not as warnings: a guest cannot flood the host's log at the default level.
+    pub faults_by_kind: BTreeMap<&'static str, u64>,
+}
+
+impl GpuCounters {
+    /// Counts one fault reported to the guest.
+    pub fn count_fault(&mut self, kind: FaultKind) {
+        self.faults += 1;
+        *self.faults_by_kind.entry(kind_name(kind)).or_default() += 1;
+    }
+}
+
+/// The snake_case name of a fault kind (for `--stats` and logs).
+pub fn kind_name(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Unmapped => "unmapped",
+        FaultKind::ReadOnly => "read_only",
+        FaultKind::PteVramRange => "pte_vram_range",
+        FaultKind::PteSysmemRange => "pte_sysmem_range",
+        FaultKind::BadEntry => "bad_entry",
+        FaultKind::BadInstance => "bad_instance",
+        FaultKind::BadGpfifo => "bad_gpfifo",
+        FaultKind::BadMethod => "bad_method",
+        FaultKind::BadLaunch => "bad_launch",
+        FaultKind::PtxError => "ptx_error",
+        FaultKind::KernelFault => "kernel_fault",
+        FaultKind::Timeout => "timeout",
+        FaultKind::BadChannel => "bad_channel",
+        FaultKind::BadRegister => "bad_register",
+        FaultKind::BadRunlist => "bad_runlist",
+        FaultKind::GpuLost => "gpu_lost",
+    }
+}
+
+/// The log level of a fault of `kind`: info for guest-caused faults, warn for host problems.
+pub fn fault_log_level(kind: FaultKind) -> log::Level {
+    match kind {
+        FaultKind::GpuLost => log::Level::Warn,
+        _ => log::Level::Info,
+    }
 }
 
 /// Registers and bookkeeping, under one lock.
@@ -179,10 +221,11 @@ impl Shared {
 
     /// Records a fault (the first one stays until cleared), raises the FAULT interrupt.
     pub fn fault(&self, regs: &mut Regs, rec: FaultRecord) {
-        regs.counters.faults += 1;
-        log::warn!(
-            "vgpu: fault {:?} on channel {:#x}: addr {:#x} access {:?} info {:#x}",
-            rec.kind,
+        regs.counters.count_fault(rec.kind);
+        log::log!(
+            fault_log_level(rec.kind),
+            "vgpu: guest fault {} on channel {:#x}: addr {:#x} access {:?} info {:#x}",
+            kind_name(rec.kind),
             rec.channel,
             rec.addr,
             rec.access,

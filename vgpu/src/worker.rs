@@ -353,10 +353,10 @@ impl Worker {
                 } else {
                     r.counters.faults_dropped += 1;
                 }
-                r.counters.faults += 1;
-                log::warn!(
-                    "vgpu: channel {ch}: page tables: {:?} at VA {:#x}",
-                    f.kind,
+                r.counters.count_fault(f.kind);
+                log::info!(
+                    "vgpu: channel {ch}: guest page tables: {} at VA {:#x}",
+                    crate::state::kind_name(f.kind),
                     f.addr
                 );
             }
@@ -549,7 +549,7 @@ impl Worker {
                 EngineError::ModuleLoad { log } => log.clone(),
                 other => other.to_string(),
             };
-            log::warn!("vgpu: PTX from VA {:#x} refused: {log}", d.code_va);
+            log::info!("vgpu: guest PTX from VA {:#x} refused: {log}", d.code_va);
             Fault::new(FaultKind::PtxError, d.code_va, first_line_number(&log))
         })?;
         Ok(LaunchJob {
@@ -639,20 +639,25 @@ impl Worker {
         };
         let is_launch = matches!(job, Job::Launch(_));
         let outcome = outcome.map_err(|e| {
-            log::warn!("vgpu: engine refused the job: {e}");
             match e {
                 // The physical GPU itself failed (a cuda context lost after a kernel fault):
                 // nothing this VM submits can run any more.
-                pgpu::EngineError::Backend(_) => Fault::new(FaultKind::GpuLost, 0, 0),
-                _ => Fault::new(FaultKind::BadLaunch, 0, 0),
+                pgpu::EngineError::Backend(_) => {
+                    log::warn!("vgpu: the GPU failed the job: {e}");
+                    Fault::new(FaultKind::GpuLost, 0, 0)
+                }
+                _ => {
+                    log::info!("vgpu: engine refused the guest's job: {e}");
+                    Fault::new(FaultKind::BadLaunch, 0, 0)
+                }
             }
         })?;
         self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
         match outcome {
             Outcome::Completed { .. } => Ok(Turn::Advanced),
             Outcome::Preempted { .. } => {
-                log::warn!(
-                    "vgpu: job stopped after the {:?} limit (timed out: {timed_out})",
+                log::info!(
+                    "vgpu: guest job stopped after the {:?} limit (timed out: {timed_out})",
                     self.cfg.job_timeout
                 );
                 Err(Fault::new(
@@ -674,7 +679,7 @@ impl Worker {
                     (pgpu::FaultKind::ReadOnly, false) => FaultKind::ReadOnly,
                     _ => FaultKind::Unmapped,
                 };
-                log::warn!("vgpu: job faulted: {} at {:#x}", fault.kind, fault.va);
+                log::info!("vgpu: guest job faulted: {} at {:#x}", fault.kind, fault.va);
                 Err(Fault::new(kind, fault.va, line).access(access))
             }
         }

@@ -25,15 +25,16 @@ struct Args {
     /// Initramfs for a Linux kernel.
     #[arg(long, value_name = "PATH", requires = "kernel")]
     initramfs: Option<PathBuf>,
-    /// Command line passed to the guest (Linux: empty means `linux::DEFAULT_CMDLINE`, which hides
-    /// the CPU features PVM cannot emulate at CPL0).
+    /// Command line passed to the guest (Linux: empty means a default that hides the CPU
+    /// features PVM cannot emulate at CPL0).
     #[arg(long, default_value = "")]
     cmdline: String,
     /// Guest RAM in MiB.
-    #[arg(long, value_name = "MiB", default_value_t = 256)]
+    #[arg(long, value_name = "MiB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(2..=vmm::memory::MAX_MEMORY_MIB))]
     memory: u64,
-    /// Number of vCPUs.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Number of vCPUs (at most what KVM allows).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=255))]
     cpus: u8,
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
@@ -41,20 +42,43 @@ struct Args {
     /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m;
     /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID).
-    #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "")]
-    gpu: Option<String>,
+    #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "",
+          value_parser = parse_gpu)]
+    gpu: Option<vgpu::GpuConfig>,
     /// Stop the VM after SECONDS (exit code 124).
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<f64>,
-    /// Print exit and access counters as JSON at exit, to stderr or to PATH.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
+    /// Print exit and access counters as JSON at exit, to stderr or to PATH (checked, and
+    /// created, before the VM starts).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "-")]
     stats: Option<String>,
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, default_value = "warn")]
+    /// Write TEXT before each line of guest console output (tells VMs sharing a terminal apart;
+    /// each line is written whole).
+    #[arg(long, value_name = "TEXT")]
+    console_prefix: Option<String>,
+    /// Log level; RUST_LOG overrides it.
+    #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = LOG_LEVELS)]
     log_level: String,
-    /// List the bundled guests and exit.
+    /// List the bundled guests with a description and exit.
     #[arg(long)]
     list_guests: bool,
+}
+
+/// The accepted `--log-level` values.
+const LOG_LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// Longest `--timeout`: a year of seconds (and the range a `Duration` holds exactly).
+const MAX_TIMEOUT_S: f64 = 365.0 * 86400.0;
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(t) if (0.001..=MAX_TIMEOUT_S).contains(&t) => Ok(Duration::from_secs_f64(t)),
+        _ => Err(format!("seconds from 0.001 to {MAX_TIMEOUT_S}")),
+    }
+}
+
+fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
+    vgpu::GpuConfig::parse(s).map_err(|e| e.to_string())
 }
 
 const EXIT_CODES: &str = "Exit status: the guest's own code (0-255) when it exits through the debug-exit port; \
@@ -69,7 +93,10 @@ fn main() -> ExitCode {
         .format_timestamp_micros()
         .init();
     if args.list_guests {
-        guest_images::names().for_each(|n| println!("{n}"));
+        let width = guest_images::names().map(str::len).max().unwrap_or(0);
+        for n in guest_images::names() {
+            println!("{n:width$}  {}", guest_images::description(n));
+        }
         return ExitCode::SUCCESS;
     }
     let image = match (&args.guest, &args.kernel) {
@@ -80,17 +107,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let timeout = match args.timeout {
-        Some(t) if !(t > 0.0 && t.is_finite()) => {
-            eprintln!("vgpu-vmm: --timeout must be a positive number of seconds");
-            return ExitCode::from(2);
-        }
-        t => t.map(Duration::from_secs_f64),
-    };
-    let gpu = match args.gpu.as_deref().map(vgpu::GpuConfig::parse).transpose() {
-        Ok(g) => g,
+    let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("vgpu-vmm: {e}");
+            eprintln!("vgpu-vmm: --stats: {e}");
             return ExitCode::from(2);
         }
     };
@@ -100,10 +120,11 @@ fn main() -> ExitCode {
         memory_mib: args.memory,
         cpus: args.cpus,
         testdev: args.testdev,
-        timeout,
+        timeout: args.timeout,
         linux: args.linux || args.initramfs.is_some(),
         initramfs: args.initramfs,
-        gpu,
+        gpu: args.gpu,
+        console_prefix: args.console_prefix,
     };
     match vm::run(&cfg) {
         Ok(outcome) => {
@@ -113,21 +134,24 @@ fn main() -> ExitCode {
             } else {
                 log::info!("{}", outcome.reason);
             }
-            if let Some(s) = &args.stats {
-                let target = if s == "-" {
-                    StatsTarget::Stderr
-                } else {
-                    StatsTarget::File(s.into())
-                };
-                if let Err(e) = outcome.stats.emit(&target) {
-                    eprintln!("vgpu-vmm: write --stats: {e}");
-                }
+            if let Some(target) = stats
+                && let Err(e) = target.emit(&outcome.stats)
+            {
+                eprintln!("vgpu-vmm: write --stats: {e}");
+                return ExitCode::FAILURE;
             }
             ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
         }
         Err(e) => {
             eprintln!("vgpu-vmm: {e}");
-            ExitCode::FAILURE
+            if let Some(target) = stats {
+                target.discard();
+            }
+            // Usage errors found once KVM is open (more vCPUs than it allows) exit 2 too.
+            match e {
+                vm::VmError::Cpus { .. } => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
