@@ -143,6 +143,19 @@ fn console_prefix_marks_every_line_of_guest_output() {
 }
 
 #[test]
+fn vram_beyond_a_gib_works_and_too_much_is_refused_up_front() {
+    let (code, out, err) = run(&["--guest", "workloads", "--gpu", "vram=2G"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(out.matches(" ok=1").count(), 13, "{out}");
+    for too_big in ["vram=8G", "vram=64G"] {
+        let (code, out, err) = run(&["--guest", "workloads", "--gpu", too_big]);
+        assert_eq!(code, 2, "{out}\n{err}");
+        assert!(err.contains("vram") && err.contains("4096M"), "{err}");
+        assert!(out.is_empty(), "{out}");
+    }
+}
+
+#[test]
 fn attack_faults_are_counted_and_not_warnings() {
     let path = tmp("attack.json");
     let (code, out, err) = run(&[

@@ -64,6 +64,14 @@ struct Args {
     list_guests: bool,
 }
 
+/// Largest `--gpu vram=` for a bare-metal guest: the largest power of two that leaves room
+/// for the other 64-bit BARs in the identity-mapped part of the window (8 GiB), and no more
+/// than the 4 GiB GPU VA window the bundled driver maps all of VRAM into.
+const MAX_BARE_METAL_VRAM: u64 = {
+    let map = (guest_abi::PCI_MMIO64_MAPPED / 2).next_power_of_two();
+    if map < 4 << 30 { map } else { 4 << 30 }
+};
+
 /// The accepted `--log-level` values.
 const LOG_LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
 
@@ -107,6 +115,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Bare-metal guests reach BARs through the VMM's identity map of the 64-bit PCI window:
+    // BAR1 (VRAM, size-aligned at the window's start) must leave room for the BARs after it.
+    let linux = args.linux || args.initramfs.is_some();
+    if let Some(g) = &args.gpu
+        && !linux
+        && g.vram > MAX_BARE_METAL_VRAM
+    {
+        eprintln!(
+            "vgpu-vmm: --gpu vram={}M: bare-metal guests map the first {} GiB of the 64-bit PCI \
+             window and the bundled driver a 4 GiB GPU VA window, so vram may be at most {}M",
+            g.vram >> 20,
+            guest_abi::PCI_MMIO64_MAPPED >> 30,
+            MAX_BARE_METAL_VRAM >> 20
+        );
+        return ExitCode::from(2);
+    }
     let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -121,7 +145,7 @@ fn main() -> ExitCode {
         cpus: args.cpus,
         testdev: args.testdev,
         timeout: args.timeout,
-        linux: args.linux || args.initramfs.is_some(),
+        linux,
         initramfs: args.initramfs,
         gpu: args.gpu,
         console_prefix: args.console_prefix,

@@ -33,6 +33,12 @@ pub struct BootInfo {
 }
 
 /// Port I/O addresses.
+/// The VMM identity-maps the start of the 64-bit PCI window (uncached) for bare-metal guests:
+/// `[PCI_MMIO64_START, PCI_MMIO64_START + PCI_MMIO64_MAPPED)`.
+pub const PCI_MMIO64_START: u64 = 0x100_0000_0000;
+/// Bytes of the 64-bit PCI window identity-mapped (15 page directories of 1 GiB).
+pub const PCI_MMIO64_MAPPED: u64 = 15 << 30;
+
 pub mod ports {
     /// Debug exit: a 1-, 2- or 4-byte write ends the VM; the value (0..=255) is the exit code.
     pub const DEBUG_EXIT: u16 = 0xf4;
