@@ -156,6 +156,16 @@ fn vram_beyond_a_gib_works_and_too_much_is_refused_up_front() {
 }
 
 #[test]
+fn guest_failures_never_use_the_vmm_codes() {
+    let (code, out, _) = run(&["--guest", "workloads", "--cmdline", "size=huge", "--gpu"]);
+    assert_eq!(code, 11, "{out}");
+    let (code, out, _) = run(&["--guest", "workloads"]);
+    assert_eq!(code, 12, "{out}");
+    let (code, out, _) = run(&["--guest", "exits"]);
+    assert_eq!(code, 12, "{out}");
+}
+
+#[test]
 fn attack_faults_are_counted_and_not_warnings() {
     let path = tmp("attack.json");
     let (code, out, err) = run(&[

@@ -26,7 +26,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     ("exit", "exits with code=N from the command line"),
     (
         "fault",
-        "crashes on purpose: mode=ud, pf, panic (reported by the runtime, exit 102/101) or triple (CPU shutdown, VMM exit 3)",
+        "crashes on purpose: mode=ud, pf, panic (reported by the runtime, exit 102/101) or triple (CPU shutdown, VMM exit 3); exit 10 if it did not crash",
     ),
     (
         "pcitest",
@@ -46,7 +46,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     ),
     (
         "fairness",
-        "with --gpu: load generator of the fairness experiment: keeps depth= lcg_spin kernels (iters=, threads=, blocks=) in flight on one channel, sleeps on the GPU's interrupt, checks every result, stops after ms=; prints FAIRNESS start .., FAIRNESS t_ms=.. done=.. every report_ms=, FAIRNESS end t_ms=.. done=.. ok=.. (exit 1 mismatch, 2 bad argument, 3 GPU fault)",
+        "with --gpu: load generator of the fairness experiment: keeps depth= lcg_spin kernels (iters=, threads=, blocks=) in flight on one channel, sleeps on the GPU's interrupt, checks every result, stops after ms=; prints FAIRNESS start .., FAIRNESS t_ms=.. done=.. every report_ms=, FAIRNESS end t_ms=.. done=.. ok=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
     ),
     ("idle", "halts forever (for timeout and signal tests)"),
     ("echo", "echoes console input lines (quit ends it)"),

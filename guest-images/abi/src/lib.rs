@@ -68,7 +68,18 @@ pub mod testdev {
 }
 
 /// Exit codes the guest runtime uses on its own.
+///
+/// None is 1 to 4 (the VMM's own set-up, usage, triple-fault and KVM codes), so a guest-reported
+/// failure cannot be mistaken for the VMM's; README.md "Exit status" has the whole table.
 pub mod exit_codes {
+    /// A check failed: a wrong GPU result, an attack not contained, no crash where one was due.
+    pub const CHECK_FAILED: u8 = 10;
+    /// A bad argument on the guest's command line.
+    pub const BAD_ARGUMENT: u8 = 11;
+    /// A device is missing or unusable (not found, BARs not mapped, the GPU driver's set-up).
+    pub const NO_DEVICE: u8 = 12;
+    /// The GPU reported a fault (or a channel could not be created).
+    pub const GPU_FAULT: u8 = 13;
     /// A Rust panic in the guest.
     pub const PANIC: u8 = 101;
     /// An unexpected CPU exception in the guest.

@@ -27,7 +27,7 @@ fn main() -> u8 {
         Some(Some(s)) => s,
         Some(None) => {
             println!("workloads: size must be small, medium or large");
-            return 2;
+            return guest_rt::abi::exit_codes::BAD_ARGUMENT;
         }
     };
     let only = guest_rt::arg("only");
@@ -39,7 +39,7 @@ fn main() -> u8 {
         Ok(g) => g,
         Err(e) => {
             println!("workloads: {e}");
-            return 3;
+            return guest_rt::abi::exit_codes::NO_DEVICE;
         }
     };
     let info = *gpu.info();
@@ -83,5 +83,9 @@ fn main() -> u8 {
         );
     }
     println!("workloads: {passed}/{total} ok (size {})", size.name());
-    if total > 0 && passed == total { 0 } else { 1 }
+    if total > 0 && passed == total {
+        0
+    } else {
+        guest_rt::abi::exit_codes::CHECK_FAILED
+    }
 }
