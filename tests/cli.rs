@@ -166,6 +166,25 @@ fn guest_failures_never_use_the_vmm_codes() {
 }
 
 #[test]
+fn large_workloads_say_what_they_need_and_pass_with_it() {
+    let (code, out, _) = run(&["--guest", "workloads", "--gpu", "--cmdline", "size=large"]);
+    assert_eq!(code, 11, "{out}");
+    assert!(out.contains("size=large needs --memory 512"), "{out}");
+    assert!(!out.contains("RESULT"), "{out}");
+    let (code, out, err) = run(&[
+        "--guest",
+        "workloads",
+        "--gpu",
+        "--memory",
+        "512",
+        "--cmdline",
+        "size=large",
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(out.matches(" ok=1").count(), 13, "{out}");
+}
+
+#[test]
 fn attack_faults_are_counted_and_not_warnings() {
     let path = tmp("attack.json");
     let (code, out, err) = run(&[

@@ -31,7 +31,21 @@ fn main() -> u8 {
         }
     };
     let only = guest_rt::arg("only");
-    let cfg = platform::config_from_args();
+    let info = guest_rt::boot_info();
+    let ram_mib = (info.mem_below_4g + info.mem_above_4g) >> 20;
+    if ram_mib < size.guest_ram_mib() {
+        println!(
+            "workloads: size={} needs --memory {} (guest RAM in MiB; this VM has {ram_mib})",
+            size.name(),
+            size.guest_ram_mib()
+        );
+        return guest_rt::abi::exit_codes::BAD_ARGUMENT;
+    }
+    let mut cfg = platform::config_from_args();
+    if guest_rt::arg("sys_mib").is_none() {
+        // The driver's GPU-visible system-memory pool, sized for the chosen size.
+        cfg.sys_pool_bytes = cfg.sys_pool_bytes.max(size.sys_pool_mib() << 20);
+    }
     let opts = runner::RunOpts::from_args();
     let opened = platform::BareMetal::find(cfg.use_interrupts)
         .and_then(|p| suite_run::open(p, cfg).map_err(|e| format!("driver init: {e}")));
