@@ -91,7 +91,9 @@ fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
 
 const EXIT_CODES: &str = "Exit status: the guest's own code (0-255) when it exits through the debug-exit port; \
 0 on reset or power-off; 1 on a set-up error; 2 on a usage error; 3 when the guest crashed (triple fault); \
-4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N.";
+4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N. The bundled guests never \
+exit 1-4: 10 a check failed, 11 bad --cmdline argument, 12 device missing or unusable, 13 GPU \
+fault, 101 panic, 102 CPU exception, 103 bad boot info.";
 
 fn main() -> ExitCode {
     let args = Args::parse();
