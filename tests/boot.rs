@@ -125,11 +125,12 @@ fn bad_kernels_and_names_give_clear_errors() {
         err.contains("no bundled guest named \"no-such-guest\"") && err.contains("hello"),
         "{err}"
     );
+    // Sizes out of range are usage errors (tests/cli.rs has more).
     let (code, _, err) = run(&["--guest", "hello", "--memory", "1"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("--memory"), "{err}");
     let (code, _, _) = run(&["--guest", "hello", "--cpus", "0"]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
 }
 
 #[test]

@@ -6,8 +6,12 @@ use std::process::{Command, Stdio};
 
 /// Runs vgpu-vmm with `--gpu` and `--stats FILE`; returns (code, stdout, stats JSON).
 fn run_gpu(args: &[&str], gpu: &str) -> (i32, String, serde_json::Value) {
+    // Unique per call: tests running the same guest at once must not share the file (--stats
+    // opens it before the VM starts, and the first test to finish removes it).
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let stats = std::env::temp_dir().join(format!(
-        "vgpu-gpu-stats-{}-{}.json",
+        "vgpu-gpu-stats-{}-{n}-{}.json",
         std::process::id(),
         args.join("_")
     ));
@@ -274,7 +278,11 @@ fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
         "report_ms=0",
     ] {
         let (code, out, _) = run_gpu(&["--guest", "fairness", "--cmdline", bad], "");
-        assert_eq!(code, 2, "{bad}: {out}");
+        assert_eq!(
+            code,
+            i32::from(guest_abi::exit_codes::BAD_ARGUMENT),
+            "{bad}: {out}"
+        );
         let key = bad.split('=').next().unwrap();
         assert!(
             out.contains(&format!("fairness: bad argument {bad} (must be ")),
@@ -282,12 +290,13 @@ fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
         );
         assert!(!out.contains("FAIRNESS start"), "{out}");
     }
-    // A kernel longer than the device's job limit is stopped with a fault: exit 3.
+    // A kernel longer than the device's job limit is stopped with a fault (exit 13, not the
+    // VMM's 3).
     let (code, out, stats) = run_gpu(
         &["--guest", "fairness", "--cmdline", "iters=5000000 ms=100"],
         "timeout_ms=20",
     );
-    assert_eq!(code, 3, "{out}");
+    assert_eq!(code, i32::from(guest_abi::exit_codes::GPU_FAULT), "{out}");
     assert!(out.contains("FAIRNESS start "), "{out}");
     assert!(out.contains("FAIRNESS fault GPU fault: TIMEOUT"), "{out}");
     assert!(!out.contains("FAIRNESS end"), "{out}");

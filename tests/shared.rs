@@ -177,7 +177,11 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     unsafe { libc::kill(stopped.id() as i32, libc::SIGCONT) };
     let (c_stopped, _) = finish(stopped);
     let stopped_out = stopped_out.join().unwrap();
-    assert_eq!(c_stopped, 3, "{stopped_out}");
+    assert_eq!(
+        c_stopped,
+        i32::from(guest_abi::exit_codes::GPU_FAULT),
+        "{stopped_out}"
+    );
     assert!(
         stopped_out.contains("FAIRNESS fault") && stopped_out.contains("GPU_LOST"),
         "{stopped_out}"

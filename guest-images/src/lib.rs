@@ -16,6 +16,50 @@ pub fn names() -> impl Iterator<Item = &'static str> {
     IMAGES.iter().map(|(n, _)| *n)
 }
 
+/// What each bundled guest does (`vgpu-vmm --list-guests`; README.md's "Bundled guests" table
+/// says the same, with code in backticks: a test keeps the two equal).
+pub const DESCRIPTIONS: &[(&str, &str)] = &[
+    (
+        "hello",
+        "prints hello, what the VMM reported at boot, and every PCI function with its BARs; exits 0",
+    ),
+    ("exit", "exits with code=N from the command line"),
+    (
+        "fault",
+        "crashes on purpose: mode=ud, pf, panic (reported by the runtime, exit 102/101) or triple (CPU shutdown, VMM exit 3); exit 10 if it did not crash",
+    ),
+    (
+        "pcitest",
+        "with --testdev: checks BAR sizing, relocation and decode gating from inside the guest",
+    ),
+    (
+        "exits",
+        "with --testdev: n= MMIO reads and port reads of a test register, prints ns per trap",
+    ),
+    (
+        "workloads",
+        "with --gpu: runs the workload suite (size=small|medium|large; large needs --memory 512) through the guest GPU driver, checks each result in the guest, prints RESULT name=.. ok=.. gpu_us=.. lines",
+    ),
+    (
+        "attack",
+        "with --gpu: tries to escape its partition in 20+ ways, prints ATTACK name=.. contained=.., exits 0 only if all were contained",
+    ),
+    (
+        "fairness",
+        "with --gpu: load generator of the fairness experiment: keeps depth= lcg_spin kernels (iters=, threads=, blocks=) in flight on one channel, sleeps on the GPU's interrupt, checks every result, stops after ms=; prints FAIRNESS start .., FAIRNESS t_ms=.. done=.. every report_ms=, FAIRNESS end t_ms=.. done=.. ok=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
+    ),
+    ("idle", "halts forever (for timeout and signal tests)"),
+    ("echo", "echoes console input lines (quit ends it)"),
+];
+
+/// The description of the bundled guest `name` (empty if it has none).
+pub fn description(name: &str) -> &'static str {
+    DESCRIPTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("", |(_, d)| *d)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -44,5 +88,22 @@ mod tests {
             );
         }
         assert!(super::get("nope").is_none());
+    }
+
+    /// Every guest has a description, and README.md's table says the same (backticks aside).
+    #[test]
+    fn descriptions_cover_every_guest_and_match_the_readme() {
+        let readme = include_str!("../../README.md");
+        for name in super::names() {
+            let d = super::description(name);
+            assert!(!d.is_empty(), "{name} has no description");
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("README.md has no row for {name}"));
+            let text = row.split(" | ").nth(1).unwrap().trim_end_matches(" |");
+            assert_eq!(text.replace('`', ""), d, "README row of {name}");
+        }
+        assert_eq!(super::DESCRIPTIONS.len(), super::names().count());
     }
 }

@@ -29,6 +29,19 @@ impl Size {
         }
     }
 
+    /// MiB of GPU-visible system memory the whole suite at this size needs from the guest
+    /// driver's pool (the driver's default, 8, is enough below `Large`).
+    pub const fn sys_pool_mib(self) -> u64 {
+        self.pick(8, 8, 64)
+    }
+
+    /// Guest RAM in MiB (`vgpu-vmm --memory`) the bundled `workloads` guest needs to run the
+    /// whole suite at this size (its bump heap keeps every workload's host copies): measured,
+    /// 256 (the default) fails `Large`, 512 passes.
+    pub const fn guest_ram_mib(self) -> u64 {
+        self.pick(256, 256, 512)
+    }
+
     /// Parses a name given by [`Size::name`].
     pub fn from_name(name: &str) -> Option<Size> {
         Size::ALL.into_iter().find(|s| s.name() == name)

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vgpud::units::parse_size;
+use vgpud::units::{f64_in, parse_size};
 
 use crate::error::BenchError;
 use crate::fairness_calib::{self, Calibration};
@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, default_value = "vgpu-bench-out/fairness")]
     pub out: PathBuf,
     /// Number of VMs.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
     pub vms: usize,
     /// Scheduling policy of the daemon: fifo, credit, band, timeslice.
     #[arg(long, default_value = "timeslice")]
@@ -31,33 +31,34 @@ pub struct Args {
     #[arg(long, default_value = "")]
     pub sched: String,
     /// Weights, cycled over the VMs (comma separated).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub weights: Vec<u32>,
     /// Kernel lengths in µs, cycled over the VMs (comma separated).
-    #[arg(long = "kernel-us", value_delimiter = ',', default_value = "500,5000")]
+    #[arg(long = "kernel-us", value_delimiter = ',', default_value = "500,5000", value_parser = f64_in(1.0, 60_000_000.0))]
     pub kernel_us: Vec<f64>,
     /// Seconds each guest keeps its GPU busy (guest time from its first kernel).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = f64_in(0.001, 3600.0))]
     pub duration: f64,
     /// VRAM partition of each VM (a power of two, e.g. 64M).
     #[arg(long, default_value = "64M")]
     pub vram_per_vm: String,
     /// Guest RAM of each VM in MiB (default: vgpu-vmm's).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=1_048_576))]
     pub vm_memory: Option<u32>,
     /// Kernels each guest keeps in flight.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub depth: u32,
-    /// Threads per CTA and CTAs of each kernel.
-    #[arg(long, default_value_t = 32)]
+    /// Threads per CTA of each kernel.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: u32,
-    #[arg(long, default_value_t = 1)]
+    /// CTAs of each kernel.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     pub blocks: u32,
     /// More guest arguments, appended to the command line (e.g. `wait=poll`, driver options).
     #[arg(long, default_value = "")]
     pub guest_args: String,
     /// Milliseconds after the first GPU use not counted in the figures (start-up ramp).
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, value_parser = f64_in(0.0, 3_600_000.0))]
     pub ramp_ms: f64,
     /// CI mode: 2 VMs for 1 s.
     #[arg(long)]
@@ -66,9 +67,10 @@ pub struct Args {
     /// NVIDIA GPU through CUDA (each VM process its own CUDA context; the daemon time-slices).
     #[arg(long, value_enum, default_value = "sim")]
     pub backend: crate::backend::Backend,
-    /// The vgpu-vmm and vgpud binaries (default: next to this one).
+    /// The vgpu-vmm binary (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
+    /// The vgpud binary (default: next to this one).
     #[arg(long)]
     pub vgpud: Option<PathBuf>,
 }
@@ -367,6 +369,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused() {
+        use clap::Parser;
         for bad in [
             &["--vms", "0"][..],
             &["--weights", "1,0"],
@@ -376,10 +379,12 @@ mod tests {
             &["--policy", "timeslice,slice=1ms"],
             &["--depth", "17"],
         ] {
-            assert!(
-                matches!(Plan::from_args(&args(bad)), Err(BenchError::Invalid(_))),
-                "{bad:?}"
-            );
+            // Out-of-range numbers are refused by the parser, the rest by the plan.
+            let refused = match T::try_parse_from(std::iter::once("t").chain(bad.iter().copied())) {
+                Err(e) => e.kind() == clap::error::ErrorKind::ValueValidation,
+                Ok(t) => matches!(Plan::from_args(&t.a), Err(BenchError::Invalid(_))),
+            };
+            assert!(refused, "{bad:?}");
         }
     }
 }

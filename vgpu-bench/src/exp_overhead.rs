@@ -72,7 +72,7 @@ pub fn gpu_opts(c: &ConfigDef, backend: Backend) -> String {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Engine under every configuration: sim, or cuda (a real GPU; native then runs the suite
-    /// on an in-process `CudaEngine`, the VMs get `backend=cuda`).
+    /// in this process on the GPU, the VMs get `backend=cuda`).
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
     /// Output directory (summary.json, overhead.csv, overhead-SIZE.svg).
@@ -89,15 +89,15 @@ pub struct Args {
     )]
     pub configs: Vec<String>,
     /// Runs per configuration and size; each figure is the median over them.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
     pub reps: usize,
     /// The driver's system-memory pool in MiB, native and guests alike (the guest's
-    /// `sys_mib=`; default the driver's 8 MiB, too small for `large`: 64 fits it).
-    #[arg(long)]
+    /// `sys_mib=`; default: what each size needs, 64 for `large`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub sys_mib: Option<u64>,
-    /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default its 256). The guest's bump
-    /// heap keeps every workload's host copies: `large` needs about 1024.
-    #[arg(long)]
+    /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default: what each size needs, 256,
+    /// or 512 for `large`: the guest's bump heap keeps every workload's host copies).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
     pub memory_mib: Option<u64>,
     /// CI mode: small size only, one repetition.
     #[arg(long)]
@@ -263,7 +263,9 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                     native_run(&gpu, size, a.sys_mib)?
                 } else {
                     let stats = a.out.join(format!("stats-{}-{s}-{r}.json", c.name));
-                    overhead_vm::run(&vmm, &gpu, s, guest_args.trim(), a.memory_mib, &stats)?
+                    // Default: the guest RAM the guest says this size needs.
+                    let memory = a.memory_mib.unwrap_or(size.guest_ram_mib());
+                    overhead_vm::run(&vmm, &gpu, s, guest_args.trim(), Some(memory), &stats)?
                 });
             }
             tables.push(Table {

@@ -26,19 +26,19 @@ pub struct Args {
     #[arg(long, default_value = "vgpu-bench-out/preempt")]
     pub out: PathBuf,
     /// Preemptions to measure.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub samples: usize,
     /// Workload (suite name).
     #[arg(long, default_value = "matmul")]
     pub workload: String,
     /// Instance size: small, medium or large.
-    #[arg(long, default_value = "large")]
+    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large"])]
     pub size: String,
     /// Worker threads of the engine (0: available parallelism).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
     pub workers: usize,
-    /// Seed of the random preemption delays.
-    #[arg(long, default_value_t = 1)]
+    /// Seed of the random preemption delays (non-zero).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub seed: u64,
 }
 

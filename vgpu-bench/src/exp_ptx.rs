@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pgpu::sim::{SimConfig, SimEngine};
+use vgpud::units::f64_in;
 
 use crate::error::BenchError;
 use crate::{report, runner};
@@ -21,13 +22,13 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "matmul,reduction")]
     pub workloads: Vec<String>,
     /// Instance size: small, medium or large.
-    #[arg(long, default_value = "large")]
+    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large"])]
     pub size: String,
     /// Worker threads of the engine (throughput is divided by this for "per core").
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
     pub workers: usize,
     /// Measure each workload for at least this long (seconds).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = f64_in(0.001, 3600.0))]
     pub seconds: f64,
 }
 

@@ -34,7 +34,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "vgpu-bench", about = "vgpu-vmm experiments")]
+#[command(
+    name = "vgpu-bench",
+    about = "vgpu-vmm experiments",
+    after_help = "Exit status: 0 when the experiment ran and its results were written; 1 when it \
+failed (an engine error, a wrong result, a VM or daemon that failed, results not written); 2 on \
+a usage error (bad option, --out not a writable directory)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -54,6 +60,16 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let out = match &cli.cmd {
+        Cmd::Ptx(a) => &a.out,
+        Cmd::Preempt(a) => &a.out,
+        Cmd::Overhead(a) => &a.out,
+        Cmd::Fairness(a) => &a.out,
+    };
+    if let Err(e) = report::prepare_out(out) {
+        eprintln!("vgpu-bench: --out {}: {e}", out.display());
+        return ExitCode::from(2);
+    }
     let result = match &cli.cmd {
         Cmd::Ptx(a) => exp_ptx::run(a),
         Cmd::Preempt(a) => exp_preempt::run(a),
@@ -67,7 +83,10 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("vgpu-bench: {e}");
-            ExitCode::FAILURE
+            match e {
+                error::BenchError::UnknownWorkload(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -228,11 +247,7 @@ mod tests {
             exp_ptx::run(&a),
             Err(error::BenchError::UnknownWorkload(_))
         ));
-        let cli = Cli::parse_from(["vgpu-bench", "preempt", "--size", "huge"]);
-        let Cmd::Preempt(a) = cli.cmd else { panic!() };
-        assert!(matches!(
-            exp_preempt::run(&a),
-            Err(error::BenchError::Invalid(_))
-        ));
+        let e = Cli::try_parse_from(["vgpu-bench", "preempt", "--size", "huge"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
     }
 }

@@ -144,7 +144,7 @@ fn engine_ram(engine: &dyn Engine) -> Result<(GuestMemoryMmap, HostRegionId), Be
 /// Runs `workloads` (suite names) of `size` through gpu-driver on a fresh in-process virtual
 /// GPU configured by `gpu_opts` (the `--gpu` syntax; `backend=cuda` runs on a fresh
 /// `CudaEngine`, an error without a CUDA driver); `sys_mib` sizes the driver's system-memory
-/// pool as the guest's `sys_mib=` does (None: the driver's default).
+/// pool as the guest's `sys_mib=` does (None: what `size` needs, as the guest does).
 pub fn run(
     gpu_opts: &str,
     size: suite::Size,
@@ -183,10 +183,11 @@ pub fn run(
         t0: Instant::now(),
     };
     let mut driver = Config::default();
-    if let Some(m) = sys_mib {
-        // As the guest's `platform::config_from_args`.
-        driver.sys_pool_bytes = m.clamp(2, 2048) << 20;
-    }
+    // As the `workloads` guest: `sys_mib`, else what `size` needs.
+    driver.sys_pool_bytes = match sys_mib {
+        Some(m) => m.clamp(2, 2048) << 20,
+        None => driver.sys_pool_bytes.max(size.sys_pool_mib() << 20),
+    };
     let (mut gpu, mut ch, init) = suite_run::open(p, driver)
         .map_err(|e| BenchError::Invalid(format!("native driver init: {e}")))?;
     let mut results = Vec::with_capacity(workloads.len());

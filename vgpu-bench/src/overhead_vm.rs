@@ -158,9 +158,9 @@ pub fn run(
             source,
         })?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // Exit 1 means "some workload failed": still figures (ok=0 is reported). Anything else
-    // (usage error, crash, timeout) is no run.
-    if !matches!(out.status.code(), Some(0 | 1)) {
+    // Exit 10 (the guest's CHECK_FAILED) means "some workload failed": still figures (ok=0 is
+    // reported). Anything else (usage error, crash, timeout) is no run.
+    if !matches!(out.status.code(), Some(0 | 10)) {
         return Err(BenchError::Invalid(format!(
             "vgpu-vmm --gpu {gpu_opts} size={size}: {} ({})",
             out.status,

@@ -12,6 +12,23 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
     }
 }
 
+/// Checks, before an experiment starts, that its results can be written to `dir`: creates it
+/// (and its parents) if missing, refuses a path that is not a directory, and creates and
+/// removes a probe file in it.
+pub fn prepare_out(dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    if !fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+        return Err("not a directory".into());
+    }
+    let probe = dir.join(format!(".vgpu-bench-probe-{}", std::process::id()));
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot create files there: {e}"))?;
+    fs::remove_file(&probe).map_err(|e| e.to_string())
+}
+
 /// Writes `dir/summary.json` (pretty) and `dir/<csv_name>` (header + rows).
 pub fn write(
     dir: &Path,

@@ -2,7 +2,7 @@
 //! register file, per-channel registers, the fault record, interrupt status, and the set of
 //! guest VRAM pages that hold GPU structures (whose writes the device must notice).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -87,6 +87,31 @@ pub struct GpuCounters {
     pub gpu_ns: u64,
     /// The host memory budget's accounting (as of the worker's last turn).
     pub hostmem: crate::budget::HostMemStats,
+    /// `faults` by kind (snake_case names of docs/hardware.md's kinds). All but `gpu_lost`
+    /// (the host daemon took the GPU away) are caused by the guest, so they are logged at info
+    /// level, not as warnings: a guest cannot flood the host's log at the default level.
+    pub faults_by_kind: BTreeMap<String, u64>,
+}
+
+impl GpuCounters {
+    /// Counts one fault reported to the guest.
+    pub fn count_fault(&mut self, kind: FaultKind) {
+        self.faults += 1;
+        *self.faults_by_kind.entry(kind_name(kind)).or_default() += 1;
+    }
+}
+
+/// The snake_case name of a fault kind (for `--stats` and logs), from docs/hardware.md's name.
+pub fn kind_name(kind: FaultKind) -> String {
+    kind.name().to_ascii_lowercase()
+}
+
+/// The log level of a fault of `kind`: info for guest-caused faults, warn for host problems.
+pub fn fault_log_level(kind: FaultKind) -> log::Level {
+    match kind {
+        FaultKind::GpuLost => log::Level::Warn,
+        _ => log::Level::Info,
+    }
 }
 
 /// Registers and bookkeeping, under one lock.
@@ -186,10 +211,11 @@ impl Shared {
 
     /// Records a fault (the first one stays until cleared), raises the FAULT interrupt.
     pub fn fault(&self, regs: &mut Regs, rec: FaultRecord) {
-        regs.counters.faults += 1;
-        log::warn!(
-            "vgpu: fault {:?} on channel {:#x}: addr {:#x} access {:?} info {:#x}",
-            rec.kind,
+        regs.counters.count_fault(rec.kind);
+        log::log!(
+            fault_log_level(rec.kind),
+            "vgpu: guest fault {} on channel {:#x}: addr {:#x} access {:?} info {:#x}",
+            kind_name(rec.kind),
             rec.channel,
             rec.addr,
             rec.access,

@@ -394,10 +394,10 @@ impl Worker {
                 } else {
                     r.counters.faults_dropped += 1;
                 }
-                r.counters.faults += 1;
-                log::warn!(
-                    "vgpu: channel {ch}: page tables: {:?} at VA {:#x}",
-                    f.kind,
+                r.counters.count_fault(f.kind);
+                log::info!(
+                    "vgpu: channel {ch}: guest page tables: {} at VA {:#x}",
+                    crate::state::kind_name(f.kind),
                     f.addr
                 );
             }
@@ -646,11 +646,13 @@ impl Worker {
                 }
                 e @ (EngineError::HostBudget { .. } | EngineError::TooMany(_)) => {
                     self.budget.count(|s| &mut s.refused);
-                    log::warn!("vgpu: PTX from VA {code_va:#x}: over the host memory budget: {e}");
+                    log::info!(
+                        "vgpu: guest PTX from VA {code_va:#x}: over the host memory budget: {e}"
+                    );
                     return Err(Fault::new(FaultKind::ResourceLimit, code_va, LIMIT_MODULE));
                 }
                 e @ (EngineError::LoadDeadline | EngineError::LoadCancelled) => {
-                    log::warn!("vgpu: PTX from VA {code_va:#x}: {e}");
+                    log::info!("vgpu: guest PTX from VA {code_va:#x}: {e}");
                     return Err(Fault::new(
                         FaultKind::Timeout,
                         code_va,
@@ -662,7 +664,7 @@ impl Worker {
                         EngineError::ModuleLoad { log } => log.clone(),
                         other => other.to_string(),
                     };
-                    log::warn!("vgpu: PTX from VA {code_va:#x} refused: {log}");
+                    log::info!("vgpu: guest PTX from VA {code_va:#x} refused: {log}");
                     return Err(Fault::new(
                         FaultKind::PtxError,
                         code_va,
@@ -767,20 +769,25 @@ impl Worker {
         };
         let is_launch = matches!(job, Job::Launch(_));
         let outcome = outcome.map_err(|e| {
-            log::warn!("vgpu: engine refused the job: {e}");
             match e {
                 // The physical GPU itself failed (a cuda context lost after a kernel fault):
                 // nothing this VM submits can run any more.
-                pgpu::EngineError::Backend(_) => Fault::new(FaultKind::GpuLost, 0, 0),
-                _ => Fault::new(FaultKind::BadLaunch, 0, 0),
+                pgpu::EngineError::Backend(_) => {
+                    log::warn!("vgpu: the GPU failed the job: {e}");
+                    Fault::new(FaultKind::GpuLost, 0, 0)
+                }
+                _ => {
+                    log::info!("vgpu: engine refused the guest's job: {e}");
+                    Fault::new(FaultKind::BadLaunch, 0, 0)
+                }
             }
         })?;
         self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
         match outcome {
             Outcome::Completed { .. } => Ok(Turn::Advanced),
             Outcome::Preempted { .. } => {
-                log::warn!(
-                    "vgpu: job stopped after the {:?} limit (timed out: {timed_out})",
+                log::info!(
+                    "vgpu: guest job stopped after the {:?} limit (timed out: {timed_out})",
                     self.cfg.job_timeout
                 );
                 Err(Fault::new(
@@ -802,7 +809,7 @@ impl Worker {
                     (pgpu::FaultKind::ReadOnly, false) => FaultKind::ReadOnly,
                     _ => FaultKind::Unmapped,
                 };
-                log::warn!("vgpu: job faulted: {} at {:#x}", fault.kind, fault.va);
+                log::info!("vgpu: guest job faulted: {} at {:#x}", fault.kind, fault.va);
                 Err(Fault::new(kind, fault.va, line).access(access))
             }
         }

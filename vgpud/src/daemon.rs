@@ -55,6 +55,8 @@ pub enum DaemonError {
     Sched(#[from] scheduler::ConfigError),
     #[error("poll: {0}")]
     Poll(std::io::Error),
+    #[error("write --report {0}")]
+    Report(String),
 }
 
 /// The grant in flight.
@@ -118,6 +120,8 @@ pub struct Daemon {
     demand_since_ns: Option<u64>,
     last_report_ns: u64,
     last_at: std::cell::Cell<Duration>,
+    /// Why the last write of the report failed (cleared by a successful one).
+    report_error: Option<String>,
 }
 
 impl Daemon {
@@ -163,6 +167,7 @@ impl Daemon {
             demand_since_ns: None,
             last_report_ns: origin_ns,
             last_at: std::cell::Cell::new(Duration::ZERO),
+            report_error: None,
         })
     }
 
@@ -196,7 +201,11 @@ impl Daemon {
         }
         let now = monotonic_ns();
         self.track_demand(now);
-        Ok(self.write_report(now))
+        let r = self.write_report(now);
+        match self.report_error.take() {
+            Some(e) => Err(DaemonError::Report(e)),
+            None => Ok(r),
+        }
     }
 
     /// One `ppoll` round and the events it found; true when `stop` fired.
@@ -589,10 +598,14 @@ impl Daemon {
                     .collect(),
             })
             .collect();
-        if let Some(p) = &self.cfg.report
-            && let Err(e) = r.write(p)
-        {
-            log::error!("vgpud: write report {p:?}: {e}");
+        if let Some(p) = &self.cfg.report {
+            self.report_error = match r.write(p) {
+                Ok(()) => None,
+                Err(e) => {
+                    log::error!("vgpud: write report {p:?}: {e}");
+                    Some(format!("{}: {e}", p.display()))
+                }
+            };
         }
         r
     }

@@ -6,52 +6,60 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use vgpud::units::parse_size;
-use vgpud::{Daemon, DaemonConfig};
+use vgpud::units::{f64_in, size_in};
+use vgpud::wire::WireError;
+use vgpud::{Daemon, DaemonConfig, DaemonError};
 
 /// Share one physical GPU among vgpu-vmm processes (`vgpu-vmm --gpu host=SOCKET,...`).
 #[derive(Debug, Parser)]
-#[command(name = "vgpud", version, about)]
+#[command(name = "vgpud", version, about, after_help = EXIT_CODES)]
 struct Args {
-    /// Unix socket to listen on.
+    /// Unix socket to listen on (a stale socket there is replaced; anything else, or a socket
+    /// something listens on, is refused).
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
-    /// Physical VRAM shared by all VMs (K/M/G suffix; multiple of 2 MiB).
-    #[arg(long, default_value = "8G")]
-    vram: String,
+    /// Physical VRAM shared by all VMs (K/M/G suffix; a multiple of 2M, at most 1024G).
+    #[arg(long, value_name = "SIZE", default_value = "8G", value_parser = size_in(2 << 20, 1 << 40, 2 << 20))]
+    vram: u64,
     /// Channel quota: channels all VMs together may use.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     channels: u32,
     /// Scheduler configuration, `key=value,...` (see scheduler/README.md), e.g.
     /// `policy=timeslice,slice=2ms` or `policy=credit`.
-    #[arg(long, default_value = "")]
+    #[arg(long, value_name = "CONFIG", default_value = "")]
     sched: String,
     /// Milliseconds a VM may take to stop after a preempt before its grant is revoked and it
     /// is disconnected.
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, value_name = "MS", default_value_t = 200.0, value_parser = f64_in(0.01, 60_000.0))]
     revoke_after_ms: f64,
     /// Milliseconds a non-preemptive grant may run before it is preempted.
-    #[arg(long, default_value_t = 5000.0)]
+    #[arg(long, value_name = "MS", default_value_t = 5000.0, value_parser = f64_in(0.01, 3_600_000.0))]
     max_run_ms: f64,
     /// Microseconds to poll instead of sleeping around a slice end others wait for (the daemon
     /// and the VM likely next); default 300 with 4 or more CPUs, else 0 (off).
-    #[arg(long)]
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000))]
     spin_us: Option<u64>,
     /// Microseconds after a slice end before a VM told to stop by itself is sent a preempt.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     backstop_us: u64,
-    /// Write the JSON report here at exit (and every --report-every-ms).
+    /// Write the JSON report here at exit (and every --report-every-ms); checked before start.
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
-    #[arg(long, value_name = "MS")]
+    /// Also write the report every MS milliseconds while running (needs --report).
+    #[arg(long, value_name = "MS", requires = "report", value_parser = f64_in(1.0, 3_600_000.0))]
     report_every_ms: Option<f64>,
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, default_value = "info")]
+    /// Log level; RUST_LOG overrides it.
+    #[arg(long, value_name = "LEVEL", default_value = "info",
+          value_parser = ["error", "warn", "info", "debug", "trace", "off"])]
     log_level: String,
 }
 
-fn ms(v: f64) -> Option<Duration> {
-    (v.is_finite() && v > 0.0).then(|| Duration::from_secs_f64(v / 1e3))
+const EXIT_CODES: &str = "Exit status: 0 after SIGINT/SIGTERM with the report written; 1 when the \
+daemon could not start or run (VRAM, scheduler, poll) or the report could not be written; \
+2 on a usage error (bad option, --socket path that is not a stale socket, unwritable --report).";
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v / 1e3)
 }
 
 fn main() -> ExitCode {
@@ -65,34 +73,29 @@ fn main() -> ExitCode {
         eprintln!("vgpud: {m}");
         ExitCode::from(2)
     };
-    let Some(vram) = parse_size(&args.vram) else {
-        return usage(format!("--vram {:?}: not a size", args.vram));
+    let setup = |m: String| {
+        eprintln!("vgpud: {m}");
+        ExitCode::from(1)
     };
     let sched = match scheduler::Config::parse(&args.sched) {
         Ok(c) => c,
         Err(e) => return usage(format!("--sched: {e}")),
     };
-    let (Some(revoke_after), Some(max_run)) = (ms(args.revoke_after_ms), ms(args.max_run_ms))
-    else {
-        return usage("--revoke-after-ms and --max-run-ms must be positive".into());
-    };
-    let report_every = match args.report_every_ms {
-        None => None,
-        Some(v) => match ms(v) {
-            Some(d) => Some(d),
-            None => return usage("--report-every-ms must be positive".into()),
-        },
-    };
+    if let Some(p) = &args.report
+        && let Err(e) = vgpud::Report::check_path(p)
+    {
+        return usage(format!("--report {}: {e}", p.display()));
+    }
     let cfg = DaemonConfig {
         socket: args.socket,
-        vram,
+        vram: args.vram,
         channels: args.channels,
         sched,
         sched_text: args.sched,
-        revoke_after,
-        max_run,
+        revoke_after: ms(args.revoke_after_ms),
+        max_run: ms(args.max_run_ms),
         report: args.report,
-        report_every,
+        report_every: args.report_every_ms.map(ms),
         spin: Duration::from_micros(args.spin_us.unwrap_or_else(|| {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             if cpus >= 4 { 300 } else { 0 }
@@ -102,15 +105,15 @@ fn main() -> ExitCode {
     // SIGINT/SIGTERM write to this pair; the daemon loop stops when it becomes readable.
     let (stop_rx, stop_tx) = match std::os::unix::net::UnixStream::pair() {
         Ok(p) => p,
-        Err(e) => return usage(format!("socketpair: {e}")),
+        Err(e) => return setup(format!("socketpair: {e}")),
     };
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let tx = match stop_tx.try_clone() {
             Ok(t) => t,
-            Err(e) => return usage(format!("dup: {e}")),
+            Err(e) => return setup(format!("dup: {e}")),
         };
         if let Err(e) = signal_hook::low_level::pipe::register(sig, tx) {
-            return usage(format!("signal handler: {e}"));
+            return setup(format!("signal handler: {e}"));
         }
     }
     // The daemon must wake for slice ends within microseconds (default timer slack is 50 µs).
@@ -120,7 +123,13 @@ fn main() -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             eprintln!("vgpud: {e}");
-            return ExitCode::from(1);
+            // The --socket path is the user's to fix: a usage error.
+            return match e {
+                DaemonError::Wire(WireError::InUse(_) | WireError::NotASocket(_)) => {
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::from(1),
+            };
         }
     };
     match daemon.run(stop_rx.as_fd()) {

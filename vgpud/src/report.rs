@@ -66,13 +66,37 @@ pub struct WindowReport {
 }
 
 impl Report {
-    /// Writes the report to `path` atomically (a temporary file renamed over it).
+    /// Writes the report to `path` atomically (a temporary file beside it, renamed over it).
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(tmp, path)
+        let tmp = temp_path(path);
+        let body = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        let written = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
+
+    /// Checks before the daemon starts that a report can be written at `path`: not a
+    /// directory, in an existing directory where a file can be created (the temporary file is
+    /// created and removed).
+    pub fn check_path(path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
+        if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::new(ErrorKind::InvalidInput, "is a directory"));
+        }
+        let tmp = temp_path(path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        std::fs::remove_file(&tmp)
+    }
+}
+
+/// `PATH.PID.tmp`: a name no user file is likely to have (never another's file overwritten).
+fn temp_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.tmp", std::process::id()));
+    name.into()
 }

@@ -13,8 +13,8 @@
 //! 0x0000_b000 ─ 0x0000_efff  four page directories: 0..4 GiB identity-mapped with 2 MiB pages
 //!                            (3..4 GiB, the device hole, is mapped uncached)
 //! 0x0000_f000                PDPT for the 64-bit PCI window
-//! 0x0001_0000                page directory: first GiB of the 64-bit PCI window, uncached
-//!                            (all entries user-accessible: guest-rt runs programs at CPL3)
+//! 0x0001_0000 ─ 0x0001_efff  15 page directories: first 15 GiB of the 64-bit PCI window,
+//!                            uncached (user-accessible: guest-rt runs programs at CPL3)
 //! 0x0002_0000 ─ 0x0002_0fff  command line (at most CMDLINE_MAX bytes)
 //! 0x0010_0000                ELF images load here or above (HIMEM_START)
 //!      ...                   RAM up to min(--memory, 3 GiB)
@@ -55,9 +55,11 @@ pub const PDPT_ADDR: u64 = 0xa000;
 pub const PD_ADDR: u64 = 0xb000;
 /// Number of page directories (1 GiB each) in the identity map.
 pub const PD_COUNT: u64 = 4;
-/// PDPT and page directory identity-mapping the first GiB of [`PCI_MMIO64`].
+/// PDPT and page directories identity-mapping the first [`PD_HIGH_COUNT`] GiB of
+/// [`PCI_MMIO64`] (`guest_abi::PCI_MMIO64_MAPPED`).
 pub const PDPT_HIGH_ADDR: u64 = 0xf000;
 pub const PD_HIGH_ADDR: u64 = 0x1_0000;
+pub const PD_HIGH_COUNT: u64 = guest_abi::PCI_MMIO64_MAPPED >> 30;
 
 /// Kernel command line.
 pub const CMDLINE_ADDR: u64 = 0x2_0000;
@@ -92,6 +94,8 @@ pub const DEBUG_EXIT_PORT: u64 = guest_abi::ports::DEBUG_EXIT as u64;
 const _: () =
     assert!(BOOT_STACK_POINTER < PML4_ADDR && BOOT_STACK_POINTER > ZERO_PAGE_ADDR + 0x1000);
 const _: () = assert!(PCI_MMIO32.end <= 0xfec0_0000 && PCI_MMIO32.start >= MMIO_HOLE_START);
+const _: () = assert!(PCI_MMIO64.start == guest_abi::PCI_MMIO64_START);
+const _: () = assert!(PD_HIGH_ADDR + PD_HIGH_COUNT * 0x1000 <= CMDLINE_ADDR);
 const _: () = assert!(
     PCI_MMIO64.start.is_multiple_of(512 << 30),
     "64-bit window starts a PML4 slot"
@@ -122,7 +126,7 @@ mod tests {
             (PDPT_ADDR, 0x1000),
             (PD_ADDR, PD_COUNT * 0x1000),
             (PDPT_HIGH_ADDR, 0x1000),
-            (PD_HIGH_ADDR, 0x1000),
+            (PD_HIGH_ADDR, PD_HIGH_COUNT * 0x1000),
             (CMDLINE_ADDR, CMDLINE_MAX as u64),
         ];
         for (i, a) in areas.iter().enumerate() {

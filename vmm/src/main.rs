@@ -26,15 +26,16 @@ struct Args {
     /// Initramfs for a Linux kernel.
     #[arg(long, value_name = "PATH", requires = "kernel")]
     initramfs: Option<PathBuf>,
-    /// Command line passed to the guest (Linux: empty means `linux::DEFAULT_CMDLINE`, which hides
-    /// the CPU features PVM cannot emulate at CPL0).
+    /// Command line passed to the guest (Linux: empty means a default that hides the CPU
+    /// features PVM cannot emulate at CPL0).
     #[arg(long, default_value = "")]
     cmdline: String,
     /// Guest RAM in MiB.
-    #[arg(long, value_name = "MiB", default_value_t = 256)]
+    #[arg(long, value_name = "MiB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(2..=vmm::memory::MAX_MEMORY_MIB))]
     memory: u64,
-    /// Number of vCPUs.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Number of vCPUs (at most what KVM allows).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=255))]
     cpus: u8,
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
@@ -42,25 +43,58 @@ struct Args {
     /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m;
     /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID).
-    #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "")]
-    gpu: Option<String>,
+    #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "",
+          value_parser = parse_gpu)]
+    gpu: Option<vgpu::GpuConfig>,
     /// Stop the VM after SECONDS (exit code 124).
-    #[arg(long, value_name = "SECONDS")]
-    timeout: Option<f64>,
-    /// Print exit and access counters as JSON at exit, to stderr or to PATH.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
+    /// Print exit and access counters as JSON at exit, to stderr or to PATH (checked, and
+    /// created, before the VM starts).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "-")]
     stats: Option<String>,
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, default_value = "warn")]
+    /// Write TEXT before each line of guest console output (tells VMs sharing a terminal apart;
+    /// each line is written whole).
+    #[arg(long, value_name = "TEXT")]
+    console_prefix: Option<String>,
+    /// Log level; RUST_LOG overrides it.
+    #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = LOG_LEVELS)]
     log_level: String,
-    /// List the bundled guests and exit.
+    /// List the bundled guests with a description and exit.
     #[arg(long)]
     list_guests: bool,
 }
 
+/// Largest `--gpu vram=` for a bare-metal guest: the largest power of two that leaves room
+/// for the other 64-bit BARs in the identity-mapped part of the window (8 GiB), and no more
+/// than the 4 GiB GPU VA window the bundled driver maps all of VRAM into.
+const MAX_BARE_METAL_VRAM: u64 = {
+    let map = (guest_abi::PCI_MMIO64_MAPPED / 2).next_power_of_two();
+    if map < 4 << 30 { map } else { 4 << 30 }
+};
+
+/// The accepted `--log-level` values.
+const LOG_LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// Longest `--timeout`: a year of seconds (and the range a `Duration` holds exactly).
+const MAX_TIMEOUT_S: f64 = 365.0 * 86400.0;
+
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(t) if (0.001..=MAX_TIMEOUT_S).contains(&t) => Ok(Duration::from_secs_f64(t)),
+        _ => Err(format!("seconds from 0.001 to {MAX_TIMEOUT_S}")),
+    }
+}
+
+fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
+    vgpu::GpuConfig::parse(s).map_err(|e| e.to_string())
+}
+
 const EXIT_CODES: &str = "Exit status: the guest's own code (0-255) when it exits through the debug-exit port; \
 0 on reset or power-off; 1 on a set-up error; 2 on a usage error; 3 when the guest crashed (triple fault); \
-4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N.";
+4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N. The bundled guests never \
+exit 1-4: 10 a check failed, 11 bad --cmdline argument, 12 device missing or unusable, 13 GPU \
+fault, 101 panic, 102 CPU exception, 103 bad boot info.";
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -70,7 +104,10 @@ fn main() -> ExitCode {
         .format_timestamp_micros()
         .init();
     if args.list_guests {
-        guest_images::names().for_each(|n| println!("{n}"));
+        let width = guest_images::names().map(str::len).max().unwrap_or(0);
+        for n in guest_images::names() {
+            println!("{n:width$}  {}", guest_images::description(n));
+        }
         return ExitCode::SUCCESS;
     }
     // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
@@ -96,17 +133,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let timeout = match args.timeout {
-        Some(t) if !(t > 0.0 && t.is_finite()) => {
-            eprintln!("vgpu-vmm: --timeout must be a positive number of seconds");
-            return ExitCode::from(2);
-        }
-        t => t.map(Duration::from_secs_f64),
-    };
-    let gpu = match args.gpu.as_deref().map(vgpu::GpuConfig::parse).transpose() {
-        Ok(g) => g,
+    // Bare-metal guests reach BARs through the VMM's identity map of the 64-bit PCI window:
+    // BAR1 (VRAM, size-aligned at the window's start) must leave room for the BARs after it.
+    let linux = args.linux || args.initramfs.is_some() || linux_guest.is_some();
+    if let Some(g) = &args.gpu
+        && !linux
+        && g.vram > MAX_BARE_METAL_VRAM
+    {
+        eprintln!(
+            "vgpu-vmm: --gpu vram={}M: bare-metal guests map the first {} GiB of the 64-bit PCI \
+             window and the bundled driver a 4 GiB GPU VA window, so vram may be at most {}M",
+            g.vram >> 20,
+            guest_abi::PCI_MMIO64_MAPPED >> 30,
+            MAX_BARE_METAL_VRAM >> 20
+        );
+        return ExitCode::from(2);
+    }
+    let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("vgpu-vmm: {e}");
+            eprintln!("vgpu-vmm: --stats: {e}");
             return ExitCode::from(2);
         }
     };
@@ -118,10 +164,11 @@ fn main() -> ExitCode {
         memory_mib: args.memory,
         cpus: args.cpus,
         testdev: args.testdev,
-        timeout,
-        linux: args.linux || args.initramfs.is_some() || linux_guest.is_some(),
+        timeout: args.timeout,
+        linux,
         initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
-        gpu,
+        gpu: args.gpu,
+        console_prefix: args.console_prefix,
     };
     match vm::run(&cfg) {
         Ok(outcome) => {
@@ -131,21 +178,24 @@ fn main() -> ExitCode {
             } else {
                 log::info!("{}", outcome.reason);
             }
-            if let Some(s) = &args.stats {
-                let target = if s == "-" {
-                    StatsTarget::Stderr
-                } else {
-                    StatsTarget::File(s.into())
-                };
-                if let Err(e) = outcome.stats.emit(&target) {
-                    eprintln!("vgpu-vmm: write --stats: {e}");
-                }
+            if let Some(target) = stats
+                && let Err(e) = target.emit(&outcome.stats)
+            {
+                eprintln!("vgpu-vmm: write --stats: {e}");
+                return ExitCode::FAILURE;
             }
             ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
         }
         Err(e) => {
             eprintln!("vgpu-vmm: {e}");
-            ExitCode::FAILURE
+            if let Some(target) = stats {
+                target.discard();
+            }
+            // Usage errors found once KVM is open (more vCPUs than it allows) exit 2 too.
+            match e {
+                vm::VmError::Cpus { .. } => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -27,23 +27,79 @@ pub struct VcpuStats {
     pub exits: ExitCounts,
 }
 
-/// Where `--stats` goes.
-#[derive(Debug, Clone)]
+/// Where `--stats` goes: stderr, or a file opened (created if missing) before the VM starts,
+/// so that a bad path is a usage error at once rather than a lost result after the run.
+#[derive(Debug)]
 pub enum StatsTarget {
     Stderr,
-    File(std::path::PathBuf),
+    File {
+        path: std::path::PathBuf,
+        file: std::fs::File,
+        /// This run created the file (removed again if the VM never ran).
+        created: bool,
+    },
 }
 
-impl Stats {
-    /// Writes the document to `target`.
-    pub fn emit(&self, target: &StatsTarget) -> std::io::Result<()> {
-        let json = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        match target {
+impl StatsTarget {
+    /// `-` for stderr, else a file path: an existing regular file (not truncated until the
+    /// document is written) or a new file in an existing directory.
+    pub fn open(arg: &str) -> std::io::Result<Self> {
+        use std::io::{Error, ErrorKind};
+        if arg == "-" {
+            return Ok(StatsTarget::Stderr);
+        }
+        let path = std::path::PathBuf::from(arg);
+        let named = |e: Error| Error::new(e.kind(), format!("{arg}: {e}"));
+        let existed = match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => true,
+            Ok(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("{arg}: not a regular file"),
+                ));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(named(e)),
+        };
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(named)?;
+        Ok(StatsTarget::File {
+            path,
+            file,
+            created: !existed,
+        })
+    }
+
+    /// Writes `stats` (a file is truncated first).
+    pub fn emit(self, stats: &Stats) -> std::io::Result<()> {
+        use std::io::Write;
+        let json = serde_json::to_string_pretty(stats).map_err(std::io::Error::other)?;
+        match self {
             StatsTarget::Stderr => {
                 eprintln!("{json}");
                 Ok(())
             }
-            StatsTarget::File(p) => std::fs::write(p, json + "\n"),
+            StatsTarget::File { mut file, .. } => {
+                file.set_len(0)?;
+                file.write_all((json + "\n").as_bytes())?;
+                file.sync_data()
+            }
+        }
+    }
+
+    /// Nothing will be written: removes the file if this run created it.
+    pub fn discard(self) {
+        if let StatsTarget::File {
+            path,
+            created: true,
+            ..
+        } = self
+        {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

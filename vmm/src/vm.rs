@@ -38,6 +38,8 @@ pub struct VmConfig {
     pub initramfs: Option<std::path::PathBuf>,
     /// Attach a virtual GPU with this configuration.
     pub gpu: Option<vgpu::GpuConfig>,
+    /// Prefix of every line of console output (`--console-prefix`).
+    pub console_prefix: Option<String>,
 }
 
 /// Errors setting up or running a VM.
@@ -183,7 +185,7 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         .map_err(kvm("register serial irqfd"))?;
     let serial_dev = Arc::new(Mutex::new(serial::SerialDevice::new(
         serial_irq,
-        Box::new(std::io::stdout()),
+        crate::devices::console_out::console_out(cfg.console_prefix.clone()),
     )));
     let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
     let (base, len) = range(layout::SERIAL_PORTS);

@@ -33,6 +33,12 @@ pub struct BootInfo {
 }
 
 /// Port I/O addresses.
+/// The VMM identity-maps the start of the 64-bit PCI window (uncached) for bare-metal guests:
+/// `[PCI_MMIO64_START, PCI_MMIO64_START + PCI_MMIO64_MAPPED)`.
+pub const PCI_MMIO64_START: u64 = 0x100_0000_0000;
+/// Bytes of the 64-bit PCI window identity-mapped (15 page directories of 1 GiB).
+pub const PCI_MMIO64_MAPPED: u64 = 15 << 30;
+
 pub mod ports {
     /// Debug exit: a 1-, 2- or 4-byte write ends the VM; the value (0..=255) is the exit code.
     pub const DEBUG_EXIT: u16 = 0xf4;
@@ -62,7 +68,18 @@ pub mod testdev {
 }
 
 /// Exit codes the guest runtime uses on its own.
+///
+/// None is 1 to 4 (the VMM's own set-up, usage, triple-fault and KVM codes), so a guest-reported
+/// failure cannot be mistaken for the VMM's; README.md "Exit status" has the whole table.
 pub mod exit_codes {
+    /// A check failed: a wrong GPU result, an attack not contained, no crash where one was due.
+    pub const CHECK_FAILED: u8 = 10;
+    /// A bad argument on the guest's command line.
+    pub const BAD_ARGUMENT: u8 = 11;
+    /// A device is missing or unusable (not found, BARs not mapped, the GPU driver's set-up).
+    pub const NO_DEVICE: u8 = 12;
+    /// The GPU reported a fault (or a channel could not be created).
+    pub const GPU_FAULT: u8 = 13;
     /// A Rust panic in the guest.
     pub const PANIC: u8 = 101;
     /// An unexpected CPU exception in the guest.

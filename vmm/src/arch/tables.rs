@@ -3,8 +3,8 @@
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout::{
-    GDT_ADDR, IDT_ADDR, MMIO_HOLE_START, PCI_MMIO64, PD_ADDR, PD_COUNT, PD_HIGH_ADDR, PDPT_ADDR,
-    PDPT_HIGH_ADDR, PML4_ADDR,
+    GDT_ADDR, IDT_ADDR, MMIO_HOLE_START, PCI_MMIO64, PD_ADDR, PD_COUNT, PD_HIGH_ADDR,
+    PD_HIGH_COUNT, PDPT_ADDR, PDPT_HIGH_ADDR, PML4_ADDR,
 };
 
 /// A GDT descriptor from flags, base and limit (Intel SDM vol. 3, 3.4.5).
@@ -67,16 +67,19 @@ pub fn write_boot_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMe
         PDPT_HIGH_ADDR | PRESENT | WRITABLE | USER,
         GuestAddress(PML4_ADDR + slot * 8),
     )?;
-    mem.write_obj(
-        PD_HIGH_ADDR | PRESENT | WRITABLE | USER,
-        GuestAddress(PDPT_HIGH_ADDR),
-    )?;
-    for i in 0..512u64 {
-        let phys = PCI_MMIO64.start + (i << 21);
+    for pd in 0..PD_HIGH_COUNT {
+        let pd_addr = PD_HIGH_ADDR + pd * 0x1000;
         mem.write_obj(
-            phys | PRESENT | WRITABLE | USER | HUGE | PWT | PCD,
-            GuestAddress(PD_HIGH_ADDR + i * 8),
+            pd_addr | PRESENT | WRITABLE | USER,
+            GuestAddress(PDPT_HIGH_ADDR + pd * 8),
         )?;
+        for i in 0..512u64 {
+            let phys = PCI_MMIO64.start + (pd << 30) + (i << 21);
+            mem.write_obj(
+                phys | PRESENT | WRITABLE | USER | HUGE | PWT | PCD,
+                GuestAddress(pd_addr + i * 8),
+            )?;
+        }
     }
     Ok(())
 }

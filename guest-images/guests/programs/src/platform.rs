@@ -16,8 +16,11 @@ pub const DEVICE_ID: u16 = 0x9a01;
 const BAR0_SIZE: u64 = 0x2_0000;
 /// Size of the para-virtual BAR3.
 const PARA_BAR_SIZE: u64 = 0x1000;
-/// The VMM identity-maps the first GiB of the 64-bit PCI window (and 0–4 GiB).
-const MAPPED_64: (u64, u64) = (0x100_0000_0000, 0x100_4000_0000);
+/// The VMM identity-maps the start of the 64-bit PCI window (and 0–4 GiB).
+const MAPPED_64: (u64, u64) = (
+    guest_rt::abi::PCI_MMIO64_START,
+    guest_rt::abi::PCI_MMIO64_START + guest_rt::abi::PCI_MMIO64_MAPPED,
+);
 
 /// The machine as gpu-driver sees it.
 #[derive(Debug)]

@@ -162,7 +162,7 @@ fn main() -> u8 {
         Ok(g) => g,
         Err(e) => {
             println!("attack: {e}");
-            return 3;
+            return guest_rt::abi::exit_codes::NO_DEVICE;
         }
     };
     let info = *gpu.info();
@@ -170,7 +170,7 @@ fn main() -> u8 {
         Ok(c) => c,
         Err(e) => {
             println!("attack: channel: {e}");
-            return 4;
+            return guest_rt::abi::exit_codes::GPU_FAULT;
         }
     };
     let ram_end = guest_rt::boot_info().mem_below_4g;
@@ -178,7 +178,7 @@ fn main() -> u8 {
         Ok(c) => c,
         Err(e) => {
             println!("attack: setup: {e}");
-            return 4;
+            return guest_rt::abi::exit_codes::GPU_FAULT;
         }
     };
     println!(
@@ -458,7 +458,7 @@ fn main() -> u8 {
     if run.total > 0 && run.contained == run.total {
         0
     } else {
-        1
+        guest_rt::abi::exit_codes::CHECK_FAILED
     }
 }
 

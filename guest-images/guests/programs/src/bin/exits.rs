@@ -18,10 +18,10 @@ fn main() -> u8 {
         .max(1);
     let Some(f) = pci::find(testdev::VENDOR_ID, testdev::DEVICE_ID) else {
         println!("exits: test device not found (run with --testdev)");
-        return 2;
+        return guest_rt::abi::exit_codes::NO_DEVICE;
     };
     let (Some(Bar::Mem { addr, .. }), Some(Bar::Io { port, .. })) = (f.bars[0], f.bars[1]) else {
-        return 3;
+        return guest_rt::abi::exit_codes::NO_DEVICE;
     };
     let mut bad = 0u64;
     let t0 = time::rdtsc();
@@ -42,7 +42,7 @@ fn main() -> u8 {
     }
     if bad != 0 {
         println!("exits: {bad} reads returned a wrong value");
-        return 1;
+        return guest_rt::abi::exit_codes::CHECK_FAILED;
     }
     0
 }

@@ -113,7 +113,7 @@ fn main() -> u8 {
         Ok(a) => a,
         Err(m) => {
             println!("fairness: {m}");
-            return 2;
+            return guest_rt::abi::exit_codes::BAD_ARGUMENT;
         }
     };
     let mut cfg = platform::config_from_args();
@@ -126,17 +126,17 @@ fn main() -> u8 {
         Err(e) => {
             println!("fairness: {e}");
             println!("FAIRNESS fault {e}");
-            return 3;
+            return guest_rt::abi::exit_codes::NO_DEVICE;
         }
     };
     if cfg.use_interrupts && !gpu.interrupts_on() {
         println!("fairness: the GPU's MSI could not be enabled (wait=poll spins instead)");
         println!("FAIRNESS fault no interrupts");
-        return 3;
+        return guest_rt::abi::exit_codes::NO_DEVICE;
     }
     if let Err(m) = self_check(args.iters) {
         println!("fairness: MISMATCH {m}");
-        return 1;
+        return guest_rt::abi::exit_codes::CHECK_FAILED;
     }
     let (kernel, slots) = match setup(&mut gpu, args) {
         Ok(k) => k,
@@ -146,7 +146,7 @@ fn main() -> u8 {
                 args.depth,
                 args.count()
             );
-            return 2;
+            return guest_rt::abi::exit_codes::BAD_ARGUMENT;
         }
     };
     println!(
@@ -173,11 +173,11 @@ fn main() -> u8 {
         Err(Stop::Mismatch(m)) => {
             println!("fairness: MISMATCH {m}");
             println!("FAIRNESS end t_ms={t_ms} done={} ok=0", run.done);
-            1
+            guest_rt::abi::exit_codes::CHECK_FAILED
         }
         Err(Stop::Fault(m)) => {
             println!("FAIRNESS fault {m}");
-            3
+            guest_rt::abi::exit_codes::GPU_FAULT
         }
     }
 }

@@ -23,5 +23,5 @@ fn main() -> u8 {
         "triple" => guest_rt::idt::triple_fault(),
         other => println!("unknown mode {other}"),
     }
-    1
+    guest_rt::abi::exit_codes::CHECK_FAILED
 }

@@ -19,7 +19,7 @@ fn check(ok: bool, what: &str) -> bool {
 fn main() -> u8 {
     let Some(f) = pci::find(testdev::VENDOR_ID, testdev::DEVICE_ID) else {
         println!("pcitest: test device not found (run with --testdev)");
-        return 2;
+        return guest_rt::abi::exit_codes::NO_DEVICE;
     };
     let mut ok = true;
     let (
@@ -37,7 +37,7 @@ fn main() -> u8 {
     ) = (f.bars[0], f.bars[1], f.bars[2])
     else {
         println!("pcitest: unexpected BAR layout {:?}", f.bars);
-        return 3;
+        return guest_rt::abi::exit_codes::NO_DEVICE;
     };
     ok &= check(
         s0 == 0x1000 && s1 == 16 && s2 == 0x4000 && is64,

@@ -27,11 +27,25 @@ fn main() -> u8 {
         Some(Some(s)) => s,
         Some(None) => {
             println!("workloads: size must be small, medium or large");
-            return 2;
+            return guest_rt::abi::exit_codes::BAD_ARGUMENT;
         }
     };
     let only = guest_rt::arg("only");
-    let cfg = platform::config_from_args();
+    let info = guest_rt::boot_info();
+    let ram_mib = (info.mem_below_4g + info.mem_above_4g) >> 20;
+    if ram_mib < size.guest_ram_mib() {
+        println!(
+            "workloads: size={} needs --memory {} (guest RAM in MiB; this VM has {ram_mib})",
+            size.name(),
+            size.guest_ram_mib()
+        );
+        return guest_rt::abi::exit_codes::BAD_ARGUMENT;
+    }
+    let mut cfg = platform::config_from_args();
+    if guest_rt::arg("sys_mib").is_none() {
+        // The driver's GPU-visible system-memory pool, sized for the chosen size.
+        cfg.sys_pool_bytes = cfg.sys_pool_bytes.max(size.sys_pool_mib() << 20);
+    }
     let opts = runner::RunOpts::from_args();
     let opened = platform::BareMetal::find(cfg.use_interrupts)
         .and_then(|p| suite_run::open(p, cfg).map_err(|e| format!("driver init: {e}")));
@@ -39,7 +53,7 @@ fn main() -> u8 {
         Ok(g) => g,
         Err(e) => {
             println!("workloads: {e}");
-            return 3;
+            return guest_rt::abi::exit_codes::NO_DEVICE;
         }
     };
     let info = *gpu.info();
@@ -83,5 +97,9 @@ fn main() -> u8 {
         );
     }
     println!("workloads: {passed}/{total} ok (size {})", size.name());
-    if total > 0 && passed == total { 0 } else { 1 }
+    if total > 0 && passed == total {
+        0
+    } else {
+        guest_rt::abi::exit_codes::CHECK_FAILED
+    }
 }
