@@ -53,7 +53,7 @@ impl Drop for Running {
     }
 }
 
-/// Starts a daemon on `socket` and waits until the socket exists.
+/// Starts a daemon on `socket` and waits until it accepts connections.
 fn start(socket: &Path, extra: &[&str]) -> Running {
     let child = vgpud()
         .arg("--socket")
@@ -65,7 +65,9 @@ fn start(socket: &Path, extra: &[&str]) -> Running {
         .unwrap();
     let child = Running(Some(child));
     let t = Instant::now();
-    while !std::fs::symlink_metadata(socket).is_ok_and(|m| m.file_type().is_socket()) {
+    // Wait until the daemon answers (a stale socket file may exist before it binds; a signal
+    // sent before then would find it without its handlers).
+    while vgpud::wire::Conn::connect(socket).is_err() {
         assert!(t.elapsed() < Duration::from_secs(10), "vgpud did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
