@@ -57,6 +57,9 @@ pub struct Ticket {
 struct St {
     /// A Want is outstanding (sent, no grant yet).
     wanting: bool,
+    /// The outstanding Want carries the job's identity (a `Done`'s `more` does not: the
+    /// worker's next `acquire` sends it).
+    identified: bool,
     /// A grant received and not yet taken by the worker.
     grant: Option<Granted>,
     /// The grant the worker runs under, and the handle that stops its job.
@@ -192,8 +195,13 @@ impl HostLink {
 
     /// Blocks until the daemon grants the GPU (or returns the grant of the current turn, kept
     /// by `release`). From then until the grant ends, a preempt for it calls
-    /// `handle.request()` (the handle is cleared at a new grant, not within a turn).
-    pub fn acquire(&self, handle: &PreemptHandle) -> Result<Ticket, HostError> {
+    /// `handle.request()` (the handle is cleared at a new grant, not within a turn). `kernel`:
+    /// the job's identity (`scheduler::KernelKey`), sent with the Want.
+    pub fn acquire(
+        &self,
+        handle: &PreemptHandle,
+        kernel: Option<u64>,
+    ) -> Result<Ticket, HostError> {
         let mut st = self.inner.lock();
         loop {
             if let Some(why) = &st.lost {
@@ -222,9 +230,11 @@ impl HostLink {
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket { seq: g.seq });
             }
-            if !st.wanting {
+            if !st.wanting || (!st.identified && kernel.is_some()) {
+                // A new Want, or the identity of the job a `Done`'s `more` announced.
                 st.wanting = true;
-                self.inner.send(&mut st, &ToDaemon::Want {});
+                st.identified = true;
+                self.inner.send(&mut st, &ToDaemon::Want { kernel });
                 continue;
             }
             // Read the socket ourselves until the grant comes (no thread hand-off on the grant
@@ -277,6 +287,7 @@ impl HostLink {
         st.active = None;
         st.held = false;
         st.wanting = more;
+        st.identified = false;
         let msg = ToDaemon::Done {
             seq: t.seq,
             outcome,

@@ -159,11 +159,11 @@ fn timeslice_grants_preempts_at_slice_end_and_alternates() {
     let (a, off_a) = Vm::hello(&d, "a", 1, 8);
     let (b, off_b) = Vm::hello(&d, "b", 1, 8);
     assert!(off_a + (8 << 20) <= off_b || off_b + (8 << 20) <= off_a);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     let (seq, slice) = a.grant();
     assert_eq!(slice, 20_000_000);
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     // `a` keeps running: the daemon preempts it at the end of its slice.
     match a.recv() {
         Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
@@ -195,7 +195,7 @@ fn timeslice_grants_preempts_at_slice_end_and_alternates() {
 fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
     let d = start("turn", "policy=timeslice,slice=50ms", 500);
     let (a, _) = Vm::hello(&d, "a", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, slice) = a.grant();
     assert!(slice > 0);
     for _ in 0..3 {
@@ -215,7 +215,7 @@ fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
 
     let d = start("fifo", "policy=fifo", 500);
     let (a, _) = Vm::hello(&d, "a", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, slice) = a.grant();
     assert_eq!(slice, 0);
     a.send(&ToDaemon::Progress {
@@ -242,11 +242,11 @@ fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     );
     let (a, _) = Vm::hello(&d, "a", 1, 2);
     let (b, _) = Vm::hello(&d, "b", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, _) = a.grant();
     // Four slices pass with nobody waiting: no preempt.
     std::thread::sleep(Duration::from_millis(200));
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     match a.recv() {
         Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
@@ -277,9 +277,9 @@ fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
     );
     let (a, _) = Vm::hello(&d, "a", 1, 2);
     let (b, _) = Vm::hello(&d, "b", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (sa, _) = a.grant();
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     assert!(matches!(a.recv(), Some((ToVm::Preempt { .. }, _))));
     a.done(sa, RunOutcome::Preempted, 10_000_000, true);
     // `a` waits now: `b`'s grant tells it when to stop.
@@ -326,8 +326,8 @@ fn every_policy_shares_the_gpu_between_two_vms() {
         let d = start(policy, &format!("policy={policy},band_wait=0ns"), 500);
         let (a, _) = Vm::hello(&d, "a", 1, 2);
         let (b, _) = Vm::hello(&d, "b", 1, 2);
-        a.send(&ToDaemon::Want {});
-        b.send(&ToDaemon::Want {});
+        a.send(&ToDaemon::Want { kernel: None });
+        b.send(&ToDaemon::Want { kernel: None });
         // Each VM has three jobs of 1 ms; whoever is granted reports one and wants again.
         let mut left = [3, 3];
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -375,15 +375,15 @@ fn filling_gives_a_low_vm_short_slices_while_a_high_vm_is_in_an_unpredicted_gap(
         let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
         let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
         // A high VM that never ran constrains nothing: the low VM's full slice.
-        lp.send(&ToDaemon::Want {});
+        lp.send(&ToDaemon::Want { kernel: None });
         let (seq, slice) = lp.grant();
         assert_eq!(slice, 20_000_000, "fill={fill}");
         lp.done(seq, RunOutcome::Completed, 100_000, false);
-        hp.send(&ToDaemon::Want {});
+        hp.send(&ToDaemon::Want { kernel: None });
         let (seq, _) = hp.grant();
         hp.done(seq, RunOutcome::Completed, 100_000, false);
         // Now the high VM is idle after a kernel and its gap is not predicted yet.
-        lp.send(&ToDaemon::Want {});
+        lp.send(&ToDaemon::Want { kernel: None });
         let (seq, slice) = lp.grant();
         // Without filling: the rest of its 20 ms turn (less the time charged so far).
         if fill == "on" {
@@ -397,12 +397,52 @@ fn filling_gives_a_low_vm_short_slices_while_a_high_vm_is_in_an_unpredicted_gap(
     }
 }
 
+/// The high VM of `filling_learns_gaps_per_kernel_identity_sent_by_the_vms`: a job of kernel
+/// `kernel` (if `identify`) granted at once and completed.
+fn one_kernel(hp: &Vm, kernel: u64, identify: bool) {
+    hp.send(&ToDaemon::Want {
+        kernel: identify.then_some(kernel),
+    });
+    let (seq, _) = hp.grant();
+    hp.done(seq, RunOutcome::Completed, 0, false);
+}
+
+#[test]
+fn filling_learns_gaps_per_kernel_identity_sent_by_the_vms() {
+    // The high VM runs kernel 1, then is idle 50 ms, twice; then kernel 2, followed at once by
+    // its next want, twice; then kernel 1 again. With the identities it sent, the daemon
+    // predicts a ~50 ms gap after kernel 1 and lets the low VM run until about its end; without
+    // them the gaps after "a kernel" vary from 0 to 50 ms, nothing is predicted, and the low VM
+    // gets only `fill_slice`.
+    for identify in [true, false] {
+        let sched = "policy=timeslice,slice=20ms,fill=on,fill_slice=300us,fill_idle=600s";
+        let d = start(&format!("fill-identity-{identify}"), sched, 500);
+        let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+        let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+        for (kernel, gap_ms) in [(1, 50), (1, 50), (2, 0), (2, 0), (1, 0)] {
+            one_kernel(&hp, kernel, identify);
+            std::thread::sleep(Duration::from_millis(gap_ms));
+        }
+        // The high VM's third gap after kernel 1 has just started.
+        lp.send(&ToDaemon::Want { kernel: Some(77) });
+        let (seq, slice) = lp.grant();
+        if identify {
+            assert!(slice > 10_000_000, "{slice}");
+        } else {
+            assert_eq!(slice, 300_000);
+        }
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        drop((hp, lp));
+        assert_eq!(d.stop().refused, 0);
+    }
+}
+
 #[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
     let x = Vm::connect(&d);
-    x.send(&ToDaemon::Want {});
+    x.send(&ToDaemon::Want { kernel: None });
     assert!(matches!(
         x.recv(),
         Some((ToVm::Error { fatal: true, .. }, _))
@@ -456,7 +496,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         a.recv(),
         Some((ToVm::Error { fatal: false, .. }, _))
     ));
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, _) = a.grant();
     a.done(seq, RunOutcome::Completed, 10, false);
     drop(a);
@@ -471,9 +511,9 @@ fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
     let d = start("revoke", "policy=timeslice,slice=5ms", 50);
     let (hung, _) = Vm::hello(&d, "hung", 1, 8);
     let (ok, _) = Vm::hello(&d, "ok", 1, 8);
-    hung.send(&ToDaemon::Want {});
+    hung.send(&ToDaemon::Want { kernel: None });
     let _ = hung.grant();
-    ok.send(&ToDaemon::Want {});
+    ok.send(&ToDaemon::Want { kernel: None });
     // `hung` ignores the preempt: after 5 ms + 50 ms it loses the GPU and its connection.
     assert!(matches!(hung.recv(), Some((ToVm::Preempt { .. }, _))));
     let t0 = Instant::now();
@@ -491,9 +531,9 @@ fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
     ok.done(seq, RunOutcome::Completed, 1000, false);
     // A VM that dies holding the GPU: the next one is granted at once.
     let (dies, _) = Vm::hello(&d, "dies", 1, 8);
-    dies.send(&ToDaemon::Want {});
+    dies.send(&ToDaemon::Want { kernel: None });
     let _ = dies.grant();
-    ok.send(&ToDaemon::Want {});
+    ok.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     drop(dies);
     let (seq, _) = ok.grant();
