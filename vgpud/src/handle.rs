@@ -1,6 +1,6 @@
 //! What the daemon does with each message of a VM process: registration (`Hello` → partition,
 //! channel quota, scheduler entry, `Welcome` with the VRAM memory object), `Want`/`Idle` (the
-//! VM's queue in the scheduler) and `Done` (end of a grant: charge, latencies, next job).
+//! VM's queue in the scheduler, with the kernel identity of its job) and `Done` (end of a grant: charge, latencies, next job).
 //! Anything out of order or malformed is refused with an `Error` and counted; nothing a VM
 //! sends can touch another VM's state.
 
