@@ -1,12 +1,18 @@
-//! The vgpud protocol, version 1: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! The vgpud protocol, version 2: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
 //! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
 //! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
 //! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version this build speaks. A `Hello` with another version is refused.
-pub const VERSION: u32 = 1;
+/// The protocol version this build speaks. Version 2 added `Want::kernel`: a version-1 daemon
+/// refuses unknown fields, so a VM that sends them says so in its `Hello` (and such a daemon
+/// refuses it at once instead of dropping its wants).
+pub const VERSION: u32 = 2;
+
+/// The oldest version a daemon of this build accepts: a version-1 VM (no identities) is served
+/// as before, and its `Welcome` carries the version it asked for.
+pub const MIN_VERSION: u32 = 1;
 
 /// The largest message either side sends or accepts, in bytes.
 pub const MAX_MESSAGE: usize = 4096;

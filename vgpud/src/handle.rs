@@ -88,7 +88,8 @@ impl Daemon {
         self.channels_used += reg.channels;
         self.by_vm.insert(id, c);
         let welcome = ToVm::Welcome {
-            version: proto::VERSION,
+            // The VM's own version (validated above): an older VM is served in its version.
+            version: reg.version,
             vm: id.0,
             vram_offset: offset,
             vram_size: reg.vram,

@@ -438,6 +438,30 @@ fn filling_learns_gaps_per_kernel_identity_sent_by_the_vms() {
 }
 
 #[test]
+fn a_version_1_vm_is_served_in_version_1() {
+    let d = start("v1", "policy=timeslice,fill=on", 500);
+    let vm = Vm::connect(&d);
+    vm.send(&ToDaemon::Hello(Hello {
+        version: proto::MIN_VERSION,
+        name: "old".into(),
+        weight: 1,
+        priority: 0,
+        vram: 2 << 20,
+        channels: 1,
+    }));
+    assert!(matches!(
+        vm.recv(),
+        Some((ToVm::Welcome { version: 1, .. }, true))
+    ));
+    // Its wants are the old form.
+    vm.send_raw(br#"{"type":"want"}"#);
+    let (seq, _) = vm.grant();
+    vm.done(seq, RunOutcome::Completed, 1000, false);
+    drop(vm);
+    assert_eq!(d.stop().refused, 0);
+}
+
+#[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
@@ -451,6 +475,8 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
     // A bad hello is refused.
     for (version, name, vram, ch) in [
         (99, "v", 2u64 << 20, 1),
+        (0, "v", 2 << 20, 1),
+        (proto::VERSION + 1, "v", 2 << 20, 1),
         (proto::VERSION, "", 2 << 20, 1),
         (proto::VERSION, "bad name", 2 << 20, 1),
         (proto::VERSION, "v", 3 << 20, 1),
@@ -501,7 +527,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
     a.done(seq, RunOutcome::Completed, 10, false);
     drop(a);
     let r = d.stop();
-    assert_eq!(r.refused, 11);
+    assert_eq!(r.refused, 13);
     assert_eq!(r.vms.len(), 1);
     assert_eq!(r.vms[0].completed, 1);
 }
