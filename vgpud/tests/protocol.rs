@@ -438,6 +438,50 @@ fn filling_learns_gaps_per_kernel_identity_sent_by_the_vms() {
 }
 
 #[test]
+fn a_job_announced_by_more_is_identified_by_the_next_want() {
+    // As `filling_learns_gaps_per_kernel_identity_sent_by_the_vms`, but each of the high VM's
+    // kernels is queued by the `more` of its previous job while another VM of its class holds
+    // the GPU (FIFO), and identified by a want sent meanwhile.
+    for identify in [true, false] {
+        let sched = "policy=fifo,fill=on,fill_slice=300us,fill_idle=600s";
+        let d = start(&format!("fill-more-{identify}"), sched, 500);
+        // `other` connects before `hp`: the daemon reads its want before hp's done when both
+        // arrive in one poll round (connections are read in order).
+        let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+        let (other, _) = Vm::hello_at(&d, "other", 1, 1, 2);
+        let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+        for (kernel, gap_ms) in [(1, 50), (1, 50), (2, 0), (2, 0), (1, 0)] {
+            hp.send(&ToDaemon::Want { kernel: Some(3) });
+            let (seq, _) = hp.grant();
+            other.send(&ToDaemon::Want { kernel: None });
+            hp.done(seq, RunOutcome::Completed, 0, true);
+            let (other_seq, _) = other.grant();
+            // Queued by `more`: this want only identifies it.
+            hp.send(&ToDaemon::Want {
+                kernel: identify.then_some(kernel),
+            });
+            other.done(other_seq, RunOutcome::Completed, 0, false);
+            let (seq, _) = hp.grant();
+            hp.done(seq, RunOutcome::Completed, 0, false);
+            std::thread::sleep(Duration::from_millis(gap_ms));
+        }
+        // The other VM leaves (it would constrain the low VM too).
+        drop(other);
+        std::thread::sleep(Duration::from_millis(5));
+        lp.send(&ToDaemon::Want { kernel: None });
+        let (seq, slice) = lp.grant();
+        if identify {
+            assert!(slice > 10_000_000, "{slice}");
+        } else {
+            assert_eq!(slice, 300_000);
+        }
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        drop((hp, lp));
+        assert_eq!(d.stop().refused, 0);
+    }
+}
+
+#[test]
 fn a_version_1_vm_is_served_in_version_1() {
     let d = start("v1", "policy=timeslice,fill=on", 500);
     let vm = Vm::connect(&d);
