@@ -482,6 +482,40 @@ fn a_job_announced_by_more_is_identified_by_the_next_want() {
 }
 
 #[test]
+fn a_turn_of_several_kernels_is_not_learned_as_its_first_kernel() {
+    // The high VM's kernel-1 jobs before its 50 ms gaps run in turns with a second job
+    // (`progress`): those turns are learned as unidentified, so after a turn of kernel 1 alone
+    // nothing is predicted and the low VM gets `fill_slice`.
+    let sched = "policy=timeslice,slice=20ms,fill=on,fill_slice=300us,fill_idle=600s";
+    let d = start("fill-turn", sched, 500);
+    let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+    let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+    for (kernel, gap_ms, jobs) in [(1, 50, 2), (1, 50, 2), (2, 0, 1), (2, 0, 1), (1, 0, 1)] {
+        hp.send(&ToDaemon::Want {
+            kernel: Some(kernel),
+        });
+        let (seq, slice) = hp.grant();
+        assert!(slice > 0, "a turn");
+        for _ in 1..jobs {
+            hp.send(&ToDaemon::Progress {
+                seq,
+                gpu_ns: 0,
+                start_ns: 0,
+                end_ns: 0,
+            });
+        }
+        hp.done(seq, RunOutcome::Completed, 0, false);
+        std::thread::sleep(Duration::from_millis(gap_ms));
+    }
+    lp.send(&ToDaemon::Want { kernel: None });
+    let (seq, slice) = lp.grant();
+    assert_eq!(slice, 300_000);
+    lp.done(seq, RunOutcome::Completed, 100_000, false);
+    drop((hp, lp));
+    assert_eq!(d.stop().refused, 0);
+}
+
+#[test]
 fn a_version_1_vm_is_served_in_version_1() {
     let d = start("v1", "policy=timeslice,fill=on", 500);
     let vm = Vm::connect(&d);
