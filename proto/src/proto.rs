@@ -1,12 +1,18 @@
-//! The vgpud protocol, version 1: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! The vgpud protocol, version 2: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
 //! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
 //! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
 //! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version this build speaks. A `Hello` with another version is refused.
-pub const VERSION: u32 = 1;
+/// The protocol version this build speaks. Version 2 added `Want::kernel`: a version-1 daemon
+/// refuses unknown fields, so a VM that sends them says so in its `Hello` (and such a daemon
+/// refuses it at once instead of dropping its wants).
+pub const VERSION: u32 = 2;
+
+/// The oldest version a daemon of this build accepts: a version-1 VM (no identities) is served
+/// as before, and its `Welcome` carries the version it asked for.
+pub const MIN_VERSION: u32 = 1;
 
 /// The largest message either side sends or accepts, in bytes.
 pub const MAX_MESSAGE: usize = 4096;
@@ -19,8 +25,15 @@ pub enum ToDaemon {
     /// VRAM memory object attached) or `Error` and a close.
     Hello(Hello),
     /// The VM has a job ready and wants the GPU. At most one is outstanding: a second before
-    /// the grant is ignored.
-    Want {},
+    /// the grant only identifies the job (the one a `Done { more: true }` announced).
+    Want {
+        /// The job's kernel identity (`scheduler::KernelKey`: module content hash, entry, grid,
+        /// block, dynamic shared memory); `None` for a copy or an unknown job. With filling the
+        /// daemon learns GPU times and idle gaps per identity (bounded per VM). Absent in
+        /// messages of older VM processes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kernel: Option<u64>,
+    },
     /// The VM no longer wants the GPU (withdraws `Want`). Ignored while a grant is in flight:
     /// the VM answers that grant with `Done { more: false }`.
     Idle {},
@@ -179,6 +192,35 @@ mod tests {
             deadline_ns: 5,
         };
         assert_eq!(decode::<ToVm>(&encode(&g)).unwrap(), g);
+    }
+
+    #[test]
+    fn want_carries_an_optional_identity_and_old_messages_still_decode() {
+        let w = ToDaemon::Want {
+            kernel: Some(u64::MAX),
+        };
+        let b = encode(&w);
+        assert_eq!(
+            std::str::from_utf8(&b).unwrap(),
+            r#"{"type":"want","kernel":18446744073709551615}"#
+        );
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), w);
+        // Without an identity the message is the old form, and the old form decodes.
+        let none = ToDaemon::Want { kernel: None };
+        assert_eq!(encode(&none), br#"{"type":"want"}"#);
+        assert_eq!(decode::<ToDaemon>(br#"{"type":"want"}"#).unwrap(), none);
+        assert_eq!(
+            decode::<ToDaemon>(br#"{"type":"want","kernel":null}"#).unwrap(),
+            none
+        );
+        for bad in [
+            &br#"{"type":"want","kernel":-1}"#[..],
+            br#"{"type":"want","kernel":18446744073709551616}"#,
+            br#"{"type":"want","kernel":"7"}"#,
+            br#"{"type":"want","kernel":1.5}"#,
+        ] {
+            assert!(decode::<ToDaemon>(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

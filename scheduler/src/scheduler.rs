@@ -226,6 +226,18 @@ impl Scheduler {
         Ok(action)
     }
 
+    /// With `fill=on`: the identity of `vm`'s newest queued job, when it is known only after the
+    /// submission (vgpud: a run report's `more` queues the next job, whose identity comes with the
+    /// VM's next `want`); `None` makes it unidentified (a turn that ran several kernels). Nothing
+    /// for an unknown VM, without filling, or without a queued job.
+    pub fn identify(&mut self, vm: VmId, key: Option<KernelKey>) {
+        if let Some(f) = &mut self.fill
+            && self.vms.get(&vm).is_some_and(|v| v.stats.pending > 0)
+        {
+            f.identify(vm, key);
+        }
+    }
+
     /// `vm`'s queue was dropped (channel reset, VM stopped submitting): it has no jobs left.
     /// Refused while it holds the GPU (report the end of the run first).
     pub fn on_idle(&mut self, vm: VmId, now: Duration) -> Result<(), SchedError> {

@@ -71,23 +71,43 @@ pub struct KernelKey(pub u64);
 
 impl KernelKey {
     /// The identity of a launch (FNV-1a over the fields, little-endian; stable across builds and
-    /// machines, so a VM process and the daemon compute the same key).
+    /// machines, so a VM process and the daemon compute the same key). `module` is the module's
+    /// [`KernelKey::content_hash`].
     pub fn of(module: u64, entry: &str, grid: [u32; 3], block: [u32; 3], shared: u32) -> Self {
-        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        let mut h = OFFSET;
-        let mut eat = |bytes: &[u8]| {
-            for &b in bytes {
-                h = (h ^ u64::from(b)).wrapping_mul(PRIME);
-            }
-        };
-        eat(&module.to_le_bytes());
-        eat(&(entry.len() as u64).to_le_bytes());
-        eat(entry.as_bytes());
+        let mut h = Fnv::default();
+        h.eat(&module.to_le_bytes());
+        h.eat(&(entry.len() as u64).to_le_bytes());
+        h.eat(entry.as_bytes());
         for v in grid.into_iter().chain(block).chain([shared]) {
-            eat(&v.to_le_bytes());
+            h.eat(&v.to_le_bytes());
         }
-        Self(h)
+        Self(h.0)
+    }
+
+    /// The stable content hash of a module's text (FNV-1a, like [`KernelKey::of`]): the
+    /// `module` argument of `of`. A VM process computes it once per loaded module.
+    pub fn content_hash(bytes: &[u8]) -> u64 {
+        let mut h = Fnv::default();
+        h.eat(bytes);
+        h.0
+    }
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn eat(&mut self, bytes: &[u8]) {
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(PRIME);
+        }
     }
 }
 

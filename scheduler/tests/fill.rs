@@ -384,3 +384,50 @@ fn weights_within_the_low_class_hold_while_filling() {
     let share = b / (a + b);
     assert!((share - 0.75).abs() < 0.05, "weight-3 VM share {share}");
 }
+
+#[test]
+fn an_identity_given_after_the_submission_is_learned_under_it() {
+    let mut s = sched("fill=on", &[(1, 1, 0)]);
+    let mut t = ms(0);
+    // Submitted unidentified (vgpud: the `more` of a run report), identified later (the VM's
+    // next want): learned under kernel 3, not under "unidentified".
+    for _ in 0..2 {
+        s.on_submit_kernel(L1, None, t).unwrap();
+        s.identify(L1, k(3));
+        run(&mut s, t);
+        s.on_complete(L1, us(250), t + us(250)).unwrap();
+        t += us(250);
+    }
+    s.on_submit_kernel(L1, k(3), t).unwrap();
+    assert_eq!(s.predicted_head(L1), Some(us(250)));
+    // Made unidentified (a turn that ran several kernels): no prediction for its head.
+    s.identify(L1, None);
+    assert_eq!(s.predicted_head(L1), None);
+    s.identify(L1, k(3));
+    assert_eq!(s.predicted_head(L1), Some(us(250)));
+    // Without a queued job, or for an unknown VM, nothing changes.
+    run(&mut s, t);
+    s.on_complete(L1, us(250), t + us(250)).unwrap();
+    s.identify(L1, k(9));
+    s.identify(VmId(99), k(9));
+    assert_eq!(s.kernels_known(L1), 1);
+}
+
+#[test]
+fn kernel_keys_are_stable_fnv1a() {
+    // FNV-1a test vectors: the hash is fixed across builds (VM processes and the daemon may be
+    // different builds).
+    assert_eq!(KernelKey::content_hash(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(KernelKey::content_hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+    let a = KernelKey::of(1, "k", [1, 1, 1], [32, 1, 1], 0);
+    assert_eq!(a, KernelKey::of(1, "k", [1, 1, 1], [32, 1, 1], 0));
+    for b in [
+        KernelKey::of(2, "k", [1, 1, 1], [32, 1, 1], 0),
+        KernelKey::of(1, "kk", [1, 1, 1], [32, 1, 1], 0),
+        KernelKey::of(1, "k", [2, 1, 1], [32, 1, 1], 0),
+        KernelKey::of(1, "k", [1, 1, 1], [64, 1, 1], 0),
+        KernelKey::of(1, "k", [1, 1, 1], [32, 1, 1], 16),
+    ] {
+        assert_ne!(a, b);
+    }
+}

@@ -57,6 +57,9 @@ pub struct Ticket {
 struct St {
     /// A Want is outstanding (sent, no grant yet).
     wanting: bool,
+    /// The outstanding Want carries the job's identity (a `Done`'s `more` does not: the
+    /// worker's next `acquire` sends it).
+    identified: bool,
     /// A grant received and not yet taken by the worker.
     grant: Option<Granted>,
     /// The grant the worker runs under, and the handle that stops its job.
@@ -192,8 +195,13 @@ impl HostLink {
 
     /// Blocks until the daemon grants the GPU (or returns the grant of the current turn, kept
     /// by `release`). From then until the grant ends, a preempt for it calls
-    /// `handle.request()` (the handle is cleared at a new grant, not within a turn).
-    pub fn acquire(&self, handle: &PreemptHandle) -> Result<Ticket, HostError> {
+    /// `handle.request()` (the handle is cleared at a new grant, not within a turn). `kernel`:
+    /// the job's identity (`scheduler::KernelKey`), sent with the Want.
+    pub fn acquire(
+        &self,
+        handle: &PreemptHandle,
+        kernel: Option<u64>,
+    ) -> Result<Ticket, HostError> {
         let mut st = self.inner.lock();
         loop {
             if let Some(why) = &st.lost {
@@ -222,9 +230,11 @@ impl HostLink {
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket { seq: g.seq });
             }
-            if !st.wanting {
+            if !st.wanting || (!st.identified && kernel.is_some()) {
+                // A new Want, or the identity of the job a `Done`'s `more` announced.
                 st.wanting = true;
-                self.inner.send(&mut st, &ToDaemon::Want {});
+                st.identified = true;
+                self.inner.send(&mut st, &ToDaemon::Want { kernel });
                 continue;
             }
             // Read the socket ourselves until the grant comes (no thread hand-off on the grant
@@ -277,6 +287,7 @@ impl HostLink {
         st.active = None;
         st.held = false;
         st.wanting = more;
+        st.identified = false;
         let msg = ToDaemon::Done {
             seq: t.seq,
             outcome,
@@ -450,5 +461,120 @@ impl Drop for HostLink {
         if let Some(t) = self.reader.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use vgpu_proto::wire::Listener;
+
+    use super::*;
+
+    /// The next message on the daemon's side of the link.
+    fn recv(c: &Conn) -> ToDaemon {
+        let mut buf = [0u8; proto::MAX_MESSAGE];
+        loop {
+            c.wait_readable().unwrap();
+            match c.recv(&mut buf).unwrap() {
+                Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
+                Received::Empty => {}
+                Received::Closed => panic!("the VM closed the link"),
+            }
+        }
+    }
+
+    fn grant(c: &Conn, seq: u64) {
+        let g = ToVm::Grant {
+            seq,
+            slice_ns: 0,
+            deadline_ns: 0,
+        };
+        c.send(&proto::encode(&g), None).unwrap();
+    }
+
+    fn done(seq: u64, more: bool) -> ToDaemon {
+        ToDaemon::Done {
+            seq,
+            outcome: RunOutcome::Completed,
+            gpu_ns: 1000,
+            start_ns: 0,
+            end_ns: 0,
+            more,
+        }
+    }
+
+    #[test]
+    fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
+        let dir = std::env::temp_dir().join(format!("vgpu-host-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("sock");
+        let listener = Listener::bind(&socket).unwrap();
+        // A scripted daemon: registers the VM, grants each job, returns what the VM sent.
+        let daemon = std::thread::spawn(move || {
+            let conn = loop {
+                if let Some(c) = listener.accept().unwrap() {
+                    break c;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            let ToDaemon::Hello(h) = recv(&conn) else {
+                panic!("expected hello")
+            };
+            let vram = std::fs::File::open("/dev/null").unwrap();
+            let welcome = ToVm::Welcome {
+                version: proto::VERSION,
+                vm: 1,
+                vram_offset: 0,
+                vram_size: h.vram,
+            };
+            conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+                .unwrap();
+            let mut seen = Vec::new();
+            for seq in 1..=4 {
+                // Job 3 was announced by job 2's `more` and has no identity: no want.
+                if seq != 3 {
+                    seen.push(recv(&conn));
+                }
+                grant(&conn, seq);
+                seen.push(recv(&conn));
+            }
+            seen
+        });
+        let cfg = HostConfig {
+            socket,
+            weight: 1,
+            priority: 0,
+            name: "t".into(),
+        };
+        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+        let handle = PreemptHandle::new();
+        for (kernel, more) in [
+            (Some(7), true),
+            (Some(9), true),
+            (None, false),
+            (None, false),
+        ] {
+            let t = link.acquire(&handle, kernel).unwrap();
+            let gpu = Duration::from_micros(1);
+            link.release(t, RunOutcome::Completed, gpu, (0, 0), more);
+        }
+        let want = |kernel| ToDaemon::Want { kernel };
+        assert_eq!(
+            daemon.join().unwrap(),
+            [
+                want(Some(7)),
+                done(1, true),
+                // The implicit want of `more` gets its identity from the next acquire.
+                want(Some(9)),
+                done(2, true),
+                done(3, false),
+                want(None),
+                done(4, false),
+            ]
+        );
+        drop(link);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -14,6 +14,9 @@ use crate::budget::{Class, HostBudget};
 
 struct Cached {
     id: ModuleId,
+    /// `scheduler::KernelKey::content_hash` of the text (the module part of a launch's
+    /// identity on a shared GPU), computed once.
+    hash: u64,
     /// Bytes charged for it.
     bytes: u64,
     /// Use stamp of the budget's clock.
@@ -29,24 +32,28 @@ pub struct ModuleCache {
 }
 
 impl ModuleCache {
-    /// The module cached for `text`, marked as used now.
-    pub fn lookup(&mut self, text: &str, budget: &mut HostBudget) -> Option<ModuleId> {
+    /// The module cached for `text` and the text's content hash, marked as used now.
+    pub fn lookup(&mut self, text: &str, budget: &mut HostBudget) -> Option<(ModuleId, u64)> {
         let c = self.by_text.get_mut(text)?;
         c.last_use = budget.tick();
-        Some(c.id)
+        Some((c.id, c.hash))
     }
 
-    /// Caches a module just loaded for `text` (its `bytes` already charged).
-    pub fn insert(&mut self, text: &str, id: ModuleId, bytes: u64, budget: &mut HostBudget) {
+    /// Caches a module just loaded for `text` (its `bytes` already charged); returns the text's
+    /// content hash.
+    pub fn insert(&mut self, text: &str, id: ModuleId, bytes: u64, budget: &mut HostBudget) -> u64 {
         let last_use = budget.tick();
+        let hash = scheduler::KernelKey::content_hash(text.as_bytes());
         self.by_text.insert(
             Arc::from(text),
             Cached {
                 id,
+                hash,
                 bytes,
                 last_use,
             },
         );
+        hash
     }
 
     /// Marks the module of the job about to run (`None` when it ended).

@@ -548,22 +548,25 @@ impl Worker {
                         dst,
                         len,
                     }),
+                    None,
                     Duration::ZERO,
                 )
             }
             Command::Launch(desc) => {
                 self.shared.lock().counters.launches += 1;
                 let t0 = Instant::now();
-                let job = self.launch_job(space, &desc)?;
+                let (job, key) = self.launch_job(space, &desc)?;
                 self.modules.set_in_use(Some(job.module));
-                let r = self.run_job(ch, Job::Launch(job), t0.elapsed());
+                let r = self.run_job(ch, Job::Launch(job), Some(key), t0.elapsed());
                 self.modules.set_in_use(None);
                 r
             }
         }
     }
 
-    fn launch_job(&mut self, space: SpaceId, d: &LaunchDesc) -> Result<LaunchJob, Fault> {
+    /// The launch `d` describes, and its kernel identity (`scheduler::KernelKey`: what the
+    /// daemon of a shared GPU learns kernel times under).
+    fn launch_job(&mut self, space: SpaceId, d: &LaunchDesc) -> Result<(LaunchJob, u64), Fault> {
         let bad = |info| Fault::new(FaultKind::BadLaunch, 0, info);
         if d.code_len == 0 || d.code_len > regs::MAX_CODE_LEN {
             return Err(bad(regs::method::CODE_LEN));
@@ -590,8 +593,9 @@ impl Worker {
             )
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
-        let module = self.module_for(&text, d.code_va)?;
-        Ok(LaunchJob {
+        let (module, hash) = self.module_for(&text, d.code_va)?;
+        let key = scheduler::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
+        let job = LaunchJob {
             space,
             module,
             entry,
@@ -599,15 +603,16 @@ impl Worker {
             block: d.block,
             dynamic_shared: d.shared_bytes,
             params,
-        })
+        };
+        Ok((job, key.0))
     }
 
     /// The engine module for `text`: cached, or loaded under the job's time limit, the device's
     /// cancel flag and the VM's host memory budget (evicting idle modules and shadow spaces,
     /// least recently used first, when it does not fit).
-    fn module_for(&mut self, text: &str, code_va: u64) -> Result<ModuleId, Fault> {
-        if let Some(id) = self.modules.lookup(text, &mut self.budget) {
-            return Ok(id);
+    fn module_for(&mut self, text: &str, code_va: u64) -> Result<(ModuleId, u64), Fault> {
+        if let Some(found) = self.modules.lookup(text, &mut self.budget) {
+            return Ok(found);
         }
         let deadline = Instant::now() + self.cfg.job_timeout;
         let mut evicted = false;
@@ -622,9 +627,9 @@ impl Worker {
                 Ok(m) => {
                     let bytes = m.host_bytes.saturating_add(text.len() as u64);
                     if self.budget.charge(Class::Module, bytes) {
-                        self.modules.insert(text, m.id, bytes, &mut self.budget);
+                        let hash = self.modules.insert(text, m.id, bytes, &mut self.budget);
                         self.budget.count(|s| &mut s.module_loads);
-                        return Ok(m.id);
+                        return Ok((m.id, hash));
                     }
                     if let Err(e) = self.engine.unload_module(m.id) {
                         log::warn!("vgpu: unload module {:?}: {e}", m.id);
@@ -709,8 +714,15 @@ impl Worker {
         })
     }
 
-    /// Runs `job` under the per-job time limit, of which `spent` went already (loading).
-    fn run_job(&mut self, ch: usize, job: Job, spent: Duration) -> Result<Turn, Fault> {
+    /// Runs `job` (kernel identity `key`, for the daemon of a shared GPU) under the per-job time
+    /// limit, of which `spent` went already (loading).
+    fn run_job(
+        &mut self,
+        ch: usize,
+        job: Job,
+        key: Option<u64>,
+        spent: Duration,
+    ) -> Result<Turn, Fault> {
         let handle = self.handle.clone();
         if self.host.is_none() {
             handle.clear();
@@ -725,7 +737,7 @@ impl Worker {
         // state, in memory) and resumes at the next grant. The time limit counts GPU time.
         let (outcome, timed_out) = loop {
             let ticket = match &self.host {
-                Some(h) => Some(h.acquire(&handle).map_err(|e| {
+                Some(h) => Some(h.acquire(&handle, key).map_err(|e| {
                     log::error!("vgpu: {e}");
                     Fault::new(FaultKind::GpuLost, 0, 0)
                 })?),

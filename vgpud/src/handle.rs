@@ -1,12 +1,12 @@
 //! What the daemon does with each message of a VM process: registration (`Hello` → partition,
 //! channel quota, scheduler entry, `Welcome` with the VRAM memory object), `Want`/`Idle` (the
-//! VM's queue in the scheduler) and `Done` (end of a grant: charge, latencies, next job).
+//! VM's queue in the scheduler, with the kernel identity of its job) and `Done` (end of a grant: charge, latencies, next job).
 //! Anything out of order or malformed is refused with an `Error` and counted; nothing a VM
 //! sends can touch another VM's state.
 
 use std::time::Duration;
 
-use scheduler::{Action, VmId, VmParams};
+use scheduler::{Action, KernelKey, VmId, VmParams};
 
 use crate::daemon::Daemon;
 use crate::proto::{self, Hello, RunOutcome, ToDaemon, ToVm, monotonic_ns};
@@ -29,7 +29,7 @@ impl Daemon {
             (ToDaemon::Hello(h), None) => self.hello(c, h),
             (ToDaemon::Hello(_), Some(_)) => self.refuse(c, "already registered".into(), false),
             (_, None) => self.refuse(c, "the first message must be hello".into(), true),
-            (ToDaemon::Want {}, Some(vm)) => self.want(c, vm),
+            (ToDaemon::Want { kernel }, Some(vm)) => self.want(c, vm, kernel.map(KernelKey)),
             (ToDaemon::Idle {}, Some(vm)) => self.idle(c, vm),
             (
                 ToDaemon::Done {
@@ -88,7 +88,8 @@ impl Daemon {
         self.channels_used += reg.channels;
         self.by_vm.insert(id, c);
         let welcome = ToVm::Welcome {
-            version: proto::VERSION,
+            // The VM's own version (validated above): an older VM is served in its version.
+            version: reg.version,
             vm: id.0,
             vram_offset: offset,
             vram_size: reg.vram,
@@ -135,17 +136,29 @@ impl Daemon {
         }
     }
 
-    /// Marks `vm` queued (once) and sends a preempt the scheduler asks for.
-    fn want(&mut self, c: u64, vm: VmId) {
+    /// Marks `vm` queued (once) with the identity `key` of its job, and sends a preempt the
+    /// scheduler asks for. A want while queued identifies the job queued by a `Done`'s `more`
+    /// (whose identity the VM did not know yet).
+    fn want(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
         // A crossing Want while the grant is in flight: the VM answers the grant instead.
         if self.run.as_ref().is_some_and(|r| r.vm == vm) {
             return;
         }
-        self.submit(c, vm);
+        let queued = self
+            .sessions
+            .get(&c)
+            .and_then(|s| s.reg.as_ref())
+            .is_some_and(|r| r.pending);
+        if queued {
+            // Any u64 a VM sends only names an entry of its own bounded tables.
+            self.sched.identify(vm, key);
+            return;
+        }
+        self.submit(c, vm, key);
         self.wait_until_ns = None;
     }
 
-    fn submit(&mut self, c: u64, vm: VmId) {
+    fn submit(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
         let now = self.at(monotonic_ns());
         let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
             return;
@@ -153,7 +166,7 @@ impl Daemon {
         if reg.pending {
             return;
         }
-        match self.sched.on_submit(vm, now) {
+        match self.sched.on_submit_kernel(vm, key, now) {
             Ok(action) => {
                 reg.pending = true;
                 reg.want_since_ns = monotonic_ns();
@@ -231,6 +244,9 @@ impl Daemon {
         if let Some(run) = &mut self.run {
             run.turn_gpu_ns += gpu;
         }
+        // The scheduler sees the turn as one job: with more than one kernel in it, it is no
+        // longer the first kernel's run (learned as unidentified).
+        self.sched.identify(vm, None);
         if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
             reg.report.completed += 1;
         }
@@ -355,7 +371,8 @@ impl Daemon {
         } else {
             reg.pending = false;
             if more {
-                self.submit(c, vm);
+                // Its identity comes with the VM's next want.
+                self.submit(c, vm, None);
             }
         }
     }

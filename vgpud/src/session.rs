@@ -25,9 +25,10 @@ pub fn validate_hello(h: &Hello, limits: &Limits) -> Result<(), String> {
         ..
     } = h;
     let (version, vram, channels) = (*version, *vram, *channels);
-    if version != proto::VERSION {
+    if !(proto::MIN_VERSION..=proto::VERSION).contains(&version) {
         return Err(format!(
-            "protocol version {version} is not supported (this daemon speaks {})",
+            "protocol version {version} is not supported (this daemon speaks {}..={})",
+            proto::MIN_VERSION,
             proto::VERSION
         ));
     }

@@ -159,11 +159,11 @@ fn timeslice_grants_preempts_at_slice_end_and_alternates() {
     let (a, off_a) = Vm::hello(&d, "a", 1, 8);
     let (b, off_b) = Vm::hello(&d, "b", 1, 8);
     assert!(off_a + (8 << 20) <= off_b || off_b + (8 << 20) <= off_a);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     let (seq, slice) = a.grant();
     assert_eq!(slice, 20_000_000);
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     // `a` keeps running: the daemon preempts it at the end of its slice.
     match a.recv() {
         Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
@@ -195,7 +195,7 @@ fn timeslice_grants_preempts_at_slice_end_and_alternates() {
 fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
     let d = start("turn", "policy=timeslice,slice=50ms", 500);
     let (a, _) = Vm::hello(&d, "a", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, slice) = a.grant();
     assert!(slice > 0);
     for _ in 0..3 {
@@ -215,7 +215,7 @@ fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
 
     let d = start("fifo", "policy=fifo", 500);
     let (a, _) = Vm::hello(&d, "a", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, slice) = a.grant();
     assert_eq!(slice, 0);
     a.send(&ToDaemon::Progress {
@@ -242,11 +242,11 @@ fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     );
     let (a, _) = Vm::hello(&d, "a", 1, 2);
     let (b, _) = Vm::hello(&d, "b", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, _) = a.grant();
     // Four slices pass with nobody waiting: no preempt.
     std::thread::sleep(Duration::from_millis(200));
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     match a.recv() {
         Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
@@ -277,9 +277,9 @@ fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
     );
     let (a, _) = Vm::hello(&d, "a", 1, 2);
     let (b, _) = Vm::hello(&d, "b", 1, 2);
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (sa, _) = a.grant();
-    b.send(&ToDaemon::Want {});
+    b.send(&ToDaemon::Want { kernel: None });
     assert!(matches!(a.recv(), Some((ToVm::Preempt { .. }, _))));
     a.done(sa, RunOutcome::Preempted, 10_000_000, true);
     // `a` waits now: `b`'s grant tells it when to stop.
@@ -326,8 +326,8 @@ fn every_policy_shares_the_gpu_between_two_vms() {
         let d = start(policy, &format!("policy={policy},band_wait=0ns"), 500);
         let (a, _) = Vm::hello(&d, "a", 1, 2);
         let (b, _) = Vm::hello(&d, "b", 1, 2);
-        a.send(&ToDaemon::Want {});
-        b.send(&ToDaemon::Want {});
+        a.send(&ToDaemon::Want { kernel: None });
+        b.send(&ToDaemon::Want { kernel: None });
         // Each VM has three jobs of 1 ms; whoever is granted reports one and wants again.
         let mut left = [3, 3];
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -375,15 +375,15 @@ fn filling_gives_a_low_vm_short_slices_while_a_high_vm_is_in_an_unpredicted_gap(
         let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
         let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
         // A high VM that never ran constrains nothing: the low VM's full slice.
-        lp.send(&ToDaemon::Want {});
+        lp.send(&ToDaemon::Want { kernel: None });
         let (seq, slice) = lp.grant();
         assert_eq!(slice, 20_000_000, "fill={fill}");
         lp.done(seq, RunOutcome::Completed, 100_000, false);
-        hp.send(&ToDaemon::Want {});
+        hp.send(&ToDaemon::Want { kernel: None });
         let (seq, _) = hp.grant();
         hp.done(seq, RunOutcome::Completed, 100_000, false);
         // Now the high VM is idle after a kernel and its gap is not predicted yet.
-        lp.send(&ToDaemon::Want {});
+        lp.send(&ToDaemon::Want { kernel: None });
         let (seq, slice) = lp.grant();
         // Without filling: the rest of its 20 ms turn (less the time charged so far).
         if fill == "on" {
@@ -397,12 +397,154 @@ fn filling_gives_a_low_vm_short_slices_while_a_high_vm_is_in_an_unpredicted_gap(
     }
 }
 
+/// The high VM of `filling_learns_gaps_per_kernel_identity_sent_by_the_vms`: a job of kernel
+/// `kernel` (if `identify`) granted at once and completed.
+fn one_kernel(hp: &Vm, kernel: u64, identify: bool) {
+    hp.send(&ToDaemon::Want {
+        kernel: identify.then_some(kernel),
+    });
+    let (seq, _) = hp.grant();
+    hp.done(seq, RunOutcome::Completed, 0, false);
+}
+
+#[test]
+fn filling_learns_gaps_per_kernel_identity_sent_by_the_vms() {
+    // The high VM runs kernel 1, then is idle 50 ms, twice; then kernel 2, followed at once by
+    // its next want, twice; then kernel 1 again. With the identities it sent, the daemon
+    // predicts a ~50 ms gap after kernel 1 and lets the low VM run until about its end; without
+    // them the gaps after "a kernel" vary from 0 to 50 ms, nothing is predicted, and the low VM
+    // gets only `fill_slice`.
+    for identify in [true, false] {
+        let sched = "policy=timeslice,slice=20ms,fill=on,fill_slice=300us,fill_idle=600s";
+        let d = start(&format!("fill-identity-{identify}"), sched, 500);
+        let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+        let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+        for (kernel, gap_ms) in [(1, 50), (1, 50), (2, 0), (2, 0), (1, 0)] {
+            one_kernel(&hp, kernel, identify);
+            std::thread::sleep(Duration::from_millis(gap_ms));
+        }
+        // The high VM's third gap after kernel 1 has just started.
+        lp.send(&ToDaemon::Want { kernel: Some(77) });
+        let (seq, slice) = lp.grant();
+        if identify {
+            assert!(slice > 10_000_000, "{slice}");
+        } else {
+            assert_eq!(slice, 300_000);
+        }
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        drop((hp, lp));
+        assert_eq!(d.stop().refused, 0);
+    }
+}
+
+#[test]
+fn a_job_announced_by_more_is_identified_by_the_next_want() {
+    // As `filling_learns_gaps_per_kernel_identity_sent_by_the_vms`, but each of the high VM's
+    // kernels is queued by the `more` of its previous job while another VM of its class holds
+    // the GPU (FIFO), and identified by a want sent meanwhile.
+    for identify in [true, false] {
+        let sched = "policy=fifo,fill=on,fill_slice=300us,fill_idle=600s";
+        let d = start(&format!("fill-more-{identify}"), sched, 500);
+        // `other` connects before `hp`: the daemon reads its want before hp's done when both
+        // arrive in one poll round (connections are read in order).
+        let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+        let (other, _) = Vm::hello_at(&d, "other", 1, 1, 2);
+        let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+        for (kernel, gap_ms) in [(1, 50), (1, 50), (2, 0), (2, 0), (1, 0)] {
+            hp.send(&ToDaemon::Want { kernel: Some(3) });
+            let (seq, _) = hp.grant();
+            other.send(&ToDaemon::Want { kernel: None });
+            hp.done(seq, RunOutcome::Completed, 0, true);
+            let (other_seq, _) = other.grant();
+            // Queued by `more`: this want only identifies it.
+            hp.send(&ToDaemon::Want {
+                kernel: identify.then_some(kernel),
+            });
+            other.done(other_seq, RunOutcome::Completed, 0, false);
+            let (seq, _) = hp.grant();
+            hp.done(seq, RunOutcome::Completed, 0, false);
+            std::thread::sleep(Duration::from_millis(gap_ms));
+        }
+        // The other VM leaves (it would constrain the low VM too).
+        drop(other);
+        std::thread::sleep(Duration::from_millis(5));
+        lp.send(&ToDaemon::Want { kernel: None });
+        let (seq, slice) = lp.grant();
+        if identify {
+            assert!(slice > 10_000_000, "{slice}");
+        } else {
+            assert_eq!(slice, 300_000);
+        }
+        lp.done(seq, RunOutcome::Completed, 100_000, false);
+        drop((hp, lp));
+        assert_eq!(d.stop().refused, 0);
+    }
+}
+
+#[test]
+fn a_turn_of_several_kernels_is_not_learned_as_its_first_kernel() {
+    // The high VM's kernel-1 jobs before its 50 ms gaps run in turns with a second job
+    // (`progress`): those turns are learned as unidentified, so after a turn of kernel 1 alone
+    // nothing is predicted and the low VM gets `fill_slice`.
+    let sched = "policy=timeslice,slice=20ms,fill=on,fill_slice=300us,fill_idle=600s";
+    let d = start("fill-turn", sched, 500);
+    let (lp, _) = Vm::hello_at(&d, "lp", 1, 0, 2);
+    let (hp, _) = Vm::hello_at(&d, "hp", 1, 1, 2);
+    for (kernel, gap_ms, jobs) in [(1, 50, 2), (1, 50, 2), (2, 0, 1), (2, 0, 1), (1, 0, 1)] {
+        hp.send(&ToDaemon::Want {
+            kernel: Some(kernel),
+        });
+        let (seq, slice) = hp.grant();
+        assert!(slice > 0, "a turn");
+        for _ in 1..jobs {
+            hp.send(&ToDaemon::Progress {
+                seq,
+                gpu_ns: 0,
+                start_ns: 0,
+                end_ns: 0,
+            });
+        }
+        hp.done(seq, RunOutcome::Completed, 0, false);
+        std::thread::sleep(Duration::from_millis(gap_ms));
+    }
+    lp.send(&ToDaemon::Want { kernel: None });
+    let (seq, slice) = lp.grant();
+    assert_eq!(slice, 300_000);
+    lp.done(seq, RunOutcome::Completed, 100_000, false);
+    drop((hp, lp));
+    assert_eq!(d.stop().refused, 0);
+}
+
+#[test]
+fn a_version_1_vm_is_served_in_version_1() {
+    let d = start("v1", "policy=timeslice,fill=on", 500);
+    let vm = Vm::connect(&d);
+    vm.send(&ToDaemon::Hello(Hello {
+        version: proto::MIN_VERSION,
+        name: "old".into(),
+        weight: 1,
+        priority: 0,
+        vram: 2 << 20,
+        channels: 1,
+    }));
+    assert!(matches!(
+        vm.recv(),
+        Some((ToVm::Welcome { version: 1, .. }, true))
+    ));
+    // Its wants are the old form.
+    vm.send_raw(br#"{"type":"want"}"#);
+    let (seq, _) = vm.grant();
+    vm.done(seq, RunOutcome::Completed, 1000, false);
+    drop(vm);
+    assert_eq!(d.stop().refused, 0);
+}
+
 #[test]
 fn hostile_messages_are_refused_and_nothing_else_changes() {
     let d = start("hostile", "policy=timeslice", 500);
     // Anything before hello is fatal for that connection.
     let x = Vm::connect(&d);
-    x.send(&ToDaemon::Want {});
+    x.send(&ToDaemon::Want { kernel: None });
     assert!(matches!(
         x.recv(),
         Some((ToVm::Error { fatal: true, .. }, _))
@@ -411,6 +553,8 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
     // A bad hello is refused.
     for (version, name, vram, ch) in [
         (99, "v", 2u64 << 20, 1),
+        (0, "v", 2 << 20, 1),
+        (proto::VERSION + 1, "v", 2 << 20, 1),
         (proto::VERSION, "", 2 << 20, 1),
         (proto::VERSION, "bad name", 2 << 20, 1),
         (proto::VERSION, "v", 3 << 20, 1),
@@ -456,12 +600,12 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         a.recv(),
         Some((ToVm::Error { fatal: false, .. }, _))
     ));
-    a.send(&ToDaemon::Want {});
+    a.send(&ToDaemon::Want { kernel: None });
     let (seq, _) = a.grant();
     a.done(seq, RunOutcome::Completed, 10, false);
     drop(a);
     let r = d.stop();
-    assert_eq!(r.refused, 11);
+    assert_eq!(r.refused, 13);
     assert_eq!(r.vms.len(), 1);
     assert_eq!(r.vms[0].completed, 1);
 }
@@ -471,9 +615,9 @@ fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
     let d = start("revoke", "policy=timeslice,slice=5ms", 50);
     let (hung, _) = Vm::hello(&d, "hung", 1, 8);
     let (ok, _) = Vm::hello(&d, "ok", 1, 8);
-    hung.send(&ToDaemon::Want {});
+    hung.send(&ToDaemon::Want { kernel: None });
     let _ = hung.grant();
-    ok.send(&ToDaemon::Want {});
+    ok.send(&ToDaemon::Want { kernel: None });
     // `hung` ignores the preempt: after 5 ms + 50 ms it loses the GPU and its connection.
     assert!(matches!(hung.recv(), Some((ToVm::Preempt { .. }, _))));
     let t0 = Instant::now();
@@ -491,9 +635,9 @@ fn a_vm_that_stops_yielding_is_revoked_and_one_that_dies_frees_the_gpu() {
     ok.done(seq, RunOutcome::Completed, 1000, false);
     // A VM that dies holding the GPU: the next one is granted at once.
     let (dies, _) = Vm::hello(&d, "dies", 1, 8);
-    dies.send(&ToDaemon::Want {});
+    dies.send(&ToDaemon::Want { kernel: None });
     let _ = dies.grant();
-    ok.send(&ToDaemon::Want {});
+    ok.send(&ToDaemon::Want { kernel: None });
     let t0 = Instant::now();
     drop(dies);
     let (seq, _) = ok.grant();

@@ -168,6 +168,18 @@ impl Fill {
         }
     }
 
+    /// Sets the identity of `vm`'s newest queued job (known only after its submission: the
+    /// implicit want of a run report; `None`: several kernels ran as one job). Nothing when that
+    /// job is past the identities kept.
+    pub fn identify(&mut self, vm: VmId, key: Option<KernelKey>) {
+        if let Some(v) = self.vms.get_mut(&vm)
+            && v.overflow == 0
+            && let Some(last) = v.keys.back_mut()
+        {
+            *last = key;
+        }
+    }
+
     /// The VM's queue was dropped: no jobs, and no gap being measured.
     pub fn on_idle(&mut self, vm: VmId) {
         if let Some(v) = self.vms.get_mut(&vm) {
