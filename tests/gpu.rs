@@ -398,3 +398,78 @@ fn cuda_kernel_fault_stays_in_its_vm() {
         "{good_text}"
     );
 }
+
+/// The `infer` guest: requests of `kernels=` checked launches with think time in between, one
+/// latency line per request (up to `lines=`), and a summary whose counts agree with the device's.
+#[test]
+fn infer_runs_checked_requests_and_reports_latencies() {
+    let (code, out, stats) = run_gpu(
+        &[
+            "--guest",
+            "infer",
+            "--cmdline",
+            "iters=2000 threads=64 blocks=2 kernels=3 think_us=2000 ms=300 lines=5",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("INFER start iters=2000 threads=64 blocks=2 kernels=3 think_us=2000\n"),
+        "{out}"
+    );
+    let end: std::collections::HashMap<&str, u64> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("INFER end "))
+        .unwrap_or_else(|| panic!("no end line:\n{out}"))
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().expect("numeric value")))
+        .collect();
+    assert_eq!(end["ok"], 1, "{out}");
+    let requests = end["requests"];
+    // 2 ms of think time per request: at most ~150 requests in 300 ms, and several at least.
+    assert!((2..=160).contains(&requests), "{out}");
+    assert!(
+        (300..5000).contains(&end["t_ms"]),
+        "stops after ms=300: {out}"
+    );
+    let lats: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("INFER req="))
+        .map(|l| {
+            let (_, lat) = l.split_once(" lat_us=").expect("lat_us");
+            lat.parse().expect("numeric latency")
+        })
+        .collect();
+    assert_eq!(
+        lats.len(),
+        5.min(requests as usize),
+        "lines=5 bounds the output: {out}"
+    );
+    assert!(lats.iter().all(|&l| l > 0 && l <= end["max_us"]), "{out}");
+    assert!(
+        end["p50_us"] <= end["p99_us"] && end["p99_us"] <= end["max_us"],
+        "{out}"
+    );
+    let gpu = &stats["gpu"];
+    assert_eq!(
+        gpu["counters"]["launches"].as_u64(),
+        Some(3 * requests),
+        "every request is kernels=3 launches: {gpu}"
+    );
+    assert_eq!(gpu["counters"]["faults"], 0, "{gpu}");
+    // Bad arguments are refused before any work.
+    for bad in ["kernels=0", "kernels=17", "ms=0", "threads=2000"] {
+        let (code, out, _) = run_gpu(&["--guest", "infer", "--cmdline", bad], "");
+        assert_eq!(
+            code,
+            i32::from(guest_abi::exit_codes::BAD_ARGUMENT),
+            "{bad}: {out}"
+        );
+        assert!(
+            out.contains(&format!("infer: bad argument {bad} (must be ")),
+            "{out}"
+        );
+        assert!(!out.contains("INFER start"), "{out}");
+    }
+}

@@ -48,6 +48,10 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
         "fairness",
         "with --gpu: load generator of the fairness experiment: keeps depth= lcg_spin kernels (iters=, threads=, blocks=) in flight on one channel, sleeps on the GPU's interrupt, checks every result, stops after ms=; prints FAIRNESS start .., FAIRNESS t_ms=.. done=.. every report_ms=, FAIRNESS end t_ms=.. done=.. ok=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
     ),
+    (
+        "infer",
+        "with --gpu: latency-sensitive side of the priority experiment: requests of kernels= lcg_spin launches (iters=, threads=, blocks=) waited for on the GPU's interrupt and checked, then think_us= of guest CPU think time, until ms=; prints INFER start .., INFER req=.. lat_us=.. for the first lines= requests, INFER end t_ms=.. requests=.. ok=.. p50_us=.. p99_us=.. max_us=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
+    ),
     ("idle", "halts forever (for timeout and signal tests)"),
     ("echo", "echoes console input lines (quit ends it)"),
 ];
@@ -75,6 +79,7 @@ mod tests {
             "workloads",
             "attack",
             "fairness",
+            "infer",
         ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");
