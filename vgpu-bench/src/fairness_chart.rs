@@ -13,6 +13,7 @@ use plotters::prelude::*;
 
 use crate::chart::{self, DESC_FONT, GRID, Swatch, TICK_FONT};
 use crate::chart_axis::{self, Ticked};
+use crate::chart_cdf;
 use crate::error::BenchError;
 use crate::fairness_metrics::{Figures, Window};
 
@@ -316,17 +317,6 @@ fn targets_inner(path: &Path, title: &str, names: &[String], f: &Figures) -> Res
     Ok(())
 }
 
-/// The empirical CDF of `ns` as (µs, fraction at or below) steps.
-pub fn cdf_points(ns: &[u64]) -> Vec<(f64, f64)> {
-    let mut v: Vec<u64> = ns.to_vec();
-    v.sort_unstable();
-    let n = v.len() as f64;
-    v.iter()
-        .enumerate()
-        .map(|(k, x)| (*x as f64 / 1e3, (k + 1) as f64 / n))
-        .collect()
-}
-
 /// The CDFs of the daemon's preemption and switch latencies (µs, log axis when they span 10×).
 pub fn latency_cdf(
     path: &Path,
@@ -334,94 +324,21 @@ pub fn latency_cdf(
     preempt_ns: &[u64],
     switch_ns: &[u64],
 ) -> Result<(), BenchError> {
-    cdf_inner(path, title, preempt_ns, switch_ns).map_err(err(path))
-}
-
-fn cdf_inner(path: &Path, title: &str, preempt: &[u64], switch: &[u64]) -> Result<(), String> {
     let series = [
-        (
-            format!("preemption ({} samples)", preempt.len()),
-            cdf_points(preempt),
-            RGBColor(213, 94, 0),
-        ),
-        (
-            format!("switch ({} samples)", switch.len()),
-            cdf_points(switch),
-            RGBColor(0, 114, 178),
-        ),
+        chart_cdf::Series {
+            name: format!("preemption ({} samples)", preempt_ns.len()),
+            ns: preempt_ns,
+            color: RGBColor(213, 94, 0),
+        },
+        chart_cdf::Series {
+            name: format!("switch ({} samples)", switch_ns.len()),
+            ns: switch_ns,
+            color: RGBColor(0, 114, 178),
+        },
     ];
-    // A log axis cannot show 0 µs: such samples sit at the axis' left end.
-    let xs: Vec<f64> = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .filter(|v| *v > 0.0)
-        .collect();
-    let x = chart_axis::choose(&xs, &[], true);
-    let y = chart_axis::linear(1.0 / 1.05);
-    let entries: Vec<(String, Swatch)> = series
-        .iter()
-        .map(|(nm, _, c)| (nm.clone(), Swatch::Line(*c)))
-        .collect();
     let note = "Preemption: the daemon sends Preempt -> that VM's engine stopped; switch: one VM's \
                 engine stopped -> the next VM's engine started (vgpud's report)";
-    let root = SVGBackend::new(path, (1100, 600)).into_drawing_area();
-    let body = chart::frame(&root, title, &entries, note)?;
-    let mut b = ChartBuilder::on(&body);
-    b.margin_left(10)
-        .margin_right(30)
-        .margin_top(10)
-        .x_label_area_size(55)
-        .y_label_area_size(80);
-    macro_rules! plot {
-        ($x_range:expr) => {{
-            let mut c = b
-                .build_cartesian_2d(
-                    $x_range,
-                    Ticked::new(RangedCoordf64::from(y.lo..y.hi), &y.ticks),
-                )
-                .map_err(|e| s(&e))?;
-            c.configure_mesh()
-                .bold_line_style(GRID.stroke_width(1))
-                .light_line_style(TRANSPARENT)
-                .x_label_formatter(&|v| chart_axis::label(*v))
-                .y_label_formatter(&|v| chart_axis::label(*v))
-                .x_label_style(TICK_FONT)
-                .y_label_style(TICK_FONT)
-                .axis_desc_style(DESC_FONT)
-                .x_desc(if x.log {
-                    "latency (µs, log scale)"
-                } else {
-                    "latency (µs)"
-                })
-                .y_desc("fraction of samples at or below")
-                .draw()
-                .map_err(|e| s(&e))?;
-            for (_, pts, col) in &series {
-                // Steps: each sample raises the curve at its latency.
-                let mut steps = Vec::with_capacity(pts.len() * 2);
-                let mut prev = 0.0;
-                for (v, q) in pts {
-                    let v = v.max(x.lo);
-                    steps.push((v, prev));
-                    steps.push((v, *q));
-                    prev = *q;
-                }
-                c.draw_series(std::iter::once(PathElement::new(
-                    steps,
-                    col.stroke_width(2),
-                )))
-                .map_err(|e| s(&e))?;
-            }
-        }};
-    }
-    if x.log {
-        let inner: LogCoord<f64> = (x.lo..x.hi).log_scale().into();
-        plot!(Ticked::new(inner, &x.ticks));
-    } else {
-        plot!(Ticked::new(RangedCoordf64::from(x.lo..x.hi), &x.ticks));
-    }
-    root.present().map_err(|e| s(&e))?;
-    Ok(())
+    chart_cdf::draw(path, title, &series, note)
 }
 
 #[cfg(test)]
@@ -548,11 +465,11 @@ mod tests {
 
     #[test]
     fn cdf_ends_at_one_and_rises() {
-        let c = cdf_points(&[3000, 1000, 2000, 2000]);
+        let c = chart_cdf::points(&[3000, 1000, 2000, 2000]);
         assert_eq!(c.first(), Some(&(1.0, 0.25)));
         assert_eq!(c.last(), Some(&(3.0, 1.0)));
         assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
-        assert!(cdf_points(&[]).is_empty());
+        assert!(chart_cdf::points(&[]).is_empty());
     }
 
     #[test]

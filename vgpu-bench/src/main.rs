@@ -11,6 +11,7 @@
 mod backend;
 mod chart;
 mod chart_axis;
+mod chart_cdf;
 mod error;
 mod exp_fairness;
 mod exp_overhead;
