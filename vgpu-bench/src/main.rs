@@ -7,6 +7,9 @@
 //!   configurations: per benchmark and phase time, slowdown vs native and MMIO exits.
 //! - `fairness`: N VMs sharing one GPU through `vgpud`: Jain's index, share error vs weights,
 //!   utilization, preemption and switch latency, per-VM throughput.
+//! - `priority`: a latency-sensitive VM beside N backlogged ones under timeslice, priority and
+//!   fikit (filling) scheduling, against the VM alone: request latency, LP throughput,
+//!   utilization.
 
 mod backend;
 mod chart;
@@ -16,6 +19,7 @@ mod error;
 mod exp_fairness;
 mod exp_overhead;
 mod exp_preempt;
+mod exp_priority;
 mod exp_ptx;
 mod fairness_calib;
 mod fairness_chart;
@@ -26,6 +30,9 @@ mod fairness_procs;
 mod native;
 mod overhead_output;
 mod overhead_vm;
+mod priority_guest;
+mod priority_metrics;
+mod priority_output;
 mod progress;
 mod report;
 mod runner;
@@ -57,6 +64,8 @@ enum Cmd {
     Overhead(exp_overhead::Args),
     /// Fairness: N VMs sharing one GPU through vgpud under a scheduling policy.
     Fairness(exp_fairness::Args),
+    /// Priority: a latency-sensitive VM beside N backlogged VMs: alone, timeslice, priority, fikit.
+    Priority(exp_priority::Args),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +75,7 @@ fn main() -> ExitCode {
         Cmd::Preempt(a) => &a.out,
         Cmd::Overhead(a) => &a.out,
         Cmd::Fairness(a) => &a.out,
+        Cmd::Priority(a) => &a.out,
     };
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
@@ -76,6 +86,7 @@ fn main() -> ExitCode {
         Cmd::Preempt(a) => exp_preempt::run(a),
         Cmd::Overhead(a) => exp_overhead::run(a),
         Cmd::Fairness(a) => exp_fairness::run(a),
+        Cmd::Priority(a) => exp_priority::run(a),
     };
     match result {
         Ok(line) => {

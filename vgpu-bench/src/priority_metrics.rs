@@ -1,0 +1,163 @@
+//! The figures of one `priority` mode: HP request latency (from the `infer` guest's lines), the
+//! GPU time of the HP and LP VMs and the utilization over the daemon's accounting windows
+//! while the HP VM ran (from vgpud's report), and the LP VMs' throughput (from their guests).
+
+use crate::exp_priority::ModeRun;
+use crate::report::Percentiles;
+
+/// The targets of the issue: HP latency within 1.10x of `alone`, LP GPU time >= 90% of the
+/// time the HP VM leaves idle, utilization >= 95%.
+pub const LATENCY_RATIO_MAX: f64 = 1.10;
+pub const LP_FILL_MIN: f64 = 0.90;
+pub const UTILIZATION_MIN: f64 = 0.95;
+
+/// One mode's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figures {
+    /// Requests the HP guest completed (all, as its end line says).
+    pub requests: u64,
+    /// Latency (µs) of the requests whose lines were printed, the first one (cold: module load)
+    /// left out.
+    pub lat_us: Percentiles,
+    /// The samples behind `lat_us`.
+    pub samples: Vec<u64>,
+    /// Accounting windows counted (wholly inside the HP VM's run, after the ramp, before any
+    /// VM left).
+    pub windows: usize,
+    /// Fractions of the counted windows' time: HP GPU time, LP GPU time, both.
+    pub hp_share: f64,
+    pub lp_share: f64,
+    pub utilization: f64,
+    /// LP GPU time / the time HP left idle (`None` when HP left none).
+    pub lp_fill: Option<f64>,
+    /// LP kernels per second (sum over LP guests of their completed / their guest time).
+    pub lp_kernels_per_s: f64,
+    /// HP guest ended with every result checked and exit 0, every LP guest likewise.
+    pub ok: bool,
+    /// Mismatch lines of the HP guest.
+    pub mismatches: u64,
+}
+
+pub fn compute(r: &ModeRun, ramp_ns: u64) -> Figures {
+    let rep = &r.report;
+    let hp = rep.vms.iter().find(|v| v.name == "hp");
+    let hp_id = hp.map(|v| v.id);
+    // The interval in which the HP VM ran and no VM had left yet.
+    let start = hp.map_or(u64::MAX, |v| v.registered_ns.saturating_add(ramp_ns));
+    let end = rep
+        .vms
+        .iter()
+        .map(|v| v.gone_ns.unwrap_or(rep.now_ns))
+        .min()
+        .unwrap_or(0);
+    let w = rep.window_ns.max(1);
+    // Windows with no use are not in the report: count every window slot in the interval.
+    let first = start.div_ceil(w);
+    let last = end / w; // exclusive
+    let slots = last.saturating_sub(first) as usize;
+    let (mut hp_ns, mut lp_ns) = (0u64, 0u64);
+    for win in &rep.windows {
+        let k = win.start_ns / w;
+        if k >= first && k < last {
+            for &(id, ns) in &win.per_vm {
+                if Some(id) == hp_id {
+                    hp_ns += ns;
+                } else {
+                    lp_ns += ns;
+                }
+            }
+        }
+    }
+    let total = (slots as u64 * w) as f64;
+    let frac = |ns: u64| if total > 0.0 { ns as f64 / total } else { 0.0 };
+    let (hp_share, lp_share) = (frac(hp_ns), frac(lp_ns));
+    let idle_left = 1.0 - hp_share;
+    let samples: Vec<u64> = r.hp.lat_us.iter().skip(1).copied().collect();
+    let lat: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
+    let lp_kernels_per_s =
+        r.lp.iter()
+            .filter_map(|(g, _)| g.end)
+            .filter(|e| e.t_ms > 0)
+            .map(|e| e.done as f64 * 1e3 / e.t_ms as f64)
+            .fold(0.0, |a, b| a + b);
+    let ok = r.hp.ok()
+        && r.hp_exit == Some(0)
+        && r.lp.iter().all(|(g, code)| g.ok() && *code == Some(0));
+    Figures {
+        requests: r.hp.end.map_or(0, |e| e.requests),
+        lat_us: Percentiles::of(&lat),
+        samples,
+        windows: slots,
+        hp_share,
+        lp_share,
+        utilization: hp_share + lp_share,
+        lp_fill: (r.mode.with_lp && idle_left > 1e-9).then(|| lp_share / idle_left),
+        lp_kernels_per_s,
+        ok,
+        mismatches: r.hp.mismatches,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exp_priority::MODES;
+    use crate::priority_guest;
+    use vgpud::report::{Report, VmReport, WindowReport};
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn shares_count_only_windows_inside_the_hp_run() {
+        let vm = |id, name: &str, reg, gone| VmReport {
+            id,
+            name: name.into(),
+            registered_ns: reg,
+            gone_ns: gone,
+            ..VmReport::default()
+        };
+        let report = Report {
+            window_ns: 100 * MS,
+            now_ns: 1000 * MS,
+            vms: vec![
+                vm(0, "lp0", 0, Some(900 * MS)),
+                vm(1, "hp", 150 * MS, Some(650 * MS)),
+            ],
+            windows: (0..9)
+                .map(|k| WindowReport {
+                    start_ns: k * 100 * MS,
+                    per_vm: vec![(0, 60 * MS), (1, 30 * MS)],
+                })
+                .collect(),
+            ..Report::default()
+        };
+        let hp = priority_guest::parse(
+            "INFER start\nINFER req=1 lat_us=9000\nINFER req=2 lat_us=100\nINFER req=3 lat_us=300\n\
+             INFER end t_ms=500 requests=3 ok=1\n",
+        );
+        let lp =
+            crate::fairness_guest::parse("FAIRNESS start\nFAIRNESS end t_ms=2000 done=50 ok=1\n");
+        let r = ModeRun {
+            mode: MODES[3],
+            report,
+            hp,
+            hp_exit: Some(0),
+            lp: vec![(lp, Some(0))],
+            commands: vec![],
+        };
+        // HP from 150 ms + 50 ms ramp = 200 ms to 650 ms: windows 2, 3, 4, 5 (500..600 ends
+        // at 600 <= 650).
+        let f = compute(&r, 50 * MS);
+        assert_eq!(f.windows, 4);
+        assert!((f.hp_share - 0.3).abs() < 1e-9 && (f.lp_share - 0.6).abs() < 1e-9);
+        assert!((f.utilization - 0.9).abs() < 1e-9);
+        assert!((f.lp_fill.unwrap() - 0.6 / 0.7).abs() < 1e-9);
+        assert!((f.lp_kernels_per_s - 25.0).abs() < 1e-9);
+        assert_eq!(f.samples, [100, 300], "the cold first request is left out");
+        assert_eq!(f.requests, 3);
+        assert!(f.ok);
+        let mut bad = r;
+        bad.lp[0].1 = None;
+        assert!(!compute(&bad, 0).ok, "an LP VM that did not exit 0");
+    }
+}
