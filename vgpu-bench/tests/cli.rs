@@ -33,6 +33,12 @@ fn out_of_range_numbers_are_usage_errors_naming_the_option() {
         &["fairness", "--kernel-us", "0"],
         &["fairness", "--ramp-ms=-1"],
         &["fairness", "--vm-memory", "0"],
+        &["priority", "--lp", "0"],
+        &["priority", "--duration", "0"],
+        &["priority", "--kernels", "17"],
+        &["priority", "--think-us=-1"],
+        &["priority", "--kernel-us", "0,5"],
+        &["priority", "--depth", "0"],
     ] {
         let o = bench(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", err(&o));
@@ -46,7 +52,7 @@ fn out_of_range_numbers_are_usage_errors_naming_the_option() {
 fn a_bad_output_directory_is_refused_before_the_work() {
     let file = std::env::temp_dir().join(format!("vgpu-bench-cli-{}", std::process::id()));
     std::fs::write(&file, b"keep me\n").unwrap();
-    for exp in ["ptx", "preempt", "overhead", "fairness"] {
+    for exp in ["ptx", "preempt", "overhead", "fairness", "priority"] {
         let o = bench(&[exp, "--out", file.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(2), "{exp}: {}", err(&o));
         assert!(err(&o).contains("--out"), "{exp}: {}", err(&o));
@@ -66,6 +72,7 @@ fn help_documents_every_option_of_every_subcommand() {
         &["preempt", "-h"],
         &["overhead", "-h"],
         &["fairness", "-h"],
+        &["priority", "-h"],
     ] {
         let o = bench(sub);
         assert_eq!(o.status.code(), Some(0));
