@@ -1,0 +1,148 @@
+//! The worker's launch path: reading a launch's code, entry and parameters from guest memory,
+//! its kernel identity, and the module it runs — from the VM's module cache, or loaded under
+//! the job's time limit and the VM's host memory budget, evicting idle modules and shadow spaces
+//! when that budget is full.
+
+use super::*;
+
+impl Worker {
+    /// The launch `d` describes, and its kernel identity (`scheduler::KernelKey`: what the
+    /// daemon of a shared GPU learns kernel times under).
+    pub(super) fn launch_job(
+        &mut self,
+        space: SpaceId,
+        d: &LaunchDesc,
+    ) -> Result<(LaunchJob, u64), Fault> {
+        let bad = |info| Fault::new(FaultKind::BadLaunch, 0, info);
+        if d.code_len == 0 || d.code_len > regs::MAX_CODE_LEN {
+            return Err(bad(regs::method::CODE_LEN));
+        }
+        if d.entry_len == 0 || d.entry_len > regs::MAX_ENTRY_LEN {
+            return Err(bad(regs::method::ENTRY_LEN));
+        }
+        if d.param_len > regs::MAX_PARAM_LEN {
+            return Err(bad(regs::method::PARAM_LEN));
+        }
+        let mut code = vec![0u8; d.code_len as usize];
+        self.read(space, d.code_va, &mut code, Access::Read)?;
+        let mut entry = vec![0u8; d.entry_len as usize];
+        self.read(space, d.entry_va, &mut entry, Access::Read)?;
+        let mut params = vec![0u8; d.param_len as usize];
+        if !params.is_empty() {
+            self.read(space, d.param_va, &mut params, Access::Read)?;
+        }
+        let text = String::from_utf8(code).map_err(|e| {
+            Fault::new(
+                FaultKind::PtxError,
+                d.code_va,
+                e.utf8_error().valid_up_to() as u32,
+            )
+        })?;
+        let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
+        let (module, hash) = self.module_for(&text, d.code_va)?;
+        let key = scheduler::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
+        let job = LaunchJob {
+            space,
+            module,
+            entry,
+            grid: d.grid,
+            block: d.block,
+            dynamic_shared: d.shared_bytes,
+            params,
+        };
+        Ok((job, key.0))
+    }
+
+    /// The engine module for `text`: cached, or loaded under the job's time limit, the device's
+    /// cancel flag and the VM's host memory budget (evicting idle modules and shadow spaces,
+    /// least recently used first, when it does not fit).
+    fn module_for(&mut self, text: &str, code_va: u64) -> Result<(ModuleId, u64), Fault> {
+        if let Some(found) = self.modules.lookup(text, &mut self.budget) {
+            return Ok(found);
+        }
+        let deadline = Instant::now() + self.cfg.job_timeout;
+        let mut evicted = false;
+        loop {
+            // The cache keeps its own copy of the text.
+            let limits = LoadLimits {
+                max_host_bytes: self.budget.free().saturating_sub(text.len() as u64),
+                deadline: Some(deadline),
+                cancel: Some(self.cancel.clone()),
+            };
+            let err = match self.engine.load_module(text, &limits) {
+                Ok(m) => {
+                    let bytes = m.host_bytes.saturating_add(text.len() as u64);
+                    if self.budget.charge(Class::Module, bytes) {
+                        let hash = self.modules.insert(text, m.id, bytes, &mut self.budget);
+                        self.budget.count(|s| &mut s.module_loads);
+                        return Ok((m.id, hash));
+                    }
+                    if let Err(e) = self.engine.unload_module(m.id) {
+                        log::warn!("vgpu: unload module {:?}: {e}", m.id);
+                    }
+                    EngineError::HostBudget {
+                        what: "module",
+                        used: bytes,
+                        limit: self.budget.free(),
+                    }
+                }
+                Err(e) => e,
+            };
+            match err {
+                EngineError::HostBudget { .. } | EngineError::TooMany(_)
+                    if !evicted && self.evict_all_idle() =>
+                {
+                    // All the room there is was made (once): try again.
+                    evicted = true;
+                }
+                e @ (EngineError::HostBudget { .. } | EngineError::TooMany(_)) => {
+                    self.budget.count(|s| &mut s.refused);
+                    log::info!(
+                        "vgpu: guest PTX from VA {code_va:#x}: over the host memory budget: {e}"
+                    );
+                    return Err(Fault::new(FaultKind::ResourceLimit, code_va, LIMIT_MODULE));
+                }
+                e @ (EngineError::LoadDeadline | EngineError::LoadCancelled) => {
+                    log::info!("vgpu: guest PTX from VA {code_va:#x}: {e}");
+                    return Err(Fault::new(
+                        FaultKind::Timeout,
+                        code_va,
+                        self.cfg.job_timeout.as_millis() as u32,
+                    ));
+                }
+                e => {
+                    let log = match &e {
+                        EngineError::ModuleLoad { log } => log.clone(),
+                        other => other.to_string(),
+                    };
+                    log::info!("vgpu: guest PTX from VA {code_va:#x} refused: {log}");
+                    return Err(Fault::new(
+                        FaultKind::PtxError,
+                        code_va,
+                        first_line_number(&log),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Evicts every idle module and shadow space (not the current turn's); returns whether
+    /// that freed anything (or the engine's tables: a module was unloaded).
+    pub(super) fn evict_all_idle(&mut self) -> bool {
+        let before = (self.budget.free(), self.budget.stats().modules_evicted);
+        let keep = self.current_pdb;
+        let (modules, engine) = (&mut self.modules, &self.engine);
+        self.shadows
+            .make_room(u64::MAX, keep, &mut self.budget, &mut |b, older| {
+                modules.evict_older(&**engine, b, older)
+            });
+        (self.budget.free(), self.budget.stats().modules_evicted) != before
+    }
+}
+
+/// The first `line N` / `N:` number in a loader log (0 if none).
+fn first_line_number(log: &str) -> u32 {
+    log.split(|c: char| !c.is_ascii_digit())
+        .find_map(|n| n.parse().ok())
+        .unwrap_or(0)
+}
