@@ -25,6 +25,7 @@ mod fairness_calib;
 mod fairness_chart;
 mod fairness_guest;
 mod fairness_metrics;
+mod fairness_native;
 mod fairness_output;
 mod fairness_procs;
 mod native;
