@@ -12,6 +12,7 @@ use crate::error::BenchError;
 use crate::fairness_calib::{self, Calibration};
 use crate::fairness_guest;
 use crate::fairness_metrics::{self, VmSpec};
+use crate::fairness_native;
 use crate::fairness_output::{self, Run, VmRun};
 use crate::fairness_procs::{self, Proc};
 use crate::progress::Progress;
@@ -73,6 +74,19 @@ pub struct Args {
     /// The vgpud binary (default: next to this one).
     #[arg(long)]
     pub vgpud: Option<PathBuf>,
+    /// A baseline run after the VMs: `native` = the same load as plain CUDA processes sharing
+    /// the GPU under the driver's time-slicing (cuda only; weights are not applied).
+    #[arg(long, value_enum, default_value = "none")]
+    pub baseline: Baseline,
+}
+
+/// `--baseline`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Baseline {
+    /// No baseline.
+    None,
+    /// Plain CUDA processes (`fairness_native`).
+    Native,
 }
 
 /// The run as resolved from the arguments.
@@ -94,6 +108,9 @@ impl Plan {
         } else {
             (a.vms, a.duration)
         };
+        if a.baseline == Baseline::Native && a.backend != crate::backend::Backend::Cuda {
+            return bad("--baseline native: needs --backend cuda (plain CUDA processes)".into());
+        }
         if vms == 0 || vms > 256 {
             return bad(format!("--vms {vms}: 1 to 256"));
         }
@@ -292,6 +309,17 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         .collect();
     let ramp_ns = (a.ramp_ms.max(0.0) * 1e6) as u64;
     let figures = fairness_metrics::compute(&report, &specs, ramp_ns)?;
+    let native = match a.baseline {
+        Baseline::None => None,
+        Baseline::Native => {
+            p.note("baseline: the same load as plain CUDA processes");
+            let bench = std::env::current_exe().map_err(|source| BenchError::Io {
+                path: "the vgpu-bench executable".into(),
+                source,
+            })?;
+            Some(fairness_native::run(a, &plan, &bench, &iters, &a.out)?)
+        }
+    };
     let vm_runs: Vec<VmRun> = vms
         .iter()
         .enumerate()
@@ -316,6 +344,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             report: &report,
             vms: &vm_runs,
             figures: &figures,
+            native: native.as_ref(),
         },
     )
 }

@@ -2,7 +2,9 @@
 //! kernels with guest think time between them) beside N backlogged VMs (LP, the `fairness`
 //! guest), through `vgpud`, in four modes run one after another: `alone` (the HP VM only),
 //! `timeslice` (equal priorities), `priority` (HP priority 1, LP 0, `policy=timeslice`, no
-//! filling) and `fikit` (the same with `policy=fikit`: LP kernels fill the HP VM's gaps).
+//! filling) and `fikit` (the same with `policy=fikit`: LP kernels fill the HP VM's gaps); on
+//! cuda then the native anchor (`priority_native`): the same load as plain CUDA processes, HP
+//! alone and beside the LP processes under the driver's time-slicing.
 //! Per mode: the HP request latency (p50/p99 and the ratio to `alone`), the LP VMs' kernels/s
 //! and GPU share, and the GPU utilization from the daemon's report; figures and files in
 //! `priority_output`.
@@ -17,6 +19,7 @@ use crate::fairness_calib::{self, Calibration};
 use crate::fairness_guest::{self, GuestRun};
 use crate::fairness_procs::{self, Proc};
 use crate::priority_guest::{self, InferRun};
+use crate::priority_native;
 use crate::priority_output;
 use crate::progress::Progress;
 
@@ -71,6 +74,9 @@ pub struct Args {
     /// The vgpud binary (default: next to this one).
     #[arg(long)]
     pub vgpud: Option<PathBuf>,
+    /// Leave out the native anchor (plain CUDA processes, run on `--backend cuda` only).
+    #[arg(long)]
+    pub no_native: bool,
 }
 
 /// One configuration of the comparison.
@@ -82,6 +88,8 @@ pub struct Mode {
     pub hp_priority: u8,
     /// Whether the LP VMs run.
     pub with_lp: bool,
+    /// Plain CUDA processes instead of VMs (`priority_native`).
+    pub native: bool,
 }
 
 /// The modes, in the order they run (`alone` first: the others are compared with it).
@@ -91,24 +99,28 @@ pub const MODES: [Mode; 4] = [
         sched: "policy=timeslice",
         hp_priority: 0,
         with_lp: false,
+        native: false,
     },
     Mode {
         name: "timeslice",
         sched: "policy=timeslice",
         hp_priority: 0,
         with_lp: true,
+        native: false,
     },
     Mode {
         name: "priority",
         sched: "policy=timeslice,fill=off",
         hp_priority: 1,
         with_lp: true,
+        native: false,
     },
     Mode {
         name: "fikit",
         sched: "policy=fikit",
         hp_priority: 1,
         with_lp: true,
+        native: false,
     },
 ];
 
@@ -200,7 +212,8 @@ pub fn lp_cmdline(a: &Args, plan: &Plan, iters: u32) -> String {
 /// What one mode produced.
 pub struct ModeRun {
     pub mode: Mode,
-    pub report: vgpud::Report,
+    /// vgpud's report (`None` for the native modes: no daemon).
+    pub report: Option<vgpud::Report>,
     pub hp: InferRun,
     pub hp_exit: Option<i32>,
     pub lp: Vec<(GuestRun, Option<i32>)>,
@@ -346,7 +359,7 @@ fn run_mode(
             .iter()
             .map(|v| (fairness_guest::parse(&read(v)), v.code()))
             .collect(),
-        report,
+        report: Some(report),
         commands,
     })
 }
@@ -383,6 +396,18 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             &mut p,
         )?;
         runs.push(r);
+    }
+    if a.backend == crate::backend::Backend::Cuda && !a.no_native {
+        let bench = std::env::current_exe().map_err(|source| BenchError::Io {
+            path: "the vgpu-bench executable".into(),
+            source,
+        })?;
+        for mode in priority_native::NATIVE_MODES {
+            p.note(&format!("mode {} ({})", mode.name, mode.sched));
+            let dir = a.out.join(mode.name);
+            let r = priority_native::run_mode(a, &plan, mode, &dir, &bench, iters, &mut p)?;
+            runs.push(r);
+        }
     }
     p.finish();
     priority_output::write(

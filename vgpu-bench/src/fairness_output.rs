@@ -10,6 +10,7 @@ use crate::exp_fairness::{Args, Plan};
 use crate::fairness_calib::Calibration;
 use crate::fairness_guest::GuestRun;
 use crate::fairness_metrics::Figures;
+use crate::fairness_native::Native;
 use crate::{fairness_chart, report};
 
 /// One VM as run.
@@ -33,6 +34,8 @@ pub struct Run<'a> {
     pub report: &'a vgpud::Report,
     pub vms: &'a [VmRun],
     pub figures: &'a Figures,
+    /// `--baseline native`.
+    pub native: Option<&'a Native>,
 }
 
 fn opt(v: Option<f64>) -> serde_json::Value {
@@ -132,6 +135,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         "evictions": r.report.evictions,
         "refused": r.report.refused,
         "vgpud_vms": r.report.vms.len(),
+        "native": r.native.map(|n| n.json(&r.plan.weights)),
     });
     let names: Vec<String> = r.vms.iter().map(|v| v.name.clone()).collect();
     let header = format!(
@@ -182,6 +186,16 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         &r.report.switch_latency_ns,
     )?;
     let fmt = |v: Option<f64>| v.map_or("-".into(), |j| format!("{j:.4}"));
+    let native = r.native.map_or(String::new(), |n| {
+        format!(
+            "; native processes: jain min {} mean {}, utilization {:.1}%{}",
+            fmt(n.figures.jain_min),
+            fmt(n.figures.jain_mean),
+            100.0 * n.figures.utilization,
+            if n.figures.ok { "" } else { ", NOT all ok" }
+        )
+    });
+    let all_ok = all_ok && r.native.is_none_or(|n| n.figures.ok);
     Ok(format!(
         "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
         r.plan.sched,
@@ -200,5 +214,5 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         r.report.switches,
         r.report.evictions,
         if all_ok { "all ok" } else { "NOT all ok" },
-    ))
+    ) + &native)
 }

@@ -25,13 +25,16 @@ mod fairness_calib;
 mod fairness_chart;
 mod fairness_guest;
 mod fairness_metrics;
+mod fairness_native;
 mod fairness_output;
 mod fairness_procs;
 mod native;
+mod native_load;
 mod overhead_output;
 mod overhead_vm;
 mod priority_guest;
 mod priority_metrics;
+mod priority_native;
 mod priority_output;
 mod progress;
 mod report;
@@ -66,11 +69,18 @@ enum Cmd {
     Fairness(exp_fairness::Args),
     /// Priority: a latency-sensitive VM beside N backlogged VMs: alone, timeslice, priority, fikit.
     Priority(exp_priority::Args),
+    /// One plain CUDA process of a native anchor (started by the experiments).
+    #[command(hide = true)]
+    NativeLoad(native_load::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::NativeLoad(a) = &cli.cmd {
+        return ExitCode::from(native_load::run(a));
+    }
     let out = match &cli.cmd {
+        Cmd::NativeLoad(_) => unreachable!("handled above"),
         Cmd::Ptx(a) => &a.out,
         Cmd::Preempt(a) => &a.out,
         Cmd::Overhead(a) => &a.out,
@@ -87,6 +97,7 @@ fn main() -> ExitCode {
         Cmd::Overhead(a) => exp_overhead::run(a),
         Cmd::Fairness(a) => exp_fairness::run(a),
         Cmd::Priority(a) => exp_priority::run(a),
+        Cmd::NativeLoad(_) => unreachable!("handled above"),
     };
     match result {
         Ok(line) => {

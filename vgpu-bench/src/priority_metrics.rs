@@ -1,8 +1,10 @@
 //! The figures of one `priority` mode: HP request latency (from the `infer` guest's lines), the
 //! GPU time of the HP and LP VMs and the utilization over the daemon's accounting windows
 //! while the HP VM ran (from vgpud's report), and the LP VMs' throughput (from their guests).
+//! The native modes have no daemon: their GPU shares are the work done (kernels × the
+//! calibrated kernel length) over the HP process's run.
 
-use crate::exp_priority::ModeRun;
+use crate::exp_priority::{ModeRun, Plan};
 use crate::report::Percentiles;
 
 /// The targets of the issue: HP latency within 1.10x of `alone`, LP GPU time >= 90% of the
@@ -34,12 +36,56 @@ pub struct Figures {
     pub lp_kernels_per_s: f64,
     /// HP guest ended with every result checked and exit 0, every LP guest likewise.
     pub ok: bool,
+    /// Where the GPU shares come from: `vgpud` (its accounting windows) or `work` (kernels ×
+    /// calibrated length, the native modes).
+    pub share_source: &'static str,
     /// Mismatch lines of the HP guest.
     pub mismatches: u64,
 }
 
-pub fn compute(r: &ModeRun, ramp_ns: u64) -> Figures {
-    let rep = &r.report;
+/// GPU shares over the HP run from the work done: HP kernels × `plan.hp_kernel_us`, and each
+/// LP process's kernels completed within the HP run (its progress lines, interpolated at the HP
+/// run's end) × `plan.lp_kernel_us`. Returns (hp, lp).
+fn work_shares(r: &ModeRun, plan: &Plan, kernels: u32) -> (f64, f64) {
+    let Some(end) = r.hp.end.filter(|e| e.t_ms > 0) else {
+        return (0.0, 0.0);
+    };
+    let t = end.t_ms as f64;
+    let hp_us = end.requests as f64 * f64::from(kernels) * plan.hp_kernel_us;
+    let mut lp_done = 0.0;
+    for (g, _) in &r.lp {
+        let mut pts: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+        pts.extend(g.progress.iter().map(|&(t, d)| (t as f64, d as f64)));
+        if let Some(e) = g.end {
+            pts.push((e.t_ms as f64, e.done as f64));
+        }
+        // Done at time t: linear between the last point before t and the first after it.
+        let after = pts.iter().position(|&(pt, _)| pt >= t);
+        lp_done += match after {
+            Some(0) => 0.0,
+            Some(i) => {
+                let ((t0, d0), (t1, d1)) = (pts[i - 1], pts[i]);
+                if t1 > t0 {
+                    d0 + (d1 - d0) * (t - t0) / (t1 - t0)
+                } else {
+                    d1
+                }
+            }
+            // The LP run ended before the HP one: all of it counts.
+            None => pts.last().map_or(0.0, |p| p.1),
+        };
+    }
+    let total_us = t * 1e3;
+    (hp_us / total_us, lp_done * plan.lp_kernel_us / total_us)
+}
+
+pub fn compute(r: &ModeRun, ramp_ns: u64, plan: &Plan, kernels: u32) -> Figures {
+    let Some(rep) = &r.report else {
+        let (hp_share, lp_share) = work_shares(r, plan, kernels);
+        let mut f = figures(r, hp_share, lp_share, 0);
+        f.share_source = "work";
+        return f;
+    };
     let hp = rep.vms.iter().find(|v| v.name == "hp");
     let hp_id = hp.map(|v| v.id);
     // The interval in which the HP VM ran and no VM had left yet.
@@ -70,7 +116,11 @@ pub fn compute(r: &ModeRun, ramp_ns: u64) -> Figures {
     }
     let total = (slots as u64 * w) as f64;
     let frac = |ns: u64| if total > 0.0 { ns as f64 / total } else { 0.0 };
-    let (hp_share, lp_share) = (frac(hp_ns), frac(lp_ns));
+    figures(r, frac(hp_ns), frac(lp_ns), slots)
+}
+
+/// The figures from the GPU shares and the guests' lines.
+fn figures(r: &ModeRun, hp_share: f64, lp_share: f64, slots: usize) -> Figures {
     let idle_left = 1.0 - hp_share;
     let samples: Vec<u64> = r.hp.lat_us.iter().skip(1).copied().collect();
     let lat: Vec<f64> = samples.iter().map(|&v| v as f64).collect();
@@ -95,6 +145,7 @@ pub fn compute(r: &ModeRun, ramp_ns: u64) -> Figures {
         lp_kernels_per_s,
         ok,
         mismatches: r.hp.mismatches,
+        share_source: "vgpud",
     }
 }
 
@@ -139,7 +190,7 @@ mod tests {
             crate::fairness_guest::parse("FAIRNESS start\nFAIRNESS end t_ms=2000 done=50 ok=1\n");
         let r = ModeRun {
             mode: MODES[3],
-            report,
+            report: Some(report),
             hp,
             hp_exit: Some(0),
             lp: vec![(lp, Some(0))],
@@ -147,7 +198,7 @@ mod tests {
         };
         // HP from 150 ms + 50 ms ramp = 200 ms to 650 ms: windows 2, 3, 4, 5 (500..600 ends
         // at 600 <= 650).
-        let f = compute(&r, 50 * MS);
+        let f = compute(&r, 50 * MS, &plan(), 2);
         assert_eq!(f.windows, 4);
         assert!((f.hp_share - 0.3).abs() < 1e-9 && (f.lp_share - 0.6).abs() < 1e-9);
         assert!((f.utilization - 0.9).abs() < 1e-9);
@@ -158,6 +209,52 @@ mod tests {
         assert!(f.ok);
         let mut bad = r;
         bad.lp[0].1 = None;
-        assert!(!compute(&bad, 0).ok, "an LP VM that did not exit 0");
+        assert!(
+            !compute(&bad, 0, &plan(), 2).ok,
+            "an LP VM that did not exit 0"
+        );
+    }
+
+    fn plan() -> Plan {
+        Plan {
+            lp: 1,
+            duration: 1.0,
+            hp_kernel_us: 500.0,
+            lp_kernel_us: 2000.0,
+            vram_per_vm: 64 << 20,
+        }
+    }
+
+    #[test]
+    fn native_shares_come_from_the_work_done_during_the_hp_run() {
+        // HP: 400 requests x 2 kernels x 500 µs in 1000 ms = 40%. LP: 100 kernels at 800 ms,
+        // 150 at 1200 ms -> 125 at 1000 ms, x 2000 µs = 25%; a second LP that ended at 500 ms
+        // with 40 kernels counts them all: 8%.
+        let hp = priority_guest::parse(
+            "INFER start\nINFER req=1 lat_us=9000\nINFER req=2 lat_us=700\n\
+             INFER end t_ms=1000 requests=400 ok=1\n",
+        );
+        let lp1 = crate::fairness_guest::parse(
+            "FAIRNESS start\nFAIRNESS t_ms=800 done=100\nFAIRNESS t_ms=1200 done=150\n\
+             FAIRNESS end t_ms=2000 done=300 ok=1\n",
+        );
+        let lp2 =
+            crate::fairness_guest::parse("FAIRNESS start\nFAIRNESS end t_ms=500 done=40 ok=1\n");
+        let r = ModeRun {
+            mode: crate::priority_native::NATIVE_MODES[1],
+            report: None,
+            hp,
+            hp_exit: Some(0),
+            lp: vec![(lp1, Some(0)), (lp2, Some(0))],
+            commands: vec![],
+        };
+        let f = compute(&r, 0, &plan(), 2);
+        assert_eq!(f.share_source, "work");
+        assert!((f.hp_share - 0.4).abs() < 1e-9, "{}", f.hp_share);
+        assert!((f.lp_share - 0.33).abs() < 1e-9, "{}", f.lp_share);
+        assert!((f.utilization - 0.73).abs() < 1e-9);
+        assert!((f.lp_fill.unwrap() - 0.33 / 0.6).abs() < 1e-9);
+        assert!(f.ok);
+        assert_eq!(f.windows, 0);
     }
 }

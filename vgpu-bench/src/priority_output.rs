@@ -7,6 +7,7 @@ use std::path::Path;
 use plotters::style::RGBColor;
 use serde_json::json;
 
+use crate::chart;
 use crate::chart_cdf;
 use crate::error::BenchError;
 use crate::exp_priority::{Args, ModeRun, Plan};
@@ -24,11 +25,13 @@ pub struct Run<'a> {
     pub modes: &'a [ModeRun],
 }
 
-const COLORS: [RGBColor; 4] = [
+const COLORS: [RGBColor; 6] = [
     RGBColor(0, 0, 0),
     RGBColor(213, 94, 0),
     RGBColor(0, 114, 178),
     RGBColor(0, 158, 115),
+    RGBColor(110, 110, 110),
+    RGBColor(204, 121, 167),
 ];
 
 fn ratio(v: f64, base: f64) -> Option<f64> {
@@ -40,16 +43,22 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
     let figs: Vec<Figures> = r
         .modes
         .iter()
-        .map(|m| priority_metrics::compute(m, ramp_ns))
+        .map(|m| priority_metrics::compute(m, ramp_ns, r.plan, r.args.kernels))
         .collect();
-    let base = figs
-        .first()
-        .map(|f| f.lat_us)
-        .unwrap_or(report::Percentiles::of(&[]));
+    // Latency ratios: the VM modes against `alone`, the native ones against `native-alone`.
+    let base_of = |native: bool| {
+        r.modes
+            .iter()
+            .zip(&figs)
+            .find(|(m, _)| m.mode.native == native && !m.mode.with_lp)
+            .map(|(_, f)| f.lat_us)
+            .unwrap_or(report::Percentiles::of(&[]))
+    };
     let all_ok = figs.iter().all(|f| f.ok);
     let mut modes_json = Vec::new();
     let mut rows = Vec::new();
     for (m, f) in r.modes.iter().zip(&figs) {
+        let base = base_of(m.mode.native);
         let (r50, r99) = (ratio(f.lat_us.p50, base.p50), ratio(f.lat_us.p99, base.p99));
         let targets = m.mode.with_lp.then(|| {
             json!({
@@ -75,6 +84,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
                 "latency_us": f.lat_us.json(),
                 "p50_ratio_to_alone": r50,
                 "p99_ratio_to_alone": r99,
+                "ratio_base": if m.mode.native { "native-alone" } else { "alone" },
                 "guest_histogram": guest_end,
                 "exit_code": m.hp_exit,
                 "mismatches": f.mismatches,
@@ -90,13 +100,14 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
                 })).collect::<Vec<_>>(),
             },
             "gpu": {
+                "share_source": f.share_source,
                 "windows": f.windows,
-                "window_ms": m.report.window_ns as f64 / 1e6,
+                "window_ms": m.report.as_ref().map(|r| r.window_ns as f64 / 1e6),
                 "hp_share": f.hp_share,
                 "utilization": f.utilization,
-                "switches": m.report.switches,
-                "preempts": m.report.preempts,
-                "evictions": m.report.evictions,
+                "switches": m.report.as_ref().map(|r| r.switches),
+                "preempts": m.report.as_ref().map(|r| r.preempts),
+                "evictions": m.report.as_ref().map(|r| r.evictions),
             },
             "targets": targets,
             "commands": m.commands,
@@ -177,6 +188,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         &series,
         "Latency: the HP guest's first launch of a request -> its last output checked (guest TSC)",
     )?;
+    draw_shares(&dir.join("priority-gpu.svg"), r, &figs)?;
     let mut line = format!("priority: {} LP VMs {} s:", r.plan.lp, r.plan.duration);
     for (m, f) in r.modes.iter().zip(&figs) {
         line.push_str(&format!(
@@ -196,4 +208,48 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         )));
     }
     Ok(line)
+}
+
+/// priority-gpu.svg: per mode the HP and LP GPU shares, the utilization, and the LP share of the
+/// time the HP side left idle (the fill), as fractions of the GPU.
+fn draw_shares(path: &Path, r: &Run, figs: &[Figures]) -> Result<(), BenchError> {
+    let bar = |v: f64| chart::Bar::with_range(v, &[]);
+    let pick = |f: fn(&Figures) -> f64| chart::Series {
+        config: String::new(),
+        bars: figs.iter().map(|x| bar(f(x))).collect(),
+    };
+    let mut series = [
+        pick(|f| f.hp_share),
+        pick(|f| f.lp_share),
+        pick(|f| f.utilization),
+        pick(|f| f.lp_fill.unwrap_or(0.0)),
+    ];
+    for (s, name) in series.iter_mut().zip([
+        "HP GPU share",
+        "LP GPU share",
+        "utilization",
+        "LP fill of HP idle time",
+    ]) {
+        s.config = name.into();
+    }
+    let chart = chart::BarChart {
+        title: format!(
+            "GPU use per mode: {} LP of {} µs kernels beside HP requests of {} x {} µs",
+            r.plan.lp, r.plan.lp_kernel_us, r.args.kernels, r.plan.hp_kernel_us
+        ),
+        note: "Fractions of GPU time while the HP side ran: vgpud's accounting for the VM modes, \
+               kernels x calibrated length for the native ones; line: the whole GPU"
+            .into(),
+        y_desc: "fraction of GPU time".into(),
+        groups: r.modes.iter().map(|m| m.mode.name.to_string()).collect(),
+        dividers: r
+            .modes
+            .iter()
+            .position(|m| m.mode.native)
+            .into_iter()
+            .collect(),
+        reference: 1.0,
+        series: series.iter().collect(),
+    };
+    chart::draw(path, &chart)
 }

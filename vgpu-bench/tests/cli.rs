@@ -73,6 +73,7 @@ fn help_documents_every_option_of_every_subcommand() {
         &["overhead", "-h"],
         &["fairness", "-h"],
         &["priority", "-h"],
+        &["native-load", "-h"],
     ] {
         let o = bench(sub);
         assert_eq!(o.status.code(), Some(0));
@@ -91,5 +92,29 @@ fn help_documents_every_option_of_every_subcommand() {
             !help.contains("::") && !help.contains("CudaEngine"),
             "{sub:?}:\n{help}"
         );
+    }
+}
+
+#[test]
+fn native_load_runs_plain_cuda_or_says_there_is_no_driver() {
+    let o = bench(&[
+        "native-load",
+        "--role",
+        "lp",
+        "--iters",
+        "1000",
+        "--ms",
+        "50",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    match o.status.code() {
+        // No GPU (CI): a clear exit code and message, nothing run.
+        Some(12) => assert!(err(&o).contains("no CUDA driver"), "{}", err(&o)),
+        // A GPU machine: kernels ran and were checked.
+        Some(0) => assert!(
+            out.contains("FAIRNESS end") && out.contains("ok=1"),
+            "{out}"
+        ),
+        c => panic!("exit {c:?}: {out}\n{}", err(&o)),
     }
 }

@@ -92,5 +92,10 @@ fn short_priority_run_compares_every_mode_with_the_hp_vm_alone() {
     assert!(csv.starts_with("mode,sched,"), "{csv}");
     let svg = std::fs::read_to_string(out.join("priority-latency.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("fikit ("), "{svg}");
+    let gpu = std::fs::read_to_string(out.join("priority-gpu.svg")).unwrap();
+    assert!(
+        gpu.contains("<svg") && gpu.contains("utilization") && gpu.contains("fikit"),
+        "{gpu}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
