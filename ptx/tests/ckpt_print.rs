@@ -28,7 +28,11 @@ fn every_suite_kernel_round_trips_and_runs_identically() {
         let (new, sn) = run_plain(&inst, &printed, 1);
         check(&inst, &new).unwrap_or_else(|e| panic!("{}: {e}", w.name));
         assert_eq!(orig, new, "{}: printed kernel computes other bytes", w.name);
-        assert_eq!(so, sn, "{}: printed kernel executes other instructions", w.name);
+        assert_eq!(
+            so, sn,
+            "{}: printed kernel executes other instructions",
+            w.name
+        );
         n += 1;
     }
     assert!(n >= 12, "{n} workloads");
@@ -72,8 +76,14 @@ fn inlined_functions_and_nested_scopes_round_trip() {
 }
 "#;
     let printed = ptx::ckpt::print_module(text, &LoadOptions::default()).expect("prints");
-    assert!(!printed.contains('@') || printed.matches('@').count() == 0, "{printed}");
-    assert!(!printed.contains('{') || !printed.contains("%r1{"), "{printed}");
+    assert!(
+        !printed.contains('@') || printed.matches('@').count() == 0,
+        "{printed}"
+    );
+    assert!(
+        !printed.contains('{') || !printed.contains("%r1{"),
+        "{printed}"
+    );
     assert!(printed.contains("st.local.b32"), "{printed}");
     let m = ptx::parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
     assert_eq!(m.entry("k").map(|e| e.params.len()), Some(1));
