@@ -335,6 +335,11 @@ impl Gen {
             "ld.volatile.global.u32",
             vec![r("%__ck_f"), at("%__ck_flagp", 0)],
         );
+        self.decide(class, mask);
+    }
+
+    /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`.
+    fn decide(&mut self, class: Class, mask: Option<ROp>) {
         self.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_f"), imm(0)]);
         match class {
             Class::Thread => {}
@@ -402,17 +407,31 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         labels: 0,
     };
     let stride = plan.layout.stride;
-    // Prologue.
+    // Prologue: one test covers both a resume launch and a raised flag (the slow path
+    // below tells them apart).
     g.i("ld.param.u64", vec![r("%__ck_flagp"), at(PARAMS[0], 0)]);
     g.i("mov.u32", vec![r("%__ck_from"), imm(FROM_FRESH)]);
+    g.i(
+        "ld.volatile.global.u32",
+        vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+    );
     g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
-    g.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_t"), imm(0)]);
-    g.g("%__ck_p", false, "bra", vec![r("$__ck_resume")]);
-    g.label("$__ck_start");
-    g.poll(plan.class, None);
-    g.g("%__ck_p", false, "bra", vec![r("$__ck_never")]);
+    g.i("or.b32", vec![r("%__ck_f"), r("%__ck_f"), r("%__ck_t")]);
+    g.decide(plan.class, None);
+    g.g("%__ck_p", false, "bra", vec![r("$__ck_slow")]);
+    g.label("$__ck_body");
     // Body.
     let mut node = 0usize;
+    let last = body
+        .iter()
+        .rposition(|s| matches!(s, Stmt::Inst(_)))
+        .map(|p| {
+            body[..p]
+                .iter()
+                .filter(|s| matches!(s, Stmt::Inst(_)))
+                .count()
+        });
+    let last = last.filter(|_| matches!(body.last(), Some(Stmt::Inst(_))));
     for s in body {
         let Stmt::Inst(i) = s else {
             g.out.push(s);
@@ -436,6 +455,10 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
             }
         }
         if matches!(super::flow::base(&i.opcode), "ret" | "exit") {
+            if i.guard.is_none() && last == Some(k) {
+                // Falls into the completion path.
+                continue;
+            }
             g.out.push(Stmt::Inst(RawInst {
                 opcode: "bra".into(),
                 ops: vec![r("$__ck_done")],
@@ -456,6 +479,17 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
     g.i("ret", vec![]);
+    // Slow path of the prologue: a resume launch, or the flag raised before the start.
+    g.label("$__ck_slow");
+    g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
+    g.i("setp.ne.u32", vec![r("%__ck_q"), r("%__ck_t"), imm(0)]);
+    g.g("%__ck_q", false, "bra", vec![r("$__ck_resume")]);
+    g.i("bra", vec![r("$__ck_never")]);
+    // A thread restarted by a resume launch polls like a fresh one.
+    g.label("$__ck_start");
+    g.poll(plan.class, None);
+    g.g("%__ck_p", false, "bra", vec![r("$__ck_never")]);
+    g.i("bra", vec![r("$__ck_body")]);
     // Exit at the entry point: nothing done, nothing saved.
     g.label("$__ck_never");
     g.ids();
