@@ -338,12 +338,21 @@ impl Gen {
         self.decide(class, mask);
     }
 
-    /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`.
-    fn decide(&mut self, class: Class, mask: Option<ROp>) {
+    /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`. `arg` is the
+    /// member mask of a warp decision, or the reduction opcode of a CTA decision.
+    fn decide(&mut self, class: Class, arg: Option<ROp>) {
+        let mask = arg;
         self.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_f"), imm(0)]);
         match class {
             Class::Thread => {}
-            Class::Cta => self.i("bar.red.or.pred", vec![r("%__ck_p"), imm(0), r("%__ck_p")]),
+            Class::Cta => {
+                // `barrier.sync` without `.aligned` may run in divergent warps: keep its form.
+                let op = match mask {
+                    Some(ROp::Name(op, _)) => op,
+                    _ => "bar.red.or.pred".to_string(),
+                };
+                self.i(&op, vec![r("%__ck_p"), imm(0), r("%__ck_p")]);
+            }
             Class::Warp => {
                 let m = match mask {
                     Some(m) => m,
@@ -441,7 +450,15 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         let k = node;
         node += 1;
         if let Some(&sk) = site_at.get(&k) {
-            g.poll(plan.class, masks.get(&k).cloned());
+            let arg = match plan.class {
+                Class::Cta => {
+                    let non_aligned = super::flow::base(&i.opcode) == "barrier"
+                        && !i.opcode.split('.').any(|m| m == "aligned");
+                    non_aligned.then(|| r("barrier.red.or.pred"))
+                }
+                _ => masks.get(&k).cloned(),
+            };
+            g.poll(plan.class, arg);
             g.g(
                 "%__ck_p",
                 false,
