@@ -134,3 +134,46 @@ fn non_aligned_barrier_loop_with_shared_memory() {
     );
     preempted_matches(&instance(&text, [3, 1, 1], [64, 1, 1], 192), 64, Class::Cta);
 }
+
+/// A local array live across loop points and an inlined `.func` with `.param` buffers (which
+/// become local memory): copied whole into the record at every save.
+#[test]
+fn local_memory_and_inlined_calls() {
+    let text = format!(
+        "{HEAD}.func (.param .b32 ret) mix(.param .b32 a, .param .b32 b)\n{{\n\
+         .reg .b32 %x<4>;\nld.param.b32 %x1, [a];\nld.param.b32 %x2, [b];\n\
+         mov.u32 %x3, 0;\n$F:\nmad.lo.u32 %x1, %x1, 33, %x2;\nadd.u32 %x3, %x3, 1;\n\
+         setp.lt.u32 %q, %x3, 5;\n@%q bra $F;\nst.param.b32 [ret], %x1;\nret;\n}}\n\
+         .visible .entry k(.param .u64 out)\n{{\n\
+         .reg .b32 %r<12>;\n.reg .b64 %rd<4>;\n.reg .pred %p<4>, %q;\n\
+         .local .align 4 .b8 hist[32];\n.local .align 1 .b8 tag[3];\n\
+         ld.param.u64 %rd1, [out];\nmov.u32 %r1, %tid.x;\nmov.u32 %r2, %ctaid.x;\n\
+         mad.lo.u32 %r9, %r2, 32, %r1;\n\
+         st.local.u32 [hist], 0;\nst.local.u32 [hist+4], 0;\nst.local.u32 [hist+8], 0;\n\
+         st.local.u32 [hist+12], 0;\nst.local.u8 [tag+2], %r1;\n\
+         mov.u32 %r10, 0;\n\
+         $L:\n\
+         and.b32 %r3, %r10, 3;\nshl.b32 %r3, %r3, 2;\nmov.u32 %r4, hist;\nadd.u32 %r4, %r4, %r3;\n\
+         ld.local.u32 %r5, [%r4];\n\
+         {{\n.param .b32 pa;\n.param .b32 pb;\n.param .b32 pr;\n\
+         st.param.b32 [pa], %r5;\nst.param.b32 [pb], %r9;\n\
+         call (pr), mix, (pa, pb);\nld.param.b32 %r5, [pr];\n}}\n\
+         st.local.u32 [%r4], %r5;\n\
+         add.u32 %r10, %r10, 1;\nsetp.lt.u32 %p1, %r10, 10;\n@%p1 bra $L;\n\
+         ld.local.u32 %r6, [hist];\nld.local.u32 %r7, [hist+4];\nadd.u32 %r6, %r6, %r7;\n\
+         ld.local.u32 %r7, [hist+8];\nadd.u32 %r6, %r6, %r7;\nld.local.u8 %r7, [tag+2];\n\
+         add.u32 %r6, %r6, %r7;\n\
+         mul.wide.u32 %rd2, %r9, 4;\nadd.s64 %rd2, %rd1, %rd2;\nst.global.u32 [%rd2], %r6;\nret;\n}}\n"
+    );
+    let t = transform(&text, &Options::default()).expect("transforms");
+    assert!(
+        t.entries[0].local_bytes >= 32 + 3 + 12,
+        "{:?}",
+        t.entries[0]
+    );
+    preempted_matches(
+        &instance(&text, [2, 1, 1], [32, 1, 1], 64),
+        6,
+        Class::Thread,
+    );
+}

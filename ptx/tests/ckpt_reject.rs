@@ -69,16 +69,22 @@ fn partial_guarded_or_named_barriers() {
 }
 
 #[test]
-fn local_memory() {
+fn local_memory_over_the_limit() {
     let text = kernel(
-        ".local .align 4 .b8 scratch[16];",
+        ".local .align 4 .b8 scratch[4096];",
         "st.local.u32 [scratch], %r1;\nld.local.u32 %r2, [scratch];",
     );
     let e = err(&text, &Options::default());
     assert!(
-        matches!(e, Unsupported::LocalMemory { ref name, .. } if name == "scratch"),
+        matches!(e, Unsupported::LocalMemory { ref name, bytes: 4096, limit: 1024, .. } if name == "scratch"),
         "{e}"
     );
+    let opts = Options {
+        max_local_bytes: 4096,
+        max_record_bytes: 8192,
+        ..Options::default()
+    };
+    transform(&text, &opts).expect("accepted under a larger limit");
 }
 
 #[test]

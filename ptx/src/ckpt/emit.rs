@@ -299,6 +299,28 @@ impl Gen {
         }
     }
 
+    /// Copy the thread's local variables to (`save`) or from the record.
+    fn copy_locals(&mut self, layout: &Layout, save: bool) {
+        for (name, off, size, w) in &layout.locals {
+            let ty = if *w == 4 { "b32" } else { "u8" };
+            for o in (0..*size).step_by(*w as usize) {
+                let rec = at("%__ck_rec", i64::from(off + o));
+                let var = ROp::Addr {
+                    base: Some(name.clone()),
+                    off: i64::from(o),
+                    pos: Pos::default(),
+                };
+                if save {
+                    self.i(&format!("ld.local.{ty}"), vec![r("%__ck_t"), var]);
+                    self.i(&format!("st.global.{ty}"), vec![rec, r("%__ck_t")]);
+                } else {
+                    self.i(&format!("ld.global.{ty}"), vec![r("%__ck_t"), rec]);
+                    self.i(&format!("st.local.{ty}"), vec![var, r("%__ck_t")]);
+                }
+            }
+        }
+    }
+
     fn store_reg(&mut self, regs: &Regs, reg: u32, off: u32) {
         let name = regs.names[reg as usize].as_str();
         let t = regs.tys[reg as usize];
@@ -526,6 +548,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.label("$__ck_save");
     g.ids();
     g.record(stride);
+    g.copy_locals(plan.layout, true);
     if let Some(sp) = plan.shared {
         g.shared_base(stride, sp);
         g.copy_shared(sp, true);
@@ -595,6 +618,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         ],
     );
     g.g("%__ck_q", false, "bra", vec![r("$__ck_start")]);
+    g.copy_locals(plan.layout, false);
     if let Some(sp) = plan.shared {
         g.shared_base(stride, sp);
         g.copy_shared(sp, false);

@@ -45,6 +45,9 @@ pub struct Options {
     pub max_points: u32,
     /// Largest per-thread record (bytes). Default 4096.
     pub max_record_bytes: u32,
+    /// Most `.local` bytes per thread (variables and inlined calls' `.param` buffers), which
+    /// every save copies whole. Default 1024.
+    pub max_local_bytes: u32,
     /// Incremental saves (default true); false stores every live register at every point.
     pub incremental: bool,
     /// Analysis work budget (units of about one bit-set word operation). Default 2^27.
@@ -62,6 +65,7 @@ impl Default for Options {
             max_gap: 64,
             max_points: 256,
             max_record_bytes: 4096,
+            max_local_bytes: 1024,
             incremental: true,
             max_work: 1 << 27,
             max_analysis_bytes: 64 << 20,
@@ -95,8 +99,11 @@ pub struct EntryPlan {
     pub class: Class,
     /// Points, in id order (ids 1..).
     pub points: Vec<Point>,
-    /// Per-thread record stride in bytes (header + one slot per register live anywhere).
+    /// Per-thread record stride in bytes (header + one slot per register live anywhere +
+    /// local memory).
     pub record_bytes: u32,
+    /// Bytes of `.local` memory every save copies (not counted in the per-point numbers).
+    pub local_bytes: u32,
     /// Bytes of static shared memory each CTA saves (0 for classes other than `Cta`).
     pub shared_static_bytes: u32,
     /// Whether each CTA also saves its dynamic shared memory (`__ck_dyn_smem` bytes).
@@ -227,7 +234,23 @@ fn transform_entry(
         .iter()
         .map(|s| layout::live_at(&live, &regs, s))
         .collect();
-    let lay = layout::build(&regs, &lives);
+    let locals: Vec<crate::decode::VarDecl> = e
+        .decls
+        .local
+        .iter()
+        .chain(&e.decls.call_params)
+        .cloned()
+        .collect();
+    let local_total: u64 = locals.iter().map(|v| v.size.next_multiple_of(8)).sum();
+    if local_total > u64::from(opts.max_local_bytes) {
+        return Err(Unsupported::LocalMemory {
+            entry: name,
+            name: locals[0].name.chars().take(80).collect(),
+            bytes: local_total,
+            limit: u64::from(opts.max_local_bytes),
+        });
+    }
+    let lay = layout::build(&regs, &lives, &locals);
     if lay.stride > opts.max_record_bytes {
         return Err(Unsupported::TooManyLiveBytes {
             entry: name,
@@ -280,6 +303,7 @@ fn transform_entry(
         class,
         points,
         record_bytes: lay.stride,
+        local_bytes: lay.local_bytes,
         shared_static_bytes: sp.as_ref().map_or(0, |s| s.static_bytes),
         saves_shared: sp.is_some(),
         incremental,
