@@ -65,7 +65,7 @@ pub(crate) fn build(regs: &Regs, lives: &[Vec<u32>], local: &[VarDecl]) -> Layou
     for v in local {
         off = off.next_multiple_of(8);
         let size = v.size.min(1 << 20) as u32;
-        let w = if size % 4 == 0 && v.align % 4 == 0 {
+        let w = if size.is_multiple_of(4) && v.align.is_multiple_of(4) {
             4
         } else {
             1
