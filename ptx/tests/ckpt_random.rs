@@ -48,10 +48,10 @@ impl Gen {
             };
             self.out.push_str(&line);
             self.out.push('\n');
-            if let Some(l) = &skip {
-                if k == at {
-                    self.out.push_str(&format!("@%p2 bra {l};\n"));
-                }
+            if let Some(l) = &skip
+                && k == at
+            {
+                self.out.push_str(&format!("@%p2 bra {l};\n"));
             }
         }
         if let Some(l) = skip {
