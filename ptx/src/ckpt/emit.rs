@@ -480,7 +480,10 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 }
                 _ => masks.get(&k).cloned(),
             };
-            g.poll(plan.class, arg);
+            // Software-pipelined poll: decide on the flag value loaded at the previous point
+            // (or the prologue), then load it again for the next one, so no instruction
+            // waits for the load. A resumed thread enters after the decision and loads.
+            g.decide(plan.class, arg);
             g.g(
                 "%__ck_p",
                 false,
@@ -488,6 +491,10 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 vec![r(&format!("$__ck_save{}", pid(sk)))],
             );
             g.label(&format!("$__ck_at{}", pid(sk)));
+            g.i(
+                "ld.volatile.global.u32",
+                vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+            );
             if plan.class == Class::Cta {
                 // The barrier is the bar.red of the poll.
                 continue;
