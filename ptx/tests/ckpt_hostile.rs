@@ -123,3 +123,51 @@ fn adversarial_shapes_stop_at_the_budget() {
     let e = transform(&text, &opts).expect_err("over budget");
     assert!(matches!(e, Unsupported::Budget { .. }), "{e}");
 }
+
+/// Many points with many registers live at each: the incremental store variants are pruned,
+/// so the output stays within a small multiple of the full saves, and a module that would
+/// not load again is refused with a budget reason, never an internal error.
+#[test]
+fn many_points_with_many_live_registers_stay_bounded() {
+    let (loops, regs) = (120, 120);
+    let mut body = String::new();
+    for k in 0..regs {
+        body.push_str(&format!("mov.u32 %v{k}, {k};\n"));
+    }
+    for k in 0..loops {
+        body.push_str(&format!(
+            "mov.u32 %c, 0;\n$L{k}:\nadd.u32 %v{}, %v{}, 1;\nadd.u32 %c, %c, 1;\nsetp.lt.u32 %p1, %c, 3;\n@%p1 bra $L{k};\n",
+            k % regs,
+            k % regs
+        ));
+    }
+    body.push_str("mov.u32 %s, 0;\n");
+    for k in 0..regs {
+        body.push_str(&format!("add.u32 %s, %s, %v{k};\n"));
+    }
+    let text = format!(
+        ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 o)\n{{\n\
+         .reg .b32 %v<{regs}>, %c, %s;\n.reg .b64 %rd1;\n.reg .pred %p<2>;\n{body}\
+         ld.param.u64 %rd1, [o];\nst.global.u32 [%rd1], %s;\nret;\n}}\n"
+    );
+    let opts = Options {
+        max_points: 1000,
+        ..Options::default()
+    };
+    let t = transform(&text, &opts).expect("transforms");
+    let lines = t.ptx.lines().count();
+    let full = (loops * (regs + 1)) as usize;
+    assert!(
+        lines < 6 * full,
+        "{lines} lines for {full} full-save stores"
+    );
+    let small = Options {
+        load: ptx::LoadOptions {
+            max_instructions: 2000,
+            ..ptx::LoadOptions::default()
+        },
+        ..opts
+    };
+    let e = transform(&text, &small).expect_err("output over the load budget");
+    assert!(matches!(e, Unsupported::Budget { .. }), "{e}");
+}

@@ -93,3 +93,31 @@ pub(crate) fn stores(
     }
     Ok(result)
 }
+
+/// Bound the code of the incremental variants (each is a store sequence at its point): keep
+/// the re-save at the same point (`r == p`, a loop preempted again) first, then the others in
+/// order, while their stores total at most twice the full saves' (and 4096); a dropped
+/// variant stores everything, like a fresh thread.
+pub(crate) fn prune(stores: &mut [Vec<Vec<u32>>], lives: &[Vec<u32>]) {
+    let full: usize = lives.iter().map(Vec::len).sum();
+    let mut budget = (2 * full).max(4096);
+    let n = stores.len();
+    let order = (0..n)
+        .map(|k| (k, k))
+        .chain((0..n).flat_map(|r| (0..n).filter(move |&p| p != r).map(move |p| (r, p))));
+    let mut keep = vec![false; n * n];
+    for (r, p) in order {
+        let len = stores[r][p].len();
+        if len < lives[p].len() && len <= budget {
+            budget -= len;
+            keep[r * n + p] = true;
+        }
+    }
+    for (r, row) in stores.iter_mut().enumerate() {
+        for (p, set) in row.iter_mut().enumerate() {
+            if !keep[r * n + p] && set.len() < lives[p].len() {
+                set.clone_from(&lives[p]);
+            }
+        }
+    }
+}

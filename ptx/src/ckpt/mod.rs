@@ -179,6 +179,22 @@ pub fn transform(text: &str, opts: &Options) -> Result<Transformed, Unsupported>
     for e in &mut m.entries {
         plans.push(transform_entry(e, &m.shared, module_shared, opts, &mut b)?);
     }
+    let insts: usize = m
+        .entries
+        .iter()
+        .map(|e| {
+            e.body
+                .iter()
+                .filter(|s| matches!(s, crate::decode::Stmt::Inst(_)))
+                .count()
+        })
+        .sum();
+    if insts > opts.load.max_instructions {
+        return Err(Unsupported::Budget {
+            what: "instructions of the transformed module (LoadOptions::max_instructions)",
+            limit: opts.load.max_instructions as u64,
+        });
+    }
     let ptx = print::module(&m);
     crate::parse_with(&ptx, &opts.load).map_err(|e| Unsupported::Internal(e.to_string()))?;
     Ok(Transformed {
@@ -259,11 +275,12 @@ fn transform_entry(
         });
     }
     let preds = fl.preds(b)?;
-    let stores = if opts.incremental {
+    let mut stores = if opts.incremental {
         incremental::stores(&fl, &preds, &sites, &lives, regs.names.len(), b)?
     } else {
         vec![lives.clone(); sites.len()]
     };
+    incremental::prune(&mut stores, &lives);
     let sp = (class == Class::Cta).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
     let points = sites
         .iter()
