@@ -70,3 +70,47 @@ fn incremental_run_matches_and_stores_less() {
         off.incremental_bytes
     );
 }
+
+/// Every suite kernel, gap 8, the same seeded schedule: register bytes the saves stored with
+/// the incremental scheme never exceed what full saves would store (table with
+/// `--nocapture`).
+#[test]
+fn bytes_full_vs_incremental_for_every_suite_kernel() {
+    eprintln!(
+        "{:<12} {:>6} {:>7} {:>10} {:>10} {:>10}",
+        "kernel", "points", "saves", "full B", "incr B", "self-resave"
+    );
+    let mut any_less = false;
+    for w in suite::all().filter(|w| w.name != "spin") {
+        let inst = w.instance(suite::Size::Small);
+        let t = transform(
+            w.ptx,
+            &Options {
+                max_gap: 8,
+                ..Options::default()
+            },
+        )
+        .expect("transforms");
+        let plan = t.entry(w.entry).expect("plan");
+        let mut rng = Rng(0x77);
+        let r = run_ckpt(&inst, &t, 1, Some(&mut rng), 6).expect("runs");
+        check(&inst, &r.outs).expect("correct");
+        assert!(r.incremental_bytes <= r.full_bytes, "{}", w.name);
+        any_less |= r.incremental_bytes < r.full_bytes;
+        let selfs: Vec<String> = plan
+            .points
+            .iter()
+            .map(|p| format!("{}/{}", plan.incremental_bytes(p.id, p.id), p.live_bytes))
+            .collect();
+        eprintln!(
+            "{:<12} {:>6} {:>7} {:>10} {:>10}  {}",
+            w.name,
+            plan.points.len(),
+            r.saved_threads,
+            r.full_bytes,
+            r.incremental_bytes,
+            selfs.join(" ")
+        );
+    }
+    assert!(any_less, "the incremental scheme never saved a byte");
+}

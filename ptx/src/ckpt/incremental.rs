@@ -29,9 +29,17 @@ pub(crate) fn stores(
     for (ri, r) in sites.iter().enumerate() {
         inn.bits.iter_mut().for_each(|w| *w = 0);
         reached.iter_mut().for_each(|x| *x = false);
-        // Reachability from r.
-        let mut stack = vec![r.node];
-        reached[r.node] = true;
+        // Instructions a thread resumed at r can reach after running r's own instruction
+        // (r itself only around a cycle: the resume enters after r's poll).
+        let start = r.node;
+        flow.succs(start, &mut tmp);
+        let mut stack: Vec<usize> = Vec::new();
+        for &s in &tmp {
+            if !reached[s] {
+                reached[s] = true;
+                stack.push(s);
+            }
+        }
         while let Some(i) = stack.pop() {
             b.work(2)?;
             flow.succs(i, &mut tmp);
@@ -54,7 +62,7 @@ pub(crate) fn stores(
                 acc.iter_mut().for_each(|w| *w = 0);
                 for &p in &preds[i] {
                     let p = p as usize;
-                    if !reached[p] {
+                    if !reached[p] && p != start {
                         continue;
                     }
                     for (a, x) in acc.iter_mut().zip(inn.row(p)) {
@@ -74,6 +82,7 @@ pub(crate) fn stores(
             }
         }
         let live_r = &lives[ri];
+        // A point the thread cannot reach again gets no variant (its stores are the full set).
         let per_p = sites
             .iter()
             .zip(lives)
