@@ -36,6 +36,7 @@ const REGS: &[(&str, Ty)] = &[
     ("%__ck_from", Ty::U32),
     ("%__ck_pt", Ty::U32),
     ("%__ck_f", Ty::U32),
+    ("%__ck_n", Ty::U32),
     ("%__ck_t", Ty::U32),
     ("%__ck_u", Ty::U32),
     ("%__ck_tl", Ty::U32),
@@ -98,6 +99,8 @@ pub(crate) struct Plan<'a> {
     pub layout: &'a Layout,
     pub regs: &'a Regs,
     pub shared: Option<&'a SharedPlan>,
+    /// Points crossed per flag load (1: load at every point, software-pipelined).
+    pub poll_interval: u32,
 }
 
 struct Gen {
@@ -363,8 +366,13 @@ impl Gen {
     /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`. `arg` is the
     /// member mask of a warp decision, or the reduction opcode of a CTA decision.
     fn decide(&mut self, class: Class, arg: Option<ROp>) {
-        let mask = arg;
         self.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_f"), imm(0)]);
+        self.agree(class, arg);
+    }
+
+    /// Make `%__ck_p` uniform over the warp (`Warp`) or CTA (`Cta`; this is the barrier).
+    fn agree(&mut self, class: Class, arg: Option<ROp>) {
+        let mask = arg;
         match class {
             Class::Thread => {}
             Class::Cta => {
@@ -442,6 +450,12 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     // below tells them apart).
     g.i("ld.param.u64", vec![r("%__ck_flagp"), at(PARAMS[0], 0)]);
     g.i("mov.u32", vec![r("%__ck_from"), imm(FROM_FRESH)]);
+    if plan.poll_interval > 1 {
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval))],
+        );
+    }
     g.i(
         "ld.volatile.global.u32",
         vec![r("%__ck_f"), at("%__ck_flagp", 0)],
@@ -453,6 +467,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.label("$__ck_body");
     // Body.
     let mut node = 0usize;
+    let mut checks = Vec::new();
     let last = body
         .iter()
         .rposition(|s| matches!(s, Stmt::Inst(_)))
@@ -472,6 +487,10 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         let k = node;
         node += 1;
         if let Some(&sk) = site_at.get(&k) {
+            // Resumed threads (and flag checks done out of line) come back before the poll,
+            // at the same program point as the original labels here: a loop is never entered
+            // past its header's poll (no irreducible loop when the point is the header).
+            g.label(&format!("$__ck_at{}", pid(sk)));
             let arg = match plan.class {
                 Class::Cta => {
                     let non_aligned = super::flow::base(&i.opcode) == "barrier"
@@ -480,21 +499,35 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 }
                 _ => masks.get(&k).cloned(),
             };
-            // Software-pipelined poll: decide on the flag value loaded at the previous point
-            // (or the prologue), then load it again for the next one, so no instruction
-            // waits for the load. A resumed thread enters after the decision and loads.
-            g.decide(plan.class, arg);
-            g.g(
-                "%__ck_p",
-                false,
-                "bra",
-                vec![r(&format!("$__ck_save{}", pid(sk)))],
-            );
-            g.label(&format!("$__ck_at{}", pid(sk)));
-            g.i(
-                "ld.volatile.global.u32",
-                vec![r("%__ck_f"), at("%__ck_flagp", 0)],
-            );
+            if plan.poll_interval <= 1 {
+                // Software-pipelined poll: decide on the flag value loaded at the previous
+                // point (or the prologue), then load it again for the next one, so no
+                // instruction waits for the load (a resumed thread enters with it 0).
+                g.decide(plan.class, arg);
+                g.g(
+                    "%__ck_p",
+                    false,
+                    "bra",
+                    vec![r(&format!("$__ck_save{}", pid(sk)))],
+                );
+                g.i(
+                    "ld.volatile.global.u32",
+                    vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+                );
+            } else {
+                // Count the points down; every `poll_interval`-th one checks the flag out of
+                // line (with the same warp or CTA agreement, on the count reaching zero).
+                g.i("sub.u32", vec![r("%__ck_n"), r("%__ck_n"), imm(1)]);
+                g.i("setp.eq.u32", vec![r("%__ck_p"), r("%__ck_n"), imm(0)]);
+                g.agree(plan.class, arg.clone());
+                g.g(
+                    "%__ck_p",
+                    false,
+                    "bra",
+                    vec![r(&format!("$__ck_chk{}", pid(sk)))],
+                );
+                checks.push((sk, arg));
+            }
             if plan.class == Class::Cta {
                 // The barrier is the bar.red of the poll.
                 continue;
@@ -525,6 +558,22 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
     g.i("ret", vec![]);
+    // Out-of-line flag checks of counted points.
+    for (sk, arg) in checks {
+        g.label(&format!("$__ck_chk{}", pid(sk)));
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval))],
+        );
+        g.poll(plan.class, arg);
+        g.g(
+            "%__ck_p",
+            false,
+            "bra",
+            vec![r(&format!("$__ck_save{}", pid(sk)))],
+        );
+        g.i("bra", vec![r(&format!("$__ck_at{}", pid(sk)))]);
+    }
     // Slow path of the prologue: a resume launch, or the flag raised before the start.
     g.label("$__ck_slow");
     g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
@@ -650,6 +699,11 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
             g.load_reg(plan.regs, reg, plan.layout.slot[&reg]);
         }
         g.i("mov.u32", vec![r("%__ck_from"), imm(pid(k))]);
+        g.i("mov.u32", vec![r("%__ck_f"), imm(0)]);
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval.max(1)))],
+        );
         g.i("bra", vec![r(&format!("$__ck_at{}", pid(k)))]);
     }
     e.body = g.out;
