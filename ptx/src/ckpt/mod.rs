@@ -6,11 +6,12 @@
 //! Pipeline, on the parser's own statement-level IR (never on text): `module` loads and
 //! inlines, `flow` builds the CFG and liveness, `points` classifies the kernel and picks the
 //! preemption points, `layout` fixes the per-thread record, `incremental` finds the registers
-//! whose saved copy is still valid, `emit` rewrites the body and `print` prints PTX. The
-//! contract (parameters, save area, flag, resume, the barrier/warp rules) is in
-//! `docs/ptx-subset.md`, "Preemptible kernels".
+//! whose saved copy is still valid, `emit` rewrites the body (with the instruction builders
+//! of `build`) and `print` prints PTX. The contract (parameters, save area, flag, resume, the
+//! barrier/warp rules) is in `docs/ptx-subset.md`, "Preemptible kernels".
 
 mod budget;
+mod build;
 mod emit;
 mod flow;
 mod incremental;
