@@ -9,7 +9,7 @@
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
-//! the hypercall).
+//! the hypercall), `snapshot` (pause, save, restore).
 
 pub mod budget;
 pub mod config;
@@ -27,6 +27,7 @@ pub mod pushbuf;
 pub mod regs;
 pub mod remap;
 pub mod shadowing;
+pub mod snapshot;
 pub mod state;
 mod watchdog;
 pub mod worker;
@@ -159,8 +160,12 @@ pub struct Vgpu {
     link: Option<Arc<host::HostLink>>,
     /// Stops a module load of the worker (set at teardown).
     cancel: Arc<std::sync::atomic::AtomicBool>,
-    /// Stops the worker's running job (requested at teardown).
+    /// Stops the worker's running job (requested at teardown and by a pause).
     job: pgpu::PreemptHandle,
+    /// The engine, configuration and partition base (snapshot).
+    engine: Arc<dyn Engine>,
+    cfg: GpuConfig,
+    vram_base: u64,
 }
 
 impl Vgpu {
@@ -297,9 +302,10 @@ impl Vgpu {
         let device = Arc::new(Mutex::new(dev));
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let job = pgpu::PreemptHandle::new();
+        let snap_cfg = cfg.clone();
         let mut w = worker::Worker::new(
             shared.clone(),
-            engine,
+            engine.clone(),
             cfg,
             shadows,
             job.clone(),
@@ -327,6 +333,9 @@ impl Vgpu {
             link,
             cancel,
             job,
+            engine,
+            cfg: snap_cfg,
+            vram_base,
         })
     }
 
