@@ -37,8 +37,9 @@ pub struct WorkerImage {
     pub chans: Vec<Option<ChanImage>>,
     /// Cached modules, least recently used first.
     pub modules: Vec<ModuleImage>,
-    /// The job a pause preempted.
-    pub suspended: Option<SuspendedImage>,
+    /// Jobs preempted by pauses (at most one per channel: a channel whose job a pause
+    /// preempted keeps it until its next turn, while other channels may run and be paused).
+    pub suspended: Vec<SuspendedImage>,
 }
 
 /// A cached module: its text; `id` and `host_bytes` of the engine module (on export the old
@@ -531,18 +532,13 @@ impl WorkerImage {
     /// The CTXT section.
     pub fn encode_suspended(&self) -> Vec<u8> {
         let mut e = Enc::default();
-        match &self.suspended {
-            None => {
-                e.u8(0);
-            }
-            Some(s) => {
-                e.u8(1)
-                    .u32(s.channel)
-                    .bytes(s.backend.as_bytes())
-                    .u64(s.gpu_ns)
-                    .u32(s.module.unwrap_or(u32::MAX))
-                    .bytes(&s.context.to_bytes());
-            }
+        e.u32(self.suspended.len() as u32);
+        for s in &self.suspended {
+            e.u32(s.channel)
+                .bytes(s.backend.as_bytes())
+                .u64(s.gpu_ns)
+                .u32(s.module.unwrap_or(u32::MAX))
+                .bytes(&s.context.to_bytes());
         }
         e.0
     }
@@ -659,19 +655,36 @@ impl WorkerImage {
         Ok(texts)
     }
 
-    /// Decodes the CTXT section: the suspended job must sit on its channel's launch or copy
-    /// method, name a saved module, and fit `max_context` bytes.
+    /// Decodes the CTXT section: each suspended job must sit on its channel's launch or copy
+    /// method (one per channel), name a saved module, and all fit `max_context` bytes.
     pub fn decode_suspended(
         b: &[u8],
         chans: &[Option<ChanImage>],
         modules: usize,
         max_context: usize,
-    ) -> Result<Option<SuspendedImage>, SnapshotError> {
+    ) -> Result<Vec<SuspendedImage>, SnapshotError> {
         let mut d = Dec::new(b, "CTXT");
-        if !d.bool()? {
-            d.end()?;
-            return Ok(None);
+        let n = d.count(chans.len(), 24, "suspended jobs")?;
+        let mut out: Vec<SuspendedImage> = Vec::with_capacity(n);
+        let mut left = max_context;
+        for _ in 0..n {
+            let s = Self::decode_one_suspended(&mut d, chans, modules, left)?;
+            if out.iter().any(|o| o.channel == s.channel) {
+                return Err(d.bad(format!("two suspended jobs on channel {}", s.channel)));
+            }
+            left -= s.context.to_bytes().len();
+            out.push(s);
         }
+        d.end()?;
+        Ok(out)
+    }
+
+    fn decode_one_suspended(
+        d: &mut Dec<'_>,
+        chans: &[Option<ChanImage>],
+        modules: usize,
+        max_context: usize,
+    ) -> Result<SuspendedImage, SnapshotError> {
         let channel = d.u32()?;
         let backend = d.string(64, "backend name")?;
         let gpu_ns = d.u64()?;
@@ -681,7 +694,6 @@ impl WorkerImage {
             i => return Err(d.bad(format!("module index {i} of {modules}"))),
         };
         let context = d.clone_bytes(max_context, "job context")?;
-        d.end()?;
         let c = chans
             .get(channel as usize)
             .and_then(|c| c.as_ref())
@@ -703,12 +715,12 @@ impl WorkerImage {
         if want_module != module.is_some() {
             return Err(d.bad("a launch's module missing (or a copy's given)"));
         }
-        Ok(Some(SuspendedImage {
+        Ok(SuspendedImage {
             channel,
             backend,
             gpu_ns,
             module,
             context: SavedContext::from_bytes(context),
-        }))
+        })
     }
 }

@@ -98,8 +98,8 @@ pub struct SaveReport {
     pub vram_bytes: u64,
     /// Modules in it.
     pub modules: usize,
-    /// Whether it holds a preempted job (backend-specific).
-    pub suspended: bool,
+    /// Jobs preempted by pauses in it (backend-specific).
+    pub suspended: usize,
 }
 
 /// Section limits that do not depend on the configuration.
@@ -226,7 +226,7 @@ impl Vgpu {
             bytes,
             vram_bytes,
             modules: image.modules.len(),
-            suspended: image.suspended.is_some(),
+            suspended: image.suspended.len(),
         })
     }
 
@@ -281,14 +281,15 @@ impl Vgpu {
         )?;
         let max_context = (limits.max_context_bytes as u64).min(self.cfg.hostmem) as usize;
         let suspended = WorkerImage::decode_suspended(
-            &rd.section(format::CTXT, max_context as u64 + 4096)?,
+            &rd.section(
+                format::CTXT,
+                max_context as u64 + 4 + 128 * u64::from(channels),
+            )?,
             &chans,
             texts.len(),
             max_context,
         )?;
-        if let Some(s) = &suspended
-            && s.backend != here.backend
-        {
+        if let Some(s) = suspended.iter().find(|s| s.backend != here.backend) {
             return Err(SnapshotError::ForeignContext {
                 saved: s.backend.clone(),
                 here: here.backend,
@@ -298,24 +299,25 @@ impl Vgpu {
         rd.finish()?;
         // All bytes verified: reload modules, validate the job context against its module.
         let modules = self.reload_modules(texts)?;
-        let suspended = match suspended {
-            None => None,
-            Some(mut s) => {
-                let module = s.module.map(|i| modules[i as usize].id);
-                // The space is set when the job resumes (its shadow does not exist yet).
-                match self
-                    .engine
-                    .retarget_context(s.context, SpaceId(u64::MAX), module)
-                {
-                    Ok(c) => s.context = c,
-                    Err(e) => {
-                        self.unload(&modules);
-                        return Err(SnapshotError::Context(e.to_string()));
-                    }
+        let mut jobs = Vec::with_capacity(suspended.len());
+        for mut s in suspended {
+            let module = s.module.map(|i| modules[i as usize].id);
+            // The space is set when the job resumes (its shadow does not exist yet).
+            match self
+                .engine
+                .retarget_context(s.context, SpaceId(u64::MAX), module)
+            {
+                Ok(c) => s.context = c,
+                Err(e) => {
+                    self.unload(&modules);
+                    return Err(SnapshotError::Context(format!(
+                        "channel {}: {e}",
+                        s.channel
+                    )));
                 }
-                Some(s)
             }
-        };
+            jobs.push(s);
+        }
         let mut r = self.shared.lock();
         regs.apply(&mut r);
         self.shared.set_timer_ns(regs.timer_ns);
@@ -324,7 +326,7 @@ impl Vgpu {
             next,
             chans,
             modules,
-            suspended,
+            suspended: jobs,
         }));
         r.pause.restored = true;
         drop(r);

@@ -29,7 +29,7 @@ impl Worker {
                 host_bytes: 0,
             })
             .collect();
-        let mut suspended = None;
+        let mut suspended = Vec::new();
         let chans = self
             .chans
             .iter()
@@ -40,7 +40,7 @@ impl Worker {
                     return None;
                 }
                 if let Some(s) = &rt.suspended {
-                    suspended = Some(SuspendedImage {
+                    suspended.push(SuspendedImage {
                         channel: ch as u32,
                         backend: self.engine.info().name.clone(),
                         gpu_ns: s.gpu.as_nanos() as u64,
@@ -51,10 +51,15 @@ impl Worker {
                         context: pgpu::SavedContext::from_bytes(s.context.to_bytes()),
                     });
                 }
+                // Outside a segment the position is stale (the next fetch resets it).
+                let (calls, pos) = match rt.in_segment {
+                    true => (rt.calls.clone(), rt.pos as u32),
+                    false => (Vec::new(), 0),
+                };
                 Some(ChanImage {
                     methods: rt.methods.clone(),
-                    calls: rt.calls.clone(),
-                    pos: rt.pos as u32,
+                    calls,
+                    pos,
                     in_segment: rt.in_segment,
                     decode_error: rt.decode_error,
                 })
@@ -106,16 +111,16 @@ impl Worker {
                 ids.push(None);
             }
         }
-        if let Some(s) = image.suspended
-            && let Some(rt) = self.chans.get_mut(s.channel as usize)
-        {
-            rt.suspended = Some(Suspended {
-                context: s.context,
-                gpu: Duration::from_nanos(s.gpu_ns),
-                module: s
-                    .module
-                    .and_then(|i| ids.get(i as usize).copied().flatten()),
-            });
+        for s in image.suspended {
+            if let Some(rt) = self.chans.get_mut(s.channel as usize) {
+                rt.suspended = Some(Suspended {
+                    context: s.context,
+                    gpu: Duration::from_nanos(s.gpu_ns),
+                    module: s
+                        .module
+                        .and_then(|i| ids.get(i as usize).copied().flatten()),
+                });
+            }
         }
     }
 }
