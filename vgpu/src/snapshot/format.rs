@@ -323,6 +323,19 @@ impl<'a> Dec<'a> {
         }
         Ok(n)
     }
+    /// Length (u32, at most `max`) and bytes, copied.
+    pub fn clone_bytes(&mut self, max: usize, what: &str) -> Result<Vec<u8>, SnapshotError> {
+        Ok(self.bytes(max, what)?.to_vec())
+    }
+    /// Length (u32, at most `max`) and UTF-8 text.
+    pub fn string(&mut self, max: usize, what: &str) -> Result<String, SnapshotError> {
+        let b = self.bytes(max, what)?;
+        match std::str::from_utf8(b) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(self.bad(format!("{what} is not UTF-8"))),
+        }
+    }
+
     /// Requires the payload to be used up.
     pub fn end(&self) -> Result<(), SnapshotError> {
         if self.b.is_empty() {

@@ -11,12 +11,15 @@
 //! guest's tables before a channel runs again) and module `.global` variables (reloaded with
 //! their initial values, as after an eviction).
 //!
-//! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (registers and worker
-//! state, validated decoding), `vram` (the VRAM section).
+//! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
+//! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
+//! channels, modules and preempted jobs), `vram` (the VRAM section).
 
 pub mod format;
 pub mod image;
+mod regs_image;
 mod vram;
+mod worker_image;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
