@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use vgpu::regs::method::*;
 use vgpu::regs::*;
-use vgpu::snapshot::format::{self, Checksum};
+use vgpu::snapshot::format;
 use vgpu::snapshot::{PauseMode, SnapshotError};
 
 const CHANNELS: u32 = 3;
@@ -407,36 +407,12 @@ fn a_drained_snapshot_holds_no_context_and_restores_on_a_fresh_device() {
     same(&results(&b), &want, "after restore or pauses");
 }
 
-/// Splits a snapshot into its sections (without the end section).
 fn sections(snap: &[u8]) -> Vec<([u8; 4], Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut at = 12;
-    loop {
-        let tag: [u8; 4] = snap[at..at + 4].try_into().unwrap();
-        if tag == format::END {
-            return out;
-        }
-        let len = u64::from_le_bytes(snap[at + 4..at + 12].try_into().unwrap()) as usize;
-        out.push((tag, snap[at + 12..at + 12 + len].to_vec()));
-        at += 12 + len;
-    }
+    format::split_sections(snap).unwrap()
 }
 
-/// Builds a snapshot with a valid checksum from sections.
 fn assemble(version: u32, secs: &[([u8; 4], Vec<u8>)]) -> Vec<u8> {
-    let mut b = format::MAGIC.to_vec();
-    b.extend_from_slice(&version.to_le_bytes());
-    for (tag, p) in secs {
-        b.extend_from_slice(tag);
-        b.extend_from_slice(&(p.len() as u64).to_le_bytes());
-        b.extend_from_slice(p);
-    }
-    let mut c = Checksum::default();
-    c.update(&b);
-    b.extend_from_slice(&format::END);
-    b.extend_from_slice(&8u64.to_le_bytes());
-    b.extend_from_slice(&c.finish().to_le_bytes());
-    b
+    format::assemble(version, secs)
 }
 
 fn with_section(snap: &[u8], tag: [u8; 4], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {

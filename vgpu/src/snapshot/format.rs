@@ -345,3 +345,77 @@ impl<'a> Dec<'a> {
         }
     }
 }
+
+/// A snapshot's sections as `(tag, payload)`, without the end section, if the framing holds
+/// (tooling: the tests and the fuzz harness edit sections and reassemble).
+pub fn split_sections(snap: &[u8]) -> Option<Vec<([u8; 4], Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut at = 12usize;
+    loop {
+        let head = snap.get(at..at.checked_add(12)?)?;
+        let tag: [u8; 4] = head[..4].try_into().ok()?;
+        if tag == END {
+            return Some(out);
+        }
+        let len = usize::try_from(u64::from_le_bytes(head[4..].try_into().ok()?)).ok()?;
+        let body = snap.get(at + 12..(at + 12).checked_add(len)?)?;
+        out.push((tag, body.to_vec()));
+        at += 12 + len;
+    }
+}
+
+/// A snapshot of format `version` from sections, with a valid checksum and end section.
+pub fn assemble(version: u32, sections: &[([u8; 4], Vec<u8>)]) -> Vec<u8> {
+    let mut b = MAGIC.to_vec();
+    b.extend_from_slice(&version.to_le_bytes());
+    for (tag, p) in sections {
+        b.extend_from_slice(tag);
+        b.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        b.extend_from_slice(p);
+    }
+    let mut c = Checksum::default();
+    c.update(&b);
+    b.extend_from_slice(&END);
+    b.extend_from_slice(&8u64.to_le_bytes());
+    b.extend_from_slice(&c.finish().to_le_bytes());
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_is_independent_of_how_the_bytes_are_split() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let mut whole = Checksum::default();
+        whole.update(&data);
+        for split in [1, 3, 7, 8, 9, 500, 999] {
+            let mut c = Checksum::default();
+            for part in data.chunks(split) {
+                c.update(part);
+            }
+            assert_eq!(c.finish(), whole.finish(), "split {split}");
+        }
+        // Any one flipped bit, and a zero appended, change it.
+        for bit in [0, 9, 4000, 7999] {
+            let mut d = data.clone();
+            d[bit / 8] ^= 1 << (bit % 8);
+            let mut c = Checksum::default();
+            c.update(&d);
+            assert_ne!(c.finish(), whole.finish(), "bit {bit}");
+        }
+        let mut c = Checksum::default();
+        c.update(&data);
+        c.update(&[0]);
+        assert_ne!(c.finish(), whole.finish());
+    }
+
+    #[test]
+    fn sections_split_and_reassemble() {
+        let secs = vec![(CONF, vec![1, 2, 3]), (REGS, Vec::new())];
+        let snap = assemble(VERSION, &secs);
+        assert_eq!(split_sections(&snap), Some(secs));
+        assert_eq!(split_sections(&snap[..snap.len() - 21]), None);
+    }
+}
