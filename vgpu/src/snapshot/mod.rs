@@ -248,7 +248,7 @@ impl Vgpu {
         self.pause_with(PauseMode::Drain)?;
         let result = self.restore_paused(input);
         if result.is_err()
-            && let Err(e) = self.engine.vram_fill(self.vram_base, self.cfg.vram, 0)
+            && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)
         {
             log::error!("vgpu: scrubbing VRAM after a failed restore: {e}");
         }

@@ -17,6 +17,39 @@ fn engine_err(e: pgpu::EngineError) -> SnapshotError {
     SnapshotError::Vram(e.to_string())
 }
 
+/// Whether `b` is all zero (an OR over the whole page vectorizes; no early exit needed).
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().fold(0u8, |a, x| a | x) == 0
+}
+
+/// Zeroes the pages of `[start, end)` (partition offsets) that are not zero already: reading
+/// first spares a fresh engine's untouched memory (a sim engine's VRAM is an anonymous mapping
+/// that zero-filling would make resident).
+fn zero_range(
+    engine: &dyn Engine,
+    base: u64,
+    start: u64,
+    end: u64,
+    buf: &mut [u8],
+) -> Result<(), SnapshotError> {
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(buf.len() as u64);
+        let chunk = &mut buf[..n as usize];
+        engine.vram_read(base + at, chunk).map_err(engine_err)?;
+        for (i, page) in chunk.chunks(PAGE as usize).enumerate() {
+            if !is_zero(page) {
+                let pa = base + at + i as u64 * PAGE;
+                engine
+                    .vram_fill(pa, page.len() as u64, 0)
+                    .map_err(engine_err)?;
+            }
+        }
+        at += n;
+    }
+    Ok(())
+}
+
 /// Runs `(first page, pages)` of non-zero pages of the partition `[base, base + size)`.
 fn nonzero_runs(
     engine: &dyn Engine,
@@ -31,7 +64,7 @@ fn nonzero_runs(
         let buf = &mut buf[..n as usize];
         engine.vram_read(base + off, buf).map_err(engine_err)?;
         for (i, page) in buf.chunks(PAGE as usize).enumerate() {
-            if page.iter().all(|b| *b == 0) {
+            if is_zero(page) {
                 continue;
             }
             let p = off / PAGE + i as u64;
@@ -86,7 +119,7 @@ pub fn limit(size: u64) -> u64 {
 }
 
 /// Reads the VRAM section into the partition (every page: saved bytes or zero). On error the
-/// partition may hold part of the image: the caller scrubs it.
+/// partition may hold part of the image: the caller scrubs it (`scrub`).
 pub fn restore(
     r: &mut SnapReader<'_>,
     engine: &dyn Engine,
@@ -128,9 +161,7 @@ pub fn restore(
             )));
         }
         if first > next {
-            engine
-                .vram_fill(base + next * PAGE, (first - next) * PAGE, 0)
-                .map_err(engine_err)?;
+            zero_range(engine, base, next * PAGE, first * PAGE, &mut buf)?;
         }
         let mut at = first * PAGE;
         while at < end * PAGE {
@@ -146,9 +177,13 @@ pub fn restore(
         next = end;
     }
     if next < pages {
-        engine
-            .vram_fill(base + next * PAGE, (pages - next) * PAGE, 0)
-            .map_err(engine_err)?;
+        zero_range(engine, base, next * PAGE, pages * PAGE, &mut buf)?;
     }
     Ok(data)
+}
+
+/// Zeroes the partition after a failed restore (pages already zero are left untouched).
+pub fn scrub(engine: &dyn Engine, base: u64, size: u64) -> Result<(), SnapshotError> {
+    let mut buf = vec![0u8; CHUNK.min(size) as usize];
+    zero_range(engine, base, 0, size, &mut buf)
 }
