@@ -253,11 +253,6 @@ impl Worker {
             if r.shutdown {
                 return None;
             }
-            if !self.cfg.lazy_shadowing && r.flush_epoch != self.seen_epoch {
-                // One flush at a time: the flushing vCPU waits for each (see the device).
-                self.seen_epoch += 1;
-                return Some((FLUSH, self.seen_epoch));
-            }
             if r.pause.requested {
                 // Paused for a snapshot: park between turns, state exported.
                 if !r.pause.parked {
@@ -279,6 +274,13 @@ impl Worker {
                 {
                     self.import(*image, &r);
                 }
+            }
+            if !self.cfg.lazy_shadowing && r.flush_epoch != self.seen_epoch {
+                // One flush at a time: the flushing vCPU waits for each (see the device). Not
+                // while paused: the VMM pauses vCPUs (letting a flush write finish) first, and a
+                // restore puts the flush epochs in place before the worker runs again.
+                self.seen_epoch += 1;
+                return Some((FLUSH, self.seen_epoch));
             }
             let n = r.chans.len();
             let mut waiting = false;

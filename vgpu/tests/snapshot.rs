@@ -614,3 +614,30 @@ fn save_needs_a_pause_and_restore_a_fresh_device() {
         Err(SnapshotError::Unsupported(_))
     ));
 }
+
+fn cfg_eager(c: &mut vgpu::GpuConfig) {
+    cfg(c);
+    c.lazy_shadowing = false;
+}
+
+#[test]
+fn with_eager_shadowing_a_restored_device_rebuilds_and_flushes() {
+    let want = uninterrupted();
+    let a = Bench::with(cfg_eager);
+    setup(&a);
+    submit_all(&a);
+    std::thread::sleep(Duration::from_millis(20));
+    let (ram, snap, _) = snapshot(&a, PauseMode::Preempt);
+    drop(a);
+    let b = Bench::with_ram(cfg_eager, &ram);
+    b.gpu.restore(&mut &snap[..]).unwrap();
+    let restored_rebuilds = b.gpu.stats().counters.shadow_rebuilds;
+    // A TLB flush after the restore: the write returns once the worker rebuilt every shadow.
+    b.write(TLB_FLUSH, 1);
+    finish(&b);
+    same(&results(&b), &want, "eager shadowing after a restore");
+    assert!(
+        b.gpu.stats().counters.shadow_rebuilds > restored_rebuilds,
+        "shadows are rebuilt on the restored device"
+    );
+}
