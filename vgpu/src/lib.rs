@@ -123,12 +123,13 @@ impl Guards {
 
     fn intact(&self) -> bool {
         let mut buf = vec![0u8; 1 << 20];
+        // Compared as slices (one memcmp, not a loop over bytes).
+        let want = vec![SENTINEL; 1 << 20];
         for (pa, len) in &self.vram {
             let mut off = 0;
             while off < *len {
                 let n = (len - off).min(buf.len() as u64) as usize;
-                if self.engine.vram_read(pa + off, &mut buf[..n]).is_err()
-                    || buf[..n].iter().any(|b| *b != SENTINEL)
+                if self.engine.vram_read(pa + off, &mut buf[..n]).is_err() || buf[..n] != want[..n]
                 {
                     log::error!("vgpu: VRAM guard at {:#x} changed", pa + off);
                     return false;
@@ -139,7 +140,7 @@ impl Guards {
         if let Some((ptr, len)) = self.host {
             // SAFETY: the region is alive (owned by the engine we hold) and `len` bytes long.
             let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
-            if bytes.iter().any(|b| *b != SENTINEL) {
+            if bytes.chunks(want.len()).any(|c| c != &want[..c.len()]) {
                 log::error!("vgpu: host guard buffer changed");
                 return false;
             }

@@ -19,12 +19,13 @@ use crate::snapshot::format;
 use crate::state::IrqSink;
 use crate::{GpuConfig, Vgpu};
 
-const VRAM: u64 = 8 << 20;
+/// The smallest partition (the sim engine's reads dominate an execution under coverage).
+const VRAM: u64 = 2 << 20;
 const RAM: u64 = 4 << 20;
 /// Guest VRAM addresses: page directory, instance block, runlist.
-const PD: u64 = 0x40_0000;
-const INST: u64 = 0x50_0000;
-const LIST: u64 = 0x50_8000;
+const PD: u64 = 0x10_0000;
+const INST: u64 = 0x18_0000;
+const LIST: u64 = 0x18_8000;
 /// Guest RAM mapped at VA_BASE + 2 MiB.
 const SYS: u64 = 0x20_0000;
 /// Most section edits per input.
