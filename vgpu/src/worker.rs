@@ -569,6 +569,8 @@ impl Worker {
             Command::Copy { src, dst, len } => {
                 self.shared.lock().counters.copies += 1;
                 if len == 0 {
+                    // Nothing runs: a suspended job (only a forged snapshot puts one here) goes.
+                    self.chans[ch].suspended = None;
                     return Ok(Turn::Advanced);
                 }
                 self.run_job(
