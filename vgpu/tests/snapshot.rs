@@ -394,13 +394,14 @@ fn a_drained_snapshot_holds_no_context_and_restores_on_a_fresh_device() {
     let a = Bench::with(cfg);
     setup(&a);
     submit_all(&a);
-    std::thread::sleep(Duration::from_millis(30));
+    // After channel 0's first entry (both modules loaded), at some point of the rest.
+    a.wait("the first entry", |b| b.sys_read(SYS + SEMS, 4) != [0; 4]);
     let (ram, snap, report) = snapshot(&a, PauseMode::Drain);
     assert!(
         report.suspended == 0,
         "a drained pause lets the running job finish"
     );
-    assert!(report.modules >= 1, "the module cache is saved");
+    assert_eq!(report.modules, 2, "the module cache is saved");
     drop(a);
     let b = restored(&ram, &snap);
     finish(&b);
