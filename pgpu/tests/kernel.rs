@@ -531,3 +531,59 @@ fn a_kernel_stops_at_its_deadline_and_resumes_identically() {
     h.set_deadline(None);
     assert!(!h.is_requested());
 }
+
+#[test]
+fn a_context_retargeted_at_another_engine_s_space_and_module_resumes_identically() {
+    // What a VM snapshot restore does: the job's buffers are copied to a new engine, whose
+    // space and module for it have other ids; the saved context is re-targeted at them.
+    let inst = suite::find("matmul").unwrap().instance(suite::Size::Small);
+    let a = engine();
+    let p = place(&a, &inst, 0);
+    let (want, _) = run(&a, &p, &inst, || None).unwrap();
+    let p2 = place(&a, &inst, 16 * MIB);
+    let job = launch_job(&p2, &inst, &p2.addrs);
+    let h = PreemptHandle::new();
+    // Preempted after a fixed number of interpreter steps (deterministic progress).
+    a.set_step_limit(Some(20));
+    let Outcome::Preempted { context, .. } = a.execute(&job, &h).unwrap() else {
+        panic!("not preempted by the step limit")
+    };
+    a.set_step_limit(None);
+    let bytes = context.into_bytes();
+    let mut bufs = Vec::new();
+    for (i, b) in inst.buffers.iter().enumerate() {
+        let mut v = vec![0u8; b.init.len()];
+        a.copy_from_space(p2.space, p2.addrs[i], &mut v).unwrap();
+        bufs.push(v);
+    }
+    // The new engine: another space and module first, so that the ids differ.
+    let b = engine();
+    space(&b);
+    space(&b);
+    b.load_module(vecadd().ptx, &LoadLimits::default()).unwrap();
+    let q = place(&b, &inst, 16 * MIB);
+    assert!(q.space != p2.space && q.module != p2.module);
+    for (i, v) in bufs.iter().enumerate() {
+        b.copy_to_space(q.space, q.addrs[i], v).unwrap();
+    }
+    // As saved, the context names A's ids: on B they are another space and module.
+    let stale = b.resume(SavedContext::from_bytes(bytes.clone()), &h);
+    assert!(!matches!(stale, Ok(Outcome::Completed { .. })), "{stale:?}");
+    let ctx = b
+        .retarget_context(SavedContext::from_bytes(bytes), q.space, Some(q.module))
+        .unwrap();
+    h.clear();
+    let mut out = b.resume(ctx, &h).unwrap();
+    while let Outcome::Preempted { context, .. } = out {
+        out = b.resume(context, &h).unwrap();
+    }
+    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    let mut got = vec![0u8; want[2].len()];
+    b.copy_from_space(q.space, q.addrs[2], &mut got).unwrap();
+    assert!(got == want[2], "the re-targeted matmul differs");
+    // Bytes that are not a context, and a context re-targeted at a module it does not fit.
+    assert!(matches!(
+        b.retarget_context(SavedContext::from_bytes(vec![1, 2, 3]), q.space, None),
+        Err(EngineError::BadContext(_))
+    ));
+}

@@ -9,7 +9,7 @@
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
-//! the hypercall).
+//! the hypercall), `snapshot` (pause, save, restore).
 
 pub mod budget;
 pub mod config;
@@ -27,6 +27,7 @@ pub mod pushbuf;
 pub mod regs;
 pub mod remap;
 pub mod shadowing;
+pub mod snapshot;
 pub mod state;
 mod watchdog;
 pub mod worker;
@@ -122,12 +123,13 @@ impl Guards {
 
     fn intact(&self) -> bool {
         let mut buf = vec![0u8; 1 << 20];
+        // Compared as slices (one memcmp, not a loop over bytes).
+        let want = vec![SENTINEL; 1 << 20];
         for (pa, len) in &self.vram {
             let mut off = 0;
             while off < *len {
                 let n = (len - off).min(buf.len() as u64) as usize;
-                if self.engine.vram_read(pa + off, &mut buf[..n]).is_err()
-                    || buf[..n].iter().any(|b| *b != SENTINEL)
+                if self.engine.vram_read(pa + off, &mut buf[..n]).is_err() || buf[..n] != want[..n]
                 {
                     log::error!("vgpu: VRAM guard at {:#x} changed", pa + off);
                     return false;
@@ -138,7 +140,7 @@ impl Guards {
         if let Some((ptr, len)) = self.host {
             // SAFETY: the region is alive (owned by the engine we hold) and `len` bytes long.
             let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
-            if bytes.iter().any(|b| *b != SENTINEL) {
+            if bytes.chunks(want.len()).any(|c| c != &want[..c.len()]) {
                 log::error!("vgpu: host guard buffer changed");
                 return false;
             }
@@ -159,8 +161,12 @@ pub struct Vgpu {
     link: Option<Arc<host::HostLink>>,
     /// Stops a module load of the worker (set at teardown).
     cancel: Arc<std::sync::atomic::AtomicBool>,
-    /// Stops the worker's running job (requested at teardown).
+    /// Stops the worker's running job (requested at teardown and by a pause).
     job: pgpu::PreemptHandle,
+    /// The engine, configuration and partition base (snapshot).
+    engine: Arc<dyn Engine>,
+    cfg: GpuConfig,
+    vram_base: u64,
 }
 
 impl Vgpu {
@@ -297,9 +303,10 @@ impl Vgpu {
         let device = Arc::new(Mutex::new(dev));
         let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let job = pgpu::PreemptHandle::new();
+        let snap_cfg = cfg.clone();
         let mut w = worker::Worker::new(
             shared.clone(),
-            engine,
+            engine.clone(),
             cfg,
             shadows,
             job.clone(),
@@ -327,6 +334,9 @@ impl Vgpu {
             link,
             cancel,
             job,
+            engine,
+            cfg: snap_cfg,
+            vram_base,
         })
     }
 

@@ -70,6 +70,22 @@ fn known(addr: u32) -> bool {
 }
 
 impl MethodState {
+    /// How many method registers a channel has (snapshot: `words`, `from_words`).
+    pub const WORDS: usize = NREGS;
+
+    /// The register values, by method address / 4 (snapshot).
+    pub fn words(&self) -> &[u32] {
+        &self.regs
+    }
+
+    /// The state with these register values; `None` unless there are exactly `WORDS` of them.
+    /// Any values are valid: methods are validated when they trigger a command.
+    pub fn from_words(words: &[u32]) -> Option<Self> {
+        Some(MethodState {
+            regs: words.try_into().ok()?,
+        })
+    }
+
     fn get(&self, addr: u32) -> u32 {
         self.regs[(addr >> 2) as usize]
     }

@@ -56,6 +56,13 @@ impl ModuleCache {
         hash
     }
 
+    /// The cached texts and their modules, least recently used first (snapshot).
+    pub fn texts(&self) -> Vec<(Arc<str>, ModuleId)> {
+        let mut v: Vec<_> = self.by_text.iter().collect();
+        v.sort_by_key(|(_, c)| c.last_use);
+        v.into_iter().map(|(t, c)| (t.clone(), c.id)).collect()
+    }
+
     /// Marks the module of the job about to run (`None` when it ended).
     pub fn set_in_use(&mut self, id: Option<ModuleId>) {
         self.in_use = id;

@@ -3,6 +3,7 @@
 //! guest VRAM pages that hold GPU structures (whose writes the device must notice).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -133,6 +134,8 @@ pub struct Regs {
     pub watched: HashMap<u64, Watched>,
     pub counters: GpuCounters,
     pub shutdown: bool,
+    /// Pausing for a snapshot (`snapshot`): requested, parked, the worker's exported state.
+    pub pause: crate::snapshot::PauseCtl,
     /// Whether the interrupt condition was signalled and not yet cleared (edge per MSI).
     irq_line: bool,
 }
@@ -144,9 +147,16 @@ pub struct Shared {
     pub wake: Condvar,
     /// Signalled by the worker when it finished an eager flush.
     pub flushed: Condvar,
+    /// Signalled by the worker when it parked for a pause (`snapshot`).
+    pub parked: Condvar,
     pub msi: Mutex<Option<MsiMessage>>,
     pub irq: Arc<dyn IrqSink>,
     pub started: Instant,
+    /// Added to the time since `started` (TIMER continues from a restored snapshot's value).
+    timer_offset: AtomicI64,
+    /// Set while a pause is requested: a job the worker starts is preempted at once (read
+    /// after the worker clears its preemption handle, so no pause request is lost).
+    pub pausing: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -172,13 +182,17 @@ impl Shared {
                 watched: HashMap::new(),
                 counters: GpuCounters::default(),
                 shutdown: false,
+                pause: crate::snapshot::PauseCtl::default(),
                 irq_line: false,
             }),
             wake: Condvar::new(),
             flushed: Condvar::new(),
+            parked: Condvar::new(),
             msi: Mutex::new(None),
             irq,
             started: Instant::now(),
+            timer_offset: AtomicI64::new(0),
+            pausing: AtomicBool::new(false),
         }
     }
 
@@ -188,7 +202,29 @@ impl Shared {
 
     /// Nanoseconds since the device was created (the TIMER register).
     pub fn timer_ns(&self) -> u64 {
-        self.started.elapsed().as_nanos() as u64
+        let t = self.started.elapsed().as_nanos() as i64;
+        t.saturating_add(self.timer_offset.load(Ordering::SeqCst))
+            .max(0) as u64
+    }
+
+    /// Makes TIMER read `ns` now and count on from there (snapshot restore).
+    pub fn set_timer_ns(&self, ns: u64) {
+        let t = self.started.elapsed().as_nanos() as i64;
+        let ns = i64::try_from(ns).unwrap_or(i64::MAX);
+        self.timer_offset
+            .store(ns.saturating_sub(t), Ordering::SeqCst);
+    }
+
+    /// Whether the interrupt condition is signalled (snapshot).
+    pub fn irq_line(regs: &Regs) -> bool {
+        regs.irq_line
+    }
+
+    /// Sets the interrupt line state without signalling (snapshot restore: an interrupt that
+    /// was pending was delivered before the snapshot; the interrupt controller's state is the
+    /// VMM's).
+    pub fn set_irq_line(regs: &mut Regs, level: bool) {
+        regs.irq_line = level;
     }
 
     /// Signals the interrupt when STATUS & ENABLE becomes non-zero: one MSI message if the

@@ -26,6 +26,7 @@ use crate::watchdog::Watchdog;
 use vgpu_proto::proto::{RunOutcome, monotonic_ns};
 
 mod launch;
+mod pause;
 
 /// A fault as the worker finds it (the channel is filled in by the caller).
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +63,8 @@ struct ChanRt {
     decode_error: Option<pushbuf::DecodeError>,
     in_segment: bool,
     waiting_since: Option<Instant>,
+    /// The job a pause preempted (resumed when the channel's method is replayed).
+    suspended: Option<pause::Suspended>,
 }
 
 /// What one turn of a channel did.
@@ -70,6 +73,8 @@ enum Turn {
     Advanced,
     /// An acquire is not satisfied yet; try again later.
     Waiting,
+    /// A pause preempted the job; the entry resumes it after the pause.
+    Suspended,
     Faulted(Fault),
 }
 
@@ -189,7 +194,7 @@ impl Worker {
                         };
                     }
                 }
-                Turn::Waiting => {
+                Turn::Waiting | Turn::Suspended => {
                     if c.state == regs::CHAN_RUNNING {
                         c.state = regs::CHAN_PENDING;
                     }
@@ -248,8 +253,32 @@ impl Worker {
             if r.shutdown {
                 return None;
             }
+            if r.pause.requested {
+                // Paused for a snapshot: park between turns, state exported.
+                if !r.pause.parked {
+                    r.pause.image = Some(Box::new(self.export(&r)));
+                    r.pause.parked = true;
+                    shared.parked.notify_all();
+                }
+                r = shared
+                    .wake
+                    .wait(r)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            if r.pause.parked {
+                r.pause.parked = false;
+                let image = r.pause.image.take();
+                if std::mem::take(&mut r.pause.restored)
+                    && let Some(image) = image
+                {
+                    self.import(*image, &r);
+                }
+            }
             if !self.cfg.lazy_shadowing && r.flush_epoch != self.seen_epoch {
-                // One flush at a time: the flushing vCPU waits for each (see the device).
+                // One flush at a time: the flushing vCPU waits for each (see the device). Not
+                // while paused: the VMM pauses vCPUs (letting a flush write finish) first, and a
+                // restore puts the flush epochs in place before the worker runs again.
                 self.seen_epoch += 1;
                 return Some((FLUSH, self.seen_epoch));
             }
@@ -540,6 +569,8 @@ impl Worker {
             Command::Copy { src, dst, len } => {
                 self.shared.lock().counters.copies += 1;
                 if len == 0 {
+                    // Nothing runs: a suspended job (only a forged snapshot puts one here) goes.
+                    self.chans[ch].suspended = None;
                     return Ok(Turn::Advanced);
                 }
                 self.run_job(
@@ -600,12 +631,28 @@ impl Worker {
         if self.host.is_none() {
             handle.clear();
         }
-        if self.cancel.load(Ordering::SeqCst) {
-            // The device is going away (its teardown may have requested before the clear).
+        if self.cancel.load(Ordering::SeqCst) || self.shared.pausing.load(Ordering::SeqCst) {
+            // The device is going away, or pausing (the request may have come before the clear).
             handle.request();
         }
         let mut saved = None;
         let mut gpu = Duration::ZERO;
+        if let Some(s) = self.chans[ch].suspended.take() {
+            // The job a pause preempted: resume it (in the space and module it runs in now).
+            let (space, module) = match &job {
+                Job::Copy(c) => (c.space, None),
+                Job::Launch(l) => (l.space, Some(l.module)),
+            };
+            gpu = s.gpu;
+            saved = Some(
+                self.engine
+                    .retarget_context(s.context, space, module)
+                    .map_err(|e| {
+                        log::info!("vgpu: channel {ch}: the suspended job cannot resume: {e}");
+                        Fault::new(FaultKind::BadLaunch, 0, 0)
+                    })?,
+            );
+        }
         // Shared GPU: run under grants; a preempted job keeps its context (the engine's saved
         // state, in memory) and resumes at the next grant. The time limit counts GPU time.
         let (outcome, timed_out) = loop {
@@ -640,6 +687,24 @@ impl Worker {
                 h.release(t, kind, run_gpu, (start_ns, end_ns), more);
             }
             match outcome {
+                Ok(Outcome::Preempted { context, .. })
+                    if self.host.is_none()
+                        && !timed_out
+                        && self.shared.pausing.load(Ordering::SeqCst)
+                        && !self.cancel.load(Ordering::SeqCst) =>
+                {
+                    // Paused for a snapshot: keep the context; the entry resumes it.
+                    let module = match &job {
+                        Job::Launch(l) => Some(l.module),
+                        Job::Copy(_) => None,
+                    };
+                    self.chans[ch].suspended = Some(pause::Suspended {
+                        context,
+                        gpu,
+                        module,
+                    });
+                    return Ok(Turn::Suspended);
+                }
                 Ok(Outcome::Preempted { context, .. })
                     if self.host.is_some() && !timed_out && lost.is_none() =>
                 {

@@ -460,6 +460,30 @@ impl Engine for CudaEngine {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }
 
+    fn retarget_context(
+        &self,
+        context: SavedContext,
+        space: SpaceId,
+        module: Option<ModuleId>,
+    ) -> Result<SavedContext, EngineError> {
+        let bytes = context.into_bytes();
+        if bytes.len() > self.info.limits.max_context_bytes {
+            return Err(EngineError::BadContext("context too large".into()));
+        }
+        let mut job =
+            super::context::decode(&bytes, &self.info.limits).map_err(EngineError::BadContext)?;
+        match &mut job {
+            super::context::JobState::Copy(c) => c.space = space,
+            super::context::JobState::Launch(l) => {
+                l.space = space;
+                if let Some(m) = module {
+                    l.module = m;
+                }
+            }
+        }
+        Ok(SavedContext::from_bytes(super::context::encode(&job)))
+    }
+
     fn resume(
         &self,
         context: SavedContext,

@@ -102,6 +102,24 @@ pub trait Engine: Send + Sync {
         context: SavedContext,
         preempt: &PreemptHandle,
     ) -> Result<Outcome, EngineError>;
+
+    /// Re-targets a saved context of this engine at another space and (for a launch) module:
+    /// the same job after a VM snapshot was restored, where the shadow space and the reloaded
+    /// module have new ids. The context is validated as far as the engine can without running
+    /// it (a launch's state against the module). Engines that cannot refuse with
+    /// `EngineError::BadContext`.
+    fn retarget_context(
+        &self,
+        context: SavedContext,
+        space: SpaceId,
+        module: Option<ModuleId>,
+    ) -> Result<SavedContext, EngineError> {
+        let _ = (context, space, module);
+        Err(EngineError::BadContext(format!(
+            "the {} engine cannot re-target saved contexts",
+            self.info().name
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,13 @@ use std::ptr::NonNull;
 use std::time::Instant;
 
 use crate::engine::{
-    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits,
-    LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle, SavedContext,
-    SpaceId, Translation, VaWindow,
+    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LiveContext,
+    LoadLimits, LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle,
+    SavedContext, SpaceId, Translation, VaWindow,
 };
 use crate::ptx_load;
 
-use super::context::{CopyState, Live};
+use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy;
 use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
 use super::vram::VramRegion;
@@ -258,5 +258,54 @@ impl Engine for SimEngine {
                 )),
             },
         }
+    }
+
+    fn retarget_context(
+        &self,
+        context: SavedContext,
+        space: SpaceId,
+        module: Option<ModuleId>,
+    ) -> Result<SavedContext, EngineError> {
+        let bytes = match context.into_repr() {
+            ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
+                // Our own in-memory state, same module: only the space changes.
+                Ok(mut live) if live.engine == self.id => match &mut live.job {
+                    LiveJob::Copy(c) => {
+                        c.space = space;
+                        return Ok(self.live(live.job));
+                    }
+                    LiveJob::Launch {
+                        space: s,
+                        module: m,
+                        ..
+                    } if module.is_none_or(|n| n == *m) => {
+                        *s = space;
+                        return Ok(self.live(live.job));
+                    }
+                    LiveJob::Launch { .. } => live.to_bytes(),
+                },
+                Ok(live) => live.to_bytes(),
+                Err(_) => {
+                    return Err(EngineError::BadContext(
+                        "in-memory context of another engine".into(),
+                    ));
+                }
+            },
+            ContextRepr::Bytes(b) => b,
+        };
+        if bytes.len() > self.info.limits.max_context_bytes {
+            return Err(EngineError::BadContext("too large".into()));
+        }
+        let re =
+            match context::decode(&bytes).map_err(|e| EngineError::BadContext(e.to_string()))? {
+                Decoded::Copy(c) => context::encode_copy(&CopyState { space, ..c }),
+                Decoded::Launch {
+                    module: m, state, ..
+                } => context::encode_launch(space, module.unwrap_or(m), state.to_vec()),
+            };
+        drop(bytes);
+        // Validates (a launch's interpreter state against the module) into the in-memory form.
+        let live = self.live_from_bytes(&re)?;
+        Ok(SavedContext::live(Box::new(live)))
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod para;
 pub mod pushbuf;
+pub mod snapshot;
 
 /// A tiny deterministic generator (xorshift64*) for the tests' pseudo-random inputs.
 #[cfg(test)]

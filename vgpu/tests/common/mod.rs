@@ -66,6 +66,21 @@ impl Bench {
         mapper: Option<Arc<dyn vgpu::remap::ApertureMapper>>,
     ) -> Self {
         let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+        Self::build_in(tweak, mapper, ram)
+    }
+
+    /// A bench whose guest RAM starts as a copy of `ram_bytes` (a restored VM's RAM).
+    pub fn with_ram(tweak: impl FnOnce(&mut GpuConfig), ram_bytes: &[u8]) -> Self {
+        let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+        ram.write_slice(ram_bytes, GuestAddress(0)).unwrap();
+        Self::build_in(tweak, None, ram)
+    }
+
+    fn build_in(
+        tweak: impl FnOnce(&mut GpuConfig),
+        mapper: Option<Arc<dyn vgpu::remap::ApertureMapper>>,
+        ram: GuestMemoryMmap,
+    ) -> Self {
         let irq = Arc::new(CountingIrq::default());
         let mut cfg = GpuConfig {
             vram: VRAM,

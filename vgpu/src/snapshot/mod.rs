@@ -1,0 +1,383 @@
+//! Snapshot and restore of the virtual GPU (the device's part of VM snapshot, restore and live
+//! migration; docs/snapshot.md, "Virtual GPU"). The VMM pauses its vCPUs, then calls
+//! [`Vgpu::pause`] (the worker parks between turns; a running job is preempted and its saved
+//! context kept), [`Vgpu::save`], and [`Vgpu::resume`]; a new VMM creates a fresh device with the
+//! same configuration and calls [`Vgpu::restore`] before its vCPUs run.
+//!
+//! Saved: registers, channels, the fault record and interrupt state, the watched VRAM pages,
+//! counters, TIMER, each channel's method registers and pushbuffer position, the module cache
+//! (by PTX text), a job preempted by the pause (its engine context, tagged with the backend),
+//! and the partition's non-zero VRAM pages. Not saved: shadow page tables (rebuilt from the
+//! guest's tables before a channel runs again) and module `.global` variables (reloaded with
+//! their initial values, as after an eviction).
+//!
+//! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
+//! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
+//! channels, modules and preempted jobs), `vram` (the VRAM section).
+
+pub mod format;
+pub mod image;
+mod regs_image;
+mod vram;
+mod worker_image;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use pgpu::{LoadLimits, SpaceId};
+
+use crate::Vgpu;
+use crate::regs;
+pub use image::PauseCtl;
+use image::{ConfImage, ModuleImage, RegsImage, WorkerImage};
+
+/// Why a pause, save or restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a virtual GPU snapshot (bad magic)")]
+    BadMagic,
+    #[error("snapshot format version {0}; this build reads version {v}", v = format::VERSION)]
+    Version(u32),
+    #[error("snapshot truncated in {0}")]
+    Truncated(&'static str),
+    #[error("section {found} where {expected} belongs")]
+    Section { expected: String, found: String },
+    #[error("section {tag} of {len} bytes is over its limit of {limit} bytes")]
+    SectionTooLarge { tag: String, len: u64, limit: u64 },
+    #[error("snapshot checksum mismatch: the file is corrupted")]
+    Checksum,
+    #[error("bytes after the end of the snapshot")]
+    Trailing,
+    #[error("snapshot section {section}: {what}")]
+    Invalid { section: &'static str, what: String },
+    #[error("the snapshot's {what} is {saved:#x}, this GPU's is {here:#x}")]
+    Config {
+        what: &'static str,
+        saved: u64,
+        here: u64,
+    },
+    #[error(
+        "the snapshot holds a job preempted mid-run on the {saved} backend and this GPU runs \
+         {here}: such a context only resumes on its own backend (take the snapshot with a \
+         drained pause to move between backends)"
+    )]
+    ForeignContext { saved: String, here: String },
+    #[error("the saved job context is refused: {0}")]
+    Context(String),
+    #[error("reloading saved module {index}: {why}")]
+    Module { index: usize, why: String },
+    #[error("VRAM: {0}")]
+    Vram(String),
+    #[error("snapshots of a {0} are not supported")]
+    Unsupported(&'static str),
+    #[error("the virtual GPU is not paused")]
+    NotPaused,
+    #[error("restore needs a freshly created virtual GPU (channel {0} is bound)")]
+    NotFresh(u32),
+    #[error("the GPU worker did not pause within {0:?}")]
+    PauseTimeout(Duration),
+}
+
+/// What `pause` does with a job that is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseMode {
+    /// Preempt it; its saved context goes into the snapshot (resumes on the same backend
+    /// only). The pause takes about one preemption latency.
+    Preempt,
+    /// Let it finish (within the job time limit); the snapshot holds no engine context and
+    /// restores on any backend.
+    Drain,
+}
+
+/// What `save_report` wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaveReport {
+    /// Bytes of the snapshot.
+    pub bytes: u64,
+    /// Bytes of VRAM in it (non-zero pages).
+    pub vram_bytes: u64,
+    /// Modules in it.
+    pub modules: usize,
+    /// Jobs preempted by pauses in it (backend-specific).
+    pub suspended: usize,
+}
+
+/// Section limits that do not depend on the configuration.
+const CONF_LIMIT: u64 = 4096;
+
+impl Vgpu {
+    fn snapshot_supported(&self) -> Result<(), SnapshotError> {
+        if self.link.is_some() {
+            return Err(SnapshotError::Unsupported(
+                "GPU shared through vgpud (host=): the engine is in the daemon",
+            ));
+        }
+        if self.para.is_some() {
+            return Err(SnapshotError::Unsupported(
+                "para-virtual GPU (mode=para): its address spaces are not saved yet",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Quiesces the device (vCPUs already paused): a running job is preempted and its saved
+    /// context kept; the worker parks between turns. Idempotent.
+    pub fn pause(&self) -> Result<(), SnapshotError> {
+        self.pause_with(PauseMode::Preempt)
+    }
+
+    /// As [`Vgpu::pause`], but a running job finishes first: the snapshot is portable across
+    /// backends.
+    pub fn pause_drained(&self) -> Result<(), SnapshotError> {
+        self.pause_with(PauseMode::Drain)
+    }
+
+    /// Pauses in `mode`; waits at most the job time limit plus a second for the worker.
+    pub fn pause_with(&self, mode: PauseMode) -> Result<(), SnapshotError> {
+        self.snapshot_supported()?;
+        let limit = self.cfg.job_timeout + Duration::from_secs(1);
+        let shared = &self.shared;
+        let mut r = shared.lock();
+        r.pause.requested = true;
+        if mode == PauseMode::Preempt && !r.pause.parked {
+            shared.pausing.store(true, Ordering::SeqCst);
+            self.job.request();
+        }
+        shared.wake.notify_all();
+        let deadline = Instant::now() + limit;
+        while !r.pause.parked {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || r.shutdown {
+                r.pause.requested = false;
+                shared.pausing.store(false, Ordering::SeqCst);
+                shared.wake.notify_all();
+                return Err(SnapshotError::PauseTimeout(limit));
+            }
+            r = shared
+                .parked
+                .wait_timeout(r, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        shared.pausing.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Lets the device run again (a preempted job resumes at its channel's next turn).
+    pub fn resume(&self) {
+        let mut r = self.shared.lock();
+        r.pause.requested = false;
+        self.shared.pausing.store(false, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        drop(r);
+    }
+
+    /// Whether the device is paused.
+    pub fn is_paused(&self) -> bool {
+        let r = self.shared.lock();
+        r.pause.requested && r.pause.parked
+    }
+
+    fn conf_here(&self) -> ConfImage {
+        let page_sizes = self
+            .engine
+            .info()
+            .page_sizes
+            .iter()
+            .fold(0, |m, p| match p {
+                pgpu::PageSize::Size4K => m | 1,
+                pgpu::PageSize::Size2M => m | 2,
+            });
+        ConfImage {
+            vram: self.cfg.vram,
+            channels: self.cfg.channels,
+            va_base: self.cfg.va_base,
+            va_size: self.cfg.va_size,
+            page_sizes,
+            backend: self.engine.info().name.clone(),
+        }
+    }
+
+    /// Serializes the whole device state (device paused).
+    pub fn save(&self, out: &mut dyn std::io::Write) -> Result<(), SnapshotError> {
+        self.save_report(out).map(|_| ())
+    }
+
+    /// As [`Vgpu::save`], returning what was written.
+    pub fn save_report(&self, out: &mut dyn std::io::Write) -> Result<SaveReport, SnapshotError> {
+        self.snapshot_supported()?;
+        let (regs, image) = {
+            let r = self.shared.lock();
+            let image = match (&r.pause.image, r.pause.requested && r.pause.parked) {
+                (Some(i), true) => i.clone(),
+                _ => return Err(SnapshotError::NotPaused),
+            };
+            (RegsImage::capture(&r, self.shared.timer_ns()), image)
+        };
+        let mut w = format::SnapWriter::new(out)?;
+        w.section(format::CONF, &self.conf_here().encode())?;
+        w.section(format::REGS, &regs.encode())?;
+        w.section(format::CHAN, &image.encode_chans())?;
+        w.section(format::MODS, &image.encode_modules())?;
+        w.section(format::CTXT, &image.encode_suspended())?;
+        let vram_bytes = vram::save(&mut w, &*self.engine, self.vram_base, self.cfg.vram)?;
+        let bytes = w.finish()?;
+        Ok(SaveReport {
+            bytes,
+            vram_bytes,
+            modules: image.modules.len(),
+            suspended: image.suspended.len(),
+        })
+    }
+
+    /// Restores a snapshot into this freshly created device (same configuration; the backend
+    /// may differ for a snapshot without a preempted job), before vCPUs run. Everything is
+    /// validated before it is applied; on error the partition is zeroed and the device stays
+    /// as created. The device runs afterwards (no `resume` needed).
+    pub fn restore(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+        self.snapshot_supported()?;
+        {
+            let r = self.shared.lock();
+            if let Some(ch) = r.chans.iter().position(|c| c.state != regs::CHAN_UNBOUND) {
+                return Err(SnapshotError::NotFresh(ch as u32));
+            }
+        }
+        self.pause_with(PauseMode::Drain)?;
+        let result = self.restore_paused(input);
+        if result.is_err()
+            && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)
+        {
+            log::error!("vgpu: scrubbing VRAM after a failed restore: {e}");
+        }
+        self.resume();
+        result
+    }
+
+    fn restore_paused(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+        let here = self.conf_here();
+        let (vram, channels) = (self.cfg.vram, self.cfg.channels);
+        let limits = self.engine.info().limits.clone();
+        let mut rd = format::SnapReader::new(input)?;
+        let conf = ConfImage::decode(&rd.section(format::CONF, CONF_LIMIT)?)?;
+        conf.check(&here)?;
+        let regs_limit = 1024 + 32 * u64::from(channels) + 13 * (vram >> 12);
+        let regs = RegsImage::decode(&rd.section(format::REGS, regs_limit)?, vram, channels)?;
+        let chan_limit = 64
+            + u64::from(channels)
+                * (32
+                    + 4 * crate::methods::MethodState::WORDS as u64
+                    + 8 * u64::from(regs::MAX_PUSH));
+        let (seen_epoch, next, chans) = WorkerImage::decode_chans(
+            &rd.section(format::CHAN, chan_limit)?,
+            &regs,
+            self.cfg.lazy_shadowing,
+        )?;
+        let max_total = (limits.max_ptx_bytes_total as u64).min(self.cfg.hostmem);
+        let mods_limit = 4 + max_total + 4 * limits.max_modules as u64;
+        let texts = WorkerImage::decode_modules(
+            &rd.section(format::MODS, mods_limit)?,
+            limits.max_modules,
+            max_total,
+        )?;
+        let max_context = (limits.max_context_bytes as u64).min(self.cfg.hostmem) as usize;
+        let suspended = WorkerImage::decode_suspended(
+            &rd.section(
+                format::CTXT,
+                max_context as u64 + 4 + 128 * u64::from(channels),
+            )?,
+            &chans,
+            texts.len(),
+            max_context,
+        )?;
+        if let Some(s) = suspended.iter().find(|s| s.backend != here.backend) {
+            return Err(SnapshotError::ForeignContext {
+                saved: s.backend.clone(),
+                here: here.backend,
+            });
+        }
+        vram::restore(&mut rd, &*self.engine, self.vram_base, vram)?;
+        rd.finish()?;
+        // All bytes verified: reload modules, validate the job context against its module.
+        let modules = self.reload_modules(texts)?;
+        let mut jobs = Vec::with_capacity(suspended.len());
+        for mut s in suspended {
+            let module = s.module.map(|i| modules[i as usize].id);
+            // The space is set when the job resumes (its shadow does not exist yet).
+            match self
+                .engine
+                .retarget_context(s.context, SpaceId(u64::MAX), module)
+            {
+                Ok(c) => s.context = c,
+                Err(e) => {
+                    self.unload(&modules);
+                    return Err(SnapshotError::Context(format!(
+                        "channel {}: {e}",
+                        s.channel
+                    )));
+                }
+            }
+            jobs.push(s);
+        }
+        let mut r = self.shared.lock();
+        regs.apply(&mut r);
+        self.shared.set_timer_ns(regs.timer_ns);
+        r.pause.image = Some(Box::new(WorkerImage {
+            seen_epoch,
+            next,
+            chans,
+            modules,
+            suspended: jobs,
+        }));
+        r.pause.restored = true;
+        drop(r);
+        if let Some(remap) = &self.remap {
+            remap
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .trap(regs.watched.iter().map(|(p, _)| p << 12));
+        }
+        Ok(())
+    }
+
+    /// Loads the saved module texts within the VM's host memory budget and the job limit each.
+    fn reload_modules(&self, texts: Vec<Arc<str>>) -> Result<Vec<ModuleImage>, SnapshotError> {
+        let mut left = self.cfg.hostmem;
+        let mut out: Vec<ModuleImage> = Vec::with_capacity(texts.len());
+        for (index, text) in texts.into_iter().enumerate() {
+            let limits = LoadLimits {
+                max_host_bytes: left.saturating_sub(text.len() as u64),
+                deadline: Some(Instant::now() + self.cfg.job_timeout),
+                cancel: Some(self.cancel.clone()),
+            };
+            match self.engine.load_module(&text, &limits) {
+                Ok(m) => {
+                    left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
+                    out.push(ModuleImage {
+                        text,
+                        id: m.id,
+                        host_bytes: m.host_bytes,
+                    });
+                }
+                Err(e) => {
+                    self.unload(&out);
+                    return Err(SnapshotError::Module {
+                        index,
+                        why: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn unload(&self, modules: &[ModuleImage]) {
+        for m in modules {
+            if let Err(e) = self.engine.unload_module(m.id) {
+                log::warn!("vgpu: unload module {:?}: {e}", m.id);
+            }
+        }
+    }
+}
