@@ -64,6 +64,7 @@
 //!   by all its launches: give each isolation domain (VM) its own [`Module::instantiate`].
 
 mod cfg;
+pub mod ckpt;
 mod context;
 mod decode;
 mod decode_cmp;

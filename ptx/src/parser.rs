@@ -152,8 +152,27 @@ impl Parser {
     }
 }
 
-/// Parse a whole module within the budgets of `opts`.
-pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
+/// The module-level items of a parsed text, before decoding: what [`parse_module`] decodes and
+/// what the checkpoint transformation (`crate::ckpt`) rewrites and prints.
+pub(crate) struct Items {
+    /// `.version` as written (e.g. "8.0").
+    pub version: String,
+    /// `.target` names.
+    pub targets: Vec<String>,
+    /// Module-level `.shared` declarations.
+    pub module_shared: Vec<VarDecl>,
+    /// Entries with their statement bodies (calls not yet inlined).
+    pub parsed: Vec<(EntryDecls, Vec<Stmt>)>,
+    /// Functions by name.
+    pub funcs: HashMap<String, FuncDef>,
+    /// Module `.global`/`.const` variables.
+    pub raw_vars: Vec<RawModVar>,
+    /// The load's meter (tokens already freed).
+    pub meter: Meter,
+}
+
+/// Lex and parse the module-level items of `text` within the budgets of `opts`.
+pub(crate) fn parse_items(text: &str, opts: &LoadOptions) -> R<Items> {
     let mut meter = Meter::new(opts);
     meter.check()?;
     let toks = lex(text, &mut meter)?;
@@ -167,24 +186,26 @@ pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
         meter,
     };
     let mut module_shared: Vec<VarDecl> = Vec::new();
-    let mut entries = Vec::new();
     let mut parsed: Vec<(EntryDecls, Vec<Stmt>)> = Vec::new();
     let mut funcs: HashMap<String, FuncDef> = HashMap::new();
     let mut raw_vars: Vec<RawModVar> = Vec::new();
     let mut names: HashMap<String, ()> = HashMap::new();
+    let mut version = String::from("8.0");
+    let mut targets = Vec::new();
     while p.peek().is_some() {
         p.meter.tick()?;
         let pos = p.pos();
         let d = p.ident()?;
         match d.as_str() {
             ".version" => match p.next()? {
-                Tok::F64(_) | Tok::Int(_) => {}
+                Tok::F64(v) => version = format!("{:.1}", f64::from_bits(v)),
+                Tok::Int(v) => version = format!("{v}.0"),
                 _ => return p.err("expected version number"),
             },
             ".target" => {
-                p.ident()?;
+                targets.push(p.ident()?);
                 while p.eat_punct(',') {
-                    p.ident()?;
+                    targets.push(p.ident()?);
                 }
             }
             ".address_size" => {
@@ -266,6 +287,28 @@ pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
     } = p;
     drop(toks);
     meter.free(token_bytes);
+    Ok(Items {
+        version,
+        targets,
+        module_shared,
+        parsed,
+        funcs,
+        raw_vars,
+        meter,
+    })
+}
+
+/// Parse a whole module within the budgets of `opts`.
+pub(crate) fn parse_module(text: &str, opts: &LoadOptions) -> R<Module> {
+    let Items {
+        module_shared,
+        parsed,
+        funcs,
+        raw_vars,
+        mut meter,
+        ..
+    } = parse_items(text, opts)?;
+    let mut entries = Vec::new();
     // Entries are decoded once every function and variable of the module is known.
     let vars = ModMem::build(&raw_vars, &mut meter)?;
     let raw_bytes: u64 = raw_vars.iter().map(|v| v.bytes()).sum();

@@ -1,0 +1,294 @@
+//! Control flow and liveness on the statement-level IR of one (inlined) entry: the
+//! instructions in order, each one's register definitions and uses (guards, vector operands,
+//! address bases, `d|p` pairs and the hidden carry flag counted), its successors, and the
+//! registers live before each instruction (backward dataflow on bit sets).
+
+use std::collections::HashMap;
+
+use super::budget::{Budget, Unsupported};
+use crate::decode::{EntryDecls, ROp, RawInst, Stmt};
+use crate::ir::Ty;
+
+/// Dense register numbering of one entry; the carry flag CC.CF is the last index.
+pub(crate) struct Regs {
+    pub names: Vec<String>,
+    pub tys: Vec<Ty>,
+    index: HashMap<String, u32>,
+}
+
+impl Regs {
+    pub(crate) fn new(decls: &EntryDecls) -> Regs {
+        let mut names: Vec<String> = decls.regs.keys().cloned().collect();
+        names.sort();
+        let tys = names.iter().map(|n| decls.regs[n]).collect();
+        let index = names
+            .iter()
+            .enumerate()
+            .map(|(k, n)| (n.clone(), k as u32))
+            .collect();
+        Regs { names, tys, index }
+    }
+
+    /// Index of a register name (not a symbol, special register or label).
+    pub(crate) fn get(&self, n: &str) -> Option<u32> {
+        self.index.get(n).copied()
+    }
+
+    /// The carry flag's index.
+    pub(crate) fn cf(&self) -> u32 {
+        self.names.len() as u32
+    }
+
+    /// Registers and the carry flag.
+    pub(crate) fn count(&self) -> usize {
+        self.names.len() + 1
+    }
+}
+
+/// How control leaves an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Next,
+    /// Branch to an instruction index (`n` = the end of the body).
+    Branch(usize),
+    /// `ret`/`exit`/`trap`.
+    Stop,
+}
+
+/// One instruction with its flow facts.
+pub(crate) struct Node {
+    /// Index of the statement in the body.
+    pub stmt: usize,
+    pub exit: Exit,
+    pub guarded: bool,
+    pub defs: Vec<u32>,
+    pub uses: Vec<u32>,
+}
+
+/// Opcode bases without a destination operand.
+const NO_DEST: &[&str] = &[
+    "st",
+    "red",
+    "bra",
+    "membar",
+    "fence",
+    "ret",
+    "exit",
+    "trap",
+    "nanosleep",
+    "prefetch",
+    "prefetchu",
+    "nop",
+];
+
+/// Opcode base (before the first `.`).
+pub(crate) fn base(op: &str) -> &str {
+    op.split('.').next().unwrap_or("")
+}
+
+fn has_dest(i: &RawInst) -> bool {
+    let b = base(&i.opcode);
+    if matches!(b, "bar" | "barrier") {
+        return i.opcode.split('.').any(|m| m == "red");
+    }
+    !NO_DEST.contains(&b)
+}
+
+fn names_in(o: &ROp, regs: &Regs, out: &mut Vec<u32>) {
+    match o {
+        ROp::Name(n, _) | ROp::Not(n, _) => out.extend(regs.get(n)),
+        ROp::Addr { base: Some(n), .. } => out.extend(regs.get(n)),
+        ROp::Pair(a, b, _) => {
+            out.extend(regs.get(a));
+            out.extend(regs.get(b));
+        }
+        ROp::Vec(v) | ROp::List(v) => v.iter().for_each(|x| names_in(x, regs, out)),
+        _ => {}
+    }
+}
+
+/// Registers an instruction defines and uses.
+pub(crate) fn def_use(i: &RawInst, regs: &Regs) -> (Vec<u32>, Vec<u32>) {
+    let mut defs = Vec::new();
+    let mut uses = Vec::new();
+    if let Some((g, _, _)) = &i.guard {
+        uses.extend(regs.get(g));
+    }
+    for (k, o) in i.ops.iter().enumerate() {
+        if k == 0 && has_dest(i) {
+            match o {
+                // A destination's address base (none in the subset) would still be a use.
+                ROp::Addr { .. } => names_in(o, regs, &mut uses),
+                _ => names_in(o, regs, &mut defs),
+            }
+        } else {
+            names_in(o, regs, &mut uses);
+        }
+    }
+    if i.opcode.split('.').any(|m| m == "cc") {
+        defs.push(regs.cf());
+    }
+    if matches!(base(&i.opcode), "addc" | "subc" | "madc") {
+        uses.push(regs.cf());
+    }
+    (defs, uses)
+}
+
+/// The instructions of a body with their flow facts.
+pub(crate) struct Flow {
+    pub nodes: Vec<Node>,
+}
+
+impl Flow {
+    pub(crate) fn build(body: &[Stmt], regs: &Regs, b: &mut Budget) -> Result<Flow, Unsupported> {
+        let mut labels = HashMap::new();
+        let mut n = 0usize;
+        for s in body {
+            b.work(1)?;
+            match s {
+                Stmt::Label(l, _) => {
+                    labels.insert(l.clone(), n);
+                }
+                Stmt::Inst(_) => n += 1,
+            }
+        }
+        let mut nodes = Vec::with_capacity(n);
+        for (k, s) in body.iter().enumerate() {
+            let Stmt::Inst(i) = s else { continue };
+            b.work(1 + i.ops.len() as u64)?;
+            let (defs, uses) = def_use(i, regs);
+            let exit = match base(&i.opcode) {
+                "bra" => match i.ops.first() {
+                    Some(ROp::Name(l, _)) => match labels.get(l) {
+                        Some(&t) => Exit::Branch(t),
+                        None => return Err(Unsupported::IndirectBranch { line: i.pos.line }),
+                    },
+                    _ => return Err(Unsupported::IndirectBranch { line: i.pos.line }),
+                },
+                "ret" | "exit" | "trap" => Exit::Stop,
+                _ => Exit::Next,
+            };
+            nodes.push(Node {
+                stmt: k,
+                exit,
+                guarded: i.guard.is_some(),
+                defs,
+                uses,
+            });
+        }
+        Ok(Flow { nodes })
+    }
+
+    /// Successors of instruction `i` (`len()` = the end, an implicit exit: none).
+    pub(crate) fn succs(&self, i: usize, out: &mut Vec<usize>) {
+        out.clear();
+        let n = self.nodes.len();
+        let node = &self.nodes[i];
+        match node.exit {
+            Exit::Next => out.push(i + 1),
+            Exit::Branch(t) => {
+                out.push(t);
+                if node.guarded {
+                    out.push(i + 1);
+                }
+            }
+            Exit::Stop => {
+                if node.guarded {
+                    out.push(i + 1);
+                }
+            }
+        }
+        out.retain(|&s| s < n);
+    }
+
+    /// Predecessor lists.
+    pub(crate) fn preds(&self, b: &mut Budget) -> Result<Vec<Vec<u32>>, Unsupported> {
+        let mut preds = vec![Vec::new(); self.nodes.len()];
+        let mut tmp = Vec::new();
+        for i in 0..self.nodes.len() {
+            b.work(2)?;
+            self.succs(i, &mut tmp);
+            for &s in &tmp {
+                preds[s].push(i as u32);
+            }
+        }
+        Ok(preds)
+    }
+}
+
+/// A fixed-width bit set per instruction, stored flat.
+pub(crate) struct BitRows {
+    pub words: usize,
+    pub bits: Vec<u64>,
+}
+
+impl BitRows {
+    pub(crate) fn new(rows: usize, width: usize, b: &mut Budget) -> Result<BitRows, Unsupported> {
+        let words = width.div_ceil(64).max(1);
+        let total = rows.saturating_mul(words);
+        b.memory(total as u64 * 8)?;
+        Ok(BitRows {
+            words,
+            bits: vec![0; total],
+        })
+    }
+
+    pub(crate) fn row(&self, r: usize) -> &[u64] {
+        &self.bits[r * self.words..(r + 1) * self.words]
+    }
+
+    pub(crate) fn row_mut(&mut self, r: usize) -> &mut [u64] {
+        &mut self.bits[r * self.words..(r + 1) * self.words]
+    }
+}
+
+pub(crate) fn set(row: &mut [u64], i: u32) {
+    row[i as usize / 64] |= 1 << (i % 64);
+}
+
+pub(crate) fn clear(row: &mut [u64], i: u32) {
+    row[i as usize / 64] &= !(1 << (i % 64));
+}
+
+pub(crate) fn test(row: &[u64], i: u32) -> bool {
+    row[i as usize / 64] >> (i % 64) & 1 == 1
+}
+
+/// Registers live before each instruction: `live[i] = uses(i) ∪ (∪ live[succ] − kills(i))`,
+/// where a guarded definition kills nothing.
+pub(crate) fn liveness(flow: &Flow, regs: &Regs, b: &mut Budget) -> Result<BitRows, Unsupported> {
+    let n = flow.nodes.len();
+    let mut live = BitRows::new(n, regs.count(), b)?;
+    let words = live.words;
+    let mut tmp = Vec::new();
+    let mut acc = vec![0u64; words];
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in (0..n).rev() {
+            b.work(words as u64 * 3 + 2)?;
+            flow.succs(i, &mut tmp);
+            acc.iter_mut().for_each(|w| *w = 0);
+            for &s in &tmp {
+                for (a, x) in acc.iter_mut().zip(live.row(s)) {
+                    *a |= x;
+                }
+            }
+            let node = &flow.nodes[i];
+            if !node.guarded {
+                for &d in &node.defs {
+                    clear(&mut acc, d);
+                }
+            }
+            for &u in &node.uses {
+                set(&mut acc, u);
+            }
+            let row = live.row_mut(i);
+            if row != acc.as_slice() {
+                row.copy_from_slice(&acc);
+                changed = true;
+            }
+        }
+    }
+    Ok(live)
+}

@@ -1,0 +1,287 @@
+//! Compiler-directed, incremental checkpoints in PTX (TripleC-style): a PTX-to-PTX
+//! transformation that makes a kernel preemptible at compiler-chosen points, with save and
+//! restore of the live registers (and the CTA's shared memory) in a save area, so that one
+//! long CTA can be stopped and resumed by relaunching the same kernel.
+//!
+//! Pipeline, on the parser's own statement-level IR (never on text): `module` loads and
+//! inlines, `flow` builds the CFG and liveness, `points` classifies the kernel and picks the
+//! preemption points, `layout` fixes the per-thread record, `incremental` finds the registers
+//! whose saved copy is still valid, `emit` rewrites the body and `print` prints PTX. The
+//! contract (parameters, save area, flag, resume, the barrier/warp rules) is in
+//! `docs/ptx-subset.md`, "Preemptible kernels".
+
+mod budget;
+mod emit;
+mod flow;
+mod incremental;
+mod layout;
+mod module;
+mod names;
+mod points;
+mod print;
+
+pub use budget::Unsupported;
+pub use emit::{PARAMS, STATUS_DONE, STATUS_NOT_STARTED};
+pub use layout::HEADER_BYTES;
+pub use points::{Class, PointKind};
+
+use crate::error::PtxError;
+use crate::load::LoadOptions;
+
+/// Parse `text` (within the budgets of `opts`), inline its `.func` calls and print it back as
+/// PTX: the same kernels, accepted by this crate's parser and by `ptxas`.
+pub fn print_module(text: &str, opts: &LoadOptions) -> Result<String, PtxError> {
+    let m = module::load(text, opts)?;
+    Ok(print::module(&m))
+}
+
+/// Options of [`transform`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Most instructions on a straight-line path between two points (where the kernel's
+    /// class allows a point there). Default 64.
+    pub max_gap: u32,
+    /// Most points per entry. Default 256.
+    pub max_points: u32,
+    /// Largest per-thread record (bytes). Default 4096.
+    pub max_record_bytes: u32,
+    /// Incremental saves (default true); false stores every live register at every point.
+    pub incremental: bool,
+    /// Analysis work budget (units of about one bit-set word operation). Default 2^27.
+    pub max_work: u64,
+    /// Analysis tables budget (bytes). Default 64 MiB.
+    pub max_analysis_bytes: u64,
+    /// Budgets of loading the text (and the cancel flag and deadline of the whole
+    /// transformation).
+    pub load: LoadOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_gap: 64,
+            max_points: 256,
+            max_record_bytes: 4096,
+            incremental: true,
+            max_work: 1 << 27,
+            max_analysis_bytes: 64 << 20,
+            load: LoadOptions::default(),
+        }
+    }
+}
+
+/// One preemption point of a transformed entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Point {
+    /// Point id (1-based; the entry point is 0 and has no record); a thread preempted here
+    /// has status `id + 2`.
+    pub id: u32,
+    /// Why the point is there.
+    pub kind: PointKind,
+    /// Source line of the instruction the point stands before.
+    pub line: u32,
+    /// Live registers (predicates included) saved here by a full save.
+    pub live_regs: u32,
+    /// Bytes a full save stores here.
+    pub live_bytes: u32,
+}
+
+/// A transformed entry: its class, points, and save-area layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryPlan {
+    /// Entry name.
+    pub name: String,
+    /// How its threads agree to stop.
+    pub class: Class,
+    /// Points, in id order (ids 1..).
+    pub points: Vec<Point>,
+    /// Per-thread record stride in bytes (header + one slot per register live anywhere).
+    pub record_bytes: u32,
+    /// Bytes of static shared memory each CTA saves (0 for classes other than `Cta`).
+    pub shared_static_bytes: u32,
+    /// Whether each CTA also saves its dynamic shared memory (`__ck_dyn_smem` bytes).
+    pub saves_shared: bool,
+    /// `incremental[r][p]`: bytes stored at point `p+1` by a thread resumed from point `r+1`.
+    pub incremental: Vec<Vec<u32>>,
+}
+
+impl EntryPlan {
+    /// Bytes of save area a launch of `grid` x `block` with `dynamic_shared` bytes of dynamic
+    /// shared memory needs: every thread's record, then (class `Cta`) every CTA's shared
+    /// block of `shared_static_bytes + align8(dynamic_shared)` bytes.
+    pub fn save_area_bytes(&self, grid: [u32; 3], block: [u32; 3], dynamic_shared: u32) -> u64 {
+        let ctas: u64 = grid.iter().map(|&x| u64::from(x)).product();
+        let threads: u64 = block.iter().map(|&x| u64::from(x)).product();
+        let mut total = ctas * threads * u64::from(self.record_bytes);
+        if self.saves_shared {
+            let per =
+                u64::from(self.shared_static_bytes) + u64::from(dynamic_shared).next_multiple_of(8);
+            total += ctas * per;
+        }
+        total
+    }
+
+    /// Bytes a full save stores at point `id` (0 for an unknown id).
+    pub fn full_bytes(&self, id: u32) -> u32 {
+        self.points
+            .iter()
+            .find(|p| p.id == id)
+            .map_or(0, |p| p.live_bytes)
+    }
+
+    /// Bytes stored at point `at` by a thread resumed from point `from`.
+    pub fn incremental_bytes(&self, from: u32, at: u32) -> u32 {
+        let (f, a) = (from as usize, at as usize);
+        if f == 0 || a == 0 {
+            return self.full_bytes(at);
+        }
+        self.incremental
+            .get(f - 1)
+            .and_then(|row| row.get(a - 1))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The transformed module.
+#[derive(Debug, Clone)]
+pub struct Transformed {
+    /// PTX text of the whole module, every entry transformed.
+    pub ptx: String,
+    /// One plan per entry, in module order.
+    pub entries: Vec<EntryPlan>,
+}
+
+impl Transformed {
+    /// The plan of an entry.
+    pub fn entry(&self, name: &str) -> Option<&EntryPlan> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+}
+
+/// Make every entry of `text` preemptible (see `docs/ptx-subset.md`, "Preemptible kernels").
+///
+/// Bounded for hostile input: loading within `opts.load`, the analyses within
+/// `opts.max_work`/`opts.max_analysis_bytes`, and the output is checked to load again.
+pub fn transform(text: &str, opts: &Options) -> Result<Transformed, Unsupported> {
+    let mut m = module::load(text, &opts.load)?;
+    let meter = std::mem::replace(&mut m.meter, crate::load::Meter::new(&opts.load));
+    let mut b = budget::Budget::new(meter, opts.max_work, opts.max_analysis_bytes);
+    let module_shared = !m.shared.is_empty();
+    let mut plans = Vec::with_capacity(m.entries.len());
+    for e in &mut m.entries {
+        plans.push(transform_entry(e, &m.shared, module_shared, opts, &mut b)?);
+    }
+    let ptx = print::module(&m);
+    crate::parse_with(&ptx, &opts.load).map_err(|e| Unsupported::Internal(e.to_string()))?;
+    Ok(Transformed {
+        ptx,
+        entries: plans,
+    })
+}
+
+fn reserved(n: &str) -> bool {
+    n.trim_start_matches(['%', '$']).starts_with("__ck")
+}
+
+fn transform_entry(
+    e: &mut module::StmtEntry,
+    shared: &[crate::decode::VarDecl],
+    module_shared: bool,
+    opts: &Options,
+    b: &mut budget::Budget,
+) -> Result<EntryPlan, Unsupported> {
+    let name = e.decls.name.clone();
+    let d = &e.decls;
+    let labels = e.body.iter().filter_map(|s| match s {
+        crate::decode::Stmt::Label(l, _) => Some(l),
+        crate::decode::Stmt::Inst(_) => None,
+    });
+    let taken = d
+        .regs
+        .keys()
+        .chain(d.params.iter().map(|p| &p.name))
+        .chain(d.shared.iter().map(|v| &v.name))
+        .chain(shared.iter().map(|v| &v.name))
+        .chain(labels)
+        .find(|n| reserved(n));
+    if let Some(n) = taken {
+        return Err(Unsupported::ReservedName {
+            entry: name,
+            name: n.chars().take(80).collect(),
+        });
+    }
+    let regs = flow::Regs::new(&e.decls);
+    let fl = flow::Flow::build(&e.body, &regs, b)?;
+    let class = points::classify(e, &fl, module_shared, b)?;
+    let live = flow::liveness(&fl, &regs, b)?;
+    let sites = points::choose(e, &fl, class, &live, &regs, opts.max_gap, b)?;
+    if sites.len() as u64 > u64::from(opts.max_points) {
+        return Err(Unsupported::TooManyPoints {
+            entry: name,
+            points: sites.len() as u64,
+            limit: u64::from(opts.max_points),
+        });
+    }
+    let lives: Vec<Vec<u32>> = sites
+        .iter()
+        .map(|s| layout::live_at(&live, &regs, s))
+        .collect();
+    let lay = layout::build(&regs, &lives);
+    if lay.stride > opts.max_record_bytes {
+        return Err(Unsupported::TooManyLiveBytes {
+            entry: name,
+            bytes: u64::from(lay.stride),
+            limit: u64::from(opts.max_record_bytes),
+        });
+    }
+    let preds = fl.preds(b)?;
+    let stores = if opts.incremental {
+        incremental::stores(&fl, &preds, &sites, &lives, regs.names.len(), b)?
+    } else {
+        vec![lives.clone(); sites.len()]
+    };
+    let sp = (class == Class::Cta).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
+    let points = sites
+        .iter()
+        .zip(&lives)
+        .enumerate()
+        .map(|(k, (s, l))| {
+            let stmt = fl.nodes[s.node].stmt;
+            let line = match &e.body[stmt] {
+                crate::decode::Stmt::Inst(i) => i.pos.line,
+                crate::decode::Stmt::Label(_, p) => p.line,
+            };
+            Point {
+                id: k as u32 + 1,
+                kind: s.kind,
+                line,
+                live_regs: l.len() as u32,
+                live_bytes: layout::bytes_of(&regs, l),
+            }
+        })
+        .collect();
+    let incremental = stores
+        .iter()
+        .map(|row| row.iter().map(|s| layout::bytes_of(&regs, s)).collect())
+        .collect();
+    let plan = emit::Plan {
+        class,
+        sites: &sites,
+        lives: &lives,
+        stores: &stores,
+        layout: &lay,
+        regs: &regs,
+        shared: sp.as_ref(),
+    };
+    emit::rewrite(e, &plan);
+    Ok(EntryPlan {
+        name,
+        class,
+        points,
+        record_bytes: lay.stride,
+        shared_static_bytes: sp.as_ref().map_or(0, |s| s.static_bytes),
+        saves_shared: sp.is_some(),
+        incremental,
+    })
+}
