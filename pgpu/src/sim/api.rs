@@ -3,13 +3,17 @@
 use std::ptr::NonNull;
 use std::time::Instant;
 
+use crate::ckpt::{self, PreemptMethod};
 use crate::engine::{
     ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits,
     LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle, SavedContext,
     SpaceId, Translation, VaWindow,
 };
 use crate::ptx_load;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
+use super::ckpt::CkModule;
 use super::context::{CopyState, Live};
 use super::copy;
 use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
@@ -194,12 +198,39 @@ impl Engine for SimEngine {
             max_host_bytes: ptx_load::remaining(limits, text.len() as u64)?,
             ..limits.clone()
         };
-        let (module, bytes) = ptx_load::parse(text, &bound)?;
+        let (module, mut bytes) = ptx_load::parse(text, &bound)?;
+        let ck = if self.config.preempt == PreemptMethod::Checkpoint {
+            let left = LoadLimits {
+                max_host_bytes: ptx_load::remaining(&bound, bytes)?,
+                ..limits.clone()
+            };
+            match ckpt::transform(text, &left) {
+                Ok(t) => {
+                    let (m, b) = ptx_load::parse(&t.ptx, &left)?;
+                    bytes = bytes.saturating_add(b);
+                    self.ckpt.transformed();
+                    Some(Arc::new(CkModule {
+                        module: Arc::new(m),
+                        plans: t.entries,
+                    }))
+                }
+                Err(e) => {
+                    if let Some(err) = ckpt::limit_error(&e) {
+                        return Err(err);
+                    }
+                    self.ckpt.refused(&e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let lim = &self.info.limits;
         lock(&self.modules).insert(
             text,
             module,
             bytes,
+            ck,
             lim.max_modules,
             lim.max_ptx_bytes_total,
         )
@@ -231,6 +262,11 @@ impl Engine for SimEngine {
                 Ok(self.run_copy(s, c, preempt, t0))
             }
             Job::Launch(l) => {
+                if let Some(job) = self.ck_job(l)? {
+                    self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
+                    let s = self.spaces.begin(l.space)?;
+                    return self.run_ckpt(s, job, false, preempt, t0);
+                }
                 let launch = self.new_launch(l)?;
                 let s = self.spaces.begin(l.space)?;
                 Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
