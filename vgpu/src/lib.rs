@@ -191,6 +191,7 @@ impl Vgpu {
     pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn Engine>, VgpuError> {
         let cuda = pgpu::cuda::CudaConfig {
             vram_size: cfg.vram + 2 * cfg.guard,
+            preempt: cfg.preempt,
             ..pgpu::cuda::CudaConfig::default()
         };
         Ok(Arc::new(pgpu::cuda::CudaEngine::new(cuda)?))
@@ -221,6 +222,7 @@ impl Vgpu {
         let mut sim = SimConfig {
             vram_size,
             workers: cfg.workers,
+            preempt: cfg.preempt,
             ..SimConfig::default()
         };
         if cfg.sim_pages_2m_only {
