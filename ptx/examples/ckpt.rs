@@ -1,14 +1,19 @@
 //! Print the preemptible (checkpointing) version of a PTX file made by `ptx::ckpt::transform`,
 //! with a summary of each entry's points and save-area layout on stderr.
 //!
-//! `cargo run -p ptx --example ckpt -- FILE.ptx [MAX_GAP] > out.ptx`
+//! `cargo run -p ptx --example ckpt -- FILE.ptx [MAX_GAP] > out.ptx`, or
+//! `cargo run -p ptx --example ckpt -- --print FILE.ptx` for the printer's round trip only.
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let print_only = args.get(1).is_some_and(|a| a == "--print");
+    if print_only {
+        args.remove(1);
+    }
     let Some(path) = args.get(1) else {
-        eprintln!("usage: ckpt FILE.ptx [MAX_GAP]");
+        eprintln!("usage: ckpt [--print] FILE.ptx [MAX_GAP]");
         return ExitCode::from(2);
     };
     let text = match std::fs::read_to_string(path) {
@@ -18,6 +23,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if print_only {
+        return match ptx::ckpt::print_module(&text, &ptx::LoadOptions::default()) {
+            Ok(t) => {
+                print!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{path}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut opts = ptx::ckpt::Options::default();
     if let Some(g) = args.get(2) {
         match g.parse() {

@@ -88,3 +88,26 @@ fn inlined_functions_and_nested_scopes_round_trip() {
     let m = ptx::parse(&printed).unwrap_or_else(|e| panic!("{e}\n{printed}"));
     assert_eq!(m.entry("k").map(|e| e.params.len()), Some(1));
 }
+
+/// The nvcc coverage files of the interpreter's own tests (calls, local depots, many
+/// instruction forms) print to PTX that loads to the same entries, and transform.
+#[test]
+fn nvcc_test_files_round_trip_and_transform() {
+    for (name, text) in [
+        ("cov1", include_str!("data/nvcc/cov1.ptx")),
+        ("cov2", include_str!("data/nvcc/cov2.ptx")),
+        ("intops", include_str!("data/nvcc/intops.ptx")),
+        ("mathfn", include_str!("data/nvcc/mathfn.ptx")),
+    ] {
+        let printed = ptx::ckpt::print_module(text, &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let a = ptx::parse(text).expect("original parses");
+        let b = ptx::parse(&printed).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ea: Vec<_> = a.entries().cloned().collect();
+        let eb: Vec<_> = b.entries().cloned().collect();
+        assert_eq!(ea, eb, "{name}");
+        let t = ptx::ckpt::transform(text, &ptx::ckpt::Options::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.entries.len(), ea.len(), "{name}");
+    }
+}

@@ -29,15 +29,24 @@ pub enum Unsupported {
         line: u32,
         what: String,
     },
-    /// `.local` variables (or call-site `.param` buffers of inlined calls): per-thread memory
-    /// the record does not hold.
-    #[error("entry `{entry}` uses local memory (`{name}`), which is not saved")]
-    LocalMemory { entry: String, name: String },
+    /// More `.local` memory (variables and call-site `.param` buffers of inlined calls, which
+    /// every save copies whole) than [`super::Options::max_local_bytes`].
+    #[error(
+        "entry `{entry}`: {bytes} bytes of local memory (`{name}`, ...) exceed the limit {limit}"
+    )]
+    LocalMemory {
+        entry: String,
+        name: String,
+        bytes: u64,
+        limit: u64,
+    },
     /// A name in the transformation's reserved prefix (`__ck`).
     #[error("entry `{entry}`: name `{name}` uses the reserved prefix `__ck`")]
     ReservedName { entry: String, name: String },
     /// The per-thread record would exceed [`super::Options::max_record_bytes`].
-    #[error("entry `{entry}`: {bytes} bytes of live registers per thread exceed the limit {limit}")]
+    #[error(
+        "entry `{entry}`: a {bytes}-byte record per thread (live registers, local memory) exceeds the limit {limit}"
+    )]
     TooManyLiveBytes {
         entry: String,
         bytes: u64,

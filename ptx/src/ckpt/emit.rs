@@ -299,6 +299,28 @@ impl Gen {
         }
     }
 
+    /// Copy the thread's local variables to (`save`) or from the record.
+    fn copy_locals(&mut self, layout: &Layout, save: bool) {
+        for (name, off, size, w) in &layout.locals {
+            let ty = if *w == 4 { "b32" } else { "u8" };
+            for o in (0..*size).step_by(*w as usize) {
+                let rec = at("%__ck_rec", i64::from(off + o));
+                let var = ROp::Addr {
+                    base: Some(name.clone()),
+                    off: i64::from(o),
+                    pos: Pos::default(),
+                };
+                if save {
+                    self.i(&format!("ld.local.{ty}"), vec![r("%__ck_t"), var]);
+                    self.i(&format!("st.global.{ty}"), vec![rec, r("%__ck_t")]);
+                } else {
+                    self.i(&format!("ld.global.{ty}"), vec![r("%__ck_t"), rec]);
+                    self.i(&format!("st.local.{ty}"), vec![var, r("%__ck_t")]);
+                }
+            }
+        }
+    }
+
     fn store_reg(&mut self, regs: &Regs, reg: u32, off: u32) {
         let name = regs.names[reg as usize].as_str();
         let t = regs.tys[reg as usize];
@@ -335,10 +357,24 @@ impl Gen {
             "ld.volatile.global.u32",
             vec![r("%__ck_f"), at("%__ck_flagp", 0)],
         );
+        self.decide(class, mask);
+    }
+
+    /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`. `arg` is the
+    /// member mask of a warp decision, or the reduction opcode of a CTA decision.
+    fn decide(&mut self, class: Class, arg: Option<ROp>) {
+        let mask = arg;
         self.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_f"), imm(0)]);
         match class {
             Class::Thread => {}
-            Class::Cta => self.i("bar.red.or.pred", vec![r("%__ck_p"), imm(0), r("%__ck_p")]),
+            Class::Cta => {
+                // `barrier.sync` without `.aligned` may run in divergent warps: keep its form.
+                let op = match mask {
+                    Some(ROp::Name(op, _)) => op,
+                    _ => "bar.red.or.pred".to_string(),
+                };
+                self.i(&op, vec![r("%__ck_p"), imm(0), r("%__ck_p")]);
+            }
             Class::Warp => {
                 let m = match mask {
                     Some(m) => m,
@@ -402,17 +438,31 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         labels: 0,
     };
     let stride = plan.layout.stride;
-    // Prologue.
+    // Prologue: one test covers both a resume launch and a raised flag (the slow path
+    // below tells them apart).
     g.i("ld.param.u64", vec![r("%__ck_flagp"), at(PARAMS[0], 0)]);
     g.i("mov.u32", vec![r("%__ck_from"), imm(FROM_FRESH)]);
+    g.i(
+        "ld.volatile.global.u32",
+        vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+    );
     g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
-    g.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_t"), imm(0)]);
-    g.g("%__ck_p", false, "bra", vec![r("$__ck_resume")]);
-    g.label("$__ck_start");
-    g.poll(plan.class, None);
-    g.g("%__ck_p", false, "bra", vec![r("$__ck_never")]);
+    g.i("or.b32", vec![r("%__ck_f"), r("%__ck_f"), r("%__ck_t")]);
+    g.decide(plan.class, None);
+    g.g("%__ck_p", false, "bra", vec![r("$__ck_slow")]);
+    g.label("$__ck_body");
     // Body.
     let mut node = 0usize;
+    let last = body
+        .iter()
+        .rposition(|s| matches!(s, Stmt::Inst(_)))
+        .map(|p| {
+            body[..p]
+                .iter()
+                .filter(|s| matches!(s, Stmt::Inst(_)))
+                .count()
+        });
+    let last = last.filter(|_| matches!(body.last(), Some(Stmt::Inst(_))));
     for s in body {
         let Stmt::Inst(i) = s else {
             g.out.push(s);
@@ -422,7 +472,18 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         let k = node;
         node += 1;
         if let Some(&sk) = site_at.get(&k) {
-            g.poll(plan.class, masks.get(&k).cloned());
+            let arg = match plan.class {
+                Class::Cta => {
+                    let non_aligned = super::flow::base(&i.opcode) == "barrier"
+                        && !i.opcode.split('.').any(|m| m == "aligned");
+                    non_aligned.then(|| r("barrier.red.or.pred"))
+                }
+                _ => masks.get(&k).cloned(),
+            };
+            // Software-pipelined poll: decide on the flag value loaded at the previous point
+            // (or the prologue), then load it again for the next one, so no instruction
+            // waits for the load. A resumed thread enters after the decision and loads.
+            g.decide(plan.class, arg);
             g.g(
                 "%__ck_p",
                 false,
@@ -430,12 +491,20 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 vec![r(&format!("$__ck_save{}", pid(sk)))],
             );
             g.label(&format!("$__ck_at{}", pid(sk)));
+            g.i(
+                "ld.volatile.global.u32",
+                vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+            );
             if plan.class == Class::Cta {
                 // The barrier is the bar.red of the poll.
                 continue;
             }
         }
         if matches!(super::flow::base(&i.opcode), "ret" | "exit") {
+            if i.guard.is_none() && last == Some(k) {
+                // Falls into the completion path.
+                continue;
+            }
             g.out.push(Stmt::Inst(RawInst {
                 opcode: "bra".into(),
                 ops: vec![r("$__ck_done")],
@@ -456,6 +525,17 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
     g.i("ret", vec![]);
+    // Slow path of the prologue: a resume launch, or the flag raised before the start.
+    g.label("$__ck_slow");
+    g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
+    g.i("setp.ne.u32", vec![r("%__ck_q"), r("%__ck_t"), imm(0)]);
+    g.g("%__ck_q", false, "bra", vec![r("$__ck_resume")]);
+    g.i("bra", vec![r("$__ck_never")]);
+    // A thread restarted by a resume launch polls like a fresh one.
+    g.label("$__ck_start");
+    g.poll(plan.class, None);
+    g.g("%__ck_p", false, "bra", vec![r("$__ck_never")]);
+    g.i("bra", vec![r("$__ck_body")]);
     // Exit at the entry point: nothing done, nothing saved.
     g.label("$__ck_never");
     g.ids();
@@ -475,6 +555,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.label("$__ck_save");
     g.ids();
     g.record(stride);
+    g.copy_locals(plan.layout, true);
     if let Some(sp) = plan.shared {
         g.shared_base(stride, sp);
         g.copy_shared(sp, true);
@@ -544,6 +625,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         ],
     );
     g.g("%__ck_q", false, "bra", vec![r("$__ck_start")]);
+    g.copy_locals(plan.layout, false);
     if let Some(sp) = plan.shared {
         g.shared_base(stride, sp);
         g.copy_shared(sp, false);

@@ -29,9 +29,17 @@ pub(crate) fn stores(
     for (ri, r) in sites.iter().enumerate() {
         inn.bits.iter_mut().for_each(|w| *w = 0);
         reached.iter_mut().for_each(|x| *x = false);
-        // Reachability from r.
-        let mut stack = vec![r.node];
-        reached[r.node] = true;
+        // Instructions a thread resumed at r can reach after running r's own instruction
+        // (r itself only around a cycle: the resume enters after r's poll).
+        let start = r.node;
+        flow.succs(start, &mut tmp);
+        let mut stack: Vec<usize> = Vec::new();
+        for &s in &tmp {
+            if !reached[s] {
+                reached[s] = true;
+                stack.push(s);
+            }
+        }
         while let Some(i) = stack.pop() {
             b.work(2)?;
             flow.succs(i, &mut tmp);
@@ -54,7 +62,7 @@ pub(crate) fn stores(
                 acc.iter_mut().for_each(|w| *w = 0);
                 for &p in &preds[i] {
                     let p = p as usize;
-                    if !reached[p] {
+                    if !reached[p] && p != start {
                         continue;
                     }
                     for (a, x) in acc.iter_mut().zip(inn.row(p)) {
@@ -74,6 +82,7 @@ pub(crate) fn stores(
             }
         }
         let live_r = &lives[ri];
+        // A point the thread cannot reach again gets no variant (its stores are the full set).
         let per_p = sites
             .iter()
             .zip(lives)
@@ -92,4 +101,32 @@ pub(crate) fn stores(
         result.push(per_p);
     }
     Ok(result)
+}
+
+/// Bound the code of the incremental variants (each is a store sequence at its point): keep
+/// the re-save at the same point (`r == p`, a loop preempted again) first, then the others in
+/// order, while their stores total at most twice the full saves' (and 4096); a dropped
+/// variant stores everything, like a fresh thread.
+pub(crate) fn prune(stores: &mut [Vec<Vec<u32>>], lives: &[Vec<u32>]) {
+    let full: usize = lives.iter().map(Vec::len).sum();
+    let mut budget = (2 * full).max(4096);
+    let n = stores.len();
+    let order = (0..n)
+        .map(|k| (k, k))
+        .chain((0..n).flat_map(|r| (0..n).filter(move |&p| p != r).map(move |p| (r, p))));
+    let mut keep = vec![false; n * n];
+    for (r, p) in order {
+        let len = stores[r][p].len();
+        if len < lives[p].len() && len <= budget {
+            budget -= len;
+            keep[r * n + p] = true;
+        }
+    }
+    for (r, row) in stores.iter_mut().enumerate() {
+        for (p, set) in row.iter_mut().enumerate() {
+            if !keep[r * n + p] && set.len() < lives[p].len() {
+                set.clone_from(&lives[p]);
+            }
+        }
+    }
 }

@@ -45,6 +45,9 @@ pub struct Options {
     pub max_points: u32,
     /// Largest per-thread record (bytes). Default 4096.
     pub max_record_bytes: u32,
+    /// Most `.local` bytes per thread (variables and inlined calls' `.param` buffers), which
+    /// every save copies whole. Default 1024.
+    pub max_local_bytes: u32,
     /// Incremental saves (default true); false stores every live register at every point.
     pub incremental: bool,
     /// Analysis work budget (units of about one bit-set word operation). Default 2^27.
@@ -62,6 +65,7 @@ impl Default for Options {
             max_gap: 64,
             max_points: 256,
             max_record_bytes: 4096,
+            max_local_bytes: 1024,
             incremental: true,
             max_work: 1 << 27,
             max_analysis_bytes: 64 << 20,
@@ -95,8 +99,11 @@ pub struct EntryPlan {
     pub class: Class,
     /// Points, in id order (ids 1..).
     pub points: Vec<Point>,
-    /// Per-thread record stride in bytes (header + one slot per register live anywhere).
+    /// Per-thread record stride in bytes (header + one slot per register live anywhere +
+    /// local memory).
     pub record_bytes: u32,
+    /// Bytes of `.local` memory every save copies (not counted in the per-point numbers).
+    pub local_bytes: u32,
     /// Bytes of static shared memory each CTA saves (0 for classes other than `Cta`).
     pub shared_static_bytes: u32,
     /// Whether each CTA also saves its dynamic shared memory (`__ck_dyn_smem` bytes).
@@ -172,6 +179,22 @@ pub fn transform(text: &str, opts: &Options) -> Result<Transformed, Unsupported>
     for e in &mut m.entries {
         plans.push(transform_entry(e, &m.shared, module_shared, opts, &mut b)?);
     }
+    let insts: usize = m
+        .entries
+        .iter()
+        .map(|e| {
+            e.body
+                .iter()
+                .filter(|s| matches!(s, crate::decode::Stmt::Inst(_)))
+                .count()
+        })
+        .sum();
+    if insts > opts.load.max_instructions {
+        return Err(Unsupported::Budget {
+            what: "instructions of the transformed module (LoadOptions::max_instructions)",
+            limit: opts.load.max_instructions as u64,
+        });
+    }
     let ptx = print::module(&m);
     crate::parse_with(&ptx, &opts.load).map_err(|e| Unsupported::Internal(e.to_string()))?;
     Ok(Transformed {
@@ -227,7 +250,23 @@ fn transform_entry(
         .iter()
         .map(|s| layout::live_at(&live, &regs, s))
         .collect();
-    let lay = layout::build(&regs, &lives);
+    let locals: Vec<crate::decode::VarDecl> = e
+        .decls
+        .local
+        .iter()
+        .chain(&e.decls.call_params)
+        .cloned()
+        .collect();
+    let local_total: u64 = locals.iter().map(|v| v.size.next_multiple_of(8)).sum();
+    if local_total > u64::from(opts.max_local_bytes) {
+        return Err(Unsupported::LocalMemory {
+            entry: name,
+            name: locals[0].name.chars().take(80).collect(),
+            bytes: local_total,
+            limit: u64::from(opts.max_local_bytes),
+        });
+    }
+    let lay = layout::build(&regs, &lives, &locals);
     if lay.stride > opts.max_record_bytes {
         return Err(Unsupported::TooManyLiveBytes {
             entry: name,
@@ -236,11 +275,12 @@ fn transform_entry(
         });
     }
     let preds = fl.preds(b)?;
-    let stores = if opts.incremental {
+    let mut stores = if opts.incremental {
         incremental::stores(&fl, &preds, &sites, &lives, regs.names.len(), b)?
     } else {
         vec![lives.clone(); sites.len()]
     };
+    incremental::prune(&mut stores, &lives);
     let sp = (class == Class::Cta).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
     let points = sites
         .iter()
@@ -280,6 +320,7 @@ fn transform_entry(
         class,
         points,
         record_bytes: lay.stride,
+        local_bytes: lay.local_bytes,
         shared_static_bytes: sp.as_ref().map_or(0, |s| s.static_bytes),
         saves_shared: sp.is_some(),
         incremental,

@@ -80,12 +80,6 @@ pub(crate) fn classify(
 ) -> Result<Class, Unsupported> {
     let d = &e.decls;
     let entry = || d.name.clone();
-    if let Some(v) = d.local.first().or(d.call_params.first()) {
-        return Err(Unsupported::LocalMemory {
-            entry: entry(),
-            name: v.name.clone(),
-        });
-    }
     let mut barriers = false;
     let mut warp = false;
     let mut shared = module_shared || !d.shared.is_empty();

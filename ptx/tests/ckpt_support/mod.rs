@@ -107,6 +107,11 @@ pub struct CkRun {
     pub saved_threads: u64,
     /// Summed instruction counts of every launch and relaunch.
     pub stats: Stats,
+    /// Register bytes the saves of this run would store without the incremental scheme
+    /// (per the plan's per-point numbers).
+    pub full_bytes: u64,
+    /// Register bytes the saves of this run stored (per the plan's per-resume-point numbers).
+    pub incremental_bytes: u64,
 }
 
 /// Run every launch of `inst` with the transformed module `t`: each launch (and relaunch)
@@ -136,6 +141,8 @@ pub fn run_ckpt(
         relaunches: 0,
         saved_threads: 0,
         stats: Stats::default(),
+        full_bytes: 0,
+        incremental_bytes: 0,
     };
     let warp_instrs = (inst.approx_thread_instrs / 32 / inst.launches.len() as u64).max(2);
     for l in &inst.launches {
@@ -152,6 +159,8 @@ pub fn run_ckpt(
         let bytes = plan.save_area_bytes(l.grid, l.block, l.shared_bytes) as usize;
         assert!(p.mem.write(save, &vec![0u8; bytes]));
         let threads = l.threads();
+        // Point each thread was resumed from in the current round (0: started fresh).
+        let mut from = vec![0u32; threads as usize];
         let mut resume = 0u32;
         let mut rounds = 0u64;
         loop {
@@ -201,6 +210,13 @@ pub fn run_ckpt(
                 }
                 if st >= 3 {
                     run.saved_threads += 1;
+                    let at = st - 2;
+                    run.full_bytes += u64::from(plan.full_bytes(at));
+                    run.incremental_bytes +=
+                        u64::from(plan.incremental_bytes(from[g as usize], at));
+                    from[g as usize] = at;
+                } else {
+                    from[g as usize] = 0;
                 }
             }
             if pending == 0 {

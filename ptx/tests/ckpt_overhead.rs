@@ -1,0 +1,46 @@
+//! Steady-state cost of the checkpoint transformation: every suite kernel transformed and
+//! never preempted computes the original's bytes and executes a bounded number of extra
+//! instructions (interpreter `Stats`). Run with `--nocapture` for the table.
+
+mod ckpt_support;
+
+use ckpt_support::{check, run_ckpt, run_plain};
+use ptx::ckpt::{Options, transform};
+
+#[test]
+fn never_preempted_kernels_match_and_overhead_is_bounded() {
+    eprintln!(
+        "{:<12} {:>6} {:>12} {:>12} {:>8} {:>7} {:>6}",
+        "kernel", "class", "orig", "ckpt", "extra%", "points", "record"
+    );
+    for w in suite::all().filter(|w| w.name != "spin") {
+        let inst = w.instance(suite::Size::Small);
+        let (orig, so) = run_plain(&inst, w.ptx, 1);
+        let t = transform(w.ptx, &Options::default()).expect("transforms");
+        let r = run_ckpt(&inst, &t, 1, None, 0).expect("runs");
+        check(&inst, &r.outs).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        assert_eq!(r.outs, orig, "{}", w.name);
+        assert_eq!(r.relaunches, 0, "{}: relaunched without a flag", w.name);
+        let (a, b) = (so.thread_instructions, r.stats.thread_instructions);
+        let plan = t.entry(w.entry).expect("plan");
+        eprintln!(
+            "{:<12} {:>6} {:>12} {:>12} {:>7.1}% {:>7} {:>6}",
+            w.name,
+            format!("{:?}", plan.class),
+            a,
+            b,
+            (b as f64 / a as f64 - 1.0) * 100.0,
+            plan.points.len(),
+            plan.record_bytes
+        );
+        assert!(b > a, "{}: the polls must cost something", w.name);
+        // Loose bound: prologue + completion (about 12 per thread) and 3-4 per point crossed
+        // (at most one per `max_gap` = 64 instructions, or per barrier).
+        let threads: u64 = inst.launches.iter().map(|l| l.threads()).sum();
+        assert!(
+            b <= a + a / 8 + 16 * threads,
+            "{}: {b} instructions vs {a} original",
+            w.name
+        );
+    }
+}
