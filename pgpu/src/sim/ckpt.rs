@@ -88,13 +88,13 @@ impl GlobalMemory for Overlay<'_> {
 fn statuses(job: &CkJob) -> Vec<u32> {
     let plan = &job.ck.plans[job.plan];
     let (n, _) = threads(job.launch.grid, job.launch.block);
-    let stride = u64::from(plan.record_bytes);
-    (0..n)
-        .map(|g| {
-            job.mem
-                .read_u32s(CK_BASE + SAVE_OFF + g * stride, 1)
-                .map_or(0, |v| v[0])
-        })
+    let stride = plan.record_bytes.max(4) as usize;
+    let area = job
+        .mem
+        .read(CK_BASE + SAVE_OFF, n as usize * stride)
+        .unwrap_or_default();
+    area.chunks_exact(stride)
+        .map(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]))
         .collect()
 }
 
