@@ -290,6 +290,20 @@ pub(crate) fn shared_per_cta(plan: &EntryPlan, dynamic_shared: u32) -> u64 {
     }
 }
 
+/// Save-area bytes of a launch shape: `EntryPlan::save_area_bytes`, once a saturating estimate
+/// of the same shows it cannot overflow (hostile shapes compare as huge).
+pub fn area_bytes(plan: &EntryPlan, grid: [u32; 3], block: [u32; 3], dynamic_shared: u32) -> u64 {
+    let (all, per_cta) = threads(grid, block);
+    let ctas = all / per_cta.max(1);
+    let bound = all
+        .saturating_mul(u64::from(plan.record_bytes))
+        .saturating_add(ctas.saturating_mul(shared_per_cta(plan, dynamic_shared)));
+    if bound >= u64::MAX / 4 {
+        return u64::MAX;
+    }
+    plan.save_area_bytes(grid, block, dynamic_shared)
+}
+
 /// Threads of a launch shape.
 pub(crate) fn threads(grid: [u32; 3], block: [u32; 3]) -> (u64, u64) {
     let per_cta: u64 = block.iter().map(|&b| u64::from(b)).product();

@@ -21,21 +21,8 @@ use super::driver::ck;
 use super::engine::{CudaEngine, lock};
 use super::modules::CkLoaded;
 use super::stream::Stream;
-use crate::ckpt::{self, shared_per_cta, tally, threads};
+use crate::ckpt::{self, area_bytes, shared_per_cta, tally, threads};
 use crate::engine::*;
-
-/// Save-area bytes of a launch shape (saturating).
-pub(crate) fn area_bytes(
-    plan: &ptx::ckpt::EntryPlan,
-    grid: [u32; 3],
-    block: [u32; 3],
-    dynamic_shared: u32,
-) -> u64 {
-    let (all, per_cta) = threads(grid, block);
-    let ctas = all / per_cta.max(1);
-    all.saturating_mul(u64::from(plan.record_bytes))
-        .saturating_add(ctas.saturating_mul(shared_per_cta(plan, dynamic_shared)))
-}
 
 impl CudaEngine {
     /// Counters of the checkpoint preemption method.

@@ -12,7 +12,7 @@ use std::time::Instant;
 use ptx::ckpt::EntryPlan;
 use ptx::{Access, FlatMemory, GlobalMemory, HostSpan, MemFault};
 
-use crate::ckpt::{CkParams, shared_per_cta, tally, threads};
+use crate::ckpt::{CkParams, area_bytes, shared_per_cta, tally, threads};
 use crate::engine::{EngineError, LaunchJob, ModuleId, Outcome, PreemptHandle, SpaceId};
 
 use super::context::LiveJob;
@@ -58,14 +58,6 @@ impl std::fmt::Debug for CkJob {
             self.mem.size() - SAVE_OFF
         )
     }
-}
-
-/// Save-area bytes of a launch shape (saturating: hostile shapes compare as huge).
-pub fn area_bytes(plan: &EntryPlan, grid: [u32; 3], block: [u32; 3], dynamic_shared: u32) -> u64 {
-    let (all, per_cta) = threads(grid, block);
-    let ctas = all / per_cta.max(1);
-    all.saturating_mul(u64::from(plan.record_bytes))
-        .saturating_add(ctas.saturating_mul(shared_per_cta(plan, dynamic_shared)))
 }
 
 /// The kernel's view of memory: the job's own memory at `CK_BASE`, the space's MMU elsewhere.
