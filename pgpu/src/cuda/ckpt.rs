@@ -211,6 +211,15 @@ impl CudaEngine {
             Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
         };
         let mut buf = buf;
+        if fired {
+            // The flag write may still be queued on the signal stream: let it land now, not in
+            // this buffer's next job.
+            // SAFETY: the engine's live signal stream.
+            ck("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(signal)
+            })
+            .map_err(|e| self.drv(e))?;
+        }
         if !fired {
             buf.clean = true;
             return Ok(Outcome::Completed {
