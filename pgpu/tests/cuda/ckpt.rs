@@ -61,6 +61,23 @@ fn gpu_ckpt_every_workload_preempted_gives_identical_bytes() {
     );
 }
 
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckpt_conformance() {
+    for method in [FlagWrite::WriteValue, FlagWrite::Memcpy] {
+        let e = ck_cuda(method);
+        for distinct in [false, true] {
+            assert_eq!(
+                pgpu::conformance::check_engine(&e, cuda_setup_with(distinct)),
+                Ok(7)
+            );
+        }
+        let st = e.ckpt_stats();
+        assert!(st.modules_transformed > 0 && st.launches > 0, "{st:?}");
+        println!("MEASURE ckpt conformance ({method:?}): 7 of 7 checks passed, {st:?}");
+    }
+}
+
 /// One CTA spinning `ns`: slicing cannot split it, checkpoints stop it within a point.
 fn spin_one_cta(
     e: &CudaEngine,
