@@ -327,3 +327,71 @@ fn hostile_checkpoint_context_bytes_are_refused() {
     }
     assert!(matches!(out, Outcome::Completed { .. }));
 }
+
+/// A CTA-class kernel (shared memory and a barrier) that loops forever without a barrier: its
+/// threads never reach a point, so after a request the job faults once the drain limit passes
+/// instead of holding the engine forever.
+const NEVER_DRAINS: &str = r#"
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry k(.param .u64 out)
+{
+    .shared .align 4 .b8 sh[256];
+    .reg .u32 %r<4>;
+    .reg .u64 %rd<4>;
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd1, %r1, 4;
+    mov.u64 %rd2, sh;
+    add.u64 %rd3, %rd2, %rd1;
+    st.shared.u32 [%rd3], %r1;
+    bar.sync 0;
+    mov.u32 %r2, 0;
+L:
+    add.u32 %r2, %r2, 1;
+    bra L;
+}
+"#;
+
+#[test]
+fn a_kernel_that_never_reaches_a_point_faults_after_the_drain_limit() {
+    let e = SimEngine::new(SimConfig {
+        vram_size: 64 << 20,
+        workers: 1,
+        preempt: PreemptMethod::Checkpoint,
+        max_checkpoint_drain: Duration::from_millis(50),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let s = common::space(&e);
+    let m = e
+        .load_module(NEVER_DRAINS, &LoadLimits::default())
+        .unwrap()
+        .id;
+    assert_eq!(
+        e.ckpt_stats().modules_transformed,
+        1,
+        "{:?}",
+        e.ckpt_stats()
+    );
+    let job = Job::Launch(LaunchJob {
+        space: s,
+        module: m,
+        entry: "k".into(),
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_shared: 0,
+        params: common::BASE.to_le_bytes().to_vec(),
+    });
+    let h = PreemptHandle::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = request_later(&h, 5_000, &stop);
+    let out = e.execute(&job, &h).unwrap();
+    w.join().unwrap();
+    match out {
+        Outcome::Faulted { fault, .. } => {
+            assert!(format!("{fault}").contains("preemption point"), "{fault}")
+        }
+        other => panic!("{other:?}"),
+    }
+}

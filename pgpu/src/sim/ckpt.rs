@@ -177,19 +177,23 @@ impl SimEngine {
         };
         let mut launch = ptx::Launch::new(job.ck.module.clone(), &l.entry, cfg, &self.ptx_limits())
             .map_err(|e| EngineError::BadLaunch(e.to_string()))?;
-        let mem = job.mem.clone();
-        let _hook = preempt.attach(Arc::new(move || {
-            mem.write(flag, &1u32.to_le_bytes());
-        }));
         let overlay = Overlay {
             mmu: space.mmu(),
             mem: &job.mem,
         };
-        let mut ctl = ptx::RunControl::new(self.config.workers.max(1));
-        // The deadline and the test knob stop the interpreter; the engine then raises the flag
-        // and lets the kernel run to its points.
-        ctl.step_limit = self.steps();
-        ctl.deadline = preempt.deadline();
+        // A request stores the flag and also stops the interpreter; so do the deadline and the
+        // test knob. The engine then (re)raises the flag and lets the kernel run to its points,
+        // for at most `max_checkpoint_drain`.
+        let mut first = ptx::RunControl::new(self.config.workers.max(1));
+        first.step_limit = self.steps();
+        first.deadline = preempt.deadline();
+        let mut ctl = Arc::new(first);
+        let (mem, hook_ctl) = (job.mem.clone(), ctl.clone());
+        let _hook = preempt.attach(Arc::new(move || {
+            mem.write(flag, &1u32.to_le_bytes());
+            hook_ctl.preempt.store(true, Ordering::SeqCst);
+        }));
+        let mut draining = false;
         preempt.mark_running();
         let c = &self.counters;
         let out = loop {
@@ -202,9 +206,28 @@ impl SimEngine {
             }
             match run {
                 ptx::RunOutcome::Completed(_) => break None,
+                ptx::RunOutcome::Preempted(_) if draining => {
+                    let limit = self.config.max_checkpoint_drain;
+                    log::info!("checkpointed {} did not drain within {limit:?}", l.entry);
+                    break Some(Outcome::Faulted {
+                        fault: crate::engine::JobFault {
+                            kind: crate::engine::FaultKind::Kernel(format!(
+                                "{}: threads did not reach a preemption point within {limit:?} of the request",
+                                l.entry
+                            )),
+                            va: 0,
+                            access: None,
+                            site: None,
+                        },
+                        gpu_time: t0.elapsed(),
+                    });
+                }
                 ptx::RunOutcome::Preempted(_) => {
                     job.mem.write(flag, &1u32.to_le_bytes());
-                    ctl = ptx::RunControl::new(self.config.workers.max(1));
+                    draining = true;
+                    let mut next = ptx::RunControl::new(self.config.workers.max(1));
+                    next.deadline = Some(Instant::now() + self.config.max_checkpoint_drain);
+                    ctl = Arc::new(next);
                 }
                 ptx::RunOutcome::Faulted(f) => {
                     let fault = exec::job_fault(&f, launch.entry_name(), space.mmu());

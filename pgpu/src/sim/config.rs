@@ -24,6 +24,10 @@ pub struct SimConfig {
     /// Largest save area of one checkpointed launch (host memory, bytes); a launch that needs
     /// more runs with the `Slice` method (counted as a fallback).
     pub max_save_area_bytes: u64,
+    /// Longest a checkpointed kernel may run once its flag is raised before every thread has
+    /// reached a point (a kernel that never does, e.g. a barrier-free endless loop in a
+    /// CTA-class kernel, would otherwise hold the engine forever): the job then faults.
+    pub max_checkpoint_drain: std::time::Duration,
 }
 
 impl Default for SimConfig {
@@ -38,6 +42,7 @@ impl Default for SimConfig {
             limits: EngineLimits::default(),
             preempt: PreemptMethod::Slice,
             max_save_area_bytes: 64 << 20,
+            max_checkpoint_drain: std::time::Duration::from_millis(500),
         }
     }
 }
