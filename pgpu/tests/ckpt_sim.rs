@@ -160,6 +160,8 @@ fn every_workload(workers: usize, seed: u64, trials: u32) {
         plain.destroy_space(pr.space).unwrap();
     }
     let s = e.ckpt_stats();
+    assert_eq!((&e as &dyn Engine).checkpoint_stats(), Some(s.clone()));
+    assert_eq!((&plain as &dyn Engine).checkpoint_stats(), None);
     assert_eq!(s.fallback_modules, 0, "{:?}", s.fallback_reasons);
     assert_eq!(s.fallback_launches, 0);
     assert!(total > 20, "only {total} preemptions");

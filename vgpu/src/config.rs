@@ -183,9 +183,7 @@ impl GpuConfig {
                         _ => return Err(bad("4k+2m or 2m")),
                     }
                 }
-                "preempt" => {
-                    c.preempt = value.parse().map_err(|_| bad("slice or checkpoint"))?
-                }
+                "preempt" => c.preempt = value.parse().map_err(|_| bad("slice or checkpoint"))?,
                 "host" => {
                     if value.is_empty() {
                         return Err(bad("the path of vgpud's socket"));

@@ -466,6 +466,10 @@ impl Engine for CudaEngine {
         Ok(loaded)
     }
 
+    fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
+        (self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
+    }
+
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         lock(&self.modules).unload(module)
     }

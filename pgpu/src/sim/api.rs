@@ -236,6 +236,10 @@ impl Engine for SimEngine {
         )
     }
 
+    fn checkpoint_stats(&self) -> Option<ckpt::CkptStats> {
+        (self.config.preempt == PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
+    }
+
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         lock(&self.modules).unload(module)
     }
