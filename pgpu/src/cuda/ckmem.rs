@@ -208,9 +208,21 @@ impl Drop for DevBuf {
     }
 }
 
-/// The engine's signal stream (flag writes of the `WriteValue` method).
+/// The engine's signal stream (flag writes of the `WriteValue` method) and whether the driver
+/// has `cuStreamWriteValue32_v2` (looked up when the stream is made, not at engine creation, so
+/// that a driver without it only loses this method: `Memcpy` is used instead).
 #[derive(Debug)]
-pub struct Signal(pub Stream);
+pub struct Signal(pub Stream, pub bool);
+
+/// Whether libcuda exports `cuStreamWriteValue32_v2` (cudarc panics on a missing symbol).
+pub fn has_write_value() -> bool {
+    // SAFETY: the library is loaded (the engine exists); a look-up calls nothing.
+    unsafe {
+        sys::culib()
+            .get::<unsafe extern "C" fn()>(b"cuStreamWriteValue32_v2")
+            .is_ok()
+    }
+}
 
 // SAFETY: stream handles are usable from any thread with the context current; the driver
 // serialises the enqueues of a stream.

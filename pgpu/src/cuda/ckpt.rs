@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 
-use super::ckmem::{DevBuf, FlagHook, Signal};
+use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
 use super::context::{CkLive, JobState, LaunchState, Live};
 use super::driver::ck;
 use super::engine::{CudaEngine, lock};
@@ -136,7 +136,13 @@ impl CudaEngine {
             return Ok(s);
         }
         let s = Stream::new().map_err(|e| self.drv(e))?;
-        let _ = self.signal.set(Signal(s));
+        let ok = super::ckmem::has_write_value();
+        if !ok {
+            log::warn!(
+                "cuda: no cuStreamWriteValue32_v2 in this driver: checkpoint flags by memcpy"
+            );
+        }
+        let _ = self.signal.set(Signal(s, ok));
         self.signal
             .get()
             .ok_or_else(|| EngineError::Backend("signal stream".into()))
@@ -166,7 +172,8 @@ impl CudaEngine {
         }
         p.buffer(&l.params, 0, 0, false, 0)?;
         let (_use, ()) = self.begin(l.space, |_| ())?;
-        let signal = self.signal()?.0.stream;
+        let sig = self.signal()?;
+        let (signal, write_value) = (sig.0.stream, sig.1);
         let (buf, before, resume) = match state {
             Some(s) => (s.buf, s.statuses, true),
             None => (
@@ -186,7 +193,19 @@ impl CudaEngine {
             )
         })
         .map_err(|e| self.drv(e))?;
-        let r = self.ck_kernel(&l, func.f, &mut params, &buf, cleared, signal, &stream, h);
+        let method = match self.cfg.flag_write {
+            FlagWrite::WriteValue if !write_value => FlagWrite::Memcpy,
+            m => m,
+        };
+        let r = self.ck_kernel(
+            &l,
+            func.f,
+            &mut params,
+            &buf,
+            (cleared, signal, method),
+            &stream,
+            h,
+        );
         // SAFETY: created above; the hook that used it was removed inside `ck_kernel`.
         unsafe { sys::cuEventDestroy_v2(cleared) };
         if self.lost().is_none() {
@@ -269,8 +288,7 @@ impl CudaEngine {
         f: sys::CUfunction,
         params: &mut [u8],
         buf: &DevBuf,
-        cleared: sys::CUevent,
-        signal: sys::CUstream,
+        (cleared, signal, method): (sys::CUevent, sys::CUstream, FlagWrite),
         stream: &Stream,
         h: &PreemptHandle,
     ) -> Result<(bool, Duration), super::driver::DrvError> {
@@ -288,7 +306,7 @@ impl CudaEngine {
             flag: buf.flag(),
             cleared,
             signal,
-            method: self.cfg.flag_write,
+            method,
         };
         let fired2 = fired.clone();
         let guard = h.attach(Arc::new(move || {

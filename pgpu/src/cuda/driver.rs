@@ -101,7 +101,6 @@ const SYMBOLS: &[&str] = &[
     "cuMemcpy2D_v2",
     "cuMemsetD32Async",
     "cuStreamWaitEvent",
-    "cuStreamWriteValue32_v2",
     "cuEventQuery",
     "cuMemHostRegister_v2",
     "cuMemHostUnregister",
