@@ -311,4 +311,39 @@ mod tests {
         });
         assert!(decode(&encode(&bad), &lim).is_err());
     }
+
+    #[test]
+    fn checkpoint_contexts_carry_their_area_and_are_bounded() {
+        let lim = EngineLimits::default();
+        let job = JobState::Launch(LaunchState {
+            space: SpaceId(1),
+            module: ModuleId(4),
+            entry: "k".into(),
+            grid: [4, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: vec![9; 12],
+            next_block: 0,
+        });
+        let area: Vec<u8> = (0..=255).collect();
+        let b = encode_ck(&job, &area);
+        assert_eq!(
+            decode_full(&b, &lim, 256),
+            Ok((job.clone(), Some(area.clone())))
+        );
+        // Over the area limit, truncated, trailing bytes, or a plain decode: refused.
+        assert!(decode_full(&b, &lim, 255).is_err());
+        for cut in 0..b.len() {
+            assert!(decode_full(&b[..cut], &lim, 256).is_err(), "cut {cut}");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert!(decode_full(&long, &lim, 256).is_err());
+        assert!(decode(&b, &lim).is_err());
+        // A huge claimed length is refused before any allocation.
+        let mut huge = encode_ck(&job, &[]);
+        let n = huge.len();
+        huge[n - 8..].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_full(&huge, &lim, u64::MAX).is_err());
+    }
 }
