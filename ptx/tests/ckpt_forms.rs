@@ -28,6 +28,12 @@ fn instance(ptx: &str, grid: [u32; 3], block: [u32; 3], out_words: usize) -> Ins
 }
 
 fn preempted_matches(inst: &Instance, gap: u32, class: Class) {
+    for poll_interval in [1, 2] {
+        preempted_matches_polling(inst, gap, class, poll_interval);
+    }
+}
+
+fn preempted_matches_polling(inst: &Instance, gap: u32, class: Class, poll_interval: u32) {
     let (orig, _) = run_plain(inst, inst.ptx, 1);
     assert!(
         orig[0].iter().any(|&b| b != 0),
@@ -37,6 +43,7 @@ fn preempted_matches(inst: &Instance, gap: u32, class: Class) {
         inst.ptx,
         &Options {
             max_gap: gap,
+            poll_interval,
             ..Options::default()
         },
     )

@@ -45,6 +45,7 @@ fn incremental_run_matches_and_stores_less() {
             w.ptx,
             &Options {
                 incremental,
+                poll_interval: 1,
                 ..Options::default()
             },
         )
@@ -87,6 +88,7 @@ fn bytes_full_vs_incremental_for_every_suite_kernel() {
             w.ptx,
             &Options {
                 max_gap: 8,
+                poll_interval: 1,
                 ..Options::default()
             },
         )

@@ -8,12 +8,13 @@ mod ckpt_support;
 use ckpt_support::{Rng, check, run_ckpt, run_plain};
 use ptx::ckpt::{Options, transform};
 
-fn preempt_all(workers: usize, seed: u64, trials: u64, max_gap: u32) {
+fn preempt_all(workers: usize, seed: u64, trials: u64, max_gap: u32, poll_interval: u32) {
     let mut rng = Rng(seed);
     let mut failures = Vec::new();
     let mut saved = 0;
     let opts = Options {
         max_gap,
+        poll_interval,
         ..Options::default()
     };
     for w in suite::all().filter(|w| w.name != "spin") {
@@ -44,15 +45,20 @@ fn preempt_all(workers: usize, seed: u64, trials: u64, max_gap: u32) {
 
 #[test]
 fn suite_preempted_and_resumed_one_worker() {
-    preempt_all(1, 0x5eed_0001, 4, 8);
+    preempt_all(1, 0x5eed_0001, 4, 8, 1);
 }
 
 #[test]
 fn suite_preempted_and_resumed_two_workers() {
-    preempt_all(2, 0x5eed_0002, 3, 8);
+    preempt_all(2, 0x5eed_0002, 3, 8, 2);
+}
+
+#[test]
+fn suite_preempted_and_resumed_counted_polls() {
+    preempt_all(1, 0x5eed_0004, 3, 4, 3);
 }
 
 #[test]
 fn suite_preempted_and_resumed_default_gap() {
-    preempt_all(1, 0x5eed_0003, 2, Options::default().max_gap);
+    preempt_all(1, 0x5eed_0003, 2, Options::default().max_gap, 1);
 }

@@ -111,3 +111,18 @@ fn nvcc_test_files_round_trip_and_transform() {
         assert_eq!(t.entries.len(), ea.len(), "{name}");
     }
 }
+
+#[test]
+fn negative_address_offsets_print_as_ptxas_accepts_them() {
+    // ptxas refuses `[%r10-4]` ("Parsing error near '-'"); nvcc's own form is `[%r10+-4]` (as
+    // in suite/cuda/scan.ptx), which the H100's driver JIT accepts.
+    let text = ".version 7.8\n.target sm_80\n.address_size 64\n\
+        .visible .entry k(.param .u64 p)\n{\n.reg .b32 %r<3>;\n.reg .b64 %rd<3>;\n\
+        .shared .align 4 .b8 sm[64];\n\
+        mov.u32 %r1, sm;\nadd.s32 %r1, %r1, 8;\nld.shared.u32 %r2, [%r1+-4];\n\
+        ld.param.u64 %rd1, [p];\nst.global.u32 [%rd1+-0], %r2;\nret;\n}\n";
+    let out = ptx::ckpt::print_module(text, &ptx::LoadOptions::default()).unwrap();
+    assert!(out.contains("[%r1+-4]"), "{out}");
+    assert!(!out.contains("-4]") || out.contains("+-4]"), "{out}");
+    ptx::parse(&out).unwrap();
+}

@@ -129,11 +129,12 @@ fn random_programs_resume_identically() {
             approx_thread_instrs: 128 * 60,
         };
         let (orig, _) = run_plain(&inst, &text, 1);
-        for gap in [2, 5, 64] {
+        for (gap, poll_interval) in [(2, 1), (5, 3), (64, 1)] {
             let t = transform(
                 &text,
                 &Options {
                     max_gap: gap,
+                    poll_interval,
                     ..Options::default()
                 },
             )

@@ -5,12 +5,12 @@
 
 use std::collections::HashMap;
 
+use super::build::{Gen, at, imm, r};
 use super::flow::Regs;
 use super::layout::Layout;
 use super::module::StmtEntry;
 use super::points::{Class, Site};
 use crate::decode::{ROp, RawInst, Stmt, VarDecl};
-use crate::error::Pos;
 use crate::ir::Ty;
 use crate::module::ParamInfo;
 
@@ -36,6 +36,7 @@ const REGS: &[(&str, Ty)] = &[
     ("%__ck_from", Ty::U32),
     ("%__ck_pt", Ty::U32),
     ("%__ck_f", Ty::U32),
+    ("%__ck_n", Ty::U32),
     ("%__ck_t", Ty::U32),
     ("%__ck_u", Ty::U32),
     ("%__ck_tl", Ty::U32),
@@ -98,295 +99,8 @@ pub(crate) struct Plan<'a> {
     pub layout: &'a Layout,
     pub regs: &'a Regs,
     pub shared: Option<&'a SharedPlan>,
-}
-
-struct Gen {
-    out: Vec<Stmt>,
-    pos: Pos,
-    labels: u32,
-}
-
-fn r(n: &str) -> ROp {
-    ROp::Name(n.to_string(), Pos::default())
-}
-
-fn imm(v: u64) -> ROp {
-    ROp::Int(v)
-}
-
-fn at(base: &str, off: i64) -> ROp {
-    ROp::Addr {
-        base: Some(base.to_string()),
-        off,
-        pos: Pos::default(),
-    }
-}
-
-impl Gen {
-    fn i(&mut self, op: &str, ops: Vec<ROp>) {
-        self.out.push(Stmt::Inst(RawInst {
-            pos: self.pos,
-            guard: None,
-            opcode: op.to_string(),
-            ops,
-        }));
-    }
-
-    fn g(&mut self, guard: &str, neg: bool, op: &str, ops: Vec<ROp>) {
-        self.out.push(Stmt::Inst(RawInst {
-            pos: self.pos,
-            guard: Some((guard.to_string(), neg, Pos::default())),
-            opcode: op.to_string(),
-            ops,
-        }));
-    }
-
-    fn label(&mut self, l: &str) {
-        self.out.push(Stmt::Label(l.to_string(), self.pos));
-    }
-
-    fn fresh(&mut self) -> String {
-        self.labels += 1;
-        format!("$__ck_L{}", self.labels)
-    }
-
-    /// `%__ck_tl`, `%__ck_nt`, `%__ck_cl`: linear thread id, threads per CTA, linear CTA id.
-    fn ids(&mut self) {
-        self.i("mov.u32", vec![r("%__ck_t"), r("%tid.z")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%ntid.y")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_tl"), r("%__ck_t"), r("%__ck_u")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%tid.y")]);
-        self.i("add.u32", vec![r("%__ck_tl"), r("%__ck_tl"), r("%__ck_t")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%ntid.x")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_tl"), r("%__ck_tl"), r("%__ck_u")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%tid.x")]);
-        self.i("add.u32", vec![r("%__ck_tl"), r("%__ck_tl"), r("%__ck_t")]);
-        self.i("mov.u32", vec![r("%__ck_nt"), r("%ntid.x")]);
-        self.i("mov.u32", vec![r("%__ck_t"), r("%ntid.y")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_nt"), r("%__ck_nt"), r("%__ck_t")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%ntid.z")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_nt"), r("%__ck_nt"), r("%__ck_t")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%ctaid.z")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%nctaid.y")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_cl"), r("%__ck_t"), r("%__ck_u")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%ctaid.y")]);
-        self.i("add.u32", vec![r("%__ck_cl"), r("%__ck_cl"), r("%__ck_t")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%nctaid.x")]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_cl"), r("%__ck_cl"), r("%__ck_u")],
-        );
-        self.i("mov.u32", vec![r("%__ck_t"), r("%ctaid.x")]);
-        self.i("add.u32", vec![r("%__ck_cl"), r("%__ck_cl"), r("%__ck_t")]);
-    }
-
-    /// `%__ck_rec` = save + (cl * nt + tl) * stride (after [`Gen::ids`]).
-    fn record(&mut self, stride: u32) {
-        self.i(
-            "mul.wide.u32",
-            vec![r("%__ck_w"), r("%__ck_cl"), r("%__ck_nt")],
-        );
-        self.i("cvt.u64.u32", vec![r("%__ck_rec"), r("%__ck_tl")]);
-        self.i("add.u64", vec![r("%__ck_w"), r("%__ck_w"), r("%__ck_rec")]);
-        self.i(
-            "mul.lo.u64",
-            vec![r("%__ck_w"), r("%__ck_w"), imm(u64::from(stride))],
-        );
-        self.i("ld.param.u64", vec![r("%__ck_rec"), at(PARAMS[1], 0)]);
-        self.i(
-            "add.u64",
-            vec![r("%__ck_rec"), r("%__ck_rec"), r("%__ck_w")],
-        );
-    }
-
-    /// `%__ck_sh` = the CTA's shared save block (after [`Gen::ids`]): after every thread
-    /// record, `cl * (static + align8(dyn))`.
-    fn shared_base(&mut self, stride: u32, sp: &SharedPlan) {
-        self.i("mov.u32", vec![r("%__ck_t"), r("%nctaid.x")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%nctaid.y")]);
-        self.i("mul.lo.u32", vec![r("%__ck_t"), r("%__ck_t"), r("%__ck_u")]);
-        self.i("mov.u32", vec![r("%__ck_u"), r("%nctaid.z")]);
-        self.i("mul.lo.u32", vec![r("%__ck_t"), r("%__ck_t"), r("%__ck_u")]);
-        self.i(
-            "mul.wide.u32",
-            vec![r("%__ck_w"), r("%__ck_t"), r("%__ck_nt")],
-        );
-        self.i(
-            "mul.lo.u64",
-            vec![r("%__ck_w"), r("%__ck_w"), imm(u64::from(stride))],
-        );
-        self.i("ld.param.u64", vec![r("%__ck_sh"), at(PARAMS[1], 0)]);
-        self.i("add.u64", vec![r("%__ck_sh"), r("%__ck_sh"), r("%__ck_w")]);
-        self.i("ld.param.u32", vec![r("%__ck_dyn"), at(PARAMS[3], 0)]);
-        self.i("add.u32", vec![r("%__ck_u"), r("%__ck_dyn"), imm(7)]);
-        self.i(
-            "and.b32",
-            vec![r("%__ck_u"), r("%__ck_u"), imm(!7u64 & 0xFFFF_FFFF)],
-        );
-        self.i(
-            "add.u32",
-            vec![r("%__ck_u"), r("%__ck_u"), imm(u64::from(sp.static_bytes))],
-        );
-        self.i(
-            "mul.wide.u32",
-            vec![r("%__ck_w"), r("%__ck_cl"), r("%__ck_u")],
-        );
-        self.i("add.u64", vec![r("%__ck_sh"), r("%__ck_sh"), r("%__ck_w")]);
-    }
-
-    /// Cooperative copy of one shared variable to (`save`) or from its save block slot.
-    fn copy_var(&mut self, var: &str, off: u32, size: Option<u64>, w: u32, save: bool) {
-        let (lp, end) = (self.fresh(), self.fresh());
-        let (ty, wimm) = if w == 4 { ("b32", 4) } else { ("u8", 1) };
-        self.i("mul.lo.u32", vec![r("%__ck_i"), r("%__ck_tl"), imm(wimm)]);
-        self.i(
-            "mul.lo.u32",
-            vec![r("%__ck_step"), r("%__ck_nt"), imm(wimm)],
-        );
-        self.label(&lp);
-        let limit = size.map_or(r("%__ck_dyn"), imm);
-        self.i("setp.ge.u32", vec![r("%__ck_q"), r("%__ck_i"), limit]);
-        self.g("%__ck_q", false, "bra", vec![r(&end)]);
-        self.i("mov.u32", vec![r("%__ck_a"), r(var)]);
-        self.i("add.u32", vec![r("%__ck_a"), r("%__ck_a"), r("%__ck_i")]);
-        self.i("cvt.u64.u32", vec![r("%__ck_w"), r("%__ck_i")]);
-        self.i("add.u64", vec![r("%__ck_w"), r("%__ck_w"), r("%__ck_sh")]);
-        if save {
-            self.i(
-                &format!("ld.shared.{ty}"),
-                vec![r("%__ck_t"), at("%__ck_a", 0)],
-            );
-            self.i(
-                &format!("st.global.{ty}"),
-                vec![at("%__ck_w", i64::from(off)), r("%__ck_t")],
-            );
-        } else {
-            self.i(
-                &format!("ld.global.{ty}"),
-                vec![r("%__ck_t"), at("%__ck_w", i64::from(off))],
-            );
-            self.i(
-                &format!("st.shared.{ty}"),
-                vec![at("%__ck_a", 0), r("%__ck_t")],
-            );
-        }
-        self.i("add.u32", vec![r("%__ck_i"), r("%__ck_i"), r("%__ck_step")]);
-        self.i("bra", vec![r(&lp)]);
-        self.label(&end);
-    }
-
-    fn copy_shared(&mut self, sp: &SharedPlan, save: bool) {
-        for (name, off, size, w) in &sp.statics {
-            self.copy_var(name, *off, Some(*size), *w, save);
-        }
-        if let Some(d) = &sp.dynamic {
-            self.copy_var(d, sp.static_bytes, None, 1, save);
-        }
-    }
-
-    /// Copy the thread's local variables to (`save`) or from the record.
-    fn copy_locals(&mut self, layout: &Layout, save: bool) {
-        for (name, off, size, w) in &layout.locals {
-            let ty = if *w == 4 { "b32" } else { "u8" };
-            for o in (0..*size).step_by(*w as usize) {
-                let rec = at("%__ck_rec", i64::from(off + o));
-                let var = ROp::Addr {
-                    base: Some(name.clone()),
-                    off: i64::from(o),
-                    pos: Pos::default(),
-                };
-                if save {
-                    self.i(&format!("ld.local.{ty}"), vec![r("%__ck_t"), var]);
-                    self.i(&format!("st.global.{ty}"), vec![rec, r("%__ck_t")]);
-                } else {
-                    self.i(&format!("ld.global.{ty}"), vec![r("%__ck_t"), rec]);
-                    self.i(&format!("st.local.{ty}"), vec![var, r("%__ck_t")]);
-                }
-            }
-        }
-    }
-
-    fn store_reg(&mut self, regs: &Regs, reg: u32, off: u32) {
-        let name = regs.names[reg as usize].as_str();
-        let t = regs.tys[reg as usize];
-        if t == Ty::Pred {
-            self.i("selp.u32", vec![r("%__ck_t"), imm(1), imm(0), r(name)]);
-            self.i(
-                "st.global.u8",
-                vec![at("%__ck_rec", i64::from(off)), r("%__ck_t")],
-            );
-        } else {
-            let op = format!("st.global.b{}", t.bits());
-            self.i(&op, vec![at("%__ck_rec", i64::from(off)), r(name)]);
-        }
-    }
-
-    fn load_reg(&mut self, regs: &Regs, reg: u32, off: u32) {
-        let name = regs.names[reg as usize].as_str();
-        let t = regs.tys[reg as usize];
-        if t == Ty::Pred {
-            self.i(
-                "ld.global.u8",
-                vec![r("%__ck_t"), at("%__ck_rec", i64::from(off))],
-            );
-            self.i("setp.ne.u32", vec![r(name), r("%__ck_t"), imm(0)]);
-        } else {
-            let op = format!("ld.global.b{}", t.bits());
-            self.i(&op, vec![r(name), at("%__ck_rec", i64::from(off))]);
-        }
-    }
-
-    /// Read the flag and decide (per thread, warp or CTA) into `%__ck_p`.
-    fn poll(&mut self, class: Class, mask: Option<ROp>) {
-        self.i(
-            "ld.volatile.global.u32",
-            vec![r("%__ck_f"), at("%__ck_flagp", 0)],
-        );
-        self.decide(class, mask);
-    }
-
-    /// Decide on `%__ck_f != 0` (per thread, warp or CTA) into `%__ck_p`. `arg` is the
-    /// member mask of a warp decision, or the reduction opcode of a CTA decision.
-    fn decide(&mut self, class: Class, arg: Option<ROp>) {
-        let mask = arg;
-        self.i("setp.ne.u32", vec![r("%__ck_p"), r("%__ck_f"), imm(0)]);
-        match class {
-            Class::Thread => {}
-            Class::Cta => {
-                // `barrier.sync` without `.aligned` may run in divergent warps: keep its form.
-                let op = match mask {
-                    Some(ROp::Name(op, _)) => op,
-                    _ => "bar.red.or.pred".to_string(),
-                };
-                self.i(&op, vec![r("%__ck_p"), imm(0), r("%__ck_p")]);
-            }
-            Class::Warp => {
-                let m = match mask {
-                    Some(m) => m,
-                    None => {
-                        self.i("activemask.b32", vec![r("%__ck_m")]);
-                        r("%__ck_m")
-                    }
-                };
-                self.i("vote.sync.any.pred", vec![r("%__ck_p"), r("%__ck_p"), m]);
-            }
-        }
-    }
+    /// Points crossed per flag load (1: load at every point, software-pipelined).
+    pub poll_interval: u32,
 }
 
 /// Point id of site `k` (the entry point is 0).
@@ -442,6 +156,12 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     // below tells them apart).
     g.i("ld.param.u64", vec![r("%__ck_flagp"), at(PARAMS[0], 0)]);
     g.i("mov.u32", vec![r("%__ck_from"), imm(FROM_FRESH)]);
+    if plan.poll_interval > 1 {
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval))],
+        );
+    }
     g.i(
         "ld.volatile.global.u32",
         vec![r("%__ck_f"), at("%__ck_flagp", 0)],
@@ -453,6 +173,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.label("$__ck_body");
     // Body.
     let mut node = 0usize;
+    let mut checks = Vec::new();
     let last = body
         .iter()
         .rposition(|s| matches!(s, Stmt::Inst(_)))
@@ -472,6 +193,10 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         let k = node;
         node += 1;
         if let Some(&sk) = site_at.get(&k) {
+            // Resumed threads (and flag checks done out of line) come back before the poll,
+            // at the same program point as the original labels here: a loop is never entered
+            // past its header's poll (no irreducible loop when the point is the header).
+            g.label(&format!("$__ck_at{}", pid(sk)));
             let arg = match plan.class {
                 Class::Cta => {
                     let non_aligned = super::flow::base(&i.opcode) == "barrier"
@@ -480,21 +205,35 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 }
                 _ => masks.get(&k).cloned(),
             };
-            // Software-pipelined poll: decide on the flag value loaded at the previous point
-            // (or the prologue), then load it again for the next one, so no instruction
-            // waits for the load. A resumed thread enters after the decision and loads.
-            g.decide(plan.class, arg);
-            g.g(
-                "%__ck_p",
-                false,
-                "bra",
-                vec![r(&format!("$__ck_save{}", pid(sk)))],
-            );
-            g.label(&format!("$__ck_at{}", pid(sk)));
-            g.i(
-                "ld.volatile.global.u32",
-                vec![r("%__ck_f"), at("%__ck_flagp", 0)],
-            );
+            if plan.poll_interval <= 1 {
+                // Software-pipelined poll: decide on the flag value loaded at the previous
+                // point (or the prologue), then load it again for the next one, so no
+                // instruction waits for the load (a resumed thread enters with it 0).
+                g.decide(plan.class, arg);
+                g.g(
+                    "%__ck_p",
+                    false,
+                    "bra",
+                    vec![r(&format!("$__ck_save{}", pid(sk)))],
+                );
+                g.i(
+                    "ld.volatile.global.u32",
+                    vec![r("%__ck_f"), at("%__ck_flagp", 0)],
+                );
+            } else {
+                // Count the points down; every `poll_interval`-th one checks the flag out of
+                // line (with the same warp or CTA agreement, on the count reaching zero).
+                g.i("sub.u32", vec![r("%__ck_n"), r("%__ck_n"), imm(1)]);
+                g.i("setp.eq.u32", vec![r("%__ck_p"), r("%__ck_n"), imm(0)]);
+                g.agree(plan.class, arg.clone());
+                g.g(
+                    "%__ck_p",
+                    false,
+                    "bra",
+                    vec![r(&format!("$__ck_chk{}", pid(sk)))],
+                );
+                checks.push((sk, arg));
+            }
             if plan.class == Class::Cta {
                 // The barrier is the bar.red of the poll.
                 continue;
@@ -525,6 +264,22 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
     g.i("ret", vec![]);
+    // Out-of-line flag checks of counted points.
+    for (sk, arg) in checks {
+        g.label(&format!("$__ck_chk{}", pid(sk)));
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval))],
+        );
+        g.poll(plan.class, arg);
+        g.g(
+            "%__ck_p",
+            false,
+            "bra",
+            vec![r(&format!("$__ck_save{}", pid(sk)))],
+        );
+        g.i("bra", vec![r(&format!("$__ck_at{}", pid(sk)))]);
+    }
     // Slow path of the prologue: a resume launch, or the flag raised before the start.
     g.label("$__ck_slow");
     g.i("ld.param.u32", vec![r("%__ck_t"), at(PARAMS[2], 0)]);
@@ -650,6 +405,11 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
             g.load_reg(plan.regs, reg, plan.layout.slot[&reg]);
         }
         g.i("mov.u32", vec![r("%__ck_from"), imm(pid(k))]);
+        g.i("mov.u32", vec![r("%__ck_f"), imm(0)]);
+        g.i(
+            "mov.u32",
+            vec![r("%__ck_n"), imm(u64::from(plan.poll_interval.max(1)))],
+        );
         g.i("bra", vec![r(&format!("$__ck_at{}", pid(k)))]);
     }
     e.body = g.out;

@@ -6,11 +6,12 @@
 //! Pipeline, on the parser's own statement-level IR (never on text): `module` loads and
 //! inlines, `flow` builds the CFG and liveness, `points` classifies the kernel and picks the
 //! preemption points, `layout` fixes the per-thread record, `incremental` finds the registers
-//! whose saved copy is still valid, `emit` rewrites the body and `print` prints PTX. The
-//! contract (parameters, save area, flag, resume, the barrier/warp rules) is in
-//! `docs/ptx-subset.md`, "Preemptible kernels".
+//! whose saved copy is still valid, `emit` rewrites the body (with the instruction builders
+//! of `build`) and `print` prints PTX. The contract (parameters, save area, flag, resume, the
+//! barrier/warp rules) is in `docs/ptx-subset.md`, "Preemptible kernels".
 
 mod budget;
+mod build;
 mod emit;
 mod flow;
 mod incremental;
@@ -41,6 +42,11 @@ pub struct Options {
     /// Most instructions on a straight-line path between two points (where the kernel's
     /// class allows a point there). Default 64.
     pub max_gap: u32,
+    /// Points a thread crosses per flag load (default 64): the other crossings only count
+    /// down a register, so a tight loop does not hammer one L2 line with volatile loads (on
+    /// an H100 a load per iteration made a 4-instruction loop 100x slower). 1 loads at every
+    /// point, software-pipelined. Preemption latency grows with it.
+    pub poll_interval: u32,
     /// Most points per entry. Default 256.
     pub max_points: u32,
     /// Largest per-thread record (bytes). Default 4096.
@@ -63,6 +69,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             max_gap: 64,
+            poll_interval: 64,
             max_points: 256,
             max_record_bytes: 4096,
             max_local_bytes: 1024,
@@ -313,6 +320,7 @@ fn transform_entry(
         layout: &lay,
         regs: &regs,
         shared: sp.as_ref(),
+        poll_interval: opts.poll_interval,
     };
     emit::rewrite(e, &plan);
     Ok(EntryPlan {

@@ -214,7 +214,8 @@ fn operand(s: &mut String, o: &ROp, names: &Names) {
                     if *off > 0 {
                         let _ = write!(s, "+{off}");
                     } else if *off < 0 {
-                        let _ = write!(s, "-{}", off.unsigned_abs());
+                        // `[%r-4]` is a syntax error to ptxas; nvcc writes `[%r+-4]`.
+                        let _ = write!(s, "+-{}", off.unsigned_abs());
                     }
                 }
                 None => {
