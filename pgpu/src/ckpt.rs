@@ -80,6 +80,11 @@ pub struct CkptStats {
     pub saved_incremental_bytes: u64,
 }
 
+/// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
+pub fn default_poll_interval() -> u32 {
+    ptx::ckpt::Options::default().poll_interval
+}
+
 /// Most fallback reasons kept.
 pub const MAX_REASONS: usize = 16;
 
@@ -155,8 +160,10 @@ impl CkptCounters {
 pub(crate) fn transform(
     text: &str,
     limits: &LoadLimits,
+    poll_interval: u32,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
     let opts = ptx::ckpt::Options {
+        poll_interval: poll_interval.max(1),
         load: ptx::LoadOptions {
             max_host_bytes: limits.max_host_bytes,
             cancel: limits.cancel.clone(),

@@ -16,12 +16,13 @@ use common::{Rng, runner};
 use pgpu::sim::{SimConfig, SimEngine};
 use pgpu::*;
 
-fn ck_engine(workers: usize, max_save_area_bytes: u64) -> SimEngine {
+fn ck_engine(workers: usize, max_save_area_bytes: u64, poll: u32) -> SimEngine {
     SimEngine::new(SimConfig {
         vram_size: 64 << 20,
         workers,
         preempt: PreemptMethod::Checkpoint,
         max_save_area_bytes,
+        ckpt_poll_interval: poll,
         ..SimConfig::default()
     })
     .unwrap()
@@ -131,8 +132,8 @@ fn run_preempted(
     (outs, preemptions)
 }
 
-fn every_workload(workers: usize, seed: u64, trials: u32) {
-    let e = ck_engine(workers, 64 << 20);
+fn every_workload(workers: usize, seed: u64, trials: u32, poll: u32) {
+    let e = ck_engine(workers, 64 << 20, poll);
     let plain = plain_engine();
     let mut rng = Rng(seed);
     let mut total = 0;
@@ -166,22 +167,31 @@ fn every_workload(workers: usize, seed: u64, trials: u32) {
     assert_eq!(s.fallback_launches, 0);
     assert!(total > 20, "only {total} preemptions");
     assert_eq!(s.preemptions, u64::from(total));
-    assert!(
-        s.saved_threads > 0,
-        "no thread ever saved at a point: {s:?}"
-    );
     assert!(s.saved_incremental_bytes <= s.saved_full_bytes, "{s:?}");
-    assert!(s.saved_full_bytes > 0);
+    if poll == 1 {
+        assert!(
+            s.saved_threads > 0,
+            "no thread ever saved at a point: {s:?}"
+        );
+        assert!(s.saved_full_bytes > 0);
+    }
 }
 
 #[test]
 fn every_suite_workload_preempted_and_resumed_one_worker() {
-    every_workload(1, 0xc0ff_ee01, 3);
+    every_workload(1, 0xc0ff_ee01, 3, 1);
 }
 
 #[test]
 fn every_suite_workload_preempted_and_resumed_two_workers() {
-    every_workload(2, 0xc0ff_ee02, 3);
+    every_workload(2, 0xc0ff_ee02, 3, 1);
+}
+
+/// The transformation's default poll interval (64): threads read the flag rarely, so small
+/// kernels are mostly stopped at CTA entry; still identical bytes.
+#[test]
+fn every_suite_workload_preempted_and_resumed_default_poll_interval() {
+    every_workload(2, 0xc0ff_ee03, 2, pgpu::ckpt::default_poll_interval());
 }
 
 /// A kernel using the transformation's reserved prefix: refused, counted with its reason, and
@@ -215,7 +225,7 @@ L:
 #[test]
 fn refused_kernels_and_oversized_save_areas_fall_back_and_are_counted() {
     for limit in [64 << 20, 1u64] {
-        let e = ck_engine(2, limit);
+        let e = ck_engine(2, limit, 1);
         let s = common::space(&e);
         e.map(
             s,
@@ -283,7 +293,7 @@ fn refused_kernels_and_oversized_save_areas_fall_back_and_are_counted() {
 
 #[test]
 fn hostile_checkpoint_context_bytes_are_refused() {
-    let e = ck_engine(1, 64 << 20);
+    let e = ck_engine(1, 64 << 20, 1);
     let inst = suite::find("matmul").unwrap().instance(suite::Size::Small);
     let p = runner::place(&e, &inst, 0);
     let l = &inst.launches[0];

@@ -43,6 +43,10 @@ pub struct Args {
     /// Preemption method of the engine: slice or checkpoint.
     #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint"])]
     pub method: String,
+    /// Checkpoint method: a thread reads the flag at every this many point crossings (the
+    /// transformation's poll_interval; 1: at every point).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub poll_interval: u32,
     /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
     #[arg(long)]
     pub short: bool,
@@ -151,7 +155,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     // Phase 1, the `slice` engine: reference bytes and the unpreempted time.
     let mut reference = Vec::new();
     {
-        let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers)?;
+        let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers, a.poll_interval)?;
         for w in &names {
             let inst = w.instance(size);
             let p = env::place(&e, &inst)?;
@@ -161,7 +165,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         }
     }
     // Phase 2, the method's engine.
-    let e = Eng::new(a.backend, method, a.workers)?;
+    let e = Eng::new(a.backend, method, a.workers, a.poll_interval)?;
     let workers = e.workers();
     let mut seed = a.seed.max(1);
     let mut per = Vec::new();
@@ -312,6 +316,7 @@ fn output(
         "experiment": "preempt",
         "backend": a.backend.name(),
         "method": method.to_string(),
+        "poll_interval": a.poll_interval,
         "device": e.device(),
         "workload": a.workload,
         "size": size,

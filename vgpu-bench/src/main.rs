@@ -182,7 +182,15 @@ mod tests {
     #[test]
     fn preempt_short_checkpoint_on_sim() {
         let out = out_dir("preempt-ck");
-        let cli = Cli::parse_from(["vgpu-bench", "preempt", "--short", "--method", "checkpoint"]);
+        let cli = Cli::parse_from([
+            "vgpu-bench",
+            "preempt",
+            "--short",
+            "--method",
+            "checkpoint",
+            "--poll-interval",
+            "1",
+        ]);
         let Cmd::Preempt(mut a) = cli.cmd else {
             panic!()
         };

@@ -35,12 +35,18 @@ pub struct Eng {
 }
 
 impl Eng {
-    pub fn new(backend: Backend, method: PreemptMethod, workers: usize) -> Result<Eng, BenchError> {
+    pub fn new(
+        backend: Backend,
+        method: PreemptMethod,
+        workers: usize,
+        poll_interval: u32,
+    ) -> Result<Eng, BenchError> {
         let kind = match backend {
             Backend::Sim => {
                 let mut c = SimConfig {
                     vram_size: VRAM,
                     preempt: method,
+                    ckpt_poll_interval: poll_interval,
                     ..SimConfig::default()
                 };
                 if workers > 0 {
@@ -51,6 +57,7 @@ impl Eng {
             Backend::Cuda => Kind::Cuda(Box::new(CudaEngine::new(CudaConfig {
                 vram_size: VRAM,
                 preempt: method,
+                ckpt_poll_interval: poll_interval,
                 ..CudaConfig::default()
             })?)),
         };

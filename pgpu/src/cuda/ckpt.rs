@@ -38,7 +38,7 @@ impl CudaEngine {
         text: &str,
         limits: &LoadLimits,
     ) -> Result<Option<(CkLoaded, u64)>, EngineError> {
-        let t = match ckpt::transform(text, limits) {
+        let t = match ckpt::transform(text, limits, self.cfg.ckpt_poll_interval) {
             Ok(t) => t,
             Err(e) => {
                 if let Some(err) = ckpt::limit_error(&e) {

@@ -38,6 +38,9 @@ pub struct CudaConfig {
     pub max_save_area_bytes: u64,
     /// How a request writes the checkpoint flag while the kernel runs.
     pub flag_write: FlagWrite,
+    /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
+    /// crossings. Default: the transformation's (64).
+    pub ckpt_poll_interval: u32,
 }
 
 impl Default for CudaConfig {
@@ -53,6 +56,7 @@ impl Default for CudaConfig {
             preempt: PreemptMethod::Slice,
             max_save_area_bytes: 256 << 20,
             flag_write: FlagWrite::WriteValue,
+            ckpt_poll_interval: crate::ckpt::default_poll_interval(),
         }
     }
 }

@@ -204,7 +204,7 @@ impl Engine for SimEngine {
                 max_host_bytes: ptx_load::remaining(&bound, bytes)?,
                 ..limits.clone()
             };
-            match ckpt::transform(text, &left) {
+            match ckpt::transform(text, &left, self.config.ckpt_poll_interval) {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);

@@ -28,6 +28,10 @@ pub struct SimConfig {
     /// reached a point (a kernel that never does, e.g. a barrier-free endless loop in a
     /// CTA-class kernel, would otherwise hold the engine forever): the job then faults.
     pub max_checkpoint_drain: std::time::Duration,
+    /// `ptx::ckpt::Options::poll_interval` of the transformation: a thread reads the flag at
+    /// every this many point crossings (1: at every point; larger: less steady-state cost,
+    /// longer preemption latency). Default: the transformation's (64).
+    pub ckpt_poll_interval: u32,
 }
 
 impl Default for SimConfig {
@@ -43,6 +47,7 @@ impl Default for SimConfig {
             preempt: PreemptMethod::Slice,
             max_save_area_bytes: 64 << 20,
             max_checkpoint_drain: std::time::Duration::from_millis(500),
+            ckpt_poll_interval: crate::ckpt::default_poll_interval(),
         }
     }
 }
