@@ -63,10 +63,12 @@
 //! # Ok::<(), EngineError>(())
 //! ```
 
+pub mod ckpt;
 pub mod conformance;
 pub mod cuda;
 pub mod engine;
 mod ptx_load;
 pub mod sim;
 
+pub use ckpt::{CkptStats, PreemptMethod};
 pub use engine::*;

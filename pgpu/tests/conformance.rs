@@ -22,6 +22,24 @@ fn sim_engine_conforms() {
     }
 }
 
+/// The checkpoint preemption method keeps the contract (kernels preempted by the flag, resumed
+/// by relaunch, contexts in bytes).
+#[test]
+fn sim_engine_conforms_with_checkpoints() {
+    for workers in [1, 2] {
+        let cfg = SimConfig {
+            vram_size: 16 << 20,
+            workers,
+            preempt: pgpu::PreemptMethod::Checkpoint,
+            ..Default::default()
+        };
+        let e = SimEngine::new(cfg).unwrap();
+        assert_eq!(check_engine(&e, Setup::default()), Ok(7));
+        let st = e.ckpt_stats();
+        assert!(st.modules_transformed > 0 && st.launches > 0, "{st:?}");
+    }
+}
+
 #[test]
 fn checks_catch_a_broken_setup() {
     // Too little VRAM for the checks: reported, not a panic.

@@ -11,8 +11,10 @@
 //!
 //! Files: this one (construction, the rewrite on sim, conformance, every workload against sim,
 //! preemption, kernel faults), `cuda/support.rs` (helpers), `cuda/measure.rs` (the `MEASURE`
-//! figures), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes).
+//! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes).
 
+#[path = "cuda/ckpt.rs"]
+mod ckpt;
 #[path = "cuda/measure.rs"]
 mod measure;
 #[path = "cuda/memory.rs"]

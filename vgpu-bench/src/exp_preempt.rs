@@ -1,7 +1,12 @@
-//! `vgpu-bench preempt`: preemption latency (preempt flag set → saved context bytes in hand) and
-//! restore latency (`resume` called with the bytes → kernel running again) for a running matmul,
-//! over many random preemption points. Each kernel run is preempted repeatedly at random delays
-//! and resumed until it completes; its result is checked.
+//! `vgpu-bench preempt`: preemption latency (preempt flag set → saved context bytes in hand, the
+//! GPU free) and restore latency (`resume` called → kernel running again) of running suite
+//! kernels, over many random preemption points, on either engine (`--backend sim|cuda`) with
+//! either preemption method (`--method slice|checkpoint`). Each kernel run is preempted
+//! repeatedly at random delays and resumed until it completes; its bytes are compared with an
+//! unpreempted run's (`mismatches`, must be 0). Also per workload: the bytes the checkpoint
+//! method saved (full vs incremental, from the engine's `CkptStats`) and the steady-state time
+//! of the kernel never preempted under the method vs under `slice` (the original kernel on sim;
+//! GPU time from CUDA events on cuda). Engine, placement and CSV/chart output: `preempt_env.rs`.
 //!
 //! Two paths are measured: *bytes* (the brief's definition: flag → `Outcome` + `to_bytes`, and
 //! `resume(from_bytes)` → running) and *in-memory* (flag → `Outcome` with the engine's live
@@ -11,26 +16,40 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use pgpu::sim::{SimConfig, SimEngine};
-use pgpu::{Engine, Outcome, PreemptHandle, SavedContext};
+use pgpu::{Outcome, PreemptHandle, PreemptMethod, SavedContext};
 
+use crate::backend::Backend;
 use crate::error::BenchError;
-use crate::{report, runner};
+use crate::preempt_env::{self as env, Eng, Placed};
+use crate::report;
 
 /// Target from the project brief for the p99 of both latencies, µs.
 const TARGET_P99_US: f64 = 50.0;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Output directory (summary.json, preempt.csv).
+    /// Output directory (summary.json, preempt.csv, preempt-latency.svg).
     #[arg(long, default_value = "vgpu-bench-out/preempt")]
     pub out: PathBuf,
-    /// Preemptions to measure.
+    /// Preemptions to measure per workload.
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub samples: usize,
-    /// Workload (suite name).
+    /// Workloads: a suite name, a comma-separated list, or `all`.
     #[arg(long, default_value = "matmul")]
     pub workload: String,
+    /// The engine: sim (software GPU) or cuda (a real NVIDIA GPU).
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    pub backend: Backend,
+    /// Preemption method of the engine: slice or checkpoint.
+    #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint"])]
+    pub method: String,
+    /// Checkpoint method: a thread reads the flag at every this many point crossings (the
+    /// transformation's poll_interval; 1: at every point).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub poll_interval: u32,
+    /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
+    #[arg(long)]
+    pub short: bool,
     /// Instance size: small, medium or large.
     #[arg(long, default_value = "large", value_parser = ["small", "medium", "large"])]
     pub size: String,
@@ -43,6 +62,7 @@ pub struct Args {
 }
 
 struct Sample {
+    workload: &'static str,
     run: u64,
     /// Flag → `Outcome::Preempted` returned (in-memory context in hand).
     preempt_live_us: f64,
@@ -53,6 +73,20 @@ struct Sample {
     /// `resume` called → running.
     restore_us: f64,
     context_bytes: usize,
+    /// Bytes the checkpointed kernel stored at this preemption: as full saves, incrementally.
+    saved_full: u64,
+    saved_incremental: u64,
+}
+
+/// Figures of one workload.
+struct PerWorkload {
+    name: &'static str,
+    runs: u64,
+    mismatches: u64,
+    /// Median unpreempted time under the method and under `slice`, µs.
+    method_us: f64,
+    slice_us: f64,
+    samples: Vec<Sample>,
 }
 
 fn since_us(from: Instant, to: Instant) -> f64 {
@@ -104,44 +138,90 @@ fn step(
 }
 
 pub fn run(a: &Args) -> Result<String, BenchError> {
-    let size = suite::Size::from_name(&a.size)
+    let size_name = if a.short { "small" } else { a.size.as_str() };
+    let size = suite::Size::from_name(size_name)
         .ok_or_else(|| BenchError::Invalid(format!("unknown size `{}`", a.size)))?;
-    let mut cfg = SimConfig::default();
-    if a.workers > 0 {
-        cfg.workers = a.workers;
+    let method: PreemptMethod = a.method.parse().map_err(BenchError::Invalid)?;
+    let names: Vec<&'static suite::Workload> = if a.short || a.workload == "all" {
+        suite::all().filter(|w| w.name != "spin").collect()
+    } else {
+        a.workload
+            .split(',')
+            .map(|n| crate::runner::workload(n.trim()))
+            .collect::<Result<_, _>>()?
+    };
+    let samples_per = if a.short { 4 } else { a.samples };
+    let reps = if a.short { 1 } else { 5 };
+    // Phase 1, the `slice` engine: reference bytes and the unpreempted time.
+    let mut reference = Vec::new();
+    {
+        let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers, a.poll_interval)?;
+        for w in &names {
+            let inst = w.instance(size);
+            let p = env::place(&e, &inst)?;
+            let (us, bytes) = env::timed_runs(&e, &p, &inst, reps)?;
+            env::release(&e, &p)?;
+            reference.push((us, bytes));
+        }
     }
-    let workers = cfg.workers;
-    let e = SimEngine::new(cfg)?;
-    let inst = runner::workload(&a.workload)?.instance(size);
-    let p = runner::place(&e, &inst)?;
-    let job = runner::job(&p, &inst, 0)?;
-    // Uninterrupted time of one run, to spread the preemption points over it.
-    let t = Instant::now();
-    runner::run_all(&e, &p, &inst)?;
-    let full = t.elapsed();
-    runner::check(&e, &p, &inst)?;
-    let max_delay_us = (full.as_micros() as u64 / 4).max(1);
-
+    // Phase 2, the method's engine.
+    let e = Eng::new(a.backend, method, a.workers, a.poll_interval)?;
+    let workers = e.workers();
     let mut seed = a.seed.max(1);
-    let mut samples = Vec::new();
-    let mut runs = 0u64;
+    let mut per = Vec::new();
+    for (w, (slice_us, want)) in names.iter().zip(reference) {
+        let inst = w.instance(size);
+        let p = env::place(&e, &inst)?;
+        let (method_us, got) = env::timed_runs(&e, &p, &inst, reps)?;
+        let mut pw = PerWorkload {
+            name: w.name,
+            runs: 0,
+            mismatches: u64::from(got != want),
+            method_us,
+            slice_us,
+            samples: Vec::new(),
+        };
+        let max_delay_us = ((method_us / 4.0) as u64).max(1);
+        // Kernels too short to be caught get a bounded number of tries.
+        let max_runs = 50 * samples_per as u64 + 8;
+        while pw.samples.len() < samples_per && pw.runs < max_runs {
+            pw.runs += 1;
+            sample_runs(&e, &p, &inst, &mut pw, &mut seed, max_delay_us)?;
+            if env::read_back(&e, &p, &inst)? != want {
+                pw.mismatches += 1;
+            }
+        }
+        env::release(&e, &p)?;
+        per.push(pw);
+    }
+    output(a, &e, size_name, method, workers, &per)
+}
+
+/// One run of every launch of `inst`, each call preempted after a random delay, resumed
+/// (alternately from bytes and from memory) until it completes.
+fn sample_runs(
+    e: &Eng,
+    p: &Placed,
+    inst: &suite::Instance,
+    pw: &mut PerWorkload,
+    seed: &mut u64,
+    max_delay_us: u64,
+) -> Result<(), BenchError> {
+    env::reset(e, p, inst)?;
     let h = PreemptHandle::new();
-    while samples.len() < a.samples {
-        runs += 1;
-        runner::reset(&e, &p, &inst)?;
+    for i in 0..inst.launches.len() {
+        let job = env::job(p, inst, i)?;
         h.clear();
-        let mut st = step(
-            &h,
-            Duration::from_micros(next(&mut seed) % max_delay_us),
-            || e.execute(&job, &h),
-        );
+        let mut st = step(&h, Duration::from_micros(next(seed) % max_delay_us), || {
+            e.dyn_engine().execute(&job, &h)
+        });
         loop {
             let (out, returned, bytes) = (st.out?, st.returned, st.bytes);
             match out {
                 Outcome::Completed { .. } => break,
                 Outcome::Faulted { fault, .. } => {
                     return Err(BenchError::Fault {
-                        workload: a.workload.clone(),
+                        workload: inst.workload.to_string(),
                         fault,
                     });
                 }
@@ -152,68 +232,122 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                         bytes.unwrap_or_else(|| (context.to_bytes(), Instant::now()));
                     let preempt_bytes_us = since_us(requested, bytes_at);
                     let context_bytes = bytes.len();
-                    // Alternate the resume path.
-                    let resumed_from_bytes = samples.len() % 2 == 0;
+                    let (saved_full, saved_incremental) = e.take_saved();
+                    let resumed_from_bytes = pw.samples.len().is_multiple_of(2);
                     let context = if resumed_from_bytes {
                         SavedContext::from_bytes(bytes)
                     } else {
                         context
                     };
                     h.clear();
-                    let delay = Duration::from_micros(next(&mut seed) % max_delay_us);
+                    let delay = Duration::from_micros(next(seed) % max_delay_us);
                     let mut restore_us = f64::NAN;
                     st = step(&h, delay, || {
                         let called = Instant::now();
-                        let r = e.resume(context, &h);
+                        let r = e.dyn_engine().resume(context, &h);
                         if let Some(running) = h.running_since() {
                             restore_us = since_us(called, running);
                         }
                         r
                     });
-                    samples.push(Sample {
-                        run: runs,
+                    pw.samples.push(Sample {
+                        workload: pw.name,
+                        run: pw.runs,
                         preempt_live_us,
                         preempt_bytes_us,
                         resumed_from_bytes,
                         restore_us,
                         context_bytes,
+                        saved_full,
+                        saved_incremental,
                     });
                 }
             }
         }
-        runner::check(&e, &p, &inst)?;
     }
-    let pct = |f: &dyn Fn(&Sample) -> Option<f64>| {
-        report::Percentiles::of(&samples.iter().filter_map(f).collect::<Vec<_>>())
+    Ok(())
+}
+
+fn output(
+    a: &Args,
+    e: &Eng,
+    size: &str,
+    method: PreemptMethod,
+    workers: usize,
+    per: &[PerWorkload],
+) -> Result<String, BenchError> {
+    let all: Vec<&Sample> = per.iter().flat_map(|w| &w.samples).collect();
+    let pct = |f: &dyn Fn(&Sample) -> Option<f64>, set: &[&Sample]| {
+        report::Percentiles::of(&set.iter().filter_map(|s| f(s)).collect::<Vec<_>>())
     };
-    let pre_bytes = pct(&|s| Some(s.preempt_bytes_us));
-    let pre_live = pct(&|s| Some(s.preempt_live_us));
-    let res_bytes = pct(&|s| s.resumed_from_bytes.then_some(s.restore_us));
-    let res_live = pct(&|s| (!s.resumed_from_bytes).then_some(s.restore_us));
-    let ctx = pct(&|s| Some(s.context_bytes as f64));
+    let pre_bytes = pct(&|s| Some(s.preempt_bytes_us), &all);
+    let pre_live = pct(&|s| Some(s.preempt_live_us), &all);
+    let res_bytes = pct(&|s| s.resumed_from_bytes.then_some(s.restore_us), &all);
+    let res_live = pct(&|s| (!s.resumed_from_bytes).then_some(s.restore_us), &all);
+    let ctx = pct(&|s| Some(s.context_bytes as f64), &all);
     let meets = pre_bytes.p99 <= TARGET_P99_US && res_bytes.p99 <= TARGET_P99_US;
+    let mismatches: u64 = per.iter().map(|w| w.mismatches).sum();
+    let runs: u64 = per.iter().map(|w| w.runs).sum();
+    let workloads: Vec<serde_json::Value> = per
+        .iter()
+        .map(|w| {
+            let s: Vec<&Sample> = w.samples.iter().collect();
+            let full: u64 = s.iter().map(|x| x.saved_full).sum();
+            let inc: u64 = s.iter().map(|x| x.saved_incremental).sum();
+            serde_json::json!({
+                "workload": w.name,
+                "samples": s.len(),
+                "kernel_runs": w.runs,
+                "mismatches": w.mismatches,
+                "preempt_to_live_context_us": pct(&|x| Some(x.preempt_live_us), &s).json(),
+                "preempt_to_saved_bytes_us": pct(&|x| Some(x.preempt_bytes_us), &s).json(),
+                "restore_to_running_us": pct(&|x| Some(x.restore_us), &s).json(),
+                "context_bytes": pct(&|x| Some(x.context_bytes as f64), &s).json(),
+                "saved_full_bytes": full,
+                "saved_incremental_bytes": inc,
+                "unpreempted_us": w.method_us,
+                "unpreempted_slice_us": w.slice_us,
+                "overhead_vs_slice": w.method_us / w.slice_us.max(1e-9),
+            })
+        })
+        .collect();
+    let ck = e.ckpt_stats();
     let summary = serde_json::json!({
         "experiment": "preempt",
+        "backend": a.backend.name(),
+        "method": method.to_string(),
+        "poll_interval": a.poll_interval,
+        "device": e.device(),
         "workload": a.workload,
-        "size": a.size,
+        "size": size,
         "workers": workers,
-        "samples": samples.len(),
+        "samples": all.len(),
         "kernel_runs": runs,
-        "uninterrupted_run_us": full.as_secs_f64() * 1e6,
+        "mismatches": mismatches,
         "preempt_to_saved_bytes_us": pre_bytes.json(),
         "restore_from_bytes_to_running_us": res_bytes.json(),
         "preempt_to_live_context_us": pre_live.json(),
         "restore_from_live_context_to_running_us": res_live.json(),
         "context_bytes": ctx.json(),
+        "checkpoint": {
+            "modules_transformed": ck.modules_transformed,
+            "fallback_modules": ck.fallback_modules,
+            "fallback_launches": ck.fallback_launches,
+            "fallback_reasons": ck.fallback_reasons,
+            "saved_full_bytes": ck.saved_full_bytes,
+            "saved_incremental_bytes": ck.saved_incremental_bytes,
+        },
+        "per_workload": workloads,
         "target_p99_us": TARGET_P99_US,
         "meets_target": meets,
     });
-    let csv: Vec<String> = samples
+    let csv: Vec<String> = all
         .iter()
         .enumerate()
         .map(|(i, s)| {
             format!(
-                "{i},{},{:.3},{:.3},{},{:.3},{}",
+                "{i},{},{},{:.3},{:.3},{},{:.3},{},{},{}",
+                s.workload,
                 s.run,
                 s.preempt_live_us,
                 s.preempt_bytes_us,
@@ -223,7 +357,9 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                     "live"
                 },
                 s.restore_us,
-                s.context_bytes
+                s.context_bytes,
+                s.saved_full,
+                s.saved_incremental
             )
         })
         .collect();
@@ -231,16 +367,42 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         &a.out,
         &summary,
         "preempt.csv",
-        "sample,run,preempt_live_us,preempt_bytes_us,resume_path,restore_us,context_bytes",
+        "sample,workload,run,preempt_live_us,preempt_bytes_us,resume_path,restore_us,context_bytes,saved_full_bytes,saved_incremental_bytes",
         &csv,
     )?;
+    let series: Vec<(String, Vec<u64>)> = per
+        .iter()
+        .filter(|w| !w.samples.is_empty())
+        .map(|w| {
+            let ns = w
+                .samples
+                .iter()
+                .map(|s| (s.preempt_live_us * 1e3) as u64)
+                .collect();
+            (w.name.to_string(), ns)
+        })
+        .collect();
+    env::chart(
+        &a.out.join("preempt-latency.svg"),
+        &format!(
+            "Preemption latency (request → context in hand), {} / {method}",
+            a.backend.name()
+        ),
+        &series,
+    )?;
+    if mismatches > 0 {
+        return Err(BenchError::Invalid(format!(
+            "{mismatches} runs gave bytes different from the unpreempted run"
+        )));
+    }
     Ok(format!(
-        "preempt: {} samples of {} {} ({} workers), p50/p99/max µs: flag→bytes {:.1}/{:.1}/{:.1}, \
-         bytes→running {:.1}/{:.1}/{:.1}; in-memory: flag→context {:.1}/{:.1}/{:.1}, \
-         context→running {:.1}/{:.1}/{:.1}; context {:.0} B (target p99 ≤ {TARGET_P99_US} µs: {})",
-        samples.len(),
-        a.workload,
-        a.size,
+        "preempt: {} samples of {} workload(s) ({}, {method}, {size}, {} workers), p50/p99/max µs: \
+         flag→bytes {:.1}/{:.1}/{:.1}, bytes→running {:.1}/{:.1}/{:.1}; in-memory: flag→context \
+         {:.1}/{:.1}/{:.1}, context→running {:.1}/{:.1}/{:.1}; context {:.0} B; saved full {} B, \
+         incremental {} B; mismatches {mismatches} (target p99 ≤ {TARGET_P99_US} µs: {})",
+        all.len(),
+        per.len(),
+        a.backend.name(),
         workers,
         pre_bytes.p50,
         pre_bytes.p99,
@@ -255,6 +417,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         res_live.p99,
         res_live.max,
         ctx.p50,
+        ck.saved_full_bytes,
+        ck.saved_incremental_bytes,
         if meets { "met" } else { "missed" }
     ))
 }

@@ -32,6 +32,7 @@ mod native;
 mod native_load;
 mod overhead_output;
 mod overhead_vm;
+mod preempt_env;
 mod priority_guest;
 mod priority_metrics;
 mod priority_native;
@@ -173,6 +174,38 @@ mod tests {
         assert!(s["context_bytes"]["max"].as_f64().unwrap() > 0.0);
         let csv = std::fs::read_to_string(out.join("preempt.csv")).unwrap();
         assert!(csv.lines().count() > 6);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// `preempt --short --method checkpoint` on sim: every workload preempted and resumed
+    /// through the checkpoint method, no mismatch, bytes saved reported, a chart drawn.
+    #[test]
+    fn preempt_short_checkpoint_on_sim() {
+        let out = out_dir("preempt-ck");
+        let cli = Cli::parse_from([
+            "vgpu-bench",
+            "preempt",
+            "--short",
+            "--method",
+            "checkpoint",
+            "--poll-interval",
+            "1",
+        ]);
+        let Cmd::Preempt(mut a) = cli.cmd else {
+            panic!()
+        };
+        a.out = out.clone();
+        let line = exp_preempt::run(&a).unwrap();
+        assert!(line.contains("mismatches 0"), "{line}");
+        let s = summary(&out);
+        assert_eq!(s["mismatches"].as_u64(), Some(0));
+        assert_eq!(s["method"], "checkpoint");
+        assert!(s["samples"].as_u64().unwrap() > 0);
+        assert_eq!(s["checkpoint"]["fallback_modules"].as_u64(), Some(0));
+        assert!(s["checkpoint"]["saved_full_bytes"].as_u64().unwrap() > 0);
+        let per = s["per_workload"].as_array().unwrap();
+        assert_eq!(per.len(), suite::all().filter(|w| w.name != "spin").count());
+        assert!(out.join("preempt-latency.svg").is_file());
         let _ = std::fs::remove_dir_all(&out);
     }
 

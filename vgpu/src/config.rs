@@ -58,6 +58,10 @@ pub struct GpuConfig {
     /// Page sizes of the sim engine (`pages=4k+2m`, default, or `pages=2m`: the 2 MiB-only
     /// GPU a cuda backend is, so the guest driver's big-page path can be exercised anywhere).
     pub sim_pages_2m_only: bool,
+    /// How the engine preempts kernels (`preempt=slice|checkpoint`; default slice: the sim
+    /// interpreter stops between instructions, cuda runs sliced sub-launches; checkpoint:
+    /// compiler-directed checkpoints, `pgpu::PreemptMethod`).
+    pub preempt: pgpu::PreemptMethod,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
 }
@@ -78,6 +82,7 @@ impl Default for GpuConfig {
             bar_remap: true,
             guard: 2 << 20,
             sim_pages_2m_only: false,
+            preempt: pgpu::PreemptMethod::Slice,
             host: None,
         }
     }
@@ -178,6 +183,7 @@ impl GpuConfig {
                         _ => return Err(bad("4k+2m or 2m")),
                     }
                 }
+                "preempt" => c.preempt = value.parse().map_err(|_| bad("slice or checkpoint"))?,
                 "host" => {
                     if value.is_empty() {
                         return Err(bad("the path of vgpud's socket"));
@@ -251,6 +257,15 @@ mod tests {
             Err(ConfigError::BadValue { .. })
         ));
         assert_eq!(GpuConfig::default().hostmem, 256 << 20);
+        assert_eq!(
+            GpuConfig::parse("preempt=checkpoint").unwrap().preempt,
+            pgpu::PreemptMethod::Checkpoint
+        );
+        assert_eq!(GpuConfig::default().preempt, pgpu::PreemptMethod::Slice);
+        assert!(matches!(
+            GpuConfig::parse("preempt=never"),
+            Err(ConfigError::BadValue { .. })
+        ));
         assert_eq!(GpuConfig::parse("hostmem=1G").unwrap().hostmem, 1 << 30);
         for bad in ["hostmem=8M", "hostmem=65G", "hostmem=lots"] {
             assert!(

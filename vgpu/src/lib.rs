@@ -70,6 +70,23 @@ pub struct GpuStats {
     pub remap: Option<RemapStats>,
     /// Hypercall counters (`mode=para` only).
     pub para: Option<para::ParaCounters>,
+    /// The checkpoint preemption method's counters (`preempt=checkpoint` only).
+    pub checkpoint: Option<CheckpointStats>,
+}
+
+/// `--stats` of the checkpoint preemption method (`pgpu::CkptStats`).
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckpointStats {
+    pub modules_transformed: u64,
+    /// Modules the transformation refused and launches over the save-area limit: they run
+    /// with the slice method.
+    pub fallback_modules: u64,
+    pub fallback_launches: u64,
+    pub fallback_reasons: Vec<String>,
+    pub launches: u64,
+    pub preemptions: u64,
+    pub saved_full_bytes: u64,
+    pub saved_incremental_bytes: u64,
 }
 
 /// BAR remap figures for `--stats`.
@@ -197,6 +214,7 @@ impl Vgpu {
     pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn Engine>, VgpuError> {
         let cuda = pgpu::cuda::CudaConfig {
             vram_size: cfg.vram + 2 * cfg.guard,
+            preempt: cfg.preempt,
             ..pgpu::cuda::CudaConfig::default()
         };
         Ok(Arc::new(pgpu::cuda::CudaEngine::new(cuda)?))
@@ -227,6 +245,7 @@ impl Vgpu {
         let mut sim = SimConfig {
             vram_size,
             workers: cfg.workers,
+            preempt: cfg.preempt,
             ..SimConfig::default()
         };
         if cfg.sim_pages_2m_only {
@@ -356,6 +375,20 @@ impl Vgpu {
             fault,
             guard_intact: self.guards.intact(),
             para: self.para.as_ref().map(|p| para::lock(p).counters.clone()),
+            checkpoint: self
+                .guards
+                .engine
+                .checkpoint_stats()
+                .map(|c| CheckpointStats {
+                    modules_transformed: c.modules_transformed,
+                    fallback_modules: c.fallback_modules,
+                    fallback_launches: c.fallback_launches,
+                    fallback_reasons: c.fallback_reasons,
+                    launches: c.launches,
+                    preemptions: c.preemptions,
+                    saved_full_bytes: c.saved_full_bytes,
+                    saved_incremental_bytes: c.saved_incremental_bytes,
+                }),
             remap: self.remap.as_ref().map(|r| {
                 let r = r.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 RemapStats {

@@ -437,7 +437,21 @@ impl Engine for CudaEngine {
         // The JIT runs inside the driver and cannot be interrupted: the bounds are checked
         // around it. Host memory: the text kept and an estimate of the driver's copy (module
         // variables live in the context's device memory, not in host memory).
-        let loaded = m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)?;
+        let mut loaded = m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)?;
+        if self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint {
+            match self.load_ck(ptx, limits) {
+                Ok(Some((ck, bytes))) => {
+                    if let Some(b) = m.set_ck(loaded.id, ck, bytes) {
+                        loaded.host_bytes = b;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    m.unload(loaded.id)?;
+                    return Err(e);
+                }
+            }
+        }
         let over = limits.check().err().or_else(|| {
             (loaded.host_bytes > limits.max_host_bytes).then_some(EngineError::HostBudget {
                 what: "module",
@@ -450,6 +464,10 @@ impl Engine for CudaEngine {
             return Err(e);
         }
         Ok(loaded)
+    }
+
+    fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
+        (self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
@@ -470,8 +488,9 @@ impl Engine for CudaEngine {
         if bytes.len() > self.info.limits.max_context_bytes {
             return Err(EngineError::BadContext("context too large".into()));
         }
-        let mut job =
-            super::context::decode(&bytes, &self.info.limits).map_err(EngineError::BadContext)?;
+        let (mut job, area) =
+            super::context::decode_full(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
+                .map_err(EngineError::BadContext)?;
         match &mut job {
             super::context::JobState::Copy(c) => c.space = space,
             super::context::JobState::Launch(l) => {
@@ -481,7 +500,12 @@ impl Engine for CudaEngine {
                 }
             }
         }
-        Ok(SavedContext::from_bytes(super::context::encode(&job)))
+        Ok(SavedContext::from_bytes(match area {
+            // A checkpointed launch keeps its save area (the kernel's registers and shared
+            // memory), re-targeted with the launch.
+            Some(a) => super::context::encode_ck(&job, &a),
+            None => super::context::encode(&job),
+        }))
     }
 
     fn resume(
@@ -489,22 +513,52 @@ impl Engine for CudaEngine {
         context: SavedContext,
         preempt: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
-        let job = match context.into_repr() {
-            ContextRepr::Live(l) => {
-                let bytes = l.to_bytes();
-                match l.into_any().downcast::<super::context::Live>() {
-                    Ok(live) if live.engine == self.id => live.job,
-                    _ => super::context::decode(&bytes, &self.info.limits)
-                        .map_err(EngineError::BadContext)?,
+        let max_area = self.cfg.max_save_area_bytes;
+        let decode = |b: &[u8]| {
+            super::context::decode_full(b, &self.info.limits, max_area)
+                .map_err(EngineError::BadContext)
+        };
+        let (job, ck) = match context.into_repr() {
+            ContextRepr::Live(l) => match l.into_any().downcast::<super::context::Live>() {
+                Ok(live) if live.engine == self.id => (live.job, live.ck.map(Ok)),
+                Ok(live) => {
+                    let (job, area) = decode(&live.to_bytes())?;
+                    (job, area.map(Err))
                 }
-            }
+                Err(_) => {
+                    return Err(EngineError::BadContext(
+                        "in-memory context of another engine".into(),
+                    ));
+                }
+            },
             ContextRepr::Bytes(b) => {
                 if b.len() > self.info.limits.max_context_bytes {
                     return Err(EngineError::BadContext("context too large".into()));
                 }
-                super::context::decode(&b, &self.info.limits).map_err(EngineError::BadContext)?
+                let (job, area) = decode(&b)?;
+                (job, area.map(Err))
             }
         };
-        self.run_job(job, preempt)
+        match (job, ck) {
+            (super::context::JobState::Launch(l), Some(ck)) => {
+                self.alive()?;
+                let (module, plan, state) = match ck {
+                    Ok(state) => {
+                        let module = lock(&self.modules).ck(l.module)?.ok_or_else(|| {
+                            EngineError::BadContext("module not checkpointed".into())
+                        })?;
+                        let plan = module
+                            .plan(&l.entry)
+                            .ok_or_else(|| EngineError::BadContext("no such entry".into()))?
+                            .0;
+                        (module, plan, state)
+                    }
+                    Err(area) => self.ck_from_area(&l, area)?,
+                };
+                let need = state.area_len;
+                self.run_ck(l, module, plan, need, Some(state), preempt)
+            }
+            (job, _) => self.run_job(job, preempt),
+        }
     }
 }

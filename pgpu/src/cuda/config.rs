@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub use super::ckmem::FlagWrite;
+use crate::ckpt::PreemptMethod;
 use crate::engine::EngineLimits;
 
 /// How a [`super::CudaEngine`] is set up (all runtime values, `Default` for tests).
@@ -27,6 +29,18 @@ pub struct CudaConfig {
     pub copy_chunk: u64,
     /// Limits on requests.
     pub limits: EngineLimits,
+    /// How kernels are preempted: `Slice` (default: sliced sub-launches, see above) or
+    /// `Checkpoint` (modules transformed by `ptx::ckpt`; one launch of the whole grid, stopped
+    /// at the kernel's next preemption point by a flag in device memory; kernels the
+    /// transformation refuses, or whose save area exceeds `max_save_area_bytes`, are sliced).
+    pub preempt: PreemptMethod,
+    /// Largest save area (device memory, bytes) of one checkpointed launch.
+    pub max_save_area_bytes: u64,
+    /// How a request writes the checkpoint flag while the kernel runs.
+    pub flag_write: FlagWrite,
+    /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
+    /// crossings. Default: the transformation's (64).
+    pub ckpt_poll_interval: u32,
 }
 
 impl Default for CudaConfig {
@@ -39,6 +53,10 @@ impl Default for CudaConfig {
             pipeline_depth: 2,
             copy_chunk: 64 << 20,
             limits: EngineLimits::default(),
+            preempt: PreemptMethod::Slice,
+            max_save_area_bytes: 256 << 20,
+            flag_write: FlagWrite::WriteValue,
+            ckpt_poll_interval: crate::ckpt::default_poll_interval(),
         }
     }
 }

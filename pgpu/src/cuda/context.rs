@@ -5,7 +5,8 @@
 //! Byte layout, little endian: magic `PGPUCUDA`, kind (u8), space (u64), then for a launch:
 //! module (u64), grid (3 × u32), block (3 × u32), dynamic shared (u32), next block (u64),
 //! entry length (u32) + entry bytes, params length (u32) + param bytes; for a copy: src, dst,
-//! len, done (u64 each). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
+//! len, done (u64 each); for a checkpointed launch (kind 3) the launch's fields (next block 0)
+//! then the save area: length (u64) + bytes (the GPU state is in it). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
 //! progress within the job).
 
 use std::any::Any;
@@ -15,6 +16,7 @@ use crate::engine::{EngineLimits, Job, LiveContext, ModuleId, SpaceId};
 const MAGIC: &[u8; 8] = b"PGPUCUDA";
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
+const KIND_CKPT: u8 = 3;
 
 /// A launch's progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,17 +81,38 @@ impl JobState {
     }
 }
 
+/// A checkpointed launch between runs: its device buffer (flag and save area) and the
+/// records' status words after the last run.
+#[derive(Debug)]
+pub struct CkLive {
+    pub buf: super::ckmem::DevBuf,
+    /// Bytes of the save area the launch uses.
+    pub area_len: u64,
+    pub statuses: Vec<u32>,
+}
+
 /// The in-memory context of one cuda engine.
 #[derive(Debug)]
 pub struct Live {
     /// Identity of the engine that made it.
     pub engine: u64,
     pub job: JobState,
+    /// Set for a checkpointed launch (`job` is its launch).
+    pub ck: Option<CkLive>,
 }
 
 impl LiveContext for Live {
     fn to_bytes(&self) -> Vec<u8> {
-        encode(&self.job)
+        match &self.ck {
+            None => encode(&self.job),
+            Some(c) => {
+                let area = c.buf.read_area(c.area_len).unwrap_or_else(|e| {
+                    log::error!("cuda: reading a save area failed: {e}");
+                    Vec::new()
+                });
+                encode_ck(&self.job, &area)
+            }
+        }
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
@@ -123,6 +146,15 @@ pub fn encode(job: &JobState) -> Vec<u8> {
     o
 }
 
+/// Bytes of a checkpointed launch's context with its save area.
+pub fn encode_ck(job: &JobState, area: &[u8]) -> Vec<u8> {
+    let mut o = encode(job);
+    o[MAGIC.len()] = KIND_CKPT;
+    o.extend_from_slice(&(area.len() as u64).to_le_bytes());
+    o.extend_from_slice(area);
+    o
+}
+
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
@@ -152,8 +184,23 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes hostile bytes; `limits` bound the entry name and parameter sizes.
+/// Decodes hostile bytes of a context without a save area.
+#[cfg(test)]
 pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
+    match decode_full(bytes, limits, 0)? {
+        (job, None) => Ok(job),
+        (_, Some(_)) => Err("a checkpointed context".into()),
+    }
+}
+
+/// Decodes hostile bytes; `limits` bound the entry name and parameter sizes, `max_area` the
+/// save area of a checkpointed launch (returned with it).
+pub fn decode_full(
+    bytes: &[u8],
+    limits: &EngineLimits,
+    max_area: u64,
+) -> Result<(JobState, Option<Vec<u8>>), String> {
+    let mut area = None;
     let mut r = Reader(bytes);
     if r.take(8).map_err(|_| "not a pgpu cuda context")? != MAGIC {
         return Err("not a pgpu cuda context".into());
@@ -174,7 +221,7 @@ pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
                 done,
             })
         }
-        KIND_LAUNCH => {
+        KIND_LAUNCH | KIND_CKPT => {
             let module = ModuleId(r.u64()?);
             let mut dims = [0u32; 7];
             for d in &mut dims {
@@ -199,6 +246,13 @@ pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
             if l.next_block > l.total_blocks() {
                 return Err(format!("next block {next_block} beyond the grid"));
             }
+            if kind == KIND_CKPT {
+                let n = r.u64()?;
+                if n > max_area || l.next_block != 0 {
+                    return Err(format!("save area of {n} bytes over the limit {max_area}"));
+                }
+                area = Some(r.take(n as usize)?.to_vec());
+            }
             JobState::Launch(l)
         }
         k => return Err(format!("unknown job kind {k}")),
@@ -206,7 +260,7 @@ pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
     if !r.0.is_empty() {
         return Err("trailing bytes".into());
     }
-    Ok(job)
+    Ok((job, area))
 }
 
 #[cfg(test)]
@@ -256,5 +310,40 @@ mod tests {
             next_block: 9,
         });
         assert!(decode(&encode(&bad), &lim).is_err());
+    }
+
+    #[test]
+    fn checkpoint_contexts_carry_their_area_and_are_bounded() {
+        let lim = EngineLimits::default();
+        let job = JobState::Launch(LaunchState {
+            space: SpaceId(1),
+            module: ModuleId(4),
+            entry: "k".into(),
+            grid: [4, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: vec![9; 12],
+            next_block: 0,
+        });
+        let area: Vec<u8> = (0..=255).collect();
+        let b = encode_ck(&job, &area);
+        assert_eq!(
+            decode_full(&b, &lim, 256),
+            Ok((job.clone(), Some(area.clone())))
+        );
+        // Over the area limit, truncated, trailing bytes, or a plain decode: refused.
+        assert!(decode_full(&b, &lim, 255).is_err());
+        for cut in 0..b.len() {
+            assert!(decode_full(&b[..cut], &lim, 256).is_err(), "cut {cut}");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert!(decode_full(&long, &lim, 256).is_err());
+        assert!(decode(&b, &lim).is_err());
+        // A huge claimed length is refused before any allocation.
+        let mut huge = encode_ck(&job, &[]);
+        let n = huge.len();
+        huge[n - 8..].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_full(&huge, &lim, u64::MAX).is_err());
     }
 }

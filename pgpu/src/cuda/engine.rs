@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use cudarc::driver::sys;
 
+use super::ckmem::{Pool, Signal};
 use super::config::CudaConfig;
 use super::driver::{Ctx, DrvError};
 use super::hostmem::HostRegion;
@@ -15,6 +16,7 @@ use super::spaces::{Reservation, Space, Targets};
 use super::stream::Stream;
 use super::vmm::{self, CHUNK, Loc};
 use super::vram::Vram;
+use crate::ckpt::CkptCounters;
 use crate::engine::{EngineError, EngineInfo, HostRegionId, ModuleId, PageSize, SpaceId};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,6 +92,12 @@ pub struct CudaEngine {
     pub(crate) lost: Mutex<Option<String>>,
     /// Sub-launches issued (for experiments).
     pub(crate) sub_launches: AtomicU64,
+    /// Device buffers (flag + save area) of checkpointed launches.
+    pub(crate) ck_pool: Arc<Pool>,
+    /// Stream of the checkpoint flag writes (made on first use).
+    pub(crate) signal: OnceLock<Signal>,
+    /// Counters of the checkpoint method.
+    pub(crate) ckpt: CkptCounters,
     _ctx: CtxGuard,
 }
 
@@ -150,6 +158,9 @@ impl CudaEngine {
             rates: Mutex::new(HashMap::new()),
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
+            ck_pool: Pool::new(ctx),
+            signal: OnceLock::new(),
+            ckpt: CkptCounters::default(),
             _ctx: guard,
         })
     }

@@ -40,7 +40,7 @@ impl CudaEngine {
         }
     }
 
-    fn check_launch(&self, l: &LaunchState) -> Result<(), EngineError> {
+    pub(crate) fn check_launch(&self, l: &LaunchState) -> Result<(), EngineError> {
         let lim = &self.info.limits;
         let bad = |m: &str| Err(EngineError::BadLaunch(m.to_string()));
         if l.entry.len() > lim.max_entry_name {
@@ -73,6 +73,10 @@ impl CudaEngine {
 
     fn run_launch(&self, mut l: LaunchState, h: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
+        if let Some((ck, plan, need)) = self.ck_for(&l)? {
+            self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
+            return self.run_ck(l, ck, plan, need, None, h);
+        }
         let loaded = lock(&self.modules).get(l.module)?;
         let func = loaded.func(&l.entry)?;
         if l.params.len() < func.own_end || l.params.len() > func.slice_off {
@@ -118,6 +122,7 @@ impl CudaEngine {
             let context = SavedContext::live(Box::new(Live {
                 engine: self.id,
                 job: JobState::Launch(l),
+                ck: None,
             }));
             return Ok(Outcome::Preempted { context, gpu_time });
         }
@@ -329,6 +334,7 @@ impl CudaEngine {
                 let context = SavedContext::live(Box::new(Live {
                     engine: self.id,
                     job: JobState::Copy(c),
+                    ck: None,
                 }));
                 break Ok(Outcome::Preempted {
                     context,

@@ -11,6 +11,8 @@
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`.
 
 mod api;
+mod ckmem;
+mod ckpt;
 mod config;
 mod context;
 mod driver;
@@ -24,5 +26,5 @@ mod stream;
 mod vmm;
 mod vram;
 
-pub use config::CudaConfig;
+pub use config::{CudaConfig, FlagWrite};
 pub use engine::CudaEngine;

@@ -13,6 +13,7 @@ use cudarc::driver::sys;
 
 use super::driver::{Ctx, ck};
 use super::rewrite::{SLICE_PARAMS, rewrite};
+use crate::ckpt::CkParams;
 use crate::engine::{EngineError, LoadedModule, ModuleId};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -27,6 +28,8 @@ pub struct Func {
     pub own_end: usize,
     /// Offset of the slice parameters (sliced modules) or the parameter buffer size.
     pub slice_off: usize,
+    /// Where the checkpoint parameters go (transformed modules).
+    pub ck: Option<CkParams>,
 }
 
 // SAFETY: a CUfunction handle is usable from any thread with the context current.
@@ -39,6 +42,8 @@ pub struct Loaded {
     module: sys::CUmodule,
     /// Whether the entries take the slice parameters.
     pub sliced: bool,
+    /// Whether the entries take the checkpoint parameters (`ptx::ckpt::PARAMS`).
+    pub ck: bool,
     funcs: Mutex<HashMap<String, Func>>,
 }
 
@@ -80,7 +85,13 @@ impl Loaded {
             }
             params.push((off, size));
         }
-        let extra = if self.sliced { SLICE_PARAMS.len() } else { 0 };
+        let extra = if self.sliced {
+            SLICE_PARAMS.len()
+        } else if self.ck {
+            ptx::ckpt::PARAMS.len()
+        } else {
+            0
+        };
         if params.len() < extra {
             return Err(bad(format!("entry {entry:?}: slice parameters missing")));
         }
@@ -91,10 +102,16 @@ impl Loaded {
         } else {
             own_end
         };
+        let ck = self.ck.then(|| {
+            let o = |k: usize| params[own.len() + k].0;
+            let end = params.last().map_or(0, |&(o, s)| o + s);
+            CkParams::new([o(0), o(1), o(2), o(3)], end)
+        });
         let func = Func {
             f,
             own_end,
-            slice_off,
+            slice_off: if self.ck { own_end } else { slice_off },
+            ck,
         };
         lock(&self.funcs).insert(entry.to_string(), func);
         Ok(func)
@@ -102,7 +119,7 @@ impl Loaded {
 }
 
 /// Loads PTX text with the JIT error log captured.
-fn load(ctx: Ctx, text: &str, log_bytes: usize) -> Result<sys::CUmodule, EngineError> {
+pub(crate) fn load(ctx: Ctx, text: &str, log_bytes: usize) -> Result<sys::CUmodule, EngineError> {
     let image = CString::new(text).map_err(|_| EngineError::ModuleLoad {
         log: "PTX text contains NUL".into(),
     })?;
@@ -142,6 +159,36 @@ struct Entry {
     /// Host bytes charged for it: the text kept here, plus the size of the text the driver
     /// loaded (an estimate of the driver's own copy of the module).
     host_bytes: u64,
+    /// The transformed module (checkpoint method), if the transformation was accepted.
+    ck: Option<Arc<CkLoaded>>,
+}
+
+/// A transformed module loaded in the driver and its plans.
+#[derive(Debug)]
+pub struct CkLoaded {
+    pub loaded: Loaded,
+    pub plans: Vec<ptx::ckpt::EntryPlan>,
+}
+
+impl CkLoaded {
+    /// Wraps a loaded transformed module.
+    pub fn new(ctx: Ctx, module: sys::CUmodule, plans: Vec<ptx::ckpt::EntryPlan>) -> CkLoaded {
+        CkLoaded {
+            loaded: Loaded {
+                ctx,
+                module,
+                sliced: false,
+                ck: true,
+                funcs: Mutex::new(HashMap::new()),
+            },
+            plans,
+        }
+    }
+
+    /// The plan of `entry` and its index.
+    pub fn plan(&self, entry: &str) -> Option<(usize, &ptx::ckpt::EntryPlan)> {
+        self.plans.iter().enumerate().find(|(_, p)| p.name == entry)
+    }
 }
 
 /// The module table.
@@ -220,6 +267,7 @@ impl Modules {
             ctx,
             module,
             sliced,
+            ck: false,
             funcs: Mutex::new(HashMap::new()),
         });
         let host_bytes = (text.len() + rewrite_bytes) as u64;
@@ -230,6 +278,7 @@ impl Modules {
                 loaded,
                 loads: 1,
                 host_bytes,
+                ck: None,
             },
         );
         self.by_hash.entry(hash(text)).or_default().push(id);
@@ -259,6 +308,22 @@ impl Modules {
             }
         }
         Ok(())
+    }
+
+    /// Attaches the transformed form of `id`, charging `bytes` more host bytes for it.
+    pub fn set_ck(&mut self, id: ModuleId, ck: CkLoaded, bytes: u64) -> Option<u64> {
+        let e = self.by_id.get_mut(&id)?;
+        e.ck = Some(Arc::new(ck));
+        e.host_bytes += bytes;
+        Some(e.host_bytes)
+    }
+
+    /// The transformed form of `id`, if any.
+    pub fn ck(&self, id: ModuleId) -> Result<Option<Arc<CkLoaded>>, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.ck.clone())
+            .ok_or(EngineError::UnknownModule(id))
     }
 
     /// The module (kept alive by the caller while a job uses it).

@@ -70,6 +70,16 @@ impl Stream {
         })
     }
 
+    /// Whether the end event has completed (without waiting).
+    pub fn end_done(&self) -> Result<bool, DrvError> {
+        // SAFETY: live event.
+        let r = unsafe { sys::cuEventQuery(self.end) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        ck("cuEventQuery", r).map(|_| true)
+    }
+
     /// Waits for the end event; returns the time from the start event to it.
     pub fn wait_end(&self) -> Result<Duration, DrvError> {
         // SAFETY: live events; out-pointer to a local.

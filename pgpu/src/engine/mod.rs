@@ -94,6 +94,12 @@ pub trait Engine: Send + Sync {
 
     /// Runs a job until it completes, faults or is preempted.
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError>;
+    /// Counters of the checkpoint preemption method (`PreemptMethod::Checkpoint`: modules
+    /// transformed, fallbacks and why, preemptions, bytes saved); `None` with another method.
+    fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
+        None
+    }
+
     /// Resumes a preempted job from its saved context (in the space it was saved from). The
     /// context is consumed; on `Err` nothing ran and the job is lost (its space or module is
     /// gone, or the bytes are invalid).

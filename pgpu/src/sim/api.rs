@@ -3,13 +3,17 @@
 use std::ptr::NonNull;
 use std::time::Instant;
 
+use crate::ckpt::{self, PreemptMethod};
 use crate::engine::{
     ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LiveContext,
     LoadLimits, LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle,
     SavedContext, SpaceId, Translation, VaWindow,
 };
 use crate::ptx_load;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
+use super::ckpt::CkModule;
 use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy;
 use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
@@ -194,15 +198,46 @@ impl Engine for SimEngine {
             max_host_bytes: ptx_load::remaining(limits, text.len() as u64)?,
             ..limits.clone()
         };
-        let (module, bytes) = ptx_load::parse(text, &bound)?;
+        let (module, mut bytes) = ptx_load::parse(text, &bound)?;
+        let ck = if self.config.preempt == PreemptMethod::Checkpoint {
+            let left = LoadLimits {
+                max_host_bytes: ptx_load::remaining(&bound, bytes)?,
+                ..limits.clone()
+            };
+            match ckpt::transform(text, &left, self.config.ckpt_poll_interval) {
+                Ok(t) => {
+                    let (m, b) = ptx_load::parse(&t.ptx, &left)?;
+                    bytes = bytes.saturating_add(b);
+                    self.ckpt.transformed();
+                    Some(Arc::new(CkModule {
+                        module: Arc::new(m),
+                        plans: t.entries,
+                    }))
+                }
+                Err(e) => {
+                    if let Some(err) = ckpt::limit_error(&e) {
+                        return Err(err);
+                    }
+                    self.ckpt.refused(&e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let lim = &self.info.limits;
         lock(&self.modules).insert(
             text,
             module,
             bytes,
+            ck,
             lim.max_modules,
             lim.max_ptx_bytes_total,
         )
+    }
+
+    fn checkpoint_stats(&self) -> Option<ckpt::CkptStats> {
+        (self.config.preempt == PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
@@ -231,6 +266,11 @@ impl Engine for SimEngine {
                 Ok(self.run_copy(s, c, preempt, t0))
             }
             Job::Launch(l) => {
+                if let Some(job) = self.ck_job(l)? {
+                    self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
+                    let s = self.spaces.begin(l.space)?;
+                    return self.run_ckpt(s, job, false, preempt, t0);
+                }
                 let launch = self.new_launch(l)?;
                 let s = self.spaces.begin(l.space)?;
                 Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
@@ -283,6 +323,11 @@ impl Engine for SimEngine {
                         return Ok(self.live(live.job));
                     }
                     LiveJob::Launch { .. } => live.to_bytes(),
+                    LiveJob::Ckpt(j) if module.is_none_or(|n| n == j.launch.module) => {
+                        j.launch.space = space;
+                        return Ok(self.live(live.job));
+                    }
+                    LiveJob::Ckpt(_) => live.to_bytes(),
                 },
                 Ok(live) => live.to_bytes(),
                 Err(_) => {
@@ -302,6 +347,7 @@ impl Engine for SimEngine {
                 Decoded::Launch {
                     module: m, state, ..
                 } => context::encode_launch(space, module.unwrap_or(m), state.to_vec()),
+                Decoded::Ckpt { body, .. } => context::encode_ckpt(space, module, body),
             };
         drop(bytes);
         // Validates (a launch's interpreter state against the module) into the in-memory form.

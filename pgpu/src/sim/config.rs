@@ -1,5 +1,6 @@
 //! Runtime configuration of the sim engine.
 
+use crate::ckpt::PreemptMethod;
 use crate::engine::{EngineLimits, PageSize};
 
 /// Configuration of a [`super::SimEngine`]. Everything is chosen at run time.
@@ -15,6 +16,22 @@ pub struct SimConfig {
     pub page_sizes: Vec<PageSize>,
     /// Limits on hostile requests.
     pub limits: EngineLimits,
+    /// How kernels are preempted: `Slice` (default) stops the interpreter between
+    /// instructions (exact state, any kernel); `Checkpoint` runs the `ptx::ckpt`-transformed
+    /// module and stops it at its compiler-chosen points (the method the cuda engine can use on
+    /// a real GPU, proven here without one).
+    pub preempt: PreemptMethod,
+    /// Largest save area of one checkpointed launch (host memory, bytes); a launch that needs
+    /// more runs with the `Slice` method (counted as a fallback).
+    pub max_save_area_bytes: u64,
+    /// Longest a checkpointed kernel may run once its flag is raised before every thread has
+    /// reached a point (a kernel that never does, e.g. a barrier-free endless loop in a
+    /// CTA-class kernel, would otherwise hold the engine forever): the job then faults.
+    pub max_checkpoint_drain: std::time::Duration,
+    /// `ptx::ckpt::Options::poll_interval` of the transformation: a thread reads the flag at
+    /// every this many point crossings (1: at every point; larger: less steady-state cost,
+    /// longer preemption latency). Default: the transformation's (64).
+    pub ckpt_poll_interval: u32,
 }
 
 impl Default for SimConfig {
@@ -27,6 +44,10 @@ impl Default for SimConfig {
             copy_chunk: 64 << 10,
             page_sizes: vec![PageSize::Size4K, PageSize::Size2M],
             limits: EngineLimits::default(),
+            preempt: PreemptMethod::Slice,
+            max_save_area_bytes: 64 << 20,
+            max_checkpoint_drain: std::time::Duration::from_millis(500),
+            ckpt_poll_interval: crate::ckpt::default_poll_interval(),
         }
     }
 }

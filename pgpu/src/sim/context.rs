@@ -4,7 +4,8 @@
 //! Byte layout, little endian, trailer last so that a kernel's interpreter state is never copied:
 //! `body ++ space (u64) ++ kind (u8) ++ magic "PGPUCTX2"`. For a launch, body = the
 //! `ptx::Launch::save` bytes ++ module id (u64); for a copy, body = src, dst, len, done (u64 each).
-//! Decoding treats the bytes as hostile and borrows the interpreter state.
+//! For a checkpointed launch (`KIND_CKPT`), body = `super::ckpt::encode_body` (the launch and its
+//! save area). Decoding treats the bytes as hostile and borrows the interpreter state.
 
 use std::any::Any;
 
@@ -15,6 +16,7 @@ use crate::engine::{LiveContext, ModuleId, SpaceId};
 const MAGIC: &[u8; 8] = b"PGPUCTX2";
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
+const KIND_CKPT: u8 = 3;
 
 /// Errors decoding a saved context.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -50,6 +52,11 @@ pub enum Decoded<'a> {
         module: ModuleId,
         state: &'a [u8],
     },
+    /// A checkpointed launch: the body for `super::ckpt` to decode.
+    Ckpt {
+        space: SpaceId,
+        body: &'a [u8],
+    },
 }
 
 /// The in-memory state of a preempted job of one sim engine.
@@ -71,6 +78,7 @@ impl std::fmt::Debug for Live {
                     launch.entry_name()
                 )
             }
+            LiveJob::Ckpt(j) => write!(f, "{j:?}"),
         }
     }
 }
@@ -83,6 +91,8 @@ pub enum LiveJob {
         module: ModuleId,
         launch: Box<ptx::Launch>,
     },
+    /// A checkpointed launch between runs (its state is in its save area).
+    Ckpt(super::ckpt::CkJob),
 }
 
 impl LiveContext for Live {
@@ -94,6 +104,11 @@ impl LiveContext for Live {
                 module,
                 launch,
             } => encode_launch(*space, *module, launch.save()),
+            LiveJob::Ckpt(j) => {
+                let mut b = super::ckpt::encode_body(j);
+                trailer(&mut b, j.launch.space, KIND_CKPT);
+                b
+            }
         }
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -118,6 +133,19 @@ pub fn encode_copy(c: &CopyState) -> Vec<u8> {
 }
 
 /// Bytes of a launch context, reusing `state`'s allocation.
+/// A checkpointed launch's context bytes (`body` as `Decoded::Ckpt` gives it) moved to
+/// `space`, and to `module` when given (the body starts with the module id).
+pub fn encode_ckpt(space: SpaceId, module: Option<ModuleId>, body: &[u8]) -> Vec<u8> {
+    let mut b = body.to_vec();
+    if let Some(m) = module
+        && b.len() >= 8
+    {
+        b[..8].copy_from_slice(&m.0.to_le_bytes());
+    }
+    trailer(&mut b, space, KIND_CKPT);
+    b
+}
+
 pub fn encode_launch(space: SpaceId, module: ModuleId, mut state: Vec<u8>) -> Vec<u8> {
     state.reserve_exact(25);
     state.extend_from_slice(&module.0.to_le_bytes());
@@ -174,6 +202,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ContextError> {
                 state,
             })
         }
+        KIND_CKPT => Ok(Decoded::Ckpt { space, body: rest }),
         k => Err(ContextError::BadKind(k)),
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::ckpt::{CkptCounters, CkptStats};
 use crate::engine::{
     EngineError, EngineInfo, LaunchJob, MapTarget, ModuleId, Outcome, PreemptHandle, SavedContext,
 };
@@ -37,6 +38,8 @@ pub struct SimEngine {
     /// Test knob: when non-zero, every run stops after this much work (see `set_step_limit`).
     pub(super) step_limit: AtomicU64,
     pub(super) counters: Counters,
+    /// Counters of the checkpoint method.
+    pub(super) ckpt: CkptCounters,
     /// Identity of this engine in the process (in-memory contexts resume only where made).
     pub(super) id: u64,
 }
@@ -80,6 +83,7 @@ impl SimEngine {
             modules: Mutex::default(),
             step_limit: AtomicU64::new(0),
             counters: Counters::default(),
+            ckpt: CkptCounters::default(),
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -113,6 +117,12 @@ impl SimEngine {
             faults: get(&c.faults),
             copy_bytes: get(&c.copy_bytes),
         }
+    }
+
+    /// Counters of the checkpoint preemption method (transformed modules, fallbacks and their
+    /// reasons, preemptions and the bytes they saved).
+    pub fn ckpt_stats(&self) -> CkptStats {
+        self.ckpt.snapshot()
     }
 
     /// Modules loaded now and the host bytes they hold (decoded code, variables, text).
@@ -297,6 +307,11 @@ impl SimEngine {
                 let s = self.spaces.begin(space)?;
                 Ok(self.run_launch(s, module, launch, preempt, t0))
             }
+            LiveJob::Ckpt(job) => {
+                lock(&self.modules).get(job.launch.module)?;
+                let s = self.spaces.begin(job.launch.space)?;
+                self.run_ckpt(s, job, true, preempt, t0)
+            }
         }
     }
 
@@ -326,6 +341,7 @@ impl SimEngine {
                     launch: Box::new(launch),
                 }
             }
+            Decoded::Ckpt { space, body } => LiveJob::Ckpt(self.ck_from_bytes(space, body)?),
         };
         Ok(Live {
             engine: self.id,

@@ -3,6 +3,7 @@
 
 mod api;
 mod atomic_copy;
+mod ckpt;
 mod config;
 mod context;
 mod copy;

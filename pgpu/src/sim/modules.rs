@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::ckpt::CkModule;
 use crate::engine::{EngineError, LoadedModule, ModuleId};
 
 #[derive(Debug)]
@@ -13,6 +14,8 @@ struct Entry {
     loads: u64,
     /// Host bytes held: the decoded module and its variables, and the text.
     host_bytes: u64,
+    /// The transformed module (checkpoint method), if the transformation accepted the text.
+    ck: Option<Arc<CkModule>>,
 }
 
 /// The cache.
@@ -38,12 +41,14 @@ impl Modules {
     }
 
     /// Adds a parsed module holding `module_bytes` of host memory besides its text (or counts a
-    /// load if `text` was added meanwhile).
+    /// load if `text` was added meanwhile), with its transformed form if any.
+    #[allow(clippy::too_many_arguments)]
     pub fn insert(
         &mut self,
         text: &str,
         module: ptx::Module,
         module_bytes: u64,
+        ck: Option<Arc<CkModule>>,
         max_modules: usize,
         max_text_bytes: usize,
     ) -> Result<LoadedModule, EngineError> {
@@ -70,6 +75,7 @@ impl Modules {
                 text,
                 loads: 1,
                 host_bytes,
+                ck,
             },
         );
         Ok(LoadedModule { id, host_bytes })
@@ -99,6 +105,14 @@ impl Modules {
             self.text_bytes = self.text_bytes.saturating_sub(e.text.len());
         }
         Ok(())
+    }
+
+    /// The transformed module, if `id` has one.
+    pub fn ck(&self, id: ModuleId) -> Result<Option<Arc<CkModule>>, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.ck.clone())
+            .ok_or(EngineError::UnknownModule(id))
     }
 
     /// The parsed module.

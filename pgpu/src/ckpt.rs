@@ -1,0 +1,319 @@
+//! Compiler-directed checkpoints (`ptx::ckpt`) as an engine's preemption method, the parts both
+//! engines share: the method switch ([`PreemptMethod`]), transforming a guest's module within
+//! its load budget, the parameter buffer of a transformed entry (the guest's parameters plus the
+//! four `ptx::ckpt::PARAMS`), the bytes a preemption stored (from the records' status words and
+//! the entry's plan), and the counters ([`CkptStats`]).
+//!
+//! The protocol (see `docs/ptx-subset.md`, "Preemptible kernels"): one launch of the whole grid
+//! with a flag (a `u32` in engine-owned memory) and a save area (`EntryPlan::save_area_bytes`,
+//! engine-owned, zeroed before its first use); a request sets the flag, every thread stops at
+//! its next point (saving its live state) and the kernel ends; a record whose status word is not
+//! `STATUS_DONE` means the job is not finished, and a relaunch of the same grid with
+//! `__ck_resume = 1` (flag cleared) continues it. A clean run (and every resumed run that ends
+//! with all records done) leaves the area all zero again, so an area can be reused unscrubbed.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ptx::ckpt::{EntryPlan, STATUS_DONE, STATUS_NOT_STARTED};
+
+use crate::engine::{EngineError, LoadLimits};
+
+/// How an engine preempts kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreemptMethod {
+    /// The engine's own method: the sim engine stops the interpreter between instructions;
+    /// the cuda engine runs the grid as sliced sub-launches and stops between them.
+    #[default]
+    Slice,
+    /// Modules are transformed by `ptx::ckpt::transform` at load; a launch runs the whole grid
+    /// at once and a request stops it at the kernel's next preemption point (save and exit).
+    /// Kernels the transformation refuses (or whose save area would exceed the engine's limit)
+    /// fall back to `Slice`, counted in [`CkptStats`].
+    Checkpoint,
+}
+
+impl std::str::FromStr for PreemptMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "slice" => Ok(PreemptMethod::Slice),
+            "checkpoint" => Ok(PreemptMethod::Checkpoint),
+            o => Err(format!(
+                "unknown preemption method {o:?} (slice|checkpoint)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for PreemptMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PreemptMethod::Slice => "slice",
+            PreemptMethod::Checkpoint => "checkpoint",
+        })
+    }
+}
+
+/// Counters of the checkpoint method (cumulative since the engine was made).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CkptStats {
+    /// Modules transformed.
+    pub modules_transformed: u64,
+    /// Modules the transformation refused (they run with the fallback method).
+    pub fallback_modules: u64,
+    /// Launches that ran with the fallback method because their save area would exceed the
+    /// engine's limit.
+    pub fallback_launches: u64,
+    /// Reasons of the latest refusals (at most [`MAX_REASONS`], newest last).
+    pub fallback_reasons: Vec<String>,
+    /// Checkpointed launches started (`execute`).
+    pub launches: u64,
+    /// Runs of a checkpointed launch that ended preempted (some record not done).
+    pub preemptions: u64,
+    /// Threads that stopped at a point (saved registers) over all preemptions.
+    pub saved_threads: u64,
+    /// Bytes a full save would have stored at those points (registers, plus each saving CTA's
+    /// shared memory for class `Cta`).
+    pub saved_full_bytes: u64,
+    /// Bytes the incremental saves actually stored.
+    pub saved_incremental_bytes: u64,
+}
+
+/// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
+pub fn default_poll_interval() -> u32 {
+    ptx::ckpt::Options::default().poll_interval
+}
+
+/// Most fallback reasons kept.
+pub const MAX_REASONS: usize = 16;
+
+#[derive(Debug, Default)]
+pub(crate) struct CkptCounters {
+    modules_transformed: AtomicU64,
+    fallback_modules: AtomicU64,
+    fallback_launches: AtomicU64,
+    reasons: Mutex<Vec<String>>,
+    pub launches: AtomicU64,
+    preemptions: AtomicU64,
+    saved_threads: AtomicU64,
+    saved_full_bytes: AtomicU64,
+    saved_incremental_bytes: AtomicU64,
+}
+
+impl CkptCounters {
+    pub(crate) fn transformed(&self) {
+        self.modules_transformed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refused(&self, reason: &str) {
+        self.fallback_modules.fetch_add(1, Ordering::Relaxed);
+        self.reason(format!("module: {reason}"));
+    }
+
+    pub(crate) fn launch_fallback(&self, entry: &str, need: u64, limit: u64) {
+        self.fallback_launches.fetch_add(1, Ordering::Relaxed);
+        self.reason(format!(
+            "launch of {entry}: save area of {need} bytes exceeds the limit {limit}"
+        ));
+    }
+
+    fn reason(&self, r: String) {
+        log::warn!("checkpoint fallback: {r}");
+        let mut v = self.reasons.lock().unwrap_or_else(|e| e.into_inner());
+        if v.len() >= MAX_REASONS {
+            v.remove(0);
+        }
+        v.push(r.chars().take(300).collect());
+    }
+
+    pub(crate) fn preempted(&self, s: &SaveTally) {
+        self.preemptions.fetch_add(1, Ordering::Relaxed);
+        self.saved_threads.fetch_add(s.threads, Ordering::Relaxed);
+        self.saved_full_bytes.fetch_add(s.full, Ordering::Relaxed);
+        self.saved_incremental_bytes
+            .fetch_add(s.incremental, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> CkptStats {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CkptStats {
+            modules_transformed: g(&self.modules_transformed),
+            fallback_modules: g(&self.fallback_modules),
+            fallback_launches: g(&self.fallback_launches),
+            fallback_reasons: self
+                .reasons
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            launches: g(&self.launches),
+            preemptions: g(&self.preemptions),
+            saved_threads: g(&self.saved_threads),
+            saved_full_bytes: g(&self.saved_full_bytes),
+            saved_incremental_bytes: g(&self.saved_incremental_bytes),
+        }
+    }
+}
+
+/// Transforms a guest's module within its load limits (the text is hostile: the same host-byte
+/// bound, deadline and cancel flag as the plain load).
+pub(crate) fn transform(
+    text: &str,
+    limits: &LoadLimits,
+    poll_interval: u32,
+) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
+    let opts = ptx::ckpt::Options {
+        poll_interval: poll_interval.max(1),
+        load: ptx::LoadOptions {
+            max_host_bytes: limits.max_host_bytes,
+            cancel: limits.cancel.clone(),
+            deadline: limits.deadline,
+            ..ptx::LoadOptions::default()
+        },
+        ..ptx::ckpt::Options::default()
+    };
+    ptx::ckpt::transform(text, &opts)
+}
+
+/// A transformation that stopped on the caller's limits is the load's error, not a fallback.
+pub(crate) fn limit_error(e: &ptx::ckpt::Unsupported) -> Option<EngineError> {
+    match e {
+        ptx::ckpt::Unsupported::Parse(ptx::PtxError::Cancelled) => Some(EngineError::LoadCancelled),
+        ptx::ckpt::Unsupported::Parse(ptx::PtxError::DeadlineExceeded) => {
+            Some(EngineError::LoadDeadline)
+        }
+        _ => None,
+    }
+}
+
+/// Where the four checkpoint parameters go in a transformed entry's parameter buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CkParams {
+    /// End of the guest's own parameters (offset of `__ck_flag`).
+    pub own_end: usize,
+    /// Offsets of flag, save, resume, dyn_smem.
+    pub off: [usize; 4],
+    /// Size of the whole buffer.
+    pub size: usize,
+}
+
+impl CkParams {
+    /// From the offsets of the entry's last four parameters and the buffer size.
+    pub(crate) fn new(off: [usize; 4], size: usize) -> CkParams {
+        CkParams {
+            own_end: off[0],
+            off,
+            size,
+        }
+    }
+
+    /// The full buffer: the guest's parameters (refused if longer than the entry's own), then
+    /// the flag and save-area addresses, `resume` and the dynamic shared bytes.
+    pub(crate) fn buffer(
+        &self,
+        guest: &[u8],
+        flag: u64,
+        save: u64,
+        resume: bool,
+        dynamic_shared: u32,
+    ) -> Result<Vec<u8>, EngineError> {
+        if guest.len() > self.own_end {
+            return Err(EngineError::BadLaunch(format!(
+                "parameter buffer is {} bytes, the entry takes {}",
+                guest.len(),
+                self.own_end
+            )));
+        }
+        let mut b = vec![0u8; self.size];
+        b[..guest.len()].copy_from_slice(guest);
+        let [f, s, r, d] = self.off;
+        b[f..f + 8].copy_from_slice(&flag.to_le_bytes());
+        b[s..s + 8].copy_from_slice(&save.to_le_bytes());
+        b[r..r + 4].copy_from_slice(&u32::from(resume).to_le_bytes());
+        b[d..d + 4].copy_from_slice(&dynamic_shared.to_le_bytes());
+        Ok(b)
+    }
+}
+
+/// What one preemption stored, from the records' status words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SaveTally {
+    /// Records not done (the job must be resumed).
+    pub pending: u64,
+    /// Threads stopped at a point.
+    pub threads: u64,
+    /// Bytes a full save stores at those points (plus saved shared memory).
+    pub full: u64,
+    /// Bytes the incremental saves stored (plus saved shared memory).
+    pub incremental: u64,
+}
+
+/// Tallies the status words after a run (`after`), given the ones before it (`before`, the
+/// points the threads were resumed from; empty for a fresh launch). `threads_per_cta` and
+/// `shared_per_cta` count a CTA's shared-memory save once per CTA that saved at a point.
+pub(crate) fn tally(
+    plan: &EntryPlan,
+    before: &[u32],
+    after: &[u32],
+    threads_per_cta: u64,
+    shared_per_cta: u64,
+) -> SaveTally {
+    let mut t = SaveTally::default();
+    let mut cta_saved = false;
+    for (i, &st) in after.iter().enumerate() {
+        if (i as u64).is_multiple_of(threads_per_cta.max(1)) {
+            cta_saved = false;
+        }
+        if st == STATUS_DONE {
+            continue;
+        }
+        t.pending += 1;
+        if st == STATUS_NOT_STARTED {
+            continue;
+        }
+        let at = st - 2;
+        let from = match before.get(i) {
+            Some(&b) if b > STATUS_NOT_STARTED => b - 2,
+            _ => 0,
+        };
+        t.threads += 1;
+        t.full += u64::from(plan.full_bytes(at));
+        t.incremental += u64::from(plan.incremental_bytes(from, at));
+        if plan.saves_shared && !cta_saved {
+            cta_saved = true;
+            t.full += shared_per_cta;
+            t.incremental += shared_per_cta;
+        }
+    }
+    t
+}
+
+/// Bytes of one CTA's shared-memory save block of `plan` with `dynamic_shared` bytes.
+pub(crate) fn shared_per_cta(plan: &EntryPlan, dynamic_shared: u32) -> u64 {
+    if plan.saves_shared {
+        u64::from(plan.shared_static_bytes) + u64::from(dynamic_shared).next_multiple_of(8)
+    } else {
+        0
+    }
+}
+
+/// Save-area bytes of a launch shape: `EntryPlan::save_area_bytes`, once a saturating estimate
+/// of the same shows it cannot overflow (hostile shapes compare as huge).
+pub fn area_bytes(plan: &EntryPlan, grid: [u32; 3], block: [u32; 3], dynamic_shared: u32) -> u64 {
+    let (all, per_cta) = threads(grid, block);
+    let ctas = all / per_cta.max(1);
+    let bound = all
+        .saturating_mul(u64::from(plan.record_bytes))
+        .saturating_add(ctas.saturating_mul(shared_per_cta(plan, dynamic_shared)));
+    if bound >= u64::MAX / 4 {
+        return u64::MAX;
+    }
+    plan.save_area_bytes(grid, block, dynamic_shared)
+}
+
+/// Threads of a launch shape.
+pub(crate) fn threads(grid: [u32; 3], block: [u32; 3]) -> (u64, u64) {
+    let per_cta: u64 = block.iter().map(|&b| u64::from(b)).product();
+    let ctas: u64 = grid.iter().map(|&g| u64::from(g)).product();
+    (ctas.saturating_mul(per_cta), per_cta)
+}

@@ -1,0 +1,286 @@
+//! Engine-owned device memory of checkpointed launches: one buffer per job holding the flag (a
+//! `u32` at offset 0) and, from [`SAVE_OFF`], the save area. Buffers are zeroed once when
+//! allocated (`cuMemAlloc` + `cuMemsetD8`) and come back to a pool when their job completes:
+//! a completed checkpointed job leaves its area all zero (see `crate::ckpt`), so reuse needs no
+//! scrub and an uncontended launch pays no allocation (`cuMemFree` would also synchronise the
+//! device). A buffer dropped dirty (a context never resumed) is freed. Also the engine's
+//! signal stream and the flag write a preemption request makes.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use super::driver::{Ctx, DrvError, ck};
+use super::stream::Stream;
+
+/// Offset of the save area in a job's buffer (the flag is at 0).
+pub const SAVE_OFF: u64 = 256;
+
+/// Idle buffers kept (their sizes summed) before further ones are freed.
+const MAX_IDLE_BYTES: u64 = 256 << 20;
+
+/// How a preemption request writes the flag while the kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlagWrite {
+    /// `cuStreamWriteValue32` on the engine's own non-blocking signal stream (after an event
+    /// wait that orders it behind the launch's flag clear): executed by the GPU's front end,
+    /// never queued behind the kernel nor waiting for an SM.
+    #[default]
+    WriteValue,
+    /// A synchronous 4-byte `cuMemcpyHtoD` on the legacy stream (job streams are
+    /// non-blocking, so it does not wait for the kernel).
+    Memcpy,
+}
+
+impl std::str::FromStr for FlagWrite {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "write-value" => Ok(FlagWrite::WriteValue),
+            "memcpy" => Ok(FlagWrite::Memcpy),
+            o => Err(format!("unknown flag write {o:?} (write-value|memcpy)")),
+        }
+    }
+}
+
+/// Idle buffers.
+#[derive(Debug)]
+pub struct Pool {
+    ctx: Ctx,
+    idle: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Pool {
+    pub fn new(ctx: Ctx) -> Arc<Pool> {
+        Arc::new(Pool {
+            ctx,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
+    pub fn take(self: &Arc<Pool>, area: u64) -> Result<DevBuf, DrvError> {
+        let need = SAVE_OFF + area;
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let best = idle
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, s))| *s >= need && *s <= need.saturating_mul(2).max(64 << 10))
+                .min_by_key(|(_, (_, s))| *s)
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                let (ptr, size) = idle.swap_remove(i);
+                return Ok(DevBuf {
+                    ptr,
+                    size,
+                    clean: false,
+                    pool: self.clone(),
+                });
+            }
+        }
+        let size = need.next_multiple_of(64 << 10);
+        let mut ptr: sys::CUdeviceptr = 0;
+        self.ctx.bind()?;
+        // SAFETY: out-pointer to a local; the size is bounded by the caller's limit.
+        ck("cuMemAlloc_v2", unsafe {
+            sys::cuMemAlloc_v2(&mut ptr, size as usize)
+        })?;
+        // SAFETY: the allocation just made, `size` bytes.
+        if let Err(e) = ck("cuMemsetD8_v2", unsafe {
+            sys::cuMemsetD8_v2(ptr, 0, size as usize)
+        }) {
+            // SAFETY: allocated above, freed once.
+            unsafe { sys::cuMemFree_v2(ptr) };
+            return Err(e);
+        }
+        Ok(DevBuf {
+            ptr,
+            size,
+            clean: false,
+            pool: self.clone(),
+        })
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        for (ptr, _) in self
+            .idle
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            // SAFETY: an allocation of this pool, idle, freed once.
+            unsafe { sys::cuMemFree_v2(ptr) };
+        }
+    }
+}
+
+/// One job's flag and save area in device memory.
+#[derive(Debug)]
+pub struct DevBuf {
+    pub ptr: u64,
+    pub size: u64,
+    /// Set when the job completed (the area is all zero again): the buffer returns to the pool.
+    pub clean: bool,
+    pool: Arc<Pool>,
+}
+
+impl DevBuf {
+    /// Device address of the flag.
+    pub fn flag(&self) -> u64 {
+        self.ptr
+    }
+    /// Device address of the save area.
+    pub fn area(&self) -> u64 {
+        self.ptr + SAVE_OFF
+    }
+
+    /// Reads `len` bytes of the save area (synchronous).
+    pub fn read_area(&self, len: u64) -> Result<Vec<u8>, DrvError> {
+        let mut v = vec![0u8; len.min(self.size - SAVE_OFF) as usize];
+        self.pool.ctx.bind()?;
+        // SAFETY: inside the allocation; host buffer of that length.
+        ck("cuMemcpyDtoH_v2", unsafe {
+            sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), self.area(), v.len())
+        })?;
+        Ok(v)
+    }
+
+    /// Writes the save area's first bytes (synchronous).
+    pub fn write_area(&self, data: &[u8]) -> Result<(), DrvError> {
+        if data.len() as u64 > self.size - SAVE_OFF {
+            return Err(DrvError {
+                call: "save area write",
+                code: sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            });
+        }
+        self.pool.ctx.bind()?;
+        // SAFETY: inside the allocation; host buffer of that length.
+        ck("cuMemcpyHtoD_v2", unsafe {
+            sys::cuMemcpyHtoD_v2(self.area(), data.as_ptr().cast(), data.len())
+        })
+    }
+
+    /// The status words of `threads` records of `stride` bytes (one strided copy).
+    pub fn statuses(&self, threads: u64, stride: u32) -> Result<Vec<u32>, DrvError> {
+        let mut v = vec![0u32; threads as usize];
+        if threads == 0 {
+            return Ok(v);
+        }
+        self.pool.ctx.bind()?;
+        // SAFETY: all-zero is a valid CUDA_MEMCPY2D (null pointers, zero sizes) before the
+        // fields below are set.
+        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        c.srcDevice = self.area();
+        c.srcPitch = stride as usize;
+        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+        c.dstHost = v.as_mut_ptr().cast();
+        c.dstPitch = 4;
+        c.WidthInBytes = 4;
+        c.Height = threads as usize;
+        // SAFETY: `threads` records of `stride` bytes lie in the area (the caller sized it with
+        // the plan); the host buffer holds `threads` words.
+        ck("cuMemcpy2D_v2", unsafe { sys::cuMemcpy2D_v2(&c) })?;
+        Ok(v)
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if self.clean {
+            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let held: u64 = idle.iter().map(|&(_, s)| s).sum();
+            if held + self.size <= MAX_IDLE_BYTES {
+                idle.push((self.ptr, self.size));
+                return;
+            }
+        }
+        if self.pool.ctx.bind().is_ok() {
+            // SAFETY: an allocation of the pool, not idle, freed once.
+            unsafe { sys::cuMemFree_v2(self.ptr) };
+        }
+    }
+}
+
+/// The engine's signal stream (flag writes of the `WriteValue` method) and whether the driver
+/// has `cuStreamWriteValue32_v2` (looked up when the stream is made, not at engine creation, so
+/// that a driver without it only loses this method: `Memcpy` is used instead).
+#[derive(Debug)]
+pub struct Signal(pub Stream, pub bool);
+
+/// Whether libcuda exports `cuStreamWriteValue32_v2` (cudarc panics on a missing symbol).
+pub fn has_write_value() -> bool {
+    // SAFETY: the library is loaded (the engine exists); a look-up calls nothing.
+    unsafe {
+        sys::culib()
+            .get::<unsafe extern "C" fn()>(b"cuStreamWriteValue32_v2")
+            .is_ok()
+    }
+}
+
+// SAFETY: stream handles are usable from any thread with the context current; the driver
+// serialises the enqueues of a stream.
+unsafe impl Sync for Signal {}
+
+/// Raw handles a preemption hook uses (called from the requesting thread).
+#[derive(Clone, Copy)]
+pub struct FlagHook {
+    pub ctx: Ctx,
+    pub flag: u64,
+    /// Recorded on the job stream after the flag was cleared.
+    pub cleared: sys::CUevent,
+    pub signal: sys::CUstream,
+    pub method: FlagWrite,
+}
+
+// SAFETY: CUDA handles usable from any thread with the context current; the event outlives
+// every call of the hook (the job destroys it after removing the hook).
+unsafe impl Send for FlagHook {}
+// SAFETY: as above.
+unsafe impl Sync for FlagHook {}
+
+impl FlagHook {
+    /// Sets the flag to 1, ordered after the launch's clear.
+    pub fn fire(&self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        let r = match self.method {
+            // SAFETY: live stream and event; `flag` is the job's device buffer, alive while
+            // the hook is attached.
+            FlagWrite::WriteValue => unsafe {
+                ck(
+                    "cuStreamWaitEvent",
+                    sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
+                )
+                .and_then(|_| {
+                    ck(
+                        "cuStreamWriteValue32_v2",
+                        sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
+                    )
+                })
+            },
+            FlagWrite::Memcpy => {
+                let one = 1u32;
+                // SAFETY: live event; 4 bytes from a local to the job's flag.
+                unsafe {
+                    ck("cuEventSynchronize", sys::cuEventSynchronize(self.cleared)).and_then(|_| {
+                        ck(
+                            "cuMemcpyHtoD_v2",
+                            sys::cuMemcpyHtoD_v2(self.flag, (&one as *const u32).cast(), 4),
+                        )
+                    })
+                }
+            }
+        };
+        if let Err(e) = r {
+            log::warn!("cuda: raising the checkpoint flag failed: {e}");
+        }
+    }
+}

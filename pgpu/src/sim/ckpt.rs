@@ -1,0 +1,379 @@
+//! The checkpoint preemption method on the sim engine (`SimConfig::preempt = Checkpoint`): the
+//! transformed module runs in the interpreter, one launch of the whole grid; the flag and the
+//! save area live in engine-owned memory (a `ptx::FlatMemory` per job) that the kernel sees at
+//! [`CK_BASE`], above any VA window; a request stores 1 into the flag (an atomic store the
+//! interpreter's `ld.volatile` sees), the threads save at their next point and exit, and the
+//! job is preempted if any record is not done. Also the byte form of such a context.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use ptx::ckpt::EntryPlan;
+use ptx::{Access, FlatMemory, GlobalMemory, HostSpan, MemFault};
+
+use crate::ckpt::{CkParams, area_bytes, shared_per_cta, tally, threads};
+use crate::engine::{EngineError, LaunchJob, ModuleId, Outcome, PreemptHandle, SpaceId};
+
+use super::context::LiveJob;
+use super::engine::{SimEngine, lock};
+use super::exec;
+use super::mmu::Mmu;
+use super::spaces::SpaceUse;
+
+/// VA of a checkpointed job's engine-owned memory: the flag, then (at [`SAVE_OFF`]) the save
+/// area. Translated before the space's MMU, so a window reaching up here is shadowed there.
+pub const CK_BASE: u64 = 0xffff_f000_0000_0000;
+/// Offset of the save area from [`CK_BASE`].
+pub const SAVE_OFF: u64 = 256;
+
+/// A transformed module: the interpreter's module of the transformed text and its plans.
+#[derive(Debug)]
+pub struct CkModule {
+    pub module: Arc<ptx::Module>,
+    pub plans: Vec<EntryPlan>,
+}
+
+impl CkModule {
+    fn plan(&self, entry: &str) -> Option<(usize, &EntryPlan)> {
+        self.plans.iter().enumerate().find(|(_, p)| p.name == entry)
+    }
+}
+
+/// A checkpointed launch: the guest's launch, its transformed module and its memory.
+pub struct CkJob {
+    pub launch: LaunchJob,
+    pub ck: Arc<CkModule>,
+    pub plan: usize,
+    pub mem: Arc<FlatMemory>,
+}
+
+impl std::fmt::Debug for CkJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checkpointed {} in {:?}, save area {} bytes",
+            self.launch.entry,
+            self.launch.space,
+            self.mem.size() - SAVE_OFF
+        )
+    }
+}
+
+/// The kernel's view of memory: the job's own memory at `CK_BASE`, the space's MMU elsewhere.
+struct Overlay<'a> {
+    mmu: &'a Mmu,
+    mem: &'a FlatMemory,
+}
+
+impl GlobalMemory for Overlay<'_> {
+    #[inline]
+    fn translate(&self, va: u64, access: Access) -> Result<HostSpan, MemFault> {
+        if va >= CK_BASE {
+            self.mem.translate(va, access)
+        } else {
+            GlobalMemory::translate(self.mmu, va, access)
+        }
+    }
+}
+
+fn statuses(job: &CkJob) -> Vec<u32> {
+    let plan = &job.ck.plans[job.plan];
+    let (n, _) = threads(job.launch.grid, job.launch.block);
+    let stride = plan.record_bytes.max(4) as usize;
+    let area = job
+        .mem
+        .read(CK_BASE + SAVE_OFF, n as usize * stride)
+        .unwrap_or_default();
+    area.chunks_exact(stride)
+        .map(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]))
+        .collect()
+}
+
+fn params_of(m: &ptx::Module, entry: &str) -> Result<CkParams, EngineError> {
+    let info = m
+        .entry(entry)
+        .ok_or_else(|| EngineError::BadLaunch(format!("no entry {entry:?}")))?;
+    let n = info.params.len();
+    if n < 4 {
+        return Err(EngineError::BadLaunch(
+            "checkpoint parameters missing".into(),
+        ));
+    }
+    let off = |k: usize| info.params[n - 4 + k].offset as usize;
+    Ok(CkParams::new(
+        [off(0), off(1), off(2), off(3)],
+        info.param_size as usize,
+    ))
+}
+
+impl SimEngine {
+    /// The checkpointed form of `l`, if its module was transformed and its save area fits the
+    /// configured limit (otherwise counted as a fallback and `None`: run it plainly).
+    pub(super) fn ck_job(&self, l: &LaunchJob) -> Result<Option<CkJob>, EngineError> {
+        let Some(ck) = lock(&self.modules).ck(l.module)? else {
+            return Ok(None);
+        };
+        let Some((idx, plan)) = ck.plan(&l.entry) else {
+            return Ok(None);
+        };
+        let need = area_bytes(plan, l.grid, l.block, l.dynamic_shared);
+        let limit = self.config.max_save_area_bytes;
+        if need > limit {
+            self.ckpt.launch_fallback(&l.entry, need, limit);
+            return Ok(None);
+        }
+        // Validate the launch (shape, parameters) before allocating its memory.
+        let p = params_of(&ck.module, &l.entry)?;
+        p.buffer(&l.params, 0, 0, false, 0)?;
+        self.validate_shape(&ck.module, l)?;
+        let mem = Arc::new(FlatMemory::new(CK_BASE, (SAVE_OFF + need) as usize));
+        Ok(Some(CkJob {
+            launch: l.clone(),
+            ck: ck.clone(),
+            plan: idx,
+            mem,
+        }))
+    }
+
+    fn validate_shape(&self, m: &Arc<ptx::Module>, l: &LaunchJob) -> Result<(), EngineError> {
+        let cfg = ptx::LaunchConfig {
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.dynamic_shared,
+            params: params_of(m, &l.entry)?.buffer(&l.params, 0, 0, false, 0)?,
+        };
+        ptx::Launch::new(m.clone(), &l.entry, cfg, &self.ptx_limits())
+            .map(|_| ())
+            .map_err(|e| EngineError::BadLaunch(e.to_string()))
+    }
+
+    /// Runs (`resume` false) or resumes a checkpointed launch until its kernel ends.
+    pub(super) fn run_ckpt(
+        &self,
+        space: SpaceUse,
+        job: CkJob,
+        resume: bool,
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Result<Outcome, EngineError> {
+        let l = &job.launch;
+        let plan = &job.ck.plans[job.plan];
+        let before = if resume { statuses(&job) } else { Vec::new() };
+        let flag = CK_BASE;
+        job.mem.write(flag, &0u32.to_le_bytes());
+        let params = params_of(&job.ck.module, &l.entry)?.buffer(
+            &l.params,
+            flag,
+            CK_BASE + SAVE_OFF,
+            resume,
+            l.dynamic_shared,
+        )?;
+        let cfg = ptx::LaunchConfig {
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.dynamic_shared,
+            params,
+        };
+        let mut launch = ptx::Launch::new(job.ck.module.clone(), &l.entry, cfg, &self.ptx_limits())
+            .map_err(|e| EngineError::BadLaunch(e.to_string()))?;
+        let overlay = Overlay {
+            mmu: space.mmu(),
+            mem: &job.mem,
+        };
+        // A request stores the flag and also stops the interpreter; so do the deadline and the
+        // test knob. The engine then (re)raises the flag and lets the kernel run to its points,
+        // for at most `max_checkpoint_drain`.
+        let mut first = ptx::RunControl::new(self.config.workers.max(1));
+        first.step_limit = self.steps();
+        first.deadline = preempt.deadline();
+        let mut ctl = Arc::new(first);
+        let (mem, hook_ctl) = (job.mem.clone(), ctl.clone());
+        let _hook = preempt.attach(Arc::new(move || {
+            mem.write(flag, &1u32.to_le_bytes());
+            hook_ctl.preempt.store(true, Ordering::SeqCst);
+        }));
+        let mut draining = false;
+        preempt.mark_running();
+        let c = &self.counters;
+        let out = loop {
+            let run = launch.run(&overlay, &ctl);
+            if let ptx::RunOutcome::Completed(st) | ptx::RunOutcome::Preempted(st) = &run {
+                c.thread_instructions
+                    .fetch_add(st.thread_instructions, Ordering::Relaxed);
+                c.warp_instructions
+                    .fetch_add(st.warp_instructions, Ordering::Relaxed);
+            }
+            match run {
+                ptx::RunOutcome::Completed(_) => break None,
+                ptx::RunOutcome::Preempted(_) if draining => {
+                    let limit = self.config.max_checkpoint_drain;
+                    log::info!("checkpointed {} did not drain within {limit:?}", l.entry);
+                    break Some(Outcome::Faulted {
+                        fault: crate::engine::JobFault {
+                            kind: crate::engine::FaultKind::Kernel(format!(
+                                "{}: threads did not reach a preemption point within {limit:?} of the request",
+                                l.entry
+                            )),
+                            va: 0,
+                            access: None,
+                            site: None,
+                        },
+                        gpu_time: t0.elapsed(),
+                    });
+                }
+                ptx::RunOutcome::Preempted(_) => {
+                    job.mem.write(flag, &1u32.to_le_bytes());
+                    draining = true;
+                    let mut next = ptx::RunControl::new(self.config.workers.max(1));
+                    next.deadline = Some(Instant::now() + self.config.max_checkpoint_drain);
+                    ctl = Arc::new(next);
+                }
+                ptx::RunOutcome::Faulted(f) => {
+                    let fault = exec::job_fault(&f, launch.entry_name(), space.mmu());
+                    log::info!("launch in {:?} faulted: {fault}", space.id());
+                    break Some(Outcome::Faulted {
+                        fault,
+                        gpu_time: t0.elapsed(),
+                    });
+                }
+            }
+        };
+        drop(_hook);
+        let out = match out {
+            Some(f) => f,
+            None => {
+                let after = statuses(&job);
+                let (_, per_cta) = threads(l.grid, l.block);
+                let t = tally(
+                    plan,
+                    &before,
+                    &after,
+                    per_cta,
+                    shared_per_cta(plan, l.dynamic_shared),
+                );
+                if t.pending == 0 {
+                    Outcome::Completed {
+                        gpu_time: t0.elapsed(),
+                    }
+                } else {
+                    self.ckpt.preempted(&t);
+                    let context = self.live(LiveJob::Ckpt(job));
+                    Outcome::Preempted {
+                        context,
+                        gpu_time: t0.elapsed(),
+                    }
+                }
+            }
+        };
+        c.outcome(&out);
+        Ok(out)
+    }
+
+    /// Rebuilds a checkpointed job from context bytes (hostile: every length checked against
+    /// the module's plan and the engine's limits).
+    pub(super) fn ck_from_bytes(&self, space: SpaceId, body: &[u8]) -> Result<CkJob, EngineError> {
+        let bad = |m: String| EngineError::BadContext(m);
+        let d = decode_body(body, &self.info.limits).map_err(bad)?;
+        let launch = LaunchJob { space, ..d.launch };
+        let ck = lock(&self.modules)
+            .ck(launch.module)?
+            .ok_or_else(|| bad("module is not checkpointed".into()))?;
+        let (idx, plan) = ck
+            .plan(&launch.entry)
+            .ok_or_else(|| bad("no such entry".into()))?;
+        let need = area_bytes(plan, launch.grid, launch.block, launch.dynamic_shared);
+        if need != d.area.len() as u64 || need > self.config.max_save_area_bytes {
+            return Err(bad(format!(
+                "save area is {} bytes, the launch needs {need}",
+                d.area.len()
+            )));
+        }
+        self.validate_shape(&ck.module, &launch)?;
+        let mem = Arc::new(FlatMemory::new(CK_BASE, (SAVE_OFF + need) as usize));
+        mem.write(CK_BASE + SAVE_OFF, d.area);
+        Ok(CkJob {
+            launch,
+            ck: ck.clone(),
+            plan: idx,
+            mem,
+        })
+    }
+}
+
+/// Body bytes of a checkpointed context (the trailer names the space): module (u64), grid and
+/// block (3 × u32 each), dynamic shared (u32), entry and parameters (u32 length + bytes each),
+/// save-area length (u64) + its bytes.
+pub fn encode_body(job: &CkJob) -> Vec<u8> {
+    let l = &job.launch;
+    let area_len = job.mem.size() - SAVE_OFF;
+    let area = job
+        .mem
+        .read(CK_BASE + SAVE_OFF, area_len as usize)
+        .unwrap_or_default();
+    let mut o = Vec::with_capacity(area.len() + 64 + l.params.len() + l.entry.len());
+    o.extend_from_slice(&l.module.0.to_le_bytes());
+    for v in l.grid.iter().chain(&l.block).chain([&l.dynamic_shared]) {
+        o.extend_from_slice(&v.to_le_bytes());
+    }
+    for b in [l.entry.as_bytes(), &l.params] {
+        o.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        o.extend_from_slice(b);
+    }
+    o.extend_from_slice(&(area.len() as u64).to_le_bytes());
+    o.extend_from_slice(&area);
+    o
+}
+
+struct Decoded<'a> {
+    launch: LaunchJob,
+    area: &'a [u8],
+}
+
+fn decode_body<'a>(b: &'a [u8], lim: &crate::engine::EngineLimits) -> Result<Decoded<'a>, String> {
+    let mut r = b;
+    let mut take = |n: usize| -> Result<&'a [u8], String> {
+        if r.len() < n {
+            return Err("context truncated".into());
+        }
+        let (a, rest) = r.split_at(n);
+        r = rest;
+        Ok(a)
+    };
+    let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let module = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "truncated")?);
+    let mut dims = [0u32; 7];
+    for d in &mut dims {
+        *d = u32_of(take(4)?);
+    }
+    let n = u32_of(take(4)?) as usize;
+    if n > lim.max_entry_name {
+        return Err("entry name too long".into());
+    }
+    let entry = std::str::from_utf8(take(n)?)
+        .map_err(|_| "entry name is not UTF-8")?
+        .to_string();
+    let n = u32_of(take(4)?) as usize;
+    if n > lim.max_param_bytes {
+        return Err("parameter buffer too long".into());
+    }
+    let params = take(n)?.to_vec();
+    let n = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "truncated")?);
+    let n = usize::try_from(n).map_err(|_| "save area too long")?;
+    let area = take(n)?;
+    if !r.is_empty() {
+        return Err("trailing bytes".into());
+    }
+    Ok(Decoded {
+        launch: LaunchJob {
+            space: SpaceId(0),
+            module: ModuleId(module),
+            entry,
+            grid: [dims[0], dims[1], dims[2]],
+            block: [dims[3], dims[4], dims[5]],
+            dynamic_shared: dims[6],
+            params,
+        },
+        area,
+    })
+}
