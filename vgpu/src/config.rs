@@ -24,6 +24,15 @@ pub enum Backend {
     Cuda,
 }
 
+/// How the guest rings doorbells (`doorbell=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doorbell {
+    /// Only the trapped `GP_PUT[n]` registers (CAPS bit 5 clear).
+    Mmio,
+    /// The doorbell page too (CAPS bit 5): the worker polls it for `spin` after activity.
+    Poll,
+}
+
 /// Configuration of one virtual GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuConfig {
@@ -60,7 +69,16 @@ pub struct GpuConfig {
     pub sim_pages_2m_only: bool,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
+    /// Doorbells: trapped registers only, or the polled doorbell page as well (`doorbell=`).
+    pub doorbell: Doorbell,
+    /// How long the worker keeps polling the doorbell page after its last activity before it
+    /// sleeps and asks the guest to ring the trapped register (`spin_us=`, 0 … 10000): the CPU
+    /// time polling may spend per idle period.
+    pub spin: Duration,
 }
+
+/// Largest `spin_us=`.
+pub const SPIN_US_MAX: u64 = 10_000;
 
 impl Default for GpuConfig {
     fn default() -> Self {
@@ -79,6 +97,8 @@ impl Default for GpuConfig {
             guard: 2 << 20,
             sim_pages_2m_only: false,
             host: None,
+            doorbell: Doorbell::Poll,
+            spin: Duration::from_micros(1000),
         }
     }
 }
@@ -92,7 +112,7 @@ pub const HOSTMEM_MAX: u64 = 64 << 30;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -198,6 +218,21 @@ impl GpuConfig {
                             .ok_or_else(|| bad("1 to 10000"))?,
                     )
                 }
+                "doorbell" => {
+                    c.doorbell = match value {
+                        "mmio" => Doorbell::Mmio,
+                        "poll" => Doorbell::Poll,
+                        _ => return Err(bad("mmio or poll")),
+                    }
+                }
+                "spin_us" => {
+                    let us: u64 = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= SPIN_US_MAX)
+                        .ok_or_else(|| bad("0 to 10000"))?;
+                    c.spin = Duration::from_micros(us);
+                }
                 "priority" => priority = Some(value.parse::<u8>().map_err(|_| bad("0 to 255"))?),
                 "name" => {
                     let ok = (1..=64).contains(&value.len())
@@ -279,6 +314,18 @@ mod tests {
             [opt("none"), opt("lazy"), opt("remap"), opt("all")],
             [(false, false), (true, false), (false, true), (true, true)]
         );
+        let c = GpuConfig::parse("doorbell=mmio,spin_us=20").unwrap();
+        assert_eq!(
+            (c.doorbell, c.spin),
+            (Doorbell::Mmio, Duration::from_micros(20))
+        );
+        assert_eq!(GpuConfig::default().doorbell, Doorbell::Poll);
+        for bad in ["doorbell=ring", "spin_us=10001", "spin_us=-1"] {
+            assert!(
+                matches!(GpuConfig::parse(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             GpuConfig::parse("opt=fast"),
             Err(ConfigError::BadValue { .. })
