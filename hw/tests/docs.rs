@@ -155,7 +155,10 @@ fn doorbell_page_matches_the_docs() {
         .iter()
         .map(|r| {
             let off = r[0].split(" + ").next().unwrap_or_default();
-            (r[1].trim_end_matches("[n]").to_string(), u64::from(hex(off)))
+            (
+                r[1].trim_end_matches("[n]").to_string(),
+                u64::from(hex(off)),
+            )
         })
         .collect();
     let defined = vec![
@@ -164,7 +167,10 @@ fn doorbell_page_matches_the_docs() {
         ("STATUS".to_string(), vgpu_hw::bell::STATUS),
         ("WAKE".to_string(), vgpu_hw::bell::WAKE),
     ];
-    assert_eq!(documented, defined, "docs/hardware.md doorbell page vs vgpu-hw");
+    assert_eq!(
+        documented, defined,
+        "docs/hardware.md doorbell page vs vgpu-hw"
+    );
     for (name, _) in &documented[..3] {
         let row = rows.iter().find(|r| r[1].starts_with(name.as_str()));
         assert!(

@@ -112,8 +112,9 @@ pub struct BellCounters {
     /// Times the worker stopped polling and set `WAKE` (each may cost the guest one trapped
     /// `GP_PUT` write).
     pub sleeps: u64,
-    /// CPU time the worker spent polling without finding work, ns (bounded per idle period
-    /// by `spin_us`).
+    /// Time the worker spent polling without finding work, ns: wall time, an upper bound of
+    /// the CPU time it cost (the worker yields its core between looks; at most `spin_us` per
+    /// idle period).
     pub spin_ns: u64,
     /// Doorbell page addresses refused (BAD_REGISTER).
     pub refused: u64,

@@ -333,9 +333,9 @@ impl Worker {
                     }
                     self.spin_since.get_or_insert(now);
                     drop(r);
-                    for _ in 0..64 {
-                        std::hint::spin_loop();
-                    }
+                    // Polling must not starve the vCPUs where cores are scarce: give the
+                    // core away if anything else wants it (returns at once otherwise).
+                    std::thread::yield_now();
                     r = shared.lock();
                     continue;
                 }

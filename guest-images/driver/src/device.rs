@@ -457,6 +457,15 @@ impl<P: Platform> Gpu<P> {
         self.reg_write(regs::gp_put(id), put);
     }
 
+    /// Writes `PUT[id]` of the doorbell page without ringing anything (tests and attacks);
+    /// false without a page.
+    pub fn bell_put_raw(&mut self, id: u32, put: u32) -> bool {
+        self.bell
+            .as_ref()
+            .and_then(|b| b.write_u32(regs::bell::put(id) as usize, put))
+            .is_some()
+    }
+
     /// Channel `id`'s CHAN_STATUS: from the doorbell page when in use (no trap), else the
     /// register.
     pub(crate) fn chan_status(&mut self, id: u32) -> u32 {
