@@ -195,13 +195,18 @@ pub(crate) fn write(
         chart_bars.push(("geomean".into(), g_bar));
         chart_bars.push(("init".into(), init_bar));
         bars.push((t, chart_bars));
-        line.push(format!(
-            "{}/{} {:.2}x ({:.2}x with init)",
-            t.config.name,
-            t.size,
-            g,
-            geomean(&with_inits)
-        ));
+        line.push(if t.config.native {
+            format!("{}/{} {:.2}x", t.config.name, t.size, g)
+        } else {
+            format!(
+                "{}/{} {:.2}x ({:.2}x with init, {:.2} exits/launch)",
+                t.config.name,
+                t.size,
+                g,
+                geomean(&with_inits),
+                t.data.exits_per_launch()
+            )
+        });
         let phase_geomeans: serde_json::Map<String, serde_json::Value> = PHASES
             .iter()
             .zip(&phase_slow)
@@ -229,6 +234,11 @@ pub(crate) fn write(
             "tlb_flushes": t.data.tlb_flushes,
             "doorbells": t.data.doorbells,
             "vm_mmio_exits": t.data.vm_mmio_exits,
+            "launches": t.data.launches,
+            "exits_per_launch": t.data.exits_per_launch(),
+            "bell_doorbells": t.data.bell_polled,
+            "submit_us": t.data.submit_ns as f64 / 1e3,
+            "complete_us": t.data.complete_ns as f64 / 1e3,
             "hypercalls": t.data.hypercalls,
             "para_entries": t.data.para_entries,
             "benchmarks": benches,

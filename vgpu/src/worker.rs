@@ -106,6 +106,8 @@ pub struct Worker {
     active: Instant,
     /// Since when the worker has polled without finding work (charged to `bell.spin_ns`).
     spin_since: Option<Instant>,
+    /// Polling found its core taken by another thread: sleep until the next activity.
+    contended: bool,
     /// When the engine last ended a job whose completion no release has signalled yet.
     job_end: Option<(usize, Instant)>,
 }
@@ -115,6 +117,9 @@ pub const LIMIT_MODULE: u32 = 1;
 
 /// The channel index `pick` returns for an eager flush.
 const FLUSH: usize = usize::MAX;
+
+/// A yield of the polling worker that took longer than this gave its core to another thread.
+const CONTENDED: Duration = Duration::from_micros(50);
 
 /// How long a waiting acquire sleeps before it is retried.
 const ACQUIRE_POLL: Duration = Duration::from_millis(1);
@@ -135,6 +140,7 @@ impl Worker {
             current_pdb: None,
             active: Instant::now(),
             spin_since: None,
+            contended: false,
             job_end: None,
             cancel,
             shared,
@@ -270,6 +276,7 @@ impl Worker {
             let now = Instant::now();
             if shared.poll_bell(&mut r) {
                 self.active = now;
+                self.contended = false;
             }
             let n = r.chans.len();
             let mut waiting = false;
@@ -291,6 +298,7 @@ impl Worker {
                 self.next = (ch + 1) % n;
                 self.spent_polling(&mut r, now);
                 self.active = now;
+                self.contended = false;
                 if let Some(t) = r.chans[ch].rung_at {
                     r.counters
                         .path
@@ -325,17 +333,22 @@ impl Worker {
                 if shared.poll_bell(&mut r) {
                     self.spent_polling(&mut r, now);
                     self.active = now;
+                    self.contended = false;
                     continue;
                 }
-                if now.duration_since(self.active) < self.cfg.spin {
+                if now.duration_since(self.active) < self.cfg.spin && !self.contended {
                     if let Some(b) = r.bell.as_mut() {
                         b.set_wake(false);
                     }
                     self.spin_since.get_or_insert(now);
                     drop(r);
                     // Polling must not starve the vCPUs where cores are scarce: give the
-                    // core away if anything else wants it (returns at once otherwise).
+                    // core away if anything else wants it (returns at once otherwise). If it
+                    // was taken, polling competes for a core: sleep instead until the next
+                    // activity (a sleeper is woken at once; a poller waits for its turn).
+                    let t = Instant::now();
                     std::thread::yield_now();
+                    self.contended = t.elapsed() > CONTENDED;
                     r = shared.lock();
                     continue;
                 }
@@ -346,6 +359,7 @@ impl Worker {
                 if shared.poll_bell(&mut r) {
                     self.spent_polling(&mut r, now);
                     self.active = now;
+                    self.contended = false;
                     continue;
                 }
                 r.counters.bell.sleeps += 1;
@@ -364,6 +378,7 @@ impl Worker {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 // Woken (a trapped doorbell, a register, shutdown): activity.
                 self.active = Instant::now();
+                self.contended = false;
                 g
             };
         }
