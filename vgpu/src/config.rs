@@ -75,6 +75,9 @@ pub struct GpuConfig {
     /// sleeps and asks the guest to ring the trapped register (`spin_us=`, 0 … 10000): the CPU
     /// time polling may spend per idle period.
     pub spin: Duration,
+    /// The worker reads GPFIFO entries, pushbuffers, launch data and semaphores that live in
+    /// guest RAM straight from it, not through the engine (`direct=on|off`).
+    pub direct: bool,
 }
 
 /// Largest `spin_us=`.
@@ -99,6 +102,7 @@ impl Default for GpuConfig {
             host: None,
             doorbell: Doorbell::Poll,
             spin: Duration::from_micros(1000),
+            direct: true,
         }
     }
 }
@@ -112,7 +116,7 @@ pub const HOSTMEM_MAX: u64 = 64 << 30;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us, direct)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -225,6 +229,13 @@ impl GpuConfig {
                         _ => return Err(bad("mmio or poll")),
                     }
                 }
+                "direct" => {
+                    c.direct = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(bad("on or off")),
+                    }
+                }
                 "spin_us" => {
                     let us: u64 = value
                         .parse()
@@ -320,7 +331,13 @@ mod tests {
             (Doorbell::Mmio, Duration::from_micros(20))
         );
         assert_eq!(GpuConfig::default().doorbell, Doorbell::Poll);
-        for bad in ["doorbell=ring", "spin_us=10001", "spin_us=-1"] {
+        assert!(!GpuConfig::parse("direct=off").unwrap().direct);
+        for bad in [
+            "doorbell=ring",
+            "spin_us=10001",
+            "spin_us=-1",
+            "direct=maybe",
+        ] {
             assert!(
                 matches!(GpuConfig::parse(bad), Err(ConfigError::BadValue { .. })),
                 "{bad}"

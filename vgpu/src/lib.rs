@@ -15,6 +15,7 @@ pub mod bell;
 pub mod budget;
 pub mod config;
 pub mod device;
+mod direct;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -286,6 +287,7 @@ impl Vgpu {
         if cfg.doorbell == config::Doorbell::Poll {
             dev.attach_bell(ram.clone());
         }
+        let (cfg_direct, ram_for_worker) = (cfg.direct, ram.clone());
         let para = (cfg.mode == config::Mode::Para).then(|| {
             Arc::new(Mutex::new(para::ParaSpaces::new(
                 engine.clone(),
@@ -319,6 +321,9 @@ impl Vgpu {
         }
         if let Some(spaces) = &para {
             w.set_para(spaces.clone());
+        }
+        if cfg_direct {
+            w.set_direct(ram_for_worker);
         }
         let worker = std::thread::Builder::new()
             .name("vgpu".into())

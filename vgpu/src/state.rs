@@ -145,6 +145,9 @@ pub struct GpuCounters {
     pub mmio_traps: u64,
     pub bell: BellCounters,
     pub path: PathTimes,
+    /// The worker's reads and writes in channels' address spaces served straight from guest
+    /// RAM (`direct=on`) instead of by engine copies.
+    pub direct_accesses: u64,
     /// The host memory budget's accounting (as of the worker's last turn).
     pub hostmem: crate::budget::HostMemStats,
     /// `faults` by kind (snake_case names of docs/hardware.md's kinds). All but `gpu_lost`

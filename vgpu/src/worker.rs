@@ -108,6 +108,8 @@ pub struct Worker {
     spin_since: Option<Instant>,
     /// Polling found its core taken by another thread: sleep until the next activity.
     contended: bool,
+    /// Guest RAM reached directly for the worker's own reads and writes (see `direct`).
+    direct: Option<crate::direct::Direct>,
     /// When the engine last ended a job whose completion no release has signalled yet.
     job_end: Option<(usize, Instant)>,
 }
@@ -141,6 +143,7 @@ impl Worker {
             active: Instant::now(),
             spin_since: None,
             contended: false,
+            direct: None,
             job_end: None,
             cancel,
             shared,
@@ -163,6 +166,12 @@ impl Worker {
         self.host = Some(link);
     }
 
+    /// Reads and writes the worker makes in guest RAM go straight to `ram` (see `direct`).
+    pub fn set_direct(&mut self, ram: vm_memory::GuestMemoryMmap) {
+        let sysmem = self.shadows.sysmem().clone();
+        self.direct = Some(crate::direct::Direct::new(ram, sysmem));
+    }
+
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
     pub fn set_para(&mut self, spaces: crate::para::SharedSpaces) {
         self.para = Some(spaces);
@@ -183,6 +192,7 @@ impl Worker {
             let shared = self.shared.clone();
             let mut r = shared.lock();
             r.counters.hostmem = self.budget.stats();
+            r.counters.direct_accesses = self.direct.as_ref().map_or(0, |d| d.hits);
             if r.chans[ch].binding != self.chans[ch].binding {
                 // The guest re-bound the channel while this turn ran: the turn belonged to the
                 // old binding, whose GPFIFO is gone; the new one starts from its own GP_GET.
@@ -491,6 +501,15 @@ impl Worker {
             self.shared.update_irq(&mut r);
         }
         let space = sync.space;
+        if let Some(d) = self.direct.as_mut() {
+            match para {
+                Some(p) => d.use_space(space, p.generation(), || p.installed(inst.pdb)),
+                None => {
+                    let shadows = &self.shadows;
+                    d.use_space(space, shadows.generation(), || shadows.installed(inst.pdb))
+                }
+            }
+        }
         if !self.chans[ch].in_segment {
             if gp_put >= inst.gpfifo_entries || gp_get >= inst.gpfifo_entries {
                 return Err(Fault::new(
@@ -504,7 +523,16 @@ impl Worker {
         self.execute_calls(ch, space)
     }
 
-    fn read(&self, space: SpaceId, va: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+    fn read(
+        &mut self,
+        space: SpaceId,
+        va: u64,
+        buf: &mut [u8],
+        access: Access,
+    ) -> Result<(), Fault> {
+        if self.direct.as_mut().is_some_and(|d| d.read(space, va, buf)) {
+            return Ok(());
+        }
         self.engine.copy_from_space(space, va, buf).map_err(|e| {
             log::debug!("vgpu: read {} bytes at {va:#x}: {e}", buf.len());
             Fault::new(FaultKind::Unmapped, va, 0).access(access)
@@ -599,8 +627,12 @@ impl Worker {
                 interrupt,
                 timestamp,
             } => {
-                let write = |va: u64, data: &[u8]| {
-                    self.engine
+                let (engine, direct) = (&self.engine, &mut self.direct);
+                let mut write = |va: u64, data: &[u8]| {
+                    if direct.as_mut().is_some_and(|d| d.write(space, va, data)) {
+                        return Ok(());
+                    }
+                    engine
                         .copy_to_space(space, va, data)
                         .map_err(|_| Fault::new(FaultKind::Unmapped, va, 0).access(Access::Write))
                 };
