@@ -499,8 +499,9 @@ fn infer_end(out: &str) -> std::collections::HashMap<String, u64> {
 }
 
 /// Exitless submission (the doorbell page, offered by default): the workloads verify in full
-/// and para mode with doorbells the device took from the page; with `doorbell=mmio` the same
-/// runs ring trapped registers only, and the driver does without the page.
+/// and para mode with doorbells the device took from the page and the worker's reads and
+/// writes made straight in guest RAM; with `doorbell=mmio,direct=off` the same runs ring
+/// trapped registers only, the driver does without the page and the engine makes every copy.
 #[test]
 fn workloads_verify_with_exitless_doorbells_and_without_them() {
     for mode in ["full", "para"] {
@@ -517,13 +518,16 @@ fn workloads_verify_with_exitless_doorbells_and_without_them() {
         );
         // Only a gap of more than spin_us between two submissions costs a trapped doorbell.
         assert!(polled > 0 && 2 * polled >= doorbells, "{mode}: {c}");
+        // GPFIFO, pushbuffers and fences in guest RAM: read and written without the engine.
+        assert!(c["direct_accesses"].as_u64().unwrap() > 0, "{c}");
         let (code, out, stats) = run_gpu(
             &["--guest", "workloads", "--cmdline", &cmdline],
-            &format!("mode={mode},doorbell=mmio"),
+            &format!("mode={mode},doorbell=mmio,direct=off"),
         );
         assert_eq!(code, 0, "{mode} doorbell=mmio: {out}");
         let c = &stats["gpu"]["counters"];
         assert_eq!(c["bell"]["polled"], 0, "{c}");
+        assert_eq!(c["direct_accesses"], 0, "{c}");
         let kernel_exits: Vec<u64> = out
             .lines()
             .filter(|l| l.starts_with("RESULT "))

@@ -95,3 +95,83 @@ impl Direct {
         ok
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pgpu::{HostRegionId, PageSize};
+    use shadow::SysmemEntry;
+
+    fn direct() -> Direct {
+        let ram = GuestMemoryMmap::from_ranges(&[(GuestAddress(0x10_0000), 0x10_0000)]).unwrap();
+        // RAM 1 MiB..2 MiB is host region 7 from byte 0x1000 on.
+        let sysmem = SysmemMap::new(vec![SysmemEntry {
+            gpa: 0x10_0000,
+            len: 0x10_0000,
+            region: HostRegionId(7),
+            offset: 0x1000,
+        }])
+        .unwrap();
+        let mut d = Direct::new(ram, sysmem);
+        let map = |va, target, perm| Mapping {
+            va,
+            len: 0x2000,
+            target,
+            perm,
+            page_size: PageSize::Size4K,
+        };
+        let maps = vec![
+            // VA 0x1000_0000.. → RAM 0x10_2000 (region offset 0x3000).
+            map(
+                0x1000_0000,
+                MapTarget::Host {
+                    region: HostRegionId(7),
+                    offset: 0x3000,
+                },
+                Perm::ReadWrite,
+            ),
+            map(
+                0x1000_2000,
+                MapTarget::Host {
+                    region: HostRegionId(7),
+                    offset: 0x5000,
+                },
+                Perm::ReadOnly,
+            ),
+            map(0x1000_4000, MapTarget::Vram { pa: 0 }, Perm::ReadWrite),
+            map(
+                0x1000_6000,
+                MapTarget::Host {
+                    region: HostRegionId(8),
+                    offset: 0,
+                },
+                Perm::ReadWrite,
+            ),
+        ];
+        d.use_space(SpaceId(1), 0, || Some(&maps));
+        d
+    }
+
+    #[test]
+    fn reaches_guest_ram_only_where_the_space_maps_it_there() {
+        let mut d = direct();
+        let s = SpaceId(1);
+        assert!(d.write(s, 0x1000_0ff8, &0xdead_beef_u64.to_le_bytes()));
+        let mut b = [0u8; 8];
+        d.ram.read_slice(&mut b, GuestAddress(0x10_2ff8)).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 0xdead_beef);
+        assert!(d.read(s, 0x1000_0ff8, &mut b));
+        // Read-only: read here, writes go to the engine (which faults them).
+        assert!(d.read(s, 0x1000_2000, &mut b));
+        assert!(!d.write(s, 0x1000_2000, &b));
+        // Across two mappings, VRAM, another region, unmapped, another space: the engine's.
+        let mut two = [0u8; 16];
+        assert!(!d.read(s, 0x1000_1ff8, &mut two));
+        assert!(!d.read(s, 0x1000_4000, &mut b));
+        assert!(!d.read(s, 0x1000_6000, &mut b));
+        assert!(!d.read(s, 0x2000_0000, &mut b));
+        assert!(!d.read(SpaceId(2), 0x1000_0000, &mut b));
+        assert!(!d.read(s, u64::MAX - 3, &mut b));
+        assert_eq!(d.hits, 3);
+    }
+}

@@ -47,8 +47,9 @@ pub struct Config {
     /// Ring doorbells through the doorbell page when the device offers it (CAPS bit 5):
     /// submitting and watching a channel then trap only while the device sleeps.
     pub exitless: bool,
-    /// Write every page of the system-memory pool once at init, so that no workload pays
-    /// the first touch of fresh memory (a fault per page under some hypervisors).
+    /// Write every page of the system-memory pool once at init and keep the CPU buffers
+    /// results are read back into across workloads, so that no workload pays the first touch
+    /// of fresh memory (a fault per page under some hypervisors).
     pub warm_pool: bool,
 }
 
@@ -127,6 +128,9 @@ pub struct Gpu<P: Platform> {
     para: Option<ParaIf>,
     /// The doorbell page, when in use (exitless submission).
     pub(crate) bell: Option<DmaBuf>,
+    /// CPU-side buffers results are read back into, kept across workloads (see
+    /// [`Gpu::take_readback`]).
+    readback: Vec<Vec<u8>>,
 }
 
 /// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
@@ -333,6 +337,7 @@ impl<P: Platform> Gpu<P> {
             channels_in_use: 0,
             para,
             bell: None,
+            readback: Vec::new(),
         };
         if gpu.cfg.warm_pool {
             gpu.warm_sys_pool();
@@ -435,6 +440,24 @@ impl<P: Platform> Gpu<P> {
             // Refused (the device recorded why): trapped doorbells still work.
             self.check_device_fault()
         }
+    }
+
+    /// `n` CPU-side buffers for reading results back, reused from earlier workloads (give
+    /// them back with [`Gpu::give_readback`]): memory touched once, not fresh pages per
+    /// workload (whose first touch is a fault each under some hypervisors).
+    pub fn take_readback(&mut self, n: usize) -> Vec<Vec<u8>> {
+        if !self.cfg.warm_pool {
+            // Cold: fresh buffers every time (what the driver did before it kept them).
+            return (0..n).map(|_| Vec::new()).collect();
+        }
+        let mut v = core::mem::take(&mut self.readback);
+        v.resize_with(n, Vec::new);
+        v
+    }
+
+    /// Returns the buffers of [`Gpu::take_readback`] for the next workload.
+    pub fn give_readback(&mut self, v: Vec<Vec<u8>>) {
+        self.readback = v;
     }
 
     /// Whether doorbells go through the doorbell page.
