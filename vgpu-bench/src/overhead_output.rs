@@ -363,6 +363,7 @@ mod tests {
             sys_mib: None,
             memory_mib: None,
             quick: false,
+            gpu_extra: None,
             vmm: None,
         };
         // Native medians: a 100, b 400, init 10.
