@@ -131,10 +131,12 @@ fn workloads_run_and_verify_in_para_mode_with_hypercalls_only() {
     let results: Vec<&str> = out.lines().filter(|l| l.starts_with("RESULT ")).collect();
     assert!(results.len() >= 13, "{out}");
     assert!(results.iter().all(|l| l.contains("ok=1")), "{out}");
-    assert!(
-        out.contains("caps=0x1f"),
-        "CAPS bit 4 (PARA) offered: {out}"
-    );
+    let caps = out
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("caps=0x"))
+        .and_then(|v| u32::from_str_radix(v, 16).ok())
+        .unwrap_or_else(|| panic!("no caps: {out}"));
+    assert_eq!(caps & 0x1f, 0x1f, "CAPS bit 4 (PARA) offered: {out}");
     let gpu = &stats["gpu"];
     assert_eq!(gpu["guard_intact"], true);
     assert!(gpu["fault"].is_null(), "no fault pending: {gpu}");
@@ -508,7 +510,7 @@ fn workloads_verify_with_exitless_doorbells_and_without_them() {
         let cmdline = format!("mode={mode}");
         let (code, out, stats) = run_gpu(
             &["--guest", "workloads", "--cmdline", &cmdline],
-            &format!("mode={mode},spin_us=10000"),
+            &format!("mode={mode},spin_us=10000,backoff=off"),
         );
         assert_eq!(code, 0, "{mode}: {out}");
         let c = &stats["gpu"]["counters"];
@@ -546,12 +548,16 @@ fn workloads_verify_with_exitless_doorbells_and_without_them() {
 }
 
 /// Steady state of exitless submission: back-to-back launches (each its own submission, waits
-/// polling the fence) cost at most 0.1 MMIO exits per launch, counted by the driver and by the
-/// device; with `doorbell=mmio` each launch traps at least once.
+/// polling the fence) cost at most 0.1 MMIO exits per launch, counted by the driver; with
+/// `doorbell=mmio` each launch traps at least once.
 #[test]
 fn exitless_steady_state_traps_at_most_a_tenth_of_an_exit_per_launch() {
     let args = "iters=200 threads=32 kernels=16 think_us=0 ms=300 lines=1 wait=poll";
-    let (code, out, stats) = run_gpu(&["--guest", "infer", "--cmdline", args], "spin_us=10000");
+    // Poll for 10 ms after activity even where cores are scarce (the tests run at once).
+    let (code, out, stats) = run_gpu(
+        &["--guest", "infer", "--cmdline", args],
+        "spin_us=10000,backoff=off",
+    );
     assert_eq!(code, 0, "{out}");
     let end = infer_end(&out);
     let launches = 16 * end["requests"];

@@ -75,6 +75,11 @@ pub struct GpuConfig {
     /// sleeps and asks the guest to ring the trapped register (`spin_us=`, 0 … 10000): the CPU
     /// time polling may spend per idle period.
     pub spin: Duration,
+    /// Stop polling early when a yield between two looks lost the core (another thread needed
+    /// it: a poller competes with the vCPUs there, a sleeper is woken at once): `backoff=on`,
+    /// the default; `off` polls for the whole `spin` regardless (a host with a core to spare
+    /// per worker, tests).
+    pub spin_backoff: bool,
     /// The worker reads GPFIFO entries, pushbuffers, launch data and semaphores that live in
     /// guest RAM straight from it, not through the engine (`direct=on|off`).
     pub direct: bool,
@@ -103,6 +108,7 @@ impl Default for GpuConfig {
             doorbell: Doorbell::Poll,
             spin: Duration::from_micros(1000),
             direct: true,
+            spin_backoff: true,
         }
     }
 }
@@ -116,7 +122,7 @@ pub const HOSTMEM_MAX: u64 = 64 << 30;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us, direct)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us, backoff, direct)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -229,6 +235,13 @@ impl GpuConfig {
                         _ => return Err(bad("mmio or poll")),
                     }
                 }
+                "backoff" => {
+                    c.spin_backoff = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(bad("on or off")),
+                    }
+                }
                 "direct" => {
                     c.direct = match value {
                         "on" => true,
@@ -332,6 +345,7 @@ mod tests {
         );
         assert_eq!(GpuConfig::default().doorbell, Doorbell::Poll);
         assert!(!GpuConfig::parse("direct=off").unwrap().direct);
+        assert!(!GpuConfig::parse("backoff=off").unwrap().spin_backoff);
         for bad in [
             "doorbell=ring",
             "spin_us=10001",

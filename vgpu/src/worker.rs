@@ -358,7 +358,7 @@ impl Worker {
                     // activity (a sleeper is woken at once; a poller waits for its turn).
                     let t = Instant::now();
                     std::thread::yield_now();
-                    self.contended = t.elapsed() > CONTENDED;
+                    self.contended = self.cfg.spin_backoff && t.elapsed() > CONTENDED;
                     r = shared.lock();
                     continue;
                 }
