@@ -325,7 +325,7 @@ impl Channel {
                         interval = (interval * 2).min(gpu.cfg.fault_poll_ns.saturating_mul(16));
                         self.check_faulted(gpu)?;
                     }
-                    core::hint::spin_loop();
+                    gpu.p.relax();
                 }
             }
         }
