@@ -20,7 +20,7 @@ fn main() {
     let guests = manifest.join("guests");
     println!("cargo:rerun-if-changed={}", guests.display());
     // Everything the guests are built from: their workspace, the ABI, the driver, the suite.
-    for dep in ["abi", "driver", "../suite"] {
+    for dep in ["abi", "driver", "../suite", "../hw"] {
         println!("cargo:rerun-if-changed={}", manifest.join(dep).display());
     }
 

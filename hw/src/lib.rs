@@ -6,9 +6,11 @@
 //!
 //! Modules: `regs` (BAR0 register offsets and bit fields), `method` (method addresses and
 //! pushbuffer headers), `inst` (instance block layout), `pte` (PDE/PTE encoding), `para` (the
-//! para-virtual BAR and its calls), `fault` (fault kinds and access kinds).
+//! para-virtual BAR and its calls), `bell` (the doorbell page of exitless submission), `fault`
+//! (fault kinds and access kinds).
 #![no_std]
 
+pub mod bell;
 pub mod fault;
 pub mod inst;
 pub mod method;

@@ -36,6 +36,8 @@ crate::named_consts! { u32;
     MAX_PUSH_WORDS = 0x002c;
     TIMER_LO = 0x0030;
     TIMER_HI = 0x0034;
+    BELL_PAGE_LO = 0x0040;
+    BELL_PAGE_HI = 0x0044;
     INTR_STATUS = 0x0100;
     INTR_ENABLE = 0x0104;
     INTR_CHANNELS = 0x0108;
@@ -92,6 +94,11 @@ pub const CAP_SYSMEM: u32 = 1 << 2;
 pub const CAP_MSI: u32 = 1 << 3;
 /// The para-virtual BAR (BAR3) is present (`mode=para`).
 pub const CAP_PARA: u32 = 1 << 4;
+/// The doorbell page (exitless submission, `BELL_PAGE_LO/_HI`; see `bell`).
+pub const CAP_BELL: u32 = 1 << 5;
+
+/// `BELL_PAGE_LO` bit 0: the doorbell page is in use; bits 31:12 are the address's low bits.
+pub const BELL_ENABLE: u32 = 1 << 0;
 
 /// `PAGE_SIZES` bits.
 pub const PAGE_4K: u32 = 1 << 0;

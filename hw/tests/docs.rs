@@ -146,3 +146,36 @@ fn fault_kinds_match_the_docs() {
         "docs/hardware.md 'Fault kinds' vs vgpu-hw"
     );
 }
+
+#[test]
+fn doorbell_page_matches_the_docs() {
+    let doc = doc();
+    let rows = table(&doc, "Page layout (u32 fields");
+    let documented: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            let off = r[0].split(" + ").next().unwrap_or_default();
+            (
+                r[1].trim_end_matches("[n]").to_string(),
+                u64::from(hex(off)),
+            )
+        })
+        .collect();
+    let defined = vec![
+        ("PUT".to_string(), vgpu_hw::bell::PUT),
+        ("GET".to_string(), vgpu_hw::bell::GET),
+        ("STATUS".to_string(), vgpu_hw::bell::STATUS),
+        ("WAKE".to_string(), vgpu_hw::bell::WAKE),
+    ];
+    assert_eq!(
+        documented, defined,
+        "docs/hardware.md doorbell page vs vgpu-hw"
+    );
+    for (name, _) in &documented[..3] {
+        let row = rows.iter().find(|r| r[1].starts_with(name.as_str()));
+        assert!(
+            row.is_some_and(|r| r[0].ends_with(" + 4n")),
+            "{name}[n]: stride 4"
+        );
+    }
+}

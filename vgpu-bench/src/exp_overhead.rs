@@ -27,7 +27,7 @@ pub struct ConfigDef {
 }
 
 /// Every configuration, in table order.
-pub const CONFIGS: [ConfigDef; 5] = [
+pub const CONFIGS: [ConfigDef; 7] = [
     ConfigDef {
         name: "native",
         gpu: "mode=full,opt=all",
@@ -59,6 +59,19 @@ pub const CONFIGS: [ConfigDef; 5] = [
         args: "",
         native: false,
     },
+    // The two optimized configurations with trapped doorbells only (no doorbell page).
+    ConfigDef {
+        name: "full-mmio",
+        gpu: "mode=full,opt=all,doorbell=mmio",
+        args: "",
+        native: false,
+    },
+    ConfigDef {
+        name: "para-multicall-mmio",
+        gpu: "mode=para,doorbell=mmio",
+        args: "",
+        native: false,
+    },
 ];
 
 /// The `--gpu` options of configuration `c` on `backend`.
@@ -81,7 +94,8 @@ pub struct Args {
     /// Problem sizes (comma separated): small shows fixed costs, medium runs kernels of a few ms.
     #[arg(long, value_delimiter = ',', default_value = "small,medium")]
     pub sizes: Vec<String>,
-    /// Configurations (comma separated): native, full-naive, full, para, para-multicall.
+    /// Configurations (comma separated): native, full-naive, full, para, para-multicall,
+    /// full-mmio, para-multicall-mmio (the -mmio ones: trapped doorbells, no doorbell page).
     #[arg(
         long,
         value_delimiter = ',',
@@ -102,6 +116,10 @@ pub struct Args {
     /// CI mode: small size only, one repetition.
     #[arg(long)]
     pub quick: bool,
+    /// More `--gpu` options for every configuration, native included (e.g. `spin_us=0`;
+    /// a key given again overrides the configuration's).
+    #[arg(long, value_name = "OPTS")]
+    pub gpu_extra: Option<String>,
     /// The vgpu-vmm binary (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
@@ -133,6 +151,10 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
         vm_mmio_exits: median(runs.iter().map(|r| r.vm_mmio_exits).collect()),
         hypercalls: median(runs.iter().map(|r| r.hypercalls).collect()),
         para_entries: median(runs.iter().map(|r| r.para_entries).collect()),
+        launches: median(runs.iter().map(|r| r.launches).collect()),
+        bell_polled: median(runs.iter().map(|r| r.bell_polled).collect()),
+        submit_ns: median(runs.iter().map(|r| r.submit_ns).collect()),
+        complete_ns: median(runs.iter().map(|r| r.complete_ns).collect()),
         benches: Vec::new(),
     };
     for (i, b) in first.benches.iter().enumerate() {
@@ -177,7 +199,15 @@ fn native_run(gpu: &str, size: suite::Size, sys_mib: Option<u64>) -> Result<RunD
         vm_mmio_exits: 0,
         hypercalls: 0,
         para_entries: 0,
+        launches: n.counters.launches,
+        bell_polled: n.counters.bell.polled,
+        submit_ns: mean(&n.counters.path.submit),
+        complete_ns: mean(&n.counters.path.complete),
     })
+}
+
+fn mean(l: &vgpu::state::Latency) -> u64 {
+    l.total_ns / l.n.max(1)
 }
 
 /// Results of one configuration at one size, with slowdowns against `base` (native).
@@ -243,7 +273,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let mut skipped = Vec::new();
     let mut tables: Vec<Table> = Vec::new();
     for c in &configs {
-        let gpu = gpu_opts(c, a.backend);
+        let mut gpu = gpu_opts(c, a.backend);
+        if let Some(extra) = &a.gpu_extra {
+            gpu = format!("{gpu},{extra}");
+        }
         let guest_args = match a.sys_mib {
             Some(m) => format!("sys_mib={m} {}", c.args),
             None => c.args.to_string(),
@@ -332,6 +365,7 @@ mod tests {
             sys_mib: None,
             memory_mib: None,
             quick: true,
+            gpu_extra: None,
             vmm: None,
         };
         let e = run(&a).unwrap_err().to_string();

@@ -248,11 +248,23 @@ mod tests {
                 (b["slowdown_with_init"].as_f64().unwrap() - 1.0).abs() < 1e-9,
                 "{b}"
             );
-            assert!(
-                b["phases"]["kernel"]["mmio_exits"].as_u64().unwrap() >= 1,
-                "{b}"
-            );
+            let phases: u64 = ["upload", "kernel", "download", "free"]
+                .iter()
+                .map(|p| b["phases"][p]["mmio_exits"].as_u64().unwrap())
+                .sum();
+            assert_eq!(b["mmio_exits"].as_u64(), Some(phases), "{b}");
         }
+        // Every kernel phase rang its doorbell: through the trapped register, or through the
+        // doorbell page (taken by the device's poll).
+        let kernel_traps: u64 = benches
+            .iter()
+            .map(|b| b["phases"]["kernel"]["mmio_exits"].as_u64().unwrap())
+            .sum();
+        assert!(
+            kernel_traps + native["bell_doorbells"].as_u64().unwrap() >= benches.len() as u64,
+            "{native}"
+        );
+        assert!(native["launches"].as_u64().unwrap() >= benches.len() as u64);
         assert!(native["init"]["mmio_exits"].as_u64().unwrap() > 0);
         if vmm.is_some() {
             let full = &results[1];

@@ -68,6 +68,11 @@ fn chart_series(
     Ok((series, groups))
 }
 
+/// `a / b` (0 when `b` is 0).
+fn ratio_f(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
 /// Writes summary.json, overhead.csv and the charts; returns the one-line summary.
 pub(crate) fn write(
     a: &Args,
@@ -195,13 +200,22 @@ pub(crate) fn write(
         chart_bars.push(("geomean".into(), g_bar));
         chart_bars.push(("init".into(), init_bar));
         bars.push((t, chart_bars));
-        line.push(format!(
-            "{}/{} {:.2}x ({:.2}x with init)",
-            t.config.name,
-            t.size,
-            g,
-            geomean(&with_inits)
-        ));
+        line.push(if t.config.native {
+            format!("{}/{} {:.2}x", t.config.name, t.size, g)
+        } else {
+            format!(
+                "{}/{} {:.2}x ({:.2}x with init, {:.2} exits/launch, {:.2} without init)",
+                t.config.name,
+                t.size,
+                g,
+                geomean(&with_inits),
+                t.data.exits_per_launch(),
+                ratio_f(
+                    t.data.benches.iter().map(|b| total(b).mmio).sum::<u64>(),
+                    t.data.launches
+                )
+            )
+        });
         let phase_geomeans: serde_json::Map<String, serde_json::Value> = PHASES
             .iter()
             .zip(&phase_slow)
@@ -229,6 +243,15 @@ pub(crate) fn write(
             "tlb_flushes": t.data.tlb_flushes,
             "doorbells": t.data.doorbells,
             "vm_mmio_exits": t.data.vm_mmio_exits,
+            "launches": t.data.launches,
+            "exits_per_launch": t.data.exits_per_launch(),
+            "exits_per_launch_workloads": ratio_f(
+                t.data.benches.iter().map(|b| total(b).mmio).sum::<u64>(),
+                t.data.launches
+            ),
+            "bell_doorbells": t.data.bell_polled,
+            "submit_us": t.data.submit_ns as f64 / 1e3,
+            "complete_us": t.data.complete_ns as f64 / 1e3,
             "hypercalls": t.data.hypercalls,
             "para_entries": t.data.para_entries,
             "benchmarks": benches,
@@ -353,6 +376,7 @@ mod tests {
             sys_mib: None,
             memory_mib: None,
             quick: false,
+            gpu_extra: None,
             vmm: None,
         };
         // Native medians: a 100, b 400, init 10.

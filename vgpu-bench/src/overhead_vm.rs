@@ -33,6 +33,24 @@ pub struct RunData {
     /// Para-virtual hypercalls and the entries they carried (0 outside para mode).
     pub hypercalls: u64,
     pub para_entries: u64,
+    /// Kernel launches the device ran, and doorbells it took from the doorbell page.
+    pub launches: u64,
+    pub bell_polled: u64,
+    /// Mean submission (doorbell noticed → engine start) and completion (engine end → fence
+    /// written) latencies on the device, ns (`counters.path`).
+    pub submit_ns: u64,
+    pub complete_ns: u64,
+}
+
+impl RunData {
+    /// MMIO exits per kernel launch over the whole run (0 without launches).
+    pub fn exits_per_launch(&self) -> f64 {
+        if self.launches == 0 {
+            0.0
+        } else {
+            self.vm_mmio_exits as f64 / self.launches as f64
+        }
+    }
 }
 
 /// Phase names, in the order of [`Bench::phases`].
@@ -98,6 +116,14 @@ pub fn parse_stats(d: &mut RunData, stats: &serde_json::Value) -> Result<(), Ben
         .iter()
         .map(|r| r["reads"].as_u64().unwrap_or(0) + r["writes"].as_u64().unwrap_or(0))
         .sum();
+    d.launches = get("launches")?;
+    d.bell_polled = c["bell"]["polled"].as_u64().unwrap_or(0);
+    let mean = |k: &str| {
+        let p = &c["path"][k];
+        p["total_ns"].as_u64().unwrap_or(0) / p["n"].as_u64().unwrap_or(0).max(1)
+    };
+    d.submit_ns = mean("submit");
+    d.complete_ns = mean("complete");
     let para = &stats["gpu"]["para"];
     d.hypercalls = para["hypercalls"].as_u64().unwrap_or(0);
     d.para_entries = para["entries"].as_u64().unwrap_or(0);
@@ -206,13 +232,17 @@ mod tests {
         );
         let stats = serde_json::json!({
             "mmio": [{"reads": 2, "writes": 3}, {"reads": 1, "writes": 0}],
-            "gpu": {"counters": {"shadow_rebuilds": 7, "tlb_flushes": 8, "doorbells": 9},
+            "gpu": {"counters": {"shadow_rebuilds": 7, "tlb_flushes": 8, "doorbells": 9,
+                                 "launches": 4, "bell": {"polled": 5},
+                                 "path": {"submit": {"n": 2, "total_ns": 60}}},
                     "para": {"hypercalls": 3, "entries": 2}}
         });
         let mut d = RunData::default();
         parse_stats(&mut d, &stats).unwrap();
         assert_eq!((d.vm_mmio_exits, d.shadow_rebuilds, d.doorbells), (6, 7, 9));
         assert_eq!((d.hypercalls, d.para_entries), (3, 2));
+        assert_eq!((d.launches, d.bell_polled, d.submit_ns), (4, 5, 30));
+        assert!((d.exits_per_launch() - 1.5).abs() < 1e-9);
         assert!(parse_stats(&mut d, &serde_json::json!({})).is_err());
     }
 }

@@ -24,6 +24,15 @@ pub enum Backend {
     Cuda,
 }
 
+/// How the guest rings doorbells (`doorbell=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doorbell {
+    /// Only the trapped `GP_PUT[n]` registers (CAPS bit 5 clear).
+    Mmio,
+    /// The doorbell page too (CAPS bit 5): the worker polls it for `spin` after activity.
+    Poll,
+}
+
 /// Configuration of one virtual GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuConfig {
@@ -64,7 +73,32 @@ pub struct GpuConfig {
     pub preempt: pgpu::PreemptMethod,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
+    /// Doorbells: trapped registers only, or the polled doorbell page as well (`doorbell=`).
+    pub doorbell: Doorbell,
+    /// How long the worker keeps polling the doorbell page after its last activity before it
+    /// sleeps and asks the guest to ring the trapped register (`spin_us=`, 0 … 10000, default
+    /// [`default_spin`]): the CPU time polling may spend per idle period.
+    pub spin: Duration,
+    /// Stop polling early when a yield between two looks lost the core (another thread needed
+    /// it: a poller competes with the vCPUs there, a sleeper is woken at once): `backoff=on`,
+    /// the default; `off` polls for the whole `spin` regardless (a host with a core to spare
+    /// per worker, tests).
+    pub spin_backoff: bool,
+    /// The worker reads GPFIFO entries, pushbuffers, launch data and semaphores that live in
+    /// guest RAM straight from it, not through the engine (`direct=on|off`).
+    pub direct: bool,
 }
+
+/// The default `spin_us=`: 1000 µs on a host with at least 4 CPUs; 0 on smaller ones, where
+/// a polling worker takes a core from the vCPUs (and from the sim engine's threads): measured
+/// on a 2-CPU host, polling there cost more throughput than the exits it saved.
+pub fn default_spin() -> Duration {
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    Duration::from_micros(if cpus >= 4 { 1000 } else { 0 })
+}
+
+/// Largest `spin_us=`.
+pub const SPIN_US_MAX: u64 = 10_000;
 
 impl Default for GpuConfig {
     fn default() -> Self {
@@ -84,6 +118,10 @@ impl Default for GpuConfig {
             sim_pages_2m_only: false,
             preempt: pgpu::PreemptMethod::Slice,
             host: None,
+            doorbell: Doorbell::Poll,
+            spin: default_spin(),
+            direct: true,
+            spin_backoff: true,
         }
     }
 }
@@ -97,7 +135,7 @@ pub const HOSTMEM_MAX: u64 = 64 << 30;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name)"
+        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us, backoff, direct)"
     )]
     UnknownKey(String),
     #[error("--gpu: {key}={value}: {why}")]
@@ -204,6 +242,35 @@ impl GpuConfig {
                             .ok_or_else(|| bad("1 to 10000"))?,
                     )
                 }
+                "doorbell" => {
+                    c.doorbell = match value {
+                        "mmio" => Doorbell::Mmio,
+                        "poll" => Doorbell::Poll,
+                        _ => return Err(bad("mmio or poll")),
+                    }
+                }
+                "backoff" => {
+                    c.spin_backoff = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(bad("on or off")),
+                    }
+                }
+                "direct" => {
+                    c.direct = match value {
+                        "on" => true,
+                        "off" => false,
+                        _ => return Err(bad("on or off")),
+                    }
+                }
+                "spin_us" => {
+                    let us: u64 = value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= SPIN_US_MAX)
+                        .ok_or_else(|| bad("0 to 10000"))?;
+                    c.spin = Duration::from_micros(us);
+                }
                 "priority" => priority = Some(value.parse::<u8>().map_err(|_| bad("0 to 255"))?),
                 "name" => {
                     let ok = (1..=64).contains(&value.len())
@@ -294,6 +361,25 @@ mod tests {
             [opt("none"), opt("lazy"), opt("remap"), opt("all")],
             [(false, false), (true, false), (false, true), (true, true)]
         );
+        let c = GpuConfig::parse("doorbell=mmio,spin_us=20").unwrap();
+        assert_eq!(
+            (c.doorbell, c.spin),
+            (Doorbell::Mmio, Duration::from_micros(20))
+        );
+        assert_eq!(GpuConfig::default().doorbell, Doorbell::Poll);
+        assert!(!GpuConfig::parse("direct=off").unwrap().direct);
+        assert!(!GpuConfig::parse("backoff=off").unwrap().spin_backoff);
+        for bad in [
+            "doorbell=ring",
+            "spin_us=10001",
+            "spin_us=-1",
+            "direct=maybe",
+        ] {
+            assert!(
+                matches!(GpuConfig::parse(bad), Err(ConfigError::BadValue { .. })),
+                "{bad}"
+            );
+        }
         assert!(matches!(
             GpuConfig::parse("opt=fast"),
             Err(ConfigError::BadValue { .. })

@@ -2,6 +2,7 @@
 //! registers and the PRAMIN window, and the BAR1 VRAM aperture. Runs on vCPU threads; work
 //! goes to the GPU worker through the shared state. Every register value is validated here.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use mmio::pci::{BarKind, BarSpec, PciConfig, PciDevice, PciError};
@@ -28,6 +29,10 @@ pub struct VgpuDevice {
     para: Option<crate::para_bar::Para>,
     /// BAR remap of the aperture (`opt=remap|all`).
     remap: Option<Arc<Mutex<Remap>>>,
+    /// Guest RAM, when the doorbell page is offered (`doorbell=poll`): CAPS bit 5.
+    bell_ram: Option<vm_memory::GuestMemoryMmap>,
+    /// `BELL_PAGE_HI` as written (takes effect with the next `BELL_PAGE_LO` write).
+    bell_hi: u32,
 }
 
 impl VgpuDevice {
@@ -70,6 +75,8 @@ impl VgpuDevice {
             timer_hi_latch: 0,
             para: None,
             remap: None,
+            bell_ram: None,
+            bell_hi: 0,
         })
     }
 
@@ -77,6 +84,68 @@ impl VgpuDevice {
     /// a bus, which reports where BAR1 decodes through `bar_moved`).
     pub fn attach_remap(&mut self, remap: Arc<Mutex<Remap>>) {
         self.remap = Some(remap);
+    }
+
+    /// Offers the doorbell page (CAPS bit 5, `BELL_PAGE_LO/_HI`) over guest RAM `ram`.
+    pub fn attach_bell(&mut self, ram: vm_memory::GuestMemoryMmap) {
+        self.bell_ram = Some(ram);
+    }
+
+    /// A write of `BELL_PAGE_LO` (`v`) with `BELL_PAGE_HI` as last written: enables the page
+    /// at that address (bits 11:1 zero, the page inside one RAM region), or disables it (bit 0
+    /// clear). A refused address is a BAD_REGISTER fault; the page in use stays as it was.
+    fn set_bell(&mut self, r: &mut crate::state::Regs, v: u32) {
+        let Some(ram) = &self.bell_ram else { return };
+        let shared = self.shared.clone();
+        if v & regs::BELL_ENABLE == 0 {
+            r.bell = None;
+            return;
+        }
+        let addr = u64::from(self.bell_hi) << 32 | u64::from(v & !0xfff);
+        let ok = v & 0xffe == 0
+            && self
+                .layout
+                .check_range(shadow::Aperture::Sysmem, addr, vgpu_hw::bell::PAGE_BYTES)
+                .is_ok();
+        if !ok {
+            r.counters.bell.refused += 1;
+            shared.device_fault(r, FaultKind::BadRegister, addr, regs::BELL_PAGE_LO);
+            return;
+        }
+        r.bell = Some(crate::bell::BellPage::new(ram.clone(), addr));
+        for n in 0..r.chans.len() as u32 {
+            crate::state::Shared::mirror(r, n);
+        }
+        shared.wake.notify_all();
+    }
+
+    /// Whether a doorbell page at `addr` would be accepted (`set_bell`'s checks), for a
+    /// snapshot's page before anything of the snapshot is applied.
+    pub(crate) fn bell_allowed(&self, addr: u64) -> bool {
+        self.bell_ram.is_some()
+            && addr & 0xfff == 0
+            && self
+                .layout
+                .check_range(shadow::Aperture::Sysmem, addr, vgpu_hw::bell::PAGE_BYTES)
+                .is_ok()
+    }
+
+    /// Puts a snapshot's doorbell page in place (checked by `bell_allowed` first) with the
+    /// `PUT` values the worker had acted on and its `WAKE`; `BELL_PAGE_HI` reads back its
+    /// high half.
+    pub(crate) fn restore_bell(&mut self, b: &crate::snapshot::regs_image::BellImage) {
+        let Some(ram) = &self.bell_ram else { return };
+        let mut page = crate::bell::BellPage::new(ram.clone(), b.addr);
+        for (seen, v) in page.seen.iter_mut().zip(&b.seen) {
+            *seen = *v;
+        }
+        page.set_wake(b.wake);
+        self.bell_hi = (b.addr >> 32) as u32;
+        let mut r = self.shared.lock();
+        r.bell = Some(page);
+        for n in 0..r.chans.len() as u32 {
+            crate::state::Shared::mirror(&r, n);
+        }
     }
 
     /// Keeps the page holding guest VRAM `addr` trapping (it holds a GPU structure now).
@@ -177,7 +246,19 @@ impl VgpuDevice {
                 } else {
                     0
                 };
-                regs::CAP_COPY | regs::CAP_COMPUTE | regs::CAP_SYSMEM | regs::CAP_MSI | para
+                let bell = if self.bell_ram.is_some() {
+                    regs::CAP_BELL
+                } else {
+                    0
+                };
+                regs::CAP_COPY | regs::CAP_COMPUTE | regs::CAP_SYSMEM | regs::CAP_MSI | para | bell
+            }
+            regs::BELL_PAGE_LO if self.bell_ram.is_some() => r
+                .bell
+                .as_ref()
+                .map_or(0, |b| b.addr() as u32 | regs::BELL_ENABLE),
+            regs::BELL_PAGE_HI if self.bell_ram.is_some() => {
+                r.bell.as_ref().map_or(0, |b| (b.addr() >> 32) as u32)
             }
             regs::MAX_PUSH_WORDS => regs::MAX_PUSH,
             regs::TIMER_LO => {
@@ -279,6 +360,8 @@ impl VgpuDevice {
                 }
             }
             regs::RUNLIST_BASE => r.runlist_base = v,
+            regs::BELL_PAGE_HI if self.bell_ram.is_some() => self.bell_hi = v,
+            regs::BELL_PAGE_LO if self.bell_ram.is_some() => self.set_bell(&mut r, v),
             regs::RUNLIST_SUBMIT => {
                 drop(r);
                 self.submit_runlist(v);
@@ -317,11 +400,16 @@ impl VgpuDevice {
                 ch.gp_get = 0;
                 ch.fault_kind = 0;
                 ch.inst_dirty = true;
+                ch.rung_at = None;
                 ch.state = if v & regs::CHAN_INST_VALID != 0 {
                     regs::CHAN_IDLE
                 } else {
                     regs::CHAN_UNBOUND
                 };
+                if let Some(b) = r.bell.as_mut() {
+                    b.reset_put(n);
+                }
+                crate::state::Shared::mirror(&r, n);
                 if v & regs::CHAN_INST_VALID != 0 {
                     // The page becomes an instance block now: it traps from this write on.
                     self.retrap(addr);
@@ -355,26 +443,8 @@ impl VgpuDevice {
                 && o.is_multiple_of(8) =>
             {
                 let n = (o - regs::DOORBELL_BASE) / 8;
-                let bound = r
-                    .chans
-                    .get(n as usize)
-                    .is_some_and(|c| c.state != regs::CHAN_UNBOUND);
-                if !bound {
-                    let rec = FaultRecord {
-                        kind: FaultKind::BadChannel,
-                        access: Access::None,
-                        channel: 0xffff,
-                        addr: u64::from(n),
-                        info: v,
-                    };
-                    shared.fault(&mut r, rec);
+                if !shared.ring(&mut r, n, v) {
                     return;
-                }
-                r.counters.doorbells += 1;
-                let ch = &mut r.chans[n as usize];
-                ch.gp_put = v;
-                if ch.state == regs::CHAN_IDLE && ch.gp_put != ch.gp_get {
-                    ch.state = regs::CHAN_PENDING;
                 }
                 shared.wake.notify_all();
             }
@@ -451,6 +521,7 @@ impl PciDevice for VgpuDevice {
     }
 
     fn bar_read(&mut self, bar: usize, offset: u64, data: &mut [u8]) {
+        self.shared.traps.fetch_add(1, Ordering::Relaxed);
         match bar {
             0 if offset >= u64::from(regs::REGS_END) => {
                 let base = u64::from(self.shared.lock().pramin_base) << 16;
@@ -470,6 +541,7 @@ impl PciDevice for VgpuDevice {
     }
 
     fn bar_write(&mut self, bar: usize, offset: u64, data: &[u8]) {
+        self.shared.traps.fetch_add(1, Ordering::Relaxed);
         match bar {
             0 if offset >= u64::from(regs::REGS_END) => {
                 let base = u64::from(self.shared.lock().pramin_base) << 16;

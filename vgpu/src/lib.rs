@@ -9,11 +9,14 @@
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
-//! the hypercall), `snapshot` (pause, save, restore).
+//! the hypercall), `snapshot` (pause, save, restore), `bell` (the doorbell page of exitless
+//! submission).
 
+pub mod bell;
 pub mod budget;
 pub mod config;
 pub mod device;
+mod direct;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -63,6 +66,8 @@ pub enum VgpuError {
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuStats {
     pub counters: GpuCounters,
+    /// MMIO exits (`counters.mmio_traps`, initialisation included) per kernel launch.
+    pub exits_per_launch: f64,
     pub fault: Option<FaultRecord>,
     /// Whether the sentinels around the partition and in the foreign host buffer are intact.
     pub guard_intact: bool,
@@ -305,6 +310,10 @@ impl Vgpu {
             shared.clone(),
             layout.clone(),
         )?;
+        if cfg.doorbell == config::Doorbell::Poll {
+            dev.attach_bell(ram.clone());
+        }
+        let (cfg_direct, ram_for_worker) = (cfg.direct, ram.clone());
         let para = (cfg.mode == config::Mode::Para).then(|| {
             Arc::new(Mutex::new(para::ParaSpaces::new(
                 engine.clone(),
@@ -340,6 +349,9 @@ impl Vgpu {
         if let Some(spaces) = &para {
             w.set_para(spaces.clone());
         }
+        if cfg_direct {
+            w.set_direct(ram_for_worker);
+        }
         let worker = std::thread::Builder::new()
             .name("vgpu".into())
             .spawn(move || w.run())?;
@@ -366,12 +378,19 @@ impl Vgpu {
 
     /// Counters, the pending fault, and the guard check.
     pub fn stats(&self) -> GpuStats {
-        let (counters, fault) = {
+        let (mut counters, fault) = {
             let r = self.shared.lock();
             (r.counters.clone(), r.fault)
         };
+        counters.mmio_traps = self.shared.traps.load(std::sync::atomic::Ordering::Relaxed);
+        let exits_per_launch = if counters.launches == 0 {
+            0.0
+        } else {
+            counters.mmio_traps as f64 / counters.launches as f64
+        };
         GpuStats {
             counters,
+            exits_per_launch,
             fault,
             guard_intact: self.guards.intact(),
             para: self.para.as_ref().map(|p| para::lock(p).counters.clone()),

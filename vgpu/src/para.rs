@@ -112,6 +112,8 @@ pub struct ParaSpaces {
     spaces: HashMap<Pdb, Space>,
     current: Option<Pdb>,
     pub counters: ParaCounters,
+    /// Bumped whenever a space's mappings may have changed.
+    generation: u64,
 }
 
 pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
@@ -217,6 +219,7 @@ impl ParaSpaces {
             spaces: HashMap::new(),
             current: None,
             counters: ParaCounters::default(),
+            generation: 0,
         }
     }
 
@@ -322,6 +325,7 @@ impl ParaSpaces {
             .current
             .ok_or(CallError::BadCall("no page directory selected (SET_PD)"))?;
         let engine = self.engine.clone();
+        self.generation += 1;
         let sp = self
             .spaces
             .get_mut(&pdb)
@@ -349,6 +353,16 @@ impl ParaSpaces {
     /// The engine space of the page directory `pdb`, if the guest set it.
     pub fn space_for(&self, pdb: Pdb) -> Option<SpaceId> {
         self.spaces.get(&pdb).and_then(|s| s.shadow.space())
+    }
+
+    /// Changes whenever the mappings of a space may have changed.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The engine mappings of page directory `pdb` (sorted by VA), if the guest set it.
+    pub fn installed(&self, pdb: Pdb) -> Option<&[pgpu::Mapping]> {
+        self.spaces.get(&pdb).map(|s| s.shadow.installed())
     }
 
     /// What the selected space holds (guest view), for tests.

@@ -109,6 +109,8 @@ pub struct Shadows {
     sysmem: SysmemMap,
     /// Per guest page directory: its shadow (retained while the budget allows).
     spaces: HashMap<Pdb, Entry>,
+    /// Bumped whenever a space's mappings may have changed (installed, rebuilt, dropped).
+    generation: u64,
 }
 
 fn guest_fault(f: GuestFault) -> Fault {
@@ -182,6 +184,7 @@ impl Shadows {
             partition,
             sysmem,
             spaces: HashMap::new(),
+            generation: 0,
         })
     }
 
@@ -200,6 +203,16 @@ impl Shadows {
         &self.sysmem
     }
 
+    /// Changes whenever the mappings of a space may have changed.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The mappings installed for page directory `key` (sorted by VA), if it has a shadow.
+    pub fn installed(&self, key: Pdb) -> Option<&[pgpu::Mapping]> {
+        self.spaces.get(&key).map(|e| e.sp.installed())
+    }
+
     /// Reads and validates the instance block at guest VRAM `addr`.
     pub fn read_instance(&self, addr: u64) -> Result<Instance, Fault> {
         Instance::read(&self.mem, &self.layout, addr).map_err(guest_fault)
@@ -216,6 +229,7 @@ impl Shadows {
 
     /// Destroys the shadow of `key` and gives back its charge.
     fn drop_space(&mut self, key: Pdb, budget: &mut HostBudget) {
+        self.generation += 1;
         if let Some(mut e) = self.spaces.remove(&key) {
             if let Err(err) = e.sp.destroy(&*self.engine) {
                 log::warn!("vgpu: destroy shadow space {key:?}: {err}");
@@ -304,6 +318,7 @@ impl Shadows {
                 },
             );
         }
+        self.generation += 1;
         let e = self.spaces.get_mut(&key).ok_or(ShadowError::Destroyed)?;
         let synced = e.sp.sync(&*self.engine, &plan.mappings);
         // What is installed never exceeds what was wanted, for which room was made.

@@ -34,6 +34,9 @@ pub struct ChanRegs {
     /// Bumped at every CHAN_INST write (a new binding, GP_GET/GP_PUT reset): a turn the worker
     /// began under an older binding must not move this one's GP_GET.
     pub binding: u64,
+    /// When the guest's latest doorbell for work not yet started arrived (trapped write or
+    /// doorbell page): the start of the submission latency (`Latency::submit`).
+    pub rung_at: Option<Instant>,
 }
 
 /// The first fault not yet cleared by the guest.
@@ -66,6 +69,58 @@ pub enum Watched {
     Table,
 }
 
+/// A latency measured over many events: count, sum and maximum, in ns.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub n: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Latency {
+    /// Adds one event of `ns`.
+    pub fn add(&mut self, ns: u64) {
+        self.n += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+    }
+}
+
+/// Where a submission's time goes on the device (always measured; `--stats`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PathTimes {
+    /// Doorbell noticed (the trapped `GP_PUT` write, or the worker's poll of the doorbell page)
+    /// → the engine starts the first copy or kernel, or the first semaphore release is written.
+    pub submit: Latency,
+    /// Of `submit`: doorbell noticed → the worker begins the channel's turn (the wake-up).
+    pub wakeup: Latency,
+    /// The engine ends a copy or kernel → the release after it is written (and its interrupt
+    /// raised): the fence becomes visible to the guest.
+    pub complete: Latency,
+    /// Fetching GPFIFO entries and pushbuffer segments from guest memory.
+    pub fetch: Latency,
+    /// Preparing a launch (reading its descriptor, text and parameters; the module cache).
+    pub launch_prep: Latency,
+    /// Writing semaphore releases.
+    pub release: Latency,
+}
+
+/// The doorbell page's figures (`doorbell=poll`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct BellCounters {
+    /// Doorbells the worker took from the page (included in `doorbells`).
+    pub polled: u64,
+    /// Times the worker stopped polling and set `WAKE` (each may cost the guest one trapped
+    /// `GP_PUT` write).
+    pub sleeps: u64,
+    /// Time the worker spent polling without finding work, ns: wall time, an upper bound of
+    /// the CPU time it cost (the worker yields its core between looks; at most `spin_us` per
+    /// idle period).
+    pub spin_ns: u64,
+    /// Doorbell page addresses refused (BAD_REGISTER).
+    pub refused: u64,
+}
+
 /// Device counters for `--stats`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuCounters {
@@ -86,6 +141,14 @@ pub struct GpuCounters {
     pub faults: u64,
     pub faults_dropped: u64,
     pub gpu_ns: u64,
+    /// Register, aperture and para-virtual BAR accesses that reached the device: each is a VM
+    /// exit of the guest (MMIO exits).
+    pub mmio_traps: u64,
+    pub bell: BellCounters,
+    pub path: PathTimes,
+    /// The worker's reads and writes in channels' address spaces served straight from guest
+    /// RAM (`direct=on`) instead of by engine copies.
+    pub direct_accesses: u64,
     /// The host memory budget's accounting (as of the worker's last turn).
     pub hostmem: crate::budget::HostMemStats,
     /// `faults` by kind (snake_case names of docs/hardware.md's kinds). All but `gpu_lost`
@@ -136,6 +199,8 @@ pub struct Regs {
     pub shutdown: bool,
     /// Pausing for a snapshot (`snapshot`): requested, parked, the worker's exported state.
     pub pause: crate::snapshot::PauseCtl,
+    /// The doorbell page, while the guest has one enabled.
+    pub bell: Option<crate::bell::BellPage>,
     /// Whether the interrupt condition was signalled and not yet cleared (edge per MSI).
     irq_line: bool,
 }
@@ -157,6 +222,8 @@ pub struct Shared {
     /// Set while a pause is requested: a job the worker starts is preempted at once (read
     /// after the worker clears its preemption handle, so no pause request is lost).
     pub pausing: AtomicBool,
+    /// Accesses that trapped into the device (see `GpuCounters::mmio_traps`).
+    pub traps: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -183,6 +250,7 @@ impl Shared {
                 counters: GpuCounters::default(),
                 shutdown: false,
                 pause: crate::snapshot::PauseCtl::default(),
+                bell: None,
                 irq_line: false,
             }),
             wake: Condvar::new(),
@@ -193,6 +261,7 @@ impl Shared {
             started: Instant::now(),
             timer_offset: AtomicI64::new(0),
             pausing: AtomicBool::new(false),
+            traps: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -265,9 +334,81 @@ impl Shared {
         if let Some(c) = regs.chans.get_mut(rec.channel as usize) {
             c.state = regs::CHAN_FAULTED;
             c.fault_kind = rec.kind.code();
+            c.rung_at = None;
+            Self::mirror(regs, rec.channel);
         }
         regs.intr_status |= regs::INTR_FAULT;
         self.update_irq(regs);
+    }
+
+    /// A doorbell for channel `n` with GP_PUT `v` (the trapped `GP_PUT[n]` write or a change of
+    /// `PUT[n]` in the doorbell page): an unbound channel or an id ≥ CHANNELS is a BAD_CHANNEL
+    /// fault; otherwise GP_PUT takes the value and an idle channel with work becomes pending.
+    /// Returns whether the channel took it.
+    pub fn ring(&self, regs: &mut Regs, n: u32, v: u32) -> bool {
+        let bound = regs
+            .chans
+            .get(n as usize)
+            .is_some_and(|c| c.state != regs::CHAN_UNBOUND);
+        if !bound {
+            let rec = FaultRecord {
+                kind: FaultKind::BadChannel,
+                access: Access::None,
+                channel: 0xffff,
+                addr: u64::from(n),
+                info: v,
+            };
+            self.fault(regs, rec);
+            return false;
+        }
+        regs.counters.doorbells += 1;
+        let ch = &mut regs.chans[n as usize];
+        ch.gp_put = v;
+        if ch.gp_put != ch.gp_get && ch.rung_at.is_none() {
+            ch.rung_at = Some(Instant::now());
+        }
+        if ch.state == regs::CHAN_IDLE && ch.gp_put != ch.gp_get {
+            ch.state = regs::CHAN_PENDING;
+        }
+        Self::mirror(regs, n);
+        true
+    }
+
+    /// Takes the doorbells written into the doorbell page since the last look (the worker,
+    /// while it polls). Returns whether a channel took new work.
+    pub fn poll_bell(&self, regs: &mut Regs) -> bool {
+        let Some(bell) = regs.bell.as_mut() else {
+            return false;
+        };
+        let mut rung = [None; regs::MAX_CHANNELS as usize];
+        let chans = regs.chans.len();
+        for (n, slot) in rung.iter_mut().enumerate().take(chans) {
+            let v = bell.put(n as u32);
+            if v != bell.seen[n] {
+                bell.seen[n] = v;
+                *slot = Some(v);
+            }
+        }
+        let mut took = false;
+        for (n, v) in rung.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            // Already rung through the trapped register (the guest saw WAKE): nothing new.
+            if regs.chans.get(n).is_some_and(|c| c.gp_put == v) {
+                continue;
+            }
+            if self.ring(regs, n as u32, v) {
+                regs.counters.bell.polled += 1;
+                took = true;
+            }
+        }
+        took
+    }
+
+    /// Mirrors channel `n`'s GP_GET and CHAN_STATUS into the doorbell page, if one is in use.
+    pub fn mirror(regs: &Regs, n: u32) {
+        if let (Some(b), Some(c)) = (&regs.bell, regs.chans.get(n as usize)) {
+            b.mirror(n, c.gp_get, c.state | u32::from(c.fault_kind) << 8);
+        }
     }
 
     /// A device-level fault (not tied to a channel).

@@ -106,6 +106,17 @@ pub struct Worker {
     modules: ModuleCache,
     /// The page directory the current turn runs in (its shadow is never evicted meanwhile).
     current_pdb: Option<shadow::Pdb>,
+    /// The last activity (work found or run, a wake-up): the doorbell page is polled for
+    /// `cfg.spin` after it.
+    active: Instant,
+    /// Since when the worker has polled without finding work (charged to `bell.spin_ns`).
+    spin_since: Option<Instant>,
+    /// Polling found its core taken by another thread: sleep until the next activity.
+    contended: bool,
+    /// Guest RAM reached directly for the worker's own reads and writes (see `direct`).
+    direct: Option<crate::direct::Direct>,
+    /// When the engine last ended a job whose completion no release has signalled yet.
+    job_end: Option<(usize, Instant)>,
 }
 
 /// FAULT_INFO of a RESOURCE_LIMIT fault for a module (ADDR = CODE_VA of the launch).
@@ -113,6 +124,9 @@ pub const LIMIT_MODULE: u32 = 1;
 
 /// The channel index `pick` returns for an eager flush.
 const FLUSH: usize = usize::MAX;
+
+/// A yield of the polling worker that took longer than this gave its core to another thread.
+const CONTENDED: Duration = Duration::from_micros(50);
 
 /// How long a waiting acquire sleeps before it is retried.
 const ACQUIRE_POLL: Duration = Duration::from_millis(1);
@@ -131,6 +145,11 @@ impl Worker {
             budget: HostBudget::new(cfg.hostmem),
             modules: ModuleCache::default(),
             current_pdb: None,
+            active: Instant::now(),
+            spin_since: None,
+            contended: false,
+            direct: None,
+            job_end: None,
             cancel,
             shared,
             engine,
@@ -150,6 +169,12 @@ impl Worker {
     /// Shared GPU: gate every job on a grant of the daemon behind `link`.
     pub fn set_host(&mut self, link: Arc<HostLink>) {
         self.host = Some(link);
+    }
+
+    /// Reads and writes the worker makes in guest RAM go straight to `ram` (see `direct`).
+    pub fn set_direct(&mut self, ram: vm_memory::GuestMemoryMmap) {
+        let sysmem = self.shadows.sysmem().clone();
+        self.direct = Some(crate::direct::Direct::new(ram, sysmem));
     }
 
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
@@ -172,6 +197,7 @@ impl Worker {
             let shared = self.shared.clone();
             let mut r = shared.lock();
             r.counters.hostmem = self.budget.stats();
+            r.counters.direct_accesses = self.direct.as_ref().map_or(0, |d| d.hits);
             if r.chans[ch].binding != self.chans[ch].binding {
                 // The guest re-bound the channel while this turn ran: the turn belonged to the
                 // old binding, whose GPFIFO is gone; the new one starts from its own GP_GET.
@@ -188,6 +214,8 @@ impl Worker {
                     c.gp_get = (c.gp_get + 1) % entries;
                     if c.state == regs::CHAN_RUNNING {
                         c.state = if c.gp_get == c.gp_put {
+                            // Nothing left: a doorbell whose work ran no job is not timed.
+                            c.rung_at = None;
                             regs::CHAN_IDLE
                         } else {
                             regs::CHAN_PENDING
@@ -200,6 +228,7 @@ impl Worker {
                     }
                 }
                 Turn::Faulted(f) => {
+                    self.job_end = None;
                     self.chans[ch] = ChanRt {
                         binding: self.chans[ch].binding,
                         instance: self.chans[ch].instance.take(),
@@ -215,6 +244,7 @@ impl Worker {
                     shared.fault(&mut r, rec);
                 }
             }
+            crate::state::Shared::mirror(&r, ch as u32);
         }
         self.modules.clear(&*self.engine, &mut self.budget);
     }
@@ -282,6 +312,11 @@ impl Worker {
                 self.seen_epoch += 1;
                 return Some((FLUSH, self.seen_epoch));
             }
+            let now = Instant::now();
+            if shared.poll_bell(&mut r) {
+                self.active = now;
+                self.contended = false;
+            }
             let n = r.chans.len();
             let mut waiting = false;
             for k in 0..n {
@@ -300,6 +335,15 @@ impl Worker {
                     continue;
                 }
                 self.next = (ch + 1) % n;
+                self.spent_polling(&mut r, now);
+                self.active = now;
+                self.contended = false;
+                if let Some(t) = r.chans[ch].rung_at {
+                    r.counters
+                        .path
+                        .wakeup
+                        .add(now.saturating_duration_since(t).as_nanos() as u64);
+                }
                 let epoch = r.flush_epoch;
                 let c = &mut r.chans[ch];
                 c.state = regs::CHAN_RUNNING;
@@ -313,12 +357,52 @@ impl Worker {
                 if std::mem::take(&mut c.inst_dirty) {
                     self.chans[ch].instance = None;
                 }
+                crate::state::Shared::mirror(&r, ch as u32);
                 return Some((ch, epoch));
             }
             if let Some(h) = &self.host {
                 // Nothing runnable: withdraw a Want (`more` may have announced work that is
                 // not there, e.g. an unsatisfied acquire).
                 h.idle();
+            }
+            if r.bell.is_some() && !waiting {
+                // Exitless submission: look at the doorbell page again; keep looking for
+                // `spin` after the last activity, then sleep with WAKE set.
+                let now = Instant::now();
+                if shared.poll_bell(&mut r) {
+                    self.spent_polling(&mut r, now);
+                    self.active = now;
+                    self.contended = false;
+                    continue;
+                }
+                if now.duration_since(self.active) < self.cfg.spin && !self.contended {
+                    if let Some(b) = r.bell.as_mut() {
+                        b.set_wake(false);
+                    }
+                    self.spin_since.get_or_insert(now);
+                    drop(r);
+                    // Polling must not starve the vCPUs where cores are scarce: give the
+                    // core away if anything else wants it (returns at once otherwise). If it
+                    // was taken, polling competes for a core: sleep instead until the next
+                    // activity (a sleeper is woken at once; a poller waits for its turn).
+                    let t = Instant::now();
+                    std::thread::yield_now();
+                    self.contended = self.cfg.spin_backoff && t.elapsed() > CONTENDED;
+                    r = shared.lock();
+                    continue;
+                }
+                if let Some(b) = r.bell.as_mut() {
+                    b.set_wake(true);
+                }
+                // The guest may have written PUT[n] before it saw WAKE: look once more.
+                if shared.poll_bell(&mut r) {
+                    self.spent_polling(&mut r, now);
+                    self.active = now;
+                    self.contended = false;
+                    continue;
+                }
+                r.counters.bell.sleeps += 1;
+                self.spent_polling(&mut r, now);
             }
             r = if waiting {
                 shared
@@ -327,11 +411,22 @@ impl Worker {
                     .map(|(g, _)| g)
                     .unwrap_or_else(|e| e.into_inner().0)
             } else {
-                shared
+                let g = shared
                     .wake
                     .wait(r)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Woken (a trapped doorbell, a register, shutdown): activity.
+                self.active = Instant::now();
+                self.contended = false;
+                g
             };
+        }
+    }
+
+    /// Charges the time polled without finding work since `spin_since` (up to `now`).
+    fn spent_polling(&mut self, r: &mut crate::state::Regs, now: Instant) {
+        if let Some(since) = self.spin_since.take() {
+            r.counters.bell.spin_ns += now.duration_since(since).as_nanos() as u64;
         }
     }
 
@@ -435,6 +530,15 @@ impl Worker {
             self.shared.update_irq(&mut r);
         }
         let space = sync.space;
+        if let Some(d) = self.direct.as_mut() {
+            match para {
+                Some(p) => d.use_space(space, p.generation(), || p.installed(inst.pdb)),
+                None => {
+                    let shadows = &self.shadows;
+                    d.use_space(space, shadows.generation(), || shadows.installed(inst.pdb))
+                }
+            }
+        }
         if !self.chans[ch].in_segment {
             if gp_put >= inst.gpfifo_entries || gp_get >= inst.gpfifo_entries {
                 return Err(Fault::new(
@@ -448,7 +552,16 @@ impl Worker {
         self.execute_calls(ch, space)
     }
 
-    fn read(&self, space: SpaceId, va: u64, buf: &mut [u8], access: Access) -> Result<(), Fault> {
+    fn read(
+        &mut self,
+        space: SpaceId,
+        va: u64,
+        buf: &mut [u8],
+        access: Access,
+    ) -> Result<(), Fault> {
+        if self.direct.as_mut().is_some_and(|d| d.read(space, va, buf)) {
+            return Ok(());
+        }
         self.engine.copy_from_space(space, va, buf).map_err(|e| {
             log::debug!("vgpu: read {} bytes at {va:#x}: {e}", buf.len());
             Fault::new(FaultKind::Unmapped, va, 0).access(access)
@@ -462,6 +575,7 @@ impl Worker {
         inst: &Instance,
         gp_get: u32,
     ) -> Result<(), Fault> {
+        let t0 = Instant::now();
         let entry_va = inst.gpfifo_base + 8 * u64::from(gp_get);
         let mut e = [0u8; 8];
         self.read(space, entry_va, &mut e, Access::Fetch)?;
@@ -484,6 +598,7 @@ impl Worker {
         rt.in_segment = true;
         let mut r = self.shared.lock();
         r.counters.gpfifo_entries += 1;
+        r.counters.path.fetch.add(t0.elapsed().as_nanos() as u64);
         Ok(())
     }
 
@@ -541,11 +656,16 @@ impl Worker {
                 interrupt,
                 timestamp,
             } => {
-                let write = |va: u64, data: &[u8]| {
-                    self.engine
+                let (engine, direct) = (&self.engine, &mut self.direct);
+                let mut write = |va: u64, data: &[u8]| {
+                    if direct.as_mut().is_some_and(|d| d.write(space, va, data)) {
+                        return Ok(());
+                    }
+                    engine
                         .copy_to_space(space, va, data)
                         .map_err(|_| Fault::new(FaultKind::Unmapped, va, 0).access(Access::Write))
                 };
+                let t0 = Instant::now();
                 if va % 4 != 0 || (timestamp && va % 16 != 0) {
                     return Err(Fault::new(
                         FaultKind::BadMethod,
@@ -563,6 +683,16 @@ impl Worker {
                     r.intr_channels |= 1 << ch;
                     r.intr_status |= regs::INTR_SEMAPHORE;
                     self.shared.update_irq(&mut r);
+                }
+                let done = Instant::now();
+                let p = &mut r.counters.path;
+                p.release.add(done.duration_since(t0).as_nanos() as u64);
+                if let Some((_, end)) = self.job_end.take_if(|(c, _)| *c == ch) {
+                    p.complete.add(done.duration_since(end).as_nanos() as u64);
+                }
+                if let Some(rung) = r.chans[ch].rung_at.take() {
+                    let ns = t0.saturating_duration_since(rung).as_nanos() as u64;
+                    r.counters.path.submit.add(ns);
                 }
                 Ok(Turn::Advanced)
             }
@@ -589,6 +719,8 @@ impl Worker {
                 self.shared.lock().counters.launches += 1;
                 let t0 = Instant::now();
                 let (job, key) = self.launch_job(space, &desc)?;
+                let prep = t0.elapsed().as_nanos() as u64;
+                self.shared.lock().counters.path.launch_prep.add(prep);
                 self.modules.set_in_use(Some(job.module));
                 let r = self.run_job(ch, Job::Launch(job), Some(key), t0.elapsed());
                 self.modules.set_in_use(None);
@@ -667,11 +799,19 @@ impl Worker {
             self.watchdog.arm(Instant::now() + left, handle.clone());
             let start_ns = monotonic_ns();
             log::trace!("vgpu: engine start at {start_ns}");
+            {
+                let mut r = self.shared.lock();
+                if let Some(rung) = r.chans[ch].rung_at.take() {
+                    let ns = rung.elapsed().as_nanos() as u64;
+                    r.counters.path.submit.add(ns);
+                }
+            }
             let outcome = match saved.take() {
                 None => self.engine.execute(&job, &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
             };
             let end_ns = monotonic_ns();
+            self.job_end = Some((ch, Instant::now()));
             let timed_out = self.watchdog.disarm();
             let run_gpu = outcome.as_ref().map_or(Duration::ZERO, Outcome::gpu_time);
             gpu += run_gpu;

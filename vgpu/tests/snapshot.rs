@@ -642,3 +642,29 @@ fn with_eager_shadowing_a_restored_device_rebuilds_and_flushes() {
         "shadows are rebuilt on the restored device"
     );
 }
+
+#[test]
+fn the_doorbell_page_is_saved_and_restored() {
+    // The guest enabled its doorbell page (exitless submission): a restored device has the same
+    // page, reads it back, and keeps polling/serving it, so the work finishes identically.
+    let want = uninterrupted();
+    let page = 0x3000u32;
+    let a = Bench::with(cfg);
+    a.write(vgpu::regs::BELL_PAGE_HI, 0);
+    a.write(vgpu::regs::BELL_PAGE_LO, page | 1);
+    let lo = a.read(vgpu::regs::BELL_PAGE_LO);
+    assert_eq!(lo & !0xfff, page, "the page is taken: {lo:#x}");
+    setup(&a);
+    submit_all(&a);
+    std::thread::sleep(Duration::from_millis(5));
+    let (ram, snap, _) = snapshot(&a, PauseMode::Preempt);
+    drop(a);
+    let b = restored(&ram, &snap);
+    assert_eq!(
+        b.read(vgpu::regs::BELL_PAGE_LO),
+        lo,
+        "the restored device's page"
+    );
+    finish(&b);
+    same(&results(&b), &want, "restored with a doorbell page");
+}

@@ -43,7 +43,12 @@ struct Args {
     /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m,
     /// hostmem=256M: host memory for the VM's modules and shadow tables, 16M to 64G;
-    /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID).
+    /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID;
+    /// doorbell=poll|mmio: exitless submission through a polled doorbell page, or trapped
+    /// doorbells only; spin_us=1000 (0 on hosts with fewer than 4 CPUs): how long the device polls
+    /// after activity, 0 to 10000;
+    /// backoff=on|off: stop polling early when the host's cores are contended; direct=on|off:
+    /// the device reads GPFIFOs, pushbuffers and fences in guest RAM without engine copies).
     #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "",
           value_parser = parse_gpu)]
     gpu: Option<vgpu::GpuConfig>,

@@ -1,5 +1,6 @@
 //! Channels: instance block, GPFIFO ring and stream buffer (pushbuffers and staged data) in
-//! system memory, binding (CHAN_INST, runlist), submission (one doorbell write), fences
+//! system memory, binding (CHAN_INST, runlist), submission (one doorbell: the doorbell page,
+//! or a register write), fences
 //! (a semaphore release with a timestamp after every submission) and recovery after a fault.
 
 use crate::device::{Gpu, SysAlloc};
@@ -231,7 +232,7 @@ impl Channel {
         self.seq = seq;
         self.batch_start = self.stream_off;
         gpu.flush_if_needed();
-        gpu.reg_write(regs::gp_put(self.id), self.put);
+        gpu.ring(self.id, self.put);
         Ok(Fence { seq })
     }
 
@@ -324,7 +325,7 @@ impl Channel {
                         interval = (interval * 2).min(gpu.cfg.fault_poll_ns.saturating_mul(16));
                         self.check_faulted(gpu)?;
                     }
-                    core::hint::spin_loop();
+                    gpu.p.relax();
                 }
             }
         }
@@ -332,7 +333,7 @@ impl Channel {
 
     /// `Err` if CHAN_STATUS says this channel faulted (with the fault record, if one is held).
     pub fn check_faulted<P: Platform>(&self, gpu: &mut Gpu<P>) -> Result<(), Error> {
-        let st = gpu.reg_read(regs::chan_status(self.id));
+        let st = gpu.chan_status(self.id);
         if st & 0xf != regs::CHAN_FAULTED {
             return Ok(());
         }

@@ -44,6 +44,13 @@ pub struct Config {
     pub para: bool,
     /// Para-virtual naive mode: one hypercall per page instead of batches (experiments).
     pub para_per_page: bool,
+    /// Ring doorbells through the doorbell page when the device offers it (CAPS bit 5):
+    /// submitting and watching a channel then trap only while the device sleeps.
+    pub exitless: bool,
+    /// Write every page of the system-memory pool once at init and keep the CPU buffers
+    /// results are read back into across workloads, so that no workload pays the first touch
+    /// of fresh memory (a fault per page under some hypervisors).
+    pub warm_pool: bool,
 }
 
 impl Default for Config {
@@ -57,6 +64,8 @@ impl Default for Config {
             use_interrupts: false,
             para: true,
             para_per_page: false,
+            exitless: true,
+            warm_pool: true,
         }
     }
 }
@@ -117,6 +126,11 @@ pub struct Gpu<P: Platform> {
     pub(crate) channels_in_use: u32,
     /// The para-virtual interface, when in use.
     para: Option<ParaIf>,
+    /// The doorbell page, when in use (exitless submission).
+    pub(crate) bell: Option<DmaBuf>,
+    /// CPU-side buffers results are read back into, kept across workloads (see
+    /// [`Gpu::take_readback`]).
+    readback: Vec<Vec<u8>>,
 }
 
 /// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
@@ -322,7 +336,12 @@ impl<P: Platform> Gpu<P> {
             runlist: Vec::new(),
             channels_in_use: 0,
             para,
+            bell: None,
+            readback: Vec::new(),
         };
+        if gpu.cfg.warm_pool {
+            gpu.warm_sys_pool();
+        }
         if gpu.para.is_some() {
             let pdb = gpu.pdb();
             gpu.para_call(para::OP_SET_PD, pdb)?;
@@ -339,6 +358,9 @@ impl<P: Platform> Gpu<P> {
             0
         };
         gpu.reg_write(regs::INTR_ENABLE, enable);
+        if gpu.cfg.exitless && caps & regs::CAP_BELL != 0 {
+            gpu.open_bell()?;
+        }
         gpu.flush_tlb();
         if bootstrap {
             gpu.directory_to_vram()?;
@@ -397,6 +419,87 @@ impl<P: Platform> Gpu<P> {
         self.va_free(va, span);
         self.sys_free(zero);
         r.and(u)
+    }
+
+    /// Enables the doorbell page (a zeroed page of system memory); without one, or if the
+    /// device refuses it, doorbells stay trapped register writes.
+    fn open_bell(&mut self) -> Result<(), Error> {
+        let page = regs::bell::PAGE_BYTES as usize;
+        let Some(b) = self.p.dma_alloc(page, page) else {
+            return Ok(());
+        };
+        if b.len() < page || !b.gpa().is_multiple_of(regs::bell::PAGE_BYTES) {
+            return Ok(());
+        }
+        self.reg_write(regs::BELL_PAGE_HI, (b.gpa() >> 32) as u32);
+        self.reg_write(regs::BELL_PAGE_LO, b.gpa() as u32 | regs::BELL_ENABLE);
+        if self.reg_read(regs::BELL_PAGE_LO) & regs::BELL_ENABLE != 0 {
+            self.bell = Some(b);
+            Ok(())
+        } else {
+            // Refused (the device recorded why): trapped doorbells still work.
+            self.check_device_fault()
+        }
+    }
+
+    /// `n` CPU-side buffers for reading results back, reused from earlier workloads (give
+    /// them back with [`Gpu::give_readback`]): memory touched once, not fresh pages per
+    /// workload (whose first touch is a fault each under some hypervisors).
+    pub fn take_readback(&mut self, n: usize) -> Vec<Vec<u8>> {
+        if !self.cfg.warm_pool {
+            // Cold: fresh buffers every time (what the driver did before it kept them).
+            return (0..n).map(|_| Vec::new()).collect();
+        }
+        let mut v = core::mem::take(&mut self.readback);
+        v.resize_with(n, Vec::new);
+        v
+    }
+
+    /// Returns the buffers of [`Gpu::take_readback`] for the next workload.
+    pub fn give_readback(&mut self, v: Vec<Vec<u8>>) {
+        self.readback = v;
+    }
+
+    /// Whether doorbells go through the doorbell page.
+    pub fn exitless(&self) -> bool {
+        self.bell.is_some()
+    }
+
+    /// Rings channel `id`'s doorbell with GP_PUT `put`: into the doorbell page, plus the
+    /// trapped register only while the device says it does not poll (`WAKE`); else the register.
+    pub(crate) fn ring(&mut self, id: u32, put: u32) {
+        if let Some(b) = &self.bell {
+            let ok = b.write_u32(regs::bell::put(id) as usize, put).is_some();
+            // The store of PUT[n] before the load of WAKE (the device orders the other way).
+            core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+            let wake = b.read_u32(regs::bell::WAKE as usize).unwrap_or(1);
+            if ok && wake == 0 {
+                return;
+            }
+        }
+        self.reg_write(regs::gp_put(id), put);
+    }
+
+    /// Writes `PUT[id]` of the doorbell page without ringing anything (tests and attacks);
+    /// false without a page.
+    pub fn bell_put_raw(&mut self, id: u32, put: u32) -> bool {
+        self.bell
+            .as_ref()
+            .and_then(|b| b.write_u32(regs::bell::put(id) as usize, put))
+            .is_some()
+    }
+
+    /// Channel `id`'s CHAN_STATUS: from the doorbell page when in use (no trap), else the
+    /// register.
+    pub(crate) fn chan_status(&mut self, id: u32) -> u32 {
+        match self
+            .bell
+            .as_ref()
+            .and_then(|b| b.read_u32(regs::bell::status(id) as usize))
+        {
+            Some(s) => s,
+            None => self.reg_read(regs::chan_status(id)),
+        }
     }
 
     /// Whether waits sleep on the interrupt.

@@ -30,6 +30,12 @@ pub trait Platform {
     }
     /// Monotonic nanoseconds.
     fn now_ns(&mut self) -> u64;
+    /// One turn of a busy-wait (polling a fence): a pause by default. A host process whose
+    /// device model runs on other threads of it yields here, as a spinning vCPU is made to
+    /// yield by the hypervisor's pause-loop exiting.
+    fn relax(&mut self) {
+        core::hint::spin_loop();
+    }
     /// 32-bit read of the para-virtual BAR (BAR3) register at `offset`; all-ones where the
     /// device has no such BAR (full virtualization).
     fn para_read(&mut self, _offset: u32) -> u32 {

@@ -17,7 +17,7 @@
 
 pub mod format;
 pub mod image;
-mod regs_image;
+pub(crate) mod regs_image;
 mod vram;
 mod worker_image;
 
@@ -265,6 +265,18 @@ impl Vgpu {
         conf.check(&here)?;
         let regs_limit = 1024 + 32 * u64::from(channels) + 13 * (vram >> 12);
         let regs = RegsImage::decode(&rd.section(format::REGS, regs_limit)?, vram, channels)?;
+        if let Some(b) = &regs.bell
+            && !self
+                .device()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .bell_allowed(b.addr)
+        {
+            return Err(SnapshotError::Invalid {
+                section: "REGS",
+                what: format!("doorbell page at {:#x} outside this VM's RAM", b.addr),
+            });
+        }
         let chan_limit = 64
             + u64::from(channels)
                 * (32
@@ -333,6 +345,12 @@ impl Vgpu {
         }));
         r.pause.restored = true;
         drop(r);
+        if let Some(b) = &regs.bell {
+            self.device()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .restore_bell(b);
+        }
         if let Some(remap) = &self.remap {
             remap
                 .lock()

@@ -17,6 +17,17 @@ pub struct ChanRegsImage {
     pub gp_get: u32,
 }
 
+/// The doorbell page of exitless submission, while enabled (`bell`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BellImage {
+    /// Guest-physical address (4 KiB aligned; checked against guest RAM at restore).
+    pub addr: u64,
+    /// `PUT[n]` as the worker last acted on it, per channel.
+    pub seen: Vec<u32>,
+    /// `WAKE` as the device last wrote it.
+    pub wake: bool,
+}
+
 /// The register file and device bookkeeping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegsImage {
@@ -34,6 +45,8 @@ pub struct RegsImage {
     pub watched: Vec<(u64, Watched)>,
     pub counters: [u64; COUNTERS],
     pub irq_line: bool,
+    /// The doorbell page (`BELL_PAGE_LO/_HI`), when the guest enabled one.
+    pub bell: Option<BellImage>,
 }
 
 /// How many counters a snapshot keeps (`GpuCounters`' numbers, in declaration order).
@@ -112,6 +125,11 @@ impl RegsImage {
             watched,
             counters: counters_of(&r.counters),
             irq_line: Shared::irq_line(r),
+            bell: r.bell.as_ref().map(|b| BellImage {
+                addr: b.addr(),
+                seen: b.seen[..r.chans.len()].to_vec(),
+                wake: b.wake,
+            }),
         }
     }
 
@@ -137,6 +155,8 @@ impl RegsImage {
                 gp_get: s.gp_get,
                 inst_dirty: true,
                 binding: c.binding,
+                // Path timing of a doorbell rung before the snapshot is not carried over.
+                rung_at: None,
             };
         }
         r.fault = self.fault;
@@ -193,6 +213,18 @@ impl RegsImage {
             e.u64(v);
         }
         e.u8(u8::from(self.irq_line));
+        match &self.bell {
+            None => {
+                e.u8(0);
+            }
+            Some(b) => {
+                e.u8(1).u64(b.addr).u8(u8::from(b.wake));
+                e.u32(b.seen.len() as u32);
+                for v in &b.seen {
+                    e.u32(*v);
+                }
+            }
+        }
         e.0
     }
 
@@ -302,6 +334,23 @@ impl RegsImage {
             *c = d.u64()?;
         }
         let irq_line = d.bool()?;
+        let bell = if d.bool()? {
+            let addr = d.u64()?;
+            let wake = d.bool()?;
+            if addr & 0xfff != 0 {
+                return Err(d.bad(format!("doorbell page at {addr:#x} not 4 KiB aligned")));
+            }
+            let n = d.count(channels as usize, 4, "doorbell page channels")?;
+            if n != channels as usize {
+                return Err(d.bad(format!(
+                    "doorbell page of {n} channels, the device has {channels}"
+                )));
+            }
+            let seen = (0..n).map(|_| d.u32()).collect::<Result<Vec<_>, _>>()?;
+            Some(BellImage { addr, seen, wake })
+        } else {
+            None
+        };
         d.end()?;
         Ok(RegsImage {
             timer_ns,
@@ -317,6 +366,7 @@ impl RegsImage {
             watched,
             counters,
             irq_line,
+            bell,
         })
     }
 }

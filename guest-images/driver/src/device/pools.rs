@@ -72,6 +72,16 @@ impl<P: Platform> Gpu<P> {
         Ok(())
     }
 
+    /// Writes every 4 KiB page of the system-memory pool once (it reads as zero already): the
+    /// first touch of fresh memory, paid at init instead of by the workloads that reuse it.
+    pub(super) fn warm_sys_pool(&mut self) {
+        let mut off = 0;
+        while off < self.sys.len() {
+            let _ = self.sys.write_u64(off, 0);
+            off += PAGE_4K as usize;
+        }
+    }
+
     /// Gives a system-memory pool buffer back.
     pub fn sys_free(&mut self, a: SysAlloc) {
         self.sys_pool.free(a.off, a.len);

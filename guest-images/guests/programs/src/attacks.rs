@@ -189,6 +189,26 @@ pub fn bad_register<P: Platform>(gpu: &mut Gpu<P>, reg: u32, value: u32, aim: St
     a
 }
 
+/// A doorbell through the doorbell page for channel `id`, which is not bound: `PUT[id]` is
+/// written, then a correct submission on `ch` makes sure the device looks at the page.
+pub fn bell_put_unbound<P: Platform>(
+    gpu: &mut Gpu<P>,
+    ch: &mut Channel,
+    id: u32,
+) -> Result<Attempt, Error> {
+    let mut a = Attempt::new(format!("channel:{id}"));
+    if !gpu.bell_put_raw(id, 3) {
+        a.breach = Some(String::from("no doorbell page"));
+        return Ok(a);
+    }
+    let mut pb = PushBuf::new();
+    let f = ch.submit(gpu, &mut pb)?;
+    a.note(ch.wait(gpu, f));
+    a.drain(gpu);
+    // PUT[id] stays 3: setting it back would be another doorbell (another fault) later.
+    Ok(a)
+}
+
 /// A runlist naming a channel id beyond the quota.
 pub fn bad_runlist<P: Platform>(gpu: &mut Gpu<P>, channels: u32) -> Result<Attempt, Error> {
     let mut a = Attempt::new(format!("channel:{channels}"));

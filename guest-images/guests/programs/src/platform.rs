@@ -183,7 +183,9 @@ impl Platform for BareMetal {
 }
 
 /// Driver settings from the command line: `tables=vram|sysmem`, `wait=poll|irq`, `mode=full`,
-/// `para_batch=1` (naive para-virtualization: one hypercall per page), `sys_mib=N`, `timeout_s=N`.
+/// `para_batch=1` (naive para-virtualization: one hypercall per page), `sys_mib=N`, `timeout_s=N`,
+/// `doorbell=mmio` (trapped doorbells even where the device offers the doorbell page), `warm=0`
+/// (no first touch of the system-memory pool at init).
 pub fn config_from_args() -> Config {
     let mut cfg = Config::default();
     if guest_rt::arg("tables") == Some("sysmem") {
@@ -193,6 +195,10 @@ pub fn config_from_args() -> Config {
     // `mode=full` keeps the table-writing path even where the device offers para-virtualization.
     cfg.para = guest_rt::arg("mode") != Some("full");
     cfg.para_per_page = guest_rt::arg("para_batch") == Some("1");
+    // `doorbell=mmio` keeps trapped doorbells where the device offers the doorbell page.
+    cfg.exitless = guest_rt::arg("doorbell") != Some("mmio");
+    // `warm=0`: leave the system-memory pool cold (first touch paid by the workloads).
+    cfg.warm_pool = guest_rt::arg("warm") != Some("0");
     if let Some(m) = guest_rt::arg("sys_mib").and_then(|v| v.parse::<u64>().ok()) {
         cfg.sys_pool_bytes = m.clamp(2, 2048) << 20;
     }

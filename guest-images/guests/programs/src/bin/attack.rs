@@ -341,6 +341,44 @@ fn main() -> u8 {
             format!("channel:{n}")
         ))
     );
+    if g.exitless() {
+        // The doorbell page: only a page of the guest's own RAM, page aligned, is taken.
+        attack!(
+            "bell_page_outside_ram",
+            &[BadRegister],
+            Ok(attacks::bad_register(
+                g,
+                regs::BELL_PAGE_LO,
+                (ram_end as u32 & !0xfff) | regs::BELL_ENABLE,
+                format!("gpa:{ram_end:#x}")
+            ))
+        );
+        attack!(
+            "bell_page_in_the_device_hole",
+            &[BadRegister],
+            Ok(attacks::bad_register(
+                g,
+                regs::BELL_PAGE_LO,
+                0xfee0_0000 | regs::BELL_ENABLE,
+                String::from("gpa:0xfee00000")
+            ))
+        );
+        attack!(
+            "bell_page_misaligned",
+            &[BadRegister],
+            Ok(attacks::bad_register(
+                g,
+                regs::BELL_PAGE_LO,
+                0x10_0010 | regs::BELL_ENABLE,
+                String::from("gpa:0x100010")
+            ))
+        );
+        attack!(
+            "bell_put_unbound_channel",
+            &[BadChannel],
+            attacks::bell_put_unbound(g, c, n - 1)
+        );
+    }
     attack!(
         "runlist_beyond_quota",
         &[BadRunlist],

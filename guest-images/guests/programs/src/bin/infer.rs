@@ -15,8 +15,9 @@
 //! `INFER start iters=<N> threads=<T> blocks=<B> kernels=<K> think_us=<U>` once;
 //! `INFER req=<n> lat_us=<latency>` per request, for the first `lines` requests (output stays
 //! bounded);
-//! `INFER end t_ms=<t> requests=<n> ok=<0|1> p50_us=<p> p99_us=<p> max_us=<m>` at the end (the
-//! percentiles over every request, from a log-linear histogram: at most 1/32 below the truth).
+//! `INFER end t_ms=<t> requests=<n> ok=<0|1> p50_us=<p> p99_us=<p> max_us=<m> exits=<e>` at the
+//! end (the percentiles over every request, from a log-linear histogram: at most 1/32 below the
+//! truth; `exits`: the driver's MMIO accesses, each a VM exit, over all the requests).
 //! Latency is from the first launch of a request to the last of its outputs checked.
 //! Exit codes: 0 all ok, 10 a result mismatch (`infer: MISMATCH ...`), 11 a bad argument,
 //! 12 no usable GPU, 13 a GPU fault or timeout (`INFER fault <what>`).
@@ -215,11 +216,13 @@ fn main() -> u8 {
         buf: vec![0; args.count() as usize * 4],
     };
     let t0 = gpu.platform().now_ns();
+    let mmio0 = gpu.mmio_count();
     let r = run.go(&mut gpu, &mut ch, t0, cfg.wait_timeout_ns);
     let t_ms = gpu.platform().now_ns().saturating_sub(t0) / 1_000_000;
+    let exits = gpu.mmio_count().saturating_sub(mmio0);
     let summary = |ok: u8, run: &Run| {
         println!(
-            "INFER end t_ms={t_ms} requests={} ok={ok} p50_us={} p99_us={} max_us={}",
+            "INFER end t_ms={t_ms} requests={} ok={ok} p50_us={} p99_us={} max_us={} exits={exits}",
             run.requests,
             run.hist.percentile(50),
             run.hist.percentile(99),
