@@ -49,6 +49,12 @@ pub fn create(
         None => GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(MemoryError::Alloc)?,
         Some(alloc) => external(&ranges, alloc)?,
     };
+    register(vm, &mem)?;
+    Ok(mem)
+}
+
+/// Registers every region of `mem` with the VM as memory slots 0, 1, ...
+pub fn register(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryError> {
     for (slot, region) in mem.iter().enumerate() {
         let slot = slot as u32;
         let host = region
@@ -64,12 +70,12 @@ pub fn create(
             userspace_addr: host as u64,
             flags: 0,
         };
-        // SAFETY: the region is a live anonymous mapping of `memory_size` bytes owned by `mem`,
+        // SAFETY: the region is a live mapping of `memory_size` bytes owned by `mem`,
         // which the caller keeps alive as long as the VM.
         unsafe { vm.set_user_memory_region(desc) }
             .map_err(|err| MemoryError::Slot { slot, err })?;
     }
-    Ok(mem)
+    Ok(())
 }
 
 /// Guest RAM in host memory from `alloc` (not unmapped by vm-memory: its owner frees it).
