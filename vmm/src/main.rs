@@ -149,9 +149,9 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
     use vmm::api::client::{self, ClientError};
     use vmm::api::protocol::Request;
     let req = match op {
-        CtlOp::Pause => Request::Pause,
-        CtlOp::Resume => Request::Resume,
-        CtlOp::Stats => Request::Stats,
+        CtlOp::Pause => Request::Pause {},
+        CtlOp::Resume => Request::Resume {},
+        CtlOp::Stats => Request::Stats {},
         CtlOp::Snapshot { dir, paused } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {

@@ -14,12 +14,13 @@ pub const MAX_LINE: usize = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Request {
-    /// Park every vCPU.
-    Pause,
+    /// Park every vCPU. (Empty braces: unknown fields are refused, which serde does only for
+    /// struct variants.)
+    Pause {},
     /// Release them.
-    Resume,
+    Resume {},
     /// State and exit counters.
-    Stats,
+    Stats {},
     /// Write a snapshot to `dir` (absolute; new or empty). A running VM is paused for it and
     /// resumed after unless `resume` is false.
     Snapshot {
@@ -76,7 +77,7 @@ mod tests {
             }
         );
         let r: Request = serde_json::from_str(r#"{"op":"pause"}"#).unwrap();
-        assert_eq!(r, Request::Pause);
+        assert_eq!(r, Request::Pause {});
         assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"snapshot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"pause","x":1}"#).is_err());

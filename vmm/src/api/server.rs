@@ -161,15 +161,15 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
         Err(e) => Response::err(e),
     };
     match req {
-        Request::Pause => match controller.pause() {
+        Request::Pause {} => match controller.pause() {
             Ok(()) => Response::ok(serde_json::json!({"state": "paused"})),
             Err(e) => Response::err(e),
         },
-        Request::Resume => match controller.resume() {
+        Request::Resume {} => match controller.resume() {
             Ok(()) => Response::ok(serde_json::json!({"state": "running"})),
             Err(e) => Response::err(e),
         },
-        Request::Stats => json(serde_json::to_value(controller.stats())),
+        Request::Stats {} => json(serde_json::to_value(controller.stats())),
         Request::Snapshot { dir, resume } => {
             if !dir.is_absolute() {
                 return Response::err("snapshot: dir must be an absolute path");
