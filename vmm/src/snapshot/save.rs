@@ -101,7 +101,13 @@ impl OutputDir {
         backing: Backing,
     ) -> Result<Manifest, SaveError> {
         let ram_file = self.create(manifest::RAM_FILE)?;
+        let t = std::time::Instant::now();
         let saved = ram::save(mem, backing, &ram_file)?;
+        log::debug!(
+            "snapshot: {} pages of RAM written and synced in {:.1} ms",
+            saved.pages,
+            t.elapsed().as_secs_f64() * 1e3
+        );
         manifest.ram_bytes = saved.bytes;
         manifest.ram_pages = saved.pages;
 
