@@ -94,11 +94,9 @@ impl Vm {
 
     /// Stops the VM with SIGTERM and returns (exit code, console output).
     fn terminate(mut self) -> (i32, String) {
-        // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) },
-            0
-        );
+        // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
+        let r = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert_eq!(r, 0);
         let code = self.child.wait().unwrap().code().unwrap();
         (code, self.output())
     }
@@ -561,4 +559,26 @@ fn hostile_snapshots_are_refused_before_the_guest_runs() {
     let (code, _, err) = restore(&good, &["--memory", "128"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--memory"), "{err}");
+}
+
+#[test]
+fn ctl_help_documents_its_operations_and_exit_codes() {
+    let out = Command::new(BIN).args(["ctl", "--help"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8(out.stdout).unwrap();
+    for s in [
+        "pause",
+        "resume",
+        "stats",
+        "snapshot",
+        "Exit status",
+        "3 no VM answers",
+    ] {
+        assert!(help.contains(s), "{s}:\n{help}");
+    }
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for s in ["--restore <DIR>", "--api-socket <PATH>", "ctl"] {
+        assert!(help.contains(s), "{s}:\n{help}");
+    }
 }

@@ -127,7 +127,10 @@ pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamS
     file.set_len(file_off).map_err(io("size the RAM file"))?;
     let t = std::time::Instant::now();
     file.sync_all().map_err(io("sync the RAM file"))?;
-    log::debug!("snapshot: fsync of the RAM file: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    log::debug!(
+        "snapshot: fsync of the RAM file: {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     saved.bytes = file_off;
     Ok(saved)
 }

@@ -333,7 +333,7 @@ pub(crate) mod tests {
 
     /// A state with one vCPU, two MSRs and one PCI function besides the bridge.
     pub(crate) fn sample() -> MachineState {
-        let mut chip = |id| {
+        let chip = |id| {
             let mut c = kvm_irqchip::new_zeroed();
             c.chip_id = id;
             c
