@@ -195,6 +195,32 @@ fn restored_snapshots_finish_like_an_uninterrupted_run() {
 }
 
 #[test]
+fn a_vm_with_the_pci_test_device_restores_its_bars() {
+    let mut args = GUEST.to_vec();
+    args.push("--testdev");
+    let (code, want, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let s = Scratch::new("testdev");
+    let vm = Vm::start(&s, "t", &args);
+    vm.wait_for(|o| o.contains("COUNT step=6 "));
+    let dir = s.path("snap");
+    assert_eq!(
+        vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]).0,
+        0
+    );
+    let (_, before) = vm.terminate();
+    let m = json(&std::fs::read_to_string(dir.join("manifest.json")).unwrap());
+    assert_eq!(m["testdev"], true);
+    let st = MachineState::decode(&std::fs::read(dir.join("state.bin")).unwrap()).unwrap();
+    let names: Vec<_> = st.pci.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["host-bridge", "testdev"]);
+    assert!(st.testdev.is_some());
+    let (code, after, err) = restore(&dir, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(format!("{before}{after}"), want);
+}
+
+#[test]
 fn a_restored_vm_can_be_snapshotted_again() {
     let want = reference();
     let s = Scratch::new("chain");

@@ -61,6 +61,7 @@ pub struct Controller {
     pub serial: Arc<Mutex<SerialDevice>>,
     pub cmos: Option<Arc<Mutex<Cmos>>>,
     pub pci: Arc<Mutex<PciRoot>>,
+    pub testdev: Option<Arc<Mutex<crate::devices::testdev::TestDev>>>,
     pub counters: Vec<Arc<ExitCounters>>,
     /// The manifest's fixed part (file fields filled in by a save).
     pub manifest: Manifest,
@@ -189,12 +190,14 @@ impl Controller {
         let serial = lock(&self.serial).state();
         let cmos = self.cmos.as_ref().map(|c| lock(c).index());
         let pci = lock(&self.pci).save();
+        let testdev = self.testdev.as_ref().map(|t| lock(t).state());
         let state = MachineState {
             vm,
             vcpus,
             serial,
             cmos,
             pci,
+            testdev,
         };
         Ok(out.write(self.manifest.clone(), &state, &self.mem, self.backing)?)
     }

@@ -291,8 +291,15 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         pio: layout::PCI_PIO,
     };
     let mut root = PciRoot::new(mmio_bus.clone(), pio.clone(), windows);
+    let mut testdev = None;
     if cfg.testdev {
-        root.add_device("testdev", Arc::new(Mutex::new(TestDev::new()?)))?;
+        let mut dev = TestDev::new()?;
+        if let Some(s) = restore.as_ref().and_then(|r| r.state.testdev) {
+            dev.set_state(s);
+        }
+        let dev = Arc::new(Mutex::new(dev));
+        root.add_device("testdev", dev.clone())?;
+        testdev = Some(dev);
     }
     let gpu = match (&cfg.gpu, &cuda_engine) {
         (Some(g), Some(engine)) => {
@@ -414,6 +421,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 serial: serial_dev_ctl.clone(),
                 cmos: cmos_dev.clone(),
                 pci: root.clone(),
+                testdev: testdev.clone(),
                 counters: counters.clone(),
                 manifest,
                 msrs,

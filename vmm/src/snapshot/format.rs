@@ -30,6 +30,8 @@ pub mod tag {
     pub const CMOS: u32 = 4;
     /// The PCI root complex and every function's configuration space.
     pub const PCI: u32 = 5;
+    /// The PCI test device's registers (with `--testdev`).
+    pub const TESTDEV: u32 = 6;
 }
 
 /// Why a state file does not decode.

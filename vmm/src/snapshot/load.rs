@@ -40,6 +40,8 @@ pub enum LoadError {
     Vcpus { found: usize, want: u8 },
     #[error("the state file {has} CMOS state but the manifest's boot kind is {boot:?}")]
     Cmos { has: &'static str, boot: BootKind },
+    #[error("the state file and the manifest disagree on the PCI test device")]
+    Testdev,
     #[error("ram.bin: {0}")]
     Ram(#[from] RamError),
     #[error(
@@ -114,6 +116,9 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             });
         }
         _ => {}
+    }
+    if state.testdev.is_some() != manifest.testdev {
+        return Err(LoadError::Testdev);
     }
     let ram = open(manifest::RAM_FILE)?;
     ram::check(&ram, manifest.ram_bytes)?;

@@ -72,6 +72,8 @@ pub struct MachineState {
     /// The CMOS index register (Linux boots).
     pub cmos: Option<u8>,
     pub pci: PciRootState,
+    /// The PCI test device's scratch and read-counter registers (`--testdev`).
+    pub testdev: Option<(u32, u32)>,
 }
 
 fn encode_vcpu(v: &VcpuState) -> Vec<u8> {
@@ -263,6 +265,11 @@ impl MachineState {
             w.section(tag::CMOS, vec![i]);
         }
         w.section(tag::PCI, encode_pci(&self.pci));
+        if let Some((scratch, reads)) = self.testdev {
+            let mut p = scratch.to_le_bytes().to_vec();
+            p.extend_from_slice(&reads.to_le_bytes());
+            w.section(tag::TESTDEV, p);
+        }
         w.finish()
     }
 
@@ -274,6 +281,7 @@ impl MachineState {
         let mut serial = None;
         let mut cmos = None;
         let mut pci = None;
+        let mut testdev = None;
         let dup = |what: &'static str| DecodeError::Invalid {
             what,
             detail: "section appears twice".into(),
@@ -306,6 +314,12 @@ impl MachineState {
                 tag::CMOS => return Err(dup("CMOS section")),
                 tag::PCI if pci.is_none() => pci = Some(decode_pci(s.payload)?),
                 tag::PCI => return Err(dup("PCI section")),
+                tag::TESTDEV if testdev.is_none() => {
+                    let mut r = Reader::new(s.payload);
+                    testdev = Some((r.u32("test device")?, r.u32("test device")?));
+                    r.end("test device section")?;
+                }
+                tag::TESTDEV => return Err(dup("test device section")),
                 other => return Err(DecodeError::UnknownTag(other)),
             }
         }
@@ -322,6 +336,7 @@ impl MachineState {
             serial: serial.ok_or_else(|| missing("UART section"))?,
             cmos,
             pci: pci.ok_or_else(|| missing("PCI section"))?,
+            testdev,
         })
     }
 }
@@ -383,6 +398,7 @@ pub(crate) mod tests {
                     config: [7; 256],
                 }],
             },
+            testdev: Some((0x1234, 5)),
         }
     }
 
@@ -398,6 +414,7 @@ pub(crate) mod tests {
         assert_eq!(d.cmos, Some(0x0b));
         assert_eq!(d.pci, s.pci);
         assert_eq!(d.vm.clock.clock, 12345);
+        assert_eq!(d.testdev, Some((0x1234, 5)));
     }
 
     #[test]
