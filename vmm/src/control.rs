@@ -47,6 +47,10 @@ pub enum ControlError {
     VmState(#[from] vmstate::VmStateError),
     #[error("snapshot: {0}")]
     Cpu(#[from] CpuStateError),
+    #[error("migrate: connect to {path}: {err}")]
+    Connect { path: String, err: std::io::Error },
+    #[error("migrate: {0}")]
+    Stream(#[from] crate::snapshot::stream::StreamError),
 }
 
 /// Everything the operations reach.
@@ -79,6 +83,15 @@ pub struct ControlStats {
     pub memory_mib: u64,
     pub cpus: u8,
     pub vcpus: Vec<ExitCounts>,
+}
+
+/// The `migrate` answer (the source VM ends right after it).
+#[derive(Debug, Serialize)]
+pub struct MigrateDone {
+    pub to: String,
+    /// Time from the request to the destination's `ok`, in ms (the VM is paused for it).
+    pub ms: f64,
+    pub ram_pages: u64,
 }
 
 /// The `snapshot` answer.
@@ -182,7 +195,60 @@ impl Controller {
         })
     }
 
-    fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+    /// Stop-and-copy migration: connects to the destination's `--incoming` socket (before
+    /// pausing), pauses, sends the VM, and on the destination's `ok` ends this VM
+    /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure the VM
+    /// runs on here (or stays paused if it was).
+    pub fn migrate(&self, to: &Path) -> Result<MigrateDone, ControlError> {
+        let _op = lock(&self.op);
+        if self.has_gpu {
+            return Err(ControlError::GpuUnsupported);
+        }
+        let start = Instant::now();
+        let conn =
+            std::os::unix::net::UnixStream::connect(to).map_err(|err| ControlError::Connect {
+                path: to.display().to_string(),
+                err,
+            })?;
+        let was_paused = self.gate.is_paused();
+        if !was_paused {
+            self.pause_now()?;
+        }
+        let result = self.capture().and_then(|state| {
+            let bytes = state.encode();
+            Ok(crate::snapshot::stream::send(
+                &conn,
+                self.manifest.clone(),
+                &bytes,
+                &self.mem,
+                self.backing,
+            )?)
+        });
+        match result {
+            Ok(saved) => {
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                log::info!(
+                    "migrated to {} in {ms:.1} ms ({} pages of RAM)",
+                    to.display(),
+                    saved.pages
+                );
+                self.latch.request(crate::exit::ExitReason::Migrated);
+                Ok(MigrateDone {
+                    to: to.display().to_string(),
+                    ms,
+                    ram_pages: saved.pages,
+                })
+            }
+            Err(e) => {
+                if !was_paused {
+                    self.gate.resume();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn capture(&self) -> Result<MachineState, ControlError> {
         let vcpus =
             self.gate
                 .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;
@@ -191,14 +257,18 @@ impl Controller {
         let cmos = self.cmos.as_ref().map(|c| lock(c).index());
         let pci = lock(&self.pci).save();
         let testdev = self.testdev.as_ref().map(|t| lock(t).state());
-        let state = MachineState {
+        Ok(MachineState {
             vm,
             vcpus,
             serial,
             cmos,
             pci,
             testdev,
-        };
+        })
+    }
+
+    fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+        let state = self.capture()?;
         Ok(out.write(self.manifest.clone(), &state, &self.mem, self.backing)?)
     }
 }

@@ -18,7 +18,7 @@ struct Args {
     command: Option<Command>,
     /// Run the bundled guest NAME (see --list-guests), or `linux`: the Linux guest built by
     /// guest-images/linux/build.sh (--cmdline is appended to its command line).
-    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore"])]
+    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore", "incoming"])]
     guest: Option<String>,
     /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
     /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md).
@@ -30,6 +30,10 @@ struct Args {
     /// a file, directory, symbolic link or live socket is a usage error.
     #[arg(long, value_name = "PATH")]
     api_socket: Option<PathBuf>,
+    /// Wait on a unix socket at PATH (checked like --api-socket) for a VM migrated with
+    /// `vgpu-vmm ctl SOCKET migrate PATH`, and run it (like --restore, from the stream).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "gpu"])]
+    incoming: Option<PathBuf>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
@@ -108,6 +112,9 @@ enum CtlOp {
         #[arg(long)]
         paused: bool,
     },
+    /// Stop-and-copy migration to a vgpu-vmm waiting with --incoming DEST: the VM is paused,
+    /// sent, and ends here once the destination runs it (or runs on here if that fails).
+    Migrate { dest: PathBuf },
 }
 
 const CTL_EXIT_CODES: &str = "Exit status: 0 the VM did it (the result is printed as JSON on stdout); \
@@ -140,7 +147,7 @@ fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
 }
 
 const EXIT_CODES: &str = "Exit status: the guest's own code (0-255) when it exits through the debug-exit port; \
-0 on reset or power-off; 1 on a set-up error; 2 on a usage error; 3 when the guest crashed (triple fault); \
+0 on reset, power-off or after `ctl migrate` moved the VM away; 1 on a set-up error (a refused --restore or --incoming too); 2 on a usage error; 3 when the guest crashed (triple fault); \
 4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N. The bundled guests never \
 exit 1-4: 10 a check failed, 11 bad --cmdline argument, 12 device missing or unusable, 13 GPU \
 fault, 101 panic, 102 CPU exception, 103 bad boot info.";
@@ -152,6 +159,13 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
+        CtlOp::Migrate { dest } => match std::path::absolute(&dest) {
+            Ok(to) => Request::Migrate { to },
+            Err(e) => {
+                eprintln!("vgpu-vmm ctl: {}: {e}", dest.display());
+                return ExitCode::from(2);
+            }
+        },
         CtlOp::Snapshot { dir, paused } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
@@ -211,6 +225,45 @@ fn main() -> ExitCode {
             }
         },
         None => None,
+    };
+    // `--incoming PATH`: the same, from a migration stream.
+    let mut ack = None;
+    let loaded = match (&args.incoming, loaded) {
+        (Some(path), _) => {
+            let sock = match vmm::api::server::ApiSocket::bind(path) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("vgpu-vmm: --incoming: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let received = sock
+                .accept_one()
+                .map_err(|e| e.to_string())
+                .and_then(|mut conn| match vmm::snapshot::stream::receive(&conn) {
+                    Ok(l) => Ok((l, conn)),
+                    Err(e) => {
+                        vmm::snapshot::stream::answer(&mut conn, Err(e.to_string()));
+                        Err(e.to_string())
+                    }
+                });
+            match received {
+                Ok((l, conn)) => {
+                    ack = Some(conn);
+                    Some(l)
+                }
+                Err(e) => {
+                    eprintln!("vgpu-vmm: --incoming {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        (None, l) => l,
+    };
+    let since = if args.incoming.is_some() {
+        std::time::Instant::now()
+    } else {
+        since
     };
     let api = match args
         .api_socket
@@ -293,6 +346,7 @@ fn main() -> ExitCode {
         since: loaded.is_some().then_some(since),
         restore: loaded,
         api,
+        ack,
     };
     match vm::run_with(&cfg, start) {
         Ok(outcome) => {

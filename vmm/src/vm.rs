@@ -123,6 +123,9 @@ pub struct Start {
     pub api: Option<ApiSocket>,
     /// When the restore began (for the restore-to-running time).
     pub since: Option<Instant>,
+    /// A migration source waiting for `ok` once the restored VM is about to run (`--incoming`;
+    /// if the VM fails before, the connection closes and the source resumes its VM).
+    pub ack: Option<std::os::unix::net::UnixStream>,
 }
 
 /// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.
@@ -457,6 +460,9 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 break;
             }
         }
+    }
+    if let Some(mut conn) = start.ack {
+        crate::snapshot::stream::answer(&mut conn, Ok(()));
     }
     if let Some(since) = start.since {
         log::debug!(

@@ -28,6 +28,9 @@ pub enum Request {
         #[serde(default = "yes")]
         resume: bool,
     },
+    /// Stop-and-copy migration to the `--incoming` socket `to` (absolute); this VM ends once
+    /// the destination has it.
+    Migrate { to: PathBuf },
 }
 
 fn yes() -> bool {

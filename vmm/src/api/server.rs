@@ -65,6 +65,14 @@ impl ApiSocket {
         })
     }
 
+    /// Waits for one connection (a migration source on `--incoming`), then removes the socket
+    /// file.
+    pub fn accept_one(self) -> std::io::Result<UnixStream> {
+        let r = self.listener.accept().map(|(c, _)| c);
+        let _ = std::fs::remove_file(&self.path);
+        r
+    }
+
     /// Starts serving requests on `controller`.
     pub fn serve(self, controller: Arc<Controller>) -> std::io::Result<ApiServer> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -170,6 +178,15 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
+        Request::Migrate { to } => {
+            if !to.is_absolute() {
+                return Response::err("migrate: to must be an absolute path");
+            }
+            match controller.migrate(&to) {
+                Ok(done) => json(serde_json::to_value(done)),
+                Err(e) => Response::err(e),
+            }
+        }
         Request::Snapshot { dir, resume } => {
             if !dir.is_absolute() {
                 return Response::err("snapshot: dir must be an absolute path");

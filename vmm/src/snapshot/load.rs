@@ -80,6 +80,17 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             file: manifest::STATE_FILE,
             err,
         })?;
+    let ram = open(manifest::RAM_FILE)?;
+    check(manifest, &bytes, ram)
+}
+
+/// Checks a snapshot's parts against each other (also for a migration stream, whose RAM is an
+/// in-memory file): the state file's length and CRC-32 as the manifest says, its sections,
+/// vCPU count, CMOS and test device as the manifest says, and the RAM file's size.
+pub fn check(manifest: Manifest, bytes: &[u8], ram: std::fs::File) -> Result<Loaded, LoadError> {
+    if let Some(g) = &manifest.gpu {
+        return Err(LoadError::Gpu(g.clone()));
+    }
     if bytes.len() as u64 != manifest.state_bytes {
         return Err(LoadError::StateSize {
             file: manifest::STATE_FILE,
@@ -87,7 +98,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             want: manifest.state_bytes,
         });
     }
-    let crc = crc32fast::hash(&bytes);
+    let crc = crc32fast::hash(bytes);
     if crc != manifest.state_crc32 {
         return Err(LoadError::StateChecksum {
             file: manifest::STATE_FILE,
@@ -95,7 +106,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             want: manifest.state_crc32,
         });
     }
-    let state = MachineState::decode(&bytes)?;
+    let state = MachineState::decode(bytes)?;
     if state.vcpus.len() != usize::from(manifest.cpus) {
         return Err(LoadError::Vcpus {
             found: state.vcpus.len(),
@@ -120,7 +131,6 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     if state.testdev.is_some() != manifest.testdev {
         return Err(LoadError::Testdev);
     }
-    let ram = open(manifest::RAM_FILE)?;
     ram::check(&ram, manifest.ram_bytes)?;
     Ok(Loaded {
         manifest,

@@ -15,7 +15,7 @@ pub const STATE_FILE: &str = "state.bin";
 /// The RAM file's name.
 pub const RAM_FILE: &str = "ram.bin";
 /// Largest manifest read.
-const MAX_MANIFEST: u64 = 64 << 10;
+pub const MAX_MANIFEST: u64 = 64 << 10;
 /// The `format` field.
 pub const FORMAT: &str = "vgpu-vmm-snapshot";
 
@@ -88,10 +88,15 @@ impl Manifest {
         f.take(MAX_MANIFEST + 1)
             .read_to_string(&mut text)
             .map_err(ManifestError::Read)?;
+        Self::parse(text.as_bytes())
+    }
+
+    /// Parses and checks a manifest's text.
+    pub fn parse(text: &[u8]) -> Result<Self, ManifestError> {
         if text.len() as u64 > MAX_MANIFEST {
             return Err(ManifestError::TooLarge);
         }
-        let m: Manifest = serde_json::from_str(&text).map_err(ManifestError::Json)?;
+        let m: Manifest = serde_json::from_slice(text).map_err(ManifestError::Json)?;
         m.check()?;
         Ok(m)
     }

@@ -71,9 +71,17 @@ fn touched(pagemap: &File, host: usize, len: usize) -> Option<Vec<bool>> {
     Some(out)
 }
 
-/// Writes guest RAM to `file` (new and empty): touched non-zero pages at their offsets, the
-/// rest left as holes; the file's length is the RAM size.
-pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamSaved, RamError> {
+/// Where [`for_each_run`] sends each run: `(offset in the RAM file's layout, bytes)`.
+pub type RunSink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), RamError> + 'a;
+
+/// Calls `sink(offset, bytes)` for every run of touched, non-zero pages of guest RAM (at most
+/// 1 MiB each), `offset` being the run's place in the RAM file's layout; returns the RAM size
+/// and the pages passed.
+pub fn for_each_run(
+    mem: &GuestMemoryMmap,
+    backing: Backing,
+    sink: &mut RunSink<'_>,
+) -> Result<RamSaved, RamError> {
     let pagemap = match backing {
         Backing::Anonymous => File::open("/proc/self/pagemap").ok(),
         Backing::Other => None,
@@ -90,10 +98,9 @@ pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamS
         let bytes = unsafe { std::slice::from_raw_parts(host as *const u8, len) };
         let present = pagemap.as_ref().and_then(|p| touched(p, host, len));
         let mut run: Option<(usize, usize)> = None;
-        let flush = |run: &mut Option<(usize, usize)>| -> Result<(), RamError> {
+        let mut flush = |run: &mut Option<(usize, usize)>| -> Result<(), RamError> {
             if let Some((start, end)) = run.take() {
-                file.write_all_at(&bytes[start..end], file_off + start as u64)
-                    .map_err(io("write the RAM file"))?;
+                sink(file_off + start as u64, &bytes[start..end])?;
             }
             Ok(())
         };
@@ -104,9 +111,7 @@ pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamS
             if keep {
                 saved.pages += 1;
                 match &mut run {
-                    Some((_, end)) if *end == start => {
-                        *end = start + PAGE;
-                    }
+                    Some((_, end)) if *end == start => *end = start + PAGE,
                     _ => {
                         flush(&mut run)?;
                         run = Some((start, start + PAGE));
@@ -124,14 +129,24 @@ pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamS
         flush(&mut run)?;
         file_off += len as u64;
     }
-    file.set_len(file_off).map_err(io("size the RAM file"))?;
+    saved.bytes = file_off;
+    Ok(saved)
+}
+
+/// Writes guest RAM to `file` (new and empty): touched non-zero pages at their offsets, the
+/// rest left as holes; the file's length is the RAM size.
+pub fn save(mem: &GuestMemoryMmap, backing: Backing, file: &File) -> Result<RamSaved, RamError> {
+    let saved = for_each_run(mem, backing, &mut |off, bytes| {
+        file.write_all_at(bytes, off)
+            .map_err(io("write the RAM file"))
+    })?;
+    file.set_len(saved.bytes).map_err(io("size the RAM file"))?;
     let t = std::time::Instant::now();
     file.sync_all().map_err(io("sync the RAM file"))?;
     log::debug!(
         "snapshot: fsync of the RAM file: {:.1} ms",
         t.elapsed().as_secs_f64() * 1e3
     );
-    saved.bytes = file_off;
     Ok(saved)
 }
 
