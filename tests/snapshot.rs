@@ -611,8 +611,15 @@ fn ctl_help_documents_its_operations_and_exit_codes() {
 
 #[test]
 fn migration_moves_the_vm_to_an_incoming_process() {
+    for live in [false, true] {
+        migrate_once(live);
+    }
+}
+
+/// Migrates the guest at step 8, stop-and-copy or live (pre-copy rounds while it runs).
+fn migrate_once(live: bool) {
     let want = reference();
-    let s = Scratch::new("migrate");
+    let s = Scratch::new(if live { "migrate-live" } else { "migrate" });
     let incoming = s.path("in.sock");
     let dest = Command::new(BIN)
         .arg("--incoming")
@@ -629,9 +636,22 @@ fn migration_moves_the_vm_to_an_incoming_process() {
     while !incoming.exists() {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (code, out, err) = vm.ctl(&["migrate", incoming.to_str().unwrap()]);
+    let mut args = vec!["migrate", incoming.to_str().unwrap()];
+    if live {
+        args.push("--live");
+    }
+    let (code, out, err) = vm.ctl(&args);
     assert_eq!(code, 0, "{err}");
-    assert!(json(&out)["ram_pages"].as_u64().unwrap() > 0, "{out}");
+    let done = json(&out);
+    assert!(done["ram_pages"].as_u64().unwrap() > 0, "{out}");
+    let rounds = done["rounds"].as_array().unwrap();
+    if live {
+        // The first pass sent the guest's 4 MiB buffer (and more) while it ran.
+        assert!(rounds.len() >= 2, "{out}");
+        assert!(rounds[0].as_u64().unwrap() >= 1024, "{out}");
+    } else {
+        assert!(rounds.is_empty(), "{out}");
+    }
     // The source ends by itself (exit 0), the destination finishes the guest.
     let (code, before, err) = vm.finish();
     assert_eq!(code, 0, "{err}");

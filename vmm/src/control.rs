@@ -16,12 +16,13 @@ use vm_memory::GuestMemoryMmap;
 use crate::devices::serial::SerialDevice;
 use crate::exit::ExitLatch;
 use crate::linux::cmos::Cmos;
+use crate::memory;
 use crate::pause::{PauseError, PauseGate};
 use crate::snapshot::manifest::Manifest;
 use crate::snapshot::ram::Backing;
 use crate::snapshot::save::{OutputDir, SaveError};
 use crate::snapshot::state::MachineState;
-use crate::snapshot::{cpu::CpuStateError, vmstate};
+use crate::snapshot::{cpu::CpuStateError, stream, vmstate};
 use crate::vcpu::{ExitCounters, ExitCounts};
 
 /// How long a pause may take to park every vCPU.
@@ -51,7 +52,16 @@ pub enum ControlError {
     Connect { path: String, err: std::io::Error },
     #[error("migrate: {0}")]
     Stream(#[from] crate::snapshot::stream::StreamError),
+    #[error("migrate: dirty logging: {0}")]
+    Memory(#[from] crate::memory::MemoryError),
+    #[error("migrate: KVM_GET_DIRTY_LOG of slot {slot}: {err}")]
+    DirtyLog { slot: usize, err: kvm_ioctls::Error },
 }
+
+/// Most pre-copy rounds after the first full pass.
+pub const MAX_ROUNDS: usize = 8;
+/// A round that sent at most this many pages ends pre-copy (1 MiB).
+pub const SMALL_ROUND_PAGES: u64 = 256;
 
 /// Everything the operations reach.
 pub struct Controller {
@@ -89,9 +99,15 @@ pub struct ControlStats {
 #[derive(Debug, Serialize)]
 pub struct MigrateDone {
     pub to: String,
-    /// Time from the request to the destination's `ok`, in ms (the VM is paused for it).
+    /// Time from the request to the destination's `ok`, in ms.
     pub ms: f64,
+    /// Of which the VM was paused (the last round, the state and the destination's set-up).
+    pub paused_ms: f64,
+    /// Pages sent, resends included.
     pub ram_pages: u64,
+    /// Pages sent per pre-copy round (the last one with the VM paused); empty for
+    /// stop-and-copy.
+    pub rounds: Vec<u64>,
 }
 
 /// The `snapshot` answer.
@@ -195,11 +211,14 @@ impl Controller {
         })
     }
 
-    /// Stop-and-copy migration: connects to the destination's `--incoming` socket (before
-    /// pausing), pauses, sends the VM, and on the destination's `ok` ends this VM
-    /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure the VM
-    /// runs on here (or stays paused if it was).
-    pub fn migrate(&self, to: &Path) -> Result<MigrateDone, ControlError> {
+    /// Migration to the `--incoming` socket `to`: connects (before pausing), then either
+    /// stop-and-copy (pause, send everything) or, with `live`, pre-copy: KVM's dirty log on,
+    /// all RAM sent while the guest runs, then rounds of the pages it dirtied meanwhile until
+    /// a round is small or [`MAX_ROUNDS`] passed, then pause and send the last dirty pages
+    /// with the state. On the destination's `ok` this VM ends
+    /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure it runs
+    /// on here (or stays paused if it was).
+    pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
         if self.has_gpu {
             return Err(ControlError::GpuUnsupported);
@@ -211,41 +230,90 @@ impl Controller {
                 err,
             })?;
         let was_paused = self.gate.is_paused();
-        if !was_paused {
-            self.pause_now()?;
+        let live = live && !was_paused;
+        let mut rounds = Vec::new();
+        let mut paused_at = None;
+        let result = (|| -> Result<u64, ControlError> {
+            let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
+            let mut tx = stream::Sender::start(&conn, &manifest)?;
+            if live {
+                memory::set_dirty_logging(&self.vm, &self.mem, true)?;
+                // Round 0: everything, with the guest running (the log has been on since).
+                let all = self.all_dirty();
+                rounds.push(tx.pages(&self.mem, &all, true)?);
+                for _ in 0..MAX_ROUNDS {
+                    let dirty = self.dirty_log()?;
+                    let sent = tx.pages(&self.mem, &dirty, false)?;
+                    rounds.push(sent);
+                    if sent <= SMALL_ROUND_PAGES {
+                        break;
+                    }
+                }
+            }
+            if !was_paused {
+                self.pause_now()?;
+            }
+            paused_at = Some(Instant::now());
+            if live {
+                let dirty = self.dirty_log()?;
+                rounds.push(tx.pages(&self.mem, &dirty, false)?);
+            } else {
+                tx.all_ram(&self.mem, self.backing)?;
+            }
+            let state = self.capture()?.encode();
+            Ok(tx.finish(&state)?)
+        })();
+        if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
+            log::warn!("migrate: turn dirty logging off: {e}");
         }
-        let result = self.capture().and_then(|state| {
-            let bytes = state.encode();
-            Ok(crate::snapshot::stream::send(
-                &conn,
-                self.manifest.clone(),
-                &bytes,
-                &self.mem,
-                self.backing,
-            )?)
-        });
         match result {
-            Ok(saved) => {
+            Ok(pages) => {
                 let ms = start.elapsed().as_secs_f64() * 1e3;
+                let paused_ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
                 log::info!(
-                    "migrated to {} in {ms:.1} ms ({} pages of RAM)",
-                    to.display(),
-                    saved.pages
+                    "migrated to {} in {ms:.1} ms, paused for {paused_ms:.1} ms ({pages} pages \
+                     sent, rounds {rounds:?})",
+                    to.display()
                 );
                 self.latch.request(crate::exit::ExitReason::Migrated);
                 Ok(MigrateDone {
                     to: to.display().to_string(),
                     ms,
-                    ram_pages: saved.pages,
+                    paused_ms,
+                    ram_pages: pages,
+                    rounds,
                 })
             }
             Err(e) => {
-                if !was_paused {
+                if !was_paused && self.gate.is_paused() {
                     self.gate.resume();
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Every page of RAM, as a dirty bitmap per region.
+    fn all_dirty(&self) -> Vec<Vec<u64>> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        self.mem
+            .iter()
+            .map(|r| vec![u64::MAX; (r.len() / 4096).div_ceil(64) as usize])
+            .collect()
+    }
+
+    /// KVM's dirty log of each RAM slot (and clears it).
+    fn dirty_log(&self) -> Result<Vec<Vec<u64>>, ControlError> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        self.mem
+            .iter()
+            .enumerate()
+            .map(|(slot, r)| {
+                self.vm
+                    .get_dirty_log(slot as u32, r.len() as usize)
+                    .map_err(|err| ControlError::DirtyLog { slot, err })
+            })
+            .collect()
     }
 
     fn capture(&self) -> Result<MachineState, ControlError> {

@@ -112,9 +112,16 @@ enum CtlOp {
         #[arg(long)]
         paused: bool,
     },
-    /// Stop-and-copy migration to a vgpu-vmm waiting with --incoming DEST: the VM is paused,
-    /// sent, and ends here once the destination runs it (or runs on here if that fails).
-    Migrate { dest: PathBuf },
+    /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
+    /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
+    /// then a short pause); the VM ends here once the destination runs it, and runs on here if
+    /// that fails.
+    Migrate {
+        dest: PathBuf,
+        /// Pre-copy with KVM's dirty log instead of stop-and-copy.
+        #[arg(long)]
+        live: bool,
+    },
 }
 
 const CTL_EXIT_CODES: &str = "Exit status: 0 the VM did it (the result is printed as JSON on stdout); \
@@ -159,8 +166,8 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
-        CtlOp::Migrate { dest } => match std::path::absolute(&dest) {
-            Ok(to) => Request::Migrate { to },
+        CtlOp::Migrate { dest, live } => match std::path::absolute(&dest) {
+            Ok(to) => Request::Migrate { to, live },
             Err(e) => {
                 eprintln!("vgpu-vmm ctl: {}: {e}", dest.display());
                 return ExitCode::from(2);

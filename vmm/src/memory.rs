@@ -55,6 +55,20 @@ pub fn create(
 
 /// Registers every region of `mem` with the VM as memory slots 0, 1, ...
 pub fn register(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryError> {
+    register_with(vm, mem, 0)
+}
+
+/// Turns KVM's dirty-page logging of the RAM slots on or off (live migration).
+pub fn set_dirty_logging(vm: &VmFd, mem: &GuestMemoryMmap, on: bool) -> Result<(), MemoryError> {
+    let flags = if on {
+        kvm_bindings::KVM_MEM_LOG_DIRTY_PAGES
+    } else {
+        0
+    };
+    register_with(vm, mem, flags)
+}
+
+fn register_with(vm: &VmFd, mem: &GuestMemoryMmap, flags: u32) -> Result<(), MemoryError> {
     for (slot, region) in mem.iter().enumerate() {
         let slot = slot as u32;
         let host = region
@@ -68,7 +82,7 @@ pub fn register(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryError> {
             guest_phys_addr: region.start_addr().0,
             memory_size: region.len(),
             userspace_addr: host as u64,
-            flags: 0,
+            flags,
         };
         // SAFETY: the region is a live mapping of `memory_size` bytes owned by `mem`,
         // which the caller keeps alive as long as the VM.

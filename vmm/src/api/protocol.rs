@@ -28,9 +28,14 @@ pub enum Request {
         #[serde(default = "yes")]
         resume: bool,
     },
-    /// Stop-and-copy migration to the `--incoming` socket `to` (absolute); this VM ends once
-    /// the destination has it.
-    Migrate { to: PathBuf },
+    /// Migration to the `--incoming` socket `to` (absolute): stop-and-copy, or pre-copy rounds
+    /// with KVM's dirty log while the guest runs if `live`; this VM ends once the destination
+    /// has it.
+    Migrate {
+        to: PathBuf,
+        #[serde(default)]
+        live: bool,
+    },
 }
 
 fn yes() -> bool {

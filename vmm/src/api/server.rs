@@ -178,11 +178,11 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
-        Request::Migrate { to } => {
+        Request::Migrate { to, live } => {
             if !to.is_absolute() {
                 return Response::err("migrate: to must be an absolute path");
             }
-            match controller.migrate(&to) {
+            match controller.migrate(&to, live) {
                 Ok(done) => json(serde_json::to_value(done)),
                 Err(e) => Response::err(e),
             }

@@ -1,8 +1,9 @@
-//! Stop-and-copy migration over a unix socket: the snapshot sent as a stream instead of a
-//! directory. The source (`ctl SOCKET migrate DEST`) pauses its VM and sends frames, each
-//! `u32 kind, u64 length, payload`: the manifest (JSON), the state file, RAM runs (`u64`
-//! offset in the RAM file's layout, then whole pages, at most 1 MiB), and an end frame with
-//! the number of pages sent. The destination (`--incoming DEST`) reads them into an in-memory
+//! Migration over a unix socket: the snapshot sent as a stream instead of a directory. The
+//! source (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
+//! manifest (JSON), RAM runs (`u64` offset in the RAM file's layout, then whole pages, at most
+//! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
+//! pages the running guest dirtied), the state file (its vCPUs paused by then), and an end
+//! frame with the number of pages sent. The destination (`--incoming DEST`) reads them into an in-memory
 //! RAM file (memfd), checks everything as `--restore` does, builds the VM and answers `ok`
 //! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
 //! Every frame is checked against fixed limits and the manifest before it is used.
@@ -19,7 +20,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 use super::format::MAX_STATE_BYTES;
 use super::load::{self, LoadError, Loaded};
 use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
-use super::ram::{self, Backing, RamError, RamSaved};
+use super::ram::{self, Backing, RamError};
 
 const MANIFEST: u32 = 1;
 const STATE: u32 = 2;
@@ -61,46 +62,135 @@ fn frame(out: &mut dyn Write, kind: u32, parts: &[&[u8]]) -> std::io::Result<()>
     Ok(())
 }
 
-/// Source side: sends the VM (paused, its state captured) and waits for the answer.
-pub fn send(
-    conn: &UnixStream,
-    mut manifest: Manifest,
-    state: &[u8],
-    mem: &GuestMemoryMmap,
-    backing: Backing,
-) -> Result<RamSaved, StreamError> {
-    conn.set_write_timeout(Some(PATIENCE))?;
-    conn.set_read_timeout(Some(PATIENCE))?;
-    manifest.state_bytes = state.len() as u64;
-    manifest.state_crc32 = crc32fast::hash(state);
-    manifest.ram_bytes = mem.iter().map(vm_memory::GuestMemoryRegion::len).sum();
-    // The page count is not known before the walk: the end frame carries it.
-    manifest.ram_pages = 0;
-    let text = serde_json::to_vec(&manifest).map_err(|e| bad(e.to_string()))?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, conn);
-    frame(&mut out, MANIFEST, &[&text])?;
-    frame(&mut out, STATE, &[state])?;
-    let saved = ram::for_each_run(mem, backing, &mut |off, bytes| {
-        frame(&mut out, RAM, &[&off.to_le_bytes(), bytes]).map_err(|err| RamError::Io {
+/// Source side of a stream: frames in the order manifest, RAM runs (any number, later ones
+/// overwrite earlier ones), state, end.
+pub struct Sender<'a> {
+    out: std::io::BufWriter<&'a UnixStream>,
+    conn: &'a UnixStream,
+    /// Pages sent so far (resends included).
+    pub pages: u64,
+}
+
+impl<'a> Sender<'a> {
+    /// Starts a stream with `manifest` (its state and page fields are not used).
+    pub fn start(conn: &'a UnixStream, manifest: &Manifest) -> Result<Self, StreamError> {
+        conn.set_write_timeout(Some(PATIENCE))?;
+        conn.set_read_timeout(Some(PATIENCE))?;
+        let text = serde_json::to_vec(manifest).map_err(|e| bad(e.to_string()))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, conn);
+        frame(&mut out, MANIFEST, &[&text])?;
+        Ok(Sender {
+            out,
+            conn,
+            pages: 0,
+        })
+    }
+
+    fn run(&mut self, off: u64, bytes: &[u8]) -> Result<(), RamError> {
+        self.pages += bytes.len() as u64 / 4096;
+        frame(&mut self.out, RAM, &[&off.to_le_bytes(), bytes]).map_err(|err| RamError::Io {
             what: "send RAM",
             err,
         })
-    })?;
-    frame(&mut out, END, &[&saved.pages.to_le_bytes()])?;
-    out.flush()?;
-    drop(out);
-    let mut answer = Vec::new();
-    BufReader::new(conn.take(4096)).read_until(b'\n', &mut answer)?;
-    let answer = String::from_utf8_lossy(&answer);
-    match answer.trim_end() {
-        "ok" => Ok(saved),
-        "" => Err(StreamError::Refused(
-            "the destination closed the connection".into(),
-        )),
-        other => Err(StreamError::Refused(
-            other.strip_prefix("error: ").unwrap_or(other).to_owned(),
-        )),
     }
+
+    /// Sends every touched non-zero page (the vCPUs paused).
+    pub fn all_ram(&mut self, mem: &GuestMemoryMmap, backing: Backing) -> Result<(), StreamError> {
+        ram::for_each_run(mem, backing, &mut |off, bytes| self.run(off, bytes))?;
+        Ok(())
+    }
+
+    /// Sends the pages of `mem` whose bits are set in `dirty` (one bitmap per region, as
+    /// KVM_GET_DIRTY_LOG returns them), copied with volatile reads so that the guest may run
+    /// meanwhile (a page it writes again is dirty again and sent again). All-zero pages are
+    /// sent too unless `skip_zero` (the first pass: the destination's RAM starts zeroed).
+    pub fn pages(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        dirty: &[Vec<u64>],
+        skip_zero: bool,
+    ) -> Result<u64, StreamError> {
+        use vm_memory::{Bytes, GuestAddress, GuestMemoryRegion};
+        let mut sent = 0;
+        let mut file_off = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        for (region, bits) in mem.iter().zip(dirty) {
+            let npages = region.len() / 4096;
+            let is_dirty = |p: u64| {
+                bits.get((p / 64) as usize)
+                    .is_some_and(|w| w >> (p % 64) & 1 == 1)
+            };
+            let mut p = 0;
+            while p < npages {
+                if !is_dirty(p) {
+                    p += 1;
+                    continue;
+                }
+                let first = p;
+                while p < npages && is_dirty(p) && p - first < 256 {
+                    p += 1;
+                }
+                let n = ((p - first) * 4096) as usize;
+                let gpa = GuestAddress(region.start_addr().0 + first * 4096);
+                mem.read_slice(&mut buf[..n], gpa)
+                    .map_err(|e| RamError::Map(e.to_string()))?;
+                let base = file_off + first * 4096;
+                if !skip_zero {
+                    self.run(base, &buf[..n])?;
+                    sent += p - first;
+                    continue;
+                }
+                // Runs of non-zero pages within the run.
+                let mut i = 0;
+                while i < n {
+                    if buf[i..i + 4096].iter().all(|&b| b == 0) {
+                        i += 4096;
+                        continue;
+                    }
+                    let s = i;
+                    while i < n && buf[i..i + 4096].iter().any(|&b| b != 0) {
+                        i += 4096;
+                    }
+                    self.run(base + s as u64, &buf[s..i])?;
+                    sent += ((i - s) / 4096) as u64;
+                }
+            }
+            file_off += region.len();
+        }
+        Ok(sent)
+    }
+
+    /// Sends the state and the end frame and waits for the destination's answer.
+    pub fn finish(mut self, state: &[u8]) -> Result<u64, StreamError> {
+        frame(&mut self.out, STATE, &[state])?;
+        frame(&mut self.out, END, &[&self.pages.to_le_bytes()])?;
+        self.out.flush()?;
+        let conn = self.conn;
+        drop(self.out);
+        let mut answer = Vec::new();
+        BufReader::new(conn.take(4096)).read_until(b'\n', &mut answer)?;
+        let answer = String::from_utf8_lossy(&answer);
+        match answer.trim_end() {
+            "ok" => Ok(self.pages),
+            "" => Err(StreamError::Refused(
+                "the destination closed the connection".into(),
+            )),
+            other => Err(StreamError::Refused(
+                other.strip_prefix("error: ").unwrap_or(other).to_owned(),
+            )),
+        }
+    }
+}
+
+/// The manifest a stream starts with: `manifest` with the RAM size of `mem`, state and page
+/// fields zero (the state's length and CRC-32 are checked from its frame, the page count from
+/// the end frame).
+pub fn stream_manifest(mut manifest: Manifest, mem: &GuestMemoryMmap) -> Manifest {
+    manifest.ram_bytes = mem.iter().map(vm_memory::GuestMemoryRegion::len).sum();
+    manifest.ram_pages = 0;
+    manifest.state_bytes = 0;
+    manifest.state_crc32 = 0;
+    manifest
 }
 
 fn read_header(r: &mut dyn Read) -> Result<(u32, u64), StreamError> {
@@ -144,14 +234,10 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
     }
     let text = read_payload(&mut r, len, MAX_MANIFEST, "manifest")?;
     let manifest = Manifest::parse(&text)?;
-    let (kind, len) = read_header(&mut r)?;
-    if kind != STATE {
-        return Err(bad(format!("frame {kind} where the state was due")));
-    }
-    let state = read_payload(&mut r, len, MAX_STATE_BYTES, "state")?;
     let ram_file = memfd(manifest.ram_bytes)?;
     let mut pages = 0u64;
     let mut buf = Vec::new();
+    let mut state = None;
     loop {
         let (kind, len) = read_header(&mut r)?;
         match kind {
@@ -174,6 +260,9 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
                 ram_file.write_all_at(&buf, off)?;
                 pages += n / 4096;
             }
+            STATE if state.is_none() => {
+                state = Some(read_payload(&mut r, len, MAX_STATE_BYTES, "state")?);
+            }
             END => {
                 let p = read_payload(&mut r, len, 8, "end frame")?;
                 let sent = u64::from_le_bytes(p.try_into().map_err(|_| bad("end frame"))?);
@@ -184,11 +273,14 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
                 }
                 break;
             }
-            other => return Err(bad(format!("frame {other} in the RAM"))),
+            other => return Err(bad(format!("unexpected frame {other}"))),
         }
     }
+    let state = state.ok_or_else(|| bad("the stream ended without the state"))?;
     let mut manifest = manifest;
-    manifest.ram_pages = pages;
+    manifest.state_bytes = state.len() as u64;
+    manifest.state_crc32 = crc32fast::hash(&state);
+    manifest.ram_pages = pages.min(manifest.ram_bytes / 4096);
     Ok(load::check(manifest, &state, ram_file)?)
 }
 
