@@ -741,3 +741,20 @@ fn an_incoming_vm_refuses_a_bad_stream() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("at most 65536 accepted"), "{err}");
 }
+
+#[test]
+fn an_idle_api_client_does_not_hold_the_vm_at_exit() {
+    let s = Scratch::new("idle-client");
+    let vm = Vm::start(&s, "i", &["--guest", "count", "--cmdline", "steps=5 ms=20"]);
+    let _idle = std::os::unix::net::UnixStream::connect(&vm.socket).unwrap();
+    let start = Instant::now();
+    let (code, out, err) = vm.finish();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("COUNT done"));
+    // The server's idle limit is 30 s; the VM ends with its guest.
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+}

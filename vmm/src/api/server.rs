@@ -102,12 +102,19 @@ pub struct ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the blocking accept; a client holding a connection is cut at its next line.
+        // Wake the blocking accept. A client holding an idle connection would keep the thread
+        // up to its idle limit: the VM does not wait for it (the process is ending).
         let _ = UnixStream::connect(&self.socket.path);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
         let _ = std::fs::remove_file(&self.socket.path);
+        if let Some(t) = self.thread.take() {
+            let start = std::time::Instant::now();
+            while !t.is_finished() && start.elapsed() < Duration::from_millis(200) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
     }
 }
 
