@@ -558,6 +558,11 @@ fn hostile_snapshots_are_refused_before_the_guest_runs() {
             "the snapshot has PCI functions",
         ),
         (
+            "a virtual GPU",
+            Box::new(|d| edit_manifest(d, |m| m["gpu"] = "mode=full".into())),
+            "has a virtual GPU",
+        ),
+        (
             "missing RAM file",
             Box::new(|d| std::fs::remove_file(d.join("ram.bin")).unwrap()),
             "ram.bin",
@@ -757,4 +762,25 @@ fn an_idle_api_client_does_not_hold_the_vm_at_exit() {
         "{:?}",
         start.elapsed()
     );
+}
+
+#[test]
+fn a_vm_with_a_gpu_refuses_snapshot_and_migration_and_runs_on() {
+    let s = Scratch::new("gpu");
+    let vm = Vm::start(&s, "g", &["--guest", "idle", "--gpu"]);
+    vm.wait_for(|o| o.contains("idle: halting"));
+    let dir = s.path("snap");
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("virtual GPU"), "{err}");
+    assert!(!dir.exists(), "nothing created");
+    let (code, _, err) = vm.ctl(&["migrate", s.path("in.sock").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("virtual GPU"), "{err}");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    // Pause and resume do work with a GPU (the vCPUs only).
+    assert_eq!(vm.ctl(&["pause"]).0, 0);
+    assert_eq!(vm.ctl(&["resume"]).0, 0);
+    let (code, _) = vm.terminate();
+    assert_eq!(code, 128 + libc::SIGTERM);
 }
