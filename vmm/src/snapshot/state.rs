@@ -286,7 +286,17 @@ impl MachineState {
             what,
             detail: "section appears twice".into(),
         };
+        // Sections come in one order (tags ascending, vCPUs together), so that a state has
+        // one encoding.
+        let mut last_tag = 0;
         for s in format::sections(file)? {
+            if s.tag < last_tag {
+                return Err(DecodeError::Invalid {
+                    what: "state file",
+                    detail: format!("section tag {} after tag {last_tag}", s.tag),
+                });
+            }
+            last_tag = s.tag;
             match s.tag {
                 tag::VM if vm.is_none() => vm = Some(decode_vm(s.payload)?),
                 tag::VM => return Err(dup("VM section")),
@@ -444,6 +454,12 @@ pub(crate) mod tests {
         let mut s2 = sample();
         s2.vcpus[0].id = 1;
         assert!(MachineState::decode(&s2.encode()).is_err());
+        // Sections out of order.
+        let mut w = FileWriter::default();
+        w.section(tag::SERIAL, encode_serial(&s.serial));
+        w.section(tag::VM, encode_vm(&s.vm));
+        let e = MachineState::decode(&w.finish()).unwrap_err();
+        assert!(e.to_string().contains("after tag 3"), "{e}");
         // A UART FIFO larger than the UART's.
         let mut s3 = sample();
         s3.serial.in_buffer = vec![0; 65];
