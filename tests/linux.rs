@@ -128,3 +128,73 @@ fn linux_guest_full_mode_suite_user_ptx_and_attacks() {
     assert!(out.contains("PTX entry=runaway ok=0"), "{out}");
     assert!(out.contains("runaway=1"), "{out}");
 }
+
+/// Snapshot and restore of a running Linux guest (no GPU): snapshotted through the API socket
+/// while a shell loop prints and sleeps, the original stopped, the snapshot restored: the loop
+/// carries on where it was (timers, the KVM clock, the UART and the irqchips restored) and the
+/// guest ends with the loop's exit status.
+#[test]
+fn linux_guest_snapshot_restores_and_finishes() {
+    let Some(dir) = guest_dir() else { return };
+    let tmp = std::env::temp_dir().join(format!("vgpu-linux-snap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let socket = tmp.join("api.sock");
+    let out1 = tmp.join("first.out");
+    let snap = tmp.join("snap");
+    let cmd = "for i in $(seq 1 12); do echo L$i $((i * i)); sleep 0.2; done";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+        .env("VGPU_LINUX_DIR", dir)
+        .args(["--guest", "linux", "--timeout", "1200", "--api-socket"])
+        .arg(&socket)
+        .args(["--cmdline", &format!("vgpu_run=\"{cmd}\"")])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out1).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&out1)
+        .unwrap_or_default()
+        .contains("L3 9")
+    {
+        assert!(
+            start.elapsed().as_secs() < 1200,
+            "the guest never printed L3"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let ctl = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+        .arg("ctl")
+        .arg(&socket)
+        .arg("snapshot")
+        .arg(&snap)
+        .arg("--paused")
+        .output()
+        .unwrap();
+    assert!(ctl.status.success(), "{ctl:?}");
+    // SAFETY: kill(2) on our own child's pid, which is not reaped yet.
+    let r = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(r, 0);
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(&out1).unwrap();
+    assert!(!before.contains("L12 144"), "{before}");
+    let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+        .arg("--restore")
+        .arg(&snap)
+        .args(["--timeout", "1200"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let after = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = std::fs::remove_dir_all(&tmp);
+    assert_eq!(out.status.code(), Some(0), "{after}");
+    let both = format!("{before}{after}");
+    let lines: Vec<&str> = both
+        .lines()
+        .filter(|l| l.starts_with('L') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    let want: Vec<String> = (1..=12).map(|i| format!("L{i} {}", i * i)).collect();
+    assert_eq!(lines, want, "{both}");
+    assert!(after.contains("exited 0"), "{after}");
+}

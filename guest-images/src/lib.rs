@@ -53,6 +53,10 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
         "with --gpu: latency-sensitive side of the priority experiment: requests of kernels= lcg_spin launches (iters=, threads=, blocks=) waited for on the GPU's interrupt and checked, then think_us= of guest CPU think time, until ms=; prints INFER start .., INFER req=.. lat_us=.. for the first lines= requests, INFER end t_ms=.. requests=.. ok=.. p50_us=.. p99_us=.. max_us=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
     ),
     ("idle", "halts forever (for timeout and signal tests)"),
+    (
+        "count",
+        "deterministic long run for snapshot and pause tests: steps= steps (default 40) that check and refill a mib= MiB buffer, print COUNT step=.. sum=.. f=.., and sleep ms= ms on the APIC timer; exits 0 (10 if memory or the TSC came back wrong)",
+    ),
     ("echo", "echoes console input lines (quit ends it)"),
 ];
 
@@ -80,6 +84,7 @@ mod tests {
             "attack",
             "fairness",
             "infer",
+            "count",
         ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");

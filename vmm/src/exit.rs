@@ -25,6 +25,8 @@ pub enum ExitReason {
     Timeout,
     /// A termination signal arrived.
     Signal(i32),
+    /// The VM was migrated (`ctl migrate`): it runs on in the destination process.
+    Migrated,
 }
 
 /// Exit code for a guest crash (triple fault).
@@ -39,7 +41,10 @@ impl ExitReason {
     pub fn code(&self) -> i32 {
         match self {
             ExitReason::Guest(c) => i32::from(*c),
-            ExitReason::Reset | ExitReason::PowerOff | ExitReason::ConsoleQuit => 0,
+            ExitReason::Reset
+            | ExitReason::PowerOff
+            | ExitReason::ConsoleQuit
+            | ExitReason::Migrated => 0,
             ExitReason::TripleFault { .. } => CODE_GUEST_CRASH,
             ExitReason::VcpuError { .. } => CODE_VCPU_ERROR,
             ExitReason::Timeout => CODE_TIMEOUT,
@@ -61,6 +66,7 @@ impl std::fmt::Display for ExitReason {
             ExitReason::VcpuError { vcpu, what } => write!(f, "vCPU {vcpu} failed: {what}"),
             ExitReason::Timeout => write!(f, "timed out (--timeout)"),
             ExitReason::Signal(s) => write!(f, "stopped by signal {s}"),
+            ExitReason::Migrated => write!(f, "migrated to another process"),
         }
     }
 }

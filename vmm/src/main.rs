@@ -4,19 +4,36 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use vmm::loader::Image;
 use vmm::stats::StatsTarget;
 use vmm::vm::{self, VmConfig};
 
 /// Run a KVM guest (a bundled bare-metal program or an ELF kernel).
 #[derive(Debug, Parser)]
-#[command(name = "vgpu-vmm", version, about, after_help = EXIT_CODES)]
+#[command(name = "vgpu-vmm", version, about, after_help = EXIT_CODES,
+          args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Run the bundled guest NAME (see --list-guests), or `linux`: the Linux guest built by
     /// guest-images/linux/build.sh (--cmdline is appended to its command line).
-    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests"])]
+    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore", "incoming"])]
     guest: Option<String>,
+    /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
+    /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md).
+    #[arg(long, value_name = "DIR",
+          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "gpu"])]
+    restore: Option<PathBuf>,
+    /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
+    /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
+    /// a file, directory, symbolic link or live socket is a usage error.
+    #[arg(long, value_name = "PATH")]
+    api_socket: Option<PathBuf>,
+    /// Wait on a unix socket at PATH (checked like --api-socket) for a VM migrated with
+    /// `vgpu-vmm ctl SOCKET migrate PATH`, and run it (like --restore, from the stream).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "gpu"])]
+    incoming: Option<PathBuf>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
@@ -71,6 +88,51 @@ struct Args {
     list_guests: bool,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Send a control request to a VM started with --api-socket PATH and print the answer's
+    /// result as JSON.
+    #[command(after_help = CTL_EXIT_CODES)]
+    Ctl {
+        /// The VM's API socket.
+        socket: PathBuf,
+        #[command(subcommand)]
+        op: CtlOp,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CtlOp {
+    /// Park every vCPU (the guest stops; its clocks keep running).
+    Pause,
+    /// Let a paused VM run again.
+    Resume,
+    /// Print the VM's state (running or paused), uptime and exit counters.
+    Stats,
+    /// Write a snapshot to DIR (new, or an empty directory). A running VM is paused for it
+    /// and resumed after (unless --paused); a paused VM stays paused.
+    Snapshot {
+        dir: PathBuf,
+        /// Leave the VM paused after the snapshot.
+        #[arg(long)]
+        paused: bool,
+    },
+    /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
+    /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
+    /// then a short pause); the VM ends here once the destination runs it, and runs on here if
+    /// that fails.
+    Migrate {
+        dest: PathBuf,
+        /// Pre-copy with KVM's dirty log instead of stop-and-copy.
+        #[arg(long)]
+        live: bool,
+    },
+}
+
+const CTL_EXIT_CODES: &str = "Exit status: 0 the VM did it (the result is printed as JSON on stdout); \
+1 the VM refused or failed the operation (the error is printed); 2 usage error; 3 no VM answers \
+on the socket or its answer is not the protocol's.";
+
 /// Largest `--gpu vram=` for a bare-metal guest: the largest power of two that leaves room
 /// for the other 64-bit BARs in the identity-mapped part of the window (8 GiB), and no more
 /// than the 4 GiB GPU VA window the bundled driver maps all of VRAM into.
@@ -97,10 +159,55 @@ fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
 }
 
 const EXIT_CODES: &str = "Exit status: the guest's own code (0-255) when it exits through the debug-exit port; \
-0 on reset or power-off; 1 on a set-up error; 2 on a usage error; 3 when the guest crashed (triple fault); \
+0 on reset, power-off or after `ctl migrate` moved the VM away; 1 on a set-up error (a refused --restore or --incoming too); 2 on a usage error; 3 when the guest crashed (triple fault); \
 4 when KVM failed to run a vCPU; 124 on --timeout; 128+N on signal N. The bundled guests never \
 exit 1-4: 10 a check failed, 11 bad --cmdline argument, 12 device missing or unusable, 13 GPU \
 fault, 101 panic, 102 CPU exception, 103 bad boot info.";
+
+fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
+    use vmm::api::client::{self, ClientError};
+    use vmm::api::protocol::Request;
+    let req = match op {
+        CtlOp::Pause => Request::Pause {},
+        CtlOp::Resume => Request::Resume {},
+        CtlOp::Stats => Request::Stats {},
+        CtlOp::Migrate { dest, live } => match std::path::absolute(&dest) {
+            Ok(to) => Request::Migrate { to, live },
+            Err(e) => {
+                eprintln!("vgpu-vmm ctl: {}: {e}", dest.display());
+                return ExitCode::from(2);
+            }
+        },
+        CtlOp::Snapshot { dir, paused } => {
+            // The VM resolves paths in its own directory: send an absolute one.
+            let dir = match std::path::absolute(&dir) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("vgpu-vmm ctl: {}: {e}", dir.display());
+                    return ExitCode::from(2);
+                }
+            };
+            Request::Snapshot {
+                dir,
+                resume: !paused,
+            }
+        }
+    };
+    match client::call(socket, &req) {
+        Ok(r) if r.ok => {
+            println!("{}", r.result.unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            eprintln!("vgpu-vmm ctl: {}", r.error.unwrap_or_default());
+            ExitCode::from(client::CODE_REFUSED)
+        }
+        Err(e @ (ClientError::Connect { .. } | ClientError::Io(_) | ClientError::Protocol(_))) => {
+            eprintln!("vgpu-vmm ctl: {e}");
+            ExitCode::from(client::CODE_NO_VM)
+        }
+    }
+}
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -109,6 +216,9 @@ fn main() -> ExitCode {
         .parse_env("RUST_LOG")
         .format_timestamp_micros()
         .init();
+    if let Some(Command::Ctl { socket, op }) = args.command {
+        return ctl(&socket, op);
+    }
     if args.list_guests {
         let width = guest_images::names().map(str::len).max().unwrap_or(0);
         for n in guest_images::names() {
@@ -116,6 +226,69 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    // `--restore DIR`: everything comes from the snapshot, checked before anything is built.
+    let since = std::time::Instant::now();
+    let loaded = match &args.restore {
+        Some(dir) => match vmm::snapshot::load::load(dir) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("vgpu-vmm: --restore {}: {e}", dir.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    // `--incoming PATH`: the same, from a migration stream.
+    let mut ack = None;
+    let loaded = match (&args.incoming, loaded) {
+        (Some(path), _) => {
+            let sock = match vmm::api::server::ApiSocket::bind(path) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("vgpu-vmm: --incoming: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let received = sock
+                .accept_one()
+                .map_err(|e| e.to_string())
+                .and_then(|mut conn| match vmm::snapshot::stream::receive(&conn) {
+                    Ok(l) => Ok((l, conn)),
+                    Err(e) => {
+                        vmm::snapshot::stream::answer(&mut conn, Err(e.to_string()));
+                        Err(e.to_string())
+                    }
+                });
+            match received {
+                Ok((l, conn)) => {
+                    ack = Some(conn);
+                    Some(l)
+                }
+                Err(e) => {
+                    eprintln!("vgpu-vmm: --incoming {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        (None, l) => l,
+    };
+    let since = if args.incoming.is_some() {
+        std::time::Instant::now()
+    } else {
+        since
+    };
+    let api = match args
+        .api_socket
+        .as_deref()
+        .map(vmm::api::server::ApiSocket::bind)
+    {
+        Some(Ok(a)) => Some(a),
+        Some(Err(e)) => {
+            eprintln!("vgpu-vmm: --api-socket: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
     // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
     let linux_guest = match args.guest.as_deref() {
         Some(vmm::linux::guest::NAME) => {
@@ -131,6 +304,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     let image = match (&linux_guest, &args.guest, &args.kernel) {
+        _ if loaded.is_some() => Image::Bundled(String::new()),
         (Some(g), _, _) => Image::File(g.vmlinux.clone()),
         (None, _, Some(path)) => Image::File(path.clone()),
         (None, Some(name), None) => Image::Bundled(name.clone()),
@@ -162,21 +336,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let (memory_mib, cpus, testdev) = match &loaded {
+        Some(l) => (l.manifest.memory_mib, l.manifest.cpus, l.manifest.testdev),
+        None => (args.memory, args.cpus, args.testdev),
+    };
     let cfg = VmConfig {
         image,
         cmdline: linux_guest
             .as_ref()
             .map_or(args.cmdline, |g| g.cmdline.clone()),
-        memory_mib: args.memory,
-        cpus: args.cpus,
-        testdev: args.testdev,
+        memory_mib,
+        cpus,
+        testdev,
         timeout: args.timeout,
         linux,
         initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
         gpu: args.gpu,
         console_prefix: args.console_prefix,
     };
-    match vm::run(&cfg) {
+    let start = vm::Start {
+        since: loaded.is_some().then_some(since),
+        restore: loaded,
+        api,
+        ack,
+    };
+    match vm::run_with(&cfg, start) {
         Ok(outcome) => {
             let code = outcome.reason.code();
             if code != 0 {

@@ -49,6 +49,26 @@ pub fn create(
         None => GuestMemoryMmap::<()>::from_ranges(&ranges).map_err(MemoryError::Alloc)?,
         Some(alloc) => external(&ranges, alloc)?,
     };
+    register(vm, &mem)?;
+    Ok(mem)
+}
+
+/// Registers every region of `mem` with the VM as memory slots 0, 1, ...
+pub fn register(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryError> {
+    register_with(vm, mem, 0)
+}
+
+/// Turns KVM's dirty-page logging of the RAM slots on or off (live migration).
+pub fn set_dirty_logging(vm: &VmFd, mem: &GuestMemoryMmap, on: bool) -> Result<(), MemoryError> {
+    let flags = if on {
+        kvm_bindings::KVM_MEM_LOG_DIRTY_PAGES
+    } else {
+        0
+    };
+    register_with(vm, mem, flags)
+}
+
+fn register_with(vm: &VmFd, mem: &GuestMemoryMmap, flags: u32) -> Result<(), MemoryError> {
     for (slot, region) in mem.iter().enumerate() {
         let slot = slot as u32;
         let host = region
@@ -62,14 +82,14 @@ pub fn create(
             guest_phys_addr: region.start_addr().0,
             memory_size: region.len(),
             userspace_addr: host as u64,
-            flags: 0,
+            flags,
         };
-        // SAFETY: the region is a live anonymous mapping of `memory_size` bytes owned by `mem`,
+        // SAFETY: the region is a live mapping of `memory_size` bytes owned by `mem`,
         // which the caller keeps alive as long as the VM.
         unsafe { vm.set_user_memory_region(desc) }
             .map_err(|err| MemoryError::Slot { slot, err })?;
     }
-    Ok(mem)
+    Ok(())
 }
 
 /// Guest RAM in host memory from `alloc` (not unmapped by vm-memory: its owner frees it).

@@ -1,6 +1,7 @@
 //! vCPU threads: each runs KVM_RUN in a loop, dispatches port and MMIO exits to the buses,
-//! counts exits, and turns KVM's shutdown/error exits into a VM exit reason. A stopping VM
-//! kicks its vCPUs out of KVM_RUN with a real-time signal.
+//! counts exits, and turns KVM's shutdown/error exits into a VM exit reason. A stopping or
+//! pausing VM kicks its vCPUs out of KVM_RUN with a real-time signal; a pausing one parks them
+//! at the [`PauseGate`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,7 @@ use serde::Serialize;
 use vmm_sys_util::signal::{Killable, SIGRTMIN, register_signal_handler};
 
 use crate::exit::{ExitLatch, ExitReason};
+use crate::pause::PauseGate;
 
 /// Exits of one vCPU by kind.
 #[derive(Debug, Default)]
@@ -64,6 +66,7 @@ pub struct Vcpu {
     pub mmio: Arc<Bus>,
     pub latch: Arc<ExitLatch>,
     pub counters: Arc<ExitCounters>,
+    pub gate: Arc<PauseGate>,
 }
 
 /// Offset from SIGRTMIN of the signal used to kick vCPUs.
@@ -88,6 +91,18 @@ impl Vcpu {
         let id = self.id;
         log::debug!("vcpu{id}: running");
         while !self.latch.stopping() {
+            if self.gate.pause_requested() {
+                if let Some(reason) = self.complete_pending_exit() {
+                    self.latch.request(reason);
+                    break;
+                }
+                let (fd, gate, latch) = (&self.fd, &self.gate, &self.latch);
+                gate.park(usize::from(id), latch, &mut |msrs| {
+                    crate::snapshot::cpu::capture(fd, u32::from(id), msrs)
+                        .map_err(|e| e.to_string())
+                });
+                continue;
+            }
             let reason = match self.fd.run() {
                 Ok(exit) => dispatch(exit, id, &self.pio, &self.mmio, &self.counters),
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
@@ -115,6 +130,35 @@ impl Vcpu {
 }
 
 impl Vcpu {
+    /// Re-enters KVM with `immediate_exit` set so that it completes the last port or MMIO exit
+    /// (an IN's value reaches RAX only then) without running the guest; KVM's documented way
+    /// to bring a vCPU to a consistent state before reading it.
+    fn complete_pending_exit(&mut self) -> Option<ExitReason> {
+        self.fd.set_kvm_immediate_exit(1);
+        let mut reason = None;
+        // A string instruction may need several rounds; bounded all the same.
+        for _ in 0..64 {
+            match self.fd.run() {
+                Ok(exit) => {
+                    reason = dispatch(exit, self.id, &self.pio, &self.mmio, &self.counters);
+                    if reason.is_some() {
+                        break;
+                    }
+                }
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => break,
+                Err(e) => {
+                    reason = Some(ExitReason::VcpuError {
+                        vcpu: self.id,
+                        what: format!("KVM_RUN (completing an exit before a pause): {e}"),
+                    });
+                    break;
+                }
+            }
+        }
+        self.fd.set_kvm_immediate_exit(0);
+        reason
+    }
+
     /// Logs the registers that explain a crash.
     fn log_state(&mut self) {
         let run = self.fd.get_kvm_run();
@@ -220,6 +264,12 @@ fn dispatch(
         }
     }
     None
+}
+
+/// Sends the kick signal to one vCPU thread (harmless if it is parked or has ended but is not
+/// joined yet).
+pub fn kick(t: &JoinHandle<()>) {
+    let _ = t.kill(SIGRTMIN() + KICK_SIGNAL_OFFSET);
 }
 
 /// Kicks every vCPU thread until it has left KVM_RUN and joins it (at most `patience` each).

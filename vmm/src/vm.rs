@@ -1,8 +1,10 @@
 //! Building and running one VM: KVM VM with in-kernel irqchip and PIT, guest RAM, the image,
 //! the buses and devices, the vCPUs; then the event loop until something asks the VM to stop.
+//! A restored VM ([`Start::restore`]) gets its RAM, device and vCPU state from a snapshot
+//! instead of an image; `--api-socket` ([`Start::api`]) serves control requests meanwhile.
 
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
@@ -12,14 +14,20 @@ use mmio::Bus;
 use mmio::pci::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
 use vmm_sys_util::eventfd::EventFd;
 
+use crate::api::server::ApiSocket;
 use crate::arch;
+use crate::control::Controller;
 use crate::devices::{debug_exit::DebugExit, i8042::I8042, serial, testdev::TestDev};
 use crate::exit::{ExitLatch, ExitReason};
 use crate::layout;
 use crate::lifecycle::Lifecycle;
 use crate::loader::{self, Image, LoadError};
 use crate::memory::{self, MemoryError};
+use crate::pause::PauseGate;
 use crate::slots::SlotMapper;
+use crate::snapshot::load::Loaded;
+use crate::snapshot::manifest::{BootKind, Manifest};
+use crate::snapshot::{cpu, ram, vmstate};
 use crate::stats::{Stats, VcpuStats};
 use crate::vcpu::{self, ExitCounters, Vcpu};
 
@@ -77,6 +85,18 @@ pub enum VmError {
     Gpu(#[from] vgpu::VgpuError),
     #[error("Linux boot: {0}")]
     Linux(#[from] crate::linux::LinuxError),
+    #[error("restore guest RAM: {0}")]
+    RestoreRam(#[from] ram::RamError),
+    #[error("restore: {0}")]
+    RestoreVm(#[from] vmstate::VmStateError),
+    #[error("restore: {0}")]
+    RestoreCpu(#[from] cpu::CpuStateError),
+    #[error("restore: {0}")]
+    RestorePci(#[from] mmio::pci::PciRestoreError),
+    #[error("restore: the UART state: {0}")]
+    RestoreSerial(String),
+    #[error("restore: the snapshot needs {want} vCPUs, KVM allows {max}")]
+    RestoreCpus { want: u8, max: usize },
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -94,18 +114,47 @@ pub struct RunOutcome {
     pub stats: Stats,
 }
 
+/// How a VM starts besides its configuration.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// Restore this snapshot instead of booting the image (`cfg` then comes from its manifest).
+    pub restore: Option<Loaded>,
+    /// Serve control requests on this socket.
+    pub api: Option<ApiSocket>,
+    /// When the restore began (for the restore-to-running time).
+    pub since: Option<Instant>,
+    /// A migration source waiting for `ok` once the restored VM is about to run (`--incoming`;
+    /// if the VM fails before, the connection closes and the source resumes its VM).
+    pub ack: Option<std::os::unix::net::UnixStream>,
+}
+
 /// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.
 pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
+    run_with(cfg, Start::default())
+}
+
+/// [`run`], restoring a snapshot and/or serving the API socket as `start` says.
+pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
     log::debug!("creating the VM");
+    let restore = start.restore;
     let kvm_fd = Kvm::new().map_err(VmError::Kvm)?;
     let max_cpus = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
     if cfg.cpus == 0 || usize::from(cfg.cpus) > max_cpus {
+        if restore.is_some() {
+            return Err(VmError::RestoreCpus {
+                want: cfg.cpus,
+                max: max_cpus,
+            });
+        }
         return Err(VmError::Cpus {
             got: cfg.cpus,
             max: max_cpus,
         });
     }
-    let (name, bytes) = loader::image_bytes(&cfg.image)?;
+    let (name, bytes) = match &restore {
+        Some(_) => (String::new(), Vec::new()),
+        None => loader::image_bytes(&cfg.image)?,
+    };
     let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
     vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
         .map_err(kvm("set identity map address"))?;
@@ -133,13 +182,27 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         ram_ids.borrow_mut().push(id);
         Ok(ptr)
     };
-    let mem = memory::create(
-        &vm,
-        cfg.memory_mib,
-        cuda_engine
-            .as_ref()
-            .map(|_| &alloc as memory::RamAllocator<'_>),
-    )?;
+    let (mem, backing) = match &restore {
+        Some(r) => {
+            let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
+            memory::register(&vm, &mem)?;
+            (mem, ram::Backing::Other)
+        }
+        None => {
+            let mem = memory::create(
+                &vm,
+                cfg.memory_mib,
+                cuda_engine
+                    .as_ref()
+                    .map(|_| &alloc as memory::RamAllocator<'_>),
+            )?;
+            let backing = match cuda_engine {
+                Some(_) => ram::Backing::Other,
+                None => ram::Backing::Anonymous,
+            };
+            (mem, backing)
+        }
+    };
     log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
     // The vCPUs come before the images: a Linux command line gets the TSC rate.
     let mut vcpus = Vec::new();
@@ -153,7 +216,9 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         }
         vcpus.push(fd);
     }
-    let linux_boot = if cfg.linux || crate::linux::is_bzimage(&bytes) {
+    let linux_boot = if restore.is_some() {
+        None
+    } else if cfg.linux || crate::linux::is_bzimage(&bytes) {
         let cmdline = crate::linux::guest::with_tsc(
             match cfg.cmdline.as_str() {
                 "" => crate::linux::DEFAULT_CMDLINE,
@@ -170,11 +235,19 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     } else {
         None
     };
-    let entry = match &linux_boot {
-        Some(b) => b.entry,
-        None => loader::load_elf(&mem, &name, &bytes)?,
+    let entry = match (&linux_boot, &restore) {
+        (_, Some(_)) => 0,
+        (Some(b), None) => b.entry,
+        (None, None) => loader::load_elf(&mem, &name, &bytes)?,
     };
-    arch::write_boot_tables(&mem)?;
+    if restore.is_none() {
+        arch::write_boot_tables(&mem)?;
+    }
+    let boot_kind = match &restore {
+        Some(r) => r.manifest.boot,
+        None if linux_boot.is_some() => BootKind::Linux,
+        None => BootKind::BareMetal,
+    };
 
     let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
     let pio = Arc::new(Bus::new("pio"));
@@ -183,13 +256,16 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(io("create serial irqfd"))?;
     vm.register_irqfd(&serial_irq, layout::SERIAL_IRQ)
         .map_err(kvm("register serial irqfd"))?;
-    let serial_dev = Arc::new(Mutex::new(serial::SerialDevice::new(
-        serial_irq,
-        crate::devices::console_out::console_out(cfg.console_prefix.clone()),
-    )));
+    let out = crate::devices::console_out::console_out(cfg.console_prefix.clone());
+    let serial_dev = Arc::new(Mutex::new(match &restore {
+        Some(r) => serial::SerialDevice::from_state(&r.state.serial, serial_irq, out)
+            .map_err(VmError::RestoreSerial)?,
+        None => serial::SerialDevice::new(serial_irq, out),
+    }));
     let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
     let (base, len) = range(layout::SERIAL_PORTS);
     pio.insert("serial", base, len, serial_dev.clone())?;
+    let serial_dev_ctl = serial_dev.clone();
     let (base, len) = range(layout::I8042_PORTS);
     pio.insert(
         "i8042",
@@ -203,9 +279,12 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         4,
         Arc::new(Mutex::new(DebugExit::new(latch.clone()))),
     )?;
-    if linux_boot.is_some() {
-        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::default()));
-        pio.insert("cmos", 0x70, 2, cmos)?;
+    let mut cmos_dev = None;
+    if boot_kind == BootKind::Linux {
+        let index = restore.as_ref().and_then(|r| r.state.cmos).unwrap_or(0);
+        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::with_index(index)));
+        pio.insert("cmos", 0x70, 2, cmos.clone())?;
+        cmos_dev = Some(cmos);
         let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
         pio.insert("post", 0x80, 1, post)?;
     }
@@ -215,8 +294,15 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         pio: layout::PCI_PIO,
     };
     let mut root = PciRoot::new(mmio_bus.clone(), pio.clone(), windows);
+    let mut testdev = None;
     if cfg.testdev {
-        root.add_device("testdev", Arc::new(Mutex::new(TestDev::new()?)))?;
+        let mut dev = TestDev::new()?;
+        if let Some(s) = restore.as_ref().and_then(|r| r.state.testdev) {
+            dev.set_state(s);
+        }
+        let dev = Arc::new(Mutex::new(dev));
+        root.add_device("testdev", dev.clone())?;
+        testdev = Some(dev);
     }
     let gpu = match (&cfg.gpu, &cuda_engine) {
         (Some(g), Some(engine)) => {
@@ -245,14 +331,23 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         }
         (None, _) => None,
     };
+    if let Some(r) = &restore {
+        root.restore(&r.state.pci)?;
+    }
+    let root = Arc::new(Mutex::new(root));
     pio.insert(
         "pci-config",
         CONFIG_ADDRESS_PORT,
         CONFIG_PORTS_LEN,
-        Arc::new(Mutex::new(root)),
+        root.clone(),
     )?;
 
-    if let Some(boot) = &linux_boot {
+    if let Some(r) = &restore {
+        vmstate::apply(&vm, &r.state.vm)?;
+        for (fd, s) in vcpus.iter().zip(&r.state.vcpus) {
+            cpu::apply(fd, s)?;
+        }
+    } else if let Some(boot) = &linux_boot {
         arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
         crate::linux::setup_vcpu(&vcpus[0], boot)?;
     } else {
@@ -285,9 +380,63 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
         err: e.into(),
     })?;
     let counters: Vec<Arc<ExitCounters>> = (0..cfg.cpus).map(|_| Arc::default()).collect();
+    let gate = Arc::new(PauseGate::default());
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let api_server = match start.api {
+        Some(api) => {
+            let (msrs, refused) = cpu::saveable_msrs(&kvm_fd, &vcpus[0])?;
+            log::debug!(
+                "snapshots save {} MSRs; KVM lists but refuses to read {:x?}",
+                msrs.len(),
+                refused
+            );
+            let manifest = Manifest {
+                format: crate::snapshot::manifest::FORMAT.into(),
+                version: crate::snapshot::format::VERSION,
+                vmm_version: env!("CARGO_PKG_VERSION").into(),
+                memory_mib: cfg.memory_mib,
+                cpus: cfg.cpus,
+                boot: boot_kind,
+                image: match &restore {
+                    Some(r) => r.manifest.image.clone(),
+                    None => match &cfg.image {
+                        Image::Bundled(n) => n.clone(),
+                        Image::File(p) => p.display().to_string(),
+                    },
+                },
+                testdev: cfg.testdev,
+                gpu: cfg.gpu.as_ref().map(|g| format!("{g:?}")),
+                tsc_khz,
+                msrs: msrs.len(),
+                state_bytes: 0,
+                state_crc32: 0,
+                ram_bytes: 0,
+                ram_pages: 0,
+            };
+            let controller = Arc::new(Controller {
+                op: Mutex::default(),
+                gate: gate.clone(),
+                threads: threads.clone(),
+                latch: latch.clone(),
+                vm: vm.clone(),
+                mem: mem.clone(),
+                backing,
+                serial: serial_dev_ctl.clone(),
+                cmos: cmos_dev.clone(),
+                pci: root.clone(),
+                testdev: testdev.clone(),
+                counters: counters.clone(),
+                manifest,
+                msrs,
+                has_gpu: gpu.is_some(),
+                started: Instant::now(),
+            });
+            Some(api.serve(controller).map_err(io("start the API socket"))?)
+        }
+        None => None,
+    };
     log::debug!("devices and vCPUs ready; starting");
     let started = Instant::now();
-    let mut threads = Vec::new();
     for (id, fd) in vcpus.into_iter().enumerate() {
         let v = Vcpu {
             id: id as u8,
@@ -296,9 +445,13 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
             mmio: mmio_bus.clone(),
             latch: latch.clone(),
             counters: counters[id].clone(),
+            gate: gate.clone(),
         };
         match v.spawn() {
-            Ok(t) => threads.push(t),
+            Ok(t) => threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(t),
             Err(err) => {
                 latch.request(ExitReason::VcpuError {
                     vcpu: id as u8,
@@ -308,10 +461,22 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
             }
         }
     }
+    if let Some(mut conn) = start.ack {
+        crate::snapshot::stream::answer(&mut conn, Ok(()));
+    }
+    if let Some(since) = start.since {
+        log::debug!(
+            "restore to running: {:.1} ms",
+            since.elapsed().as_secs_f64() * 1e3
+        );
+    }
     while !latch.stopping() {
         em.run_with_timeout(100).map_err(VmError::EventLoop)?;
     }
+    let threads = std::mem::take(&mut *threads.lock().unwrap_or_else(PoisonError::into_inner));
+    gate.resume();
     vcpu::stop_all(threads, Duration::from_secs(2));
+    drop(api_server);
     let run_ms = started.elapsed().as_secs_f64() * 1e3;
     let reason = latch.reason().unwrap_or(ExitReason::VcpuError {
         vcpu: 0,

@@ -36,7 +36,7 @@ pub enum PciError {
 }
 
 const BAR0: usize = 0x10;
-const CONFIG_SIZE: usize = 256;
+pub(super) const CONFIG_SIZE: usize = 256;
 
 /// A function's 256-byte configuration space.
 #[derive(Clone)]

@@ -1,15 +1,18 @@
 //! PCI: type-0 configuration space with BARs ([`PciConfig`]), the device trait the bus calls
 //! ([`PciDevice`]), and the root complex ([`PciRoot`]) that serves ports 0xCF8/0xCFC, owns the
 //! host bridge at 00:00.0, assigns BARs like firmware would, and keeps the MMIO/PIO buses in
-//! step with what the guest programs into BARs and the command register.
+//! step with what the guest programs into BARs and the command register; [`PciRootState`] saves
+//! and restores all of it for VM snapshots.
 
 mod config;
 mod msi;
 mod root;
+mod snapshot;
 
 pub use config::{BarKind, BarSpec, PciConfig, PciError};
 pub use msi::{CAP_ID_MSI, MsiMessage};
 pub use root::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
+pub use snapshot::{FunctionState, PciRestoreError, PciRootState};
 
 /// Command register bit: I/O space decode.
 pub const CMD_IO: u16 = 1 << 0;

@@ -23,13 +23,13 @@ pub struct PciWindows {
 
 type SharedPci = Arc<Mutex<dyn PciDevice>>;
 
-fn lock(dev: &SharedPci) -> std::sync::MutexGuard<'_, dyn PciDevice + 'static> {
+pub(super) fn lock(dev: &SharedPci) -> std::sync::MutexGuard<'_, dyn PciDevice + 'static> {
     dev.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The bus handler for one BAR of one device.
 struct BarHandler {
-    dev: SharedPci,
+    pub(super) dev: SharedPci,
     bar: usize,
 }
 
@@ -42,9 +42,9 @@ impl BusHandler for BarHandler {
     }
 }
 
-struct Slot {
-    name: String,
-    dev: SharedPci,
+pub(super) struct Slot {
+    pub(super) name: String,
+    pub(super) dev: SharedPci,
     /// What each BAR is mapped at on its bus now: (kind, base, size).
     mapped: [Option<(BarKind, u64, u64)>; 6],
 }
@@ -67,8 +67,8 @@ impl PciDevice for HostBridge {
 
 /// Root complex of bus 0. Register it on the PIO bus at 0xCF8 with length 8.
 pub struct PciRoot {
-    address: u32,
-    slots: BTreeMap<u8, Slot>,
+    pub(super) address: u32,
+    pub(super) slots: BTreeMap<u8, Slot>,
     mmio: Arc<Bus>,
     pio: Arc<Bus>,
     windows: PciWindows,
@@ -183,7 +183,7 @@ impl PciRoot {
     }
 
     /// Brings the bus mappings of device `devfn` in line with its BARs and command register.
-    fn sync_bars(&mut self, devfn: u8) {
+    pub(super) fn sync_bars(&mut self, devfn: u8) {
         let Some(slot) = self.slots.get(&devfn) else {
             return;
         };

@@ -34,6 +34,31 @@ impl SerialDevice {
         SerialDevice(Serial::new(IrqTrigger(irq), out))
     }
 
+    /// A UART in a saved state (a restored snapshot); raises the interrupt if the state has
+    /// one pending.
+    pub fn from_state(
+        state: &vm_superio::serial::SerialState,
+        irq: EventFd,
+        out: Box<dyn Write + Send>,
+    ) -> Result<Self, String> {
+        Serial::from_state(state, IrqTrigger(irq), vm_superio::serial::NoEvents, out)
+            .map(SerialDevice)
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    /// Writes out console output held in a buffer (a partial line), so that a paused VM's
+    /// output is complete up to the pause.
+    pub fn flush_output(&mut self) {
+        if let Err(e) = self.0.writer_mut().flush() {
+            log::warn!("serial: flush console output: {e}");
+        }
+    }
+
+    /// The UART's registers and receive FIFO.
+    pub fn state(&self) -> vm_superio::serial::SerialState {
+        self.0.state()
+    }
+
     /// Queues console input; returns how many bytes fit in the receive FIFO.
     fn enqueue(&mut self, bytes: &[u8]) -> usize {
         self.0.enqueue_raw_bytes(bytes).unwrap_or(0)

@@ -46,6 +46,17 @@ impl TestDev {
         })
     }
 
+    /// The scratch and read-counter registers (for snapshots).
+    pub fn state(&self) -> (u32, u32) {
+        (self.scratch, self.reads)
+    }
+
+    /// Sets the scratch and read-counter registers (a restored snapshot).
+    pub fn set_state(&mut self, (scratch, reads): (u32, u32)) {
+        self.scratch = scratch;
+        self.reads = reads;
+    }
+
     fn reg_offset(bar: usize, offset: u64) -> u64 {
         if bar == 2 { offset & 0xf } else { offset }
     }

@@ -10,6 +10,20 @@ pub struct Cmos {
     index: u8,
 }
 
+impl Cmos {
+    /// A CMOS whose index register holds `index` (a restored snapshot).
+    pub fn with_index(index: u8) -> Self {
+        Cmos {
+            index: index & 0x7f,
+        }
+    }
+
+    /// The index register.
+    pub fn index(&self) -> u8 {
+        self.index
+    }
+}
+
 impl BusDevice for Cmos {
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         data.fill(0);

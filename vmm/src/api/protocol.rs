@@ -1,0 +1,93 @@
+//! The control API's messages. A request is one line of JSON with an `op` field:
+//! `{"op":"pause"}`, `{"op":"resume"}`, `{"op":"stats"}`,
+//! `{"op":"snapshot","dir":"/abs/path","resume":true}` (`resume` defaults to true). The answer
+//! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest request line accepted.
+pub const MAX_LINE: usize = 64 << 10;
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request {
+    /// Park every vCPU. (Empty braces: unknown fields are refused, which serde does only for
+    /// struct variants.)
+    Pause {},
+    /// Release them.
+    Resume {},
+    /// State and exit counters.
+    Stats {},
+    /// Write a snapshot to `dir` (absolute; new or empty). A running VM is paused for it and
+    /// resumed after unless `resume` is false.
+    Snapshot {
+        dir: PathBuf,
+        #[serde(default = "yes")]
+        resume: bool,
+    },
+    /// Migration to the `--incoming` socket `to` (absolute): stop-and-copy, or pre-copy rounds
+    /// with KVM's dirty log while the guest runs if `live`; this VM ends once the destination
+    /// has it.
+    Migrate {
+        to: PathBuf,
+        #[serde(default)]
+        live: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// An answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    pub fn ok(result: serde_json::Value) -> Self {
+        Response {
+            ok: true,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn err(e: impl std::fmt::Display) -> Self {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_strictly() {
+        let r: Request = serde_json::from_str(r#"{"op":"snapshot","dir":"/x"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Snapshot {
+                dir: "/x".into(),
+                resume: true
+            }
+        );
+        let r: Request = serde_json::from_str(r#"{"op":"pause"}"#).unwrap();
+        assert_eq!(r, Request::Pause {});
+        assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"snapshot"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"pause","x":1}"#).is_err());
+    }
+}

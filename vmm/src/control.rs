@@ -1,0 +1,342 @@
+//! The running VM's control operations, callable from any thread (the API socket's): pause,
+//! resume, stats and snapshot. One operation at a time. The vCPU threads' handles are shared
+//! with the VM's main thread, which takes them at exit; a kick is sent only while holding them,
+//! so it never reaches a thread that was joined.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VmFd;
+use mmio::pci::PciRoot;
+use serde::Serialize;
+use vm_memory::GuestMemoryMmap;
+
+use crate::devices::serial::SerialDevice;
+use crate::exit::ExitLatch;
+use crate::linux::cmos::Cmos;
+use crate::memory;
+use crate::pause::{PauseError, PauseGate};
+use crate::snapshot::manifest::Manifest;
+use crate::snapshot::ram::Backing;
+use crate::snapshot::save::{OutputDir, SaveError};
+use crate::snapshot::state::MachineState;
+use crate::snapshot::{cpu::CpuStateError, stream, vmstate};
+use crate::vcpu::{ExitCounters, ExitCounts};
+
+/// How long a pause may take to park every vCPU.
+const PAUSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Errors of control operations.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("pause: {0}")]
+    Pause(#[from] PauseError),
+    #[error("the VM is already paused")]
+    AlreadyPaused,
+    #[error("the VM is not paused")]
+    NotPaused,
+    #[error(
+        "snapshot: the VM has a virtual GPU, whose state this build cannot save yet (snapshots \
+         of VMs without --gpu only)"
+    )]
+    GpuUnsupported,
+    #[error("snapshot: {0}")]
+    Save(#[from] SaveError),
+    #[error("snapshot: {0}")]
+    VmState(#[from] vmstate::VmStateError),
+    #[error("snapshot: {0}")]
+    Cpu(#[from] CpuStateError),
+    #[error("migrate: connect to {path}: {err}")]
+    Connect { path: String, err: std::io::Error },
+    #[error("migrate: {0}")]
+    Stream(#[from] crate::snapshot::stream::StreamError),
+    #[error("migrate: dirty logging: {0}")]
+    Memory(#[from] crate::memory::MemoryError),
+    #[error("migrate: KVM_GET_DIRTY_LOG of slot {slot}: {err}")]
+    DirtyLog { slot: usize, err: kvm_ioctls::Error },
+}
+
+/// Most pre-copy rounds after the first full pass.
+pub const MAX_ROUNDS: usize = 8;
+/// A round that sent at most this many pages ends pre-copy (1 MiB).
+pub const SMALL_ROUND_PAGES: u64 = 256;
+
+/// Everything the operations reach.
+pub struct Controller {
+    pub(crate) op: Mutex<()>,
+    pub gate: Arc<PauseGate>,
+    pub threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    pub latch: Arc<ExitLatch>,
+    pub vm: Arc<VmFd>,
+    pub mem: GuestMemoryMmap,
+    pub backing: Backing,
+    pub serial: Arc<Mutex<SerialDevice>>,
+    pub cmos: Option<Arc<Mutex<Cmos>>>,
+    pub pci: Arc<Mutex<PciRoot>>,
+    pub testdev: Option<Arc<Mutex<crate::devices::testdev::TestDev>>>,
+    pub counters: Vec<Arc<ExitCounters>>,
+    /// The manifest's fixed part (file fields filled in by a save).
+    pub manifest: Manifest,
+    /// MSRs saved per vCPU.
+    pub msrs: Vec<u32>,
+    pub has_gpu: bool,
+    pub started: Instant,
+}
+
+/// The `stats` answer.
+#[derive(Debug, Serialize)]
+pub struct ControlStats {
+    pub state: &'static str,
+    pub uptime_ms: f64,
+    pub memory_mib: u64,
+    pub cpus: u8,
+    pub vcpus: Vec<ExitCounts>,
+}
+
+/// The `migrate` answer (the source VM ends right after it).
+#[derive(Debug, Serialize)]
+pub struct MigrateDone {
+    pub to: String,
+    /// Time from the request to the destination's `ok`, in ms.
+    pub ms: f64,
+    /// Of which the VM was paused (the last round, the state and the destination's set-up).
+    pub paused_ms: f64,
+    /// Pages sent, resends included.
+    pub ram_pages: u64,
+    /// Pages sent per pre-copy round (the last one with the VM paused); empty for
+    /// stop-and-copy.
+    pub rounds: Vec<u64>,
+}
+
+/// The `snapshot` answer.
+#[derive(Debug, Serialize)]
+pub struct SnapshotDone {
+    pub dir: String,
+    /// Time from the request to the files being written, in ms (the VM is paused for it).
+    pub ms: f64,
+    pub ram_bytes: u64,
+    pub ram_pages: u64,
+    pub state_bytes: u64,
+    /// The VM's state after the snapshot: "running" or "paused".
+    pub state: &'static str,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Controller {
+    fn pause_now(&self) -> Result<(), ControlError> {
+        let threads = lock(&self.threads);
+        let kick = || threads.iter().for_each(crate::vcpu::kick);
+        self.gate
+            .pause(self.counters.len(), &self.latch, &kick, PAUSE_TIMEOUT)?;
+        lock(&self.serial).flush_output();
+        Ok(())
+    }
+
+    /// Parks every vCPU.
+    pub fn pause(&self) -> Result<(), ControlError> {
+        let _op = lock(&self.op);
+        if self.gate.is_paused() {
+            return Err(ControlError::AlreadyPaused);
+        }
+        self.pause_now()?;
+        log::info!("VM paused");
+        Ok(())
+    }
+
+    /// Releases paused vCPUs.
+    pub fn resume(&self) -> Result<(), ControlError> {
+        let _op = lock(&self.op);
+        if !self.gate.is_paused() {
+            return Err(ControlError::NotPaused);
+        }
+        self.gate.resume();
+        log::info!("VM resumed");
+        Ok(())
+    }
+
+    /// The VM's state and counters.
+    pub fn stats(&self) -> ControlStats {
+        ControlStats {
+            state: if self.gate.is_paused() {
+                "paused"
+            } else {
+                "running"
+            },
+            uptime_ms: self.started.elapsed().as_secs_f64() * 1e3,
+            memory_mib: self.manifest.memory_mib,
+            cpus: self.manifest.cpus,
+            vcpus: self.counters.iter().map(|c| c.snapshot()).collect(),
+        }
+    }
+
+    /// Writes a snapshot to `dir` (checked first). A running VM is paused for it and resumed
+    /// after unless `resume` is false; a paused one stays paused.
+    pub fn snapshot(&self, dir: &Path, resume: bool) -> Result<SnapshotDone, ControlError> {
+        let _op = lock(&self.op);
+        if self.has_gpu {
+            return Err(ControlError::GpuUnsupported);
+        }
+        let start = Instant::now();
+        let mut out = OutputDir::prepare(dir)?;
+        let was_paused = self.gate.is_paused();
+        if !was_paused {
+            self.pause_now()?;
+        }
+        let result = self.save(&mut out);
+        let stay_paused = was_paused || !resume;
+        if !stay_paused {
+            self.gate.resume();
+        }
+        let manifest = result?;
+        out.keep();
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        log::info!(
+            "snapshot to {} in {ms:.1} ms: {} pages of RAM, {} bytes of state",
+            dir.display(),
+            manifest.ram_pages,
+            manifest.state_bytes
+        );
+        Ok(SnapshotDone {
+            dir: dir.display().to_string(),
+            ms,
+            ram_bytes: manifest.ram_bytes,
+            ram_pages: manifest.ram_pages,
+            state_bytes: manifest.state_bytes,
+            state: if stay_paused { "paused" } else { "running" },
+        })
+    }
+
+    /// Migration to the `--incoming` socket `to`: connects (before pausing), then either
+    /// stop-and-copy (pause, send everything) or, with `live`, pre-copy: KVM's dirty log on,
+    /// all RAM sent while the guest runs, then rounds of the pages it dirtied meanwhile until
+    /// a round is small or [`MAX_ROUNDS`] passed, then pause and send the last dirty pages
+    /// with the state. On the destination's `ok` this VM ends
+    /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure it runs
+    /// on here (or stays paused if it was).
+    pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
+        let _op = lock(&self.op);
+        if self.has_gpu {
+            return Err(ControlError::GpuUnsupported);
+        }
+        let start = Instant::now();
+        let conn =
+            std::os::unix::net::UnixStream::connect(to).map_err(|err| ControlError::Connect {
+                path: to.display().to_string(),
+                err,
+            })?;
+        let was_paused = self.gate.is_paused();
+        let live = live && !was_paused;
+        let mut rounds = Vec::new();
+        let mut paused_at = None;
+        let result = (|| -> Result<u64, ControlError> {
+            let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
+            let mut tx = stream::Sender::start(&conn, &manifest)?;
+            if live {
+                memory::set_dirty_logging(&self.vm, &self.mem, true)?;
+                // Round 0: everything, with the guest running (the log has been on since).
+                let all = self.all_dirty();
+                rounds.push(tx.pages(&self.mem, &all, true)?);
+                for _ in 0..MAX_ROUNDS {
+                    let dirty = self.dirty_log()?;
+                    let sent = tx.pages(&self.mem, &dirty, false)?;
+                    rounds.push(sent);
+                    if sent <= SMALL_ROUND_PAGES {
+                        break;
+                    }
+                }
+            }
+            if !was_paused {
+                self.pause_now()?;
+            }
+            paused_at = Some(Instant::now());
+            if live {
+                let dirty = self.dirty_log()?;
+                rounds.push(tx.pages(&self.mem, &dirty, false)?);
+            } else {
+                tx.all_ram(&self.mem, self.backing)?;
+            }
+            let state = self.capture()?.encode();
+            Ok(tx.finish(&state)?)
+        })();
+        if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
+            log::warn!("migrate: turn dirty logging off: {e}");
+        }
+        match result {
+            Ok(pages) => {
+                let ms = start.elapsed().as_secs_f64() * 1e3;
+                let paused_ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                log::info!(
+                    "migrated to {} in {ms:.1} ms, paused for {paused_ms:.1} ms ({pages} pages \
+                     sent, rounds {rounds:?})",
+                    to.display()
+                );
+                self.latch.request(crate::exit::ExitReason::Migrated);
+                Ok(MigrateDone {
+                    to: to.display().to_string(),
+                    ms,
+                    paused_ms,
+                    ram_pages: pages,
+                    rounds,
+                })
+            }
+            Err(e) => {
+                if !was_paused && self.gate.is_paused() {
+                    self.gate.resume();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Every page of RAM, as a dirty bitmap per region.
+    fn all_dirty(&self) -> Vec<Vec<u64>> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        self.mem
+            .iter()
+            .map(|r| vec![u64::MAX; (r.len() / 4096).div_ceil(64) as usize])
+            .collect()
+    }
+
+    /// KVM's dirty log of each RAM slot (and clears it).
+    fn dirty_log(&self) -> Result<Vec<Vec<u64>>, ControlError> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        self.mem
+            .iter()
+            .enumerate()
+            .map(|(slot, r)| {
+                self.vm
+                    .get_dirty_log(slot as u32, r.len() as usize)
+                    .map_err(|err| ControlError::DirtyLog { slot, err })
+            })
+            .collect()
+    }
+
+    fn capture(&self) -> Result<MachineState, ControlError> {
+        let vcpus =
+            self.gate
+                .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;
+        let vm = vmstate::capture(&self.vm)?;
+        let serial = lock(&self.serial).state();
+        let cmos = self.cmos.as_ref().map(|c| lock(c).index());
+        let pci = lock(&self.pci).save();
+        let testdev = self.testdev.as_ref().map(|t| lock(t).state());
+        Ok(MachineState {
+            vm,
+            vcpus,
+            serial,
+            cmos,
+            pci,
+            testdev,
+        })
+    }
+
+    fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+        let state = self.capture()?;
+        Ok(out.write(self.manifest.clone(), &state, &self.mem, self.backing)?)
+    }
+}

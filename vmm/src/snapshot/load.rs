@@ -1,0 +1,140 @@
+//! Reading a snapshot directory for `--restore`: the manifest, the state file (bounded, its
+//! length and CRC-32 as the manifest says, then decoded section by section) and the RAM file
+//! (exactly the manifest's size), all checked before any VM is built.
+
+use std::io::Read;
+use std::path::Path;
+
+use super::format::{DecodeError, MAX_STATE_BYTES};
+use super::manifest::{self, BootKind, Manifest, ManifestError};
+use super::ram::{self, RamError};
+use super::state::MachineState;
+
+/// Why a snapshot cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}: not a directory")]
+    NotADir(std::path::PathBuf),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{file}: {err}")]
+    Open {
+        file: &'static str,
+        err: std::io::Error,
+    },
+    #[error("{file} is {found} bytes, the manifest says {want}")]
+    StateSize {
+        file: &'static str,
+        found: u64,
+        want: u64,
+    },
+    #[error("{file} is corrupted: CRC-32 {found:#010x}, the manifest says {want:#010x}")]
+    StateChecksum {
+        file: &'static str,
+        found: u32,
+        want: u32,
+    },
+    #[error("state.bin: {0}")]
+    State(#[from] DecodeError),
+    #[error("the state file has {found} vCPUs, the manifest {want}")]
+    Vcpus { found: usize, want: u8 },
+    #[error("the state file {has} CMOS state but the manifest's boot kind is {boot:?}")]
+    Cmos { has: &'static str, boot: BootKind },
+    #[error("the state file and the manifest disagree on the PCI test device")]
+    Testdev,
+    #[error("ram.bin: {0}")]
+    Ram(#[from] RamError),
+    #[error(
+        "the snapshot has a virtual GPU ({0}); restoring its state is not supported by this build"
+    )]
+    Gpu(String),
+}
+
+/// A snapshot read and checked.
+#[derive(Debug)]
+pub struct Loaded {
+    pub manifest: Manifest,
+    pub state: MachineState,
+    /// The RAM file, open for reading, of the manifest's size.
+    pub ram: std::fs::File,
+}
+
+/// Reads and checks the snapshot in `dir`.
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    if !dir.is_dir() {
+        return Err(LoadError::NotADir(dir.into()));
+    }
+    let manifest = Manifest::read(dir)?;
+    if let Some(g) = &manifest.gpu {
+        return Err(LoadError::Gpu(g.clone()));
+    }
+    let open = |file: &'static str| {
+        std::fs::File::open(dir.join(file)).map_err(|err| LoadError::Open { file, err })
+    };
+    let state_file = open(manifest::STATE_FILE)?;
+    let mut bytes = Vec::new();
+    state_file
+        .take(MAX_STATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| LoadError::Open {
+            file: manifest::STATE_FILE,
+            err,
+        })?;
+    let ram = open(manifest::RAM_FILE)?;
+    check(manifest, &bytes, ram)
+}
+
+/// Checks a snapshot's parts against each other (also for a migration stream, whose RAM is an
+/// in-memory file): the state file's length and CRC-32 as the manifest says, its sections,
+/// vCPU count, CMOS and test device as the manifest says, and the RAM file's size.
+pub fn check(manifest: Manifest, bytes: &[u8], ram: std::fs::File) -> Result<Loaded, LoadError> {
+    if let Some(g) = &manifest.gpu {
+        return Err(LoadError::Gpu(g.clone()));
+    }
+    if bytes.len() as u64 != manifest.state_bytes {
+        return Err(LoadError::StateSize {
+            file: manifest::STATE_FILE,
+            found: bytes.len() as u64,
+            want: manifest.state_bytes,
+        });
+    }
+    let crc = crc32fast::hash(bytes);
+    if crc != manifest.state_crc32 {
+        return Err(LoadError::StateChecksum {
+            file: manifest::STATE_FILE,
+            found: crc,
+            want: manifest.state_crc32,
+        });
+    }
+    let state = MachineState::decode(bytes)?;
+    if state.vcpus.len() != usize::from(manifest.cpus) {
+        return Err(LoadError::Vcpus {
+            found: state.vcpus.len(),
+            want: manifest.cpus,
+        });
+    }
+    match (state.cmos.is_some(), manifest.boot) {
+        (true, BootKind::BareMetal) => {
+            return Err(LoadError::Cmos {
+                has: "has",
+                boot: manifest.boot,
+            });
+        }
+        (false, BootKind::Linux) => {
+            return Err(LoadError::Cmos {
+                has: "lacks",
+                boot: manifest.boot,
+            });
+        }
+        _ => {}
+    }
+    if state.testdev.is_some() != manifest.testdev {
+        return Err(LoadError::Testdev);
+    }
+    ram::check(&ram, manifest.ram_bytes)?;
+    Ok(Loaded {
+        manifest,
+        state,
+        ram,
+    })
+}

@@ -1,0 +1,19 @@
+//! VM snapshots (docs/snapshot.md): the directory format ([`manifest`], [`format`] and
+//! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
+//! [`vmstate`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
+//! and the same as a stream over a unix socket for stop-and-copy migration ([`stream`]).
+//! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
+
+pub mod cpu;
+pub mod format;
+pub mod load;
+pub mod manifest;
+pub mod ram;
+pub mod save;
+pub mod state;
+pub mod stream;
+pub mod vmstate;
+
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;

@@ -1,0 +1,154 @@
+//! Writing a snapshot directory: the output-directory rules (checked before the VM is paused:
+//! the directory must not exist, in an existing parent, or be an empty directory; never a
+//! symbolic link, never a user's file overwritten), then the RAM file, the state file and,
+//! last, the manifest, so that a directory with a manifest is complete. A failed save removes
+//! the files it created (and the directory, if it created that too).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use vm_memory::GuestMemoryMmap;
+
+use super::manifest::{self, Manifest};
+use super::ram::{self, Backing, RamError};
+use super::state::MachineState;
+
+/// Errors choosing or writing the snapshot directory.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error("{0}: is not a directory")]
+    NotADir(PathBuf),
+    #[error("{0}: is a symbolic link; give the directory itself")]
+    Symlink(PathBuf),
+    #[error("{0}: is not empty; a snapshot goes to a new or empty directory")]
+    NotEmpty(PathBuf),
+    #[error("{path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+    #[error("{0}")]
+    Ram(#[from] RamError),
+}
+
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SaveError + '_ {
+    move |err| SaveError::Io {
+        path: path.to_owned(),
+        err,
+    }
+}
+
+/// A checked output directory; dropping it without [`OutputDir::keep`] removes what the save
+/// created.
+#[derive(Debug)]
+pub struct OutputDir {
+    dir: PathBuf,
+    created_dir: bool,
+    files: Vec<PathBuf>,
+    keep: bool,
+}
+
+impl OutputDir {
+    /// Checks `dir` and creates it if it does not exist (its parent must).
+    pub fn prepare(dir: &Path) -> Result<Self, SaveError> {
+        let created_dir = match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.file_type().is_symlink() => return Err(SaveError::Symlink(dir.into())),
+            Ok(m) if !m.is_dir() => return Err(SaveError::NotADir(dir.into())),
+            Ok(_) => {
+                let mut entries = std::fs::read_dir(dir).map_err(at(dir))?;
+                if entries.next().is_some() {
+                    return Err(SaveError::NotEmpty(dir.into()));
+                }
+                false
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(dir).map_err(at(dir))?;
+                true
+            }
+            Err(e) => return Err(at(dir)(e)),
+        };
+        Ok(OutputDir {
+            dir: dir.into(),
+            created_dir,
+            files: Vec::new(),
+            keep: false,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Creates `name` in the directory (it must not exist).
+    fn create(&mut self, name: &str) -> Result<File, SaveError> {
+        let path = self.dir.join(name);
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(at(&path))?;
+        self.files.push(path);
+        Ok(f)
+    }
+
+    /// Writes the snapshot: RAM, state, then the manifest (`manifest`'s file fields filled in).
+    pub fn write(
+        &mut self,
+        mut manifest: Manifest,
+        state: &MachineState,
+        mem: &GuestMemoryMmap,
+        backing: Backing,
+    ) -> Result<Manifest, SaveError> {
+        let ram_file = self.create(manifest::RAM_FILE)?;
+        let t = std::time::Instant::now();
+        let saved = ram::save(mem, backing, &ram_file)?;
+        log::debug!(
+            "snapshot: {} pages of RAM written and synced in {:.1} ms",
+            saved.pages,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        manifest.ram_bytes = saved.bytes;
+        manifest.ram_pages = saved.pages;
+
+        let bytes = state.encode();
+        manifest.state_bytes = bytes.len() as u64;
+        manifest.state_crc32 = crc32fast::hash(&bytes);
+        let state_path = self.dir.join(manifest::STATE_FILE);
+        let mut f = self.create(manifest::STATE_FILE)?;
+        f.write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(at(&state_path))?;
+
+        let text = serde_json::to_string_pretty(&manifest).map_err(|e| SaveError::Io {
+            path: self.dir.join(manifest::FILE),
+            err: e.into(),
+        })?;
+        let manifest_path = self.dir.join(manifest::FILE);
+        let mut f = self.create(manifest::FILE)?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.write_all(b"\n"))
+            .and_then(|()| f.sync_all())
+            .map_err(at(&manifest_path))?;
+        Ok(manifest)
+    }
+
+    /// Keeps what was written.
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        if self.created_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}

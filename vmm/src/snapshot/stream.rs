@@ -1,0 +1,296 @@
+//! Migration over a unix socket: the snapshot sent as a stream instead of a directory. The
+//! source (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
+//! manifest (JSON), RAM runs (`u64` offset in the RAM file's layout, then whole pages, at most
+//! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
+//! pages the running guest dirtied), the state file (its vCPUs paused by then), and an end
+//! frame with the number of pages sent. The destination (`--incoming DEST`) reads them into an in-memory
+//! RAM file (memfd), checks everything as `--restore` does, builds the VM and answers `ok`
+//! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
+//! Every frame is checked against fixed limits and the manifest before it is used.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
+
+use super::format::MAX_STATE_BYTES;
+use super::load::{self, LoadError, Loaded};
+use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
+use super::ram::{self, Backing, RamError};
+
+const MANIFEST: u32 = 1;
+const STATE: u32 = 2;
+const RAM: u32 = 3;
+const END: u32 = 4;
+/// Largest RAM frame: an offset and 1 MiB of pages.
+const MAX_RAM_FRAME: u64 = 8 + (1 << 20);
+/// How long either side waits for the other.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Errors of a migration stream.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("migration stream: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("migration stream: {0}")]
+    Protocol(String),
+    #[error("migration stream: {0}")]
+    Manifest(#[from] ManifestError),
+    #[error("migration stream: {0}")]
+    Load(#[from] LoadError),
+    #[error("migration stream: {0}")]
+    Ram(#[from] RamError),
+    #[error("the destination refused the VM: {0}")]
+    Refused(String),
+}
+
+fn bad(s: impl Into<String>) -> StreamError {
+    StreamError::Protocol(s.into())
+}
+
+fn frame(out: &mut dyn Write, kind: u32, parts: &[&[u8]]) -> std::io::Result<()> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    out.write_all(&kind.to_le_bytes())?;
+    out.write_all(&(len as u64).to_le_bytes())?;
+    for p in parts {
+        out.write_all(p)?;
+    }
+    Ok(())
+}
+
+/// Source side of a stream: frames in the order manifest, RAM runs (any number, later ones
+/// overwrite earlier ones), state, end.
+pub struct Sender<'a> {
+    out: std::io::BufWriter<&'a UnixStream>,
+    conn: &'a UnixStream,
+    /// Pages sent so far (resends included).
+    pub pages: u64,
+}
+
+impl<'a> Sender<'a> {
+    /// Starts a stream with `manifest` (its state and page fields are not used).
+    pub fn start(conn: &'a UnixStream, manifest: &Manifest) -> Result<Self, StreamError> {
+        conn.set_write_timeout(Some(PATIENCE))?;
+        conn.set_read_timeout(Some(PATIENCE))?;
+        let text = serde_json::to_vec(manifest).map_err(|e| bad(e.to_string()))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, conn);
+        frame(&mut out, MANIFEST, &[&text])?;
+        Ok(Sender {
+            out,
+            conn,
+            pages: 0,
+        })
+    }
+
+    fn run(&mut self, off: u64, bytes: &[u8]) -> Result<(), RamError> {
+        self.pages += bytes.len() as u64 / 4096;
+        frame(&mut self.out, RAM, &[&off.to_le_bytes(), bytes]).map_err(|err| RamError::Io {
+            what: "send RAM",
+            err,
+        })
+    }
+
+    /// Sends every touched non-zero page (the vCPUs paused).
+    pub fn all_ram(&mut self, mem: &GuestMemoryMmap, backing: Backing) -> Result<(), StreamError> {
+        ram::for_each_run(mem, backing, &mut |off, bytes| self.run(off, bytes))?;
+        Ok(())
+    }
+
+    /// Sends the pages of `mem` whose bits are set in `dirty` (one bitmap per region, as
+    /// KVM_GET_DIRTY_LOG returns them), copied with volatile reads so that the guest may run
+    /// meanwhile (a page it writes again is dirty again and sent again). All-zero pages are
+    /// sent too unless `skip_zero` (the first pass: the destination's RAM starts zeroed).
+    pub fn pages(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        dirty: &[Vec<u64>],
+        skip_zero: bool,
+    ) -> Result<u64, StreamError> {
+        use vm_memory::{Bytes, GuestAddress, GuestMemoryRegion};
+        let mut sent = 0;
+        let mut file_off = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        for (region, bits) in mem.iter().zip(dirty) {
+            let npages = region.len() / 4096;
+            let is_dirty = |p: u64| {
+                bits.get((p / 64) as usize)
+                    .is_some_and(|w| w >> (p % 64) & 1 == 1)
+            };
+            let mut p = 0;
+            while p < npages {
+                if !is_dirty(p) {
+                    p += 1;
+                    continue;
+                }
+                let first = p;
+                while p < npages && is_dirty(p) && p - first < 256 {
+                    p += 1;
+                }
+                let n = ((p - first) * 4096) as usize;
+                let gpa = GuestAddress(region.start_addr().0 + first * 4096);
+                mem.read_slice(&mut buf[..n], gpa)
+                    .map_err(|e| RamError::Map(e.to_string()))?;
+                let base = file_off + first * 4096;
+                if !skip_zero {
+                    self.run(base, &buf[..n])?;
+                    sent += p - first;
+                    continue;
+                }
+                // Runs of non-zero pages within the run.
+                let mut i = 0;
+                while i < n {
+                    if buf[i..i + 4096].iter().all(|&b| b == 0) {
+                        i += 4096;
+                        continue;
+                    }
+                    let s = i;
+                    while i < n && buf[i..i + 4096].iter().any(|&b| b != 0) {
+                        i += 4096;
+                    }
+                    self.run(base + s as u64, &buf[s..i])?;
+                    sent += ((i - s) / 4096) as u64;
+                }
+            }
+            file_off += region.len();
+        }
+        Ok(sent)
+    }
+
+    /// Sends the state and the end frame and waits for the destination's answer.
+    pub fn finish(mut self, state: &[u8]) -> Result<u64, StreamError> {
+        frame(&mut self.out, STATE, &[state])?;
+        frame(&mut self.out, END, &[&self.pages.to_le_bytes()])?;
+        self.out.flush()?;
+        let conn = self.conn;
+        drop(self.out);
+        let mut answer = Vec::new();
+        BufReader::new(conn.take(4096)).read_until(b'\n', &mut answer)?;
+        let answer = String::from_utf8_lossy(&answer);
+        match answer.trim_end() {
+            "ok" => Ok(self.pages),
+            "" => Err(StreamError::Refused(
+                "the destination closed the connection".into(),
+            )),
+            other => Err(StreamError::Refused(
+                other.strip_prefix("error: ").unwrap_or(other).to_owned(),
+            )),
+        }
+    }
+}
+
+/// The manifest a stream starts with: `manifest` with the RAM size of `mem`, state and page
+/// fields zero (the state's length and CRC-32 are checked from its frame, the page count from
+/// the end frame).
+pub fn stream_manifest(mut manifest: Manifest, mem: &GuestMemoryMmap) -> Manifest {
+    manifest.ram_bytes = mem.iter().map(vm_memory::GuestMemoryRegion::len).sum();
+    manifest.ram_pages = 0;
+    manifest.state_bytes = 0;
+    manifest.state_crc32 = 0;
+    manifest
+}
+
+fn read_header(r: &mut dyn Read) -> Result<(u32, u64), StreamError> {
+    let mut h = [0u8; 12];
+    r.read_exact(&mut h)?;
+    let kind = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let len = u64::from_le_bytes(h[4..12].try_into().map_err(|_| bad("header"))?);
+    Ok((kind, len))
+}
+
+fn read_payload(r: &mut dyn Read, len: u64, max: u64, what: &str) -> Result<Vec<u8>, StreamError> {
+    if len > max {
+        return Err(bad(format!(
+            "{what} of {len} bytes, at most {max} accepted"
+        )));
+    }
+    let mut buf = vec![0u8; len as usize];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn memfd(len: u64) -> std::io::Result<File> {
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"vgpu-vmm-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new file descriptor that nothing else owns.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(len)?;
+    Ok(f)
+}
+
+/// Destination side: reads a VM from `conn` and checks it (as `--restore` checks a directory).
+pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
+    conn.set_read_timeout(Some(PATIENCE))?;
+    let mut r = BufReader::with_capacity(1 << 20, conn);
+    let (kind, len) = read_header(&mut r)?;
+    if kind != MANIFEST {
+        return Err(bad(format!("frame {kind} where the manifest was due")));
+    }
+    let text = read_payload(&mut r, len, MAX_MANIFEST, "manifest")?;
+    let manifest = Manifest::parse(&text)?;
+    let ram_file = memfd(manifest.ram_bytes)?;
+    let mut pages = 0u64;
+    let mut buf = Vec::new();
+    let mut state = None;
+    loop {
+        let (kind, len) = read_header(&mut r)?;
+        match kind {
+            RAM => {
+                if !(8 + 4096..=MAX_RAM_FRAME).contains(&len) || (len - 8) % 4096 != 0 {
+                    return Err(bad(format!("RAM frame of {len} bytes")));
+                }
+                let mut off = [0u8; 8];
+                r.read_exact(&mut off)?;
+                let off = u64::from_le_bytes(off);
+                let n = len - 8;
+                if off % 4096 != 0 || off.checked_add(n).is_none_or(|e| e > manifest.ram_bytes) {
+                    return Err(bad(format!(
+                        "RAM frame at {off:#x} (+{n:#x}) outside the {} bytes of RAM",
+                        manifest.ram_bytes
+                    )));
+                }
+                buf.resize(n as usize, 0);
+                r.read_exact(&mut buf)?;
+                ram_file.write_all_at(&buf, off)?;
+                pages += n / 4096;
+            }
+            STATE if state.is_none() => {
+                state = Some(read_payload(&mut r, len, MAX_STATE_BYTES, "state")?);
+            }
+            END => {
+                let p = read_payload(&mut r, len, 8, "end frame")?;
+                let sent = u64::from_le_bytes(p.try_into().map_err(|_| bad("end frame"))?);
+                if sent != pages {
+                    return Err(bad(format!(
+                        "{pages} pages received, the source sent {sent}"
+                    )));
+                }
+                break;
+            }
+            other => return Err(bad(format!("unexpected frame {other}"))),
+        }
+    }
+    let state = state.ok_or_else(|| bad("the stream ended without the state"))?;
+    let mut manifest = manifest;
+    manifest.state_bytes = state.len() as u64;
+    manifest.state_crc32 = crc32fast::hash(&state);
+    manifest.ram_pages = pages.min(manifest.ram_bytes / 4096);
+    Ok(load::check(manifest, &state, ram_file)?)
+}
+
+/// Destination side: tells the source the VM is about to run, or why it will not.
+pub fn answer(conn: &mut UnixStream, result: Result<(), String>) {
+    let line = match result {
+        Ok(()) => "ok\n".to_owned(),
+        Err(e) => format!("error: {}\n", e.replace('\n', " ")),
+    };
+    if let Err(e) = conn.write_all(line.as_bytes()) {
+        log::warn!("migration: answer the source: {e}");
+    }
+}
