@@ -173,17 +173,26 @@ impl DevBuf {
             return Ok(v);
         }
         self.pool.ctx.bind()?;
-        // SAFETY: all-zero is a valid CUDA_MEMCPY2D (null pointers, zero sizes) before the
-        // fields below are set.
-        let mut c: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        c.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        c.srcDevice = self.area();
-        c.srcPitch = stride as usize;
-        c.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
-        c.dstHost = v.as_mut_ptr().cast();
-        c.dstPitch = 4;
-        c.WidthInBytes = 4;
-        c.Height = threads as usize;
+        // Every field spelled out: all-zero is NOT a valid CUDA_MEMCPY2D (its memory-type enums
+        // have no zero variant; `mem::zeroed` aborts the process).
+        let c = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: self.area(),
+            srcArray: std::ptr::null_mut(),
+            srcPitch: stride as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            dstHost: v.as_mut_ptr().cast(),
+            dstDevice: 0,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: 4,
+            WidthInBytes: 4,
+            Height: threads as usize,
+        };
         // SAFETY: `threads` records of `stride` bytes lie in the area (the caller sized it with
         // the plan); the host buffer holds `threads` words.
         ck("cuMemcpy2D_v2", unsafe { sys::cuMemcpy2D_v2(&c) })?;
