@@ -38,10 +38,12 @@ pub enum ControlError {
     #[error("the VM is not paused")]
     NotPaused,
     #[error(
-        "snapshot: the VM has a virtual GPU, whose state this build cannot save yet (snapshots \
-         of VMs without --gpu only)"
+        "migrate: the VM has a virtual GPU, and migrating one is not supported by this build \
+         (take a snapshot and --restore it instead)"
     )]
-    GpuUnsupported,
+    GpuMigration,
+    #[error("snapshot: the virtual GPU: {0}")]
+    Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("snapshot: {0}")]
     Save(#[from] SaveError),
     #[error("snapshot: {0}")]
@@ -81,7 +83,8 @@ pub struct Controller {
     pub manifest: Manifest,
     /// MSRs saved per vCPU.
     pub msrs: Vec<u32>,
-    pub has_gpu: bool,
+    /// The virtual GPU, paused (after the vCPUs) for a snapshot.
+    pub gpu: Option<Arc<vgpu::Vgpu>>,
     pub started: Instant,
 }
 
@@ -148,12 +151,13 @@ impl Controller {
         Ok(())
     }
 
-    /// Releases paused vCPUs.
+    /// Releases paused vCPUs (and the GPU, if a snapshot left it paused with them).
     pub fn resume(&self) -> Result<(), ControlError> {
         let _op = lock(&self.op);
         if !self.gate.is_paused() {
             return Err(ControlError::NotPaused);
         }
+        self.resume_gpu();
         self.gate.resume();
         log::info!("VM resumed");
         Ok(())
@@ -174,13 +178,19 @@ impl Controller {
         }
     }
 
-    /// Writes a snapshot to `dir` (checked first). A running VM is paused for it and resumed
-    /// after unless `resume` is false; a paused one stays paused.
+    fn resume_gpu(&self) {
+        if let Some(gpu) = &self.gpu
+            && gpu.is_paused()
+        {
+            gpu.resume();
+        }
+    }
+
+    /// Writes a snapshot to `dir` (checked first). A running VM is paused for it (the vCPUs,
+    /// then the GPU) and resumed after unless `resume` is false; a paused one stays paused
+    /// (its GPU too, until `resume`).
     pub fn snapshot(&self, dir: &Path, resume: bool) -> Result<SnapshotDone, ControlError> {
         let _op = lock(&self.op);
-        if self.has_gpu {
-            return Err(ControlError::GpuUnsupported);
-        }
         let start = Instant::now();
         let mut out = OutputDir::prepare(dir)?;
         let was_paused = self.gate.is_paused();
@@ -190,6 +200,7 @@ impl Controller {
         let result = self.save(&mut out);
         let stay_paused = was_paused || !resume;
         if !stay_paused {
+            self.resume_gpu();
             self.gate.resume();
         }
         let manifest = result?;
@@ -220,8 +231,8 @@ impl Controller {
     /// on here (or stays paused if it was).
     pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
-        if self.has_gpu {
-            return Err(ControlError::GpuUnsupported);
+        if self.gpu.is_some() {
+            return Err(ControlError::GpuMigration);
         }
         let start = Instant::now();
         let conn =
@@ -336,7 +347,24 @@ impl Controller {
     }
 
     fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+        // The GPU pauses after the vCPUs (no register access races it) and before their state
+        // and the interrupt controllers' are read: from then on it raises no interrupt and
+        // writes no guest RAM, so what is saved next matches its state.
+        if let Some(gpu) = &self.gpu {
+            let t = Instant::now();
+            gpu.pause()?;
+            log::debug!(
+                "snapshot: GPU paused in {:.2} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
         let state = self.capture()?;
-        Ok(out.write(self.manifest.clone(), &state, &self.mem, self.backing)?)
+        Ok(out.write(
+            self.manifest.clone(),
+            &state,
+            &self.mem,
+            self.backing,
+            self.gpu.as_deref(),
+        )?)
     }
 }

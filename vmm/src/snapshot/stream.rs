@@ -281,7 +281,7 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
     manifest.state_bytes = state.len() as u64;
     manifest.state_crc32 = crc32fast::hash(&state);
     manifest.ram_pages = pages.min(manifest.ram_bytes / 4096);
-    Ok(load::check(manifest, &state, ram_file)?)
+    Ok(load::check(manifest, &state, ram_file, None)?)
 }
 
 /// Destination side: tells the source the VM is about to run, or why it will not.
