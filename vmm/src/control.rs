@@ -122,6 +122,11 @@ pub struct SnapshotDone {
     pub ram_bytes: u64,
     pub ram_pages: u64,
     pub state_bytes: u64,
+    /// Bytes of the GPU image (`gpu.bin`; 0 without a GPU), of which VRAM, and the jobs the
+    /// GPU's pause preempted mid-run (their contexts are in the image).
+    pub gpu_bytes: u64,
+    pub gpu_vram_bytes: u64,
+    pub gpu_preempted: usize,
     /// The VM's state after the snapshot: "running" or "paused".
     pub state: &'static str,
 }
@@ -204,6 +209,7 @@ impl Controller {
             self.gate.resume();
         }
         let manifest = result?;
+        let report = out.gpu_report;
         out.keep();
         let ms = start.elapsed().as_secs_f64() * 1e3;
         log::info!(
@@ -218,6 +224,9 @@ impl Controller {
             ram_bytes: manifest.ram_bytes,
             ram_pages: manifest.ram_pages,
             state_bytes: manifest.state_bytes,
+            gpu_bytes: manifest.gpu_bytes,
+            gpu_vram_bytes: report.map_or(0, |r| r.vram_bytes),
+            gpu_preempted: report.map_or(0, |r| r.suspended),
             state: if stay_paused { "paused" } else { "running" },
         })
     }

@@ -49,6 +49,8 @@ pub struct OutputDir {
     created_dir: bool,
     files: Vec<PathBuf>,
     keep: bool,
+    /// What the GPU image holds, once written.
+    pub gpu_report: Option<vgpu::snapshot::SaveReport>,
 }
 
 impl OutputDir {
@@ -75,6 +77,7 @@ impl OutputDir {
             created_dir,
             files: Vec::new(),
             keep: false,
+            gpu_report: None,
         })
     }
 
@@ -136,6 +139,7 @@ impl OutputDir {
             );
             manifest.gpu_bytes = bytes;
             manifest.gpu_crc32 = crc;
+            self.gpu_report = Some(report);
         }
 
         let bytes = state.encode();
