@@ -560,9 +560,29 @@ fn hostile_snapshots_are_refused_before_the_guest_runs() {
             "the snapshot has PCI functions",
         ),
         (
-            "a virtual GPU",
+            "a virtual GPU without its image",
             Box::new(|d| edit_manifest(d, |m| m["gpu"] = "mode=full".into())),
-            "has a virtual GPU",
+            "gpu.bin",
+        ),
+        (
+            "a GPU image without a virtual GPU",
+            Box::new(|d| edit_manifest(d, |m| m["gpu_bytes"] = 4096.into())),
+            "without a gpu",
+        ),
+        (
+            "an unparsable GPU configuration",
+            Box::new(|d| edit_manifest(d, |m| m["gpu"] = "vram=3M".into())),
+            "vram=3M",
+        ),
+        (
+            "a GPU image larger than its VRAM can need",
+            Box::new(|d| {
+                edit_manifest(d, |m| {
+                    m["gpu"] = "vram=2M".into();
+                    m["gpu_bytes"] = (1u64 << 40).into();
+                })
+            }),
+            "more than a",
         ),
         (
             "missing RAM file",
@@ -970,7 +990,7 @@ fn corrupted_or_mismatched_gpu_images_are_refused_before_the_guest_runs() {
 }
 
 #[test]
-fn para_gpus_refuse_snapshots_and_gpu_vms_refuse_migration_and_run_on() {
+fn para_gpus_refuse_snapshots_and_migration_and_run_on() {
     let s = Scratch::new("gpu");
     let vm = Vm::start(&s, "p", &["--guest", "idle", "--gpu", "mode=para"]);
     vm.wait_for(|o| o.contains("idle: halting"));
@@ -983,16 +1003,23 @@ fn para_gpus_refuse_snapshots_and_gpu_vms_refuse_migration_and_run_on() {
     );
     assert!(!dir.exists(), "nothing left behind");
     assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    // Migration: the destination gets nothing it could run (its connection just closes).
+    let incoming = s.path("in.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&incoming).unwrap();
+    let (code, _, err) = vm.ctl(&["migrate", incoming.to_str().unwrap()]);
+    drop(listener);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("virtual GPU") && err.contains("mode=para"),
+        "{err}"
+    );
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
     let (code, _) = vm.terminate();
     assert_eq!(code, 128 + libc::SIGTERM);
 
+    // A full-mode GPU: pause and resume work; a snapshot left paused resumes with its GPU.
     let vm = Vm::start(&s, "g", &["--guest", "idle", "--gpu"]);
     vm.wait_for(|o| o.contains("idle: halting"));
-    let (code, _, err) = vm.ctl(&["migrate", s.path("in.sock").to_str().unwrap()]);
-    assert_eq!(code, 1);
-    assert!(err.contains("virtual GPU"), "{err}");
-    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
-    // Pause and resume work with a GPU; a snapshot left paused resumes with its GPU.
     assert_eq!(vm.ctl(&["pause"]).0, 0);
     assert_eq!(vm.ctl(&["resume"]).0, 0);
     let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
@@ -1002,4 +1029,47 @@ fn para_gpus_refuse_snapshots_and_gpu_vms_refuse_migration_and_run_on() {
     assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
     let (code, _) = vm.terminate();
     assert_eq!(code, 128 + libc::SIGTERM);
+}
+
+#[test]
+fn gpu_vms_migrate_while_kernels_run() {
+    for live in [false, true] {
+        let s = Scratch::new(if live { "gpu-mig-live" } else { "gpu-mig" });
+        let incoming = s.path("in.sock");
+        let dest = Command::new(BIN)
+            .arg("--incoming")
+            .arg(&incoming)
+            .args(["--timeout", "120"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let vm = Vm::start(&s, "src", &FAIRNESS);
+        vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+        while !incoming.exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut args = vec!["migrate", incoming.to_str().unwrap()];
+        if live {
+            args.push("--live");
+        }
+        let (code, out, err) = vm.ctl(&args);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(json(&out)["rounds"].as_array().unwrap().is_empty(), !live);
+        let (code, before, err) = vm.finish();
+        assert_eq!(code, 0, "{err}");
+        assert!(!before.contains("FAIRNESS end"), "{before}");
+        let out = dest.wait_with_output().unwrap();
+        let after = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "live {live}: {after} {err}");
+        let end = after
+            .lines()
+            .find(|l| l.starts_with("FAIRNESS end "))
+            .unwrap_or_else(|| panic!("no end line:\n{after}"));
+        assert!(end.ends_with(" ok=1"), "{end}");
+        assert!(!after.contains("FAIRNESS start"), "{after}");
+    }
 }

@@ -37,12 +37,7 @@ pub enum ControlError {
     AlreadyPaused,
     #[error("the VM is not paused")]
     NotPaused,
-    #[error(
-        "migrate: the VM has a virtual GPU, and migrating one is not supported by this build \
-         (take a snapshot and --restore it instead)"
-    )]
-    GpuMigration,
-    #[error("snapshot: the virtual GPU: {0}")]
+    #[error("the virtual GPU: {0}")]
     Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("snapshot: {0}")]
     Save(#[from] SaveError),
@@ -240,9 +235,6 @@ impl Controller {
     /// on here (or stays paused if it was).
     pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
-        if self.gpu.is_some() {
-            return Err(ControlError::GpuMigration);
-        }
         let start = Instant::now();
         let conn =
             std::os::unix::net::UnixStream::connect(to).map_err(|err| ControlError::Connect {
@@ -256,6 +248,11 @@ impl Controller {
         let result = (|| -> Result<u64, ControlError> {
             let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
             let mut tx = stream::Sender::start(&conn, &manifest)?;
+            // KVM's dirty log misses what the GPU writes into guest RAM: with pre-copy, the
+            // GPU is paused from the start (guest GPU work waits, the vCPUs run on).
+            if live && let Some(gpu) = &self.gpu {
+                gpu.pause()?;
+            }
             if live {
                 memory::set_dirty_logging(&self.vm, &self.mem, true)?;
                 // Round 0: everything, with the guest running (the log has been on since).
@@ -274,6 +271,9 @@ impl Controller {
                 self.pause_now()?;
             }
             paused_at = Some(Instant::now());
+            if let Some(gpu) = &self.gpu {
+                gpu.pause()?;
+            }
             if live {
                 let dirty = self.dirty_log()?;
                 rounds.push(tx.pages(&self.mem, &dirty, false)?);
@@ -281,7 +281,7 @@ impl Controller {
                 tx.all_ram(&self.mem, self.backing)?;
             }
             let state = self.capture()?.encode();
-            Ok(tx.finish(&state)?)
+            Ok(tx.finish(&state, self.gpu.as_deref())?)
         })();
         if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
             log::warn!("migrate: turn dirty logging off: {e}");
@@ -305,8 +305,11 @@ impl Controller {
                 })
             }
             Err(e) => {
-                if !was_paused && self.gate.is_paused() {
-                    self.gate.resume();
+                if !was_paused {
+                    self.resume_gpu();
+                    if self.gate.is_paused() {
+                        self.gate.resume();
+                    }
                 }
                 Err(e)
             }

@@ -46,10 +46,7 @@ pub enum LoadError {
     Testdev,
     #[error("ram.bin: {0}")]
     Ram(#[from] RamError),
-    #[error(
-        "the VM has a virtual GPU ({0}); migrating one is not supported by this build (take a \
-         snapshot and --restore it instead)"
-    )]
+    #[error("the manifest has a virtual GPU ({0}) but its image ({file}) is missing", file = manifest::GPU_FILE)]
     Gpu(String),
     #[error("{file} is {found} bytes, the manifest says {want}")]
     GpuSize {

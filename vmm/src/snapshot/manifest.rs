@@ -86,6 +86,12 @@ pub enum ManifestError {
     Invalid(String),
 }
 
+/// The largest GPU image accepted for a GPU with `vram` bytes of VRAM: every VRAM page with
+/// its run header, and room for the rest (registers, channels, module texts, contexts).
+pub fn max_gpu_bytes(vram: u64) -> u64 {
+    vram + vram / 4096 * 12 + MAX_STATE_BYTES
+}
+
 impl Manifest {
     /// Reads and checks `dir/manifest.json`.
     pub fn read(dir: &Path) -> Result<Self, ManifestError> {
@@ -151,9 +157,7 @@ impl Manifest {
             let vram = vgpu::GpuConfig::parse(g)
                 .map_err(|e| ManifestError::Invalid(format!("gpu {g:?}: {e}")))?
                 .vram;
-            // The image: its fixed sections (a few KiB per channel and module) and at most
-            // every VRAM page with its run header.
-            if self.gpu_bytes > vram + vram / 4096 * 12 + MAX_STATE_BYTES {
+            if self.gpu_bytes > max_gpu_bytes(vram) {
                 return bad(format!(
                     "gpu_bytes {} is more than a {vram}-byte VRAM can need",
                     self.gpu_bytes
