@@ -104,6 +104,8 @@ pub enum VmError {
          snapshot's RAM into it is not supported yet (restore with backend=sim)"
     )]
     RestoreCuda,
+    #[error("restore: the VM's GPU configuration does not match the snapshot's")]
+    RestoreGpuMismatch,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -347,22 +349,11 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         (None, _) => None,
     };
     if let Some(r) = &restore {
-        // PCI first: the BARs are placed again (the GPU's `bar_moved` maps its apertures),
-        // then the GPU's own state, before any vCPU runs.
+        // The BARs are placed again (the GPU's `bar_moved` maps its apertures) and MSI set up
+        // before the GPU's own state comes back (below).
         root.restore(&r.state.pci)?;
-        if let (Some(gpu), Some(img)) = (&gpu, &r.gpu) {
-            let t = Instant::now();
-            let mut rd = crate::snapshot::gpu::CheckedReader::new(
-                std::io::BufReader::with_capacity(1 << 20, &img.file),
-                img.bytes,
-                img.crc32,
-            );
-            gpu.restore(&mut rd)?;
-            log::debug!(
-                "restore: GPU image of {} bytes restored in {:.1} ms",
-                img.bytes,
-                t.elapsed().as_secs_f64() * 1e3
-            );
+        if r.gpu.is_some() != gpu.is_some() {
+            return Err(VmError::RestoreGpuMismatch);
         }
     }
     let root = Arc::new(Mutex::new(root));
@@ -377,6 +368,22 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         vmstate::apply(&vm, &r.state.vm)?;
         for (fd, s) in vcpus.iter().zip(&r.state.vcpus) {
             cpu::apply(fd, s)?;
+        }
+        // The GPU last: it runs as soon as it is restored, and an interrupt it raises must
+        // find the interrupt controllers' and LAPICs' restored state, not be overwritten by it.
+        if let (Some(gpu), Some(img)) = (&gpu, &r.gpu) {
+            let t = Instant::now();
+            let mut rd = crate::snapshot::gpu::CheckedReader::new(
+                std::io::BufReader::with_capacity(1 << 20, &img.file),
+                img.bytes,
+                img.crc32,
+            );
+            gpu.restore(&mut rd)?;
+            log::debug!(
+                "restore: GPU image of {} bytes restored in {:.1} ms",
+                img.bytes,
+                t.elapsed().as_secs_f64() * 1e3
+            );
         }
     } else if let Some(boot) = &linux_boot {
         arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
