@@ -37,6 +37,8 @@ pub enum ControlError {
     AlreadyPaused,
     #[error("the VM is not paused")]
     NotPaused,
+    #[error("the VM is ending")]
+    Ending,
     #[error("the virtual GPU: {0}")]
     Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("snapshot: {0}")]
@@ -78,8 +80,9 @@ pub struct Controller {
     pub manifest: Manifest,
     /// MSRs saved per vCPU.
     pub msrs: Vec<u32>,
-    /// The virtual GPU, paused (after the vCPUs) for a snapshot.
-    pub gpu: Option<Arc<vgpu::Vgpu>>,
+    /// The virtual GPU, paused (after the vCPUs) for a snapshot. Weak: the VM's main thread
+    /// owns it and drops it at the end, whoever still holds the controller.
+    pub gpu: Option<std::sync::Weak<vgpu::Vgpu>>,
     pub started: Instant,
 }
 
@@ -178,8 +181,16 @@ impl Controller {
         }
     }
 
+    /// The virtual GPU, if the VM has one.
+    fn gpu(&self) -> Result<Option<Arc<vgpu::Vgpu>>, ControlError> {
+        match &self.gpu {
+            Some(w) => w.upgrade().map(Some).ok_or(ControlError::Ending),
+            None => Ok(None),
+        }
+    }
+
     fn resume_gpu(&self) {
-        if let Some(gpu) = &self.gpu
+        if let Ok(Some(gpu)) = self.gpu()
             && gpu.is_paused()
         {
             gpu.resume();
@@ -246,11 +257,12 @@ impl Controller {
         let mut rounds = Vec::new();
         let mut paused_at = None;
         let result = (|| -> Result<u64, ControlError> {
+            let gpu = self.gpu()?;
             let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
             let mut tx = stream::Sender::start(&conn, &manifest)?;
             // KVM's dirty log misses what the GPU writes into guest RAM: with pre-copy, the
             // GPU is paused from the start (guest GPU work waits, the vCPUs run on).
-            if live && let Some(gpu) = &self.gpu {
+            if live && let Some(gpu) = &gpu {
                 gpu.pause()?;
             }
             if live {
@@ -271,7 +283,7 @@ impl Controller {
                 self.pause_now()?;
             }
             paused_at = Some(Instant::now());
-            if let Some(gpu) = &self.gpu {
+            if let Some(gpu) = &gpu {
                 gpu.pause()?;
             }
             if live {
@@ -281,7 +293,7 @@ impl Controller {
                 tx.all_ram(&self.mem, self.backing)?;
             }
             let state = self.capture()?.encode();
-            Ok(tx.finish(&state, self.gpu.as_deref())?)
+            Ok(tx.finish(&state, gpu.as_deref())?)
         })();
         if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
             log::warn!("migrate: turn dirty logging off: {e}");
@@ -362,7 +374,8 @@ impl Controller {
         // The GPU pauses after the vCPUs (no register access races it) and before their state
         // and the interrupt controllers' are read: from then on it raises no interrupt and
         // writes no guest RAM, so what is saved next matches its state.
-        if let Some(gpu) = &self.gpu {
+        let gpu = self.gpu()?;
+        if let Some(gpu) = &gpu {
             let t = Instant::now();
             gpu.pause()?;
             log::debug!(
@@ -376,7 +389,7 @@ impl Controller {
             &state,
             &self.mem,
             self.backing,
-            self.gpu.as_deref(),
+            gpu.as_deref(),
         )?)
     }
 }

@@ -468,7 +468,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 counters: counters.clone(),
                 manifest,
                 msrs,
-                gpu: gpu.clone(),
+                gpu: gpu.as_ref().map(Arc::downgrade),
                 started: Instant::now(),
             });
             Some(api.serve(controller).map_err(io("start the API socket"))?)
