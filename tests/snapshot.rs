@@ -799,13 +799,20 @@ const FAIRNESS: [&str; 8] = [
     "vram=64M",
 ];
 
-/// Starts the fairness guest and snapshots it (left paused) after its `progress`th report;
-/// returns the snapshot's answer and the console output of the stopped original.
-fn fairness_snapshot(s: &Scratch, tag: &str, progress: usize) -> (PathBuf, serde_json::Value) {
+/// Starts the fairness guest and snapshots it (left paused; `extra` ctl options) after its
+/// `progress`th report; returns the snapshot's directory and answer.
+fn fairness_snapshot(
+    s: &Scratch,
+    tag: &str,
+    progress: usize,
+    extra: &[&str],
+) -> (PathBuf, serde_json::Value) {
     let vm = Vm::start(s, tag, &FAIRNESS);
     vm.wait_for(|o| o.matches("FAIRNESS t_ms=").count() >= progress);
     let dir = s.path(&format!("{tag}.snap"));
-    let (code, out, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
+    let mut args = vec!["snapshot", dir.to_str().unwrap(), "--paused"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = vm.ctl(&args);
     assert_eq!(code, 0, "{err}");
     let done = json(&out);
     let (code, before) = vm.terminate();
@@ -818,8 +825,9 @@ fn fairness_snapshot(s: &Scratch, tag: &str, progress: usize) -> (PathBuf, serde
 fn gpu_vms_snapshotted_while_kernels_run_finish_after_restore() {
     let s = Scratch::new("gpu-fair");
     let mut preempted = 0;
-    for progress in [1, 4] {
-        let (dir, done) = fairness_snapshot(&s, &format!("f{progress}"), progress);
+    for (progress, extra) in [(1, &[][..]), (4, &[][..]), (2, &["--drain"][..])] {
+        let drain = !extra.is_empty();
+        let (dir, done) = fairness_snapshot(&s, &format!("f{progress}"), progress, extra);
         assert_eq!(done["state"], "paused");
         let gpu_bytes = done["gpu_bytes"].as_u64().unwrap();
         assert!(gpu_bytes > 0, "{done}");
@@ -834,7 +842,12 @@ fn gpu_vms_snapshotted_while_kernels_run_finish_after_restore() {
             spec.contains("mode=full") && spec.contains("vram=65536K"),
             "{spec}"
         );
-        preempted += done["gpu_preempted"].as_u64().unwrap();
+        if drain {
+            // Drained: the running kernels finished first, no engine context is saved.
+            assert_eq!(done["gpu_preempted"], 0, "{done}");
+        } else {
+            preempted += done["gpu_preempted"].as_u64().unwrap();
+        }
         let (code, after, err) = restore(&dir, &[]);
         assert_eq!(code, 0, "progress {progress}: {err}\n{after}");
         let end = after
@@ -928,7 +941,7 @@ fn gpu_workloads_snapshotted_at_two_moments_verify_like_an_uninterrupted_run() {
 #[test]
 fn corrupted_or_mismatched_gpu_images_are_refused_before_the_guest_runs() {
     let s = Scratch::new("gpu-bad");
-    let (good, _) = fairness_snapshot(&s, "b", 1);
+    let (good, _) = fairness_snapshot(&s, "b", 1, &[]);
     let gpu_len = std::fs::metadata(good.join("gpu.bin")).unwrap().len() as usize;
     let refused =
         |name: &str, extra: &[&str], want_code: i32, tamper: &dyn Fn(&Path), want: &str| {

@@ -199,8 +199,14 @@ impl Controller {
 
     /// Writes a snapshot to `dir` (checked first). A running VM is paused for it (the vCPUs,
     /// then the GPU) and resumed after unless `resume` is false; a paused one stays paused
-    /// (its GPU too, until `resume`).
-    pub fn snapshot(&self, dir: &Path, resume: bool) -> Result<SnapshotDone, ControlError> {
+    /// (its GPU too, until `resume`). `drain`: a job the GPU is running finishes first instead
+    /// of being preempted (no engine context in the image: restorable on any backend).
+    pub fn snapshot(
+        &self,
+        dir: &Path,
+        resume: bool,
+        drain: bool,
+    ) -> Result<SnapshotDone, ControlError> {
         let _op = lock(&self.op);
         let start = Instant::now();
         let mut out = OutputDir::prepare(dir)?;
@@ -208,7 +214,7 @@ impl Controller {
         if !was_paused {
             self.pause_now()?;
         }
-        let result = self.save(&mut out);
+        let result = self.save(&mut out, drain);
         let stay_paused = was_paused || !resume;
         if !stay_paused {
             self.resume_gpu();
@@ -370,14 +376,18 @@ impl Controller {
         })
     }
 
-    fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+    fn save(&self, out: &mut OutputDir, drain: bool) -> Result<Manifest, ControlError> {
         // The GPU pauses after the vCPUs (no register access races it) and before their state
         // and the interrupt controllers' are read: from then on it raises no interrupt and
         // writes no guest RAM, so what is saved next matches its state.
         let gpu = self.gpu()?;
         if let Some(gpu) = &gpu {
             let t = Instant::now();
-            gpu.pause()?;
+            gpu.pause_with(if drain {
+                vgpu::snapshot::PauseMode::Drain
+            } else {
+                vgpu::snapshot::PauseMode::Preempt
+            })?;
             log::debug!(
                 "snapshot: GPU paused in {:.2} ms",
                 t.elapsed().as_secs_f64() * 1e3

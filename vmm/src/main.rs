@@ -117,6 +117,10 @@ enum CtlOp {
         /// Leave the VM paused after the snapshot.
         #[arg(long)]
         paused: bool,
+        /// Let a kernel the virtual GPU is running finish (at most its job time limit) instead
+        /// of preempting it: the snapshot holds no engine context and restores on any backend.
+        #[arg(long)]
+        drain: bool,
     },
     /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
     /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
@@ -179,7 +183,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        CtlOp::Snapshot { dir, paused } => {
+        CtlOp::Snapshot { dir, paused, drain } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
                 Ok(d) => d,
@@ -191,6 +195,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
             Request::Snapshot {
                 dir,
                 resume: !paused,
+                drain,
             }
         }
     };
