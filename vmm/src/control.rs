@@ -37,11 +37,10 @@ pub enum ControlError {
     AlreadyPaused,
     #[error("the VM is not paused")]
     NotPaused,
-    #[error(
-        "snapshot: the VM has a virtual GPU, whose state this build cannot save yet (snapshots \
-         of VMs without --gpu only)"
-    )]
-    GpuUnsupported,
+    #[error("the VM is ending")]
+    Ending,
+    #[error("the virtual GPU: {0}")]
+    Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("snapshot: {0}")]
     Save(#[from] SaveError),
     #[error("snapshot: {0}")]
@@ -81,7 +80,9 @@ pub struct Controller {
     pub manifest: Manifest,
     /// MSRs saved per vCPU.
     pub msrs: Vec<u32>,
-    pub has_gpu: bool,
+    /// The virtual GPU, paused (after the vCPUs) for a snapshot. Weak: the VM's main thread
+    /// owns it and drops it at the end, whoever still holds the controller.
+    pub gpu: Option<std::sync::Weak<vgpu::Vgpu>>,
     pub started: Instant,
 }
 
@@ -119,6 +120,11 @@ pub struct SnapshotDone {
     pub ram_bytes: u64,
     pub ram_pages: u64,
     pub state_bytes: u64,
+    /// Bytes of the GPU image (`gpu.bin`; 0 without a GPU), of which VRAM, and the jobs the
+    /// GPU's pause preempted mid-run (their contexts are in the image).
+    pub gpu_bytes: u64,
+    pub gpu_vram_bytes: u64,
+    pub gpu_preempted: usize,
     /// The VM's state after the snapshot: "running" or "paused".
     pub state: &'static str,
 }
@@ -148,12 +154,13 @@ impl Controller {
         Ok(())
     }
 
-    /// Releases paused vCPUs.
+    /// Releases paused vCPUs (and the GPU, if a snapshot left it paused with them).
     pub fn resume(&self) -> Result<(), ControlError> {
         let _op = lock(&self.op);
         if !self.gate.is_paused() {
             return Err(ControlError::NotPaused);
         }
+        self.resume_gpu();
         self.gate.resume();
         log::info!("VM resumed");
         Ok(())
@@ -174,25 +181,47 @@ impl Controller {
         }
     }
 
-    /// Writes a snapshot to `dir` (checked first). A running VM is paused for it and resumed
-    /// after unless `resume` is false; a paused one stays paused.
-    pub fn snapshot(&self, dir: &Path, resume: bool) -> Result<SnapshotDone, ControlError> {
-        let _op = lock(&self.op);
-        if self.has_gpu {
-            return Err(ControlError::GpuUnsupported);
+    /// The virtual GPU, if the VM has one.
+    fn gpu(&self) -> Result<Option<Arc<vgpu::Vgpu>>, ControlError> {
+        match &self.gpu {
+            Some(w) => w.upgrade().map(Some).ok_or(ControlError::Ending),
+            None => Ok(None),
         }
+    }
+
+    fn resume_gpu(&self) {
+        if let Ok(Some(gpu)) = self.gpu()
+            && gpu.is_paused()
+        {
+            gpu.resume();
+        }
+    }
+
+    /// Writes a snapshot to `dir` (checked first). A running VM is paused for it (the vCPUs,
+    /// then the GPU) and resumed after unless `resume` is false; a paused one stays paused
+    /// (its GPU too, until `resume`). `drain`: a job the GPU is running finishes first instead
+    /// of being preempted (no engine context in the image: restorable on any backend).
+    pub fn snapshot(
+        &self,
+        dir: &Path,
+        resume: bool,
+        drain: bool,
+    ) -> Result<SnapshotDone, ControlError> {
+        let _op = lock(&self.op);
         let start = Instant::now();
         let mut out = OutputDir::prepare(dir)?;
         let was_paused = self.gate.is_paused();
         if !was_paused {
             self.pause_now()?;
         }
-        let result = self.save(&mut out);
+        let result = self.save(&mut out, drain);
         let stay_paused = was_paused || !resume;
         if !stay_paused {
+            self.resume_gpu();
             self.gate.resume();
         }
         let manifest = result?;
+        let report = out.gpu_report;
         out.keep();
         let ms = start.elapsed().as_secs_f64() * 1e3;
         log::info!(
@@ -207,6 +236,9 @@ impl Controller {
             ram_bytes: manifest.ram_bytes,
             ram_pages: manifest.ram_pages,
             state_bytes: manifest.state_bytes,
+            gpu_bytes: manifest.gpu_bytes,
+            gpu_vram_bytes: report.map_or(0, |r| r.vram_bytes),
+            gpu_preempted: report.map_or(0, |r| r.suspended),
             state: if stay_paused { "paused" } else { "running" },
         })
     }
@@ -220,9 +252,6 @@ impl Controller {
     /// on here (or stays paused if it was).
     pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
-        if self.has_gpu {
-            return Err(ControlError::GpuUnsupported);
-        }
         let start = Instant::now();
         let conn =
             std::os::unix::net::UnixStream::connect(to).map_err(|err| ControlError::Connect {
@@ -234,8 +263,14 @@ impl Controller {
         let mut rounds = Vec::new();
         let mut paused_at = None;
         let result = (|| -> Result<u64, ControlError> {
+            let gpu = self.gpu()?;
             let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
             let mut tx = stream::Sender::start(&conn, &manifest)?;
+            // KVM's dirty log misses what the GPU writes into guest RAM: with pre-copy, the
+            // GPU is paused from the start (guest GPU work waits, the vCPUs run on).
+            if live && let Some(gpu) = &gpu {
+                gpu.pause()?;
+            }
             if live {
                 memory::set_dirty_logging(&self.vm, &self.mem, true)?;
                 // Round 0: everything, with the guest running (the log has been on since).
@@ -254,6 +289,9 @@ impl Controller {
                 self.pause_now()?;
             }
             paused_at = Some(Instant::now());
+            if let Some(gpu) = &gpu {
+                gpu.pause()?;
+            }
             if live {
                 let dirty = self.dirty_log()?;
                 rounds.push(tx.pages(&self.mem, &dirty, false)?);
@@ -261,7 +299,7 @@ impl Controller {
                 tx.all_ram(&self.mem, self.backing)?;
             }
             let state = self.capture()?.encode();
-            Ok(tx.finish(&state)?)
+            Ok(tx.finish(&state, gpu.as_deref())?)
         })();
         if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
             log::warn!("migrate: turn dirty logging off: {e}");
@@ -285,8 +323,11 @@ impl Controller {
                 })
             }
             Err(e) => {
-                if !was_paused && self.gate.is_paused() {
-                    self.gate.resume();
+                if !was_paused {
+                    self.resume_gpu();
+                    if self.gate.is_paused() {
+                        self.gate.resume();
+                    }
                 }
                 Err(e)
             }
@@ -335,8 +376,30 @@ impl Controller {
         })
     }
 
-    fn save(&self, out: &mut OutputDir) -> Result<Manifest, ControlError> {
+    fn save(&self, out: &mut OutputDir, drain: bool) -> Result<Manifest, ControlError> {
+        // The GPU pauses after the vCPUs (no register access races it) and before their state
+        // and the interrupt controllers' are read: from then on it raises no interrupt and
+        // writes no guest RAM, so what is saved next matches its state.
+        let gpu = self.gpu()?;
+        if let Some(gpu) = &gpu {
+            let t = Instant::now();
+            gpu.pause_with(if drain {
+                vgpu::snapshot::PauseMode::Drain
+            } else {
+                vgpu::snapshot::PauseMode::Preempt
+            })?;
+            log::debug!(
+                "snapshot: GPU paused in {:.2} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
         let state = self.capture()?;
-        Ok(out.write(self.manifest.clone(), &state, &self.mem, self.backing)?)
+        Ok(out.write(
+            self.manifest.clone(),
+            &state,
+            &self.mem,
+            self.backing,
+            gpu.as_deref(),
+        )?)
     }
 }

@@ -21,9 +21,10 @@ struct Args {
     #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore", "incoming"])]
     guest: Option<String>,
     /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
-    /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md).
+    /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md), the
+    /// virtual GPU's configuration too: `--gpu backend=sim|cuda` may choose only its backend.
     #[arg(long, value_name = "DIR",
-          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "gpu"])]
+          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
     restore: Option<PathBuf>,
     /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
     /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
@@ -116,6 +117,10 @@ enum CtlOp {
         /// Leave the VM paused after the snapshot.
         #[arg(long)]
         paused: bool,
+        /// Let a kernel the virtual GPU is running finish (at most its job time limit) instead
+        /// of preempting it: the snapshot holds no engine context and restores on any backend.
+        #[arg(long)]
+        drain: bool,
     },
     /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
     /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
@@ -178,7 +183,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        CtlOp::Snapshot { dir, paused } => {
+        CtlOp::Snapshot { dir, paused, drain } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
                 Ok(d) => d,
@@ -190,6 +195,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
             Request::Snapshot {
                 dir,
                 resume: !paused,
+                drain,
             }
         }
     };
@@ -340,6 +346,24 @@ fn main() -> ExitCode {
         Some(l) => (l.manifest.memory_mib, l.manifest.cpus, l.manifest.testdev),
         None => (args.memory, args.cpus, args.testdev),
     };
+    // A restored VM's GPU: the snapshot's configuration, `--gpu` choosing only the backend.
+    let gpu = match &loaded {
+        Some(l) => match (&l.manifest.gpu, &args.gpu) {
+            (Some(spec), given) => match vmm::snapshot::gpu::restore_config(spec, given.as_ref()) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    eprintln!("vgpu-vmm: --restore: {e}");
+                    return ExitCode::from(2);
+                }
+            },
+            (None, Some(_)) => {
+                eprintln!("vgpu-vmm: --restore: the snapshot has no virtual GPU; drop --gpu");
+                return ExitCode::from(2);
+            }
+            (None, None) => None,
+        },
+        None => args.gpu,
+    };
     let cfg = VmConfig {
         image,
         cmdline: linux_guest
@@ -351,7 +375,7 @@ fn main() -> ExitCode {
         timeout: args.timeout,
         linux,
         initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
-        gpu: args.gpu,
+        gpu,
         console_prefix: args.console_prefix,
     };
     let start = vm::Start {

@@ -97,6 +97,15 @@ pub enum VmError {
     RestoreSerial(String),
     #[error("restore: the snapshot needs {want} vCPUs, KVM allows {max}")]
     RestoreCpus { want: u8, max: usize },
+    #[error("restore: the virtual GPU: {0}")]
+    RestoreGpu(#[from] vgpu::snapshot::SnapshotError),
+    #[error(
+        "restore: backend=cuda: the CUDA engine allocates guest RAM itself, and copying a \
+         snapshot's RAM into it is not supported yet (restore with backend=sim)"
+    )]
+    RestoreCuda,
+    #[error("restore: the VM's GPU configuration does not match the snapshot's")]
+    RestoreGpuMismatch,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -150,6 +159,14 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
             got: cfg.cpus,
             max: max_cpus,
         });
+    }
+    if restore.is_some()
+        && cfg
+            .gpu
+            .as_ref()
+            .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda)
+    {
+        return Err(VmError::RestoreCuda);
     }
     let (name, bytes) = match &restore {
         Some(_) => (String::new(), Vec::new()),
@@ -314,7 +331,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 Arc::new(GpuIrq(vm.clone())),
             )?;
             root.add_device("vgpu", gpu.device())?;
-            Some(gpu)
+            Some(Arc::new(gpu))
         }
         (Some(g), None) => {
             let slots = kvm_fd.get_nr_memslots();
@@ -327,12 +344,17 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 Some(mapper),
             )?;
             root.add_device("vgpu", gpu.device())?;
-            Some(gpu)
+            Some(Arc::new(gpu))
         }
         (None, _) => None,
     };
     if let Some(r) = &restore {
+        // The BARs are placed again (the GPU's `bar_moved` maps its apertures) and MSI set up
+        // before the GPU's own state comes back (below).
         root.restore(&r.state.pci)?;
+        if r.gpu.is_some() != gpu.is_some() {
+            return Err(VmError::RestoreGpuMismatch);
+        }
     }
     let root = Arc::new(Mutex::new(root));
     pio.insert(
@@ -346,6 +368,22 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         vmstate::apply(&vm, &r.state.vm)?;
         for (fd, s) in vcpus.iter().zip(&r.state.vcpus) {
             cpu::apply(fd, s)?;
+        }
+        // The GPU last: it runs as soon as it is restored, and an interrupt it raises must
+        // find the interrupt controllers' and LAPICs' restored state, not be overwritten by it.
+        if let (Some(gpu), Some(img)) = (&gpu, &r.gpu) {
+            let t = Instant::now();
+            let mut rd = crate::snapshot::gpu::CheckedReader::new(
+                std::io::BufReader::with_capacity(1 << 20, &img.file),
+                img.bytes,
+                img.crc32,
+            );
+            gpu.restore(&mut rd)?;
+            log::debug!(
+                "restore: GPU image of {} bytes restored in {:.1} ms",
+                img.bytes,
+                t.elapsed().as_secs_f64() * 1e3
+            );
         }
     } else if let Some(boot) = &linux_boot {
         arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
@@ -405,13 +443,15 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                     },
                 },
                 testdev: cfg.testdev,
-                gpu: cfg.gpu.as_ref().map(|g| format!("{g:?}")),
+                gpu: cfg.gpu.as_ref().map(crate::snapshot::gpu::spec),
                 tsc_khz,
                 msrs: msrs.len(),
                 state_bytes: 0,
                 state_crc32: 0,
                 ram_bytes: 0,
                 ram_pages: 0,
+                gpu_bytes: 0,
+                gpu_crc32: 0,
             };
             let controller = Arc::new(Controller {
                 op: Mutex::default(),
@@ -428,7 +468,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 counters: counters.clone(),
                 manifest,
                 msrs,
-                has_gpu: gpu.is_some(),
+                gpu: gpu.as_ref().map(Arc::downgrade),
                 started: Instant::now(),
             });
             Some(api.serve(controller).map_err(io("start the API socket"))?)
@@ -496,7 +536,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
             .collect(),
         pio: pio.stats(),
         mmio: mmio_bus.stats(),
-        gpu: gpu.as_ref().map(vgpu::Vgpu::stats),
+        gpu: gpu.as_deref().map(vgpu::Vgpu::stats),
     };
     drop(gpu);
     drop(mem);

@@ -1,6 +1,7 @@
 //! The control API's messages. A request is one line of JSON with an `op` field:
 //! `{"op":"pause"}`, `{"op":"resume"}`, `{"op":"stats"}`,
-//! `{"op":"snapshot","dir":"/abs/path","resume":true}` (`resume` defaults to true). The answer
+//! `{"op":"snapshot","dir":"/abs/path","resume":true,"drain":false}` (`resume` defaults to
+//! true, `drain` to false). The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
 use std::path::PathBuf;
@@ -22,11 +23,15 @@ pub enum Request {
     /// State and exit counters.
     Stats {},
     /// Write a snapshot to `dir` (absolute; new or empty). A running VM is paused for it and
-    /// resumed after unless `resume` is false.
+    /// resumed after unless `resume` is false. `drain`: the virtual GPU lets a running job
+    /// finish instead of preempting it (a snapshot without engine contexts, restorable on
+    /// another backend).
     Snapshot {
         dir: PathBuf,
         #[serde(default = "yes")]
         resume: bool,
+        #[serde(default)]
+        drain: bool,
     },
     /// Migration to the `--incoming` socket `to` (absolute): stop-and-copy, or pre-copy rounds
     /// with KVM's dirty log while the guest runs if `live`; this VM ends once the destination
@@ -81,7 +86,8 @@ mod tests {
             r,
             Request::Snapshot {
                 dir: "/x".into(),
-                resume: true
+                resume: true,
+                drain: false
             }
         );
         let r: Request = serde_json::from_str(r#"{"op":"pause"}"#).unwrap();

@@ -194,11 +194,11 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
                 Err(e) => Response::err(e),
             }
         }
-        Request::Snapshot { dir, resume } => {
+        Request::Snapshot { dir, resume, drain } => {
             if !dir.is_absolute() {
                 return Response::err("snapshot: dir must be an absolute path");
             }
-            match controller.snapshot(&dir, resume) {
+            match controller.snapshot(&dir, resume, drain) {
                 Ok(done) => json(serde_json::to_value(done)),
                 Err(e) => Response::err(e),
             }

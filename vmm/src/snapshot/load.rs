@@ -1,6 +1,8 @@
 //! Reading a snapshot directory for `--restore`: the manifest, the state file (bounded, its
 //! length and CRC-32 as the manifest says, then decoded section by section) and the RAM file
-//! (exactly the manifest's size), all checked before any VM is built.
+//! (exactly the manifest's size) and, for a VM with a GPU, the GPU image's size, all checked
+//! before any VM is built (the GPU image's checksum and content as the device reads it, before
+//! the guest runs).
 
 use std::io::Read;
 use std::path::Path;
@@ -44,10 +46,23 @@ pub enum LoadError {
     Testdev,
     #[error("ram.bin: {0}")]
     Ram(#[from] RamError),
-    #[error(
-        "the snapshot has a virtual GPU ({0}); restoring its state is not supported by this build"
-    )]
+    #[error("the manifest has a virtual GPU ({0}) but its image ({file}) is missing", file = manifest::GPU_FILE)]
     Gpu(String),
+    #[error("{file} is {found} bytes, the manifest says {want}")]
+    GpuSize {
+        file: &'static str,
+        found: u64,
+        want: u64,
+    },
+}
+
+/// The GPU image of a snapshot: the file, its length and CRC-32 as the manifest says (the
+/// checksum is checked while the device reads it, [`super::gpu::CheckedReader`]).
+#[derive(Debug)]
+pub struct GpuImage {
+    pub file: std::fs::File,
+    pub bytes: u64,
+    pub crc32: u32,
 }
 
 /// A snapshot read and checked.
@@ -57,6 +72,8 @@ pub struct Loaded {
     pub state: MachineState,
     /// The RAM file, open for reading, of the manifest's size.
     pub ram: std::fs::File,
+    /// The GPU image (exactly when the manifest has a `gpu`).
+    pub gpu: Option<GpuImage>,
 }
 
 /// Reads and checks the snapshot in `dir`.
@@ -65,9 +82,6 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
         return Err(LoadError::NotADir(dir.into()));
     }
     let manifest = Manifest::read(dir)?;
-    if let Some(g) = &manifest.gpu {
-        return Err(LoadError::Gpu(g.clone()));
-    }
     let open = |file: &'static str| {
         std::fs::File::open(dir.join(file)).map_err(|err| LoadError::Open { file, err })
     };
@@ -81,14 +95,45 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             err,
         })?;
     let ram = open(manifest::RAM_FILE)?;
-    check(manifest, &bytes, ram)
+    let gpu = match &manifest.gpu {
+        Some(_) => {
+            let file = open(manifest::GPU_FILE)?;
+            let found = file
+                .metadata()
+                .map_err(|err| LoadError::Open {
+                    file: manifest::GPU_FILE,
+                    err,
+                })?
+                .len();
+            if found != manifest.gpu_bytes {
+                return Err(LoadError::GpuSize {
+                    file: manifest::GPU_FILE,
+                    found,
+                    want: manifest.gpu_bytes,
+                });
+            }
+            Some(GpuImage {
+                file,
+                bytes: manifest.gpu_bytes,
+                crc32: manifest.gpu_crc32,
+            })
+        }
+        None => None,
+    };
+    check(manifest, &bytes, ram, gpu)
 }
 
 /// Checks a snapshot's parts against each other (also for a migration stream, whose RAM is an
 /// in-memory file): the state file's length and CRC-32 as the manifest says, its sections,
-/// vCPU count, CMOS and test device as the manifest says, and the RAM file's size.
-pub fn check(manifest: Manifest, bytes: &[u8], ram: std::fs::File) -> Result<Loaded, LoadError> {
-    if let Some(g) = &manifest.gpu {
+/// vCPU count, CMOS and test device as the manifest says, and the RAM file's size. A manifest
+/// with a `gpu` needs its image (`gpu`; a migration stream has none).
+pub fn check(
+    manifest: Manifest,
+    bytes: &[u8],
+    ram: std::fs::File,
+    gpu: Option<GpuImage>,
+) -> Result<Loaded, LoadError> {
+    if let (Some(g), None) = (&manifest.gpu, &gpu) {
         return Err(LoadError::Gpu(g.clone()));
     }
     if bytes.len() as u64 != manifest.state_bytes {
@@ -136,5 +181,6 @@ pub fn check(manifest: Manifest, bytes: &[u8], ram: std::fs::File) -> Result<Loa
         manifest,
         state,
         ram,
+        gpu,
     })
 }

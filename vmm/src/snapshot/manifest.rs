@@ -14,6 +14,8 @@ pub const FILE: &str = "manifest.json";
 pub const STATE_FILE: &str = "state.bin";
 /// The RAM file's name.
 pub const RAM_FILE: &str = "ram.bin";
+/// The GPU image's name (snapshots of VMs with `--gpu`).
+pub const GPU_FILE: &str = super::gpu::FILE;
 /// Largest manifest read.
 pub const MAX_MANIFEST: u64 = 64 << 10;
 /// The `format` field.
@@ -60,6 +62,11 @@ pub struct Manifest {
     /// The RAM file: its length (= memory_mib MiB) and the pages stored in it.
     pub ram_bytes: u64,
     pub ram_pages: u64,
+    /// The GPU image (`gpu.bin`, with `gpu` only): its length and CRC-32; 0 without a GPU.
+    #[serde(default)]
+    pub gpu_bytes: u64,
+    #[serde(default)]
+    pub gpu_crc32: u32,
 }
 
 /// Why a manifest is refused.
@@ -77,6 +84,12 @@ pub enum ManifestError {
     Version { found: u32 },
     #[error("{FILE}: {0}")]
     Invalid(String),
+}
+
+/// The largest GPU image accepted for a GPU with `vram` bytes of VRAM: every VRAM page with
+/// its run header, and room for the rest (registers, channels, module texts, contexts).
+pub fn max_gpu_bytes(vram: u64) -> u64 {
+    vram + vram / 4096 * 12 + MAX_STATE_BYTES
 }
 
 impl Manifest {
@@ -136,6 +149,20 @@ impl Manifest {
                 "state_bytes {} is more than the {MAX_STATE_BYTES} accepted",
                 self.state_bytes
             ));
+        }
+        if self.gpu.is_none() && (self.gpu_bytes != 0 || self.gpu_crc32 != 0) {
+            return bad("gpu_bytes/gpu_crc32 without a gpu".into());
+        }
+        if let Some(g) = &self.gpu {
+            let vram = vgpu::GpuConfig::parse(g)
+                .map_err(|e| ManifestError::Invalid(format!("gpu {g:?}: {e}")))?
+                .vram;
+            if self.gpu_bytes > max_gpu_bytes(vram) {
+                return bad(format!(
+                    "gpu_bytes {} is more than a {vram}-byte VRAM can need",
+                    self.gpu_bytes
+                ));
+            }
         }
         Ok(())
     }

@@ -1,11 +1,12 @@
 //! VM snapshots (docs/snapshot.md): the directory format ([`manifest`], [`format`] and
 //! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
-//! [`vmstate`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
+//! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
 //! and the same as a stream over a unix socket for stop-and-copy migration ([`stream`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
 pub mod format;
+pub mod gpu;
 pub mod load;
 pub mod manifest;
 pub mod ram;

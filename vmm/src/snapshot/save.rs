@@ -1,6 +1,7 @@
 //! Writing a snapshot directory: the output-directory rules (checked before the VM is paused:
 //! the directory must not exist, in an existing parent, or be an empty directory; never a
-//! symbolic link, never a user's file overwritten), then the RAM file, the state file and,
+//! symbolic link, never a user's file overwritten), then the RAM file, the GPU image (VMs
+//! with a virtual GPU), the state file and,
 //! last, the manifest, so that a directory with a manifest is complete. A failed save removes
 //! the files it created (and the directory, if it created that too).
 
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use vm_memory::GuestMemoryMmap;
 
+use super::gpu::CrcWriter;
 use super::manifest::{self, Manifest};
 use super::ram::{self, Backing, RamError};
 use super::state::MachineState;
@@ -28,6 +30,8 @@ pub enum SaveError {
     Io { path: PathBuf, err: std::io::Error },
     #[error("{0}")]
     Ram(#[from] RamError),
+    #[error("the virtual GPU: {0}")]
+    Gpu(#[from] vgpu::snapshot::SnapshotError),
 }
 
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SaveError + '_ {
@@ -45,6 +49,8 @@ pub struct OutputDir {
     created_dir: bool,
     files: Vec<PathBuf>,
     keep: bool,
+    /// What the GPU image holds, once written.
+    pub gpu_report: Option<vgpu::snapshot::SaveReport>,
 }
 
 impl OutputDir {
@@ -71,6 +77,7 @@ impl OutputDir {
             created_dir,
             files: Vec::new(),
             keep: false,
+            gpu_report: None,
         })
     }
 
@@ -92,13 +99,15 @@ impl OutputDir {
         Ok(f)
     }
 
-    /// Writes the snapshot: RAM, state, then the manifest (`manifest`'s file fields filled in).
+    /// Writes the snapshot: RAM, the GPU image (`gpu`, paused, if the VM has one), state, then
+    /// the manifest (`manifest`'s file fields filled in).
     pub fn write(
         &mut self,
         mut manifest: Manifest,
         state: &MachineState,
         mem: &GuestMemoryMmap,
         backing: Backing,
+        gpu: Option<&vgpu::Vgpu>,
     ) -> Result<Manifest, SaveError> {
         let ram_file = self.create(manifest::RAM_FILE)?;
         let t = std::time::Instant::now();
@@ -110,6 +119,28 @@ impl OutputDir {
         );
         manifest.ram_bytes = saved.bytes;
         manifest.ram_pages = saved.pages;
+
+        if let Some(gpu) = gpu {
+            let path = self.dir.join(manifest::GPU_FILE);
+            let f = self.create(manifest::GPU_FILE)?;
+            let t = std::time::Instant::now();
+            let mut w = CrcWriter::new(std::io::BufWriter::with_capacity(1 << 20, f));
+            let report = gpu.save_report(&mut w)?;
+            let (buf, bytes, crc) = w.finish();
+            let f = buf.into_inner().map_err(|e| at(&path)(e.into_error()))?;
+            f.sync_all().map_err(at(&path))?;
+            log::debug!(
+                "snapshot: GPU image of {bytes} bytes ({} of VRAM, {} modules, {} preempted \
+                 jobs) written and synced in {:.1} ms",
+                report.vram_bytes,
+                report.modules,
+                report.suspended,
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            manifest.gpu_bytes = bytes;
+            manifest.gpu_crc32 = crc;
+            self.gpu_report = Some(report);
+        }
 
         let bytes = state.encode();
         manifest.state_bytes = bytes.len() as u64;

@@ -26,6 +26,9 @@ const MANIFEST: u32 = 1;
 const STATE: u32 = 2;
 const RAM: u32 = 3;
 const END: u32 = 4;
+const GPU: u32 = 5;
+/// Largest GPU frame: 1 MiB of the GPU image.
+const MAX_GPU_FRAME: u64 = 1 << 20;
 /// Largest RAM frame: an offset and 1 MiB of pages.
 const MAX_RAM_FRAME: u64 = 8 + (1 << 20);
 /// How long either side waits for the other.
@@ -44,6 +47,8 @@ pub enum StreamError {
     Load(#[from] LoadError),
     #[error("migration stream: {0}")]
     Ram(#[from] RamError),
+    #[error("migration stream: the virtual GPU: {0}")]
+    Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("the destination refused the VM: {0}")]
     Refused(String),
 }
@@ -160,9 +165,18 @@ impl<'a> Sender<'a> {
         Ok(sent)
     }
 
-    /// Sends the state and the end frame and waits for the destination's answer.
-    pub fn finish(mut self, state: &[u8]) -> Result<u64, StreamError> {
+    /// Sends the state, the GPU's image (`gpu`, paused) and the end frame and waits for the
+    /// destination's answer.
+    pub fn finish(mut self, state: &[u8], gpu: Option<&vgpu::Vgpu>) -> Result<u64, StreamError> {
         frame(&mut self.out, STATE, &[state])?;
+        if let Some(gpu) = gpu {
+            let mut w = GpuFrames {
+                out: &mut self.out,
+                buf: Vec::with_capacity(MAX_GPU_FRAME as usize),
+            };
+            gpu.save(&mut w)?;
+            w.emit()?;
+        }
         frame(&mut self.out, END, &[&self.pages.to_le_bytes()])?;
         self.out.flush()?;
         let conn = self.conn;
@@ -182,6 +196,36 @@ impl<'a> Sender<'a> {
     }
 }
 
+/// Cuts the GPU image into GPU frames of at most [`MAX_GPU_FRAME`] bytes.
+struct GpuFrames<'a, W: Write> {
+    out: &'a mut W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> GpuFrames<'_, W> {
+    fn emit(&mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            frame(self.out, GPU, &[&self.buf])?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for GpuFrames<'_, W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = data.len().min(MAX_GPU_FRAME as usize - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == MAX_GPU_FRAME as usize {
+            self.emit()?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The manifest a stream starts with: `manifest` with the RAM size of `mem`, state and page
 /// fields zero (the state's length and CRC-32 are checked from its frame, the page count from
 /// the end frame).
@@ -190,6 +234,8 @@ pub fn stream_manifest(mut manifest: Manifest, mem: &GuestMemoryMmap) -> Manifes
     manifest.ram_pages = 0;
     manifest.state_bytes = 0;
     manifest.state_crc32 = 0;
+    manifest.gpu_bytes = 0;
+    manifest.gpu_crc32 = 0;
     manifest
 }
 
@@ -212,9 +258,9 @@ fn read_payload(r: &mut dyn Read, len: u64, max: u64, what: &str) -> Result<Vec<
     Ok(buf)
 }
 
-fn memfd(len: u64) -> std::io::Result<File> {
+fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<File> {
     // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(c"vgpu-vmm-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -234,7 +280,20 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
     }
     let text = read_payload(&mut r, len, MAX_MANIFEST, "manifest")?;
     let manifest = Manifest::parse(&text)?;
-    let ram_file = memfd(manifest.ram_bytes)?;
+    let ram_file = memfd(c"vgpu-vmm-ram", manifest.ram_bytes)?;
+    // The GPU image, if the manifest has a GPU: appended frame by frame, bounded by its VRAM.
+    let gpu_max = match &manifest.gpu {
+        Some(g) => vgpu::GpuConfig::parse(g)
+            .map(|c| super::manifest::max_gpu_bytes(c.vram))
+            .map_err(|e| bad(format!("gpu {g:?}: {e}")))?,
+        None => 0,
+    };
+    let gpu_file = match &manifest.gpu {
+        Some(_) => Some(memfd(c"vgpu-vmm-gpu", 0)?),
+        None => None,
+    };
+    let mut gpu_bytes = 0u64;
+    let mut gpu_crc = crc32fast::Hasher::new();
     let mut pages = 0u64;
     let mut buf = Vec::new();
     let mut state = None;
@@ -260,6 +319,21 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
                 ram_file.write_all_at(&buf, off)?;
                 pages += n / 4096;
             }
+            GPU => {
+                let Some(f) = &gpu_file else {
+                    return Err(bad("a GPU frame for a VM without a GPU"));
+                };
+                if len == 0 || gpu_bytes.saturating_add(len) > gpu_max {
+                    return Err(bad(format!(
+                        "GPU frame of {len} bytes after {gpu_bytes}: the image may have at most \
+                         {gpu_max}"
+                    )));
+                }
+                let chunk = read_payload(&mut r, len, MAX_GPU_FRAME, "GPU frame")?;
+                f.write_all_at(&chunk, gpu_bytes)?;
+                gpu_crc.update(&chunk);
+                gpu_bytes += len;
+            }
             STATE if state.is_none() => {
                 state = Some(read_payload(&mut r, len, MAX_STATE_BYTES, "state")?);
             }
@@ -281,7 +355,19 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
     manifest.state_bytes = state.len() as u64;
     manifest.state_crc32 = crc32fast::hash(&state);
     manifest.ram_pages = pages.min(manifest.ram_bytes / 4096);
-    Ok(load::check(manifest, &state, ram_file)?)
+    let gpu = match gpu_file {
+        Some(file) if gpu_bytes > 0 => {
+            manifest.gpu_bytes = gpu_bytes;
+            manifest.gpu_crc32 = gpu_crc.finalize();
+            Some(load::GpuImage {
+                file,
+                bytes: manifest.gpu_bytes,
+                crc32: manifest.gpu_crc32,
+            })
+        }
+        _ => None,
+    };
+    Ok(load::check(manifest, &state, ram_file, gpu)?)
 }
 
 /// Destination side: tells the source the VM is about to run, or why it will not.
@@ -292,5 +378,69 @@ pub fn answer(conn: &mut UnixStream, result: Result<(), String>) {
     };
     if let Err(e) = conn.write_all(line.as_bytes()) {
         log::warn!("migration: answer the source: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(gpu: Option<&str>) -> Vec<u8> {
+        let m = Manifest {
+            format: super::super::manifest::FORMAT.into(),
+            version: super::super::format::VERSION,
+            vmm_version: "0".into(),
+            memory_mib: 2,
+            cpus: 1,
+            boot: super::super::manifest::BootKind::BareMetal,
+            image: "t".into(),
+            testdev: false,
+            gpu: gpu.map(str::to_owned),
+            tsc_khz: 0,
+            msrs: 0,
+            state_bytes: 0,
+            state_crc32: 0,
+            ram_bytes: 2 << 20,
+            ram_pages: 0,
+            gpu_bytes: 0,
+            gpu_crc32: 0,
+        };
+        serde_json::to_vec(&m).unwrap()
+    }
+
+    /// Feeds `frames` to a receiver and returns its error.
+    fn refused(frames: &[(u32, Vec<u8>)]) -> String {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut bytes = Vec::new();
+        for (kind, payload) in frames {
+            frame(&mut bytes, *kind, &[payload]).unwrap();
+        }
+        let writer = std::thread::spawn(move || {
+            let mut a = a;
+            let _ = a.write_all(&bytes);
+            a
+        });
+        let e = receive(&b).unwrap_err().to_string();
+        drop(b);
+        drop(writer.join());
+        e
+    }
+
+    #[test]
+    fn gpu_frames_are_bounded_and_must_match_the_manifest() {
+        let e = refused(&[(MANIFEST, manifest(None)), (GPU, vec![1; 16])]);
+        assert!(e.contains("a GPU frame for a VM without a GPU"), "{e}");
+        // vram=2M: an image of at most 2 MiB + 6 KiB + the state limit; frames of 1 MiB.
+        let e = refused(&[
+            (MANIFEST, manifest(Some("vram=2M"))),
+            (GPU, vec![1; (MAX_GPU_FRAME + 1) as usize]),
+        ]);
+        assert!(e.contains("at most 1048576 accepted"), "{e}");
+        let e = refused(&[
+            (MANIFEST, manifest(Some("vram=2M"))),
+            (STATE, vec![0; 16]),
+            (END, 0u64.to_le_bytes().to_vec()),
+        ]);
+        assert!(e.contains("gpu.bin) is missing"), "{e}");
     }
 }
