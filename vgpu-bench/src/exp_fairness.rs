@@ -74,6 +74,10 @@ pub struct Args {
     /// The vgpud binary (default: next to this one).
     #[arg(long)]
     pub vgpud: Option<PathBuf>,
+    /// More `--gpu` options for every VM (e.g. `preempt=checkpoint`), appended after the
+    /// experiment's own.
+    #[arg(long)]
+    pub gpu_extra: Option<String>,
     /// A baseline run after the VMs: `native` = the same load as plain CUDA processes sharing
     /// the GPU under the driver's time-slicing (cuda only; weights are not applied).
     #[arg(long, value_enum, default_value = "none")]
@@ -178,6 +182,14 @@ fn guest_cmdline(a: &Args, plan: &Plan, iters: u32) -> String {
     }
 }
 
+/// `,OPTIONS` for `--gpu-extra` (empty when none).
+pub fn extra_opts(extra: Option<&str>) -> String {
+    match extra.map(str::trim) {
+        Some(e) if !e.is_empty() => format!(",{e}"),
+        _ => String::new(),
+    }
+}
+
 /// Waits for the VMs to finish (or the deadline), showing progress.
 fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
     let start = Instant::now();
@@ -266,11 +278,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "fairness".into(),
             "--gpu".into(),
             format!(
-                "host={},weight={},name=vm{k},vram={}M,backend={}",
+                "host={},weight={},name=vm{k},vram={}M,backend={}{}",
                 socket.display(),
                 plan.weights[k],
                 plan.vram_per_vm >> 20,
-                a.backend.name()
+                a.backend.name(),
+                extra_opts(a.gpu_extra.as_deref())
             ),
             "--cmdline".into(),
             guest_cmdline(a, &plan, *it),
@@ -393,6 +406,16 @@ mod tests {
         assert_eq!(
             (s.vms, s.duration, s.sched.as_str()),
             (2, 1.0, "policy=timeslice")
+        );
+    }
+
+    #[test]
+    fn extra_gpu_options_are_appended() {
+        assert_eq!(extra_opts(None), "");
+        assert_eq!(extra_opts(Some("  ")), "");
+        assert_eq!(
+            extra_opts(Some("preempt=checkpoint")),
+            ",preempt=checkpoint"
         );
     }
 

@@ -74,6 +74,10 @@ pub struct Args {
     /// The vgpud binary (default: next to this one).
     #[arg(long)]
     pub vgpud: Option<PathBuf>,
+    /// More `--gpu` options for every VM (e.g. `preempt=checkpoint`), appended after the
+    /// experiment's own.
+    #[arg(long)]
+    pub gpu_extra: Option<String>,
     /// Leave out the native anchor (plain CUDA processes, run on `--backend cuda` only).
     #[arg(long)]
     pub no_native: bool,
@@ -271,10 +275,11 @@ fn run_mode(
             guest.into(),
             "--gpu".into(),
             format!(
-                "host={},priority={priority},weight=1,name={name},vram={}M,backend={}",
+                "host={},priority={priority},weight=1,name={name},vram={}M,backend={}{}",
                 socket.display(),
                 plan.vram_per_vm >> 20,
-                a.backend.name()
+                a.backend.name(),
+                crate::exp_fairness::extra_opts(a.gpu_extra.as_deref())
             ),
             "--cmdline".into(),
             cmdline,

@@ -103,6 +103,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "ramp_ms": r.args.ramp_ms,
             "window_ms": f.window_ns as f64 / 1e6,
             "short": r.args.short,
+            "gpu_extra": r.args.gpu_extra,
             "host_cpus": cpus,
             "host_load_1min_at_end": load,
         },

@@ -136,6 +136,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         "experiment": "priority",
         "backend": a.backend.name(),
         "short": a.short,
+        "gpu_extra": a.gpu_extra,
         "lp_vms": r.plan.lp,
         "duration_s": r.plan.duration,
         "hp_kernel_us": r.plan.hp_kernel_us,
