@@ -84,7 +84,12 @@ fn run_preempted(
             let stop = Arc::new(AtomicBool::new(false));
             let mut waiter = None;
             e.set_step_limit(None);
-            if n < max_preempts {
+            if first {
+                // Every launch is preempted at least once whatever the host's speed: the step
+                // knob at an instruction inside the first half of the kernel (a request from
+                // another thread can come after a fast host finished the kernel).
+                e.set_step_limit(Some(1 + rng.below((steps / 2).max(1))));
+            } else if n < max_preempts {
                 match rng.below(4) {
                     0 => e.set_step_limit(Some(1 + rng.below(steps))),
                     1 if rng.below(4) == 0 => {

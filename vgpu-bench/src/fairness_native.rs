@@ -48,8 +48,9 @@ pub struct Figures {
     pub ok: bool,
 }
 
-/// Kernels `g` had completed at `t` ms (linear between its progress points).
-fn done_at(g: &GuestRun, t: f64) -> f64 {
+/// Kernels `g` had completed at `t` ms (linear between its progress points; all of them when
+/// its run ended before `t`).
+pub fn done_at(g: &GuestRun, t: f64) -> f64 {
     let mut pts: Vec<(f64, f64)> = vec![(0.0, 0.0)];
     pts.extend(g.progress.iter().map(|&(t, d)| (t as f64, d as f64)));
     if let Some(e) = g.end {

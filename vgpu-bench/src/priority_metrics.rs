@@ -5,6 +5,7 @@
 //! calibrated kernel length) over the HP process's run.
 
 use crate::exp_priority::{ModeRun, Plan};
+use crate::fairness_native::done_at;
 use crate::report::Percentiles;
 
 /// The targets of the issue: HP latency within 1.10x of `alone`, LP GPU time >= 90% of the
@@ -52,29 +53,7 @@ fn work_shares(r: &ModeRun, plan: &Plan, kernels: u32) -> (f64, f64) {
     };
     let t = end.t_ms as f64;
     let hp_us = end.requests as f64 * f64::from(kernels) * plan.hp_kernel_us;
-    let mut lp_done = 0.0;
-    for (g, _) in &r.lp {
-        let mut pts: Vec<(f64, f64)> = vec![(0.0, 0.0)];
-        pts.extend(g.progress.iter().map(|&(t, d)| (t as f64, d as f64)));
-        if let Some(e) = g.end {
-            pts.push((e.t_ms as f64, e.done as f64));
-        }
-        // Done at time t: linear between the last point before t and the first after it.
-        let after = pts.iter().position(|&(pt, _)| pt >= t);
-        lp_done += match after {
-            Some(0) => 0.0,
-            Some(i) => {
-                let ((t0, d0), (t1, d1)) = (pts[i - 1], pts[i]);
-                if t1 > t0 {
-                    d0 + (d1 - d0) * (t - t0) / (t1 - t0)
-                } else {
-                    d1
-                }
-            }
-            // The LP run ended before the HP one: all of it counts.
-            None => pts.last().map_or(0.0, |p| p.1),
-        };
-    }
+    let lp_done: f64 = r.lp.iter().map(|(g, _)| done_at(g, t)).sum();
     let total_us = t * 1e3;
     (hp_us / total_us, lp_done * plan.lp_kernel_us / total_us)
 }
