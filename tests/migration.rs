@@ -1,0 +1,150 @@
+//! Migration of real VMs (`vgpu-vmm --incoming`, `ctl migrate [--live]`): the guest finishes in
+//! the destination exactly as an uninterrupted run, stop-and-copy or with pre-copy rounds, GPU
+//! VMs included while their kernels run; failed migrations leave the VM running; a bad stream is
+//! refused.
+
+mod snapshot_support;
+
+use snapshot_support::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn migration_moves_the_vm_to_an_incoming_process() {
+    for live in [false, true] {
+        migrate_once(live);
+    }
+}
+
+/// Migrates the guest at step 8, stop-and-copy or live (pre-copy rounds while it runs).
+fn migrate_once(live: bool) {
+    let want = reference();
+    let s = Scratch::new(if live { "migrate-live" } else { "migrate" });
+    let (dest, incoming) = incoming(&s);
+    let vm = Vm::start(&s, "src", &GUEST);
+    vm.wait_for(|o| o.contains("COUNT step=8 "));
+    let done = migrate(&vm, &incoming, live);
+    let out = done.to_string();
+    assert!(done["ram_pages"].as_u64().unwrap() > 0, "{out}");
+    let rounds = done["rounds"].as_array().unwrap();
+    if live {
+        // The first pass sent the guest's 4 MiB buffer (and more) while it ran.
+        assert!(rounds.len() >= 2, "{out}");
+        assert!(rounds[0].as_u64().unwrap() >= 1024, "{out}");
+    } else {
+        assert!(rounds.is_empty(), "{out}");
+    }
+    // The source ends by itself (exit 0), the destination finishes the guest.
+    let (code, before, err) = vm.finish();
+    assert_eq!(code, 0, "{err}");
+    let out = dest.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let after = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(format!("{before}{after}"), want);
+    assert!(!incoming.exists(), "the incoming socket is removed");
+}
+
+#[test]
+fn failed_migrations_leave_the_vm_running_here() {
+    let want = reference();
+    let s = Scratch::new("migrate-fail");
+    let vm = Vm::start(&s, "src", &GUEST);
+    vm.wait_for(|o| o.contains("COUNT step=3 "));
+    // Nobody at the destination: refused before the VM is paused.
+    let (code, _, err) = vm.ctl(&["migrate", s.path("nobody.sock").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("connect"), "{err}");
+    // A destination that reads the whole stream and refuses the VM.
+    let fake = s.path("fake.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&fake).unwrap();
+    let t = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut c, _) = listener.accept().unwrap();
+        // Frames (u32 kind, u64 length, payload) up to the end frame (kind 4).
+        let mut total = 0;
+        loop {
+            let mut h = [0u8; 12];
+            c.read_exact(&mut h).unwrap();
+            let kind = u32::from_le_bytes(h[..4].try_into().unwrap());
+            let len = u64::from_le_bytes(h[4..].try_into().unwrap());
+            let mut payload = vec![0u8; len as usize];
+            c.read_exact(&mut payload).unwrap();
+            total += 12 + payload.len();
+            if kind == 4 {
+                break;
+            }
+        }
+        c.write_all(b"error: no room here\n").unwrap();
+        total
+    });
+    let (code, _, err) = vm.ctl(&["migrate", fake.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no room here"), "{err}");
+    assert!(
+        t.join().unwrap() > 4 << 20,
+        "the stream held the guest's 4 MiB buffer"
+    );
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    let (code, out, err) = vm.finish();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, want);
+}
+
+#[test]
+fn an_incoming_vm_refuses_a_bad_stream() {
+    use std::io::{Read, Write};
+    let s = Scratch::new("incoming-bad");
+    let incoming = s.path("in.sock");
+    let dest = Command::new(BIN)
+        .arg("--incoming")
+        .arg(&incoming)
+        .args(["--timeout", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while !incoming.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut c = std::os::unix::net::UnixStream::connect(&incoming).unwrap();
+    // A manifest frame claiming 1 TiB.
+    c.write_all(&1u32.to_le_bytes()).unwrap();
+    c.write_all(&(1u64 << 40).to_le_bytes()).unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("error: ") && answer.contains("manifest"),
+        "{answer}"
+    );
+    let out = dest.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at most 65536 accepted"), "{err}");
+}
+
+#[test]
+fn gpu_vms_migrate_while_kernels_run() {
+    for live in [false, true] {
+        let s = Scratch::new(if live { "gpu-mig-live" } else { "gpu-mig" });
+        let (dest, incoming) = incoming(&s);
+        let vm = Vm::start(&s, "src", &FAIRNESS);
+        vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+        let done = migrate(&vm, &incoming, live);
+        assert_eq!(done["rounds"].as_array().unwrap().is_empty(), !live);
+        let (code, before, err) = vm.finish();
+        assert_eq!(code, 0, "{err}");
+        assert!(!before.contains("FAIRNESS end"), "{before}");
+        let out = dest.wait_with_output().unwrap();
+        let after = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "live {live}: {after} {err}");
+        let end = after
+            .lines()
+            .find(|l| l.starts_with("FAIRNESS end "))
+            .unwrap_or_else(|| panic!("no end line:\n{after}"));
+        assert!(end.ends_with(" ok=1"), "{end}");
+        assert!(!after.contains("FAIRNESS start"), "{after}");
+    }
+}

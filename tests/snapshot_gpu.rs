@@ -1,0 +1,259 @@
+//! Snapshots of VMs with a virtual GPU (`--gpu`, sim backend): guests snapshotted while their
+//! kernels run (or drained) and restored after the original was stopped finish with every result
+//! checked; a restored GPU VM snapshots again; corrupted or mismatched GPU images are refused
+//! before the guest runs; para-mode GPUs refuse snapshots and migration.
+
+mod snapshot_support;
+
+use snapshot_support::*;
+use std::path::Path;
+
+#[test]
+fn gpu_vms_snapshotted_while_kernels_run_finish_after_restore() {
+    let s = Scratch::new("gpu-fair");
+    let mut preempted = 0;
+    for (progress, extra) in [(1, &[][..]), (4, &[][..]), (2, &["--drain"][..])] {
+        let drain = !extra.is_empty();
+        let (dir, done) = fairness_snapshot(&s, &format!("f{progress}"), progress, extra);
+        assert_eq!(done["state"], "paused");
+        let gpu_bytes = done["gpu_bytes"].as_u64().unwrap();
+        assert!(gpu_bytes > 0, "{done}");
+        assert_eq!(
+            std::fs::metadata(dir.join("gpu.bin")).unwrap().len(),
+            gpu_bytes
+        );
+        let m = json(&std::fs::read_to_string(dir.join("manifest.json")).unwrap());
+        assert_eq!(m["gpu_bytes"], gpu_bytes);
+        let spec = m["gpu"].as_str().unwrap();
+        assert!(
+            spec.contains("mode=full") && spec.contains("vram=65536K"),
+            "{spec}"
+        );
+        if drain {
+            // Drained: the running kernels finished first, no engine context is saved.
+            assert_eq!(done["gpu_preempted"], 0, "{done}");
+        } else {
+            preempted += done["gpu_preempted"].as_u64().unwrap();
+        }
+        let (code, after, err) = restore(&dir, &[]);
+        assert_eq!(code, 0, "progress {progress}: {err}\n{after}");
+        let end = after
+            .lines()
+            .find(|l| l.starts_with("FAIRNESS end "))
+            .unwrap_or_else(|| panic!("no end line:\n{after}"));
+        assert!(end.ends_with(" ok=1"), "{end}");
+        assert!(
+            !after.contains("FAIRNESS start"),
+            "resumed, not rebooted: {after}"
+        );
+    }
+    // With three kernels always queued, the pauses caught kernels mid-run: their contexts
+    // went into gpu.bin and resumed after the restore.
+    assert!(preempted >= 1, "no snapshot caught a running kernel");
+}
+
+#[test]
+fn a_restored_gpu_vm_snapshots_again() {
+    let s = Scratch::new("gpu-again");
+    // The fairness guest's clock (the TSC) is seen to run on between a snapshot and its
+    // restore on the development host (docs/snapshot.md, "PVM"), so this chain gives the
+    // guest 1.5 s to be still running at its second snapshot.
+    let mut args = FAIRNESS;
+    args[5] = "iters=20000 threads=64 blocks=2 depth=3 ms=1500 report_ms=100";
+    let vm = Vm::start(&s, "first", &args);
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let first = s.path("first.snap");
+    let (code, _, err) = vm.ctl(&["snapshot", first.to_str().unwrap(), "--paused"]);
+    assert_eq!(code, 0, "{err}");
+    vm.terminate();
+    // Restored (RAM a file mapping, the GPU restored), then snapshotted again.
+    let vm = Vm::start(&s, "again", &["--restore", first.to_str().unwrap()]);
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let second = s.path("again.snap");
+    let (code, _, err) = vm.ctl(&["snapshot", second.to_str().unwrap(), "--paused"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, before) = vm.terminate();
+    assert!(!before.contains("FAIRNESS end"), "{before}");
+    let (code, after, err) = restore(&second, &[]);
+    assert_eq!(code, 0, "{err}\n{after}");
+    assert!(after.contains(" ok=1\n"), "{after}");
+}
+
+/// `RESULT name=X ok=Y` of every workload, in order (timings left out).
+fn workload_results(out: &str) -> Vec<String> {
+    out.lines()
+        .filter(|l| l.starts_with("RESULT "))
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+#[test]
+fn gpu_workloads_snapshotted_at_two_moments_verify_like_an_uninterrupted_run() {
+    let guest = [
+        "--guest",
+        "workloads",
+        "--cmdline",
+        "size=medium",
+        "--gpu",
+        "vram=64M",
+    ];
+    let (code, want, err) = run(&guest);
+    assert_eq!(code, 0, "{err}");
+    let want = workload_results(&want);
+    assert_eq!(want.len(), 13, "{want:?}");
+    assert!(want.iter().all(|r| r.ends_with("ok=1")), "{want:?}");
+    let s = Scratch::new("gpu-workloads");
+    for (i, marker) in ["INIT ", "name=matmul "].into_iter().enumerate() {
+        let vm = Vm::start(&s, &format!("w{i}"), &guest);
+        vm.wait_for(|o| o.contains(marker));
+        let dir = s.path(&format!("w{i}.snap"));
+        let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
+        assert_eq!(code, 0, "{err}");
+        let (_, before) = vm.terminate();
+        assert!(
+            !before.contains("13/13"),
+            "snapshot before the end: {before}"
+        );
+        let (code, after, err) = restore(&dir, &[]);
+        assert_eq!(code, 0, "{marker}: {err}\n{after}");
+        assert!(after.contains("workloads: 13/13 ok"), "{after}");
+        assert_eq!(
+            workload_results(&format!("{before}{after}")),
+            want,
+            "snapshot at {marker}"
+        );
+    }
+}
+
+#[test]
+fn corrupted_or_mismatched_gpu_images_are_refused_before_the_guest_runs() {
+    let s = Scratch::new("gpu-bad");
+    let (good, _) = fairness_snapshot(&s, "b", 1, &[]);
+    let gpu_len = std::fs::metadata(good.join("gpu.bin")).unwrap().len() as usize;
+    let refused =
+        |name: &str, extra: &[&str], want_code: i32, tamper: &dyn Fn(&Path), want: &str| {
+            let dir = s.path(name);
+            copy_snapshot(&good, &dir);
+            tamper(&dir);
+            let (code, out, err) = restore(&dir, extra);
+            assert_eq!(code, want_code, "{name}: {err}");
+            assert!(err.contains(want), "{name}: {err}");
+            assert!(out.is_empty(), "{name}: the guest must not run: {out}");
+        };
+    let flip = |dir: &Path, at: usize| {
+        let p = dir.join("gpu.bin");
+        let mut b = std::fs::read(&p).unwrap();
+        b[at] ^= 0x40;
+        std::fs::write(&p, b).unwrap();
+    };
+    // A flipped byte: the manifest's CRC-32 catches it.
+    refused(
+        "flip",
+        &[],
+        1,
+        &|d| flip(d, gpu_len / 2),
+        "gpu.bin is corrupted",
+    );
+    // ... and with the CRC-32 forged to match, the image's own checksum.
+    refused(
+        "forged",
+        &[],
+        1,
+        &|d| {
+            flip(d, gpu_len / 2);
+            let crc = crc32(&std::fs::read(d.join("gpu.bin")).unwrap());
+            edit_manifest(d, |m| m["gpu_crc32"] = crc.into());
+        },
+        "checksum mismatch",
+    );
+    refused(
+        "short",
+        &[],
+        1,
+        &|d| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(d.join("gpu.bin"))
+                .unwrap();
+            f.set_len(gpu_len as u64 - 1).unwrap();
+        },
+        "gpu.bin is",
+    );
+    refused(
+        "missing",
+        &[],
+        1,
+        &|d| std::fs::remove_file(d.join("gpu.bin")).unwrap(),
+        "gpu.bin",
+    );
+    // Another VRAM size in the manifest than in the image.
+    refused(
+        "vram",
+        &[],
+        1,
+        &|d| {
+            edit_manifest(d, |m| {
+                let spec = m["gpu"]
+                    .as_str()
+                    .unwrap()
+                    .replace("vram=65536K", "vram=131072K");
+                m["gpu"] = spec.into();
+            })
+        },
+        "VRAM",
+    );
+    // --gpu with --restore chooses the backend only.
+    refused(
+        "override",
+        &["--gpu", "vram=128M"],
+        2,
+        &|_| {},
+        "only choose the backend",
+    );
+    // The untouched copy restores.
+    let (code, out, err) = restore(&good, &["--gpu", "backend=sim"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("FAIRNESS end"), "{out}");
+}
+
+#[test]
+fn para_gpus_refuse_snapshots_and_migration_and_run_on() {
+    let s = Scratch::new("gpu");
+    let vm = Vm::start(&s, "p", &["--guest", "idle", "--gpu", "mode=para"]);
+    vm.wait_for(|o| o.contains("idle: halting"));
+    let dir = s.path("snap");
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("virtual GPU") && err.contains("mode=para"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "nothing left behind");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    // Migration: the destination gets nothing it could run (its connection just closes).
+    let incoming = s.path("in.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&incoming).unwrap();
+    let (code, _, err) = vm.ctl(&["migrate", incoming.to_str().unwrap()]);
+    drop(listener);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("virtual GPU") && err.contains("mode=para"),
+        "{err}"
+    );
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    let (code, _) = vm.terminate();
+    assert_eq!(code, 128 + libc::SIGTERM);
+
+    // A full-mode GPU: pause and resume work; a snapshot left paused resumes with its GPU.
+    let vm = Vm::start(&s, "g", &["--guest", "idle", "--gpu"]);
+    vm.wait_for(|o| o.contains("idle: halting"));
+    assert_eq!(vm.ctl(&["pause"]).0, 0);
+    assert_eq!(vm.ctl(&["resume"]).0, 0);
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "paused");
+    assert_eq!(vm.ctl(&["resume"]).0, 0);
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    let (code, _) = vm.terminate();
+    assert_eq!(code, 128 + libc::SIGTERM);
+}
