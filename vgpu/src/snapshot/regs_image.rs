@@ -52,48 +52,37 @@ pub struct RegsImage {
 /// How many counters a snapshot keeps (`GpuCounters`' numbers, in declaration order).
 pub const COUNTERS: usize = 17;
 
-fn counters_of(c: &GpuCounters) -> [u64; COUNTERS] {
+/// The kept counters, in the snapshot's order (one list for saving and restoring).
+fn counter_fields(c: &mut GpuCounters) -> [&mut u64; COUNTERS] {
     [
-        c.doorbells,
-        c.tlb_flushes,
-        c.shadow_rebuilds,
-        c.pages_shadowed,
-        c.pages_unshadowed,
-        c.table_writes_noticed,
-        c.instance_writes_noticed,
-        c.gpfifo_entries,
-        c.methods,
-        c.copies,
-        c.launches,
-        c.releases,
-        c.acquires,
-        c.interrupts,
-        c.faults,
-        c.faults_dropped,
-        c.gpu_ns,
+        &mut c.doorbells,
+        &mut c.tlb_flushes,
+        &mut c.shadow_rebuilds,
+        &mut c.pages_shadowed,
+        &mut c.pages_unshadowed,
+        &mut c.table_writes_noticed,
+        &mut c.instance_writes_noticed,
+        &mut c.gpfifo_entries,
+        &mut c.methods,
+        &mut c.copies,
+        &mut c.launches,
+        &mut c.releases,
+        &mut c.acquires,
+        &mut c.interrupts,
+        &mut c.faults,
+        &mut c.faults_dropped,
+        &mut c.gpu_ns,
     ]
 }
 
+fn counters_of(c: &GpuCounters) -> [u64; COUNTERS] {
+    counter_fields(&mut c.clone()).map(|v| *v)
+}
+
 fn set_counters(c: &mut GpuCounters, v: &[u64; COUNTERS]) {
-    [
-        c.doorbells,
-        c.tlb_flushes,
-        c.shadow_rebuilds,
-        c.pages_shadowed,
-        c.pages_unshadowed,
-        c.table_writes_noticed,
-        c.instance_writes_noticed,
-        c.gpfifo_entries,
-        c.methods,
-        c.copies,
-        c.launches,
-        c.releases,
-        c.acquires,
-        c.interrupts,
-        c.faults,
-        c.faults_dropped,
-        c.gpu_ns,
-    ] = *v;
+    for (field, value) in counter_fields(c).into_iter().zip(v) {
+        *field = *value;
+    }
 }
 
 impl RegsImage {
