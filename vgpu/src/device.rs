@@ -171,6 +171,11 @@ impl VgpuDevice {
         Ok(())
     }
 
+    /// The para-virtual front end, if attached (snapshot).
+    pub(crate) fn para_front(&mut self) -> Option<&mut crate::para_bar::Para> {
+        self.para.as_mut()
+    }
+
     /// Reads or writes guest VRAM `[addr, addr + len)` through the aperture; out-of-range
     /// accesses read all-ones and are dropped.
     fn vram_access(&self, addr: u64, read: Option<&mut [u8]>, write: Option<&[u8]>) {

@@ -288,19 +288,24 @@ impl ParaSpaces {
         Ok(Op::Map(g))
     }
 
-    /// SET_PD: validates the PDB as an instance block's, selects it, creates its space if new.
-    pub fn set_pd(&mut self, raw: u64) -> Result<Pdb, CallError> {
+    /// The PDB value `raw` (as SET_PD takes it) if the instance block's PDB rules accept it.
+    pub fn check_pdb(&self, raw: u64) -> Result<Pdb, CallError> {
         // The instance block's PDB rules, applied to a block that is otherwise valid.
         let mut block = [0u8; shadow::INSTANCE_BYTES];
         block[0..8].copy_from_slice(&raw.to_le_bytes());
         block[8..16].copy_from_slice(&self.layout.va.base.to_le_bytes());
         block[16..20].copy_from_slice(&2u32.to_le_bytes());
-        let pdb = Instance::parse(&self.layout, 0, &block)
+        Ok(Instance::parse(&self.layout, 0, &block)
             .map_err(|f| {
                 log::debug!("vgpu para: SET_PD {raw:#x}: {f}");
                 CallError::BadCall("SET_PD: PDB invalid")
             })?
-            .pdb;
+            .pdb)
+    }
+
+    /// SET_PD: validates the PDB as an instance block's, selects it, creates its space if new.
+    pub fn set_pd(&mut self, raw: u64) -> Result<Pdb, CallError> {
+        let pdb = self.check_pdb(raw)?;
         if !self.spaces.contains_key(&pdb) {
             if self.spaces.len() >= MAX_SPACES {
                 return Err(CallError::BadCall("SET_PD: too many page directories"));
@@ -370,6 +375,156 @@ impl ParaSpaces {
         self.current
             .and_then(|p| self.spaces.get(&p))
             .map_or(&[], |s| &s.runs)
+    }
+}
+
+/// A para-managed space as a snapshot holds it: the PDB value SET_PD took and the guest's runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceImage {
+    pub pdb: u64,
+    pub runs: Vec<GuestMapping>,
+}
+
+/// The raw SET_PD value of `pdb`.
+pub fn raw_pdb(pdb: Pdb) -> u64 {
+    pdb.addr | pdb.aperture.target_bits()
+}
+
+impl ParaSpaces {
+    /// The spaces (sorted by PDB), the selected PDB (raw), and the counters (snapshot).
+    pub fn export(&self) -> (Vec<SpaceImage>, Option<u64>, ParaCounters) {
+        let mut spaces: Vec<_> = self
+            .spaces
+            .iter()
+            .map(|(pdb, s)| SpaceImage {
+                pdb: raw_pdb(*pdb),
+                runs: s.runs.clone(),
+            })
+            .collect();
+        spaces.sort_by_key(|s| s.pdb);
+        (spaces, self.current.map(raw_pdb), self.counters.clone())
+    }
+
+    /// Checks a snapshot's space as if the guest had built it with hypercalls: a valid PDB;
+    /// sorted, non-overlapping runs (at most `MAX_RUNS`), each 4 KiB aligned inside the VA
+    /// window, onto guest VRAM or RAM that exists, that the host can back with its page sizes.
+    pub fn check_space(&self, s: &SpaceImage) -> Result<Pdb, String> {
+        let pdb = self
+            .check_pdb(s.pdb)
+            .map_err(|_| format!("page directory {:#x} is not a valid PDB", s.pdb))?;
+        if s.runs.len() > MAX_RUNS {
+            return Err(format!("{} runs (at most {MAX_RUNS})", s.runs.len()));
+        }
+        let mut end = 0u64;
+        for g in &s.runs {
+            let at = |what: &str| format!("run at VA {:#x} (+{:#x}): {what}", g.va, g.len);
+            if !g.va.is_multiple_of(PAGE_4K) || !g.len.is_multiple_of(PAGE_4K) || g.len == 0 {
+                return Err(at("not 4 KiB aligned or empty"));
+            }
+            if !self.layout.va_contains(g.va, g.len) {
+                return Err(at("outside the VA window"));
+            }
+            if g.va < end {
+                return Err(at("overlaps or precedes the previous run"));
+            }
+            end = g.va + g.len;
+            let target = g.target;
+            if !target.addr().is_multiple_of(PAGE_4K) {
+                return Err(at("target not 4 KiB aligned"));
+            }
+            if target.aperture() == Aperture::Sysmem && !self.layout.sysmem {
+                return Err(at("system memory target on a GPU without it"));
+            }
+            if let Err(rule) = self
+                .layout
+                .check_range(target.aperture(), target.addr(), g.len)
+            {
+                return Err(at(&format!(
+                    "target {:#x} outside the VM's {} ({rule:?})",
+                    target.addr(),
+                    match target.aperture() {
+                        Aperture::Vram => "VRAM partition",
+                        Aperture::Sysmem => "RAM",
+                    }
+                )));
+            }
+        }
+        let t = shadow::translate(&s.runs, &self.partition, &self.sysmem, &self.engine_pages);
+        if let Some(f) = t.faults.first() {
+            return Err(format!("the host cannot back it: {f}"));
+        }
+        Ok(pdb)
+    }
+
+    /// Rebuilds the spaces of a snapshot (each checked by `check_space` first) into this
+    /// freshly created set; on error every space made so far is destroyed again.
+    pub fn restore(
+        &mut self,
+        spaces: &[SpaceImage],
+        current: Option<u64>,
+        counters: ParaCounters,
+    ) -> Result<(), String> {
+        if !self.spaces.is_empty() {
+            return Err("the para-virtual spaces are not fresh".into());
+        }
+        let result = self.restore_inner(spaces, current);
+        match result {
+            Ok(()) => {
+                self.counters = counters;
+                self.generation += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.clear();
+                Err(e)
+            }
+        }
+    }
+
+    fn restore_inner(&mut self, spaces: &[SpaceImage], current: Option<u64>) -> Result<(), String> {
+        if spaces.len() > MAX_SPACES {
+            return Err(format!("{} spaces (at most {MAX_SPACES})", spaces.len()));
+        }
+        for s in spaces {
+            let pdb = self.check_space(s)?;
+            if self.spaces.contains_key(&pdb) {
+                return Err(format!("page directory {:#x} saved twice", s.pdb));
+            }
+            let mut shadow = ShadowSpace::create(&*self.engine, pdb, self.layout.va)
+                .map_err(|e| format!("creating space {:#x}: {e}", s.pdb))?;
+            let t = shadow::translate(&s.runs, &self.partition, &self.sysmem, &self.engine_pages);
+            let synced = shadow.sync(&*self.engine, &t.mappings);
+            self.spaces.insert(
+                pdb,
+                Space {
+                    shadow,
+                    runs: s.runs.clone(),
+                },
+            );
+            synced.map_err(|e| format!("mapping space {:#x}: {e}", s.pdb))?;
+        }
+        self.current = match current {
+            None => None,
+            Some(raw) => {
+                let pdb = self
+                    .check_pdb(raw)
+                    .ok()
+                    .filter(|p| self.spaces.contains_key(p))
+                    .ok_or_else(|| format!("selected page directory {raw:#x} has no space"))?;
+                Some(pdb)
+            }
+        };
+        Ok(())
+    }
+
+    /// Destroys every space (a failed restore).
+    fn clear(&mut self) {
+        for (_, mut s) in self.spaces.drain() {
+            if let Err(e) = s.shadow.destroy(&*self.engine) {
+                log::warn!("vgpu para: destroy space {:?}: {e}", s.shadow.key());
+            }
+        }
+        self.current = None;
     }
 }
 

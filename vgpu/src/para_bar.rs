@@ -43,6 +43,25 @@ impl Para {
         self.spaces.clone()
     }
 
+    /// The front end's state for a snapshot: ARGS, STATUS and the VRAM blocks.
+    pub fn image(&self) -> (u64, u32, Vec<(u64, u64)>) {
+        (self.args, self.status, self.vram.blocks())
+    }
+
+    /// Puts a snapshot's front-end state in place (ARGS is checked at every call anyway);
+    /// the blocks must fit this VM's VRAM.
+    pub fn restore_image(
+        &mut self,
+        args: u64,
+        status: u32,
+        blocks: &[(u64, u64)],
+    ) -> Result<(), String> {
+        self.vram = VramAllocator::with_blocks(self.layout.vram_size, blocks)?;
+        self.args = args;
+        self.status = status;
+        Ok(())
+    }
+
     /// A BAR3 register read.
     pub fn read(&self, off: u64) -> u32 {
         // BAR3 is 4 KiB: every offset fits the u32 register map.

@@ -60,6 +60,40 @@ impl VramAllocator {
         self.blocks.remove(&addr).is_some()
     }
 
+    /// The live blocks `(start, length)`, by start (snapshot).
+    pub fn blocks(&self) -> Vec<(u64, u64)> {
+        self.blocks.iter().map(|(&s, &l)| (s, l)).collect()
+    }
+
+    /// An allocator holding a snapshot's `blocks`: each 4 KiB aligned, non-empty, inside
+    /// `[0, size)`, sorted and non-overlapping, at most `MAX_BLOCKS`.
+    pub fn with_blocks(size: u64, blocks: &[(u64, u64)]) -> Result<Self, String> {
+        if blocks.len() > MAX_BLOCKS {
+            return Err(format!(
+                "{} VRAM blocks (at most {MAX_BLOCKS})",
+                blocks.len()
+            ));
+        }
+        let mut a = VramAllocator::new(size);
+        let mut end = 0u64;
+        for &(s, l) in blocks {
+            let ok = s.is_multiple_of(GRANULE)
+                && l.is_multiple_of(GRANULE)
+                && l > 0
+                && s >= end
+                && s.checked_add(l).is_some_and(|e| e <= size);
+            if !ok {
+                return Err(format!(
+                    "VRAM block at {s:#x} (+{l:#x}) misaligned, overlapping or outside the \
+                     {size:#x}-byte VRAM"
+                ));
+            }
+            end = s + l;
+            a.blocks.insert(s, l);
+        }
+        Ok(a)
+    }
+
     /// Bytes allocated now.
     pub fn used(&self) -> u64 {
         self.blocks.values().sum()

@@ -8,8 +8,8 @@ use super::SnapshotError;
 
 /// The first bytes of a virtual GPU snapshot.
 pub const MAGIC: &[u8; 8] = b"VGPUSNAP";
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes and reads (2: the `PARA` section).
+pub const VERSION: u32 = 2;
 
 /// Section tags, in the order they appear.
 pub const CONF: [u8; 4] = *b"CONF";
@@ -17,6 +17,7 @@ pub const REGS: [u8; 4] = *b"REGS";
 pub const CHAN: [u8; 4] = *b"CHAN";
 pub const MODS: [u8; 4] = *b"MODS";
 pub const CTXT: [u8; 4] = *b"CTXT";
+pub const PARA: [u8; 4] = *b"PARA";
 pub const VRAM: [u8; 4] = *b"VRAM";
 pub const END: [u8; 4] = *b"END\0";
 

@@ -7,16 +7,19 @@
 //! Saved: registers, channels, the fault record and interrupt state, the watched VRAM pages,
 //! counters, TIMER, each channel's method registers and pushbuffer position, the module cache
 //! (by PTX text), a job preempted by the pause (its engine context, tagged with the backend),
-//! and the partition's non-zero VRAM pages. Not saved: shadow page tables (rebuilt from the
+//! the para-virtual state (`mode=para`: the spaces built with hypercalls, rebuilt and
+//! re-validated on restore), and the partition's non-zero VRAM pages. Not saved: shadow page tables (rebuilt from the
 //! guest's tables before a channel runs again) and module `.global` variables (reloaded with
 //! their initial values, as after an eviction).
 //!
 //! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
 //! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
-//! channels, modules and preempted jobs), `vram` (the VRAM section).
+//! channels, modules and preempted jobs), `para_image` (the para-virtual state), `vram` (the
+//! VRAM section).
 
 pub mod format;
 pub mod image;
+mod para_image;
 pub(crate) mod regs_image;
 mod vram;
 mod worker_image;
@@ -31,6 +34,7 @@ use crate::Vgpu;
 use crate::regs;
 pub use image::PauseCtl;
 use image::{ConfImage, ModuleImage, RegsImage, WorkerImage};
+use para_image::ParaImage;
 
 /// Why a pause, save or restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -113,11 +117,6 @@ impl Vgpu {
         if self.link.is_some() {
             return Err(SnapshotError::Unsupported(
                 "GPU shared through vgpud (host=): the engine is in the daemon",
-            ));
-        }
-        if self.para.is_some() {
-            return Err(SnapshotError::Unsupported(
-                "para-virtual GPU (mode=para): its address spaces are not saved yet",
             ));
         }
         Ok(())
@@ -223,6 +222,7 @@ impl Vgpu {
         w.section(format::CHAN, &image.encode_chans())?;
         w.section(format::MODS, &image.encode_modules())?;
         w.section(format::CTXT, &image.encode_suspended())?;
+        w.section(format::PARA, &ParaImage::encode(self.para_image().as_ref()))?;
         let vram_bytes = vram::save(&mut w, &*self.engine, self.vram_base, self.cfg.vram)?;
         let bytes = w.finish()?;
         Ok(SaveReport {
@@ -310,10 +310,22 @@ impl Vgpu {
                 here: here.backend,
             });
         }
+        let para = {
+            let spaces = self.para.as_ref().map(crate::para::lock);
+            ParaImage::decode(
+                &rd.section(format::PARA, para_image::LIMIT)?,
+                spaces.as_deref(),
+                vram,
+            )?
+        };
         vram::restore(&mut rd, &*self.engine, self.vram_base, vram)?;
         rd.finish()?;
         // All bytes verified: reload modules, validate the job context against its module.
         let modules = self.reload_modules(texts)?;
+        if let Err(e) = self.restore_para(para.as_ref()) {
+            self.unload(&modules);
+            return Err(e);
+        }
         let mut jobs = Vec::with_capacity(suspended.len());
         for mut s in suspended {
             let module = s.module.map(|i| modules[i as usize].id);
@@ -358,6 +370,42 @@ impl Vgpu {
                 .trap(regs.watched.iter().map(|(p, _)| p << 12));
         }
         Ok(())
+    }
+
+    /// The para-virtual state (device paused), in para mode.
+    fn para_image(&self) -> Option<ParaImage> {
+        let spaces = crate::para::lock(self.para.as_ref()?);
+        let front = self
+            .device()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .para_front()
+            .map(|p| p.image())?;
+        Some(ParaImage::capture(&spaces, front))
+    }
+
+    /// Rebuilds the saved para-virtual spaces and front end (decoded and checked already).
+    fn restore_para(&self, image: Option<&ParaImage>) -> Result<(), SnapshotError> {
+        let (Some(p), Some(spaces)) = (image, &self.para) else {
+            return Ok(());
+        };
+        let bad = |what: String| SnapshotError::Invalid {
+            section: "PARA",
+            what,
+        };
+        crate::para::lock(spaces)
+            .restore(&p.spaces, p.current, p.counters())
+            .map_err(bad)?;
+        let dev = self.device();
+        let mut dev = dev
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match dev.para_front() {
+            Some(front) => front
+                .restore_image(p.args, p.status, &p.blocks)
+                .map_err(bad),
+            None => Err(bad("no para-virtual BAR on this device".into())),
+        }
     }
 
     /// Loads the saved module texts within the VM's host memory budget and the job limit each.

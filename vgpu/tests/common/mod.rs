@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod para;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
