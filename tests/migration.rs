@@ -1,6 +1,6 @@
 //! Migration of real VMs (`vgpu-vmm --incoming`, `ctl migrate [--live]`): the guest finishes in
 //! the destination exactly as an uninterrupted run, stop-and-copy or with pre-copy rounds, GPU
-//! VMs included while their kernels run; failed migrations leave the VM running; a bad stream is
+//! VMs (full and para-virtual) included while their kernels run; failed migrations leave the VM running; a bad stream is
 //! refused.
 
 mod snapshot_support;
@@ -127,9 +127,29 @@ fn an_incoming_vm_refuses_a_bad_stream() {
 #[test]
 fn gpu_vms_migrate_while_kernels_run() {
     for live in [false, true] {
-        let s = Scratch::new(if live { "gpu-mig-live" } else { "gpu-mig" });
+        gpu_migrate_once(
+            &FAIRNESS,
+            live,
+            if live { "gpu-mig-live" } else { "gpu-mig" },
+        );
+    }
+}
+
+#[test]
+fn para_gpu_vms_migrate_while_kernels_run() {
+    // The fairness guest on a para-virtual GPU: its spaces were made by hypercalls.
+    let mut args = FAIRNESS;
+    args[5] = "iters=20000 threads=64 blocks=2 depth=3 ms=800 report_ms=100 mode=para";
+    args[7] = "vram=64M,mode=para";
+    gpu_migrate_once(&args, true, "para-mig");
+}
+
+/// Migrates the fairness guest (`args`) mid-run; it finishes in the destination with `ok=1`.
+fn gpu_migrate_once(args: &[&str], live: bool, tag: &str) {
+    {
+        let s = Scratch::new(tag);
         let (dest, incoming) = incoming(&s);
-        let vm = Vm::start(&s, "src", &FAIRNESS);
+        let vm = Vm::start(&s, "src", args);
         vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
         let done = migrate(&vm, &incoming, live);
         assert_eq!(done["rounds"].as_array().unwrap().is_empty(), !live);

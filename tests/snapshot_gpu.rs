@@ -1,7 +1,8 @@
 //! Snapshots of VMs with a virtual GPU (`--gpu`, sim backend): guests snapshotted while their
 //! kernels run (or drained) and restored after the original was stopped finish with every result
 //! checked; a restored GPU VM snapshots again; corrupted or mismatched GPU images are refused
-//! before the guest runs; para-mode GPUs refuse snapshots and migration.
+//! before the guest runs; para-mode GPUs (spaces made by hypercalls) snapshot mid-run and
+//! restore twice.
 
 mod snapshot_support;
 
@@ -216,34 +217,59 @@ fn corrupted_or_mismatched_gpu_images_are_refused_before_the_guest_runs() {
     assert!(out.contains("FAIRNESS end"), "{out}");
 }
 
-#[test]
-fn para_gpus_refuse_snapshots_and_migration_and_run_on() {
-    let s = Scratch::new("gpu");
-    let vm = Vm::start(&s, "p", &["--guest", "idle", "--gpu", "mode=para"]);
-    vm.wait_for(|o| o.contains("idle: halting"));
-    let dir = s.path("snap");
-    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap()]);
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("virtual GPU") && err.contains("mode=para"),
-        "{err}"
-    );
-    assert!(!dir.exists(), "nothing left behind");
-    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
-    // Migration: the destination gets nothing it could run (its connection just closes).
-    let incoming = s.path("in.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&incoming).unwrap();
-    let (code, _, err) = vm.ctl(&["migrate", incoming.to_str().unwrap()]);
-    drop(listener);
-    assert_eq!(code, 1);
-    assert!(
-        err.contains("virtual GPU") && err.contains("mode=para"),
-        "{err}"
-    );
-    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
-    let (code, _) = vm.terminate();
-    assert_eq!(code, 128 + libc::SIGTERM);
+/// The workloads guest on a para-virtual GPU (`mode=para`: mappings made by hypercalls).
+const PARA_WORKLOADS: [&str; 6] = [
+    "--guest",
+    "workloads",
+    "--cmdline",
+    "size=medium mode=para",
+    "--gpu",
+    "vram=64M,mode=para",
+];
 
+#[test]
+fn para_gpu_workloads_snapshotted_mid_run_restore_twice_like_an_uninterrupted_run() {
+    let (code, want, err) = run(&PARA_WORKLOADS);
+    assert_eq!(code, 0, "{err}");
+    let want = workload_results(&want);
+    assert_eq!(want.len(), 13, "{want:?}");
+    assert!(want.iter().all(|r| r.ends_with("ok=1")), "{want:?}");
+    let s = Scratch::new("gpu-para");
+    let vm = Vm::start(&s, "p", &PARA_WORKLOADS);
+    vm.wait_for(|o| o.contains("name=matmul "));
+    let dir = s.path("p.snap");
+    let (code, out, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(json(&out)["gpu_bytes"].as_u64().unwrap() > 0, "{out}");
+    let m = json(&std::fs::read_to_string(dir.join("manifest.json")).unwrap());
+    assert!(m["gpu"].as_str().unwrap().contains("mode=para"), "{m}");
+    let (code, before) = vm.terminate();
+    assert_eq!(code, 128 + libc::SIGTERM);
+    assert!(
+        !before.contains("13/13"),
+        "snapshot before the end: {before}"
+    );
+    // Restored twice from the one snapshot: both finish every workload verified, exit 0.
+    for i in 0..2 {
+        let (code, after, err) = restore(&dir, &[]);
+        assert_eq!(code, 0, "restore {i}: {err}\n{after}");
+        assert!(after.contains("workloads: 13/13 ok"), "{after}");
+        assert!(
+            !after.contains("workloads: gpu vram="),
+            "resumed, not rebooted"
+        );
+        assert_eq!(
+            workload_results(&format!("{before}{after}")),
+            want,
+            "restore {i}"
+        );
+    }
+}
+
+#[test]
+fn gpu_pause_resume_and_a_snapshot_left_paused() {
+    let s = Scratch::new("gpu");
+    let dir = s.path("snap");
     // A full-mode GPU: pause and resume work; a snapshot left paused resumes with its GPU.
     let vm = Vm::start(&s, "g", &["--guest", "idle", "--gpu"]);
     vm.wait_for(|o| o.contains("idle: halting"));
