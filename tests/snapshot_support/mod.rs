@@ -258,10 +258,16 @@ pub fn fairness_snapshot(
 /// A `vgpu-vmm --incoming` process waiting on a socket in `s`; returns it and the socket path
 /// once the socket exists.
 pub fn incoming(s: &Scratch) -> (Child, PathBuf) {
+    incoming_with(s, &[])
+}
+
+/// As `incoming`, with more options (`--gpu host=...`).
+pub fn incoming_with(s: &Scratch, extra: &[&str]) -> (Child, PathBuf) {
     let path = s.path("in.sock");
     let dest = Command::new(BIN)
         .arg("--incoming")
         .arg(&path)
+        .args(extra)
         .args(["--timeout", "120"])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

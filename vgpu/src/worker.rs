@@ -638,10 +638,18 @@ impl Worker {
         // state, in memory) and resumes at the next grant. The time limit counts GPU time.
         let (outcome, timed_out) = loop {
             let ticket = match &self.host {
-                Some(h) => Some(h.acquire(&handle, key).map_err(|e| {
-                    log::error!("vgpu: {e}");
-                    Fault::new(FaultKind::GpuLost, 0, 0)
-                })?),
+                Some(h) => {
+                    let t = h.acquire(&handle, key).map_err(|e| {
+                        log::error!("vgpu: {e}");
+                        Fault::new(FaultKind::GpuLost, 0, 0)
+                    })?;
+                    // A grant clears the handle: a pause requested while the grant was
+                    // awaited stops the job at once (it keeps its context, see below).
+                    if self.shared.pausing.load(Ordering::SeqCst) {
+                        handle.request();
+                    }
+                    Some(t)
+                }
                 None => None,
             };
             let left = self.cfg.job_timeout.saturating_sub(gpu + spent);
@@ -677,12 +685,13 @@ impl Worker {
             }
             match outcome {
                 Ok(Outcome::Preempted { context, .. })
-                    if self.host.is_none()
-                        && !timed_out
+                    if !timed_out
+                        && lost.is_none()
                         && self.shared.pausing.load(Ordering::SeqCst)
                         && !self.cancel.load(Ordering::SeqCst) =>
                 {
-                    // Paused for a snapshot: keep the context; the entry resumes it.
+                    // Paused for a snapshot: keep the context; the entry resumes it. A shared
+                    // GPU's grant ended above (`Done` preempted); parking withdraws the Want.
                     let module = match &job {
                         Job::Launch(l) => Some(l.module),
                         Job::Copy(_) => None,

@@ -22,7 +22,8 @@ struct Args {
     guest: Option<String>,
     /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
     /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md), the
-    /// virtual GPU's configuration too: `--gpu backend=sim|cuda` may choose only its backend.
+    /// virtual GPU's configuration too: `--gpu` may choose only its backend (backend=sim|cuda)
+    /// and the vgpud it attaches to (host=SOCKET[,weight=,priority=,name=]).
     #[arg(long, value_name = "DIR",
           conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
     restore: Option<PathBuf>,
@@ -32,8 +33,9 @@ struct Args {
     #[arg(long, value_name = "PATH")]
     api_socket: Option<PathBuf>,
     /// Wait on a unix socket at PATH (checked like --api-socket) for a VM migrated with
-    /// `vgpu-vmm ctl SOCKET migrate PATH`, and run it (like --restore, from the stream).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "gpu"])]
+    /// `vgpu-vmm ctl SOCKET migrate PATH`, and run it (like --restore, from the stream; --gpu
+    /// as with --restore, e.g. host=SOCKET to attach the VM's GPU to another vgpud).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
     incoming: Option<PathBuf>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
@@ -346,7 +348,8 @@ fn main() -> ExitCode {
         Some(l) => (l.manifest.memory_mib, l.manifest.cpus, l.manifest.testdev),
         None => (args.memory, args.cpus, args.testdev),
     };
-    // A restored VM's GPU: the snapshot's configuration, `--gpu` choosing only the backend.
+    // A restored VM's GPU: the snapshot's configuration, `--gpu` choosing only the backend and
+    // the daemon.
     let gpu = match &loaded {
         Some(l) => match (&l.manifest.gpu, &args.gpu) {
             (Some(spec), given) => match vmm::snapshot::gpu::restore_config(spec, given.as_ref()) {

@@ -75,8 +75,6 @@ pub enum SnapshotError {
     Module { index: usize, why: String },
     #[error("VRAM: {0}")]
     Vram(String),
-    #[error("snapshots of a {0} are not supported")]
-    Unsupported(&'static str),
     #[error("the virtual GPU is not paused")]
     NotPaused,
     #[error("restore needs a freshly created virtual GPU (channel {0} is bound)")]
@@ -113,15 +111,6 @@ pub struct SaveReport {
 const CONF_LIMIT: u64 = 4096;
 
 impl Vgpu {
-    fn snapshot_supported(&self) -> Result<(), SnapshotError> {
-        if self.link.is_some() {
-            return Err(SnapshotError::Unsupported(
-                "GPU shared through vgpud (host=): the engine is in the daemon",
-            ));
-        }
-        Ok(())
-    }
-
     /// Quiesces the device (vCPUs already paused): a running job is preempted and its saved
     /// context kept; the worker parks between turns. Idempotent.
     pub fn pause(&self) -> Result<(), SnapshotError> {
@@ -136,7 +125,6 @@ impl Vgpu {
 
     /// Pauses in `mode`; waits at most the job time limit plus a second for the worker.
     pub fn pause_with(&self, mode: PauseMode) -> Result<(), SnapshotError> {
-        self.snapshot_supported()?;
         let limit = self.cfg.job_timeout + Duration::from_secs(1);
         let shared = &self.shared;
         let mut r = shared.lock();
@@ -207,7 +195,6 @@ impl Vgpu {
 
     /// As [`Vgpu::save`], returning what was written.
     pub fn save_report(&self, out: &mut dyn std::io::Write) -> Result<SaveReport, SnapshotError> {
-        self.snapshot_supported()?;
         let (regs, image) = {
             let r = self.shared.lock();
             let image = match (&r.pause.image, r.pause.requested && r.pause.parked) {
@@ -238,7 +225,6 @@ impl Vgpu {
     /// validated before it is applied; on error the partition is zeroed and the device stays
     /// as created. The device runs afterwards (no `resume` needed).
     pub fn restore(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
-        self.snapshot_supported()?;
         {
             let r = self.shared.lock();
             if let Some(ch) = r.chans.iter().position(|c| c.state != regs::CHAN_UNBOUND) {

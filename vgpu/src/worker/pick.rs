@@ -19,6 +19,12 @@ impl Worker {
                 if !r.pause.parked {
                     r.pause.image = Some(Box::new(self.export(&r)));
                     r.pause.parked = true;
+                    if let Some(h) = &self.host {
+                        // Shared GPU: no Want stays queued at the daemon while paused (a
+                        // grant that crosses this is handed back at once), so the VM's
+                        // neighbours run on.
+                        h.idle();
+                    }
                     shared.parked.notify_all();
                 }
                 r = shared

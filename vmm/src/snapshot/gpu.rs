@@ -20,8 +20,9 @@ pub enum GpuSpecError {
         err: vgpu::config::ConfigError,
     },
     #[error(
-        "with --restore, --gpu may only choose the backend (backend=sim|cuda); the rest of the \
-         GPU's configuration comes from the snapshot"
+        "with --restore or --incoming, --gpu may only choose the backend (backend=sim|cuda) and \
+         the vgpud to attach to (host=SOCKET[,weight=,priority=,name=]); the rest of the GPU's \
+         configuration comes from the snapshot"
     )]
     Override,
 }
@@ -74,22 +75,28 @@ pub fn spec(cfg: &GpuConfig) -> String {
 }
 
 /// The configuration a restore builds its GPU with: the manifest's `spec`, with the backend of
-/// `given` (`--gpu` on the command line) if there is one. `given` may set nothing but the
-/// backend.
+/// `given` (`--gpu` on the command line) if there is one, and its vgpud (`host=`, with its
+/// weight, priority and name) if it names one: a VM that shared a GPU through one daemon
+/// resumes attached to another (migration between daemons), or one that had its own GPU
+/// attaches to a daemon. Nothing else the guest sees may change.
 pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig, GpuSpecError> {
     let mut cfg = GpuConfig::parse(spec).map_err(|err| GpuSpecError::Parse {
         spec: spec.to_owned(),
         err,
     })?;
     if let Some(g) = given {
-        let only_backend = GpuConfig {
+        let allowed = GpuConfig {
             backend: g.backend,
+            host: g.host.clone(),
             ..GpuConfig::default()
         };
-        if *g != only_backend {
+        if *g != allowed {
             return Err(GpuSpecError::Override);
         }
         cfg.backend = g.backend;
+        if g.host.is_some() {
+            cfg.host = g.host.clone();
+        }
     }
     Ok(cfg)
 }
@@ -196,6 +203,19 @@ mod tests {
         let got = restore_config(&spec(&cfg), Some(&cuda)).unwrap();
         assert_eq!(got.backend, Backend::Cuda);
         assert_eq!(got.vram, 64 << 20);
+        // Another daemon (migration between two vgpud).
+        let shared = GpuConfig::parse("host=/a.sock,weight=2,name=x").unwrap();
+        let snap = restore_config(&spec(&shared), None).unwrap();
+        assert_eq!(snap, shared);
+        let b = GpuConfig::parse("host=/b.sock,name=y").unwrap();
+        let got = restore_config(&spec(&shared), Some(&b)).unwrap();
+        assert_eq!(got.host, b.host);
+        assert_eq!(got.vram, shared.vram);
+        let got = restore_config(&spec(&shared), Some(&cuda)).unwrap();
+        assert_eq!(
+            got.host, shared.host,
+            "the snapshot's daemon unless another is named"
+        );
         let more = GpuConfig::parse("backend=cuda,vram=128M").unwrap();
         assert!(matches!(
             restore_config(&spec(&cfg), Some(&more)),
