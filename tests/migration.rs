@@ -1,4 +1,5 @@
-//! Migration of real VMs (`vgpu-vmm --incoming`, `ctl migrate [--live]`): the guest finishes in
+//! Migration of real VMs (`vgpu-vmm --incoming URL`, `ctl migrate URL [--live]`; unix sockets and
+//! loopback TCP): the guest finishes in
 //! the destination exactly as an uninterrupted run, stop-and-copy or with pre-copy rounds, GPU
 //! VMs (full and para-virtual) included while their kernels run; failed migrations leave the VM running; a bad stream is
 //! refused.
@@ -44,6 +45,86 @@ fn migrate_once(live: bool) {
     assert!(!incoming.exists(), "the incoming socket is removed");
 }
 
+/// A free loopback TCP port (bound, then let go).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn migration_over_loopback_tcp_and_unix_urls() {
+    let want = reference();
+    let s = Scratch::new("migrate-urls");
+    // tcp:HOST:PORT (loopback), live; then unix:PATH, stop-and-copy.
+    let port = free_port();
+    let unix = s.path("in.sock");
+    for (url, live) in [
+        (format!("tcp:localhost:{port}"), true),
+        (format!("unix:{}", unix.display()), false),
+    ] {
+        let dest = Command::new(BIN)
+            .args(["--incoming", &url, "--timeout", "120"])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let vm = Vm::start(&s, "src", &GUEST);
+        vm.wait_for(|o| o.contains("COUNT step=8 "));
+        let mut args = vec!["migrate", url.as_str()];
+        if live {
+            args.push("--live");
+        }
+        // Until the destination listens, the source is refused before it pauses.
+        let start = std::time::Instant::now();
+        let done = loop {
+            let (code, out, err) = vm.ctl(&args);
+            if code == 0 {
+                break json(&out);
+            }
+            assert!(err.contains("migrate: connect: "), "{url}: {err}");
+            assert!(start.elapsed() < Duration::from_secs(60), "{err}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(done["to"], url.as_str());
+        assert_eq!(done["rounds"].as_array().unwrap().is_empty(), !live);
+        let (code, before, err) = vm.finish();
+        assert_eq!(code, 0, "{err}");
+        let out = dest.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{url}: {out:?}");
+        let after = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(format!("{before}{after}"), want, "{url}");
+    }
+    assert!(!unix.exists(), "the incoming socket is removed");
+}
+
+#[test]
+fn tcp_migration_is_refused_off_loopback_and_bad_urls_are_usage_errors() {
+    // --incoming: an address that is not loopback, and one that is not a URL.
+    for (url, want) in [
+        ("tcp:0.0.0.0:4444", "not loopback"),
+        ("tcp:127.0.0.1:http", "not a migration address"),
+        ("host:4444", "not a migration address"),
+    ] {
+        let (code, out, err) = run(&["--incoming", url]);
+        assert_eq!(code, 2, "{url}: {err}");
+        assert!(err.contains(want), "{url}: {err}");
+        assert!(out.is_empty());
+    }
+    // ctl migrate: refused by the VM (not loopback) or by the client (syntax); the VM runs on.
+    let s = Scratch::new("migrate-tcp-bad");
+    let vm = Vm::start(&s, "src", &["--guest", "idle"]);
+    vm.wait_for(|o| o.contains("idle: halting"));
+    let (code, _, err) = vm.ctl(&["migrate", "tcp:8.8.8.8:4444"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not loopback"), "{err}");
+    let (code, _, err) = vm.ctl(&["migrate", "tcp:nowhere"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    vm.terminate();
+}
+
 #[test]
 fn failed_migrations_leave_the_vm_running_here() {
     let want = reference();
@@ -53,7 +134,7 @@ fn failed_migrations_leave_the_vm_running_here() {
     // Nobody at the destination: refused before the VM is paused.
     let (code, _, err) = vm.ctl(&["migrate", s.path("nobody.sock").to_str().unwrap()]);
     assert_eq!(code, 1);
-    assert!(err.contains("connect"), "{err}");
+    assert!(err.contains("migrate: connect: "), "{err}");
     // A destination that reads the whole stream and refuses the VM.
     let fake = s.path("fake.sock");
     let listener = std::os::unix::net::UnixListener::bind(&fake).unwrap();

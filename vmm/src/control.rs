@@ -22,6 +22,7 @@ use crate::snapshot::manifest::Manifest;
 use crate::snapshot::ram::Backing;
 use crate::snapshot::save::{OutputDir, SaveError};
 use crate::snapshot::state::MachineState;
+use crate::snapshot::transport::Endpoint;
 use crate::snapshot::{cpu::CpuStateError, stream, vmstate};
 use crate::vcpu::{ExitCounters, ExitCounts};
 
@@ -47,8 +48,8 @@ pub enum ControlError {
     VmState(#[from] vmstate::VmStateError),
     #[error("snapshot: {0}")]
     Cpu(#[from] CpuStateError),
-    #[error("migrate: connect to {path}: {err}")]
-    Connect { path: String, err: std::io::Error },
+    #[error("migrate: connect: {0}")]
+    Connect(crate::snapshot::transport::EndpointError),
     #[error("migrate: {0}")]
     Stream(#[from] crate::snapshot::stream::StreamError),
     #[error("migrate: dirty logging: {0}")]
@@ -243,21 +244,17 @@ impl Controller {
         })
     }
 
-    /// Migration to the `--incoming` socket `to`: connects (before pausing), then either
+    /// Migration to the `--incoming` endpoint `to` (unix socket or loopback TCP): connects (before pausing), then either
     /// stop-and-copy (pause, send everything) or, with `live`, pre-copy: KVM's dirty log on,
     /// all RAM sent while the guest runs, then rounds of the pages it dirtied meanwhile until
     /// a round is small or [`MAX_ROUNDS`] passed, then pause and send the last dirty pages
     /// with the state. On the destination's `ok` this VM ends
     /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure it runs
     /// on here (or stays paused if it was).
-    pub fn migrate(&self, to: &Path, live: bool) -> Result<MigrateDone, ControlError> {
+    pub fn migrate(&self, to: &Endpoint, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
         let start = Instant::now();
-        let conn =
-            std::os::unix::net::UnixStream::connect(to).map_err(|err| ControlError::Connect {
-                path: to.display().to_string(),
-                err,
-            })?;
+        let conn = to.connect().map_err(ControlError::Connect)?;
         let was_paused = self.gate.is_paused();
         let live = live && !was_paused;
         let mut rounds = Vec::new();
@@ -311,11 +308,11 @@ impl Controller {
                 log::info!(
                     "migrated to {} in {ms:.1} ms, paused for {paused_ms:.1} ms ({pages} pages \
                      sent, rounds {rounds:?})",
-                    to.display()
+                    to
                 );
                 self.latch.request(crate::exit::ExitReason::Migrated);
                 Ok(MigrateDone {
-                    to: to.display().to_string(),
+                    to: to.to_string(),
                     ms,
                     paused_ms,
                     ram_pages: pages,

@@ -32,11 +32,13 @@ struct Args {
     /// a file, directory, symbolic link or live socket is a usage error.
     #[arg(long, value_name = "PATH")]
     api_socket: Option<PathBuf>,
-    /// Wait on a unix socket at PATH (checked like --api-socket) for a VM migrated with
-    /// `vgpu-vmm ctl SOCKET migrate PATH`, and run it (like --restore, from the stream; --gpu
-    /// as with --restore, e.g. host=SOCKET to attach the VM's GPU to another vgpud).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
-    incoming: Option<PathBuf>,
+    /// Wait at URL for a VM migrated with `vgpu-vmm ctl SOCKET migrate URL`, and run it (like
+    /// --restore, from the stream; --gpu as with --restore, e.g. host=SOCKET to attach the VM's
+    /// GPU to another vgpud). URL: unix:PATH or a path (a unix socket, checked like
+    /// --api-socket), or tcp:HOST:PORT on loopback only (the stream is neither encrypted nor
+    /// authenticated; reach another host through an SSH tunnel).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
+    incoming: Option<String>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
@@ -124,12 +126,13 @@ enum CtlOp {
         #[arg(long)]
         drain: bool,
     },
-    /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
-    /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
-    /// then a short pause); the VM ends here once the destination runs it, and runs on here if
-    /// that fails.
+    /// Migrate to a vgpu-vmm waiting with --incoming DEST (unix:PATH or a path, or
+    /// tcp:HOST:PORT on loopback: the stream is neither encrypted nor authenticated):
+    /// stop-and-copy (the VM is paused and sent), or with --live pre-copy (RAM sent while the
+    /// guest runs, then the pages it dirtied, then a short pause); the VM ends here once the
+    /// destination runs it, and runs on here if that fails.
     Migrate {
-        dest: PathBuf,
+        dest: String,
         /// Pre-copy with KVM's dirty log instead of stop-and-copy.
         #[arg(long)]
         live: bool,
@@ -178,13 +181,23 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
-        CtlOp::Migrate { dest, live } => match std::path::absolute(&dest) {
-            Ok(to) => Request::Migrate { to, live },
-            Err(e) => {
-                eprintln!("vgpu-vmm ctl: {}: {e}", dest.display());
-                return ExitCode::from(2);
+        CtlOp::Migrate { dest, live } => {
+            // A unix socket's path is made absolute (the VM resolves paths in its own
+            // directory); a tcp: address goes as it is.
+            let to = vmm::snapshot::transport::Endpoint::parse(&dest)
+                .map_err(|e| e.to_string())
+                .and_then(|e| e.absolute().map_err(|e| format!("{dest}: {e}")));
+            match to {
+                Ok(to) => Request::Migrate {
+                    to: to.to_string(),
+                    live,
+                },
+                Err(e) => {
+                    eprintln!("vgpu-vmm ctl: {e}");
+                    return ExitCode::from(2);
+                }
             }
-        },
+        }
         CtlOp::Snapshot { dir, paused, drain } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
@@ -249,8 +262,8 @@ fn main() -> ExitCode {
     // `--incoming PATH`: the same, from a migration stream.
     let mut ack = None;
     let loaded = match (&args.incoming, loaded) {
-        (Some(path), _) => {
-            let sock = match vmm::api::server::ApiSocket::bind(path) {
+        (Some(url), _) => {
+            let sock = match vmm::snapshot::transport::Endpoint::parse(url).and_then(|e| e.bind()) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("vgpu-vmm: --incoming: {e}");
@@ -273,7 +286,7 @@ fn main() -> ExitCode {
                     Some(l)
                 }
                 Err(e) => {
-                    eprintln!("vgpu-vmm: --incoming {}: {e}", path.display());
+                    eprintln!("vgpu-vmm: --incoming {url}: {e}");
                     return ExitCode::FAILURE;
                 }
             }

@@ -134,7 +134,7 @@ pub struct Start {
     pub since: Option<Instant>,
     /// A migration source waiting for `ok` once the restored VM is about to run (`--incoming`;
     /// if the VM fails before, the connection closes and the source resumes its VM).
-    pub ack: Option<std::os::unix::net::UnixStream>,
+    pub ack: Option<crate::snapshot::transport::Link>,
 }
 
 /// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.

@@ -33,11 +33,11 @@ pub enum Request {
         #[serde(default)]
         drain: bool,
     },
-    /// Migration to the `--incoming` socket `to` (absolute): stop-and-copy, or pre-copy rounds
-    /// with KVM's dirty log while the guest runs if `live`; this VM ends once the destination
-    /// has it.
+    /// Migration to the `--incoming` endpoint `to` (`unix:PATH` or an absolute path, or
+    /// `tcp:HOST:PORT` on loopback): stop-and-copy, or pre-copy rounds with KVM's dirty log
+    /// while the guest runs if `live`; this VM ends once the destination has it.
     Migrate {
-        to: PathBuf,
+        to: String,
         #[serde(default)]
         live: bool,
     },

@@ -186,9 +186,17 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
         Request::Migrate { to, live } => {
-            if !to.is_absolute() {
-                return Response::err("migrate: to must be an absolute path");
-            }
+            use crate::snapshot::transport::{Endpoint, EndpointError};
+            let to = match Endpoint::parse(&to) {
+                Ok(Endpoint::Unix(p)) if !p.is_absolute() => {
+                    return Response::err(format!(
+                        "migrate: {}",
+                        EndpointError::Relative(p.display().to_string())
+                    ));
+                }
+                Ok(e) => e,
+                Err(e) => return Response::err(format!("migrate: {e}")),
+            };
             match controller.migrate(&to, live) {
                 Ok(done) => json(serde_json::to_value(done)),
                 Err(e) => Response::err(e),

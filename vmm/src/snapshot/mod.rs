@@ -1,7 +1,8 @@
 //! VM snapshots (docs/snapshot.md): the directory format ([`manifest`], [`format`] and
 //! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
 //! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
-//! and the same as a stream over a unix socket for stop-and-copy migration ([`stream`]).
+//! and the same as a stream for migration ([`stream`]) over a unix socket or loopback TCP
+//! ([`transport`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
@@ -13,6 +14,7 @@ pub mod ram;
 pub mod save;
 pub mod state;
 pub mod stream;
+pub mod transport;
 pub mod vmstate;
 
 #[cfg(any(test, feature = "fuzzing"))]

@@ -1,4 +1,4 @@
-//! Migration over a unix socket: the snapshot sent as a stream instead of a directory. The
+//! Migration over a unix socket or loopback TCP ([`super::transport`]): the snapshot sent as a stream instead of a directory. The
 //! source (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
 //! manifest (JSON), RAM runs (`u64` offset in the RAM file's layout, then whole pages, at most
 //! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
@@ -8,11 +8,11 @@
 //! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
 //! Every frame is checked against fixed limits and the manifest before it is used.
 
+use super::transport::Link;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::fs::FileExt;
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
@@ -70,15 +70,15 @@ fn frame(out: &mut dyn Write, kind: u32, parts: &[&[u8]]) -> std::io::Result<()>
 /// Source side of a stream: frames in the order manifest, RAM runs (any number, later ones
 /// overwrite earlier ones), state, end.
 pub struct Sender<'a> {
-    out: std::io::BufWriter<&'a UnixStream>,
-    conn: &'a UnixStream,
+    out: std::io::BufWriter<&'a Link>,
+    conn: &'a Link,
     /// Pages sent so far (resends included).
     pub pages: u64,
 }
 
 impl<'a> Sender<'a> {
     /// Starts a stream with `manifest` (its state and page fields are not used).
-    pub fn start(conn: &'a UnixStream, manifest: &Manifest) -> Result<Self, StreamError> {
+    pub fn start(conn: &'a Link, manifest: &Manifest) -> Result<Self, StreamError> {
         conn.set_write_timeout(Some(PATIENCE))?;
         conn.set_read_timeout(Some(PATIENCE))?;
         let text = serde_json::to_vec(manifest).map_err(|e| bad(e.to_string()))?;
@@ -271,7 +271,7 @@ fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<File> {
 }
 
 /// Destination side: reads a VM from `conn` and checks it (as `--restore` checks a directory).
-pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
+pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
     conn.set_read_timeout(Some(PATIENCE))?;
     let mut r = BufReader::with_capacity(1 << 20, conn);
     let (kind, len) = read_header(&mut r)?;
@@ -371,7 +371,7 @@ pub fn receive(conn: &UnixStream) -> Result<Loaded, StreamError> {
 }
 
 /// Destination side: tells the source the VM is about to run, or why it will not.
-pub fn answer(conn: &mut UnixStream, result: Result<(), String>) {
+pub fn answer(conn: &mut Link, result: Result<(), String>) {
     let line = match result {
         Ok(()) => "ok\n".to_owned(),
         Err(e) => format!("error: {}\n", e.replace('\n', " ")),
@@ -410,7 +410,8 @@ mod tests {
 
     /// Feeds `frames` to a receiver and returns its error.
     fn refused(frames: &[(u32, Vec<u8>)]) -> String {
-        let (a, b) = UnixStream::pair().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let b = Link::from(b);
         let mut bytes = Vec::new();
         for (kind, payload) in frames {
             frame(&mut bytes, *kind, &[payload]).unwrap();
