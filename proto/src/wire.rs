@@ -244,16 +244,23 @@ impl Conn {
 
     /// Waits until a message (or end of file) can be read.
     pub fn wait_readable(&self) -> Result<(), WireError> {
+        self.wait_readable_for(None).map(|_| ())
+    }
+
+    /// As [`Conn::wait_readable`], for at most `limit` (`None`: no limit); whether a message
+    /// (or the end) can be read.
+    pub fn wait_readable_for(&self, limit: Option<std::time::Duration>) -> Result<bool, WireError> {
         let mut p = libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
+        let ms = limit.map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
         loop {
-            // SAFETY: one live pollfd; no timeout.
-            let n = unsafe { libc::poll(&mut p, 1, -1) };
+            // SAFETY: one live pollfd; the timeout in milliseconds (-1: none).
+            let n = unsafe { libc::poll(&mut p, 1, ms) };
             if n >= 0 {
-                return Ok(());
+                return Ok(n > 0);
             }
             let err = io::Error::last_os_error();
             if err.kind() != io::ErrorKind::Interrupted {

@@ -37,7 +37,13 @@ pub enum HostError {
     Protocol(String),
     #[error("the GPU was taken away: {0}")]
     Lost(String),
+    /// `acquire_unless`'s `stop` held before a grant came (a pause).
+    #[error("stopped while waiting for a grant")]
+    Interrupted,
 }
+
+/// How often a worker waiting for a grant looks at `acquire_unless`'s `stop`.
+const STOP_POLL: Duration = Duration::from_millis(5);
 
 /// What registration gave.
 pub struct Welcome {
@@ -202,6 +208,28 @@ impl HostLink {
         handle: &PreemptHandle,
         kernel: Option<u64>,
     ) -> Result<Ticket, HostError> {
+        self.acquire_inner(handle, kernel, None)
+    }
+
+    /// As [`HostLink::acquire`], but returns `Interrupted` once `stop()` holds while no grant
+    /// is there (checked every few milliseconds while waiting): a pause does not wait for a
+    /// grant. The Want stays outstanding; [`HostLink::idle`] withdraws it (or hands back a
+    /// grant that crossed it).
+    pub fn acquire_unless(
+        &self,
+        handle: &PreemptHandle,
+        kernel: Option<u64>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Ticket, HostError> {
+        self.acquire_inner(handle, kernel, Some(stop))
+    }
+
+    fn acquire_inner(
+        &self,
+        handle: &PreemptHandle,
+        kernel: Option<u64>,
+        stop: Option<&dyn Fn() -> bool>,
+    ) -> Result<Ticket, HostError> {
         let mut st = self.inner.lock();
         loop {
             if let Some(why) = &st.lost {
@@ -237,6 +265,10 @@ impl HostLink {
                 self.inner.send(&mut st, &ToDaemon::Want { kernel });
                 continue;
             }
+            if stop.is_some_and(|f| f()) {
+                self.inner.stop_reading(&mut st);
+                return Err(HostError::Interrupted);
+            }
             // Read the socket ourselves until the grant comes (no thread hand-off on the grant
             // path; the reader thread keeps off meanwhile); after a standby hint, poll instead
             // of sleeping.
@@ -248,7 +280,11 @@ impl HostLink {
                     self.inner.conn.spin_readable(t);
                     Ok(())
                 }
-                None => self.inner.conn.wait_readable(),
+                None => self
+                    .inner
+                    .conn
+                    .wait_readable_for(stop.map(|_| STOP_POLL))
+                    .map(|_| ()),
             };
             st = self.inner.lock();
             match ready {

@@ -639,16 +639,37 @@ impl Worker {
         let (outcome, timed_out) = loop {
             let ticket = match &self.host {
                 Some(h) => {
-                    let t = h.acquire(&handle, key).map_err(|e| {
-                        log::error!("vgpu: {e}");
-                        Fault::new(FaultKind::GpuLost, 0, 0)
-                    })?;
-                    // A grant clears the handle: a pause requested while the grant was
-                    // awaited stops the job at once (it keeps its context, see below).
-                    if self.shared.pausing.load(Ordering::SeqCst) {
-                        handle.request();
+                    let shared = &self.shared;
+                    let pausing = || shared.pausing.load(Ordering::SeqCst);
+                    match h.acquire_unless(&handle, key, &pausing) {
+                        Ok(t) => {
+                            // A grant clears the handle: a pause requested while it was on
+                            // its way stops the job at once (it keeps its context, below).
+                            if pausing() {
+                                handle.request();
+                            }
+                            Some(t)
+                        }
+                        Err(crate::host::HostError::Interrupted) => {
+                            // Paused before the grant came: the job keeps its place (its
+                            // method runs again after the pause) and a context it had.
+                            if let Some(context) = saved.take() {
+                                self.chans[ch].suspended = Some(pause::Suspended {
+                                    context,
+                                    gpu,
+                                    module: match &job {
+                                        Job::Launch(l) => Some(l.module),
+                                        Job::Copy(_) => None,
+                                    },
+                                });
+                            }
+                            return Ok(Turn::Suspended);
+                        }
+                        Err(e) => {
+                            log::error!("vgpu: {e}");
+                            return Err(Fault::new(FaultKind::GpuLost, 0, 0));
+                        }
                     }
-                    Some(t)
                 }
                 None => None,
             };

@@ -82,6 +82,12 @@ pub fn hi(v: u64) -> u32 {
 /// Copies 64 bytes from `src` to `dst` with a release of `payload` after it; returns whether
 /// the release arrived (the channel did not fault).
 pub fn copy(b: &Bench, slot: u32, src: u64, dst: u64, payload: u32) -> bool {
+    submit_copy(b, slot, src, dst, payload);
+    copied(b, payload)
+}
+
+/// Submits the copy of `copy` (GPFIFO entry `slot`) without waiting for it.
+pub fn submit_copy(b: &Bench, slot: u32, src: u64, dst: u64, payload: u32) {
     let sem = b.va_base + (2 << 20) + 0x3000;
     let pb = push(&[
         (COPY_SRC_HI, &[hi(src), src as u32, hi(dst), dst as u32, 64]),
@@ -93,6 +99,10 @@ pub fn copy(b: &Bench, slot: u32, src: u64, dst: u64, payload: u32) -> bool {
     let entry = (b.va_base + (2 << 20) + off) | ((pb.len() as u64 / 4) << 48);
     b.sys_write(SYS + 8 * u64::from(slot), &entry.to_le_bytes());
     b.write(DOORBELL_BASE, slot + 1);
+}
+
+/// Waits for the release of `payload` (true) or a channel fault (false).
+pub fn copied(b: &Bench, payload: u32) -> bool {
     let t = std::time::Instant::now();
     while t.elapsed() < std::time::Duration::from_secs(5) {
         if b.sys_read(SYS + 0x3000, 4) == payload.to_le_bytes() {
