@@ -1,7 +1,9 @@
 //! Fuzz harness of snapshot restore (`crate::snapshot`): hostile snapshot files restored into a
-//! fresh device on the sim engine. The first input byte picks the mode: raw (the rest is the
-//! file) or structured (the rest edits the sections of a real snapshot, which is then
-//! reassembled with a valid checksum, so that the edits reach the section decoders). Checked:
+//! fresh device on the sim engine. The first input byte picks the mode: bit 0 raw (the rest is
+//! the file) or structured (the rest edits the sections of a real snapshot, which is then
+//! reassembled with a valid checksum, so that the edits reach the section decoders); bit 1 a
+//! para-virtual device (`mode=para`) and a para snapshot (spaces made with hypercalls, a
+//! VRAM_ALLOC block), whose PARA section the edits then reach. Checked:
 //! no panic; a refused restore leaves the device as created (no channel bound, the partition's
 //! structures zeroed, the device not paused); an accepted one leaves every bound channel's
 //! instance block inside the partition and the device able to pause and save again; the VRAM
@@ -38,22 +40,88 @@ impl IrqSink for NoIrq {
     fn intx(&self, _: bool) {}
 }
 
-fn config(job_timeout: Duration) -> GpuConfig {
+fn config(job_timeout: Duration, para: bool) -> GpuConfig {
     GpuConfig {
         vram: VRAM,
         channels: 2,
         guard: 2 << 20,
         hostmem: 16 << 20,
         job_timeout,
+        mode: if para {
+            crate::config::Mode::Para
+        } else {
+            crate::config::Mode::Full
+        },
         ..GpuConfig::default()
     }
 }
 
 fn device(job_timeout: Duration) -> (Vgpu, GuestMemoryMmap) {
+    device_in(job_timeout, false)
+}
+
+fn device_in(job_timeout: Duration, para: bool) -> (Vgpu, GuestMemoryMmap) {
     let ram =
         GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM as usize)]).expect("guest RAM");
-    let gpu = Vgpu::new(config(job_timeout), ram.clone(), Arc::new(NoIrq)).expect("device");
+    let gpu = Vgpu::new(config(job_timeout, para), ram.clone(), Arc::new(NoIrq)).expect("device");
     (gpu, ram)
+}
+
+/// The para argument area (guest RAM, below `SYS`).
+const ARGS: u64 = 0x10_0000;
+
+/// A hypercall: `arg`, `count` and entries (VA, PTE, pages) in the argument area, then CALL.
+fn hypercall(
+    gpu: &Vgpu,
+    ram: &GuestMemoryMmap,
+    op: u32,
+    arg: u64,
+    entries: &[(u64, u64, u32)],
+) -> u32 {
+    use crate::para::*;
+    let put = |off: u64, b: &[u8]| ram.write_slice(b, GuestAddress(ARGS + off)).expect("RAM");
+    put(OFF_ARG, &arg.to_le_bytes());
+    put(OFF_COUNT, &(entries.len() as u64).to_le_bytes());
+    for (i, (va, pte, pages)) in entries.iter().enumerate() {
+        let mut e = [0u8; ENTRY_BYTES];
+        e[0..8].copy_from_slice(&va.to_le_bytes());
+        e[8..16].copy_from_slice(&pte.to_le_bytes());
+        e[16..20].copy_from_slice(&pages.to_le_bytes());
+        put(OFF_ENTRIES + (i * ENTRY_BYTES) as u64, &e);
+    }
+    write(gpu, 3, u64::from(ARGS_LO), &(ARGS as u32).to_le_bytes());
+    write(gpu, 3, u64::from(ARGS_HI), &0u32.to_le_bytes());
+    write(gpu, 3, u64::from(CALL), &op.to_le_bytes());
+    read_bar3(gpu, STATUS) & 0xff
+}
+
+fn read_bar3(gpu: &Vgpu, off: u32) -> u32 {
+    let dev = gpu.device();
+    let mut d = dev
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut b = [0u8; 4];
+    d.bar_read(3, u64::from(off), &mut b);
+    u32::from_le_bytes(b)
+}
+
+/// A real para snapshot: a page directory selected with SET_PD, VRAM (one 2 MiB page) and
+/// guest RAM mapped with MAP_BATCH, a VRAM_ALLOC block.
+fn para_base() -> &'static [u8] {
+    static BASE: OnceLock<Vec<u8>> = OnceLock::new();
+    BASE.get_or_init(|| {
+        use crate::para::*;
+        let (gpu, ram) = device_in(Duration::from_secs(30), true);
+        let va = gpu_va_base();
+        assert_eq!(hypercall(&gpu, &ram, OP_SET_PD, PD | 1, &[]), ST_OK);
+        let entries = [(va, 1 << 2 | 1, 1), (va + (2 << 20), SYS | 2, 16)];
+        assert_eq!(hypercall(&gpu, &ram, OP_MAP_BATCH, 0, &entries), ST_OK);
+        assert_eq!(hypercall(&gpu, &ram, OP_VRAM_ALLOC, 64 << 10, &[]), ST_OK);
+        gpu.pause().expect("pause");
+        let mut out = Vec::new();
+        gpu.save(&mut out).expect("save");
+        out
+    })
 }
 
 fn write(gpu: &Vgpu, bar: usize, off: u64, data: &[u8]) {
@@ -181,9 +249,10 @@ fn gpu_va_base() -> u64 {
     GpuConfig::default().va_base
 }
 
-/// Applies the edits in `data` to the base snapshot's sections.
-fn edited(data: &[u8]) -> Vec<u8> {
-    let mut secs = format::split_sections(base()).expect("base framing");
+/// Applies the edits in `data` to the base snapshot's sections (`para`: the para one's).
+fn edited(data: &[u8], para: bool) -> Vec<u8> {
+    let base = if para { para_base() } else { base() };
+    let mut secs = format::split_sections(base).expect("base framing");
     let n = secs.len();
     for op in data.chunks_exact(6).take(MAX_EDITS) {
         let at = usize::from(u16::from_le_bytes([op[2], op[3]]));
@@ -225,14 +294,19 @@ pub fn run(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
+    let para = mode & 2 != 0;
     let snap = match mode & 1 {
         0 => rest.to_vec(),
-        _ => edited(rest),
+        _ => edited(rest, para),
     };
-    let (gpu, _ram) = device(Duration::from_millis(100));
+    let (gpu, _ram) = device_in(Duration::from_millis(100), para);
     match gpu.restore(&mut &snap[..]) {
         Err(_) => {
             assert!(!gpu.is_paused(), "a refused restore left the device paused");
+            if let Some(p) = gpu.stats().para {
+                // No para space or counter of the refused snapshot stayed behind.
+                assert_eq!(p.hypercalls, 0, "para state applied by a refused restore");
+            }
             for ch in 0..2u64 {
                 assert_eq!(
                     read(&gpu, 0, u64::from(CHAN_BASE) + 8 * ch),
@@ -269,7 +343,7 @@ mod tests {
     #[test]
     fn the_base_snapshot_restores_and_edits_reach_the_decoders() {
         // Unedited: accepted (the harness gets past the framing and every decoder).
-        let snap = edited(&[]);
+        let snap = edited(&[], false);
         assert_eq!(snap, base());
         let (gpu, _ram) = device(Duration::from_millis(100));
         gpu.restore(&mut &snap[..])
@@ -289,7 +363,7 @@ mod tests {
         let regs = secs.iter().position(|(t, _)| *t == format::REGS).unwrap() as u8;
         let edit = [regs, 1, 40, 0, 0xff, 0xff];
         let (gpu, _ram) = device(Duration::from_millis(100));
-        let e = gpu.restore(&mut &edited(&edit)[..]).unwrap_err();
+        let e = gpu.restore(&mut &edited(&edit, false)[..]).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -301,6 +375,34 @@ mod tests {
             "{e}"
         );
         run(&[[1].as_slice(), &edit].concat());
+    }
+
+    #[test]
+    fn the_para_base_restores_and_edits_reach_the_para_decoder() {
+        let snap = edited(&[], true);
+        assert_eq!(snap, para_base());
+        let (gpu, _ram) = device_in(Duration::from_millis(100), true);
+        gpu.restore(&mut &snap[..]).expect("the para base restores");
+        assert_eq!(gpu.stats().para.expect("para").hypercalls, 3);
+        run(&[3]);
+        // A byte of the first run's VA (in the window's top byte) is refused by the PARA
+        // decoder, not by the checksum.
+        let secs = format::split_sections(para_base()).unwrap();
+        let para = secs.iter().position(|(t, _)| *t == format::PARA).unwrap() as u8;
+        let edit = [para, 0, 85, 0, 0x7f, 0];
+        let (gpu, _ram) = device_in(Duration::from_millis(100), true);
+        let e = gpu.restore(&mut &edited(&edit, true)[..]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::snapshot::SnapshotError::Invalid {
+                    section: "PARA",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        run(&[[3].as_slice(), &edit].concat());
     }
 
     #[test]
