@@ -2,7 +2,7 @@
 //! kernels run (or drained) and restored after the original was stopped finish with every result
 //! checked; a restored GPU VM snapshots again; corrupted or mismatched GPU images are refused
 //! before the guest runs; para-mode GPUs (spaces made by hypercalls) snapshot mid-run and
-//! restore twice.
+//! restore twice, and forged para state in their image is refused before the guest runs.
 
 mod snapshot_support;
 
@@ -263,6 +263,44 @@ fn para_gpu_workloads_snapshotted_mid_run_restore_twice_like_an_uninterrupted_ru
             want,
             "restore {i}"
         );
+    }
+    // Forged para state in gpu.bin (checksums redone): a mapping onto VRAM past the partition,
+    // and a selected page directory no space was saved for, are refused before the guest runs.
+    use vgpu::snapshot::format;
+    let gpu = std::fs::read(dir.join("gpu.bin")).unwrap();
+    let secs = format::split_sections(&gpu).unwrap();
+    let para = &secs.iter().find(|(t, _)| *t == format::PARA).unwrap().1;
+    // The PARA payload (docs/snapshot.md): version, ARGS, STATUS, 5 counters, then the
+    // selected PDB (flag + u64), the space count and the first space's PDB and run count.
+    let (current, first_run) = (1 + 8 + 4 + 40 + 1, 1 + 8 + 4 + 40 + 1 + 8 + 4 + 8 + 4);
+    assert!(para.len() > first_run + 26, "a space with runs was saved");
+    for (tag, edit, want) in [
+        (
+            "past-vram",
+            // The first run's target: 1 GiB, past the 64 MiB partition (aperture VRAM).
+            (first_run + 17, 1u64 << 30, 1u8),
+            "outside the VM's",
+        ),
+        ("forged-pd", (current, 0x7fff_f000 | 1, 0), "has no space"),
+    ] {
+        let forged = s.path(tag);
+        copy_snapshot(&dir, &forged);
+        let mut secs = secs.clone();
+        let p = &mut secs.iter_mut().find(|(t, _)| *t == format::PARA).unwrap().1;
+        p[edit.0..edit.0 + 8].copy_from_slice(&edit.1.to_le_bytes());
+        if edit.2 != 0 {
+            p[edit.0 - 1] = edit.2;
+        }
+        let bytes = format::assemble(format::VERSION, &secs);
+        std::fs::write(forged.join("gpu.bin"), &bytes).unwrap();
+        edit_manifest(&forged, |m| {
+            m["gpu_bytes"] = bytes.len().into();
+            m["gpu_crc32"] = crc32(&bytes).into();
+        });
+        let (code, out, err) = restore(&forged, &[]);
+        assert_eq!(code, 1, "{tag}: {err}");
+        assert!(err.contains("PARA") && err.contains(want), "{tag}: {err}");
+        assert!(out.is_empty(), "{tag}: the guest must not run: {out}");
     }
 }
 
