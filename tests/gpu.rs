@@ -234,7 +234,12 @@ fn workloads_run_and_verify_in_pt_mode_with_the_aperture_untrapped() {
 #[test]
 fn pt_mode_is_refused_with_a_shared_gpu() {
     let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
-        .args(["--guest", "workloads", "--gpu", "mode=pt,host=/nonexistent.sock"])
+        .args([
+            "--guest",
+            "workloads",
+            "--gpu",
+            "mode=pt,host=/nonexistent.sock",
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("run vgpu-vmm");
