@@ -404,11 +404,11 @@ fn vmm_binary() -> String {
 }
 
 /// On an NVIDIA GPU (`cargo test --release -p vmm --test gpu -- --ignored cuda`): every
-/// workload verifies in the guest, full and para, on the cuda backend.
+/// workload verifies in the guest, full, para and pass-through (pt), on the cuda backend.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn cuda_workloads_verify_in_both_modes() {
-    for mode in ["full", "para"] {
+fn cuda_workloads_verify_in_every_mode() {
+    for mode in ["full", "para", "pt"] {
         let out = Command::new(vmm_binary())
             .args(["--guest", "workloads", "--timeout", "300", "--gpu"])
             .arg(format!("backend=cuda,mode={mode}"))
