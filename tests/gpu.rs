@@ -232,6 +232,24 @@ fn workloads_run_and_verify_in_pt_mode_with_the_aperture_untrapped() {
 }
 
 #[test]
+fn in_pt_mode_the_host_stays_safe_but_instance_rewrites_go_unnoticed() {
+    // The attack guest against the pass-through baseline: the walk still maps only the guest's
+    // own VRAM and RAM, so nothing escapes (guard intact); what pt gives up is the device's
+    // watching of guest structures: an instance block rewritten in place after binding is not
+    // read again, so the two attacks that count on that fault are the only ones not reported.
+    let (_, out, stats) = run_gpu(&["--guest", "attack"], "mode=pt,timeout_ms=300");
+    let attacks: Vec<&str> = out.lines().filter(|l| l.starts_with("ATTACK ")).collect();
+    assert!(attacks.len() >= 15, "{out}");
+    let missed: Vec<&str> = attacks
+        .iter()
+        .filter(|a| !a.contains("contained=1"))
+        .filter_map(|a| a.split_whitespace().nth(1)?.strip_prefix("name="))
+        .collect();
+    assert_eq!(missed, ["gpfifo_unmapped", "gpfifo_bad_size"], "{out}");
+    assert_eq!(stats["gpu"]["guard_intact"], true, "{}", stats["gpu"]);
+}
+
+#[test]
 fn pt_mode_is_refused_with_a_shared_gpu() {
     let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
         .args([
