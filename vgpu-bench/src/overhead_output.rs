@@ -323,11 +323,12 @@ pub(crate) fn write(
         "skipped": skipped,
         "notes": notes,
     });
+    overhead_pt::pad_csv(&mut csv);
     report::write(
         &a.out,
         &summary,
         "overhead.csv",
-        "config,size,benchmark,phase,time_us,slowdown,mmio_exits,ok,slowdown_vs_pt",
+        overhead_pt::CSV_HEADER,
         &csv,
     )?;
     overhead_pt::write_markdown(
