@@ -614,6 +614,16 @@ fn save_needs_a_pause_and_restore_a_fresh_device() {
         para.gpu.pause(),
         Err(SnapshotError::Unsupported(_))
     ));
+    // A pass-through GPU (trusted guest, no isolation) is refused with a clear error, saving
+    // and restoring alike.
+    let pt = Bench::with(|c| c.mode = vgpu::config::Mode::Pt);
+    let e = pt.gpu.pause().unwrap_err();
+    assert!(matches!(e, SnapshotError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("mode=pt"), "{e}");
+    assert!(matches!(
+        pt.gpu.restore(&mut &out[..]),
+        Err(SnapshotError::Unsupported(_))
+    ));
 }
 
 fn cfg_eager(c: &mut vgpu::GpuConfig) {

@@ -115,6 +115,11 @@ impl Vgpu {
                 "GPU shared through vgpud (host=): the engine is in the daemon",
             ));
         }
+        if self.cfg.mode == crate::config::Mode::Pt {
+            return Err(SnapshotError::Unsupported(
+                "pass-through GPU (mode=pt: a trusted guest without isolation)",
+            ));
+        }
         if self.para.is_some() {
             return Err(SnapshotError::Unsupported(
                 "para-virtual GPU (mode=para): its address spaces are not saved yet",
