@@ -2,7 +2,8 @@
 //! kernels run (or drained) and restored after the original was stopped finish with every result
 //! checked; a restored GPU VM snapshots again; corrupted or mismatched GPU images are refused
 //! before the guest runs; para-mode GPUs (spaces made by hypercalls) snapshot mid-run and
-//! restore twice, and forged para state in their image is refused before the guest runs.
+//! restore twice, and forged para state in their image is refused before the guest runs;
+//! pass-through (mode=pt) GPUs refuse snapshots and migration.
 
 mod snapshot_support;
 
@@ -215,6 +216,31 @@ fn corrupted_or_mismatched_gpu_images_are_refused_before_the_guest_runs() {
     let (code, out, err) = restore(&good, &["--gpu", "backend=sim"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("FAIRNESS end"), "{out}");
+}
+
+#[test]
+fn pass_through_gpus_refuse_snapshots_and_migration_and_run_on() {
+    let s = Scratch::new("gpu");
+    let vm = Vm::start(&s, "t", &["--guest", "idle", "--gpu", "mode=pt"]);
+    vm.wait_for(|o| o.contains("idle: halting"));
+    let dir = s.path("snap");
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("virtual GPU") && err.contains("mode=pt"),
+        "{err}"
+    );
+    assert!(!dir.exists(), "nothing left behind");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    let incoming = s.path("in.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&incoming).unwrap();
+    let (code, _, err) = vm.ctl(&["migrate", incoming.to_str().unwrap()]);
+    drop(listener);
+    assert_eq!(code, 1);
+    assert!(err.contains("mode=pt"), "{err}");
+    assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
+    let (code, _) = vm.terminate();
+    assert_eq!(code, 128 + libc::SIGTERM);
 }
 
 /// The workloads guest on a para-virtual GPU (`mode=para`: mappings made by hypercalls).

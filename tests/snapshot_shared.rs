@@ -77,10 +77,12 @@ fn vm_report<'a>(r: &'a Report, name: &str) -> &'a vgpud::report::VmReport {
 fn a_vm_of_a_vgpud_pair_snapshots_while_its_neighbour_runs_and_restores_on_either_daemon() {
     let s = Scratch::new("shared-snap");
     let (a, b) = (daemon(&s, "a"), daemon(&s, "b"));
-    let nb = start(&s, "nb", &fairness(a.socket(), "nb", 4000));
-    let vm = start(&s, "vm", &fairness(a.socket(), "vm", 2000));
-    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    // The guests' clocks are wall-clock time: the neighbour is running before the VM starts,
+    // and the VM is snapshotted right after its first report.
+    let nb = start(&s, "nb", &fairness(a.socket(), "nb", 6000));
     nb.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let vm = start(&s, "vm", &fairness(a.socket(), "vm", 4000));
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let dir = s.path("vm.snap");
     let (code, out, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
     assert_eq!(code, 0, "{err}");
@@ -128,12 +130,12 @@ fn a_vm_of_a_vgpud_pair_snapshots_while_its_neighbour_runs_and_restores_on_eithe
 fn a_vm_of_a_vgpud_pair_migrates_to_a_second_daemon_while_its_neighbour_runs() {
     let s = Scratch::new("shared-mig");
     let (a, b) = (daemon(&s, "a"), daemon(&s, "b"));
-    let nb = start(&s, "nb", &fairness(a.socket(), "nb", 4000));
-    let vm = start(&s, "src", &fairness(a.socket(), "mig", 2000));
-    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let nb = start(&s, "nb", &fairness(a.socket(), "nb", 6000));
     nb.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let on_b = format!("host={},name=mig-b", b.socket().display());
     let (dest, incoming) = incoming_with(&s, &["--gpu", &on_b]);
+    let vm = start(&s, "src", &fairness(a.socket(), "mig", 4000));
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let done = migrate(&vm, &incoming, true);
     assert!(!done["rounds"].as_array().unwrap().is_empty(), "{done}");
     let (code, before, err) = vm.finish();

@@ -58,13 +58,15 @@ pub struct BarChart<'a> {
 }
 
 /// Colours of the configurations, in order (native grey; then colour-blind-safe hues).
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(110, 110, 110),
     RGBColor(213, 94, 0),
     RGBColor(230, 159, 0),
     RGBColor(0, 114, 178),
     RGBColor(0, 158, 115),
     RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(40, 40, 40),
 ];
 
 const FONT: &str = "sans-serif";

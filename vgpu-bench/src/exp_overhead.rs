@@ -1,8 +1,9 @@
 //! `vgpu-bench overhead`: GPUvm's core result table with our stack. The workload suite runs
 //! through gpu-driver's shared loop (`gpu_driver::suite_run`) under each configuration —
 //! native (in this process, no VM), full virtualization naive and optimized, para-virtual
-//! naive and multicall (each a `vgpu-vmm --guest workloads` child) — and per benchmark and
-//! phase the time, the slowdown against native and the MMIO exits are reported. `--backend`
+//! naive and multicall, and the pass-through baseline `pt` (each a `vgpu-vmm --guest workloads`
+//! child) — and per benchmark and phase the time, the slowdown against native (and against pt,
+//! GPUvm's FV/PT and PV/PT, when pt ran) and the MMIO exits are reported. `--backend`
 //! picks the engine under every configuration (sim, or cuda on a real GPU: `backend=cuda` in
 //! each `--gpu`, and a `CudaEngine` under native).
 
@@ -26,8 +27,11 @@ pub struct ConfigDef {
     pub native: bool,
 }
 
-/// Every configuration, in table order.
-pub const CONFIGS: [ConfigDef; 7] = [
+/// The pass-through baseline's name (GPUvm's PT column: FV/PT and PV/PT are against it).
+pub const PT: &str = "pt";
+
+/// Every configuration (a run's table follows `--configs`' order).
+pub const CONFIGS: [ConfigDef; 8] = [
     ConfigDef {
         name: "native",
         gpu: "mode=full,opt=all",
@@ -72,6 +76,14 @@ pub const CONFIGS: [ConfigDef; 7] = [
         args: "",
         native: false,
     },
+    // The pass-through baseline: the same VM and guest, a trusted device without isolation
+    // (no shadow partition, no watched pages, the aperture mapped whole on sim).
+    ConfigDef {
+        name: PT,
+        gpu: "mode=pt",
+        args: "",
+        native: false,
+    },
 ];
 
 /// The `--gpu` options of configuration `c` on `backend`.
@@ -94,12 +106,13 @@ pub struct Args {
     /// Problem sizes (comma separated): small shows fixed costs, medium runs kernels of a few ms.
     #[arg(long, value_delimiter = ',', default_value = "small,medium")]
     pub sizes: Vec<String>,
-    /// Configurations (comma separated): native, full-naive, full, para, para-multicall,
-    /// full-mmio, para-multicall-mmio (the -mmio ones: trapped doorbells, no doorbell page).
+    /// Configurations (comma separated): native, pt, full-naive, full, para, para-multicall,
+    /// full-mmio, para-multicall-mmio (the -mmio ones: trapped doorbells, no doorbell page; pt:
+    /// the pass-through baseline, `--gpu mode=pt`, against which FV/PT and PV/PT are reported).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "native,full-naive,full,para,para-multicall"
+        default_value = "native,pt,full-naive,full,para,para-multicall"
     )]
     pub configs: Vec<String>,
     /// Runs per configuration and size; each figure is the median over them.

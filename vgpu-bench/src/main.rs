@@ -31,6 +31,7 @@ mod fairness_procs;
 mod native;
 mod native_load;
 mod overhead_output;
+mod overhead_pt;
 mod overhead_vm;
 mod preempt_env;
 mod priority_guest;

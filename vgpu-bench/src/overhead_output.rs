@@ -7,6 +7,7 @@ use gpu_driver::suite_run::Phase;
 
 use crate::error::BenchError;
 use crate::exp_overhead::{Args, Table};
+use crate::overhead_pt::{self, Ratios, VsPt};
 use crate::overhead_vm::{Bench, PHASES};
 use crate::{chart, report};
 
@@ -68,6 +69,11 @@ fn chart_series(
     Ok((series, groups))
 }
 
+/// A ratio for a CSV cell: empty when there is none (no pt run).
+fn csv_opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |x| format!("{x:.3}"))
+}
+
 /// `a / b` (0 when `b` is 0).
 fn ratio_f(a: u64, b: u64) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
@@ -86,6 +92,8 @@ pub(crate) fn write(
     let mut line = Vec::new();
     // Per configuration and size: (benchmark or "geomean"/"init", bar).
     let mut bars: Vec<(&Table, Vec<(String, chart::Bar)>)> = Vec::new();
+    // GPUvm's table: every configuration against native and against pt.
+    let mut gpuvm_rows = Vec::new();
     for t in tables {
         let base = tables
             .iter()
@@ -98,6 +106,7 @@ pub(crate) fn write(
         let mut chart_bars = Vec::new();
         // Slowdowns of each repetition (against native's median), per repetition.
         let mut rep_slow: Vec<Vec<f64>> = vec![Vec::new(); t.runs.len()];
+        let mut vs_pt = VsPt::new(tables, t);
         let init_slow = ratio(t.data.init.ns, base.data.init.ns);
         let init_reps: Vec<f64> = t
             .runs
@@ -105,12 +114,13 @@ pub(crate) fn write(
             .map(|r| ratio(r.init.ns, base.data.init.ns))
             .collect();
         csv.push(format!(
-            "{},{},init,init,{:.1},{:.3},{},1",
+            "{},{},init,init,{:.1},{:.3},{},1,{}",
             t.config.name,
             t.size,
             t.data.init.ns as f64 / 1e3,
             init_slow,
-            t.data.init.mmio
+            t.data.init.mmio,
+            csv_opt(vs_pt.init())
         ));
         for b in &t.data.benches {
             let nb = base
@@ -121,6 +131,7 @@ pub(crate) fn write(
                 .ok_or_else(|| BenchError::Invalid(format!("{}: no native figure", b.name)))?;
             let (tot, ntot) = (total(b), total(nb));
             let slow = ratio(tot.ns, ntot.ns);
+            let b_pt = vs_pt.bench(b, t.data.init.ns);
             slowdowns.push(slow);
             // As GPUvm counts a benchmark (one process: Init ... Close): with the set-up.
             let with_init = ratio(tot.ns + t.data.init.ns, ntot.ns + base.data.init.ns);
@@ -140,44 +151,49 @@ pub(crate) fn write(
             for (k, n) in PHASES.iter().enumerate() {
                 let (p, np) = (b.phases[k], nb.phases[k]);
                 phase_slow[k].push(ratio(p.ns, np.ns));
+                let p_pt = b_pt.map(|r| r.phases[k]);
                 phases.insert(
                     n.to_string(),
                     serde_json::json!({
                         "us": p.ns as f64 / 1e3,
                         "slowdown": ratio(p.ns, np.ns),
+                        "slowdown_vs_pt": p_pt,
                         "mmio_exits": p.mmio,
                     }),
                 );
                 csv.push(format!(
-                    "{},{},{},{n},{:.1},{:.3},{},{}",
+                    "{},{},{},{n},{:.1},{:.3},{},{},{}",
                     t.config.name,
                     t.size,
                     b.name,
                     p.ns as f64 / 1e3,
                     ratio(p.ns, np.ns),
                     p.mmio,
-                    u8::from(b.ok)
+                    u8::from(b.ok),
+                    csv_opt(p_pt)
                 ));
             }
             csv.push(format!(
-                "{},{},{},with_init,{:.1},{:.3},{},{}",
+                "{},{},{},with_init,{:.1},{:.3},{},{},{}",
                 t.config.name,
                 t.size,
                 b.name,
                 (tot.ns + t.data.init.ns) as f64 / 1e3,
                 with_init,
                 tot.mmio + t.data.init.mmio,
-                u8::from(b.ok)
+                u8::from(b.ok),
+                csv_opt(b_pt.map(|r| r.with_init))
             ));
             csv.push(format!(
-                "{},{},{},total,{:.1},{:.3},{},{}",
+                "{},{},{},total,{:.1},{:.3},{},{},{}",
                 t.config.name,
                 t.size,
                 b.name,
                 tot.ns as f64 / 1e3,
                 slow,
                 tot.mmio,
-                u8::from(b.ok)
+                u8::from(b.ok),
+                csv_opt(b_pt.map(|r| r.total))
             ));
             benches.push(serde_json::json!({
                 "name": b.name,
@@ -188,6 +204,8 @@ pub(crate) fn write(
                 "slowdown_min": bar.min,
                 "slowdown_max": bar.max,
                 "slowdown_with_init": with_init,
+                "slowdown_vs_pt": b_pt.map(|r| r.total),
+                "slowdown_with_init_vs_pt": b_pt.map(|r| r.with_init),
                 "mmio_exits": tot.mmio,
                 "phases": phases,
             }));
@@ -200,11 +218,30 @@ pub(crate) fn write(
         chart_bars.push(("geomean".into(), g_bar));
         chart_bars.push(("init".into(), init_bar));
         bars.push((t, chart_bars));
+        let pt_ratios = vs_pt.ratios();
+        gpuvm_rows.push(overhead_pt::Row {
+            config: t.config.name.to_string(),
+            size: t.size.to_string(),
+            vs_native: Ratios {
+                total: g,
+                with_init: geomean(&with_inits),
+                init: init_slow,
+                phases: std::array::from_fn(|k| geomean(&phase_slow[k])),
+            },
+            vs_pt: pt_ratios,
+        });
+        // FV/PT, PV/PT in the one-line summary (not for native and pt themselves).
+        let pt_note = match pt_ratios {
+            Some(r) if t.config.name != crate::exp_overhead::PT => {
+                format!(", {:.2}x pt", r.total)
+            }
+            _ => String::new(),
+        };
         line.push(if t.config.native {
             format!("{}/{} {:.2}x", t.config.name, t.size, g)
         } else {
             format!(
-                "{}/{} {:.2}x ({:.2}x with init, {:.2} exits/launch, {:.2} without init)",
+                "{}/{} {:.2}x ({:.2}x with init, {:.2} exits/launch, {:.2} without init{pt_note})",
                 t.config.name,
                 t.size,
                 g,
@@ -232,6 +269,7 @@ pub(crate) fn write(
             "geomean_slowdown_range": [g_bar.min, g_bar.max],
             "geomean_slowdown_with_init": geomean(&with_inits),
             "phase_geomean_slowdown": phase_geomeans,
+            "vs_pt": pt_ratios.map(|r| r.json()),
             "init": {
                 "us": t.data.init.ns as f64 / 1e3,
                 "slowdown": init_slow,
@@ -279,16 +317,23 @@ pub(crate) fn write(
         "vm_memory_mib": a.memory_mib,
         "reps": reps,
         "slowdown": "time of upload+kernel+download+free of a workload over native's; init (driver and channel set-up, once per run) separately; slowdown_with_init adds the run's init to both sides (a benchmark as one process, as GPUvm counts it); slowdown_min/max: the fastest and slowest repetition against native's median; geomean_slowdown_range: the same for each repetition's geomean",
+        "slowdown_vs_pt": "the same ratios against the pass-through baseline (configuration pt, --gpu mode=pt) instead of native, GPUvm's FV/PT and PV/PT: slowdown_vs_pt and slowdown_with_init_vs_pt per benchmark, slowdown_vs_pt per phase, vs_pt per configuration (geomeans and init); null when pt did not run at that size; gpuvm_table and overhead-table.md put both side by side",
         "results": cfg_json,
+        "gpuvm_table": overhead_pt::table_json(&gpuvm_rows),
         "skipped": skipped,
         "notes": notes,
     });
+    overhead_pt::pad_csv(&mut csv);
     report::write(
         &a.out,
         &summary,
         "overhead.csv",
-        "config,size,benchmark,phase,time_us,slowdown,mmio_exits,ok",
+        overhead_pt::CSV_HEADER,
         &csv,
+    )?;
+    overhead_pt::write_markdown(
+        &a.out,
+        &overhead_pt::table_markdown(&gpuvm_rows, a.backend.name(), reps),
     )?;
     for s in sizes {
         let of_size: Vec<&(&Table, Vec<(String, chart::Bar)>)> =

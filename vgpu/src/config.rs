@@ -12,6 +12,14 @@ pub enum Mode {
     /// Para-virtualization: the guest changes its GPU address space with hypercalls (BAR3),
     /// validated once at map time; no guest page tables are walked.
     Para,
+    /// Pass-through-like baseline (`mode=pt`), a **trusted guest with no isolation**: one VM
+    /// per GPU, its partition at physical VRAM 0 (guest VRAM address = device address), the
+    /// whole VRAM aperture mapped into the guest where the backend allows it (sim), no watching
+    /// or trapping of page-table and instance pages, no guard below the partition. The guest's
+    /// tables are still read into the engine's MMU at the first run after a TLB flush (no engine
+    /// here walks the guest's format itself). Refused with `host=` and by snapshots.
+    /// docs/architecture.md, "Pass-through baseline".
+    Pt,
 }
 
 /// The physical GPU behind the device.
@@ -126,6 +134,23 @@ impl Default for GpuConfig {
     }
 }
 
+impl GpuConfig {
+    /// Physical VRAM address of guest VRAM address 0: after the lower guard area, or 0 in
+    /// `mode=pt` (guest VRAM address = device address).
+    pub fn partition_base(&self) -> u64 {
+        match self.mode {
+            Mode::Pt => 0,
+            Mode::Full | Mode::Para => self.guard,
+        }
+    }
+
+    /// Physical VRAM the engine needs: the partition and the guard areas around it (only the
+    /// one above it in `mode=pt`).
+    pub fn physical_vram(&self) -> u64 {
+        self.partition_base() + self.vram + self.guard
+    }
+}
+
 /// Smallest `hostmem=`: room for a few modules and shadows of the default VA window.
 pub const HOSTMEM_MIN: u64 = 16 << 20;
 /// Largest `hostmem=`.
@@ -163,7 +188,8 @@ impl GpuConfig {
                     c.mode = match value {
                         "full" => Mode::Full,
                         "para" => Mode::Para,
-                        _ => return Err(bad("supported: full, para")),
+                        "pt" => Mode::Pt,
+                        _ => return Err(bad("supported: full, para, pt")),
                     }
                 }
                 "backend" => {
@@ -298,6 +324,13 @@ impl GpuConfig {
             }
             None => {}
         }
+        if c.mode == Mode::Pt && c.host.is_some() {
+            return Err(ConfigError::BadValue {
+                key: "mode".into(),
+                value: "pt".into(),
+                why: "a pass-through GPU belongs to one VM: not with host= (vgpud sharing)",
+            });
+        }
         Ok(c)
     }
 }
@@ -345,6 +378,18 @@ mod tests {
             Err(ConfigError::BadValue { .. })
         ));
         assert_eq!(GpuConfig::parse("mode=para").unwrap().mode, Mode::Para);
+        assert_eq!(GpuConfig::parse("mode=pt").unwrap().mode, Mode::Pt);
+        let e = GpuConfig::parse("mode=pt,host=/run/g.sock").unwrap_err();
+        assert!(e.to_string().contains("not with host="), "{e}");
+        assert!(GpuConfig::parse("host=/run/g.sock,mode=pt").is_err());
+        // The partition: after the lower guard, or at physical 0 in pt (guard above only).
+        let full = GpuConfig::parse("vram=64M").unwrap();
+        assert_eq!(
+            (full.partition_base(), full.physical_vram()),
+            (2 << 20, 68 << 20)
+        );
+        let pt = GpuConfig::parse("mode=pt,vram=64M").unwrap();
+        assert_eq!((pt.partition_base(), pt.physical_vram()), (0, 66 << 20));
         assert!(matches!(
             GpuConfig::parse("mode=pv"),
             Err(ConfigError::BadValue { .. })

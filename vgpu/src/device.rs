@@ -148,8 +148,12 @@ impl VgpuDevice {
         }
     }
 
-    /// Keeps the page holding guest VRAM `addr` trapping (it holds a GPU structure now).
+    /// Keeps the page holding guest VRAM `addr` trapping (it holds a GPU structure now);
+    /// not in `mode=pt`, where the device watches no guest structure.
     fn retrap(&self, addr: u64) {
+        if self.cfg.mode == crate::config::Mode::Pt {
+            return;
+        }
         if let Some(r) = &self.remap {
             r.lock()
                 .unwrap_or_else(PoisonError::into_inner)

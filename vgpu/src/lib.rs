@@ -132,7 +132,10 @@ impl Guards {
         if guard == 0 {
             return Ok(g);
         }
-        g.vram = vec![(0, guard), (partition.0 + partition.1, guard)];
+        g.vram = vec![(partition.0 + partition.1, guard)];
+        if partition.0 >= guard {
+            g.vram.insert(0, (partition.0 - guard, guard));
+        }
         for (pa, len) in &g.vram {
             g.engine.vram_fill(*pa, *len, SENTINEL)?;
         }
@@ -218,7 +221,7 @@ impl Vgpu {
     /// and passes it, with the region ids, to [`Vgpu::with_engine`].
     pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn Engine>, VgpuError> {
         let cuda = pgpu::cuda::CudaConfig {
-            vram_size: cfg.vram + 2 * cfg.guard,
+            vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
             ..pgpu::cuda::CudaConfig::default()
         };
@@ -244,9 +247,15 @@ impl Vgpu {
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
     ) -> Result<Self, VgpuError> {
-        // Physical VRAM: guard, the VM's partition, guard.
-        let vram_base = cfg.guard;
-        let vram_size = cfg.vram + 2 * cfg.guard;
+        // Physical VRAM: guard, the VM's partition, guard (`mode=pt`: the partition at 0).
+        let vram_base = cfg.partition_base();
+        let vram_size = cfg.physical_vram();
+        if cfg.mode == config::Mode::Pt {
+            // Pass-through: the aperture is mapped whole where it can be (no page keeps
+            // trapping), and the guest's tables are read again at the first run after a flush.
+            cfg.bar_remap = true;
+            cfg.lazy_shadowing = true;
+        }
         let mut sim = SimConfig {
             vram_size,
             workers: cfg.workers,
@@ -343,7 +352,8 @@ impl Vgpu {
         if let Some(l) = &link {
             w.set_host(l.clone());
         }
-        if let Some(r) = &remap {
+        // `mode=pt`: table pages found by a walk do not trap (the whole aperture stays mapped).
+        if let Some(r) = remap.as_ref().filter(|_| snap_cfg.mode != config::Mode::Pt) {
             w.set_remap(r.clone());
         }
         if let Some(spaces) = &para {

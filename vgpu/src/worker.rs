@@ -305,14 +305,17 @@ impl Worker {
         if self.chans[ch].instance.is_none() {
             let addr = u64::from(inst_reg & 0x0fff_ffff) << 12;
             let inst = self.shadows.read_instance(addr)?;
-            let mut r = self.shared.lock();
-            let page = addr >> 12;
-            let mask = match r.watched.get(&page) {
-                Some(Watched::Instance(m)) => *m,
-                _ => 0,
-            };
-            r.watched.insert(page, Watched::Instance(mask | 1 << ch));
-            drop(r);
+            // `mode=pt` watches no guest structure: the instance block is read at binding, as
+            // the spec says, and a later write to it is the trusted guest's business.
+            if self.cfg.mode != crate::config::Mode::Pt {
+                let mut r = self.shared.lock();
+                let page = addr >> 12;
+                let mask = match r.watched.get(&page) {
+                    Some(Watched::Instance(m)) => *m,
+                    _ => 0,
+                };
+                r.watched.insert(page, Watched::Instance(mask | 1 << ch));
+            }
             self.chans[ch].instance = Some(inst);
         }
         let inst = self.chans[ch]
@@ -344,9 +347,11 @@ impl Worker {
             }
             r.counters.pages_shadowed += report.mapped;
             r.counters.pages_unshadowed += report.unmapped;
-            r.watched.retain(|_, w| !matches!(w, Watched::Table));
-            for page in &report.table_pages {
-                r.watched.entry(*page).or_insert(Watched::Table);
+            if self.cfg.mode != crate::config::Mode::Pt {
+                r.watched.retain(|_, w| !matches!(w, Watched::Table));
+                for page in &report.table_pages {
+                    r.watched.entry(*page).or_insert(Watched::Table);
+                }
             }
             if let Some(remap) = &self.remap {
                 remap

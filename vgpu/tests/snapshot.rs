@@ -617,9 +617,19 @@ fn save_needs_a_pause_and_restore_a_fresh_device() {
     // A para-mode GPU pauses and saves too (its state: vgpu/tests/para_snapshot.rs).
     let para = Bench::with(|c| c.mode = vgpu::config::Mode::Para);
     para.gpu.pause().unwrap();
-    let mut out = Vec::new();
-    para.gpu.save(&mut out).unwrap();
+    let mut para_out = Vec::new();
+    para.gpu.save(&mut para_out).unwrap();
     para.gpu.resume();
+    // A pass-through GPU (trusted guest, no isolation) is refused with a clear error, saving
+    // and restoring alike.
+    let pt = Bench::with(|c| c.mode = vgpu::config::Mode::Pt);
+    let e = pt.gpu.pause().unwrap_err();
+    assert!(matches!(e, SnapshotError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("mode=pt"), "{e}");
+    assert!(matches!(
+        pt.gpu.restore(&mut &out[..]),
+        Err(SnapshotError::Unsupported(_))
+    ));
 }
 
 fn cfg_eager(c: &mut vgpu::GpuConfig) {

@@ -62,7 +62,8 @@ struct Args {
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
     testdev: bool,
-    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para, backend=sim|cuda,
+    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para|pt, pt: the
+    /// pass-through baseline, a trusted guest without isolation, not with host=; backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m,
     /// hostmem=256M: host memory for the VM's modules and shadow tables, 16M to 64G;
     /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID;

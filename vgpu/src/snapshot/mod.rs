@@ -75,6 +75,8 @@ pub enum SnapshotError {
     Module { index: usize, why: String },
     #[error("VRAM: {0}")]
     Vram(String),
+    #[error("snapshots of a {0} are not supported")]
+    Unsupported(&'static str),
     #[error("the virtual GPU is not paused")]
     NotPaused,
     #[error("restore needs a freshly created virtual GPU (channel {0} is bound)")]
@@ -111,6 +113,15 @@ pub struct SaveReport {
 const CONF_LIMIT: u64 = 4096;
 
 impl Vgpu {
+    fn snapshot_supported(&self) -> Result<(), SnapshotError> {
+        if self.cfg.mode == crate::config::Mode::Pt {
+            return Err(SnapshotError::Unsupported(
+                "pass-through GPU (mode=pt: a trusted guest without isolation)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Quiesces the device (vCPUs already paused): a running job is preempted and its saved
     /// context kept; the worker parks between turns. Idempotent.
     pub fn pause(&self) -> Result<(), SnapshotError> {
@@ -125,6 +136,7 @@ impl Vgpu {
 
     /// Pauses in `mode`; waits at most the job time limit plus a second for the worker.
     pub fn pause_with(&self, mode: PauseMode) -> Result<(), SnapshotError> {
+        self.snapshot_supported()?;
         let limit = self.cfg.job_timeout + Duration::from_secs(1);
         let shared = &self.shared;
         let mut r = shared.lock();
@@ -195,6 +207,7 @@ impl Vgpu {
 
     /// As [`Vgpu::save`], returning what was written.
     pub fn save_report(&self, out: &mut dyn std::io::Write) -> Result<SaveReport, SnapshotError> {
+        self.snapshot_supported()?;
         let (regs, image) = {
             let r = self.shared.lock();
             let image = match (&r.pause.image, r.pause.requested && r.pause.parked) {
@@ -225,6 +238,7 @@ impl Vgpu {
     /// validated before it is applied; on error the partition is zeroed and the device stays
     /// as created. The device runs afterwards (no `resume` needed).
     pub fn restore(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+        self.snapshot_supported()?;
         {
             let r = self.shared.lock();
             if let Some(ch) = r.chans.iter().position(|c| c.state != regs::CHAN_UNBOUND) {

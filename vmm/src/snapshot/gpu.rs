@@ -33,6 +33,7 @@ pub fn spec(cfg: &GpuConfig) -> String {
     let mode = match cfg.mode {
         Mode::Full => "full",
         Mode::Para => "para",
+        Mode::Pt => "pt",
     };
     let backend = match cfg.backend {
         Backend::Sim => "sim",
