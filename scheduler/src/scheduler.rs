@@ -428,6 +428,7 @@ impl Scheduler {
                     since: now,
                     slice,
                 });
+                self.tell_other_classes(vm, class, now);
                 Pick::Run(Decision { run: vm, slice })
             }
             Some(Choice::Wait { vm, until }) if self.vms.contains_key(&vm) && until > now => {
@@ -489,7 +490,16 @@ impl Scheduler {
             since: now,
             slice,
         });
+        let class = self.vms.get(&vm).map_or(0, |v| v.params.priority);
+        self.tell_other_classes(vm, class, now);
         Pick::Run(Decision { run: vm, slice })
+    }
+
+    /// `vm` of `class` was granted: the policies of the other classes hear of it.
+    fn tell_other_classes(&mut self, vm: VmId, class: u8, now: Duration) {
+        for (_, p) in self.classes.iter_mut().filter(|(c, _)| **c != class) {
+            p.on_foreign_grant(vm, now);
+        }
     }
 
     /// Kernel identities with a measured GPU time kept for `vm` (0 without `fill=on`).

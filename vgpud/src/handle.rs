@@ -168,6 +168,12 @@ impl Daemon {
         }
         match self.sched.on_submit_kernel(vm, key, now) {
             Ok(action) => {
+                log::debug!(
+                    "vgpud: want of vm {} (kernel {:?}) at {}: {action:?}",
+                    vm.0,
+                    key.map(|k| k.0),
+                    monotonic_ns()
+                );
                 reg.pending = true;
                 reg.want_since_ns = monotonic_ns();
                 if let Action::Preempt(v) = action {
@@ -240,6 +246,12 @@ impl Daemon {
                 false,
             );
         }
+        log::debug!(
+            "vgpud: progress {seq} from vm {}: run {}..{} ns",
+            vm.0,
+            stamps.0,
+            stamps.1
+        );
         let gpu = self.record_job(c, vm, gpu_ns, stamps, false);
         if let Some(run) = &mut self.run {
             run.turn_gpu_ns += gpu;
