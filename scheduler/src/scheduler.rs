@@ -238,6 +238,32 @@ impl Scheduler {
         }
     }
 
+    /// With `fill=on`: inside `vm`'s running grant (a turn), its current job completed after
+    /// `gpu_time` and the VM goes on with its next job under the same grant (vgpud: a
+    /// `progress`). The job's GPU time is learned under its identity; the next job is
+    /// unidentified. The policies hear of the turn's GPU time at its end, as before. Refused
+    /// for a VM that does not hold the GPU; nothing without filling.
+    pub fn on_progress(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        self.vm(vm)?;
+        let run = match self.running {
+            Some(r) if r.vm == vm => r,
+            _ => return Err(SchedError::NotRunning(vm)),
+        };
+        self.tick(now)?;
+        // A job cannot have run longer than the grant has existed.
+        let gpu_time = gpu_time.min(now.saturating_sub(run.since));
+        if let Some(f) = &mut self.fill {
+            f.on_progress(vm, gpu_time);
+        }
+        Ok(())
+    }
+
     /// `vm`'s queue was dropped (channel reset, VM stopped submitting): it has no jobs left.
     /// Refused while it holds the GPU (report the end of the run first).
     pub fn on_idle(&mut self, vm: VmId, now: Duration) -> Result<(), SchedError> {
@@ -382,6 +408,7 @@ impl Scheduler {
         let cap = match gate {
             Gate::Open => None,
             Gate::Short => Some(self.config.fill_slice),
+            Gate::Hold { vm, until } => return Ok(Pick::Wait { vm, until }),
             Gate::Gap { vm, end, short } => {
                 let left = end - now;
                 if left < self.config.fill_min {
@@ -429,7 +456,11 @@ impl Scheduler {
                     slice,
                 });
                 self.tell_other_classes(vm, class, now);
-                Pick::Run(Decision { run: vm, slice })
+                Pick::Run(Decision {
+                    run: vm,
+                    slice,
+                    one_job: false,
+                })
             }
             Some(Choice::Wait { vm, until }) if self.vms.contains_key(&vm) && until > now => {
                 Pick::Wait { vm, until }
@@ -465,9 +496,10 @@ impl Scheduler {
             .map(|(_, id, predicted)| (id, predicted))
     }
 
-    /// Grants `vm`'s head job as a filler predicted to take `predicted` of a gap of `left`. Its
-    /// slice is the longer of the gap and the class slice: past it, with no higher submission,
-    /// the policies decide again.
+    /// Grants `vm`'s head job, and only it (`one_job`: a dispatcher that runs turns ends the
+    /// grant after it, or the VM would go on with jobs that do not fit), as a filler predicted
+    /// to take `predicted` of a gap of `left`. Its slice is the longer of the gap and the class
+    /// slice: a bound on an overrun with no higher submission (one makes it preempt).
     fn grant_filler(
         &mut self,
         vm: VmId,
@@ -492,7 +524,11 @@ impl Scheduler {
         });
         let class = self.vms.get(&vm).map_or(0, |v| v.params.priority);
         self.tell_other_classes(vm, class, now);
-        Pick::Run(Decision { run: vm, slice })
+        Pick::Run(Decision {
+            run: vm,
+            slice,
+            one_job: true,
+        })
     }
 
     /// `vm` of `class` was granted: the policies of the other classes hear of it.

@@ -12,6 +12,7 @@ use crate::scheduler::Scheduler;
 use crate::types::{Action, KernelKey, Pick, VmId, VmParams};
 
 pub mod priority;
+pub mod turns;
 mod report;
 
 pub use report::{SimReport, VmReport, WindowReport};
