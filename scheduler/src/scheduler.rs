@@ -49,6 +49,7 @@ impl Scheduler {
                 slice: config.fill_slice,
                 min_gap: config.fill_min,
                 idle: config.fill_idle,
+                hold: config.fill_hold,
                 samples: config.fill_samples,
                 kernels: config.fill_kernels,
             })
@@ -415,16 +416,17 @@ impl Scheduler {
                     // Too short to fill: keep the GPU for the higher VM's next kernel.
                     return Ok(Pick::Wait { vm, until: end });
                 }
-                if let Some((filler, predicted)) = self.best_fit(left) {
-                    return Ok(self.grant_filler(filler, predicted, left, now));
-                }
-                // Nothing is predicted to fit: the class's choice runs until the gap's end, told
-                // to stop early enough for its context to be saved by then.
+                // Whatever runs is told to stop early enough for its context to be saved by
+                // the time the higher VM is due.
                 let stop = self
                     .fill
                     .as_ref()
                     .map_or(Duration::ZERO, Fill::stop_latency);
                 let until_end = left.saturating_sub(stop);
+                if let Some((filler, predicted)) = self.best_fit(left) {
+                    return Ok(self.grant_filler(filler, predicted, until_end, now));
+                }
+                // Nothing is predicted to fit: the class's choice runs until then.
                 if until_end < self.config.fill_min {
                     return Ok(Pick::Wait { vm, until: end });
                 }
@@ -456,11 +458,7 @@ impl Scheduler {
                     slice,
                 });
                 self.tell_other_classes(vm, class, now);
-                Pick::Run(Decision {
-                    run: vm,
-                    slice,
-                    one_job: false,
-                })
+                Pick::Run(Decision { run: vm, slice })
             }
             Some(Choice::Wait { vm, until }) if self.vms.contains_key(&vm) && until > now => {
                 Pick::Wait { vm, until }
@@ -496,18 +494,20 @@ impl Scheduler {
             .map(|(_, id, predicted)| (id, predicted))
     }
 
-    /// Grants `vm`'s head job, and only it (`one_job`: a dispatcher that runs turns ends the
-    /// grant after it, or the VM would go on with jobs that do not fit), as a filler predicted
-    /// to take `predicted` of a gap of `left`. Its slice is the longer of the gap and the class
-    /// slice: a bound on an overrun with no higher submission (one makes it preempt).
+    /// Grants `vm`, whose head job is predicted to end after `predicted`, within the gap, as a
+    /// filler. Its slice ends at the later of that end and `until_end` (the gap's end less the
+    /// stop latency): a job that fits completes, not preempted just before its end, and a
+    /// dispatcher that runs turns (vgpud) stops the VM's next jobs by then, by the VM's own
+    /// deadline. (A one-job grant instead measured worse with real VMs: the rest of the gap
+    /// then needs a grant of its own, a round trip, while a turn goes on at no cost.)
     fn grant_filler(
         &mut self,
         vm: VmId,
         predicted: Duration,
-        left: Duration,
+        until_end: Duration,
         now: Duration,
     ) -> Pick {
-        let slice = Some(left.max(self.config.slice));
+        let slice = Some(predicted.max(until_end));
         if let Some(v) = self.vms.get_mut(&vm) {
             v.stats.runs += 1;
         }
@@ -524,11 +524,7 @@ impl Scheduler {
         });
         let class = self.vms.get(&vm).map_or(0, |v| v.params.priority);
         self.tell_other_classes(vm, class, now);
-        Pick::Run(Decision {
-            run: vm,
-            slice,
-            one_job: true,
-        })
+        Pick::Run(Decision { run: vm, slice })
     }
 
     /// `vm` of `class` was granted: the policies of the other classes hear of it.

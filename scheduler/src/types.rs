@@ -37,10 +37,6 @@ pub struct Decision {
     pub run: VmId,
     /// Preempt the job when it has run this long (`None`: let it complete; non-preemptive policy).
     pub slice: Option<Duration>,
-    /// The grant is for the VM's head job only, even with a slice (a filler chosen because that
-    /// job fits a higher VM's gap): a dispatcher that runs time-sliced turns of several jobs
-    /// ends this grant when the job ends.
-    pub one_job: bool,
 }
 
 /// Answer of [`crate::Scheduler::pick`].

@@ -198,8 +198,11 @@ fn a_gap_too_short_to_fill_keeps_the_gpu_for_the_high_vm() {
     );
     // Late: it constrains nothing any more (a preempt covers its return), the class slice.
     let d = run(&mut s, t + us(35));
-    assert_eq!((d.run, d.slice, d.one_job), (L1, Some(ms(2)), false));
-    assert_eq!(s.on_submit_kernel(H, k(7), t + us(40)).unwrap(), Action::Preempt(L1));
+    assert_eq!((d.run, d.slice), (L1, Some(ms(2))));
+    assert_eq!(
+        s.on_submit_kernel(H, k(7), t + us(40)).unwrap(),
+        Action::Preempt(L1)
+    );
 }
 
 #[test]
@@ -215,31 +218,34 @@ fn a_due_high_vm_holds_the_gpu_until_its_third_quartile_then_late_it_constrains_
     assert_eq!(s.predicted_gap(H), Some((t, Some(us(1000)))));
     s.on_submit_kernel(L1, k(1), t).unwrap();
     let d = run(&mut s, t);
-    assert_eq!((d.run, d.slice, d.one_job), (L1, Some(us(1000)), false));
+    assert_eq!((d.run, d.slice), (L1, Some(us(1000))));
     s.on_preempted(L1, us(1000), t + us(1000)).unwrap();
-    // 9 samples: the third quartile is the 7th smallest, 1.4 ms.
+    // 9 samples: the third quartile is the 7th smallest, 1.4 ms; fill_hold (300 µs) caps it.
     assert_eq!(
         s.pick(t + us(1000)).unwrap(),
         Pick::Wait {
             vm: H,
-            until: t + us(1400)
+            until: t + us(1300)
         }
     );
     // The high VM comes within the window: granted at once.
-    assert_eq!(s.on_submit_kernel(H, k(7), t + us(1200)).unwrap(), Action::None);
+    assert_eq!(
+        s.on_submit_kernel(H, k(7), t + us(1200)).unwrap(),
+        Action::None
+    );
     assert_eq!(run(&mut s, t + us(1200)).run, H);
     s.on_complete(H, us(100), t + us(1300)).unwrap();
     // Next gap (a 1.2 ms sample more: the third quartile is 1.3 ms); past the window the high
     // VM no longer holds the GPU.
     let t = t + us(1300);
-    // L1's job has 500 µs left: it fits, and is granted for that job only.
+    // L1's job has 500 µs left: it fits; the grant is cut at the gap's low end all the same.
     let d = run(&mut s, t);
-    assert_eq!((d.run, d.slice, d.one_job), (L1, Some(ms(2)), true));
+    assert_eq!((d.run, d.slice), (L1, Some(us(1000))));
     s.on_complete(L1, us(500), t + us(500)).unwrap();
-    // Its next job (1.5 ms) does not fit the 500 µs left: cut at the gap's low end.
+    // Its next job (1.5 ms) does not fit the 500 µs left: cut there too.
     s.on_submit_kernel(L1, k(1), t + us(500)).unwrap();
     let d = run(&mut s, t + us(500));
-    assert_eq!((d.slice, d.one_job), (Some(us(500)), false));
+    assert_eq!(d.slice, Some(us(500)));
     s.on_preempted(L1, us(500), t + us(1000)).unwrap();
     assert_eq!(
         s.pick(t + us(1000)).unwrap(),
@@ -550,17 +556,24 @@ fn hostile_progress_reports_are_refused_or_bounded() {
 }
 
 #[test]
-fn a_filler_that_fits_is_granted_for_its_job_only() {
+fn a_filler_that_fits_ends_its_job_and_is_cut_at_the_gap_end() {
+    // A job that fits is not preempted before its end; the grant lasts until the gap's end less
+    // the stop latency (a turn, under vgpud, goes on with the VM's next jobs until then).
     let (mut s, t) = in_gap("fill=on");
     s.on_submit_kernel(L3, k(3), t).unwrap();
     let d = run(&mut s, t);
-    assert_eq!((d.run, d.one_job), (L3, true));
-    s.on_complete(L3, us(700), t + us(700)).unwrap();
-    // Nothing fits the 300 µs left: the class's choice, cut at the gap's end, runs a turn.
-    s.on_submit_kernel(L3, k(3), t + us(700)).unwrap();
-    let d = run(&mut s, t + us(700));
-    assert_eq!((d.run, d.one_job), (L3, false));
-    assert!(d.slice.is_some_and(|x| x <= us(300)), "{d:?}");
+    assert_eq!((d.run, d.slice), (L3, Some(ms(1))));
+    // Its turn ran into a next job, stopped at the slice end, reported 400 µs later: the stop
+    // latency learned.
+    s.on_preempted(L3, ms(1), t + us(1400)).unwrap();
+    let t = alone(&mut s, H, k(7), t + us(1400), us(100));
+    s.on_submit_kernel(L2, k(2), t).unwrap();
+    let d = run(&mut s, t);
+    assert_eq!(
+        (d.run, d.slice),
+        (L2, Some(us(600))),
+        "450 µs fits; cut 400 µs early"
+    );
 }
 
 #[test]
@@ -576,7 +589,8 @@ fn simulated_vgpud_dispatch_fikit_beats_priority_for_the_high_vm() {
     assert!(fill.latencies.len() > 500);
     // The high VM is never preempted by its own stale turn (it was, every other request,
     // before a grant in another class ended a kept turn).
-    assert!(r.iter().all(|x| x.hp_preemptions == 0), "{r:?}");
+    let hp_preempted: Vec<u64> = r.iter().map(|x| x.hp_preemptions).collect();
+    assert!(hp_preempted.iter().all(|n| *n == 0), "{hp_preempted:?}");
     // Its submissions find the GPU free: granted at once, as alone.
     assert_eq!(fill.latency(0.5), alone.latency(0.5));
     assert!(fill.latency(0.5) < prio.latency(0.5));

@@ -279,16 +279,34 @@ fn a_higher_class_vm_gets_a_fresh_turn_after_a_lower_class_ran_in_its_gap() {
     let mut s = sched("policy=timeslice,slice=2ms", &[(1, 1, 0), (3, 1, 1)]);
     s.on_submit(A, ms(0)).unwrap();
     s.on_submit(C, ms(0)).unwrap();
-    assert_eq!(run(&mut s, ms(0)), Decision { run: C, slice: Some(ms(2)), one_job: false });
+    assert_eq!(
+        run(&mut s, ms(0)),
+        Decision {
+            run: C,
+            slice: Some(ms(2))
+        }
+    );
     s.on_complete(C, ms(1), ms(1)).unwrap();
     assert_eq!(run(&mut s, ms(1)).run, A);
     assert_eq!(s.on_submit(C, ms(3)).unwrap(), Action::Preempt(A));
     s.on_preempted(A, ms(2), ms(3)).unwrap();
-    assert_eq!(run(&mut s, ms(3)), Decision { run: C, slice: Some(ms(2)), one_job: false });
+    assert_eq!(
+        run(&mut s, ms(3)),
+        Decision {
+            run: C,
+            slice: Some(ms(2))
+        }
+    );
     // Within its class, a VM that submits again before any other grant keeps its turn.
     s.on_complete(C, ms(1), ms(4)).unwrap();
     s.on_submit(C, ms(4)).unwrap();
-    assert_eq!(run(&mut s, ms(4)), Decision { run: C, slice: Some(ms(1)), one_job: false });
+    assert_eq!(
+        run(&mut s, ms(4)),
+        Decision {
+            run: C,
+            slice: Some(ms(1))
+        }
+    );
 }
 
 #[test]

@@ -361,9 +361,7 @@ impl Daemon {
                     granted_ns: now_ns,
                     deadline_ns: now_ns + limit + backstop,
                     preempt_sent_ns: None,
-                    // A filler granted for its head job only (`one_job`) runs that job, not a
-                    // turn, under the same slice bound.
-                    turn: slice_ns > 0 && !d.one_job,
+                    turn: slice_ns > 0,
                     slice_ns,
                     slice_end_ns: now_ns + limit,
                     self_deadline,
@@ -374,9 +372,8 @@ impl Daemon {
                 });
                 self.report.grants += 1;
                 log::debug!(
-                    "vgpud: grant {seq} to vm {} (slice {slice_ns} ns{}) at {now_ns}",
-                    d.run.0,
-                    if d.one_job { ", one job" } else { "" }
+                    "vgpud: grant {seq} to vm {} (slice {slice_ns} ns) at {now_ns}",
+                    d.run.0
                 );
                 if let Some(s) = self.sessions.get_mut(&conn) {
                     if let Some(r) = &mut s.reg {
@@ -385,8 +382,7 @@ impl Daemon {
                     let deadline_ns = if self_deadline { now_ns + limit } else { 0 };
                     s.send(&ToVm::Grant {
                         seq,
-                        // 0: one job (the VM runs a turn only with a slice).
-                        slice_ns: if d.one_job { 0 } else { slice_ns },
+                        slice_ns,
                         deadline_ns,
                     });
                 }

@@ -26,9 +26,11 @@ pub struct FillParams {
     pub slice: Duration,
     /// Gaps shorter than this are not filled (the GPU waits for the higher VM).
     pub min_gap: Duration,
-    /// A higher VM idle this long past its predicted gap (or, without a prediction, this long)
-    /// no longer constrains the lower classes (it went idle; preemption covers its return).
+    /// A higher VM with no gap predicted yet, idle this long, no longer constrains the lower
+    /// classes (it went idle; preemption covers its return).
     pub idle: Duration,
+    /// The longest the GPU is held for a due VM.
+    pub hold: Duration,
     /// Samples an estimate needs before it is used.
     pub samples: u32,
     /// Identities kept per VM per table.
@@ -302,7 +304,7 @@ impl Fill {
     /// How the idle VMs `higher` (those of classes above the one that has work) constrain a
     /// grant at `now`. Per VM in a gap with a prediction: before the low quantile of its gap
     /// ends, the gap bounds the grant (`Gap`); from then until the gap's third quartile (at
-    /// least `min_gap` more), it is due (`Hold`: the GPU waits for it, so that its submission
+    /// least `min_gap` more, at most `hold`), it is due (`Hold`: the GPU waits for it, so that its submission
     /// is granted at once, while its thread is still awake, instead of after a preempt and a
     /// save); later, it is late and
     /// constrains nothing (strict-priority preemption covers its return; slicing the lower
@@ -324,7 +326,8 @@ impl Fill {
                     let due = since.saturating_add(low);
                     let late = since
                         .saturating_add(upper)
-                        .max(due.saturating_add(self.params.min_gap));
+                        .max(due.saturating_add(self.params.min_gap))
+                        .min(due.saturating_add(self.params.hold));
                     if now < due {
                         earliest(&mut end, due, vm);
                     } else if now < late {

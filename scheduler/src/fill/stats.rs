@@ -215,14 +215,18 @@ mod tests {
         assert_eq!((w.low(), w.upper()), (Duration::ZERO, Duration::ZERO));
         // Mostly 2.2-2.4 ms, a quarter of them late (a loaded host): the low quantile stays
         // near the usual return, where mean - 2 deviations would fall to about 1.5 ms.
-        for x in [2200, 2250, 2300, 6000, 2350, 2400, 2280, 4000, 2320, 2260, 5000, 2240] {
+        for x in [
+            2200, 2250, 2300, 6000, 2350, 2400, 2280, 4000, 2320, 2260, 5000, 2240,
+        ] {
             w.add(us(x));
         }
         assert!(w.low() >= us(2200) && w.low() <= us(2260), "{:?}", w.low());
         // 12 samples: the 9th smallest (2400 µs); the late ones above it.
         assert_eq!(w.upper(), us(2400));
         let mut e = Estimate::default();
-        for x in [2200, 2250, 2300, 6000, 2350, 2400, 2280, 4000, 2320, 2260, 5000, 2240] {
+        for x in [
+            2200, 2250, 2300, 6000, 2350, 2400, 2280, 4000, 2320, 2260, 5000, 2240,
+        ] {
             e.add(us(x));
         }
         assert!(e.low() < us(2000), "{:?}", e.low());

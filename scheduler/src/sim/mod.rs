@@ -12,8 +12,8 @@ use crate::scheduler::Scheduler;
 use crate::types::{Action, KernelKey, Pick, VmId, VmParams};
 
 pub mod priority;
-pub mod turns;
 mod report;
+pub mod turns;
 
 pub use report::{SimReport, VmReport, WindowReport};
 

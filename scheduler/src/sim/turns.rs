@@ -3,7 +3,7 @@
 //! the scheduler sees the turn as one job, unidentified once a second job runs in it), every
 //! grant costs a round trip before the engine runs (`switch`), a stop (the VM's own deadline or
 //! a preempt) takes `stop` before the run's end is reported, and the high-priority VM's think
-//! time varies (a deterministic pseudo-random tail). `Decision::one_job` grants run one job.
+//! time varies (a deterministic pseudo-random tail).
 //! Deterministic: the same spec gives the same figures, so the decisions can be tested without
 //! timing.
 
@@ -119,9 +119,6 @@ struct Running {
     deadline: Option<Duration>,
     /// The slice end as granted (an extended turn is preempted by a later submission).
     slice_end: Option<Duration>,
-    one_job: bool,
-    /// Jobs completed in this run.
-    jobs: u32,
     /// Work done in this run so far (up to `last`), and the part of it that went to jobs
     /// completed in it.
     work: Duration,
@@ -228,14 +225,12 @@ pub fn run(base: &Config, spec: &TurnSpec, mode: Mode) -> Result<TurnResult, Sim
                                 .and_then(|o| sched.vm_info(o).ok())
                                 .is_some_and(|(_, st)| st.pending > 0)
                     });
-                    let deadline = d.slice.filter(|_| others || d.one_job);
+                    let deadline = d.slice.filter(|_| others);
                     running = Some(Running {
                         vm,
                         start,
                         deadline: deadline.map(|s| now.saturating_add(s)),
                         slice_end: d.slice.map(|s| now.saturating_add(s)),
-                        one_job: d.one_job,
-                        jobs: 0,
                         work: Duration::ZERO,
                         done: Duration::ZERO,
                         last: start,
@@ -268,9 +263,8 @@ pub fn run(base: &Config, spec: &TurnSpec, mode: Mode) -> Result<TurnResult, Sim
         }
         if let Some(mut run) = running.filter(|_| run_event == Some(now)) {
             let v = run.vm;
-            if let Some(stopped) = run.stopped {
+            if run.stopped.is_some() {
                 // The stop is reported: the run ends preempted.
-                let _ = stopped;
                 running = None;
                 need_pick = true;
                 r.preemptions += 1;
@@ -288,7 +282,6 @@ pub fn run(base: &Config, spec: &TurnSpec, mode: Mode) -> Result<TurnResult, Sim
                 if ran >= head {
                     // The head job completed.
                     vms[v].jobs.pop_front();
-                    run.jobs += 1;
                     if v != HP {
                         vms[v].jobs.push_back(spec.lp_kernel); // backlogged
                     } else if vms[v].jobs.is_empty() {
@@ -299,7 +292,7 @@ pub fn run(base: &Config, spec: &TurnSpec, mode: Mode) -> Result<TurnResult, Sim
                         }
                         requests += 1;
                         let mut think = spec.think.saturating_add(rng.below(spec.jitter));
-                        if spec.tail_every > 0 && requests % spec.tail_every == 0 {
+                        if spec.tail_every > 0 && requests.is_multiple_of(spec.tail_every) {
                             think = think.saturating_add(rng.below(spec.tail));
                         }
                         vms[v].next_request = Some(now.saturating_add(think));
@@ -307,7 +300,7 @@ pub fn run(base: &Config, spec: &TurnSpec, mode: Mode) -> Result<TurnResult, Sim
                     let more = !vms[v].jobs.is_empty();
                     let deadline_passed = run.deadline.is_some_and(|d| now >= d);
                     let job = run.work.saturating_sub(run.done);
-                    if more && !run.one_job && !deadline_passed {
+                    if more && !deadline_passed {
                         // `progress`: the turn goes on with the next job.
                         sched.on_progress(id(v)?, job, now)?;
                         run.done = run.work;
@@ -382,7 +375,9 @@ fn stop_at(
     r: &mut TurnResult,
     count: &mut impl FnMut(&mut TurnResult, usize, Duration, Duration),
 ) {
-    let Some(run) = running.as_mut().filter(|x| x.vm == p.0 as usize && x.stopped.is_none())
+    let Some(run) = running
+        .as_mut()
+        .filter(|x| x.vm == p.0 as usize && x.stopped.is_none())
     else {
         return;
     };
