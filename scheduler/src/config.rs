@@ -121,9 +121,12 @@ pub struct Config {
     pub fill_slice: Duration,
     /// Predicted gaps shorter than this are left idle (`fill_min=`, default 20 µs).
     pub fill_min: Duration,
-    /// A higher VM idle this long beyond its predicted gap no longer constrains lower classes
-    /// (`fill_idle=`, default 5 ms).
+    /// A higher VM with no gap predicted yet constrains lower classes (short slices) until it
+    /// has been idle this long (`fill_idle=`, default 5 ms).
     pub fill_idle: Duration,
+    /// The longest the GPU is kept idle for a higher VM that is due (past the low quantile of
+    /// its gaps, before their third quartile) (`fill_hold=`, default 300 µs; 0: never).
+    pub fill_hold: Duration,
     /// Samples an estimate needs before it is used (`fill_samples=`, default 2).
     pub fill_samples: u32,
     /// Kernel identities remembered per VM (`fill_kernels=`, default 256; least recently used
@@ -156,6 +159,7 @@ impl Default for Config {
             fill_slice: Duration::from_micros(200),
             fill_min: Duration::from_micros(20),
             fill_idle: Duration::from_millis(5),
+            fill_hold: Duration::from_micros(300),
             fill_samples: 2,
             fill_kernels: 256,
         }
@@ -208,6 +212,7 @@ impl Config {
             "fill_slice" => self.fill_slice = parse_duration(value).ok_or_else(bad)?,
             "fill_min" => self.fill_min = parse_duration(value).ok_or_else(bad)?,
             "fill_idle" => self.fill_idle = parse_duration(value).ok_or_else(bad)?,
+            "fill_hold" => self.fill_hold = parse_duration(value).ok_or_else(bad)?,
             "fill_samples" => self.fill_samples = value.parse().map_err(|_| bad())?,
             "fill_kernels" => self.fill_kernels = value.parse().map_err(|_| bad())?,
             "slice" => self.slice = parse_duration(value).ok_or_else(bad)?,

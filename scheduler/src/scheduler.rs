@@ -49,6 +49,7 @@ impl Scheduler {
                 slice: config.fill_slice,
                 min_gap: config.fill_min,
                 idle: config.fill_idle,
+                hold: config.fill_hold,
                 samples: config.fill_samples,
                 kernels: config.fill_kernels,
             })
@@ -238,6 +239,32 @@ impl Scheduler {
         }
     }
 
+    /// With `fill=on`: inside `vm`'s running grant (a turn), its current job completed after
+    /// `gpu_time` and the VM goes on with its next job under the same grant (vgpud: a
+    /// `progress`). The job's GPU time is learned under its identity; the next job is
+    /// unidentified. The policies hear of the turn's GPU time at its end, as before. Refused
+    /// for a VM that does not hold the GPU; nothing without filling.
+    pub fn on_progress(
+        &mut self,
+        vm: VmId,
+        gpu_time: Duration,
+        now: Duration,
+    ) -> Result<(), SchedError> {
+        self.check_time(now)?;
+        self.vm(vm)?;
+        let run = match self.running {
+            Some(r) if r.vm == vm => r,
+            _ => return Err(SchedError::NotRunning(vm)),
+        };
+        self.tick(now)?;
+        // A job cannot have run longer than the grant has existed.
+        let gpu_time = gpu_time.min(now.saturating_sub(run.since));
+        if let Some(f) = &mut self.fill {
+            f.on_progress(vm, gpu_time);
+        }
+        Ok(())
+    }
+
     /// `vm`'s queue was dropped (channel reset, VM stopped submitting): it has no jobs left.
     /// Refused while it holds the GPU (report the end of the run first).
     pub fn on_idle(&mut self, vm: VmId, now: Duration) -> Result<(), SchedError> {
@@ -382,22 +409,24 @@ impl Scheduler {
         let cap = match gate {
             Gate::Open => None,
             Gate::Short => Some(self.config.fill_slice),
+            Gate::Hold { vm, until } => return Ok(Pick::Wait { vm, until }),
             Gate::Gap { vm, end, short } => {
                 let left = end - now;
                 if left < self.config.fill_min {
                     // Too short to fill: keep the GPU for the higher VM's next kernel.
                     return Ok(Pick::Wait { vm, until: end });
                 }
-                if let Some((filler, predicted)) = self.best_fit(left) {
-                    return Ok(self.grant_filler(filler, predicted, left, now));
-                }
-                // Nothing is predicted to fit: the class's choice runs until the gap's end, told
-                // to stop early enough for its context to be saved by then.
+                // Whatever runs is told to stop early enough for its context to be saved by
+                // the time the higher VM is due.
                 let stop = self
                     .fill
                     .as_ref()
                     .map_or(Duration::ZERO, Fill::stop_latency);
                 let until_end = left.saturating_sub(stop);
+                if let Some((filler, predicted)) = self.best_fit(left) {
+                    return Ok(self.grant_filler(filler, predicted, until_end, now));
+                }
+                // Nothing is predicted to fit: the class's choice runs until then.
                 if until_end < self.config.fill_min {
                     return Ok(Pick::Wait { vm, until: end });
                 }
@@ -428,6 +457,7 @@ impl Scheduler {
                     since: now,
                     slice,
                 });
+                self.tell_other_classes(vm, class, now);
                 Pick::Run(Decision { run: vm, slice })
             }
             Some(Choice::Wait { vm, until }) if self.vms.contains_key(&vm) && until > now => {
@@ -464,17 +494,20 @@ impl Scheduler {
             .map(|(_, id, predicted)| (id, predicted))
     }
 
-    /// Grants `vm`'s head job as a filler predicted to take `predicted` of a gap of `left`. Its
-    /// slice is the longer of the gap and the class slice: past it, with no higher submission,
-    /// the policies decide again.
+    /// Grants `vm`, whose head job is predicted to end after `predicted`, within the gap, as a
+    /// filler. Its slice ends at the later of that end and `until_end` (the gap's end less the
+    /// stop latency): a job that fits completes, not preempted just before its end, and a
+    /// dispatcher that runs turns (vgpud) stops the VM's next jobs by then, by the VM's own
+    /// deadline. (A one-job grant instead measured worse with real VMs: the rest of the gap
+    /// then needs a grant of its own, a round trip, while a turn goes on at no cost.)
     fn grant_filler(
         &mut self,
         vm: VmId,
         predicted: Duration,
-        left: Duration,
+        until_end: Duration,
         now: Duration,
     ) -> Pick {
-        let slice = Some(left.max(self.config.slice));
+        let slice = Some(predicted.max(until_end));
         if let Some(v) = self.vms.get_mut(&vm) {
             v.stats.runs += 1;
         }
@@ -489,7 +522,16 @@ impl Scheduler {
             since: now,
             slice,
         });
+        let class = self.vms.get(&vm).map_or(0, |v| v.params.priority);
+        self.tell_other_classes(vm, class, now);
         Pick::Run(Decision { run: vm, slice })
+    }
+
+    /// `vm` of `class` was granted: the policies of the other classes hear of it.
+    fn tell_other_classes(&mut self, vm: VmId, class: u8, now: Duration) {
+        for (_, p) in self.classes.iter_mut().filter(|(c, _)| **c != class) {
+            p.on_foreign_grant(vm, now);
+        }
     }
 
     /// Kernel identities with a measured GPU time kept for `vm` (0 without `fill=on`).

@@ -187,9 +187,74 @@ fn a_gap_too_short_to_fill_keeps_the_gpu_for_the_high_vm() {
             until: t + us(15)
         }
     );
-    // The high VM is late: no prediction holds, the low VM runs with the short slice.
-    let d = run(&mut s, t + us(15));
-    assert_eq!((d.run, d.slice), (L1, Some(us(200))), "fill_slice (200 µs)");
+    // It is due: the GPU is held for it until its return window ends (its gaps were all
+    // 15 µs: at least fill_min more).
+    assert_eq!(
+        s.pick(t + us(15)).unwrap(),
+        Pick::Wait {
+            vm: H,
+            until: t + us(35)
+        }
+    );
+    // Late: it constrains nothing any more (a preempt covers its return), the class slice.
+    let d = run(&mut s, t + us(35));
+    assert_eq!((d.run, d.slice), (L1, Some(ms(2))));
+    assert_eq!(
+        s.on_submit_kernel(H, k(7), t + us(40)).unwrap(),
+        Action::Preempt(L1)
+    );
+}
+
+#[test]
+fn a_due_high_vm_holds_the_gpu_until_its_third_quartile_then_late_it_constrains_nothing() {
+    // Gaps of 1.0-1.6 ms after kernel 7: the fill is cut at the low quantile (1.0 ms here),
+    // the GPU is held until the third quartile, then the low class runs uncut.
+    let mut s = sched("fill=on", &[(1, 1, 0), (10, 1, 1)]);
+    let t = teach_kernel(&mut s, L1, 1, us(1500), ms(0));
+    let mut t = alone(&mut s, H, k(7), t, us(100));
+    for gap in [1000, 1100, 1200, 1300, 1400, 1500, 1600, 1250, 1150] {
+        t = alone(&mut s, H, k(7), t + us(gap), us(100));
+    }
+    assert_eq!(s.predicted_gap(H), Some((t, Some(us(1000)))));
+    s.on_submit_kernel(L1, k(1), t).unwrap();
+    let d = run(&mut s, t);
+    assert_eq!((d.run, d.slice), (L1, Some(us(1000))));
+    s.on_preempted(L1, us(1000), t + us(1000)).unwrap();
+    // 9 samples: the third quartile is the 7th smallest, 1.4 ms; fill_hold (300 µs) caps it.
+    assert_eq!(
+        s.pick(t + us(1000)).unwrap(),
+        Pick::Wait {
+            vm: H,
+            until: t + us(1300)
+        }
+    );
+    // The high VM comes within the window: granted at once.
+    assert_eq!(
+        s.on_submit_kernel(H, k(7), t + us(1200)).unwrap(),
+        Action::None
+    );
+    assert_eq!(run(&mut s, t + us(1200)).run, H);
+    s.on_complete(H, us(100), t + us(1300)).unwrap();
+    // Next gap (a 1.2 ms sample more: the third quartile is 1.3 ms); past the window the high
+    // VM no longer holds the GPU.
+    let t = t + us(1300);
+    // L1's job has 500 µs left: it fits; the grant is cut at the gap's low end all the same.
+    let d = run(&mut s, t);
+    assert_eq!((d.run, d.slice), (L1, Some(us(1000))));
+    s.on_complete(L1, us(500), t + us(500)).unwrap();
+    // Its next job (1.5 ms) does not fit the 500 µs left: cut there too.
+    s.on_submit_kernel(L1, k(1), t + us(500)).unwrap();
+    let d = run(&mut s, t + us(500));
+    assert_eq!(d.slice, Some(us(500)));
+    s.on_preempted(L1, us(500), t + us(1000)).unwrap();
+    assert_eq!(
+        s.pick(t + us(1000)).unwrap(),
+        Pick::Wait {
+            vm: H,
+            until: t + us(1300)
+        }
+    );
+    assert_eq!(run(&mut s, t + us(1300)).slice, Some(ms(2)));
 }
 
 #[test]
@@ -430,4 +495,107 @@ fn kernel_keys_are_stable_fnv1a() {
     ] {
         assert_ne!(a, b);
     }
+}
+
+#[test]
+fn jobs_inside_a_turn_are_learned_one_by_one() {
+    let mut s = sched("fill=on", &[(1, 1, 0)]);
+    // Turns of two jobs: kernel 3 (400 µs, identified by the want), then an unidentified one
+    // (300 µs; vgpud: a `progress` between them); the turn ends with 700 µs of GPU time.
+    let mut t = ms(0);
+    for _ in 0..2 {
+        s.on_submit_kernel(L1, k(3), t).unwrap();
+        run(&mut s, t);
+        s.on_progress(L1, us(400), t + us(400)).unwrap();
+        s.on_complete(L1, us(700), t + us(700)).unwrap();
+        t += us(700);
+    }
+    s.on_submit_kernel(L1, k(3), t).unwrap();
+    assert_eq!(
+        s.predicted_head(L1),
+        Some(us(400)),
+        "kernel 3's own time, not the 700 µs turn"
+    );
+    // Preempted in its second job: the head (unidentified, 300 µs) keeps only its own part.
+    run(&mut s, t);
+    s.on_progress(L1, us(400), t + us(400)).unwrap();
+    s.on_preempted(L1, us(500), t + us(500)).unwrap();
+    assert_eq!(s.predicted_head(L1), Some(us(200)));
+    assert_eq!(s.kernels_known(L1), 2);
+}
+
+#[test]
+fn hostile_progress_reports_are_refused_or_bounded() {
+    let mut s = sched("fill=on", &[(1, 1, 0), (2, 1, 0)]);
+    s.on_submit_kernel(L1, k(3), ms(0)).unwrap();
+    s.on_submit_kernel(L2, k(3), ms(0)).unwrap();
+    let d = run(&mut s, ms(0));
+    let other = if d.run == L1 { L2 } else { L1 };
+    assert!(s.on_progress(other, us(10), ms(1)).is_err(), "not running");
+    assert!(s.on_progress(VmId(99), us(10), ms(1)).is_err(), "unknown");
+    // A job longer than the grant has existed counts as the grant's age; zero is a sample.
+    s.on_progress(d.run, Duration::MAX, ms(1)).unwrap();
+    assert!(
+        s.on_progress(d.run, us(1), us(500)).is_err(),
+        "time went backwards"
+    );
+    s.on_progress(d.run, Duration::ZERO, ms(1)).unwrap();
+    s.on_complete(d.run, Duration::MAX, ms(1)).unwrap();
+    s.on_submit_kernel(d.run, k(3), ms(1)).unwrap();
+    s.on_preempted(other, us(1), ms(1)).unwrap_err();
+    run(&mut s, ms(1));
+    s.on_progress(d.run, us(1000), ms(2)).unwrap();
+    s.on_complete(d.run, us(1000), ms(2)).unwrap();
+    // Kernel 3 learned 1 ms twice (capped); its queue and the other VM are intact.
+    s.on_submit_kernel(d.run, k(3), ms(2)).unwrap();
+    assert_eq!(s.predicted_head(d.run), Some(ms(1)));
+    assert_eq!(s.vm_info(other).unwrap().1.pending, 1);
+    // Without filling a progress changes nothing but is still checked.
+    let mut s = sched("policy=timeslice", &[(1, 1, 0)]);
+    assert!(s.on_progress(L1, us(1), ms(0)).is_err());
+}
+
+#[test]
+fn a_filler_that_fits_ends_its_job_and_is_cut_at_the_gap_end() {
+    // A job that fits is not preempted before its end; the grant lasts until the gap's end less
+    // the stop latency (a turn, under vgpud, goes on with the VM's next jobs until then).
+    let (mut s, t) = in_gap("fill=on");
+    s.on_submit_kernel(L3, k(3), t).unwrap();
+    let d = run(&mut s, t);
+    assert_eq!((d.run, d.slice), (L3, Some(ms(1))));
+    // Its turn ran into a next job, stopped at the slice end, reported 400 µs later: the stop
+    // latency learned.
+    s.on_preempted(L3, ms(1), t + us(1400)).unwrap();
+    let t = alone(&mut s, H, k(7), t + us(1400), us(100));
+    s.on_submit_kernel(L2, k(2), t).unwrap();
+    let d = run(&mut s, t);
+    assert_eq!(
+        (d.run, d.slice),
+        (L2, Some(us(600))),
+        "450 µs fits; cut 400 µs early"
+    );
+}
+
+#[test]
+fn simulated_vgpud_dispatch_fikit_beats_priority_for_the_high_vm() {
+    use scheduler::sim::turns::{TurnSpec, compare as compare_turns};
+    let spec = TurnSpec {
+        duration: ms(2500),
+        ..TurnSpec::vgpu_bench(4)
+    };
+    let r = compare_turns(&Config::default(), &spec).unwrap();
+    let get = |m: Mode| r.iter().find(|x| x.mode == m).unwrap();
+    let (alone, prio, fill) = (get(Mode::Exclusive), get(Mode::Priority), get(Mode::Fill));
+    assert!(fill.latencies.len() > 500);
+    // The high VM is never preempted by its own stale turn (it was, every other request,
+    // before a grant in another class ended a kept turn).
+    let hp_preempted: Vec<u64> = r.iter().map(|x| x.hp_preemptions).collect();
+    assert!(hp_preempted.iter().all(|n| *n == 0), "{hp_preempted:?}");
+    // Its submissions find the GPU free: granted at once, as alone.
+    assert_eq!(fill.latency(0.5), alone.latency(0.5));
+    assert!(fill.latency(0.5) < prio.latency(0.5));
+    // Fewer stops than a preempt per request, and the low VMs get most of the idle GPU time.
+    assert!(fill.preemptions < prio.preemptions);
+    let idle = alone.measured - alone.hp_work;
+    assert!(fill.lp_work.as_secs_f64() / idle.as_secs_f64() > 0.8);
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{ms, run, sched, us};
-use scheduler::{Action, Pick, VmId};
+use scheduler::{Action, Decision, Pick, VmId};
 use std::time::Duration;
 
 const A: VmId = VmId(1);
@@ -269,6 +269,44 @@ fn higher_priority_class_runs_first_and_preempts() {
     assert_eq!(run(&mut s, ms(11)).run, C);
     s.on_complete(C, ms(10), ms(21)).unwrap();
     assert!([A, B].contains(&run(&mut s, ms(21)).run));
+}
+
+#[test]
+fn a_higher_class_vm_gets_a_fresh_turn_after_a_lower_class_ran_in_its_gap() {
+    // The inference pattern: C (class 1, alone in it) runs 1 ms of its 2 ms turn, goes idle;
+    // A (class 0) runs in the gap; C's next request must get a whole slice, not the 1 ms left
+    // of its old turn (it was preempted mid-request at that stale end).
+    let mut s = sched("policy=timeslice,slice=2ms", &[(1, 1, 0), (3, 1, 1)]);
+    s.on_submit(A, ms(0)).unwrap();
+    s.on_submit(C, ms(0)).unwrap();
+    assert_eq!(
+        run(&mut s, ms(0)),
+        Decision {
+            run: C,
+            slice: Some(ms(2))
+        }
+    );
+    s.on_complete(C, ms(1), ms(1)).unwrap();
+    assert_eq!(run(&mut s, ms(1)).run, A);
+    assert_eq!(s.on_submit(C, ms(3)).unwrap(), Action::Preempt(A));
+    s.on_preempted(A, ms(2), ms(3)).unwrap();
+    assert_eq!(
+        run(&mut s, ms(3)),
+        Decision {
+            run: C,
+            slice: Some(ms(2))
+        }
+    );
+    // Within its class, a VM that submits again before any other grant keeps its turn.
+    s.on_complete(C, ms(1), ms(4)).unwrap();
+    s.on_submit(C, ms(4)).unwrap();
+    assert_eq!(
+        run(&mut s, ms(4)),
+        Decision {
+            run: C,
+            slice: Some(ms(1))
+        }
+    );
 }
 
 #[test]

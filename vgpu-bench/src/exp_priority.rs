@@ -81,6 +81,10 @@ pub struct Args {
     /// Leave out the native anchor (plain CUDA processes, run on `--backend cuda` only).
     #[arg(long)]
     pub no_native: bool,
+    /// More scheduler options for the `fikit` mode, appended to its `policy=fikit` (e.g.
+    /// `fill_hold=100us`; `scheduler/README.md`, "Configuration").
+    #[arg(long)]
+    pub fikit_sched: Option<String>,
 }
 
 /// One configuration of the comparison.
@@ -149,6 +153,11 @@ impl Plan {
         if lp == 0 || lp > 64 {
             return bad(format!("--lp {lp}: 1 to 64"));
         }
+        if let Some(extra) = &a.fikit_sched
+            && let Err(e) = scheduler::Config::parse(&format!("policy=fikit,{extra}"))
+        {
+            return bad(format!("--fikit-sched {extra}: {e}"));
+        }
         if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
             return bad(format!("--duration {duration}: 0 to 3600 s"));
         }
@@ -213,9 +222,19 @@ pub fn lp_cmdline(a: &Args, plan: &Plan, iters: u32) -> String {
     )
 }
 
+/// `vgpud --sched` of `mode`: its own, with `--fikit-sched` appended for `fikit`.
+pub fn mode_sched(a: &Args, mode: Mode) -> String {
+    match (&a.fikit_sched, mode.name) {
+        (Some(extra), "fikit") => format!("{},{extra}", mode.sched),
+        _ => mode.sched.to_string(),
+    }
+}
+
 /// What one mode produced.
 pub struct ModeRun {
     pub mode: Mode,
+    /// The scheduler configuration it ran under (`mode_sched`).
+    pub sched: String,
     /// vgpud's report (`None` for the native modes: no daemon).
     pub report: Option<vgpud::Report>,
     pub hp: InferRun,
@@ -261,7 +280,7 @@ fn run_mode(
         "--socket".into(),
         socket.display().to_string(),
         "--sched".into(),
-        mode.sched.into(),
+        mode_sched(a, mode),
         "--report".into(),
         report_path.display().to_string(),
         "--vram".into(),
@@ -358,6 +377,7 @@ fn run_mode(
     commands.extend(lps.iter().map(|v| v.command.clone()));
     Ok(ModeRun {
         mode,
+        sched: mode_sched(a, mode),
         hp: priority_guest::parse(&read(&hp)),
         hp_exit: hp.code(),
         lp: lps
@@ -461,6 +481,10 @@ mod tests {
             MODES.map(|m| m.name),
             ["alone", "timeslice", "priority", "fikit"]
         );
+        let t = args(&["--fikit-sched", "fill_hold=100us"]);
+        assert!(Plan::from_args(&t).is_ok());
+        assert_eq!(mode_sched(&t, MODES[3]), "policy=fikit,fill_hold=100us");
+        assert_eq!(mode_sched(&t, MODES[2]), MODES[2].sched);
     }
 
     #[test]
@@ -472,6 +496,8 @@ mod tests {
             &["--duration", "0"],
             &["--vram-per-vm", "3M"],
             &["--kernels", "17"],
+            &["--fikit-sched", "fill_hold=soon"],
+            &["--fikit-sched", "nonsense=1"],
         ] {
             let refused = match T::try_parse_from(std::iter::once("t").chain(bad.iter().copied())) {
                 Err(e) => e.kind() == clap::error::ErrorKind::ValueValidation,

@@ -169,6 +169,7 @@ mod tests {
             crate::fairness_guest::parse("FAIRNESS start\nFAIRNESS end t_ms=2000 done=50 ok=1\n");
         let r = ModeRun {
             mode: MODES[3],
+            sched: MODES[3].sched.to_string(),
             report: Some(report),
             hp,
             hp_exit: Some(0),
@@ -221,6 +222,7 @@ mod tests {
             crate::fairness_guest::parse("FAIRNESS start\nFAIRNESS end t_ms=500 done=40 ok=1\n");
         let r = ModeRun {
             mode: crate::priority_native::NATIVE_MODES[1],
+            sched: String::new(),
             report: None,
             hp,
             hp_exit: Some(0),

@@ -124,6 +124,7 @@ pub fn run_mode(
     commands.extend(lps.iter().map(|v| v.command.clone()));
     Ok(ModeRun {
         mode,
+        sched: mode.sched.to_string(),
         report: None,
         hp: hp_run,
         hp_exit: hp.code(),

@@ -74,7 +74,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         });
         modes_json.push(json!({
             "mode": m.mode.name,
-            "sched": m.mode.sched,
+            "sched": m.sched,
             "hp_priority": m.mode.hp_priority,
             "lp_vms": m.lp.len(),
             "ok": f.ok,
@@ -116,7 +116,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         rows.push(format!(
             "{},{},{},{},{:.0},{:.0},{},{},{:.2},{:.4},{:.4},{},{:.4},{}",
             m.mode.name,
-            m.mode.sched.replace(',', ";"),
+            m.sched.replace(',', ";"),
             m.lp.len(),
             f.requests,
             f.lat_us.p50,

@@ -388,6 +388,7 @@ impl Daemon {
                 }
             }
             Ok(Pick::Wait { until, .. }) => {
+                log::debug!("vgpud: wait until {} at {now_ns}", self.mono_of(until));
                 self.wait_until_ns = Some(self.origin_ns + until.as_nanos() as u64);
             }
             Ok(Pick::Idle) => {}

@@ -168,6 +168,12 @@ impl Daemon {
         }
         match self.sched.on_submit_kernel(vm, key, now) {
             Ok(action) => {
+                log::debug!(
+                    "vgpud: want of vm {} (kernel {:?}) at {}: {action:?}",
+                    vm.0,
+                    key.map(|k| k.0),
+                    monotonic_ns()
+                );
                 reg.pending = true;
                 reg.want_since_ns = monotonic_ns();
                 if let Action::Preempt(v) = action {
@@ -240,13 +246,23 @@ impl Daemon {
                 false,
             );
         }
+        log::debug!(
+            "vgpud: progress {seq} from vm {}: run {}..{} ns",
+            vm.0,
+            stamps.0,
+            stamps.1
+        );
         let gpu = self.record_job(c, vm, gpu_ns, stamps, false);
         if let Some(run) = &mut self.run {
             run.turn_gpu_ns += gpu;
         }
-        // The scheduler sees the turn as one job: with more than one kernel in it, it is no
-        // longer the first kernel's run (learned as unidentified).
-        self.sched.identify(vm, None);
+        // Per job inside the turn (filling): the finished job's GPU time is learned under its
+        // identity; the job the VM goes on with is unidentified (the VM sends none inside a
+        // turn). The policies see the whole turn at its end.
+        let now = self.at(monotonic_ns());
+        if let Err(e) = self.sched.on_progress(vm, Duration::from_nanos(gpu), now) {
+            log::error!("vgpud: progress of vm {}: {e}", vm.0);
+        }
         if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
             reg.report.completed += 1;
         }

@@ -10,7 +10,7 @@ mod stats;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use stats::{Estimate, Table};
+use stats::{Estimate, Table, Window};
 
 use crate::types::{KernelKey, VmId};
 
@@ -26,9 +26,11 @@ pub struct FillParams {
     pub slice: Duration,
     /// Gaps shorter than this are not filled (the GPU waits for the higher VM).
     pub min_gap: Duration,
-    /// A higher VM idle this long past its predicted gap (or, without a prediction, this long)
-    /// no longer constrains the lower classes (it went idle; preemption covers its return).
+    /// A higher VM with no gap predicted yet, idle this long, no longer constrains the lower
+    /// classes (it went idle; preemption covers its return).
     pub idle: Duration,
+    /// The longest the GPU is held for a due VM.
+    pub hold: Duration,
     /// Samples an estimate needs before it is used.
     pub samples: u32,
     /// Identities kept per VM per table.
@@ -44,12 +46,34 @@ struct VmFill {
     overflow: u64,
     /// GPU time of the head job's preempted runs so far.
     head_progress: Duration,
+    /// GPU time of the run in progress that went to jobs completed inside it (`on_progress`):
+    /// the rest of the run's time is the head job's.
+    run_done: Duration,
     /// GPU time per identity.
     kernels: Table,
-    /// Idle time after each identity.
-    gaps: Table,
+    /// Idle time after each identity (the last samples: quantiles).
+    gaps: Table<Window>,
     /// The completion that left it idle: (its identity, when).
     idle_since: Option<(Option<KernelKey>, Duration)>,
+}
+
+impl VmFill {
+    /// Takes the head job's identity off the queue.
+    fn pop_head(&mut self) -> Option<KernelKey> {
+        let key = match self.keys.pop_front() {
+            Some(k) => k,
+            None => {
+                self.overflow = self.overflow.saturating_sub(1);
+                None
+            }
+        };
+        if self.keys.is_empty() && self.overflow > 0 {
+            // The unidentified tail is now at the head; identities are kept again from here.
+            self.overflow -= 1;
+            self.keys.push_back(None);
+        }
+        key
+    }
 }
 
 /// How the idle higher-class VMs constrain a lower-class grant now.
@@ -57,8 +81,11 @@ struct VmFill {
 pub enum Gate {
     /// No constraint: the lower class's policy decides as usual.
     Open,
-    /// A higher VM may submit any time (no prediction, or late): short slices.
+    /// A higher VM may submit any time (no prediction yet): short slices.
     Short,
+    /// A higher VM (`vm`) is due now: inside its predicted return window, which ends at
+    /// `until`. The GPU is kept idle for it (a grant now would be preempted at once).
+    Hold { vm: VmId, until: Duration },
     /// The earliest predicted submission of a higher VM is at `end` (`vm`); `short`: another
     /// higher VM is unpredictable as well.
     Gap {
@@ -139,6 +166,7 @@ impl Fill {
                 keys: VecDeque::new(),
                 overflow: 0,
                 head_progress: Duration::ZERO,
+                run_done: Duration::ZERO,
                 kernels: Table::new(kernels),
                 gaps: Table::new(kernels),
                 idle_since: None,
@@ -186,7 +214,25 @@ impl Fill {
             v.keys.clear();
             v.overflow = 0;
             v.head_progress = Duration::ZERO;
+            v.run_done = Duration::ZERO;
             v.idle_since = None;
+        }
+    }
+
+    /// Inside `vm`'s running turn, its head job completed after `gpu_time` in this run and the
+    /// VM went on with its next job: the job's whole GPU time is learned under its identity
+    /// (per job, not per turn), and the next job, whose identity the VM does not send, is the
+    /// head, unidentified.
+    pub fn on_progress(&mut self, vm: VmId, gpu_time: Duration) {
+        let Some(v) = self.vms.get_mut(&vm) else {
+            return;
+        };
+        let key = v.pop_head();
+        v.kernels.add(key, v.head_progress.saturating_add(gpu_time));
+        v.head_progress = Duration::ZERO;
+        v.run_done = v.run_done.saturating_add(gpu_time);
+        if v.keys.is_empty() && v.overflow == 0 {
+            v.keys.push_back(None);
         }
     }
 
@@ -196,7 +242,8 @@ impl Fill {
             self.filler = None;
         }
         if let Some(v) = self.vms.get_mut(&vm) {
-            v.head_progress = v.head_progress.saturating_add(gpu_time);
+            let head = gpu_time.saturating_sub(std::mem::take(&mut v.run_done));
+            v.head_progress = v.head_progress.saturating_add(head);
         }
     }
 
@@ -217,20 +264,10 @@ impl Fill {
         let Some(v) = self.vms.get_mut(&vm) else {
             return;
         };
-        let key = match v.keys.pop_front() {
-            Some(k) => k,
-            None => {
-                v.overflow = v.overflow.saturating_sub(1);
-                None
-            }
-        };
-        if v.keys.is_empty() && v.overflow > 0 {
-            // The unidentified tail is now at the head; identities are kept again from here.
-            v.overflow -= 1;
-            v.keys.push_back(None);
-        }
+        let key = v.pop_head();
+        let head = gpu_time.saturating_sub(std::mem::take(&mut v.run_done));
         if measured {
-            v.kernels.add(key, v.head_progress.saturating_add(gpu_time));
+            v.kernels.add(key, v.head_progress.saturating_add(head));
         }
         v.head_progress = Duration::ZERO;
         v.idle_since = if idle { Some((key, now)) } else { None };
@@ -246,41 +283,65 @@ impl Fill {
         (v.head_progress < high).then(|| high - v.head_progress)
     }
 
-    /// Predicted idle gap after `vm`'s last completion: (when it started, predicted length).
+    /// Predicted idle gap after `vm`'s last completion: (when it started, predicted length:
+    /// the low quantile of the gaps seen after that identity).
     pub fn gap(&self, vm: VmId) -> Option<(Duration, Option<Duration>)> {
+        let (since, window) = self.gap_window(vm)?;
+        Some((since, window.map(|(low, _)| low)))
+    }
+
+    /// As `gap`, with the return window: (low quantile, third quartile) of the gaps seen.
+    fn gap_window(&self, vm: VmId) -> Option<(Duration, Option<(Duration, Duration)>)> {
         let v = self.vms.get(&vm)?;
         let (key, since) = v.idle_since?;
-        let predicted = v.gaps.get(key, self.params.samples).map(|e| e.low());
-        Some((since, predicted))
+        let window = v
+            .gaps
+            .get(key, self.params.samples)
+            .map(|w| (w.low(), w.upper()));
+        Some((since, window))
     }
 
     /// How the idle VMs `higher` (those of classes above the one that has work) constrain a
-    /// grant at `now`.
+    /// grant at `now`. Per VM in a gap with a prediction: before the low quantile of its gap
+    /// ends, the gap bounds the grant (`Gap`); from then until the gap's third quartile (at
+    /// least `min_gap` more, at most `hold`), it is due (`Hold`: the GPU waits for it, so that its submission
+    /// is granted at once, while its thread is still awake, instead of after a preempt and a
+    /// save); later, it is late and
+    /// constrains nothing (strict-priority preemption covers its return; slicing the lower
+    /// classes finely while waiting for a late VM cost a switch and a context save per slice).
+    /// Without a prediction yet: short slices until it has been idle `idle`.
     pub fn gate(&self, higher: impl Iterator<Item = VmId>, now: Duration) -> Gate {
-        let (mut end, mut short) = (None::<(Duration, VmId)>, false);
+        let (mut end, mut hold, mut short) = (None::<(Duration, VmId)>, None, false);
+        let earliest = |best: &mut Option<(Duration, VmId)>, t: Duration, vm: VmId| {
+            if best.is_none_or(|(b, _)| t < b) {
+                *best = Some((t, vm));
+            }
+        };
         for vm in higher {
-            let Some((since, predicted)) = self.gap(vm) else {
+            let Some((since, window)) = self.gap_window(vm) else {
                 continue; // not in a gap (never ran, or its queue was dropped)
             };
-            let predicted_end = predicted.map(|p| since.saturating_add(p));
-            match predicted_end {
-                Some(e) if now < e => {
-                    if end.is_none_or(|(best, _)| e < best) {
-                        end = Some((e, vm));
+            match window {
+                Some((low, upper)) => {
+                    let due = since.saturating_add(low);
+                    let late = since
+                        .saturating_add(upper)
+                        .max(due.saturating_add(self.params.min_gap))
+                        .min(due.saturating_add(self.params.hold));
+                    if now < due {
+                        earliest(&mut end, due, vm);
+                    } else if now < late {
+                        earliest(&mut hold, late, vm);
                     }
                 }
-                _ => {
-                    let expected = predicted_end.unwrap_or(since);
-                    if now < expected.saturating_add(self.params.idle) {
-                        short = true;
-                    }
-                }
+                None => short |= now < since.saturating_add(self.params.idle),
             }
         }
-        match (end, short) {
-            (Some((end, vm)), short) => Gate::Gap { vm, end, short },
-            (None, true) => Gate::Short,
-            (None, false) => Gate::Open,
+        match (hold, end, short) {
+            (Some((until, vm)), _, _) => Gate::Hold { vm, until },
+            (None, Some((end, vm)), short) => Gate::Gap { vm, end, short },
+            (None, None, true) => Gate::Short,
+            (None, None, false) => Gate::Open,
         }
     }
 

@@ -55,6 +55,11 @@ pub trait Policy: Debug + Send {
     fn on_preempted(&mut self, vm: VmId, gpu_time: Duration, now: Duration);
     /// Chooses among the VMs with queued jobs; `None` only if none has any.
     fn pick(&mut self, now: Duration) -> Option<Choice>;
+    /// The GPU was granted to `vm` of another class. A policy that keeps a turn for an idle VM
+    /// (TIMESLICE) ends it here: the turn is kept only until the next grant, and a grant in
+    /// another class is one (without this, a VM alone in a higher class went on with one old
+    /// turn across its idle gaps and was preempted mid-request at that turn's stale end).
+    fn on_foreign_grant(&mut self, _vm: VmId, _now: Duration) {}
     /// A guess, changing nothing, of the VM the next new turn goes to if `running` stops now
     /// (for dispatchers that warn the next VM ahead); `None` when the policy cannot tell.
     fn peek_next(&self, _running: Option<VmId>) -> Option<VmId> {

@@ -198,6 +198,15 @@ impl Policy for Timeslice {
             self.end_turn();
         }
     }
+    fn on_foreign_grant(&mut self, _vm: VmId, _now: Duration) {
+        // The kept turn of an idle VM ends at the next grant (see `on_idle`), also one made in
+        // another class.
+        if let Some(t) = self.turn
+            && !self.vms.get(&t.vm).is_some_and(|v| v.runnable)
+        {
+            self.end_turn();
+        }
+    }
     fn peek_next(&self, running: Option<VmId>) -> Option<VmId> {
         self.vms
             .iter()

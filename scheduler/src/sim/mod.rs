@@ -13,6 +13,7 @@ use crate::types::{Action, KernelKey, Pick, VmId, VmParams};
 
 pub mod priority;
 mod report;
+pub mod turns;
 
 pub use report::{SimReport, VmReport, WindowReport};
 
