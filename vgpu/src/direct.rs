@@ -77,6 +77,21 @@ impl Direct {
             .map(|e| e.gpa + (off - e.offset))
     }
 
+    /// Whether `va` of `space` is mapped to system memory (a host region: guest RAM), to VRAM
+    /// or not at all (`Some(true)`, `Some(false)`, `None`); `None` too when `space` is not the
+    /// current one.
+    pub fn maps_to_sysmem(&self, space: SpaceId, va: u64) -> Option<bool> {
+        if self.key.map(|k| k.0) != Some(space) {
+            return None;
+        }
+        let i = self.maps.partition_point(|m| m.va <= va);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        if va >= m.va.checked_add(m.len)? {
+            return None;
+        }
+        Some(matches!(m.target, MapTarget::Host { .. }))
+    }
+
     /// Reads `buf` at `va` of `space` from guest RAM; false if it cannot (use the engine).
     pub fn read(&mut self, space: SpaceId, va: u64, buf: &mut [u8]) -> bool {
         let ok = self

@@ -18,7 +18,7 @@ pub const WORKLOAD: Workload = Workload::new(
 pub const TILE: u32 = 16;
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(16, 32, 128);
+    let n: u32 = size.pick(16, 32, 128, 512);
     let nn = n as usize;
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let a: Vec<f32> = (0..nn * nn).map(|_| rng.scaled_f32(-2, 2)).collect();

@@ -18,7 +18,7 @@ pub const WORKLOAD: Workload = Workload::new(
 pub const BLOCK: u32 = 256;
 
 fn build(size: Size) -> Instance {
-    let (n, grid): (u32, u32) = size.pick((8000, 4), (40_000, 8), (1 << 22, 64));
+    let (n, grid): (u32, u32) = size.pick((8000, 4), (40_000, 8), (1 << 22, 64), (1 << 23, 264));
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let input: Vec<u32> = (0..n).map(|_| rng.next_u32()).collect();
     let stride = (grid * BLOCK) as usize;

@@ -22,7 +22,7 @@ pub const A: f32 = 1.703_125_3;
 const INSTRS: u64 = 20;
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(3000, 16_000, 1 << 20);
+    let n: u32 = size.pick(3000, 16_000, 1 << 20, 1 << 22);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let x: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-6, 6)).collect();
     let y: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-6, 6)).collect();

@@ -20,7 +20,7 @@ pub const BLOCK: u32 = 256;
 const INSTRS: u64 = 22;
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(4000, 16_391, 1 << 20);
+    let n: u32 = size.pick(4000, 16_391, 1 << 20, 1 << 22);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let a: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();
     let b: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();

@@ -162,7 +162,7 @@ pub fn reference(x: f32, p: i32, q: i32) -> [u32; OUTS] {
 }
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(256, 4096, 1 << 18);
+    let n: u32 = size.pick(256, 4096, 1 << 18, 1 << 19);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let (mut f, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n as usize {

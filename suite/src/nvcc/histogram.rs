@@ -18,7 +18,7 @@ pub const WORKLOAD: Workload = Workload::new(
 pub const BLOCK: u32 = 256;
 
 fn build(size: Size) -> Instance {
-    let (n, grid): (u32, u32) = size.pick((5000, 4), (50_000, 16), (1 << 22, 128));
+    let (n, grid): (u32, u32) = size.pick((5000, 4), (50_000, 16), (1 << 22, 128), (1 << 25, 528));
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     // Skewed bytes (AND of two random bytes favours small values): contended bins.
     let data: Vec<u8> = (0..n)

@@ -18,7 +18,7 @@ pub const WORKLOAD: Workload = Workload::new(
 pub const BLOCK: u32 = 256;
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(1000, 12_000, 1 << 20);
+    let n: u32 = size.pick(1000, 12_000, 1 << 20, 1 << 22);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let input: Vec<i32> = (0..n).map(|_| rng.range_i32(-1000, 1000)).collect();
     let grid = n.div_ceil(BLOCK);
