@@ -14,10 +14,12 @@ pub enum Size {
     Medium,
     /// Benchmark size for real GPUs and long runs (1e7..1e8 thread-instructions).
     Large,
-    /// Real work on a data-centre GPU: parameters chosen so that each workload's kernel phase
-    /// runs for about a millisecond or more on an H100 (docs/performance.md, "A suite size for
-    /// an H100"). For real GPUs only: on the sim interpreter (~1e8 thread-instructions/s at
-    /// best) one workload takes seconds to minutes ([`Size::real_gpu_only`]).
+    /// Real work on a data-centre GPU: 4–20× `Large`'s data (740 MiB of buffers over the suite,
+    /// up to 96 MiB per workload), and the nine workloads whose one kernel is short on an H100
+    /// launched 5–20 times in a row (`XL_REPEATS` of each), so that every workload's kernel
+    /// phase lasts a millisecond or more on an H100 (measured: docs/performance.md, "A suite
+    /// size for an H100"). For real GPUs only: on the sim interpreter (~1e8
+    /// thread-instructions/s at best) one workload takes minutes ([`Size::real_gpu_only`]).
     Xl,
 }
 
