@@ -88,7 +88,8 @@ fn preempted_with_workers_gives_identical_bytes() {
 #[test]
 fn repeated_launches_match_their_references() {
     use suite::Size::Small;
-    let repeated: [(&str, fn(suite::Size, u32) -> suite::Instance); 9] = [
+    type Build = fn(suite::Size, u32) -> suite::Instance;
+    let repeated: [(&str, Build); 9] = [
         ("vecadd", suite::hand::vecadd::instance_repeated),
         ("saxpy", suite::hand::saxpy::instance_repeated),
         ("matmul", suite::hand::matmul::instance_repeated),
