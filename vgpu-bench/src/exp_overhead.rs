@@ -208,6 +208,7 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
             gpu_ns: median(same.iter().map(|s| s.gpu_ns).collect()),
             phases,
             download_parts,
+            reread_ns: median(same.iter().map(|s| s.reread_ns).collect()),
         });
     }
     Ok(d)
@@ -241,6 +242,7 @@ fn native_run(gpu: &str, size: suite::Size, sys_mib: Option<u64>) -> Result<RunD
                 gpu_ns: o.gpu_ns,
                 phases: [o.upload, o.kernel, o.download, o.free],
                 download_parts: [o.download_copy, o.download_read],
+                reread_ns: o.download_reread.ns,
             })
             .collect(),
         shadow_rebuilds: n.counters.shadow_rebuilds,
@@ -389,6 +391,7 @@ mod tests {
             gpu_ns: 0,
             phases: [Phase { ns, mmio: 1 }; 4],
             download_parts: [Phase::default(); 2],
+            reread_ns: 0,
         };
         let runs = [10, 30, 20].map(|ns| RunData {
             benches: vec![b(ns)],

@@ -303,6 +303,7 @@ mod tests {
         let dl = &r["download_split"];
         assert!(dl["download_copy"]["us"].as_f64().unwrap() > 0.0, "{dl}");
         assert!(dl["download_read"]["us"].as_f64().unwrap() > 0.0, "{dl}");
+        assert!(dl["reread_us"].as_f64().unwrap() > 0.0, "{dl}");
         let dev = &dl["device"];
         // Every workload copies its outputs out of VRAM and its inputs into it (direct=on:
         // the worker knows each destination).

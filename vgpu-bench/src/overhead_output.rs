@@ -370,6 +370,7 @@ mod tests {
                     mmio: 0,
                 },
             ],
+            reread_ns: ns / 8,
         };
         RunData {
             init: Phase { ns: init, mmio: 0 },
@@ -450,6 +451,11 @@ mod tests {
         assert!((dl["download_copy"]["geomean_slowdown"].as_f64().unwrap() - 2.0).abs() < 1e-9);
         assert!(
             (dl["download_read"]["us"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{dl}"
+        );
+        // Rereads: an eighth of 200 and 800 ns.
+        assert!(
+            (dl["reread_us"].as_f64().unwrap() - 0.125).abs() < 1e-9,
             "{dl}"
         );
         assert_eq!(dl["device"]["copy_to_sysmem"]["copies"].as_u64(), Some(0));

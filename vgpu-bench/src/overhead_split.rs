@@ -24,8 +24,9 @@ fn copies_json(c: &DeviceCopies) -> serde_json::Value {
 }
 
 /// `download_split` of configuration `t` against `base` (native, same size): per part the
-/// time summed over the workloads (medians), the geomean slowdown over the workloads, and the
-/// device's copy timings by destination.
+/// time summed over the workloads (medians), the geomean slowdown over the workloads; the same
+/// reads repeated right after the phase (`reread_us`: the read without first touches of its
+/// destination); and the device's copy timings by destination.
 pub(crate) fn download_json(t: &Table, base: &Table) -> serde_json::Value {
     let mut parts = serde_json::Map::new();
     for (k, name) in DOWNLOAD_PARTS.iter().enumerate() {
@@ -42,6 +43,10 @@ pub(crate) fn download_json(t: &Table, base: &Table) -> serde_json::Value {
             serde_json::json!({ "us": us(sum), "geomean_slowdown": geomean(&slow) }),
         );
     }
+    parts.insert(
+        "reread_us".into(),
+        serde_json::json!(us(t.data.benches.iter().map(|b| b.reread_ns).sum())),
+    );
     let mut device = serde_json::Map::new();
     for (c, name) in t.data.copies.iter().zip(COPY_KINDS) {
         device.insert(format!("copy_{name}"), copies_json(c));

@@ -21,6 +21,9 @@ pub struct Bench {
     /// The download phase's parts ([`DOWNLOAD_PARTS`]): the copies into system memory
     /// (submitted and waited for) and the CPU reading the results.
     pub download_parts: [Phase; 2],
+    /// The same reads again right after the download phase (not part of it), ns; 0 when the
+    /// guest did not report it.
+    pub reread_ns: u64,
 }
 
 /// The download phase's parts, in the order of [`Bench::download_parts`].
@@ -141,6 +144,7 @@ pub fn parse_output(out: &str) -> Result<RunData, BenchError> {
             gpu_ns: field(l, "gpu_us").unwrap_or(0) * 1000,
             phases,
             download_parts,
+            reread_ns: field(l, "download_reread_ns").unwrap_or(0),
         });
     }
     if d.benches.is_empty() {
@@ -273,7 +277,8 @@ mod tests {
             init_tables_ns=2 init_pool_alloc_ns=3 init_pool_warm_ns=4 init_map_ns=5 init_channel_ns=6\n\
             RESULT name=vecadd ok=1 gpu_us=479 exits=3 upload_ns=10 kernel_ns=20 download_ns=30 \
             free_ns=40 upload_exits=1 kernel_exits=2 download_exits=3 free_exits=4 \
-            download_copy_ns=12 download_read_ns=17 download_copy_exits=3 download_read_exits=0\n\
+            download_copy_ns=12 download_read_ns=17 download_copy_exits=3 download_read_exits=0 \
+            download_reread_ns=5\n\
             HEAP used_mib=77\n";
         let d = parse_output(out).unwrap();
         assert_eq!(
@@ -293,6 +298,7 @@ mod tests {
             [Phase { ns: 12, mmio: 3 }, Phase { ns: 17, mmio: 0 }]
         );
         assert_eq!(d.init_parts, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(b.reread_ns, 5);
         assert_eq!(d.heap_used_mib, 77);
         // A guest that does not split init or download is refused.
         assert!(parse_output(&out.replace(" init_map_ns=5", "")).is_err());

@@ -5,7 +5,8 @@
 //! device TIMER between semaphore releases around the launches; exits: the driver's MMIO
 //! accesses for that workload; then per phase of `gpu_driver::suite_run` its wall time and MMIO
 //! accesses: `upload_ns= kernel_ns= download_ns= free_ns= upload_exits= ...`, and the download
-//! phase's two parts `download_copy_ns= download_read_ns=` with their exits), after one
+//! phase's two parts `download_copy_ns= download_read_ns=` with their exits, and
+//! `download_reread_ns=`: the same reads again, outside the phases), after one
 //! `INIT init_ns=<n> init_exits=<n> init_probe_ns= init_tables_ns= init_pool_alloc_ns=
 //! init_pool_warm_ns= init_map_ns= init_channel_ns=` line (driver initialisation and channel
 //! creation, and its parts: `gpu_driver::InitParts`), and a last `HEAP used_mib=<n>` line (the
@@ -91,7 +92,7 @@ fn main() -> u8 {
         let (u, k, d, f) = (out.upload, out.kernel, out.download, out.free);
         let (dc, dr) = (out.download_copy, out.download_read);
         println!(
-            "RESULT name={} ok={} gpu_us={} exits={} upload_ns={} kernel_ns={} download_ns={} free_ns={} upload_exits={} kernel_exits={} download_exits={} free_exits={} download_copy_ns={} download_read_ns={} download_copy_exits={} download_read_exits={}",
+            "RESULT name={} ok={} gpu_us={} exits={} upload_ns={} kernel_ns={} download_ns={} free_ns={} upload_exits={} kernel_exits={} download_exits={} free_exits={} download_copy_ns={} download_read_ns={} download_copy_exits={} download_read_exits={} download_reread_ns={}",
             w.name,
             u8::from(out.ok),
             out.gpu_ns / 1000,
@@ -107,7 +108,8 @@ fn main() -> u8 {
             dc.ns,
             dr.ns,
             dc.mmio,
-            dr.mmio
+            dr.mmio,
+            out.download_reread.ns
         );
     }
     println!("HEAP used_mib={}", guest_rt::heap::top().div_ceil(1 << 20));
