@@ -14,7 +14,7 @@ pub enum Size {
     Medium,
     /// Benchmark size for real GPUs and long runs (1e7..1e8 thread-instructions).
     Large,
-    /// Real work on a data-centre GPU: 4–20× `Large`'s data (740 MiB of buffers over the suite,
+    /// Real work on a data-centre GPU: 2–64× `Large`'s data (740 MiB of buffers over the suite,
     /// up to 96 MiB per workload), and the nine workloads whose one kernel is short on an H100
     /// launched 5–20 times in a row (`XL_REPEATS` of each), so that every workload's kernel
     /// phase lasts a millisecond or more on an H100 (measured: docs/performance.md, "A suite
@@ -90,8 +90,9 @@ impl Size {
 pub const XL_POOL_MIB: u64 = 160;
 
 /// Guest RAM at `Xl`, MiB: the `workloads` guest's bump heap keeps every workload's host copies
-/// (inputs, expected outputs, the builder's temporaries: about 4× the suite's buffer bytes) next
-/// to the driver pool; the heap stops below 3 GiB.
+/// (inputs, expected outputs, the builder's temporaries) next to the driver pool: measured on an
+/// H100 host, the heap peaked at 2425 MiB (3.3× the suite's 742 MiB of buffers). The heap stops
+/// below 3 GiB (the PCI hole).
 pub const XL_GUEST_RAM_MIB: u64 = 3072;
 
 /// VRAM at `Xl`, MiB (`--gpu vram=`).
