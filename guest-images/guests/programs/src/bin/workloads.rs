@@ -63,6 +63,21 @@ fn main() -> u8 {
         }
     };
     let info = *gpu.info();
+    if info.vram_size >> 20 < size.vram_mib() {
+        println!(
+            "workloads: size={} needs --gpu vram={}M (this GPU has {} MiB)",
+            size.name(),
+            size.vram_mib(),
+            info.vram_size >> 20
+        );
+        return guest_rt::abi::exit_codes::BAD_ARGUMENT;
+    }
+    if size.real_gpu_only() {
+        println!(
+            "workloads: size={} is for real GPUs (--gpu backend=cuda): on the sim backend it takes many minutes",
+            size.name()
+        );
+    }
     println!(
         "workloads: gpu vram={} MiB channels={} va={:#x}+{:#x} caps={:#x} max_push={} tables={:?} irq={} init_exits={}",
         info.vram_size >> 20,
