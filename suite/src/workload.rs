@@ -51,10 +51,11 @@ impl Size {
         self.pick(256, 256, 512, XL_GUEST_RAM_MIB)
     }
 
-    /// VRAM in MiB (`--gpu vram=`) the suite at this size needs: every buffer of the largest
-    /// workload sits in VRAM at once (256, the virtual GPU's default, below `Xl`).
-    pub const fn vram_mib(self) -> u64 {
-        self.pick(256, 256, 256, XL_VRAM_MIB)
+    /// VRAM in MiB (`--gpu vram=`) the suite at this size needs, where that is more than the
+    /// virtual GPU's default of 256 MiB (every buffer of the largest workload sits in VRAM at
+    /// once, next to the driver's VRAM pool): `None` below `Xl`, which run in less.
+    pub const fn vram_mib(self) -> Option<u64> {
+        self.pick(None, None, None, Some(XL_VRAM_MIB))
     }
 
     /// Whether this size is meant for real GPUs only: on the sim backend (the PTX interpreter,
@@ -198,9 +199,10 @@ mod tests {
             assert!(!w.real_gpu_only(), "{w:?}");
             assert!(w.sys_pool_mib() < Size::Xl.sys_pool_mib());
             assert!(w.guest_ram_mib() < Size::Xl.guest_ram_mib());
-            assert!(w.vram_mib() < Size::Xl.vram_mib());
+            assert_eq!(w.vram_mib(), None);
         }
         assert!(Size::Xl.real_gpu_only());
+        assert!(Size::Xl.vram_mib().is_some_and(|m| m > 256));
         // The guest's heap stops below 3 GiB (the PCI hole): the pool is carved from it too.
         assert!(Size::Xl.guest_ram_mib() <= 3072);
         assert_eq!(Size::Xl.pick(1, 2, 3, 4), 4);

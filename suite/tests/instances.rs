@@ -165,7 +165,7 @@ fn xl_instances_are_valid_and_fit_their_memory() {
     );
     // VRAM holds the buffers and the driver's VRAM pool (half the aperture) besides.
     assert!(
-        biggest <= (Size::Xl.vram_mib() << 20) as usize / 2,
+        biggest <= (Size::Xl.vram_mib().unwrap() << 20) as usize / 2,
         "{biggest}"
     );
 }

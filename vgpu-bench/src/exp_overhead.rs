@@ -86,10 +86,9 @@ pub fn gpu_opts(c: &ConfigDef, backend: Backend) -> String {
 /// virtual GPU's default (before `--gpu-extra`, whose keys override).
 pub fn gpu_opts_for_size(opts: &str, size: suite::Size) -> String {
     let default_mib = vgpu::GpuConfig::default().vram >> 20;
-    if size.vram_mib() > default_mib {
-        format!("{opts},vram={}M", size.vram_mib())
-    } else {
-        opts.to_string()
+    match size.vram_mib() {
+        Some(m) if m > default_mib => format!("{opts},vram={m}M"),
+        _ => opts.to_string(),
     }
 }
 
@@ -409,6 +408,18 @@ mod tests {
             let cfg = vgpu::GpuConfig::parse(&cuda).unwrap();
             assert_eq!(cfg.backend, vgpu::config::Backend::Cuda, "{cuda}");
         }
+    }
+
+    #[test]
+    fn xl_runs_get_the_vram_they_need_unless_overridden() {
+        let full = gpu_opts(&CONFIGS[2], Backend::Cuda);
+        assert_eq!(gpu_opts_for_size(&full, suite::Size::Large), full);
+        let xl = gpu_opts_for_size(&full, suite::Size::Xl);
+        let cfg = vgpu::GpuConfig::parse(&xl).unwrap();
+        assert_eq!(cfg.vram, suite::Size::Xl.vram_mib().unwrap() << 20, "{xl}");
+        // `--gpu-extra` comes after and overrides.
+        let cfg = vgpu::GpuConfig::parse(&format!("{xl},vram=1G")).unwrap();
+        assert_eq!(cfg.vram, 1 << 30);
     }
 
     /// `--backend cuda` where there is no NVIDIA driver (CI): a clear error from the native

@@ -63,11 +63,12 @@ fn main() -> u8 {
         }
     };
     let info = *gpu.info();
-    if info.vram_size >> 20 < size.vram_mib() {
+    if let Some(need) = size.vram_mib()
+        && info.vram_size >> 20 < need
+    {
         println!(
-            "workloads: size={} needs --gpu vram={}M (this GPU has {} MiB)",
+            "workloads: size={} needs --gpu vram={need}M (this GPU has {} MiB)",
             size.name(),
-            size.vram_mib(),
             info.vram_size >> 20
         );
         return guest_rt::abi::exit_codes::BAD_ARGUMENT;
