@@ -189,4 +189,18 @@ mod tests {
         assert!(!d.read(s, u64::MAX - 3, &mut b));
         assert_eq!(d.hits, 3);
     }
+
+    #[test]
+    fn tells_a_copy_destination_in_system_memory_from_vram() {
+        let d = direct();
+        let s = SpaceId(1);
+        // Guest RAM (read-only too: the copy's own check faults a write), VRAM, unmapped.
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_0000), Some(true));
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_2fff), Some(true));
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_4000), Some(false));
+        assert_eq!(d.maps_to_sysmem(s, 0x2000_0000), None);
+        assert_eq!(d.maps_to_sysmem(s, 0x0fff_ffff), None);
+        // Not the current space: not known.
+        assert_eq!(d.maps_to_sysmem(SpaceId(2), 0x1000_0000), None);
+    }
 }
