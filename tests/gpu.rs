@@ -639,3 +639,31 @@ fn exitless_steady_state_traps_at_most_a_tenth_of_an_exit_per_launch() {
     let end = infer_end(&out);
     assert!(end["exits"] >= 16 * end["requests"], "{out}");
 }
+
+/// `size=xl` asks for what it needs before any workload runs: without `--memory 3072` the guest
+/// refuses (BAD_ARGUMENT, exit 11) naming it, and with it but the default VRAM, it names
+/// `vram=512M`; it never starts a workload on sim that way.
+#[test]
+fn workloads_xl_names_the_memory_it_needs() {
+    let (code, out, _) = run_gpu(
+        &["--guest", "workloads", "--cmdline", "size=xl"],
+        "mode=full",
+    );
+    assert_eq!(code, 11, "{out}");
+    assert!(out.contains("--memory 3072"), "{out}");
+    assert!(!out.contains("RESULT"), "{out}");
+    let (code, out, _) = run_gpu(
+        &[
+            "--guest",
+            "workloads",
+            "--memory",
+            "3072",
+            "--cmdline",
+            "size=xl",
+        ],
+        "mode=full",
+    );
+    assert_eq!(code, 11, "{out}");
+    assert!(out.contains("vram=512M"), "{out}");
+    assert!(!out.contains("RESULT"), "{out}");
+}

@@ -38,7 +38,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     ),
     (
         "workloads",
-        "with --gpu: runs the workload suite (size=small|medium|large; large needs --memory 512) through the guest GPU driver, checks each result in the guest, prints RESULT name=.. ok=.. gpu_us=.. lines",
+        "with --gpu: runs the workload suite (size=small|medium|large|xl; large needs --memory 512, xl --memory 3072 and --gpu vram=512M and is for real GPUs) through the guest GPU driver, checks each result in the guest, prints RESULT name=.. ok=.. gpu_us=.. lines",
     ),
     (
         "attack",

@@ -80,3 +80,52 @@ fn preempted_and_resumed_runs_give_identical_bytes() {
 fn preempted_with_workers_gives_identical_bytes() {
     run_all(3, true);
 }
+
+/// `Size::Xl` launches nine workloads' kernels several times in a row: at the small size with
+/// three launches, each one's expected outputs (those of three runs: in-place and atomic
+/// kernels accumulate) match what the sim engine computes, and differ from one run's where the
+/// kernel accumulates (so the test would catch a missing adjustment).
+#[test]
+fn repeated_launches_match_their_references() {
+    use suite::Size::Small;
+    type Build = fn(suite::Size, u32) -> suite::Instance;
+    let repeated: [(&str, Build); 9] = [
+        ("vecadd", suite::hand::vecadd::instance_repeated),
+        ("saxpy", suite::hand::saxpy::instance_repeated),
+        ("matmul", suite::hand::matmul::instance_repeated),
+        ("reduction", suite::hand::reduction::instance_repeated),
+        ("warp_reduce", suite::nvcc::warp_reduce::instance_repeated),
+        ("histogram", suite::nvcc::histogram::instance_repeated),
+        ("vote", suite::nvcc::vote::instance_repeated),
+        ("scan", suite::nvcc::scan::instance_repeated),
+        ("convert", suite::nvcc::convert::instance_repeated),
+    ];
+    let mut failures = Vec::new();
+    for (name, build) in repeated {
+        let inst = build(Small, 3);
+        assert_eq!(inst.launches.len(), 3, "{name}");
+        assert_eq!(inst.launches[0], inst.launches[2], "{name}");
+        inst.validate().unwrap();
+        let e = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 64 * MIB,
+            workers: 2,
+            ..Default::default()
+        })
+        .unwrap();
+        let p = place(&e, &inst, 0);
+        match run(&e, &p, &inst, || None) {
+            Ok((outs, _)) => {
+                if let Err(err) = check(&inst, &outs) {
+                    failures.push(format!("{name}: {err}"));
+                }
+                let once = build(Small, 1);
+                let accumulates = matches!(name, "saxpy" | "reduction" | "histogram");
+                if accumulates == check(&once, &outs).is_ok() {
+                    failures.push(format!("{name}: three runs and one check alike"));
+                }
+            }
+            Err(err) => failures.push(format!("{name}: {err}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

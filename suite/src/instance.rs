@@ -281,6 +281,19 @@ pub enum InstanceError {
 }
 
 impl Instance {
+    /// The same instance with its launch list run `times` times in a row (at least once):
+    /// `Size::Xl`'s repeated kernels. The caller's expected outputs must already be those of
+    /// `times` runs (the same for kernels whose outputs depend only on their inputs).
+    pub fn repeated(mut self, times: u32) -> Self {
+        let times = times.max(1);
+        let once = core::mem::take(&mut self.launches);
+        for _ in 0..times {
+            self.launches.extend(once.iter().cloned());
+        }
+        self.approx_thread_instrs = self.approx_thread_instrs.saturating_mul(u64::from(times));
+        self
+    }
+
     /// Indices of the buffers to read back.
     pub fn read_back(&self) -> impl Iterator<Item = usize> + '_ {
         self.buffers

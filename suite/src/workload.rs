@@ -14,32 +14,55 @@ pub enum Size {
     Medium,
     /// Benchmark size for real GPUs and long runs (1e7..1e8 thread-instructions).
     Large,
+    /// Real work on a data-centre GPU: 2–64× `Large`'s data (740 MiB of buffers over the suite,
+    /// up to 96 MiB per workload), and the nine workloads whose one kernel is short on an H100
+    /// launched 5–20 times in a row (`XL_REPEATS` of each), so that every workload's kernel
+    /// phase lasts a millisecond or more on an H100 (measured: docs/performance.md, "A suite
+    /// size for an H100"). For real GPUs only: on the sim interpreter (~1e8
+    /// thread-instructions/s at best) one workload takes minutes ([`Size::real_gpu_only`]).
+    Xl,
 }
 
 impl Size {
     /// Every size, smallest first.
-    pub const ALL: [Size; 3] = [Size::Small, Size::Medium, Size::Large];
+    pub const ALL: [Size; 4] = [Size::Small, Size::Medium, Size::Large, Size::Xl];
 
-    /// Lower-case name ("small", "medium", "large").
+    /// Lower-case name ("small", "medium", "large", "xl").
     pub const fn name(self) -> &'static str {
         match self {
             Size::Small => "small",
             Size::Medium => "medium",
             Size::Large => "large",
+            Size::Xl => "xl",
         }
     }
 
     /// MiB of GPU-visible system memory the whole suite at this size needs from the guest
-    /// driver's pool (the driver's default, 8, is enough below `Large`).
+    /// driver's pool (the driver's default, 8, is enough below `Large`): at least the largest
+    /// workload's buffers and PTX, which all sit in the pool at once (staging copies).
     pub const fn sys_pool_mib(self) -> u64 {
-        self.pick(8, 8, 64)
+        self.pick(8, 8, 64, XL_POOL_MIB)
     }
 
     /// Guest RAM in MiB (`vgpu-vmm --memory`) the bundled `workloads` guest needs to run the
     /// whole suite at this size (its bump heap keeps every workload's host copies): measured,
-    /// 256 (the default) fails `Large`, 512 passes.
+    /// 256 (the default) fails `Large`, 512 passes; `Xl`: see [`XL_GUEST_RAM_MIB`].
     pub const fn guest_ram_mib(self) -> u64 {
-        self.pick(256, 256, 512)
+        self.pick(256, 256, 512, XL_GUEST_RAM_MIB)
+    }
+
+    /// VRAM in MiB (`--gpu vram=`) the suite at this size needs, where that is more than the
+    /// virtual GPU's default of 256 MiB (every buffer of the largest workload sits in VRAM at
+    /// once, next to the driver's VRAM pool): `None` below `Xl`, which run in less.
+    pub const fn vram_mib(self) -> Option<u64> {
+        self.pick(None, None, None, Some(XL_VRAM_MIB))
+    }
+
+    /// Whether this size is meant for real GPUs only: on the sim backend (the PTX interpreter,
+    /// ~1e8 thread-instructions/s at best, far less in a VM on a busy host) the suite at this
+    /// size takes many minutes. Callers refuse it on sim unless told otherwise.
+    pub const fn real_gpu_only(self) -> bool {
+        matches!(self, Size::Xl)
     }
 
     /// Parses a name given by [`Size::name`].
@@ -48,11 +71,12 @@ impl Size {
     }
 
     /// Picks the value for this size.
-    pub const fn pick<T: Copy>(self, small: T, medium: T, large: T) -> T {
+    pub const fn pick<T: Copy>(self, small: T, medium: T, large: T, xl: T) -> T {
         match self {
             Size::Small => small,
             Size::Medium => medium,
             Size::Large => large,
+            Size::Xl => xl,
         }
     }
 
@@ -61,6 +85,19 @@ impl Size {
         self as u64 + 1
     }
 }
+
+/// The driver pool at `Xl`, MiB: the largest workload's buffers (vecadd, 3 × 32 MiB) with room
+/// for PTX and the channel's staging.
+pub const XL_POOL_MIB: u64 = 160;
+
+/// Guest RAM at `Xl`, MiB: the `workloads` guest's bump heap keeps every workload's host copies
+/// (inputs, expected outputs, the builder's temporaries) next to the driver pool: measured on an
+/// H100 host, the heap peaked at 2425 MiB (3.3× the suite's 742 MiB of buffers). The heap stops
+/// below 3 GiB (the PCI hole).
+pub const XL_GUEST_RAM_MIB: u64 = 3072;
+
+/// VRAM at `Xl`, MiB (`--gpu vram=`).
+pub const XL_VRAM_MIB: u64 = 512;
 
 /// A workload: one PTX module and a recipe for instances of it.
 #[derive(Clone, Copy, Debug)]
@@ -144,5 +181,31 @@ impl Buffer {
     /// Zero-filled output buffer compared exactly.
     pub fn exact_out(name: &'static str, elem: Elem, expected: Vec<u8>) -> Self {
         Self::exact(name, alloc::vec![0; expected.len()], elem, expected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_size_parses_by_name_and_xl_asks_for_more_memory() {
+        for s in Size::ALL {
+            assert_eq!(Size::from_name(s.name()), Some(s));
+        }
+        assert_eq!(Size::from_name("xl"), Some(Size::Xl));
+        assert_eq!(Size::ALL.map(Size::tag), [1, 2, 3, 4]);
+        for w in [Size::Small, Size::Medium, Size::Large] {
+            assert!(!w.real_gpu_only(), "{w:?}");
+            assert!(w.sys_pool_mib() < Size::Xl.sys_pool_mib());
+            assert!(w.guest_ram_mib() < Size::Xl.guest_ram_mib());
+            assert_eq!(w.vram_mib(), None);
+        }
+        assert!(Size::Xl.real_gpu_only());
+        assert!(Size::Xl.vram_mib().is_some_and(|m| m > 256));
+        // The guest's heap stops below 3 GiB (the PCI hole): the pool is carved from it too.
+        assert!(Size::Xl.guest_ram_mib() <= 3072);
+        assert_eq!(Size::Xl.pick(1, 2, 3, 4), 4);
+        assert_eq!(Size::Large.pick(1, 2, 3, 4), 3);
     }
 }

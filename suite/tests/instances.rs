@@ -116,7 +116,10 @@ fn generation_is_deterministic_and_sizes_differ() {
 #[test]
 fn sizes_match_their_budgets() {
     for w in every() {
-        let [s, m, l] = Size::ALL.map(|size| w.instance(size).approx_thread_instrs);
+        // Xl is left out: building it (host references included) takes seconds per workload in
+        // a debug build; `xl_instances_are_valid_and_fit_their_memory` checks it on request.
+        let [s, m, l] = [Size::Small, Size::Medium, Size::Large]
+            .map(|size| w.instance(size).approx_thread_instrs);
         // Small: well under 10 ms at 1e8 thread-instructions/s. Medium: a few ms.
         assert!(s <= 400_000, "{}: small is {s}", w.name);
         assert!(
@@ -126,6 +129,45 @@ fn sizes_match_their_budgets() {
         );
         assert!(s < m && m < l, "{}: {s} {m} {l}", w.name);
     }
+}
+
+/// Xl (real GPUs only): every instance valid, its reference accepted, more work than large, and
+/// the largest workload's buffers and PTX fit the driver pool and VRAM that `Size::Xl` asks for.
+/// Ignored by default (seconds per workload in a debug build); run it with
+/// `cargo test --release -p suite --test instances -- --ignored`.
+#[test]
+#[ignore]
+fn xl_instances_are_valid_and_fit_their_memory() {
+    let mut biggest = 0usize;
+    for w in every() {
+        let inst = w.instance(Size::Xl);
+        inst.validate()
+            .unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        let reference = inst.reference_outputs();
+        let slices: Vec<&[u8]> = reference.iter().map(Vec::as_slice).collect();
+        inst.check(&slices)
+            .unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        let large = w.instance(Size::Large).approx_thread_instrs;
+        assert!(inst.approx_thread_instrs > large, "{}", w.name);
+        // Staging: every buffer and the PTX in the pool at once, each 256-byte aligned.
+        let bytes: usize = inst
+            .buffers
+            .iter()
+            .map(|b| b.init.len().next_multiple_of(256))
+            .sum();
+        biggest = biggest.max(bytes + inst.ptx.len().next_multiple_of(256));
+    }
+    let pool = (Size::Xl.sys_pool_mib() << 20) as usize;
+    // Room left for the channel's ring, stream and semaphores (well under 8 MiB).
+    assert!(
+        biggest + (8 << 20) <= pool,
+        "{biggest} bytes vs a {pool}-byte pool"
+    );
+    // VRAM holds the buffers and the driver's VRAM pool (half the aperture) besides.
+    assert!(
+        biggest <= (Size::Xl.vram_mib().unwrap() << 20) as usize / 2,
+        "{biggest}"
+    );
 }
 
 #[test]

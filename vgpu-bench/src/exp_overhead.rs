@@ -13,7 +13,7 @@ use gpu_driver::suite_run::Phase;
 
 use crate::backend::Backend;
 use crate::error::BenchError;
-use crate::overhead_vm::{self, Bench, RunData};
+use crate::overhead_vm::{self, Bench, DeviceCopies, RunData};
 use crate::{native, overhead_output};
 
 /// A configuration of the experiment.
@@ -94,6 +94,16 @@ pub fn gpu_opts(c: &ConfigDef, backend: Backend) -> String {
     }
 }
 
+/// `opts` for a run at `size`: with the VRAM the size needs when that is more than the
+/// virtual GPU's default (before `--gpu-extra`, whose keys override).
+pub fn gpu_opts_for_size(opts: &str, size: suite::Size) -> String {
+    let default_mib = vgpu::GpuConfig::default().vram >> 20;
+    match size.vram_mib() {
+        Some(m) if m > default_mib => format!("{opts},vram={m}M"),
+        _ => opts.to_string(),
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Engine under every configuration: sim, or cuda (a real GPU; native then runs the suite
@@ -103,7 +113,10 @@ pub struct Args {
     /// Output directory (summary.json, overhead.csv, overhead-SIZE.svg).
     #[arg(long, default_value = "vgpu-bench-out/overhead")]
     pub out: PathBuf,
-    /// Problem sizes (comma separated): small shows fixed costs, medium runs kernels of a few ms.
+    /// Problem sizes (comma separated): small shows fixed costs, medium runs kernels of a few ms
+    /// (on sim); large and xl are for real GPUs (xl: kernels of a millisecond or more on an
+    /// H100; it needs a 160 MiB driver pool, 3072 MiB guests and vram=512M, all set by default;
+    /// refused on sim, where it would take many minutes).
     #[arg(long, value_delimiter = ',', default_value = "small,medium")]
     pub sizes: Vec<String>,
     /// Configurations (comma separated): native, pt, full-naive, full, para, para-multicall,
@@ -119,11 +132,11 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1000))]
     pub reps: usize,
     /// The driver's system-memory pool in MiB, native and guests alike (the guest's
-    /// `sys_mib=`; default: what each size needs, 64 for `large`).
+    /// `sys_mib=`; default: what each size needs, 64 for `large`, 160 for `xl`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub sys_mib: Option<u64>,
     /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default: what each size needs, 256,
-    /// or 512 for `large`: the guest's bump heap keeps every workload's host copies).
+    /// 512 for `large`, 3072 for `xl`: the guest's bump heap keeps every workload's host copies).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
     pub memory_mib: Option<u64>,
     /// CI mode: small size only, one repetition.
@@ -142,6 +155,14 @@ pub struct Args {
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+fn median_copies(cs: &[DeviceCopies]) -> DeviceCopies {
+    DeviceCopies {
+        n: median(cs.iter().map(|c| c.n).collect()),
+        ns: median(cs.iter().map(|c| c.ns).collect()),
+        bytes: median(cs.iter().map(|c| c.bytes).collect()),
+    }
 }
 
 fn median_phase(ps: &[Phase]) -> Phase {
@@ -168,6 +189,14 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
         bell_polled: median(runs.iter().map(|r| r.bell_polled).collect()),
         submit_ns: median(runs.iter().map(|r| r.submit_ns).collect()),
         complete_ns: median(runs.iter().map(|r| r.complete_ns).collect()),
+        init_parts: core::array::from_fn(|k| {
+            median(runs.iter().map(|r| r.init_parts[k]).collect())
+        }),
+        copies: core::array::from_fn(|k| {
+            median_copies(&runs.iter().map(|r| r.copies[k]).collect::<Vec<_>>())
+        }),
+        launch_prep_ns: median(runs.iter().map(|r| r.launch_prep_ns).collect()),
+        heap_used_mib: runs.iter().map(|r| r.heap_used_mib).max().unwrap_or(0),
         benches: Vec::new(),
     };
     for (i, b) in first.benches.iter().enumerate() {
@@ -181,11 +210,17 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
         for (k, p) in phases.iter_mut().enumerate() {
             *p = median_phase(&same.iter().map(|s| s.phases[k]).collect::<Vec<_>>());
         }
+        let mut download_parts = [Phase::default(); 2];
+        for (k, p) in download_parts.iter_mut().enumerate() {
+            *p = median_phase(&same.iter().map(|s| s.download_parts[k]).collect::<Vec<_>>());
+        }
         d.benches.push(Bench {
             name: b.name.clone(),
             ok: same.iter().all(|s| s.ok),
             gpu_ns: median(same.iter().map(|s| s.gpu_ns).collect()),
             phases,
+            download_parts,
+            reread_ns: median(same.iter().map(|s| s.reread_ns).collect()),
         });
     }
     Ok(d)
@@ -194,8 +229,22 @@ fn combine(runs: &[RunData]) -> Result<RunData, BenchError> {
 fn native_run(gpu: &str, size: suite::Size, sys_mib: Option<u64>) -> Result<RunData, BenchError> {
     let all: Vec<&'static suite::Workload> = suite::all().collect();
     let n = native::run(gpu, size, &all, sys_mib)?;
+    let path = &n.counters.path;
+    let copies = |l: &vgpu::state::Latency, bytes| DeviceCopies {
+        n: l.n,
+        ns: l.total_ns,
+        bytes,
+    };
     Ok(RunData {
         init: n.init,
+        init_parts: n.init_parts.named().map(|(_, ns)| ns),
+        copies: [
+            copies(&path.copy_to_sysmem, path.copy_to_sysmem_bytes),
+            copies(&path.copy_to_vram, path.copy_to_vram_bytes),
+            copies(&path.copy_unclassified, path.copy_unclassified_bytes),
+        ],
+        launch_prep_ns: path.launch_prep.total_ns,
+        heap_used_mib: 0,
         benches: n
             .results
             .into_iter()
@@ -204,6 +253,8 @@ fn native_run(gpu: &str, size: suite::Size, sys_mib: Option<u64>) -> Result<RunD
                 ok: o.ok,
                 gpu_ns: o.gpu_ns,
                 phases: [o.upload, o.kernel, o.download, o.free],
+                download_parts: [o.download_copy, o.download_read],
+                reread_ns: o.download_reread.ns,
             })
             .collect(),
         shadow_rebuilds: n.counters.shadow_rebuilds,
@@ -268,8 +319,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         ));
     }
     for s in &sizes {
-        suite::Size::from_name(s)
+        let size = suite::Size::from_name(s)
             .ok_or_else(|| BenchError::Invalid(format!("unknown size `{s}`")))?;
+        if size.real_gpu_only() && a.backend == Backend::Sim {
+            return Err(BenchError::Invalid(format!(
+                "size {s} is for real GPUs (--backend cuda): on the sim interpreter one run of \
+                 the suite takes many minutes per configuration"
+            )));
+        }
     }
     let needs_vmm = configs.iter().any(|c| !c.native);
     let vmm = vmm_path(a)?;
@@ -285,11 +342,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     })?;
     let mut skipped = Vec::new();
     let mut tables: Vec<Table> = Vec::new();
+    let with_extra = |gpu: String| match &a.gpu_extra {
+        Some(extra) => format!("{gpu},{extra}"),
+        None => gpu,
+    };
     for c in &configs {
-        let mut gpu = gpu_opts(c, a.backend);
-        if let Some(extra) = &a.gpu_extra {
-            gpu = format!("{gpu},{extra}");
-        }
+        let gpu = with_extra(gpu_opts(c, a.backend));
         let guest_args = match a.sys_mib {
             Some(m) => format!("sys_mib={m} {}", c.args),
             None => c.args.to_string(),
@@ -303,6 +361,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         for s in &sizes {
             let size = suite::Size::from_name(s)
                 .ok_or_else(|| BenchError::Invalid(format!("unknown size `{s}`")))?;
+            let gpu = with_extra(gpu_opts_for_size(&gpu_opts(c, a.backend), size));
             let mut runs = Vec::with_capacity(reps);
             for r in 0..reps {
                 runs.push(if c.native {
@@ -343,6 +402,8 @@ mod tests {
             ok: true,
             gpu_ns: 0,
             phases: [Phase { ns, mmio: 1 }; 4],
+            download_parts: [Phase::default(); 2],
+            reread_ns: 0,
         };
         let runs = [10, 30, 20].map(|ns| RunData {
             benches: vec![b(ns)],
@@ -360,6 +421,18 @@ mod tests {
             let cfg = vgpu::GpuConfig::parse(&cuda).unwrap();
             assert_eq!(cfg.backend, vgpu::config::Backend::Cuda, "{cuda}");
         }
+    }
+
+    #[test]
+    fn xl_runs_get_the_vram_they_need_unless_overridden() {
+        let full = gpu_opts(&CONFIGS[2], Backend::Cuda);
+        assert_eq!(gpu_opts_for_size(&full, suite::Size::Large), full);
+        let xl = gpu_opts_for_size(&full, suite::Size::Xl);
+        let cfg = vgpu::GpuConfig::parse(&xl).unwrap();
+        assert_eq!(cfg.vram, suite::Size::Xl.vram_mib().unwrap() << 20, "{xl}");
+        // `--gpu-extra` comes after and overrides.
+        let cfg = vgpu::GpuConfig::parse(&format!("{xl},vram=1G")).unwrap();
+        assert_eq!(cfg.vram, 1 << 30);
     }
 
     /// `--backend cuda` where there is no NVIDIA driver (CI): a clear error from the native

@@ -32,6 +32,7 @@ mod native;
 mod native_load;
 mod overhead_output;
 mod overhead_pt;
+mod overhead_split;
 mod overhead_vm;
 mod preempt_env;
 mod priority_guest;
@@ -267,6 +268,9 @@ mod tests {
         );
         assert!(native["launches"].as_u64().unwrap() >= benches.len() as u64);
         assert!(native["init"]["mmio_exits"].as_u64().unwrap() > 0);
+        for r in results {
+            check_splits(r);
+        }
         if vmm.is_some() {
             let full = &results[1];
             assert_eq!(full["config"], "full");
@@ -280,9 +284,85 @@ mod tests {
         }
         let csv = std::fs::read_to_string(out.join("overhead.csv")).unwrap();
         assert!(csv.lines().count() > 13 * 5, "{csv}");
+        for part in ["download_copy", "download_read"] {
+            let rows = csv
+                .lines()
+                .filter(|l| l.contains(&format!(",{part},")))
+                .count();
+            assert_eq!(rows, benches.len() * results.len(), "{part}: {csv}");
+        }
+        assert!(csv.contains(",init,init_pool_warm,"), "{csv}");
         let svg = std::fs::read_to_string(out.join("overhead-small.svg")).unwrap();
         assert!(svg.contains("<svg") && svg.contains("vecadd"), "{svg}");
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    /// The download and init splits of one configuration's results: every workload's download
+    /// copied into system memory (as the driver waited for it and as the device timed it, by
+    /// destination) and was read; init's parts add up to no more than init.
+    fn check_splits(r: &serde_json::Value) {
+        let dl = &r["download_split"];
+        assert!(dl["download_copy"]["us"].as_f64().unwrap() > 0.0, "{dl}");
+        assert!(dl["download_read"]["us"].as_f64().unwrap() > 0.0, "{dl}");
+        assert!(dl["reread_us"].as_f64().unwrap() > 0.0, "{dl}");
+        let dev = &dl["device"];
+        // Every workload copies its outputs out of VRAM and its inputs into it (direct=on:
+        // the worker knows each destination).
+        let n = r["benchmarks"].as_array().unwrap().len() as u64;
+        assert!(
+            dev["copy_to_sysmem"]["copies"].as_u64().unwrap() >= n,
+            "{dev}"
+        );
+        assert!(dev["copy_to_sysmem"]["us"].as_f64().unwrap() > 0.0, "{dev}");
+        assert!(
+            dev["copy_to_vram"]["copies"].as_u64().unwrap() >= n,
+            "{dev}"
+        );
+        assert!(dev["copy_to_vram"]["mib"].as_f64().unwrap() > 0.0, "{dev}");
+        assert_eq!(
+            dev["copy_unclassified"]["copies"].as_u64(),
+            Some(0),
+            "{dev}"
+        );
+        let init = &r["init_split"];
+        let parts: f64 = [
+            "probe",
+            "tables",
+            "pool_alloc",
+            "pool_warm",
+            "map",
+            "channel",
+        ]
+        .iter()
+        .map(|p| init[p]["us"].as_f64().unwrap())
+        .sum();
+        let total = r["init"]["us"].as_f64().unwrap();
+        assert!(
+            parts > 0.0 && parts <= total + 0.01,
+            "{parts} vs {total}: {init}"
+        );
+        assert!(init["channel"]["us"].as_f64().unwrap() > 0.0, "{init}");
+        assert!(init["launch_prep_us"].as_f64().unwrap() > 0.0, "{init}");
+    }
+
+    /// Xl is refused on sim before any work (it would take many minutes).
+    #[test]
+    fn overhead_refuses_xl_on_sim() {
+        let cli = Cli::parse_from([
+            "vgpu-bench",
+            "overhead",
+            "--sizes",
+            "xl",
+            "--configs",
+            "native",
+        ]);
+        let Cmd::Overhead(mut a) = cli.cmd else {
+            panic!()
+        };
+        a.out = out_dir("overhead-xl");
+        let e = exp_overhead::run(&a).unwrap_err().to_string();
+        assert!(e.contains("xl") && e.contains("real GPUs"), "{e}");
+        assert!(!a.out.exists(), "the output directory was made");
     }
 
     #[test]

@@ -22,8 +22,21 @@ use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 use crate::error::BenchError;
 
-/// "Guest RAM" of the native platform (as `vgpu-vmm`'s default `--memory`).
+/// "Guest RAM" of the native platform (as `vgpu-vmm`'s default `--memory`), at least; more
+/// when the driver's pool needs it ([`ram_bytes`]).
 const RAM_BYTES: usize = 256 << 20;
+
+/// Room in the "guest RAM" next to the driver's pool (page tables, channel buffers).
+const RAM_SLACK: usize = 64 << 20;
+
+/// The "guest RAM" for a driver pool of `pool_bytes`: [`RAM_BYTES`], or the pool plus
+/// [`RAM_SLACK`] where that is more (DMA buffers come only from this memory).
+fn ram_bytes(pool_bytes: u64) -> usize {
+    usize::try_from(pool_bytes)
+        .ok()
+        .and_then(|p| p.checked_add(DMA_BASE as usize + RAM_SLACK))
+        .map_or(usize::MAX, |n| n.max(RAM_BYTES))
+}
 /// DMA buffers start here (below is left unused, like a guest's low memory).
 const DMA_BASE: u64 = 1 << 20;
 
@@ -41,6 +54,8 @@ pub struct Native {
     ram: GuestMemoryMmap,
     aperture: u64,
     next: u64,
+    /// Size of `ram`.
+    ram_bytes: u64,
     t0: Instant,
 }
 
@@ -89,7 +104,7 @@ impl Platform for Native {
         // A bump allocator over never-used (so zeroed) memory; nothing is ever freed.
         let gpa = self.next.checked_next_multiple_of(align.max(1) as u64)?;
         let end = gpa.checked_add(len as u64)?;
-        if end > RAM_BYTES as u64 {
+        if end > self.ram_bytes {
             return None;
         }
         let ptr = self.ram.get_host_address(GuestAddress(gpa)).ok()?;
@@ -119,22 +134,27 @@ impl Platform for Native {
 /// One native run of the suite.
 pub struct NativeRun {
     pub init: Phase,
+    /// Where init's time went (`gpu_driver::InitParts`).
+    pub init_parts: gpu_driver::InitParts,
     pub results: Vec<(String, Outcome)>,
     pub counters: GpuCounters,
 }
 
 /// The "guest RAM" in one host region of `engine` (as `vgpu-vmm`'s `memory::create` with an
 /// allocator): the region is the engine's, freed when the engine is dropped.
-fn engine_ram(engine: &dyn Engine) -> Result<(GuestMemoryMmap, HostRegionId), BenchError> {
-    let (id, ptr) = engine.alloc_host_region(RAM_BYTES as u64)?;
-    // SAFETY: `ptr` is a readable and writable mapping of `RAM_BYTES` bytes that the engine
+fn engine_ram(
+    engine: &dyn Engine,
+    bytes: usize,
+) -> Result<(GuestMemoryMmap, HostRegionId), BenchError> {
+    let (id, ptr) = engine.alloc_host_region(bytes as u64)?;
+    // SAFETY: `ptr` is a readable and writable mapping of `bytes` bytes that the engine
     // keeps alive as long as itself; `run` keeps the engine alive past every user of the
     // memory (the virtual GPU and the driver are dropped first), and a raw region is never
     // unmapped by vm-memory.
     let region = unsafe {
         MmapRegion::build_raw(
             ptr.as_ptr(),
-            RAM_BYTES,
+            bytes,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
         )
@@ -159,6 +179,13 @@ pub fn run(
 ) -> Result<NativeRun, BenchError> {
     let cfg = GpuConfig::parse(gpu_opts).map_err(|e| BenchError::Invalid(e.to_string()))?;
     let aperture = cfg.vram;
+    let mut driver = Config::default();
+    // As the `workloads` guest: `sys_mib`, else what `size` needs.
+    driver.sys_pool_bytes = match sys_mib {
+        Some(m) => m.clamp(2, 2048) << 20,
+        None => driver.sys_pool_bytes.max(size.sys_pool_mib() << 20),
+    };
+    let ram_len = ram_bytes(driver.sys_pool_bytes);
     // Declared before the RAM and the virtual GPU, so it is dropped after them.
     let cuda = match cfg.backend {
         Backend::Cuda => Some(
@@ -169,12 +196,12 @@ pub fn run(
     };
     let (ram, vgpu) = match &cuda {
         Some(engine) => {
-            let (ram, id) = engine_ram(engine.as_ref())?;
+            let (ram, id) = engine_ram(engine.as_ref(), ram_len)?;
             let v = Vgpu::with_engine(cfg, engine.clone(), ram.clone(), vec![id], Arc::new(NoIrq));
             (ram, v)
         }
         None => {
-            let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), RAM_BYTES)])
+            let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), ram_len)])
                 .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
             let v = Vgpu::new(cfg, ram.clone(), Arc::new(NoIrq));
             (ram, v)
@@ -186,16 +213,12 @@ pub fn run(
         ram,
         aperture,
         next: DMA_BASE,
+        ram_bytes: ram_len as u64,
         t0: Instant::now(),
-    };
-    let mut driver = Config::default();
-    // As the `workloads` guest: `sys_mib`, else what `size` needs.
-    driver.sys_pool_bytes = match sys_mib {
-        Some(m) => m.clamp(2, 2048) << 20,
-        None => driver.sys_pool_bytes.max(size.sys_pool_mib() << 20),
     };
     let (mut gpu, mut ch, init) = suite_run::open(p, driver)
         .map_err(|e| BenchError::Invalid(format!("native driver init: {e}")))?;
+    let init_parts = gpu.init_parts();
     let mut results = Vec::with_capacity(workloads.len());
     for w in workloads {
         let inst = w.instance(size);
@@ -208,6 +231,7 @@ pub fn run(
     drop(cuda);
     Ok(NativeRun {
         init,
+        init_parts,
         results,
         counters,
     })

@@ -9,7 +9,7 @@ use crate::error::BenchError;
 use crate::exp_overhead::{Args, Table};
 use crate::overhead_pt::{self, Ratios, VsPt};
 use crate::overhead_vm::{Bench, PHASES};
-use crate::{chart, report};
+use crate::{chart, overhead_split, report};
 
 pub(crate) fn total(b: &Bench) -> Phase {
     b.phases.iter().fold(Phase::default(), |a, p| Phase {
@@ -253,6 +253,7 @@ pub(crate) fn write(
                 )
             )
         });
+        csv.extend(overhead_split::csv_rows(t, base));
         let phase_geomeans: serde_json::Map<String, serde_json::Value> = PHASES
             .iter()
             .zip(&phase_slow)
@@ -292,6 +293,8 @@ pub(crate) fn write(
             "complete_us": t.data.complete_ns as f64 / 1e3,
             "hypercalls": t.data.hypercalls,
             "para_entries": t.data.para_entries,
+            "download_split": overhead_split::download_json(t, base),
+            "init_split": overhead_split::init_json(t, base),
             "benchmarks": benches,
         }));
     }
@@ -389,7 +392,8 @@ mod tests {
     use crate::overhead_vm::RunData;
 
     /// A run of two workloads taking `a` and `b` ns in total (their upload phase) after an
-    /// init of `init` ns.
+    /// init of `init` ns (each of its parts `init` ns too); their download parts take a
+    /// quarter and a half of that (not counted in the total: the figures only test the split).
     fn run(init: u64, a: u64, b: u64) -> RunData {
         let bench = |name: &str, ns| Bench {
             name: name.into(),
@@ -401,9 +405,21 @@ mod tests {
                 Phase::default(),
                 Phase::default(),
             ],
+            download_parts: [
+                Phase {
+                    ns: ns / 4,
+                    mmio: 1,
+                },
+                Phase {
+                    ns: ns / 2,
+                    mmio: 0,
+                },
+            ],
+            reread_ns: ns / 8,
         };
         RunData {
             init: Phase { ns: init, mmio: 0 },
+            init_parts: [init; 6],
             benches: vec![bench("a", a), bench("b", b)],
             ..RunData::default()
         }
@@ -445,7 +461,17 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap())
                 .unwrap();
         let svg = std::fs::read_to_string(out.join("overhead-small.svg")).unwrap();
+        let csv = std::fs::read_to_string(out.join("overhead.csv")).unwrap();
         std::fs::remove_dir_all(&out).unwrap();
+        // Full's workload a: median 200 ns, download copy 50 ns (native 25: 2x), 1 exit.
+        assert!(
+            csv.contains("\nfull,small,a,download_copy,0.1,2.000,1,1\n"),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("\nfull,small,init,init_pool_warm,0.0,3.000,,1\n"),
+            "{csv}"
+        );
         let full = &s["results"][1];
         assert_eq!(full["config"], "full");
         // Medians 2x and 2x: geomean 2; per repetition (1.5, 2) (2, 4) (3, 2).
@@ -465,6 +491,24 @@ mod tests {
         );
         assert_eq!(full["init"]["slowdown_min"].as_f64(), Some(2.0));
         assert_eq!(full["init"]["slowdown_max"].as_f64(), Some(4.0));
+        // The splits: download parts 2x native in both workloads, init parts 30 vs 10 ns.
+        let dl = &full["download_split"];
+        assert!((dl["download_copy"]["geomean_slowdown"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+        assert!(
+            (dl["download_read"]["us"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+            "{dl}"
+        );
+        // Rereads: an eighth of 200 and 800 ns.
+        assert!(
+            (dl["reread_us"].as_f64().unwrap() - 0.125).abs() < 1e-9,
+            "{dl}"
+        );
+        assert_eq!(dl["device"]["copy_to_sysmem"]["copies"].as_u64(), Some(0));
+        assert_eq!(
+            full["init_split"]["pool_warm"]["slowdown"].as_f64(),
+            Some(3.0)
+        );
+        assert_eq!(full["init_split"]["channel"]["us"].as_f64(), Some(0.03));
         let texts = chart::svg_texts(&svg);
         for t in ["a", "b", "geomean", "init", "native", "full"] {
             assert_eq!(

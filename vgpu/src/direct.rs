@@ -77,6 +77,21 @@ impl Direct {
             .map(|e| e.gpa + (off - e.offset))
     }
 
+    /// Whether `va` of `space` is mapped to system memory (a host region: guest RAM), to VRAM
+    /// or not at all (`Some(true)`, `Some(false)`, `None`); `None` too when `space` is not the
+    /// current one.
+    pub fn maps_to_sysmem(&self, space: SpaceId, va: u64) -> Option<bool> {
+        if self.key.map(|k| k.0) != Some(space) {
+            return None;
+        }
+        let i = self.maps.partition_point(|m| m.va <= va);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        if va >= m.va.checked_add(m.len)? {
+            return None;
+        }
+        Some(matches!(m.target, MapTarget::Host { .. }))
+    }
+
     /// Reads `buf` at `va` of `space` from guest RAM; false if it cannot (use the engine).
     pub fn read(&mut self, space: SpaceId, va: u64, buf: &mut [u8]) -> bool {
         let ok = self
@@ -173,5 +188,19 @@ mod tests {
         assert!(!d.read(SpaceId(2), 0x1000_0000, &mut b));
         assert!(!d.read(s, u64::MAX - 3, &mut b));
         assert_eq!(d.hits, 3);
+    }
+
+    #[test]
+    fn tells_a_copy_destination_in_system_memory_from_vram() {
+        let d = direct();
+        let s = SpaceId(1);
+        // Guest RAM (read-only too: the copy's own check faults a write), VRAM, unmapped.
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_0000), Some(true));
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_2fff), Some(true));
+        assert_eq!(d.maps_to_sysmem(s, 0x1000_4000), Some(false));
+        assert_eq!(d.maps_to_sysmem(s, 0x2000_0000), None);
+        assert_eq!(d.maps_to_sysmem(s, 0x0fff_ffff), None);
+        // Not the current space: not known.
+        assert_eq!(d.maps_to_sysmem(SpaceId(2), 0x1000_0000), None);
     }
 }

@@ -103,6 +103,19 @@ pub struct PathTimes {
     pub launch_prep: Latency,
     /// Writing semaphore releases.
     pub release: Latency,
+    /// Copy jobs whose destination is system memory (guest RAM: a download's copy out of
+    /// VRAM), from the engine's start to its end (each run of a job preempted and resumed
+    /// counts once per run).
+    pub copy_to_sysmem: Latency,
+    /// Copy jobs into VRAM (an upload's copy), timed the same way.
+    pub copy_to_vram: Latency,
+    /// Copy jobs whose destination the worker could not classify (`direct=off`: it keeps no
+    /// list of the space's mappings), timed the same way.
+    pub copy_unclassified: Latency,
+    /// Bytes of the three kinds of copies, in the same order.
+    pub copy_to_sysmem_bytes: u64,
+    pub copy_to_vram_bytes: u64,
+    pub copy_unclassified_bytes: u64,
 }
 
 /// The doorbell page's figures (`doorbell=poll`).

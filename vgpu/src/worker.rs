@@ -557,7 +557,12 @@ impl Worker {
                     self.chans[ch].suspended = None;
                     return Ok(Turn::Advanced);
                 }
-                self.run_job(
+                let to_sysmem = self
+                    .direct
+                    .as_ref()
+                    .and_then(|d| d.maps_to_sysmem(space, dst));
+                let t0 = Instant::now();
+                let r = self.run_job(
                     ch,
                     Job::Copy(CopyJob {
                         space,
@@ -567,7 +572,18 @@ impl Worker {
                     }),
                     None,
                     Duration::ZERO,
-                )
+                );
+                let ns = t0.elapsed().as_nanos() as u64;
+                let mut g = self.shared.lock();
+                let p = &mut g.counters.path;
+                let (lat, bytes) = match to_sysmem {
+                    Some(true) => (&mut p.copy_to_sysmem, &mut p.copy_to_sysmem_bytes),
+                    Some(false) => (&mut p.copy_to_vram, &mut p.copy_to_vram_bytes),
+                    None => (&mut p.copy_unclassified, &mut p.copy_unclassified_bytes),
+                };
+                lat.add(ns);
+                *bytes += len;
+                r
             }
             Command::Launch(desc) => {
                 self.shared.lock().counters.launches += 1;

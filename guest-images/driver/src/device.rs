@@ -101,6 +101,41 @@ pub struct VramAlloc {
     pub len: u64,
 }
 
+/// Where [`Gpu::new`]'s time went (the platform's clock, ns), and the channel's creation when
+/// [`crate::suite_run::open`] made one: how init splits into its parts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InitParts {
+    /// Reading the device's identity and limits (register reads: traps under a VMM), opening
+    /// the para-virtual interface.
+    pub probe_ns: u64,
+    /// Building the (empty) address space: the page directory's allocation.
+    pub tables_ns: u64,
+    /// Allocating the system-memory pool from the platform (a bare-metal guest's
+    /// `dma_alloc` zeroes it: the guest's first touch of every page).
+    pub pool_alloc_ns: u64,
+    /// Writing each page of the pool once (`Config::warm_pool`).
+    pub pool_warm_ns: u64,
+    /// Mapping the two pools, interrupt and doorbell-page set-up, TLB flushes, moving the
+    /// directory into VRAM.
+    pub map_ns: u64,
+    /// Creating the channel (`suite_run::open`; 0 otherwise).
+    pub channel_ns: u64,
+}
+
+impl InitParts {
+    /// The parts with their names, in order (for result lines and reports).
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("probe", self.probe_ns),
+            ("tables", self.tables_ns),
+            ("pool_alloc", self.pool_alloc_ns),
+            ("pool_warm", self.pool_warm_ns),
+            ("map", self.map_ns),
+            ("channel", self.channel_ns),
+        ]
+    }
+}
+
 /// Smallest sub-allocation (keeps buffers 256-byte aligned).
 const POOL_ALIGN: u64 = 256;
 
@@ -131,6 +166,8 @@ pub struct Gpu<P: Platform> {
     /// CPU-side buffers results are read back into, kept across workloads (see
     /// [`Gpu::take_readback`]).
     readback: Vec<Vec<u8>>,
+    /// Where initialisation's time went.
+    pub(crate) init_parts: InitParts,
 }
 
 /// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
@@ -206,6 +243,14 @@ impl<P: Platform> TableBackend for Backend<'_, P> {
 impl<P: Platform> Gpu<P> {
     /// Checks the device, reads its limits, builds the address space and the pools.
     pub fn new(mut p: P, mut cfg: Config) -> Result<Self, Error> {
+        let mut parts = InitParts::default();
+        let mut mark = p.now_ns();
+        let mut lap = |p: &mut P| {
+            let now = p.now_ns();
+            let ns = now.saturating_sub(mark);
+            mark = now;
+            ns
+        };
         let mut mmio = 0u64;
         let mut rd = |p: &mut P, off: u32| {
             mmio += 1;
@@ -267,6 +312,7 @@ impl<P: Platform> Gpu<P> {
             // The tables are only the driver's record: keep them in RAM, never in VRAM.
             cfg.tables = TablePlacement::Sysmem;
         }
+        parts.probe_ns = lap(&mut p);
         let aperture = p.vram_aperture().min(vram_size);
         let mut vram = RangeAllocator::new(0, aperture);
         let mut va = RangeAllocator::new(va_base, va_size);
@@ -294,6 +340,7 @@ impl<P: Platform> Gpu<P> {
             va_size,
             big,
         )?;
+        parts.tables_ns = lap(&mut p);
         let sys_bytes = cfg.sys_pool_bytes.max(PAGE_2M).next_multiple_of(PAGE_2M);
         let sys_len = usize::try_from(sys_bytes).map_err(|_| Error::NoSysmem(sys_bytes))?;
         let sys = p
@@ -302,6 +349,7 @@ impl<P: Platform> Gpu<P> {
         if sys.len() < sys_len || !sys.gpa().is_multiple_of(PAGE_4K) {
             return Err(Error::NoSysmem(sys_bytes));
         }
+        parts.pool_alloc_ns = lap(&mut p);
         let sys_va = va.alloc(sys_bytes, PAGE_2M).ok_or(Error::NoVa(sys_bytes))?;
         let runlist_vram = vram.alloc(PAGE_4K, PAGE_4K).ok_or(Error::NoVram(PAGE_4K))?;
         let want = if cfg.vram_pool_bytes == 0 {
@@ -338,10 +386,12 @@ impl<P: Platform> Gpu<P> {
             para,
             bell: None,
             readback: Vec::new(),
+            init_parts: parts,
         };
         if gpu.cfg.warm_pool {
             gpu.warm_sys_pool();
         }
+        gpu.init_parts.pool_warm_ns = lap(&mut gpu.p);
         if gpu.para.is_some() {
             let pdb = gpu.pdb();
             gpu.para_call(para::OP_SET_PD, pdb)?;
@@ -366,7 +416,14 @@ impl<P: Platform> Gpu<P> {
             gpu.directory_to_vram()?;
             gpu.flush_tlb();
         }
+        gpu.init_parts.map_ns = lap(&mut gpu.p);
         Ok(gpu)
+    }
+
+    /// Where initialisation's time went (with the channel's creation after
+    /// [`crate::suite_run::open`]).
+    pub fn init_parts(&self) -> InitParts {
+        self.init_parts
     }
 
     /// Moves the page directory from system memory into VRAM: clears the VRAM with one

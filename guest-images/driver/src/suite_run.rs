@@ -9,7 +9,12 @@
 //! driver keeps across workloads), the suite's check (not timed), then **free** (every
 //! allocation released). Each phase gets its wall time (the platform's clock) and the driver's
 //! MMIO accesses (traps, under a VMM) during it. [`open`] times the driver's initialisation
-//! and the channel's creation the same way.
+//! and the channel's creation the same way ([`Gpu::init_parts`] splits it).
+//!
+//! The download phase splits into [`Outcome::download_copy`] (the copy engine's copies from
+//! VRAM into system memory, submitted and waited for: the device's work as the driver sees it)
+//! and [`Outcome::download_read`] (the CPU reading the results out of system memory into its
+//! buffers: on a guest, its own memory accesses).
 
 use alloc::format;
 use alloc::string::String;
@@ -52,6 +57,15 @@ pub struct Outcome {
     pub kernel: Phase,
     pub download: Phase,
     pub free: Phase,
+    /// Of `download`: the copies into system memory, submitted and waited for (zero when
+    /// buffers stay in system memory).
+    pub download_copy: Phase,
+    /// Of `download`: reading the results out of system memory (into buffers resized, i.e.
+    /// zero-filled, first).
+    pub download_read: Phase,
+    /// Not part of any phase: the same reads once more into the same buffers, right after the
+    /// download phase (no first touch of the destination left).
+    pub download_reread: Phase,
     /// Why it failed, if it did.
     pub detail: String,
 }
@@ -93,8 +107,11 @@ impl Marker {
 pub fn open<P: Platform>(mut p: P, cfg: Config) -> Result<(Gpu<P>, Channel, Phase), Error> {
     let t0 = p.now_ns();
     let mut gpu = Gpu::new(p, cfg)?;
+    let t1 = gpu.platform().now_ns();
     let ch = gpu.create_channel(0)?;
-    let ns = gpu.platform().now_ns().saturating_sub(t0);
+    let t2 = gpu.platform().now_ns();
+    gpu.init_parts.channel_ns = t2.saturating_sub(t1);
+    let ns = t2.saturating_sub(t0);
     let mmio = gpu.mmio_count();
     Ok((gpu, ch, Phase { ns, mmio }))
 }
@@ -223,7 +240,8 @@ fn run<P: Platform>(
     let t1 = ch.slot_time(gpu, SLOT_END)?;
     out.gpu_ns = t1.saturating_sub(t0);
 
-    // Download.
+    // Download: the copies, then the reads.
+    let mut sub = Marker::new(gpu);
     if !opts.buffers_in_sysmem {
         for i in inst.read_back() {
             let len = inst.buffers[i].init.len() as u64;
@@ -233,6 +251,7 @@ fn run<P: Platform>(
         }
         submit_and_wait(gpu, ch, &mut pb)?;
     }
+    out.download_copy = sub.lap(gpu);
     // Into buffers kept across workloads (warm memory, as native code's reused heap).
     let mut outputs = gpu.take_readback(inst.buffers.len());
     let mut read = Ok(());
@@ -244,7 +263,18 @@ fn run<P: Platform>(
             read = gpu.sys_read(&staging[i], 0, o);
         }
     }
+    out.download_read = sub.lap(gpu);
     out.download = mark.lap(gpu);
+    // Outside the phases: the same reads again into the same, now touched, buffers (tells the
+    // first touch of the destination from the reading itself).
+    if read.is_ok() {
+        for (i, b) in inst.buffers.iter().enumerate() {
+            if b.read_back() {
+                let _ = gpu.sys_read(&staging[i], 0, &mut outputs[i]);
+            }
+        }
+    }
+    out.download_reread = sub.lap(gpu);
     let checked = read.map(|()| {
         let refs: Vec<&[u8]> = outputs.iter().map(|o| o.as_slice()).collect();
         inst.check(&refs).map(|_| ()).map_err(|m| format!("{m}"))

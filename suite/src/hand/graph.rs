@@ -63,7 +63,7 @@ pub fn bfs(g: &Csr) -> Vec<u32> {
 }
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(1024, 4096, 1 << 17);
+    let n: u32 = size.pick(1024, 4096, 1 << 17, 1 << 20);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let g = random_graph(n, &mut rng);
     let levels = bfs(&g);

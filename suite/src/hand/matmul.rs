@@ -17,8 +17,19 @@ pub const WORKLOAD: Workload = Workload::new(
 /// Tile edge (the CTA is TILE x TILE threads); n is a multiple of it.
 pub const TILE: u32 = 16;
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.46 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.16 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 7;
+
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(16, 32, 128);
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let n: u32 = size.pick(16, 32, 128, 768);
     let nn = n as usize;
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let a: Vec<f32> = (0..nn * nn).map(|_| rng.scaled_f32(-2, 2)).collect();
@@ -57,6 +68,7 @@ fn build(size: Size) -> Instance {
         // ~40 setup + ~127 per tile step per thread.
         approx_thread_instrs: u64::from(n * n) * (40 + 127 * u64::from(tiles)),
     }
+    .repeated(repeat)
 }
 
 /// C with fma.rn.f32 accumulation in k order (what the PTX does, so a faithful engine matches

@@ -17,8 +17,19 @@ pub const WORKLOAD: Workload = Workload::new(
 /// CTA size (a power of two).
 pub const BLOCK: u32 = 256;
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.60 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.16 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 6;
+
 fn build(size: Size) -> Instance {
-    let (n, grid): (u32, u32) = size.pick((8000, 4), (40_000, 8), (1 << 22, 64));
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let (n, grid): (u32, u32) = size.pick((8000, 4), (40_000, 8), (1 << 22, 64), (24 << 20, 264));
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let input: Vec<u32> = (0..n).map(|_| rng.next_u32()).collect();
     let stride = (grid * BLOCK) as usize;
@@ -26,7 +37,11 @@ fn build(size: Size) -> Instance {
     for (i, &v) in input.iter().enumerate() {
         partials[(i % stride) / BLOCK as usize] += u64::from(v);
     }
-    let total: u64 = partials.iter().sum();
+    // Each launch writes the partials and adds its sum into the total (atom.global.add).
+    let total: u64 = partials
+        .iter()
+        .sum::<u64>()
+        .wrapping_mul(u64::from(repeat.max(1)));
     let per_thread = u64::from(n.div_ceil(grid * BLOCK));
     Instance {
         workload: WORKLOAD.name,
@@ -52,4 +67,5 @@ fn build(size: Size) -> Instance {
         // 9 per element loaded, ~11 per tree level (8 levels), ~30 fixed.
         approx_thread_instrs: u64::from(grid * BLOCK) * (9 * per_thread + 11 * 8 + 30),
     }
+    .repeated(repeat)
 }

@@ -21,16 +21,28 @@ pub const A: f32 = 1.703_125_3;
 /// Thread-instructions per thread (in-range path).
 const INSTRS: u64 = 20;
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.57 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.05 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 16;
+
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(3000, 16_000, 1 << 20);
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let n: u32 = size.pick(3000, 16_000, 1 << 20, 10 << 20);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let x: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-6, 6)).collect();
     let y: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-6, 6)).collect();
-    // fma.rn.f32 rounds once, like libm's fmaf: exact to the bit.
+    // fma.rn.f32 rounds once, like libm's fmaf: exact to the bit. y is updated in place, so
+    // each repeated launch applies the fma once more.
     let out: Vec<f32> = x
         .iter()
         .zip(&y)
-        .map(|(&x, &y)| libm::fmaf(A, x, y))
+        .map(|(&x, &y)| (0..repeat.max(1)).fold(y, |y, _| libm::fmaf(A, x, y)))
         .collect();
     let grid = n.div_ceil(BLOCK);
     Instance {
@@ -54,4 +66,5 @@ fn build(size: Size) -> Instance {
         )],
         approx_thread_instrs: u64::from(grid * BLOCK) * INSTRS,
     }
+    .repeated(repeat)
 }

@@ -43,7 +43,11 @@ pub fn instance_with(duration_ns: u64, ctas: u32, threads: u32, size: Size) -> I
 }
 
 fn build(size: Size) -> Instance {
-    let (ns, ctas, threads) =
-        size.pick((20_000, 2, 32), (1_000_000, 4, 64), (10_000_000, 132, 128));
+    let (ns, ctas, threads) = size.pick(
+        (20_000, 2, 32),
+        (1_000_000, 4, 64),
+        (10_000_000, 132, 128),
+        (20_000_000, 264, 128),
+    );
     instance_with(ns, ctas, threads, size)
 }

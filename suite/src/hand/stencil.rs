@@ -40,7 +40,8 @@ pub fn step(src: &[f32], power: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 fn build(size: Size) -> Instance {
-    let (rows, cols, iters): (u32, u32, u32) = size.pick((20, 36, 4), (48, 64, 4), (256, 256, 8));
+    let (rows, cols, iters): (u32, u32, u32) =
+        size.pick((20, 36, 4), (48, 64, 4), (256, 256, 8), (2048, 2048, 16));
     let (r, c) = (rows as usize, cols as usize);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let temp: Vec<f32> = (0..r * c).map(|_| 323.0 + 25.0 * rng.unit_f32()).collect();

@@ -19,8 +19,19 @@ pub const BLOCK: u32 = 256;
 /// Thread-instructions per thread (in-range path of the PTX).
 const INSTRS: u64 = 22;
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.63 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.08 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 10;
+
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(4000, 16_391, 1 << 20);
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let n: u32 = size.pick(4000, 16_391, 1 << 20, 1 << 23);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let a: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();
     let b: Vec<f32> = (0..n).map(|_| rng.scaled_f32(-8, 8)).collect();
@@ -49,4 +60,5 @@ fn build(size: Size) -> Instance {
         )],
         approx_thread_instrs: u64::from(grid * BLOCK) * INSTRS,
     }
+    .repeated(repeat)
 }

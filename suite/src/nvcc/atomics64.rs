@@ -28,7 +28,7 @@ pub fn mix64(mut x: u64) -> u64 {
 }
 
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(1000, 8000, 1 << 20);
+    let n: u32 = size.pick(1000, 8000, 1 << 20, 1 << 21);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     // Large values: the sum wraps around 2^64, carries cross the 32-bit halves.
     let input: Vec<u64> = (0..n).map(|_| rng.next_u64() >> 2).collect();

@@ -161,8 +161,19 @@ pub fn reference(x: f32, p: i32, q: i32) -> [u32; OUTS] {
     ]
 }
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.80 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.28 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 5;
+
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(256, 4096, 1 << 18);
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let n: u32 = size.pick(256, 4096, 1 << 18, 1 << 20);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let (mut f, mut a, mut b) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..n as usize {
@@ -215,6 +226,7 @@ fn build(size: Size) -> Instance {
         )],
         approx_thread_instrs: u64::from(grid * BLOCK) * 110,
     }
+    .repeated(repeat)
 }
 
 #[cfg(test)]

@@ -17,8 +17,19 @@ pub const WORKLOAD: Workload = Workload::new(
 /// CTA size.
 pub const BLOCK: u32 = 128;
 
+/// Launches at [`Size::Xl`]: on an H100 one launch's kernel phase took 0.60 ms (most of it the
+/// module's load and the engine's first sub-launch), each further launch 0.04 ms; this many make
+/// the phase last over a millisecond (docs/performance.md, "A suite size for an H100").
+const XL_REPEATS: u32 = 20;
+
 fn build(size: Size) -> Instance {
-    let n: u32 = size.pick(1000, 16_000, 1 << 20);
+    instance_repeated(size, size.pick(1, 1, 1, XL_REPEATS))
+}
+
+/// The instance of `size` with its kernel launched `repeat` times in a row (expected outputs
+/// those of `repeat` runs); [`Size::Xl`] repeats it.
+pub fn instance_repeated(size: Size, repeat: u32) -> Instance {
+    let n: u32 = size.pick(1000, 16_000, 1 << 20, 10 << 20);
     let mut rng = Rng::for_workload(WORKLOAD.name, size.tag());
     let input: Vec<i32> = (0..n).map(|_| rng.range_i32(-100_000, 100_000)).collect();
     let grid = n.div_ceil(BLOCK);
@@ -50,4 +61,5 @@ fn build(size: Size) -> Instance {
         )],
         approx_thread_instrs: u64::from(grid * BLOCK) * 45,
     }
+    .repeated(repeat)
 }

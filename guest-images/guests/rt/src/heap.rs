@@ -31,6 +31,12 @@ pub(crate) fn init() {
     HEAP.end.store(top, Ordering::Relaxed);
 }
 
+/// The address the next allocation starts at: the guest RAM in use (image and heap) lies below
+/// it (the bump heap only grows, except for freeing its last allocation).
+pub fn top() -> usize {
+    HEAP.next.load(Ordering::Relaxed)
+}
+
 /// Bytes left on the heap.
 pub fn free_bytes() -> usize {
     HEAP.end
