@@ -186,6 +186,35 @@ impl VramRegion {
         unsafe { atomic_copy::fill(dst, len as usize, byte) };
         Ok(())
     }
+    /// Sets bit `i` of `bitmap` (bit `i % 64` of word `i / 64`) for each of the `pages` 4 KiB
+    /// pages at `pa` (4 KiB aligned) that is not all zero, scanning the memory in place; the
+    /// bitmap's other bits are cleared. The caller checks that `bitmap` is long enough.
+    pub fn nonzero_pages(&self, pa: u64, pages: u64, bitmap: &mut [u64]) -> Result<(), VramError> {
+        const PAGE: u64 = 4096;
+        let len = pages.checked_mul(PAGE).ok_or(VramError::OutOfRange {
+            pa,
+            len: u64::MAX,
+            size: self.size,
+        })?;
+        let src = self.host_ptr(pa, len)?;
+        if !pa.is_multiple_of(PAGE) || bitmap.len() < pages.div_ceil(64) as usize {
+            return Err(VramError::OutOfRange {
+                pa,
+                len,
+                size: self.size,
+            });
+        }
+        bitmap.fill(0);
+        for p in 0..pages {
+            // SAFETY: page `p` lies inside the checked range; the mapping is page aligned, so
+            // the page is 8-aligned; VRAM is shared only through atomics.
+            let zero = unsafe { atomic_copy::words_zero(src.add((p * PAGE) as usize), 512) };
+            if !zero {
+                bitmap[(p / 64) as usize] |= 1 << (p % 64);
+            }
+        }
+        Ok(())
+    }
 }
 
 fn check_size(size: u64) -> Result<usize, VramError> {
