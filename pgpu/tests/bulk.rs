@@ -163,3 +163,124 @@ fn all_zero_and_all_nonzero_ranges() {
         assert!(e.vram_nonzero_pages(pa, 65, &mut [0]).is_err(), "{name}");
     }
 }
+
+/// Runs `entry(a, n, c)` of the cuda engine's bulk kernels on `e` over `grid` blocks of 256.
+fn launch(e: &SimEngine, space: SpaceId, module: ModuleId, entry: &str, grid: u32, a: [u64; 3]) {
+    let params: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let job = Job::Launch(LaunchJob {
+        space,
+        module,
+        entry: entry.into(),
+        grid: [grid, 1, 1],
+        block: [256, 1, 1],
+        dynamic_shared: 0,
+        params,
+    });
+    let out = e.execute(&job, &PreemptHandle::new()).unwrap();
+    assert!(matches!(out, Outcome::Completed { .. }), "{entry}: {out:?}");
+}
+
+#[test]
+fn cuda_bulk_kernels_on_the_sim_interpreter() {
+    // VRAM mapped at VA = BASE + pa; the kernels see device addresses as the cuda engine's
+    // private mapping gives them.
+    const BASE: u64 = 0x4_0000_0000;
+    let vram = 8 * MIB;
+    let e = sim(vram);
+    let space = e
+        .create_space(VaWindow {
+            base: BASE,
+            size: 1 << 30,
+        })
+        .unwrap();
+    e.map(
+        space,
+        &Mapping {
+            va: BASE,
+            len: vram,
+            target: MapTarget::Vram { pa: 0 },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        },
+    )
+    .unwrap();
+    let module = e
+        .load_module(pgpu::cuda::BULK_PTX, &LoadLimits::default())
+        .unwrap()
+        .id;
+    // 300 pages at 1 MiB: page p non-zero when p % 7 is 0 or 3, with one byte at an offset
+    // that walks the page (first and last bytes included).
+    let (src, pages) = (MIB, 300u64);
+    let mut want = vec![0u64; 5];
+    for p in 0..pages {
+        if p % 7 == 0 || p % 7 == 3 {
+            let off = [0, PAGE - 1, (p * 37) % PAGE][(p % 3) as usize];
+            e.vram_write(src + p * PAGE + off, &[0x80]).unwrap();
+            want[(p / 64) as usize] |= 1 << (p % 64);
+        }
+    }
+    // Bitmap at 6 MiB (u32 words), zeroed; 3 blocks of 8 warps stride over 300 pages.
+    let bm = 6 * MIB;
+    launch(
+        &e,
+        space,
+        module,
+        "vram_nonzero",
+        3,
+        [BASE + src, pages, BASE + bm],
+    );
+    let mut got = vec![0u8; 40];
+    e.vram_read(bm, &mut got).unwrap();
+    let got: Vec<u64> = got
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, want, "bitmap");
+    // Gather the non-zero pages (descending) to 4 MiB, packed; scatter them back to 2.5 MiB
+    // on (the layout: sources 1-2.2 MiB, copies 2.5-3.7, packed 4-4.4, bitmap 6, list 7).
+    const DST: u64 = BASE + 2560 * 1024;
+    let list: Vec<u64> = (0..pages)
+        .rev()
+        .filter(|p| want[(p / 64) as usize] >> (p % 64) & 1 == 1)
+        .map(|p| BASE + src + p * PAGE)
+        .collect();
+    let lpa = 7 * MIB;
+    let lb: Vec<u8> = list.iter().flat_map(|v| v.to_le_bytes()).collect();
+    e.vram_write(lpa, &lb).unwrap();
+    let n = list.len() as u64;
+    launch(
+        &e,
+        space,
+        module,
+        "vram_gather",
+        2,
+        [BASE + lpa, n, BASE + 4 * MIB],
+    );
+    for (i, &va) in list.iter().enumerate() {
+        let (mut a, mut b) = (vec![0u8; PAGE as usize], vec![0u8; PAGE as usize]);
+        e.vram_read(va - BASE, &mut a).unwrap();
+        e.vram_read(4 * MIB + i as u64 * PAGE, &mut b).unwrap();
+        assert!(a == b, "gathered page {i}");
+    }
+    let dst: Vec<u64> = list.iter().map(|va| va - BASE - src + DST).collect();
+    let db: Vec<u8> = dst.iter().flat_map(|v| v.to_le_bytes()).collect();
+    e.vram_write(lpa, &db).unwrap();
+    launch(
+        &e,
+        space,
+        module,
+        "vram_scatter",
+        2,
+        [BASE + lpa, n, BASE + 4 * MIB],
+    );
+    let (mut a, mut b) = (
+        vec![0u8; (pages * PAGE) as usize],
+        vec![0u8; (pages * PAGE) as usize],
+    );
+    e.vram_read(src, &mut a).unwrap();
+    e.vram_read(DST - BASE, &mut b).unwrap();
+    assert!(
+        a == b,
+        "scattered pages equal the sources, the other pages zero"
+    );
+}
