@@ -256,3 +256,171 @@ impl RunReader<'_, '_> {
 pub fn scrub(engine: &dyn Engine, base: u64, size: u64) -> Result<(), SnapshotError> {
     engine.vram_zero(base, size).map_err(engine_err)
 }
+
+#[cfg(test)]
+mod tests {
+    use pgpu::sim::{SimConfig, SimEngine};
+
+    use super::super::format::{self, split_sections};
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn engine() -> SimEngine {
+        SimEngine::new(SimConfig {
+            vram_size: 16 * MIB,
+            ..SimConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// The runs `(first page, pages)` of a VRAM section's payload.
+    fn section_runs(snap: &[u8]) -> Vec<(u64, u64)> {
+        let secs = split_sections(snap).unwrap();
+        let (_, p) = secs.iter().find(|(t, _)| *t == VRAM).unwrap();
+        let mut at = 0;
+        let mut runs = Vec::new();
+        while at < p.len() {
+            let first = u64::from_le_bytes(p[at..at + 8].try_into().unwrap());
+            let n = u64::from(u32::from_le_bytes(p[at + 8..at + 12].try_into().unwrap()));
+            runs.push((first, n));
+            at += 12 + (n * PAGE) as usize;
+        }
+        assert_eq!(at, p.len());
+        runs
+    }
+
+    fn save_to_vec(e: &SimEngine, base: u64, size: u64) -> (Vec<u8>, u64) {
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        let data = save(&mut w, e, base, size).unwrap();
+        w.finish().unwrap();
+        (out, data)
+    }
+
+    fn restore_from(snap: &[u8], e: &SimEngine, base: u64, size: u64) -> Result<u64, SnapshotError> {
+        let mut input = snap;
+        let mut r = SnapReader::new(&mut input)?;
+        let data = restore(&mut r, e, base, size)?;
+        r.finish()?;
+        Ok(data)
+    }
+
+    fn bytes(e: &SimEngine, pa: u64, len: u64) -> Vec<u8> {
+        let mut b = vec![0u8; len as usize];
+        e.vram_read(pa, &mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn sections_of_patterns_round_trip() {
+        // A partition at 2 MiB of 10 MiB + 12 KiB (not a multiple of the engines' 4 MiB
+        // chunks). Cases: all zero; all non-zero; runs crossing 4 MiB boundaries, one ending
+        // at the partition's last page, single pages with one byte set at either end.
+        let (base, size) = (2 * MIB, 10 * MIB + 12 * 1024);
+        let pages = size / PAGE;
+        let cases: Vec<(&str, Vec<(u64, u64)>)> = vec![
+            ("all zero", vec![]),
+            ("all non-zero", vec![(0, pages)]),
+            (
+                "runs",
+                vec![
+                    (0, 1),
+                    (2, 1),
+                    (1020, 10),
+                    (2040, 20),
+                    (2047, 0),
+                    (2300, 5),
+                    (pages - 3, 3),
+                ],
+            ),
+        ];
+        for (name, mut runs) in cases {
+            runs.retain(|r| r.1 > 0);
+            let src = engine();
+            // Bytes outside the partition must not be saved.
+            src.vram_fill(0, base, 0x77).unwrap();
+            src.vram_fill(base + size, 16 * MIB - base - size, 0x77).unwrap();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for &(first, n) in &runs {
+                let mut b = vec![0u8; (n * PAGE) as usize];
+                for w in b.chunks_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    w.copy_from_slice(&(x | 1).to_le_bytes());
+                }
+                src.vram_write(base + first * PAGE, &b).unwrap();
+            }
+            // Single bytes at a page's first and last byte are pages of their own.
+            let mut want = runs.clone();
+            if name == "runs" {
+                src.vram_write(base + 100 * PAGE, &[1]).unwrap();
+                src.vram_write(base + 102 * PAGE - 1, &[1]).unwrap();
+                want.insert(2, (100, 2));
+            }
+            let (snap, data) = save_to_vec(&src, base, size);
+            let merged = {
+                let mut m: Vec<(u64, u64)> = Vec::new();
+                for &(f, n) in &want {
+                    match m.last_mut() {
+                        Some((mf, mn)) if *mf + *mn == f => *mn += n,
+                        _ => m.push((f, n)),
+                    }
+                }
+                m
+            };
+            assert_eq!(section_runs(&snap), merged, "{name}");
+            assert_eq!(data, merged.iter().map(|r| r.1 * PAGE).sum::<u64>(), "{name}");
+            // Into a partition full of other bytes: saved pages come back, the rest is zero,
+            // nothing outside the partition changes.
+            let dst = engine();
+            dst.vram_fill(0, 16 * MIB, 0x33).unwrap();
+            assert_eq!(restore_from(&snap, &dst, base, size).unwrap(), data, "{name}");
+            assert!(bytes(&src, base, size) == bytes(&dst, base, size), "{name}");
+            assert!(bytes(&dst, 0, base).iter().all(|&b| b == 0x33), "{name}");
+            let after = base + size;
+            assert!(
+                bytes(&dst, after, 16 * MIB - after).iter().all(|&b| b == 0x33),
+                "{name}"
+            );
+            // Saving the restored partition gives the same bytes.
+            assert!(save_to_vec(&dst, base, size).0 == snap, "{name}");
+        }
+    }
+
+    #[test]
+    fn hostile_runs_are_refused() {
+        let (base, size) = (0, 4 * MIB);
+        let src = engine();
+        src.vram_fill(PAGE, 3 * PAGE, 9).unwrap();
+        let (snap, _) = save_to_vec(&src, base, size);
+        let mut secs = split_sections(&snap).unwrap();
+        let vram_at = secs.iter().position(|(t, _)| *t == VRAM).unwrap();
+        let good = secs[vram_at].1.clone();
+        let mut forge = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut p = good.clone();
+            edit(&mut p);
+            secs[vram_at].1 = p;
+            let f = format::assemble(format::VERSION, &secs);
+            let dst = engine();
+            restore_from(&f, &dst, base, size)
+        };
+        // Past the partition, empty, overlapping the previous run, shorter than announced.
+        let e = forge(&|p| p[..8].copy_from_slice(&(size / PAGE - 1).to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p[8..12].copy_from_slice(&0u32.to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| {
+            let mut two = p.clone();
+            two[..8].copy_from_slice(&0u64.to_le_bytes());
+            p.extend_from_slice(&two);
+        });
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p[8..12].copy_from_slice(&4u32.to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p.extend_from_slice(&[0; 5]));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        assert!(forge(&|_| {}).is_ok());
+    }
+}
