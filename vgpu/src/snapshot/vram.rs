@@ -298,7 +298,12 @@ mod tests {
         (out, data)
     }
 
-    fn restore_from(snap: &[u8], e: &SimEngine, base: u64, size: u64) -> Result<u64, SnapshotError> {
+    fn restore_from(
+        snap: &[u8],
+        e: &SimEngine,
+        base: u64,
+        size: u64,
+    ) -> Result<u64, SnapshotError> {
         let mut input = snap;
         let mut r = SnapReader::new(&mut input)?;
         let data = restore(&mut r, e, base, size)?;
@@ -340,7 +345,8 @@ mod tests {
             let src = engine();
             // Bytes outside the partition must not be saved.
             src.vram_fill(0, base, 0x77).unwrap();
-            src.vram_fill(base + size, 16 * MIB - base - size, 0x77).unwrap();
+            src.vram_fill(base + size, 16 * MIB - base - size, 0x77)
+                .unwrap();
             let mut x = 0x2545_f491_4f6c_dd1du64;
             for &(first, n) in &runs {
                 let mut b = vec![0u8; (n * PAGE) as usize];
@@ -371,17 +377,27 @@ mod tests {
                 m
             };
             assert_eq!(section_runs(&snap), merged, "{name}");
-            assert_eq!(data, merged.iter().map(|r| r.1 * PAGE).sum::<u64>(), "{name}");
+            assert_eq!(
+                data,
+                merged.iter().map(|r| r.1 * PAGE).sum::<u64>(),
+                "{name}"
+            );
             // Into a partition full of other bytes: saved pages come back, the rest is zero,
             // nothing outside the partition changes.
             let dst = engine();
             dst.vram_fill(0, 16 * MIB, 0x33).unwrap();
-            assert_eq!(restore_from(&snap, &dst, base, size).unwrap(), data, "{name}");
+            assert_eq!(
+                restore_from(&snap, &dst, base, size).unwrap(),
+                data,
+                "{name}"
+            );
             assert!(bytes(&src, base, size) == bytes(&dst, base, size), "{name}");
             assert!(bytes(&dst, 0, base).iter().all(|&b| b == 0x33), "{name}");
             let after = base + size;
             assert!(
-                bytes(&dst, after, 16 * MIB - after).iter().all(|&b| b == 0x33),
+                bytes(&dst, after, 16 * MIB - after)
+                    .iter()
+                    .all(|&b| b == 0x33),
                 "{name}"
             );
             // Saving the restored partition gives the same bytes.
