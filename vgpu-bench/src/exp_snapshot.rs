@@ -264,7 +264,8 @@ fn output(
         "reps": a.reps,
         "device_image_bytes": image,
         "notes": "save = non-zero page bitmap + each non-zero run read once; restore = zero the \
-                  partition + write the pages; *_mem: to/from a host buffer touched beforehand; \
+                  partition + write the pages; *_mem: to/from a host buffer touched beforehand, \
+                  copied on up to 8 threads; \
                   save_file: written, not fsynced (page cache); *_fsync: fsync included; \
                   restore_file: file in the page cache; restore_file_cold: after \
                   POSIX_FADV_DONTNEED; device_*: vgpu::Vgpu save_report/restore (framing, \
