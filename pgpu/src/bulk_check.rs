@@ -140,7 +140,10 @@ pub fn check_bulk(e: &dyn Engine, pa: u64, pages: u64, seed: u64) -> Result<Bulk
     let flow = e
         .vram_read_runs(&runs, &mut |piece: &[u8]| {
             pieces += 1;
-            if piece.is_empty() || piece.len() as u64 % PAGE != 0 || piece.len() as u64 > left {
+            if piece.is_empty()
+                || !(piece.len() as u64).is_multiple_of(PAGE)
+                || piece.len() as u64 > left
+            {
                 err = Some(format!("piece of {} bytes in run {run}", piece.len()));
                 return ControlFlow::Break(());
             }

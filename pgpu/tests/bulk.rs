@@ -149,7 +149,7 @@ fn all_zero_and_all_nonzero_ranges() {
         let mut got = 0u64;
         let flow = e
             .vram_read_runs(&[(pa, pages * PAGE)], &mut |p| {
-                assert!(p.iter().all(|&b| b == 0x5a) && p.len() as u64 % PAGE == 0);
+                assert!(p.iter().all(|&b| b == 0x5a) && (p.len() as u64).is_multiple_of(PAGE));
                 got += p.len() as u64;
                 ControlFlow::Continue(())
             })

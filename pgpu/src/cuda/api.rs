@@ -194,14 +194,14 @@ impl Engine for CudaEngine {
     fn vram_read_runs(
         &self,
         runs: &[(u64, u64)],
-        sink: &mut dyn FnMut(&[u8]) -> std::ops::ControlFlow<()>,
+        sink: &mut crate::engine::bulk::PageSink<'_>,
     ) -> Result<std::ops::ControlFlow<()>, EngineError> {
         self.bulk_read_runs(runs, sink)
     }
 
     fn vram_write_pages(
         &self,
-        source: &mut dyn FnMut(&mut [u8], &mut Vec<u64>) -> std::ops::ControlFlow<()>,
+        source: &mut crate::engine::bulk::PageSource<'_>,
     ) -> Result<std::ops::ControlFlow<()>, EngineError> {
         self.bulk_write_pages(source)
     }

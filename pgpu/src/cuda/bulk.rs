@@ -24,7 +24,9 @@ use cudarc::driver::sys;
 use super::driver::{Ctx, DrvError, ck};
 use super::engine::{CudaEngine, lock};
 use crate::engine::EngineError;
-use crate::engine::bulk::{VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced};
+use crate::engine::bulk::{
+    PageSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
+};
 
 /// Bytes of a slot's buffers.
 pub const SLOT: u64 = 64 << 20;
@@ -401,7 +403,7 @@ impl CudaEngine {
     pub(crate) fn bulk_read_runs(
         &self,
         runs: &[(u64, u64)],
-        sink: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+        sink: &mut PageSink<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         for &(pa, len) in runs {
             check_pages(pa, len, self.info.vram_size)?;
@@ -461,7 +463,7 @@ impl CudaEngine {
 
     pub(crate) fn bulk_write_pages(
         &self,
-        source: &mut dyn FnMut(&mut [u8], &mut Vec<u64>) -> ControlFlow<()>,
+        source: &mut PageSource<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         let (vram, base) = (self.info.vram_size, self.vram.dev(0));
         self.with_bulk(|b| {

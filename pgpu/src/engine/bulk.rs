@@ -8,6 +8,12 @@ use std::ops::ControlFlow;
 
 use super::{Engine, EngineError};
 
+/// Where `Engine::vram_read_runs` hands the bytes it read.
+pub type PageSink<'a> = dyn FnMut(&[u8]) -> ControlFlow<()> + 'a;
+/// What `Engine::vram_write_pages` asks for pages: fill the buffer's first pages, list each
+/// one's destination.
+pub type PageSource<'a> = dyn FnMut(&mut [u8], &mut Vec<u64>) -> ControlFlow<()> + 'a;
+
 /// Bytes of a VRAM page as the bulk calls count them.
 pub const VRAM_PAGE: u64 = 4096;
 /// Bytes per `vram_read`/`vram_write` of the default implementations.
@@ -75,7 +81,7 @@ pub(crate) fn nonzero_pages<E: Engine + ?Sized>(
 pub(crate) fn read_runs<E: Engine + ?Sized>(
     e: &E,
     runs: &[(u64, u64)],
-    sink: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+    sink: &mut PageSink<'_>,
 ) -> Result<ControlFlow<()>, EngineError> {
     let vram = e.info().vram_size;
     for &(pa, len) in runs {
@@ -112,7 +118,7 @@ pub fn check_sourced(pas: &[u64], buf_pages: usize, vram: u64) -> Result<(), Eng
 
 pub(crate) fn write_pages<E: Engine + ?Sized>(
     e: &E,
-    source: &mut dyn FnMut(&mut [u8], &mut Vec<u64>) -> ControlFlow<()>,
+    source: &mut PageSource<'_>,
 ) -> Result<ControlFlow<()>, EngineError> {
     let vram = e.info().vram_size;
     let mut buf = vec![0u8; CHUNK as usize];

@@ -67,7 +67,7 @@ pub trait Engine: Send + Sync {
     fn vram_read_runs(
         &self,
         runs: &[(u64, u64)],
-        sink: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+        sink: &mut bulk::PageSink<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         bulk::read_runs(self, runs, sink)
     }
@@ -79,7 +79,7 @@ pub trait Engine: Send + Sync {
     /// The cuda engine transfers one buffer while `source` fills the next.
     fn vram_write_pages(
         &self,
-        source: &mut dyn FnMut(&mut [u8], &mut Vec<u64>) -> ControlFlow<()>,
+        source: &mut bulk::PageSource<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         bulk::write_pages(self, source)
     }
