@@ -190,8 +190,9 @@ fn measure(
             }
         }
     }
-    drop(engine);
+    // Guest RAM is the engine's memory: it goes first.
     drop(ram);
+    drop(engine);
     output(a, &device, size, &filled, image, &rows)
 }
 

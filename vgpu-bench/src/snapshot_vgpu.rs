@@ -14,9 +14,7 @@ use std::time::{Duration, Instant};
 use mmio::pci::MsiMessage;
 use pgpu::Engine;
 use vgpu::{GpuConfig, IrqSink, Vgpu};
-use vm_memory::{
-    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, MemoryRegionAddress,
-};
+use vm_memory::{GuestAddress, GuestMemoryMmap};
 
 use crate::error::BenchError;
 use crate::snapshot_vram::{Filled, verify};
@@ -39,8 +37,9 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> BenchError + '_ {
     }
 }
 
-/// Guest RAM for the devices (no guest runs: only its registration matters) and its engine
-/// region. Dropped after the engine's last device.
+/// Guest RAM for the devices (no guest runs: only its registration matters): 16 MiB the engine
+/// allocates (`alloc_host_region`, the form a cuda engine can map, as the VMM does), kept for
+/// the life of the engine.
 pub struct Ram {
     ram: GuestMemoryMmap,
     regions: Vec<pgpu::HostRegionId>,
@@ -48,18 +47,29 @@ pub struct Ram {
 
 impl Ram {
     pub fn new(e: &dyn Engine) -> Result<Ram, BenchError> {
-        let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 16 << 20)])
-            .map_err(|e| BenchError::Invalid(format!("guest RAM: {e}")))?;
-        let mut regions = Vec::new();
-        for r in ram.iter() {
-            let host = r
-                .get_host_address(MemoryRegionAddress(0))
-                .map_err(|e| BenchError::Invalid(format!("guest RAM: {e}")))?;
-            // SAFETY: a live mapping of `r.len()` bytes owned by `ram`, which this value keeps
-            // until after the engine (the caller drops the engine first).
-            regions.push(unsafe { e.register_host_region(host, r.len() as usize)? });
+        use vm_memory::mmap::{GuestRegionMmap, MmapRegion};
+        const LEN: usize = 16 << 20;
+        let bad = |m: String| BenchError::Invalid(format!("guest RAM: {m}"));
+        let (id, ptr) = e.alloc_host_region(LEN as u64)?;
+        // SAFETY: `ptr` is a readable and writable mapping of LEN bytes that the engine keeps
+        // until the region is unregistered (never, before the engine goes); a raw region is
+        // never unmapped by vm-memory.
+        let region = unsafe {
+            MmapRegion::build_raw(
+                ptr.as_ptr(),
+                LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+            )
         }
-        Ok(Ram { ram, regions })
+        .map_err(|e| bad(e.to_string()))?;
+        let region = GuestRegionMmap::new(region, GuestAddress(0))
+            .ok_or_else(|| bad("region overflows".into()))?;
+        let ram = GuestMemoryMmap::from_regions(vec![region]).map_err(|e| bad(e.to_string()))?;
+        Ok(Ram {
+            ram,
+            regions: vec![id],
+        })
     }
 }
 
