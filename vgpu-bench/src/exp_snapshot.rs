@@ -73,15 +73,22 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     // work starts and removed at the end.
     let vram_file = a.out.join("snapshot-vram.bin");
     let gpu_file = a.out.join("snapshot-gpu.bin");
+    let mut made: Vec<&PathBuf> = Vec::new();
     for p in [&vram_file, &gpu_file] {
-        std::fs::File::options()
+        if let Err(source) = std::fs::File::options()
             .write(true)
             .create_new(true)
             .open(p)
-            .map_err(|source| BenchError::Io {
+        {
+            for m in made {
+                let _ = std::fs::remove_file(m);
+            }
+            return Err(BenchError::Io {
                 path: p.display().to_string(),
                 source,
-            })?;
+            });
+        }
+        made.push(p);
     }
     let result = measure(a, &vram_file, &gpu_file);
     let _ = std::fs::remove_file(&vram_file);

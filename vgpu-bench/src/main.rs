@@ -363,6 +363,17 @@ mod tests {
             std::fs::read(out.join("snapshot-gpu.bin")).unwrap(),
             b"mine"
         );
+        assert!(!out.join("snapshot-vram.bin").exists(), "ours, removed");
+        std::fs::remove_file(out.join("snapshot-gpu.bin")).unwrap();
+        // Without an NVIDIA driver, --backend cuda is an engine error, and its files go.
+        if !std::path::Path::new("/dev/nvidiactl").exists() {
+            a.backend = backend::Backend::Cuda;
+            assert!(matches!(
+                exp_snapshot::run(&a),
+                Err(error::BenchError::Engine(_))
+            ));
+            assert!(!out.join("snapshot-vram.bin").exists());
+        }
         let _ = std::fs::remove_dir_all(&out);
     }
 
