@@ -329,6 +329,43 @@ impl Drop for Bulk {
     }
 }
 
+/// Where a walk over runs `(pa, bytes)` is: the run, and bytes of it done.
+#[derive(Debug, Default)]
+struct RunCursor {
+    run: usize,
+    at: u64,
+}
+
+impl RunCursor {
+    /// Fills `pages` (cleared first) with the device addresses (`base` + pa) of the next pages
+    /// of `runs`, at most `slot_pages`; returns the slot's pieces `(offset, bytes)`, each inside
+    /// one run, in order. Empty at the end of the runs.
+    fn fill(
+        &mut self,
+        runs: &[(u64, u64)],
+        base: u64,
+        slot_pages: u64,
+        pages: &mut Vec<u64>,
+    ) -> Vec<(usize, usize)> {
+        pages.clear();
+        let mut pieces = Vec::new();
+        while (pages.len() as u64) < slot_pages && self.run < runs.len() {
+            let (pa, len) = runs[self.run];
+            let at = self.at;
+            let n = ((len - at) / PAGE).min(slot_pages - pages.len() as u64);
+            if n > 0 {
+                pieces.push((pages.len() * PAGE as usize, (n * PAGE) as usize));
+                pages.extend((0..n).map(|k| base + pa + at + k * PAGE));
+                self.at += n * PAGE;
+            }
+            if self.at == len {
+                (self.run, self.at) = (self.run + 1, 0);
+            }
+        }
+        pieces
+    }
+}
+
 impl CudaEngine {
     /// Runs `f` with the bulk state (made on first use).
     fn with_bulk<T>(
@@ -413,27 +450,12 @@ impl CudaEngine {
         }
         let base = self.vram.dev(0);
         self.with_bulk(|b| {
-            // Walks the runs page by page into slots; a slot's pieces are (offset, bytes),
-            // each inside one run.
-            let (mut run, mut at) = (0usize, 0u64);
+            let mut cursor = RunCursor::default();
             let mut pages: Vec<u64> = Vec::with_capacity(SLOT_PAGES as usize);
             let mut pending: Option<(usize, Vec<(usize, usize)>)> = None;
             let mut slot = 0usize;
             loop {
-                pages.clear();
-                let mut pieces = Vec::new();
-                while (pages.len() as u64) < SLOT_PAGES && run < runs.len() {
-                    let (pa, len) = runs[run];
-                    let n = ((len - at) / PAGE).min(SLOT_PAGES - pages.len() as u64);
-                    if n > 0 {
-                        pieces.push((pages.len() * PAGE as usize, (n * PAGE) as usize));
-                        pages.extend((0..n).map(|k| base + pa + at + k * PAGE));
-                        at += n * PAGE;
-                    }
-                    if at == len {
-                        (run, at) = (run + 1, 0);
-                    }
-                }
+                let pieces = cursor.fill(runs, base, SLOT_PAGES, &mut pages);
                 let queued = !pages.is_empty();
                 if queued {
                     b.wait(slot).map_err(|e| self.drv(e))?;
@@ -496,5 +518,60 @@ impl CudaEngine {
         self.alive()?;
         check_pages(pa, len, self.info.vram_size)?;
         self.vram.fill(pa, len, 0).map_err(|e| self.drv(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs walked into slots of 5 pages: every page once, in order, at its address; pieces
+    /// back to back in their slot, each inside one run (adjacent runs included); empty runs
+    /// skipped.
+    #[test]
+    fn runs_are_cut_into_slots_and_pieces() {
+        let runs: Vec<(u64, u64)> = vec![
+            (0, 3 * PAGE),
+            (10 * PAGE, 0),
+            (20 * PAGE, 12 * PAGE),
+            (40 * PAGE, PAGE),
+            (50 * PAGE, 2 * PAGE),
+            // Adjacent to the previous run, yet its own piece.
+            (52 * PAGE, PAGE),
+        ];
+        let base = 1 << 40;
+        let want: Vec<u64> = runs
+            .iter()
+            .flat_map(|&(pa, len)| (0..len / PAGE).map(move |k| base + pa + k * PAGE))
+            .collect();
+        let mut c = RunCursor::default();
+        let mut pages = Vec::new();
+        let mut all = Vec::new();
+        let mut slots = 0;
+        loop {
+            let pieces = c.fill(&runs, base, 5, &mut pages);
+            if pages.is_empty() {
+                assert!(pieces.is_empty());
+                break;
+            }
+            slots += 1;
+            assert!(pages.len() <= 5);
+            let mut off = 0;
+            for &(o, n) in &pieces {
+                assert_eq!(o, off, "pieces back to back");
+                let first = pages[o / PAGE as usize];
+                let last = pages[(o + n) / PAGE as usize - 1];
+                assert_eq!(last - first, n as u64 - PAGE, "a piece is contiguous");
+                let inside = runs
+                    .iter()
+                    .any(|&(pa, len)| first >= base + pa && last < base + pa + len);
+                assert!(inside, "a piece inside one run");
+                off += n;
+            }
+            assert_eq!(off, pages.len() * PAGE as usize);
+            all.extend_from_slice(&pages);
+        }
+        assert_eq!(all, want);
+        assert_eq!(slots, 19usize.div_ceil(5));
     }
 }
