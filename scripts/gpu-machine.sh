@@ -3,7 +3,9 @@
 # elsewhere (the GPU machine has no Rust toolchain). Usage, from the repository root there:
 #   scripts/gpu-machine.sh BIN_DIR OUT_DIR [fairness-seconds]
 # BIN_DIR holds vgpu-vmm, vgpud, vgpu-bench and gpu-tests (the binary of `cargo test --release
-# -p vmm --test gpu --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
+# -p vmm --test gpu --no-run`); optionally snapshot-gpu-tests (`cargo test --release -p vmm
+# --test snapshot_gpu --no-run`) and pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda
+# --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
 # SKIP_CUDA=1 runs only the fairness figures.
 set -u
 B=$(realpath "$1"); OUT=$(realpath -m "$2"); SECS=${3:-5}
@@ -44,4 +46,18 @@ if [ -z "${SKIP_CUDA:-}" ]; then
   run --backend cuda --vms 8 --policy timeslice --kernel-us 500,5000 --out "$C/eq8"
   run --backend cuda --vms 3 --policy timeslice --weights 1,2,4 --kernel-us 5000 --out "$C/w124"
   tar czf "$OUT/fair-cuda.tar.gz" -C "$OUT" fair-cuda
+fi
+if [ -z "${SKIP_CUDA:-}" ]; then
+  echo "== cuda: VRAM checkpoint/restore speed (vgpu-bench snapshot) and snapshots across backends"
+  S=$OUT/snapshot; mkdir -p "$S"
+  "$B/vgpu-bench" snapshot --backend cuda --vram 4G --fill 0.5 --reps 5 --out "$S/4g" | tail -1
+  "$B/vgpu-bench" snapshot --backend cuda --vram 4G --fill 0.5 --run-pages 1 --reps 3 --out "$S/4g-pages" | tail -1
+  "$B/vgpu-bench" snapshot --backend cuda --vram 8G --fill 1 --reps 3 --no-device --out "$S/8g-full" | tail -1
+  if [ -x "$B/pgpu-cuda-tests" ]; then
+    "$B/pgpu-cuda-tests" --ignored --test-threads=1 --nocapture bulk
+  fi
+  if [ -x "$B/snapshot-gpu-tests" ]; then
+    VGPU_VMM=$B/vgpu-vmm "$B/snapshot-gpu-tests" --ignored --test-threads=1 cuda
+  fi
+  tar czf "$OUT/snapshot.tar.gz" -C "$OUT" snapshot
 fi

@@ -3,7 +3,10 @@
 //! checked; a restored GPU VM snapshots again; corrupted or mismatched GPU images are refused
 //! before the guest runs; para-mode GPUs (spaces made by hypercalls) snapshot mid-run and
 //! restore twice, and forged para state in their image is refused before the guest runs;
-//! pass-through (mode=pt) GPUs refuse snapshots and migration.
+//! pass-through (mode=pt) GPUs refuse snapshots and migration. On an NVIDIA GPU (ignored tests
+//! named `cuda_*`; `cargo test --release -p vmm --test snapshot_gpu -- --ignored cuda`, or the
+//! built test binary with `VGPU_VMM=path/to/vgpu-vmm`): drained snapshots move between the sim
+//! and cuda backends.
 
 mod snapshot_support;
 
@@ -346,4 +349,94 @@ fn gpu_pause_resume_and_a_snapshot_left_paused() {
     assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
     let (code, _) = vm.terminate();
     assert_eq!(code, 128 + libc::SIGTERM);
+}
+
+/// A `workloads` VM on `from` snapshotted with a drained pause (after its INIT line and after
+/// matmul), stopped, and restored on `to` (`--restore DIR --gpu backend=to`): the same exit
+/// code as an uninterrupted run on `from`, and every `RESULT` line equal to it, 13/13 ok. On
+/// sim the GPU offers 2 MiB pages only (`pages=2m`), as cuda does: a guest that was offered
+/// 4 KiB pages may have used them, and a restore onto an engine without them is refused.
+fn across_backends(from: &str, to: &str) {
+    let pages = if from == "sim" { ",pages=2m" } else { "" };
+    let gpu = format!("vram=64M,backend={from}{pages}");
+    let guest = [
+        "--guest",
+        "workloads",
+        "--cmdline",
+        "size=medium",
+        "--gpu",
+        gpu.as_str(),
+    ];
+    let (want_code, want, err) = run(&guest);
+    assert_eq!(want_code, 0, "{from}: {err}");
+    let want = workload_results(&want);
+    assert_eq!(want.len(), 13, "{want:?}");
+    assert!(want.iter().all(|r| r.ends_with("ok=1")), "{want:?}");
+    let s = Scratch::new(&format!("gpu-{from}-to-{to}"));
+    let backend = format!("backend={to}");
+    for (i, marker) in ["INIT ", "name=matmul "].into_iter().enumerate() {
+        let vm = Vm::start(&s, &format!("x{i}"), &guest);
+        vm.wait_for(|o| o.contains(marker));
+        let dir = s.path(&format!("x{i}.snap"));
+        let (code, out, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused", "--drain"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(json(&out)["gpu_preempted"], 0, "drained: {out}");
+        let m = json(&std::fs::read_to_string(dir.join("manifest.json")).unwrap());
+        assert!(
+            m["gpu"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("backend={from}")),
+            "{m}"
+        );
+        let (_, before) = vm.terminate();
+        assert!(
+            !before.contains("13/13"),
+            "snapshot before the end: {before}"
+        );
+        let (code, after, err) = restore(&dir, &["--gpu", &backend]);
+        assert_eq!(
+            code, want_code,
+            "{from} -> {to} at {marker}: {err}\n{after}"
+        );
+        assert!(after.contains("workloads: 13/13 ok"), "{after}");
+        assert_eq!(
+            workload_results(&format!("{before}{after}")),
+            want,
+            "{from} -> {to}, snapshot at {marker}"
+        );
+    }
+}
+
+/// The same on sim alone (the backend named on the restore's command line); where there is no
+/// NVIDIA driver, a restore with `backend=cuda` is a clear error before the guest runs.
+#[test]
+fn drained_workload_snapshots_restore_with_the_backend_named() {
+    across_backends("sim", "sim");
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: cuda_restores_a_drained_sim_snapshot is the one to run
+    }
+    let s = Scratch::new("gpu-no-cuda");
+    let vm = Vm::start(&s, "n", &FAIRNESS);
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let dir = s.path("n.snap");
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused", "--drain"]);
+    assert_eq!(code, 0, "{err}");
+    vm.terminate();
+    let (code, out, err) = restore(&dir, &["--gpu", "backend=cuda"]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("CUDA"), "{err}");
+    assert!(!out.contains("FAIRNESS"), "the guest ran: {out}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_restores_a_drained_sim_snapshot() {
+    across_backends("sim", "cuda");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_snapshot_restores_on_sim() {
+    across_backends("cuda", "sim");
 }

@@ -63,6 +63,7 @@
 //! # Ok::<(), EngineError>(())
 //! ```
 
+pub mod bulk_check;
 pub mod ckpt;
 pub mod conformance;
 pub mod cuda;

@@ -11,8 +11,11 @@
 //!
 //! Files: this one (construction, the rewrite on sim, conformance, every workload against sim,
 //! preemption, kernel faults), `cuda/support.rs` (helpers), `cuda/measure.rs` (the `MEASURE`
-//! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes).
+//! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
+//! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset).
 
+#[path = "cuda/bulk.rs"]
+mod bulk;
 #[path = "cuda/ckpt.rs"]
 mod ckpt;
 #[path = "cuda/measure.rs"]

@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 use vmm::snapshot::state::MachineState;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_vgpu-vmm");
+
+/// The vgpu-vmm binary: `VGPU_VMM` if set (a test binary run on another machine, such as the
+/// GPU machine, which has no build tree), else the one Cargo built.
+pub fn bin() -> String {
+    std::env::var("VGPU_VMM").unwrap_or_else(|_| BIN.to_string())
+}
 /// The guest: 30 steps of 20 ms sleeps, 4 MiB of checked memory, two vCPUs.
 pub const GUEST: [&str; 8] = [
     "--guest",
@@ -55,7 +61,7 @@ impl Vm {
     pub fn start(s: &Scratch, tag: &str, args: &[&str]) -> Vm {
         let socket = s.path(&format!("{tag}.sock"));
         let out = s.path(&format!("{tag}.out"));
-        let child = Command::new(BIN)
+        let child = Command::new(bin())
             .args(args)
             .arg("--api-socket")
             .arg(&socket)
@@ -114,7 +120,7 @@ impl Vm {
 }
 
 pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .arg("ctl")
         .arg(socket)
         .args(args)
@@ -129,7 +135,7 @@ pub fn ctl(socket: &Path, args: &[&str]) -> (i32, String, String) {
 
 /// Runs vgpu-vmm to its end; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(args)
         .args(["--timeout", "120"])
         .env_remove("RUST_LOG")
@@ -264,7 +270,7 @@ pub fn incoming(s: &Scratch) -> (Child, PathBuf) {
 /// As `incoming`, with more options (`--gpu host=...`).
 pub fn incoming_with(s: &Scratch, extra: &[&str]) -> (Child, PathBuf) {
     let path = s.path("in.sock");
-    let dest = Command::new(BIN)
+    let dest = Command::new(bin())
         .arg("--incoming")
         .arg(&path)
         .args(extra)

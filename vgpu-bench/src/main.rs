@@ -10,6 +10,8 @@
 //! - `priority`: a latency-sensitive VM beside N backlogged ones under timeslice, priority and
 //!   fikit (filling) scheduling, against the VM alone: request latency, LP throughput,
 //!   utilization.
+//! - `snapshot`: VRAM checkpoint and restore speed (bulk engine calls and whole-device
+//!   save/restore) to and from memory and files.
 
 mod backend;
 mod chart;
@@ -21,6 +23,7 @@ mod exp_overhead;
 mod exp_preempt;
 mod exp_priority;
 mod exp_ptx;
+mod exp_snapshot;
 mod fairness_calib;
 mod fairness_chart;
 mod fairness_guest;
@@ -42,6 +45,8 @@ mod priority_output;
 mod progress;
 mod report;
 mod runner;
+mod snapshot_vgpu;
+mod snapshot_vram;
 
 use std::process::ExitCode;
 
@@ -72,6 +77,8 @@ enum Cmd {
     Fairness(exp_fairness::Args),
     /// Priority: a latency-sensitive VM beside N backlogged VMs: alone, timeslice, priority, fikit.
     Priority(exp_priority::Args),
+    /// Snapshot: VRAM save and restore speed, engine level and whole device.
+    Snapshot(exp_snapshot::Args),
     /// One plain CUDA process of a native anchor (started by the experiments).
     #[command(hide = true)]
     NativeLoad(native_load::Args),
@@ -89,6 +96,7 @@ fn main() -> ExitCode {
         Cmd::Overhead(a) => &a.out,
         Cmd::Fairness(a) => &a.out,
         Cmd::Priority(a) => &a.out,
+        Cmd::Snapshot(a) => &a.out,
     };
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
@@ -100,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Overhead(a) => exp_overhead::run(a),
         Cmd::Fairness(a) => exp_fairness::run(a),
         Cmd::Priority(a) => exp_priority::run(a),
+        Cmd::Snapshot(a) => exp_snapshot::run(a),
         Cmd::NativeLoad(_) => unreachable!("handled above"),
     };
     match result {
@@ -379,6 +388,74 @@ mod tests {
             exp_overhead::run(&a),
             Err(error::BenchError::Invalid(_))
         ));
+    }
+
+    /// `snapshot` on sim: every phase measured and checked (each restore of the first
+    /// repetition is verified page by page inside the run), the data files gone afterwards, an
+    /// existing data file refused before any work.
+    #[test]
+    fn snapshot_experiment_on_sim() {
+        let out = out_dir("snapshot");
+        let cli = Cli::parse_from([
+            "vgpu-bench",
+            "snapshot",
+            "--vram",
+            "8M",
+            "--fill",
+            "0.3",
+            "--run-pages",
+            "3",
+            "--reps",
+            "2",
+        ]);
+        let Cmd::Snapshot(mut a) = cli.cmd else {
+            panic!()
+        };
+        a.out = out.clone();
+        report::prepare_out(&out).unwrap();
+        let line = exp_snapshot::run(&a).unwrap();
+        assert!(line.starts_with("snapshot: sim 8M"), "{line}");
+        let s = summary(&out);
+        // 30% of 2048 pages in runs of 3 pages.
+        let nonzero = s["nonzero_bytes"].as_u64().unwrap();
+        assert!((614 * 4096..=617 * 4096).contains(&nonzero), "{nonzero}");
+        for p in [
+            "save_mem",
+            "restore_mem",
+            "restore_file_cold",
+            "device_save_mem",
+            "device_restore_file",
+        ] {
+            let ph = &s["phases"][p];
+            assert!(ph["seconds"]["p50"].as_f64().unwrap() > 0.0, "{p}");
+            assert_eq!(ph["vram_bytes_moved"].as_u64(), Some(nonzero), "{p}");
+        }
+        assert!(s["device_image_bytes"].as_u64().unwrap() > nonzero);
+        let csv = std::fs::read_to_string(out.join("snapshot.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + 2 * 11);
+        assert!(!out.join("snapshot-vram.bin").exists());
+        // A file of that name that is not ours is never overwritten.
+        std::fs::write(out.join("snapshot-gpu.bin"), b"mine").unwrap();
+        assert!(matches!(
+            exp_snapshot::run(&a),
+            Err(error::BenchError::Io { .. })
+        ));
+        assert_eq!(
+            std::fs::read(out.join("snapshot-gpu.bin")).unwrap(),
+            b"mine"
+        );
+        assert!(!out.join("snapshot-vram.bin").exists(), "ours, removed");
+        std::fs::remove_file(out.join("snapshot-gpu.bin")).unwrap();
+        // Without an NVIDIA driver, --backend cuda is an engine error, and its files go.
+        if !std::path::Path::new("/dev/nvidiactl").exists() {
+            a.backend = backend::Backend::Cuda;
+            assert!(matches!(
+                exp_snapshot::run(&a),
+                Err(error::BenchError::Engine(_))
+            ));
+            assert!(!out.join("snapshot-vram.bin").exists());
+        }
+        let _ = std::fs::remove_dir_all(&out);
     }
 
     #[test]

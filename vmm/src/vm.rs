@@ -99,11 +99,8 @@ pub enum VmError {
     RestoreCpus { want: u8, max: usize },
     #[error("restore: the virtual GPU: {0}")]
     RestoreGpu(#[from] vgpu::snapshot::SnapshotError),
-    #[error(
-        "restore: backend=cuda: the CUDA engine allocates guest RAM itself, and copying a \
-         snapshot's RAM into it is not supported yet (restore with backend=sim)"
-    )]
-    RestoreCuda,
+    #[error("restore: the snapshot has {got} bytes of RAM, the configuration {want}")]
+    RestoreRamSize { got: u64, want: u64 },
     #[error("restore: the VM's GPU configuration does not match the snapshot's")]
     RestoreGpuMismatch,
 }
@@ -160,14 +157,6 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
             max: max_cpus,
         });
     }
-    if restore.is_some()
-        && cfg
-            .gpu
-            .as_ref()
-            .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda)
-    {
-        return Err(VmError::RestoreCuda);
-    }
     let (name, bytes) = match &restore {
         Some(_) => (String::new(), Vec::new()),
         None => loader::image_bytes(&cfg.image)?,
@@ -200,6 +189,28 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         Ok(ptr)
     };
     let (mem, backing) = match &restore {
+        // `backend=cuda`: guest RAM comes from the engine (as for a fresh VM) and the
+        // snapshot's RAM is copied into it; not lazy, unlike the file mapping.
+        Some(r) if cuda_engine.is_some() => {
+            if r.manifest.ram_bytes != cfg.memory_mib << 20 {
+                return Err(VmError::RestoreRamSize {
+                    got: r.manifest.ram_bytes,
+                    want: cfg.memory_mib << 20,
+                });
+            }
+            let mem = memory::create(
+                &vm,
+                cfg.memory_mib,
+                Some(&alloc as memory::RamAllocator<'_>),
+            )?;
+            let t = std::time::Instant::now();
+            let n = ram::copy_into(&r.ram, r.manifest.ram_bytes, &mem)?;
+            log::debug!(
+                "restore: {n} bytes of RAM copied into engine memory in {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            (mem, ram::Backing::Other)
+        }
         Some(r) => {
             let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
             memory::register(&vm, &mem)?;

@@ -181,6 +181,36 @@ impl Engine for CudaEngine {
         self.vram.fill(pa, len, byte).map_err(|e| self.drv(e))
     }
 
+    // ---- Bulk VRAM access: GPU kernels and pinned double-buffered copies (bulk.rs).
+    fn vram_nonzero_pages(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        self.bulk_nonzero(pa, pages, bitmap)
+    }
+
+    fn vram_read_runs(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut crate::engine::bulk::PageSink<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_read_runs(runs, sink)
+    }
+
+    fn vram_write_pages(
+        &self,
+        source: &mut crate::engine::bulk::PageSource<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_write_pages(source)
+    }
+
+    fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
+        self.bulk_zero(pa, len)
+    }
+    // ---- end of bulk VRAM access
+
     unsafe fn register_host_region(
         &self,
         base: *mut u8,

@@ -98,6 +98,8 @@ pub struct CudaEngine {
     pub(crate) signal: OnceLock<Signal>,
     /// Counters of the checkpoint method.
     pub(crate) ckpt: CkptCounters,
+    /// Kernels, stream and pinned slots of the bulk VRAM calls (made on first use).
+    pub(crate) bulk: Mutex<Option<super::bulk::Bulk>>,
     _ctx: CtxGuard,
 }
 
@@ -161,6 +163,7 @@ impl CudaEngine {
             ck_pool: Pool::new(ctx),
             signal: OnceLock::new(),
             ckpt: CkptCounters::default(),
+            bulk: Mutex::new(None),
             _ctx: guard,
         })
     }
@@ -296,5 +299,6 @@ impl Drop for CudaEngine {
         drop(st.regions);
         lock(&self.modules).clear();
         lock(&self.streams).clear();
+        lock(&self.bulk).take();
     }
 }

@@ -8,9 +8,11 @@
 //!
 //! Files: `driver` (loading, context, errors), `vmm` (chunks, reservations, mappings), `vram`,
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
-//! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`.
+//! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
+//! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots).
 
 mod api;
+mod bulk;
 mod ckmem;
 mod ckpt;
 mod config;
@@ -26,5 +28,6 @@ mod stream;
 mod vmm;
 mod vram;
 
+pub use bulk::PTX as BULK_PTX;
 pub use config::{CudaConfig, FlagWrite};
 pub use engine::CudaEngine;

@@ -36,6 +36,11 @@ impl Vram {
         Ok(v)
     }
 
+    /// The device address of physical address `pa` in the private mapping.
+    pub fn dev(&self, pa: u64) -> u64 {
+        self.base + pa
+    }
+
     /// The chunk holding physical address `pa` (a multiple of 2 MiB, checked by the caller).
     pub fn chunk(&self, pa: u64) -> Handle {
         self.chunks[(pa / CHUNK) as usize]

@@ -7,10 +7,12 @@
 //! saved context (in memory, serializable to bytes) that resumes later. See `pgpu/README.md`.
 //!
 //! Files: `types` (ids, mappings, jobs, info), `fault`, `context` (saved contexts, outcomes),
-//! `preempt` (the preemption handle), `error`.
+//! `preempt` (the preemption handle), `error`, `bulk` (default bulk VRAM calls for snapshots).
 
+use std::ops::ControlFlow;
 use std::ptr::NonNull;
 
+pub mod bulk;
 mod context;
 mod error;
 mod fault;
@@ -40,6 +42,55 @@ pub trait Engine: Send + Sync {
     fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError>;
     /// Fills physical VRAM with `byte` (scrubbing a partition before it changes hands).
     fn vram_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EngineError>;
+
+    // ---- Bulk VRAM access (snapshot, restore, migration of a partition; docs/snapshot.md,
+    // "VRAM"). Defaults in `bulk.rs` on top of vram_read/vram_write/vram_fill; the cuda engine
+    // overrides them (GPU kernels, pinned double-buffered copies), the sim engine scans its
+    // memory in place. Pages are 4 KiB (`bulk::VRAM_PAGE`) whatever the engine's page sizes.
+
+    /// Which pages of `pages` × 4 KiB at `pa` (4 KiB aligned) are not all zero: bit `i % 64` of
+    /// `bitmap[i / 64]` is set for page `i` and cleared otherwise (`bitmap` holds at least
+    /// `pages.div_ceil(64)` words; bits past `pages` are cleared).
+    fn vram_nonzero_pages(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        bulk::nonzero_pages(self, pa, pages, bitmap)
+    }
+
+    /// Reads the runs `(pa, len)` (whole 4 KiB pages) and hands their bytes to `sink` in order,
+    /// as consecutive pieces of whole pages; a piece never spans two runs. `sink` returning
+    /// `Break` stops the reads and `Ok(Break)` comes back. The cuda engine fills the next piece
+    /// while `sink` runs.
+    fn vram_read_runs(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut bulk::PageSink<'_>,
+    ) -> Result<ControlFlow<()>, EngineError> {
+        bulk::read_runs(self, runs, sink)
+    }
+
+    /// Writes the pages `source` produces: each call gets a buffer (a whole number of pages)
+    /// and an empty list, fills the buffer's first pages and pushes each one's destination
+    /// (a 4 KiB aligned physical address) to the list; an empty list ends the writes, `Break`
+    /// stops them (`Ok(Break)`). A page listed twice in one call: which bytes win is undefined.
+    /// The cuda engine transfers one buffer while `source` fills the next.
+    fn vram_write_pages(
+        &self,
+        source: &mut bulk::PageSource<'_>,
+    ) -> Result<ControlFlow<()>, EngineError> {
+        bulk::write_pages(self, source)
+    }
+
+    /// Makes `len` bytes at `pa` zero (whole 4 KiB pages). The default finds the non-zero
+    /// pages first and fills only those (memory never touched stays untouched: a sim engine's
+    /// VRAM is an anonymous mapping); the cuda engine runs the device memset.
+    fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
+        bulk::zero(self, pa, len)
+    }
+    // ---- end of bulk VRAM access
 
     /// Registers host memory (a VM's guest RAM) so that mappings can point at it.
     ///

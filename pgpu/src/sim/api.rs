@@ -36,6 +36,19 @@ impl Engine for SimEngine {
         self.vram.fill(pa, len, byte).map_err(vram_err)
     }
 
+    // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); the rest is the
+    // trait's default (vram_zero fills only non-zero pages, leaving untouched memory alone).
+    fn vram_nonzero_pages(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        crate::engine::bulk::check_bitmap(pa, pages, bitmap.len(), self.info.vram_size)?;
+        self.vram.nonzero_pages(pa, pages, bitmap).map_err(vram_err)
+    }
+    // ---- end of bulk VRAM access
+
     unsafe fn register_host_region(
         &self,
         base: *mut u8,

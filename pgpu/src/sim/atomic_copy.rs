@@ -129,6 +129,23 @@ pub unsafe fn fill(dst: *mut u8, len: usize, value: u8) {
     }
 }
 
+/// Whether the `words` 8-byte words at `src` are all zero (relaxed atomic loads, read in
+/// place: nothing is copied).
+///
+/// # Safety
+/// `src` must be 8-aligned, `src..src+8*words` valid for reads and accessed concurrently only
+/// through atomics.
+pub unsafe fn words_zero(src: *mut u8, words: usize) -> bool {
+    let mut acc = 0u64;
+    // SAFETY: every word lies inside the caller's 8-aligned range.
+    unsafe {
+        for i in 0..words {
+            acc |= word(src.add(i * W)).load(Ordering::Relaxed);
+        }
+    }
+    acc == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,9 @@ pub struct VramRegion {
     size: u64,
     /// The shared memory object, when the region is one (see [`VramRegion::shared`]).
     fd: Option<OwnedFd>,
+    /// A private anonymous mapping (`anonymous`): a page the process never touched (neither
+    /// present nor swapped in /proc/self/pagemap) is zero.
+    private: bool,
 }
 
 // SAFETY: the region is plain memory owned by this value; every access goes through raw pointers
@@ -58,6 +61,7 @@ impl VramRegion {
             base,
             size,
             fd: None,
+            private: true,
         })
     }
 
@@ -88,6 +92,7 @@ impl VramRegion {
             base,
             size,
             fd: Some(fd),
+            private: false,
         })
     }
 
@@ -125,6 +130,7 @@ impl VramRegion {
             base,
             size,
             fd: None,
+            private: false,
         })
     }
 
@@ -186,6 +192,64 @@ impl VramRegion {
         unsafe { atomic_copy::fill(dst, len as usize, byte) };
         Ok(())
     }
+    /// Sets bit `i` of `bitmap` (bit `i % 64` of word `i / 64`) for each of the `pages` 4 KiB
+    /// pages at `pa` (4 KiB aligned) that is not all zero, scanning the memory in place; the
+    /// bitmap's other bits are cleared. The caller checks that `bitmap` is long enough.
+    pub fn nonzero_pages(&self, pa: u64, pages: u64, bitmap: &mut [u64]) -> Result<(), VramError> {
+        const PAGE: u64 = 4096;
+        let len = pages.checked_mul(PAGE).ok_or(VramError::OutOfRange {
+            pa,
+            len: u64::MAX,
+            size: self.size,
+        })?;
+        let src = self.host_ptr(pa, len)?;
+        if !pa.is_multiple_of(PAGE) || bitmap.len() < pages.div_ceil(64) as usize {
+            return Err(VramError::OutOfRange {
+                pa,
+                len,
+                size: self.size,
+            });
+        }
+        bitmap.fill(0);
+        // Pages never touched need no look (and looking would fault each one in).
+        let touched = if self.private {
+            touched_pages(src as usize, pages)
+        } else {
+            None
+        };
+        for p in 0..pages {
+            if touched.as_ref().is_some_and(|t| !t[p as usize]) {
+                continue;
+            }
+            // SAFETY: page `p` lies inside the checked range; the mapping is page aligned, so
+            // the page is 8-aligned; VRAM is shared only through atomics.
+            let zero = unsafe { atomic_copy::words_zero(src.add((p * PAGE) as usize), 512) };
+            if !zero {
+                bitmap[(p / 64) as usize] |= 1 << (p % 64);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which of `pages` 4 KiB pages at `host` are present or swapped out (bits 63 and 62 of
+/// their /proc/self/pagemap entries); `None` if pagemap cannot be read.
+fn touched_pages(host: usize, pages: u64) -> Option<Vec<bool>> {
+    use std::os::unix::fs::FileExt;
+    let pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
+    let pages = usize::try_from(pages).ok()?;
+    let mut out = Vec::with_capacity(pages);
+    let mut buf = vec![0u8; 8 * 4096];
+    while out.len() < pages {
+        let n = (pages - out.len()).min(4096);
+        let off = ((host / 4096 + out.len()) * 8) as u64;
+        pagemap.read_exact_at(&mut buf[..n * 8], off).ok()?;
+        for e in buf[..n * 8].chunks_exact(8) {
+            let v = u64::from_le_bytes(e.try_into().ok()?);
+            out.push(v & (3 << 62) != 0);
+        }
+    }
+    Some(out)
 }
 
 fn check_size(size: u64) -> Result<usize, VramError> {
@@ -256,6 +320,45 @@ mod tests {
         );
         assert_eq!(VramRegion::anonymous(0).unwrap_err(), VramError::BadSize(0));
         assert!(v.fd().is_none());
+    }
+
+    #[test]
+    fn nonzero_pages_scan_in_place_and_leave_untouched_pages_alone() {
+        for v in [
+            VramRegion::anonymous(4 << 20).unwrap(),
+            VramRegion::shared(4 << 20).unwrap(),
+        ] {
+            // All writes in the first 2 MiB (a transparent huge page may make all of it
+            // present); the second 2 MiB is never touched.
+            v.write(5 * 4096 + 4095, &[1]).unwrap();
+            v.write(300 * 4096, &[2]).unwrap();
+            // Page 9 read (the zero page mapped), not written: still zero.
+            v.read(9 * 4096, &mut [0u8; 8]).unwrap();
+            let mut bm = vec![u64::MAX; 17];
+            v.nonzero_pages(0, 1024, &mut bm).unwrap();
+            let mut want = vec![0u64; 17];
+            want[0] = 1 << 5;
+            want[300 / 64] |= 1 << (300 % 64);
+            assert_eq!(bm, want);
+            // From page 4 on, 3 pages: page 5 is bit 1.
+            v.nonzero_pages(4 * 4096, 3, &mut bm[..1]).unwrap();
+            assert_eq!(bm[0], 0b10);
+            assert!(
+                v.nonzero_pages(4096, 1024, &mut bm).is_err(),
+                "past the end"
+            );
+            assert!(
+                v.nonzero_pages(0, 65, &mut bm[..1]).is_err(),
+                "short bitmap"
+            );
+            if v.private {
+                // The scan did not touch the half nobody wrote.
+                if let Some(t) = touched_pages(v.host_base(), 1024) {
+                    assert!(t[5] && t[300], "written pages are present");
+                    assert!(t[512..].iter().all(|&x| !x), "the scan faulted pages in");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,83 +1,63 @@
 //! The VRAM section: the partition's pages that are not all zero, as runs of whole 4 KiB pages
-//! (`page u64, count u32, count × 4096 bytes`), read and written through the engine in chunks
-//! of up to `CHUNK` bytes. Restoring streams the runs into the partition and zeroes the gaps.
+//! (`page u64, count u32, count × 4096 bytes`).
+//!
+//! One pass over the data each way, through the engine's bulk VRAM calls (`pgpu::Engine`,
+//! "Bulk VRAM access"): saving asks the engine which pages are non-zero (a bitmap; on cuda a
+//! GPU kernel, only the bitmap crosses PCIe), then reads only those runs, once, streaming them
+//! into the writer while the engine fetches the next piece. Restoring zeroes the partition
+//! (`vram_zero`: the device memset on cuda; on sim only pages not zero already are written) and
+//! streams the runs into it as they are read.
+
+use std::ops::ControlFlow;
 
 use pgpu::Engine;
+use pgpu::engine::bulk::{VRAM_PAGE as PAGE, for_each_run};
 
 use super::SnapshotError;
 use super::format::{SnapReader, SnapWriter, VRAM};
 
-const PAGE: u64 = 4096;
-/// Bytes per engine read or write.
-const CHUNK: u64 = 4 << 20;
 /// Bytes of a run header.
 const RUN_HEADER: u64 = 12;
+/// Pages of a run at most (its count is a u32).
+const MAX_RUN: u64 = u32::MAX as u64;
 
 fn engine_err(e: pgpu::EngineError) -> SnapshotError {
     SnapshotError::Vram(e.to_string())
 }
 
-/// Whether `b` is all zero (an OR over the whole page vectorizes; no early exit needed).
-fn is_zero(b: &[u8]) -> bool {
-    b.iter().fold(0u8, |a, x| a | x) == 0
-}
-
-/// Zeroes the pages of `[start, end)` (partition offsets) that are not zero already: reading
-/// first spares a fresh engine's untouched memory (a sim engine's VRAM is an anonymous mapping
-/// that zero-filling would make resident).
-fn zero_range(
-    engine: &dyn Engine,
-    base: u64,
-    start: u64,
-    end: u64,
-    buf: &mut [u8],
-) -> Result<(), SnapshotError> {
-    let mut at = start;
-    while at < end {
-        let n = (end - at).min(buf.len() as u64);
-        let chunk = &mut buf[..n as usize];
-        engine.vram_read(base + at, chunk).map_err(engine_err)?;
-        for (i, page) in chunk.chunks(PAGE as usize).enumerate() {
-            if !is_zero(page) {
-                let pa = base + at + i as u64 * PAGE;
-                engine
-                    .vram_fill(pa, page.len() as u64, 0)
-                    .map_err(engine_err)?;
-            }
-        }
-        at += n;
+fn whole_pages(size: u64) -> Result<(), SnapshotError> {
+    if size.is_multiple_of(PAGE) {
+        Ok(())
+    } else {
+        Err(SnapshotError::Vram(format!(
+            "partition of {size:#x} bytes is not whole pages"
+        )))
     }
-    Ok(())
 }
 
-/// Runs `(first page, pages)` of non-zero pages of the partition `[base, base + size)`.
-fn nonzero_runs(
+/// Runs `(first page, pages)` of the non-zero pages of the partition `[base, base + size)`,
+/// each at most `MAX_RUN` pages.
+pub(crate) fn nonzero_runs(
     engine: &dyn Engine,
     base: u64,
     size: u64,
 ) -> Result<Vec<(u64, u64)>, SnapshotError> {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    let mut buf = vec![0u8; CHUNK.min(size) as usize];
-    let mut off = 0;
-    while off < size {
-        let n = (size - off).min(CHUNK);
-        let buf = &mut buf[..n as usize];
-        engine.vram_read(base + off, buf).map_err(engine_err)?;
-        for (i, page) in buf.chunks(PAGE as usize).enumerate() {
-            if is_zero(page) {
-                continue;
-            }
-            let p = off / PAGE + i as u64;
-            match runs.last_mut() {
-                // Runs stay under 2^32 pages and a chunk each for the writer.
-                Some((first, count)) if *first + *count == p && *count < u64::from(u32::MAX) => {
-                    *count += 1
-                }
-                _ => runs.push((p, 1)),
-            }
+    let pages = size / PAGE;
+    let mut bitmap = vec![0u64; pages.div_ceil(64) as usize];
+    engine
+        .vram_nonzero_pages(base, pages, &mut bitmap)
+        .map_err(engine_err)?;
+    let mut runs = Vec::new();
+    for_each_run(&bitmap, pages, |first, count| {
+        let mut at = 0;
+        while at < count {
+            let n = (count - at).min(MAX_RUN);
+            runs.push((first + at, n));
+            at += n;
         }
-        off += n;
-    }
+        Ok::<(), ()>(())
+    })
+    .ok();
     Ok(runs)
 }
 
@@ -88,27 +68,66 @@ pub fn save(
     base: u64,
     size: u64,
 ) -> Result<u64, SnapshotError> {
-    if !size.is_multiple_of(PAGE) {
-        return Err(SnapshotError::Vram(format!(
-            "partition of {size:#x} bytes is not whole pages"
-        )));
-    }
+    whole_pages(size)?;
     let runs = nonzero_runs(engine, base, size)?;
+    save_runs(w, engine, base, &runs)
+}
+
+/// Writes the VRAM section holding `runs` (`(first page, pages)`, ascending, not overlapping,
+/// inside the partition at `base`); returns the bytes of VRAM saved.
+pub fn save_runs(
+    w: &mut SnapWriter<'_>,
+    engine: &dyn Engine,
+    base: u64,
+    runs: &[(u64, u64)],
+) -> Result<u64, SnapshotError> {
     let data: u64 = runs.iter().map(|(_, n)| n * PAGE).sum();
     w.header(VRAM, data + RUN_HEADER * runs.len() as u64)?;
-    let mut buf = vec![0u8; CHUNK.min(data) as usize];
-    for (first, count) in runs {
-        w.raw(&first.to_le_bytes())?;
-        w.raw(&(count as u32).to_le_bytes())?;
-        let (mut at, end) = (first * PAGE, (first + count) * PAGE);
-        while at < end {
-            let n = (end - at).min(CHUNK) as usize;
-            engine
-                .vram_read(base + at, &mut buf[..n])
-                .map_err(engine_err)?;
-            w.raw(&buf[..n])?;
-            at += n as u64;
+    let ranges: Vec<(u64, u64)> = runs
+        .iter()
+        .map(|&(first, n)| (base + first * PAGE, n * PAGE))
+        .collect();
+    // The engine hands pieces in order, none spanning two runs: a run's header goes before its
+    // first piece.
+    let (mut next, mut left, mut failed) = (0usize, 0u64, None);
+    let mut sink = |piece: &[u8]| -> ControlFlow<()> {
+        let r = (|| {
+            if left == 0 {
+                let &(first, count) = runs.get(next).ok_or_else(|| {
+                    SnapshotError::Vram("the engine returned more bytes than asked".into())
+                })?;
+                w.raw(&first.to_le_bytes())?;
+                w.raw(&(count as u32).to_le_bytes())?;
+                left = count * PAGE;
+                next += 1;
+            }
+            if piece.len() as u64 > left {
+                return Err(SnapshotError::Vram(
+                    "the engine returned a piece spanning two runs".into(),
+                ));
+            }
+            w.raw(piece)?;
+            left -= piece.len() as u64;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failed = Some(e);
+                ControlFlow::Break(())
+            }
         }
+    };
+    let flow = engine
+        .vram_read_runs(&ranges, &mut sink)
+        .map_err(engine_err)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if flow.is_break() || left != 0 || next != runs.len() {
+        return Err(SnapshotError::Vram(
+            "the engine returned fewer bytes than asked".into(),
+        ));
     }
     Ok(data)
 }
@@ -126,64 +145,298 @@ pub fn restore(
     base: u64,
     size: u64,
 ) -> Result<u64, SnapshotError> {
-    if !size.is_multiple_of(PAGE) {
-        return Err(SnapshotError::Vram(format!(
-            "partition of {size:#x} bytes is not whole pages"
-        )));
-    }
-    let mut left = r.header(VRAM, limit(size))?;
-    let pages = size / PAGE;
-    let bad = |what: String| SnapshotError::Invalid {
-        section: "VRAM",
-        what,
+    whole_pages(size)?;
+    let left = r.header(VRAM, limit(size))?;
+    engine.vram_zero(base, size).map_err(engine_err)?;
+    let mut runs = RunReader {
+        r,
+        left,
+        pages: size / PAGE,
+        next: 0,
+        run: (0, 0),
+        data: 0,
+        failed: None,
     };
-    let mut next = 0u64;
-    let mut data = 0u64;
-    let mut buf = vec![0u8; CHUNK.min(size) as usize];
-    while left > 0 {
-        if left < RUN_HEADER {
-            return Err(bad(format!("{left} bytes left, not a run")));
+    let mut source = |buf: &mut [u8], pas: &mut Vec<u64>| match runs.fill(buf, pas, base) {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(e) => {
+            runs.failed = Some(e);
+            ControlFlow::Break(())
+        }
+    };
+    let flow = engine.vram_write_pages(&mut source).map_err(engine_err)?;
+    if let Some(e) = runs.failed {
+        return Err(e);
+    }
+    if flow.is_break() || runs.left != 0 || runs.run.1 != 0 {
+        return Err(SnapshotError::Vram("the VRAM writes stopped early".into()));
+    }
+    Ok(runs.data)
+}
+
+/// The runs of a VRAM section as a page source for `vram_write_pages`, validated as read.
+struct RunReader<'r, 'a> {
+    r: &'r mut SnapReader<'a>,
+    /// Section bytes not read yet.
+    left: u64,
+    /// Pages of the partition.
+    pages: u64,
+    /// The first page the next run may start at.
+    next: u64,
+    /// The current run: next page to read, pages of it left.
+    run: (u64, u64),
+    /// Bytes of VRAM read.
+    data: u64,
+    failed: Option<SnapshotError>,
+}
+
+impl RunReader<'_, '_> {
+    fn bad(what: String) -> SnapshotError {
+        SnapshotError::Invalid {
+            section: "VRAM",
+            what,
+        }
+    }
+
+    /// The next run's header, checked.
+    fn header(&mut self) -> Result<(), SnapshotError> {
+        if self.left < RUN_HEADER {
+            return Err(Self::bad(format!("{} bytes left, not a run", self.left)));
         }
         let mut h = [0u8; RUN_HEADER as usize];
-        r.exact(&mut h, "VRAM")?;
+        self.r.exact(&mut h, "VRAM")?;
         let first = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
         let count = u64::from(u32::from_le_bytes(h[8..].try_into().unwrap_or_default()));
-        left -= RUN_HEADER;
-        let end = first.checked_add(count).filter(|&e| e <= pages);
-        let Some(end) = end.filter(|_| count > 0 && first >= next) else {
-            return Err(bad(format!(
-                "run of {count} pages at page {first:#x} (overlapping, empty or outside the {pages} pages)"
+        self.left -= RUN_HEADER;
+        let end = first.checked_add(count).filter(|&e| e <= self.pages);
+        let Some(end) = end.filter(|_| count > 0 && first >= self.next) else {
+            return Err(Self::bad(format!(
+                "run of {count} pages at page {first:#x} (overlapping, empty or outside the {} pages)",
+                self.pages
             )));
         };
-        if count * PAGE > left {
-            return Err(bad(format!(
+        if count * PAGE > self.left {
+            return Err(Self::bad(format!(
                 "run at page {first:#x} longer than the section"
             )));
         }
-        if first > next {
-            zero_range(engine, base, next * PAGE, first * PAGE, &mut buf)?;
-        }
-        let mut at = first * PAGE;
-        while at < end * PAGE {
-            let n = (end * PAGE - at).min(CHUNK) as usize;
-            r.exact(&mut buf[..n], "VRAM")?;
-            engine
-                .vram_write(base + at, &buf[..n])
-                .map_err(engine_err)?;
-            at += n as u64;
-        }
-        left -= count * PAGE;
-        data += count * PAGE;
-        next = end;
+        self.run = (first, count);
+        self.next = end;
+        Ok(())
     }
-    if next < pages {
-        zero_range(engine, base, next * PAGE, pages * PAGE, &mut buf)?;
+
+    /// Fills `buf` with whole pages of runs, listing their addresses in `pas`; nothing listed
+    /// at the end of the section.
+    fn fill(&mut self, buf: &mut [u8], pas: &mut Vec<u64>, base: u64) -> Result<(), SnapshotError> {
+        let room = buf.len() as u64 / PAGE;
+        let mut filled = 0u64;
+        while filled < room {
+            if self.run.1 == 0 {
+                if self.left == 0 {
+                    break;
+                }
+                self.header()?;
+            }
+            let (page, count) = self.run;
+            let n = count.min(room - filled);
+            let at = (filled * PAGE) as usize;
+            self.r
+                .exact(&mut buf[at..at + (n * PAGE) as usize], "VRAM")?;
+            pas.extend((page..page + n).map(|p| base + p * PAGE));
+            self.run = (page + n, count - n);
+            self.left -= n * PAGE;
+            self.data += n * PAGE;
+            filled += n;
+        }
+        Ok(())
     }
-    Ok(data)
 }
 
-/// Zeroes the partition after a failed restore (pages already zero are left untouched).
+/// Zeroes the partition after a failed restore (on sim, pages already zero are left untouched).
 pub fn scrub(engine: &dyn Engine, base: u64, size: u64) -> Result<(), SnapshotError> {
-    let mut buf = vec![0u8; CHUNK.min(size) as usize];
-    zero_range(engine, base, 0, size, &mut buf)
+    engine.vram_zero(base, size).map_err(engine_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use pgpu::sim::{SimConfig, SimEngine};
+
+    use super::super::format::{self, split_sections};
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn engine() -> SimEngine {
+        SimEngine::new(SimConfig {
+            vram_size: 16 * MIB,
+            ..SimConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// The runs `(first page, pages)` of a VRAM section's payload.
+    fn section_runs(snap: &[u8]) -> Vec<(u64, u64)> {
+        let secs = split_sections(snap).unwrap();
+        let (_, p) = secs.iter().find(|(t, _)| *t == VRAM).unwrap();
+        let mut at = 0;
+        let mut runs = Vec::new();
+        while at < p.len() {
+            let first = u64::from_le_bytes(p[at..at + 8].try_into().unwrap());
+            let n = u64::from(u32::from_le_bytes(p[at + 8..at + 12].try_into().unwrap()));
+            runs.push((first, n));
+            at += 12 + (n * PAGE) as usize;
+        }
+        assert_eq!(at, p.len());
+        runs
+    }
+
+    fn save_to_vec(e: &SimEngine, base: u64, size: u64) -> (Vec<u8>, u64) {
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        let data = save(&mut w, e, base, size).unwrap();
+        w.finish().unwrap();
+        (out, data)
+    }
+
+    fn restore_from(
+        snap: &[u8],
+        e: &SimEngine,
+        base: u64,
+        size: u64,
+    ) -> Result<u64, SnapshotError> {
+        let mut input = snap;
+        let mut r = SnapReader::new(&mut input)?;
+        let data = restore(&mut r, e, base, size)?;
+        r.finish()?;
+        Ok(data)
+    }
+
+    fn bytes(e: &SimEngine, pa: u64, len: u64) -> Vec<u8> {
+        let mut b = vec![0u8; len as usize];
+        e.vram_read(pa, &mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn sections_of_patterns_round_trip() {
+        // A partition at 2 MiB of 10 MiB + 12 KiB (not a multiple of the engines' 4 MiB
+        // chunks). Cases: all zero; all non-zero; runs crossing 4 MiB boundaries, one ending
+        // at the partition's last page, single pages with one byte set at either end.
+        let (base, size) = (2 * MIB, 10 * MIB + 12 * 1024);
+        let pages = size / PAGE;
+        let cases: Vec<(&str, Vec<(u64, u64)>)> = vec![
+            ("all zero", vec![]),
+            ("all non-zero", vec![(0, pages)]),
+            (
+                "runs",
+                vec![
+                    (0, 1),
+                    (2, 1),
+                    (1020, 10),
+                    (2040, 20),
+                    (2047, 0),
+                    (2300, 5),
+                    (pages - 3, 3),
+                ],
+            ),
+        ];
+        for (name, mut runs) in cases {
+            runs.retain(|r| r.1 > 0);
+            let src = engine();
+            // Bytes outside the partition must not be saved.
+            src.vram_fill(0, base, 0x77).unwrap();
+            src.vram_fill(base + size, 16 * MIB - base - size, 0x77)
+                .unwrap();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for &(first, n) in &runs {
+                let mut b = vec![0u8; (n * PAGE) as usize];
+                for w in b.chunks_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    w.copy_from_slice(&(x | 1).to_le_bytes());
+                }
+                src.vram_write(base + first * PAGE, &b).unwrap();
+            }
+            // Single bytes at a page's first and last byte are pages of their own.
+            let mut want = runs.clone();
+            if name == "runs" {
+                src.vram_write(base + 100 * PAGE, &[1]).unwrap();
+                src.vram_write(base + 102 * PAGE - 1, &[1]).unwrap();
+                want.insert(2, (100, 2));
+            }
+            let (snap, data) = save_to_vec(&src, base, size);
+            let merged = {
+                let mut m: Vec<(u64, u64)> = Vec::new();
+                for &(f, n) in &want {
+                    match m.last_mut() {
+                        Some((mf, mn)) if *mf + *mn == f => *mn += n,
+                        _ => m.push((f, n)),
+                    }
+                }
+                m
+            };
+            assert_eq!(section_runs(&snap), merged, "{name}");
+            assert_eq!(
+                data,
+                merged.iter().map(|r| r.1 * PAGE).sum::<u64>(),
+                "{name}"
+            );
+            // Into a partition full of other bytes: saved pages come back, the rest is zero,
+            // nothing outside the partition changes.
+            let dst = engine();
+            dst.vram_fill(0, 16 * MIB, 0x33).unwrap();
+            assert_eq!(
+                restore_from(&snap, &dst, base, size).unwrap(),
+                data,
+                "{name}"
+            );
+            assert!(bytes(&src, base, size) == bytes(&dst, base, size), "{name}");
+            assert!(bytes(&dst, 0, base).iter().all(|&b| b == 0x33), "{name}");
+            let after = base + size;
+            assert!(
+                bytes(&dst, after, 16 * MIB - after)
+                    .iter()
+                    .all(|&b| b == 0x33),
+                "{name}"
+            );
+            // Saving the restored partition gives the same bytes.
+            assert!(save_to_vec(&dst, base, size).0 == snap, "{name}");
+        }
+    }
+
+    #[test]
+    fn hostile_runs_are_refused() {
+        let (base, size) = (0, 4 * MIB);
+        let src = engine();
+        src.vram_fill(PAGE, 3 * PAGE, 9).unwrap();
+        let (snap, _) = save_to_vec(&src, base, size);
+        let mut secs = split_sections(&snap).unwrap();
+        let vram_at = secs.iter().position(|(t, _)| *t == VRAM).unwrap();
+        let good = secs[vram_at].1.clone();
+        let mut forge = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut p = good.clone();
+            edit(&mut p);
+            secs[vram_at].1 = p;
+            let f = format::assemble(format::VERSION, &secs);
+            let dst = engine();
+            restore_from(&f, &dst, base, size)
+        };
+        // Past the partition, empty, overlapping the previous run, shorter than announced.
+        let e = forge(&|p| p[..8].copy_from_slice(&(size / PAGE - 1).to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p[8..12].copy_from_slice(&0u32.to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| {
+            let mut two = p.clone();
+            two[..8].copy_from_slice(&0u64.to_le_bytes());
+            p.extend_from_slice(&two);
+        });
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p[8..12].copy_from_slice(&4u32.to_le_bytes()));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        let e = forge(&|p| p.extend_from_slice(&[0; 5]));
+        assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
+        assert!(forge(&|_| {}).is_ok());
+    }
 }

@@ -172,6 +172,56 @@ pub fn check(file: &File, bytes: u64) -> Result<(), RamError> {
     Ok(())
 }
 
+/// Copies the RAM file's data into `mem` (guest RAM the caller allocated, all zero, with the
+/// layout of `bytes` of RAM): what a restore does when guest RAM cannot be a mapping of the
+/// file (`backend=cuda`: the CUDA engine allocates guest RAM). Only the file's data extents are
+/// read (`SEEK_DATA`/`SEEK_HOLE`; the whole file where the file system cannot tell). Returns
+/// the bytes read.
+pub fn copy_into(file: &File, bytes: u64, mem: &GuestMemoryMmap) -> Result<u64, RamError> {
+    use std::os::fd::AsRawFd;
+    check(file, bytes)?;
+    let fd = file.as_raw_fd();
+    let seek = |off: u64, whence: libc::c_int| -> Option<u64> {
+        let off = libc::off_t::try_from(off).ok()?;
+        // SAFETY: lseek on a descriptor `file` owns; no memory is involved.
+        let r = unsafe { libc::lseek(fd, off, whence) };
+        u64::try_from(r).ok()
+    };
+    let mut copied = 0;
+    for (gpa, len, off) in regions(bytes) {
+        let region = mem
+            .find_region(GuestAddress(gpa))
+            .filter(|r| r.start_addr().0 == gpa && r.len() == len)
+            .ok_or_else(|| RamError::Map(format!("no RAM region of {len:#x} bytes at {gpa:#x}")))?;
+        let host = region
+            .get_host_address(vm_memory::MemoryRegionAddress(0))
+            .map_err(|e| RamError::Map(e.to_string()))?;
+        // SAFETY: the region is a live mapping of `len` bytes owned by `mem`; nothing runs in
+        // the VM yet (no vCPU, no GPU worker), so this is the only access.
+        let dst = unsafe { std::slice::from_raw_parts_mut(host, len as usize) };
+        let end = off + len;
+        let mut at = off;
+        while at < end {
+            // The next data extent at or after `at` (no SEEK_DATA support: all of it is data).
+            let data = match seek(at, libc::SEEK_DATA) {
+                Some(d) => d,
+                None if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => end,
+                None => at,
+            };
+            if data >= end {
+                break;
+            }
+            let hole = seek(data, libc::SEEK_HOLE).unwrap_or(end).min(end);
+            let (a, b) = ((data - off) as usize, (hole - off) as usize);
+            file.read_exact_at(&mut dst[a..b], data)
+                .map_err(io("read the RAM file"))?;
+            copied += hole - data;
+            at = hole.max(data + 1);
+        }
+    }
+    Ok(copied)
+}
+
 /// Guest RAM of `bytes` bytes mapped copy-on-write from `file`.
 pub fn map_private(file: &File, bytes: u64) -> Result<GuestMemoryMmap, RamError> {
     check(file, bytes)?;
@@ -189,4 +239,55 @@ pub fn map_private(file: &File, bytes: u64) -> Result<GuestMemoryMmap, RamError>
         out.push(region);
     }
     GuestMemoryMmap::from_regions(out).map_err(|e| RamError::Map(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A RAM file of 8 MiB with data in a few places (holes elsewhere) copied into fresh guest
+    /// RAM comes back byte for byte; a file of another length is refused.
+    #[test]
+    fn copy_into_fills_guest_ram_from_the_file() {
+        let bytes = 8u64 << 20;
+        let path = std::env::temp_dir().join(format!("vgpu-ram-copy-{}", std::process::id()));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut want = vec![0u8; bytes as usize];
+        for (off, len, v) in [
+            (0u64, 4096usize, 1u8),
+            (3 << 20, 70_000, 2),
+            (bytes - 4096, 4096, 3),
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| v.wrapping_add(i as u8) | 1).collect();
+            file.write_all_at(&data, off).unwrap();
+            want[off as usize..off as usize + len].copy_from_slice(&data);
+        }
+        file.set_len(bytes).unwrap();
+        let ranges: Vec<(GuestAddress, usize)> = layout::ram_regions(bytes)
+            .into_iter()
+            .map(|(a, l)| (GuestAddress(a), l as usize))
+            .collect();
+        let mem = GuestMemoryMmap::<()>::from_ranges(&ranges).unwrap();
+        let n = copy_into(&file, bytes, &mem).unwrap();
+        assert!(n >= 4096 * 2 + 70_000 && n <= bytes, "{n}");
+        let mut got = Vec::new();
+        for r in mem.iter() {
+            let host = r
+                .get_host_address(vm_memory::MemoryRegionAddress(0))
+                .unwrap();
+            // SAFETY: a live mapping of r.len() bytes owned by `mem`.
+            got.extend_from_slice(unsafe { std::slice::from_raw_parts(host, r.len() as usize) });
+        }
+        assert!(got == want);
+        assert!(matches!(
+            copy_into(&file, bytes * 2, &mem),
+            Err(RamError::Size { .. })
+        ));
+    }
 }

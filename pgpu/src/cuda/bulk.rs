@@ -1,0 +1,577 @@
+//! The cuda engine's bulk VRAM calls (`Engine::vram_nonzero_pages`, `vram_read_runs`,
+//! `vram_write_pages`, `vram_zero`; docs/snapshot.md, "VRAM"):
+//!
+//! - which pages are non-zero: a kernel (`bulk.ptx`, one warp per 4 KiB page) ORs each page at
+//!   HBM speed and sets one bit per non-zero page; only the bitmap crosses PCIe;
+//! - reads: two slots, each a pinned (page-locked) host buffer and a device staging buffer of
+//!   [`SLOT`] bytes with a page list; a gather kernel packs the slot's pages (any order, any
+//!   run lengths) into the staging buffer and one asynchronous copy brings them to the pinned
+//!   buffer, while the caller's sink consumes the other slot (a slot of one contiguous run is
+//!   copied straight from VRAM);
+//! - writes: the caller's source fills one slot's pinned buffer while the other slot's pages
+//!   go up and a scatter kernel puts them in place;
+//! - zeroing: the device memset.
+//!
+//! All on one non-blocking stream of the engine's (made with the slots on first use and kept:
+//! about 2 × 64 MiB of pinned host memory and as much device memory outside VRAM); one bulk
+//! call at a time (a mutex).
+
+use std::ffi::c_void;
+use std::ops::ControlFlow;
+
+use cudarc::driver::sys;
+
+use super::driver::{Ctx, DrvError, ck};
+use super::engine::{CudaEngine, lock};
+use crate::engine::EngineError;
+use crate::engine::bulk::{
+    PageSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
+};
+
+/// Bytes of a slot's buffers.
+pub const SLOT: u64 = 64 << 20;
+/// Pages of a slot.
+const SLOT_PAGES: u64 = SLOT / PAGE;
+/// Threads per block of the kernels (8 warps, a page each).
+const THREADS: u32 = 256;
+
+/// The kernels (`vram_nonzero`, `vram_gather`, `vram_scatter`; each takes three u64
+/// parameters). Public so that the tests run them on the sim interpreter too.
+pub const PTX: &str = include_str!("bulk.ptx");
+
+/// One staging slot.
+struct Slot {
+    /// Pinned host buffer of `SLOT` bytes.
+    host: *mut u8,
+    /// Pinned page list (`SLOT_PAGES` device addresses).
+    list_host: *mut u64,
+    /// Device staging buffer of `SLOT` bytes, and its page list.
+    dev: u64,
+    list_dev: u64,
+    /// Recorded after the slot's last transfer.
+    done: sys::CUevent,
+    /// Whether `done` was recorded and not waited for.
+    busy: bool,
+}
+
+/// The kernels, the stream and the slots.
+pub struct Bulk {
+    ctx: Ctx,
+    module: sys::CUmodule,
+    nonzero: sys::CUfunction,
+    gather: sys::CUfunction,
+    scatter: sys::CUfunction,
+    stream: sys::CUstream,
+    slots: Vec<Slot>,
+    /// Blocks per launch at most (a grid-stride loop does the rest).
+    max_blocks: u32,
+}
+
+// SAFETY: CUDA handles are usable from any thread with the context current; the raw host
+// pointers are pinned allocations owned by this value; one thread uses it at a time (mutex).
+unsafe impl Send for Bulk {}
+
+impl std::fmt::Debug for Bulk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bulk").finish_non_exhaustive()
+    }
+}
+
+fn func(module: sys::CUmodule, name: &std::ffi::CStr) -> Result<sys::CUfunction, DrvError> {
+    let mut f: sys::CUfunction = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local, NUL-terminated name, live module.
+    ck("cuModuleGetFunction", unsafe {
+        sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
+    })?;
+    Ok(f)
+}
+
+impl Bulk {
+    /// Loads the kernels and allocates the slots (the context is current).
+    fn new(ctx: Ctx, sms: u32) -> Result<Bulk, EngineError> {
+        let module = super::modules::load(ctx, PTX, 4096)?;
+        let mut b = Bulk {
+            ctx,
+            module,
+            nonzero: std::ptr::null_mut(),
+            gather: std::ptr::null_mut(),
+            scatter: std::ptr::null_mut(),
+            stream: std::ptr::null_mut(),
+            slots: Vec::new(),
+            max_blocks: sms.max(1).saturating_mul(16),
+        };
+        b.nonzero = func(module, c"vram_nonzero")?;
+        b.gather = func(module, c"vram_gather")?;
+        b.scatter = func(module, c"vram_scatter")?;
+        // SAFETY: out-pointer to a field; destroyed once in Drop.
+        ck("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(
+                &mut b.stream,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+            )
+        })?;
+        for _ in 0..2 {
+            let mut s = Slot {
+                host: std::ptr::null_mut(),
+                list_host: std::ptr::null_mut(),
+                dev: 0,
+                list_dev: 0,
+                done: std::ptr::null_mut(),
+                busy: false,
+            };
+            // Pushed first so that Drop frees whatever was allocated if a call below fails.
+            let r = (|| {
+                let (mut h, mut l): (*mut c_void, *mut c_void) =
+                    (std::ptr::null_mut(), std::ptr::null_mut());
+                // SAFETY: out-pointers to locals and fields; sizes are constants; each
+                // allocation is freed once in Drop when non-null.
+                unsafe {
+                    ck(
+                        "cuMemAllocHost_v2",
+                        sys::cuMemAllocHost_v2(&mut h, SLOT as usize),
+                    )?;
+                    s.host = h.cast();
+                    ck(
+                        "cuMemAllocHost_v2",
+                        sys::cuMemAllocHost_v2(&mut l, (SLOT_PAGES * 8) as usize),
+                    )?;
+                    s.list_host = l.cast();
+                    ck(
+                        "cuMemAlloc_v2",
+                        sys::cuMemAlloc_v2(&mut s.dev, SLOT as usize),
+                    )?;
+                    ck(
+                        "cuMemAlloc_v2",
+                        sys::cuMemAlloc_v2(&mut s.list_dev, (SLOT_PAGES * 8) as usize),
+                    )?;
+                    ck("cuEventCreate", sys::cuEventCreate(&mut s.done, 0))?;
+                }
+                Ok::<(), DrvError>(())
+            })();
+            b.slots.push(s);
+            r?;
+        }
+        Ok(b)
+    }
+
+    /// Launches `f(a, n, c)` over `n` pages on the stream.
+    fn launch(&self, f: sys::CUfunction, a: u64, n: u64, c: u64) -> Result<(), DrvError> {
+        let warps = u64::from(THREADS / 32);
+        let blocks = n.div_ceil(warps).clamp(1, u64::from(self.max_blocks)) as u32;
+        let mut args = [a, n, c];
+        let mut params: [*mut c_void; 3] = [
+            (&mut args[0] as *mut u64).cast(),
+            (&mut args[1] as *mut u64).cast(),
+            (&mut args[2] as *mut u64).cast(),
+        ];
+        // SAFETY: a function of our module taking three u64 parameters, passed as pointers
+        // to locals the driver copies at launch; our stream.
+        ck("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                f,
+                blocks,
+                1,
+                1,
+                THREADS,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    fn sync(&self) -> Result<(), DrvError> {
+        // SAFETY: our live stream.
+        ck("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.stream)
+        })
+    }
+
+    /// Waits for slot `i`'s last transfer.
+    fn wait(&mut self, i: usize) -> Result<(), DrvError> {
+        let s = &mut self.slots[i];
+        if s.busy {
+            // SAFETY: a live event, recorded on our stream.
+            ck("cuEventSynchronize", unsafe {
+                sys::cuEventSynchronize(s.done)
+            })?;
+            s.busy = false;
+        }
+        Ok(())
+    }
+
+    /// Records slot `i`'s event after what was queued for it.
+    fn mark(&mut self, i: usize) -> Result<(), DrvError> {
+        let s = &mut self.slots[i];
+        // SAFETY: live event and stream.
+        ck("cuEventRecord", unsafe {
+            sys::cuEventRecord(s.done, self.stream)
+        })?;
+        s.busy = true;
+        Ok(())
+    }
+
+    /// Queues reading `pages` (device addresses) into slot `i`'s pinned buffer.
+    fn queue_read(&mut self, i: usize, pages: &[u64]) -> Result<(), DrvError> {
+        let n = pages.len() as u64;
+        let s = &self.slots[i];
+        let contiguous = pages.windows(2).all(|w| w[1] == w[0] + PAGE);
+        if contiguous {
+            // SAFETY: `n` pages of VRAM from pages[0] (checked by the caller) into the slot's
+            // pinned buffer of SLOT bytes (n <= SLOT_PAGES), not in use (waited for).
+            ck("cuMemcpyDtoHAsync_v2", unsafe {
+                sys::cuMemcpyDtoHAsync_v2(s.host.cast(), pages[0], (n * PAGE) as usize, self.stream)
+            })?;
+        } else {
+            // SAFETY: the pinned list holds SLOT_PAGES entries and is not in use (waited for).
+            unsafe { std::ptr::copy_nonoverlapping(pages.as_ptr(), s.list_host, pages.len()) };
+            // SAFETY: list and staging buffers of the slot, sized for SLOT_PAGES pages; the
+            // kernel reads the listed VRAM pages (checked by the caller).
+            unsafe {
+                ck(
+                    "cuMemcpyHtoDAsync_v2",
+                    sys::cuMemcpyHtoDAsync_v2(
+                        s.list_dev,
+                        s.list_host.cast(),
+                        (n * 8) as usize,
+                        self.stream,
+                    ),
+                )?;
+            }
+            self.launch(self.gather, s.list_dev, n, s.dev)?;
+            // SAFETY: as above, from the staging buffer.
+            ck("cuMemcpyDtoHAsync_v2", unsafe {
+                sys::cuMemcpyDtoHAsync_v2(s.host.cast(), s.dev, (n * PAGE) as usize, self.stream)
+            })?;
+        }
+        self.mark(i)
+    }
+
+    /// Queues writing slot `i`'s first `pages.len()` pages to `pages` (device addresses).
+    fn queue_write(&mut self, i: usize, pages: &[u64]) -> Result<(), DrvError> {
+        let n = pages.len() as u64;
+        let s = &self.slots[i];
+        let contiguous = pages.windows(2).all(|w| w[1] == w[0] + PAGE);
+        if contiguous {
+            // SAFETY: `n` pages of VRAM from pages[0] (checked by the caller) from the slot's
+            // pinned buffer, which stays untouched until the slot's event is waited for.
+            ck("cuMemcpyHtoDAsync_v2", unsafe {
+                sys::cuMemcpyHtoDAsync_v2(pages[0], s.host.cast(), (n * PAGE) as usize, self.stream)
+            })?;
+        } else {
+            // SAFETY: the pinned list holds SLOT_PAGES entries and is not in use.
+            unsafe { std::ptr::copy_nonoverlapping(pages.as_ptr(), s.list_host, pages.len()) };
+            // SAFETY: the slot's buffers, sized for SLOT_PAGES pages, untouched by the host
+            // until the slot's event is waited for; the kernel writes the listed VRAM pages
+            // (checked by the caller).
+            unsafe {
+                ck(
+                    "cuMemcpyHtoDAsync_v2",
+                    sys::cuMemcpyHtoDAsync_v2(
+                        s.dev,
+                        s.host.cast(),
+                        (n * PAGE) as usize,
+                        self.stream,
+                    ),
+                )?;
+                ck(
+                    "cuMemcpyHtoDAsync_v2",
+                    sys::cuMemcpyHtoDAsync_v2(
+                        s.list_dev,
+                        s.list_host.cast(),
+                        (n * 8) as usize,
+                        self.stream,
+                    ),
+                )?;
+            }
+            self.launch(self.scatter, s.list_dev, n, s.dev)?;
+        }
+        self.mark(i)
+    }
+}
+
+impl Drop for Bulk {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: handles and allocations made in `new`, each released once; the stream is
+        // synchronised first so that no transfer uses them.
+        unsafe {
+            if !self.stream.is_null() {
+                sys::cuStreamSynchronize(self.stream);
+            }
+            for s in &self.slots {
+                if !s.host.is_null() {
+                    sys::cuMemFreeHost(s.host.cast());
+                }
+                if !s.list_host.is_null() {
+                    sys::cuMemFreeHost(s.list_host.cast());
+                }
+                if s.dev != 0 {
+                    sys::cuMemFree_v2(s.dev);
+                }
+                if s.list_dev != 0 {
+                    sys::cuMemFree_v2(s.list_dev);
+                }
+                if !s.done.is_null() {
+                    sys::cuEventDestroy_v2(s.done);
+                }
+            }
+            if !self.stream.is_null() {
+                sys::cuStreamDestroy_v2(self.stream);
+            }
+            sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+/// Where a walk over runs `(pa, bytes)` is: the run, and bytes of it done.
+#[derive(Debug, Default)]
+struct RunCursor {
+    run: usize,
+    at: u64,
+}
+
+impl RunCursor {
+    /// Fills `pages` (cleared first) with the device addresses (`base` + pa) of the next pages
+    /// of `runs`, at most `slot_pages`; returns the slot's pieces `(offset, bytes)`, each inside
+    /// one run, in order. Empty at the end of the runs.
+    fn fill(
+        &mut self,
+        runs: &[(u64, u64)],
+        base: u64,
+        slot_pages: u64,
+        pages: &mut Vec<u64>,
+    ) -> Vec<(usize, usize)> {
+        pages.clear();
+        let mut pieces = Vec::new();
+        while (pages.len() as u64) < slot_pages && self.run < runs.len() {
+            let (pa, len) = runs[self.run];
+            let at = self.at;
+            let n = ((len - at) / PAGE).min(slot_pages - pages.len() as u64);
+            if n > 0 {
+                pieces.push((pages.len() * PAGE as usize, (n * PAGE) as usize));
+                pages.extend((0..n).map(|k| base + pa + at + k * PAGE));
+                self.at += n * PAGE;
+            }
+            if self.at == len {
+                (self.run, self.at) = (self.run + 1, 0);
+            }
+        }
+        pieces
+    }
+}
+
+impl CudaEngine {
+    /// Runs `f` with the bulk state (made on first use).
+    fn with_bulk<T>(
+        &self,
+        f: impl FnOnce(&mut Bulk) -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        self.alive()?;
+        let mut g = lock(&self.bulk);
+        if g.is_none() {
+            *g = Some(Bulk::new(self.ctx, self.sms)?);
+        }
+        let b = g
+            .as_mut()
+            .ok_or(EngineError::Backend("bulk state".into()))?;
+        let r = f(b);
+        // Whatever happened, nothing of ours stays in flight.
+        let s = b.sync();
+        for s in &mut b.slots {
+            s.busy = false;
+        }
+        let out = r?;
+        s.map_err(|e| self.drv(e))?;
+        Ok(out)
+    }
+
+    pub(crate) fn bulk_nonzero(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        check_bitmap(pa, pages, bitmap.len(), self.info.vram_size)?;
+        bitmap.fill(0);
+        let base = self.vram.dev(0);
+        self.with_bulk(|b| {
+            // Pages per kernel: the bitmap of a piece fits the staging buffer (64 MiB of bits:
+            // 2 TiB of VRAM, so one piece in practice); a multiple of 64.
+            let step = SLOT * 8;
+            let mut off = 0;
+            while off < pages {
+                let n = (pages - off).min(step);
+                let words = n.div_ceil(64) as usize;
+                let s = &b.slots[0];
+                // SAFETY: the staging buffer holds SLOT bytes >= 8 × words; our stream.
+                ck("cuMemsetD32Async", unsafe {
+                    sys::cuMemsetD32Async(s.dev, 0, words * 2, b.stream)
+                })
+                .map_err(|e| self.drv(e))?;
+                let (dev, host) = (s.dev, s.host);
+                b.launch(b.nonzero, base + pa + off * PAGE, n, dev)
+                    .map_err(|e| self.drv(e))?;
+                // SAFETY: `words` u64 words from the staging buffer to the pinned buffer (both
+                // SLOT bytes), not in use by anything else.
+                ck("cuMemcpyDtoHAsync_v2", unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(host.cast(), dev, words * 8, b.stream)
+                })
+                .map_err(|e| self.drv(e))?;
+                b.sync().map_err(|e| self.drv(e))?;
+                // SAFETY: the copy completed; the pinned buffer holds `words` u64 words written
+                // by it (u32 words, little endian: bit p % 64 of u64 word p / 64).
+                let got = unsafe { std::slice::from_raw_parts(host.cast::<u8>(), words * 8) };
+                let at = (off / 64) as usize;
+                for (w, b8) in bitmap[at..at + words].iter_mut().zip(got.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(b8.try_into().unwrap_or_default());
+                }
+                off += n;
+            }
+            Ok(())
+        })
+    }
+
+    pub(crate) fn bulk_read_runs(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut PageSink<'_>,
+    ) -> Result<ControlFlow<()>, EngineError> {
+        for &(pa, len) in runs {
+            check_pages(pa, len, self.info.vram_size)?;
+        }
+        if runs.iter().all(|r| r.1 == 0) {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let base = self.vram.dev(0);
+        self.with_bulk(|b| {
+            let mut cursor = RunCursor::default();
+            let mut pages: Vec<u64> = Vec::with_capacity(SLOT_PAGES as usize);
+            let mut pending: Option<(usize, Vec<(usize, usize)>)> = None;
+            let mut slot = 0usize;
+            loop {
+                let pieces = cursor.fill(runs, base, SLOT_PAGES, &mut pages);
+                let queued = !pages.is_empty();
+                if queued {
+                    b.wait(slot).map_err(|e| self.drv(e))?;
+                    b.queue_read(slot, &pages).map_err(|e| self.drv(e))?;
+                }
+                if let Some((i, ps)) = pending.take() {
+                    b.wait(i).map_err(|e| self.drv(e))?;
+                    let host = b.slots[i].host;
+                    for (off, len) in ps {
+                        // SAFETY: the slot's transfer completed (waited for) and nothing
+                        // writes its pinned buffer until it is queued again, after the sink
+                        // returns; `off + len` <= SLOT.
+                        let piece = unsafe { std::slice::from_raw_parts(host.add(off), len) };
+                        if sink(piece).is_break() {
+                            return Ok(ControlFlow::Break(()));
+                        }
+                    }
+                }
+                if !queued {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                pending = Some((slot, pieces));
+                slot ^= 1;
+            }
+        })
+    }
+
+    pub(crate) fn bulk_write_pages(
+        &self,
+        source: &mut PageSource<'_>,
+    ) -> Result<ControlFlow<()>, EngineError> {
+        let (vram, base) = (self.info.vram_size, self.vram.dev(0));
+        self.with_bulk(|b| {
+            let mut pas = Vec::with_capacity(SLOT_PAGES as usize);
+            let mut slot = 0usize;
+            loop {
+                b.wait(slot).map_err(|e| self.drv(e))?;
+                pas.clear();
+                // SAFETY: the slot's last transfer completed (waited for); its pinned buffer
+                // of SLOT bytes is ours until queued again.
+                let buf =
+                    unsafe { std::slice::from_raw_parts_mut(b.slots[slot].host, SLOT as usize) };
+                if source(buf, &mut pas).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+                if pas.is_empty() {
+                    return Ok(ControlFlow::Continue(()));
+                }
+                check_sourced(&pas, SLOT_PAGES as usize, vram)?;
+                for p in pas.iter_mut() {
+                    *p += base;
+                }
+                b.queue_write(slot, &pas).map_err(|e| self.drv(e))?;
+                slot ^= 1;
+            }
+        })
+    }
+
+    pub(crate) fn bulk_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
+        self.alive()?;
+        check_pages(pa, len, self.info.vram_size)?;
+        self.vram.fill(pa, len, 0).map_err(|e| self.drv(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs walked into slots of 5 pages: every page once, in order, at its address; pieces
+    /// back to back in their slot, each inside one run (adjacent runs included); empty runs
+    /// skipped.
+    #[test]
+    fn runs_are_cut_into_slots_and_pieces() {
+        let runs: Vec<(u64, u64)> = vec![
+            (0, 3 * PAGE),
+            (10 * PAGE, 0),
+            (20 * PAGE, 12 * PAGE),
+            (40 * PAGE, PAGE),
+            (50 * PAGE, 2 * PAGE),
+            // Adjacent to the previous run, yet its own piece.
+            (52 * PAGE, PAGE),
+        ];
+        let base = 1 << 40;
+        let want: Vec<u64> = runs
+            .iter()
+            .flat_map(|&(pa, len)| (0..len / PAGE).map(move |k| base + pa + k * PAGE))
+            .collect();
+        let mut c = RunCursor::default();
+        let mut pages = Vec::new();
+        let mut all = Vec::new();
+        let mut slots = 0;
+        loop {
+            let pieces = c.fill(&runs, base, 5, &mut pages);
+            if pages.is_empty() {
+                assert!(pieces.is_empty());
+                break;
+            }
+            slots += 1;
+            assert!(pages.len() <= 5);
+            let mut off = 0;
+            for &(o, n) in &pieces {
+                assert_eq!(o, off, "pieces back to back");
+                let first = pages[o / PAGE as usize];
+                let last = pages[(o + n) / PAGE as usize - 1];
+                assert_eq!(last - first, n as u64 - PAGE, "a piece is contiguous");
+                let inside = runs
+                    .iter()
+                    .any(|&(pa, len)| first >= base + pa && last < base + pa + len);
+                assert!(inside, "a piece inside one run");
+                off += n;
+            }
+            assert_eq!(off, pages.len() * PAGE as usize);
+            all.extend_from_slice(&pages);
+        }
+        assert_eq!(all, want);
+        assert_eq!(slots, 19usize.div_ceil(5));
+    }
+}
