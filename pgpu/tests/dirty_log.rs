@@ -1,0 +1,172 @@
+//! The sim engine's dirty log (`Engine::dirty_log_*`, issue 17): on every suite workload the
+//! pages harvested while it ran (preempted at random points, harvested between runs) include
+//! every VRAM page whose bytes changed, and nothing outside the workload's buffers; 2 MiB pages
+//! are logged per 4 KiB page; copies, fills, host writes and guest-RAM (host region) stores are
+//! logged.
+
+mod common;
+
+use common::runner::{check, place, run};
+use common::*;
+use pgpu::dirty::{self, DirtyLogKind, PAGE};
+use pgpu::sim::{SimConfig, SimEngine};
+use pgpu::*;
+
+const VRAM: u64 = 64 * MIB;
+
+fn harvest(e: &SimEngine, pa: u64, len: u64) -> Vec<u64> {
+    let mut b = vec![0u64; dirty::words(len)];
+    e.dirty_log_harvest(MapTarget::Vram { pa }, len, &mut b)
+        .unwrap();
+    b
+}
+
+fn vram(e: &SimEngine) -> Vec<u8> {
+    let mut v = vec![0u8; VRAM as usize];
+    e.vram_read(0, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn every_workload_writes_only_pages_the_log_reports() {
+    let mut rng = Rng(0xd1e7);
+    let mut failures = Vec::new();
+    for w in suite::all() {
+        let inst = w.instance(suite::Size::Small);
+        let e = SimEngine::new(SimConfig {
+            vram_size: VRAM,
+            workers: 2,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let p = place(&e, &inst, 0);
+        let placed: u64 = inst
+            .buffers
+            .iter()
+            .map(|b| (b.init.len().max(1) as u64).next_multiple_of(4096))
+            .sum();
+        let before = vram(&e);
+        assert_eq!(e.dirty_log_start().unwrap(), DirtyLogKind::Exact);
+        // Harvest between preempted runs too: pages the run keeps in its TLB must come back.
+        let mut seen = vec![0u64; dirty::words(VRAM)];
+        let approx = (inst.approx_thread_instrs / 32).max(16);
+        let mut steps = 0;
+        let result = run(&e, &p, &inst, || {
+            steps += 1;
+            for (s, h) in seen.iter_mut().zip(harvest(&e, 0, VRAM)) {
+                *s |= h;
+            }
+            (steps < 6).then(|| 1 + rng.below(approx / 4 + 1))
+        });
+        let outs = match result {
+            Ok((outs, _)) => outs,
+            Err(err) => {
+                failures.push(format!("{}: {err}", w.name));
+                continue;
+            }
+        };
+        for (s, h) in seen.iter_mut().zip(harvest(&e, 0, VRAM)) {
+            *s |= h;
+        }
+        e.dirty_log_stop();
+        if let Err(err) = check(&inst, &outs) {
+            failures.push(format!("{}: {err}", w.name));
+            continue;
+        }
+        let after = vram(&e);
+        let changed: Vec<u64> = (0..VRAM / PAGE)
+            .filter(|&p| {
+                let r = (p * PAGE) as usize..((p + 1) * PAGE) as usize;
+                before[r.clone()] != after[r]
+            })
+            .collect();
+        if let Some(p) = changed.iter().find(|&&p| !dirty::is_set(&seen, p)) {
+            failures.push(format!("{}: page {p:#x} changed, not logged", w.name));
+        }
+        if let Some(p) = (placed / PAGE..VRAM / PAGE).find(|&p| dirty::is_set(&seen, p)) {
+            failures.push(format!("{}: page {p:#x} logged outside the buffers", w.name));
+        }
+        if changed.is_empty() {
+            failures.push(format!("{}: wrote nothing", w.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn large_pages_copies_fills_and_host_regions_are_logged_per_page() {
+    let e = engine();
+    let s = space(&e);
+    e.map(
+        s,
+        &Mapping {
+            va: BASE,
+            len: 2 * MIB,
+            target: MapTarget::Vram { pa: 2 * MIB },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        },
+    )
+    .unwrap();
+    let host = HostBuf::new(2 * MIB as usize);
+    // SAFETY: the buffer lives until the end of the test, after the region is unregistered.
+    let region = unsafe { e.register_host_region(host.ptr(), 2 * MIB as usize) }.unwrap();
+    e.map(
+        s,
+        &Mapping {
+            va: BASE + 2 * MIB,
+            len: 64 * 1024,
+            target: MapTarget::Host { region, offset: 0 },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size4K,
+        },
+    )
+    .unwrap();
+    // Nothing is logged before the start.
+    e.copy_to_space(s, BASE, &[1; 8]).unwrap();
+    e.dirty_log_start().unwrap();
+    assert_eq!(harvest(&e, 0, VRAM), vec![0; dirty::words(VRAM)]);
+    // A host copy into the large page: its 4 KiB page only (page 512 + 3 of VRAM).
+    e.copy_to_space(s, BASE + 3 * 4096 + 100, &[7; 8]).unwrap();
+    let h = harvest(&e, 2 * MIB, 2 * MIB);
+    assert_eq!(dirty::count(&h), 1);
+    assert!(dirty::is_set(&h, 3));
+    // A copy job: source in VRAM, destination in the host region (pages 1 and 2 of it).
+    let job = Job::Copy(CopyJob {
+        space: s,
+        src: BASE,
+        dst: BASE + 2 * MIB + 4096 + 4000,
+        len: 200,
+    });
+    let out = e.execute(&job, &PreemptHandle::new()).unwrap();
+    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    let mut hb = vec![0u64; 1];
+    e.dirty_log_harvest(MapTarget::Host { region, offset: 0 }, 64 * PAGE, &mut hb)
+        .unwrap();
+    assert_eq!(hb, vec![0b110]);
+    assert_eq!(dirty::count(&harvest(&e, 0, VRAM)), 0, "a copy's source is clean");
+    // The hypervisor's own writes and fills.
+    e.vram_write(5 * PAGE + 4090, &[1; 10]).unwrap();
+    e.vram_fill(9 * PAGE, 2 * PAGE, 0).unwrap();
+    let h = harvest(&e, 0, 16 * PAGE);
+    assert_eq!(h, vec![(1 << 5) | (1 << 6) | (1 << 9) | (1 << 10)]);
+    // Hostile requests: misaligned, short bitmap, outside the target.
+    let mut b = vec![0u64; 1];
+    assert!(
+        e.dirty_log_harvest(MapTarget::Vram { pa: 1 }, PAGE, &mut b)
+            .is_err()
+    );
+    assert!(
+        e.dirty_log_harvest(MapTarget::Vram { pa: 0 }, 65 * PAGE, &mut b)
+            .is_err()
+    );
+    assert!(
+        e.dirty_log_harvest(MapTarget::Vram { pa: VRAM - PAGE }, 2 * PAGE, &mut b)
+            .is_err()
+    );
+    e.dirty_log_stop();
+    // Off: every page.
+    assert_eq!(harvest(&e, 0, 64 * PAGE), vec![u64::MAX]);
+    e.unmap(s, BASE + 2 * MIB, 64 * 1024).unwrap();
+    e.unregister_host_region(region).unwrap();
+}
