@@ -189,6 +189,10 @@ pub struct Vgpu {
     engine: Arc<dyn Engine>,
     cfg: GpuConfig,
     vram_base: u64,
+    /// Guest RAM → engine host regions, and the guest RAM the worker writes itself while a
+    /// live snapshot logs it (`snapshot::live`).
+    sysmem: shadow::SysmemMap,
+    ram_log: Arc<snapshot::live::RamWriteLog>,
 }
 
 impl Vgpu {
@@ -302,6 +306,8 @@ impl Vgpu {
         let shadows =
             shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone(), ram_regions)?;
         let layout = shadows.layout().clone();
+        let sysmem = shadows.sysmem().clone();
+        let ram_log = Arc::new(snapshot::live::RamWriteLog::default());
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let mut dev = device::VgpuDevice::new(
             cfg.clone(),
@@ -350,7 +356,7 @@ impl Vgpu {
             w.set_para(spaces.clone());
         }
         if cfg_direct {
-            w.set_direct(ram_for_worker);
+            w.set_direct(ram_for_worker, ram_log.clone());
         }
         let worker = std::thread::Builder::new()
             .name("vgpu".into())
@@ -368,6 +374,8 @@ impl Vgpu {
             engine,
             cfg: snap_cfg,
             vram_base,
+            sysmem,
+            ram_log,
         })
     }
 

@@ -177,9 +177,16 @@ impl Worker {
     }
 
     /// Reads and writes the worker makes in guest RAM go straight to `ram` (see `direct`).
-    pub fn set_direct(&mut self, ram: vm_memory::GuestMemoryMmap) {
+    /// Writes are noted in `log` while a live snapshot runs.
+    pub fn set_direct(
+        &mut self,
+        ram: vm_memory::GuestMemoryMmap,
+        log: std::sync::Arc<crate::snapshot::live::RamWriteLog>,
+    ) {
         let sysmem = self.shadows.sysmem().clone();
-        self.direct = Some(crate::direct::Direct::new(ram, sysmem));
+        let mut d = crate::direct::Direct::new(ram, sysmem);
+        d.log = Some(log);
+        self.direct = Some(d);
     }
 
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.

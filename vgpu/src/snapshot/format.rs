@@ -8,8 +8,8 @@ use super::SnapshotError;
 
 /// The first bytes of a virtual GPU snapshot.
 pub const MAGIC: &[u8; 8] = b"VGPUSNAP";
-/// The format version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this build writes and reads (2: the `VDLT` section of live snapshots).
+pub const VERSION: u32 = 2;
 
 /// Section tags, in the order they appear.
 pub const CONF: [u8; 4] = *b"CONF";
@@ -18,6 +18,9 @@ pub const CHAN: [u8; 4] = *b"CHAN";
 pub const MODS: [u8; 4] = *b"MODS";
 pub const CTXT: [u8; 4] = *b"CTXT";
 pub const VRAM: [u8; 4] = *b"VRAM";
+/// In place of `VRAM` in the image of a live snapshot: the pages written since the last
+/// pre-copy round, over the pre-copied VRAM (`snapshot::live`).
+pub const VDLT: [u8; 4] = *b"VDLT";
 pub const END: [u8; 4] = *b"END\0";
 
 /// A section tag as text (for errors).

@@ -51,7 +51,7 @@ fn zero_range(
 }
 
 /// Runs `(first page, pages)` of non-zero pages of the partition `[base, base + size)`.
-fn nonzero_runs(
+pub(super) fn nonzero_runs(
     engine: &dyn Engine,
     base: u64,
     size: u64,

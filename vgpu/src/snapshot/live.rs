@@ -1,0 +1,355 @@
+//! Live snapshots and migration of the virtual GPU (POS-style concurrent, incremental
+//! checkpoint, issue 17; docs/snapshot.md "Live snapshots"): VRAM is copied in rounds while the
+//! guest and the GPU run, through the engine's dirty log (`Engine::dirty_log_*`), and only the
+//! pages written since the last round go into the image taken with the device paused (a `VDLT`
+//! section instead of `VRAM`). A restore puts the pre-copied VRAM in place first, then the
+//! delta.
+//!
+//! [`Precopy`] is the source's side: `round` sends the first round (every non-zero page) or
+//! the pages dirtied since, `ram_dirty` hands the VMM the guest RAM the GPU wrote meanwhile (the
+//! engine's jobs through host regions, the worker's own writes, the doorbell page: KVM's dirty
+//! log sees none of them), `save_delta` writes the image once the device is paused. While it
+//! lives the VRAM aperture traps (guest stores through a mapped aperture would bypass the log).
+//! An engine without an exact log (`DirtyLogKind::Everything`) gains nothing from rounds: the
+//! caller asks [`Precopy::exact`] and then pauses the GPU for the pre-copy instead, as before.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use pgpu::dirty::{self, DirtyLogKind};
+use pgpu::{Engine, MapTarget};
+
+use super::format::{SnapReader, SnapWriter, VDLT};
+use super::{SaveReport, SnapshotError, vram};
+use crate::Vgpu;
+
+const PAGE: u64 = 4096;
+/// Most pages handed to a sink at once (1 MiB).
+pub const MAX_RUN_PAGES: u64 = 256;
+const RUN_HEADER: u64 = 12;
+
+fn engine_err(e: pgpu::EngineError) -> SnapshotError {
+    SnapshotError::Vram(e.to_string())
+}
+
+/// Guest RAM the worker writes itself (semaphores, small copies through `direct`), noted while
+/// a live snapshot runs.
+#[derive(Debug, Default)]
+pub struct RamWriteLog {
+    on: AtomicBool,
+    pages: Mutex<BTreeSet<u64>>,
+}
+
+impl RamWriteLog {
+    /// Notes guest-physical `[gpa, gpa + len)` written (while on).
+    pub fn mark(&self, gpa: u64, len: u64) {
+        if !self.on.load(Ordering::Acquire) || len == 0 {
+            return;
+        }
+        let mut p = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        for page in gpa / PAGE..=(gpa + len - 1) / PAGE {
+            p.insert(page);
+        }
+    }
+
+    fn set(&self, on: bool) {
+        let mut p = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        p.clear();
+        self.on.store(on, Ordering::Release);
+    }
+
+    fn take(&self) -> BTreeSet<u64> {
+        std::mem::take(&mut *self.pages.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// What one VRAM round sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VramRound {
+    /// Pages sent.
+    pub pages: u64,
+    /// Of which pages an earlier round had sent already.
+    pub resent: u64,
+}
+
+/// The source side of a VRAM pre-copy (see the module's comment). Dropping it stops the log
+/// and maps the aperture again.
+pub struct Precopy<'a> {
+    gpu: &'a Vgpu,
+    kind: DirtyLogKind,
+    /// Pages of the partition sent by some round.
+    sent: Vec<u64>,
+    rounds: u32,
+}
+
+impl Vgpu {
+    /// Starts a VRAM pre-copy: the engine's dirty log on, the aperture trapping, the worker's
+    /// RAM writes noted. Refused like a pause for GPUs whose snapshots are not supported.
+    pub fn precopy_start(&self) -> Result<Precopy<'_>, SnapshotError> {
+        self.snapshot_supported()?;
+        if !self.cfg.vram.is_multiple_of(PAGE) {
+            return Err(SnapshotError::Vram("partition is not whole pages".into()));
+        }
+        if let Some(r) = &self.remap {
+            r.lock().unwrap_or_else(PoisonError::into_inner).suspend(true);
+        }
+        self.ram_log.set(true);
+        // From here on, dropping it undoes all of this.
+        let mut p = Precopy {
+            gpu: self,
+            kind: DirtyLogKind::Everything,
+            sent: vec![0; dirty::words(self.cfg.vram)],
+            rounds: 0,
+        };
+        p.kind = self.engine.dirty_log_start().map_err(engine_err)?;
+        Ok(p)
+    }
+
+    /// Restores a live snapshot's image (`VDLT` in place of `VRAM`) over `base`, the
+    /// pre-copied VRAM (a file of exactly the partition's size); as [`Vgpu::restore`]
+    /// otherwise.
+    pub fn restore_live(
+        &self,
+        input: &mut dyn std::io::Read,
+        base: &std::fs::File,
+    ) -> Result<(), SnapshotError> {
+        self.restore_inner(input, Some(base))
+    }
+}
+
+impl Precopy<'_> {
+    /// Whether the engine's log is exact (otherwise rounds would resend everything).
+    pub fn exact(&self) -> bool {
+        self.kind == DirtyLogKind::Exact
+    }
+
+    /// Rounds done.
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    fn engine(&self) -> &dyn Engine {
+        &*self.gpu.engine
+    }
+
+    fn harvest_vram(&self) -> Result<Vec<u64>, SnapshotError> {
+        let mut bits = vec![0u64; dirty::words(self.gpu.cfg.vram)];
+        self.engine()
+            .dirty_log_harvest(
+                MapTarget::Vram {
+                    pa: self.gpu.vram_base,
+                },
+                self.gpu.cfg.vram,
+                &mut bits,
+            )
+            .map_err(engine_err)?;
+        Ok(bits)
+    }
+
+    /// Reads the pages of `runs` and hands them to `sink` (first page, bytes) in pieces of at
+    /// most [`MAX_RUN_PAGES`].
+    fn send(
+        &mut self,
+        runs: &[(u64, u64)],
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<VramRound, SnapshotError> {
+        let mut r = VramRound::default();
+        let mut buf = vec![0u8; (MAX_RUN_PAGES * PAGE) as usize];
+        for &(first, count) in runs {
+            let mut p = first;
+            while p < first + count {
+                let n = (first + count - p).min(MAX_RUN_PAGES);
+                let b = &mut buf[..(n * PAGE) as usize];
+                self.engine()
+                    .vram_read(self.gpu.vram_base + p * PAGE, b)
+                    .map_err(engine_err)?;
+                sink(p, b)?;
+                for q in p..p + n {
+                    let (w, bit) = ((q / 64) as usize, 1u64 << (q % 64));
+                    if self.sent[w] & bit != 0 {
+                        r.resent += 1;
+                    }
+                    self.sent[w] |= bit;
+                }
+                r.pages += n;
+                p += n;
+            }
+        }
+        self.rounds += 1;
+        Ok(r)
+    }
+
+    /// One round, with the GPU running: the first sends every non-zero page of the partition
+    /// (the destination's starts zeroed), later ones the pages written since the previous
+    /// (zero or not). `sink` gets (page in the partition, whole pages).
+    pub fn round(
+        &mut self,
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<VramRound, SnapshotError> {
+        let runs = if self.rounds == 0 {
+            vram::nonzero_runs(self.engine(), self.gpu.vram_base, self.gpu.cfg.vram)?
+        } else {
+            let bits = self.harvest_vram()?;
+            dirty::runs(&bits, self.gpu.cfg.vram / PAGE, MAX_RUN_PAGES)
+        };
+        self.send(&runs, sink)
+    }
+
+    /// Guest-physical pages (addresses / 4096) the GPU wrote since the previous call: through
+    /// the engine's host regions, by the worker itself, and the doorbell page. Ascending.
+    pub fn ram_dirty(&self) -> Result<Vec<u64>, SnapshotError> {
+        let mut pages = self.gpu.ram_log.take();
+        for e in self.gpu.sysmem.entries() {
+            let mut bits = vec![0u64; dirty::words(e.len)];
+            self.engine()
+                .dirty_log_harvest(
+                    MapTarget::Host {
+                        region: e.region,
+                        offset: e.offset,
+                    },
+                    e.len,
+                    &mut bits,
+                )
+                .map_err(engine_err)?;
+            for (first, n) in dirty::runs(&bits, e.len / PAGE, u64::MAX) {
+                pages.extend((first..first + n).map(|p| e.gpa / PAGE + p));
+            }
+        }
+        if let Some(b) = &self.gpu.shared.lock().bell {
+            pages.insert(b.addr() / PAGE);
+        }
+        Ok(pages.into_iter().collect())
+    }
+
+    /// With the device paused: the image (as [`Vgpu::save_report`]) with the pages written
+    /// since the last round as a `VDLT` section. Returns the report and that last round.
+    pub fn save_delta(
+        &mut self,
+        out: &mut dyn Write,
+    ) -> Result<(SaveReport, VramRound), SnapshotError> {
+        let bits = self.harvest_vram()?;
+        let pages = self.gpu.cfg.vram / PAGE;
+        let runs = dirty::runs(&bits, pages, u64::from(u32::MAX));
+        let mut last = VramRound::default();
+        let gpu = self.gpu;
+        let report = gpu.save_with(out, &mut |w: &mut SnapWriter<'_>| {
+            let data: u64 = runs.iter().map(|(_, n)| n * PAGE).sum();
+            w.header(VDLT, data + RUN_HEADER * runs.len() as u64)?;
+            for &(first, count) in &runs {
+                w.raw(&first.to_le_bytes())?;
+                w.raw(&(count as u32).to_le_bytes())?;
+                let mut sink = |_: u64, b: &[u8]| {
+                    w.raw(b)
+                        .map_err(|e| std::io::Error::other(e.to_string()))
+                };
+                let r = self.send(&[(first, count)], &mut sink)?;
+                self.rounds -= 1;
+                last.pages += r.pages;
+                last.resent += r.resent;
+            }
+            Ok(data)
+        })?;
+        self.rounds += 1;
+        Ok((report, last))
+    }
+}
+
+impl Drop for Precopy<'_> {
+    fn drop(&mut self) {
+        self.gpu.engine.dirty_log_stop();
+        self.gpu.ram_log.set(false);
+        if let Some(r) = &self.gpu.remap {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .suspend(false);
+        }
+    }
+}
+
+/// Restores the VRAM of a live snapshot: `base` (the pre-copied partition, exactly `size`
+/// bytes) into the partition, then the `VDLT` runs over it. On error the caller scrubs.
+pub(super) fn restore_delta(
+    r: &mut SnapReader<'_>,
+    engine: &dyn Engine,
+    base_pa: u64,
+    size: u64,
+    base: &std::fs::File,
+) -> Result<u64, SnapshotError> {
+    let found = base.metadata()?.len();
+    if found != size {
+        return Err(SnapshotError::Vram(format!(
+            "the pre-copied VRAM is {found} bytes, the partition {size}"
+        )));
+    }
+    // The base, page by page: non-zero pages written, zero pages zeroed where they are not.
+    const CHUNK: u64 = 4 << 20;
+    let mut want = vec![0u8; CHUNK.min(size) as usize];
+    let mut have = vec![0u8; CHUNK.min(size) as usize];
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(CHUNK) as usize;
+        base.read_exact_at(&mut want[..n], at)?;
+        engine
+            .vram_read(base_pa + at, &mut have[..n])
+            .map_err(engine_err)?;
+        for (i, (w, h)) in want[..n]
+            .chunks(PAGE as usize)
+            .zip(have[..n].chunks(PAGE as usize))
+            .enumerate()
+        {
+            if w != h {
+                engine
+                    .vram_write(base_pa + at + i as u64 * PAGE, w)
+                    .map_err(engine_err)?;
+            }
+        }
+        at += n as u64;
+    }
+    // The delta.
+    let pages = size / PAGE;
+    let bad = |what: String| SnapshotError::Invalid {
+        section: "VDLT",
+        what,
+    };
+    let mut left = r.header(VDLT, vram::limit(size))?;
+    let mut next = 0u64;
+    let mut data = 0u64;
+    while left > 0 {
+        if left < RUN_HEADER {
+            return Err(bad(format!("{left} bytes left, not a run")));
+        }
+        let mut h = [0u8; RUN_HEADER as usize];
+        r.exact(&mut h, "VDLT")?;
+        let first = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
+        let count = u64::from(u32::from_le_bytes(h[8..].try_into().unwrap_or_default()));
+        left -= RUN_HEADER;
+        let end = first.checked_add(count).filter(|&e| e <= pages);
+        let Some(end) = end.filter(|_| count > 0 && first >= next) else {
+            return Err(bad(format!(
+                "run of {count} pages at page {first:#x} (overlapping, empty or outside the \
+                 {pages} pages)"
+            )));
+        };
+        if count * PAGE > left {
+            return Err(bad(format!(
+                "run at page {first:#x} longer than the section"
+            )));
+        }
+        let mut p = first;
+        while p < end {
+            let n = (end - p).min(CHUNK / PAGE) as usize * PAGE as usize;
+            r.exact(&mut want[..n], "VDLT")?;
+            engine
+                .vram_write(base_pa + p * PAGE, &want[..n])
+                .map_err(engine_err)?;
+            p += n as u64 / PAGE;
+        }
+        left -= count * PAGE;
+        data += count * PAGE;
+        next = end;
+    }
+    Ok(data)
+}
