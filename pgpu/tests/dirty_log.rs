@@ -84,7 +84,10 @@ fn every_workload_writes_only_pages_the_log_reports() {
             failures.push(format!("{}: page {p:#x} changed, not logged", w.name));
         }
         if let Some(p) = (placed / PAGE..VRAM / PAGE).find(|&p| dirty::is_set(&seen, p)) {
-            failures.push(format!("{}: page {p:#x} logged outside the buffers", w.name));
+            failures.push(format!(
+                "{}: page {p:#x} logged outside the buffers",
+                w.name
+            ));
         }
         if changed.is_empty() {
             failures.push(format!("{}: wrote nothing", w.name));
@@ -144,7 +147,11 @@ fn large_pages_copies_fills_and_host_regions_are_logged_per_page() {
     e.dirty_log_harvest(MapTarget::Host { region, offset: 0 }, 64 * PAGE, &mut hb)
         .unwrap();
     assert_eq!(hb, vec![0b110]);
-    assert_eq!(dirty::count(&harvest(&e, 0, VRAM)), 0, "a copy's source is clean");
+    assert_eq!(
+        dirty::count(&harvest(&e, 0, VRAM)),
+        0,
+        "a copy's source is clean"
+    );
     // The hypervisor's own writes and fills.
     e.vram_write(5 * PAGE + 4090, &[1; 10]).unwrap();
     e.vram_fill(9 * PAGE, 2 * PAGE, 0).unwrap();

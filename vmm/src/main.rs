@@ -121,14 +121,18 @@ enum CtlOp {
         /// of preempting it: the snapshot holds no engine context and restores on any backend.
         #[arg(long)]
         drain: bool,
+        /// Copy RAM and the GPU's VRAM while the VM (and its GPU) runs, in rounds of what was
+        /// dirtied since, then pause only for the last round and the device state.
+        #[arg(long)]
+        live: bool,
     },
     /// Migrate to a vgpu-vmm waiting with --incoming DEST: stop-and-copy (the VM is paused and
     /// sent), or with --live pre-copy (RAM sent while the guest runs, then the pages it dirtied,
-    /// then a short pause); the VM ends here once the destination runs it, and runs on here if
-    /// that fails.
+    /// and the VRAM its GPU wrote, then a short pause); the VM ends here once the destination
+    /// runs it, and runs on here if that fails.
     Migrate {
         dest: PathBuf,
-        /// Pre-copy with KVM's dirty log instead of stop-and-copy.
+        /// Pre-copy with KVM's and the GPU engine's dirty logs instead of stop-and-copy.
         #[arg(long)]
         live: bool,
     },
@@ -183,7 +187,12 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        CtlOp::Snapshot { dir, paused, drain } => {
+        CtlOp::Snapshot {
+            dir,
+            paused,
+            drain,
+            live,
+        } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
                 Ok(d) => d,
@@ -196,6 +205,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 dir,
                 resume: !paused,
                 drain,
+                live,
             }
         }
     };

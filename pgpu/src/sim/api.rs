@@ -309,7 +309,12 @@ impl Engine for SimEngine {
     fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {
         let hosts = lock(&self.host);
         let mut targets = vec![(0u16, self.vram.host_base(), self.vram.size())];
-        targets.extend(hosts.targets().iter().map(|t| (t.slot, t.host_base, t.size)));
+        targets.extend(
+            hosts
+                .targets()
+                .iter()
+                .map(|t| (t.slot, t.host_base, t.size)),
+        );
         self.spaces.log().start(&targets);
         Ok(crate::dirty::DirtyLogKind::Exact)
     }

@@ -94,7 +94,9 @@ impl Vgpu {
             return Err(SnapshotError::Vram("partition is not whole pages".into()));
         }
         if let Some(r) = &self.remap {
-            r.lock().unwrap_or_else(PoisonError::into_inner).suspend(true);
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .suspend(true);
         }
         self.ram_log.set(true);
         // From here on, dropping it undoes all of this.
@@ -104,8 +106,24 @@ impl Vgpu {
             sent: vec![0; dirty::words(self.cfg.vram)],
             rounds: 0,
         };
-        p.kind = self.engine.dirty_log_start().map_err(engine_err)?;
+        // The log starts between two runs: a job running now would have been translating
+        // unseen (the engine would then report every page dirty until it ended), so it is
+        // preempted for the start and resumes as a logged run.
+        let was_paused = self.is_paused();
+        if !was_paused {
+            self.pause()?;
+        }
+        let kind = self.engine.dirty_log_start().map_err(engine_err);
+        if !was_paused {
+            self.resume();
+        }
+        p.kind = kind?;
         Ok(p)
+    }
+
+    /// Bytes of the VRAM partition (the size of a pre-copied VRAM file).
+    pub fn vram_bytes(&self) -> u64 {
+        self.cfg.vram
     }
 
     /// Restores a live snapshot's image (`VDLT` in place of `VRAM`) over `base`, the
@@ -241,10 +259,8 @@ impl Precopy<'_> {
             for &(first, count) in &runs {
                 w.raw(&first.to_le_bytes())?;
                 w.raw(&(count as u32).to_le_bytes())?;
-                let mut sink = |_: u64, b: &[u8]| {
-                    w.raw(b)
-                        .map_err(|e| std::io::Error::other(e.to_string()))
-                };
+                let mut sink =
+                    |_: u64, b: &[u8]| w.raw(b).map_err(|e| std::io::Error::other(e.to_string()));
                 let r = self.send(&[(first, count)], &mut sink)?;
                 self.rounds -= 1;
                 last.pages += r.pages;
@@ -284,29 +300,34 @@ pub(super) fn restore_delta(
             "the pre-copied VRAM is {found} bytes, the partition {size}"
         )));
     }
-    // The base, page by page: non-zero pages written, zero pages zeroed where they are not.
+    // The base: only its data extents are read (a migration's memfd and a live snapshot's
+    // `vram.bin` hold just the pages the rounds sent; the rest are holes). The partition of
+    // the freshly created device this restores into is zero, so holes need nothing; within the
+    // data, pages that differ from the partition are written.
     const CHUNK: u64 = 4 << 20;
     let mut want = vec![0u8; CHUNK.min(size) as usize];
     let mut have = vec![0u8; CHUNK.min(size) as usize];
-    let mut at = 0;
-    while at < size {
-        let n = (size - at).min(CHUNK) as usize;
-        base.read_exact_at(&mut want[..n], at)?;
-        engine
-            .vram_read(base_pa + at, &mut have[..n])
-            .map_err(engine_err)?;
-        for (i, (w, h)) in want[..n]
-            .chunks(PAGE as usize)
-            .zip(have[..n].chunks(PAGE as usize))
-            .enumerate()
-        {
-            if w != h {
-                engine
-                    .vram_write(base_pa + at + i as u64 * PAGE, w)
-                    .map_err(engine_err)?;
+    for (start, end) in data_extents(base, size)? {
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(CHUNK) as usize;
+            base.read_exact_at(&mut want[..n], at)?;
+            engine
+                .vram_read(base_pa + at, &mut have[..n])
+                .map_err(engine_err)?;
+            for (i, (w, h)) in want[..n]
+                .chunks(PAGE as usize)
+                .zip(have[..n].chunks(PAGE as usize))
+                .enumerate()
+            {
+                if w != h {
+                    engine
+                        .vram_write(base_pa + at + i as u64 * PAGE, w)
+                        .map_err(engine_err)?;
+                }
             }
+            at += n as u64;
         }
-        at += n as u64;
     }
     // The delta.
     let pages = size / PAGE;
@@ -352,4 +373,71 @@ pub(super) fn restore_delta(
         next = end;
     }
     Ok(data)
+}
+
+/// The page-aligned ranges of `f` (of `size` bytes) that hold data (`SEEK_DATA`/`SEEK_HOLE`);
+/// the whole file where the file system cannot tell.
+fn data_extents(f: &std::fs::File, size: u64) -> Result<Vec<(u64, u64)>, SnapshotError> {
+    use std::os::fd::AsRawFd;
+    let seek = |off: u64, whence: libc::c_int| -> Option<u64> {
+        let off = libc::off_t::try_from(off).ok()?;
+        // SAFETY: lseek on a descriptor we hold; it moves only the file offset (the reads here
+        // are positional), and the result is checked.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        u64::try_from(r).ok()
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let Some(start) = seek(at, libc::SEEK_DATA) else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data after `at`
+            }
+            return Ok(vec![(0, size)]); // not supported: read it all
+        };
+        let end = seek(start, libc::SEEK_HOLE).unwrap_or(size).min(size);
+        let (s, e) = (start / PAGE * PAGE, end.div_ceil(PAGE) * PAGE);
+        if s >= size || e <= s {
+            break;
+        }
+        out.push((s, e.min(size)));
+        at = e;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn data_extents_skip_holes() {
+        let mut f = tempfile();
+        f.set_len(64 << 20).unwrap();
+        f.write_all_at(&[1; 10], (3 << 20) + 5).unwrap();
+        f.write_all_at(&[1; 4096], 40 << 20).unwrap();
+        f.flush().unwrap();
+        let e = data_extents(&f, 64 << 20).unwrap();
+        // File systems allocate in blocks; every written byte is inside an extent, and most
+        // of the file is not.
+        let covered = |off: u64| e.iter().any(|&(s, t)| (s..t).contains(&off));
+        assert!(covered((3 << 20) + 5) && covered(40 << 20), "{e:?}");
+        let total: u64 = e.iter().map(|(s, t)| t - s).sum();
+        assert!(total < 16 << 20, "{e:?}");
+    }
+
+    fn tempfile() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("vgpu-extents-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f
+    }
 }

@@ -1,7 +1,8 @@
 //! VM snapshots (docs/snapshot.md): the directory format ([`manifest`], [`format`] and
 //! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
 //! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
-//! and the same as a stream over a unix socket for stop-and-copy migration ([`stream`]).
+//! and the same as a stream over a unix socket for migration ([`stream`]); the pre-copy rounds
+//! of live migration and live snapshots ([`precopy`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
@@ -9,6 +10,7 @@ pub mod format;
 pub mod gpu;
 pub mod load;
 pub mod manifest;
+pub mod precopy;
 pub mod ram;
 pub mod save;
 pub mod state;
