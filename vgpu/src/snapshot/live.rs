@@ -428,6 +428,76 @@ mod tests {
         assert!(total < 16 << 20, "{e:?}");
     }
 
+    /// A snapshot holding only a VDLT section with `runs` (first page, pages, byte).
+    fn delta(runs: &[(u64, u32, u8)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        let len: u64 = runs.iter().map(|r| 12 + u64::from(r.1) * PAGE).sum();
+        w.header(VDLT, len).unwrap();
+        for &(first, n, b) in runs {
+            w.raw(&first.to_le_bytes()).unwrap();
+            w.raw(&n.to_le_bytes()).unwrap();
+            w.raw(&vec![b; (u64::from(n) * PAGE) as usize]).unwrap();
+        }
+        drop(w);
+        out
+    }
+
+    fn apply(
+        e: &pgpu::sim::SimEngine,
+        snap: &[u8],
+        base: &std::fs::File,
+    ) -> Result<u64, SnapshotError> {
+        let mut input = snap;
+        let mut r = SnapReader::new(&mut input)?;
+        restore_delta(&mut r, e, 2 << 20, 2 << 20, base)
+    }
+
+    #[test]
+    fn the_delta_goes_over_the_pre_copied_vram_and_hostile_runs_are_refused() {
+        let e = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 4 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let base = tempfile();
+        base.set_len(2 << 20).unwrap();
+        base.write_all_at(&[0xab; 4096], 3 * PAGE).unwrap();
+        base.write_all_at(&[0xee; 4096], 5 * PAGE).unwrap();
+        // Page 5 of the base is overwritten by the delta, page 6 comes from it only.
+        assert_eq!(apply(&e, &delta(&[(5, 2, 0xcd)]), &base).unwrap(), 2 * PAGE);
+        let page = |p: u64| {
+            let mut b = vec![0u8; 4096];
+            e.vram_read((2 << 20) + p * PAGE, &mut b).unwrap();
+            b
+        };
+        assert_eq!(page(3), vec![0xab; 4096]);
+        assert_eq!(page(5), vec![0xcd; 4096]);
+        assert_eq!(page(6), vec![0xcd; 4096]);
+        assert_eq!(page(4), vec![0; 4096]);
+        let refused = |runs: &[(u64, u32, u8)]| apply(&e, &delta(runs), &base).unwrap_err();
+        // Outside the partition (512 pages), overlapping, empty.
+        let err = refused(&[(511, 2, 1)]).to_string();
+        assert!(err.contains("outside the 512 pages"), "{err}");
+        let err = refused(&[(5, 2, 1), (6, 1, 1)]).to_string();
+        assert!(err.contains("overlapping"), "{err}");
+        let err = refused(&[(5, 0, 1)]).to_string();
+        assert!(err.contains("empty"), "{err}");
+        // A base of another size.
+        base.set_len(1 << 20).unwrap();
+        let err = apply(&e, &delta(&[]), &base).unwrap_err().to_string();
+        assert!(err.contains("pre-copied VRAM is 1048576 bytes"), "{err}");
+        // A full image's VRAM section where the delta belongs.
+        base.set_len(2 << 20).unwrap();
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        w.section(super::super::format::VRAM, &[]).unwrap();
+        drop(w);
+        let err = apply(&e, &out, &base).unwrap_err().to_string();
+        assert!(err.contains("VRAM where VDLT belongs"), "{err}");
+    }
+
     fn tempfile() -> std::fs::File {
         let p = std::env::temp_dir().join(format!("vgpu-extents-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()

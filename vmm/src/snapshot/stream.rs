@@ -417,6 +417,10 @@ mod tests {
     use super::*;
 
     fn manifest(gpu: Option<&str>) -> Vec<u8> {
+        manifest_live(gpu, false)
+    }
+
+    fn manifest_live(gpu: Option<&str>, gpu_live: bool) -> Vec<u8> {
         let m = Manifest {
             format: super::super::manifest::FORMAT.into(),
             version: super::super::format::VERSION,
@@ -435,7 +439,7 @@ mod tests {
             ram_pages: 0,
             gpu_bytes: 0,
             gpu_crc32: 0,
-            gpu_live: false,
+            gpu_live,
         };
         serde_json::to_vec(&m).unwrap()
     }
@@ -474,5 +478,69 @@ mod tests {
             (END, vec![0; 16]),
         ]);
         assert!(e.contains("gpu.bin) is missing"), "{e}");
+    }
+
+    /// A VRAM frame: round, page, `pages` pages of `fill`.
+    fn vram(round: u32, page: u64, pages: usize) -> Vec<u8> {
+        let mut v = round.to_le_bytes().to_vec();
+        v.extend_from_slice(&page.to_le_bytes());
+        v.extend(std::iter::repeat_n(7u8, pages * 4096));
+        v
+    }
+
+    #[test]
+    fn vram_frames_are_checked() {
+        let live = || (MANIFEST, manifest_live(Some("vram=2M"), true));
+        // Only for a live GPU migration.
+        let e = refused(&[(MANIFEST, manifest(Some("vram=2M"))), (VRAM, vram(0, 0, 1))]);
+        assert!(e.contains("without VRAM pre-copy"), "{e}");
+        let e = refused(&[
+            (MANIFEST, manifest_live(None, false)),
+            (VRAM, vram(0, 0, 1)),
+        ]);
+        assert!(e.contains("without VRAM pre-copy"), "{e}");
+        // A page outside the partition (2 MiB: 512 pages), at the end or wrapping.
+        let e = refused(&[live(), (VRAM, vram(0, 511, 2))]);
+        assert!(e.contains("outside the 512 pages of VRAM"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, u64::MAX, 1))]);
+        assert!(e.contains("outside the 512 pages"), "{e}");
+        // Rounds out of order.
+        let e = refused(&[live(), (VRAM, vram(2, 0, 1)), (VRAM, vram(1, 1, 1))]);
+        assert!(e.contains("rounds out of order"), "{e}");
+        // Not whole pages, empty, too long.
+        let mut odd = vram(0, 0, 1);
+        odd.pop();
+        let e = refused(&[live(), (VRAM, odd)]);
+        assert!(e.contains("VRAM frame of"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, 0, 0))]);
+        assert!(e.contains("VRAM frame of 12 bytes"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, 0, 257))]);
+        assert!(e.contains("VRAM frame of"), "{e}");
+        // After the state.
+        let e = refused(&[live(), (STATE, vec![0; 16]), (VRAM, vram(0, 0, 1))]);
+        assert!(e.contains("after the state"), "{e}");
+        // Page counts must match the end frame.
+        let mut end = 0u64.to_le_bytes().to_vec();
+        end.extend_from_slice(&2u64.to_le_bytes());
+        let e = refused(&[
+            live(),
+            (VRAM, vram(0, 0, 1)),
+            (STATE, vec![0; 16]),
+            (END, end),
+        ]);
+        assert!(e.contains("1 VRAM pages received"), "{e}");
+        // A stream cut short inside a VRAM frame.
+        let mut cut = Vec::new();
+        frame(&mut cut, MANIFEST, &[&manifest_live(Some("vram=2M"), true)]).unwrap();
+        frame(&mut cut, VRAM, &[&vram(0, 0, 2)]).unwrap();
+        cut.truncate(cut.len() - 100);
+        let (a, b) = UnixStream::pair().unwrap();
+        let w = std::thread::spawn(move || {
+            let mut a = a;
+            let _ = a.write_all(&cut);
+        });
+        let e = receive(&b).unwrap_err().to_string();
+        drop(w.join());
+        assert!(e.contains("failed to fill whole buffer"), "{e}");
     }
 }
