@@ -10,6 +10,8 @@
 //! - `priority`: a latency-sensitive VM beside N backlogged ones under timeslice, priority and
 //!   fikit (filling) scheduling, against the VM alone: request latency, LP throughput,
 //!   utilization.
+//! - `migrate`: snapshot, restore, stop-and-copy and live migration of a GPU VM running
+//!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot.
 
 mod backend;
 mod chart;
@@ -17,6 +19,7 @@ mod chart_axis;
 mod chart_cdf;
 mod error;
 mod exp_fairness;
+mod exp_migrate;
 mod exp_overhead;
 mod exp_preempt;
 mod exp_priority;
@@ -28,6 +31,7 @@ mod fairness_metrics;
 mod fairness_native;
 mod fairness_output;
 mod fairness_procs;
+mod migrate_vm;
 mod native;
 mod native_load;
 mod overhead_output;
@@ -70,6 +74,8 @@ enum Cmd {
     Fairness(exp_fairness::Args),
     /// Priority: a latency-sensitive VM beside N backlogged VMs: alone, timeslice, priority, fikit.
     Priority(exp_priority::Args),
+    /// Snapshot, restore and (live) migration of a GPU VM running kernels.
+    Migrate(exp_migrate::Args),
     /// One plain CUDA process of a native anchor (started by the experiments).
     #[command(hide = true)]
     NativeLoad(native_load::Args),
@@ -87,6 +93,7 @@ fn main() -> ExitCode {
         Cmd::Overhead(a) => &a.out,
         Cmd::Fairness(a) => &a.out,
         Cmd::Priority(a) => &a.out,
+        Cmd::Migrate(a) => &a.out,
     };
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
@@ -98,6 +105,7 @@ fn main() -> ExitCode {
         Cmd::Overhead(a) => exp_overhead::run(a),
         Cmd::Fairness(a) => exp_fairness::run(a),
         Cmd::Priority(a) => exp_priority::run(a),
+        Cmd::Migrate(a) => exp_migrate::run(a),
         Cmd::NativeLoad(_) => unreachable!("handled above"),
     };
     match result {
