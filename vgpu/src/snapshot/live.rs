@@ -439,7 +439,6 @@ mod tests {
             w.raw(&n.to_le_bytes()).unwrap();
             w.raw(&vec![b; (u64::from(n) * PAGE) as usize]).unwrap();
         }
-        drop(w);
         out
     }
 
@@ -493,7 +492,6 @@ mod tests {
         let mut out = Vec::new();
         let mut w = SnapWriter::new(&mut out).unwrap();
         w.section(super::super::format::VRAM, &[]).unwrap();
-        drop(w);
         let err = apply(&e, &out, &base).unwrap_err().to_string();
         assert!(err.contains("VRAM where VDLT belongs"), "{err}");
     }
