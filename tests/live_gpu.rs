@@ -38,17 +38,32 @@ fn check_sums(report: &serde_json::Value) {
 
 #[test]
 fn fairness_live_migrated_with_vram_precopy_finishes_ok() {
-    let s = Scratch::new("live-gpu-mig");
+    live_migrate_fairness("engine");
+}
+
+/// The same through the device's per-job write sets from the kernels' PTX (what a cuda GPU
+/// uses), asked for on sim with `dirtylog=writesets`.
+#[test]
+fn fairness_live_migrated_with_write_sets_finishes_ok() {
+    live_migrate_fairness("write sets");
+}
+
+fn live_migrate_fairness(log: &str) {
+    let s = Scratch::new(&format!("live-gpu-mig-{}", log.replace(' ', "")));
     let (dest, incoming) = incoming(&s);
     // Outputs in VRAM (copied to system memory by the copy engine): VRAM the kernels keep
     // rewriting; 3 s of kernels, so that the pre-copy ends well before the guest does.
     let mut args = FAIRNESS;
     args[5] = "iters=20000 threads=64 blocks=8 depth=3 ms=3000 report_ms=100 out=vram";
+    if log == "write sets" {
+        args[7] = "vram=64M,dirtylog=writesets";
+    }
     let vm = Vm::start(&s, "src", &args);
     vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let done = migrate(&vm, &incoming, true);
     let report = &done["precopy"];
     assert_eq!(report["gpu_running"], true, "{done}");
+    assert_eq!(report["gpu_dirty_log"], log, "{done}");
     assert!(vram_rounds(report) > 1, "one VRAM round only: {done}");
     check_sums(report);
     let (code, before, err) = vm.finish();

@@ -193,6 +193,8 @@ pub struct Vgpu {
     /// live snapshot logs it (`snapshot::live`).
     sysmem: shadow::SysmemMap,
     ram_log: Arc<snapshot::live::RamWriteLog>,
+    /// Per-job write sets (live snapshots on engines without a dirty log).
+    write_log: Arc<snapshot::writes::WriteSetLog>,
 }
 
 impl Vgpu {
@@ -308,6 +310,11 @@ impl Vgpu {
         let layout = shadows.layout().clone();
         let sysmem = shadows.sysmem().clone();
         let ram_log = Arc::new(snapshot::live::RamWriteLog::default());
+        let write_log = Arc::new(snapshot::writes::WriteSetLog::new(
+            vram_base,
+            cfg.vram,
+            sysmem.clone(),
+        ));
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let mut dev = device::VgpuDevice::new(
             cfg.clone(),
@@ -358,6 +365,7 @@ impl Vgpu {
         if cfg_direct {
             w.set_direct(ram_for_worker, ram_log.clone());
         }
+        w.set_write_log(write_log.clone());
         let worker = std::thread::Builder::new()
             .name("vgpu".into())
             .spawn(move || w.run())?;
@@ -376,6 +384,7 @@ impl Vgpu {
             vram_base,
             sysmem,
             ram_log,
+            write_log,
         })
     }
 

@@ -65,9 +65,15 @@ impl Controller {
                 }
             }
         };
+        let log = match &vram {
+            Some(p) if p.uses_write_sets() => "write sets",
+            Some(_) => "engine",
+            None => "none",
+        };
         Ok(Live {
             report: Report {
                 gpu_running: vram.is_some(),
+                gpu_dirty_log: log.into(),
                 ..Report::default()
             },
             vram,

@@ -6,8 +6,9 @@
 //! Runs cache translations: the interpreter's per-worker TLB serves a page's later stores
 //! without asking the MMU again for the rest of its `run` call. So a harvest must not forget a
 //! page that a run still in progress translated for writing: such pages are also set in a
-//! second bitmap, `pinned`, reported by every harvest and cleared only when no run is in
-//! progress. Runs already in progress when logging starts were never seen translating: while
+//! second bitmap, `pinned`, reported by every harvest; when a run ends its pinned pages become
+//! dirty again (its last stores through the TLB marked nothing), and they are unpinned once no
+//! run is in progress. Runs already in progress when logging starts were never seen translating: while
 //! one goes on every page is pinned, and when it ends every page is dirty (its last stores
 //! happened before that, so the next harvest covers them).
 
@@ -160,6 +161,15 @@ impl SimDirtyLog {
             if !logged {
                 t.dirty.fill(u64::MAX);
             }
+            // What a run stored through its TLB since the last harvest is in no dirty bit:
+            // the pinned pages become dirty (every run's, conservatively), and are unpinned
+            // once no run is left.
+            for (d, p) in t.dirty.0.iter().zip(&t.pinned.0) {
+                let v = p.load(Ordering::Acquire);
+                if v != 0 {
+                    d.fetch_or(v, Ordering::AcqRel);
+                }
+            }
             if runs.active == 0 {
                 t.pinned.fill(0);
             }
@@ -258,7 +268,9 @@ mod tests {
         // The run may store to page 5 again through its TLB: still reported.
         assert_eq!(harvest(&log, 64), vec![1 << 5]);
         drop(run);
-        assert_eq!(harvest(&log, 64), vec![0], "the run ended: forgotten");
+        // Its stores since the last harvest went through the TLB: dirty once more, then clean.
+        assert_eq!(harvest(&log, 64), vec![1 << 5], "the run's last stores");
+        assert_eq!(harvest(&log, 64), vec![0]);
     }
 
     #[test]
@@ -273,6 +285,11 @@ mod tests {
         // Its stores happened before it ended, so before this harvest: everything again.
         assert_eq!(harvest(&log, 64), vec![u64::MAX]);
         drop(late);
+        assert_eq!(
+            harvest(&log, 64),
+            vec![u64::MAX],
+            "the late run's last stores"
+        );
         assert_eq!(harvest(&log, 64), vec![0], "no run left");
         log.mark(0, BASE, 1);
         assert_eq!(harvest(&log, 64), vec![1]);

@@ -80,6 +80,8 @@ pub struct VramRound {
 pub struct Precopy<'a> {
     gpu: &'a Vgpu,
     kind: DirtyLogKind,
+    /// The device's per-job write sets stand in for the engine's log.
+    writesets: bool,
     /// Pages of the partition sent by some round.
     sent: Vec<u64>,
     rounds: u32,
@@ -103,6 +105,7 @@ impl Vgpu {
         let mut p = Precopy {
             gpu: self,
             kind: DirtyLogKind::Everything,
+            writesets: false,
             sent: vec![0; dirty::words(self.cfg.vram)],
             rounds: 0,
         };
@@ -114,6 +117,13 @@ impl Vgpu {
             self.pause()?;
         }
         let kind = self.engine.dirty_log_start().map_err(engine_err);
+        if let Ok(k) = &kind
+            && (*k != DirtyLogKind::Exact || self.cfg.dirty_writesets)
+        {
+            // No exact log in the engine (or asked for): the device's per-job write sets.
+            self.write_log.set(true);
+            p.writesets = true;
+        }
         if !was_paused {
             self.resume();
         }
@@ -139,9 +149,15 @@ impl Vgpu {
 }
 
 impl Precopy<'_> {
-    /// Whether the engine's log is exact (otherwise rounds would resend everything).
+    /// Whether rounds can tell what was written: the engine's log is exact, or the device's
+    /// per-job write sets stand in for it (otherwise rounds would resend everything).
     pub fn exact(&self) -> bool {
-        self.kind == DirtyLogKind::Exact
+        self.kind == DirtyLogKind::Exact || self.writesets
+    }
+
+    /// Whether the device's per-job write sets track the GPU's writes (not the engine).
+    pub fn uses_write_sets(&self) -> bool {
+        self.writesets
     }
 
     /// Rounds done.
@@ -155,6 +171,10 @@ impl Precopy<'_> {
 
     fn harvest_vram(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut bits = vec![0u64; dirty::words(self.gpu.cfg.vram)];
+        if self.writesets {
+            self.gpu.write_log.harvest_vram(&mut bits);
+            return Ok(bits);
+        }
         self.engine()
             .dirty_log_harvest(
                 MapTarget::Vram {
@@ -220,7 +240,13 @@ impl Precopy<'_> {
     /// the engine's host regions, by the worker itself, and the doorbell page. Ascending.
     pub fn ram_dirty(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut pages = self.gpu.ram_log.take();
-        for e in self.gpu.sysmem.entries() {
+        if self.writesets {
+            match self.gpu.write_log.harvest_ram() {
+                Some(p) => pages.extend(p),
+                None => pages.extend(self.gpu.write_log.all_ram()),
+            }
+        }
+        for e in self.gpu.sysmem.entries().iter().filter(|_| !self.writesets) {
             let mut bits = vec![0u64; dirty::words(e.len)];
             self.engine()
                 .dirty_log_harvest(
@@ -276,6 +302,7 @@ impl Precopy<'_> {
 impl Drop for Precopy<'_> {
     fn drop(&mut self) {
         self.gpu.engine.dirty_log_stop();
+        self.gpu.write_log.set(false);
         self.gpu.ram_log.set(false);
         if let Some(r) = &self.gpu.remap {
             r.lock()

@@ -14,7 +14,8 @@
 //! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
 //! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
 //! channels, modules and preempted jobs), `vram` (the VRAM section), `live` (VRAM pre-copy
-//! with the GPU running, and the `VDLT` section of live snapshots).
+//! with the GPU running, and the `VDLT` section of live snapshots), `writes` (per-job write
+//! sets: the device's dirty log where the engine keeps none).
 
 pub mod format;
 pub mod image;
@@ -22,6 +23,7 @@ pub mod live;
 pub(crate) mod regs_image;
 mod vram;
 mod worker_image;
+pub mod writes;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -40,6 +40,10 @@ pub struct Report {
     /// Whether the GPU ran during the pre-copy (its VRAM pre-copied through an exact dirty
     /// log); otherwise it was paused for it and its VRAM sent in the paused round.
     pub gpu_running: bool,
+    /// What told which GPU pages were written: "engine" (its exact dirty log), "write sets"
+    /// (the device's per-job write sets from the kernels' PTX), "none" (no GPU, or the GPU
+    /// paused for the pre-copy).
+    pub gpu_dirty_log: String,
     pub rounds: Vec<Round>,
     pub ram_bytes: u64,
     pub ram_resent_bytes: u64,
