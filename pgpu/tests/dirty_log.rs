@@ -2,8 +2,9 @@
 //! pages harvested while it ran (preempted at random points, harvested between runs) include
 //! every VRAM page whose bytes changed, and nothing outside the workload's buffers; 2 MiB pages
 //! are logged per 4 KiB page; copies, fills, host writes and guest-RAM (host region) stores are
-//! logged; and the write sets the PTX analysis gives each launch (`ptx::Module::write_set`)
-//! contain every page the log saw it write.
+//! logged; rounds of copies racing a running kernel end with an exact copy of VRAM; and the
+//! write sets the PTX analysis gives each launch (`ptx::Module::write_set`) contain every page
+//! the log saw it write.
 
 mod common;
 
@@ -263,4 +264,99 @@ fn analysed_write_sets_contain_every_page_written() {
         bounded * 10 >= launches * 9,
         "{bounded} of {launches} bounded"
     );
+}
+
+/// Pre-copy against a running kernel: a copy of VRAM taken before it, refreshed after every
+/// harvest with the pages the harvest names (read while the kernel runs on), and once more after
+/// a harvest at the end, equals VRAM, though the kernel's stores after a harvest went through
+/// its TLB (pages it translated stay reported, and are dirty again when it ends).
+#[test]
+fn rounds_racing_a_run_end_with_an_exact_copy() {
+    let mut failures = Vec::new();
+    for name in ["lcg", "matmul", "stencil", "histogram", "vecadd"] {
+        let inst = if name == "lcg" {
+            lcg_instance()
+        } else {
+            suite::find(name).unwrap().instance(suite::Size::Medium)
+        };
+        let e = std::sync::Arc::new(
+            SimEngine::new(SimConfig {
+                vram_size: VRAM,
+                workers: 2,
+                ..SimConfig::default()
+            })
+            .unwrap(),
+        );
+        let p = place(&e, &inst, 0);
+        let mut copy = vram(&e);
+        e.dirty_log_start().unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let runner = {
+            let (e, done) = (e.clone(), done.clone());
+            let (space, module, addrs) = (p.space, p.module, p.addrs.clone());
+            let inst = inst.clone();
+            std::thread::spawn(move || {
+                let p = common::runner::Placed {
+                    space,
+                    module,
+                    addrs,
+                };
+                let r = run(&e, &p, &inst, || None).map(|_| ());
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                r
+            })
+        };
+        let round = |copy: &mut Vec<u8>| {
+            let h = harvest(&e, 0, VRAM);
+            for (first, n) in dirty::runs(&h, VRAM / PAGE, 256) {
+                let r = (first * PAGE) as usize..((first + n) * PAGE) as usize;
+                e.vram_read(first * PAGE, &mut copy[r]).unwrap();
+            }
+        };
+        let mut rounds = 0;
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            round(&mut copy);
+            rounds += 1;
+        }
+        if let Err(err) = runner.join().unwrap() {
+            failures.push(format!("{name}: {err}"));
+            continue;
+        }
+        round(&mut copy);
+        let now = vram(&e);
+        if let Some(pg) = (0..VRAM / PAGE).find(|&pg| {
+            let r = (pg * PAGE) as usize..((pg + 1) * PAGE) as usize;
+            copy[r.clone()] != now[r]
+        }) {
+            failures.push(format!(
+                "{name}: page {pg:#x} of the copy is stale ({rounds} rounds)"
+            ));
+        }
+        if name == "lcg" && rounds < 2 {
+            failures.push(format!("{name}: only {rounds} rounds while it ran"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `lcg_spin` (the fairness guest's kernel): 16 warps each spinning, then storing its 32
+/// outputs into one shared page at its own moment, so that the page stays in a worker's TLB
+/// while harvests pass.
+fn lcg_instance() -> suite::Instance {
+    let mut inst = suite::find("vecadd").unwrap().instance(suite::Size::Small);
+    let n = 512u32;
+    inst.ptx = suite::lcg::PTX;
+    inst.buffers.truncate(1);
+    inst.buffers[0].init = vec![0; n as usize * 4];
+    inst.launches = vec![suite::Launch::linear(
+        suite::lcg::ENTRY,
+        n / 64,
+        64,
+        vec![
+            suite::Param::Buffer(0),
+            suite::Param::U32(200_000),
+            suite::Param::U32(7),
+        ],
+    )];
+    inst
 }
