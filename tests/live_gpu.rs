@@ -1,7 +1,8 @@
 //! Live snapshots and live migration of GPU VMs with VRAM pre-copy (issue 17, POS-style): the
 //! sim engine's dirty log lets the GPU keep running while VRAM is copied in rounds. A `fairness`
 //! guest live-migrated mid-run finishes `ok=1` with more than one round of VRAM sent while it
-//! ran; a live snapshot of the `workloads` guest restores and every result verifies; the
+//! ran (through the engine's dirty log, and through the device's per-job write sets); a live
+//! snapshot of the running `workloads` guest restores and every result verifies; the
 //! reports count the bytes sent more than once.
 
 mod snapshot_support;
@@ -97,7 +98,8 @@ fn a_live_snapshot_of_a_running_gpu_vm_restores_and_verifies() {
     let mut args: Vec<&str> = guest.to_vec();
     args.push(stats.to_str().unwrap());
     let vm = Vm::start(&s, "w", &args);
-    vm.wait_for(|o| o.contains("name=matmul "));
+    // Early, so that the guest still runs when the pre-copy ends on a loaded host.
+    vm.wait_for(|o| o.contains("INIT "));
     let dir = s.path("w.snap");
     let (code, out, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--live"]);
     assert_eq!(code, 0, "{err}");
