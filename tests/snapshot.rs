@@ -263,8 +263,8 @@ fn hostile_snapshots_are_refused_before_the_guest_runs() {
         ),
         (
             "wrong version",
-            Box::new(|d| edit_manifest(d, |m| m["version"] = 2.into())),
-            "format version 2",
+            Box::new(|d| edit_manifest(d, |m| m["version"] = 99.into())),
+            "format version 99",
         ),
         (
             "not a snapshot",

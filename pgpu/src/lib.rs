@@ -67,9 +67,11 @@ pub mod bulk_check;
 pub mod ckpt;
 pub mod conformance;
 pub mod cuda;
+pub mod dirty;
 pub mod engine;
 mod ptx_load;
 pub mod sim;
 
 pub use ckpt::{CkptStats, PreemptMethod};
+pub use dirty::DirtyLogKind;
 pub use engine::*;

@@ -81,6 +81,7 @@ mod module;
 mod modvars;
 mod parse_body;
 mod parser;
+mod writeset;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};
 pub use exec::launch::{KernelFault, Launch, LaunchConfig, Limits, RunControl, RunOutcome, Stats};
@@ -90,6 +91,7 @@ pub use memory::{
     SHARED_WINDOW, WINDOW_SIZE,
 };
 pub use module::{EntryInfo, Module, ParamInfo};
+pub use writeset::WriteSet;
 
 /// Parse and decode PTX text into a [`Module`] within the default [`LoadOptions`]
 /// (`parse_with(text, &LoadOptions::default())`).

@@ -12,6 +12,8 @@
 //!   utilization.
 //! - `snapshot`: VRAM checkpoint and restore speed (bulk engine calls and whole-device
 //!   save/restore) to and from memory and files.
+//! - `migrate`: snapshot, restore, stop-and-copy and live migration of a GPU VM running
+//!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot.
 
 mod backend;
 mod chart;
@@ -19,6 +21,7 @@ mod chart_axis;
 mod chart_cdf;
 mod error;
 mod exp_fairness;
+mod exp_migrate;
 mod exp_overhead;
 mod exp_preempt;
 mod exp_priority;
@@ -31,6 +34,7 @@ mod fairness_metrics;
 mod fairness_native;
 mod fairness_output;
 mod fairness_procs;
+mod migrate_vm;
 mod native;
 mod native_load;
 mod overhead_output;
@@ -79,6 +83,8 @@ enum Cmd {
     Priority(exp_priority::Args),
     /// Snapshot: VRAM save and restore speed, engine level and whole device.
     Snapshot(exp_snapshot::Args),
+    /// Snapshot, restore and (live) migration of a GPU VM running kernels.
+    Migrate(exp_migrate::Args),
     /// One plain CUDA process of a native anchor (started by the experiments).
     #[command(hide = true)]
     NativeLoad(native_load::Args),
@@ -97,6 +103,7 @@ fn main() -> ExitCode {
         Cmd::Fairness(a) => &a.out,
         Cmd::Priority(a) => &a.out,
         Cmd::Snapshot(a) => &a.out,
+        Cmd::Migrate(a) => &a.out,
     };
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
@@ -109,6 +116,7 @@ fn main() -> ExitCode {
         Cmd::Fairness(a) => exp_fairness::run(a),
         Cmd::Priority(a) => exp_priority::run(a),
         Cmd::Snapshot(a) => exp_snapshot::run(a),
+        Cmd::Migrate(a) => exp_migrate::run(a),
         Cmd::NativeLoad(_) => unreachable!("handled above"),
     };
     match result {

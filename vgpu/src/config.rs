@@ -95,6 +95,10 @@ pub struct GpuConfig {
     /// The worker reads GPFIFO entries, pushbuffers, launch data and semaphores that live in
     /// guest RAM straight from it, not through the engine (`direct=on|off`).
     pub direct: bool,
+    /// Live snapshots track what the GPU writes with per-job write sets from the kernels' PTX
+    /// even where the engine keeps an exact dirty log (`dirtylog=writesets`; default
+    /// `engine`: the engine's log, write sets only where it has none). Not guest-visible.
+    pub dirty_writesets: bool,
 }
 
 /// The default `spin_us=`: 1000 µs on a host with at least 4 CPUs; 0 on smaller ones, where
@@ -130,6 +134,7 @@ impl Default for GpuConfig {
             spin: default_spin(),
             direct: true,
             spin_backoff: true,
+            dirty_writesets: false,
         }
     }
 }
@@ -280,6 +285,13 @@ impl GpuConfig {
                         "on" => true,
                         "off" => false,
                         _ => return Err(bad("on or off")),
+                    }
+                }
+                "dirtylog" => {
+                    c.dirty_writesets = match value {
+                        "engine" => false,
+                        "writesets" => true,
+                        _ => return Err(bad("engine or writesets")),
                     }
                 }
                 "direct" => {

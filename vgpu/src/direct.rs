@@ -20,6 +20,8 @@ pub struct Direct {
     maps: Vec<Mapping>,
     /// Reads and writes served here (the rest went to the engine).
     pub hits: u64,
+    /// Where writes are noted while a live snapshot logs them.
+    pub log: Option<std::sync::Arc<crate::snapshot::live::RamWriteLog>>,
 }
 
 impl Direct {
@@ -30,6 +32,7 @@ impl Direct {
             key: None,
             maps: Vec::new(),
             hits: 0,
+            log: None,
         }
     }
 
@@ -103,9 +106,11 @@ impl Direct {
 
     /// Writes `data` at `va` of `space` into guest RAM; false if it cannot (use the engine).
     pub fn write(&mut self, space: SpaceId, va: u64, data: &[u8]) -> bool {
-        let ok = self
-            .resolve(space, va, data.len() as u64, true)
-            .is_some_and(|gpa| self.ram.write_slice(data, GuestAddress(gpa)).is_ok());
+        let gpa = self.resolve(space, va, data.len() as u64, true);
+        let ok = gpa.is_some_and(|gpa| self.ram.write_slice(data, GuestAddress(gpa)).is_ok());
+        if let (Some(gpa), Some(log), true) = (gpa, &self.log, ok) {
+            log.mark(gpa, data.len() as u64);
+        }
         self.hits += u64::from(ok);
         ok
     }

@@ -192,6 +192,12 @@ pub struct Vgpu {
     engine: Arc<dyn Engine>,
     cfg: GpuConfig,
     vram_base: u64,
+    /// Guest RAM → engine host regions, and the guest RAM the worker writes itself while a
+    /// live snapshot logs it (`snapshot::live`).
+    sysmem: shadow::SysmemMap,
+    ram_log: Arc<snapshot::live::RamWriteLog>,
+    /// Per-job write sets (live snapshots on engines without a dirty log).
+    write_log: Arc<snapshot::writes::WriteSetLog>,
 }
 
 impl Vgpu {
@@ -311,6 +317,13 @@ impl Vgpu {
         let shadows =
             shadowing::Shadows::new(engine.clone(), &cfg, vram_base, ram.clone(), ram_regions)?;
         let layout = shadows.layout().clone();
+        let sysmem = shadows.sysmem().clone();
+        let ram_log = Arc::new(snapshot::live::RamWriteLog::default());
+        let write_log = Arc::new(snapshot::writes::WriteSetLog::new(
+            vram_base,
+            cfg.vram,
+            sysmem.clone(),
+        ));
         let shared = Arc::new(state::Shared::new(cfg.channels, irq));
         let mut dev = device::VgpuDevice::new(
             cfg.clone(),
@@ -360,8 +373,9 @@ impl Vgpu {
             w.set_para(spaces.clone());
         }
         if cfg_direct {
-            w.set_direct(ram_for_worker);
+            w.set_direct(ram_for_worker, ram_log.clone());
         }
+        w.set_write_log(write_log.clone());
         let worker = std::thread::Builder::new()
             .name("vgpu".into())
             .spawn(move || w.run())?;
@@ -378,6 +392,9 @@ impl Vgpu {
             engine,
             cfg: snap_cfg,
             vram_base,
+            sysmem,
+            ram_log,
+            write_log,
         })
     }
 

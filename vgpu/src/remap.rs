@@ -36,6 +36,9 @@ pub struct Remap {
     live: Vec<(u64, u64, u32)>,
     /// Map calls made so far (for `--stats`).
     pub maps: u64,
+    /// Everything traps while set (a live snapshot logs VRAM writes, and the guest's own
+    /// writes through a mapped aperture would bypass the log).
+    suspended: bool,
 }
 
 // SAFETY: `host` points into VRAM owned by the engine, which outlives the device holding this;
@@ -53,6 +56,15 @@ impl Remap {
             trapped: BTreeSet::new(),
             live: Vec::new(),
             maps: 0,
+            suspended: false,
+        }
+    }
+
+    /// Unmaps the whole aperture (`true`: every access traps) or maps it again (`false`).
+    pub fn suspend(&mut self, on: bool) {
+        if self.suspended != on {
+            self.suspended = on;
+            self.rebuild();
         }
     }
 
@@ -101,7 +113,7 @@ impl Remap {
 
     fn map_run(&mut self, start: u64, end: u64) {
         let Some(bar) = self.bar else { return };
-        if start >= end {
+        if start >= end || self.suspended {
             return;
         }
         // SAFETY: start < pages, so the offset stays inside the VRAM mapping `host` points into.
@@ -141,7 +153,7 @@ impl Remap {
 
     fn rebuild(&mut self) {
         self.unmap_all();
-        if self.bar.is_none() {
+        if self.bar.is_none() || self.suspended {
             return;
         }
         let mut start = 0;

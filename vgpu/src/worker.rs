@@ -120,6 +120,8 @@ pub struct Worker {
     contended: bool,
     /// Guest RAM reached directly for the worker's own reads and writes (see `direct`).
     direct: Option<crate::direct::Direct>,
+    /// Per-job write sets while a live snapshot logs (`snapshot::writes`).
+    write_log: Option<std::sync::Arc<crate::snapshot::writes::WriteSetLog>>,
     /// When the engine last ended a job whose completion no release has signalled yet.
     job_end: Option<(usize, Instant)>,
 }
@@ -154,6 +156,7 @@ impl Worker {
             spin_since: None,
             contended: false,
             direct: None,
+            write_log: None,
             job_end: None,
             cancel,
             shared,
@@ -177,9 +180,21 @@ impl Worker {
     }
 
     /// Reads and writes the worker makes in guest RAM go straight to `ram` (see `direct`).
-    pub fn set_direct(&mut self, ram: vm_memory::GuestMemoryMmap) {
+    /// Writes are noted in `log` while a live snapshot runs.
+    pub fn set_direct(
+        &mut self,
+        ram: vm_memory::GuestMemoryMmap,
+        log: std::sync::Arc<crate::snapshot::live::RamWriteLog>,
+    ) {
         let sysmem = self.shadows.sysmem().clone();
-        self.direct = Some(crate::direct::Direct::new(ram, sysmem));
+        let mut d = crate::direct::Direct::new(ram, sysmem);
+        d.log = Some(log);
+        self.direct = Some(d);
+    }
+
+    /// Marks what each job may write in `log` while it is on (live snapshots).
+    pub fn set_write_log(&mut self, log: std::sync::Arc<crate::snapshot::writes::WriteSetLog>) {
+        self.write_log = Some(log);
     }
 
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
@@ -705,10 +720,16 @@ impl Worker {
                     r.counters.path.submit.add(ns);
                 }
             }
+            if let Some(l) = &self.write_log {
+                l.job_begins(&*self.engine, &job);
+            }
             let outcome = match saved.take() {
                 None => self.engine.execute(&job, &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
             };
+            if let Some(l) = &self.write_log {
+                l.job_ended();
+            }
             let end_ns = monotonic_ns();
             self.job_end = Some((ch, Instant::now()));
             let timed_out = self.watchdog.disarm();

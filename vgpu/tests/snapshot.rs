@@ -495,9 +495,10 @@ fn a_foreign_backend_context_is_refused_and_hostile_snapshots_are_refused() {
     bad[0] = b'X';
     assert!(matches!(refused(&ram, &bad), SnapshotError::BadMagic));
     let secs = sections(&snap);
+    let next = format::VERSION + 1;
     assert!(matches!(
-        refused(&ram, &assemble(format::VERSION + 1, &secs)),
-        SnapshotError::Version(v) if v == format::VERSION + 1
+        refused(&ram, &assemble(next, &secs)),
+        SnapshotError::Version(v) if v == next
     ));
     // Version 1 (before the PARA section) is refused by its number.
     assert!(matches!(

@@ -56,6 +56,8 @@ pub enum ControlError {
     Memory(#[from] crate::memory::MemoryError),
     #[error("migrate: KVM_GET_DIRTY_LOG of slot {slot}: {err}")]
     DirtyLog { slot: usize, err: kvm_ioctls::Error },
+    #[error("pre-copy: {0}")]
+    Ram(#[from] crate::snapshot::ram::RamError),
 }
 
 /// Most pre-copy rounds after the first full pass.
@@ -85,6 +87,8 @@ pub struct Controller {
     /// owns it and drops it at the end, whoever still holds the controller.
     pub gpu: Option<std::sync::Weak<vgpu::Vgpu>>,
     pub started: Instant,
+    /// Reports of the live snapshots and migrations made (for `--stats`).
+    pub live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
 }
 
 /// The `stats` answer.
@@ -107,9 +111,12 @@ pub struct MigrateDone {
     pub paused_ms: f64,
     /// Pages sent, resends included.
     pub ram_pages: u64,
-    /// Pages sent per pre-copy round (the last one with the VM paused); empty for
+    /// RAM pages sent per pre-copy round (the last one with the VM paused); empty for
     /// stop-and-copy.
     pub rounds: Vec<u64>,
+    /// With `live`: every round's RAM and VRAM bytes, and how many were sent more than once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precopy: Option<crate::snapshot::precopy::Report>,
 }
 
 /// The `snapshot` answer.
@@ -128,14 +135,19 @@ pub struct SnapshotDone {
     pub gpu_preempted: usize,
     /// The VM's state after the snapshot: "running" or "paused".
     pub state: &'static str,
+    /// How long the VM was paused for it, in ms (all of `ms` unless live).
+    pub paused_ms: f64,
+    /// A live snapshot's rounds (RAM and VRAM bytes, and how many were sent more than once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<crate::snapshot::precopy::Report>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Controller {
-    fn pause_now(&self) -> Result<(), ControlError> {
+    pub(crate) fn pause_now(&self) -> Result<(), ControlError> {
         let threads = lock(&self.threads);
         let kick = || threads.iter().for_each(crate::vcpu::kick);
         self.gate
@@ -183,14 +195,14 @@ impl Controller {
     }
 
     /// The virtual GPU, if the VM has one.
-    fn gpu(&self) -> Result<Option<Arc<vgpu::Vgpu>>, ControlError> {
+    pub(crate) fn gpu(&self) -> Result<Option<Arc<vgpu::Vgpu>>, ControlError> {
         match &self.gpu {
             Some(w) => w.upgrade().map(Some).ok_or(ControlError::Ending),
             None => Ok(None),
         }
     }
 
-    fn resume_gpu(&self) {
+    pub(crate) fn resume_gpu(&self) {
         if let Ok(Some(gpu)) = self.gpu()
             && gpu.is_paused()
         {
@@ -241,6 +253,8 @@ impl Controller {
             gpu_vram_bytes: report.map_or(0, |r| r.vram_bytes),
             gpu_preempted: report.map_or(0, |r| r.suspended),
             state: if stay_paused { "paused" } else { "running" },
+            paused_ms: ms,
+            live: None,
         })
     }
 
@@ -257,30 +271,23 @@ impl Controller {
         let conn = to.connect().map_err(ControlError::Connect)?;
         let was_paused = self.gate.is_paused();
         let live = live && !was_paused;
-        let mut rounds = Vec::new();
         let mut paused_at = None;
+        let gpu = self.gpu()?;
+        let mut pre = None;
         let result = (|| -> Result<u64, ControlError> {
-            let gpu = self.gpu()?;
-            let manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
+            let mut manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
+            // Pre-copy: the GPU's VRAM in rounds too while it runs (an engine with an exact
+            // dirty log), else the GPU paused from here on (KVM's log misses its RAM writes).
+            let l = if live {
+                Some(pre.insert(self.live_start(gpu.as_deref())?))
+            } else {
+                None
+            };
+            manifest.gpu_live = l.as_ref().is_some_and(|l| l.vram.is_some());
             let mut tx = stream::Sender::start(&conn, &manifest)?;
-            // KVM's dirty log misses what the GPU writes into guest RAM: with pre-copy, the
-            // GPU is paused from the start (guest GPU work waits, the vCPUs run on).
-            if live && let Some(gpu) = &gpu {
-                gpu.pause()?;
-            }
-            if live {
+            if let Some(l) = l {
                 memory::set_dirty_logging(&self.vm, &self.mem, true)?;
-                // Round 0: everything, with the guest running (the log has been on since).
-                let all = self.all_dirty();
-                rounds.push(tx.pages(&self.mem, &all, true)?);
-                for _ in 0..MAX_ROUNDS {
-                    let dirty = self.dirty_log()?;
-                    let sent = tx.pages(&self.mem, &dirty, false)?;
-                    rounds.push(sent);
-                    if sent <= SMALL_ROUND_PAGES {
-                        break;
-                    }
-                }
+                self.live_rounds(l, &mut tx)?;
             }
             if !was_paused {
                 self.pause_now()?;
@@ -289,27 +296,65 @@ impl Controller {
             if let Some(gpu) = &gpu {
                 gpu.pause()?;
             }
-            if live {
-                let dirty = self.dirty_log()?;
-                rounds.push(tx.pages(&self.mem, &dirty, false)?);
-            } else {
-                tx.all_ram(&self.mem, self.backing)?;
+            let mut last = None;
+            match pre.as_mut() {
+                Some(l) => last = Some(self.live_last_ram(l, &mut tx)?),
+                None => tx.all_ram(&self.mem, self.backing)?,
             }
             let state = self.capture()?.encode();
-            Ok(tx.finish(&state, gpu.as_deref())?)
+            let vram = pre.as_mut().and_then(|l| l.vram.as_mut());
+            let pages = match (&gpu, vram) {
+                (Some(_), Some(v)) => tx.finish(
+                    &state,
+                    Some(&mut |w| {
+                        let (_, r) = v.save_delta(w)?;
+                        if let Some(last) = &mut last {
+                            last.vram_bytes = r.pages * 4096;
+                            last.vram_resent_bytes = r.resent * 4096;
+                        }
+                        Ok(())
+                    }),
+                )?,
+                (Some(gpu), None) => tx.finish(
+                    &state,
+                    Some(&mut |w| {
+                        let report = gpu.save_report(w)?;
+                        if let Some(last) = &mut last {
+                            last.vram_bytes = report.vram_bytes;
+                        }
+                        Ok(())
+                    }),
+                )?,
+                (None, _) => tx.finish(&state, None)?,
+            };
+            if let (Some(l), Some(mut last)) = (pre.as_mut(), last) {
+                last.ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                l.report.push(last);
+            }
+            Ok(pages)
         })();
         if live && let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {
             log::warn!("migrate: turn dirty logging off: {e}");
         }
+        // Stops the GPU's dirty log (and maps its aperture again) whatever happened.
+        let report = pre.take().map(|l| l.report);
         match result {
             Ok(pages) => {
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 let paused_ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                let rounds: Vec<u64> = report
+                    .iter()
+                    .flat_map(|r| &r.rounds)
+                    .map(|r| r.ram_bytes / 4096)
+                    .collect();
                 log::info!(
                     "migrated to {} in {ms:.1} ms, paused for {paused_ms:.1} ms ({pages} pages \
                      sent, rounds {rounds:?})",
                     to
                 );
+                if let Some(r) = &report {
+                    self.record_live(r);
+                }
                 self.latch.request(crate::exit::ExitReason::Migrated);
                 Ok(MigrateDone {
                     to: to.to_string(),
@@ -317,6 +362,7 @@ impl Controller {
                     paused_ms,
                     ram_pages: pages,
                     rounds,
+                    precopy: report,
                 })
             }
             Err(e) => {
@@ -331,17 +377,8 @@ impl Controller {
         }
     }
 
-    /// Every page of RAM, as a dirty bitmap per region.
-    fn all_dirty(&self) -> Vec<Vec<u64>> {
-        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
-        self.mem
-            .iter()
-            .map(|r| vec![u64::MAX; (r.len() / 4096).div_ceil(64) as usize])
-            .collect()
-    }
-
     /// KVM's dirty log of each RAM slot (and clears it).
-    fn dirty_log(&self) -> Result<Vec<Vec<u64>>, ControlError> {
+    pub(crate) fn dirty_log(&self) -> Result<Vec<Vec<u64>>, ControlError> {
         use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
         self.mem
             .iter()
@@ -354,7 +391,7 @@ impl Controller {
             .collect()
     }
 
-    fn capture(&self) -> Result<MachineState, ControlError> {
+    pub(crate) fn capture(&self) -> Result<MachineState, ControlError> {
         let vcpus =
             self.gate
                 .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;

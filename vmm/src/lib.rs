@@ -17,6 +17,7 @@ pub mod exit;
 pub mod layout;
 pub mod lifecycle;
 pub mod linux;
+pub mod live;
 pub mod loader;
 pub mod memory;
 pub mod pause;

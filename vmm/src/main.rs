@@ -126,15 +126,19 @@ enum CtlOp {
         /// of preempting it: the snapshot holds no engine context and restores on any backend.
         #[arg(long)]
         drain: bool,
+        /// Copy RAM and the GPU's VRAM while the VM (and its GPU) runs, in rounds of what was
+        /// dirtied since, then pause only for the last round and the device state.
+        #[arg(long)]
+        live: bool,
     },
     /// Migrate to a vgpu-vmm waiting with --incoming DEST (unix:PATH or a path, or
     /// tcp:HOST:PORT on loopback: the stream is neither encrypted nor authenticated):
     /// stop-and-copy (the VM is paused and sent), or with --live pre-copy (RAM sent while the
-    /// guest runs, then the pages it dirtied, then a short pause); the VM ends here once the
-    /// destination runs it, and runs on here if that fails.
+    /// guest runs, then the pages it dirtied, and the VRAM its GPU wrote, then a short pause);
+    /// the VM ends here once the destination runs it, and runs on here if that fails.
     Migrate {
         dest: String,
-        /// Pre-copy with KVM's dirty log instead of stop-and-copy.
+        /// Pre-copy with KVM's and the GPU engine's dirty logs instead of stop-and-copy.
         #[arg(long)]
         live: bool,
     },
@@ -199,7 +203,12 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 }
             }
         }
-        CtlOp::Snapshot { dir, paused, drain } => {
+        CtlOp::Snapshot {
+            dir,
+            paused,
+            drain,
+            live,
+        } => {
             // The VM resolves paths in its own directory: send an absolute one.
             let dir = match std::path::absolute(&dir) {
                 Ok(d) => d,
@@ -212,6 +221,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 dir,
                 resume: !paused,
                 drain,
+                live,
             }
         }
     };

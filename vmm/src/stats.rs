@@ -17,6 +17,10 @@ pub struct Stats {
     /// The virtual GPU's counters, with `--gpu`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<vgpu::GpuStats>,
+    /// The live snapshots and migrations made (`ctl ... --live`): per round the RAM and VRAM
+    /// bytes sent and how many were sent more than once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub live: Vec<crate::snapshot::precopy::Report>,
 }
 
 /// One vCPU's exits.

@@ -389,7 +389,10 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 img.bytes,
                 img.crc32,
             );
-            gpu.restore(&mut rd)?;
+            match &img.vram_base {
+                Some(base) => gpu.restore_live(&mut rd, base)?,
+                None => gpu.restore(&mut rd)?,
+            }
             log::debug!(
                 "restore: GPU image of {} bytes restored in {:.1} ms",
                 img.bytes,
@@ -431,6 +434,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
     let counters: Vec<Arc<ExitCounters>> = (0..cfg.cpus).map(|_| Arc::default()).collect();
     let gate = Arc::new(PauseGate::default());
     let threads = Arc::new(Mutex::new(Vec::new()));
+    let live_reports = Arc::new(Mutex::new(Vec::new()));
     let api_server = match start.api {
         Some(api) => {
             let (msrs, refused) = cpu::saveable_msrs(&kvm_fd, &vcpus[0])?;
@@ -463,6 +467,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 ram_pages: 0,
                 gpu_bytes: 0,
                 gpu_crc32: 0,
+                gpu_live: false,
             };
             let controller = Arc::new(Controller {
                 op: Mutex::default(),
@@ -481,6 +486,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 msrs,
                 gpu: gpu.as_ref().map(Arc::downgrade),
                 started: Instant::now(),
+                live_reports: live_reports.clone(),
             });
             Some(api.serve(controller).map_err(io("start the API socket"))?)
         }
@@ -548,6 +554,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         pio: pio.stats(),
         mmio: mmio_bus.stats(),
         gpu: gpu.as_deref().map(vgpu::Vgpu::stats),
+        live: std::mem::take(&mut *live_reports.lock().unwrap_or_else(PoisonError::into_inner)),
     };
     drop(gpu);
     drop(mem);

@@ -177,6 +177,31 @@ pub trait Engine: Send + Sync {
             self.info().name
         )))
     }
+
+    // ---- Dirty logging for live snapshots and migration (issue 17; `crate::dirty`). The
+    // defaults keep no log and report every page dirty on every harvest: always correct. ----
+
+    /// Starts logging which 4 KiB pages change in VRAM and in the host regions registered now:
+    /// jobs' stores, atomics and copy destinations, and `vram_write`/`vram_fill`. A restart
+    /// clears the log. Says whether harvests will be exact.
+    fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {
+        Ok(crate::dirty::DirtyLogKind::Everything)
+    }
+    /// Stops logging.
+    fn dirty_log_stop(&self) {}
+    /// ORs into `bits` (bit `i`: the page at `at` + `i` × 4096; `len` bytes, whole pages) the
+    /// pages written since the previous harvest of them (or the start), and clears them. Pages
+    /// a job in progress may still write stay reported until it ends.
+    fn dirty_log_harvest(
+        &self,
+        at: MapTarget,
+        len: u64,
+        bits: &mut [u64],
+    ) -> Result<(), EngineError> {
+        let _ = at;
+        crate::dirty::set_all(bits, len);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

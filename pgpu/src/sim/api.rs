@@ -29,11 +29,15 @@ impl Engine for SimEngine {
     }
 
     fn vram_write(&self, pa: u64, data: &[u8]) -> Result<(), EngineError> {
-        self.vram.write(pa, data).map_err(vram_err)
+        self.vram.write(pa, data).map_err(vram_err)?;
+        self.mark_vram(pa, data.len() as u64);
+        Ok(())
     }
 
     fn vram_fill(&self, pa: u64, len: u64, byte: u8) -> Result<(), EngineError> {
-        self.vram.fill(pa, len, byte).map_err(vram_err)
+        self.vram.fill(pa, len, byte).map_err(vram_err)?;
+        self.mark_vram(pa, len);
+        Ok(())
     }
 
     // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); the rest is the
@@ -311,6 +315,46 @@ impl Engine for SimEngine {
                 )),
             },
         }
+    }
+
+    // ---- Dirty logging (issue 17): exact, `sim::dirty`. ----
+
+    fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {
+        let hosts = lock(&self.host);
+        let mut targets = vec![(0u16, self.vram.host_base(), self.vram.size())];
+        targets.extend(
+            hosts
+                .targets()
+                .iter()
+                .map(|t| (t.slot, t.host_base, t.size)),
+        );
+        self.spaces.log().start(&targets);
+        Ok(crate::dirty::DirtyLogKind::Exact)
+    }
+
+    fn dirty_log_stop(&self) {
+        self.spaces.log().stop();
+    }
+
+    fn dirty_log_harvest(
+        &self,
+        at: MapTarget,
+        len: u64,
+        bits: &mut [u64],
+    ) -> Result<(), EngineError> {
+        let hosts = lock(&self.host);
+        let (target, offset) = self.target_mem(&hosts, at)?;
+        crate::dirty::check_request(offset, len, bits)?;
+        if offset.checked_add(len).is_none_or(|e| e > target.size) {
+            return Err(EngineError::Backend(format!(
+                "dirty log: {offset:#x}+{len:#x} outside the target's {:#x} bytes",
+                target.size
+            )));
+        }
+        self.spaces
+            .log()
+            .harvest(target.slot, target.host_base, offset, len, bits);
+        Ok(())
     }
 
     fn retarget_context(

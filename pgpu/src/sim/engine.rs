@@ -169,6 +169,14 @@ impl SimEngine {
         }
     }
 
+    /// Marks VRAM `[pa, pa + len)` written in the dirty log (the range was checked).
+    pub(super) fn mark_vram(&self, pa: u64, len: u64) {
+        let log = self.spaces.log();
+        if log.on() && len > 0 {
+            log.mark(0, self.vram.host_base() + pa as usize, len as usize);
+        }
+    }
+
     pub(super) fn live(&self, job: LiveJob) -> SavedContext {
         SavedContext::live(Box::new(Live {
             engine: self.id,

@@ -107,6 +107,21 @@ impl HostRegions {
             .ok_or(HostMemError::Unknown(id))
     }
 
+    /// Every live region's slot and host range.
+    pub fn targets(&self) -> Vec<TargetMem> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref().map(|r| TargetMem {
+                    slot: (i + 1) as u16,
+                    host_base: r.base,
+                    size: r.len,
+                })
+            })
+            .collect()
+    }
+
     /// The region in `slot`, with its base host address.
     pub fn by_slot(&self, slot: u16) -> Option<(HostRegionId, usize)> {
         let r = self

@@ -9,7 +9,9 @@
 //! Overlapping maps are rejected (all-or-nothing): the shadow-page-table builder unmaps first.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::dirty::SimDirtyLog;
 use crate::engine::{AccessKind, FaultKind, PageSize, Perm, VaWindow};
 
 pub use crate::engine::MapError as MmuError;
@@ -104,6 +106,8 @@ pub struct Mmu {
     dirs: Vec<Option<Box<Dir>>>,
     /// Mapped bytes per target slot (for refusing to unregister a mapped host region).
     slot_bytes: HashMap<u16, u64>,
+    /// The engine's dirty log: pages translated for writing are marked in it while it is on.
+    log: Option<Arc<SimDirtyLog>>,
 }
 
 impl Mmu {
@@ -115,6 +119,15 @@ impl Mmu {
             window,
             dirs: vec![None; n],
             slot_bytes: HashMap::new(),
+            log: None,
+        }
+    }
+
+    /// As [`Mmu::new`], marking written pages in `log` while it is on.
+    pub fn with_log(window: VaWindow, log: Arc<SimDirtyLog>) -> Self {
+        Self {
+            log: Some(log),
+            ..Self::new(window)
         }
     }
 
@@ -336,7 +349,18 @@ impl Mmu {
             return Err(FaultKind::ReadOnly);
         }
         let in_page = (off & (page - 1)) as usize;
-        Ok((pte.host() + in_page, page as usize - in_page))
+        let host = pte.host() + in_page;
+        if access != AccessKind::Read
+            && let Some(log) = &self.log
+            && log.on()
+        {
+            // The caller may cache the span (the interpreter's TLB): no more than the marked
+            // 4 KiB page, so that the log stays exact under 2 MiB pages.
+            log.mark(pte.slot(), host, 1);
+            let rest = SIZE_4K as usize - (host & (SIZE_4K as usize - 1));
+            return Ok((host, rest));
+        }
+        Ok((host, page as usize - in_page))
     }
 
     /// What `va` maps to, if anything.

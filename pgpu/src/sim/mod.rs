@@ -8,6 +8,7 @@ mod config;
 mod context;
 mod copy;
 mod counters;
+pub mod dirty;
 mod engine;
 mod exec;
 mod hostmem;

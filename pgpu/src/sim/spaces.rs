@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::engine::{EngineError, SpaceId, VaWindow};
 
+use super::dirty::{RunPin, SimDirtyLog};
 use super::mmu::Mmu;
 
 #[derive(Debug)]
@@ -31,6 +32,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Spaces {
     table: Mutex<HashMap<SpaceId, Arc<Slot>>>,
     next_id: Mutex<u64>,
+    /// The engine's dirty log, shared by every page table.
+    log: Arc<SimDirtyLog>,
 }
 
 /// A running job's hold on an address space: the page table it translates with.
@@ -38,6 +41,8 @@ pub struct Spaces {
 pub struct SpaceUse {
     slot: Arc<Slot>,
     mmu: Arc<Mmu>,
+    /// Keeps the pages this use translates for writing dirty until it ends (`sim::dirty`).
+    _pin: RunPin,
 }
 
 impl SpaceUse {
@@ -59,6 +64,11 @@ impl Drop for SpaceUse {
 }
 
 impl Spaces {
+    /// The dirty log of every space.
+    pub fn log(&self) -> &Arc<SimDirtyLog> {
+        &self.log
+    }
+
     /// Creates a space with an empty page table (the window was validated by the caller).
     pub fn create(&self, window: VaWindow, max_spaces: usize) -> Result<SpaceId, EngineError> {
         let mut table = lock(&self.table);
@@ -71,7 +81,7 @@ impl Spaces {
             SpaceId(*next)
         };
         let state = State {
-            mmu: Arc::new(Mmu::new(window)),
+            mmu: Arc::new(Mmu::with_log(window, self.log.clone())),
             running: 0,
             destroyed: false,
         };
@@ -116,7 +126,11 @@ impl Spaces {
         st.running = st.running.saturating_add(1);
         let mmu = st.mmu.clone();
         drop(st);
-        Ok(SpaceUse { slot, mmu })
+        Ok(SpaceUse {
+            slot,
+            mmu,
+            _pin: self.log.run_started(),
+        })
     }
 
     /// Changes the page table with `f`; refused while a job uses the space.

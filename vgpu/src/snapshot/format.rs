@@ -8,7 +8,8 @@ use super::SnapshotError;
 
 /// The first bytes of a virtual GPU snapshot.
 pub const MAGIC: &[u8; 8] = b"VGPUSNAP";
-/// The format version this build writes and reads (2: the `PARA` section).
+/// The format version this build writes and reads (2: the `PARA` section of para-virtual GPUs
+/// and the `VDLT` section of live snapshots).
 pub const VERSION: u32 = 2;
 
 /// Section tags, in the order they appear.
@@ -19,6 +20,9 @@ pub const MODS: [u8; 4] = *b"MODS";
 pub const CTXT: [u8; 4] = *b"CTXT";
 pub const PARA: [u8; 4] = *b"PARA";
 pub const VRAM: [u8; 4] = *b"VRAM";
+/// In place of `VRAM` in the image of a live snapshot: the pages written since the last
+/// pre-copy round, over the pre-copied VRAM (`snapshot::live`).
+pub const VDLT: [u8; 4] = *b"VDLT";
 pub const END: [u8; 4] = *b"END\0";
 
 /// A section tag as text (for errors).

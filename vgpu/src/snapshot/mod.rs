@@ -15,14 +15,17 @@
 //! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
 //! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
 //! channels, modules and preempted jobs), `para_image` (the para-virtual state), `vram` (the
-//! VRAM section).
+//! VRAM section), `live` (VRAM pre-copy with the GPU running, and the `VDLT` section of live
+//! snapshots), `writes` (per-job write sets: the device's dirty log where the engine keeps none).
 
 pub mod format;
 pub mod image;
+pub mod live;
 mod para_image;
 pub(crate) mod regs_image;
 mod vram;
 mod worker_image;
+pub mod writes;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -207,6 +210,16 @@ impl Vgpu {
 
     /// As [`Vgpu::save`], returning what was written.
     pub fn save_report(&self, out: &mut dyn std::io::Write) -> Result<SaveReport, SnapshotError> {
+        let (engine, base, size) = (&*self.engine, self.vram_base, self.cfg.vram);
+        self.save_with(out, &mut |w| vram::save(w, engine, base, size))
+    }
+
+    /// As [`Vgpu::save_report`], with `vram` writing the VRAM section (returns its VRAM bytes).
+    fn save_with(
+        &self,
+        out: &mut dyn std::io::Write,
+        vram: &mut dyn FnMut(&mut format::SnapWriter<'_>) -> Result<u64, SnapshotError>,
+    ) -> Result<SaveReport, SnapshotError> {
         self.snapshot_supported()?;
         let (regs, image) = {
             let r = self.shared.lock();
@@ -223,7 +236,7 @@ impl Vgpu {
         w.section(format::MODS, &image.encode_modules())?;
         w.section(format::CTXT, &image.encode_suspended())?;
         w.section(format::PARA, &ParaImage::encode(self.para_image().as_ref()))?;
-        let vram_bytes = vram::save(&mut w, &*self.engine, self.vram_base, self.cfg.vram)?;
+        let vram_bytes = vram(&mut w)?;
         let bytes = w.finish()?;
         Ok(SaveReport {
             bytes,
@@ -238,6 +251,15 @@ impl Vgpu {
     /// validated before it is applied; on error the partition is zeroed and the device stays
     /// as created. The device runs afterwards (no `resume` needed).
     pub fn restore(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+        self.restore_inner(input, None)
+    }
+
+    /// `restore`, or with `base` (pre-copied VRAM) `restore_live`.
+    fn restore_inner(
+        &self,
+        input: &mut dyn std::io::Read,
+        base: Option<&std::fs::File>,
+    ) -> Result<(), SnapshotError> {
         self.snapshot_supported()?;
         {
             let r = self.shared.lock();
@@ -246,7 +268,7 @@ impl Vgpu {
             }
         }
         self.pause_with(PauseMode::Drain)?;
-        let result = self.restore_paused(input);
+        let result = self.restore_paused(input, base);
         if result.is_err()
             && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)
         {
@@ -256,7 +278,11 @@ impl Vgpu {
         result
     }
 
-    fn restore_paused(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
+    fn restore_paused(
+        &self,
+        input: &mut dyn std::io::Read,
+        base: Option<&std::fs::File>,
+    ) -> Result<(), SnapshotError> {
         let here = self.conf_here();
         let (vram, channels) = (self.cfg.vram, self.cfg.channels);
         let limits = self.engine.info().limits.clone();
@@ -318,7 +344,10 @@ impl Vgpu {
                 vram,
             )?
         };
-        vram::restore(&mut rd, &*self.engine, self.vram_base, vram)?;
+        match base {
+            None => vram::restore(&mut rd, &*self.engine, self.vram_base, vram)?,
+            Some(b) => live::restore_delta(&mut rd, &*self.engine, self.vram_base, vram, b)?,
+        };
         rd.finish()?;
         // All bytes verified: reload modules, validate the job context against its module.
         let modules = self.reload_modules(texts)?;

@@ -40,6 +40,9 @@ impl Worker {
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
         let (module, hash) = self.module_for(&text, d.code_va)?;
+        if let Some(l) = &self.write_log {
+            l.note_kernel(module, &entry, &text);
+        }
         let key = scheduler::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {
             space,

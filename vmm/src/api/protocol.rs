@@ -1,7 +1,8 @@
 //! The control API's messages. A request is one line of JSON with an `op` field:
 //! `{"op":"pause"}`, `{"op":"resume"}`, `{"op":"stats"}`,
-//! `{"op":"snapshot","dir":"/abs/path","resume":true,"drain":false}` (`resume` defaults to
-//! true, `drain` to false). The answer
+//! `{"op":"snapshot","dir":"/abs/path","resume":true,"drain":false,"live":false}` (`resume`
+//! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`.
+//! The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
 use std::path::PathBuf;
@@ -32,6 +33,9 @@ pub enum Request {
         resume: bool,
         #[serde(default)]
         drain: bool,
+        /// Pre-copy RAM and VRAM while the VM and its GPU run; pause for the last round only.
+        #[serde(default)]
+        live: bool,
     },
     /// Migration to the `--incoming` endpoint `to` (`unix:PATH` or an absolute path, or
     /// `tcp:HOST:PORT` on loopback): stop-and-copy, or pre-copy rounds with KVM's dirty log
@@ -87,7 +91,8 @@ mod tests {
             Request::Snapshot {
                 dir: "/x".into(),
                 resume: true,
-                drain: false
+                drain: false,
+                live: false
             }
         );
         let r: Request = serde_json::from_str(r#"{"op":"pause"}"#).unwrap();

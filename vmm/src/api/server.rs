@@ -202,11 +202,21 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
                 Err(e) => Response::err(e),
             }
         }
-        Request::Snapshot { dir, resume, drain } => {
+        Request::Snapshot {
+            dir,
+            resume,
+            drain,
+            live,
+        } => {
             if !dir.is_absolute() {
                 return Response::err("snapshot: dir must be an absolute path");
             }
-            match controller.snapshot(&dir, resume, drain) {
+            let done = if live {
+                controller.snapshot_live_op(&dir, resume, drain)
+            } else {
+                controller.snapshot(&dir, resume, drain)
+            };
+            match done {
                 Ok(done) => json(serde_json::to_value(done)),
                 Err(e) => Response::err(e),
             }

@@ -9,7 +9,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 /// The file's first eight bytes.
 pub const MAGIC: &[u8; 8] = b"VGVMSNAP";
 /// The format version this build writes and reads (also in the manifest).
-pub const VERSION: u32 = 1;
+/// 2: live snapshots (`gpu_live`, `vram.bin`) and the migration stream's VRAM frames.
+pub const VERSION: u32 = 2;
 /// Largest state file accepted (the GPU's state goes to a file of its own).
 pub const MAX_STATE_BYTES: u64 = 64 << 20;
 /// Most sections accepted in one file.
@@ -293,8 +294,11 @@ mod tests {
         g.push(0);
         assert_eq!(sections(&g).unwrap_err(), DecodeError::Trailing(1));
         let mut g = f.clone();
-        g[8] = 2;
-        assert_eq!(sections(&g).unwrap_err(), DecodeError::Version { found: 2 });
+        g[8] = VERSION as u8 + 1;
+        assert_eq!(
+            sections(&g).unwrap_err(),
+            DecodeError::Version { found: VERSION + 1 }
+        );
         // An absurd length is refused before anything is allocated.
         let mut g = f[..HEADER + 4].to_vec();
         g.extend_from_slice(&u64::MAX.to_le_bytes());

@@ -48,6 +48,11 @@ pub enum LoadError {
     Ram(#[from] RamError),
     #[error("the manifest has a virtual GPU ({0}) but its image ({file}) is missing", file = manifest::GPU_FILE)]
     Gpu(String),
+    #[error(
+        "the manifest's gpu_live and the pre-copied VRAM ({file}) disagree",
+        file = manifest::VRAM_FILE
+    )]
+    VramBase,
     #[error("{file} is {found} bytes, the manifest says {want}")]
     GpuSize {
         file: &'static str,
@@ -63,6 +68,9 @@ pub struct GpuImage {
     pub file: std::fs::File,
     pub bytes: u64,
     pub crc32: u32,
+    /// A live snapshot's pre-copied VRAM (the manifest's `gpu_live`); its size is checked by
+    /// the device (`Vgpu::restore_live`).
+    pub vram_base: Option<std::fs::File>,
 }
 
 /// A snapshot read and checked.
@@ -112,10 +120,16 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
                     want: manifest.gpu_bytes,
                 });
             }
+            let vram_base = if manifest.gpu_live {
+                Some(open(manifest::VRAM_FILE)?)
+            } else {
+                None
+            };
             Some(GpuImage {
                 file,
                 bytes: manifest.gpu_bytes,
                 crc32: manifest.gpu_crc32,
+                vram_base,
             })
         }
         None => None,
@@ -135,6 +149,11 @@ pub fn check(
 ) -> Result<Loaded, LoadError> {
     if let (Some(g), None) = (&manifest.gpu, &gpu) {
         return Err(LoadError::Gpu(g.clone()));
+    }
+    if let Some(g) = &gpu
+        && manifest.gpu_live != g.vram_base.is_some()
+    {
+        return Err(LoadError::VramBase);
     }
     if bytes.len() as u64 != manifest.state_bytes {
         return Err(LoadError::StateSize {

@@ -16,6 +16,8 @@ pub const STATE_FILE: &str = "state.bin";
 pub const RAM_FILE: &str = "ram.bin";
 /// The GPU image's name (snapshots of VMs with `--gpu`).
 pub const GPU_FILE: &str = super::gpu::FILE;
+/// The pre-copied VRAM of a live snapshot (`gpu_live`).
+pub const VRAM_FILE: &str = "vram.bin";
 /// Largest manifest read.
 pub const MAX_MANIFEST: u64 = 64 << 10;
 /// The `format` field.
@@ -67,6 +69,11 @@ pub struct Manifest {
     pub gpu_bytes: u64,
     #[serde(default)]
     pub gpu_crc32: u32,
+    /// A live snapshot of the GPU: its VRAM was pre-copied (into `vram.bin`, exactly the VRAM
+    /// size, or a migration's VRAM frames) and `gpu.bin` holds the pages written since
+    /// (`VDLT`). False otherwise (then `gpu.bin` holds all VRAM).
+    #[serde(default)]
+    pub gpu_live: bool,
 }
 
 /// Why a manifest is refused.
@@ -150,8 +157,8 @@ impl Manifest {
                 self.state_bytes
             ));
         }
-        if self.gpu.is_none() && (self.gpu_bytes != 0 || self.gpu_crc32 != 0) {
-            return bad("gpu_bytes/gpu_crc32 without a gpu".into());
+        if self.gpu.is_none() && (self.gpu_bytes != 0 || self.gpu_crc32 != 0 || self.gpu_live) {
+            return bad("gpu_bytes/gpu_crc32/gpu_live without a gpu".into());
         }
         if let Some(g) = &self.gpu {
             let vram = vgpu::GpuConfig::parse(g)

@@ -2,7 +2,7 @@
 //! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
 //! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
 //! and the same as a stream for migration ([`stream`]) over a unix socket or loopback TCP
-//! ([`transport`]).
+//! ([`transport`]); the pre-copy rounds of live migration and live snapshots ([`precopy`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
@@ -10,6 +10,7 @@ pub mod format;
 pub mod gpu;
 pub mod load;
 pub mod manifest;
+pub mod precopy;
 pub mod ram;
 pub mod save;
 pub mod state;

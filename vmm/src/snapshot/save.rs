@@ -41,6 +41,10 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SaveError + '_ {
     }
 }
 
+/// Writes the GPU's image (the device paused) and says what it holds.
+pub type GpuSave<'a> = dyn FnMut(&mut dyn Write) -> Result<vgpu::snapshot::SaveReport, vgpu::snapshot::SnapshotError>
+    + 'a;
+
 /// A checked output directory; dropping it without [`OutputDir::keep`] removes what the save
 /// created.
 #[derive(Debug)]
@@ -119,13 +123,40 @@ impl OutputDir {
         );
         manifest.ram_bytes = saved.bytes;
         manifest.ram_pages = saved.pages;
+        match gpu {
+            Some(gpu) => self.finish(manifest, state, Some(&mut |w| gpu.save_report(w))),
+            None => self.finish(manifest, state, None),
+        }
+    }
 
+    /// Creates a file of `len` bytes (holes) for a live snapshot's rounds: `ram.bin`, or
+    /// `vram.bin` (the pre-copied VRAM).
+    pub fn create_sized(&mut self, name: &'static str, len: u64) -> Result<File, SaveError> {
+        let path = self.dir.join(name);
+        let f = self.create(name)?;
+        f.set_len(len).map_err(at(&path))?;
+        Ok(f)
+    }
+
+    /// Syncs a file made by [`OutputDir::create_sized`].
+    pub fn sync(&self, name: &'static str, f: &File) -> Result<(), SaveError> {
+        f.sync_all().map_err(at(&self.dir.join(name)))
+    }
+
+    /// Writes the rest once RAM is written (`manifest`'s RAM fields filled in): the GPU image
+    /// (by `gpu`, the device paused), the state and the manifest.
+    pub fn finish(
+        &mut self,
+        mut manifest: Manifest,
+        state: &MachineState,
+        gpu: Option<&mut GpuSave<'_>>,
+    ) -> Result<Manifest, SaveError> {
         if let Some(gpu) = gpu {
             let path = self.dir.join(manifest::GPU_FILE);
             let f = self.create(manifest::GPU_FILE)?;
             let t = std::time::Instant::now();
             let mut w = CrcWriter::new(std::io::BufWriter::with_capacity(1 << 20, f));
-            let report = gpu.save_report(&mut w)?;
+            let report = gpu(&mut w)?;
             let (buf, bytes, crc) = w.finish();
             let f = buf.into_inner().map_err(|e| at(&path)(e.into_error()))?;
             f.sync_all().map_err(at(&path))?;

@@ -2,8 +2,9 @@
 //! source (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
 //! manifest (JSON), RAM runs (`u64` offset in the RAM file's layout, then whole pages, at most
 //! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
-//! pages the running guest dirtied), the state file (its vCPUs paused by then), and an end
-//! frame with the number of pages sent. The destination (`--incoming DEST`) reads them into an in-memory
+//! pages the running guest dirtied), VRAM runs of a live migration's pre-copy rounds, the
+//! state file (its vCPUs paused by then), the GPU image, and an end frame with the number of
+//! RAM and VRAM pages sent. The destination (`--incoming DEST`) reads them into an in-memory
 //! RAM file (memfd), checks everything as `--restore` does, builds the VM and answers `ok`
 //! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
 //! Every frame is checked against fixed limits and the manifest before it is used.
@@ -20,6 +21,7 @@ use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 use super::format::MAX_STATE_BYTES;
 use super::load::{self, LoadError, Loaded};
 use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
+use super::precopy::Sink;
 use super::ram::{self, Backing, RamError};
 
 const MANIFEST: u32 = 1;
@@ -27,10 +29,13 @@ const STATE: u32 = 2;
 const RAM: u32 = 3;
 const END: u32 = 4;
 const GPU: u32 = 5;
+const VRAM: u32 = 6;
 /// Largest GPU frame: 1 MiB of the GPU image.
 const MAX_GPU_FRAME: u64 = 1 << 20;
 /// Largest RAM frame: an offset and 1 MiB of pages.
 const MAX_RAM_FRAME: u64 = 8 + (1 << 20);
+/// Largest VRAM frame: round, page and 1 MiB of pages.
+const MAX_VRAM_FRAME: u64 = 12 + (1 << 20);
 /// How long either side waits for the other.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -72,8 +77,10 @@ fn frame(out: &mut dyn Write, kind: u32, parts: &[&[u8]]) -> std::io::Result<()>
 pub struct Sender<'a> {
     out: std::io::BufWriter<&'a Link>,
     conn: &'a Link,
-    /// Pages sent so far (resends included).
+    /// RAM pages sent so far (resends included).
     pub pages: u64,
+    /// VRAM pages sent so far by pre-copy rounds (resends included).
+    pub vram_pages: u64,
 }
 
 impl<'a> Sender<'a> {
@@ -88,6 +95,7 @@ impl<'a> Sender<'a> {
             out,
             conn,
             pages: 0,
+            vram_pages: 0,
         })
     }
 
@@ -105,79 +113,27 @@ impl<'a> Sender<'a> {
         Ok(())
     }
 
-    /// Sends the pages of `mem` whose bits are set in `dirty` (one bitmap per region, as
-    /// KVM_GET_DIRTY_LOG returns them), copied with volatile reads so that the guest may run
-    /// meanwhile (a page it writes again is dirty again and sent again). All-zero pages are
-    /// sent too unless `skip_zero` (the first pass: the destination's RAM starts zeroed).
-    pub fn pages(
-        &mut self,
-        mem: &GuestMemoryMmap,
-        dirty: &[Vec<u64>],
-        skip_zero: bool,
+    /// Sends the state, the GPU's image (written by `gpu`, the device paused) and the end
+    /// frame and waits for the destination's answer.
+    pub fn finish(
+        mut self,
+        state: &[u8],
+        gpu: Option<&mut GpuWriter<'_>>,
     ) -> Result<u64, StreamError> {
-        use vm_memory::{Bytes, GuestAddress, GuestMemoryRegion};
-        let mut sent = 0;
-        let mut file_off = 0u64;
-        let mut buf = vec![0u8; 1 << 20];
-        for (region, bits) in mem.iter().zip(dirty) {
-            let npages = region.len() / 4096;
-            let is_dirty = |p: u64| {
-                bits.get((p / 64) as usize)
-                    .is_some_and(|w| w >> (p % 64) & 1 == 1)
-            };
-            let mut p = 0;
-            while p < npages {
-                if !is_dirty(p) {
-                    p += 1;
-                    continue;
-                }
-                let first = p;
-                while p < npages && is_dirty(p) && p - first < 256 {
-                    p += 1;
-                }
-                let n = ((p - first) * 4096) as usize;
-                let gpa = GuestAddress(region.start_addr().0 + first * 4096);
-                mem.read_slice(&mut buf[..n], gpa)
-                    .map_err(|e| RamError::Map(e.to_string()))?;
-                let base = file_off + first * 4096;
-                if !skip_zero {
-                    self.run(base, &buf[..n])?;
-                    sent += p - first;
-                    continue;
-                }
-                // Runs of non-zero pages within the run.
-                let mut i = 0;
-                while i < n {
-                    if buf[i..i + 4096].iter().all(|&b| b == 0) {
-                        i += 4096;
-                        continue;
-                    }
-                    let s = i;
-                    while i < n && buf[i..i + 4096].iter().any(|&b| b != 0) {
-                        i += 4096;
-                    }
-                    self.run(base + s as u64, &buf[s..i])?;
-                    sent += ((i - s) / 4096) as u64;
-                }
-            }
-            file_off += region.len();
-        }
-        Ok(sent)
-    }
-
-    /// Sends the state, the GPU's image (`gpu`, paused) and the end frame and waits for the
-    /// destination's answer.
-    pub fn finish(mut self, state: &[u8], gpu: Option<&vgpu::Vgpu>) -> Result<u64, StreamError> {
         frame(&mut self.out, STATE, &[state])?;
         if let Some(gpu) = gpu {
             let mut w = GpuFrames {
                 out: &mut self.out,
                 buf: Vec::with_capacity(MAX_GPU_FRAME as usize),
             };
-            gpu.save(&mut w)?;
+            gpu(&mut w)?;
             w.emit()?;
         }
-        frame(&mut self.out, END, &[&self.pages.to_le_bytes()])?;
+        frame(
+            &mut self.out,
+            END,
+            &[&self.pages.to_le_bytes(), &self.vram_pages.to_le_bytes()],
+        )?;
         self.out.flush()?;
         let conn = self.conn;
         drop(self.out);
@@ -193,6 +149,26 @@ impl<'a> Sender<'a> {
                 other.strip_prefix("error: ").unwrap_or(other).to_owned(),
             )),
         }
+    }
+}
+
+/// Writes the GPU's image (e.g. `Vgpu::save`, or a live pre-copy's `save_delta`).
+pub type GpuWriter<'a> =
+    dyn FnMut(&mut dyn Write) -> Result<(), vgpu::snapshot::SnapshotError> + 'a;
+
+impl Sink for Sender<'_> {
+    fn ram(&mut self, off: u64, bytes: &[u8]) -> std::io::Result<()> {
+        self.pages += bytes.len() as u64 / 4096;
+        frame(&mut self.out, RAM, &[&off.to_le_bytes(), bytes])
+    }
+
+    fn vram(&mut self, round: u32, page: u64, bytes: &[u8]) -> std::io::Result<()> {
+        self.vram_pages += bytes.len() as u64 / 4096;
+        frame(
+            &mut self.out,
+            VRAM,
+            &[&round.to_le_bytes(), &page.to_le_bytes(), bytes],
+        )
     }
 }
 
@@ -292,6 +268,18 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
         Some(_) => Some(memfd(c"vgpu-vmm-gpu", 0)?),
         None => None,
     };
+    // The pre-copied VRAM of a live migration: frames written into it, as big as the VRAM.
+    let vram_size = match &manifest.gpu {
+        Some(g) if manifest.gpu_live => vgpu::GpuConfig::parse(g)
+            .map(|c| c.vram)
+            .map_err(|e| bad(format!("gpu {g:?}: {e}")))?,
+        _ => 0,
+    };
+    let vram_file = match vram_size {
+        0 => None,
+        n => Some(memfd(c"vgpu-vmm-vram", n)?),
+    };
+    let (mut vram_pages, mut vram_round) = (0u64, 0u32);
     let mut gpu_bytes = 0u64;
     let mut gpu_crc = crc32fast::Hasher::new();
     let mut pages = 0u64;
@@ -319,6 +307,38 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 ram_file.write_all_at(&buf, off)?;
                 pages += n / 4096;
             }
+            VRAM => {
+                let Some(f) = &vram_file else {
+                    return Err(bad("a VRAM frame for a VM without VRAM pre-copy"));
+                };
+                if state.is_some() {
+                    return Err(bad("a VRAM frame after the state"));
+                }
+                if !(12 + 4096..=MAX_VRAM_FRAME).contains(&len) || (len - 12) % 4096 != 0 {
+                    return Err(bad(format!("VRAM frame of {len} bytes")));
+                }
+                let mut h = [0u8; 12];
+                r.read_exact(&mut h)?;
+                let round = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+                let page = u64::from_le_bytes(h[4..].try_into().map_err(|_| bad("VRAM frame"))?);
+                if round < vram_round {
+                    return Err(bad(format!(
+                        "VRAM frame of round {round} after round {vram_round}: rounds out of order"
+                    )));
+                }
+                vram_round = round;
+                let n = (len - 12) / 4096;
+                if page.checked_add(n).is_none_or(|e| e > vram_size / 4096) {
+                    return Err(bad(format!(
+                        "VRAM frame at page {page:#x} (+{n}) outside the {} pages of VRAM",
+                        vram_size / 4096
+                    )));
+                }
+                buf.resize((n * 4096) as usize, 0);
+                r.read_exact(&mut buf)?;
+                f.write_all_at(&buf, page * 4096)?;
+                vram_pages += n;
+            }
             GPU => {
                 let Some(f) = &gpu_file else {
                     return Err(bad("a GPU frame for a VM without a GPU"));
@@ -338,11 +358,21 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 state = Some(read_payload(&mut r, len, MAX_STATE_BYTES, "state")?);
             }
             END => {
-                let p = read_payload(&mut r, len, 8, "end frame")?;
-                let sent = u64::from_le_bytes(p.try_into().map_err(|_| bad("end frame"))?);
-                if sent != pages {
+                if len != 16 {
+                    return Err(bad(format!("end frame of {len} bytes")));
+                }
+                let p = read_payload(&mut r, len, 16, "end frame")?;
+                let word = |i: usize| {
+                    p[i..i + 8]
+                        .try_into()
+                        .map(u64::from_le_bytes)
+                        .map_err(|_| bad("end frame"))
+                };
+                let (sent, vram_sent) = (word(0)?, word(8)?);
+                if sent != pages || vram_sent != vram_pages {
                     return Err(bad(format!(
-                        "{pages} pages received, the source sent {sent}"
+                        "{pages} RAM and {vram_pages} VRAM pages received, the source sent \
+                         {sent} and {vram_sent}"
                     )));
                 }
                 break;
@@ -363,6 +393,7 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 file,
                 bytes: manifest.gpu_bytes,
                 crc32: manifest.gpu_crc32,
+                vram_base: vram_file,
             })
         }
         _ => None,
@@ -386,6 +417,10 @@ mod tests {
     use super::*;
 
     fn manifest(gpu: Option<&str>) -> Vec<u8> {
+        manifest_live(gpu, false)
+    }
+
+    fn manifest_live(gpu: Option<&str>, gpu_live: bool) -> Vec<u8> {
         let m = Manifest {
             format: super::super::manifest::FORMAT.into(),
             version: super::super::format::VERSION,
@@ -404,6 +439,7 @@ mod tests {
             ram_pages: 0,
             gpu_bytes: 0,
             gpu_crc32: 0,
+            gpu_live,
         };
         serde_json::to_vec(&m).unwrap()
     }
@@ -440,8 +476,73 @@ mod tests {
         let e = refused(&[
             (MANIFEST, manifest(Some("vram=2M"))),
             (STATE, vec![0; 16]),
-            (END, 0u64.to_le_bytes().to_vec()),
+            (END, vec![0; 16]),
         ]);
         assert!(e.contains("gpu.bin) is missing"), "{e}");
+    }
+
+    /// A VRAM frame: round, page, `pages` pages of `fill`.
+    fn vram(round: u32, page: u64, pages: usize) -> Vec<u8> {
+        let mut v = round.to_le_bytes().to_vec();
+        v.extend_from_slice(&page.to_le_bytes());
+        v.extend(std::iter::repeat_n(7u8, pages * 4096));
+        v
+    }
+
+    #[test]
+    fn vram_frames_are_checked() {
+        let live = || (MANIFEST, manifest_live(Some("vram=2M"), true));
+        // Only for a live GPU migration.
+        let e = refused(&[(MANIFEST, manifest(Some("vram=2M"))), (VRAM, vram(0, 0, 1))]);
+        assert!(e.contains("without VRAM pre-copy"), "{e}");
+        let e = refused(&[
+            (MANIFEST, manifest_live(None, false)),
+            (VRAM, vram(0, 0, 1)),
+        ]);
+        assert!(e.contains("without VRAM pre-copy"), "{e}");
+        // A page outside the partition (2 MiB: 512 pages), at the end or wrapping.
+        let e = refused(&[live(), (VRAM, vram(0, 511, 2))]);
+        assert!(e.contains("outside the 512 pages of VRAM"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, u64::MAX, 1))]);
+        assert!(e.contains("outside the 512 pages"), "{e}");
+        // Rounds out of order.
+        let e = refused(&[live(), (VRAM, vram(2, 0, 1)), (VRAM, vram(1, 1, 1))]);
+        assert!(e.contains("rounds out of order"), "{e}");
+        // Not whole pages, empty, too long.
+        let mut odd = vram(0, 0, 1);
+        odd.pop();
+        let e = refused(&[live(), (VRAM, odd)]);
+        assert!(e.contains("VRAM frame of"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, 0, 0))]);
+        assert!(e.contains("VRAM frame of 12 bytes"), "{e}");
+        let e = refused(&[live(), (VRAM, vram(0, 0, 257))]);
+        assert!(e.contains("VRAM frame of"), "{e}");
+        // After the state.
+        let e = refused(&[live(), (STATE, vec![0; 16]), (VRAM, vram(0, 0, 1))]);
+        assert!(e.contains("after the state"), "{e}");
+        // Page counts must match the end frame.
+        let mut end = 0u64.to_le_bytes().to_vec();
+        end.extend_from_slice(&2u64.to_le_bytes());
+        let e = refused(&[
+            live(),
+            (VRAM, vram(0, 0, 1)),
+            (STATE, vec![0; 16]),
+            (END, end),
+        ]);
+        assert!(e.contains("1 VRAM pages received"), "{e}");
+        // A stream cut short inside a VRAM frame.
+        let mut cut = Vec::new();
+        frame(&mut cut, MANIFEST, &[&manifest_live(Some("vram=2M"), true)]).unwrap();
+        frame(&mut cut, VRAM, &[&vram(0, 0, 2)]).unwrap();
+        cut.truncate(cut.len() - 100);
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let b = Link::from(b);
+        let w = std::thread::spawn(move || {
+            let mut a = a;
+            let _ = a.write_all(&cut);
+        });
+        let e = receive(&b).unwrap_err().to_string();
+        drop(w.join());
+        assert!(e.contains("failed to fill whole buffer"), "{e}");
     }
 }

@@ -8,7 +8,9 @@
 //! Arguments: `iters=N` (default 100000), `threads=T` (1..=1024, default 32), `blocks=B`
 //! (1..=65535, default 1), `depth=D` (1..=16, default 2), `ms=M` (default 1000, 0 = forever),
 //! `report_ms=R` (>= 1, default 100), `wait=poll` (spin instead of sleeping; default: interrupt),
-//! and the driver options of `guest_programs::platform::config_from_args`.
+//! `out=vram` (each kernel writes its output to VRAM, and the copy engine copies it to system
+//! memory for the check: VRAM the GPU keeps rewriting, e.g. for live snapshots' dirty logging;
+//! default `out=sys`: straight to system memory), and the driver options of `guest_programs::platform::config_from_args`.
 //!
 //! Output (parsed by a host tool):
 //! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
@@ -30,7 +32,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::str::FromStr;
 
-use gpu_driver::{Channel, Error, Fence, Gpu, LaunchDesc, Platform, PushBuf, SysAlloc, suite_run};
+use gpu_driver::{
+    Channel, Error, Fence, Gpu, LaunchDesc, Platform, PushBuf, SysAlloc, VramAlloc, suite_run,
+};
 use guest_programs::platform::{self, BareMetal};
 use guest_rt::println;
 use suite::lcg;
@@ -49,6 +53,8 @@ struct Args {
     depth: u32,
     ms: u64,
     report_ms: u64,
+    /// Outputs go to VRAM first (`out=vram`).
+    vram_out: bool,
 }
 
 /// `key=value` as a number in `lo..=hi`, or `default` when absent.
@@ -74,6 +80,11 @@ impl Args {
             depth: num("depth", 2, 1, MAX_DEPTH)?,
             ms: num("ms", 1000, 0, u64::MAX / 1_000_000)?,
             report_ms: num("report_ms", 100, 1, u64::MAX / 1_000_000)?,
+            vram_out: match guest_rt::arg("out") {
+                None | Some("sys") => false,
+                Some("vram") => true,
+                Some(v) => return Err(format!("bad argument out={v} (must be sys or vram)")),
+            },
         })
     }
 
@@ -87,6 +98,8 @@ impl Args {
 struct Slot {
     params: SysAlloc,
     out: SysAlloc,
+    /// With `out=vram`: where the kernel writes, copied to `out` after it.
+    dev: Option<VramAlloc>,
 }
 
 /// What every launch shares.
@@ -206,7 +219,11 @@ fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>
     for _ in 0..args.depth {
         let params = gpu.sys_alloc(16)?;
         let out = gpu.sys_alloc(u64::from(args.count()) * 4)?;
-        slots.push(Slot { params, out });
+        let dev = match args.vram_out {
+            true => Some(gpu.vram_alloc(u64::from(args.count()) * 4)?),
+            false => None,
+        };
+        slots.push(Slot { params, out, dev });
     }
     Ok((Kernel { code, entry, args }, slots))
 }
@@ -240,7 +257,7 @@ impl Run {
         let slot = &self.slots[s];
         let params = suite::layout_params(
             &[
-                suite::Param::U64(slot.out.va),
+                suite::Param::U64(slot.dev.map_or(slot.out.va, |d| d.va)),
                 suite::Param::U32(a.iters),
                 suite::Param::U32(self.seed),
             ],
@@ -260,6 +277,9 @@ impl Run {
             param_va: slot.params.va,
             param_len: params.len() as u32,
         });
+        if let Some(d) = slot.dev {
+            pb.copy(d.va, slot.out.va, u64::from(a.count()) * 4);
+        }
         // `submit` appends the fence release (with the interrupt flag when interrupts are on).
         Ok((ch.submit(gpu, &mut pb)?, self.seed))
     }

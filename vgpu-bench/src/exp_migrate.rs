@@ -1,0 +1,448 @@
+//! `vgpu-bench migrate`: snapshots, restore and migration of a GPU VM running kernels (issue
+//! 17). The VM is the `fairness` guest with its outputs in VRAM (`out=vram`: kernels keep
+//! rewriting VRAM, the copy engine copies each output to system memory for the check).
+//! Measured, `--reps` times each: a paused snapshot (time, size on disk), restore to running
+//! (the VMM's own figure; the restored guest must finish `ok=1`), stop-and-copy migration
+//! (downtime = the time the VM is paused), live migration with RAM and VRAM pre-copy
+//! (downtime, total time, bytes per round and bytes sent more than once), and the slowdown
+//! of the running VM during a live snapshot (kernels per second of guest time before vs
+//! during it). Every moved or restored guest must end with `ok=1`.
+//!
+//! Writes `--out DIR/summary.json`, `migrate.csv` (one row per measurement and per pre-copy
+//! round) and `migrate-rounds.svg` (RAM and VRAM bytes per round of a live migration and a live
+//! snapshot). On `--backend cuda` the restores and migration destinations run on cuda too
+//! (guest RAM copied into engine memory, docs/snapshot.md).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::chart::{self, Bar, BarChart, Series};
+use crate::error::BenchError;
+use crate::fairness_guest::GuestRun;
+use crate::fairness_procs::{self, Proc};
+use crate::migrate_vm::{self, Vm};
+use crate::report;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The GPU engine: sim, or cuda (a real GPU; restores and destinations on cuda too).
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    pub backend: Backend,
+    /// Output directory (summary.json, migrate.csv, migrate-rounds.svg).
+    #[arg(long, default_value = "vgpu-bench-out/migrate")]
+    pub out: PathBuf,
+    /// Repetitions of every measurement; figures are medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
+    pub reps: usize,
+    /// VRAM of the VM in MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(64..=65536))]
+    pub vram_mib: u64,
+    /// Guest RAM in MiB.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=65536))]
+    pub memory_mib: u64,
+    /// The guest's kernels: `blocks=` of 64 threads each (their outputs are rewritten in VRAM).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    pub blocks: u32,
+    /// CI mode: one repetition, 64 MiB of RAM and VRAM, shorter guests.
+    #[arg(long)]
+    pub short: bool,
+    /// More `--gpu` options (e.g. `preempt=checkpoint`).
+    #[arg(long, value_name = "OPTS")]
+    pub gpu_extra: Option<String>,
+    /// The vgpu-vmm binary (default: next to this one).
+    #[arg(long)]
+    pub vmm: Option<PathBuf>,
+}
+
+/// The run's shape, after `--short`.
+struct Plan {
+    reps: usize,
+    vram_mib: u64,
+    memory_mib: u64,
+    /// Guest milliseconds of kernels per VM.
+    guest_ms: u64,
+    /// Host time the slowdown measurement looks at before the live snapshot.
+    window: Duration,
+}
+
+impl Plan {
+    fn of(a: &Args) -> Self {
+        if a.short {
+            Plan {
+                reps: 1,
+                vram_mib: 64,
+                memory_mib: 64,
+                guest_ms: 4000,
+                window: Duration::from_millis(600),
+            }
+        } else {
+            Plan {
+                reps: a.reps,
+                vram_mib: a.vram_mib,
+                memory_mib: a.memory_mib,
+                guest_ms: 8000,
+                window: Duration::from_millis(1500),
+            }
+        }
+    }
+}
+
+/// One repetition's figures (None: not measured on this backend).
+#[derive(Debug, Default, Clone)]
+struct Rep {
+    snapshot_ms: f64,
+    snapshot_disk_bytes: u64,
+    snapshot_apparent_bytes: u64,
+    snapshot_gpu_bytes: u64,
+    restore_ms: Option<f64>,
+    stop_copy: Option<(f64, f64)>,
+    /// (total ms, paused ms, report).
+    live: Option<(f64, f64, serde_json::Value)>,
+    live_snapshot_ms: f64,
+    live_snapshot_paused_ms: f64,
+    live_snapshot: serde_json::Value,
+    rate_before: f64,
+    rate_during: f64,
+}
+
+/// The VMM command line of the guest.
+fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
+    let mut gpu = format!("vram={}M,backend={}", p.vram_mib, a.backend.name());
+    if let Some(x) = &a.gpu_extra {
+        gpu.push(',');
+        gpu.push_str(x);
+    }
+    vec![
+        "--guest".into(),
+        "fairness".into(),
+        "--memory".into(),
+        p.memory_mib.to_string(),
+        "--timeout".into(),
+        "300".into(),
+        "--cmdline".into(),
+        format!(
+            "iters=20000 threads=64 blocks={} depth=3 ms={} report_ms=20 out=vram",
+            a.blocks, p.guest_ms
+        ),
+        "--gpu".into(),
+        gpu,
+    ]
+}
+
+fn ok_run(what: &str, code: Option<i32>, g: &GuestRun) -> Result<(), BenchError> {
+    if code == Some(0) && g.ok() {
+        return Ok(());
+    }
+    Err(BenchError::Invalid(format!(
+        "{what}: the guest did not finish ok=1 (exit {code:?}, {:?})",
+        g.fault
+    )))
+}
+
+fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(0.0)
+}
+
+/// Starts a guest and waits until its kernels are running.
+fn start(dir: &Path, name: &str, vmm: &Path, args: &[String]) -> Result<Vm, BenchError> {
+    let mut vm = Vm::start(dir, name, vmm, args)?;
+    vm.wait_for("progress", Duration::from_secs(120), |g| {
+        g.progress.len() >= 3
+    })?;
+    Ok(vm)
+}
+
+/// Kernels per second of guest time between two progress points.
+fn rate(a: (u64, u64), b: (u64, u64)) -> f64 {
+    let dt = b.0.saturating_sub(a.0) as f64 / 1e3;
+    if dt <= 0.0 {
+        return 0.0;
+    }
+    b.1.saturating_sub(a.1) as f64 / dt
+}
+
+fn last(g: &GuestRun) -> (u64, u64) {
+    g.progress.last().copied().unwrap_or((0, 0))
+}
+
+fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, BenchError> {
+    let args = vm_args(a, p);
+    let mut r = Rep::default();
+    let long = Duration::from_millis(p.guest_ms) + Duration::from_secs(120);
+
+    // A paused snapshot, then its restore.
+    let mut vm = start(dir, &format!("snap{i}"), vmm, &args)?;
+    let snap = dir.join(format!("snap{i}"));
+    let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--paused"])?;
+    r.snapshot_ms = f(&done, "ms");
+    (r.snapshot_disk_bytes, r.snapshot_apparent_bytes) = migrate_vm::dir_bytes(&snap)?;
+    r.snapshot_gpu_bytes = done["gpu_bytes"].as_u64().unwrap_or(0);
+    vm.proc.stop(libc::SIGKILL, Duration::from_secs(5));
+    {
+        let mut rp = Proc::spawn(
+            dir,
+            &format!("restore{i}"),
+            vmm,
+            &[
+                "--restore".into(),
+                snap.display().to_string(),
+                "--log-level".into(),
+                "debug".into(),
+            ],
+        )?;
+        let (code, g) = migrate_vm::wait_run(&mut rp, long)?;
+        ok_run("restore", code, &g)?;
+        let err = std::fs::read_to_string(&rp.err).unwrap_or_default();
+        r.restore_ms = Some(migrate_vm::restore_ms(&err).ok_or_else(|| {
+            BenchError::Invalid("restore: no \"restore to running\" in its log".into())
+        })?);
+    }
+    let _ = std::fs::remove_dir_all(&snap);
+
+    // Migrations (the destination restores on the same backend).
+    {
+        for live in [false, true] {
+            let tag = if live { "live" } else { "stop" };
+            let (mut dest, sock) = migrate_vm::incoming(dir, &format!("{tag}-dest{i}"), vmm)?;
+            let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, &args)?;
+            let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
+            if live {
+                req.push("--live");
+            }
+            let done = vm.ctl(vmm, &req)?;
+            let (code, _) = vm.finish(Duration::from_secs(30))?;
+            if code != Some(0) {
+                return Err(BenchError::Invalid(format!(
+                    "{tag} migration: source exit {code:?}"
+                )));
+            }
+            let (code, g) = migrate_vm::wait_run(&mut dest, long)?;
+            ok_run(&format!("{tag} migration"), code, &g)?;
+            if live {
+                r.live = Some((
+                    f(&done, "ms"),
+                    f(&done, "paused_ms"),
+                    done["precopy"].clone(),
+                ));
+            } else {
+                r.stop_copy = Some((f(&done, "ms"), f(&done, "paused_ms")));
+            }
+        }
+    }
+
+    // Slowdown during a live snapshot: guest progress before vs during.
+    let mut vm = start(dir, &format!("slow{i}"), vmm, &args)?;
+    let g0 = vm.output();
+    std::thread::sleep(p.window);
+    let g1 = vm.output();
+    let live_snap = dir.join(format!("live{i}"));
+    let done = vm.ctl(
+        vmm,
+        &["snapshot", &live_snap.display().to_string(), "--live"],
+    )?;
+    // The progress line printed after the snapshot ended (the guest prints every 20 ms).
+    let before_end = last(&vm.output());
+    let g2 = vm.wait_for(
+        "progress after the snapshot",
+        Duration::from_secs(30),
+        |g| last(g).0 > before_end.0,
+    )?;
+    r.rate_before = rate(last(&g0), last(&g1));
+    r.rate_during = rate(last(&g1), last(&g2));
+    r.live_snapshot_ms = f(&done, "ms");
+    r.live_snapshot_paused_ms = f(&done, "paused_ms");
+    r.live_snapshot = done["live"].clone();
+    let (code, g) = vm.finish(long)?;
+    ok_run("live snapshot's VM", code, &g)?;
+    let _ = std::fs::remove_dir_all(&live_snap);
+    Ok(r)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// CSV rows of a pre-copy report's rounds.
+fn round_rows(what: &str, rep: usize, report: &serde_json::Value) -> Vec<String> {
+    report["rounds"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    format!(
+                        "{what},{rep},{},{:.3},{},{},{},{},{},",
+                        r["round"],
+                        f(r, "ms"),
+                        if r["paused"] == true { f(r, "ms") } else { 0.0 },
+                        r["ram_bytes"],
+                        r["ram_resent_bytes"],
+                        r["vram_bytes"],
+                        r["vram_resent_bytes"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The chart: RAM and VRAM MiB per round of the first live migration (sim) and live snapshot.
+fn draw_rounds(path: &Path, reps: &[Rep]) -> Result<(), BenchError> {
+    let mut groups = Vec::new();
+    let (mut ram, mut vram) = (Vec::new(), Vec::new());
+    let mut add = |what: &str, report: &serde_json::Value| {
+        for r in report["rounds"].as_array().into_iter().flatten() {
+            let label = if r["paused"] == true {
+                format!("{what} paused")
+            } else {
+                format!("{what} {}", r["round"])
+            };
+            groups.push(label);
+            let mib = |k: &str| r[k].as_u64().unwrap_or(0) as f64 / (1u64 << 20) as f64;
+            ram.push(Bar::with_range(mib("ram_bytes"), &[]));
+            vram.push(Bar::with_range(mib("vram_bytes"), &[]));
+        }
+    };
+    if let Some(r) = reps.first() {
+        if let Some((_, _, report)) = &r.live {
+            add("migrate", report);
+        }
+        add("snapshot", &r.live_snapshot);
+    }
+    let ram = Series {
+        config: "RAM".into(),
+        bars: ram,
+    };
+    let vram = Series {
+        config: "VRAM".into(),
+        bars: vram,
+    };
+    chart::draw(
+        path,
+        &BarChart {
+            title: "Live migration and live snapshot: bytes sent per pre-copy round".into(),
+            note: "Rounds 0..n run with the VM and its GPU running; 'paused' is the last round \
+                   (VRAM: pages written since the previous round)."
+                .into(),
+            y_desc: "MiB sent".into(),
+            groups,
+            dividers: Vec::new(),
+            reference: 0.0,
+            series: vec![&ram, &vram],
+        },
+    )
+}
+
+pub fn run(a: &Args) -> Result<String, BenchError> {
+    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let p = Plan::of(a);
+    // The VMs' consoles, logs and snapshots: a directory of this run's own (removed at the
+    // end; left for a look when the experiment fails).
+    let dir = a.out.join(format!("runs-{}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|source| BenchError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut reps = Vec::new();
+    for i in 0..p.reps {
+        reps.push(one_rep(a, &p, &vmm, &dir, i)?);
+    }
+    let mut rows = Vec::new();
+    for (i, r) in reps.iter().enumerate() {
+        rows.push(format!(
+            "snapshot,{i},,{:.3},{:.3},,,,,{}",
+            r.snapshot_ms, r.snapshot_ms, r.snapshot_disk_bytes
+        ));
+        if let Some(ms) = r.restore_ms {
+            rows.push(format!("restore,{i},,{ms:.3},,,,,,"));
+        }
+        if let Some((ms, paused)) = r.stop_copy {
+            rows.push(format!("stop_copy,{i},,{ms:.3},{paused:.3},,,,,"));
+        }
+        if let Some((ms, paused, report)) = &r.live {
+            rows.push(format!(
+                "live_migrate,{i},,{ms:.3},{paused:.3},{},{},{},{},",
+                report["ram_bytes"],
+                report["ram_resent_bytes"],
+                report["vram_bytes"],
+                report["vram_resent_bytes"]
+            ));
+            rows.extend(round_rows("live_migrate_round", i, report));
+        }
+        rows.push(format!(
+            "live_snapshot,{i},,{:.3},{:.3},{},{},{},{},",
+            r.live_snapshot_ms,
+            r.live_snapshot_paused_ms,
+            r.live_snapshot["ram_bytes"],
+            r.live_snapshot["ram_resent_bytes"],
+            r.live_snapshot["vram_bytes"],
+            r.live_snapshot["vram_resent_bytes"]
+        ));
+        rows.extend(round_rows("live_snapshot_round", i, &r.live_snapshot));
+    }
+    let med = |g: &dyn Fn(&Rep) -> Option<f64>| {
+        let v: Vec<f64> = reps.iter().filter_map(g).collect();
+        (!v.is_empty()).then(|| median(v))
+    };
+    let slowdown = med(&|r| (r.rate_before > 0.0).then(|| 1.0 - r.rate_during / r.rate_before));
+    let summary = serde_json::json!({
+        "experiment": "migrate",
+        "backend": a.backend.name(),
+        "reps": p.reps,
+        "vram_mib": p.vram_mib,
+        "memory_mib": p.memory_mib,
+        "guest": vm_args(a, &p).join(" "),
+        "snapshot_paused": {
+            "ms": med(&|r| Some(r.snapshot_ms)),
+            "disk_bytes": med(&|r| Some(r.snapshot_disk_bytes as f64)),
+            "apparent_bytes": med(&|r| Some(r.snapshot_apparent_bytes as f64)),
+            "gpu_bytes": med(&|r| Some(r.snapshot_gpu_bytes as f64)),
+        },
+        "restore_to_running_ms": med(&|r| r.restore_ms),
+        "stop_copy": {
+            "downtime_ms": med(&|r| r.stop_copy.map(|s| s.1)),
+            "total_ms": med(&|r| r.stop_copy.map(|s| s.0)),
+        },
+        "live_migration": {
+            "downtime_ms": med(&|r| r.live.as_ref().map(|s| s.1)),
+            "total_ms": med(&|r| r.live.as_ref().map(|s| s.0)),
+            "first_report": reps.first().and_then(|r| r.live.as_ref().map(|l| l.2.clone())),
+        },
+        "live_snapshot": {
+            "paused_ms": med(&|r| Some(r.live_snapshot_paused_ms)),
+            "total_ms": med(&|r| Some(r.live_snapshot_ms)),
+            "first_report": reps.first().map(|r| r.live_snapshot.clone()),
+            "kernels_per_s_before": med(&|r| Some(r.rate_before)),
+            "kernels_per_s_during": med(&|r| Some(r.rate_during)),
+            "slowdown": slowdown,
+        },
+    });
+    report::write(
+        &a.out,
+        &summary,
+        "migrate.csv",
+        "measurement,rep,round,ms,paused_ms,ram_bytes,ram_resent_bytes,vram_bytes,vram_resent_bytes,disk_bytes",
+        &rows,
+    )?;
+    draw_rounds(&a.out.join("migrate-rounds.svg"), &reps)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let ms = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1} ms"));
+    Ok(format!(
+        "migrate ({}): snapshot {} ({:.1} MiB on disk), restore {}, stop-and-copy downtime {}, \
+         live migration downtime {} of {}, live snapshot paused {} of {}, slowdown {}",
+        a.backend.name(),
+        ms(&summary["snapshot_paused"]["ms"]),
+        summary["snapshot_paused"]["disk_bytes"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / (1u64 << 20) as f64,
+        ms(&summary["restore_to_running_ms"]),
+        ms(&summary["stop_copy"]["downtime_ms"]),
+        ms(&summary["live_migration"]["downtime_ms"]),
+        ms(&summary["live_migration"]["total_ms"]),
+        ms(&summary["live_snapshot"]["paused_ms"]),
+        ms(&summary["live_snapshot"]["total_ms"]),
+        slowdown.map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
+    ))
+}

@@ -1,0 +1,185 @@
+//! The VMs of `vgpu-bench migrate`: a `fairness` guest started with an API socket (its console
+//! in a file that is read for its progress lines), `vgpu-vmm ctl` requests to it, a `--incoming`
+//! destination, and `--restore` of a snapshot (its "restore to running" time from the VMM's
+//! debug log).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::error::BenchError;
+use crate::fairness_guest::{self, GuestRun};
+use crate::fairness_procs::Proc;
+
+/// A VM with an API socket.
+pub struct Vm {
+    pub proc: Proc,
+    pub socket: PathBuf,
+}
+
+impl Vm {
+    /// Starts `vmm args...` with `--api-socket dir/<name>.sock`.
+    pub fn start(dir: &Path, name: &str, vmm: &Path, args: &[String]) -> Result<Self, BenchError> {
+        let socket = dir.join(format!("{name}.sock"));
+        let mut a = args.to_vec();
+        a.extend(["--api-socket".into(), socket.display().to_string()]);
+        let proc = Proc::spawn(dir, name, vmm, &a)?;
+        Ok(Vm { proc, socket })
+    }
+
+    /// What the guest printed so far.
+    pub fn output(&self) -> GuestRun {
+        fairness_guest::parse(&std::fs::read_to_string(&self.proc.out).unwrap_or_default())
+    }
+
+    /// Waits until `done` holds for the guest's output (the VM still running), at most
+    /// `timeout`.
+    pub fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&GuestRun) -> bool,
+    ) -> Result<GuestRun, BenchError> {
+        let until = Instant::now() + timeout;
+        loop {
+            let g = self.output();
+            if done(&g) {
+                return Ok(g);
+            }
+            let exited = self.proc.poll();
+            if exited || Instant::now() > until {
+                return Err(BenchError::Invalid(format!(
+                    "{}: no {what} ({}): {}",
+                    self.proc.name,
+                    if exited { "exited" } else { "timed out" },
+                    self.proc.stderr_head()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// `vgpu-vmm ctl SOCKET args...`: its JSON answer.
+    pub fn ctl(&self, vmm: &Path, args: &[&str]) -> Result<serde_json::Value, BenchError> {
+        let out = Command::new(vmm)
+            .arg("ctl")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .map_err(|source| BenchError::Io {
+                path: vmm.display().to_string(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(BenchError::Invalid(format!(
+                "ctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        serde_json::from_slice(&out.stdout)
+            .map_err(|e| BenchError::Invalid(format!("ctl {}: answer: {e}", args.join(" "))))
+    }
+
+    /// Waits for the VM to exit (at most `timeout`, then it is killed); returns its guest run.
+    pub fn finish(&mut self, timeout: Duration) -> Result<(Option<i32>, GuestRun), BenchError> {
+        let until = Instant::now() + timeout;
+        while !self.proc.poll() {
+            if Instant::now() > until {
+                self.proc.stop(libc::SIGKILL, Duration::ZERO);
+                return Err(BenchError::Invalid(format!(
+                    "{}: still running after {timeout:?}",
+                    self.proc.name
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok((self.proc.code(), self.output()))
+    }
+}
+
+/// A `--incoming` destination in `dir`; returns once its socket exists.
+pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Proc, PathBuf), BenchError> {
+    let socket = dir.join(format!("{name}.in"));
+    let mut p = Proc::spawn(
+        dir,
+        name,
+        vmm,
+        &[
+            "--incoming".into(),
+            socket.display().to_string(),
+            "--timeout".into(),
+            "300".into(),
+        ],
+    )?;
+    let until = Instant::now() + Duration::from_secs(30);
+    while !socket.exists() {
+        if p.poll() || Instant::now() > until {
+            return Err(BenchError::Invalid(format!(
+                "{name}: no incoming socket: {}",
+                p.stderr_head()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok((p, socket))
+}
+
+/// Waits for a process to exit; its guest run (stdout) and its exit code.
+pub fn wait_run(p: &mut Proc, timeout: Duration) -> Result<(Option<i32>, GuestRun), BenchError> {
+    let until = Instant::now() + timeout;
+    while !p.poll() {
+        if Instant::now() > until {
+            p.stop(libc::SIGKILL, Duration::ZERO);
+            return Err(BenchError::Invalid(format!(
+                "{}: still running after {timeout:?}",
+                p.name
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let text = std::fs::read_to_string(&p.out).unwrap_or_default();
+    Ok((p.code(), fairness_guest::parse(&text)))
+}
+
+/// `restore to running: N ms` of a `--log-level debug` VMM's stderr.
+pub fn restore_ms(stderr: &str) -> Option<f64> {
+    stderr.lines().find_map(|l| {
+        let rest = l.split("restore to running: ").nth(1)?;
+        rest.trim().strip_suffix(" ms")?.parse().ok()
+    })
+}
+
+/// Bytes of the files in `dir` (what a snapshot takes on disk: allocated blocks, holes not
+/// counted) and their apparent size.
+pub fn dir_bytes(dir: &Path) -> Result<(u64, u64), BenchError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut on_disk = 0;
+    let mut apparent = 0;
+    let entries = std::fs::read_dir(dir).map_err(|source| BenchError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    for e in entries.flatten() {
+        if let Ok(m) = e.metadata()
+            && m.is_file()
+        {
+            on_disk += m.blocks() * 512;
+            apparent += m.len();
+        }
+    }
+    Ok((on_disk, apparent))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_restore_time() {
+        let log = "[x DEBUG vmm::vm] restore: GPU image of 1 bytes restored in 2.0 ms\n\
+                   [x DEBUG vmm::vm] restore to running: 51.8 ms\n";
+        assert_eq!(restore_ms(log), Some(51.8));
+        assert_eq!(restore_ms("nothing"), None);
+    }
+}

@@ -1,0 +1,105 @@
+//! `vgpu-bench migrate --short` end to end: real `vgpu-vmm` VMs (KVM) running the `fairness`
+//! guest with its outputs in VRAM: a paused snapshot restored, a stop-and-copy and a live
+//! migration (every moved guest must finish `ok=1`, or the experiment fails), and a live
+//! snapshot of a running VM; asserts on what the run measured. Needs `vgpu-vmm` built in the
+//! same target directory (as `cargo test --workspace` or `cargo build -p vmm` leaves it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn vmm() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_vgpu-bench")).with_file_name("vgpu-vmm");
+    assert!(
+        p.is_file(),
+        "{}: missing; build it first (cargo build -p vmm)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn short_migrate_run_measures_snapshots_and_migrations() {
+    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args(["migrate", "--short", "--out"])
+        .arg(&out)
+        .arg("--vmm")
+        .arg(vmm())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("migrate (sim): snapshot "), "{stdout}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let pos = |v: &serde_json::Value| v.as_f64().is_some_and(|x| x > 0.0);
+    assert!(pos(&s["snapshot_paused"]["ms"]), "{s}");
+    assert!(pos(&s["snapshot_paused"]["disk_bytes"]), "{s}");
+    assert!(pos(&s["restore_to_running_ms"]), "{s}");
+    assert!(pos(&s["stop_copy"]["downtime_ms"]), "{s}");
+    assert!(pos(&s["live_migration"]["downtime_ms"]), "{s}");
+    // A live migration is paused for part of its time only.
+    let live = &s["live_migration"];
+    assert!(
+        live["downtime_ms"].as_f64().unwrap() < live["total_ms"].as_f64().unwrap(),
+        "{s}"
+    );
+    // The GPU ran during the pre-copy, and VRAM went over in more than one round.
+    let report = &live["first_report"];
+    assert_eq!(report["gpu_running"], true, "{s}");
+    let vram_rounds = report["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["vram_bytes"].as_u64().unwrap() > 0)
+        .count();
+    assert!(vram_rounds > 1, "{s}");
+    let snap = &s["live_snapshot"];
+    assert_eq!(snap["first_report"]["gpu_running"], true, "{s}");
+    assert!(pos(&snap["kernels_per_s_before"]), "{s}");
+    assert!(snap["slowdown"].as_f64().is_some(), "{s}");
+    // The CSV has the measurements and the rounds; the chart has a bar group per round.
+    let csv = std::fs::read_to_string(out.join("migrate.csv")).unwrap();
+    for m in [
+        "snapshot,0",
+        "restore,0",
+        "stop_copy,0",
+        "live_migrate,0",
+        "live_snapshot,0",
+    ] {
+        assert!(csv.contains(m), "{m}: {csv}");
+    }
+    assert!(csv.contains("live_migrate_round,0,0,"), "{csv}");
+    let svg = std::fs::read_to_string(out.join("migrate-rounds.svg")).unwrap();
+    assert!(
+        svg.contains("migrate paused") && svg.contains("snapshot 0"),
+        "{svg}"
+    );
+    // Only the results are left behind.
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn an_unwritable_out_is_refused_before_any_vm_starts() {
+    let file = std::env::temp_dir().join(format!("vgpu-bench-migrate-file-{}", std::process::id()));
+    std::fs::write(&file, b"mine").unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args(["migrate", "--short", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"mine",
+        "the file is left alone"
+    );
+    let _ = std::fs::remove_file(&file);
+}

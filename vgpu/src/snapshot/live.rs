@@ -1,0 +1,538 @@
+//! Live snapshots and migration of the virtual GPU (POS-style concurrent, incremental
+//! checkpoint, issue 17; docs/snapshot.md "Live snapshots"): VRAM is copied in rounds while the
+//! guest and the GPU run, through the engine's dirty log (`Engine::dirty_log_*`), and only the
+//! pages written since the last round go into the image taken with the device paused (a `VDLT`
+//! section instead of `VRAM`). A restore puts the pre-copied VRAM in place first, then the
+//! delta.
+//!
+//! [`Precopy`] is the source's side: `round` sends the first round (every non-zero page) or
+//! the pages dirtied since, `ram_dirty` hands the VMM the guest RAM the GPU wrote meanwhile (the
+//! engine's jobs through host regions, the worker's own writes, the doorbell page: KVM's dirty
+//! log sees none of them), `save_delta` writes the image once the device is paused. While it
+//! lives the VRAM aperture traps (guest stores through a mapped aperture would bypass the log).
+//! An engine without an exact log (`DirtyLogKind::Everything`) gains nothing from rounds: the
+//! caller asks [`Precopy::exact`] and then pauses the GPU for the pre-copy instead, as before.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use pgpu::dirty::{self, DirtyLogKind};
+use pgpu::{Engine, MapTarget};
+
+use super::format::{SnapReader, SnapWriter, VDLT};
+use super::{SaveReport, SnapshotError, vram};
+use crate::Vgpu;
+
+const PAGE: u64 = 4096;
+/// Most pages handed to a sink at once (1 MiB).
+pub const MAX_RUN_PAGES: u64 = 256;
+const RUN_HEADER: u64 = 12;
+
+fn engine_err(e: pgpu::EngineError) -> SnapshotError {
+    SnapshotError::Vram(e.to_string())
+}
+
+/// Guest RAM the worker writes itself (semaphores, small copies through `direct`), noted while
+/// a live snapshot runs.
+#[derive(Debug, Default)]
+pub struct RamWriteLog {
+    on: AtomicBool,
+    pages: Mutex<BTreeSet<u64>>,
+}
+
+impl RamWriteLog {
+    /// Notes guest-physical `[gpa, gpa + len)` written (while on).
+    pub fn mark(&self, gpa: u64, len: u64) {
+        if !self.on.load(Ordering::Acquire) || len == 0 {
+            return;
+        }
+        let mut p = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        for page in gpa / PAGE..=(gpa + len - 1) / PAGE {
+            p.insert(page);
+        }
+    }
+
+    fn set(&self, on: bool) {
+        let mut p = self.pages.lock().unwrap_or_else(PoisonError::into_inner);
+        p.clear();
+        self.on.store(on, Ordering::Release);
+    }
+
+    fn take(&self) -> BTreeSet<u64> {
+        std::mem::take(&mut *self.pages.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// What one VRAM round sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VramRound {
+    /// Pages sent.
+    pub pages: u64,
+    /// Of which pages an earlier round had sent already.
+    pub resent: u64,
+}
+
+/// The source side of a VRAM pre-copy (see the module's comment). Dropping it stops the log
+/// and maps the aperture again.
+pub struct Precopy<'a> {
+    gpu: &'a Vgpu,
+    kind: DirtyLogKind,
+    /// The device's per-job write sets stand in for the engine's log.
+    writesets: bool,
+    /// Pages of the partition sent by some round.
+    sent: Vec<u64>,
+    rounds: u32,
+}
+
+impl Vgpu {
+    /// Starts a VRAM pre-copy: the engine's dirty log on, the aperture trapping, the worker's
+    /// RAM writes noted. Refused like a pause for GPUs whose snapshots are not supported.
+    pub fn precopy_start(&self) -> Result<Precopy<'_>, SnapshotError> {
+        self.snapshot_supported()?;
+        if !self.cfg.vram.is_multiple_of(PAGE) {
+            return Err(SnapshotError::Vram("partition is not whole pages".into()));
+        }
+        if let Some(r) = &self.remap {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .suspend(true);
+        }
+        self.ram_log.set(true);
+        // From here on, dropping it undoes all of this.
+        let mut p = Precopy {
+            gpu: self,
+            kind: DirtyLogKind::Everything,
+            writesets: false,
+            sent: vec![0; dirty::words(self.cfg.vram)],
+            rounds: 0,
+        };
+        // The log starts between two runs: a job running now would have been translating
+        // unseen (the engine would then report every page dirty until it ended), so it is
+        // preempted for the start and resumes as a logged run.
+        let was_paused = self.is_paused();
+        if !was_paused {
+            self.pause()?;
+        }
+        let kind = self.engine.dirty_log_start().map_err(engine_err);
+        if let Ok(k) = &kind
+            && (*k != DirtyLogKind::Exact || self.cfg.dirty_writesets)
+        {
+            // No exact log in the engine (or asked for): the device's per-job write sets.
+            self.write_log.set(true);
+            p.writesets = true;
+        }
+        if !was_paused {
+            self.resume();
+        }
+        p.kind = kind?;
+        Ok(p)
+    }
+
+    /// Bytes of the VRAM partition (the size of a pre-copied VRAM file).
+    pub fn vram_bytes(&self) -> u64 {
+        self.cfg.vram
+    }
+
+    /// Restores a live snapshot's image (`VDLT` in place of `VRAM`) over `base`, the
+    /// pre-copied VRAM (a file of exactly the partition's size); as [`Vgpu::restore`]
+    /// otherwise.
+    pub fn restore_live(
+        &self,
+        input: &mut dyn std::io::Read,
+        base: &std::fs::File,
+    ) -> Result<(), SnapshotError> {
+        self.restore_inner(input, Some(base))
+    }
+}
+
+impl Precopy<'_> {
+    /// Whether rounds can tell what was written: the engine's log is exact, or the device's
+    /// per-job write sets stand in for it (otherwise rounds would resend everything).
+    pub fn exact(&self) -> bool {
+        self.kind == DirtyLogKind::Exact || self.writesets
+    }
+
+    /// Whether the device's per-job write sets track the GPU's writes (not the engine).
+    pub fn uses_write_sets(&self) -> bool {
+        self.writesets
+    }
+
+    /// Rounds done.
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    fn engine(&self) -> &dyn Engine {
+        &*self.gpu.engine
+    }
+
+    fn harvest_vram(&self) -> Result<Vec<u64>, SnapshotError> {
+        let mut bits = vec![0u64; dirty::words(self.gpu.cfg.vram)];
+        if self.writesets {
+            self.gpu.write_log.harvest_vram(&mut bits);
+            return Ok(bits);
+        }
+        self.engine()
+            .dirty_log_harvest(
+                MapTarget::Vram {
+                    pa: self.gpu.vram_base,
+                },
+                self.gpu.cfg.vram,
+                &mut bits,
+            )
+            .map_err(engine_err)?;
+        Ok(bits)
+    }
+
+    /// Reads the pages of `runs` and hands them to `sink` (first page, bytes) in pieces of at
+    /// most [`MAX_RUN_PAGES`].
+    fn send(
+        &mut self,
+        runs: &[(u64, u64)],
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<VramRound, SnapshotError> {
+        let mut r = VramRound::default();
+        let mut buf = vec![0u8; (MAX_RUN_PAGES * PAGE) as usize];
+        for &(first, count) in runs {
+            let mut p = first;
+            while p < first + count {
+                let n = (first + count - p).min(MAX_RUN_PAGES);
+                let b = &mut buf[..(n * PAGE) as usize];
+                self.engine()
+                    .vram_read(self.gpu.vram_base + p * PAGE, b)
+                    .map_err(engine_err)?;
+                sink(p, b)?;
+                for q in p..p + n {
+                    let (w, bit) = ((q / 64) as usize, 1u64 << (q % 64));
+                    if self.sent[w] & bit != 0 {
+                        r.resent += 1;
+                    }
+                    self.sent[w] |= bit;
+                }
+                r.pages += n;
+                p += n;
+            }
+        }
+        self.rounds += 1;
+        Ok(r)
+    }
+
+    /// One round, with the GPU running: the first sends every non-zero page of the partition
+    /// (the destination's starts zeroed), later ones the pages written since the previous
+    /// (zero or not). `sink` gets (page in the partition, whole pages).
+    pub fn round(
+        &mut self,
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<VramRound, SnapshotError> {
+        let runs = if self.rounds == 0 {
+            vram::nonzero_runs(self.engine(), self.gpu.vram_base, self.gpu.cfg.vram)?
+        } else {
+            let bits = self.harvest_vram()?;
+            dirty::runs(&bits, self.gpu.cfg.vram / PAGE, MAX_RUN_PAGES)
+        };
+        self.send(&runs, sink)
+    }
+
+    /// Guest-physical pages (addresses / 4096) the GPU wrote since the previous call: through
+    /// the engine's host regions, by the worker itself, and the doorbell page. Ascending.
+    pub fn ram_dirty(&self) -> Result<Vec<u64>, SnapshotError> {
+        let mut pages = self.gpu.ram_log.take();
+        if self.writesets {
+            match self.gpu.write_log.harvest_ram() {
+                Some(p) => pages.extend(p),
+                None => pages.extend(self.gpu.write_log.all_ram()),
+            }
+        }
+        for e in self.gpu.sysmem.entries().iter().filter(|_| !self.writesets) {
+            let mut bits = vec![0u64; dirty::words(e.len)];
+            self.engine()
+                .dirty_log_harvest(
+                    MapTarget::Host {
+                        region: e.region,
+                        offset: e.offset,
+                    },
+                    e.len,
+                    &mut bits,
+                )
+                .map_err(engine_err)?;
+            for (first, n) in dirty::runs(&bits, e.len / PAGE, u64::MAX) {
+                pages.extend((first..first + n).map(|p| e.gpa / PAGE + p));
+            }
+        }
+        if let Some(b) = &self.gpu.shared.lock().bell {
+            pages.insert(b.addr() / PAGE);
+        }
+        Ok(pages.into_iter().collect())
+    }
+
+    /// With the device paused: the image (as [`Vgpu::save_report`]) with the pages written
+    /// since the last round as a `VDLT` section. Returns the report and that last round.
+    pub fn save_delta(
+        &mut self,
+        out: &mut dyn Write,
+    ) -> Result<(SaveReport, VramRound), SnapshotError> {
+        let bits = self.harvest_vram()?;
+        let pages = self.gpu.cfg.vram / PAGE;
+        let runs = dirty::runs(&bits, pages, u64::from(u32::MAX));
+        let mut last = VramRound::default();
+        let gpu = self.gpu;
+        let report = gpu.save_with(out, &mut |w: &mut SnapWriter<'_>| {
+            let data: u64 = runs.iter().map(|(_, n)| n * PAGE).sum();
+            w.header(VDLT, data + RUN_HEADER * runs.len() as u64)?;
+            for &(first, count) in &runs {
+                w.raw(&first.to_le_bytes())?;
+                w.raw(&(count as u32).to_le_bytes())?;
+                let mut sink =
+                    |_: u64, b: &[u8]| w.raw(b).map_err(|e| std::io::Error::other(e.to_string()));
+                let r = self.send(&[(first, count)], &mut sink)?;
+                self.rounds -= 1;
+                last.pages += r.pages;
+                last.resent += r.resent;
+            }
+            Ok(data)
+        })?;
+        self.rounds += 1;
+        Ok((report, last))
+    }
+}
+
+impl Drop for Precopy<'_> {
+    fn drop(&mut self) {
+        self.gpu.engine.dirty_log_stop();
+        self.gpu.write_log.set(false);
+        self.gpu.ram_log.set(false);
+        if let Some(r) = &self.gpu.remap {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .suspend(false);
+        }
+    }
+}
+
+/// Restores the VRAM of a live snapshot: `base` (the pre-copied partition, exactly `size`
+/// bytes) into the partition, then the `VDLT` runs over it. On error the caller scrubs.
+pub(super) fn restore_delta(
+    r: &mut SnapReader<'_>,
+    engine: &dyn Engine,
+    base_pa: u64,
+    size: u64,
+    base: &std::fs::File,
+) -> Result<u64, SnapshotError> {
+    let found = base.metadata()?.len();
+    if found != size {
+        return Err(SnapshotError::Vram(format!(
+            "the pre-copied VRAM is {found} bytes, the partition {size}"
+        )));
+    }
+    // The base: only its data extents are read (a migration's memfd and a live snapshot's
+    // `vram.bin` hold just the pages the rounds sent; the rest are holes). The partition of
+    // the freshly created device this restores into is zero, so holes need nothing; within the
+    // data, pages that differ from the partition are written.
+    const CHUNK: u64 = 4 << 20;
+    let mut want = vec![0u8; CHUNK.min(size) as usize];
+    let mut have = vec![0u8; CHUNK.min(size) as usize];
+    for (start, end) in data_extents(base, size)? {
+        let mut at = start;
+        while at < end {
+            let n = (end - at).min(CHUNK) as usize;
+            base.read_exact_at(&mut want[..n], at)?;
+            engine
+                .vram_read(base_pa + at, &mut have[..n])
+                .map_err(engine_err)?;
+            for (i, (w, h)) in want[..n]
+                .chunks(PAGE as usize)
+                .zip(have[..n].chunks(PAGE as usize))
+                .enumerate()
+            {
+                if w != h {
+                    engine
+                        .vram_write(base_pa + at + i as u64 * PAGE, w)
+                        .map_err(engine_err)?;
+                }
+            }
+            at += n as u64;
+        }
+    }
+    // The delta.
+    let pages = size / PAGE;
+    let bad = |what: String| SnapshotError::Invalid {
+        section: "VDLT",
+        what,
+    };
+    let mut left = r.header(VDLT, vram::limit(size))?;
+    let mut next = 0u64;
+    let mut data = 0u64;
+    while left > 0 {
+        if left < RUN_HEADER {
+            return Err(bad(format!("{left} bytes left, not a run")));
+        }
+        let mut h = [0u8; RUN_HEADER as usize];
+        r.exact(&mut h, "VDLT")?;
+        let first = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
+        let count = u64::from(u32::from_le_bytes(h[8..].try_into().unwrap_or_default()));
+        left -= RUN_HEADER;
+        let end = first.checked_add(count).filter(|&e| e <= pages);
+        let Some(end) = end.filter(|_| count > 0 && first >= next) else {
+            return Err(bad(format!(
+                "run of {count} pages at page {first:#x} (overlapping, empty or outside the \
+                 {pages} pages)"
+            )));
+        };
+        if count * PAGE > left {
+            return Err(bad(format!(
+                "run at page {first:#x} longer than the section"
+            )));
+        }
+        let mut p = first;
+        while p < end {
+            let n = (end - p).min(CHUNK / PAGE) as usize * PAGE as usize;
+            r.exact(&mut want[..n], "VDLT")?;
+            engine
+                .vram_write(base_pa + p * PAGE, &want[..n])
+                .map_err(engine_err)?;
+            p += n as u64 / PAGE;
+        }
+        left -= count * PAGE;
+        data += count * PAGE;
+        next = end;
+    }
+    Ok(data)
+}
+
+/// The page-aligned ranges of `f` (of `size` bytes) that hold data (`SEEK_DATA`/`SEEK_HOLE`);
+/// the whole file where the file system cannot tell.
+fn data_extents(f: &std::fs::File, size: u64) -> Result<Vec<(u64, u64)>, SnapshotError> {
+    use std::os::fd::AsRawFd;
+    let seek = |off: u64, whence: libc::c_int| -> Option<u64> {
+        let off = libc::off_t::try_from(off).ok()?;
+        // SAFETY: lseek on a descriptor we hold; it moves only the file offset (the reads here
+        // are positional), and the result is checked.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        u64::try_from(r).ok()
+    };
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let Some(start) = seek(at, libc::SEEK_DATA) else {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data after `at`
+            }
+            return Ok(vec![(0, size)]); // not supported: read it all
+        };
+        let end = seek(start, libc::SEEK_HOLE).unwrap_or(size).min(size);
+        let (s, e) = (start / PAGE * PAGE, end.div_ceil(PAGE) * PAGE);
+        if s >= size || e <= s {
+            break;
+        }
+        out.push((s, e.min(size)));
+        at = e;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn data_extents_skip_holes() {
+        let mut f = tempfile();
+        f.set_len(64 << 20).unwrap();
+        f.write_all_at(&[1; 10], (3 << 20) + 5).unwrap();
+        f.write_all_at(&[1; 4096], 40 << 20).unwrap();
+        f.flush().unwrap();
+        let e = data_extents(&f, 64 << 20).unwrap();
+        // File systems allocate in blocks; every written byte is inside an extent, and most
+        // of the file is not.
+        let covered = |off: u64| e.iter().any(|&(s, t)| (s..t).contains(&off));
+        assert!(covered((3 << 20) + 5) && covered(40 << 20), "{e:?}");
+        let total: u64 = e.iter().map(|(s, t)| t - s).sum();
+        assert!(total < 16 << 20, "{e:?}");
+    }
+
+    /// A snapshot holding only a VDLT section with `runs` (first page, pages, byte).
+    fn delta(runs: &[(u64, u32, u8)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        let len: u64 = runs.iter().map(|r| 12 + u64::from(r.1) * PAGE).sum();
+        w.header(VDLT, len).unwrap();
+        for &(first, n, b) in runs {
+            w.raw(&first.to_le_bytes()).unwrap();
+            w.raw(&n.to_le_bytes()).unwrap();
+            w.raw(&vec![b; (u64::from(n) * PAGE) as usize]).unwrap();
+        }
+        out
+    }
+
+    fn apply(
+        e: &pgpu::sim::SimEngine,
+        snap: &[u8],
+        base: &std::fs::File,
+    ) -> Result<u64, SnapshotError> {
+        let mut input = snap;
+        let mut r = SnapReader::new(&mut input)?;
+        restore_delta(&mut r, e, 2 << 20, 2 << 20, base)
+    }
+
+    #[test]
+    fn the_delta_goes_over_the_pre_copied_vram_and_hostile_runs_are_refused() {
+        let e = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 4 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let base = tempfile();
+        base.set_len(2 << 20).unwrap();
+        base.write_all_at(&[0xab; 4096], 3 * PAGE).unwrap();
+        base.write_all_at(&[0xee; 4096], 5 * PAGE).unwrap();
+        // Page 5 of the base is overwritten by the delta, page 6 comes from it only.
+        assert_eq!(apply(&e, &delta(&[(5, 2, 0xcd)]), &base).unwrap(), 2 * PAGE);
+        let page = |p: u64| {
+            let mut b = vec![0u8; 4096];
+            e.vram_read((2 << 20) + p * PAGE, &mut b).unwrap();
+            b
+        };
+        assert_eq!(page(3), vec![0xab; 4096]);
+        assert_eq!(page(5), vec![0xcd; 4096]);
+        assert_eq!(page(6), vec![0xcd; 4096]);
+        assert_eq!(page(4), vec![0; 4096]);
+        let refused = |runs: &[(u64, u32, u8)]| apply(&e, &delta(runs), &base).unwrap_err();
+        // Outside the partition (512 pages), overlapping, empty.
+        let err = refused(&[(511, 2, 1)]).to_string();
+        assert!(err.contains("outside the 512 pages"), "{err}");
+        let err = refused(&[(5, 2, 1), (6, 1, 1)]).to_string();
+        assert!(err.contains("overlapping"), "{err}");
+        let err = refused(&[(5, 0, 1)]).to_string();
+        assert!(err.contains("empty"), "{err}");
+        // A base of another size.
+        base.set_len(1 << 20).unwrap();
+        let err = apply(&e, &delta(&[]), &base).unwrap_err().to_string();
+        assert!(err.contains("pre-copied VRAM is 1048576 bytes"), "{err}");
+        // A full image's VRAM section where the delta belongs.
+        base.set_len(2 << 20).unwrap();
+        let mut out = Vec::new();
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        w.section(super::super::format::VRAM, &[]).unwrap();
+        let err = apply(&e, &out, &base).unwrap_err().to_string();
+        assert!(err.contains("VRAM where VDLT belongs"), "{err}");
+    }
+
+    fn tempfile() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("vgpu-extents-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f
+    }
+}

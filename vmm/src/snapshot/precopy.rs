@@ -1,0 +1,236 @@
+//! Pre-copy pieces shared by live migration (`ctl migrate --live`) and live snapshots (`ctl
+//! snapshot --live`): where the rounds go ([`Sink`]: a migration stream or the snapshot's
+//! files), the RAM pages of a round (KVM's dirty bitmaps, one per RAM region, plus the pages the
+//! virtual GPU wrote, which KVM does not see) sent with a record of which pages went before,
+//! and the per-round report ("how much was copied twice", issue 17).
+
+use serde::Serialize;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+use super::ram::RamError;
+
+const PAGE: u64 = 4096;
+/// Most pages per RAM run handed to a sink (1 MiB).
+pub const MAX_RUN_PAGES: u64 = 256;
+
+/// Where pre-copy rounds go.
+pub trait Sink {
+    /// Whole pages of RAM at `off` in the RAM file's layout (a later write of a page wins).
+    fn ram(&mut self, off: u64, bytes: &[u8]) -> std::io::Result<()>;
+    /// Whole pages of VRAM from partition page `page`, sent in pre-copy round `round`.
+    fn vram(&mut self, round: u32, page: u64, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// What one round sent (bytes; "resent": pages an earlier round had sent already).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Round {
+    pub round: u32,
+    /// The last round, sent with the VM (and its GPU) paused.
+    pub paused: bool,
+    pub ms: f64,
+    pub ram_bytes: u64,
+    pub ram_resent_bytes: u64,
+    pub vram_bytes: u64,
+    pub vram_resent_bytes: u64,
+}
+
+/// All rounds of a pre-copy and their sums.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Report {
+    /// Whether the GPU ran during the pre-copy (its VRAM pre-copied through an exact dirty
+    /// log); otherwise it was paused for it and its VRAM sent in the paused round.
+    pub gpu_running: bool,
+    /// What told which GPU pages were written: "engine" (its exact dirty log), "write sets"
+    /// (the device's per-job write sets from the kernels' PTX), "none" (no GPU, or the GPU
+    /// paused for the pre-copy).
+    pub gpu_dirty_log: String,
+    pub rounds: Vec<Round>,
+    pub ram_bytes: u64,
+    pub ram_resent_bytes: u64,
+    pub vram_bytes: u64,
+    pub vram_resent_bytes: u64,
+}
+
+impl Report {
+    /// Adds a round (and its bytes to the sums).
+    pub fn push(&mut self, r: Round) {
+        self.ram_bytes += r.ram_bytes;
+        self.ram_resent_bytes += r.ram_resent_bytes;
+        self.vram_bytes += r.vram_bytes;
+        self.vram_resent_bytes += r.vram_resent_bytes;
+        self.rounds.push(r);
+    }
+}
+
+/// Every page of RAM, as a dirty bitmap per region.
+pub fn all_dirty(mem: &GuestMemoryMmap) -> Vec<Vec<u64>> {
+    mem.iter()
+        .map(|r| vec![u64::MAX; (r.len() / PAGE).div_ceil(64) as usize])
+        .collect()
+}
+
+/// Sets guest-physical pages `pages` (addresses / 4096) in the per-region bitmaps `dirty`;
+/// pages outside RAM are ignored.
+pub fn add_pages(mem: &GuestMemoryMmap, dirty: &mut [Vec<u64>], pages: &[u64]) {
+    for &p in pages {
+        let gpa = p.saturating_mul(PAGE);
+        for (r, bits) in mem.iter().zip(dirty.iter_mut()) {
+            let start = r.start_addr().0;
+            if (start..start + r.len()).contains(&gpa) {
+                let i = (gpa - start) / PAGE;
+                if let Some(w) = bits.get_mut((i / 64) as usize) {
+                    *w |= 1 << (i % 64);
+                }
+                break;
+            }
+        }
+    }
+}
+
+/// The RAM pages sent so far (one bitmap per region).
+#[derive(Debug)]
+pub struct RamSent {
+    sent: Vec<Vec<u64>>,
+}
+
+impl RamSent {
+    pub fn new(mem: &GuestMemoryMmap) -> Self {
+        RamSent {
+            sent: mem
+                .iter()
+                .map(|r| vec![0; (r.len() / PAGE).div_ceil(64) as usize])
+                .collect(),
+        }
+    }
+
+    /// Distinct pages sent.
+    pub fn pages(&self) -> u64 {
+        self.sent
+            .iter()
+            .flatten()
+            .map(|w| u64::from(w.count_ones()))
+            .sum()
+    }
+
+    /// Sends the pages of `mem` whose bits are set in `dirty` (one bitmap per region, as
+    /// KVM_GET_DIRTY_LOG returns them), copied with volatile reads so that the guest may run
+    /// meanwhile (a page it writes again is dirty again and sent again). All-zero pages are
+    /// sent too unless `skip_zero` (the first round: the destination's RAM starts zeroed).
+    /// Returns (pages sent, of which sent before).
+    pub fn send(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        dirty: &[Vec<u64>],
+        skip_zero: bool,
+        sink: &mut dyn Sink,
+    ) -> Result<(u64, u64), RamError> {
+        let io = |err| RamError::Io {
+            what: "send RAM",
+            err,
+        };
+        let (mut sent, mut resent) = (0, 0);
+        let mut file_off = 0u64;
+        let mut buf = vec![0u8; (MAX_RUN_PAGES * PAGE) as usize];
+        for ((region, bits), done) in mem.iter().zip(dirty).zip(self.sent.iter_mut()) {
+            let npages = region.len() / PAGE;
+            let is_dirty = |p: u64| {
+                bits.get((p / 64) as usize)
+                    .is_some_and(|w| w >> (p % 64) & 1 == 1)
+            };
+            let mut note = |first: u64, n: u64| {
+                for q in first..first + n {
+                    let (w, bit) = ((q / 64) as usize, 1u64 << (q % 64));
+                    if done[w] & bit != 0 {
+                        resent += 1;
+                    }
+                    done[w] |= bit;
+                }
+                sent += n;
+            };
+            let mut p = 0;
+            while p < npages {
+                if !is_dirty(p) {
+                    p += 1;
+                    continue;
+                }
+                let first = p;
+                while p < npages && is_dirty(p) && p - first < MAX_RUN_PAGES {
+                    p += 1;
+                }
+                let n = ((p - first) * PAGE) as usize;
+                let gpa = GuestAddress(region.start_addr().0 + first * PAGE);
+                mem.read_slice(&mut buf[..n], gpa)
+                    .map_err(|e| RamError::Map(e.to_string()))?;
+                let base = file_off + first * PAGE;
+                if !skip_zero {
+                    sink.ram(base, &buf[..n]).map_err(io)?;
+                    note(first, p - first);
+                    continue;
+                }
+                // Runs of non-zero pages within the run.
+                let mut i = 0;
+                while i < n {
+                    if buf[i..i + PAGE as usize].iter().all(|&b| b == 0) {
+                        i += PAGE as usize;
+                        continue;
+                    }
+                    let s = i;
+                    while i < n && buf[i..i + PAGE as usize].iter().any(|&b| b != 0) {
+                        i += PAGE as usize;
+                    }
+                    sink.ram(base + s as u64, &buf[s..i]).map_err(io)?;
+                    note(first + s as u64 / PAGE, (i - s) as u64 / PAGE);
+                }
+            }
+            file_off += region.len();
+        }
+        Ok((sent, resent))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Rec(Vec<(u64, usize)>);
+
+    impl Sink for Rec {
+        fn ram(&mut self, off: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.push((off, bytes.len()));
+            Ok(())
+        }
+        fn vram(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn rounds_count_pages_sent_twice() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[
+            (GuestAddress(0), 1 << 20),
+            (GuestAddress(1 << 32), 1 << 20),
+        ])
+        .unwrap();
+        mem.write_slice(&[1], GuestAddress(0x3000)).unwrap();
+        mem.write_slice(&[1], GuestAddress((1 << 32) + 0x1000))
+            .unwrap();
+        let mut sent = RamSent::new(&mem);
+        let mut rec = Rec::default();
+        // Round 0: the two non-zero pages; the second region's at file offset 1 MiB + 4 KiB.
+        assert_eq!(
+            sent.send(&mem, &all_dirty(&mem), true, &mut rec).unwrap(),
+            (2, 0)
+        );
+        assert_eq!(rec.0, vec![(0x3000, 4096), ((1 << 20) + 0x1000, 4096)]);
+        // Round 1: pages 3 and 4 dirty (the GPU wrote page 4, given as a guest-physical page).
+        let mut dirty = vec![vec![0u64; 4]; 2];
+        dirty[0][0] = 1 << 3;
+        add_pages(&mem, &mut dirty, &[4, 1 << 20, 1 << 40]);
+        assert_eq!(dirty[1][0], 1, "second region's first page");
+        rec.0.clear();
+        assert_eq!(sent.send(&mem, &dirty, false, &mut rec).unwrap(), (3, 1));
+        assert_eq!(rec.0, vec![(0x3000, 8192), (1 << 20, 4096)]);
+        assert_eq!(sent.pages(), 4);
+    }
+}
