@@ -465,11 +465,11 @@ mod tests {
         std::fs::remove_dir_all(&out).unwrap();
         // Full's workload a: median 200 ns, download copy 50 ns (native 25: 2x), 1 exit.
         assert!(
-            csv.contains("\nfull,small,a,download_copy,0.1,2.000,1,1\n"),
+            csv.contains("\nfull,small,a,download_copy,0.1,2.000,1,1,\n"),
             "{csv}"
         );
         assert!(
-            csv.contains("\nfull,small,init,init_pool_warm,0.0,3.000,,1\n"),
+            csv.contains("\nfull,small,init,init_pool_warm,0.0,3.000,,1,\n"),
             "{csv}"
         );
         let full = &s["results"][1];
