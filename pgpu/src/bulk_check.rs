@@ -2,7 +2,7 @@
 //! `vram_write_pages`, `vram_zero`) against its plain `vram_read`/`vram_write` and a host copy
 //! of the bytes: the bitmap equal to a byte-by-byte scan (pages with one non-zero byte at
 //! their first, last or a random offset included), the runs read back in order with no piece
-//! spanning two runs, pages written in a scattered order landing where listed, and zeroing
+//! spanning two runs (and `vram_read_runs_batched` giving the same pieces), pages written in a scattered order landing where listed, and zeroing
 //! touching nothing outside its range. Written against the trait only: `tests/bulk.rs` runs it
 //! on the sim engine and on the trait's default implementations, `tests/cuda.rs` on the cuda
 //! engine. Returns a message naming what broke instead of panicking.
@@ -171,6 +171,25 @@ pub fn check_bulk(e: &dyn Engine, pa: u64, pages: u64, seed: u64) -> Result<Bulk
         return Err(format!(
             "vram_read_runs returned {} bytes, {} expected, or other bytes",
             got.len(),
+            expect.len()
+        ));
+    }
+    // The batched read: the same pieces, in order, in batches.
+    let (mut batched, mut bpieces) = (Vec::new(), 0u64);
+    let flow = e
+        .vram_read_runs_batched(&runs, &mut |batch: &[&[u8]]| {
+            for p in batch {
+                bpieces += 1;
+                batched.extend_from_slice(p);
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(e2s("vram_read_runs_batched"))?;
+    if flow.is_break() || batched != expect || bpieces != pieces {
+        return Err(format!(
+            "vram_read_runs_batched returned {} bytes in {bpieces} pieces, {} in {pieces} expected, \
+             or other bytes",
+            batched.len(),
             expect.len()
         ));
     }

@@ -196,6 +196,21 @@ impl Engine for CudaEngine {
         runs: &[(u64, u64)],
         sink: &mut crate::engine::bulk::PageSink<'_>,
     ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_read_runs(runs, &mut |pieces: &[&[u8]]| {
+            for p in pieces {
+                if sink(p).is_break() {
+                    return std::ops::ControlFlow::Break(());
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+    }
+
+    fn vram_read_runs_batched(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut crate::engine::bulk::BatchSink<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
         self.bulk_read_runs(runs, sink)
     }
 

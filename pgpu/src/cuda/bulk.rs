@@ -25,7 +25,7 @@ use super::driver::{Ctx, DrvError, ck};
 use super::engine::{CudaEngine, lock};
 use crate::engine::EngineError;
 use crate::engine::bulk::{
-    PageSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
+    BatchSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
 };
 
 /// Bytes of a slot's buffers.
@@ -440,7 +440,7 @@ impl CudaEngine {
     pub(crate) fn bulk_read_runs(
         &self,
         runs: &[(u64, u64)],
-        sink: &mut PageSink<'_>,
+        sink: &mut BatchSink<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         for &(pa, len) in runs {
             check_pages(pa, len, self.info.vram_size)?;
@@ -464,14 +464,18 @@ impl CudaEngine {
                 if let Some((i, ps)) = pending.take() {
                     b.wait(i).map_err(|e| self.drv(e))?;
                     let host = b.slots[i].host;
-                    for (off, len) in ps {
-                        // SAFETY: the slot's transfer completed (waited for) and nothing
-                        // writes its pinned buffer until it is queued again, after the sink
-                        // returns; `off + len` <= SLOT.
-                        let piece = unsafe { std::slice::from_raw_parts(host.add(off), len) };
-                        if sink(piece).is_break() {
-                            return Ok(ControlFlow::Break(()));
-                        }
+                    let pieces: Vec<&[u8]> = ps
+                        .iter()
+                        .map(|&(off, len)| {
+                            // SAFETY: the slot's transfer completed (waited for) and nothing
+                            // writes its pinned buffer until it is queued again, after the
+                            // sink returns (the slices do not outlive this iteration);
+                            // `off + len` <= SLOT.
+                            unsafe { std::slice::from_raw_parts(host.add(off), len) }
+                        })
+                        .collect();
+                    if sink(&pieces).is_break() {
+                        return Ok(ControlFlow::Break(()));
                     }
                 }
                 if !queued {

@@ -10,6 +10,9 @@ use super::{Engine, EngineError};
 
 /// Where `Engine::vram_read_runs` hands the bytes it read.
 pub type PageSink<'a> = dyn FnMut(&[u8]) -> ControlFlow<()> + 'a;
+/// Where `Engine::vram_read_runs_batched` hands the bytes it read: several pieces at once (a
+/// transfer's worth), so that the consumer can copy them out on several threads.
+pub type BatchSink<'a> = dyn FnMut(&[&[u8]]) -> ControlFlow<()> + 'a;
 /// What `Engine::vram_write_pages` asks for pages: fill the buffer's first pages, list each
 /// one's destination.
 pub type PageSource<'a> = dyn FnMut(&mut [u8], &mut Vec<u64>) -> ControlFlow<()> + 'a;
@@ -101,6 +104,14 @@ pub(crate) fn read_runs<E: Engine + ?Sized>(
         }
     }
     Ok(ControlFlow::Continue(()))
+}
+
+pub(crate) fn read_runs_batched<E: Engine + ?Sized>(
+    e: &E,
+    runs: &[(u64, u64)],
+    sink: &mut BatchSink<'_>,
+) -> Result<ControlFlow<()>, EngineError> {
+    e.vram_read_runs(runs, &mut |piece: &[u8]| sink(&[piece]))
 }
 
 /// Checks the page addresses a write source produced (`filled` pages of the buffer).

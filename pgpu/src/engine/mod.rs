@@ -72,6 +72,17 @@ pub trait Engine: Send + Sync {
         bulk::read_runs(self, runs, sink)
     }
 
+    /// As [`Engine::vram_read_runs`], with the pieces handed over a batch at a time (the
+    /// same pieces, in the same order; each batch valid only during the call). The default
+    /// hands one piece per batch; the cuda engine hands each pinned slot's pieces at once.
+    fn vram_read_runs_batched(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut bulk::BatchSink<'_>,
+    ) -> Result<ControlFlow<()>, EngineError> {
+        bulk::read_runs_batched(self, runs, sink)
+    }
+
     /// Writes the pages `source` produces: each call gets a buffer (a whole number of pages)
     /// and an empty list, fills the buffer's first pages and pushes each one's destination
     /// (a 4 KiB aligned physical address) to the list; an empty list ends the writes, `Break`
