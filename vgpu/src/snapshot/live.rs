@@ -188,33 +188,62 @@ impl Precopy<'_> {
     }
 
     /// Reads the pages of `runs` and hands them to `sink` (first page, bytes) in pieces of at
-    /// most [`MAX_RUN_PAGES`].
+    /// most [`MAX_RUN_PAGES`], through the engine's bulk read (on cuda: pinned, double-buffered
+    /// transfers instead of one synchronous copy per piece).
     fn send(
         &mut self,
         runs: &[(u64, u64)],
         sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
     ) -> Result<VramRound, SnapshotError> {
-        let mut r = VramRound::default();
-        let mut buf = vec![0u8; (MAX_RUN_PAGES * PAGE) as usize];
+        let base = self.gpu.vram_base;
+        let mut pieces: Vec<(u64, u64)> = Vec::new();
         for &(first, count) in runs {
             let mut p = first;
             while p < first + count {
                 let n = (first + count - p).min(MAX_RUN_PAGES);
-                let b = &mut buf[..(n * PAGE) as usize];
-                self.engine()
-                    .vram_read(self.gpu.vram_base + p * PAGE, b)
-                    .map_err(engine_err)?;
-                sink(p, b)?;
-                for q in p..p + n {
-                    let (w, bit) = ((q / 64) as usize, 1u64 << (q % 64));
-                    if self.sent[w] & bit != 0 {
-                        r.resent += 1;
-                    }
-                    self.sent[w] |= bit;
-                }
-                r.pages += n;
+                pieces.push((base + p * PAGE, n * PAGE));
                 p += n;
             }
+        }
+        // The bulk read hands whole pages in order, never spanning two of `pieces`.
+        let (mut i, mut at, mut failed) = (0usize, 0u64, None);
+        let flow = self
+            .engine()
+            .vram_read_runs(&pieces, &mut |b: &[u8]| {
+                let Some(&(pa, len)) = pieces.get(i) else {
+                    failed = Some(std::io::Error::other("the engine read more than asked"));
+                    return std::ops::ControlFlow::Break(());
+                };
+                if let Err(e) = sink((pa - base + at) / PAGE, b) {
+                    failed = Some(e);
+                    return std::ops::ControlFlow::Break(());
+                }
+                at += b.len() as u64;
+                if at >= len {
+                    (i, at) = (i + 1, 0);
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .map_err(engine_err)?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        if flow.is_break() || i != pieces.len() {
+            return Err(SnapshotError::Vram(format!(
+                "the engine's bulk read ended after {i} of {} runs",
+                pieces.len()
+            )));
+        }
+        let mut r = VramRound::default();
+        for &(first, count) in runs {
+            for q in first..first + count {
+                let (w, bit) = ((q / 64) as usize, 1u64 << (q % 64));
+                if self.sent[w] & bit != 0 {
+                    r.resent += 1;
+                }
+                self.sent[w] |= bit;
+            }
+            r.pages += count;
         }
         self.rounds += 1;
         Ok(r)
