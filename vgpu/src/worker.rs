@@ -5,7 +5,8 @@
 //! budget, and turns every failure into the fault the spec names.
 //!
 //! Files: `worker/pick` (waiting for work: pause parking, flushes, channel choice, doorbell
-//! polling), `worker/launch` (a launch's module and parameters), `worker/pause` (the state a
+//! polling), `worker/launch` (a launch's module and parameters), `worker/copy` (a copy
+//! job and its path timings by destination), `worker/pause` (the state a
 //! snapshot exports and a restore imports).
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::state::{FaultRecord, Shared, Watched};
 use crate::watchdog::Watchdog;
 use vgpu_proto::proto::{RunOutcome, monotonic_ns};
 
+mod copy;
 mod launch;
 mod pause;
 mod pick;
@@ -572,33 +574,15 @@ impl Worker {
                     self.chans[ch].suspended = None;
                     return Ok(Turn::Advanced);
                 }
-                let to_sysmem = self
-                    .direct
-                    .as_ref()
-                    .and_then(|d| d.maps_to_sysmem(space, dst));
-                let t0 = Instant::now();
-                let r = self.run_job(
+                self.run_copy(
                     ch,
-                    Job::Copy(CopyJob {
+                    CopyJob {
                         space,
                         src,
                         dst,
                         len,
-                    }),
-                    None,
-                    Duration::ZERO,
-                );
-                let ns = t0.elapsed().as_nanos() as u64;
-                let mut g = self.shared.lock();
-                let p = &mut g.counters.path;
-                let (lat, bytes) = match to_sysmem {
-                    Some(true) => (&mut p.copy_to_sysmem, &mut p.copy_to_sysmem_bytes),
-                    Some(false) => (&mut p.copy_to_vram, &mut p.copy_to_vram_bytes),
-                    None => (&mut p.copy_unclassified, &mut p.copy_unclassified_bytes),
-                };
-                lat.add(ns);
-                *bytes += len;
-                r
+                    },
+                )
             }
             Command::Launch(desc) => {
                 self.shared.lock().counters.launches += 1;
@@ -690,14 +674,8 @@ impl Worker {
                             // Paused before the grant came: the job keeps its place (its
                             // method runs again after the pause) and a context it had.
                             if let Some(context) = saved.take() {
-                                self.chans[ch].suspended = Some(pause::Suspended {
-                                    context,
-                                    gpu,
-                                    module: match &job {
-                                        Job::Launch(l) => Some(l.module),
-                                        Job::Copy(_) => None,
-                                    },
-                                });
+                                self.chans[ch].suspended =
+                                    Some(pause::Suspended::of(context, gpu, &job));
                             }
                             return Ok(Turn::Suspended);
                         }
@@ -755,15 +733,7 @@ impl Worker {
                 {
                     // Paused for a snapshot: keep the context; the entry resumes it. A shared
                     // GPU's grant ended above (`Done` preempted); parking withdraws the Want.
-                    let module = match &job {
-                        Job::Launch(l) => Some(l.module),
-                        Job::Copy(_) => None,
-                    };
-                    self.chans[ch].suspended = Some(pause::Suspended {
-                        context,
-                        gpu,
-                        module,
-                    });
+                    self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, &job));
                     return Ok(Turn::Suspended);
                 }
                 Ok(Outcome::Preempted { context, .. })

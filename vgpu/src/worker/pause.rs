@@ -16,6 +16,21 @@ pub(super) struct Suspended {
     pub module: Option<ModuleId>,
 }
 
+impl Suspended {
+    /// `job`, preempted after `gpu` of engine time with its `context`.
+    pub(super) fn of(context: pgpu::SavedContext, gpu: Duration, job: &Job) -> Self {
+        let module = match job {
+            Job::Launch(l) => Some(l.module),
+            Job::Copy(_) => None,
+        };
+        Suspended {
+            context,
+            gpu,
+            module,
+        }
+    }
+}
+
 impl Worker {
     /// The worker's state, for a snapshot (called parked, under the register lock).
     pub(super) fn export(&self, r: &Regs) -> WorkerImage {
