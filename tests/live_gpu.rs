@@ -68,19 +68,7 @@ fn live_migrate_fairness(log: &str) {
     assert_eq!(report["gpu_dirty_log"], log, "{done}");
     assert!(vram_rounds(report) > 1, "one VRAM round only: {done}");
     check_sums(report);
-    let (code, before, err) = vm.finish();
-    assert_eq!(code, 0, "{err}");
-    assert!(!before.contains("FAIRNESS end"), "{before}");
-    let out = dest.wait_with_output().unwrap();
-    let after = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{after} {err}");
-    let end = after
-        .lines()
-        .find(|l| l.starts_with("FAIRNESS end "))
-        .unwrap_or_else(|| panic!("no end line:\n{after}"));
-    assert!(end.ends_with(" ok=1"), "{end}");
-    assert!(!after.contains("FAIRNESS start"), "{after}");
+    migrated_fairness_finishes(vm, dest);
 }
 
 #[test]

@@ -234,18 +234,6 @@ fn gpu_migrate_once(args: &[&str], live: bool, tag: &str) {
         vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
         let done = migrate(&vm, &incoming, live);
         assert_eq!(done["rounds"].as_array().unwrap().is_empty(), !live);
-        let (code, before, err) = vm.finish();
-        assert_eq!(code, 0, "{err}");
-        assert!(!before.contains("FAIRNESS end"), "{before}");
-        let out = dest.wait_with_output().unwrap();
-        let after = String::from_utf8_lossy(&out.stdout).into_owned();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "live {live}: {after} {err}");
-        let end = after
-            .lines()
-            .find(|l| l.starts_with("FAIRNESS end "))
-            .unwrap_or_else(|| panic!("no end line:\n{after}"));
-        assert!(end.ends_with(" ok=1"), "{end}");
-        assert!(!after.contains("FAIRNESS start"), "{after}");
+        migrated_fairness_finishes(vm, dest);
     }
 }

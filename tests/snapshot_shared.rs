@@ -138,15 +138,7 @@ fn a_vm_of_a_vgpud_pair_migrates_to_a_second_daemon_while_its_neighbour_runs() {
     vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let done = migrate(&vm, &incoming, true);
     assert!(!done["rounds"].as_array().unwrap().is_empty(), "{done}");
-    let (code, before, err) = vm.finish();
-    assert_eq!(code, 0, "{err}");
-    assert!(!before.contains("FAIRNESS end"), "{before}");
-    let out = dest.wait_with_output().unwrap();
-    let after = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{after} {err}");
-    ended_ok(&after, "migrated to B");
-    assert!(!after.contains("FAIRNESS start"), "{after}");
+    migrated_fairness_finishes(vm, dest);
     let (code, out, err) = nb.finish();
     assert_eq!(code, 0, "{err}");
     ended_ok(&out, "neighbour on A");

@@ -297,3 +297,23 @@ pub fn migrate(vm: &Vm, to: &Path, live: bool) -> serde_json::Value {
     assert_eq!(code, 0, "{err}");
     json(&out)
 }
+
+/// After `vm` (the fairness guest) migrated to `dest`: the source exited 0 before the guest's
+/// end, and the destination finished it with `ok=1` without starting it again. Returns the
+/// destination's output.
+pub fn migrated_fairness_finishes(vm: Vm, dest: Child) -> String {
+    let (code, before, err) = vm.finish();
+    assert_eq!(code, 0, "{err}");
+    assert!(!before.contains("FAIRNESS end"), "{before}");
+    let out = dest.wait_with_output().unwrap();
+    let after = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{after} {err}");
+    let end = after
+        .lines()
+        .find(|l| l.starts_with("FAIRNESS end "))
+        .unwrap_or_else(|| panic!("no end line:\n{after}"));
+    assert!(end.ends_with(" ok=1"), "{end}");
+    assert!(!after.contains("FAIRNESS start"), "{after}");
+    after
+}
