@@ -1,0 +1,517 @@
+//! The driver API through the Rust library (the same functions the C ABI exports), on the sim
+//! backend: contexts, modules from PTX text, launches, copies, globals, events, and the errors
+//! (bad pointers, bad parameters, unknown names, a faulting kernel's sticky error).
+
+use std::ffi::{CString, c_void};
+use std::ptr::{null, null_mut};
+
+use cuda::api::*;
+use cuda::result::*;
+
+const PTX: &str = include_str!("kernels.ptx");
+
+fn ok(r: CUresult) {
+    assert_eq!(r, CUDA_SUCCESS, "driver call failed: {r}");
+}
+
+/// A fresh context on this test's thread, with the test module loaded.
+fn setup() -> (Handle, Handle) {
+    ok(cuInit(0));
+    let mut ctx = null_mut();
+    // SAFETY: out-pointers to locals.
+    unsafe { ok(cuCtxCreate_v2(&mut ctx, 0, 0)) };
+    let text = CString::new(PTX).unwrap();
+    let mut module = null_mut();
+    // SAFETY: NUL-terminated PTX text.
+    unsafe { ok(cuModuleLoadData(&mut module, text.as_ptr().cast())) };
+    (ctx, module)
+}
+
+fn function(module: Handle, name: &str) -> Result<Handle, CUresult> {
+    let mut f = null_mut();
+    let n = CString::new(name).unwrap();
+    // SAFETY: out-pointer to a local, a NUL-terminated name.
+    match unsafe { cuModuleGetFunction(&mut f, module, n.as_ptr()) } {
+        CUDA_SUCCESS => Ok(f),
+        e => Err(e),
+    }
+}
+
+fn alloc(bytes: usize) -> CUdeviceptr {
+    let mut p = 0;
+    // SAFETY: out-pointer to a local.
+    unsafe { ok(cuMemAlloc_v2(&mut p, bytes)) };
+    p
+}
+
+fn htod(dst: CUdeviceptr, v: &[u32]) {
+    // SAFETY: the slice's bytes.
+    unsafe { ok(cuMemcpyHtoD_v2(dst, v.as_ptr().cast(), v.len() * 4)) };
+}
+
+fn dtoh(src: CUdeviceptr, n: usize) -> Vec<u32> {
+    let mut v = vec![0u32; n];
+    // SAFETY: the vector's bytes.
+    unsafe { ok(cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), src, n * 4)) };
+    v
+}
+
+/// Launches vecadd over `n` elements with kernelParams.
+fn vecadd(f: Handle, a: u64, b: u64, c: u64, n: u32, stream: Handle) -> CUresult {
+    let args: [*mut c_void; 4] = [
+        (&raw const a).cast_mut().cast(),
+        (&raw const b).cast_mut().cast(),
+        (&raw const c).cast_mut().cast(),
+        (&raw const n).cast_mut().cast(),
+    ];
+    let mut args = args;
+    // SAFETY: four pointers to values of the parameters' sizes.
+    unsafe {
+        cuLaunchKernel(
+            f,
+            n.div_ceil(64),
+            1,
+            1,
+            64,
+            1,
+            1,
+            0,
+            stream,
+            args.as_mut_ptr(),
+            null_mut(),
+        )
+    }
+}
+
+#[test]
+fn vecadd_with_a_constant_and_a_device_global() {
+    let (ctx, module) = setup();
+    let f = function(module, "vecadd").unwrap();
+    let n = 1000u32;
+    let a: Vec<u32> = (0..n).collect();
+    let b: Vec<u32> = (0..n).map(|i| 2 * i + 1).collect();
+    let (da, db, dc) = (alloc(4000), alloc(4000), alloc(4000));
+    htod(da, &a);
+    htod(db, &b);
+    ok(vecadd(f, da, db, dc, n, null_mut()));
+    ok(cuCtxSynchronize());
+    let c = dtoh(dc, n as usize);
+    assert!(
+        c.iter()
+            .enumerate()
+            .all(|(i, &v)| v == 3 * (3 * i as u32 + 1)),
+        "{:?}",
+        &c[..4]
+    );
+
+    // __constant__ through cuModuleGetGlobal: the scale becomes 5.
+    let (mut p, mut size) = (0u64, 0usize);
+    let name = CString::new("scale").unwrap();
+    // SAFETY: out-pointers to locals, a NUL-terminated name.
+    unsafe {
+        ok(cuModuleGetGlobal_v2(
+            &mut p,
+            &mut size,
+            module,
+            name.as_ptr(),
+        ))
+    };
+    assert_eq!(size, 4);
+    assert_eq!(dtoh(p, 1), vec![3]);
+    htod(p, &[5]);
+    ok(vecadd(f, da, db, dc, n, null_mut()));
+    assert_eq!(dtoh(dc, 2), vec![5, 5 * 4]);
+    // The kernel counted its two launches in a __device__ variable.
+    let name = CString::new("launches").unwrap();
+    // SAFETY: as above; size may be null.
+    unsafe {
+        ok(cuModuleGetGlobal_v2(
+            &mut p,
+            null_mut(),
+            module,
+            name.as_ptr(),
+        ))
+    };
+    assert_eq!(dtoh(p, 1), vec![2]);
+    let missing = CString::new("nothing").unwrap();
+    // SAFETY: as above.
+    let r = unsafe { cuModuleGetGlobal_v2(&mut p, null_mut(), module, missing.as_ptr()) };
+    assert_eq!(r, CUDA_ERROR_NOT_FOUND);
+
+    // Memsets and device-to-device copies, checked on their bytes.
+    ok(cuMemsetD32_v2(dc, 0xdead_beef, 10));
+    assert_eq!(dtoh(dc, 11)[9..], [0xdead_beef, 5 * (3 * 10 + 1)]);
+    ok(cuMemsetD8_v2(dc, 0x11, 3));
+    assert_eq!(dtoh(dc, 1), vec![0xdead_beef & 0xff00_0000 | 0x11_1111]);
+    ok(cuMemcpyDtoD_v2(dc, da, 4000));
+    assert_eq!(dtoh(dc, n as usize), a);
+    ok(cuModuleUnload(module));
+    for p in [da, db, dc] {
+        ok(cuMemFree_v2(p));
+    }
+    ok(cuCtxDestroy_v2(ctx));
+}
+
+#[test]
+fn struct_by_value_through_extra_and_kernel_params() {
+    let (ctx, module) = setup();
+    let f = function(module, "bystruct").unwrap();
+    let out = alloc(8);
+    #[repr(C)]
+    struct S {
+        x: u32,
+        y: u32,
+        z: u64,
+    }
+    let s = S {
+        x: 1,
+        y: 2,
+        z: 1000,
+    };
+    let mut args: [*mut c_void; 2] = [
+        (&raw const s).cast_mut().cast(),
+        (&raw const out).cast_mut().cast(),
+    ];
+    // SAFETY: pointers to a 16-byte struct and a u64.
+    unsafe {
+        ok(cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            null_mut(),
+            args.as_mut_ptr(),
+            null_mut(),
+        ))
+    };
+    let mut v = 0u64;
+    // SAFETY: 8 bytes into a local.
+    unsafe { ok(cuMemcpyDtoH_v2((&raw mut v).cast(), out, 8)) };
+    assert_eq!(v, 1 + 2 * 16 + 1000);
+    // The same through `extra`: one buffer laid out as the .param space (24 bytes).
+    let mut buf = [0u8; 24];
+    buf[0..4].copy_from_slice(&7u32.to_le_bytes());
+    buf[4..8].copy_from_slice(&1u32.to_le_bytes());
+    buf[16..24].copy_from_slice(&out.to_le_bytes());
+    let mut size: usize = buf.len();
+    let mut extra: [*mut c_void; 5] = [
+        1 as *mut c_void,
+        buf.as_mut_ptr().cast(),
+        2 as *mut c_void,
+        (&raw mut size).cast(),
+        null_mut(),
+    ];
+    // SAFETY: a well-formed extra array.
+    unsafe {
+        ok(cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            null_mut(),
+            null_mut(),
+            extra.as_mut_ptr(),
+        ))
+    };
+    // SAFETY: as above.
+    unsafe { ok(cuMemcpyDtoH_v2((&raw mut v).cast(), out, 8)) };
+    assert_eq!(v, 7 + 16);
+    // A wrong buffer size is refused before anything runs.
+    // SAFETY: the size the extra array points at.
+    unsafe { *extra[3].cast::<usize>() = 16 };
+    // SAFETY: as above, with the wrong size.
+    let r = unsafe {
+        cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            null_mut(),
+            null_mut(),
+            extra.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    // A null among kernelParams, and no parameters at all, are refused too.
+    let mut bad: [*mut c_void; 2] = [(&raw const s).cast_mut().cast(), null_mut()];
+    // SAFETY: the null is caught.
+    let r = unsafe {
+        cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            null_mut(),
+            bad.as_mut_ptr(),
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    // SAFETY: no parameters.
+    let r = unsafe { cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, null_mut(), null_mut(), null_mut()) };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    // A block of 2048 threads is too large.
+    // SAFETY: valid arguments, invalid shape.
+    let r = unsafe {
+        cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            2048,
+            1,
+            1,
+            0,
+            null_mut(),
+            args.as_mut_ptr(),
+            null_mut(),
+        )
+    };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    ok(cuCtxDestroy_v2(ctx));
+}
+
+#[test]
+fn bad_pointers_handles_and_names_are_errors_not_crashes() {
+    let (ctx, module) = setup();
+    assert_eq!(
+        function(module, "no_such_kernel"),
+        Err(CUDA_ERROR_NOT_FOUND)
+    );
+    assert_eq!(
+        function(0x1234 as Handle, "vecadd"),
+        Err(CUDA_ERROR_INVALID_HANDLE)
+    );
+    assert_eq!(cuMemFree_v2(0xdead_0000), CUDA_ERROR_INVALID_VALUE);
+    let p = alloc(256);
+    ok(cuMemFree_v2(p));
+    assert_eq!(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE, "double free");
+    let d = alloc(64);
+    let v = [0u8; 128];
+    // SAFETY: 128 readable bytes; the device range is too small.
+    let r = unsafe { cuMemcpyHtoD_v2(d, v.as_ptr().cast(), 128) };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    // SAFETY: a null host pointer is caught.
+    assert_eq!(
+        unsafe { cuMemcpyHtoD_v2(d, null(), 8) },
+        CUDA_ERROR_INVALID_VALUE
+    );
+    // SAFETY: a null out-pointer is caught.
+    assert_eq!(
+        unsafe { cuMemAlloc_v2(null_mut(), 8) },
+        CUDA_ERROR_INVALID_VALUE
+    );
+    assert_eq!(
+        cuCtxSetCurrent(0x5555 as Handle),
+        CUDA_ERROR_INVALID_CONTEXT
+    );
+    assert_eq!(
+        cuStreamSynchronize(0x7777 as Handle),
+        CUDA_ERROR_INVALID_HANDLE
+    );
+    let garbage = CString::new("this is not PTX").unwrap();
+    let mut m = null_mut();
+    // SAFETY: a NUL-terminated string.
+    let r = unsafe { cuModuleLoadData(&mut m, garbage.as_ptr().cast()) };
+    assert_eq!(r, CUDA_ERROR_INVALID_IMAGE);
+    let bad_ptx = CString::new(
+        ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k() { frobnicate; }\n",
+    )
+    .unwrap();
+    // SAFETY: as above.
+    let r = unsafe { cuModuleLoadData(&mut m, bad_ptx.as_ptr().cast()) };
+    assert_eq!(r, CUDA_ERROR_INVALID_PTX);
+    // Error names and texts.
+    let mut s = null();
+    // SAFETY: out-pointer to a local.
+    unsafe { ok(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &mut s)) };
+    // SAFETY: a static NUL-terminated string.
+    assert_eq!(
+        unsafe { std::ffi::CStr::from_ptr(s) }.to_str().unwrap(),
+        "CUDA_ERROR_ILLEGAL_ADDRESS"
+    );
+    // SAFETY: out-pointer to a local.
+    assert_eq!(
+        unsafe { cuGetErrorString(4242, &mut s) },
+        CUDA_ERROR_INVALID_VALUE
+    );
+    ok(cuCtxDestroy_v2(ctx));
+    assert_eq!(cuCtxDestroy_v2(ctx), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+#[test]
+fn a_faulting_kernel_is_a_sticky_error_for_its_context_only() {
+    let (ctx, module) = setup();
+    let f = function(module, "vecadd").unwrap();
+    let c = alloc(4096);
+    // Reads from addresses no allocation maps.
+    assert_eq!(
+        vecadd(f, 0x1000, 0x2000, c, 64, null_mut()),
+        CUDA_ERROR_ILLEGAL_ADDRESS
+    );
+    // Every later call on the context fails with it.
+    assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    let mut p = 0;
+    // SAFETY: out-pointer to a local.
+    assert_eq!(
+        unsafe { cuMemAlloc_v2(&mut p, 16) },
+        CUDA_ERROR_ILLEGAL_ADDRESS
+    );
+    assert_eq!(
+        vecadd(f, c, c, c, 64, null_mut()),
+        CUDA_ERROR_ILLEGAL_ADDRESS
+    );
+    ok(cuCtxDestroy_v2(ctx));
+    // A new context works.
+    let (ctx2, module2) = setup();
+    let f2 = function(module2, "vecadd").unwrap();
+    let d = alloc(256);
+    htod(d, &[1; 64]);
+    ok(vecadd(f2, d, d, d, 64, null_mut()));
+    assert_eq!(dtoh(d, 2), vec![6, 6]);
+    ok(cuCtxDestroy_v2(ctx2));
+}
+
+#[test]
+fn primary_context_streams_events_host_memory_and_proc_address() {
+    ok(cuInit(0));
+    let mut ctx = null_mut();
+    // SAFETY: out-pointers to locals throughout.
+    unsafe {
+        ok(cuDevicePrimaryCtxRetain(&mut ctx, 0));
+        ok(cuCtxSetCurrent(ctx));
+        let mut again = null_mut();
+        ok(cuDevicePrimaryCtxRetain(&mut again, 0));
+        assert_eq!(again, ctx);
+        let (mut flags, mut active) = (9, 0);
+        ok(cuDevicePrimaryCtxGetState(0, &mut flags, &mut active));
+        assert_eq!(active, 1);
+        let mut v = 0;
+        ok(cuDeviceGetAttribute(
+            &mut v,
+            CU_DEVICE_ATTRIBUTE_WARP_SIZE,
+            0,
+        ));
+        assert_eq!(v, 32);
+        ok(cuDeviceGetAttribute(
+            &mut v,
+            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            0,
+        ));
+        assert!(v >= 7);
+        let mut name = [0i8; 64];
+        ok(cuDeviceGetName(name.as_mut_ptr(), 64, 0));
+        assert!(name[0] != 0);
+
+        let text = CString::new(PTX).unwrap();
+        let mut module = null_mut();
+        ok(cuModuleLoadData(&mut module, text.as_ptr().cast()));
+        let f = function(module, "vecadd").unwrap();
+        let mut stream = null_mut();
+        ok(cuStreamCreate(&mut stream, 0));
+        let (mut e0, mut e1) = (null_mut(), null_mut());
+        ok(cuEventCreate(&mut e0, 0));
+        ok(cuEventCreate(&mut e1, 0));
+        // Pinned host memory the kernel reaches through its device pointer.
+        let mut h: *mut c_void = null_mut();
+        ok(cuMemHostAlloc(&mut h, 1024, 2));
+        let mut hd = 0;
+        ok(cuMemHostGetDevicePointer_v2(&mut hd, h, 0));
+        let hs = std::slice::from_raw_parts_mut(h.cast::<u32>(), 256);
+        hs.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32);
+        let out = alloc(1024);
+        ok(cuEventRecord(e0, stream));
+        ok(vecadd(f, hd, hd, out, 256, stream));
+        ok(cuEventRecord(e1, stream));
+        ok(cuEventSynchronize(e1));
+        ok(cuEventQuery(e1));
+        let mut ms = -1f32;
+        ok(cuEventElapsedTime_v2(&mut ms, e0, e1));
+        assert!(ms >= 0.0);
+        let mut got = vec![0u32; 256];
+        ok(cuMemcpyDtoHAsync_v2(
+            got.as_mut_ptr().cast(),
+            out,
+            1024,
+            stream,
+        ));
+        ok(cuStreamSynchronize(stream));
+        assert!(got.iter().enumerate().all(|(i, &v)| v == 6 * i as u32));
+        // cuMemcpy finds the direction from the addresses.
+        ok(cuMemcpy(h as u64, out, 16));
+        assert_eq!(&hs[..4], &[0, 6, 12, 18]);
+        ok(cuStreamQuery(stream));
+        ok(cuMemFreeHost(h));
+        assert_eq!(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+        ok(cuEventDestroy_v2(e0));
+        ok(cuEventDestroy_v2(e1));
+        ok(cuStreamDestroy_v2(stream));
+
+        // cuGetProcAddress: by base name, the newest version; a stub for the rest.
+        let mut pfn = null_mut();
+        let mut status = -1;
+        let sym = CString::new("cuMemAlloc").unwrap();
+        ok(cuGetProcAddress_v2(
+            sym.as_ptr(),
+            &mut pfn,
+            13000,
+            0,
+            &mut status,
+        ));
+        assert_eq!(pfn as usize, cuMemAlloc_v2 as *const () as usize);
+        assert_eq!(status, 0);
+        let sym = CString::new("cuGraphCreate").unwrap();
+        ok(cuGetProcAddress_v2(
+            sym.as_ptr(),
+            &mut pfn,
+            13000,
+            0,
+            &mut status,
+        ));
+        let stub: extern "C" fn() -> CUresult = std::mem::transmute(pfn);
+        assert_eq!(stub(), CUDA_ERROR_NOT_SUPPORTED);
+        let sym = CString::new("cuNoSuchThing").unwrap();
+        assert_eq!(
+            cuGetProcAddress_v2(sym.as_ptr(), &mut pfn, 13000, 0, &mut status),
+            CUDA_ERROR_NOT_FOUND
+        );
+        assert_eq!(status, 1);
+
+        // Occupancy.
+        let (mut grid, mut block) = (0, 0);
+        ok(cuOccupancyMaxPotentialBlockSize(
+            &mut grid, &mut block, f, None, 0, 0,
+        ));
+        assert!(block >= 32 && block <= 1024 && grid > 0, "{grid} {block}");
+        let mut blocks = 0;
+        ok(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut blocks,
+            f,
+            256,
+            0,
+        ));
+        assert_eq!(blocks, 8);
+
+        ok(cuDevicePrimaryCtxRelease_v2(0));
+        ok(cuDevicePrimaryCtxRelease_v2(0));
+        ok(cuDevicePrimaryCtxGetState(0, &mut flags, &mut active));
+        assert_eq!(active, 0);
+        assert_eq!(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
+    }
+}
