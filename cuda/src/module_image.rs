@@ -96,18 +96,14 @@ mod tests {
     fn text_elf_and_fatbin_are_told_apart() {
         let t = b".version 8.0\n.target sm_80\n\0junk";
         // SAFETY: a NUL-terminated buffer.
-        assert_eq!(
-            unsafe { ptx_from_ptr(t.as_ptr()) }.unwrap(),
-            ".version 8.0\n.target sm_80\n"
-        );
+        let text = unsafe { ptx_from_ptr(t.as_ptr()) }.unwrap();
+        assert_eq!(text, ".version 8.0\n.target sm_80\n");
         assert_eq!(ptx_from_bytes(b"\x7fELF\x02\x01"), Err(ImageError::Elf));
         let fb = 0xBA55_ED50u32.to_le_bytes();
         assert!(matches!(ptx_from_bytes(&fb), Err(ImageError::Fatbin(_))));
         assert_eq!(ptx_from_bytes(b"hello\0"), Err(ImageError::Unknown));
         // SAFETY: null is checked.
-        assert_eq!(
-            unsafe { ptx_from_ptr(std::ptr::null()) },
-            Err(ImageError::Null)
-        );
+        let null = unsafe { ptx_from_ptr(std::ptr::null()) };
+        assert_eq!(null, Err(ImageError::Null));
     }
 }

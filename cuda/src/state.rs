@@ -302,7 +302,7 @@ impl Global {
     /// The context a stream belongs to (0 and the legacy/per-thread handles: the current
     /// context).
     pub fn stream_ctx(&mut self, stream: u64) -> Result<(u64, &mut Ctx), CUresult> {
-        if matches!(stream, 0 | 1 | 2) {
+        if matches!(stream, 0..=2) {
             return self.cur();
         }
         let c = *self.streams.get(&stream).ok_or(CUDA_ERROR_INVALID_HANDLE)?;

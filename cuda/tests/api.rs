@@ -199,7 +199,7 @@ fn struct_by_value_through_extra_and_kernel_params() {
     buf[16..24].copy_from_slice(&out.to_le_bytes());
     let mut size: usize = buf.len();
     let mut extra: [*mut c_void; 5] = [
-        1 as *mut c_void,
+        std::ptr::without_provenance_mut(1), // CU_LAUNCH_PARAM_BUFFER_POINTER
         buf.as_mut_ptr().cast(),
         2 as *mut c_void,
         (&raw mut size).cast(),
@@ -308,15 +308,11 @@ fn bad_pointers_handles_and_names_are_errors_not_crashes() {
     let r = unsafe { cuMemcpyHtoD_v2(d, v.as_ptr().cast(), 128) };
     assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
     // SAFETY: a null host pointer is caught.
-    assert_eq!(
-        unsafe { cuMemcpyHtoD_v2(d, null(), 8) },
-        CUDA_ERROR_INVALID_VALUE
-    );
+    let v1 = unsafe { cuMemcpyHtoD_v2(d, null(), 8) };
+    assert_eq!(v1, CUDA_ERROR_INVALID_VALUE);
     // SAFETY: a null out-pointer is caught.
-    assert_eq!(
-        unsafe { cuMemAlloc_v2(null_mut(), 8) },
-        CUDA_ERROR_INVALID_VALUE
-    );
+    let v2 = unsafe { cuMemAlloc_v2(null_mut(), 8) };
+    assert_eq!(v2, CUDA_ERROR_INVALID_VALUE);
     assert_eq!(
         cuCtxSetCurrent(0x5555 as Handle),
         CUDA_ERROR_INVALID_CONTEXT
@@ -342,15 +338,11 @@ fn bad_pointers_handles_and_names_are_errors_not_crashes() {
     // SAFETY: out-pointer to a local.
     unsafe { ok(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &mut s)) };
     // SAFETY: a static NUL-terminated string.
-    assert_eq!(
-        unsafe { std::ffi::CStr::from_ptr(s) }.to_str().unwrap(),
-        "CUDA_ERROR_ILLEGAL_ADDRESS"
-    );
+    let v3 = unsafe { std::ffi::CStr::from_ptr(s) }.to_str().unwrap();
+    assert_eq!(v3, "CUDA_ERROR_ILLEGAL_ADDRESS");
     // SAFETY: out-pointer to a local.
-    assert_eq!(
-        unsafe { cuGetErrorString(4242, &mut s) },
-        CUDA_ERROR_INVALID_VALUE
-    );
+    let v4 = unsafe { cuGetErrorString(4242, &mut s) };
+    assert_eq!(v4, CUDA_ERROR_INVALID_VALUE);
     ok(cuCtxDestroy_v2(ctx));
     assert_eq!(cuCtxDestroy_v2(ctx), CUDA_ERROR_INVALID_CONTEXT);
 }
@@ -369,10 +361,8 @@ fn a_faulting_kernel_is_a_sticky_error_for_its_context_only() {
     assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
     let mut p = 0;
     // SAFETY: out-pointer to a local.
-    assert_eq!(
-        unsafe { cuMemAlloc_v2(&mut p, 16) },
-        CUDA_ERROR_ILLEGAL_ADDRESS
-    );
+    let v5 = unsafe { cuMemAlloc_v2(&mut p, 16) };
+    assert_eq!(v5, CUDA_ERROR_ILLEGAL_ADDRESS);
     assert_eq!(
         vecadd(f, c, c, c, 64, null_mut()),
         CUDA_ERROR_ILLEGAL_ADDRESS
@@ -498,7 +488,7 @@ fn primary_context_streams_events_host_memory_and_proc_address() {
         ok(cuOccupancyMaxPotentialBlockSize(
             &mut grid, &mut block, f, None, 0, 0,
         ));
-        assert!(block >= 32 && block <= 1024 && grid > 0, "{grid} {block}");
+        assert!((32..=1024).contains(&block) && grid > 0, "{grid} {block}");
         let mut blocks = 0;
         ok(cuOccupancyMaxActiveBlocksPerMultiprocessor(
             &mut blocks,

@@ -489,7 +489,7 @@ fn memset(
         if bytes == 0 {
             return with(|g| g.stream_ctx(super::key(stream)).map(|_| ()));
         }
-        if dst % u64::from(elem) != 0 {
+        if !dst.is_multiple_of(u64::from(elem)) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         copy(name, super::key(stream), bytes as usize, None, |c| {
@@ -565,7 +565,7 @@ unsafe fn pointer_attribute(
         Some((_, off)) => base + off as u64,
         None => ptr,
     };
-    // SAFETY (all writes): the caller's out-pointer, of the attribute's C type.
+    // SAFETY: (all writes) the caller's out-pointer, of the attribute's C type.
     unsafe {
         match attr {
             CU_POINTER_ATTRIBUTE_CONTEXT => out(data.cast::<Handle>(), handle(ctx_h)),

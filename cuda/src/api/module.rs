@@ -447,11 +447,9 @@ fn occupancy(
     let warps = (block as u32).div_ceil(d.warp_size.max(1));
     let by_threads = d.max_threads_per_multiprocessor / (warps * d.warp_size.max(1));
     let smem = u64::from(rec.info.static_shared_bytes) + dyn_smem as u64;
-    let by_smem = if smem == 0 {
-        u32::MAX
-    } else {
-        (u64::from(d.shared_mem_per_multiprocessor) / smem).min(u64::from(u32::MAX)) as u32
-    };
+    let by_smem = u64::from(d.shared_mem_per_multiprocessor)
+        .checked_div(smem)
+        .map_or(u32::MAX, |n| n.min(u64::from(u32::MAX)) as u32);
     Ok(by_threads.min(by_smem).min(32) as c_int)
 }
 
