@@ -5,9 +5,10 @@
 //! in-process `cuda` backend of libcuda.so.1 runs this engine, which must reach NVIDIA's
 //! driver. So the library is chosen here:
 //! 1. `VGPU_REAL_LIBCUDA` (a path), if set;
-//! 2. `libcuda.so.1`, then `libcuda.so`, by name (what a VMM process finds);
-//! 3. the driver's standard locations, by absolute path, opened with `RTLD_DEEPBIND` (its own
-//!    symbols first, not those of a libcuda.so.1 already in the process).
+//! 2. `libcuda.so.1` by name (what a VMM process finds);
+//! 3. if that is vgpu-vmm's own (or missing): the driver's standard locations by absolute path,
+//!    then `libcuda.so` by name, opened with `RTLD_DEEPBIND` (the driver's own symbols first,
+//!    not those of the libcuda.so.1 already in the process).
 //!
 //! A library exporting `vgpu_cuda_marker` (vgpu-vmm's own) is never taken. A function whose
 //! symbol is missing returns `CUDA_ERROR_NOT_FOUND` (no panic); `driver::Ctx::open` checks
@@ -59,25 +60,29 @@ fn try_open(name: &str, deep: bool) -> Result<Library, String> {
 
 fn open() -> &'static Result<(Library, String), String> {
     LIB.get_or_init(|| {
-        let mut tried = Vec::new();
         if let Some(p) = std::env::var_os("VGPU_REAL_LIBCUDA") {
             let p = p.to_string_lossy().into_owned();
             return try_open(&p, true)
                 .map(|l| (l, p))
                 .map_err(|e| format!("VGPU_REAL_LIBCUDA: {e}"));
         }
-        for name in ["libcuda.so.1", "libcuda.so"] {
-            match try_open(name, false) {
+        // The usual case (a VMM process): the driver by its soname.
+        let mut tried = Vec::new();
+        match try_open("libcuda.so.1", false) {
+            Ok(l) => return Ok((l, "libcuda.so.1".into())),
+            Err(e) => tried.push(e),
+        }
+        // vgpu-vmm's own library holds the name (or there is none by it): the driver's
+        // standard paths, then the development name, each with its own symbols first.
+        let names = STANDARD_PATHS
+            .iter()
+            .copied()
+            .filter(|p| std::path::Path::new(p).exists())
+            .chain(["libcuda.so"]);
+        for name in names {
+            match try_open(name, true) {
                 Ok(l) => return Ok((l, name.to_string())),
                 Err(e) => tried.push(e),
-            }
-        }
-        for path in STANDARD_PATHS {
-            if std::path::Path::new(path).exists() {
-                match try_open(path, true) {
-                    Ok(l) => return Ok((l, path.to_string())),
-                    Err(e) => tried.push(e),
-                }
             }
         }
         Err(tried.join("; "))
