@@ -39,6 +39,14 @@ def functions(header):
     return sorted(names)
 
 
+def aliases(header):
+    out = {}
+    for m in re.finditer(r"#define\s+(cu\w+)\s+(?:__CUDA_API_PT(?:DS|SZ)\()?(cu\w+)\)?\s", header):
+        if m.group(1) != m.group(2) and m.group(1) not in out:
+            out[m.group(1)] = m.group(2)
+    return sorted(out.items())
+
+
 def errors(header):
     body = header[header.index("typedef enum cudaError_enum"):]
     body = body[: body.index("} CUresult;")]
@@ -124,7 +132,13 @@ def main():
         fh.write("pub fn implemented() -> Vec<(&'static str, usize)> {\n    vec![\n")
         for n in sorted(done):
             fh.write("        (\"%s\", super::%s as *const () as usize),\n" % (n, n))
-        fh.write("    ]\n}\n")
+        fh.write("    ]\n}\n\n")
+        fh.write("/// cuda.h's renaming macros (`#define cuMemAlloc cuMemAlloc_v2`): the function a CUDA 13\n")
+        fh.write("/// program or runtime means by a base name.\n")
+        fh.write("pub const ALIASES: &[(&str, &str)] = &[\n")
+        for a, b in aliases(header):
+            fh.write("    (\"%s\", \"%s\"),\n" % (a, b))
+        fh.write("];\n")
     out = [os.path.join(CRATE, "src", f) for f in
            ("gen_errors.rs", "gen_consts.rs", "gen_unsupported.rs", os.path.join("api", "gen_proc.rs"))]
     subprocess.run(["rustfmt", "--edition", "2024"] + out, check=True)

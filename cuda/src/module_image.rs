@@ -28,6 +28,15 @@ pub enum ImageError {
     Unknown,
 }
 
+/// What the device runs, for the choice of PTX in a fat binary (from `DeviceInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtxLimits {
+    /// Highest `compute_XX` (80 for compute_80).
+    pub max_arch: u32,
+    /// Highest PTX ISA, major*10+minor (90 for 9.0).
+    pub max_isa: u32,
+}
+
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 const WRAPPER_MAGIC: u32 = 0x4662_43B1;
 
@@ -36,7 +45,7 @@ const WRAPPER_MAGIC: u32 = 0x4662_43B1;
 /// # Safety
 /// `p`, if not null, points to the program's image: PTX text with a NUL within [`MAX_PTX`]
 /// bytes, a fat binary, or an ELF file (at least 4 readable bytes).
-pub unsafe fn ptx_from_ptr(p: *const u8) -> Result<String, ImageError> {
+pub unsafe fn ptx_from_ptr(p: *const u8, limits: PtxLimits) -> Result<String, ImageError> {
     if p.is_null() {
         return Err(ImageError::Null);
     }
@@ -47,7 +56,7 @@ pub unsafe fn ptx_from_ptr(p: *const u8) -> Result<String, ImageError> {
         return Err(ImageError::Elf);
     }
     if magic == FATBIN_MAGIC || magic == WRAPPER_MAGIC {
-        return from_fatbin(p);
+        return from_fatbin(p, limits);
     }
     let mut len = 0;
     // SAFETY: text up to its NUL (the program's promise), bounded.
@@ -59,18 +68,18 @@ pub unsafe fn ptx_from_ptr(p: *const u8) -> Result<String, ImageError> {
     }
     // SAFETY: `len` bytes were just read.
     let bytes = unsafe { std::slice::from_raw_parts(p, len) };
-    ptx_from_bytes(bytes)
+    ptx_from_bytes(bytes, limits)
 }
 
 /// PTX text from a whole file's bytes (`cuModuleLoad`).
-pub fn ptx_from_bytes(bytes: &[u8]) -> Result<String, ImageError> {
+pub fn ptx_from_bytes(bytes: &[u8], limits: PtxLimits) -> Result<String, ImageError> {
     if bytes.starts_with(b"\x7fELF") {
         return Err(ImageError::Elf);
     }
     if bytes.len() >= 4 {
         let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         if magic == FATBIN_MAGIC || magic == WRAPPER_MAGIC {
-            return from_fatbin(bytes.as_ptr());
+            return from_fatbin(bytes.as_ptr(), limits);
         }
     }
     let text = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
@@ -81,8 +90,9 @@ pub fn ptx_from_bytes(bytes: &[u8]) -> Result<String, ImageError> {
     Ok(text.to_string())
 }
 
-/// The boundary to `cuda-fatbin` (parse, choose the PTX, decompress): not merged yet.
-fn from_fatbin(_p: *const u8) -> Result<String, ImageError> {
+/// The boundary to `cuda-fatbin` (`fatbin_len` on the first bytes, `parse_image`, then
+/// `choose_ptx` with `limits`: the highest PTX the device runs, decompressed): not merged yet.
+fn from_fatbin(_p: *const u8, _limits: PtxLimits) -> Result<String, ImageError> {
     Err(ImageError::Fatbin(
         "the cuda-fatbin crate is not merged into this library yet".into(),
     ))
@@ -92,18 +102,23 @@ fn from_fatbin(_p: *const u8) -> Result<String, ImageError> {
 mod tests {
     use super::*;
 
+    const L: PtxLimits = PtxLimits {
+        max_arch: 90,
+        max_isa: 90,
+    };
+
     #[test]
     fn text_elf_and_fatbin_are_told_apart() {
         let t = b".version 8.0\n.target sm_80\n\0junk";
         // SAFETY: a NUL-terminated buffer.
-        let text = unsafe { ptx_from_ptr(t.as_ptr()) }.unwrap();
+        let text = unsafe { ptx_from_ptr(t.as_ptr(), L) }.unwrap();
         assert_eq!(text, ".version 8.0\n.target sm_80\n");
-        assert_eq!(ptx_from_bytes(b"\x7fELF\x02\x01"), Err(ImageError::Elf));
+        assert_eq!(ptx_from_bytes(b"\x7fELF\x02\x01", L), Err(ImageError::Elf));
         let fb = 0xBA55_ED50u32.to_le_bytes();
-        assert!(matches!(ptx_from_bytes(&fb), Err(ImageError::Fatbin(_))));
-        assert_eq!(ptx_from_bytes(b"hello\0"), Err(ImageError::Unknown));
+        assert!(matches!(ptx_from_bytes(&fb, L), Err(ImageError::Fatbin(_))));
+        assert_eq!(ptx_from_bytes(b"hello\0", L), Err(ImageError::Unknown));
         // SAFETY: null is checked.
-        let null = unsafe { ptx_from_ptr(std::ptr::null()) };
+        let null = unsafe { ptx_from_ptr(std::ptr::null(), L) };
         assert_eq!(null, Err(ImageError::Null));
     }
 }

@@ -542,6 +542,30 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
     })
 }
 
+/// `cuCtxSynchronize_v2(CUcontext)`: waits for the given context (null: the current one).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize_v2(ctx: Handle) -> CUresult {
+    ffi("cuCtxSynchronize_v2", || {
+        let t = std::time::Instant::now();
+        with(|g| sync_ctx(g.ctx(key(ctx))?.1))?;
+        stats::call("cuCtxSynchronize", 0, t, None);
+        Ok(())
+    })
+}
+
+/// `cuCtxGetDevice_v2(CUdevice *, CUcontext)`: the given context's device (null: current).
+///
+/// # Safety
+/// `dev` must be valid for a write of a `CUdevice`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: Handle) -> CUresult {
+    ffi("cuCtxGetDevice_v2", || {
+        with(|g| g.ctx(key(ctx)).map(|_| ()))?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { out(dev, 0) }
+    })
+}
+
 /// # Safety
 /// `dev` must be valid for a write of a `CUdevice`.
 #[unsafe(no_mangle)]

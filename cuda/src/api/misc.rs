@@ -64,17 +64,15 @@ fn table() -> &'static HashMap<&'static str, (usize, bool)> {
     })
 }
 
-/// The function a runtime means by `symbol` (a base name such as `cuMemAlloc`): the highest
-/// `_vN` this library implements, else the base name, else the highest exported stub.
+/// The function a runtime means by `symbol` (a base name such as `cuMemAlloc`): the one
+/// cuda.h's renaming macro names (`cuMemAlloc_v2`), else the name itself (implemented, or an
+/// exported stub).
 pub fn resolve(symbol: &str) -> Option<usize> {
-    let t = table();
-    let mut names: Vec<String> = (2..=9).rev().map(|v| format!("{symbol}_v{v}")).collect();
-    names.push(symbol.to_string());
-    names
+    let name = super::gen_proc::ALIASES
         .iter()
-        .find_map(|n| t.get(n.as_str()).filter(|(_, real)| *real))
-        .or_else(|| names.iter().find_map(|n| t.get(n.as_str())))
-        .map(|(f, _)| *f)
+        .find(|(a, _)| *a == symbol)
+        .map_or(symbol, |(_, b)| *b);
+    table().get(name).map(|(f, _)| *f)
 }
 
 fn proc_address(

@@ -22,6 +22,17 @@ fn image_err(e: ImageError) -> CUresult {
     }
 }
 
+/// What the current device runs (for the choice of PTX in a fat binary).
+fn limits() -> Result<module_image::PtxLimits, CUresult> {
+    with(|g| {
+        let i = &g.inited()?.info;
+        Ok(module_image::PtxLimits {
+            max_arch: i.max_ptx_arch,
+            max_isa: i.max_ptx_isa,
+        })
+    })
+}
+
 /// Loads PTX text into the current context.
 pub(crate) fn load_ptx(module: *mut Handle, ptx: &str) -> Result<(), CUresult> {
     if module.is_null() {
@@ -64,7 +75,8 @@ pub(crate) fn load_ptx(module: *mut Handle, ptx: &str) -> Result<(), CUresult> {
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> CUresult {
     ffi("cuModuleLoadData", || {
         // SAFETY: the caller's image.
-        let text = unsafe { module_image::ptx_from_ptr(image.cast()) }.map_err(image_err)?;
+        let text =
+            unsafe { module_image::ptx_from_ptr(image.cast(), limits()?) }.map_err(image_err)?;
         load_ptx(module, &text)
     })
 }
@@ -108,7 +120,7 @@ pub unsafe extern "C" fn cuModuleLoad(module: *mut Handle, fname: *const c_char)
             return Err(CUDA_ERROR_INVALID_IMAGE);
         }
         let bytes = std::fs::read(&path).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
-        let text = module_image::ptx_from_bytes(&bytes).map_err(image_err)?;
+        let text = module_image::ptx_from_bytes(&bytes, limits()?).map_err(image_err)?;
         load_ptx(module, &text)
     })
 }
