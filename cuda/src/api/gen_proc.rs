@@ -171,6 +171,14 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuEventRecordWithFlags as *const () as usize,
         ),
         (
+            "cuEventRecordWithFlags_ptsz",
+            super::cuEventRecordWithFlags_ptsz as *const () as usize,
+        ),
+        (
+            "cuEventRecord_ptsz",
+            super::cuEventRecord_ptsz as *const () as usize,
+        ),
+        (
             "cuEventSynchronize",
             super::cuEventSynchronize as *const () as usize,
         ),
@@ -216,8 +224,16 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuLaunchHostFunc as *const () as usize,
         ),
         (
+            "cuLaunchHostFunc_ptsz",
+            super::cuLaunchHostFunc_ptsz as *const () as usize,
+        ),
+        (
             "cuLaunchKernel",
             super::cuLaunchKernel as *const () as usize,
+        ),
+        (
+            "cuLaunchKernel_ptsz",
+            super::cuLaunchKernel_ptsz as *const () as usize,
         ),
         (
             "cuMemAllocHost_v2",
@@ -261,50 +277,103 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
         ("cuMemcpy", super::cuMemcpy as *const () as usize),
         ("cuMemcpyAsync", super::cuMemcpyAsync as *const () as usize),
         (
+            "cuMemcpyAsync_ptsz",
+            super::cuMemcpyAsync_ptsz as *const () as usize,
+        ),
+        (
             "cuMemcpyDtoDAsync_v2",
             super::cuMemcpyDtoDAsync_v2 as *const () as usize,
+        ),
+        (
+            "cuMemcpyDtoDAsync_v2_ptsz",
+            super::cuMemcpyDtoDAsync_v2_ptsz as *const () as usize,
         ),
         (
             "cuMemcpyDtoD_v2",
             super::cuMemcpyDtoD_v2 as *const () as usize,
         ),
         (
+            "cuMemcpyDtoD_v2_ptds",
+            super::cuMemcpyDtoD_v2_ptds as *const () as usize,
+        ),
+        (
             "cuMemcpyDtoHAsync_v2",
             super::cuMemcpyDtoHAsync_v2 as *const () as usize,
+        ),
+        (
+            "cuMemcpyDtoHAsync_v2_ptsz",
+            super::cuMemcpyDtoHAsync_v2_ptsz as *const () as usize,
         ),
         (
             "cuMemcpyDtoH_v2",
             super::cuMemcpyDtoH_v2 as *const () as usize,
         ),
         (
+            "cuMemcpyDtoH_v2_ptds",
+            super::cuMemcpyDtoH_v2_ptds as *const () as usize,
+        ),
+        (
             "cuMemcpyHtoDAsync_v2",
             super::cuMemcpyHtoDAsync_v2 as *const () as usize,
+        ),
+        (
+            "cuMemcpyHtoDAsync_v2_ptsz",
+            super::cuMemcpyHtoDAsync_v2_ptsz as *const () as usize,
         ),
         (
             "cuMemcpyHtoD_v2",
             super::cuMemcpyHtoD_v2 as *const () as usize,
         ),
         (
+            "cuMemcpyHtoD_v2_ptds",
+            super::cuMemcpyHtoD_v2_ptds as *const () as usize,
+        ),
+        ("cuMemcpy_ptds", super::cuMemcpy_ptds as *const () as usize),
+        (
             "cuMemsetD16Async",
             super::cuMemsetD16Async as *const () as usize,
+        ),
+        (
+            "cuMemsetD16Async_ptsz",
+            super::cuMemsetD16Async_ptsz as *const () as usize,
         ),
         (
             "cuMemsetD16_v2",
             super::cuMemsetD16_v2 as *const () as usize,
         ),
         (
+            "cuMemsetD16_v2_ptds",
+            super::cuMemsetD16_v2_ptds as *const () as usize,
+        ),
+        (
             "cuMemsetD32Async",
             super::cuMemsetD32Async as *const () as usize,
+        ),
+        (
+            "cuMemsetD32Async_ptsz",
+            super::cuMemsetD32Async_ptsz as *const () as usize,
         ),
         (
             "cuMemsetD32_v2",
             super::cuMemsetD32_v2 as *const () as usize,
         ),
         (
+            "cuMemsetD32_v2_ptds",
+            super::cuMemsetD32_v2_ptds as *const () as usize,
+        ),
+        (
             "cuMemsetD8Async",
             super::cuMemsetD8Async as *const () as usize,
         ),
+        (
+            "cuMemsetD8Async_ptsz",
+            super::cuMemsetD8Async_ptsz as *const () as usize,
+        ),
         ("cuMemsetD8_v2", super::cuMemsetD8_v2 as *const () as usize),
+        (
+            "cuMemsetD8_v2_ptds",
+            super::cuMemsetD8_v2_ptds as *const () as usize,
+        ),
         (
             "cuModuleGetFunction",
             super::cuModuleGetFunction as *const () as usize,
@@ -367,6 +436,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuStreamAddCallback as *const () as usize,
         ),
         (
+            "cuStreamAddCallback_ptsz",
+            super::cuStreamAddCallback_ptsz as *const () as usize,
+        ),
+        (
             "cuStreamCreate",
             super::cuStreamCreate as *const () as usize,
         ),
@@ -387,17 +460,37 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuStreamGetCtx as *const () as usize,
         ),
         (
+            "cuStreamGetCtx_ptsz",
+            super::cuStreamGetCtx_ptsz as *const () as usize,
+        ),
+        (
             "cuStreamGetPriority",
             super::cuStreamGetPriority as *const () as usize,
         ),
+        (
+            "cuStreamGetPriority_ptsz",
+            super::cuStreamGetPriority_ptsz as *const () as usize,
+        ),
         ("cuStreamQuery", super::cuStreamQuery as *const () as usize),
+        (
+            "cuStreamQuery_ptsz",
+            super::cuStreamQuery_ptsz as *const () as usize,
+        ),
         (
             "cuStreamSynchronize",
             super::cuStreamSynchronize as *const () as usize,
         ),
         (
+            "cuStreamSynchronize_ptsz",
+            super::cuStreamSynchronize_ptsz as *const () as usize,
+        ),
+        (
             "cuStreamWaitEvent",
             super::cuStreamWaitEvent as *const () as usize,
+        ),
+        (
+            "cuStreamWaitEvent_ptsz",
+            super::cuStreamWaitEvent_ptsz as *const () as usize,
         ),
     ]
 }

@@ -12,12 +12,14 @@ mod gen_proc;
 mod memory;
 mod misc;
 mod module;
+mod ptds;
 mod sync;
 
 pub use device::*;
 pub use memory::*;
 pub use misc::*;
 pub use module::*;
+pub use ptds::*;
 pub use sync::*;
 
 use std::ffi::{c_int, c_uint, c_void};
