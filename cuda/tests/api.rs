@@ -368,6 +368,11 @@ fn a_faulting_kernel_is_a_sticky_error_for_its_context_only() {
         CUDA_ERROR_ILLEGAL_ADDRESS
     );
     ok(cuCtxDestroy_v2(ctx));
+    if std::env::var("VGPU_CUDA_BACKEND").as_deref() == Ok("cuda") {
+        // NVIDIA's driver loses the whole process's context on a fault (one engine per
+        // process): no new context in this process.
+        return;
+    }
     // A new context works.
     let (ctx2, module2) = setup();
     let f2 = function(module2, "vecadd").unwrap();
