@@ -143,6 +143,8 @@ pub struct Global {
     pub modules: HashMap<u64, ModuleRec>,
     pub functions: HashMap<u64, FuncRec>,
     pub streams: HashMap<u64, u64>,
+    /// Flags of the created streams (`cuStreamGetFlags`).
+    pub stream_flags: HashMap<u64, u32>,
     pub events: HashMap<u64, EventRec>,
     pub primary: Primary,
     next: u64,
@@ -263,6 +265,8 @@ impl Global {
         self.modules.retain(|_, m| m.ctx != h);
         self.functions.retain(|_, f| f.ctx != h);
         self.streams.retain(|_, c| *c != h);
+        let streams = &self.streams;
+        self.stream_flags.retain(|s, _| streams.contains_key(s));
         self.events.retain(|_, e| e.ctx != h);
         if self.primary.ctx == Some(h) {
             self.primary.ctx = None;

@@ -457,6 +457,13 @@ fn primary_context_streams_events_host_memory_and_proc_address() {
         ok(cuEventDestroy_v2(e0));
         ok(cuEventDestroy_v2(e1));
         ok(cuStreamDestroy_v2(stream));
+        let mut nb = null_mut();
+        ok(cuStreamCreate(&mut nb, 1));
+        let mut sflags = 9;
+        ok(cuStreamGetFlags(nb, &mut sflags));
+        assert_eq!(sflags, 1);
+        ok(cuStreamDestroy_v2(nb));
+        assert_eq!(cuStreamGetFlags(nb, &mut sflags), CUDA_ERROR_INVALID_HANDLE);
 
         // cuGetProcAddress: by base name, the newest version; a stub for the rest.
         let mut pfn = null_mut();
@@ -502,6 +509,50 @@ fn primary_context_streams_events_host_memory_and_proc_address() {
             0,
         ));
         assert_eq!(blocks, 8);
+        let mut smem = 0usize;
+        ok(cuOccupancyAvailableDynamicSMemPerBlock(
+            &mut smem, f, 1, 256,
+        ));
+        let mut per_block = 0;
+        ok(cuDeviceGetAttribute(
+            &mut per_block,
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+            0,
+        ));
+        assert_eq!(smem, per_block as usize);
+        // A cooperative grid larger than the device holds at once is refused.
+        let (a, n) = (0u64, 0u32);
+        let mut args: [*mut c_void; 4] = [
+            (&raw const a).cast_mut().cast(),
+            (&raw const a).cast_mut().cast(),
+            (&raw const a).cast_mut().cast(),
+            (&raw const n).cast_mut().cast(),
+        ];
+        let r = cuLaunchCooperativeKernel(
+            f,
+            1 << 20,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            null_mut(),
+            args.as_mut_ptr(),
+        );
+        assert_eq!(r, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+        ok(cuLaunchCooperativeKernel(
+            f,
+            1,
+            1,
+            1,
+            256,
+            1,
+            1,
+            0,
+            null_mut(),
+            args.as_mut_ptr(),
+        ));
 
         ok(cuDevicePrimaryCtxRelease_v2(0));
         ok(cuDevicePrimaryCtxRelease_v2(0));

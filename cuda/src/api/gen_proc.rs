@@ -220,6 +220,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
         ),
         ("cuInit", super::cuInit as *const () as usize),
         (
+            "cuLaunchCooperativeKernel",
+            super::cuLaunchCooperativeKernel as *const () as usize,
+        ),
+        (
             "cuLaunchHostFunc",
             super::cuLaunchHostFunc as *const () as usize,
         ),
@@ -400,6 +404,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuModuleUnload as *const () as usize,
         ),
         (
+            "cuOccupancyAvailableDynamicSMemPerBlock",
+            super::cuOccupancyAvailableDynamicSMemPerBlock as *const () as usize,
+        ),
+        (
             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
             super::cuOccupancyMaxActiveBlocksPerMultiprocessor as *const () as usize,
         ),
@@ -462,6 +470,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
         (
             "cuStreamGetCtx_ptsz",
             super::cuStreamGetCtx_ptsz as *const () as usize,
+        ),
+        (
+            "cuStreamGetFlags",
+            super::cuStreamGetFlags as *const () as usize,
         ),
         (
             "cuStreamGetPriority",

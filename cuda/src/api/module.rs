@@ -444,6 +444,84 @@ pub unsafe extern "C" fn cuLaunchKernel(
     })
 }
 
+/// A launch whose blocks must all be resident at once (grid-wide synchronisation): refused
+/// with `CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE` when the grid exceeds what the device holds
+/// (occupancy × multiprocessors), else an ordinary launch.
+///
+/// # Safety
+/// As [`cuLaunchKernel`] (`kernelParams` only).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    f: Handle,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shared: c_uint,
+    stream: Handle,
+    kernel_params: *mut *mut c_void,
+) -> CUresult {
+    let fits = ffi("cuLaunchCooperativeKernel", || {
+        let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
+        let blocks = u64::from(gx) * u64::from(gy) * u64::from(gz);
+        let block = c_int::try_from(threads).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+        let (per_sm, sms) = with(|g| {
+            let sms = u64::from(g.inited()?.info.multiprocessor_count);
+            Ok((occupancy(g, f, block, shared as usize)?, sms))
+        })?;
+        if blocks > per_sm.max(0) as u64 * sms {
+            return Err(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+        }
+        Ok(())
+    });
+    if fits != CUDA_SUCCESS {
+        return fits;
+    }
+    // SAFETY: same contract as cuLaunchKernel.
+    unsafe {
+        cuLaunchKernel(
+            f,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            shared,
+            stream,
+            kernel_params,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
+/// # Safety
+/// `dyn_smem` must be valid for a write of a `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+    dyn_smem: *mut usize,
+    f: Handle,
+    blocks: c_int,
+    block: c_int,
+) -> CUresult {
+    ffi("cuOccupancyAvailableDynamicSMemPerBlock", || {
+        if blocks <= 0 || block <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let v = with(|g| {
+            let d = g.inited()?.info.clone();
+            let rec = g.functions.get(&key(f)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            let per_block =
+                (d.shared_mem_per_multiprocessor / blocks as u32).min(d.shared_mem_per_block);
+            Ok(per_block.saturating_sub(rec.info.static_shared_bytes))
+        })?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { out(dyn_smem, v as usize) }
+    })
+}
+
 /// Blocks of `block` threads with `dyn_smem` dynamic shared memory one multiprocessor holds.
 fn occupancy(
     g: &mut crate::state::Global,

@@ -19,6 +19,7 @@ fn create_stream(ph: *mut Handle, flags: c_uint) -> Result<(), CUresult> {
         let (c, _) = g.cur()?;
         let h = g.handle();
         g.streams.insert(h, c);
+        g.stream_flags.insert(h, flags);
         Ok(h)
     })?;
     // SAFETY: checked not null; the caller's out-pointer.
@@ -49,6 +50,7 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
 pub extern "C" fn cuStreamDestroy_v2(s: Handle) -> CUresult {
     ffi("cuStreamDestroy_v2", || {
         with(|g| {
+            g.stream_flags.remove(&key(s));
             g.streams
                 .remove(&key(s))
                 .map(|_| ())
@@ -109,6 +111,20 @@ pub unsafe extern "C" fn cuStreamGetPriority(s: Handle, priority: *mut c_int) ->
         with(|g| g.stream_ctx(key(s)).map(|_| ()))?;
         // SAFETY: the caller's out-pointer.
         unsafe { out(priority, 0) }
+    })
+}
+
+/// # Safety
+/// `flags` must be valid for a write of an `unsigned int`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamGetFlags(s: Handle, flags: *mut c_uint) -> CUresult {
+    ffi("cuStreamGetFlags", || {
+        let f = with(|g| {
+            g.stream_ctx(key(s))?;
+            Ok(g.stream_flags.get(&key(s)).copied().unwrap_or(0))
+        })?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { out(flags, f) }
     })
 }
 
