@@ -333,6 +333,30 @@ fn bad_pointers_handles_and_names_are_errors_not_crashes() {
     // SAFETY: as above.
     let r = unsafe { cuModuleLoadData(&mut m, bad_ptx.as_ptr().cast()) };
     assert_eq!(r, CUDA_ERROR_INVALID_PTX);
+    // The same through cuModuleLoadDataEx hands the reason back in the error log buffer.
+    let mut log = [0u8; 256];
+    let mut opts = [CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+    let mut vals: [*mut c_void; 2] = [
+        log.as_mut_ptr().cast(),
+        std::ptr::without_provenance_mut(256),
+    ];
+    // SAFETY: two options with a 256-byte buffer.
+    let r = unsafe {
+        cuModuleLoadDataEx(
+            &mut m,
+            bad_ptx.as_ptr().cast(),
+            2,
+            opts.as_mut_ptr(),
+            vals.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, CUDA_ERROR_INVALID_PTX);
+    let text = std::ffi::CStr::from_bytes_until_nul(&log)
+        .unwrap()
+        .to_str()
+        .unwrap();
+    assert!(text.contains("frobnicate"), "{text}");
+    assert_eq!(vals[1] as usize, text.len());
     // Error names and texts.
     let mut s = null();
     // SAFETY: out-pointer to a local.

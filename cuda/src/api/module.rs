@@ -33,14 +33,25 @@ fn limits() -> Result<module_image::PtxLimits, CUresult> {
     })
 }
 
+thread_local! {
+    /// Why this thread's last module load failed (for `CU_JIT_ERROR_LOG_BUFFER`).
+    static LOAD_LOG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn set_log(text: String) {
+    LOAD_LOG.with(|l| *l.borrow_mut() = text);
+}
+
 /// Loads PTX text into the current context.
 pub(crate) fn load_ptx(module: *mut Handle, ptx: &str) -> Result<(), CUresult> {
     if module.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let t = Instant::now();
+    set_log(String::new());
     let parsed = ptx::parse(ptx).map_err(|e| {
         eprintln!("libcuda (vgpu): PTX refused: {e}");
+        set_log(format!("PTX refused: {e}"));
         CUDA_ERROR_INVALID_PTX
     })?;
     let entries: HashMap<String, ptx::EntryInfo> = parsed
@@ -50,7 +61,7 @@ pub(crate) fn load_ptx(module: *mut Handle, ptx: &str) -> Result<(), CUresult> {
     drop(parsed);
     let h = with(|g| {
         let (ch, ctx) = g.cur()?;
-        let id = ctx.dev_call(|d| d.module_load(ptx))?;
+        let id = ctx.dev_call(|d| d.module_load(ptx).inspect_err(|e| set_log(e.to_string())))?;
         let h = g.handle();
         g.modules.insert(
             h,
@@ -81,20 +92,63 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_v
     })
 }
 
-/// JIT options are accepted and ignored (the engines compile PTX their own way).
+/// JIT options: the error log buffer (`CU_JIT_ERROR_LOG_BUFFER` with its size) receives why
+/// a load failed, the info log buffer an empty text; the others are accepted and ignored (the
+/// engines compile PTX their own way).
 ///
 /// # Safety
-/// As [`cuModuleLoadData`].
+/// As [`cuModuleLoadData`]; `options`/`values` hold `num_options` entries, log buffers of the
+/// sizes given with them.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleLoadDataEx(
     module: *mut Handle,
     image: *const c_void,
-    _num_options: c_uint,
-    _options: *mut c_uint,
-    _values: *mut *mut c_void,
+    num_options: c_uint,
+    options: *mut c_uint,
+    values: *mut *mut c_void,
 ) -> CUresult {
     // SAFETY: same contract.
-    unsafe { cuModuleLoadData(module, image) }
+    let r = unsafe { cuModuleLoadData(module, image) };
+    if num_options == 0 || options.is_null() || values.is_null() || num_options > 64 {
+        return r;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: the program promises `num_options` entries in both arrays.
+        let opts = unsafe { std::slice::from_raw_parts(options, num_options as usize) };
+        // SAFETY: as above.
+        let vals = unsafe { std::slice::from_raw_parts_mut(values, num_options as usize) };
+        let log = LOAD_LOG.with(|l| l.borrow().clone());
+        for (buf_key, size_key, text) in [
+            (
+                CU_JIT_ERROR_LOG_BUFFER,
+                CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                log.as_str(),
+            ),
+            (
+                CU_JIT_INFO_LOG_BUFFER,
+                CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                "",
+            ),
+        ] {
+            let find = |key: u32| opts.iter().position(|&o| o == key);
+            let (Some(i), Some(j)) = (find(buf_key), find(size_key)) else {
+                continue;
+            };
+            let size = vals[j] as usize;
+            let buf = vals[i].cast::<u8>();
+            if buf.is_null() || size == 0 {
+                continue;
+            }
+            let n = text.len().min(size - 1);
+            // SAFETY: the program's log buffer of `size` bytes; n + 1 <= size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf, n);
+                *buf.add(n) = 0;
+            }
+            vals[j] = std::ptr::without_provenance_mut(n);
+        }
+    });
+    r
 }
 
 /// # Safety

@@ -95,6 +95,20 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
     Ok(s)
 }
 
+/// The engine's limits for a program in its own process (the bounds protect the program from
+/// itself only): more host buffers and modules than a VM gets, CUDA 12.1's 32 764 bytes of
+/// kernel parameters, large nvcc modules.
+fn limits() -> pgpu::EngineLimits {
+    pgpu::EngineLimits {
+        max_host_regions: 4096,
+        max_modules: 4096,
+        max_ptx_bytes: 64 << 20,
+        max_ptx_bytes_total: 512 << 20,
+        max_param_bytes: 32764,
+        ..Default::default()
+    }
+}
+
 fn no_device(e: pgpu::EngineError) -> DeviceError {
     DeviceError::NoDevice(e.to_string())
 }
@@ -106,6 +120,7 @@ fn sim(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let cfg = pgpu::sim::SimConfig {
         vram_size,
         workers,
+        limits: limits(),
         ..Default::default()
     };
     let limits = cfg.limits.clone();
@@ -139,6 +154,7 @@ fn cuda(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let cfg = pgpu::cuda::CudaConfig {
         device,
         vram_size,
+        limits: limits(),
         ..Default::default()
     };
     let limits = cfg.limits.clone();
