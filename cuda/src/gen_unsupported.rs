@@ -241,7 +241,6 @@ not_supported! {
     cuMemAllocFromPoolAsync,
     cuMemAllocFromPoolAsync_ptsz,
     cuMemAllocHost,
-    cuMemAllocManaged,
     cuMemAllocPitch,
     cuMemAllocPitch_v2,
     cuMemBatchDecompressAsync,

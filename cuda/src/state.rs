@@ -30,6 +30,8 @@ pub struct HostRec {
     pub dev: DevPtr,
     pub len: u64,
     pub flags: u32,
+    /// `cuMemAllocManaged` memory (the host address is the device address).
+    pub managed: bool,
 }
 
 /// One context.

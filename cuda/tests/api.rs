@@ -585,3 +585,65 @@ fn primary_context_streams_events_host_memory_and_proc_address() {
         assert_eq!(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
     }
 }
+
+#[test]
+fn managed_memory_and_host_buffers_share_one_address_on_sim() {
+    let (ctx, module) = setup();
+    let f = function(module, "vecadd").unwrap();
+    let mut v = 0;
+    // SAFETY: out-pointer to a local.
+    unsafe {
+        ok(cuDeviceGetAttribute(
+            &mut v,
+            CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
+            0,
+        ))
+    };
+    if v == 0 {
+        eprintln!("SKIP: no managed memory on this backend");
+        ok(cuCtxDestroy_v2(ctx));
+        return;
+    }
+    let mut m = 0u64;
+    // SAFETY: out-pointer to a local.
+    unsafe { ok(cuMemAllocManaged(&mut m, 3 * 1024, 1)) };
+    // The host writes through the pointer, the kernel reads and writes the same memory.
+    // SAFETY: 3 KiB of managed memory at `m`, mapped in this process.
+    let host = unsafe { std::slice::from_raw_parts_mut(m as *mut u32, 768) };
+    host.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32);
+    let (a, c) = (m, m + 2048);
+    ok(vecadd(f, a, a, c, 256, null_mut()));
+    ok(cuCtxSynchronize());
+    assert!(
+        host[512..]
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == 6 * i as u32)
+    );
+    let mut managed = 0u32;
+    // SAFETY: a u32 out-pointer for IS_MANAGED.
+    unsafe {
+        ok(cuPointerGetAttribute(
+            (&raw mut managed).cast(),
+            CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            m,
+        ))
+    };
+    assert_eq!(managed, 1);
+    // A pinned host buffer: its host pointer works in a kernel too (unified addressing).
+    let mut h: *mut c_void = null_mut();
+    // SAFETY: out-pointer to a local.
+    unsafe { ok(cuMemHostAlloc(&mut h, 1024, 0)) };
+    let mut d = 0;
+    // SAFETY: as above.
+    unsafe { ok(cuMemHostGetDevicePointer_v2(&mut d, h, 0)) };
+    assert_eq!(d, h as u64);
+    ok(vecadd(f, a, a, h as u64, 256, null_mut()));
+    // SAFETY: 1 KiB of host buffer.
+    let hs = unsafe { std::slice::from_raw_parts(h.cast::<u32>(), 256) };
+    assert_eq!(hs[10], 60);
+    assert_eq!(cuMemFreeHost(m as *mut c_void), CUDA_ERROR_INVALID_VALUE);
+    ok(cuMemFree_v2(m));
+    ok(cuMemFreeHost(h));
+    ok(cuCtxDestroy_v2(ctx));
+}

@@ -243,6 +243,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             "cuMemAllocHost_v2",
             super::cuMemAllocHost_v2 as *const () as usize,
         ),
+        (
+            "cuMemAllocManaged",
+            super::cuMemAllocManaged as *const () as usize,
+        ),
         ("cuMemAlloc_v2", super::cuMemAlloc_v2 as *const () as usize),
         ("cuMemFreeHost", super::cuMemFreeHost as *const () as usize),
         ("cuMemFree_v2", super::cuMemFree_v2 as *const () as usize),

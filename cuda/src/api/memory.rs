@@ -36,12 +36,57 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> 
     })
 }
 
+/// Managed memory: one address for the host and the GPU. Only where host buffers live at
+/// their device address (the sim backend); elsewhere `CUDA_ERROR_NOT_SUPPORTED`.
+///
+/// # Safety
+/// `dptr` must be valid for a write of a `CUdeviceptr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAllocManaged(
+    dptr: *mut CUdeviceptr,
+    bytes: usize,
+    flags: c_uint,
+) -> CUresult {
+    ffi("cuMemAllocManaged", || {
+        // CU_MEM_ATTACH_GLOBAL 1, CU_MEM_ATTACH_HOST 2: exactly one.
+        if dptr.is_null() || bytes == 0 || bytes as u64 > MAX_BYTES || !matches!(flags, 1 | 2) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let p = with(|g| {
+            let (_, ctx) = g.cur()?;
+            let b = ctx.dev_call(|d| d.host_alloc(bytes as u64))?;
+            if b.host as u64 != b.dev {
+                let _ = ctx.dev_call(|d| d.host_free(b.host));
+                crate::unsupported::report("cuMemAllocManaged (on this backend)");
+                return Err(CUDA_ERROR_NOT_SUPPORTED);
+            }
+            ctx.host.insert(
+                b.host as usize,
+                HostRec {
+                    dev: b.dev,
+                    len: bytes as u64,
+                    flags,
+                    managed: true,
+                },
+            );
+            Ok(b.dev)
+        })?;
+        // SAFETY: the caller's out-pointer (checked not null).
+        unsafe { out(dptr, p) }
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     ffi("cuMemFree_v2", || {
         let t = Instant::now();
         with(|g| {
             let (_, ctx) = g.cur()?;
+            if ctx.host.get(&(dptr as usize)).is_some_and(|h| h.managed) {
+                ctx.dev_call(|d| d.host_free(dptr as *mut u8))?;
+                ctx.host.remove(&(dptr as usize));
+                return Ok(());
+            }
             if !ctx.allocs.contains_key(&dptr) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
@@ -114,6 +159,7 @@ fn host_alloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> Result<(), C
                 dev: b.dev,
                 len: bytes as u64,
                 flags,
+                managed: false,
             },
         );
         Ok(b.host)
@@ -146,7 +192,7 @@ pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
         let t = Instant::now();
         with(|g| {
             let (_, ctx) = g.cur()?;
-            if !ctx.host.contains_key(&(p as usize)) {
+            if ctx.host.get(&(p as usize)).is_none_or(|h| h.managed) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
             ctx.dev_call(|d| d.host_free(p.cast()))?;
@@ -549,6 +595,7 @@ unsafe fn pointer_attribute(
         .next_back()
         .filter(|(b, l)| ptr < *b + *l)
         .map(|(b, l)| (*b, *l, None));
+    let managed = ctx.host_buf(ptr as usize).is_some_and(|(_, h)| h.managed);
     let hostbuf = ctx
         .host_buf(ptr as usize)
         .map(|(b, h)| (h.dev, h.len, Some((b, ptr as usize - b))))
@@ -582,7 +629,7 @@ unsafe fn pointer_attribute(
                 Some((b, off)) => out(data.cast::<*mut c_void>(), (b + off) as *mut c_void),
                 None => Err(CUDA_ERROR_INVALID_VALUE),
             },
-            CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<u32>(), 0),
+            CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<u32>(), u32::from(managed)),
             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => out(data.cast::<i32>(), 0),
             CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => out(data.cast::<u64>(), base),
             CU_POINTER_ATTRIBUTE_RANGE_SIZE => out(data.cast::<usize>(), len as usize),

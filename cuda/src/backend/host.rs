@@ -37,6 +37,8 @@ struct HostMapping {
     region: HostRegionId,
     va: u64,
     len: u64,
+    /// Memory this backend mapped itself at `va` (sim: unified addressing), unmapped at free.
+    own: bool,
 }
 
 struct Loaded {
@@ -53,7 +55,6 @@ pub struct HostDevice {
     vram: RangeAlloc,
     extents: Vec<(u64, u64)>,
     allocs: HashMap<DevPtr, u64>,
-    host_va: RangeAlloc,
     host_bufs: HashMap<usize, HostMapping>,
     modules: HashMap<u64, Loaded>,
     next_module: u64,
@@ -73,13 +74,11 @@ pub fn open(kind: EngineKind) -> Result<Box<dyn Device>, DeviceError> {
             size: shared.vram_size + HOST_WINDOW,
         })
         .map_err(|e| DeviceError::NoDevice(e.to_string()))?;
-    let host_base = WINDOW_BASE + shared.vram_size;
     Ok(Box::new(HostDevice {
         space,
         vram: RangeAlloc::default(),
         extents: Vec::new(),
         allocs: HashMap::new(),
-        host_va: RangeAlloc::new(host_base, HOST_WINDOW),
         host_bufs: HashMap::new(),
         modules: HashMap::new(),
         next_module: 1,
@@ -161,6 +160,72 @@ impl HostDevice {
         Ok(())
     }
 
+    /// Host memory of `len` bytes mapped into the space at `va`: on sim, anonymous memory
+    /// placed at `va` in the process too (the host pointer is the device pointer: unified
+    /// addressing, managed memory), else (cuda, or `va` taken in the process) engine-owned
+    /// memory wherever the engine puts it.
+    fn host_map(&mut self, va: u64, len: u64) -> Result<(HostMapping, *mut u8), DeviceError> {
+        let engine = &self.shared.engine;
+        if self.shared.kind == EngineKind::Sim
+            && let Some(ptr) = map_own(va, len)
+        {
+            // SAFETY: `ptr..ptr+len` is memory this backend mapped and keeps mapped until
+            // host_free unregisters it first.
+            match unsafe { engine.register_host_region(ptr, len as usize) } {
+                Ok(region) => {
+                    let m = HostMapping {
+                        region,
+                        va,
+                        len,
+                        own: true,
+                    };
+                    if let Err(e) = self.map_host(&m) {
+                        let _ = engine.unregister_host_region(region);
+                        unmap_own(ptr, len);
+                        return Err(e);
+                    }
+                    return Ok((m, ptr));
+                }
+                Err(e) => {
+                    log::warn!("host buffer at {va:#x}: {e}");
+                    unmap_own(ptr, len);
+                }
+            }
+        }
+        let (region, ptr) = engine.alloc_host_region(len).map_err(|e| {
+            log::warn!("host buffer of {len} bytes: {e}");
+            DeviceError::OutOfMemory(len)
+        })?;
+        let m = HostMapping {
+            region,
+            va,
+            len,
+            own: false,
+        };
+        if let Err(e) = self.map_host(&m) {
+            let _ = engine.unregister_host_region(region);
+            return Err(e);
+        }
+        Ok((m, ptr.as_ptr()))
+    }
+
+    fn map_host(&self, m: &HostMapping) -> Result<(), DeviceError> {
+        let map = Mapping {
+            va: m.va,
+            len: m.len,
+            target: MapTarget::Host {
+                region: m.region,
+                offset: 0,
+            },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size2M,
+        };
+        self.shared
+            .engine
+            .map(self.space, &map)
+            .map_err(|e| DeviceError::Fault(format!("mapping host memory: {e}")))
+    }
+
     fn fill(&mut self, dst: DevPtr, pattern: &[u8], bytes: u64) -> Result<(), DeviceError> {
         const CHUNK: u64 = 1 << 20;
         let chunk: Vec<u8> = pattern
@@ -182,15 +247,52 @@ impl HostDevice {
     }
 }
 
+/// Anonymous zeroed memory at exactly `va` in the process, or `None` if that range is taken.
+fn map_own(va: u64, len: u64) -> Option<*mut u8> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: the call fails if any
+    // page of the range is in use.
+    let p = unsafe {
+        libc::mmap(
+            va as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE
+                | libc::MAP_ANONYMOUS
+                | libc::MAP_FIXED_NOREPLACE
+                | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if p as u64 != va {
+        // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint.
+        unmap_own(p.cast(), len);
+        return None;
+    }
+    Some(p.cast())
+}
+
+fn unmap_own(p: *mut u8, len: u64) {
+    // SAFETY: a mapping made by map_own, unregistered from the engine before.
+    unsafe { libc::munmap(p.cast(), len as usize) };
+}
+
 impl Drop for HostDevice {
     fn drop(&mut self) {
         let engine = &self.shared.engine;
         for (_, m) in self.modules.drain() {
             let _ = engine.unload_module(m.engine);
         }
-        for (_, h) in self.host_bufs.drain() {
+        for (host, h) in self.host_bufs.drain() {
             let _ = engine.unmap(self.space, h.va, h.len);
             let _ = engine.unregister_host_region(h.region);
+            if h.own {
+                unmap_own(host as *mut u8, h.len);
+            }
+            self.shared.give_host_va(h.va, h.len);
         }
         let _ = engine.destroy_space(self.space);
         for (pa, len) in self.extents.drain(..) {
@@ -245,34 +347,19 @@ impl Device for HostDevice {
         }
         let len = bytes.next_multiple_of(PAGE);
         let va = self
-            .host_va
-            .alloc(len, PAGE)
+            .shared
+            .take_host_va(len)
             .ok_or(DeviceError::OutOfMemory(bytes))?;
-        let engine = &self.shared.engine;
-        let (region, ptr) = match engine.alloc_host_region(len) {
-            Ok(r) => r,
+        let (mapping, host) = match self.host_map(va, len) {
+            Ok(m) => m,
             Err(e) => {
-                self.host_va.free(va, len);
-                log::warn!("host buffer of {bytes} bytes: {e}");
-                return Err(DeviceError::OutOfMemory(bytes));
+                self.shared.give_host_va(va, len);
+                return Err(e);
             }
         };
-        let map = Mapping {
-            va,
-            len,
-            target: MapTarget::Host { region, offset: 0 },
-            perm: Perm::ReadWrite,
-            page_size: PageSize::Size2M,
-        };
-        if let Err(e) = engine.map(self.space, &map) {
-            let _ = engine.unregister_host_region(region);
-            self.host_va.free(va, len);
-            return Err(DeviceError::Fault(format!("mapping host memory: {e}")));
-        }
-        self.host_bufs
-            .insert(ptr.as_ptr() as usize, HostMapping { region, va, len });
+        self.host_bufs.insert(host as usize, mapping);
         Ok(HostBuf {
-            host: ptr.as_ptr(),
+            host,
             dev: va,
             len: bytes,
         })
@@ -288,7 +375,10 @@ impl Device for HostDevice {
         engine
             .unregister_host_region(h.region)
             .map_err(engine_err)?;
-        self.host_va.free(h.va, h.len);
+        if h.own {
+            unmap_own(host, h.len);
+        }
+        self.shared.give_host_va(h.va, h.len);
         Ok(())
     }
 

@@ -34,6 +34,10 @@ pub struct Shared {
     pub info: DeviceInfo,
     pub vram_size: u64,
     phys: Mutex<RangeAlloc>,
+    /// The host-buffer part of the window, shared by the contexts: on sim a host buffer lives
+    /// at the same address in the process as on the GPU, so two contexts must not pick the
+    /// same one.
+    host_va: Mutex<RangeAlloc>,
 }
 
 impl Shared {
@@ -46,6 +50,18 @@ impl Shared {
     pub fn give(&self, pa: u64, len: u64) {
         if let Ok(mut p) = self.phys.lock() {
             p.free(pa, len);
+        }
+    }
+
+    /// `len` bytes (a multiple of [`PAGE`]) of the host-buffer window.
+    pub fn take_host_va(&self, len: u64) -> Option<u64> {
+        self.host_va.lock().ok()?.alloc(len, PAGE)
+    }
+
+    /// Gives back what [`Shared::take_host_va`] gave.
+    pub fn give_host_va(&self, va: u64, len: u64) {
+        if let Ok(mut p) = self.host_va.lock() {
+            p.free(va, len);
         }
     }
 
@@ -90,6 +106,7 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         info,
         vram_size,
         phys: Mutex::new(RangeAlloc::new(0, vram_size)),
+        host_va: Mutex::new(RangeAlloc::new(WINDOW_BASE + vram_size, HOST_WINDOW)),
     });
     *slot = Some(Arc::clone(&s));
     Ok(s)
