@@ -647,3 +647,46 @@ fn managed_memory_and_host_buffers_share_one_address_on_sim() {
     ok(cuMemFreeHost(h));
     ok(cuCtxDestroy_v2(ctx));
 }
+
+#[test]
+fn threads_with_their_own_contexts_and_one_shared_context() {
+    ok(cuInit(0));
+    let mut shared = null_mut();
+    // SAFETY: out-pointer to a local.
+    unsafe { ok(cuCtxCreate_v2(&mut shared, 0, 0)) };
+    let shared_key = shared as usize;
+    let handles: Vec<_> = (0..4u32)
+        .map(|t| {
+            std::thread::spawn(move || {
+                // Half the threads make their own context, half use the shared one.
+                let own = t % 2 == 0;
+                let ctx = if own {
+                    setup().0
+                } else {
+                    ok(cuCtxSetCurrent(shared_key as Handle));
+                    shared_key as Handle
+                };
+                let text = CString::new(PTX).unwrap();
+                let mut module = null_mut();
+                // SAFETY: NUL-terminated PTX text.
+                unsafe { ok(cuModuleLoadData(&mut module, text.as_ptr().cast())) };
+                let f = function(module, "vecadd").unwrap();
+                let d = alloc(4 * 512);
+                for round in 0..5u32 {
+                    htod(d, &vec![t + round; 512]);
+                    ok(vecadd(f, d, d, d, 512, null_mut()));
+                    assert_eq!(dtoh(d, 512), vec![6 * (t + round); 512]);
+                }
+                ok(cuMemFree_v2(d));
+                ok(cuModuleUnload(module));
+                if own {
+                    ok(cuCtxDestroy_v2(ctx));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    ok(cuCtxDestroy_v2(shared));
+}

@@ -179,9 +179,14 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     ffi("cuDeviceGetAttribute", || {
-        let v = info(dev, |i| {
+        let mut v = info(dev, |i| {
             attribute(i, attrib).ok_or(CUDA_ERROR_INVALID_VALUE)
         })?;
+        if attrib == CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY {
+            // Managed memory needs host buffers at their device address: the sim backend.
+            let kind = with(|g| Ok(g.inited()?.kind))?;
+            v = i64::from(kind == crate::backend::BackendKind::Sim);
+        }
         // SAFETY: the caller's out-pointer.
         unsafe {
             out(
