@@ -690,3 +690,40 @@ fn threads_with_their_own_contexts_and_one_shared_context() {
     }
     ok(cuCtxDestroy_v2(shared));
 }
+
+#[test]
+fn mutated_modules_are_refused_or_loaded_never_a_panic() {
+    let (ctx, _) = setup();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let base = PTX.as_bytes();
+    let alphabet = b" \n;{}[]+-.,%$_0123456789abcxyz.global.const";
+    for _ in 0..300 {
+        let mut text = base.to_vec();
+        for _ in 0..1 + next() % 4 {
+            let at = (next() as usize) % text.len();
+            match next() % 3 {
+                0 => text[at] = alphabet[(next() as usize) % alphabet.len()],
+                1 => {
+                    text.remove(at);
+                }
+                _ => text.insert(at, alphabet[(next() as usize) % alphabet.len()]),
+            }
+        }
+        text.retain(|&b| b != 0);
+        let c = CString::new(text).unwrap();
+        let mut m = null_mut();
+        // SAFETY: NUL-terminated text.
+        let r = unsafe { cuModuleLoadData(&mut m, c.as_ptr().cast()) };
+        assert_ne!(r, CUDA_ERROR_UNKNOWN, "a panic inside the library");
+        if r == CUDA_SUCCESS {
+            ok(cuModuleUnload(m));
+        }
+    }
+    ok(cuCtxDestroy_v2(ctx));
+}
