@@ -5,7 +5,8 @@
 //! - `init`: from the first `cuInit` to the first context being ready;
 //! - `copies_in`: inside host→device copies (`cuMemcpyHtoD*`, and `cuMemcpy` that way);
 //! - `kernels`: from a launch to the completion of the launches in flight, as observed by the
-//!   synchronising call that waits for them (overlapping launches counted once);
+//!   synchronising call that waits for them (overlapping launches counted once); on the host
+//!   backend, which runs a launch before returning, to the launch call's return;
 //! - `copies_out`: inside device→host copies, after the kernels before them were waited for;
 //! - `close`: inside teardown (`cuCtxDestroy`, the last primary-context release or reset,
 //!   `cuModuleUnload`, `cuMemFree`, `cuMemFreeHost`).

@@ -450,6 +450,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
             let (fctx, module, max_dyn) = (rec.ctx, rec.module, rec.max_dynamic_shared);
             let mid = g.modules.get(&module).ok_or(CUDA_ERROR_INVALID_HANDLE)?.id;
             let dinfo = g.inited()?.info.clone();
+            // The host backend runs a launch before returning: its kernel time ends there.
+            let synchronous = g.inited()?.kind != crate::backend::BackendKind::Guest;
             let grid = [gx, gy, gz];
             let block = [bx, by, bz];
             if grid.contains(&0) || block.contains(&0) {
@@ -491,7 +493,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
             };
             let overhead = t.elapsed().as_nanos() as u64;
             stats::launched(t, overhead);
-            ctx.dev_call(|d| d.launch(&launch))
+            let r = ctx.dev_call(|d| d.launch(&launch));
+            if synchronous {
+                stats::kernels_done();
+            }
+            r
         })?;
         stats::call("cuLaunchKernel", 0, t, None);
         Ok(())
