@@ -44,8 +44,79 @@ fn ident_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '$'
 }
 
+/// A `+N` / `-N` (decimal or `0x` hex, spaces allowed) at the start of `rest`: the value and
+/// the characters it took (0, 0 when there is none).
+fn offset_after(rest: &[char]) -> (i64, usize) {
+    let mut k = 0;
+    let skip = |k: &mut usize| {
+        while rest.get(*k).is_some_and(|c| *c == ' ' || *c == '\t') {
+            *k += 1;
+        }
+    };
+    skip(&mut k);
+    let neg = match rest.get(k) {
+        Some('+') => false,
+        Some('-') => true,
+        _ => return (0, 0),
+    };
+    k += 1;
+    skip(&mut k);
+    let start = k;
+    while rest.get(k).is_some_and(|c| c.is_ascii_alphanumeric()) {
+        k += 1;
+    }
+    let digits: String = rest[start..k].iter().collect();
+    let value = match digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        Some(h) => i64::from_str_radix(h, 16).ok(),
+        None => digits.parse::<i64>().ok(),
+    };
+    match value {
+        Some(v) => (if neg { v.wrapping_neg() } else { v }, k),
+        None => (0, 0),
+    }
+}
+
+/// `cvta[.to].global.uNN %r, <address>;` (a variable's name before the rewrite, an integer
+/// now): a `mov` (a global address is its generic address).
+fn cvta_of_immediate(line: &str) -> Option<String> {
+    let t = line.trim();
+    let body = t.strip_suffix(';')?;
+    let (op, args) = body.split_once(char::is_whitespace)?;
+    let size = op
+        .strip_prefix("cvta.global.u")
+        .or_else(|| op.strip_prefix("cvta.to.global.u"))?;
+    let (dst, src) = args.split_once(',')?;
+    src.trim().parse::<i64>().ok()?;
+    let indent = &line[..line.len() - line.trim_start().len()];
+    Some(format!(
+        "{indent}mov.b{size} {}, {};",
+        dst.trim(),
+        src.trim()
+    ))
+}
+
 /// The text with `layout`'s variables at `base` (see the module documentation).
 pub fn rewrite(ptx: &str, layout: &Layout, base: u64) -> String {
+    let text = rewrite_names(ptx, layout, base);
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        match cvta_of_immediate(body) {
+            Some(m) => out.push_str(&m),
+            None => out.push_str(body),
+        }
+        out.push_str(nl);
+    }
+    out
+}
+
+fn rewrite_names(ptx: &str, layout: &Layout, base: u64) -> String {
     let addr = |name: &str| {
         layout
             .vars
@@ -124,7 +195,10 @@ pub fn rewrite(ptx: &str, layout: &Layout, base: u64) -> String {
             } else if tok == ".const" {
                 out.push_str(".global");
             } else if let Some(a) = (ident_start(c) && c != '%').then(|| addr(&tok)).flatten() {
-                out.push_str(&a.to_string());
+                // `name+8` / `name-8` becomes one address: `[imm+imm]` is not PTX.
+                let (off, used) = offset_after(&chars[i..]);
+                i += used;
+                out.push_str(&(a as i64).wrapping_add(off).to_string());
             } else {
                 out.push_str(&tok);
             }
@@ -185,6 +259,7 @@ mod tests {
     ld.param.u64 %rd1, [out];
     ld.const.u32 %r1, [coef+4];
     mov.u64 %rd2, counter; // the address
+    cvta.global.u64 %rd2, counter;
     ld.global.u32 %r2, [%rd2];
     add.s32 %r3, %r1, %r2;
     st.global.u32 [%rd1], %r3;
@@ -202,7 +277,11 @@ mod tests {
         let base = 0x10_0000_0000u64;
         let t = rewrite(TEXT, &l, base);
         assert!(
-            t.contains(&format!("ld.global.u32 %r1, [{}+4]", base)),
+            t.contains(&format!("ld.global.u32 %r1, [{}]", base + 4)),
+            "{t}"
+        );
+        assert!(
+            t.contains(&format!("mov.b64 %rd2, {};", base + l.vars[1].1)),
             "{t}"
         );
         assert!(
