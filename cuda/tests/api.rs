@@ -727,3 +727,64 @@ fn mutated_modules_are_refused_or_loaded_never_a_panic() {
     }
     ok(cuCtxDestroy_v2(ctx));
 }
+
+#[test]
+fn pitched_memory_and_2d_copies() {
+    let (ctx, _) = setup();
+    let (mut d, mut pitch) = (0u64, 0usize);
+    // SAFETY: out-pointers to locals.
+    unsafe { ok(cuMemAllocPitch_v2(&mut d, &mut pitch, 40, 6, 4)) };
+    assert_eq!(pitch, 512);
+    // A 10x6 block of u32 from a host array with rows of 16 into the pitched memory at x=8 bytes.
+    let host: Vec<u32> = (0..16 * 6).collect();
+    let up = Memcpy2D {
+        src_x: 0,
+        src_y: 0,
+        src_type: CU_MEMORYTYPE_HOST,
+        src_host: host.as_ptr().cast(),
+        src_device: 0,
+        src_array: null_mut(),
+        src_pitch: 64,
+        dst_x: 8,
+        dst_y: 0,
+        dst_type: CU_MEMORYTYPE_DEVICE,
+        dst_host: null_mut(),
+        dst_device: d,
+        dst_array: null_mut(),
+        dst_pitch: pitch,
+        width: 32,
+        height: 6,
+    };
+    // SAFETY: a well-formed copy within both buffers.
+    unsafe { ok(cuMemcpy2D_v2(&up)) };
+    // Row 3 of the device memory: two untouched words, then host row 3's first 8 words.
+    let row = dtoh(d + 3 * pitch as u64, 10);
+    assert_eq!(row[2..], host[48..56]);
+    // Back down, unified addressing on both sides, into a dense 8x6 array.
+    let mut back = vec![0u32; 8 * 6];
+    let down = Memcpy2D {
+        src_x: 8,
+        src_type: CU_MEMORYTYPE_UNIFIED,
+        src_device: d,
+        src_pitch: pitch,
+        dst_x: 0,
+        dst_type: CU_MEMORYTYPE_UNIFIED,
+        dst_device: back.as_mut_ptr() as u64,
+        dst_pitch: 32,
+        ..up
+    };
+    // SAFETY: as above.
+    unsafe { ok(cuMemcpy2D_v2(&down)) };
+    for r in 0..6 {
+        assert_eq!(back[r * 8..r * 8 + 8], host[r * 16..r * 16 + 8]);
+    }
+    // A copy past the allocation's end is refused.
+    let past = Memcpy2D { dst_y: 1, ..up };
+    // SAFETY: a copy the library refuses before touching memory.
+    let r = unsafe { cuMemcpy2D_v2(&past) };
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE);
+    // ... before anything was written: row 1 still holds host row 1.
+    assert_eq!(dtoh(d + pitch as u64, 10)[2..], host[16..24]);
+    ok(cuMemFree_v2(d));
+    ok(cuCtxDestroy_v2(ctx));
+}

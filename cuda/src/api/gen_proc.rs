@@ -247,6 +247,10 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             "cuMemAllocManaged",
             super::cuMemAllocManaged as *const () as usize,
         ),
+        (
+            "cuMemAllocPitch_v2",
+            super::cuMemAllocPitch_v2 as *const () as usize,
+        ),
         ("cuMemAlloc_v2", super::cuMemAlloc_v2 as *const () as usize),
         ("cuMemFreeHost", super::cuMemFreeHost as *const () as usize),
         ("cuMemFree_v2", super::cuMemFree_v2 as *const () as usize),
@@ -283,6 +287,15 @@ pub fn implemented() -> Vec<(&'static str, usize)> {
             super::cuMemHostUnregister as *const () as usize,
         ),
         ("cuMemcpy", super::cuMemcpy as *const () as usize),
+        (
+            "cuMemcpy2DAsync_v2",
+            super::cuMemcpy2DAsync_v2 as *const () as usize,
+        ),
+        (
+            "cuMemcpy2DUnaligned_v2",
+            super::cuMemcpy2DUnaligned_v2 as *const () as usize,
+        ),
+        ("cuMemcpy2D_v2", super::cuMemcpy2D_v2 as *const () as usize),
         ("cuMemcpyAsync", super::cuMemcpyAsync as *const () as usize),
         (
             "cuMemcpyAsync_ptsz",

@@ -296,7 +296,12 @@ fn drain_kernels(ctx: &mut Ctx) -> Result<(), CUresult> {
 }
 
 /// Host → device, `bytes` from `src` to `dst` (checked against the allocations).
-fn htod(ctx: &mut Ctx, dst: CUdeviceptr, src: *const c_void, bytes: usize) -> Result<(), CUresult> {
+pub(super) fn htod(
+    ctx: &mut Ctx,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> Result<(), CUresult> {
     if bytes == 0 {
         return Ok(());
     }
@@ -310,7 +315,12 @@ fn htod(ctx: &mut Ctx, dst: CUdeviceptr, src: *const c_void, bytes: usize) -> Re
 }
 
 /// Device → host.
-fn dtoh(ctx: &mut Ctx, dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> Result<(), CUresult> {
+pub(super) fn dtoh(
+    ctx: &mut Ctx,
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> Result<(), CUresult> {
     if bytes == 0 {
         return Ok(());
     }
@@ -324,7 +334,12 @@ fn dtoh(ctx: &mut Ctx, dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> Resu
     ctx.dev_call(|d| d.copy_dtoh(buf, src))
 }
 
-fn dtod(ctx: &mut Ctx, dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> Result<(), CUresult> {
+pub(super) fn dtod(
+    ctx: &mut Ctx,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> Result<(), CUresult> {
     if bytes == 0 {
         return Ok(());
     }
@@ -459,7 +474,7 @@ fn side(ctx: &Ctx, p: u64, bytes: usize) -> Side {
     }
 }
 
-fn unified(
+pub(super) fn unified(
     ctx: &mut Ctx,
     dst: u64,
     src: u64,

@@ -9,6 +9,7 @@
 
 mod device;
 mod gen_proc;
+mod memcpy2d;
 mod memory;
 mod misc;
 mod module;
@@ -16,6 +17,7 @@ mod ptds;
 mod sync;
 
 pub use device::*;
+pub use memcpy2d::*;
 pub use memory::*;
 pub use misc::*;
 pub use module::*;
