@@ -1,10 +1,10 @@
 //! The bytes a program hands to `cuModuleLoadData` (or a file for `cuModuleLoad`) → the PTX
 //! text to load.
 //!
-//! Accepted now: PTX text (NUL-terminated, as the driver API asks). A fat binary (magic
-//! `0xBA55ED50`, or the `0x466243B1` wrapper) is recognised and refused with a clear error
-//! until the `cuda-fatbin` crate is merged: then [`from_fatbin`] picks the highest PTX entry
-//! the device accepts. ELF (SASS-only cubin) is refused: no PTX to run.
+//! Accepted: PTX text (NUL-terminated, as the driver API asks), and a fat binary (magic
+//! `0xBA55ED50`, or the `0x466243B1` wrapper nvcc emits around one), parsed by `cuda-fatbin`:
+//! the highest PTX entry the device accepts ([`PtxLimits`]), decompressed. ELF (a SASS-only
+//! cubin) is refused: no PTX to run.
 
 use thiserror::Error;
 
@@ -20,7 +20,7 @@ pub enum ImageError {
         "the image is a CUDA ELF (SASS only): no PTX to run; build with -gencode arch=compute_80,code=compute_80"
     )]
     Elf,
-    #[error("fat binaries are not readable by this build yet: {0}")]
+    #[error("fat binary: {0}")]
     Fatbin(String),
     #[error("the PTX text is not terminated within {MAX_PTX} bytes")]
     TooLong,
@@ -79,7 +79,7 @@ pub fn ptx_from_bytes(bytes: &[u8], limits: PtxLimits) -> Result<String, ImageEr
     if bytes.len() >= 4 {
         let magic = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         if magic == FATBIN_MAGIC || magic == WRAPPER_MAGIC {
-            return from_fatbin(bytes.as_ptr(), limits);
+            return from_fatbin_bytes(bytes, limits);
         }
     }
     let text = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
@@ -90,12 +90,59 @@ pub fn ptx_from_bytes(bytes: &[u8], limits: PtxLimits) -> Result<String, ImageEr
     Ok(text.to_string())
 }
 
-/// The boundary to `cuda-fatbin` (`fatbin_len` on the first bytes, `parse_image`, then
-/// `choose_ptx` with `limits`: the highest PTX the device runs, decompressed): not merged yet.
-fn from_fatbin(_p: *const u8, _limits: PtxLimits) -> Result<String, ImageError> {
-    Err(ImageError::Fatbin(
-        "the cuda-fatbin crate is not merged into this library yet".into(),
-    ))
+/// The choice of PTX in a parsed fat binary, for `limits`.
+fn choose(fb: &cuda_fatbin::Fatbin<'_>, limits: PtxLimits) -> Result<String, ImageError> {
+    let isa = u16::try_from(limits.max_isa).unwrap_or(u16::MAX);
+    let l = cuda_fatbin::Limits {
+        max_arch: limits.max_arch,
+        max_isa: cuda_fatbin::PtxIsa::new(isa / 10, isa % 10),
+    };
+    cuda_fatbin::choose_ptx(fb, l)
+        .map(|c| c.text)
+        .map_err(|e| ImageError::Fatbin(e.to_string()))
+}
+
+fn fatbin_err(e: cuda_fatbin::FatbinError) -> ImageError {
+    ImageError::Fatbin(e.to_string())
+}
+
+/// A fat binary (or a wrapper) in a buffer the library owns (a file's bytes): parsed inside
+/// the buffer only; a wrapper's pointer into a program is meaningless in a file and refused.
+fn from_fatbin_bytes(bytes: &[u8], limits: PtxLimits) -> Result<String, ImageError> {
+    if cuda_fatbin::sniff(bytes) == cuda_fatbin::Sniff::Wrapper {
+        return Err(ImageError::Fatbin(
+            "a fat binary wrapper (it points into a program) is not a module file".into(),
+        ));
+    }
+    let fb = cuda_fatbin::parse_fatbin(bytes).map_err(fatbin_err)?;
+    choose(&fb, limits)
+}
+
+/// A fat binary, or the wrapper nvcc emits around one, at a program's pointer: the wrapper is
+/// followed, the header read, then exactly the length it declares (capped by
+/// `cuda_fatbin::MAX_FATBIN_SIZE`), parsed and the highest PTX the device runs decompressed.
+fn from_fatbin(p: *const u8, limits: PtxLimits) -> Result<String, ImageError> {
+    let mut p = p;
+    // SAFETY: the caller read 4 bytes at `p` already (the magic).
+    let head = unsafe { std::slice::from_raw_parts(p, 4) };
+    if cuda_fatbin::sniff(head) == cuda_fatbin::Sniff::Wrapper {
+        // SAFETY: a wrapper is WRAPPER_SIZE bytes (nvcc's `__fatBinC_Wrapper_t`, the program's
+        // promise when it hands one over).
+        let w = unsafe { std::slice::from_raw_parts(p, cuda_fatbin::WRAPPER_SIZE) };
+        let w = cuda_fatbin::Wrapper::parse(w).map_err(fatbin_err)?;
+        if w.data == 0 {
+            return Err(ImageError::Null);
+        }
+        p = w.data as *const u8;
+    }
+    // SAFETY: a fat binary starts with its HEADER_PEEK-byte header.
+    let peek = unsafe { std::slice::from_raw_parts(p, cuda_fatbin::HEADER_PEEK) };
+    let len = cuda_fatbin::fatbin_len(peek).map_err(fatbin_err)?;
+    // SAFETY: the header declares `len` bytes (bounded by fatbin_len); the program's fat binary
+    // is that long.
+    let bytes = unsafe { std::slice::from_raw_parts(p, len) };
+    let fb = cuda_fatbin::parse_fatbin(bytes).map_err(fatbin_err)?;
+    choose(&fb, limits)
 }
 
 #[cfg(test)]
@@ -120,5 +167,31 @@ mod tests {
         // SAFETY: null is checked.
         let null = unsafe { ptx_from_ptr(std::ptr::null(), L) };
         assert_eq!(null, Err(ImageError::Null));
+    }
+
+    #[test]
+    fn fat_binaries_give_their_best_ptx() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cuda-fatbin/tests/fixtures/"
+        );
+        for f in ["zstd.fatbin", "lz4.fatbin", "raw.fatbin"] {
+            let bytes = std::fs::read(format!("{dir}{f}")).unwrap();
+            let ptx = ptx_from_bytes(&bytes, L).unwrap();
+            assert!(
+                ptx.contains(".entry") && ptx.contains(".version"),
+                "{f}: {ptx}"
+            );
+            // The same bytes at a program's pointer.
+            // SAFETY: a whole fat binary.
+            assert_eq!(unsafe { ptx_from_ptr(bytes.as_ptr(), L) }.unwrap(), ptx);
+            // A device that runs no PTX of these gets an error naming what was found.
+            let none = PtxLimits {
+                max_arch: 50,
+                max_isa: 90,
+            };
+            let e = ptx_from_bytes(&bytes, none).unwrap_err().to_string();
+            assert!(e.contains("compute_"), "{f}: {e}");
+        }
     }
 }
