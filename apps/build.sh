@@ -7,11 +7,12 @@
 #      over the pinned list). Installs python3-venv with apt-get when it lacks it and runs as root.
 #   2. The programs, with nvcc's DEFAULT flags for what matters here: compressed PTX (CUDA 13's
 #      default), `-cudart shared`, PTX only, for compute_80 and compute_90. One executable per
-#      program in target/apps (override: VGPU_APPS_OUT); X.kernels.cu becomes X.fatbin (what the
-#      driver-API program loads with cuModuleLoadData); a program including <cuda.h> links
-#      -lcuda against a stub generated here (the wheels carry no libcuda; the real one comes at
-#      run time: the GPU driver's, or the project's target/release/libcuda.so.1). Rebuilt only
-#      when a source, common.h or this script is newer than the executable.
+#      program in target/apps (override: VGPU_APPS_OUT): X.cu a runtime program; X.kernels.cu
+#      becomes X.fatbin (what the driver-API program loads with cuModuleLoadData); X.cpp a
+#      driver-API program (no runtime) linked with -lcuda against a stub generated here (the
+#      wheels carry no libcuda; the real one comes at run time: the GPU driver's, or the
+#      project's target/release/libcuda.so.1). Rebuilt only when a source, common.h or this
+#      script is newer than the executable.
 #   3. target/apps/nvidia/libcudart.so.13: NVIDIA's runtime from the wheel, for native runs on a
 #      GPU (LD_LIBRARY_PATH=target/apps/nvidia target/apps/matmul large); target/apps/PROGRAMS
 #      lists the programs, one a line (apps/run.sh and the tests read it).
@@ -66,7 +67,8 @@ mkdir -p "$out/nvidia" "$tc/stub"
 cp -f "$cu/lib/libcudart.so.13" "$out/nvidia/libcudart.so.13"
 gencode="-gencode arch=compute_80,code=compute_80 -gencode arch=compute_90,code=compute_90"
 # Host code at -O2 (the CPU references of the large sizes); device code is nvcc's default.
-flags="-O2 -std=c++17 -cudart shared -I$here -L$cu/lib"
+hflags="-O2 -std=c++17 -I$here -L$cu/lib"
+flags="$hflags -cudart shared"
 newer() { # newer TARGET SOURCE...: true when TARGET is missing or older than a SOURCE
   t=$1; shift
   [ -e "$t" ] || return 0
@@ -75,38 +77,43 @@ newer() { # newer TARGET SOURCE...: true when TARGET is missing or older than a 
 }
 built=0
 programs=""
-for src in "$here"/*.cu; do
-  name=$(basename "$src" .cu)
-  case "$name" in
-    *.kernels)
-      fb="$out/${name%.kernels}.fatbin"
-      if newer "$fb" "$src" "$here/common.h" "$0"; then
-        log "fatbin ${name%.kernels}.fatbin"
+for src in "$here"/*.cu "$here"/*.cpp; do
+  [ -e "$src" ] || continue
+  file=$(basename "$src")
+  case "$file" in
+    *.kernels.cu)
+      fb="$out/${file%.kernels.cu}.fatbin"
+      if newer "$fb" "$src" "$0"; then
+        log "fatbin $(basename "$fb")"
         # shellcheck disable=SC2086
         "$nvcc" -fatbin $gencode -o "$fb" "$src" || { log "$src does not compile"; exit 1; }
         built=$((built + 1))
       fi
       continue ;;
   esac
+  name=${file%.*}
   programs="$programs $name"
   exe="$out/$name"
   newer "$exe" "$src" "$here/common.h" "$0" || continue
   log "nvcc $name"
-  if grep -q '^#include <cuda.h>' "$src"; then
-    # A link stub for libcuda.so.1: the cu* symbols the program's object needs, as empty
-    # functions. Only for linking; the loader finds the real libcuda.so.1 at run time.
-    obj="$tc/stub/$name.o"
-    # shellcheck disable=SC2086
-    "$nvcc" $flags $gencode -c -o "$obj" "$src" || { log "$src does not compile"; exit 1; }
-    nm -u "$obj" | awk '$2 ~ /^cu[A-Z]/ { print "void " $2 "(void) {}" }' > "$tc/stub/libcuda.c"
-    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$tc/stub/libcuda.so" "$tc/stub/libcuda.c" ||
-      { log "cannot build the libcuda link stub"; exit 1; }
-    # shellcheck disable=SC2086
-    "$nvcc" $flags -o "$exe" "$obj" -L"$tc/stub" -lcuda || { log "$name does not link"; exit 1; }
-  else
-    # shellcheck disable=SC2086
-    "$nvcc" $flags $gencode -o "$exe" "$src" || { log "$src does not compile"; exit 1; }
-  fi
+  case "$file" in
+    *.cu)
+      # shellcheck disable=SC2086
+      "$nvcc" $flags $gencode -o "$exe" "$src" || { log "$src does not compile"; exit 1; } ;;
+    *.cpp)
+      # A driver-API program: host C++ without the runtime, linked with -lcuda against a stub
+      # for libcuda.so.1 made of the cu* symbols its object needs (empty functions; the loader
+      # finds the real libcuda.so.1 at run time).
+      obj="$tc/stub/$name.o"
+      # shellcheck disable=SC2086
+      "$nvcc" $hflags -cudart none -c -o "$obj" "$src" || { log "$src does not compile"; exit 1; }
+      nm -u "$obj" | awk '$2 ~ /^cu[A-Z]/ { print "void " $2 "(void) {}" }' > "$tc/stub/libcuda.c"
+      gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$tc/stub/libcuda.so" "$tc/stub/libcuda.c" ||
+        { log "cannot build the libcuda link stub"; exit 1; }
+      # shellcheck disable=SC2086
+      "$nvcc" $hflags -cudart none -o "$exe" "$obj" -L"$tc/stub" -lcuda ||
+        { log "$name does not link"; exit 1; } ;;
+  esac
   built=$((built + 1))
 done
 echo "$programs" | tr ' ' '\n' | sed '/^$/d' > "$out/PROGRAMS"

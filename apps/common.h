@@ -8,9 +8,13 @@
 //   NAME PARAMS: PASS checksum=0x... gpu_ms=...
 // (or FAIL with the reason) and exits 0 only on PASS: 1 on a mismatch with its CPU reference,
 // 2 on a CUDA error or a bad argument.
+// A driver-API program (plain C++, no runtime) defines APPS_NO_RUNTIME before including this:
+// it then gets everything but the runtime's checked calls and timer.
 #pragma once
 
+#ifndef APPS_NO_RUNTIME
 #include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstdarg>
@@ -37,11 +41,13 @@ inline std::string g_params;
   exit(code);
 }
 
+#ifndef APPS_NO_RUNTIME
 inline void check(cudaError_t e, const char *what, const char *file, int line) {
   if (e != cudaSuccess)
     fail(2, "cuda error %s (%s) in %s at %s:%d", cudaGetErrorName(e), cudaGetErrorString(e), what,
          file, line);
 }
+#endif
 
 // The size chosen by argv[1] or APPS_SIZE: true for large. Sets the program's name.
 inline bool large_size(const char *name, int argc, char **argv) {
@@ -95,6 +101,7 @@ inline uint64_t fnv(const void *p, size_t n, uint64_t h = 0xcbf29ce484222325ull)
   return h;
 }
 
+#ifndef APPS_NO_RUNTIME
 // Elapsed GPU time between two events, accumulated over several intervals.
 struct GpuTimer {
   cudaEvent_t a, b;
@@ -116,6 +123,7 @@ struct GpuTimer {
     cudaEventDestroy(b);
   }
 };
+#endif
 
 // |got - want| <= abs + rel * |want|
 inline bool approx(double got, double want, double rel, double abs) {
@@ -124,7 +132,9 @@ inline bool approx(double got, double want, double rel, double abs) {
 
 }  // namespace apps
 
+#ifndef APPS_NO_RUNTIME
 // Every CUDA call is checked: a failure prints the FAIL verdict with the call and exits 2.
 #define CK(call) ::apps::check((call), #call, __FILE__, __LINE__)
 // After a launch: the launch's own error (configuration) and, when sync, the kernel's.
 #define CK_LAUNCH(what) ::apps::check(cudaGetLastError(), what, __FILE__, __LINE__)
+#endif
