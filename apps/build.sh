@@ -17,7 +17,9 @@
 #      GPU (LD_LIBRARY_PATH=target/apps/nvidia target/apps/matmul large); target/apps/PROGRAMS
 #      lists the programs, one a line (apps/run.sh and the tests read it).
 #
-# Usage: apps/build.sh            Exit status: 0 built; 3 the toolchain cannot be installed
+# Usage: apps/build.sh [--ptx]    --ptx: also the PTX text of every program's kernels, for
+#        compute_80, in target/apps/ptx/NAME.ptx (what the fat binaries carry, compressed).
+#        Exit status: 0 built; 3 the toolchain cannot be installed
 #        (no python3/pip/network: the message says which); 1 a program does not compile.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +27,13 @@ root=$(cd "$here/.." && pwd)
 tc=${VGPU_CUDA_TOOLCHAIN:-$root/target/cuda-toolchain}
 out=${VGPU_APPS_OUT:-$root/target/apps}
 log() { echo "apps: $*" >&2; }
+ptx=0
+for a in "$@"; do
+  case "$a" in
+    --ptx) ptx=1 ;;
+    *) echo "usage: $0 [--ptx]" >&2; exit 2 ;;
+  esac
+done
 cannot() { log "cannot install the CUDA toolchain: $*"; exit 3; }
 
 # Every wheel pinned: nvcc's wheel alone would pull the newest nvvm (PTX the 13.0 driver rejects).
@@ -116,5 +125,14 @@ for src in "$here"/*.cu "$here"/*.cpp; do
   esac
   built=$((built + 1))
 done
+if [ $ptx = 1 ]; then
+  mkdir -p "$out/ptx"
+  for src in "$here"/*.cu; do
+    p="$out/ptx/$(basename "$src" .cu).ptx"
+    newer "$p" "$src" "$here/common.h" || continue
+    "$nvcc" -std=c++17 -I"$here" -ptx -arch=compute_80 -o "$p" "$src" || { log "$src: no PTX"; exit 1; }
+  done
+  log "PTX in $out/ptx"
+fi
 echo "$programs" | tr ' ' '\n' | sed '/^$/d' > "$out/PROGRAMS"
 log "$(wc -l < "$out/PROGRAMS") programs in $out ($built rebuilt)"

@@ -38,8 +38,9 @@ int main(int argc, char **argv) {
   int count = 0, dev = -1;
   CK(cudaGetDeviceCount(&count));
   if (count < 1) apps::fail(1, "cudaGetDeviceCount: %d devices", count);
-  CK(cudaSetDevice(0));
+  // Flags first, before the device's context exists (what programs do).
   CK(cudaSetDeviceFlags(cudaDeviceScheduleAuto));
+  CK(cudaSetDevice(0));
   CK(cudaGetDevice(&dev));
   if (dev != 0) apps::fail(1, "cudaGetDevice: %d after cudaSetDevice(0)", dev);
 
