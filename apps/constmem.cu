@@ -31,7 +31,7 @@ __global__ void convolve(const float *in, float *out, int n, float limit) {
 
 int main(int argc, char **argv) {
   bool large = apps::large_size("constmem", argc, argv);
-  int n = large ? 1 << 26 : 20000, reps = large ? 10 : 1;
+  int n = large ? 1 << 25 : 20000, reps = large ? 20 : 1;
   const float limit = 4.0f;
   apps::params("n=%d taps=%d reps=%d", n, TAPS, reps);
   std::vector<float> in(n), taps(TAPS), out(n);

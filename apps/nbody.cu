@@ -47,7 +47,7 @@ __global__ void integrate(float4 *pos, float3 *vel, const float3 *acc, int n) {
 
 int main(int argc, char **argv) {
   bool large = apps::large_size("nbody", argc, argv);
-  int n = large ? 16384 : 300, steps = large ? 4 : 2;
+  int n = large ? 16384 : 300, steps = large ? 3 : 2;
   apps::params("n=%d steps=%d", n, steps);
   std::vector<float4> pos(n);
   std::vector<float3> vel(n);

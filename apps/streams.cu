@@ -30,8 +30,8 @@ __global__ void work(const unsigned *in, unsigned *out, size_t n, int rounds) {
 int main(int argc, char **argv) {
   bool large = apps::large_size("streams", argc, argv);
   const int S = 4;
-  int chunks = large ? 32 : 4, rounds = large ? 256 : 4;
-  size_t chunk = large ? (size_t)1 << 21 : 2048, n = chunk * chunks, bytes = n * sizeof(unsigned);
+  int chunks = large ? 32 : 4, rounds = large ? 64 : 4;
+  size_t chunk = large ? (size_t)1 << 20 : 2048, n = chunk * chunks, bytes = n * sizeof(unsigned);
   unsigned *in, *out, *dev_in, *dev_out;
   CK(cudaMallocHost(&in, bytes));
   CK(cudaHostAlloc(&out, bytes, cudaHostAllocDefault));

@@ -51,7 +51,7 @@ fn every_app_passes_on_the_software_gpu() {
 
     // Small sizes take well under a second of interpreted GPU work each; the limit allows for a
     // loaded two-core machine.
-    let limit = Duration::from_secs(300);
+    let limit = Duration::from_secs(180);
     let mut failures = Vec::new();
     for p in &suite.programs {
         let r = apps::run(&suite.dir.join(p), &["small"], &lib, limit).expect("start the program");
