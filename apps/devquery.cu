@@ -35,6 +35,7 @@ static int attr(cudaDeviceAttr a, int dev) {
 int main(int argc, char **argv) {
   bool large = apps::large_size("devquery", argc, argv);
   int n = large ? 1 << 26 : 20000;
+  apps::params("n=%d", n);
   int count = 0, dev = -1;
   CK(cudaGetDeviceCount(&count));
   if (count < 1) apps::fail(1, "cudaGetDeviceCount: %d devices", count);

@@ -60,6 +60,7 @@ __global__ void update(int *cent, const unsigned long long *sums, const unsigned
 int main(int argc, char **argv) {
   bool large = apps::large_size("kmeans", argc, argv);
   int n = large ? 1 << 20 : 3000, k = large ? 32 : 8, max_iters = large ? 20 : 8;
+  apps::params("n=%d k=%d d=%d", n, k, D);
   apps::Rng rng(11);
   // Points around k hidden centres (spread 0..100000 per axis, clusters +-6000).
   std::vector<int> pts((size_t)n * D), centres(k * D), cent(k * D);

@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
   const int S = 4;
   int chunks = large ? 32 : 4, rounds = large ? 64 : 4;
   size_t chunk = large ? (size_t)1 << 20 : 2048, n = chunk * chunks, bytes = n * sizeof(unsigned);
+  apps::params("n=%zu chunks=%d streams=%d", n, chunks, S);
   unsigned *in, *out, *dev_in, *dev_out;
   CK(cudaMallocHost(&in, bytes));
   CK(cudaHostAlloc(&out, bytes, cudaHostAllocDefault));
