@@ -77,6 +77,17 @@ inline int pass(uint64_t checksum, double gpu_ms) {
   return 0;
 }
 
+// The suite's test of its own checks: with APPS_TAMPER=1 in the environment a program corrupts
+// one value of its GPU result (a high bit of the 32-bit word in the middle of the buffer: an
+// integer off by 2^30, a float's exponent changed) before comparing it with the CPU's, and must
+// then print FAIL and exit 1. Without it, nothing happens.
+inline void tamper(void *p, size_t bytes) {
+  const char *t = getenv("APPS_TAMPER");
+  if (t == nullptr || strcmp(t, "1") != 0 || bytes < 4) return;
+  size_t word = (bytes / 2) & ~(size_t)3;
+  ((unsigned char *)p)[word + 3] ^= 0x40;
+}
+
 // splitmix64: small, seeded, the same sequence everywhere.
 struct Rng {
   uint64_t s;

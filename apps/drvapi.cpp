@@ -112,6 +112,7 @@ int main(int argc, char **argv) {
   CU(cuEventElapsedTime(&ms, start, stop));
   CU(cuCtxSynchronize());
   CU(cuMemcpyDtoH(got.data(), dy, n * sizeof(float)));
+  apps::tamper(got.data(), n * sizeof(float));
   CU(cuMemcpyDtoH(partial.data(), dpart, rgrid * sizeof(float)));
 
   for (int i = 0; i < n; i++) {

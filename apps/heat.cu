@@ -58,6 +58,7 @@ int main(int argc, char **argv) {
   t.stop();
   std::vector<float> got(elems);
   CK(cudaMemcpy(got.data(), du, bytes, cudaMemcpyDeviceToHost));
+  apps::tamper(got.data(), bytes);
 
   std::vector<float> v(elems);
   for (int i = 0; i < iters; i++) {

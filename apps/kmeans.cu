@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
   t.stop();
   std::vector<int> got_label(n), got_cent(k * D);
   CK(cudaMemcpy(got_label.data(), dlabel, n * sizeof(int), cudaMemcpyDeviceToHost));
+  apps::tamper(got_label.data(), n * sizeof(int));
   CK(cudaMemcpy(got_cent.data(), dcent, k * D * sizeof(int), cudaMemcpyDeviceToHost));
 
   std::vector<int> label(n, -1);

@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
   t.stop();
   std::vector<float> got(elems);
   CK(cudaMemcpy(got.data(), da, bytes, cudaMemcpyDeviceToHost));
+  apps::tamper(got.data(), bytes);
 
   std::vector<double> w(a.begin(), a.end());
   for (int k = 0; k < n - 1; k++)

@@ -49,6 +49,7 @@ int main(int argc, char **argv) {
   CK_LAUNCH("matmul");
   t.stop();
   CK(cudaMemcpy(c.data(), dc, bytes, cudaMemcpyDeviceToHost));
+  apps::tamper(c.data(), bytes);
 
   size_t checks = large ? 4096 : elems;
   apps::Rng pick(2);

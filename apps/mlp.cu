@@ -141,6 +141,7 @@ int main(int argc, char **argv) {
   }
   std::vector<float> gW1(W1.size()), gW2(W2.size());
   CK(cudaMemcpy(gW1.data(), dW1, W1.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  apps::tamper(gW1.data(), W1.size() * sizeof(float));
   CK(cudaMemcpy(gW2.data(), dW2, W2.size() * sizeof(float), cudaMemcpyDeviceToHost));
 
   // The CPU: the same steps in double.

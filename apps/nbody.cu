@@ -72,6 +72,7 @@ int main(int argc, char **argv) {
   t.stop();
   std::vector<float4> got(n);
   CK(cudaMemcpy(got.data(), dpos, n * sizeof(float4), cudaMemcpyDeviceToHost));
+  apps::tamper(got.data(), n * sizeof(float4));
 
   std::vector<double> x(4 * n), v(3 * n), a(3 * n);
   for (int i = 0; i < n; i++) {

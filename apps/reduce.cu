@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
     CK_LAUNCH("reduce");
     t.stop();
     CK(cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost));
+    apps::tamper(&sum, sizeof sum);
     CK(cudaMemcpy(&mx, dmax, sizeof mx, cudaMemcpyDeviceToHost));
     if (sum != want_sum || mx != want_max)
       apps::fail(1, "rep %d: sum=%llu max=%u want sum=%llu max=%u", r, sum, mx, want_sum, want_max);

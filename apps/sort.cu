@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
   t.stop();
   std::vector<unsigned> gk(n), gv(n);
   CK(cudaMemcpy(gk.data(), dk, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  apps::tamper(gk.data(), n * sizeof(unsigned));
   CK(cudaMemcpy(gv.data(), dv, n * sizeof(unsigned), cudaMemcpyDeviceToHost));
 
   std::vector<unsigned> want = keys;

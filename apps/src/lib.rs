@@ -100,15 +100,25 @@ impl Run {
     }
 }
 
-/// Runs `exe ARGS` with `LD_LIBRARY_PATH=lib` (nothing else preloaded), killed after `limit`.
-pub fn run(exe: &Path, args: &[&str], lib: &Path, limit: Duration) -> Result<Run, Error> {
+/// Runs `exe ARGS` with `LD_LIBRARY_PATH=lib` (nothing else preloaded) and the variables in
+/// `env` (the suite's own, APPS_*, only from there), killed after `limit`.
+pub fn run(
+    exe: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    lib: &Path,
+    limit: Duration,
+) -> Result<Run, Error> {
     let started = Instant::now();
-    let mut child = Command::new(exe)
-        .args(args)
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
         .env("LD_LIBRARY_PATH", lib)
         .env_remove("LD_PRELOAD")
         .env_remove("APPS_SIZE")
         .env_remove("APPS_FATBIN")
+        .env_remove("APPS_TAMPER")
+        .envs(env.iter().copied());
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,7 +3,8 @@
 //! shared`), every program run unmodified at its `small` size in-process on the software GPU:
 //! `LD_LIBRARY_PATH=target/release`, where `cargo build --release` leaves the project's
 //! `libcudart.so.13` and `libcuda.so.1`. Each program must exit 0 and print its PASS verdict
-//! line (it checked its results against its CPU reference).
+//! line (it checked its results against its CPU reference); run again with APPS_TAMPER=1 (one
+//! value of its GPU result corrupted before the check) each must print FAIL and exit 1.
 //!
 //! Skipped, with the reason printed, only when the CUDA toolchain cannot be installed (apps/
 //! build.sh exits 3: no python3 venv, no network to PyPI). A program that does not compile, a
@@ -54,7 +55,8 @@ fn every_app_passes_on_the_software_gpu() {
     let limit = Duration::from_secs(180);
     let mut failures = Vec::new();
     for p in &suite.programs {
-        let r = apps::run(&suite.dir.join(p), &["small"], &lib, limit).expect("start the program");
+        let r =
+            apps::run(&suite.dir.join(p), &["small"], &[], &lib, limit).expect("start the program");
         let line = r
             .stdout
             .lines()
@@ -77,8 +79,29 @@ fn every_app_passes_on_the_software_gpu() {
         }
     }
 
+    // Every program's check catches a wrong result: with APPS_TAMPER=1 it corrupts one value of
+    // its GPU result before comparing, and must say FAIL with exit 1.
+    for p in &suite.programs {
+        let r = apps::run(
+            &suite.dir.join(p),
+            &["small"],
+            &[("APPS_TAMPER", "1")],
+            &lib,
+            limit,
+        )
+        .expect("start the program");
+        let v = r.verdict(p);
+        if r.code != Some(1) || v.as_ref().is_none_or(|v| v.pass) {
+            failures.push(format!(
+                "{p} with a corrupted result: exit {:?}, verdict {v:?} (want FAIL, exit 1)\nstderr:\n{}",
+                r.code, r.stderr
+            ));
+        }
+    }
+
     // A bad argument is refused with a FAIL verdict and exit 2, before any GPU work.
-    let r = apps::run(&suite.dir.join("matmul"), &["huge"], &lib, limit).expect("start matmul");
+    let r =
+        apps::run(&suite.dir.join("matmul"), &["huge"], &[], &lib, limit).expect("start matmul");
     let v = r.verdict("matmul");
     if r.code != Some(2)
         || !v
@@ -92,7 +115,7 @@ fn every_app_passes_on_the_software_gpu() {
         failures.is_empty(),
         "{} of {} checks failed:\n{}",
         failures.len(),
-        suite.programs.len() + 1,
+        2 * suite.programs.len() + 1,
         failures.join("\n")
     );
 }
