@@ -4,7 +4,8 @@
 #   1. The toolchain: the CUDA 13.0 wheels from PyPI, every one pinned (the GPU machine's driver,
 #      580, is CUDA 13.0 and cannot JIT the PTX of a newer nvcc), in a Python venv under
 #      target/cuda-toolchain (override: VGPU_CUDA_TOOLCHAIN); installed once, then reused (a stamp
-#      over the pinned list). Installs python3-venv with apt-get when it lacks it and runs as root.
+#      over the pinned list). Installs python3-venv, g++ and binutils with apt-get when it lacks
+#      them and runs as root.
 #   2. The programs, with nvcc's DEFAULT flags for what matters here: compressed PTX (CUDA 13's
 #      default), `-cudart shared`, PTX only, for compute_80 and compute_90. One executable per
 #      program in target/apps (override: VGPU_APPS_OUT): X.cu a runtime program; X.kernels.cu
@@ -41,20 +42,24 @@ pins="nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-profiler-api==13.0.85"
 
 # --- 1. the toolchain ---
+# Debian packages it needs (nvcc drives the host's g++; binutils' nm makes the libcuda stub).
+apt_install() { # apt_install PACKAGE...: as root with apt-get, else exit 3 naming them
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing $*"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y --no-install-recommends "$@" >&2 ||
+      { apt-get update >&2 && apt-get install -y --no-install-recommends "$@" >&2; } ||
+      cannot "apt-get install $* failed"
+  else
+    cannot "missing $* (apt-get install $*, as root)"
+  fi
+}
+command -v g++ >/dev/null || apt_install g++
+command -v nm >/dev/null || apt_install binutils
 stamp=$tc/.vgpu-pins
 if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ]; then
-  command -v python3 >/dev/null || cannot "python3 is not installed (apt-get install python3 python3-venv)"
-  if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      log "installing python3-venv"
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get install -y --no-install-recommends python3-venv >&2 ||
-        { apt-get update >&2 && apt-get install -y --no-install-recommends python3-venv >&2; } ||
-        cannot "apt-get install python3-venv failed"
-    else
-      cannot "python3 has no venv/ensurepip (apt-get install python3-venv, as root)"
-    fi
-  fi
+  command -v python3 >/dev/null || apt_install python3 python3-venv
+  python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
   log "installing the pinned CUDA 13.0 wheels into $tc (once)"
   rm -rf "$tc/venv"
   mkdir -p "$tc"
