@@ -54,17 +54,29 @@ __global__ void sgd(float *w, const float *g, float lr, size_t n) {
 
 struct Dims { int B, I, H, O; };
 
+// The same product in double: row i of C accumulated over k from rows of op(B), contiguous and
+// vectorizable (a transposed B is transposed once first); each entry's sum is in the order of
+// k, as the kernel's. The naive order with strided columns took 10 s at the large size.
 static void cpu_gemm(const std::vector<double> &A, const std::vector<double> &Bm,
                      std::vector<double> &C, const std::vector<double> *bias, int M, int N, int K,
                      bool ta, bool tb) {
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      double acc = bias ? (*bias)[j] : 0.0;
-      for (int k = 0; k < K; k++)
-        acc += (ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) *
-               (tb ? Bm[(size_t)j * K + k] : Bm[(size_t)k * N + j]);
-      C[(size_t)i * N + j] = acc;
+  std::vector<double> bt;
+  const double *B = Bm.data();
+  if (tb) {  // B is N x K: make it K x N
+    bt.resize((size_t)K * N);
+    for (int j = 0; j < N; j++)
+      for (int k = 0; k < K; k++) bt[(size_t)k * N + j] = Bm[(size_t)j * K + k];
+    B = bt.data();
+  }
+  for (int i = 0; i < M; i++) {
+    double *c = &C[(size_t)i * N];
+    for (int j = 0; j < N; j++) c[j] = bias ? (*bias)[j] : 0.0;
+    for (int k = 0; k < K; k++) {
+      double a = ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+      const double *b = B + (size_t)k * N;
+      for (int j = 0; j < N; j++) c[j] += a * b[j];
     }
+  }
 }
 
 static float *dev(const std::vector<float> &h) {
