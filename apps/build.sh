@@ -80,8 +80,8 @@ export PATH="$cu/bin:$PATH"
 mkdir -p "$out/nvidia" "$tc/stub"
 cp -f "$cu/lib/libcudart.so.13" "$out/nvidia/libcudart.so.13"
 gencode="-gencode arch=compute_80,code=compute_80 -gencode arch=compute_90,code=compute_90"
-# Host code at -O2 (the CPU references of the large sizes); device code is nvcc's default.
-hflags="-O2 -std=c++17 -I$here -L$cu/lib"
+# Host code at -O3 (the CPU references of the large sizes, vectorized); device code is nvcc's default.
+hflags="-O3 -std=c++17 -I$here -L$cu/lib"
 flags="$hflags -cudart shared"
 newer() { # newer TARGET SOURCE...: true when TARGET is missing or older than a SOURCE
   t=$1; shift
