@@ -37,7 +37,7 @@ static std::string fatbin_path() {
 
 int main(int argc, char **argv) {
   bool large = apps::large_size("drvapi", argc, argv);
-  int n = large ? 1 << 26 : 30000, reps = large ? 20 : 2;
+  int n = large ? 1 << 25 : 30000, reps = large ? 40 : 2;  // large: 384 MiB of host memory
   const float a = 1.5f, scale = 2.0f;
   apps::params("n=%d reps=%d", n, reps);
 

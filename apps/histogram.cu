@@ -22,7 +22,7 @@ __global__ void histogram(const unsigned char *data, size_t n, unsigned *bins) {
 int main(int argc, char **argv) {
   bool large = apps::large_size("histogram", argc, argv);
   size_t n = large ? (size_t)1 << 28 : 60000;
-  int blocks = large ? 1056 : 6, reps = large ? 10 : 1;
+  int blocks = large ? 1056 : 6, reps = large ? 30 : 1;
   apps::params("n=%zu blocks=%d reps=%d", n, blocks, reps);
   std::vector<unsigned char> data(n);
   apps::Rng rng(5);

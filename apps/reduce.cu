@@ -46,7 +46,7 @@ __global__ void reduce(const unsigned *in, size_t n, unsigned long long *sum, un
 int main(int argc, char **argv) {
   bool large = apps::large_size("reduce", argc, argv);
   size_t n = large ? (size_t)1 << 26 : 50000;
-  int blocks = large ? 1056 : 8, reps = large ? 20 : 2;
+  int blocks = large ? 1056 : 8, reps = large ? 80 : 2;
   apps::params("n=%zu blocks=%d reps=%d", n, blocks, reps);
   std::vector<unsigned> in(n);
   apps::Rng rng(3);
