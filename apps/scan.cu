@@ -64,8 +64,8 @@ static void scan(const unsigned *d_in, unsigned *d_out, size_t n) {
 
 int main(int argc, char **argv) {
   bool large = apps::large_size("scan", argc, argv);
-  size_t n = large ? ((size_t)1 << 26) + 12345 : 40000;  // not a multiple of a block
-  int reps = large ? 10 : 1;
+  size_t n = large ? ((size_t)1 << 25) + 12345 : 40000;  // not a multiple of a block
+  int reps = large ? 20 : 1;
   apps::params("n=%zu reps=%d", n, reps);
   std::vector<unsigned> in(n), out(n);
   apps::Rng rng(4);
