@@ -57,8 +57,18 @@ def main():
                "//! runtime fills for programs, field for field (tests/layout.rs checks every offset against",
                "//! gcc's). Do not edit.", "", "#![allow(non_snake_case)]", "",
                "use std::ffi::{c_char, c_void};", ""]
+    layout = ["/// (struct, field, offset) of every field, and (struct, \"sizeof\", size): tests/layout.rs",
+              "/// compares them with gcc's offsetof/sizeof on the wheel's header.",
+              "pub const LAYOUT: &[(&str, &str, usize)] = &["]
     for name in ["cudaDeviceProp", "cudaFuncAttributes", "cudaPointerAttributes"]:
-        structs += c_struct(header, name)
+        lines = c_struct(header, name)
+        structs += lines
+        for line in lines:
+            m = re.match(r"    pub (\S+): ", line)
+            if m:
+                layout.append('    ("%s", "%s", std::mem::offset_of!(%s, %s)),' % (name, m.group(1).replace("r#", ""), name, m.group(1)))
+        layout.append('    ("%s", "sizeof", std::mem::size_of::<%s>()),' % (name, name))
+    structs += layout + ["];", ""]
     cuda_h = open(os.path.join(wheel, "include", "cuda.h")).read()
     structs += ["/// CUdevice_attribute values (cuda.h); cudaDeviceAttr uses the same numbers.", "pub mod attr {"]
     for n, v in re.findall(r"CU_DEVICE_ATTRIBUTE_(\w+)\s*=\s*(\d+)", cuda_h):

@@ -139,6 +139,601 @@ pub struct cudaPointerAttributes {
     pub reserved: [i64; 8],
 }
 
+/// (struct, field, offset) of every field, and (struct, "sizeof", size): tests/layout.rs
+/// compares them with gcc's offsetof/sizeof on the wheel's header.
+pub const LAYOUT: &[(&str, &str, usize)] = &[
+    (
+        "cudaDeviceProp",
+        "name",
+        std::mem::offset_of!(cudaDeviceProp, name),
+    ),
+    (
+        "cudaDeviceProp",
+        "uuid",
+        std::mem::offset_of!(cudaDeviceProp, uuid),
+    ),
+    (
+        "cudaDeviceProp",
+        "luid",
+        std::mem::offset_of!(cudaDeviceProp, luid),
+    ),
+    (
+        "cudaDeviceProp",
+        "luidDeviceNodeMask",
+        std::mem::offset_of!(cudaDeviceProp, luidDeviceNodeMask),
+    ),
+    (
+        "cudaDeviceProp",
+        "totalGlobalMem",
+        std::mem::offset_of!(cudaDeviceProp, totalGlobalMem),
+    ),
+    (
+        "cudaDeviceProp",
+        "sharedMemPerBlock",
+        std::mem::offset_of!(cudaDeviceProp, sharedMemPerBlock),
+    ),
+    (
+        "cudaDeviceProp",
+        "regsPerBlock",
+        std::mem::offset_of!(cudaDeviceProp, regsPerBlock),
+    ),
+    (
+        "cudaDeviceProp",
+        "warpSize",
+        std::mem::offset_of!(cudaDeviceProp, warpSize),
+    ),
+    (
+        "cudaDeviceProp",
+        "memPitch",
+        std::mem::offset_of!(cudaDeviceProp, memPitch),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxThreadsPerBlock",
+        std::mem::offset_of!(cudaDeviceProp, maxThreadsPerBlock),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxThreadsDim",
+        std::mem::offset_of!(cudaDeviceProp, maxThreadsDim),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxGridSize",
+        std::mem::offset_of!(cudaDeviceProp, maxGridSize),
+    ),
+    (
+        "cudaDeviceProp",
+        "totalConstMem",
+        std::mem::offset_of!(cudaDeviceProp, totalConstMem),
+    ),
+    (
+        "cudaDeviceProp",
+        "major",
+        std::mem::offset_of!(cudaDeviceProp, major),
+    ),
+    (
+        "cudaDeviceProp",
+        "minor",
+        std::mem::offset_of!(cudaDeviceProp, minor),
+    ),
+    (
+        "cudaDeviceProp",
+        "textureAlignment",
+        std::mem::offset_of!(cudaDeviceProp, textureAlignment),
+    ),
+    (
+        "cudaDeviceProp",
+        "texturePitchAlignment",
+        std::mem::offset_of!(cudaDeviceProp, texturePitchAlignment),
+    ),
+    (
+        "cudaDeviceProp",
+        "multiProcessorCount",
+        std::mem::offset_of!(cudaDeviceProp, multiProcessorCount),
+    ),
+    (
+        "cudaDeviceProp",
+        "integrated",
+        std::mem::offset_of!(cudaDeviceProp, integrated),
+    ),
+    (
+        "cudaDeviceProp",
+        "canMapHostMemory",
+        std::mem::offset_of!(cudaDeviceProp, canMapHostMemory),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture1D",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture1D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture1DMipmap",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture1DMipmap),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture2D",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture2D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture2DMipmap",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture2DMipmap),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture2DLinear",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture2DLinear),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture2DGather",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture2DGather),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture3D",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture3D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture3DAlt",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture3DAlt),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTextureCubemap",
+        std::mem::offset_of!(cudaDeviceProp, maxTextureCubemap),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture1DLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture1DLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTexture2DLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxTexture2DLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxTextureCubemapLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxTextureCubemapLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurface1D",
+        std::mem::offset_of!(cudaDeviceProp, maxSurface1D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurface2D",
+        std::mem::offset_of!(cudaDeviceProp, maxSurface2D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurface3D",
+        std::mem::offset_of!(cudaDeviceProp, maxSurface3D),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurface1DLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxSurface1DLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurface2DLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxSurface2DLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurfaceCubemap",
+        std::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemap),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxSurfaceCubemapLayered",
+        std::mem::offset_of!(cudaDeviceProp, maxSurfaceCubemapLayered),
+    ),
+    (
+        "cudaDeviceProp",
+        "surfaceAlignment",
+        std::mem::offset_of!(cudaDeviceProp, surfaceAlignment),
+    ),
+    (
+        "cudaDeviceProp",
+        "concurrentKernels",
+        std::mem::offset_of!(cudaDeviceProp, concurrentKernels),
+    ),
+    (
+        "cudaDeviceProp",
+        "ECCEnabled",
+        std::mem::offset_of!(cudaDeviceProp, ECCEnabled),
+    ),
+    (
+        "cudaDeviceProp",
+        "pciBusID",
+        std::mem::offset_of!(cudaDeviceProp, pciBusID),
+    ),
+    (
+        "cudaDeviceProp",
+        "pciDeviceID",
+        std::mem::offset_of!(cudaDeviceProp, pciDeviceID),
+    ),
+    (
+        "cudaDeviceProp",
+        "pciDomainID",
+        std::mem::offset_of!(cudaDeviceProp, pciDomainID),
+    ),
+    (
+        "cudaDeviceProp",
+        "tccDriver",
+        std::mem::offset_of!(cudaDeviceProp, tccDriver),
+    ),
+    (
+        "cudaDeviceProp",
+        "asyncEngineCount",
+        std::mem::offset_of!(cudaDeviceProp, asyncEngineCount),
+    ),
+    (
+        "cudaDeviceProp",
+        "unifiedAddressing",
+        std::mem::offset_of!(cudaDeviceProp, unifiedAddressing),
+    ),
+    (
+        "cudaDeviceProp",
+        "memoryBusWidth",
+        std::mem::offset_of!(cudaDeviceProp, memoryBusWidth),
+    ),
+    (
+        "cudaDeviceProp",
+        "l2CacheSize",
+        std::mem::offset_of!(cudaDeviceProp, l2CacheSize),
+    ),
+    (
+        "cudaDeviceProp",
+        "persistingL2CacheMaxSize",
+        std::mem::offset_of!(cudaDeviceProp, persistingL2CacheMaxSize),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxThreadsPerMultiProcessor",
+        std::mem::offset_of!(cudaDeviceProp, maxThreadsPerMultiProcessor),
+    ),
+    (
+        "cudaDeviceProp",
+        "streamPrioritiesSupported",
+        std::mem::offset_of!(cudaDeviceProp, streamPrioritiesSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "globalL1CacheSupported",
+        std::mem::offset_of!(cudaDeviceProp, globalL1CacheSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "localL1CacheSupported",
+        std::mem::offset_of!(cudaDeviceProp, localL1CacheSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "sharedMemPerMultiprocessor",
+        std::mem::offset_of!(cudaDeviceProp, sharedMemPerMultiprocessor),
+    ),
+    (
+        "cudaDeviceProp",
+        "regsPerMultiprocessor",
+        std::mem::offset_of!(cudaDeviceProp, regsPerMultiprocessor),
+    ),
+    (
+        "cudaDeviceProp",
+        "managedMemory",
+        std::mem::offset_of!(cudaDeviceProp, managedMemory),
+    ),
+    (
+        "cudaDeviceProp",
+        "isMultiGpuBoard",
+        std::mem::offset_of!(cudaDeviceProp, isMultiGpuBoard),
+    ),
+    (
+        "cudaDeviceProp",
+        "multiGpuBoardGroupID",
+        std::mem::offset_of!(cudaDeviceProp, multiGpuBoardGroupID),
+    ),
+    (
+        "cudaDeviceProp",
+        "hostNativeAtomicSupported",
+        std::mem::offset_of!(cudaDeviceProp, hostNativeAtomicSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "pageableMemoryAccess",
+        std::mem::offset_of!(cudaDeviceProp, pageableMemoryAccess),
+    ),
+    (
+        "cudaDeviceProp",
+        "concurrentManagedAccess",
+        std::mem::offset_of!(cudaDeviceProp, concurrentManagedAccess),
+    ),
+    (
+        "cudaDeviceProp",
+        "computePreemptionSupported",
+        std::mem::offset_of!(cudaDeviceProp, computePreemptionSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "canUseHostPointerForRegisteredMem",
+        std::mem::offset_of!(cudaDeviceProp, canUseHostPointerForRegisteredMem),
+    ),
+    (
+        "cudaDeviceProp",
+        "cooperativeLaunch",
+        std::mem::offset_of!(cudaDeviceProp, cooperativeLaunch),
+    ),
+    (
+        "cudaDeviceProp",
+        "sharedMemPerBlockOptin",
+        std::mem::offset_of!(cudaDeviceProp, sharedMemPerBlockOptin),
+    ),
+    (
+        "cudaDeviceProp",
+        "pageableMemoryAccessUsesHostPageTables",
+        std::mem::offset_of!(cudaDeviceProp, pageableMemoryAccessUsesHostPageTables),
+    ),
+    (
+        "cudaDeviceProp",
+        "directManagedMemAccessFromHost",
+        std::mem::offset_of!(cudaDeviceProp, directManagedMemAccessFromHost),
+    ),
+    (
+        "cudaDeviceProp",
+        "maxBlocksPerMultiProcessor",
+        std::mem::offset_of!(cudaDeviceProp, maxBlocksPerMultiProcessor),
+    ),
+    (
+        "cudaDeviceProp",
+        "accessPolicyMaxWindowSize",
+        std::mem::offset_of!(cudaDeviceProp, accessPolicyMaxWindowSize),
+    ),
+    (
+        "cudaDeviceProp",
+        "reservedSharedMemPerBlock",
+        std::mem::offset_of!(cudaDeviceProp, reservedSharedMemPerBlock),
+    ),
+    (
+        "cudaDeviceProp",
+        "hostRegisterSupported",
+        std::mem::offset_of!(cudaDeviceProp, hostRegisterSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "sparseCudaArraySupported",
+        std::mem::offset_of!(cudaDeviceProp, sparseCudaArraySupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "hostRegisterReadOnlySupported",
+        std::mem::offset_of!(cudaDeviceProp, hostRegisterReadOnlySupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "timelineSemaphoreInteropSupported",
+        std::mem::offset_of!(cudaDeviceProp, timelineSemaphoreInteropSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "memoryPoolsSupported",
+        std::mem::offset_of!(cudaDeviceProp, memoryPoolsSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "gpuDirectRDMASupported",
+        std::mem::offset_of!(cudaDeviceProp, gpuDirectRDMASupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "gpuDirectRDMAFlushWritesOptions",
+        std::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAFlushWritesOptions),
+    ),
+    (
+        "cudaDeviceProp",
+        "gpuDirectRDMAWritesOrdering",
+        std::mem::offset_of!(cudaDeviceProp, gpuDirectRDMAWritesOrdering),
+    ),
+    (
+        "cudaDeviceProp",
+        "memoryPoolSupportedHandleTypes",
+        std::mem::offset_of!(cudaDeviceProp, memoryPoolSupportedHandleTypes),
+    ),
+    (
+        "cudaDeviceProp",
+        "deferredMappingCudaArraySupported",
+        std::mem::offset_of!(cudaDeviceProp, deferredMappingCudaArraySupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "ipcEventSupported",
+        std::mem::offset_of!(cudaDeviceProp, ipcEventSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "clusterLaunch",
+        std::mem::offset_of!(cudaDeviceProp, clusterLaunch),
+    ),
+    (
+        "cudaDeviceProp",
+        "unifiedFunctionPointers",
+        std::mem::offset_of!(cudaDeviceProp, unifiedFunctionPointers),
+    ),
+    (
+        "cudaDeviceProp",
+        "deviceNumaConfig",
+        std::mem::offset_of!(cudaDeviceProp, deviceNumaConfig),
+    ),
+    (
+        "cudaDeviceProp",
+        "deviceNumaId",
+        std::mem::offset_of!(cudaDeviceProp, deviceNumaId),
+    ),
+    (
+        "cudaDeviceProp",
+        "mpsEnabled",
+        std::mem::offset_of!(cudaDeviceProp, mpsEnabled),
+    ),
+    (
+        "cudaDeviceProp",
+        "hostNumaId",
+        std::mem::offset_of!(cudaDeviceProp, hostNumaId),
+    ),
+    (
+        "cudaDeviceProp",
+        "gpuPciDeviceID",
+        std::mem::offset_of!(cudaDeviceProp, gpuPciDeviceID),
+    ),
+    (
+        "cudaDeviceProp",
+        "gpuPciSubsystemID",
+        std::mem::offset_of!(cudaDeviceProp, gpuPciSubsystemID),
+    ),
+    (
+        "cudaDeviceProp",
+        "hostNumaMultinodeIpcSupported",
+        std::mem::offset_of!(cudaDeviceProp, hostNumaMultinodeIpcSupported),
+    ),
+    (
+        "cudaDeviceProp",
+        "reserved",
+        std::mem::offset_of!(cudaDeviceProp, reserved),
+    ),
+    (
+        "cudaDeviceProp",
+        "sizeof",
+        std::mem::size_of::<cudaDeviceProp>(),
+    ),
+    (
+        "cudaFuncAttributes",
+        "sharedSizeBytes",
+        std::mem::offset_of!(cudaFuncAttributes, sharedSizeBytes),
+    ),
+    (
+        "cudaFuncAttributes",
+        "constSizeBytes",
+        std::mem::offset_of!(cudaFuncAttributes, constSizeBytes),
+    ),
+    (
+        "cudaFuncAttributes",
+        "localSizeBytes",
+        std::mem::offset_of!(cudaFuncAttributes, localSizeBytes),
+    ),
+    (
+        "cudaFuncAttributes",
+        "maxThreadsPerBlock",
+        std::mem::offset_of!(cudaFuncAttributes, maxThreadsPerBlock),
+    ),
+    (
+        "cudaFuncAttributes",
+        "numRegs",
+        std::mem::offset_of!(cudaFuncAttributes, numRegs),
+    ),
+    (
+        "cudaFuncAttributes",
+        "ptxVersion",
+        std::mem::offset_of!(cudaFuncAttributes, ptxVersion),
+    ),
+    (
+        "cudaFuncAttributes",
+        "binaryVersion",
+        std::mem::offset_of!(cudaFuncAttributes, binaryVersion),
+    ),
+    (
+        "cudaFuncAttributes",
+        "cacheModeCA",
+        std::mem::offset_of!(cudaFuncAttributes, cacheModeCA),
+    ),
+    (
+        "cudaFuncAttributes",
+        "maxDynamicSharedSizeBytes",
+        std::mem::offset_of!(cudaFuncAttributes, maxDynamicSharedSizeBytes),
+    ),
+    (
+        "cudaFuncAttributes",
+        "preferredShmemCarveout",
+        std::mem::offset_of!(cudaFuncAttributes, preferredShmemCarveout),
+    ),
+    (
+        "cudaFuncAttributes",
+        "clusterDimMustBeSet",
+        std::mem::offset_of!(cudaFuncAttributes, clusterDimMustBeSet),
+    ),
+    (
+        "cudaFuncAttributes",
+        "requiredClusterWidth",
+        std::mem::offset_of!(cudaFuncAttributes, requiredClusterWidth),
+    ),
+    (
+        "cudaFuncAttributes",
+        "requiredClusterHeight",
+        std::mem::offset_of!(cudaFuncAttributes, requiredClusterHeight),
+    ),
+    (
+        "cudaFuncAttributes",
+        "requiredClusterDepth",
+        std::mem::offset_of!(cudaFuncAttributes, requiredClusterDepth),
+    ),
+    (
+        "cudaFuncAttributes",
+        "clusterSchedulingPolicyPreference",
+        std::mem::offset_of!(cudaFuncAttributes, clusterSchedulingPolicyPreference),
+    ),
+    (
+        "cudaFuncAttributes",
+        "nonPortableClusterSizeAllowed",
+        std::mem::offset_of!(cudaFuncAttributes, nonPortableClusterSizeAllowed),
+    ),
+    (
+        "cudaFuncAttributes",
+        "reserved",
+        std::mem::offset_of!(cudaFuncAttributes, reserved),
+    ),
+    (
+        "cudaFuncAttributes",
+        "sizeof",
+        std::mem::size_of::<cudaFuncAttributes>(),
+    ),
+    (
+        "cudaPointerAttributes",
+        "type",
+        std::mem::offset_of!(cudaPointerAttributes, r#type),
+    ),
+    (
+        "cudaPointerAttributes",
+        "device",
+        std::mem::offset_of!(cudaPointerAttributes, device),
+    ),
+    (
+        "cudaPointerAttributes",
+        "devicePointer",
+        std::mem::offset_of!(cudaPointerAttributes, devicePointer),
+    ),
+    (
+        "cudaPointerAttributes",
+        "hostPointer",
+        std::mem::offset_of!(cudaPointerAttributes, hostPointer),
+    ),
+    (
+        "cudaPointerAttributes",
+        "reserved",
+        std::mem::offset_of!(cudaPointerAttributes, reserved),
+    ),
+    (
+        "cudaPointerAttributes",
+        "sizeof",
+        std::mem::size_of::<cudaPointerAttributes>(),
+    ),
+];
+
 /// CUdevice_attribute values (cuda.h); cudaDeviceAttr uses the same numbers.
 pub mod attr {
     pub const MAX_THREADS_PER_BLOCK: i32 = 1;
