@@ -52,7 +52,7 @@ crate::error::api! {
 crate::error::api! {
     /// `cudaSetDeviceFlags`.
     fn cudaSetDeviceFlags(flags: c_uint) {
-        if flags & !0x1F != 0 {
+        if flags & !0xFF != 0 {
             return fail(INVALID_VALUE);
         }
         context::set_flags(flags)
