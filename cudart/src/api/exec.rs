@@ -27,10 +27,10 @@ fn launch(
     if host.is_null() {
         return fail(INVALID_DEVICE_FUNCTION);
     }
-    let f = context::function(d, host as usize)?;
     if [grid.x, grid.y, grid.z, block.x, block.y, block.z].contains(&0) {
         return fail(INVALID_CONFIGURATION);
     }
+    let f = context::function(d, host as usize)?;
     let shared = c_uint::try_from(shared).map_err(|_| CudaError(INVALID_VALUE))?;
     // SAFETY: `f` is a loaded kernel; `args` holds one pointer per kernel parameter (nvcc's stub
     // or the program builds it, as CUDA requires); no `extra`.

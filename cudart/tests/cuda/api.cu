@@ -38,6 +38,8 @@ int main() {
   }
   EXPECT(cudaSetDevice(count), cudaErrorInvalidDevice);
   EXPECT(cudaGetDeviceProperties(&prop, -1), cudaErrorInvalidDevice);
+  EXPECT(cudaGetLastError(), cudaErrorInvalidDevice);
+  EXPECT(cudaGetLastError(), cudaSuccess);
 
   const int n = 1 << 16;
   int *h = nullptr, *d = nullptr;
