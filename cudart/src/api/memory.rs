@@ -163,30 +163,41 @@ crate::error::api! {
     }
 }
 
-/// `cudaMemcpy2D` as one copy per row (one copy when the rows are contiguous).
-fn copy_2d(
-    dst: u64,
+/// A 2D copy's shape: `height` rows of `width` bytes, rows `dpitch` / `spitch` bytes apart.
+struct Rows {
     dpitch: usize,
-    src: u64,
     spitch: usize,
     width: usize,
     height: usize,
-    kind: c_int,
-) -> Res {
+}
+
+/// `cudaMemcpy2D` as one copy per row (one copy when the rows are contiguous).
+fn copy_2d(dst: u64, src: u64, r: Rows, kind: c_int, stream: Option<Handle>) -> Res {
     let d = context::ctx()?;
-    if width > dpitch || width > spitch {
+    let stream = stream.map(check_stream).transpose()?;
+    if r.width > r.dpitch || r.width > r.spitch {
         return fail(INVALID_PITCH_VALUE);
     }
-    if width == dpitch && width == spitch {
-        let n = width.checked_mul(height).ok_or(CudaError(INVALID_VALUE))?;
-        return copy(d, dst, src, n, kind, None);
+    if r.width == r.dpitch && r.width == r.spitch {
+        let n = r
+            .width
+            .checked_mul(r.height)
+            .ok_or(CudaError(INVALID_VALUE))?;
+        return copy(d, dst, src, n, kind, stream);
     }
-    for row in 0..height as u64 {
+    for row in 0..r.height as u64 {
         let off = |pitch: usize| {
             row.checked_mul(pitch as u64)
                 .ok_or(CudaError(INVALID_VALUE))
         };
-        copy(d, dst + off(dpitch)?, src + off(spitch)?, width, kind, None)?;
+        copy(
+            d,
+            dst + off(r.dpitch)?,
+            src + off(r.spitch)?,
+            r.width,
+            kind,
+            stream,
+        )?;
     }
     Ok(())
 }
@@ -194,14 +205,28 @@ fn copy_2d(
 crate::error::api! {
     /// `cudaMemcpy2D`.
     fn cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int) {
-        copy_2d(dst as u64, dpitch, src as u64, spitch, width, height, kind)
+        copy_2d(dst as u64, src as u64, Rows { dpitch, spitch, width, height }, kind, None)
     }
 }
 
 crate::error::api! {
     /// `cudaMemcpy2D` of a per-thread-default-stream build.
     fn cudaMemcpy2D_ptds(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int) {
-        copy_2d(dst as u64, dpitch, src as u64, spitch, width, height, kind)
+        copy_2d(dst as u64, src as u64, Rows { dpitch, spitch, width, height }, kind, None)
+    }
+}
+
+crate::error::api! {
+    /// `cudaMemcpy2DAsync`.
+    fn cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle) {
+        copy_2d(dst as u64, src as u64, Rows { dpitch, spitch, width, height }, kind, Some(stream))
+    }
+}
+
+crate::error::api! {
+    /// `cudaMemcpy2DAsync` with the per-thread default stream.
+    fn cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle) {
+        copy_2d(dst as u64, src as u64, Rows { dpitch, spitch, width, height }, kind, Some(per_thread(stream)))
     }
 }
 

@@ -2,6 +2,7 @@
 //! what the program passes, and returns CUDA's `cudaError_t` (recorded as the thread's last
 //! error); see `unsupported.rs` for the exports that are not implemented.
 
+pub mod compat;
 pub mod device;
 pub mod exec;
 pub mod memory;

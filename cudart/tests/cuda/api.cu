@@ -72,6 +72,24 @@ int main() {
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill, 256, 0));
   if (fa.maxThreadsPerBlock < 256 || blocks < 1) { printf("FAIL func attrs %d occupancy %d\n", fa.maxThreadsPerBlock, blocks); return 1; }
 
+  // What libraries use: stream-ordered allocation, callbacks, capture status, 2D copies, PCI id.
+  int *da = nullptr, called = 0;
+  CHECK(cudaMallocAsync((void **)&da, 4096, s));
+  CHECK(cudaMemcpy2D(da, 64, h, 16, 16, 8, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy2DAsync(h + 1024, 32, da, 64, 16, 8, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamAddCallback(s, [](cudaStream_t, cudaError_t e, void *p) { *(int *)p = e == cudaSuccess ? 1 : -1; }, &called, 0));
+  CHECK(cudaFreeAsync(da, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int r = 0; r < 8; r++)
+    for (int i = 0; i < 4; i++)
+      if (h[1024 + r * 8 + i] != h[r * 4 + i]) { printf("FAIL 2D copy row %d\n", r); return 1; }
+  if (called != 1) { printf("FAIL callback %d\n", called); return 1; }
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusActive;
+  CHECK(cudaStreamIsCapturing(s, &cs));
+  char bus[32] = {0};
+  CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+  if (cs != cudaStreamCaptureStatusNone || strlen(bus) < 7) { printf("FAIL capture %d bus '%s'\n", (int)cs, bus); return 1; }
+
   size_t free_b = 0, total_b = 0;
   CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (total_b == 0 || free_b > total_b) { printf("FAIL meminfo %zu/%zu\n", free_b, total_b); return 1; }
