@@ -42,6 +42,7 @@ fn build(wheel: &Path, name: &str, out: &str, flags: &[&str]) -> PathBuf {
         .env("PATH", path)
         .args(["-cudart", "shared"])
         .arg(format!("-L{}", link.display()))
+        .arg(format!("-L{}", wheel.join("lib").display()))
         .args(flags)
         .arg("-o")
         .arg(&exe)
