@@ -42,7 +42,10 @@ impl<T> Out<T> {
     }
 
     /// An `Out` over a pointer of the runtime's own (tests, internal forwarding).
-    pub fn new(p: *mut T) -> Self {
+    ///
+    /// # Safety
+    /// `p` is null or valid for reads and writes of a `T` while the `Out` is used.
+    pub unsafe fn new(p: *mut T) -> Self {
         Self(p)
     }
 }

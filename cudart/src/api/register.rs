@@ -179,7 +179,9 @@ pub extern "C" fn __cudaInitModule(handle: *mut *mut c_void) -> c_char {
             for v in with_registry(|r| r.managed_vars(idx)) {
                 let slot = v.managed_slot.unwrap_or(0);
                 let (addr, _) = context::symbol(d, slot)?;
-                Out::new(slot as *mut *mut c_void).set(addr as *mut c_void)?;
+                // SAFETY: `slot` is where nvcc's code keeps the managed variable's pointer
+                // (registered by `__cudaRegisterManagedVar`, non-null).
+                unsafe { Out::new(slot as *mut *mut c_void) }.set(addr as *mut c_void)?;
             }
             Ok(())
         })();
