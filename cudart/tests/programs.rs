@@ -3,6 +3,8 @@
 //! runtime over a `libcuda.so.1` — the project's (target/<profile>/libcuda.so.1, from
 //! `cargo build --release -p cuda`), or the directory in `VGPU_TEST_LIBCUDA_DIR` (NVIDIA's on
 //! a GPU machine). Skipped, with the reason, where nvcc or a driver library is missing.
+//! `plumbing_over_a_driver_double` runs them over tests/double/libcuda.c instead (gcc-built):
+//! the runtime's own path from registration to launch, without any real driver.
 
 mod common;
 
@@ -66,9 +68,17 @@ const DEFAULT_FLAGS: &[&str] = &[
 
 /// Runs a program over this runtime and the driver in `drv`.
 fn run(exe: &Path, drv: &Path) -> Output {
+    run_with(exe, drv, &[], &[])
+}
+
+/// `run` with arguments and extra environment variables.
+fn run_with(exe: &Path, drv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let lib = format!("{}:{}", common::profile_dir().display(), drv.display());
     let mut cmd = Command::new(exe);
-    cmd.env("LD_LIBRARY_PATH", lib).env_remove("LD_PRELOAD");
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .env("LD_LIBRARY_PATH", lib)
+        .env_remove("LD_PRELOAD");
     // Bounded time: a hang is a failure, not a stuck test.
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
@@ -169,4 +179,68 @@ fn sass_only_program_gets_one_clear_line() {
         "{}",
         lines[0]
     );
+}
+
+#[test]
+fn plumbing_over_a_driver_double() {
+    let Some(wheel) = common::cuda_wheel().filter(|w| w.join("bin/nvcc").is_file()) else {
+        eprintln!("skipped: no nvcc (run apps/build.sh, or set C=<site-packages>/nvidia/cu13)");
+        return;
+    };
+    let dir = common::profile_dir().join("cudart-double");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/double/libcuda.c");
+    let Some(cc) = common::output(
+        Command::new("gcc")
+            .args(["-O2", "-shared", "-fPIC", "-o"])
+            .arg(dir.join("libcuda.so.1"))
+            .arg(&src),
+    ) else {
+        eprintln!("skipped: gcc is not installed");
+        return;
+    };
+    assert!(
+        cc.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+
+    let exe = build(&wheel, "symbols", "symbols-double", DEFAULT_FLAGS);
+    let o = run_with(&exe, &dir, &[], &[("DOUBLE_STATS", "1")]);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("symbols ok"),
+        "{}",
+        text(&o)
+    );
+    // One fat binary loaded once (lazily, for the first symbol copy), three launches.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("double: loads=1 launches=3"),
+        "{}",
+        text(&o)
+    );
+
+    let o = run_with(&exe, &dir, &[], &[("DOUBLE_NO_BINARY", "1")]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("no usable code") && l.contains("PTX 9.0 for compute_80"))
+            .count(),
+        1,
+        "{}",
+        text(&o)
+    );
+
+    // The runtime's own cost per launch (the double's launch does nothing).
+    let exe = build(&wheel, "launch", "launch", DEFAULT_FLAGS);
+    let o = run_with(&exe, &dir, &["200000"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let us: f64 = out
+        .trim()
+        .rsplit('=')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::MAX);
+    eprintln!("runtime cost per launch over the double: {us} us");
+    assert!(o.status.success() && us < 50.0, "{}", text(&o));
 }
