@@ -152,6 +152,18 @@ fn runtime_api() {
 }
 
 #[test]
+fn host_threads() {
+    let Some((wheel, drv)) = setup() else { return };
+    let exe = build(&wheel, "threads", "threads", DEFAULT_FLAGS);
+    let o = run(&exe, &drv);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("threads ok"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn sass_only_program_gets_one_clear_line() {
     let Some((wheel, drv)) = setup() else { return };
     if std::env::var_os("VGPU_TEST_LIBCUDA_DIR").is_some() {
@@ -227,6 +239,16 @@ fn plumbing_over_a_driver_double() {
             .filter(|l| l.contains("no usable code") && l.contains("PTX 9.0 for compute_80"))
             .count(),
         1,
+        "{}",
+        text(&o)
+    );
+
+    // Four threads at once: the runtime makes its context current on each (the double refuses
+    // calls on a thread without one).
+    let exe = build(&wheel, "threads", "threads-double", DEFAULT_FLAGS);
+    let o = run(&exe, &dir);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("threads ok"),
         "{}",
         text(&o)
     );
