@@ -267,7 +267,7 @@ fn tell_no_code(idx: usize, image: usize, code: i32) {
     let prog = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "this program".into());
-    eprintln!(
+    crate::error::say!(
         "libcudart: {prog}: the GPU has no usable code in this program (found: {}; the driver says {}: {}); rebuild it with PTX the driver accepts, e.g. nvcc -gencode arch=compute_80,code=compute_80",
         fatbin::describe(&fatbin::entries(bytes)),
         name(code),

@@ -149,7 +149,7 @@ driver_api! {
 
 fn missing(sym: &str, said: &AtomicBool) -> CuResult {
     if !said.swap(true, Ordering::Relaxed) {
-        eprintln!(
+        crate::error::say!(
             "libcudart: the loaded libcuda.so.1 has no {sym}: calls needing it fail with cudaErrorNotSupported"
         );
     }

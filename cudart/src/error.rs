@@ -85,11 +85,21 @@ pub fn last(reset: bool) -> i32 {
     LAST.with(|l| if reset { l.replace(SUCCESS) } else { l.get() })
 }
 
+/// Writes one line to stderr; a closed or broken stderr is ignored (`eprintln!` would panic,
+/// and a panic must not escape an `extern "C"` function).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+pub(crate) use say;
+
 /// Runs an API function's body: a panic becomes `cudaErrorUnknown` (never unwinding into C),
 /// an error is recorded as the thread's last error and returned.
 pub fn boundary(func: &str, body: impl FnOnce() -> Res) -> i32 {
     let r = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
-        eprintln!("libcudart: internal error in {func}; returning cudaErrorUnknown");
+        crate::error::say!("libcudart: internal error in {func}; returning cudaErrorUnknown");
         fail(UNKNOWN)
     });
     match r {
@@ -104,7 +114,7 @@ pub fn boundary(func: &str, body: impl FnOnce() -> Res) -> i32 {
 /// Runs the body of an exported function that returns no `cudaError_t`; a panic gives `default`.
 pub fn guard<T>(func: &str, default: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
-        eprintln!("libcudart: internal error in {func}");
+        crate::error::say!("libcudart: internal error in {func}");
         default
     })
 }

@@ -10,7 +10,7 @@ use crate::error::{NOT_SUPPORTED, set_last};
 /// What each unimplemented function does; `said` makes the message once per function.
 pub fn report(func: &str, said: &AtomicBool) -> i32 {
     if !said.swap(true, Ordering::Relaxed) {
-        eprintln!(
+        crate::error::say!(
             "libcudart: {func} is not supported by this CUDA runtime (vgpu-vmm); it returns cudaErrorNotSupported"
         );
     }

@@ -43,7 +43,7 @@ pub unsafe extern "C" fn __cudaRegisterFatBinary(fat: *mut c_void) -> *mut *mut 
         // SAFETY: per this function's contract.
         let image = unsafe { fatbin::image_of(fat) }.map_or(0, |p| p as usize);
         if image == 0 {
-            eprintln!(
+            crate::error::say!(
                 "libcudart: __cudaRegisterFatBinary was given no fat binary (its kernels will not launch)"
             );
         }
