@@ -59,7 +59,7 @@ def main():
                "use std::ffi::{c_char, c_void};", ""]
     layout = ["/// (struct, field, offset) of every field, and (struct, \"sizeof\", size): tests/layout.rs",
               "/// compares them with gcc's offsetof/sizeof on the wheel's header.",
-              "pub const LAYOUT: &[(&str, &str, usize)] = &["]
+              "#[rustfmt::skip]", "pub const LAYOUT: &[(&str, &str, usize)] = &["]
     for name in ["cudaDeviceProp", "cudaFuncAttributes", "cudaPointerAttributes"]:
         lines = c_struct(header, name)
         structs += lines
