@@ -222,10 +222,9 @@ pub fn module(d: &Driver, idx: usize) -> Res<Handle> {
         return fail(INVALID_KERNEL_IMAGE);
     }
     let mut m: Handle = std::ptr::null_mut();
-    // SAFETY: `image` is the registered fat binary in the program's image (checked magic).
-    let r = unsafe { d.module_load_data(&mut m, image as *const _) };
+    let (r, log) = load(d, &mut m, image);
     if let Err(e) = cu(r) {
-        tell_no_code(idx, image, e.0);
+        tell_no_code(idx, image, e.0, &log);
         return Err(e);
     }
     let mut g = state();
@@ -240,8 +239,45 @@ pub fn module(d: &Driver, idx: usize) -> Res<Handle> {
     Ok(m)
 }
 
+/// Loads a fat binary: with the driver's error log where it takes load options (what a JIT
+/// refused, say), else plainly. The result and the log's text.
+fn load(d: &Driver, m: &mut Handle, image: usize) -> (driver::CuResult, String) {
+    if !d.has("cuModuleLoadDataEx") {
+        // SAFETY: `image` is the registered fat binary in the program's image (checked magic).
+        return (
+            unsafe { d.module_load_data(m, image as *const _) },
+            String::new(),
+        );
+    }
+    let mut log = vec![0u8; 4096];
+    let mut options = [
+        driver::CU_JIT_ERROR_LOG_BUFFER,
+        driver::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut std::ffi::c_void; 2] =
+        [log.as_mut_ptr().cast(), (log.len() - 1) as *mut _];
+    // SAFETY: as above; the log buffer outlives the call and its size is passed (one byte kept
+    // for the NUL), the option arrays hold two entries.
+    let r = unsafe {
+        d.module_load_data_ex(
+            m,
+            image as *const _,
+            2,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    (
+        r,
+        String::from_utf8_lossy(&log[..end])
+            .trim()
+            .replace('\n', "; "),
+    )
+}
+
 /// The one line for a program whose GPU code the driver cannot use.
-fn tell_no_code(idx: usize, image: usize, code: i32) {
+fn tell_no_code(idx: usize, image: usize, code: i32, log: &str) {
     if ![
         NO_KERNEL_IMAGE_FOR_DEVICE,
         INVALID_PTX,
@@ -267,11 +303,15 @@ fn tell_no_code(idx: usize, image: usize, code: i32) {
     let prog = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "this program".into());
+    let log = if log.is_empty() {
+        format!(": {}", message(code))
+    } else {
+        format!(": {log}")
+    };
     crate::error::say!(
-        "libcudart: {prog}: the GPU has no usable code in this program (found: {}; the driver says {}: {}); rebuild it with PTX the driver accepts, e.g. nvcc -gencode arch=compute_80,code=compute_80",
+        "libcudart: {prog}: the GPU has no usable code in this program (found: {}; the driver says {}{log}); rebuild it with PTX the driver accepts, e.g. nvcc -gencode arch=compute_80,code=compute_80",
         fatbin::describe(&fatbin::entries(bytes)),
         name(code),
-        message(code)
     );
 }
 

@@ -19,6 +19,10 @@ pub type Handle = *mut c_void;
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_NOT_SUPPORTED: CuResult = 801;
 
+/// `CU_JIT_ERROR_LOG_BUFFER` / `CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES` (cuModuleLoadDataEx options).
+pub const CU_JIT_ERROR_LOG_BUFFER: c_int = 5;
+pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
+
 /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` and its values.
 pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;
@@ -95,6 +99,7 @@ driver_api! {
     ctx_get_cache_config = "cuCtxGetCacheConfig"(config: *mut c_int);
     ctx_get_stream_priority_range = "cuCtxGetStreamPriorityRange"(least: *mut c_int, greatest: *mut c_int);
     module_load_data = "cuModuleLoadData"(module: *mut Handle, image: *const c_void);
+    module_load_data_ex = "cuModuleLoadDataEx"(module: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void);
     module_unload = "cuModuleUnload"(module: Handle);
     module_get_function = "cuModuleGetFunction"(f: *mut Handle, module: Handle, name: *const c_char);
     module_get_global = "cuModuleGetGlobal_v2"(dptr: *mut DevPtr, bytes: *mut usize, module: Handle, name: *const c_char);

@@ -236,7 +236,9 @@ fn plumbing_over_a_driver_double() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
         err.lines()
-            .filter(|l| l.contains("no usable code") && l.contains("PTX 9.0 for compute_80"))
+            .filter(|l| l.contains("no usable code")
+                && l.contains("PTX 9.0 for compute_80")
+                && l.contains("refused the module; second line"))
             .count(),
         1,
         "{}",

@@ -50,6 +50,16 @@ CUresult cuModuleLoadData(void **m, const void *image) {
   *m = &the_module;
   return 0;
 }
+// With an error log (CU_JIT_ERROR_LOG_BUFFER 5, its size 6), as the runtime loads modules.
+CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned n, int *options, void **values) {
+  CUresult r = cuModuleLoadData(m, image);
+  for (unsigned i = 0; r && i < n; i++)
+    if (options[i] == 5)
+      for (unsigned j = 0; j < n; j++)
+        if (options[j] == 6 && (size_t)values[j] > 0)
+          snprintf((char *)values[i], (size_t)values[j], "double: refused %s", "the module\nsecond line");
+  return r;
+}
 CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, void *m, const char *name) {
   if (m != &the_module) return 400;
   if (!strcmp(name, "scale")) { *p = (CUdeviceptr)&g_scale; *n = sizeof g_scale; return 0; }
