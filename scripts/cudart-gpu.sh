@@ -41,7 +41,7 @@ run)
     out=$(cd "$dir" && LD_LIBRARY_PATH=$D/$rt timeout 300 "./$p" "$@" 2>&1); rc=$?
     printf '%-7s %-14s rc=%-3s %s\n' "$rt" "$p" "$rc" "$(printf '%s\n' "$out" | tail -1)"
   }
-  for p in symbols api threads symbols-sass; do one ours "$D/bin" $p; one nvidia "$D/bin" $p; done
+  for p in symbols api threads fault symbols-sass; do one ours "$D/bin" $p; one nvidia "$D/bin" $p; done
   if [ -f "$D/apps/PROGRAMS" ]; then
     for p in $(cat "$D/apps/PROGRAMS"); do one ours "$D/apps" "$p"; one nvidia "$D/apps" "$p"; done
   fi

@@ -164,6 +164,18 @@ fn host_threads() {
 }
 
 #[test]
+fn kernel_fault_is_sticky() {
+    let Some((wheel, drv)) = setup() else { return };
+    let exe = build(&wheel, "fault", "fault", DEFAULT_FLAGS);
+    let o = run(&exe, &drv);
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("fault ok"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn sass_only_program_gets_one_clear_line() {
     let Some((wheel, drv)) = setup() else { return };
     if std::env::var_os("VGPU_TEST_LIBCUDA_DIR").is_some() {
@@ -178,19 +190,27 @@ fn sass_only_program_gets_one_clear_line() {
     );
     let o = run(&exe, &drv);
     assert!(!o.status.success(), "{}", text(&o));
+    // The line comes from this runtime (it names the program and what the fat binary holds)
+    // or, where the driver library explains the refusal itself, from the driver: at least one
+    // line gives the fix, and the runtime says it at most once.
     let err = String::from_utf8_lossy(&o.stderr);
-    let lines: Vec<&str> = err
+    assert!(
+        err.lines()
+            .any(|l| l.contains("arch=compute_80,code=compute_80")),
+        "{}",
+        text(&o)
+    );
+    let ours: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("no usable code"))
         .collect();
-    assert_eq!(lines.len(), 1, "{}", text(&o));
-    assert!(
-        lines[0].contains("symbols-sass")
-            && lines[0].contains("SASS for sm_90")
-            && lines[0].contains("compute_80"),
-        "{}",
-        lines[0]
-    );
+    assert!(ours.len() <= 1, "{}", text(&o));
+    if let Some(l) = ours.first() {
+        assert!(
+            l.contains("symbols-sass") && l.contains("SASS for sm_90"),
+            "{l}"
+        );
+    }
 }
 
 #[test]
