@@ -73,7 +73,14 @@ fn run(exe: &Path, drv: &Path) -> Output {
 
 /// `run` with arguments and extra environment variables.
 fn run_with(exe: &Path, drv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let lib = format!("{}:{}", common::profile_dir().display(), drv.display());
+    // The runtime alone in its directory, so that the driver comes from `drv` even where
+    // target/<profile> also holds the project's libcuda.so.1.
+    let rt = common::profile_dir().join("cudart-runtime");
+    std::fs::create_dir_all(&rt).unwrap();
+    if rt.join("libcudart.so.13").symlink_metadata().is_err() {
+        let _ = std::os::unix::fs::symlink("../libcudart.so", rt.join("libcudart.so.13"));
+    }
+    let lib = format!("{}:{}", rt.display(), drv.display());
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .envs(env.iter().copied())
