@@ -22,6 +22,9 @@ pub enum ImageError {
     Elf,
     #[error("fat binary: {0}")]
     Fatbin(String),
+    /// A well-formed fat binary with no PTX the device runs (SASS only, or PTX too new).
+    #[error("{0}")]
+    NoUsablePtx(String),
     #[error("the PTX text is not terminated within {MAX_PTX} bytes")]
     TooLong,
     #[error("the image is neither PTX text nor a fat binary")]
@@ -99,7 +102,10 @@ fn choose(fb: &cuda_fatbin::Fatbin<'_>, limits: PtxLimits) -> Result<String, Ima
     };
     cuda_fatbin::choose_ptx(fb, l)
         .map(|c| c.text)
-        .map_err(|e| ImageError::Fatbin(e.to_string()))
+        .map_err(|e| match e {
+            cuda_fatbin::ChooseError::NoUsablePtx { .. } => ImageError::NoUsablePtx(e.to_string()),
+            cuda_fatbin::ChooseError::Entry(_) => ImageError::Fatbin(e.to_string()),
+        })
 }
 
 fn fatbin_err(e: cuda_fatbin::FatbinError) -> ImageError {
@@ -190,8 +196,9 @@ mod tests {
                 max_arch: 50,
                 max_isa: 90,
             };
-            let e = ptx_from_bytes(&bytes, none).unwrap_err().to_string();
-            assert!(e.contains("compute_"), "{f}: {e}");
+            let e = ptx_from_bytes(&bytes, none).unwrap_err();
+            assert!(matches!(e, ImageError::NoUsablePtx(_)), "{f}: {e}");
+            assert!(e.to_string().contains("compute_"), "{f}: {e}");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Modules (PTX text, or a fat binary once `cuda-fatbin` is merged), their functions and
+//! Modules (PTX text, or a fat binary through `cuda-fatbin`), their functions and
 //! globals, function attributes, `cuLaunchKernel` and the occupancy calculator.
 
 use std::collections::HashMap;
@@ -12,13 +12,19 @@ use crate::result::*;
 use crate::state::{FuncRec, ModuleRec, try_with as with};
 use crate::stats;
 
+/// Why an image was refused: in the thread's load log (`CU_JIT_ERROR_LOG_BUFFER`), and on
+/// stderr unless the caller asked for the log (the runtime does, and prints one line itself).
 fn image_err(e: ImageError) -> CUresult {
-    eprintln!("libcuda (vgpu): module: {e}");
+    if !QUIET.with(std::cell::Cell::get) {
+        eprintln!("libcuda (vgpu): module: {e}");
+    }
+    set_log(e.to_string());
     match e {
         ImageError::Null => CUDA_ERROR_INVALID_VALUE,
-        ImageError::Elf => CUDA_ERROR_NO_BINARY_FOR_GPU,
-        ImageError::Fatbin(_) => CUDA_ERROR_NOT_SUPPORTED,
-        ImageError::TooLong | ImageError::Unknown => CUDA_ERROR_INVALID_IMAGE,
+        ImageError::Elf | ImageError::NoUsablePtx(_) => CUDA_ERROR_NO_BINARY_FOR_GPU,
+        ImageError::Fatbin(_) | ImageError::TooLong | ImageError::Unknown => {
+            CUDA_ERROR_INVALID_IMAGE
+        }
     }
 }
 
@@ -36,6 +42,9 @@ fn limits() -> Result<module_image::PtxLimits, CUresult> {
 thread_local! {
     /// Why this thread's last module load failed (for `CU_JIT_ERROR_LOG_BUFFER`).
     static LOAD_LOG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    /// Set while a load's caller takes the error log itself (`cuModuleLoadDataEx` with
+    /// `CU_JIT_ERROR_LOG_BUFFER`): then nothing is printed.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn set_log(text: String) {
@@ -50,7 +59,9 @@ pub(crate) fn load_ptx(module: *mut Handle, ptx: &str) -> Result<(), CUresult> {
     let t = Instant::now();
     set_log(String::new());
     let parsed = ptx::parse(ptx).map_err(|e| {
-        eprintln!("libcuda (vgpu): PTX refused: {e}");
+        if !QUIET.with(std::cell::Cell::get) {
+            eprintln!("libcuda (vgpu): PTX refused: {e}");
+        }
         set_log(format!("PTX refused: {e}"));
         CUDA_ERROR_INVALID_PTX
     })?;
@@ -107,8 +118,17 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
     options: *mut c_uint,
     values: *mut *mut c_void,
 ) -> CUresult {
+    let wants_log = num_options > 0
+        && num_options <= 64
+        && !options.is_null()
+        && !values.is_null()
+        // SAFETY: the program promises `num_options` entries.
+        && unsafe { std::slice::from_raw_parts(options, num_options as usize) }
+            .contains(&CU_JIT_ERROR_LOG_BUFFER);
+    QUIET.with(|q| q.set(wants_log));
     // SAFETY: same contract.
     let r = unsafe { cuModuleLoadData(module, image) };
+    QUIET.with(|q| q.set(false));
     if num_options == 0 || options.is_null() || values.is_null() || num_options > 64 {
         return r;
     }
