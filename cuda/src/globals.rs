@@ -4,10 +4,14 @@
 //!
 //! A pgpu engine keeps such variables in module storage the host cannot address, so a backend
 //! that needs them in its address space rewrites the PTX before loading it: the variables'
-//! declarations go, each use of a variable's name becomes its device address (a 64-bit
-//! integer: `mov.u64 %rd1, c;` → `mov.u64 %rd1, 68719476736;`, `[c+4]` → `[68719476736+4]`),
-//! and `.const` state spaces in instructions become `.global` (constant memory is read-only
-//! global memory). The layout (offsets, alignment, initial bytes) is the `ptx` crate's, so one
+//! declarations go, each use of a variable's name as a value becomes its device address (a
+//! 64-bit integer: `mov.u64 %rd1, c;` → `mov.u64 %rd1, 68719476736;`), a use as a memory
+//! operand goes through a register loaded just before the instruction (`ld.const.f32 %f1,
+//! [c+4];` → `mov.u64 %__gv0, 68719476740; ld.global.f32 %f1, [%__gv0];`: ptxas accepts
+//! immediate addresses only for `.local`), each function body declares those registers, and
+//! `.const` state spaces in instructions become `.global` (constant memory is read-only global
+//! memory). This is a token-level rewrite over the text (the `ptx` crate's printer does not
+//! cover every construct nvcc emits yet); its output is checked by parsing it again. The layout (offsets, alignment, initial bytes) is the `ptx` crate's, so one
 //! allocation holds all of a module's variables and one copy initialises them.
 
 /// The variables of a module and their initial image.
@@ -116,6 +120,10 @@ pub fn rewrite(ptx: &str, layout: &Layout, base: u64) -> String {
     out
 }
 
+/// Address registers declared in each function body (an instruction has at most two memory
+/// operands).
+const GV_REGS: usize = 2;
+
 fn rewrite_names(ptx: &str, layout: &Layout, base: u64) -> String {
     let addr = |name: &str| {
         layout
@@ -134,6 +142,13 @@ fn rewrite_names(ptx: &str, layout: &Layout, base: u64) -> String {
     let mut stmt_tokens = 0usize;
     // A directive that ends at its line, not at a `;` (`.version`, `.target`...).
     let mut line_directive = false;
+    // Inside a function: where (in `out`) the current instruction starts, how many tokens it
+    // has so far, whether the scan is inside its `[...]`, and how many address registers it
+    // has taken.
+    let mut inst_start = 0usize;
+    let mut inst_tokens = 0usize;
+    let mut in_bracket = false;
+    let mut inst_regs = 0usize;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -193,13 +208,26 @@ fn rewrite_names(ptx: &str, layout: &Layout, base: u64) -> String {
                 }
                 out.push_str(&tok);
             } else if tok == ".const" {
+                inst_tokens += 1;
                 out.push_str(".global");
             } else if let Some(a) = (ident_start(c) && c != '%').then(|| addr(&tok)).flatten() {
+                inst_tokens += 1;
                 // `name+8` / `name-8` becomes one address: `[imm+imm]` is not PTX.
                 let (off, used) = offset_after(&chars[i..]);
                 i += used;
-                out.push_str(&(a as i64).wrapping_add(off).to_string());
+                let value = (a as i64).wrapping_add(off);
+                if in_bracket {
+                    let reg = format!("%__gv{}", inst_regs.min(GV_REGS - 1));
+                    inst_regs += 1;
+                    let rest = &out[inst_start..];
+                    let at = inst_start + rest.len() - rest.trim_start().len();
+                    out.insert_str(at, &format!("mov.u64 {reg}, {value}; "));
+                    out.push_str(&reg);
+                } else {
+                    out.push_str(&value.to_string());
+                }
             } else {
+                inst_tokens += 1;
                 out.push_str(&tok);
             }
             continue;
@@ -215,11 +243,51 @@ fn rewrite_names(ptx: &str, layout: &Layout, base: u64) -> String {
             line_directive = false;
             stmt_tokens = 0;
         }
+        // Instruction boundaries inside functions: `;`, a label's `:`, and block braces (a
+        // brace after an instruction's first token is a vector operand's).
+        if depth >= 1 {
+            match c {
+                '[' => in_bracket = true,
+                ']' => in_bracket = false,
+                ';' | ':' => {
+                    out.push(c);
+                    i += 1;
+                    inst_start = out.len();
+                    inst_tokens = 0;
+                    inst_regs = 0;
+                    in_bracket = false;
+                    continue;
+                }
+                '{' | '}' if inst_tokens == 0 => {
+                    if c == '}' {
+                        depth -= 1;
+                    } else {
+                        depth += 1;
+                    }
+                    out.push(c);
+                    i += 1;
+                    inst_start = out.len();
+                    continue;
+                }
+                _ => {}
+            }
+        }
         match c {
             '{' => {
                 depth += 1;
                 stmt_tokens = 0;
                 stmt_is_var_decl = false;
+                if depth == 1 {
+                    // A function body: its address registers, then its first instruction.
+                    out.push(c);
+                    out.push_str(&format!(" .reg .b64 %__gv<{GV_REGS}>;"));
+                    i += 1;
+                    inst_start = out.len();
+                    inst_tokens = 0;
+                    inst_regs = 0;
+                    in_bracket = false;
+                    continue;
+                }
             }
             '}' => depth = depth.saturating_sub(1),
             ';' if depth == 0 => {
@@ -277,9 +345,13 @@ mod tests {
         let base = 0x10_0000_0000u64;
         let t = rewrite(TEXT, &l, base);
         assert!(
-            t.contains(&format!("ld.global.u32 %r1, [{}]", base + 4)),
+            t.contains(&format!(
+                "mov.u64 %__gv0, {}; ld.global.u32 %r1, [%__gv0]",
+                base + 4
+            )),
             "{t}"
         );
+        assert!(t.contains(".reg .b64 %__gv<2>;"), "{t}");
         assert!(
             t.contains(&format!("mov.b64 %rd2, {};", base + l.vars[1].1)),
             "{t}"
@@ -293,5 +365,41 @@ mod tests {
         assert_eq!(m.variable_layout().count(), 0);
         assert_eq!(m.entry("k").unwrap().param_size, 8);
         assert!(layout(".version 8.0\n.target sm_80\n.address_size 64\n").is_none());
+    }
+
+    /// NVIDIA's PTX assembler accepts the rewritten text (it refuses immediate addresses
+    /// outside `.local`): checked with the pinned toolchain's ptxas when apps/build.sh has
+    /// installed it (CI does), skipped with a note otherwise.
+    #[test]
+    fn rewritten_text_passes_nvidia_ptxas() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let Some(ptxas) = std::fs::read_dir(format!("{root}/target/cuda-toolchain/venv/lib"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("site-packages/nvidia/cu13/bin/ptxas"))
+            .filter(|p| p.exists())
+        else {
+            eprintln!("no ptxas under target/cuda-toolchain (apps/build.sh): check skipped");
+            return;
+        };
+        let kernels = std::fs::read_to_string(format!("{root}/cuda/tests/kernels.ptx")).unwrap();
+        for (name, text) in [("TEXT", TEXT), ("kernels.ptx", kernels.as_str())] {
+            let l = layout(text).unwrap();
+            let t = rewrite(text, &l, 0x10_0000_0000);
+            let dir = std::env::temp_dir().join(format!("gv-{}-{name}", std::process::id()));
+            std::fs::write(&dir, &t).unwrap();
+            let out = std::process::Command::new(&ptxas)
+                .args(["-arch=sm_90", "-o", "/dev/null"])
+                .arg(&dir)
+                .output()
+                .unwrap();
+            let _ = std::fs::remove_file(&dir);
+            assert!(
+                out.status.success(),
+                "{name}: {}\n{t}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }
