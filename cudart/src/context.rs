@@ -141,7 +141,8 @@ pub fn ctx() -> Res<&'static Driver> {
     let mut g = state();
     let st = g.get();
     let ds = &mut st.devs[dev as usize];
-    if ds.ctx == 0 {
+    let fresh = ds.ctx == 0;
+    if fresh {
         let mut c: Handle = std::ptr::null_mut();
         if d.has("cuDevicePrimaryCtxRetain") {
             // SAFETY: `c` receives the context; `dev` was checked against the count.
@@ -158,7 +159,25 @@ pub fn ctx() -> Res<&'static Driver> {
         cu(unsafe { d.ctx_set_current(ds.ctx as Handle) })?;
         BOUND.with(|b| b.set(want));
     }
+    drop(g);
+    if fresh && eager_loading() {
+        // A failure here is reported where the module is used (its kernel's launch), as with
+        // lazy loading; the one line about unusable code is printed once either way.
+        for idx in with_registry(|r| r.fatbins_with_kernels()) {
+            let _ = module(d, idx);
+        }
+    }
     Ok(d)
+}
+
+/// Whether a new context loads every registered module with kernels at once (CUDA's
+/// `CUDA_MODULE_LOADING=EAGER`, this runtime's default, so that JIT compilation is paid at
+/// initialisation and not inside a program's first timed launch) or at first use (`LAZY`).
+fn eager_loading() -> bool {
+    static EAGER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EAGER.get_or_init(|| {
+        std::env::var("CUDA_MODULE_LOADING").map_or(true, |v| !v.eq_ignore_ascii_case("lazy"))
+    })
 }
 
 /// `cudaSetDeviceFlags`: remembered for the device and given to its primary context.

@@ -3,7 +3,7 @@
 //! this project's driver library (guest or host backends) and over NVIDIA's alike.
 //!
 //! - `registry` / `callconf` / `fatbin`: what nvcc's generated code registers and pushes;
-//! - `context`: initialisation, contexts, lazy module loading, the program's handles;
+//! - `context`: initialisation, contexts, module loading (eager by default), the program's handles;
 //! - `driver`: the driver's entry points; `error`: CUDA's error values and the FFI boundary;
 //! - `api`: the exported functions; `unsupported` + `gen_unsupported`: every other export of
 //!   NVIDIA's library, answering `cudaErrorNotSupported`.

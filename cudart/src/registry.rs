@@ -52,6 +52,19 @@ impl Registry {
         self.fatbins.get(idx).filter(|f| f.live)
     }
 
+    /// Indices of the live fat binaries that registered a kernel (what eager loading loads).
+    pub fn fatbins_with_kernels(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .functions
+            .values()
+            .map(|f| f.fatbin)
+            .filter(|&i| self.fatbin(i).is_some())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// Records a kernel of a live fat binary; `false` if `fatbin` is unknown.
     pub fn add_function(&mut self, fatbin: usize, host: usize, name: CString) -> bool {
         if self.fatbin(fatbin).is_none() {
