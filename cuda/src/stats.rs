@@ -161,13 +161,21 @@ pub fn json() -> serde_json::Value {
     })
 }
 
-/// Writes the report to `VGPU_CUDA_STATS` if set and anything changed since the last write;
-/// a failure is reported on stderr.
+/// Writes the report to `VGPU_CUDA_STATS` if set and anything changed since the last write
+/// (`-`: one `vgpu-cuda-stats: {json}` line on stderr); a failure is reported on stderr.
 pub fn write() {
     let Some(path) = std::env::var_os("VGPU_CUDA_STATS") else {
         return;
     };
     if !with(|s| std::mem::take(&mut s.dirty)) {
+        return;
+    }
+    if path == "-" {
+        // One line on stderr (a VM's console, an experiment's pipe): the last one is the whole.
+        match serde_json::to_string(&json()) {
+            Ok(t) => eprintln!("vgpu-cuda-stats: {t}"),
+            Err(e) => eprintln!("libcuda (vgpu): VGPU_CUDA_STATS: {e}"),
+        }
         return;
     }
     let text = match serde_json::to_string_pretty(&json()) {
