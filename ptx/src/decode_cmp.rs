@@ -4,7 +4,7 @@
 use crate::decode::{Ctx, ROp};
 use crate::decode_ops::{Mods, nops, one_type};
 use crate::error::PtxError;
-use crate::ir::{BarRedOp, BoolOp, CarryOp, Cmp, Inst, Rnd, Src, Ty};
+use crate::ir::{BarRedOp, BinOp, BoolOp, CarryOp, Cmp, FFlags, Inst, Rnd, Src, Ty};
 
 type R<T> = Result<T, PtxError>;
 
@@ -203,6 +203,9 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     };
     let ftz = m.take("ftz");
     let sat = m.take("sat");
+    if m.take("f16x2") {
+        return dec_cvt_f16x2(c, m, ops, rnd);
+    }
     let tys = m.types();
     let [dty, sty] = tys.as_slice() else {
         return c.unsupported();
@@ -240,5 +243,23 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         dbits: c.dst_bits(&ops[0]),
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], sty)?,
+    })
+}
+
+/// `cvt.frnd[.relu].f16x2.f32 d, a, b` (what `__floats2half2_rn` compiles to): two f32 to
+/// one packed pair of halves, `a` in the upper half.
+fn dec_cvt_f16x2(c: &mut Ctx, m: &mut Mods, ops: &[ROp], rnd: Rnd) -> R<Inst> {
+    let relu = m.take("relu");
+    if !matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp) || m.types() != [Ty::F32] {
+        return c.unsupported();
+    }
+    nops(c, ops, 3)?;
+    Ok(Inst::Bin {
+        op: BinOp::CvtF16x2 { rnd, relu },
+        ty: Ty::B32,
+        f: FFlags::default(),
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], Ty::F32)?,
+        b: c.src(&ops[2], Ty::F32)?,
     })
 }

@@ -232,6 +232,11 @@ pub(crate) enum BinOp {
     Shl,
     Shr,
     Copysign,
+    /// `cvt.{rn,rz,rm,rp}[.relu].f16x2.f32 d, a, b`: a to the upper half, b to the lower.
+    CvtF16x2 {
+        rnd: Rnd,
+        relu: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -144,6 +144,16 @@ fn shr(ty: Ty, x: u64, y: u64) -> u64 {
 
 /// Binary op over lanes.
 pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut Lanes) {
+    if let BinOp::CvtF16x2 { rnd, relu } = op {
+        let half = |x: u64| {
+            let v = f32::from_bits(x as u32);
+            // `.relu` clamps negative results to +0 (NaN stays NaN).
+            let v = if relu && v < 0.0 { 0.0 } else { v };
+            u64::from(crate::exec::cvt::f64_to_f16(f64::from(v), rnd))
+        };
+        map2(a, b, r, |x, y| (half(x) << 16) | half(y));
+        return;
+    }
     let m = ty.mask();
     match ty {
         Ty::F32 if f.dir != 0 => {
@@ -265,7 +275,7 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
                 }
             }),
             BinOp::Shr => map2(a, b, r, |x, y| shr(ty, x, y & 0xffff_ffff)),
-            BinOp::Copysign => map2(a, b, r, |_, _| 0),
+            BinOp::Copysign | BinOp::CvtF16x2 { .. } => map2(a, b, r, |_, _| 0),
         },
     }
 }
