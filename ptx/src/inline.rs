@@ -218,6 +218,20 @@ impl Inliner<'_> {
             pos: *fpos,
             name: fname.chars().take(80).collect(),
         })?;
+        if f.body.is_none() && f.name == "__assertfail" {
+            // A failed device `assert()`: nvcc calls the CUDA runtime's `__assertfail(message,
+            // file, line, function, char size)`, which reports and aborts the kernel. Here the
+            // kernel stops with the fault `Trap` (the arguments are not read).
+            let trap = Stmt::Inst(RawInst {
+                pos: ri.pos,
+                guard: ri.guard.clone(),
+                opcode: "trap".into(),
+                ops: Vec::new(),
+            });
+            self.charge_new(decls, &trap)?;
+            out.push(trap);
+            return Ok(());
+        }
         let Some(fbody) = &f.body else {
             return Err(unsupported(
                 &ri,

@@ -232,11 +232,30 @@ pub(crate) enum BinOp {
     Shl,
     Shr,
     Copysign,
+    /// `{add,sub,min,max}.{u16x2,s16x2}` (sm_90 SIMD, what `__vadd2` and friends compile
+    /// to): the operation on each 16-bit half.
+    Simd16x2 {
+        op: SimdOp,
+        signed: bool,
+    },
+    /// `bmsk.{clamp,wrap}.b32 d, a, b`: a mask of b bits starting at bit a.
+    Bmsk {
+        clamp: bool,
+    },
     /// `cvt.{rn,rz,rm,rp}[.relu].f16x2.f32 d, a, b`: a to the upper half, b to the lower.
     CvtF16x2 {
         rnd: Rnd,
         relu: bool,
     },
+}
+
+/// The operation of a packed 16x2 integer instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SimdOp {
+    Add,
+    Sub,
+    Min,
+    Max,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,6 +273,8 @@ pub(crate) enum TerOp {
     ShfR {
         clamp: bool,
     },
+    /// `sad`: c + |a - b|.
+    Sad,
     /// `lop3.b32` with its 8-bit truth table.
     Lop3 {
         lut: u8,
@@ -539,10 +560,13 @@ pub(crate) enum Inst {
         b: Src,
         c: Src,
     },
+    /// `vote[.sync]`: over the active lanes, and with `.sync` only those in each lane's
+    /// membermask (cooperative groups' tiles vote with a mask per tile).
     Vote {
         mode: VoteMode,
         d: u32,
         a: PSrc,
+        mask: Option<Src>,
     },
     /// `match.{any,all}.sync.{b32,b64} d[|p], a, membermask`.
     Match {
@@ -551,13 +575,16 @@ pub(crate) enum Inst {
         d: u32,
         p: Option<u32>,
         a: Src,
+        mask: Src,
     },
-    /// `redux.sync`: reduce `a` over the active lanes with `op` (Add/Min/Max/And/Or/Xor).
+    /// `redux.sync`: reduce `a` over the active lanes in the membermask with `op`
+    /// (Add/Min/Max/And/Or/Xor).
     Redux {
         op: AtomOp,
         ty: Ty,
         d: u32,
         a: Src,
+        mask: Src,
     },
     Activemask {
         d: u32,

@@ -167,3 +167,51 @@ fn grid_stride_loop_with_64_bit_indices() {
         assert_eq!(*v, want, "index {k}");
     }
 }
+
+#[test]
+fn device_assert_passes_or_stops_the_kernel_with_a_trap() {
+    let m = module(include_str!("data/probes/assert.80.ptx"));
+    let n = 100usize;
+    let mut mem = Mem::new(1 << 16);
+    let good: Vec<u32> = (0..n as u32).collect();
+    let (vi, out) = (mem.put_u32(&good), mem.alloc(n * 4));
+    run(
+        &m,
+        "checked",
+        cfg(
+            [1, 1, 1],
+            [128, 1, 1],
+            0,
+            Params::default().u64(vi).u64(out).u32(n as u32),
+        ),
+        &mem,
+        1,
+    );
+    assert_eq!(
+        mem.u32s(out, n),
+        good.iter().map(|x| x * 2).collect::<Vec<_>>()
+    );
+
+    let mut bad = good.clone();
+    bad[37] = -5i32 as u32;
+    let vb = mem.put_u32(&bad);
+    let c = cfg(
+        [1, 1, 1],
+        [128, 1, 1],
+        0,
+        Params::default().u64(vb).u64(out).u32(n as u32),
+    );
+    let mut l = ptx::Launch::new(m.clone(), "checked", c, &ptx::Limits::default()).unwrap();
+    match l.run(&mem.mem, &ptx::RunControl::new(1)) {
+        ptx::RunOutcome::Faulted(f) => assert_eq!(f.reason, ptx::FaultReason::Trap, "{f:?}"),
+        other => panic!("a failed assert must fault: {other:?}"),
+    }
+}
+
+#[test]
+fn kernel_printf_is_refused_naming_vprintf() {
+    let err = ptx::parse(include_str!("data/probes/printf.80.ptx"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("vprintf"), "{err}");
+}

@@ -3,7 +3,7 @@
 //! Values are raw bits (low `ty.bits()` of a u64); each op is applied over 32 lanes in a tight
 //! loop after one dispatch on (op, type).
 
-use crate::ir::{BinOp, Cmp, FFlags, TerOp, Ty, UnOp};
+use crate::ir::{BinOp, Cmp, FFlags, SimdOp, TerOp, Ty, UnOp};
 
 pub(crate) type Lanes = [u64; 32];
 
@@ -154,6 +154,14 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
         map2(a, b, r, |x, y| (half(x) << 16) | half(y));
         return;
     }
+    if let BinOp::Simd16x2 { op, signed } = op {
+        map2(a, b, r, |x, y| simd16x2(op, signed, x as u32, y as u32));
+        return;
+    }
+    if let BinOp::Bmsk { clamp } = op {
+        map2(a, b, r, |x, y| bmsk(clamp, x as u32, y as u32));
+        return;
+    }
     let m = ty.mask();
     match ty {
         Ty::F32 if f.dir != 0 => {
@@ -275,7 +283,10 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
                 }
             }),
             BinOp::Shr => map2(a, b, r, |x, y| shr(ty, x, y & 0xffff_ffff)),
-            BinOp::Copysign | BinOp::CvtF16x2 { .. } => map2(a, b, r, |_, _| 0),
+            BinOp::Copysign
+            | BinOp::CvtF16x2 { .. }
+            | BinOp::Bmsk { .. }
+            | BinOp::Simd16x2 { .. } => map2(a, b, r, |_, _| 0),
         },
     }
 }
@@ -417,7 +428,48 @@ pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes,
             (v >> n) & 0xffff_ffff
         }),
         (TerOp::Lop3 { lut }, _) => map3(a, b, c, r, |x, y, z| lop3(x, y, z, lut) & m),
+        (TerOp::Sad, _) => map3(a, b, c, r, |x, y, z| {
+            let diff = if ty.is_signed() {
+                (ty.extend(x) as i64).abs_diff(ty.extend(y) as i64)
+            } else {
+                (x & m).abs_diff(y & m)
+            };
+            diff.wrapping_add(z) & m
+        }),
     }
+}
+
+/// A packed 16x2 integer operation, half by half (add/sub wrap).
+fn simd16x2(op: SimdOp, signed: bool, x: u32, y: u32) -> u64 {
+    let half = |k: u32| {
+        let (p, q) = ((x >> k) as u16, (y >> k) as u16);
+        let v = match (op, signed) {
+            (SimdOp::Add, _) => p.wrapping_add(q),
+            (SimdOp::Sub, _) => p.wrapping_sub(q),
+            (SimdOp::Min, false) => p.min(q),
+            (SimdOp::Max, false) => p.max(q),
+            (SimdOp::Min, true) => (p as i16).min(q as i16) as u16,
+            (SimdOp::Max, true) => (p as i16).max(q as i16) as u16,
+        };
+        u64::from(v) << k
+    };
+    half(0) | half(16)
+}
+
+/// `bmsk.{clamp,wrap}.b32`: `b` ones starting at bit `a` (PTX ISA: clamp limits both to 32,
+/// wrap takes them modulo 32; bits past 31 are dropped).
+fn bmsk(clamp: bool, a: u32, b: u32) -> u64 {
+    let (a, b) = if clamp {
+        (a.min(32), b.min(32))
+    } else {
+        (a & 31, b & 31)
+    };
+    let ones = if b == 0 {
+        0u64
+    } else {
+        u64::from(u32::MAX >> (32 - b))
+    };
+    (ones << a) & 0xffff_ffff
 }
 
 /// Comparison of one lane's operands.
