@@ -115,12 +115,13 @@ pub(crate) fn dec_setp(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         _ => None,
     };
     let ftz = m.take("ftz");
-    let ty = one_type(c, m)?;
+    // `.f16` compares halves (`__hgt`...); `.f16x2` (two predicates) is not in the subset.
+    let ty = crate::decode_ops::one_storage_type(c, m)?;
     let float_only = !matches!(
         cmp,
         Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
     );
-    if ty == Ty::Pred || (float_only && !ty.is_float()) {
+    if ty == Ty::Pred || (float_only && !(ty.is_float() || ty == Ty::F16)) {
         return c.unsupported();
     }
     let want = if comb.is_some() { 4 } else { 3 };

@@ -122,6 +122,11 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
     let base = parts.next().unwrap_or("");
     let mut m = Mods::new(parts.collect());
     let inst = match base {
+        "add" | "sub" | "mul" | "min" | "max" | "fma" | "neg" | "abs"
+            if crate::decode_half::is_half(&m) =>
+        {
+            crate::decode_half::dec_half(c, base, &mut m, ops)?
+        }
         "mov" => dec_mov(c, &mut m, ops)?,
         "add" | "sub" | "addc" | "subc" | "mad" | "madc"
             if matches!(base, "addc" | "subc" | "madc") || m.list.contains(&"cc") =>

@@ -238,6 +238,13 @@ pub(crate) enum BinOp {
         op: SimdOp,
         signed: bool,
     },
+    /// `{add,sub,mul,min,max}[.rn][.sat].{f16,f16x2}`: half-precision arithmetic (each half of
+    /// an `f16x2` on its own), computed in f64 and rounded to nearest even once.
+    Half {
+        op: HalfOp,
+        x2: bool,
+        sat: bool,
+    },
     /// `bmsk.{clamp,wrap}.b32 d, a, b`: a mask of b bits starting at bit a.
     Bmsk {
         clamp: bool,
@@ -247,6 +254,16 @@ pub(crate) enum BinOp {
         rnd: Rnd,
         relu: bool,
     },
+}
+
+/// The operation of a half-precision instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HalfOp {
+    Add,
+    Sub,
+    Mul,
+    Min,
+    Max,
 }
 
 /// The operation of a packed 16x2 integer instruction.
@@ -275,6 +292,11 @@ pub(crate) enum TerOp {
     },
     /// `sad`: c + |a - b|.
     Sad,
+    /// `fma.rn[.sat].{f16,f16x2}`.
+    HalfFma {
+        x2: bool,
+        sat: bool,
+    },
     /// `lop3.b32` with its 8-bit truth table.
     Lop3 {
         lut: u8,

@@ -68,6 +68,7 @@ pub mod ckpt;
 mod context;
 mod decode;
 mod decode_cmp;
+mod decode_half;
 mod decode_mem;
 mod decode_ops;
 mod error;

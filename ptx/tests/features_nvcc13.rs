@@ -10,6 +10,11 @@ use common::*;
 /// Runs a one-warp kernel whose body computes `%r9` from lane-dependent `%r1` (= lane) and
 /// stores it to out[lane]; returns the 32 results.
 fn lanes(regs: &str, body: &str) -> Vec<u32> {
+    lanes_with("", regs, body)
+}
+
+/// [`lanes`] with module-scope declarations `module` before the entry.
+fn lanes_with(module: &str, regs: &str, body: &str) -> Vec<u32> {
     let text = kern(
         ".param .u64 k_param_0",
         &format!(".reg .pred %p<4>;\n.reg .b32 %r<16>;\n.reg .b64 %rd<4>;\n{regs}"),
@@ -18,7 +23,8 @@ fn lanes(regs: &str, body: &str) -> Vec<u32> {
              mul.wide.u32 %rd2, %r1, 4;\nadd.s64 %rd3, %rd1, %rd2;\nst.global.u32 [%rd3], %r9;\nret;"
         ),
     );
-    let m = module(&text);
+    let text = text.replacen(".visible .entry", &format!("{module}\n.visible .entry"), 1);
+    let m = common::module(&text);
     let mut mem = Mem::new(1 << 16);
     let out = mem.alloc(128);
     run(
@@ -155,10 +161,11 @@ fn cvt_f16x2_rounds_each_half_and_relu_clamps() {
 
 fn half_value(h: u32) -> f32 {
     let (e, f) = (((h >> 10) & 31) as i32, (h & 0x3ff) as f32);
-    let m = if e == 0 {
-        f * 2f32.powi(-24)
-    } else {
-        (1.0 + f / 1024.0) * 2f32.powi(e - 15)
+    let m = match e {
+        0 => f * 2f32.powi(-24),
+        31 if f == 0.0 => f32::INFINITY,
+        31 => f32::NAN,
+        _ => (1.0 + f / 1024.0) * 2f32.powi(e - 15),
     };
     if h & 0x8000 != 0 { -m } else { m }
 }
@@ -194,5 +201,90 @@ fn votes_and_reductions_per_membermask() {
         assert_eq!(ballot[l as usize], 0xa << tile, "ballot lane {l}");
         assert_eq!(all[l as usize], u32::from(tile + 3 < 6), "all lane {l}");
         assert_eq!(sum[l as usize], 4 * tile + 6, "redux lane {l}");
+    }
+}
+
+/// Special halves: +0, -0, 1, -2.5, max finite, +inf, NaN, smallest subnormal.
+const HALVES: [u16; 8] = [
+    0x0000, 0x8000, 0x3c00, 0xc100, 0x7bff, 0x7c00, 0x7e00, 0x0001,
+];
+
+fn hv(h: u16) -> f64 {
+    f64::from(half_value(u32::from(h)))
+}
+
+/// Nearest half to `v`, ties to even (NaN as 0x7fff).
+fn to_half(v: f64) -> u16 {
+    if v.is_nan() {
+        return 0x7fff;
+    }
+    let sign = if v.is_sign_negative() { 0x8000 } else { 0 };
+    let a = v.abs();
+    if a >= 65520.0 {
+        return sign | 0x7c00;
+    }
+    let k = (0..0x7c00u16)
+        .min_by(|&p, &q| {
+            let (dp, dq) = ((hv(p) - a).abs(), (hv(q) - a).abs());
+            dp.partial_cmp(&dq).unwrap().then((p & 1).cmp(&(q & 1)))
+        })
+        .unwrap();
+    sign | k
+}
+
+#[test]
+fn half_arithmetic_on_special_values() {
+    let table = format!(
+        ".global .align 2 .b16 tab[8] = {{{}}};",
+        HALVES.map(|h| h.to_string()).join(", ")
+    );
+    // x = tab[lane & 7], y = tab[(lane >> 3) * 2 + 1 & 7]: each x against four ys.
+    let load = "and.b32 %r2, %r1, 7;\nshr.u32 %r3, %r1, 3;\nshl.b32 %r3, %r3, 1;\nadd.u32 %r3, %r3, 1;\n\
+        and.b32 %r3, %r3, 7;\nmov.u64 %rd2, tab;\nmul.wide.u32 %rd3, %r2, 2;\nadd.s64 %rd3, %rd2, %rd3;\n\
+        ld.global.b16 %h1, [%rd3];\nmul.wide.u32 %rd3, %r3, 2;\nadd.s64 %rd3, %rd2, %rd3;\nld.global.b16 %h2, [%rd3];\n";
+    let regs = ".reg .b16 %h<4>;";
+    let run_op = |op: &str| lanes_with(&table, regs, &format!("{load}{op}\ncvt.u32.u16 %r9, %h3;"));
+    let add = run_op("add.f16 %h3, %h1, %h2;");
+    let mul = run_op("mul.rn.f16 %h3, %h1, %h2;");
+    let min = run_op("min.f16 %h3, %h1, %h2;");
+    let max = run_op("max.f16 %h3, %h1, %h2;");
+    let fma_sat = run_op("fma.rn.sat.f16 %h3, %h1, %h2, %h1;");
+    let lt = run_op("setp.lt.f16 %p1, %h1, %h2;\nselp.b16 %h3, 1, 0, %p1;");
+    let neg = run_op("neg.f16 %h3, %h1;");
+    for l in 0..32usize {
+        let (p, q) = (HALVES[l & 7], HALVES[((l >> 3) * 2 + 1) & 7]);
+        let (x, y) = (hv(p), hv(q));
+        let ctx = format!("lane {l}: x={x} ({p:#06x}) y={y} ({q:#06x})");
+        let canon = |h: u16| if hv(h).is_nan() { 0x7fff } else { h };
+        assert_eq!(canon(add[l] as u16), to_half(x + y), "add, {ctx}");
+        assert_eq!(canon(mul[l] as u16), to_half(x * y), "mul, {ctx}");
+        let pick = |want_min: bool| -> u16 {
+            match (x.is_nan(), y.is_nan()) {
+                (true, true) => 0x7fff,
+                (true, false) => q,
+                (false, true) => p,
+                _ if x == y => {
+                    if want_min == x.is_sign_negative() {
+                        p
+                    } else {
+                        q
+                    }
+                }
+                _ => {
+                    if (x < y) == want_min {
+                        p
+                    } else {
+                        q
+                    }
+                }
+            }
+        };
+        assert_eq!(min[l] as u16, pick(true), "min, {ctx}");
+        assert_eq!(max[l] as u16, pick(false), "max, {ctx}");
+        let f = x * y + x;
+        let sat = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
+        assert_eq!(fma_sat[l] as u16, to_half(sat), "fma.sat, {ctx}");
+        assert_eq!(lt[l], u32::from(x < y), "setp.lt, {ctx}");
+        assert_eq!(neg[l] as u16, p ^ 0x8000, "neg, {ctx}");
     }
 }

@@ -11,7 +11,7 @@ const WARP: &str = include_str!("data/probes/warp.80.ptx");
 const SHARED: &str = include_str!("data/probes/shared.80.ptx");
 
 /// Each probe's compute_80 PTX, and its compute_90 PTX where that differs beyond `.target`.
-const PROBES: [(&str, &str, Option<&str>); 9] = [
+const PROBES: [(&str, &str, Option<&str>); 10] = [
     ("atomics", ATOMICS, None),
     ("warp", WARP, None),
     ("shared", SHARED, None),
@@ -19,6 +19,11 @@ const PROBES: [(&str, &str, Option<&str>); 9] = [
     ("misc", include_str!("data/probes/misc.80.ptx"), None),
     ("cg", include_str!("data/probes/cg.80.ptx"), None),
     ("assert", include_str!("data/probes/assert.80.ptx"), None),
+    (
+        "halfmath",
+        include_str!("data/probes/halfmath.80.ptx"),
+        None,
+    ),
     (
         "intrin",
         include_str!("data/probes/intrin.80.ptx"),

@@ -210,3 +210,95 @@ fn half_conversions_including_the_packed_pair() {
         );
     }
 }
+
+/// Nearest half to `v` (ties to even), by search over the monotonic positive encodings.
+fn to_half(v: f64) -> u16 {
+    if v.is_nan() {
+        return 0x7fff;
+    }
+    let sign = if v.is_sign_negative() { 0x8000 } else { 0 };
+    let a = v.abs();
+    if a >= 65520.0 {
+        return sign | 0x7c00;
+    }
+    let val = |k: u16| f64::from(f16_to_f32(k));
+    let (mut lo, mut hi) = (0u16, 0x7bffu16);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if val(mid) <= a {
+            lo = mid
+        } else {
+            hi = mid - 1
+        }
+    }
+    let k = if lo < 0x7bff {
+        let (d0, d1) = (a - val(lo), val(lo + 1) - a);
+        if d1 < d0 || (d1 == d0 && lo & 1 == 1) {
+            lo + 1
+        } else {
+            lo
+        }
+    } else {
+        lo
+    };
+    sign | k
+}
+
+#[test]
+fn half_and_half2_arithmetic() {
+    let n = 256usize;
+    let mut rng = Rng(29);
+    let mut rnd = || to_half(((rng.u32() % 16001) as f64 - 8000.0) / 1000.0);
+    let (a, b): (Vec<u16>, Vec<u16>) = (0..n).map(|_| (rnd(), rnd())).unzip();
+    let mut mem = Mem::new(1 << 20);
+    let put16 = |mem: &mut Mem, v: &[u16]| {
+        let va = mem.alloc(v.len() * 2);
+        assert!(mem.mem.write(
+            va,
+            &v.iter().flat_map(|h| h.to_le_bytes()).collect::<Vec<_>>()
+        ));
+        va
+    };
+    let (va, vb) = (put16(&mut mem, &a), put16(&mut mem, &b));
+    let (out, out2, fout) = (mem.alloc(n * 8), mem.alloc(n * 4), mem.alloc(n * 4));
+    let m = module(include_str!("data/probes/halfmath.80.ptx"));
+    let p = Params::default()
+        .u64(va)
+        .u64(vb)
+        .u64(out)
+        .u64(out2)
+        .u64(fout)
+        .u32(n as u32);
+    run(&m, "halfmath", cfg([2, 1, 1], [128, 1, 1], 0, p), &mem, 2);
+    let got: Vec<u16> = mem
+        .mem
+        .read(out, n * 8)
+        .unwrap()
+        .chunks(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let (got2, gotf) = (mem.u32s(out2, n), mem.f32s(fout, n));
+    let h = |k: u16| f64::from(f16_to_f32(k));
+    for i in 0..n {
+        let (x, y) = (h(a[i]), h(b[i]));
+        let want = [
+            to_half(x + y),
+            to_half(x * y),
+            to_half(x * y + 1.0),
+            if x > y { a[i] } else { b[i] },
+        ];
+        assert_eq!(got[i * 4..i * 4 + 4], want, "element {i}: x={x} y={y}");
+        let lane = |v: f64| u32::from(to_half(h(to_half(v * v)) + h(to_half(v * v + v))));
+        assert_eq!(
+            got2[i],
+            lane(x) | lane(y) << 16,
+            "half2 element {i}: x={x} y={y}"
+        );
+        let sqrt = f16_to_f32(to_half(f64::from((x.abs() as f32).sqrt())));
+        assert_eq!(
+            gotf[i],
+            sqrt + if -x <= y { 1.0 } else { 0.0 },
+            "element {i}: x={x} y={y}"
+        );
+    }
+}

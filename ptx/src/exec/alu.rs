@@ -154,6 +154,10 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
         map2(a, b, r, |x, y| (half(x) << 16) | half(y));
         return;
     }
+    if let BinOp::Half { op, x2, sat } = op {
+        map2(a, b, r, |x, y| crate::exec::half::bin(op, x2, sat, x, y));
+        return;
+    }
     if let BinOp::Simd16x2 { op, signed } = op {
         map2(a, b, r, |x, y| simd16x2(op, signed, x as u32, y as u32));
         return;
@@ -286,7 +290,8 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
             BinOp::Copysign
             | BinOp::CvtF16x2 { .. }
             | BinOp::Bmsk { .. }
-            | BinOp::Simd16x2 { .. } => map2(a, b, r, |_, _| 0),
+            | BinOp::Simd16x2 { .. }
+            | BinOp::Half { .. } => map2(a, b, r, |_, _| 0),
         },
     }
 }
@@ -383,6 +388,9 @@ pub(crate) fn bfi(ty: Ty, f: u64, b: u64, pos: u64, len: u64) -> u64 {
 pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes, r: &mut Lanes) {
     let m = ty.mask();
     match (op, ty) {
+        (TerOp::HalfFma { x2, sat }, _) => map3(a, b, c, r, |x, y, z| {
+            crate::exec::half::fma(x2, sat, x, y, z)
+        }),
         (TerOp::Fma, Ty::F32) if f.dir != 0 => map3(a, b, c, r, |x, y, z| {
             let (x, y, z) = (f32_in(x, f.ftz), f32_in(y, f.ftz), f32_in(z, f.ftz));
             f32_out(directed_fma(x, y, z, f.dir), f)
@@ -476,9 +484,12 @@ fn bmsk(clamp: bool, a: u32, b: u32) -> u64 {
 #[inline(always)]
 pub(crate) fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
     match ty {
-        Ty::F32 | Ty::F64 => {
+        Ty::F16 | Ty::F32 | Ty::F64 => {
             let (x, y) = if ty == Ty::F32 {
                 (f64::from(f32_in(x, ftz)), f64::from(f32_in(y, ftz)))
+            } else if ty == Ty::F16 {
+                use crate::exec::cvt::f16_to_f64;
+                (f16_to_f64(x as u16), f16_to_f64(y as u16))
             } else {
                 (f64::from_bits(x), f64::from_bits(y))
             };
@@ -535,7 +546,7 @@ fn build_mask(f: impl Fn(usize) -> bool) -> u32 {
 
 /// `setp` over lanes: bit `l` of the result is the comparison of lane `l`.
 pub(crate) fn setp_mask(cmp: Cmp, ty: Ty, ftz: bool, a: &Lanes, b: &Lanes) -> u32 {
-    if ty.is_float() {
+    if ty.is_float() || ty == Ty::F16 {
         return build_mask(|l| compare(cmp, ty, ftz, a[l], b[l]));
     }
     if ty.is_signed() {

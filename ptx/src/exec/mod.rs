@@ -4,6 +4,7 @@ pub(crate) mod alu;
 pub(crate) mod cta;
 pub(crate) mod cvt;
 pub(crate) mod fastmem;
+pub(crate) mod half;
 pub mod launch;
 pub(crate) mod mem;
 pub(crate) mod pool;
