@@ -128,6 +128,29 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
             crate::decode_half::dec_half(c, base, &mut m, ops)?
         }
         "mov" => dec_mov(c, &mut m, ops)?,
+        // Only the inliner writes this opcode (for a call of `vprintf`).
+        "__vprintf" => {
+            let local = |c: &Ctx, o: &ROp| match o {
+                ROp::Name(n, _) => match c.sym(n) {
+                    Some((Space::Local, off)) => Ok(off),
+                    _ => c.operr("vprintf parameters must be call-site .param variables"),
+                },
+                _ => c.operr("vprintf parameters must be call-site .param variables"),
+            };
+            match ops {
+                [f, a] => Inst::Printf {
+                    fmt: local(c, f)?,
+                    args: local(c, a)?,
+                    ret: None,
+                },
+                [f, a, r] => Inst::Printf {
+                    fmt: local(c, f)?,
+                    args: local(c, a)?,
+                    ret: Some(local(c, r)?),
+                },
+                _ => return c.operr("vprintf takes two parameters"),
+            }
+        }
         "add" | "sub" | "addc" | "subc" | "mad" | "madc"
             if matches!(base, "addc" | "subc" | "madc") || m.list.contains(&"cc") =>
         {

@@ -611,6 +611,13 @@ pub(crate) enum Inst {
     Activemask {
         d: u32,
     },
+    /// Device `printf` (a call of the runtime's `vprintf(format, args)`): `fmt` and `args` are
+    /// the local-memory offsets of the call's two parameters, `ret` that of its return value.
+    Printf {
+        fmt: u64,
+        args: u64,
+        ret: Option<u64>,
+    },
 }
 
 /// One instruction with its guard predicate (`@p` / `@!p`).

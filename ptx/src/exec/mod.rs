@@ -8,6 +8,7 @@ pub(crate) mod half;
 pub mod launch;
 pub(crate) mod mem;
 pub(crate) mod pool;
+pub(crate) mod printf;
 pub(crate) mod sched;
 pub(crate) mod setup;
 pub(crate) mod warp;
