@@ -121,7 +121,7 @@ pub(crate) fn dec_setp(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         cmp,
         Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
     );
-    if ty == Ty::Pred || (float_only && !(ty.is_float() || ty == Ty::F16)) {
+    if matches!(ty, Ty::Pred | Ty::Bf16) || (float_only && !(ty.is_float() || ty == Ty::F16)) {
         return c.unsupported();
     }
     let want = if comb.is_some() { 4 } else { 3 };
@@ -168,7 +168,7 @@ pub(crate) fn dec_set(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
     );
     if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32)
-        || matches!(ty, Ty::Pred | Ty::F16)
+        || matches!(ty, Ty::Pred | Ty::F16 | Ty::Bf16)
         || (float_only && !ty.is_float())
     {
         return c.unsupported();
@@ -215,10 +215,21 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     if dty == Ty::Pred || sty == Ty::Pred {
         return c.unsupported();
     }
+    // bfloat16: only `cvt.{rn,rz}.bf16.f32` and `cvt.f32.bf16` (what __float2bfloat16 and
+    // __bfloat162float compile to).
+    let bf16_ok = match (dty, sty) {
+        (Ty::Bf16, Ty::F32) => matches!(rnd, Rnd::Rn | Rnd::Rz) && !sat,
+        (Ty::F32, Ty::Bf16) => rnd == Rnd::None && !sat,
+        (Ty::Bf16, _) | (_, Ty::Bf16) => false,
+        _ => true,
+    };
+    if !bf16_ok {
+        return c.unsupported();
+    }
     // Rounding-mode rules of the PTX ISA.
     let int_rnd = matches!(rnd, Rnd::Rni | Rnd::Rzi | Rnd::Rmi | Rnd::Rpi);
     let flt_rnd = matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp);
-    let fl = |t: Ty| t.is_float() || t == Ty::F16;
+    let fl = |t: Ty| t.is_float() || matches!(t, Ty::F16 | Ty::Bf16);
     let ok = match (fl(dty), fl(sty)) {
         (false, true) => int_rnd,
         (true, false) => !int_rnd,

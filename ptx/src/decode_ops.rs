@@ -59,7 +59,7 @@ impl<'a> Mods<'a> {
 /// The single type modifier of an arithmetic instruction (`.f16` is storage-only).
 pub(crate) fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
     match one_storage_type(c, m)? {
-        Ty::F16 => c.unsupported(),
+        Ty::F16 | Ty::Bf16 => c.unsupported(),
         t => Ok(t),
     }
 }

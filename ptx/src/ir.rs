@@ -19,8 +19,10 @@ pub(crate) enum Ty {
     S16,
     S32,
     S64,
-    /// IEEE half: storage, moves and conversions only.
+    /// IEEE half: storage, moves, conversions and half arithmetic.
     F16,
+    /// bfloat16: storage, moves and conversions to and from f32 only.
+    Bf16,
     F32,
     F64,
     Pred,
@@ -42,6 +44,7 @@ impl Ty {
             "s32" => Ty::S32,
             "s64" => Ty::S64,
             "f16" => Ty::F16,
+            "bf16" => Ty::Bf16,
             "f32" => Ty::F32,
             "f64" => Ty::F64,
             "pred" => Ty::Pred,
@@ -54,7 +57,7 @@ impl Ty {
     pub(crate) fn bytes(self) -> u32 {
         match self {
             Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
-            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 => 2,
+            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 | Ty::Bf16 => 2,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 4,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 8,
         }
@@ -76,7 +79,7 @@ impl Ty {
     }
 
     pub(crate) fn is_int(self) -> bool {
-        !self.is_float() && !matches!(self, Ty::Pred | Ty::F16)
+        !self.is_float() && !matches!(self, Ty::Pred | Ty::F16 | Ty::Bf16)
     }
 
     /// Integer type of twice the width with the same signedness (for `.wide`).

@@ -22,7 +22,7 @@ const PROBES: [(&str, &str, Option<&str>); 10] = [
     (
         "halfmath",
         include_str!("data/probes/halfmath.80.ptx"),
-        None,
+        Some(include_str!("data/probes/halfmath.90.ptx")),
     ),
     (
         "intrin",

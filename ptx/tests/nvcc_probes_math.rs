@@ -302,3 +302,65 @@ fn half_and_half2_arithmetic() {
         );
     }
 }
+
+#[test]
+fn bfloat16_conversions_compute_80_and_90() {
+    let n = 256usize;
+    let mut rng = Rng(31);
+    let x: Vec<f32> = (0..n)
+        .map(|i| match i {
+            0 => f32::from_bits(0x3f80_8000), // a tie: 1 + 2^-8, to even (1.0)
+            1 => f32::from_bits(0x3f81_8000), // a tie to even upwards
+            2 => -f32::from_bits(0x3f80_8001),
+            3 => f32::MAX,
+            _ => f32::from_bits(rng.u32() & 0xbfff_ffff),
+        })
+        .collect();
+    for (k, text) in [
+        include_str!("data/probes/halfmath.80.ptx"),
+        include_str!("data/probes/halfmath.90.ptx"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut mem = Mem::new(1 << 20);
+        let vin = mem.put_f32(&x);
+        let (out, back) = (mem.alloc(n * 2), mem.alloc(n * 4));
+        let m = module(text);
+        let p = Params::default().u64(vin).u64(out).u64(back).u32(n as u32);
+        run(&m, "bf16conv", cfg([2, 1, 1], [128, 1, 1], 0, p), &mem, 2);
+        let bs: Vec<u16> = mem
+            .mem
+            .read(out, n * 2)
+            .unwrap()
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let backs = mem.f32s(back, n);
+        for i in 0..n {
+            let bits = x[i].to_bits();
+            let (lo, rest) = ((bits >> 16) as u16, bits & 0xffff);
+            // Nearest, ties to even; toward zero is the truncation.
+            let rn = if rest > 0x8000 || (rest == 0x8000 && lo & 1 == 1) {
+                lo + 1
+            } else {
+                lo
+            };
+            let f = |h: u16| f32::from_bits(u32::from(h) << 16);
+            assert_eq!(
+                bs[i],
+                rn,
+                "compute_{} x={:e} ({bits:#x})",
+                80 + 10 * k,
+                x[i]
+            );
+            assert_eq!(
+                backs[i],
+                f(rn) - f(lo),
+                "compute_{} x={:e}",
+                80 + 10 * k,
+                x[i]
+            );
+        }
+    }
+}

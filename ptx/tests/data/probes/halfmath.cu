@@ -1,5 +1,6 @@
-// Probe: __half and __half2 arithmetic (ML-style code); bf16 conversions are not supported yet.
+// Probe: __half and __half2 arithmetic and bfloat16 conversions (ML-style code).
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 extern "C" __global__ void halfmath(const __half *a, const __half *b, __half *out, __half2 *out2,
                                     float *fout, int n)
 {
@@ -14,4 +15,14 @@ extern "C" __global__ void halfmath(const __half *a, const __half *b, __half *ou
     __half2 q = __hmul2(p, p);
     out2[i] = __hadd2(q, __hfma2(p, p, p));
     fout[i] = __half2float(hsqrt(__habs(x))) + (float)__hle(__hneg(x), y);
+}
+
+extern "C" __global__ void bf16conv(const float *in, __nv_bfloat16 *out, float *back, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    __nv_bfloat16 b = __float2bfloat16(in[i]);
+    __nv_bfloat16 z = __float2bfloat16_rz(in[i]);
+    out[i] = b;
+    back[i] = __bfloat162float(b) - __bfloat162float(z);
 }
