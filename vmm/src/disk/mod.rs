@@ -140,7 +140,8 @@ impl Disk {
         }
         Ok(Disk {
             spec: DiskSpec {
-                path: path.clone(),
+                // Absolute: a restore may run in another directory.
+                path: std::path::absolute(path).map_err(open_err)?,
                 read_only: spec.read_only,
                 bytes,
             },

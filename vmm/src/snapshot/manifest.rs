@@ -74,6 +74,10 @@ pub struct Manifest {
     /// (`VDLT`). False otherwise (then `gpu.bin` holds all VRAM).
     #[serde(default)]
     pub gpu_live: bool,
+    /// The disks attached (read-only: snapshots of writable disks are refused), in order;
+    /// each reopened at restore, which fails if its size changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::disk::DiskSpec>,
 }
 
 /// Why a manifest is refused.
@@ -141,6 +145,15 @@ impl Manifest {
         }
         if self.cpus == 0 {
             return bad("cpus is 0".into());
+        }
+        if self.disks.len() > crate::disk::MAX_DISKS {
+            return bad(format!("more than {} disks", crate::disk::MAX_DISKS));
+        }
+        if let Some(d) = self.disks.iter().find(|d| !d.read_only) {
+            return bad(format!("disk {} is writable", d.path.display()));
+        }
+        if !self.disks.is_empty() && self.boot != BootKind::Linux {
+            return bad("disks on a bare-metal guest".into());
         }
         if self.ram_bytes != self.memory_mib << 20 {
             return bad(format!(
