@@ -106,7 +106,7 @@ list="$cache/initramfs.list"
 {
   echo "dir /dev 0755 0 0"
   echo "nod /dev/console 0600 0 0 c 5 1"
-  for d in /proc /sys /bin /root /tmp /run /run/prog /run/work; do echo "dir $d 0755 0 0"; done
+  for d in /proc /sys /bin /root /tmp /mnt /run /run/prog /run/work; do echo "dir $d 0755 0 0"; done
   # --run: the program's image is mounted at /run/prog; the x86-64 loader's path leads there.
   echo "slink /lib64 /run/prog/lib 0777 0 0"
   echo "file /bin/busybox /bin/busybox 0755 0 0"

@@ -210,7 +210,7 @@ impl BlockDevice {
             }
         }
         // Bits are only ever added until a reset (NEEDS_RESET is the device's own).
-        self.regs.status = self.regs.status | (v & !VIRTIO_CONFIG_S_NEEDS_RESET);
+        self.regs.status |= v & !VIRTIO_CONFIG_S_NEEDS_RESET;
     }
 
     /// Handles every request the driver has made available, then interrupts it.
@@ -251,7 +251,10 @@ impl BlockDevice {
         buf.truncate(SIZE_MAX as usize);
         buf.shrink_to(SIZE_MAX as usize);
         self.buf = buf;
-        self.interrupt();
+        // Unless the driver asked for no interrupt (VRING_AVAIL_F_NO_INTERRUPT).
+        if self.queue.needs_notification(&mem).unwrap_or(true) {
+            self.interrupt();
+        }
     }
 
     fn interrupt(&mut self) {

@@ -364,6 +364,48 @@ mod tests {
     }
 
     #[test]
+    fn snapshots_need_read_only_disks() {
+        let mem = GuestMemoryMmap::from_ranges(&[(vm_memory::GuestAddress(0), 1 << 20)]).unwrap();
+        let disks = |read_only| {
+            let f = tempfile();
+            let dev = BlockDevice::new(
+                Arc::new(f),
+                4096,
+                read_only,
+                "t".into(),
+                mem.clone(),
+                EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            );
+            let spec = DiskSpec {
+                path: "/d.img".into(),
+                read_only,
+                bytes: 4096,
+            };
+            Disks {
+                devices: vec![(spec, Arc::new(Mutex::new(dev)))],
+            }
+        };
+        assert!(matches!(disks(false).save(), Err(DiskError::Writable(_))));
+        let saved = disks(true).save().unwrap();
+        assert_eq!(saved.len(), 1);
+        assert_eq!(saved[0].len(), state::BYTES);
+        assert_eq!(disks(true).specs()[0].bytes, 4096);
+    }
+
+    fn tempfile() -> File {
+        let p = std::env::temp_dir().join(format!("vgpu-disks-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f
+    }
+
+    #[test]
     fn cmdline_declares_each_disk() {
         assert_eq!(cmdline(0), "");
         let c = cmdline(2);

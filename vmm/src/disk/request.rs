@@ -218,7 +218,7 @@ fn check_range(sector: u64, len: usize, capacity: u64) -> Result<u64, Fault> {
     if len > MAX_REQUEST_BYTES {
         return Err(Fault::TooLarge(len));
     }
-    if len as u64 % SECTOR != 0 {
+    if !(len as u64).is_multiple_of(SECTOR) {
         return Err(Fault::Partial(len));
     }
     let count = len as u64 / SECTOR;
