@@ -187,3 +187,45 @@ impl Manifest {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Linux manifest with `disks` (a JSON array; None: the field left out).
+    fn linux_with_disks(disks: Option<&str>) -> String {
+        let field = disks.map_or(String::new(), |d| format!(r#","disks":{d}"#));
+        format!(
+            r#"{{"format":"{FORMAT}","version":{VERSION},"vmm_version":"0","memory_mib":256,"cpus":1,"boot":"linux","image":"linux","testdev":false,"gpu":null,"tsc_khz":0,"msrs":0,"state_bytes":0,"state_crc32":0,"ram_bytes":268435456,"ram_pages":0{field}}}"#
+        )
+    }
+
+    #[test]
+    fn disks_must_be_read_only_and_few() {
+        let d = r#"{"path":"/a.img","read_only":true,"bytes":4096}"#;
+        let one = format!("[{d}]");
+        let m = Manifest::parse(linux_with_disks(Some(&one)).as_bytes()).unwrap();
+        assert_eq!(m.disks.len(), 1);
+        assert_eq!(m.disks[0].bytes, 4096);
+        let rw = r#"[{"path":"/a.img","read_only":false,"bytes":4096}]"#;
+        assert!(matches!(
+            Manifest::parse(linux_with_disks(Some(rw)).as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        let five = format!("[{d},{d},{d},{d},{d}]");
+        assert!(matches!(
+            Manifest::parse(linux_with_disks(Some(&five)).as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        let bare =
+            linux_with_disks(Some(&one)).replace(r#""boot":"linux""#, r#""boot":"bare-metal""#);
+        assert!(matches!(
+            Manifest::parse(bare.as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        // A manifest without the field (every older snapshot) has no disks.
+        let none = linux_with_disks(None);
+        assert!(!none.contains("disks"));
+        assert!(Manifest::parse(none.as_bytes()).unwrap().disks.is_empty());
+    }
+}
