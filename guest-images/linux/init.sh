@@ -14,10 +14,7 @@ read -r up _ < /proc/uptime
 echo "vgpu-linux: /init running, uptime $up s"
 cd /root || exit 1
 if [ -n "$vgpu_prog" ]; then
-  # Read ahead 2 MiB (a request's most, docs/hardware.md): fewer requests, each a round of
-  # emulated block-layer code. A fork, not a new shell, for run.sh: each exec costs ~0.2 s in
-  # the emulated kernel.
-  echo 2048 > /sys/block/vda/queue/read_ahead_kb
+  # A fork, not a new shell, for run.sh: each exec costs ~0.2 s in the emulated kernel.
   if mount -t ext2 -o ro /dev/vda /run/prog; then
     ( . /run/prog/run.sh )
     rc=$?
