@@ -541,6 +541,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
     let threads = std::mem::take(&mut *threads.lock().unwrap_or_else(PoisonError::into_inner));
     gate.resume();
     vcpu::stop_all(threads, Duration::from_secs(2));
+    disks.log_counters();
     drop(api_server);
     let run_ms = started.elapsed().as_secs_f64() * 1e3;
     let reason = latch.reason().unwrap_or(ExitReason::VcpuError {
