@@ -33,6 +33,8 @@ done
 [ -f /usr/include/gelf.h ] || need_pkgs="$need_pkgs libelf-dev"
 [ -f "$src_tar" ] || need_pkgs="$need_pkgs linux-source-6.1"
 [ -x /bin/busybox ] || need_pkgs="$need_pkgs busybox-static"
+# vgpu-vmm --run makes its program images with mke2fs -d (and tests/disk.rs its data disk).
+[ -x /usr/sbin/mke2fs ] || [ -x /sbin/mke2fs ] || need_pkgs="$need_pkgs e2fsprogs"
 if [ -n "$need_pkgs" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     log "installing$need_pkgs"
