@@ -58,6 +58,8 @@ pub enum ControlError {
     DirtyLog { slot: usize, err: kvm_ioctls::Error },
     #[error("pre-copy: {0}")]
     Ram(#[from] crate::snapshot::ram::RamError),
+    #[error("{0}")]
+    Disk(#[from] crate::disk::DiskError),
 }
 
 /// Most pre-copy rounds after the first full pass.
@@ -78,6 +80,8 @@ pub struct Controller {
     pub cmos: Option<Arc<Mutex<Cmos>>>,
     pub pci: Arc<Mutex<PciRoot>>,
     pub testdev: Option<Arc<Mutex<crate::devices::testdev::TestDev>>>,
+    /// The disks (snapshots need them all read-only).
+    pub disks: crate::disk::Disks,
     pub counters: Vec<Arc<ExitCounters>>,
     /// The manifest's fixed part (file fields filled in by a save).
     pub manifest: Manifest,
@@ -221,6 +225,7 @@ impl Controller {
         drain: bool,
     ) -> Result<SnapshotDone, ControlError> {
         let _op = lock(&self.op);
+        self.disks.check_snapshot()?;
         let start = Instant::now();
         let mut out = OutputDir::prepare(dir)?;
         let was_paused = self.gate.is_paused();
@@ -267,6 +272,7 @@ impl Controller {
     /// on here (or stays paused if it was).
     pub fn migrate(&self, to: &Endpoint, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
+        self.disks.check_snapshot()?;
         let start = Instant::now();
         let conn = to.connect().map_err(ControlError::Connect)?;
         let was_paused = self.gate.is_paused();
@@ -400,6 +406,7 @@ impl Controller {
         let cmos = self.cmos.as_ref().map(|c| lock(c).index());
         let pci = lock(&self.pci).save();
         let testdev = self.testdev.as_ref().map(|t| lock(t).state());
+        let disks = self.disks.save()?;
         Ok(MachineState {
             vm,
             vcpus,
@@ -407,6 +414,7 @@ impl Controller {
             cmos,
             pci,
             testdev,
+            disks,
         })
     }
 

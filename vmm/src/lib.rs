@@ -13,6 +13,7 @@ pub mod api;
 pub mod arch;
 pub mod control;
 pub mod devices;
+pub mod disk;
 pub mod exit;
 pub mod layout;
 pub mod lifecycle;

@@ -25,7 +25,7 @@ struct Args {
     /// virtual GPU's configuration too: `--gpu` may choose only its backend (backend=sim|cuda)
     /// and the vgpud it attaches to (host=SOCKET[,weight=,priority=,name=]).
     #[arg(long, value_name = "DIR",
-          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
+          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     restore: Option<PathBuf>,
     /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
     /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
@@ -37,7 +37,7 @@ struct Args {
     /// GPU to another vgpud). URL: unix:PATH or a path (a unix socket, checked like
     /// --api-socket), or tcp:HOST:PORT on loopback only (the stream is neither encrypted nor
     /// authenticated; reach another host through an SSH tunnel).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     incoming: Option<String>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
@@ -62,6 +62,22 @@ struct Args {
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
     testdev: bool,
+    /// Attach a disk to a Linux guest: a virtio-blk device over the file or block device PATH
+    /// (checked before the VM starts), read-only with `,ro` (opened O_RDONLY; guest writes fail
+    /// with an I/O error). Repeatable, at most 4: /dev/vda, vdb, ... in that order (after
+    /// --run's image). Snapshots and migration need every disk read-only.
+    #[arg(long, value_name = "PATH[,ro]", value_parser = parse_disk)]
+    disk: Vec<vmm::disk::DiskSpec>,
+    /// Run the program PROG in the Linux guest (--guest linux) and exit with its exit status:
+    /// PROG, the shared libraries ldd finds for it and the guest CUDA libraries next to
+    /// vgpu-vmm are packed into a cached read-only ext2 image (mke2fs) attached as /dev/vda;
+    /// the program runs in a writable directory with ARGS (after `--`), its output on the
+    /// console.
+    #[arg(long, value_name = "PROG")]
+    run: Option<PathBuf>,
+    /// Arguments of the --run program.
+    #[arg(last = true, value_name = "ARGS", requires = "run")]
+    run_args: Vec<String>,
     /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para|pt, pt: the
     /// pass-through baseline, a trusted guest without isolation, not with host=; backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m,
@@ -167,6 +183,10 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
         Ok(t) if (0.001..=MAX_TIMEOUT_S).contains(&t) => Ok(Duration::from_secs_f64(t)),
         _ => Err(format!("seconds from 0.001 to {MAX_TIMEOUT_S}")),
     }
+}
+
+fn parse_disk(s: &str) -> Result<vmm::disk::DiskSpec, String> {
+    vmm::disk::DiskSpec::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
@@ -321,11 +341,37 @@ fn main() -> ExitCode {
         }
         None => None,
     };
+    // `--run PROG`: its image, the first disk.
+    let mut cmdline = args.cmdline.clone();
+    let mut disk_specs = args.disk.clone();
+    if let Some(prog) = &args.run {
+        if args.guest.as_deref() != Some(vmm::linux::guest::NAME) {
+            eprintln!("vgpu-vmm: --run needs --guest {}", vmm::linux::guest::NAME);
+            return ExitCode::from(2);
+        }
+        match vmm::linux::run::prepare(prog, &args.run_args) {
+            Ok((image, param)) => {
+                // `quiet`: the console shows the program's output (and the kernel's warnings).
+                cmdline = format!("quiet {param} {cmdline}");
+                disk_specs.insert(
+                    0,
+                    vmm::disk::DiskSpec {
+                        path: image,
+                        read_only: true,
+                        bytes: 0,
+                    },
+                );
+            }
+            Err(e) => {
+                eprintln!("vgpu-vmm: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
     let linux_guest = match args.guest.as_deref() {
         Some(vmm::linux::guest::NAME) => {
-            match vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &args.cmdline)
-            {
+            match vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &cmdline) {
                 Ok(g) => Some(g),
                 Err(e) => {
                     eprintln!("vgpu-vmm: {e}");
@@ -361,6 +407,26 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // Disks: opened and checked now (a restore's from its manifest, with their sizes).
+    if !disk_specs.is_empty() && !linux {
+        eprintln!("vgpu-vmm: --disk needs a Linux guest");
+        return ExitCode::from(2);
+    }
+    let disks = match &loaded {
+        Some(l) => vmm::disk::Disk::reopen(&l.manifest.disks).map_err(|e| (e, 1)),
+        None => vmm::disk::open_all(&disk_specs).map_err(|e| (e, 2)),
+    };
+    let disks = match disks {
+        Ok(d) => d,
+        Err((e, code)) => {
+            eprintln!("vgpu-vmm: {e}");
+            return ExitCode::from(code);
+        }
+    };
+    if let Some(p) = vmm::disk::duplicate(&disks) {
+        eprintln!("vgpu-vmm: --disk {}: attached twice", p.display());
+        return ExitCode::from(2);
+    }
     let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
         Ok(s) => s,
         Err(e) => {
@@ -393,9 +459,7 @@ fn main() -> ExitCode {
     };
     let cfg = VmConfig {
         image,
-        cmdline: linux_guest
-            .as_ref()
-            .map_or(args.cmdline, |g| g.cmdline.clone()),
+        cmdline: linux_guest.as_ref().map_or(cmdline, |g| g.cmdline.clone()),
         memory_mib,
         cpus,
         testdev,
@@ -404,6 +468,7 @@ fn main() -> ExitCode {
         initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
         gpu,
         console_prefix: args.console_prefix,
+        disks,
     };
     let start = vm::Start {
         since: loaded.is_some().then_some(since),

@@ -48,6 +48,8 @@ pub struct VmConfig {
     pub gpu: Option<vgpu::GpuConfig>,
     /// Prefix of every line of console output (`--console-prefix`).
     pub console_prefix: Option<String>,
+    /// Disks (`--disk`, `--run`'s image), opened and checked; Linux guests only.
+    pub disks: Vec<crate::disk::Disk>,
 }
 
 /// Errors setting up or running a VM.
@@ -103,6 +105,8 @@ pub enum VmError {
     RestoreRamSize { got: u64, want: u64 },
     #[error("restore: the VM's GPU configuration does not match the snapshot's")]
     RestoreGpuMismatch,
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
@@ -253,7 +257,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 c => c,
             },
             tsc_khz,
-        );
+        ) + &crate::disk::cmdline(cfg.disks.len());
         let cmdline = cmdline.as_str();
         let ram = layout::ram_regions(cfg.memory_mib << 20);
         let initrd = cfg.initramfs.as_ref();
@@ -316,6 +320,8 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
         pio.insert("post", 0x80, 1, post)?;
     }
+    let saved_disks = restore.as_ref().map(|r| r.state.disks.as_slice());
+    let disks = crate::disk::Disks::attach(&cfg.disks, &vm, &mmio_bus, &mem, saved_disks)?;
     let windows = PciWindows {
         mmio32: layout::PCI_MMIO32,
         mmio64: layout::PCI_MMIO64,
@@ -468,6 +474,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 gpu_bytes: 0,
                 gpu_crc32: 0,
                 gpu_live: false,
+                disks: disks.specs(),
             };
             let controller = Arc::new(Controller {
                 op: Mutex::default(),
@@ -481,6 +488,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 cmos: cmos_dev.clone(),
                 pci: root.clone(),
                 testdev: testdev.clone(),
+                disks: disks.clone(),
                 counters: counters.clone(),
                 manifest,
                 msrs,
@@ -533,6 +541,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
     let threads = std::mem::take(&mut *threads.lock().unwrap_or_else(PoisonError::into_inner));
     gate.resume();
     vcpu::stop_all(threads, Duration::from_secs(2));
+    disks.log_counters();
     drop(api_server);
     let run_ms = started.elapsed().as_secs_f64() * 1e3;
     let reason = latch.reason().unwrap_or(ExitReason::VcpuError {

@@ -33,6 +33,9 @@ pub mod tag {
     pub const PCI: u32 = 5;
     /// The PCI test device's registers (with `--testdev`).
     pub const TESTDEV: u32 = 6;
+    /// One virtio-blk disk's device state (one section each, in the manifest's order;
+    /// `crate::disk::state`).
+    pub const DISK: u32 = 7;
 }
 
 /// Why a state file does not decode.

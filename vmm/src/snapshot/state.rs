@@ -74,6 +74,9 @@ pub struct MachineState {
     pub pci: PciRootState,
     /// The PCI test device's scratch and read-counter registers (`--testdev`).
     pub testdev: Option<(u32, u32)>,
+    /// Each disk's device state (`crate::disk::state`'s bytes, decoded when the disk is
+    /// rebuilt), in the manifest's order.
+    pub disks: Vec<Vec<u8>>,
 }
 
 fn encode_vcpu(v: &VcpuState) -> Vec<u8> {
@@ -270,6 +273,9 @@ impl MachineState {
             p.extend_from_slice(&reads.to_le_bytes());
             w.section(tag::TESTDEV, p);
         }
+        for d in &self.disks {
+            w.section(tag::DISK, d.clone());
+        }
         w.finish()
     }
 
@@ -282,6 +288,7 @@ impl MachineState {
         let mut cmos = None;
         let mut pci = None;
         let mut testdev = None;
+        let mut disks = Vec::new();
         let dup = |what: &'static str| DecodeError::Invalid {
             what,
             detail: "section appears twice".into(),
@@ -330,6 +337,13 @@ impl MachineState {
                     r.end("test device section")?;
                 }
                 tag::TESTDEV => return Err(dup("test device section")),
+                tag::DISK if disks.len() < crate::disk::MAX_DISKS => disks.push(s.payload.to_vec()),
+                tag::DISK => {
+                    return Err(DecodeError::Invalid {
+                        what: "disk sections",
+                        detail: format!("more than {}", crate::disk::MAX_DISKS),
+                    });
+                }
                 other => return Err(DecodeError::UnknownTag(other)),
             }
         }
@@ -347,6 +361,7 @@ impl MachineState {
             cmos,
             pci: pci.ok_or_else(|| missing("PCI section"))?,
             testdev,
+            disks,
         })
     }
 }
@@ -409,6 +424,7 @@ pub(crate) mod tests {
                 }],
             },
             testdev: Some((0x1234, 5)),
+            disks: vec![vec![7; 3]],
         }
     }
 
@@ -425,6 +441,7 @@ pub(crate) mod tests {
         assert_eq!(d.pci, s.pci);
         assert_eq!(d.vm.clock.clock, 12345);
         assert_eq!(d.testdev, Some((0x1234, 5)));
+        assert_eq!(d.disks, vec![vec![7u8; 3]]);
     }
 
     #[test]
