@@ -168,10 +168,15 @@ fn sim(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
 
 fn cuda(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let device = env_u64("VGPU_CUDA_DEVICE").unwrap_or(0).min(64) as i32;
+    // In-process nothing preempts a kernel (no scheduler, no snapshot): a grid runs whole
+    // unless VGPU_CUDA_SLICE_US asks for the engine's sliced sub-launches (the VM default is
+    // 200 us, which cost the H200 2-10x of the apps' GPU time here).
+    let slice_us = env_u64("VGPU_CUDA_SLICE_US").unwrap_or(3_600_000_000);
     let cfg = pgpu::cuda::CudaConfig {
         device,
         vram_size,
         limits: limits(),
+        sub_launch_target: std::time::Duration::from_micros(slice_us.max(1)),
         ..Default::default()
     };
     let limits = cfg.limits.clone();
