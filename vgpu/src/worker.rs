@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pgpu::{
-    CopyJob, Engine, EngineError, Job, LaunchJob, LoadLimits, ModuleId, Outcome, PreemptHandle,
-    SpaceId,
+    CopyJob, EngineError, EngineSnapshot, Job, LaunchJob, LoadLimits, ModuleId, Outcome,
+    PreemptHandle, SpaceId,
 };
 
 use crate::budget::{Class, HostBudget};
@@ -88,7 +88,7 @@ enum Turn {
 /// See the module documentation.
 pub struct Worker {
     shared: Arc<Shared>,
-    engine: Arc<dyn Engine>,
+    engine: Arc<dyn EngineSnapshot>,
     cfg: GpuConfig,
     shadows: Shadows,
     chans: Vec<ChanRt>,
@@ -143,7 +143,7 @@ const ACQUIRE_POLL: Duration = Duration::from_millis(1);
 impl Worker {
     pub fn new(
         shared: Arc<Shared>,
-        engine: Arc<dyn Engine>,
+        engine: Arc<dyn EngineSnapshot>,
         cfg: GpuConfig,
         shadows: Shadows,
         handle: PreemptHandle,

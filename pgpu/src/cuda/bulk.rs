@@ -1,4 +1,4 @@
-//! The cuda engine's bulk VRAM calls (`Engine::vram_nonzero_pages`, `vram_read_runs`,
+//! The cuda engine's bulk VRAM calls (`EngineSnapshot::vram_nonzero_pages`, `vram_read_runs`,
 //! `vram_write_pages`, `vram_zero`; docs/snapshot.md, "VRAM"):
 //!
 //! - which pages are non-zero: a kernel (`bulk.ptx`, one warp per 4 KiB page) ORs each page at
