@@ -6,7 +6,7 @@
 use super::*;
 
 impl Worker {
-    /// The launch `d` describes, and its kernel identity (`scheduler::KernelKey`: what the
+    /// The launch `d` describes, and its kernel identity (`vgpu_proto::kernel::KernelKey`: what the
     /// daemon of a shared GPU learns kernel times under).
     pub(super) fn launch_job(
         &mut self,
@@ -43,7 +43,7 @@ impl Worker {
         if let Some(l) = &self.write_log {
             l.note_kernel(module, &entry, &text);
         }
-        let key = scheduler::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
+        let key = vgpu_proto::kernel::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {
             space,
             module,
