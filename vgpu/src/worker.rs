@@ -385,18 +385,8 @@ impl Worker {
                     info: f.info,
                 };
                 // Reported, but the channel goes on: the bad range simply stays unmapped.
-                if r.fault.is_none() {
-                    r.fault = Some(rec);
-                    r.intr_status |= regs::INTR_FAULT;
-                } else {
-                    r.counters.faults_dropped += 1;
-                }
-                r.counters.count_fault(f.kind);
-                log::info!(
-                    "vgpu: channel {ch}: guest page tables: {} at VA {:#x}",
-                    crate::state::kind_name(f.kind),
-                    f.addr
-                );
+                log::debug!("vgpu: channel {ch}: the fault is in its guest page tables");
+                Shared::record_fault(&mut r, rec);
             }
             self.shared.update_irq(&mut r);
         }
