@@ -9,8 +9,10 @@
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
-//! the hypercall), `snapshot` (pause, save, restore), `bell` (the doorbell page of exitless
-//! submission).
+//! the hypercall), `para_vram` (its VRAM allocation service), `snapshot` (pause, save,
+//! restore), `bell` (the doorbell page of exitless submission), `budget` (the VM's host memory
+//! budget, `hostmem=`), `modcache` (loaded modules), `direct` (the worker's direct access to
+//! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`).
 
 pub mod bell;
 pub mod budget;

@@ -6,8 +6,8 @@
 //! debug exit, PCI test device), [`vcpu`] (threads and exit dispatch), [`lifecycle`] (signals,
 //! timeout), [`exit`] (why the VM stopped), [`stats`] (`--stats`), [`vm`] (putting it together),
 //! [`pause`] (parking vCPUs), [`snapshot`] (the snapshot format, saving and loading),
-//! [`control`] (pause, resume, stats, snapshot of a running VM), [`api`] (`--api-socket` and
-//! `vgpu-vmm ctl`).
+//! [`control`] (pause, resume, stats, snapshot of a running VM), [`live`] (the pre-copy of
+//! live snapshots and migration), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
 
 pub mod api;
 pub mod arch;
