@@ -7,11 +7,12 @@ use std::sync::PoisonError;
 use cudarc::driver::sys;
 
 use super::driver::{ck, sync_legacy};
-use super::engine::{CudaEngine, RegionSlot, StateTargets, lock};
+use super::engine::{CudaEngine, RegionSlot, StateTargets};
 use super::hostmem::HostRegion;
 use super::spaces::{Reservation, Space};
 use super::vmm::{self, CHUNK};
 use crate::engine::*;
+use crate::sync::lock;
 
 /// A job's or host copy's hold on a space (mappings frozen while it lives).
 pub(crate) struct SpaceUse<'a> {

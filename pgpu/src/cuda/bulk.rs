@@ -22,11 +22,12 @@ use std::ops::ControlFlow;
 use cudarc::driver::sys;
 
 use super::driver::{Ctx, DrvError, ck};
-use super::engine::{CudaEngine, lock};
+use super::engine::CudaEngine;
 use crate::engine::EngineError;
 use crate::engine::bulk::{
     BatchSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
 };
+use crate::sync::lock;
 
 /// Bytes of a slot's buffers.
 pub const SLOT: u64 = 64 << 20;

@@ -17,8 +17,9 @@ use std::sync::atomic::Ordering;
 use super::ckpt::CkModule;
 use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy;
-use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
+use super::engine::{SimEngine, check_range, host_err, vram_err};
 use super::vram::VramRegion;
+use crate::sync::lock;
 
 impl Engine for SimEngine {
     fn info(&self) -> &EngineInfo {
