@@ -119,10 +119,10 @@ fn declared(lib: &str) -> Vec<String> {
             .strip_prefix("pub mod ")
             .or_else(|| line.strip_prefix("pub(crate) mod "))
             .or_else(|| line.strip_prefix("mod "));
-        if let Some(m) = decl.and_then(|d| d.strip_suffix(';')) {
-            if !gated {
-                out.push(m.to_string());
-            }
+        if let Some(m) = decl.and_then(|d| d.strip_suffix(';'))
+            && !gated
+        {
+            out.push(m.to_string());
         }
         gated = false;
     }
