@@ -349,10 +349,10 @@ mod tests {
     fn every_key_round_trips() {
         // Sample values of the keys whose values are not a list of choices.
         let samples: &[(&str, &[&str])] = &[
-            ("vram", &["2M", "64M", "1G", "64G"]),
+            ("vram", &["2048K", "65536K", "1048576K", "67108864K"]),
             ("channels", &["1", "32"]),
             ("timeout_ms", &["1", "600000"]),
-            ("hostmem", &["16M", "100M", "64G"]),
+            ("hostmem", &["16384K", "102400K", "67108864K"]),
             ("workers", &["1", "64"]),
             ("host", &["/run/g.sock"]),
             ("weight", &["1", "10000"]),

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use vgpu_proto::units::{human, parse_size};
+use vgpu_proto::units::parse_size;
 
 use super::{Backend, Doorbell, GpuConfig, HOSTMEM_MAX, HOSTMEM_MIN, Mode, SPIN_US_MAX};
 use crate::host::HostConfig;
@@ -37,6 +37,12 @@ pub(super) struct Draft {
     pub weight: Option<u32>,
     pub priority: Option<u8>,
     pub name: Option<String>,
+}
+
+/// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
+/// the keys accept, and what snapshots of earlier builds hold.
+fn kib(bytes: u64) -> String {
+    format!("{}K", bytes >> 10)
 }
 
 /// A decimal number in `lo..=hi`.
@@ -114,7 +120,7 @@ pub static KEYS: &[Key] = &[
                 .ok_or("a power of two from 2M to 64G, e.g. 256M")?;
             Ok(())
         },
-        print: |c| Some(human(c.vram)),
+        print: |c| Some(kib(c.vram)),
     },
     Key {
         name: "channels",
@@ -151,7 +157,7 @@ pub static KEYS: &[Key] = &[
                 .ok_or("a size from 16M to 64G, e.g. 256M")?;
             Ok(())
         },
-        print: |c| Some(human(c.hostmem)),
+        print: |c| Some(kib(c.hostmem)),
     },
     Key {
         name: "workers",
