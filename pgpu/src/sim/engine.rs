@@ -1,8 +1,8 @@
 //! `SimEngine`: the built-in software GPU: its state, constructors and the job runners that
 //! `api.rs` (the `Engine` implementation) calls.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::ckpt::{CkptCounters, CkptStats};
