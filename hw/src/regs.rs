@@ -87,6 +87,38 @@ pub const fn gp_get(n: u32) -> u32 {
     DOORBELL_BASE + CHAN_STRIDE * n + 4
 }
 
+/// A per-channel register (the arrays of [`ARRAYS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChanReg {
+    /// `CHAN_INST[n]`.
+    Inst,
+    /// `CHAN_STATUS[n]`.
+    Status,
+    /// `GP_PUT[n]`, the doorbell.
+    GpPut,
+    /// `GP_GET[n]`.
+    GpGet,
+}
+
+/// The per-channel register at BAR0 offset `off` and its channel `n` (< [`MAX_CHANNELS`];
+/// the device checks `n` against its own channel count), or `None`: the inverse of
+/// [`chan_inst`], [`chan_status`], [`gp_put`] and [`gp_get`].
+pub const fn chan_reg(off: u32) -> Option<(ChanReg, u32)> {
+    let (base, low, high) = if off >= CHAN_BASE && off < chan_inst(MAX_CHANNELS) {
+        (CHAN_BASE, ChanReg::Inst, ChanReg::Status)
+    } else if off >= DOORBELL_BASE && off < gp_put(MAX_CHANNELS) {
+        (DOORBELL_BASE, ChanReg::GpPut, ChanReg::GpGet)
+    } else {
+        return None;
+    };
+    let n = (off - base) / CHAN_STRIDE;
+    match (off - base) % CHAN_STRIDE {
+        0 => Some((low, n)),
+        4 => Some((high, n)),
+        _ => None,
+    }
+}
+
 /// `CAPS` bits.
 pub const CAP_COPY: u32 = 1 << 0;
 pub const CAP_COMPUTE: u32 = 1 << 1;
@@ -131,3 +163,28 @@ pub const MAX_PUSH: u32 = 1 << 16;
 pub const MAX_CODE_LEN: u32 = 1 << 20;
 pub const MAX_PARAM_LEN: u32 = 4096;
 pub const MAX_ENTRY_LEN: u32 = 255;
+
+#[cfg(test)]
+mod chan_reg_tests {
+    use super::*;
+
+    #[test]
+    fn chan_reg_inverts_the_array_offsets() {
+        for n in 0..MAX_CHANNELS {
+            assert_eq!(chan_reg(chan_inst(n)), Some((ChanReg::Inst, n)));
+            assert_eq!(chan_reg(chan_status(n)), Some((ChanReg::Status, n)));
+            assert_eq!(chan_reg(gp_put(n)), Some((ChanReg::GpPut, n)));
+            assert_eq!(chan_reg(gp_get(n)), Some((ChanReg::GpGet, n)));
+            assert_eq!(chan_reg(gp_put(n) + 2), None);
+        }
+        for off in [
+            0,
+            CHAN_BASE - 4,
+            chan_inst(MAX_CHANNELS),
+            gp_put(MAX_CHANNELS),
+            u32::MAX,
+        ] {
+            assert_eq!(chan_reg(off), None, "{off:#x}");
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! A check of an engine's bulk VRAM calls (`Engine::vram_nonzero_pages`, `vram_read_runs`,
+//! A check of an engine's bulk VRAM calls (`EngineSnapshot::vram_nonzero_pages`, `vram_read_runs`,
 //! `vram_write_pages`, `vram_zero`) against its plain `vram_read`/`vram_write` and a host copy
 //! of the bytes: the bitmap equal to a byte-by-byte scan (pages with one non-zero byte at
 //! their first, last or a random offset included), the runs read back in order with no piece
@@ -10,7 +10,7 @@
 use std::ops::ControlFlow;
 
 use crate::engine::bulk::{VRAM_PAGE as PAGE, for_each_run};
-use crate::engine::{Engine, EngineError};
+use crate::engine::{EngineError, EngineSnapshot};
 
 /// What the check saw (for the test's output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,12 @@ fn scan(bytes: &[u8]) -> Vec<u64> {
 /// Checks the bulk calls on `pages` pages at `pa` (4 KiB aligned; the engine's VRAM there is
 /// overwritten), with pseudo-random contents from `seed`. The page just before and just after
 /// the range (when inside VRAM) must keep their bytes.
-pub fn check_bulk(e: &dyn Engine, pa: u64, pages: u64, seed: u64) -> Result<BulkReport, String> {
+pub fn check_bulk(
+    e: &dyn EngineSnapshot,
+    pa: u64,
+    pages: u64,
+    seed: u64,
+) -> Result<BulkReport, String> {
     let len = pages * PAGE;
     let vram = e.info().vram_size;
     let mut rng = Rng(seed | 1);

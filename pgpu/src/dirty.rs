@@ -1,6 +1,6 @@
 //! Dirty logging of GPU memory for live snapshots and migration (issue 17): which 4 KiB pages of
 //! VRAM and of registered host regions (the VM's RAM) the GPU wrote since the last harvest, so
-//! that a pre-copy sends them again. The `Engine` methods are `dirty_log_start`,
+//! that a pre-copy sends them again. The `EngineSnapshot` methods are `dirty_log_start`,
 //! `dirty_log_harvest` and `dirty_log_stop`; an engine without a log reports every page dirty
 //! on every harvest ([`DirtyLogKind::Everything`]), which is always correct and never cheaper
 //! than a stop-and-copy. The sim engine's log is exact (`sim::dirty`).

@@ -71,6 +71,7 @@ pub mod dirty;
 pub mod engine;
 mod ptx_load;
 pub mod sim;
+mod sync;
 
 pub use ckpt::{CkptStats, PreemptMethod};
 pub use dirty::DirtyLogKind;

@@ -94,7 +94,9 @@ impl Engine for Plain {
     }
 }
 
-fn engines() -> Vec<(&'static str, Box<dyn Engine>)> {
+impl EngineSnapshot for Plain {}
+
+fn engines() -> Vec<(&'static str, Box<dyn EngineSnapshot>)> {
     vec![
         ("sim", Box::new(sim(32 * MIB))),
         ("defaults", Box::new(Plain(sim(32 * MIB)))),

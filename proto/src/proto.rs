@@ -27,7 +27,7 @@ pub enum ToDaemon {
     /// The VM has a job ready and wants the GPU. At most one is outstanding: a second before
     /// the grant only identifies the job (the one a `Done { more: true }` announced).
     Want {
-        /// The job's kernel identity (`scheduler::KernelKey`: module content hash, entry, grid,
+        /// The job's kernel identity (`vgpu_proto::kernel::KernelKey`: module content hash, entry, grid,
         /// block, dynamic shared memory); `None` for a copy or an unknown job. With filling the
         /// daemon learns GPU times and idle gaps per identity (bounded per VM). Absent in
         /// messages of older VM processes.

@@ -1,5 +1,45 @@
-//! Numbers on command lines, shared by `vgpud`, `--gpu` and `vgpu-bench`: sizes (`256M`, `8G`,
-//! `4096` bytes) and clap value parsers for numbers in a range.
+//! The option grammar of the command lines, shared by `--gpu`, `vgpud --sched` and `vgpu-bench`:
+//! `key=value,...` strings ([`pairs`]), sizes (`256M`, `8G`, `4096` bytes), durations (`500us`,
+//! `2ms`), and clap value parsers for numbers in a range. It lives in the protocol crate because
+//! both sides of the VM–daemon contract (the device model and the scheduler) parse with it and
+//! this crate is the one they share without pulling in each other's policy code.
+
+use std::time::Duration;
+
+/// An item of an option string that is not `key=value`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected key=value, got {0:?}")]
+pub struct SyntaxError(pub String);
+
+/// The items of an option string: `key=value` pairs separated by commas, whitespace around
+/// items, keys and values ignored, empty items skipped (an empty string has none). The value
+/// may be empty (`host=`); an item without `=` is a [`SyntaxError`].
+pub fn pairs(s: &str) -> impl Iterator<Item = Result<(&str, &str), SyntaxError>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| SyntaxError(item.into()))
+        })
+}
+
+/// Parses `N` with a unit: `ns`, `us` (or `µs`), `ms`, `s`. Returns `None` on anything else.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n.parse().ok()?;
+    let nanos_per = match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(nanos_per).map(Duration::from_nanos)
+}
 
 /// Parses a byte count with an optional K/M/G suffix (binary units); `None` if malformed or
 /// out of range.
@@ -67,6 +107,21 @@ mod tests {
             s("1").unwrap_err(),
             "a size from 2M to 1G (K/M/G suffix), a multiple of 2M"
         );
+    }
+
+    #[test]
+    fn pairs_and_durations() {
+        let got: Vec<_> = pairs(" a=1,, b = x y ,c=").collect();
+        assert_eq!(got, [Ok(("a", "1")), Ok(("b", "x y")), Ok(("c", ""))]);
+        assert_eq!(pairs("").count(), 0);
+        assert_eq!(
+            pairs("a=1,oops").nth(1),
+            Some(Err(SyntaxError("oops".into())))
+        );
+        assert_eq!(parse_duration("500us"), Some(Duration::from_micros(500)));
+        assert_eq!(parse_duration("2ms"), Some(Duration::from_millis(2)));
+        assert_eq!(parse_duration("7"), None);
+        assert_eq!(parse_duration("99999999999999999999s"), None);
     }
 
     #[test]

@@ -5,6 +5,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// Durations are written as everywhere else on the command lines (`500us`, `2ms`).
+pub use vgpu_proto::units::parse_duration;
+
 /// A scheduling policy (used within one priority class).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyKind {
@@ -175,15 +178,14 @@ impl Config {
             .unwrap_or(self.policy)
     }
 
-    /// Parses `key=value` items separated by commas or whitespace over the defaults,
-    /// e.g. `policy=band,band_wait=100us,policy.1=fifo`.
+    /// Parses `key=value` items over the defaults, e.g. `policy=band,band_wait=100us,policy.1=fifo`:
+    /// the grammar of every option string (`vgpu_proto::units::pairs`), with whitespace
+    /// separating items as commas do (a configuration written over several lines).
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
         let mut c = Self::default();
-        for item in s.split([',', ' ', '\n', '\t']).filter(|i| !i.is_empty()) {
-            let (k, v) = item
-                .split_once('=')
-                .ok_or_else(|| ConfigError::Syntax(item.into()))?;
-            c.set(k.trim(), v.trim())?;
+        for item in s.split_whitespace().flat_map(vgpu_proto::units::pairs) {
+            let (k, v) = item.map_err(|e| ConfigError::Syntax(e.0))?;
+            c.set(k, v)?;
         }
         c.validate()?;
         Ok(c)
@@ -279,20 +281,4 @@ impl FromStr for Config {
     fn from_str(s: &str) -> Result<Self, ConfigError> {
         Self::parse(s)
     }
-}
-
-/// Parses `N` with a unit: `ns`, `us` (or `µs`), `ms`, `s`. Returns `None` on anything else.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (n, unit) = s.split_at(digits);
-    let n: u64 = n.parse().ok()?;
-    let nanos_per = match unit {
-        "ns" => 1,
-        "us" | "µs" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => return None,
-    };
-    n.checked_mul(nanos_per).map(Duration::from_nanos)
 }

@@ -71,10 +71,6 @@ const COLORS: [RGBColor; 8] = [
 
 const FONT: &str = "sans-serif";
 
-fn err(path: &Path) -> impl Fn(String) -> BenchError + '_ {
-    move |e| BenchError::Invalid(format!("{}: chart: {e}", path.display()))
-}
-
 impl BarChart<'_> {
     /// The value axis: every bar and error bar end, and the reference, inside it.
     pub fn axis(&self) -> Axis {
@@ -196,7 +192,7 @@ pub(crate) const DESC_FONT: (&str, u32) = (FONT, 18);
 
 /// Draws `c` into `path` (SVG).
 pub fn draw(path: &Path, c: &BarChart) -> Result<(), BenchError> {
-    draw_inner(path, c).map_err(err(path))
+    draw_inner(path, c).map_err(BenchError::chart(path))
 }
 
 fn draw_inner(path: &Path, c: &BarChart) -> Result<(), String> {

@@ -35,8 +35,7 @@ pub fn points(ns: &[u64]) -> Vec<(f64, f64)> {
 
 /// Draws the CDFs of `series` to `path`, with `note` under the legend.
 pub fn draw(path: &Path, title: &str, series: &[Series], note: &str) -> Result<(), BenchError> {
-    inner(path, title, series, note)
-        .map_err(|e| BenchError::Invalid(format!("{}: chart: {e}", path.display())))
+    inner(path, title, series, note).map_err(BenchError::chart(path))
 }
 
 fn inner(path: &Path, title: &str, series: &[Series], note: &str) -> Result<(), String> {

@@ -15,7 +15,7 @@ use crate::apps_exec::{self, Config, Env, Sample};
 use crate::apps_output;
 use crate::backend::Backend;
 use crate::error::BenchError;
-use crate::fairness_procs::{self, Proc};
+use crate::procs::{self, Proc};
 use crate::progress::Progress;
 
 #[derive(Debug, clap::Args)]
@@ -131,11 +131,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             )));
         }
     }
-    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
     let mut daemon = None;
     let sock = a.out.join("vgpud.sock");
     if configs.contains(&Config::Vgpud) {
-        let bin = fairness_procs::sibling(a.vgpud.as_deref(), "vgpud")?;
+        let bin = procs::sibling(a.vgpud.as_deref(), "vgpud")?;
         let args: Vec<String> = vec![
             "--socket".into(),
             sock.display().to_string(),
@@ -143,7 +143,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "policy=timeslice".into(),
         ];
         let mut d = Proc::spawn(&a.out, "vgpud", &bin, &args)?;
-        fairness_procs::wait_socket(&mut d, &sock, Duration::from_secs(10))?;
+        procs::wait_socket(&mut d, &sock, Duration::from_secs(10))?;
         daemon = Some(d);
     }
     let env = Env {

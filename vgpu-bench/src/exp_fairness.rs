@@ -14,7 +14,7 @@ use crate::fairness_guest;
 use crate::fairness_metrics::{self, VmSpec};
 use crate::fairness_native;
 use crate::fairness_output::{self, Run, VmRun};
-use crate::fairness_procs::{self, Proc};
+use crate::procs::{self, Proc};
 use crate::progress::Progress;
 
 #[derive(Debug, clap::Args)]
@@ -233,8 +233,8 @@ fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
 
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let plan = Plan::from_args(a)?;
-    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
-    let vgpud = fairness_procs::sibling(a.vgpud.as_deref(), "vgpud")?;
+    let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let vgpud = procs::sibling(a.vgpud.as_deref(), "vgpud")?;
     std::fs::create_dir_all(&a.out).map_err(|source| BenchError::Io {
         path: a.out.display().to_string(),
         source,
@@ -266,7 +266,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         format!("{}M", vram_total >> 20),
     ];
     let mut daemon = Proc::spawn(&a.out, "vgpud", &vgpud, &dargs)?;
-    fairness_procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
+    procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
     p.note(&format!(
         "vgpud up ({}); starting {} VMs",
         plan.sched, plan.vms

@@ -20,8 +20,8 @@ use crate::backend::Backend;
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::error::BenchError;
 use crate::fairness_guest::GuestRun;
-use crate::fairness_procs::{self, Proc};
 use crate::migrate_vm::{self, Vm};
+use crate::procs::{self, Proc};
 use crate::report;
 
 #[derive(Debug, clap::Args)]
@@ -335,7 +335,7 @@ fn draw_rounds(path: &Path, reps: &[Rep]) -> Result<(), BenchError> {
 }
 
 pub fn run(a: &Args) -> Result<String, BenchError> {
-    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
     let p = Plan::of(a);
     // The VMs' consoles, logs and snapshots: a directory of this run's own (removed at the
     // end; left for a look when the experiment fails).

@@ -17,10 +17,10 @@ use vgpud::units::{f64_in, parse_size};
 use crate::error::BenchError;
 use crate::fairness_calib::{self, Calibration};
 use crate::fairness_guest::{self, GuestRun};
-use crate::fairness_procs::{self, Proc};
 use crate::priority_guest::{self, InferRun};
 use crate::priority_native;
 use crate::priority_output;
+use crate::procs::{self, Proc};
 use crate::progress::Progress;
 
 #[derive(Debug, clap::Args)]
@@ -287,7 +287,7 @@ fn run_mode(
         format!("{}M", vram_total >> 20),
     ];
     let mut daemon = Proc::spawn(dir, "vgpud", vgpud, &dargs)?;
-    fairness_procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
+    procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
     let vm_args = |name: &str, guest: &str, priority: u8, cmdline: String| {
         let mut v = vec![
             "--guest".into(),
@@ -391,8 +391,8 @@ fn run_mode(
 
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let plan = Plan::from_args(a)?;
-    let vmm = fairness_procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
-    let vgpud = fairness_procs::sibling(a.vgpud.as_deref(), "vgpud")?;
+    let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
+    let vgpud = procs::sibling(a.vgpud.as_deref(), "vgpud")?;
     let mut p = Progress::new("priority");
     p.note(&format!(
         "calibrating lcg_spin on the {} engine",

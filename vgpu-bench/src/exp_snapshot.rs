@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::builder::RangedU64ValueParser;
-use pgpu::Engine;
+use pgpu::EngineSnapshot;
 use pgpu::sim::{SimConfig, SimEngine};
 use vgpud::units::{f64_in, human, size_in};
 
@@ -111,7 +111,7 @@ fn measure(
     };
     let (base, size) = (cfg.guard, cfg.vram);
     let physical = cfg.vram + 2 * cfg.guard;
-    let (engine, device): (Arc<dyn Engine>, String) = match a.backend {
+    let (engine, device): (Arc<dyn EngineSnapshot>, String) = match a.backend {
         Backend::Sim => (
             Arc::new(SimEngine::new(SimConfig {
                 vram_size: physical,

@@ -17,10 +17,6 @@ use crate::chart_cdf;
 use crate::error::BenchError;
 use crate::fairness_metrics::{Figures, Window};
 
-fn err(path: &Path) -> impl Fn(String) -> BenchError + '_ {
-    move |e| BenchError::Invalid(format!("{}: chart: {e}", path.display()))
-}
-
 fn s(x: &dyn std::fmt::Display) -> String {
     x.to_string()
 }
@@ -101,7 +97,7 @@ pub fn shares_over_time(
     f: &Figures,
     ramp_ms: f64,
 ) -> Result<(), BenchError> {
-    shares_inner(path, title, names, f, ramp_ms).map_err(err(path))
+    shares_inner(path, title, names, f, ramp_ms).map_err(BenchError::chart(path))
 }
 
 fn shares_inner(
@@ -233,7 +229,7 @@ pub fn share_vs_target(
     names: &[String],
     f: &Figures,
 ) -> Result<(), BenchError> {
-    targets_inner(path, title, names, f).map_err(err(path))
+    targets_inner(path, title, names, f).map_err(BenchError::chart(path))
 }
 
 fn targets_inner(path: &Path, title: &str, names: &[String], f: &Figures) -> Result<(), String> {

@@ -19,7 +19,7 @@ use crate::error::BenchError;
 use crate::exp_fairness::{Args, Plan};
 use crate::fairness_guest::{self, GuestRun};
 use crate::fairness_metrics::jain;
-use crate::fairness_procs::Proc;
+use crate::procs::Proc;
 
 /// Period of the processes' progress lines and of the windows, ms.
 const WINDOW_MS: u64 = 100;

@@ -38,7 +38,6 @@ mod fairness_guest;
 mod fairness_metrics;
 mod fairness_native;
 mod fairness_output;
-mod fairness_procs;
 mod migrate_vm;
 mod native;
 mod native_load;
@@ -51,6 +50,7 @@ mod priority_guest;
 mod priority_metrics;
 mod priority_native;
 mod priority_output;
+mod procs;
 mod progress;
 mod report;
 mod runner;
@@ -97,37 +97,58 @@ enum Cmd {
     NativeLoad(native_load::Args),
 }
 
+/// One experiment, as its parsed arguments: where its results go and how it runs.
+trait Experiment {
+    /// `--out DIR`.
+    fn out(&self) -> &std::path::Path;
+    /// Runs it; the one-line summary.
+    fn run(&self) -> Result<String, error::BenchError>;
+}
+
+/// Each experiment module's `Args` (with an `out` field) and `run`.
+macro_rules! experiments {
+    ($($module:ident),*) => {$(
+        impl Experiment for $module::Args {
+            fn out(&self) -> &std::path::Path {
+                &self.out
+            }
+            fn run(&self) -> Result<String, error::BenchError> {
+                $module::run(self)
+            }
+        }
+    )*};
+}
+
+experiments!(
+    exp_ptx,
+    exp_preempt,
+    exp_overhead,
+    exp_fairness,
+    exp_priority,
+    exp_snapshot,
+    exp_migrate,
+    exp_apps
+);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Cmd::NativeLoad(a) = &cli.cmd {
-        return ExitCode::from(native_load::run(a));
-    }
-    let out = match &cli.cmd {
-        Cmd::NativeLoad(_) => unreachable!("handled above"),
-        Cmd::Ptx(a) => &a.out,
-        Cmd::Preempt(a) => &a.out,
-        Cmd::Overhead(a) => &a.out,
-        Cmd::Fairness(a) => &a.out,
-        Cmd::Priority(a) => &a.out,
-        Cmd::Snapshot(a) => &a.out,
-        Cmd::Migrate(a) => &a.out,
-        Cmd::Apps(a) => &a.out,
+    let exp: &dyn Experiment = match &cli.cmd {
+        Cmd::Ptx(a) => a,
+        Cmd::Preempt(a) => a,
+        Cmd::Overhead(a) => a,
+        Cmd::Fairness(a) => a,
+        Cmd::Priority(a) => a,
+        Cmd::Snapshot(a) => a,
+        Cmd::Migrate(a) => a,
+        Cmd::Apps(a) => a,
+        Cmd::NativeLoad(a) => return ExitCode::from(native_load::run(a)),
     };
+    let out = exp.out();
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
         return ExitCode::from(2);
     }
-    let result = match &cli.cmd {
-        Cmd::Ptx(a) => exp_ptx::run(a),
-        Cmd::Preempt(a) => exp_preempt::run(a),
-        Cmd::Overhead(a) => exp_overhead::run(a),
-        Cmd::Fairness(a) => exp_fairness::run(a),
-        Cmd::Priority(a) => exp_priority::run(a),
-        Cmd::Snapshot(a) => exp_snapshot::run(a),
-        Cmd::Migrate(a) => exp_migrate::run(a),
-        Cmd::Apps(a) => exp_apps::run(a),
-        Cmd::NativeLoad(_) => unreachable!("handled above"),
-    };
+    let result = exp.run();
     match result {
         Ok(line) => {
             println!("{line}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::BenchError;
 use crate::fairness_guest::{self, GuestRun};
-use crate::fairness_procs::Proc;
+use crate::procs::Proc;
 
 /// A VM with an API socket.
 pub struct Vm {

@@ -159,11 +159,11 @@ fn engine_ram(
             libc::MAP_SHARED,
         )
     }
-    .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+    .map_err(|e| BenchError::NativeRam(e.to_string()))?;
     let region = GuestRegionMmap::new(region, GuestAddress(0))
-        .ok_or_else(|| BenchError::Invalid("native RAM: region overflows".into()))?;
+        .ok_or_else(|| BenchError::NativeRam("region overflows".into()))?;
     let ram = GuestMemoryMmap::from_regions(vec![region])
-        .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+        .map_err(|e| BenchError::NativeRam(e.to_string()))?;
     Ok((ram, id))
 }
 
@@ -202,7 +202,7 @@ pub fn run(
         }
         None => {
             let ram = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), ram_len)])
-                .map_err(|e| BenchError::Invalid(format!("native RAM: {e}")))?;
+                .map_err(|e| BenchError::NativeRam(e.to_string()))?;
             let v = Vgpu::new(cfg, ram.clone(), Arc::new(NoIrq));
             (ram, v)
         }

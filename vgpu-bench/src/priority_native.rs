@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::error::BenchError;
 use crate::exp_priority::{Args, Mode, ModeRun, Plan};
 use crate::fairness_guest;
-use crate::fairness_procs::Proc;
 use crate::priority_guest;
+use crate::procs::Proc;
 use crate::progress::Progress;
 
 /// The native modes, run after the VM modes on cuda.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mmio::pci::MsiMessage;
-use pgpu::Engine;
+use pgpu::{Engine, EngineSnapshot};
 use vgpu::{GpuConfig, IrqSink, Vgpu};
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
@@ -86,7 +86,7 @@ pub struct Times {
     pub vram_bytes: u64,
 }
 
-fn device(cfg: &GpuConfig, e: &Arc<dyn Engine>, ram: &Ram) -> Result<Vgpu, BenchError> {
+fn device(cfg: &GpuConfig, e: &Arc<dyn EngineSnapshot>, ram: &Ram) -> Result<Vgpu, BenchError> {
     Vgpu::with_engine(
         cfg.clone(),
         e.clone(),
@@ -101,7 +101,7 @@ fn device(cfg: &GpuConfig, e: &Arc<dyn Engine>, ram: &Ram) -> Result<Vgpu, Bench
 /// path in the out directory this run created.
 pub fn repetition(
     cfg: &GpuConfig,
-    e: &Arc<dyn Engine>,
+    e: &Arc<dyn EngineSnapshot>,
     ram: &Ram,
     f: &Filled,
     snap: &mut Vec<u8>,

@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use pgpu::Engine;
+use pgpu::EngineSnapshot;
 use pgpu::engine::bulk::{VRAM_PAGE as PAGE, for_each_run};
 
 use crate::error::BenchError;
@@ -81,7 +81,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> BenchError + '_ {
 /// Fills `fill` of the partition's pages (runs of `run_pages` pages at random places) with
 /// random bytes through `vram_write`; zeroes the rest.
 pub fn fill(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     fill: f64,
@@ -142,7 +142,7 @@ pub fn fill(
 /// Checks the partition with plain reads: the non-zero pages are exactly those of `f`, with
 /// its digest.
 pub fn verify(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     f: &Filled,
@@ -177,7 +177,7 @@ pub fn verify(
 }
 
 /// The partition's non-zero runs (absolute addresses, bytes) from the engine's bitmap.
-fn runs_of(e: &dyn Engine, base: u64, size: u64) -> Result<Vec<(u64, u64)>, BenchError> {
+fn runs_of(e: &dyn EngineSnapshot, base: u64, size: u64) -> Result<Vec<(u64, u64)>, BenchError> {
     let pages = size / PAGE;
     let mut bm = vec![0u64; pages.div_ceil(64) as usize];
     e.vram_nonzero_pages(base, pages, &mut bm).map_err(eng)?;
@@ -204,7 +204,7 @@ pub struct Times {
 
 /// Saves: bitmap, then the runs into `sink`; checks the byte count.
 fn save(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     f: &Filled,
@@ -240,7 +240,7 @@ fn save(
 /// Saves into `mem` (packed in order) through the batched read: each transfer's pieces are
 /// copied out on up to 8 threads (`par_copy_pieces`); checks the byte count.
 fn save_to_memory(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     f: &Filled,
@@ -315,7 +315,7 @@ pub fn par_copy_pieces(dst: &mut [u8], pieces: &[&[u8]]) {
 /// Restores: zero the partition, then write the runs' pages from `fill_from(buf)` (which
 /// fills all of `buf` with the next bytes).
 fn restore(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     f: &Filled,
@@ -351,7 +351,7 @@ fn restore(
 /// One repetition; `mem` is a host buffer of `f.bytes` (touched before), `file` a path in the
 /// out directory that this run created.
 pub fn repetition(
-    e: &dyn Engine,
+    e: &dyn EngineSnapshot,
     base: u64,
     size: u64,
     f: &Filled,

@@ -1,8 +1,8 @@
 //! `--gpu key=value,...`: the virtual GPU's runtime configuration.
 
-use std::time::Duration;
+pub mod keys;
 
-use vgpu_proto::units::parse_size;
+use std::time::Duration;
 
 /// How the guest drives the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,10 +164,10 @@ pub const HOSTMEM_MAX: u64 = 64 << 30;
 /// Errors in a `--gpu` option string.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error(
-        "--gpu: unknown key {0:?} (known: mode, backend, vram, channels, timeout_ms, hostmem, workers, opt, pages, host, weight, priority, name, doorbell, spin_us, backoff, direct)"
-    )]
+    #[error("--gpu: unknown key {0:?} (known: {known})", known = keys::names())]
     UnknownKey(String),
+    #[error("--gpu: {0}")]
+    Syntax(#[from] vgpu_proto::units::SyntaxError),
     #[error("--gpu: {key}={value}: {why}")]
     BadValue {
         key: String,
@@ -177,150 +177,24 @@ pub enum ConfigError {
 }
 
 impl GpuConfig {
-    /// Parses `key=value,...` (an empty string gives the defaults).
+    /// Parses `key=value,...` (an empty string gives the defaults); the keys are [`keys::KEYS`].
     pub fn parse(s: &str) -> Result<Self, ConfigError> {
-        let mut c = GpuConfig::default();
-        let (mut weight, mut priority, mut name) = (None, None, None);
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (key, value) = item.split_once('=').unwrap_or((item, ""));
-            let bad = |why| ConfigError::BadValue {
+        let mut d = keys::Draft::default();
+        for item in vgpu_proto::units::pairs(s) {
+            let (key, value) = item?;
+            let k = keys::find(key).ok_or_else(|| ConfigError::UnknownKey(key.into()))?;
+            k.set(&mut d, value).map_err(|why| ConfigError::BadValue {
                 key: key.into(),
                 value: value.into(),
                 why,
-            };
-            match key {
-                "mode" => {
-                    c.mode = match value {
-                        "full" => Mode::Full,
-                        "para" => Mode::Para,
-                        "pt" => Mode::Pt,
-                        _ => return Err(bad("supported: full, para, pt")),
-                    }
-                }
-                "backend" => {
-                    c.backend = match value {
-                        "sim" => Backend::Sim,
-                        "cuda" => Backend::Cuda,
-                        _ => return Err(bad("supported: sim, cuda")),
-                    }
-                }
-                "vram" => {
-                    c.vram = parse_size(value)
-                        .filter(|v| v.is_power_of_two() && (2 << 20..=64 << 30).contains(v))
-                        .ok_or_else(|| bad("a power of two from 2M to 64G, e.g. 256M"))?
-                }
-                "channels" => {
-                    c.channels = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=32).contains(n))
-                        .ok_or_else(|| bad("1 to 32"))?
-                }
-                "timeout_ms" => {
-                    let ms: u64 = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=600_000).contains(n))
-                        .ok_or_else(|| bad("1 to 600000"))?;
-                    c.job_timeout = Duration::from_millis(ms);
-                }
-                "hostmem" => {
-                    c.hostmem = parse_size(value)
-                        .filter(|v| (HOSTMEM_MIN..=HOSTMEM_MAX).contains(v))
-                        .ok_or_else(|| bad("a size from 16M to 64G, e.g. 256M"))?
-                }
-                "opt" => {
-                    (c.lazy_shadowing, c.bar_remap) = match value {
-                        "none" => (false, false),
-                        "lazy" => (true, false),
-                        "remap" => (false, true),
-                        "all" => (true, true),
-                        _ => return Err(bad("none, lazy, remap or all")),
-                    }
-                }
-                "workers" => {
-                    c.workers = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=64).contains(n))
-                        .ok_or_else(|| bad("1 to 64"))?
-                }
-                "pages" => {
-                    c.sim_pages_2m_only = match value {
-                        "4k+2m" => false,
-                        "2m" => true,
-                        _ => return Err(bad("4k+2m or 2m")),
-                    }
-                }
-                "preempt" => c.preempt = value.parse().map_err(|_| bad("slice or checkpoint"))?,
-                "host" => {
-                    if value.is_empty() {
-                        return Err(bad("the path of vgpud's socket"));
-                    }
-                    c.host = Some(crate::host::HostConfig {
-                        socket: value.into(),
-                        weight: 1,
-                        priority: 0,
-                        name: format!("vm-{}", std::process::id()),
-                    });
-                }
-                "weight" => {
-                    weight = Some(
-                        value
-                            .parse::<u32>()
-                            .ok()
-                            .filter(|n| (1..=10_000).contains(n))
-                            .ok_or_else(|| bad("1 to 10000"))?,
-                    )
-                }
-                "doorbell" => {
-                    c.doorbell = match value {
-                        "mmio" => Doorbell::Mmio,
-                        "poll" => Doorbell::Poll,
-                        _ => return Err(bad("mmio or poll")),
-                    }
-                }
-                "backoff" => {
-                    c.spin_backoff = match value {
-                        "on" => true,
-                        "off" => false,
-                        _ => return Err(bad("on or off")),
-                    }
-                }
-                "dirtylog" => {
-                    c.dirty_writesets = match value {
-                        "engine" => false,
-                        "writesets" => true,
-                        _ => return Err(bad("engine or writesets")),
-                    }
-                }
-                "direct" => {
-                    c.direct = match value {
-                        "on" => true,
-                        "off" => false,
-                        _ => return Err(bad("on or off")),
-                    }
-                }
-                "spin_us" => {
-                    let us: u64 = value
-                        .parse()
-                        .ok()
-                        .filter(|n| *n <= SPIN_US_MAX)
-                        .ok_or_else(|| bad("0 to 10000"))?;
-                    c.spin = Duration::from_micros(us);
-                }
-                "priority" => priority = Some(value.parse::<u8>().map_err(|_| bad("0 to 255"))?),
-                "name" => {
-                    let ok = (1..=64).contains(&value.len())
-                        && value.chars().all(|ch| ch.is_ascii_graphic());
-                    if !ok {
-                        return Err(bad("1 to 64 printable characters"));
-                    }
-                    name = Some(value.to_string());
-                }
-                _ => return Err(ConfigError::UnknownKey(key.into())),
-            }
+            })?;
         }
+        let keys::Draft {
+            cfg: mut c,
+            weight,
+            priority,
+            name,
+        } = d;
         match &mut c.host {
             Some(h) => {
                 h.weight = weight.unwrap_or(h.weight);
@@ -344,6 +218,12 @@ impl GpuConfig {
             });
         }
         Ok(c)
+    }
+
+    /// This configuration in `--gpu` syntax, every key that applies written out
+    /// ([`keys::spec`]); [`GpuConfig::parse`] gives it back.
+    pub fn spec(&self) -> String {
+        keys::spec(self)
     }
 }
 
@@ -461,5 +341,102 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// Every key: each value it takes parses, prints back the same, and parses again to the
+    /// same configuration (parse → print → parse); the whole configuration too.
+    #[test]
+    fn every_key_round_trips() {
+        // Sample values of the keys whose values are not a list of choices.
+        let samples: &[(&str, &[&str])] = &[
+            ("vram", &["2048K", "65536K", "1048576K", "67108864K"]),
+            ("channels", &["1", "32"]),
+            ("timeout_ms", &["1", "600000"]),
+            ("hostmem", &["16384K", "102400K", "67108864K"]),
+            ("workers", &["1", "64"]),
+            ("host", &["/run/g.sock"]),
+            ("weight", &["1", "10000"]),
+            ("priority", &["0", "255"]),
+            ("name", &["a1", "vm-x"]),
+            ("spin_us", &["0", "10000"]),
+        ];
+        for k in keys::KEYS {
+            let values: Vec<&str> = match samples.iter().find(|(n, _)| *n == k.name) {
+                Some((_, v)) => v.to_vec(),
+                None => k.values.split('|').collect(),
+            };
+            assert!(
+                values.len() > 1 || k.name == "host",
+                "{}: no samples",
+                k.name
+            );
+            for v in values {
+                // The vgpud keys apply only with host=.
+                let with = if ["weight", "priority", "name"].contains(&k.name) {
+                    format!("host=/s,{}={v}", k.name)
+                } else {
+                    format!("{}={v}", k.name)
+                };
+                let c = GpuConfig::parse(&with).unwrap_or_else(|e| panic!("{with}: {e}"));
+                assert_eq!(k.value(&c).as_deref(), Some(v), "{with}");
+                assert_eq!(GpuConfig::parse(&c.spec()).unwrap(), c, "{with}");
+            }
+        }
+        let all = GpuConfig::parse(
+            "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
+             opt=lazy,pages=2m,preempt=checkpoint,host=/a b,weight=3,priority=4,name=n,\
+             doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+        )
+        .unwrap();
+        assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
+        assert_eq!(
+            all.spec().split(',').count(),
+            keys::KEYS.len(),
+            "{}",
+            all.spec()
+        );
+        let d = GpuConfig::default();
+        assert_eq!(GpuConfig::parse(&d.spec()).unwrap(), d);
+    }
+
+    /// The defaults the help shows are the defaults (where they are values: the others are
+    /// exactly the two that depend on the host or the process).
+    #[test]
+    fn declared_defaults_are_the_defaults() {
+        let mut described = Vec::new();
+        let host = keys::KEYS.iter().find(|k| k.name == "host").unwrap();
+        assert_eq!(
+            (host.default, host.value(&GpuConfig::default())),
+            ("none", None)
+        );
+        for k in keys::KEYS.iter().filter(|k| k.name != "host") {
+            let with = if ["weight", "priority"].contains(&k.name) {
+                format!("host=/s,{}={}", k.name, k.default)
+            } else {
+                format!("{}={}", k.name, k.default)
+            };
+            match GpuConfig::parse(&with) {
+                Ok(c) => {
+                    let d = GpuConfig::parse(if with.starts_with("host=") {
+                        "host=/s"
+                    } else {
+                        ""
+                    })
+                    .unwrap();
+                    assert_eq!(k.value(&c), k.value(&d), "{}", k.name);
+                }
+                Err(_) => described.push(k.name),
+            }
+        }
+        assert_eq!(described, ["name", "spin_us"]);
+        let e = GpuConfig::parse("color=red").unwrap_err().to_string();
+        for k in keys::KEYS {
+            assert!(e.contains(k.name), "{e}");
+        }
+        assert!(keys::help().contains("dirtylog=engine|writesets (default engine)"));
+        assert!(matches!(
+            GpuConfig::parse("mode"),
+            Err(ConfigError::Syntax(_))
+        ));
     }
 }

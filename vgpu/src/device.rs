@@ -9,7 +9,7 @@ use mmio::pci::{BarKind, BarSpec, PciConfig, PciDevice, PciError};
 use pgpu::Engine;
 
 use crate::config::GpuConfig;
-use crate::regs::{self, Access, FaultKind};
+use crate::regs::{self, Access, ChanReg, FaultKind};
 use crate::remap::Remap;
 use crate::state::{FaultRecord, Shared, Watched};
 
@@ -288,23 +288,18 @@ impl VgpuDevice {
             regs::FAULT_ADDR_LO => r.fault.map_or(0, |f| f.addr as u32),
             regs::FAULT_ADDR_HI => r.fault.map_or(0, |f| (f.addr >> 32) as u32),
             regs::FAULT_INFO => r.fault.map_or(0, |f| f.info),
-            o if (regs::CHAN_BASE..regs::CHAN_BASE + 8 * chans).contains(&o) => {
-                let ch = &r.chans[((o - regs::CHAN_BASE) / 8) as usize];
-                if o.is_multiple_of(8) {
-                    ch.inst
-                } else {
-                    ch.state | u32::from(ch.fault_kind) << 8
+            o => match regs::chan_reg(o) {
+                Some((reg, n)) if n < chans => {
+                    let ch = &r.chans[n as usize];
+                    match reg {
+                        ChanReg::Inst => ch.inst,
+                        ChanReg::Status => ch.state | u32::from(ch.fault_kind) << 8,
+                        ChanReg::GpPut => ch.gp_put,
+                        ChanReg::GpGet => ch.gp_get,
+                    }
                 }
-            }
-            o if (regs::DOORBELL_BASE..regs::DOORBELL_BASE + 8 * chans).contains(&o) => {
-                let ch = &r.chans[((o - regs::DOORBELL_BASE) / 8) as usize];
-                if o.is_multiple_of(8) {
-                    ch.gp_put
-                } else {
-                    ch.gp_get
-                }
-            }
-            _ => 0xffff_ffff,
+                _ => 0xffff_ffff,
+            },
         }
     }
 
@@ -382,10 +377,8 @@ impl VgpuDevice {
                     shared.update_irq(&mut r);
                 }
             }
-            o if (regs::CHAN_BASE..regs::CHAN_BASE + 8 * 32).contains(&o)
-                && o.is_multiple_of(8) =>
-            {
-                let n = (o - regs::CHAN_BASE) / 8;
+            o if matches!(regs::chan_reg(o), Some((ChanReg::Inst, _))) => {
+                let n = (o - regs::CHAN_BASE) / regs::CHAN_STRIDE;
                 if n >= chans {
                     let rec = FaultRecord {
                         kind: FaultKind::BadChannel,
@@ -448,10 +441,8 @@ impl VgpuDevice {
                     }
                 }
             }
-            o if (regs::DOORBELL_BASE..regs::DOORBELL_BASE + 8 * 32).contains(&o)
-                && o.is_multiple_of(8) =>
-            {
-                let n = (o - regs::DOORBELL_BASE) / 8;
+            o if matches!(regs::chan_reg(o), Some((ChanReg::GpPut, _))) => {
+                let n = (o - regs::DOORBELL_BASE) / regs::CHAN_STRIDE;
                 if !shared.ring(&mut r, n, v) {
                     return;
                 }

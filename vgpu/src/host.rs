@@ -202,7 +202,7 @@ impl HostLink {
     /// Blocks until the daemon grants the GPU (or returns the grant of the current turn, kept
     /// by `release`). From then until the grant ends, a preempt for it calls
     /// `handle.request()` (the handle is cleared at a new grant, not within a turn). `kernel`:
-    /// the job's identity (`scheduler::KernelKey`), sent with the Want.
+    /// the job's identity (`vgpu_proto::kernel::KernelKey`), sent with the Want.
     pub fn acquire(
         &self,
         handle: &PreemptHandle,

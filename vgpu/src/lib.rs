@@ -9,8 +9,10 @@
 //! `methods` (method state → commands), `shadowing` (instance blocks and shadow spaces over
 //! the `shadow` crate), `worker` (the GPU thread), `watchdog` (per-job time limit), `para`
 //! (para-managed address spaces and entry validation, `mode=para`), `para_bar` (its BAR3 and
-//! the hypercall), `snapshot` (pause, save, restore), `bell` (the doorbell page of exitless
-//! submission).
+//! the hypercall), `para_vram` (its VRAM allocation service), `snapshot` (pause, save,
+//! restore), `bell` (the doorbell page of exitless submission), `budget` (the VM's host memory
+//! budget, `hostmem=`), `modcache` (loaded modules), `direct` (the worker's direct access to
+//! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`).
 
 pub mod bell;
 pub mod budget;
@@ -38,7 +40,7 @@ pub mod worker;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use pgpu::Engine;
+use pgpu::EngineSnapshot;
 use pgpu::sim::{SimConfig, SimEngine};
 use serde::Serialize;
 
@@ -111,7 +113,7 @@ const SENTINEL: u8 = 0xa5;
 /// Guard areas: physical VRAM around the partition and a host buffer registered with the
 /// engine but never guest RAM, filled with [`SENTINEL`].
 struct Guards {
-    engine: Arc<dyn Engine>,
+    engine: Arc<dyn EngineSnapshot>,
     vram: Vec<(u64, u64)>,
     host: Option<(std::ptr::NonNull<u8>, usize)>,
 }
@@ -123,7 +125,11 @@ unsafe impl Send for Guards {}
 unsafe impl Sync for Guards {}
 
 impl Guards {
-    fn new(engine: Arc<dyn Engine>, partition: (u64, u64), guard: u64) -> Result<Self, VgpuError> {
+    fn new(
+        engine: Arc<dyn EngineSnapshot>,
+        partition: (u64, u64),
+        guard: u64,
+    ) -> Result<Self, VgpuError> {
         let mut g = Guards {
             engine,
             vram: Vec::new(),
@@ -189,7 +195,7 @@ pub struct Vgpu {
     /// Stops the worker's running job (requested at teardown and by a pause).
     job: pgpu::PreemptHandle,
     /// The engine, configuration and partition base (snapshot).
-    engine: Arc<dyn Engine>,
+    engine: Arc<dyn EngineSnapshot>,
     cfg: GpuConfig,
     vram_base: u64,
     /// Guest RAM → engine host regions, and the guest RAM the worker writes itself while a
@@ -225,7 +231,7 @@ impl Vgpu {
     /// The engine of a `backend=cuda` GPU, made before guest RAM: the VMM backs guest RAM with
     /// `alloc_host_region` of this engine (CUDA cannot map other host memory at a chosen GPU VA)
     /// and passes it, with the region ids, to [`Vgpu::with_engine`].
-    pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn Engine>, VgpuError> {
+    pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn EngineSnapshot>, VgpuError> {
         let cuda = pgpu::cuda::CudaConfig {
             vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
@@ -238,7 +244,7 @@ impl Vgpu {
     /// engine's host regions backing `ram`, region by region.
     pub fn with_engine(
         cfg: GpuConfig,
-        engine: Arc<dyn Engine>,
+        engine: Arc<dyn EngineSnapshot>,
         ram: vm_memory::GuestMemoryMmap,
         ram_regions: Vec<pgpu::HostRegionId>,
         irq: Arc<dyn IrqSink>,
@@ -248,7 +254,7 @@ impl Vgpu {
 
     fn build(
         mut cfg: GpuConfig,
-        given: Option<(Arc<dyn Engine>, Vec<pgpu::HostRegionId>)>,
+        given: Option<(Arc<dyn EngineSnapshot>, Vec<pgpu::HostRegionId>)>,
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
@@ -281,7 +287,7 @@ impl Vgpu {
             }
             None => (None, None),
         };
-        let (engine, ram_regions, sim_engine): (Arc<dyn Engine>, _, _) = match given {
+        let (engine, ram_regions, sim_engine): (Arc<dyn EngineSnapshot>, _, _) = match given {
             Some((e, regions)) => {
                 // No CPU pointer to a cuda engine's VRAM: the aperture keeps trapping.
                 cfg.bar_remap = false;
@@ -300,7 +306,7 @@ impl Vgpu {
                     }
                     None => Arc::new(SimEngine::new(sim)?),
                 };
-                (e.clone() as Arc<dyn Engine>, None, Some(e))
+                (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e))
             }
         };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {

@@ -14,7 +14,7 @@ use crate::budget::{Class, HostBudget};
 
 struct Cached {
     id: ModuleId,
-    /// `scheduler::KernelKey::content_hash` of the text (the module part of a launch's
+    /// `vgpu_proto::kernel::KernelKey::content_hash` of the text (the module part of a launch's
     /// identity on a shared GPU), computed once.
     hash: u64,
     /// Bytes charged for it.
@@ -43,7 +43,7 @@ impl ModuleCache {
     /// content hash.
     pub fn insert(&mut self, text: &str, id: ModuleId, bytes: u64, budget: &mut HostBudget) -> u64 {
         let last_use = budget.tick();
-        let hash = scheduler::KernelKey::content_hash(text.as_bytes());
+        let hash = vgpu_proto::kernel::KernelKey::content_hash(text.as_bytes());
         self.by_text.insert(
             Arc::from(text),
             Cached {

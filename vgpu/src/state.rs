@@ -327,8 +327,11 @@ impl Shared {
         regs.irq_line = active;
     }
 
-    /// Records a fault (the first one stays until cleared), raises the FAULT interrupt.
-    pub fn fault(&self, regs: &mut Regs, rec: FaultRecord) {
+    /// Records a fault — counted, logged, kept in the fault registers (the first one stays
+    /// until cleared), the FAULT interrupt status raised — without stopping its channel and
+    /// without updating the interrupt line (the caller does, after its other changes): every
+    /// fault the device reports passes here.
+    pub fn record_fault(regs: &mut Regs, rec: FaultRecord) {
         regs.counters.count_fault(rec.kind);
         log::log!(
             fault_log_level(rec.kind),
@@ -344,13 +347,19 @@ impl Shared {
         } else {
             regs.counters.faults_dropped += 1;
         }
+        regs.intr_status |= regs::INTR_FAULT;
+    }
+
+    /// Records a fault ([`Shared::record_fault`]), stops its channel (FAULTED) and raises the
+    /// FAULT interrupt.
+    pub fn fault(&self, regs: &mut Regs, rec: FaultRecord) {
+        Self::record_fault(regs, rec);
         if let Some(c) = regs.chans.get_mut(rec.channel as usize) {
             c.state = regs::CHAN_FAULTED;
             c.fault_kind = rec.kind.code();
             c.rung_at = None;
             Self::mirror(regs, rec.channel);
         }
-        regs.intr_status |= regs::INTR_FAULT;
         self.update_irq(regs);
     }
 

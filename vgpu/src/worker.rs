@@ -6,31 +6,30 @@
 //!
 //! Files: `worker/pick` (waiting for work: pause parking, flushes, channel choice, doorbell
 //! polling), `worker/launch` (a launch's module and parameters), `worker/copy` (a copy
-//! job and its path timings by destination), `worker/pause` (the state a
-//! snapshot exports and a restore imports).
+//! job and its path timings by destination), `worker/job` (the job runner: time limit,
+//! vgpud grants, pause, write log, and the fault a job's end becomes), `worker/pause` (the
+//! state a snapshot exports and a restore imports).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use pgpu::{
-    CopyJob, Engine, EngineError, Job, LaunchJob, LoadLimits, ModuleId, Outcome, PreemptHandle,
-    SpaceId,
-};
+use pgpu::{CopyJob, EngineSnapshot, Job, PreemptHandle, SpaceId};
 
-use crate::budget::{Class, HostBudget};
+use crate::budget::HostBudget;
 use crate::config::GpuConfig;
 use crate::host::HostLink;
-use crate::methods::{Command, LaunchDesc, MethodState};
+use crate::methods::{Command, MethodState};
 use crate::modcache::ModuleCache;
 use crate::pushbuf::{self, MethodCall};
 use crate::regs::{self, Access, FaultKind};
 use crate::shadowing::{Instance, Shadows};
 use crate::state::{FaultRecord, Shared, Watched};
 use crate::watchdog::Watchdog;
-use vgpu_proto::proto::{RunOutcome, monotonic_ns};
+use job::{JobEnd, JobRunner};
 
 mod copy;
+mod job;
 mod launch;
 mod pause;
 mod pick;
@@ -88,11 +87,12 @@ enum Turn {
 /// See the module documentation.
 pub struct Worker {
     shared: Arc<Shared>,
-    engine: Arc<dyn Engine>,
+    engine: Arc<dyn EngineSnapshot>,
     cfg: GpuConfig,
     shadows: Shadows,
     chans: Vec<ChanRt>,
-    watchdog: Watchdog,
+    /// Runs each engine job under its time limit, grants, pauses and the write log.
+    jobs: JobRunner,
     next: usize,
     /// The last TLB-flush epoch handled eagerly (without lazy shadowing).
     seen_epoch: u64,
@@ -100,14 +100,6 @@ pub struct Worker {
     para: Option<crate::para::SharedSpaces>,
     /// BAR remap: table pages found by a rebuild keep trapping from then on.
     remap: Option<std::sync::Arc<std::sync::Mutex<crate::remap::Remap>>>,
-    /// Shared GPU (`host=`): every job runs under a grant of the host daemon.
-    host: Option<Arc<HostLink>>,
-    /// Stops the running job (watchdog, daemon preempt, device teardown). One per worker:
-    /// within a turn of a shared GPU a preempt that arrives between two jobs must reach the
-    /// next one.
-    handle: PreemptHandle,
-    /// Set when the device goes away: stops a module load and the running job at once.
-    cancel: Arc<AtomicBool>,
     /// The VM's host memory budget (modules, shadow spaces).
     budget: HostBudget,
     modules: ModuleCache,
@@ -122,8 +114,6 @@ pub struct Worker {
     contended: bool,
     /// Guest RAM reached directly for the worker's own reads and writes (see `direct`).
     direct: Option<crate::direct::Direct>,
-    /// Per-job write sets while a live snapshot logs (`snapshot::writes`).
-    write_log: Option<std::sync::Arc<crate::snapshot::writes::WriteSetLog>>,
     /// When the engine last ended a job whose completion no release has signalled yet.
     job_end: Option<(usize, Instant)>,
 }
@@ -143,13 +133,24 @@ const ACQUIRE_POLL: Duration = Duration::from_millis(1);
 impl Worker {
     pub fn new(
         shared: Arc<Shared>,
-        engine: Arc<dyn Engine>,
+        engine: Arc<dyn EngineSnapshot>,
         cfg: GpuConfig,
         shadows: Shadows,
         handle: PreemptHandle,
         cancel: Arc<AtomicBool>,
     ) -> std::io::Result<Self> {
         let chans = (0..cfg.channels).map(|_| ChanRt::default()).collect();
+        let jobs = JobRunner {
+            shared: shared.clone(),
+            engine: engine.clone(),
+            host: None,
+            handle,
+            cancel,
+            watchdog: Watchdog::start()?,
+            write_log: None,
+            timeout: cfg.job_timeout,
+            last_end: None,
+        };
         Ok(Worker {
             budget: HostBudget::new(cfg.hostmem),
             modules: ModuleCache::default(),
@@ -158,27 +159,23 @@ impl Worker {
             spin_since: None,
             contended: false,
             direct: None,
-            write_log: None,
             job_end: None,
-            cancel,
+            jobs,
             shared,
             engine,
             cfg,
             shadows,
             chans,
-            watchdog: Watchdog::start()?,
             next: 0,
             seen_epoch: 0,
             remap: None,
             para: None,
-            host: None,
-            handle,
         })
     }
 
     /// Shared GPU: gate every job on a grant of the daemon behind `link`.
     pub fn set_host(&mut self, link: Arc<HostLink>) {
-        self.host = Some(link);
+        self.jobs.host = Some(link);
     }
 
     /// Reads and writes the worker makes in guest RAM go straight to `ram` (see `direct`).
@@ -196,7 +193,7 @@ impl Worker {
 
     /// Marks what each job may write in `log` while it is on (live snapshots).
     pub fn set_write_log(&mut self, log: std::sync::Arc<crate::snapshot::writes::WriteSetLog>) {
-        self.write_log = Some(log);
+        self.jobs.write_log = Some(log);
     }
 
     /// Para mode: run channels in the para-managed spaces instead of shadows of guest tables.
@@ -385,18 +382,8 @@ impl Worker {
                     info: f.info,
                 };
                 // Reported, but the channel goes on: the bad range simply stays unmapped.
-                if r.fault.is_none() {
-                    r.fault = Some(rec);
-                    r.intr_status |= regs::INTR_FAULT;
-                } else {
-                    r.counters.faults_dropped += 1;
-                }
-                r.counters.count_fault(f.kind);
-                log::info!(
-                    "vgpu: channel {ch}: guest page tables: {} at VA {:#x}",
-                    crate::state::kind_name(f.kind),
-                    f.addr
-                );
+                log::debug!("vgpu: channel {ch}: the fault is in its guest page tables");
+                Shared::record_fault(&mut r, rec);
             }
             self.shared.update_irq(&mut r);
         }
@@ -598,29 +585,8 @@ impl Worker {
         }
     }
 
-    /// Whether another job is probably ready after the current one (shared GPU: the `more` of
-    /// the run report, so a backlogged VM keeps its place without a new Want). A wrong guess
-    /// costs one message: the worker withdraws it when it finds nothing to run.
-    fn more_work(&self, ch: usize) -> bool {
-        let rt = &self.chans[ch];
-        if rt.pos + 1 < rt.calls.len() {
-            return true;
-        }
-        let entries = rt.instance.as_ref().map_or(1, |i| i.gpfifo_entries);
-        let r = self.shared.lock();
-        r.chans.iter().enumerate().any(|(k, c)| {
-            let queued = if k == ch {
-                // The entry being run is still counted until the turn ends.
-                (c.gp_put + entries - c.gp_get) % entries.max(1) > 1
-            } else {
-                c.gp_get != c.gp_put
-            };
-            queued && r.runlist.contains(&(k as u32))
-        })
-    }
-
     /// Runs `job` (kernel identity `key`, for the daemon of a shared GPU) under the per-job time
-    /// limit, of which `spent` went already (loading).
+    /// limit, of which `spent` went already (loading), resuming the job a pause suspended.
     fn run_job(
         &mut self,
         ch: usize,
@@ -628,171 +594,59 @@ impl Worker {
         key: Option<u64>,
         spent: Duration,
     ) -> Result<Turn, Fault> {
-        let handle = self.handle.clone();
-        if self.host.is_none() {
-            handle.clear();
-        }
-        if self.cancel.load(Ordering::SeqCst) || self.shared.pausing.load(Ordering::SeqCst) {
-            // The device is going away, or pausing (the request may have come before the clear).
-            handle.request();
-        }
-        let mut saved = None;
-        let mut gpu = Duration::ZERO;
-        if let Some(s) = self.chans[ch].suspended.take() {
+        let resume = match self.chans[ch].suspended.take() {
             // The job a pause preempted: resume it (in the space and module it runs in now).
-            let (space, module) = match &job {
-                Job::Copy(c) => (c.space, None),
-                Job::Launch(l) => (l.space, Some(l.module)),
-            };
-            gpu = s.gpu;
-            saved = Some(
-                self.engine
+            Some(s) => {
+                let (space, module) = match &job {
+                    Job::Copy(c) => (c.space, None),
+                    Job::Launch(l) => (l.space, Some(l.module)),
+                };
+                let context = self
+                    .engine
                     .retarget_context(s.context, space, module)
                     .map_err(|e| {
                         log::info!("vgpu: channel {ch}: the suspended job cannot resume: {e}");
                         Fault::new(FaultKind::BadLaunch, 0, 0)
-                    })?,
-            );
-        }
-        // Shared GPU: run under grants; a preempted job keeps its context (the engine's saved
-        // state, in memory) and resumes at the next grant. The time limit counts GPU time.
-        let (outcome, timed_out) = loop {
-            let ticket = match &self.host {
-                Some(h) => {
-                    let shared = &self.shared;
-                    let pausing = || shared.pausing.load(Ordering::SeqCst);
-                    match h.acquire_unless(&handle, key, &pausing) {
-                        Ok(t) => {
-                            // A grant clears the handle: a pause requested while it was on
-                            // its way stops the job at once (it keeps its context, below).
-                            if pausing() {
-                                handle.request();
-                            }
-                            Some(t)
-                        }
-                        Err(crate::host::HostError::Interrupted) => {
-                            // Paused before the grant came: the job keeps its place (its
-                            // method runs again after the pause) and a context it had.
-                            if let Some(context) = saved.take() {
-                                self.chans[ch].suspended =
-                                    Some(pause::Suspended::of(context, gpu, &job));
-                            }
-                            return Ok(Turn::Suspended);
-                        }
-                        Err(e) => {
-                            log::error!("vgpu: {e}");
-                            return Err(Fault::new(FaultKind::GpuLost, 0, 0));
-                        }
-                    }
-                }
-                None => None,
-            };
-            let left = self.cfg.job_timeout.saturating_sub(gpu + spent);
-            self.watchdog.arm(Instant::now() + left, handle.clone());
-            let start_ns = monotonic_ns();
-            log::trace!("vgpu: engine start at {start_ns}");
-            {
-                let mut r = self.shared.lock();
-                if let Some(rung) = r.chans[ch].rung_at.take() {
-                    let ns = rung.elapsed().as_nanos() as u64;
-                    r.counters.path.submit.add(ns);
-                }
+                    })?;
+                Some((context, s.gpu))
             }
-            if let Some(l) = &self.write_log {
-                l.job_begins(&*self.engine, &job);
-            }
-            let outcome = match saved.take() {
-                None => self.engine.execute(&job, &handle),
-                Some(ctx) => self.engine.resume(ctx, &handle),
-            };
-            if let Some(l) = &self.write_log {
-                l.job_ended();
-            }
-            let end_ns = monotonic_ns();
-            self.job_end = Some((ch, Instant::now()));
-            let timed_out = self.watchdog.disarm();
-            let run_gpu = outcome.as_ref().map_or(Duration::ZERO, Outcome::gpu_time);
-            gpu += run_gpu;
-            let lost = self.host.as_ref().and_then(|h| h.lost());
-            if let (Some(h), Some(t)) = (&self.host, ticket) {
-                let (kind, more) = match &outcome {
-                    Ok(Outcome::Preempted { .. }) if !timed_out && lost.is_none() => {
-                        (RunOutcome::Preempted, true)
-                    }
-                    Ok(Outcome::Completed { .. }) => (RunOutcome::Completed, self.more_work(ch)),
-                    _ => (RunOutcome::Faulted, false),
-                };
-                h.release(t, kind, run_gpu, (start_ns, end_ns), more);
-            }
-            match outcome {
-                Ok(Outcome::Preempted { context, .. })
-                    if !timed_out
-                        && lost.is_none()
-                        && self.shared.pausing.load(Ordering::SeqCst)
-                        && !self.cancel.load(Ordering::SeqCst) =>
-                {
-                    // Paused for a snapshot: keep the context; the entry resumes it. A shared
-                    // GPU's grant ended above (`Done` preempted); parking withdraws the Want.
-                    self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, &job));
-                    return Ok(Turn::Suspended);
-                }
-                Ok(Outcome::Preempted { context, .. })
-                    if self.host.is_some() && !timed_out && lost.is_none() =>
-                {
-                    saved = Some(context);
-                }
-                _ if lost.is_some() => {
-                    log::error!("vgpu: GPU lost mid-job: {}", lost.unwrap_or_default());
-                    return Err(Fault::new(FaultKind::GpuLost, 0, 0));
-                }
-                other => break (other, timed_out),
-            }
+            None => None,
         };
-        let is_launch = matches!(job, Job::Launch(_));
-        let outcome = outcome.map_err(|e| {
-            match e {
-                // The physical GPU itself failed (a cuda context lost after a kernel fault):
-                // nothing this VM submits can run any more.
-                pgpu::EngineError::Backend(_) => {
-                    log::warn!("vgpu: the GPU failed the job: {e}");
-                    Fault::new(FaultKind::GpuLost, 0, 0)
+        let (rt, shared) = (&self.chans[ch], &self.shared);
+        let end = self
+            .jobs
+            .run(&job, key, spent, resume, ch, &|| more_work(rt, shared, ch));
+        if let Some(t) = self.jobs.last_end.take() {
+            self.job_end = Some((ch, t));
+        }
+        match end? {
+            JobEnd::Completed => Ok(Turn::Advanced),
+            JobEnd::Suspended(context, gpu) => {
+                if let Some(context) = context {
+                    self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, &job));
                 }
-                _ => {
-                    log::info!("vgpu: engine refused the guest's job: {e}");
-                    Fault::new(FaultKind::BadLaunch, 0, 0)
-                }
-            }
-        })?;
-        self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
-        match outcome {
-            Outcome::Completed { .. } => Ok(Turn::Advanced),
-            Outcome::Preempted { .. } => {
-                log::info!(
-                    "vgpu: guest job stopped after the {:?} limit (timed out: {timed_out})",
-                    self.cfg.job_timeout
-                );
-                Err(Fault::new(
-                    FaultKind::Timeout,
-                    0,
-                    self.cfg.job_timeout.as_millis() as u32,
-                ))
-            }
-            Outcome::Faulted { fault, .. } => {
-                let access = match fault.access {
-                    Some(pgpu::AccessKind::Read) => Access::Read,
-                    Some(pgpu::AccessKind::Write) => Access::Write,
-                    Some(pgpu::AccessKind::Atomic) => Access::Atomic,
-                    None => Access::None,
-                };
-                let line = fault.site.as_ref().map_or(0, |s| s.line);
-                let kind = match (&fault.kind, is_launch) {
-                    (_, true) => FaultKind::KernelFault,
-                    (pgpu::FaultKind::ReadOnly, false) => FaultKind::ReadOnly,
-                    _ => FaultKind::Unmapped,
-                };
-                log::info!("vgpu: guest job faulted: {} at {:#x}", fault.kind, fault.va);
-                Err(Fault::new(kind, fault.va, line).access(access))
+                Ok(Turn::Suspended)
             }
         }
     }
+}
+
+/// Whether another job is probably ready after the current one of channel `ch` (state `rt`)
+/// (shared GPU: the `more` of the run report, so a backlogged VM keeps its place without a new
+/// Want). A wrong guess costs one message: the worker withdraws it when it finds nothing to run.
+fn more_work(rt: &ChanRt, shared: &Shared, ch: usize) -> bool {
+    if rt.pos + 1 < rt.calls.len() {
+        return true;
+    }
+    let entries = rt.instance.as_ref().map_or(1, |i| i.gpfifo_entries);
+    let r = shared.lock();
+    r.chans.iter().enumerate().any(|(k, c)| {
+        let queued = if k == ch {
+            // The entry being run is still counted until the turn ends.
+            (c.gp_put + entries - c.gp_get) % entries.max(1) > 1
+        } else {
+            c.gp_get != c.gp_put
+        };
+        queued && r.runlist.contains(&(k as u32))
+    })
 }

@@ -15,9 +15,9 @@ use common::*;
 use mmio::pci::PciDevice;
 use pgpu::sim::{SimConfig, SimEngine};
 use pgpu::{
-    Engine, EngineError, EngineInfo, HostRegionId, Job, LoadLimits, LoadedModule, MapTarget,
-    Mapping, ModuleId, Outcome, PageSize, Perm, PreemptHandle, SavedContext, SpaceId, Translation,
-    VaWindow,
+    Engine, EngineError, EngineInfo, EngineSnapshot, HostRegionId, Job, LoadLimits, LoadedModule,
+    MapTarget, Mapping, ModuleId, Outcome, PageSize, Perm, PreemptHandle, SavedContext, SpaceId,
+    Translation, VaWindow,
 };
 use vgpu::regs::method::*;
 use vgpu::regs::*;
@@ -384,6 +384,9 @@ impl Engine for EndlessLoad {
         self.inner.resume(c, preempt)
     }
 }
+
+/// Snapshots are not what this engine tests: the extension's defaults.
+impl EngineSnapshot for EndlessLoad {}
 
 #[test]
 fn dropping_the_device_cancels_a_module_load() {

@@ -78,18 +78,9 @@ struct Args {
     /// Arguments of the --run program.
     #[arg(last = true, value_name = "ARGS", requires = "run")]
     run_args: Vec<String>,
-    /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para|pt, pt: the
-    /// pass-through baseline, a trusted guest without isolation, not with host=; backend=sim|cuda,
-    /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m,
-    /// hostmem=256M: host memory for the VM's modules and shadow tables, 16M to 64G;
-    /// host=SOCKET to share the GPU of a vgpud daemon, with weight=1, priority=0, name=vm-PID;
-    /// doorbell=poll|mmio: exitless submission through a polled doorbell page, or trapped
-    /// doorbells only; spin_us=1000 (0 on hosts with fewer than 4 CPUs): how long the device polls
-    /// after activity, 0 to 10000;
-    /// backoff=on|off: stop polling early when the host's cores are contended; direct=on|off:
-    /// the device reads GPFIFOs, pushbuffers and fences in guest RAM without engine copies).
+    // The help is made from the keys' declarations (`vgpu::config::keys`).
     #[arg(long, value_name = "OPTIONS", num_args = 0..=1, default_missing_value = "",
-          value_parser = parse_gpu)]
+          value_parser = parse_gpu, help = gpu_help())]
     gpu: Option<vgpu::GpuConfig>,
     /// Stop the VM after SECONDS (exit code 124).
     #[arg(long, value_name = "SECONDS", value_parser = parse_timeout)]
@@ -187,6 +178,16 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
 
 fn parse_disk(s: &str) -> Result<vmm::disk::DiskSpec, String> {
     vmm::disk::DiskSpec::parse(s).map_err(|e| e.to_string())
+}
+
+/// `--gpu`'s help: the keys' own (`vgpu::config::keys::help`), and what the bundled guests
+/// can use.
+fn gpu_help() -> String {
+    format!(
+        "{}. Bare-metal guests take vram up to 4G (the identity map covers 15 GiB of the 64-bit \
+         PCI window; the bundled driver maps VRAM into a 4 GiB GPU VA window)",
+        vgpu::config::keys::help()
+    )
 }
 
 fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {

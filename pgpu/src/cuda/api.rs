@@ -1,5 +1,5 @@
-//! The `Engine` trait on the cuda engine: memory, spaces, copies and modules; jobs are in
-//! `jobs.rs`.
+//! The `Engine` and `EngineSnapshot` traits on the cuda engine: memory, spaces, copies,
+//! modules, bulk VRAM access; jobs are in `jobs.rs`.
 
 use std::ptr::NonNull;
 use std::sync::PoisonError;
@@ -7,11 +7,12 @@ use std::sync::PoisonError;
 use super::sys;
 
 use super::driver::{ck, sync_legacy};
-use super::engine::{CudaEngine, RegionSlot, StateTargets, lock};
+use super::engine::{CudaEngine, RegionSlot, StateTargets};
 use super::hostmem::HostRegion;
 use super::spaces::{Reservation, Space};
 use super::vmm::{self, CHUNK};
 use crate::engine::*;
+use crate::sync::lock;
 
 /// A job's or host copy's hold on a space (mappings frozen while it lives).
 pub(crate) struct SpaceUse<'a> {
@@ -180,51 +181,6 @@ impl Engine for CudaEngine {
         self.vram_range(pa, len)?;
         self.vram.fill(pa, len, byte).map_err(|e| self.drv(e))
     }
-
-    // ---- Bulk VRAM access: GPU kernels and pinned double-buffered copies (bulk.rs).
-    fn vram_nonzero_pages(
-        &self,
-        pa: u64,
-        pages: u64,
-        bitmap: &mut [u64],
-    ) -> Result<(), EngineError> {
-        self.bulk_nonzero(pa, pages, bitmap)
-    }
-
-    fn vram_read_runs(
-        &self,
-        runs: &[(u64, u64)],
-        sink: &mut crate::engine::bulk::PageSink<'_>,
-    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
-        self.bulk_read_runs(runs, &mut |pieces: &[&[u8]]| {
-            for p in pieces {
-                if sink(p).is_break() {
-                    return std::ops::ControlFlow::Break(());
-                }
-            }
-            std::ops::ControlFlow::Continue(())
-        })
-    }
-
-    fn vram_read_runs_batched(
-        &self,
-        runs: &[(u64, u64)],
-        sink: &mut crate::engine::bulk::BatchSink<'_>,
-    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
-        self.bulk_read_runs(runs, sink)
-    }
-
-    fn vram_write_pages(
-        &self,
-        source: &mut crate::engine::bulk::PageSource<'_>,
-    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
-        self.bulk_write_pages(source)
-    }
-
-    fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
-        self.bulk_zero(pa, len)
-    }
-    // ---- end of bulk VRAM access
 
     unsafe fn register_host_region(
         &self,
@@ -523,36 +479,6 @@ impl Engine for CudaEngine {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }
 
-    fn retarget_context(
-        &self,
-        context: SavedContext,
-        space: SpaceId,
-        module: Option<ModuleId>,
-    ) -> Result<SavedContext, EngineError> {
-        let bytes = context.into_bytes();
-        if bytes.len() > self.info.limits.max_context_bytes {
-            return Err(EngineError::BadContext("context too large".into()));
-        }
-        let (mut job, area) =
-            super::context::decode_full(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
-                .map_err(EngineError::BadContext)?;
-        match &mut job {
-            super::context::JobState::Copy(c) => c.space = space,
-            super::context::JobState::Launch(l) => {
-                l.space = space;
-                if let Some(m) = module {
-                    l.module = m;
-                }
-            }
-        }
-        Ok(SavedContext::from_bytes(match area {
-            // A checkpointed launch keeps its save area (the kernel's registers and shared
-            // memory), re-targeted with the launch.
-            Some(a) => super::context::encode_ck(&job, &a),
-            None => super::context::encode(&job),
-        }))
-    }
-
     fn resume(
         &self,
         context: SavedContext,
@@ -605,5 +531,83 @@ impl Engine for CudaEngine {
             }
             (job, _) => self.run_job(job, preempt),
         }
+    }
+}
+
+/// Snapshots: bulk VRAM access through GPU kernels and pinned copies; saved contexts are
+/// re-targeted through their bytes; no dirty log (every page reported dirty).
+impl EngineSnapshot for CudaEngine {
+    // ---- Bulk VRAM access: GPU kernels and pinned double-buffered copies (bulk.rs).
+    fn vram_nonzero_pages(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        self.bulk_nonzero(pa, pages, bitmap)
+    }
+
+    fn vram_read_runs(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut crate::engine::bulk::PageSink<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_read_runs(runs, &mut |pieces: &[&[u8]]| {
+            for p in pieces {
+                if sink(p).is_break() {
+                    return std::ops::ControlFlow::Break(());
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        })
+    }
+
+    fn vram_read_runs_batched(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut crate::engine::bulk::BatchSink<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_read_runs(runs, sink)
+    }
+
+    fn vram_write_pages(
+        &self,
+        source: &mut crate::engine::bulk::PageSource<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        self.bulk_write_pages(source)
+    }
+
+    fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
+        self.bulk_zero(pa, len)
+    }
+
+    fn retarget_context(
+        &self,
+        context: SavedContext,
+        space: SpaceId,
+        module: Option<ModuleId>,
+    ) -> Result<SavedContext, EngineError> {
+        let bytes = context.into_bytes();
+        if bytes.len() > self.info.limits.max_context_bytes {
+            return Err(EngineError::BadContext("context too large".into()));
+        }
+        let (mut job, area) =
+            super::context::decode_full(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
+                .map_err(EngineError::BadContext)?;
+        match &mut job {
+            super::context::JobState::Copy(c) => c.space = space,
+            super::context::JobState::Launch(l) => {
+                l.space = space;
+                if let Some(m) = module {
+                    l.module = m;
+                }
+            }
+        }
+        Ok(SavedContext::from_bytes(match area {
+            // A checkpointed launch keeps its save area (the kernel's registers and shared
+            // memory), re-targeted with the launch.
+            Some(a) => super::context::encode_ck(&job, &a),
+            None => super::context::encode(&job),
+        }))
     }
 }

@@ -1,4 +1,4 @@
-//! The cuda engine's bulk VRAM calls (`Engine::vram_nonzero_pages`, `vram_read_runs`,
+//! The cuda engine's bulk VRAM calls (`EngineSnapshot::vram_nonzero_pages`, `vram_read_runs`,
 //! `vram_write_pages`, `vram_zero`; docs/snapshot.md, "VRAM"):
 //!
 //! - which pages are non-zero: a kernel (`bulk.ptx`, one warp per 4 KiB page) ORs each page at
@@ -22,11 +22,12 @@ use std::ops::ControlFlow;
 use super::sys;
 
 use super::driver::{Ctx, DrvError, ck};
-use super::engine::{CudaEngine, lock};
+use super::engine::CudaEngine;
 use crate::engine::EngineError;
 use crate::engine::bulk::{
     BatchSink, PageSource, VRAM_PAGE as PAGE, check_bitmap, check_pages, check_sourced,
 };
+use crate::sync::lock;
 
 /// Bytes of a slot's buffers.
 pub const SLOT: u64 = 64 << 20;

@@ -18,11 +18,12 @@ use super::sys;
 use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
 use super::context::{CkLive, JobState, LaunchState, Live};
 use super::driver::ck;
-use super::engine::{CudaEngine, lock};
+use super::engine::CudaEngine;
 use super::modules::CkLoaded;
 use super::stream::Stream;
 use crate::ckpt::{self, area_bytes, shared_per_cta, tally, threads};
 use crate::engine::*;
+use crate::sync::lock;
 
 impl CudaEngine {
     /// Counters of the checkpoint preemption method.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use super::sys;
 
@@ -18,10 +18,7 @@ use super::vmm::{self, CHUNK, Loc};
 use super::vram::Vram;
 use crate::ckpt::CkptCounters;
 use crate::engine::{EngineError, EngineInfo, HostRegionId, ModuleId, PageSize, SpaceId};
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::sync::lock;
 
 /// A host region and how many pages of spaces map it.
 #[derive(Debug)]

@@ -17,10 +17,11 @@ use super::sys;
 
 use super::context::{CopyState, JobState, LaunchState, Live};
 use super::driver::{DrvError, ck};
-use super::engine::{CudaEngine, RateKey, lock};
+use super::engine::{CudaEngine, RateKey};
 use super::modules::Func;
 use super::stream::Stream;
 use crate::engine::*;
+use crate::sync::lock;
 
 fn kernel_fault(entry: &str, e: &DrvError) -> JobFault {
     JobFault {

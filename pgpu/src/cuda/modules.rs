@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::{CString, c_void};
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::sys;
 
@@ -15,10 +15,7 @@ use super::driver::{Ctx, ck};
 use super::rewrite::{SLICE_PARAMS, rewrite};
 use crate::ckpt::CkParams;
 use crate::engine::{EngineError, LoadedModule, ModuleId};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::sync::lock;
 
 /// A resolved entry: the function and where its parameters go.
 #[derive(Debug, Clone, Copy)]

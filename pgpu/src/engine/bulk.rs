@@ -1,4 +1,4 @@
-//! Default implementations of the engine's bulk VRAM calls (`Engine::vram_nonzero_pages`,
+//! Default implementations of the engine's bulk VRAM calls (`EngineSnapshot::vram_nonzero_pages`,
 //! `vram_read_runs`, `vram_write_pages`, `vram_zero`) on top of `vram_read`, `vram_write` and
 //! `vram_fill`, through a host buffer of [`CHUNK`] bytes. Engines with a faster path override
 //! them (the cuda engine: GPU kernels and pinned, double-buffered copies; the sim engine: a scan
@@ -6,7 +6,7 @@
 
 use std::ops::ControlFlow;
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, EngineSnapshot};
 
 /// Where `Engine::vram_read_runs` hands the bytes it read.
 pub type PageSink<'a> = dyn FnMut(&[u8]) -> ControlFlow<()> + 'a;
@@ -106,7 +106,7 @@ pub(crate) fn read_runs<E: Engine + ?Sized>(
     Ok(ControlFlow::Continue(()))
 }
 
-pub(crate) fn read_runs_batched<E: Engine + ?Sized>(
+pub(crate) fn read_runs_batched<E: EngineSnapshot + ?Sized>(
     e: &E,
     runs: &[(u64, u64)],
     sink: &mut BatchSink<'_>,
@@ -157,7 +157,11 @@ pub(crate) fn write_pages<E: Engine + ?Sized>(
     }
 }
 
-pub(crate) fn zero<E: Engine + ?Sized>(e: &E, pa: u64, len: u64) -> Result<(), EngineError> {
+pub(crate) fn zero<E: EngineSnapshot + ?Sized>(
+    e: &E,
+    pa: u64,
+    len: u64,
+) -> Result<(), EngineError> {
     check_pages(pa, len, e.info().vram_size)?;
     // A bitmap of one chunk at a time (bounded host memory for any partition size).
     let span = CHUNK * 64;

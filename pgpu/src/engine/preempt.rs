@@ -1,9 +1,10 @@
 //! `PreemptHandle`: asks running jobs to stop, from any thread, and keeps the timestamps that
 //! preemption and restore latency are measured with.
 
+use crate::sync::lock;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Asks a running job to stop at its next preemption point, from any thread.
@@ -39,10 +40,6 @@ impl fmt::Debug for PreemptInner {
             .field("flag", &self.flag)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl PreemptHandle {

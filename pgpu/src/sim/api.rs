@@ -1,13 +1,14 @@
-//! `impl Engine for SimEngine`: the contract's entry points, delegating to the engine's parts.
+//! `impl Engine` and `impl EngineSnapshot for SimEngine`: the contract's entry points,
+//! delegating to the engine's parts.
 
 use std::ptr::NonNull;
 use std::time::Instant;
 
 use crate::ckpt::{self, PreemptMethod};
 use crate::engine::{
-    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, HostRegionId, Job, LiveContext,
-    LoadLimits, LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome, PreemptHandle,
-    SavedContext, SpaceId, Translation, VaWindow,
+    ContextRepr, CopyJob, Engine, EngineError, EngineInfo, EngineSnapshot, HostRegionId, Job,
+    LiveContext, LoadLimits, LoadedModule, MapError, MapTarget, Mapping, ModuleId, Outcome,
+    PreemptHandle, SavedContext, SpaceId, Translation, VaWindow,
 };
 use crate::ptx_load;
 use std::sync::Arc;
@@ -16,8 +17,9 @@ use std::sync::atomic::Ordering;
 use super::ckpt::CkModule;
 use super::context::{self, CopyState, Decoded, Live, LiveJob};
 use super::copy;
-use super::engine::{SimEngine, check_range, host_err, lock, vram_err};
+use super::engine::{SimEngine, check_range, host_err, vram_err};
 use super::vram::VramRegion;
+use crate::sync::lock;
 
 impl Engine for SimEngine {
     fn info(&self) -> &EngineInfo {
@@ -39,19 +41,6 @@ impl Engine for SimEngine {
         self.mark_vram(pa, len);
         Ok(())
     }
-
-    // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); the rest is the
-    // trait's default (vram_zero fills only non-zero pages, leaving untouched memory alone).
-    fn vram_nonzero_pages(
-        &self,
-        pa: u64,
-        pages: u64,
-        bitmap: &mut [u64],
-    ) -> Result<(), EngineError> {
-        crate::engine::bulk::check_bitmap(pa, pages, bitmap.len(), self.info.vram_size)?;
-        self.vram.nonzero_pages(pa, pages, bitmap).map_err(vram_err)
-    }
-    // ---- end of bulk VRAM access
 
     unsafe fn register_host_region(
         &self,
@@ -316,6 +305,23 @@ impl Engine for SimEngine {
             },
         }
     }
+}
+
+/// Snapshots: the bulk bitmap scans VRAM in place, the dirty log is exact, saved contexts are
+/// re-targeted in memory where they can be.
+impl EngineSnapshot for SimEngine {
+    // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); the rest is the
+    // trait's default (vram_zero fills only non-zero pages, leaving untouched memory alone).
+    fn vram_nonzero_pages(
+        &self,
+        pa: u64,
+        pages: u64,
+        bitmap: &mut [u64],
+    ) -> Result<(), EngineError> {
+        crate::engine::bulk::check_bitmap(pa, pages, bitmap.len(), self.info.vram_size)?;
+        self.vram.nonzero_pages(pa, pages, bitmap).map_err(vram_err)
+    }
+    // ---- end of bulk VRAM access
 
     // ---- Dirty logging (issue 17): exact, `sim::dirty`. ----
 

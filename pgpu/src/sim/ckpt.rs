@@ -16,10 +16,11 @@ use crate::ckpt::{CkParams, area_bytes, shared_per_cta, tally, threads};
 use crate::engine::{EngineError, LaunchJob, ModuleId, Outcome, PreemptHandle, SpaceId};
 
 use super::context::LiveJob;
-use super::engine::{SimEngine, lock};
+use super::engine::SimEngine;
 use super::exec;
 use super::mmu::Mmu;
 use super::spaces::SpaceUse;
+use crate::sync::lock;
 
 /// VA of a checkpointed job's engine-owned memory: the flag, then (at [`SAVE_OFF`]) the save
 /// area. Translated before the space's MMU, so a window reaching up here is shadowed there.

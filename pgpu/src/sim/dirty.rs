@@ -13,9 +13,10 @@
 //! happened before that, so the next harvest covers them).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::dirty::{self, PAGE};
+use crate::sync::lock;
 
 /// Pages of a tracked target, as atomic bits.
 #[derive(Debug)]
@@ -95,10 +96,6 @@ impl Drop for RunPin {
     fn drop(&mut self) {
         self.log.run_ended(self.logged);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl SimDirtyLog {

@@ -1,8 +1,8 @@
 //! `SimEngine`: the built-in software GPU: its state, constructors and the job runners that
 //! `api.rs` (the `Engine` implementation) calls.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::ckpt::{CkptCounters, CkptStats};
@@ -20,10 +20,7 @@ use super::mmu::TargetMem;
 use super::modules::Modules;
 use super::spaces::{SpaceUse, Spaces};
 use super::vram::{VramError, VramRegion};
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::sync::lock;
 
 /// The built-in software GPU.
 #[derive(Debug)]

@@ -3,12 +3,13 @@
 //! `Arc` of the immutable page table; `map`/`unmap`/`destroy` are refused while any use lives.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::engine::{EngineError, SpaceId, VaWindow};
 
 use super::dirty::{RunPin, SimDirtyLog};
 use super::mmu::Mmu;
+use crate::sync::lock;
 
 #[derive(Debug)]
 struct State {
@@ -21,10 +22,6 @@ struct State {
 struct Slot {
     id: SpaceId,
     state: Mutex<State>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// All address spaces of an engine.

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use pgpu::dirty::{self, DirtyLogKind};
-use pgpu::{Engine, MapTarget};
+use pgpu::{EngineSnapshot, MapTarget};
 
 use super::format::{SnapReader, SnapWriter, VDLT};
 use super::{SaveReport, SnapshotError, vram};
@@ -165,7 +165,7 @@ impl Precopy<'_> {
         self.rounds
     }
 
-    fn engine(&self) -> &dyn Engine {
+    fn engine(&self) -> &dyn EngineSnapshot {
         &*self.gpu.engine
     }
 
@@ -345,7 +345,7 @@ impl Drop for Precopy<'_> {
 /// bytes) into the partition, then the `VDLT` runs over it. On error the caller scrubs.
 pub(super) fn restore_delta(
     r: &mut SnapReader<'_>,
-    engine: &dyn Engine,
+    engine: &dyn EngineSnapshot,
     base_pa: u64,
     size: u64,
     base: &std::fs::File,
@@ -466,6 +466,7 @@ fn data_extents(f: &std::fs::File, size: u64) -> Result<Vec<(u64, u64)>, Snapsho
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pgpu::Engine;
     use std::io::Write;
 
     #[test]

@@ -10,7 +10,7 @@
 
 use std::ops::ControlFlow;
 
-use pgpu::Engine;
+use pgpu::EngineSnapshot;
 use pgpu::engine::bulk::{VRAM_PAGE as PAGE, for_each_run};
 
 use super::SnapshotError;
@@ -38,7 +38,7 @@ fn whole_pages(size: u64) -> Result<(), SnapshotError> {
 /// Runs `(first page, pages)` of the non-zero pages of the partition `[base, base + size)`,
 /// each at most `MAX_RUN` pages.
 pub(crate) fn nonzero_runs(
-    engine: &dyn Engine,
+    engine: &dyn EngineSnapshot,
     base: u64,
     size: u64,
 ) -> Result<Vec<(u64, u64)>, SnapshotError> {
@@ -64,7 +64,7 @@ pub(crate) fn nonzero_runs(
 /// Writes the VRAM section; returns the bytes of VRAM saved.
 pub fn save(
     w: &mut SnapWriter<'_>,
-    engine: &dyn Engine,
+    engine: &dyn EngineSnapshot,
     base: u64,
     size: u64,
 ) -> Result<u64, SnapshotError> {
@@ -77,7 +77,7 @@ pub fn save(
 /// inside the partition at `base`); returns the bytes of VRAM saved.
 pub fn save_runs(
     w: &mut SnapWriter<'_>,
-    engine: &dyn Engine,
+    engine: &dyn EngineSnapshot,
     base: u64,
     runs: &[(u64, u64)],
 ) -> Result<u64, SnapshotError> {
@@ -141,7 +141,7 @@ pub fn limit(size: u64) -> u64 {
 /// partition may hold part of the image: the caller scrubs it (`scrub`).
 pub fn restore(
     r: &mut SnapReader<'_>,
-    engine: &dyn Engine,
+    engine: &dyn EngineSnapshot,
     base: u64,
     size: u64,
 ) -> Result<u64, SnapshotError> {
@@ -253,12 +253,13 @@ impl RunReader<'_, '_> {
 }
 
 /// Zeroes the partition after a failed restore (on sim, pages already zero are left untouched).
-pub fn scrub(engine: &dyn Engine, base: u64, size: u64) -> Result<(), SnapshotError> {
+pub fn scrub(engine: &dyn EngineSnapshot, base: u64, size: u64) -> Result<(), SnapshotError> {
     engine.vram_zero(base, size).map_err(engine_err)
 }
 
 #[cfg(test)]
 mod tests {
+    use pgpu::Engine;
     use pgpu::sim::{SimConfig, SimEngine};
 
     use super::super::format::{self, split_sections};

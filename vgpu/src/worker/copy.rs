@@ -1,8 +1,11 @@
 //! The worker's copy path: a COPY method's job run like any other, its time and bytes counted
 //! by destination (guest system memory, VRAM, or not classified) in the path timings.
 
-use super::*;
+use std::time::{Duration, Instant};
 
+use pgpu::{CopyJob, Job};
+
+use super::{Fault, Turn, Worker};
 impl Worker {
     /// Runs `job` for channel `ch` and counts it in `counters.path.copy_*`.
     pub(super) fn run_copy(&mut self, ch: usize, job: CopyJob) -> Result<Turn, Fault> {

@@ -3,10 +3,16 @@
 //! the job's time limit and the VM's host memory budget, evicting idle modules and shadow spaces
 //! when that budget is full.
 
-use super::*;
+use std::time::Instant;
 
+use pgpu::{EngineError, LaunchJob, LoadLimits, ModuleId, SpaceId};
+
+use super::{Fault, LIMIT_MODULE, Worker};
+use crate::budget::Class;
+use crate::methods::LaunchDesc;
+use crate::regs::{self, Access, FaultKind};
 impl Worker {
-    /// The launch `d` describes, and its kernel identity (`scheduler::KernelKey`: what the
+    /// The launch `d` describes, and its kernel identity (`vgpu_proto::kernel::KernelKey`: what the
     /// daemon of a shared GPU learns kernel times under).
     pub(super) fn launch_job(
         &mut self,
@@ -40,10 +46,10 @@ impl Worker {
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
         let (module, hash) = self.module_for(&text, d.code_va)?;
-        if let Some(l) = &self.write_log {
+        if let Some(l) = &self.jobs.write_log {
             l.note_kernel(module, &entry, &text);
         }
-        let key = scheduler::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
+        let key = vgpu_proto::kernel::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {
             space,
             module,
@@ -70,7 +76,7 @@ impl Worker {
             let limits = LoadLimits {
                 max_host_bytes: self.budget.free().saturating_sub(text.len() as u64),
                 deadline: Some(deadline),
-                cancel: Some(self.cancel.clone()),
+                cancel: Some(self.jobs.cancel.clone()),
             };
             let err = match self.engine.load_module(text, &limits) {
                 Ok(m) => {

@@ -2,7 +2,12 @@
 //! it parks between turns (per-channel pushbuffer and method state, cached modules, the job a
 //! pause preempted) and the restored state it takes back before its next turn.
 
-use super::*;
+use std::time::Duration;
+
+use pgpu::{Job, ModuleId};
+
+use super::{ChanRt, Worker};
+use crate::budget::Class;
 use crate::snapshot::image::{ChanImage, ModuleImage, SuspendedImage, WorkerImage};
 use crate::state::Regs;
 

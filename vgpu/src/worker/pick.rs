@@ -2,8 +2,10 @@
 //! eager TLB flushes, the round-robin choice of a runnable channel, and exitless submission's
 //! polling of the doorbell page (spin for `spin` after activity, then sleep with WAKE set).
 
-use super::*;
+use std::time::Instant;
 
+use super::{ACQUIRE_POLL, CONTENDED, ChanRt, FLUSH, Worker};
+use crate::regs;
 impl Worker {
     /// Waits for work: a runnable channel (returned marked running, with the flush epoch), or
     /// `(FLUSH, epoch)` when a TLB flush must be handled eagerly.
@@ -19,7 +21,7 @@ impl Worker {
                 if !r.pause.parked {
                     r.pause.image = Some(Box::new(self.export(&r)));
                     r.pause.parked = true;
-                    if let Some(h) = &self.host {
+                    if let Some(h) = &self.jobs.host {
                         // Shared GPU: no Want stays queued at the daemon while paused (a
                         // grant that crosses this is handed back at once), so the VM's
                         // neighbours run on.
@@ -97,7 +99,7 @@ impl Worker {
                 crate::state::Shared::mirror(&r, ch as u32);
                 return Some((ch, epoch));
             }
-            if let Some(h) = &self.host {
+            if let Some(h) = &self.jobs.host {
                 // Nothing runnable: withdraw a Want (`more` may have announced work that is
                 // not there, e.g. an unsatisfied acquire).
                 h.idle();

@@ -6,7 +6,6 @@
 use std::io::{Read, Write};
 
 use vgpu::GpuConfig;
-use vgpu::config::{Backend, Mode};
 
 /// The GPU image's file name.
 pub const FILE: &str = "gpu.bin";
@@ -28,51 +27,10 @@ pub enum GpuSpecError {
 }
 
 /// `cfg` in `--gpu` syntax: every key a snapshot's device must match, written out so that it
-/// does not depend on the defaults of the build or host that reads it.
+/// does not depend on the defaults of the build or host that reads it (the `--gpu` keys'
+/// declarations print it, `vgpu::config::keys`).
 pub fn spec(cfg: &GpuConfig) -> String {
-    let mode = match cfg.mode {
-        Mode::Full => "full",
-        Mode::Para => "para",
-        Mode::Pt => "pt",
-    };
-    let backend = match cfg.backend {
-        Backend::Sim => "sim",
-        Backend::Cuda => "cuda",
-    };
-    let opt = match (cfg.lazy_shadowing, cfg.bar_remap) {
-        (false, false) => "none",
-        (true, false) => "lazy",
-        (false, true) => "remap",
-        (true, true) => "all",
-    };
-    let mut s = format!(
-        "mode={mode},backend={backend},vram={}K,channels={},timeout_ms={},hostmem={}K,\
-         workers={},opt={opt},pages={},preempt={},doorbell={},spin_us={},backoff={},direct={}",
-        cfg.vram >> 10,
-        cfg.channels,
-        cfg.job_timeout.as_millis(),
-        cfg.hostmem >> 10,
-        cfg.workers,
-        if cfg.sim_pages_2m_only { "2m" } else { "4k+2m" },
-        cfg.preempt,
-        match cfg.doorbell {
-            vgpu::config::Doorbell::Mmio => "mmio",
-            vgpu::config::Doorbell::Poll => "poll",
-        },
-        cfg.spin.as_micros(),
-        if cfg.spin_backoff { "on" } else { "off" },
-        if cfg.direct { "on" } else { "off" },
-    );
-    if let Some(h) = &cfg.host {
-        s.push_str(&format!(
-            ",host={},weight={},priority={},name={}",
-            h.socket.display(),
-            h.weight,
-            h.priority,
-            h.name
-        ));
-    }
-    s
+    cfg.spec()
 }
 
 /// The configuration a restore builds its GPU with: the manifest's `spec`, with the backend of
@@ -194,6 +152,7 @@ impl<R: Read> Read for CheckedReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vgpu::config::Backend;
 
     #[test]
     fn spec_round_trips_and_only_the_backend_may_be_overridden() {

@@ -1,6 +1,7 @@
-//! The processes of a fairness run: the `vgpud` daemon and the `vgpu-vmm` VMs sharing it.
-//! Starting them (outputs to files in the run's directory), waiting for the daemon's socket,
-//! and stopping: SIGTERM to the daemon (it writes its report), a kill for anything left.
+//! The processes an experiment starts — the `vgpud` daemon, `vgpu-vmm` VMs, native load
+//! processes (fairness, priority, migrate): finding the binaries beside this one, starting them
+//! (outputs to files in the run's directory), waiting for the daemon's socket, and stopping:
+//! SIGTERM to the daemon (it writes its report), a kill for anything left.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

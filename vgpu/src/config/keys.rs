@@ -1,0 +1,369 @@
+//! The `--gpu` keys, each declared once: its name, the values it takes, its default, what it
+//! does, how it is parsed into a [`GpuConfig`] and printed back out of one. The parser
+//! ([`GpuConfig::parse`]), the known-keys error, the help text (`vgpu-vmm --help`, checked
+//! against the README by `tests/docs.rs`) and the snapshot manifest ([`spec`]) are all made
+//! from [`KEYS`].
+
+use std::time::Duration;
+
+use vgpu_proto::units::parse_size;
+
+use super::{Backend, Doorbell, GpuConfig, HOSTMEM_MAX, HOSTMEM_MIN, Mode, SPIN_US_MAX};
+use crate::host::HostConfig;
+
+/// One `--gpu` key.
+pub struct Key {
+    /// The key (`vram`).
+    pub name: &'static str,
+    /// The values it takes, as the help shows them (`full|para|pt`, `SIZE`).
+    pub values: &'static str,
+    /// The default, as the help shows it; [`GpuConfig::default`] has it (a test checks the two
+    /// agree wherever the text is a value).
+    pub default: &'static str,
+    /// What it does.
+    pub help: &'static str,
+    /// Sets the key's field of the configuration being parsed; `Err(why)` refuses the value.
+    parse: fn(&mut Draft, &str) -> Result<(), &'static str>,
+    /// The key's value in a configuration, `None` where it does not apply (the vgpud keys
+    /// without `host=`).
+    print: fn(&GpuConfig) -> Option<String>,
+}
+
+/// A configuration being parsed: the vgpud keys may come before `host=`, so they wait here
+/// until all keys are read.
+#[derive(Default)]
+pub(super) struct Draft {
+    pub cfg: GpuConfig,
+    pub weight: Option<u32>,
+    pub priority: Option<u8>,
+    pub name: Option<String>,
+}
+
+/// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
+/// the keys accept, and what snapshots of earlier builds hold.
+fn kib(bytes: u64) -> String {
+    format!("{}K", bytes >> 10)
+}
+
+/// A decimal number in `lo..=hi`.
+fn num<T: std::str::FromStr + PartialOrd>(v: &str, lo: T, hi: T) -> Option<T> {
+    v.parse().ok().filter(|n| (lo..=hi).contains(n))
+}
+
+/// The value of `v` in `choices`, or `why`.
+fn choice<T: Copy>(v: &str, choices: &[(&str, T)], why: &'static str) -> Result<T, &'static str> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == v)
+        .map(|(_, t)| *t)
+        .ok_or(why)
+}
+
+/// The name of `t` in `choices`.
+fn named<T: PartialEq>(t: T, choices: &[(&'static str, T)]) -> Option<String> {
+    choices
+        .iter()
+        .find(|(_, c)| *c == t)
+        .map(|(name, _)| (*name).to_string())
+}
+
+const MODES: &[(&str, Mode)] = &[("full", Mode::Full), ("para", Mode::Para), ("pt", Mode::Pt)];
+const BACKENDS: &[(&str, Backend)] = &[("sim", Backend::Sim), ("cuda", Backend::Cuda)];
+/// `opt=`: (lazy shadowing, BAR remap).
+const OPTS: &[(&str, (bool, bool))] = &[
+    ("none", (false, false)),
+    ("lazy", (true, false)),
+    ("remap", (false, true)),
+    ("all", (true, true)),
+];
+/// `pages=`: 2 MiB pages only.
+const PAGES: &[(&str, bool)] = &[("4k+2m", false), ("2m", true)];
+const DOORBELLS: &[(&str, Doorbell)] = &[("mmio", Doorbell::Mmio), ("poll", Doorbell::Poll)];
+const ON_OFF: &[(&str, bool)] = &[("on", true), ("off", false)];
+/// `dirtylog=`: write sets even where the engine keeps a dirty log.
+const DIRTYLOGS: &[(&str, bool)] = &[("engine", false), ("writesets", true)];
+
+/// Every `--gpu` key, in the order the help and the manifest list them.
+pub static KEYS: &[Key] = &[
+    Key {
+        name: "mode",
+        values: "full|para|pt",
+        default: "full",
+        help: "full virtualization, para-virtualization (the guest maps its GPU address space \
+               with hypercalls) or pt, the pass-through baseline: a trusted guest without \
+               isolation, not with host= (docs/architecture.md \"Pass-through baseline\")",
+        parse: |d, v| {
+            d.cfg.mode = choice(v, MODES, "supported: full, para, pt")?;
+            Ok(())
+        },
+        print: |c| named(c.mode, MODES),
+    },
+    Key {
+        name: "backend",
+        values: "sim|cuda",
+        default: "sim",
+        help: "the software GPU, or an NVIDIA GPU through the CUDA driver API",
+        parse: |d, v| {
+            d.cfg.backend = choice(v, BACKENDS, "supported: sim, cuda")?;
+            Ok(())
+        },
+        print: |c| named(c.backend, BACKENDS),
+    },
+    Key {
+        name: "vram",
+        values: "SIZE",
+        default: "256M",
+        help: "guest VRAM, a power of two from 2M to 64G",
+        parse: |d, v| {
+            d.cfg.vram = parse_size(v)
+                .filter(|v| v.is_power_of_two() && (2 << 20..=64 << 30).contains(v))
+                .ok_or("a power of two from 2M to 64G, e.g. 256M")?;
+            Ok(())
+        },
+        print: |c| Some(kib(c.vram)),
+    },
+    Key {
+        name: "channels",
+        values: "N",
+        default: "8",
+        help: "channels the guest may use, 1 to 32",
+        parse: |d, v| {
+            d.cfg.channels = num(v, 1, 32).ok_or("1 to 32")?;
+            Ok(())
+        },
+        print: |c| Some(c.channels.to_string()),
+    },
+    Key {
+        name: "timeout_ms",
+        values: "MS",
+        default: "2000",
+        help: "the per-job time limit (loading the job's module included), 1 to 600000",
+        parse: |d, v| {
+            let ms = num(v, 1u64, 600_000).ok_or("1 to 600000")?;
+            d.cfg.job_timeout = Duration::from_millis(ms);
+            Ok(())
+        },
+        print: |c| Some(c.job_timeout.as_millis().to_string()),
+    },
+    Key {
+        name: "hostmem",
+        values: "SIZE",
+        default: "256M",
+        help: "host memory for the VM's PTX modules and shadow page tables, 16M to 64G \
+               (docs/hardware.md \"Host limits\")",
+        parse: |d, v| {
+            d.cfg.hostmem = parse_size(v)
+                .filter(|v| (HOSTMEM_MIN..=HOSTMEM_MAX).contains(v))
+                .ok_or("a size from 16M to 64G, e.g. 256M")?;
+            Ok(())
+        },
+        print: |c| Some(kib(c.hostmem)),
+    },
+    Key {
+        name: "workers",
+        values: "N",
+        default: "1",
+        help: "threads of the software GPU, 1 to 64",
+        parse: |d, v| {
+            d.cfg.workers = num(v, 1, 64).ok_or("1 to 64")?;
+            Ok(())
+        },
+        print: |c| Some(c.workers.to_string()),
+    },
+    Key {
+        name: "opt",
+        values: "none|lazy|remap|all",
+        default: "all",
+        help: "full-virtualization optimizations: lazy shadowing, BAR remap, or both",
+        parse: |d, v| {
+            (d.cfg.lazy_shadowing, d.cfg.bar_remap) = choice(v, OPTS, "none, lazy, remap or all")?;
+            Ok(())
+        },
+        print: |c| named((c.lazy_shadowing, c.bar_remap), OPTS),
+    },
+    Key {
+        name: "pages",
+        values: "4k+2m|2m",
+        default: "4k+2m",
+        help: "page sizes of the sim engine (2m: the 2 MiB-only GPU of the cuda backend)",
+        parse: |d, v| {
+            d.cfg.sim_pages_2m_only = choice(v, PAGES, "4k+2m or 2m")?;
+            Ok(())
+        },
+        print: |c| named(c.sim_pages_2m_only, PAGES),
+    },
+    Key {
+        name: "preempt",
+        values: "slice|checkpoint",
+        default: "slice",
+        help: "how kernels are preempted (checkpoint: compiler-directed checkpoints, \
+               pgpu/README.md)",
+        parse: |d, v| {
+            d.cfg.preempt = v.parse().map_err(|_| "slice or checkpoint")?;
+            Ok(())
+        },
+        print: |c| Some(c.preempt.to_string()),
+    },
+    Key {
+        name: "host",
+        values: "SOCKET",
+        default: "none",
+        help: "share the GPU of the vgpud daemon at SOCKET",
+        parse: |d, v| {
+            if v.is_empty() {
+                return Err("the path of vgpud's socket");
+            }
+            d.cfg.host = Some(HostConfig {
+                socket: v.into(),
+                weight: 1,
+                priority: 0,
+                name: format!("vm-{}", std::process::id()),
+            });
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.socket.display().to_string()),
+    },
+    Key {
+        name: "weight",
+        values: "W",
+        default: "1",
+        help: "with host=: the VM's weight, 1 to 10000",
+        parse: |d, v| {
+            d.weight = Some(num(v, 1, 10_000).ok_or("1 to 10000")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.weight.to_string()),
+    },
+    Key {
+        name: "priority",
+        values: "P",
+        default: "0",
+        help: "with host=: the VM's priority class, 0 to 255",
+        parse: |d, v| {
+            d.priority = Some(v.parse().map_err(|_| "0 to 255")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.priority.to_string()),
+    },
+    Key {
+        name: "name",
+        values: "NAME",
+        default: "vm-PID",
+        help: "with host=: the VM's name, 1 to 64 printable characters",
+        parse: |d, v| {
+            let ok = (1..=64).contains(&v.len()) && v.chars().all(|ch| ch.is_ascii_graphic());
+            if !ok {
+                return Err("1 to 64 printable characters");
+            }
+            d.name = Some(v.to_string());
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.name.clone()),
+    },
+    Key {
+        name: "doorbell",
+        values: "poll|mmio",
+        default: "poll",
+        help: "exitless submission through a doorbell page the device polls, or trapped \
+               doorbells only",
+        parse: |d, v| {
+            d.cfg.doorbell = choice(v, DOORBELLS, "mmio or poll")?;
+            Ok(())
+        },
+        print: |c| named(c.doorbell, DOORBELLS),
+    },
+    Key {
+        name: "spin_us",
+        values: "US",
+        default: "1000, 0 on hosts with fewer than 4 CPUs",
+        help: "how long the device polls the doorbell page after activity, 0 to 10000",
+        parse: |d, v| {
+            let us = num(v, 0, SPIN_US_MAX).ok_or("0 to 10000")?;
+            d.cfg.spin = Duration::from_micros(us);
+            Ok(())
+        },
+        print: |c| Some(c.spin.as_micros().to_string()),
+    },
+    Key {
+        name: "backoff",
+        values: "on|off",
+        default: "on",
+        help: "stop polling early when the host's cores are contended",
+        parse: |d, v| {
+            d.cfg.spin_backoff = choice(v, ON_OFF, "on or off")?;
+            Ok(())
+        },
+        print: |c| named(c.spin_backoff, ON_OFF),
+    },
+    Key {
+        name: "direct",
+        values: "on|off",
+        default: "on",
+        help: "the device reads GPFIFOs, pushbuffers and fences in guest RAM without engine \
+               copies",
+        parse: |d, v| {
+            d.cfg.direct = choice(v, ON_OFF, "on or off")?;
+            Ok(())
+        },
+        print: |c| named(c.direct, ON_OFF),
+    },
+    Key {
+        name: "dirtylog",
+        values: "engine|writesets",
+        default: "engine",
+        help: "how live snapshots track what the GPU writes: the engine's dirty log, or \
+               per-job write sets from the kernels' PTX (not guest-visible)",
+        parse: |d, v| {
+            d.cfg.dirty_writesets = choice(v, DIRTYLOGS, "engine or writesets")?;
+            Ok(())
+        },
+        print: |c| named(c.dirty_writesets, DIRTYLOGS),
+    },
+];
+
+/// The key called `name`.
+pub(super) fn find(name: &str) -> Option<&'static Key> {
+    KEYS.iter().find(|k| k.name == name)
+}
+
+impl Key {
+    pub(super) fn set(&self, d: &mut Draft, value: &str) -> Result<(), &'static str> {
+        (self.parse)(d, value)
+    }
+
+    /// This key's value in `cfg`, `None` where it does not apply.
+    pub fn value(&self, cfg: &GpuConfig) -> Option<String> {
+        (self.print)(cfg)
+    }
+}
+
+/// The names of all keys, comma-separated (the unknown-key error).
+pub fn names() -> String {
+    KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+}
+
+/// `cfg` in `--gpu` syntax, every key that applies written out, so that it does not depend on
+/// the defaults of the build or host that reads it (the snapshot manifest's `gpu`).
+pub fn spec(cfg: &GpuConfig) -> String {
+    KEYS.iter()
+        .filter_map(|k| k.value(cfg).map(|v| format!("{}={v}", k.name)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The help of `--gpu`: every key with its values, default and what it does.
+pub fn help() -> String {
+    let keys: Vec<String> = KEYS
+        .iter()
+        .map(|k| {
+            format!(
+                "{}={} (default {}): {}",
+                k.name, k.values, k.default, k.help
+            )
+        })
+        .collect();
+    format!(
+        "Attach a virtual GPU: --gpu, or --gpu key=value,... with the keys {}",
+        keys.join("; ")
+    )
+}

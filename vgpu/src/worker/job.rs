@@ -1,0 +1,225 @@
+//! The job runner: one engine job (a copy or a launch) from start to end, under everything that
+//! may stop or gate it — the per-job time limit (the watchdog, counting GPU time across runs),
+//! the grants of a shared GPU's daemon (`host=`: acquire before each run, release with the
+//! outcome after it, resume a preempted job at the next grant), a pause for a snapshot (the
+//! job suspended with its context), the device going away (cancel), the live-snapshot write
+//! log around each run, and the submission path timer. What the job's end means to the guest
+//! (the fault it becomes) is decided here too; what the worker keeps of a suspended job is not.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use pgpu::{EngineError, EngineSnapshot, Job, Outcome, PreemptHandle, SavedContext};
+use vgpu_proto::proto::{RunOutcome, monotonic_ns};
+
+use super::Fault;
+use crate::host::{HostError, HostLink};
+use crate::regs::{Access, FaultKind};
+use crate::snapshot::writes::WriteSetLog;
+use crate::state::Shared;
+use crate::watchdog::Watchdog;
+
+/// How a job ended, where it did not fault.
+pub(super) enum JobEnd {
+    /// It completed.
+    Completed,
+    /// A pause stopped it, before a grant or mid-run: its saved context (if it ran) and the
+    /// GPU time it used; the channel replays its method after the pause.
+    Suspended(Option<SavedContext>, Duration),
+}
+
+/// See the module documentation. One per worker.
+pub(super) struct JobRunner {
+    pub shared: Arc<Shared>,
+    pub engine: Arc<dyn EngineSnapshot>,
+    /// Shared GPU (`host=`): every run waits for a grant of this daemon.
+    pub host: Option<Arc<HostLink>>,
+    /// Stops the running job (watchdog, daemon preempt, pause, device teardown). One per
+    /// worker: within a turn of a shared GPU a preempt that arrives between two jobs must
+    /// reach the next one.
+    pub handle: PreemptHandle,
+    /// Set when the device goes away: stops the running job at once.
+    pub cancel: Arc<AtomicBool>,
+    pub watchdog: Watchdog,
+    /// Per-job write sets while a live snapshot logs (`snapshot::writes`).
+    pub write_log: Option<Arc<WriteSetLog>>,
+    /// The per-job time limit (`--gpu timeout_ms`).
+    pub timeout: Duration,
+    /// When the engine last ended a run (taken by the worker: the release after it is timed).
+    pub last_end: Option<Instant>,
+}
+
+impl JobRunner {
+    /// Runs `job` (kernel identity `key`, for the daemon of a shared GPU) under the time limit,
+    /// of which `spent` went already (loading); `resume` is the context and GPU time of the job
+    /// a pause suspended, re-targeted at the job's space and module. `more` says whether
+    /// another job is probably ready after this one (a shared GPU's release reports it).
+    pub fn run(
+        &mut self,
+        job: &Job,
+        key: Option<u64>,
+        spent: Duration,
+        resume: Option<(SavedContext, Duration)>,
+        ch: usize,
+        more: &dyn Fn() -> bool,
+    ) -> Result<JobEnd, Fault> {
+        let handle = self.handle.clone();
+        if self.host.is_none() {
+            handle.clear();
+        }
+        if self.cancel.load(Ordering::SeqCst) || self.pausing() {
+            // The device is going away, or pausing (the request may have come before the clear).
+            handle.request();
+        }
+        let (mut saved, mut gpu) = match resume {
+            Some((context, gpu)) => (Some(context), gpu),
+            None => (None, Duration::ZERO),
+        };
+        // Shared GPU: run under grants; a preempted job keeps its context (the engine's saved
+        // state, in memory) and resumes at the next grant. The time limit counts GPU time.
+        let (outcome, timed_out) = loop {
+            let ticket = match &self.host {
+                Some(h) => {
+                    let pausing = || self.pausing();
+                    match h.acquire_unless(&handle, key, &pausing) {
+                        Ok(t) => {
+                            // A grant clears the handle: a pause requested while it was on
+                            // its way stops the job at once (it keeps its context, below).
+                            if pausing() {
+                                handle.request();
+                            }
+                            Some(t)
+                        }
+                        // Paused before the grant came: the job keeps its place (its method
+                        // runs again after the pause) and a context it had.
+                        Err(HostError::Interrupted) => {
+                            return Ok(JobEnd::Suspended(saved.take(), gpu));
+                        }
+                        Err(e) => {
+                            log::error!("vgpu: {e}");
+                            return Err(Fault::new(FaultKind::GpuLost, 0, 0));
+                        }
+                    }
+                }
+                None => None,
+            };
+            let left = self.timeout.saturating_sub(gpu + spent);
+            self.watchdog.arm(Instant::now() + left, handle.clone());
+            let start_ns = monotonic_ns();
+            log::trace!("vgpu: engine start at {start_ns}");
+            {
+                let mut r = self.shared.lock();
+                if let Some(rung) = r.chans[ch].rung_at.take() {
+                    let ns = rung.elapsed().as_nanos() as u64;
+                    r.counters.path.submit.add(ns);
+                }
+            }
+            if let Some(l) = &self.write_log {
+                l.job_begins(&*self.engine, job);
+            }
+            let outcome = match saved.take() {
+                None => self.engine.execute(job, &handle),
+                Some(ctx) => self.engine.resume(ctx, &handle),
+            };
+            if let Some(l) = &self.write_log {
+                l.job_ended();
+            }
+            let end_ns = monotonic_ns();
+            self.last_end = Some(Instant::now());
+            let timed_out = self.watchdog.disarm();
+            let run_gpu = outcome.as_ref().map_or(Duration::ZERO, Outcome::gpu_time);
+            gpu += run_gpu;
+            let lost = self.host.as_ref().and_then(|h| h.lost());
+            if let (Some(h), Some(t)) = (&self.host, ticket) {
+                let (kind, more) = match &outcome {
+                    Ok(Outcome::Preempted { .. }) if !timed_out && lost.is_none() => {
+                        (RunOutcome::Preempted, true)
+                    }
+                    Ok(Outcome::Completed { .. }) => (RunOutcome::Completed, more()),
+                    _ => (RunOutcome::Faulted, false),
+                };
+                h.release(t, kind, run_gpu, (start_ns, end_ns), more);
+            }
+            match outcome {
+                Ok(Outcome::Preempted { context, .. })
+                    if !timed_out
+                        && lost.is_none()
+                        && self.pausing()
+                        && !self.cancel.load(Ordering::SeqCst) =>
+                {
+                    // Paused for a snapshot: keep the context; the entry resumes it. A shared
+                    // GPU's grant ended above (`Done` preempted); parking withdraws the Want.
+                    return Ok(JobEnd::Suspended(Some(context), gpu));
+                }
+                Ok(Outcome::Preempted { context, .. })
+                    if self.host.is_some() && !timed_out && lost.is_none() =>
+                {
+                    saved = Some(context);
+                }
+                _ if lost.is_some() => {
+                    log::error!("vgpu: GPU lost mid-job: {}", lost.unwrap_or_default());
+                    return Err(Fault::new(FaultKind::GpuLost, 0, 0));
+                }
+                other => break (other, timed_out),
+            }
+        };
+        let outcome = outcome.map_err(refused)?;
+        self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
+        self.ended(outcome, timed_out, matches!(job, Job::Launch(_)))
+    }
+
+    fn pausing(&self) -> bool {
+        self.shared.pausing.load(Ordering::SeqCst)
+    }
+
+    /// What the engine's last word on a job means to the guest.
+    fn ended(&self, outcome: Outcome, timed_out: bool, is_launch: bool) -> Result<JobEnd, Fault> {
+        match outcome {
+            Outcome::Completed { .. } => Ok(JobEnd::Completed),
+            Outcome::Preempted { .. } => {
+                log::info!(
+                    "vgpu: guest job stopped after the {:?} limit (timed out: {timed_out})",
+                    self.timeout
+                );
+                Err(Fault::new(
+                    FaultKind::Timeout,
+                    0,
+                    self.timeout.as_millis() as u32,
+                ))
+            }
+            Outcome::Faulted { fault, .. } => {
+                let access = match fault.access {
+                    Some(pgpu::AccessKind::Read) => Access::Read,
+                    Some(pgpu::AccessKind::Write) => Access::Write,
+                    Some(pgpu::AccessKind::Atomic) => Access::Atomic,
+                    None => Access::None,
+                };
+                let line = fault.site.as_ref().map_or(0, |s| s.line);
+                let kind = match (&fault.kind, is_launch) {
+                    (_, true) => FaultKind::KernelFault,
+                    (pgpu::FaultKind::ReadOnly, false) => FaultKind::ReadOnly,
+                    _ => FaultKind::Unmapped,
+                };
+                log::info!("vgpu: guest job faulted: {} at {:#x}", fault.kind, fault.va);
+                Err(Fault::new(kind, fault.va, line).access(access))
+            }
+        }
+    }
+}
+
+/// The fault an engine error on a job becomes.
+fn refused(e: EngineError) -> Fault {
+    match e {
+        // The physical GPU itself failed (a cuda context lost after a kernel fault): nothing
+        // this VM submits can run any more.
+        EngineError::Backend(_) => {
+            log::warn!("vgpu: the GPU failed the job: {e}");
+            Fault::new(FaultKind::GpuLost, 0, 0)
+        }
+        _ => {
+            log::info!("vgpu: engine refused the guest's job: {e}");
+            Fault::new(FaultKind::BadLaunch, 0, 0)
+        }
+    }
+}
