@@ -6,7 +6,7 @@ mod pools;
 mod share;
 mod tables;
 
-pub use share::Attach;
+pub use share::{Attach, unbind_channel};
 use share::Share;
 
 use crate::error::Error;

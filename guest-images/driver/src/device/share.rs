@@ -86,25 +86,8 @@ impl<P: Platform> Gpu<P> {
         if let Some(s) = &mut self.share {
             s.peers.retain(|&p| p != id);
         }
-        self.reg_write(regs::chan_inst(id), 0);
-        let start = self.p.now_ns();
-        loop {
-            let st = self.reg_read(regs::chan_status(id)) & 0xf;
-            if st != regs::CHAN_RUNNING && st != regs::CHAN_PENDING {
-                break;
-            }
-            let waited = self.p.now_ns().saturating_sub(start);
-            if waited > RELEASE_WAIT_NS {
-                return Err(Error::Timeout { waited_ns: waited });
-            }
-            self.p.relax();
-        }
-        if self.reg_read(regs::FAULT_STATUS) & regs::FAULT_VALID != 0
-            && self.reg_read(regs::FAULT_CHANNEL) == id
-        {
-            self.reg_write(regs::FAULT_CLEAR, 1);
-        }
-        Ok(())
+        self.mmio += 4;
+        unbind_channel(&mut self.p, id, RELEASE_WAIT_NS)
     }
 
     /// Uses the device's shared doorbell page: enables it when `first`; otherwise only if the
@@ -166,4 +149,32 @@ impl<P: Platform> Gpu<P> {
             }),
         }
     }
+}
+
+/// Unbinds channel `id` through the platform alone (before a driver exists: a process taking
+/// back a dead one's slot), waits up to `limit_ns` until it no longer runs, and clears a fault
+/// record that names it.
+pub fn unbind_channel<P: Platform>(p: &mut P, id: u32, limit_ns: u64) -> Result<(), Error> {
+    if id >= regs::MAX_CHANNELS {
+        return Err(Error::BadChannel(id));
+    }
+    p.reg_write(regs::chan_inst(id), 0);
+    let start = p.now_ns();
+    loop {
+        let st = p.reg_read(regs::chan_status(id)) & 0xf;
+        if st != regs::CHAN_RUNNING && st != regs::CHAN_PENDING {
+            break;
+        }
+        let waited = p.now_ns().saturating_sub(start);
+        if waited > limit_ns {
+            return Err(Error::Timeout { waited_ns: waited });
+        }
+        p.relax();
+    }
+    if p.reg_read(regs::FAULT_STATUS) & regs::FAULT_VALID != 0
+        && p.reg_read(regs::FAULT_CHANNEL) == id
+    {
+        p.reg_write(regs::FAULT_CLEAR, 1);
+    }
+    Ok(())
 }
