@@ -212,7 +212,7 @@ fn two_drivers_share_a_device_without_touching_each_other() {
     assert_eq!(dev.borrow().regs[&regs::FAULT_STATUS], 0, "dead one's record cleared");
     b.runlist_submit().unwrap();
     assert_eq!(runlist(&dev), [1]);
-    drop(ca);
+    assert_eq!(ca.id(), 0);
 }
 
 #[test]
