@@ -23,9 +23,7 @@ use gpu_driver::{Channel, Config, Fault, FaultKind, Fence, Gpu, PushBuf, SysAllo
 use vgpu_linux_tools::platform::LinuxGpu;
 use vgpu_linux_tools::session::Session;
 
-use crate::device::{
-    DevPtr, Device, DeviceError, DeviceInfo, HostBuf, Launch, Marker, ModuleId,
-};
+use crate::device::{DevPtr, Device, DeviceError, DeviceInfo, HostBuf, Launch, Marker, ModuleId};
 use arena::Arena;
 use markers::Markers;
 use modules::Module;
@@ -168,8 +166,10 @@ impl GuestDevice {
         let mut s = Session::attach(cfg).map_err(|e| DeviceError::NoDevice(e.to_string()))?;
         let gpu = &mut s.gpu;
         let bufs = [
-            gpu.sys_alloc_aligned(STAGE_BYTES, 4096).map_err(setup_error)?,
-            gpu.sys_alloc_aligned(STAGE_BYTES, 4096).map_err(setup_error)?,
+            gpu.sys_alloc_aligned(STAGE_BYTES, 4096)
+                .map_err(setup_error)?,
+            gpu.sys_alloc_aligned(STAGE_BYTES, 4096)
+                .map_err(setup_error)?,
         ];
         let arena = Arena::new(gpu, ARENA_BYTES).map_err(setup_error)?;
         let markers = Markers::new(gpu).map_err(setup_error)?;
@@ -206,9 +206,51 @@ impl GuestDevice {
         self.s.slot
     }
 
+    /// `first=.. reclaimed=[..]`: whether this process set the device up, and the slots it
+    /// took back from processes that were gone.
+    pub fn describe(&self) -> String {
+        format!("first={} reclaimed={:?}", self.s.first, self.s.reclaimed)
+    }
+
     /// Whether the driver uses the para-virtual interface.
     pub fn is_para(&self) -> bool {
         self.s.gpu.is_para()
+    }
+
+    /// The bare guest driver's launch path, for measuring this backend against it: `n`
+    /// launches of `entry` as `vgpu-run FILE.ptx` issues one (a fresh pushbuffer, the
+    /// parameters staged in the channel's stream, one submission each), not waited for.
+    pub fn bare_launches(
+        &mut self,
+        module: ModuleId,
+        entry: &str,
+        params: &[u8],
+        n: u64,
+    ) -> Result<(), DeviceError> {
+        self.alive()?;
+        let m = self
+            .modules
+            .get(&module.0)
+            .ok_or_else(|| DeviceError::InvalidValue(format!("no module {}", module.0)))?;
+        let mut desc = m.launch_desc(&Launch {
+            module,
+            entry,
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            params,
+        })?;
+        let (gpu, ch) = self.parts()?;
+        let r = (|| {
+            for _ in 0..n {
+                let mut pb = PushBuf::new();
+                desc.param_va = ch.stage(gpu, params, 16)?;
+                pb.launch(&desc);
+                ch.submit(gpu, &mut pb)?;
+            }
+            Ok(())
+        })();
+        r.map_err(|e| self.fail(e))
     }
 
     /// The driver and the channel.
@@ -273,7 +315,10 @@ impl GuestDevice {
             .range(..=ptr)
             .next_back()
             .is_some_and(|(_, a)| end <= a.va + a.len);
-        let in_host = self.host.values().any(|a| ptr >= a.va && end <= a.va + a.len);
+        let in_host = self
+            .host
+            .values()
+            .any(|a| ptr >= a.va && end <= a.va + a.len);
         if in_alloc || in_host {
             Ok(())
         } else {
@@ -437,7 +482,10 @@ impl Device for GuestDevice {
 
     fn marker(&mut self) -> Result<Marker, DeviceError> {
         self.alive()?;
-        let (id, va) = self.markers.next_slot(&mut self.s).map_err(|e| self.fail(e))?;
+        let (id, va) = self
+            .markers
+            .next_slot(&mut self.s)
+            .map_err(|e| self.fail(e))?;
         self.pb.release(va, id as u32, false, true);
         let f = self.submit()?;
         self.markers.issued(id, f);
@@ -447,7 +495,10 @@ impl Device for GuestDevice {
     fn query(&mut self, marker: Marker) -> Result<bool, DeviceError> {
         self.alive()?;
         if !self.markers.known(marker.0) {
-            return Err(DeviceError::InvalidValue(format!("unknown marker {}", marker.0)));
+            return Err(DeviceError::InvalidValue(format!(
+                "unknown marker {}",
+                marker.0
+            )));
         }
         let r = self.markers.done(&mut self.s, marker.0);
         r.map_err(|e| self.fail(e))

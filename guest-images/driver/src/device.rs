@@ -6,8 +6,8 @@ mod pools;
 mod share;
 mod tables;
 
-pub use share::{Attach, unbind_channel};
 use share::Share;
+pub use share::{Attach, unbind_channel};
 
 use crate::error::Error;
 use crate::fault::Fault;

@@ -161,10 +161,7 @@ fn two_drivers_share_a_device_without_touching_each_other() {
         assert!(!b_writes.contains(&r), "a later driver leaves {r:#x} alone");
     }
     assert!(b.exitless(), "the later driver uses the enabled page");
-    assert_eq!(
-        dev.borrow().regs[&regs::BELL_PAGE_LO] & !1,
-        bell_gpa as u32
-    );
+    assert_eq!(dev.borrow().regs[&regs::BELL_PAGE_LO] & !1, bell_gpa as u32);
     // Channels: only one's own.
     assert!(matches!(b.create_channel(0), Err(Error::BadChannel(0))));
     let ca = a.create_channel(0).unwrap();
@@ -205,11 +202,20 @@ fn two_drivers_share_a_device_without_touching_each_other() {
     let fa = a.take_fault().expect("a gets its own record");
     assert_eq!(fa.channel, Some(0));
     // a dies: b takes its channel back.
-    dev.borrow_mut().regs.insert(regs::FAULT_STATUS, 0x8002_000b);
-    assert!(matches!(b.release_peer_channel(1), Err(Error::BadChannel(1))));
+    dev.borrow_mut()
+        .regs
+        .insert(regs::FAULT_STATUS, 0x8002_000b);
+    assert!(matches!(
+        b.release_peer_channel(1),
+        Err(Error::BadChannel(1))
+    ));
     b.release_peer_channel(0).unwrap();
     assert!(dev.borrow().writes.contains(&(1, regs::chan_inst(0), 0)));
-    assert_eq!(dev.borrow().regs[&regs::FAULT_STATUS], 0, "dead one's record cleared");
+    assert_eq!(
+        dev.borrow().regs[&regs::FAULT_STATUS],
+        0,
+        "dead one's record cleared"
+    );
     b.runlist_submit().unwrap();
     assert_eq!(runlist(&dev), [1]);
     assert_eq!(ca.id(), 0);

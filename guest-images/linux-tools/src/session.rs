@@ -69,7 +69,9 @@ fn first_layout(p: &mut LinuxGpu) -> Result<State, ToolError> {
     let cmdline =
         std::fs::read_to_string("/proc/cmdline").map_err(ToolError::io("read /proc/cmdline"))?;
     let dma = reserved_range(&cmdline).ok_or_else(|| {
-        ToolError::Bad("no memmap=SIZE$ADDR on the kernel command line: no memory for the GPU".into())
+        ToolError::Bad(
+            "no memmap=SIZE$ADDR on the kernel command line: no memory for the GPU".into(),
+        )
     })?;
     let vram = (u64::from(p.reg_read(regs::VRAM_SIZE_LO))
         | u64::from(p.reg_read(regs::VRAM_SIZE_HI)) << 32)
@@ -141,10 +143,13 @@ impl Session {
             .ok_or_else(|| ToolError::Bad("cannot read /proc/self/stat".into()))?;
         st.leases[slot as usize] = Some(Lease { pid: me, start });
         gpu.set_peers(&live_slots(&st, slot));
-        let made = gpu.create_channel(slot).map_err(ToolError::from).and_then(|ch| {
-            st.save(&dir)?;
-            Ok(ch)
-        });
+        let made = gpu
+            .create_channel(slot)
+            .map_err(ToolError::from)
+            .and_then(|ch| {
+                st.save(&dir)?;
+                Ok(ch)
+            });
         gpu.platform().unlock_device();
         Ok(Self {
             gpu,

@@ -232,7 +232,8 @@ impl State {
     /// Writes the state file in `dir` (a temporary file renamed over it).
     pub fn save(&self, dir: &Path) -> Result<(), ToolError> {
         let tmp = dir.join(format!("state.{}", std::process::id()));
-        fs::write(&tmp, self.format()).map_err(ToolError::io(format!("write {}", tmp.display())))?;
+        fs::write(&tmp, self.format())
+            .map_err(ToolError::io(format!("write {}", tmp.display())))?;
         fs::rename(&tmp, dir.join("state")).map_err(ToolError::io("rename the state file"))
     }
 }
@@ -259,10 +260,16 @@ mod tests {
         let mut st = State::layout(4, (0x800_0000, 64 << 20), 256 << 20).unwrap();
         assert_eq!(st.dma_slot, 14 << 20);
         assert_eq!(st.vram_slot, 62 << 20);
-        assert_eq!(st.dma_range(1), (0x800_0000 + (2 << 20) + (14 << 20), 14 << 20));
+        assert_eq!(
+            st.dma_range(1),
+            (0x800_0000 + (2 << 20) + (14 << 20), 14 << 20)
+        );
         assert_eq!(st.vram_range(3), ((2 << 20) + 3 * (62 << 20), 62 << 20));
         assert!(st.vram_range(3).0 + st.vram_slot <= 256 << 20);
-        st.leases[2] = Some(Lease { pid: 77, start: 12345 });
+        st.leases[2] = Some(Lease {
+            pid: 77,
+            start: 12345,
+        });
         assert_eq!(State::parse(&st.format()), Some(st.clone()));
         assert!(State::layout(32, (0x800_0000, 64 << 20), 256 << 20).is_err());
         for bad in [

@@ -34,8 +34,7 @@ pub(super) fn htod(d: &mut GuestDevice, dst: DevPtr, src: &[u8]) -> Result<(), D
         }
         let buf = d.staging.bufs[b];
         d.s.gpu.sys_write(&buf, 0, chunk).map_err(setup_error)?;
-        d.pb
-            .copy(buf.va, dst + i as u64 * STAGE_BYTES, chunk.len() as u64);
+        d.pb.copy(buf.va, dst + i as u64 * STAGE_BYTES, chunk.len() as u64);
         let f = d.submit()?;
         d.staging.last[b] = Some(f);
     }

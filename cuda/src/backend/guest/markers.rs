@@ -66,7 +66,9 @@ impl Markers {
         let off = 16 * (id % SLOTS);
         let payload = s.gpu.sys_read_u32(&self.buf, off)?;
         if payload != id as u32 {
-            return Err(gpu_driver::Error::BadInfo("a marker slot holds another marker"));
+            return Err(gpu_driver::Error::BadInfo(
+                "a marker slot holds another marker",
+            ));
         }
         let t = s.gpu.sys_read_u64(&self.buf, off + 8)?;
         self.pending.remove(&id);
