@@ -16,6 +16,7 @@ mod arena;
 mod copy;
 mod markers;
 mod modules;
+mod rewrite;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -426,10 +427,20 @@ impl Device for GuestDevice {
     }
 
     fn module_load(&mut self, ptx: &str) -> Result<ModuleId, DeviceError> {
+        self.alive()?;
         let id = self.next_module;
-        let m = Module::load(&mut self.s.gpu, ptx, id)?;
+        let (m, images) = Module::load(&mut self.s.gpu, ptx, id)?;
         self.next_module += 1;
         self.modules.insert(id, m);
+        // The variables' initial values, in order before any launch of the module.
+        for (va, bytes) in images {
+            if let Err(e) = copy::htod(self, va, &bytes) {
+                if let Some(m) = self.modules.remove(&id) {
+                    m.free(&mut self.s.gpu);
+                }
+                return Err(e);
+            }
+        }
         Ok(ModuleId(id))
     }
 

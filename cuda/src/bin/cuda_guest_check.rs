@@ -68,6 +68,93 @@ DONE:
 }
 "#;
 
+/// A module with variables: a `.const` table read by the kernel and a `.global` counter it
+/// increments.
+const VARS_PTX: &str = r#"
+.version 7.0
+.target sm_80
+.address_size 64
+
+.const .align 4 .u32 coef[4] = {1, 2, 3, 4};
+.visible .global .align 4 .u32 counter;
+
+.visible .entry gk(.param .u64 out, .param .u32 n)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    and.b32 %r6, %r5, 3;
+    mul.wide.u32 %rd2, %r6, 4;
+    mov.u64 %rd3, coef;
+    add.s64 %rd4, %rd3, %rd2;
+    ld.const.u32 %r7, [%rd4];
+    mul.wide.u32 %rd5, %r5, 4;
+    add.s64 %rd6, %rd1, %rd5;
+    st.global.u32 [%rd6], %r7;
+    atom.global.add.u32 %r8, [counter], 1;
+DONE:
+    ret;
+}
+"#;
+
+/// Module variables: initial values seen by the kernel, then new ones written through
+/// `module_global`, and the kernel's counter read back.
+fn globals(d: &mut GuestDevice, n: u32) -> Result<(), String> {
+    let e = |e: DeviceError| e.to_string();
+    let m = d.module_load(VARS_PTX).map_err(e)?;
+    let out = d.mem_alloc(u64::from(n) * 4).map_err(e)?;
+    let (coef, coef_len) = d.module_global(m, "coef").map_err(e)?;
+    let (counter, _) = d.module_global(m, "counter").map_err(e)?;
+    if coef_len != 16 {
+        return Err(format!("coef is {coef_len} bytes"));
+    }
+    let mut p = out.to_le_bytes().to_vec();
+    p.extend_from_slice(&n.to_le_bytes());
+    p.resize(16, 0);
+    for (round, table) in [[1u32, 2, 3, 4], [10, 20, 30, 40]].iter().enumerate() {
+        if round == 1 {
+            d.copy_htod(coef, &u32s(table)).map_err(e)?;
+            d.copy_htod(counter, &u32s(&[0])).map_err(e)?;
+        }
+        d.launch(&Launch {
+            module: m,
+            entry: "gk",
+            grid: [n.div_ceil(128), 1, 1],
+            block: [128, 1, 1],
+            shared_bytes: 0,
+            params: &p[..12],
+        })
+        .map_err(e)?;
+        let mut got = vec![0u8; n as usize * 4];
+        d.copy_dtoh(&mut got, out).map_err(e)?;
+        let got = from_u32s(&got);
+        if (0..n as usize).any(|i| got[i] != table[i % 4]) {
+            return Err(format!(
+                "module variables: round {round} read {:?}",
+                &got[..4]
+            ));
+        }
+        let mut c = [0u8; 4];
+        d.copy_dtoh(&mut c, counter).map_err(e)?;
+        if u32::from_le_bytes(c) != n {
+            return Err(format!(
+                "counter {} after {n} threads",
+                u32::from_le_bytes(c)
+            ));
+        }
+    }
+    d.mem_free(out).map_err(e)?;
+    d.module_unload(m).map_err(e)
+}
+
 fn vadd_params(a: u64, b: u64, c: u64, n: u32) -> Vec<u8> {
     let mut p = Vec::with_capacity(28);
     for v in [a, b, c] {
@@ -174,7 +261,11 @@ fn vadd(
     d.host_free(hb.host).map_err(e)?;
     d.host_free(out.host).map_err(e)?;
     d.module_unload(m).map_err(e)?;
-    Ok(format!("n={n} iters={iters} gpu_us={}", gpu_ns / 1000))
+    globals(d, n.min(4096))?;
+    Ok(format!(
+        "n={n} iters={iters} gpu_us={} globals=ok",
+        gpu_ns / 1000
+    ))
 }
 
 /// A store to an unmapped address: the sticky error must say illegal address.
