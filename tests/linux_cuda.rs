@@ -126,12 +126,12 @@ fn boot(dir: &Path, gpu: &str, cmd: &str) -> (i32, String) {
 
 /// The shell script the guest runs: a first process, two at once (one faults), a killed
 /// holder, and a process that takes its slot back.
-const SCRIPT: &str = "cuda-guest-check info; echo info=$?; \
+const SCRIPT: &str = "export PATH=/root:/bin; cuda-guest-check info; echo info=$?; \
     cuda-guest-check vadd 100000 --ready /tmp/ready --until /tmp/faulted > /tmp/vadd.out & V=$!; \
     cuda-guest-check fault --wait /tmp/ready --done /tmp/faulted; echo fault=$?; \
     wait $V; echo vadd=$?; cat /tmp/vadd.out; \
     cuda-guest-check hold > /tmp/hold.out & H=$!; \
-    n=0; until grep -q slot= /tmp/hold.out || [ $n -ge 600 ]; do sleep 1; n=$((n+1)); done; \
+    n=0; until grep -q slot= /tmp/hold.out || ! kill -0 $H || [ $n -ge 300 ]; do sleep 1; n=$((n+1)); done; \
     cat /tmp/hold.out; kill -9 $H; wait $H; \
     cuda-guest-check info; echo info2=$?";
 
