@@ -1,6 +1,6 @@
 //! The bookkeeping that lets several processes of one guest drive the virtual GPU at once (CUDA
-//! programs: docs/architecture.md, "CUDA programs in the guest"): a lock file taken with
-//! `flock` ([`DeviceLock`]) and a small state file ([`State`]) in `/run/vgpu-cuda` (ramfs:
+//! programs: docs/architecture.md, "CUDA programs in the guest"): a lock word in a shared
+//! file mapping ([`DeviceLock`]) and a small state file ([`State`]) in `/run/vgpu-cuda` (ramfs:
 //! gone at the next boot, like the device's state) that splits the device into slots — slot
 //! *k* is channel *k*, the *k*-th VRAM range and the *k*-th range of the `memmap=` memory — and
 //! records which live process leases which slot. A lease of a process that is gone (its pid
@@ -13,6 +13,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ToolError;
 
@@ -30,16 +31,41 @@ pub fn state_dir() -> PathBuf {
     std::env::var_os("VGPU_CUDA_STATE_DIR").map_or_else(|| PathBuf::from(STATE_DIR), PathBuf::from)
 }
 
-/// An exclusive `flock` on the lock file, taken and released with a depth count (the driver
-/// nests its own lock calls inside the session's).
+/// How long a waiter sleeps between looks at the lock word.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The device lock: a 64-bit word in a small file of the state directory, mapped shared by
+/// every process, holding its owner's pid (high half) and the low 32 bits of the owner's start
+/// time (0: free); taken by compare-and-swap, with a depth count (the driver nests its own lock
+/// calls inside the session's). The guest kernel has no file locking (`flock` and `fcntl`
+/// locks are configured out), and a word in shared memory also lets a waiter take the lock over
+/// from an owner that died holding it: it swaps the dead owner's value for its own, which only
+/// one waiter can do.
 #[derive(Debug)]
 pub struct DeviceLock {
-    file: File,
+    word: *const AtomicU64,
+    me: u64,
     depth: u32,
+    _file: File,
+}
+
+// SAFETY: the mapping is owned by this object and valid process-wide; the word is only reached
+// atomically.
+unsafe impl Send for DeviceLock {}
+
+/// The lock word's value for process `pid` started at `start`.
+fn owner_value(pid: u32, start: u64) -> u64 {
+    u64::from(pid) << 32 | (start & 0xffff_ffff) | u64::from(start & 0xffff_ffff == 0)
+}
+
+/// Whether the process a lock word names still runs.
+fn owner_alive(v: u64) -> bool {
+    let pid = (v >> 32) as u32;
+    start_time(pid).is_some_and(|s| owner_value(pid, s) == v)
 }
 
 impl DeviceLock {
-    /// Opens (creating) the lock file in `dir`, not yet locked.
+    /// Opens (creating) the lock file in `dir` and maps its word, not yet locked.
     pub fn open(dir: &Path) -> Result<Self, ToolError> {
         fs::create_dir_all(dir).map_err(ToolError::io(format!("create {}", dir.display())))?;
         let path = dir.join("lock");
@@ -50,31 +76,83 @@ impl DeviceLock {
             .truncate(false)
             .open(&path)
             .map_err(ToolError::io(format!("open {}", path.display())))?;
-        Ok(Self { file, depth: 0 })
+        if file.metadata().map(|m| m.len()).unwrap_or(0) < 4096 {
+            file.set_len(4096)
+                .map_err(ToolError::io(format!("size {}", path.display())))?;
+        }
+        // SAFETY: a fresh shared mapping of 4096 bytes of the file; the kernel picks the
+        // address. The object keeps the file open; the mapping is never unmapped before exit
+        // (a process holds its lock object for its life).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ToolError::io(format!("map {}", path.display()))(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let me = std::process::id();
+        let start =
+            start_time(me).ok_or_else(|| ToolError::Bad("cannot read /proc/self/stat".into()))?;
+        Ok(Self {
+            word: p.cast(),
+            me: owner_value(me, start),
+            depth: 0,
+            _file: file,
+        })
     }
 
-    /// Takes the lock (blocking) unless this object holds it already.
+    fn word(&self) -> &AtomicU64 {
+        // SAFETY: `word` points at the start of a live, page-aligned shared mapping (so 8-byte
+        // aligned), reached only atomically by every process.
+        unsafe { &*self.word }
+    }
+
+    /// Takes the lock (waiting) unless this object holds it already; takes it over from an
+    /// owner that is gone.
     pub fn lock(&mut self) {
         if self.depth == 0 {
-            // SAFETY: flock on a descriptor this object owns; no memory is involved.
-            while unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-                if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                    eprintln!("vgpu-cuda: flock: {}", std::io::Error::last_os_error());
-                    break;
+            let w = self.word();
+            loop {
+                match w.compare_exchange(0, self.me, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => break,
+                    // (Another lock object of this process holding it is waited for too.)
+                    Err(owner) => {
+                        if !owner_alive(owner)
+                            && w.compare_exchange(
+                                owner,
+                                self.me,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                        {
+                            break;
+                        }
+                        std::thread::sleep(LOCK_POLL);
+                    }
                 }
             }
         }
         self.depth += 1;
     }
 
-    /// Releases one level of the lock; the file lock goes with the last.
+    /// Releases one level of the lock; the word is cleared with the last.
     pub fn unlock(&mut self) {
         match self.depth {
             0 => {}
             1 => {
                 self.depth = 0;
-                // SAFETY: as in `lock`.
-                unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+                let _ =
+                    self.word()
+                        .compare_exchange(self.me, 0, Ordering::AcqRel, Ordering::Acquire);
             }
             _ => self.depth -= 1,
         }
@@ -301,16 +379,36 @@ mod tests {
     }
 
     #[test]
-    fn lock_nests() {
+    fn lock_nests_and_is_taken_over_from_a_dead_owner() {
         let dir = std::env::temp_dir().join(format!("vgpu-share-{}", std::process::id()));
         let mut l = DeviceLock::open(&dir).unwrap();
         l.lock();
         l.lock();
+        assert_eq!(l.word().load(Ordering::Acquire), l.me);
         l.unlock();
         assert_eq!(l.depth, 1);
         l.unlock();
+        assert_eq!(
+            l.word().load(Ordering::Acquire),
+            0,
+            "free after the last unlock"
+        );
         l.unlock();
         assert_eq!(l.depth, 0);
+        // Another process's word: a live owner is waited for (here: our own parent), a dead
+        // one (a pid that does not run) is taken over.
+        let dead = owner_value(u32::MAX >> 1, 12345);
+        assert!(!owner_alive(dead));
+        assert!(owner_alive(l.me));
+        l.word().store(dead, Ordering::Release);
+        l.lock();
+        assert_eq!(l.word().load(Ordering::Acquire), l.me);
+        l.unlock();
+        // Two lock objects of one process share the word through the file.
+        let mut l2 = DeviceLock::open(&dir).unwrap();
+        l2.lock();
+        assert_eq!(l.word().load(Ordering::Acquire), l2.me);
+        l2.unlock();
         let st = State::layout(2, (0, 64 << 20), 64 << 20).unwrap();
         st.save(&dir).unwrap();
         assert_eq!(State::load(&dir).unwrap(), Some(st));
