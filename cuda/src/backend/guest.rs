@@ -320,7 +320,13 @@ impl GuestDevice {
             .host
             .values()
             .any(|a| ptr >= a.va && end <= a.va + a.len);
-        if in_alloc || in_host {
+        let in_module = || {
+            self.modules
+                .values()
+                .filter_map(|m| m.block)
+                .any(|b| ptr >= b.va && end <= b.va + b.len)
+        };
+        if in_alloc || in_host || in_module() {
             Ok(())
         } else {
             Err(DeviceError::InvalidValue(format!(

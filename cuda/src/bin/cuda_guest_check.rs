@@ -370,7 +370,7 @@ fn main() {
         && let Some(w) = flag(&args, "--wait")
     {
         let t = Instant::now();
-        while !Path::new(w).exists() && t.elapsed() < Duration::from_secs(600) {
+        while !Path::new(w).exists() && t.elapsed() < Duration::from_secs(180) {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
