@@ -138,6 +138,11 @@ impl Module {
         self.vars.initial()
     }
 
+    /// Names of the module-scope `.global`/`.const` variables, in declaration order.
+    pub fn variable_names(&self) -> impl Iterator<Item = &str> {
+        self.vars.vars.iter().map(|v| v.name.as_str())
+    }
+
     /// Current contents of a module variable (host side, like `cuMemcpyDtoH` of a symbol).
     pub fn read_variable(&self, name: &str) -> Option<Vec<u8>> {
         self.vars

@@ -55,7 +55,10 @@ impl<P: Platform> Gpu<P> {
     /// Creates channel `id`: instance block, ring, stream, semaphores; binds it and adds it to
     /// the runlist.
     pub fn create_channel(&mut self, id: u32) -> Result<Channel, Error> {
-        if id >= self.info().channels || self.channels_in_use & (1 << id) != 0 {
+        if id >= self.info().channels
+            || self.channels_in_use & (1 << id) != 0
+            || !self.channel_allowed(id)
+        {
             return Err(Error::BadChannel(id));
         }
         if u64::from(RING_ENTRIES) * 8 > STREAM_BYTES {

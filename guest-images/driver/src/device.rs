@@ -3,7 +3,11 @@
 //! system-memory pools every buffer comes from in `device/pools.rs`.
 
 mod pools;
+mod share;
 mod tables;
+
+use share::Share;
+pub use share::{Attach, unbind_channel};
 
 use crate::error::Error;
 use crate::fault::Fault;
@@ -155,6 +159,7 @@ pub struct Gpu<P: Platform> {
     vpool_vram: u64,
     vpool_va: u64,
     vpool: RangeAllocator,
+    vpool_len: u64,
     tlb_dirty: bool,
     runlist_vram: u64,
     runlist: Vec<u32>,
@@ -168,6 +173,8 @@ pub struct Gpu<P: Platform> {
     readback: Vec<Vec<u8>>,
     /// Where initialisation's time went.
     pub(crate) init_parts: InitParts,
+    /// Set when this driver shares the device with others ([`Gpu::attach`]).
+    pub(crate) share: Option<Share>,
 }
 
 /// Table storage for [`AddressSpace`], borrowing the parts of [`Gpu`] it needs.
@@ -241,8 +248,21 @@ impl<P: Platform> TableBackend for Backend<'_, P> {
 }
 
 impl<P: Platform> Gpu<P> {
-    /// Checks the device, reads its limits, builds the address space and the pools.
-    pub fn new(mut p: P, mut cfg: Config) -> Result<Self, Error> {
+    /// Checks the device, reads its limits, builds the address space and the pools: the
+    /// driver owns the whole device.
+    pub fn new(p: P, cfg: Config) -> Result<Self, Error> {
+        Self::build(p, cfg, None)
+    }
+
+    /// Like [`Gpu::new`], for one of several drivers sharing the device (docs/architecture.md,
+    /// "CUDA programs in the guest"): its own address space, channels, VRAM range and (through
+    /// the platform's `dma_alloc`) system memory; device-wide set-up only when
+    /// [`Attach::first`]. The caller holds the platform's device lock around it.
+    pub fn attach(p: P, cfg: Config, a: Attach) -> Result<Self, Error> {
+        Self::build(p, cfg, Some(a))
+    }
+
+    fn build(mut p: P, mut cfg: Config, attach: Option<Attach>) -> Result<Self, Error> {
         let mut parts = InitParts::default();
         let mut mark = p.now_ns();
         let mut lap = |p: &mut P| {
@@ -308,13 +328,24 @@ impl<P: Platform> Gpu<P> {
         } else {
             None
         };
-        if para.is_some() {
-            // The tables are only the driver's record: keep them in RAM, never in VRAM.
+        if para.is_some() || attach.is_some() {
+            // Para: the tables are only the driver's record: keep them in RAM, never in VRAM.
+            // Shared: in the driver's own RAM (no bootstrap channel, no VRAM outside its range).
             cfg.tables = TablePlacement::Sysmem;
         }
         parts.probe_ns = lap(&mut p);
         let aperture = p.vram_aperture().min(vram_size);
-        let mut vram = RangeAllocator::new(0, aperture);
+        let (vram_base, vram_len) = match &attach {
+            Some(a) => {
+                let end = a.vram_base.checked_add(a.vram_len);
+                if a.vram_len == 0 || end.is_none_or(|e| e > aperture) {
+                    return Err(Error::OutOfRange(a.vram_base));
+                }
+                (a.vram_base, a.vram_len)
+            }
+            None => (0, aperture),
+        };
+        let mut vram = RangeAllocator::new(vram_base, vram_len);
         let mut va = RangeAllocator::new(va_base, va_size);
         // The first 2 MiB of the window stay unmapped: a guard against null-ish pointers.
         va.reserve(va_base, PAGE_2M);
@@ -351,9 +382,12 @@ impl<P: Platform> Gpu<P> {
         }
         parts.pool_alloc_ns = lap(&mut p);
         let sys_va = va.alloc(sys_bytes, PAGE_2M).ok_or(Error::NoVa(sys_bytes))?;
-        let runlist_vram = vram.alloc(PAGE_4K, PAGE_4K).ok_or(Error::NoVram(PAGE_4K))?;
+        let runlist_vram = match &attach {
+            Some(a) => a.runlist_vram,
+            None => vram.alloc(PAGE_4K, PAGE_4K).ok_or(Error::NoVram(PAGE_4K))?,
+        };
         let want = if cfg.vram_pool_bytes == 0 {
-            aperture / 2
+            vram_len / 2
         } else {
             cfg.vram_pool_bytes
         };
@@ -379,6 +413,7 @@ impl<P: Platform> Gpu<P> {
             vpool_vram,
             vpool_va,
             vpool: RangeAllocator::new(0, vpool_bytes),
+            vpool_len: vpool_bytes,
             tlb_dirty: true,
             runlist_vram,
             runlist: Vec::new(),
@@ -387,6 +422,14 @@ impl<P: Platform> Gpu<P> {
             bell: None,
             readback: Vec::new(),
             init_parts: parts,
+            share: None,
+        };
+        let (first, bell) = match attach {
+            Some(a) => {
+                gpu.share = Some(Share::new(a.channels));
+                (a.first, a.bell)
+            }
+            None => (true, None),
         };
         if gpu.cfg.warm_pool {
             gpu.warm_sys_pool();
@@ -395,21 +438,32 @@ impl<P: Platform> Gpu<P> {
         if gpu.para.is_some() {
             let pdb = gpu.pdb();
             gpu.para_call(para::OP_SET_PD, pdb)?;
+            if gpu.share.is_some() {
+                // A directory at this address may have been another (dead) driver's: its
+                // space on the device keeps that driver's mappings until they are removed.
+                gpu.para_unmap_window()?;
+            }
         }
         let sys_gpa = gpu.sys.gpa();
         gpu.map(sys_va, sys_bytes, Target::Sysmem, sys_gpa, false)?;
         gpu.map(vpool_va, vpool_bytes, Target::Vram, vpool_vram, false)?;
-        gpu.reg_write(regs::FAULT_CLEAR, 1);
-        gpu.reg_write(regs::INTR_STATUS, u32::MAX);
-        gpu.reg_write(regs::INTR_CHANNELS, u32::MAX);
-        let enable = if gpu.interrupts_on() {
-            regs::INTR_SEMAPHORE | regs::INTR_FAULT
-        } else {
-            0
-        };
-        gpu.reg_write(regs::INTR_ENABLE, enable);
+        if first {
+            gpu.reg_write(regs::FAULT_CLEAR, 1);
+            gpu.reg_write(regs::INTR_STATUS, u32::MAX);
+            gpu.reg_write(regs::INTR_CHANNELS, u32::MAX);
+            let enable = if gpu.interrupts_on() {
+                regs::INTR_SEMAPHORE | regs::INTR_FAULT
+            } else {
+                0
+            };
+            gpu.reg_write(regs::INTR_ENABLE, enable);
+        }
         if gpu.cfg.exitless && caps & regs::CAP_BELL != 0 {
-            gpu.open_bell()?;
+            match bell {
+                Some(b) => gpu.use_shared_bell(b, first)?,
+                None if gpu.share.is_none() => gpu.open_bell()?,
+                None => {}
+            }
         }
         gpu.flush_tlb();
         if bootstrap {
@@ -640,13 +694,26 @@ impl<P: Platform> Gpu<P> {
         if on {
             self.runlist.push(id);
         }
-        let ids = self.runlist.clone();
+        self.runlist_submit()
+    }
+
+    /// Writes and submits the runlist: this driver's channels and, when the device is shared,
+    /// the other drivers' ([`Gpu::set_peers`]), under the platform's device lock.
+    pub fn runlist_submit(&mut self) -> Result<(), Error> {
+        let mut ids = self.runlist.clone();
+        if let Some(s) = &self.share {
+            ids.extend(s.peers.iter().filter(|p| !self.runlist.contains(p)));
+        }
         let mut bytes = Vec::with_capacity(ids.len() * 4);
         ids.iter()
             .for_each(|i| bytes.extend_from_slice(&i.to_le_bytes()));
-        self.vram_write(self.runlist_vram, &bytes)?;
-        self.reg_write(regs::RUNLIST_BASE, (self.runlist_vram >> 12) as u32);
-        self.reg_write(regs::RUNLIST_SUBMIT, ids.len() as u32);
+        self.p.lock_device();
+        let r = self.vram_write(self.runlist_vram, &bytes).map(|()| {
+            self.reg_write(regs::RUNLIST_BASE, (self.runlist_vram >> 12) as u32);
+            self.reg_write(regs::RUNLIST_SUBMIT, ids.len() as u32);
+        });
+        self.p.unlock_device();
+        r?;
         self.check_device_fault()
     }
 
@@ -664,12 +731,20 @@ impl<P: Platform> Gpu<P> {
     }
 
     /// Reads and clears the pending fault record, if any (one register read when none).
+    /// A shared driver ([`Gpu::attach`]) takes only records of its own channels and
+    /// device-level ones: another driver's stays for that driver.
     pub fn take_fault(&mut self) -> Option<Fault> {
         let status = self.reg_read(regs::FAULT_STATUS);
         if status & regs::FAULT_VALID == 0 {
             return None;
         }
         let channel = self.reg_read(regs::FAULT_CHANNEL);
+        if let Some(s) = &self.share
+            && channel != regs::FAULT_CHANNEL_DEVICE
+            && !s.owns(channel)
+        {
+            return None;
+        }
         let lo = self.reg_read(regs::FAULT_ADDR_LO);
         let hi = self.reg_read(regs::FAULT_ADDR_HI);
         let info = self.reg_read(regs::FAULT_INFO);

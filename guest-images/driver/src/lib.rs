@@ -43,7 +43,9 @@ pub mod regs;
 pub mod suite_run;
 
 pub use channel::{Channel, Fence, WaitMode};
-pub use device::{Config, Gpu, Info, InitParts, SysAlloc, TablePlacement, VramAlloc};
+pub use device::{
+    Attach, Config, Gpu, Info, InitParts, SysAlloc, TablePlacement, VramAlloc, unbind_channel,
+};
 pub use error::Error;
 pub use fault::{Access, Fault, FaultKind};
 pub use mmu::Target;

@@ -43,6 +43,13 @@ pub trait Platform {
     }
     /// 32-bit write of the para-virtual BAR register at `offset` (a hypercall when it is CALL).
     fn para_write(&mut self, _offset: u32, _value: u32) {}
+    /// Takes the lock that serialises device-wide state among the drivers of one device
+    /// ([`crate::Gpu::attach`]: several processes of a guest): the runlist and the
+    /// para-virtual argument area and page-directory selection. Nested calls must nest (a
+    /// depth count); a platform with one driver per device has nothing to lock.
+    fn lock_device(&mut self) {}
+    /// Releases [`Platform::lock_device`].
+    fn unlock_device(&mut self) {}
 }
 
 /// A system-memory buffer shared with the GPU: where the CPU sees it and the guest-physical
@@ -73,6 +80,11 @@ impl DmaBuf {
             gpa,
             len,
         })
+    }
+
+    /// Where the CPU sees byte 0 (only for raw-pointer access: the GPU may write it any time).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     /// Guest-physical address of byte 0.

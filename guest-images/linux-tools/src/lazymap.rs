@@ -19,6 +19,10 @@ pub struct LazyMap {
     mapped: Vec<bool>,
 }
 
+// SAFETY: the mapping belongs to this object alone and is valid process-wide; moving the
+// object to another thread moves only the ownership (nothing here is thread-local).
+unsafe impl Send for LazyMap {}
+
 impl LazyMap {
     /// Reserves `len` bytes of address space for `file` from `file_off` (page-aligned); maps
     /// nothing yet.

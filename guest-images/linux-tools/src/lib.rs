@@ -19,6 +19,8 @@ pub mod pci;
 pub mod platform;
 pub mod run_ptx;
 pub mod run_suite;
+pub mod session;
+pub mod share;
 pub mod smi;
 
 /// Errors of the Linux platform and the tools.

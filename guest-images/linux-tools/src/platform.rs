@@ -9,6 +9,7 @@ use gpu_driver::{DmaBuf, Platform};
 use crate::ToolError;
 use crate::dma::DmaPool;
 use crate::pci::{self, Function, Mapping};
+use crate::share::DeviceLock;
 
 /// PCI identity of the virtual GPU.
 pub const VENDOR_ID: u16 = 0x1234;
@@ -24,6 +25,8 @@ pub struct LinuxGpu {
     bar1: Mapping,
     bar3: Option<Mapping>,
     dma: Option<DmaPool>,
+    /// With several drivers on the device (CUDA processes): the lock of its shared state.
+    lock: Option<DeviceLock>,
     epoch: Instant,
 }
 
@@ -47,8 +50,20 @@ impl LinuxGpu {
             bar1,
             bar3,
             dma,
+            lock: None,
             epoch: Instant::now(),
         })
+    }
+
+    /// Gives the driver this pool of GPU-visible memory (a process's own share of the
+    /// `memmap=` range) instead of the whole range.
+    pub fn set_dma(&mut self, pool: DmaPool) {
+        self.dma = Some(pool);
+    }
+
+    /// Makes [`Platform::lock_device`] take `lock` (several drivers on one device).
+    pub fn set_lock(&mut self, lock: DeviceLock) {
+        self.lock = Some(lock);
     }
 
     /// Whether the device has the para-virtual BAR.
@@ -104,6 +119,18 @@ impl Platform for LinuxGpu {
     fn para_write(&mut self, offset: u32, value: u32) {
         if let Some(b) = &mut self.bar3 {
             b.write32(u64::from(offset & !3), value);
+        }
+    }
+
+    fn lock_device(&mut self) {
+        if let Some(l) = &mut self.lock {
+            l.lock();
+        }
+    }
+
+    fn unlock_device(&mut self) {
+        if let Some(l) = &mut self.lock {
+            l.unlock();
         }
     }
 }

@@ -82,6 +82,28 @@ impl<P: Platform> Gpu<P> {
         }
     }
 
+    /// Where the CPU sees byte 0 of a system-memory buffer (valid as long as the driver: the
+    /// platform keeps the pool mapped). Only for raw-pointer access: the GPU may write it.
+    pub fn sys_host_ptr(&self, a: &SysAlloc) -> Result<*mut u8, Error> {
+        let at = self.sys_range(a, 0, 0)?;
+        if at >= self.sys.len() {
+            return Err(Error::OutOfRange(a.va));
+        }
+        // SAFETY: `at` is inside the pool's buffer (checked), so the offset pointer stays in
+        // the same allocation.
+        Ok(unsafe { self.sys.as_ptr().add(at) })
+    }
+
+    /// Bytes of the system-memory pool still free.
+    pub fn sys_free_bytes(&self) -> u64 {
+        self.sys_pool.free_bytes()
+    }
+
+    /// Bytes of the VRAM pool: (free, total).
+    pub fn vram_pool_bytes(&self) -> (u64, u64) {
+        (self.vpool.free_bytes(), self.vpool_len)
+    }
+
     /// Gives a system-memory pool buffer back.
     pub fn sys_free(&mut self, a: SysAlloc) {
         self.sys_pool.free(a.off, a.len);

@@ -89,6 +89,17 @@ impl<P: Platform> Gpu<P> {
 
     /// Para mode: one call without entries; a refusal is an error.
     pub(super) fn para_call(&mut self, op: u32, arg: u64) -> Result<(), Error> {
+        if self.para.is_none() {
+            return Ok(());
+        }
+        self.p.lock_device();
+        let r = self.para_call_locked(op, arg);
+        self.p.unlock_device();
+        r
+    }
+
+    fn para_call_locked(&mut self, op: u32, arg: u64) -> Result<(), Error> {
+        self.para_select(op)?;
         let Some(pi) = self.para.as_mut() else {
             return Ok(());
         };
@@ -112,6 +123,22 @@ impl<P: Platform> Gpu<P> {
         entries: &[para::Entry],
         take: bool,
     ) -> Result<(), Error> {
+        if self.para.is_none() {
+            return Ok(());
+        }
+        self.p.lock_device();
+        let r = self.para_batch_locked(op, entries, take);
+        self.p.unlock_device();
+        r
+    }
+
+    fn para_batch_locked(
+        &mut self,
+        op: u32,
+        entries: &[para::Entry],
+        take: bool,
+    ) -> Result<(), Error> {
+        self.para_select(op)?;
         let Some(pi) = self.para.as_mut() else {
             return Ok(());
         };
