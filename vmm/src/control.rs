@@ -9,15 +9,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VmFd;
-use mmio::pci::PciRoot;
 use serde::Serialize;
 use vm_memory::GuestMemoryMmap;
 
 use crate::devices::serial::SerialDevice;
 use crate::exit::ExitLatch;
-use crate::linux::cmos::Cmos;
 use crate::memory;
 use crate::pause::{PauseError, PauseGate};
+use crate::persist::DeviceSnapshot;
 use crate::snapshot::manifest::Manifest;
 use crate::snapshot::ram::Backing;
 use crate::snapshot::save::{OutputDir, SaveError};
@@ -74,10 +73,10 @@ pub struct Controller {
     pub vm: Arc<VmFd>,
     pub mem: GuestMemoryMmap,
     pub backing: Backing,
+    /// The UART (its console output is flushed at a pause).
     pub serial: Arc<Mutex<SerialDevice>>,
-    pub cmos: Option<Arc<Mutex<Cmos>>>,
-    pub pci: Arc<Mutex<PciRoot>>,
-    pub testdev: Option<Arc<Mutex<crate::devices::testdev::TestDev>>>,
+    /// Every device with state in the state file, saved in a loop ([`DeviceSnapshot`]).
+    pub devices: Vec<Arc<dyn DeviceSnapshot>>,
     pub counters: Vec<Arc<ExitCounters>>,
     /// The manifest's fixed part (file fields filled in by a save).
     pub manifest: Manifest,
@@ -396,18 +395,8 @@ impl Controller {
             self.gate
                 .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;
         let vm = vmstate::capture(&self.vm)?;
-        let serial = lock(&self.serial).state();
-        let cmos = self.cmos.as_ref().map(|c| lock(c).index());
-        let pci = lock(&self.pci).save();
-        let testdev = self.testdev.as_ref().map(|t| lock(t).state());
-        Ok(MachineState {
-            vm,
-            vcpus,
-            serial,
-            cmos,
-            pci,
-            testdev,
-        })
+        let devices = self.devices.iter().map(|d| d.save_section()).collect();
+        Ok(MachineState { vm, vcpus, devices })
     }
 
     fn save(&self, out: &mut OutputDir, drain: bool) -> Result<Manifest, ControlError> {

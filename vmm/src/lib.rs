@@ -5,7 +5,7 @@
 //! (x86-64 entry state), [`slots`] (memory slots beyond RAM: the GPU's remapped aperture), [`loader`] (images and boot info), [`linux`] (stock Linux kernels), [`devices`] (serial, i8042,
 //! debug exit, PCI test device), [`vcpu`] (threads and exit dispatch), [`lifecycle`] (signals,
 //! timeout), [`exit`] (why the VM stopped), [`stats`] (`--stats`), [`vm`] (putting it together),
-//! [`pause`] (parking vCPUs), [`snapshot`] (the snapshot format, saving and loading),
+//! [`pause`] (parking vCPUs), [`persist`] (the devices' state contract), [`snapshot`] (the snapshot format, saving and loading),
 //! [`control`] (pause, resume, stats, snapshot of a running VM), [`api`] (`--api-socket` and
 //! `vgpu-vmm ctl`).
 
@@ -21,6 +21,7 @@ pub mod live;
 pub mod loader;
 pub mod memory;
 pub mod pause;
+pub mod persist;
 pub mod slots;
 pub mod snapshot;
 pub mod stats;

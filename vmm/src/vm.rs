@@ -24,6 +24,7 @@ use crate::lifecycle::Lifecycle;
 use crate::loader::{self, Image, LoadError};
 use crate::memory::{self, MemoryError};
 use crate::pause::PauseGate;
+use crate::persist::{self, DeviceSnapshot};
 use crate::slots::SlotMapper;
 use crate::snapshot::load::Loaded;
 use crate::snapshot::manifest::{BootKind, Manifest};
@@ -92,9 +93,7 @@ pub enum VmError {
     #[error("restore: {0}")]
     RestoreCpu(#[from] cpu::CpuStateError),
     #[error("restore: {0}")]
-    RestorePci(#[from] mmio::pci::PciRestoreError),
-    #[error("restore: the UART state: {0}")]
-    RestoreSerial(String),
+    RestoreDevice(#[from] persist::PersistError),
     #[error("restore: the snapshot needs {want} vCPUs, KVM allows {max}")]
     RestoreCpus { want: u8, max: usize },
     #[error("restore: the virtual GPU: {0}")]
@@ -285,11 +284,10 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
     vm.register_irqfd(&serial_irq, layout::SERIAL_IRQ)
         .map_err(kvm("register serial irqfd"))?;
     let out = crate::devices::console_out::console_out(cfg.console_prefix.clone());
-    let serial_dev = Arc::new(Mutex::new(match &restore {
-        Some(r) => serial::SerialDevice::from_state(&r.state.serial, serial_irq, out)
-            .map_err(VmError::RestoreSerial)?,
-        None => serial::SerialDevice::new(serial_irq, out),
-    }));
+    let serial_dev = Arc::new(Mutex::new(serial::SerialDevice::new(serial_irq, out)));
+    // Every device with saved state, in one list: the controller saves them in a loop and a
+    // restore puts each section back (`persist`). A new device with state goes here.
+    let mut saved: Vec<Arc<dyn DeviceSnapshot>> = vec![serial_dev.clone()];
     let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
     let (base, len) = range(layout::SERIAL_PORTS);
     pio.insert("serial", base, len, serial_dev.clone())?;
@@ -307,14 +305,13 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         4,
         Arc::new(Mutex::new(DebugExit::new(latch.clone()))),
     )?;
-    let mut cmos_dev = None;
     if boot_kind == BootKind::Linux {
-        let index = restore.as_ref().and_then(|r| r.state.cmos).unwrap_or(0);
-        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::with_index(index)));
-        pio.insert("cmos", 0x70, 2, cmos.clone())?;
-        cmos_dev = Some(cmos);
+        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::default()));
+        let (base, len) = range(layout::CMOS_PORTS);
+        pio.insert("cmos", base, len, cmos.clone())?;
+        saved.push(cmos);
         let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
-        pio.insert("post", 0x80, 1, post)?;
+        pio.insert("post", layout::POST_PORT, 1, post)?;
     }
     let windows = PciWindows {
         mmio32: layout::PCI_MMIO32,
@@ -322,15 +319,10 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         pio: layout::PCI_PIO,
     };
     let mut root = PciRoot::new(mmio_bus.clone(), pio.clone(), windows);
-    let mut testdev = None;
     if cfg.testdev {
-        let mut dev = TestDev::new()?;
-        if let Some(s) = restore.as_ref().and_then(|r| r.state.testdev) {
-            dev.set_state(s);
-        }
-        let dev = Arc::new(Mutex::new(dev));
+        let dev = Arc::new(Mutex::new(TestDev::new()?));
         root.add_device("testdev", dev.clone())?;
-        testdev = Some(dev);
+        saved.push(dev);
     }
     let gpu = match (&cfg.gpu, &cuda_engine) {
         (Some(g), Some(engine)) => {
@@ -359,15 +351,18 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
         }
         (None, _) => None,
     };
+    let root = Arc::new(Mutex::new(root));
+    saved.push(root.clone());
     if let Some(r) = &restore {
-        // The BARs are placed again (the GPU's `bar_moved` maps its apertures) and MSI set up
-        // before the GPU's own state comes back (below).
-        root.restore(&r.state.pci)?;
+        // Every device's section (the PCI root's places the BARs again, so that the GPU's
+        // `bar_moved` maps its apertures, and sets up MSI) before the GPU's own state comes
+        // back (below).
+        let devices: Vec<&dyn DeviceSnapshot> = saved.iter().map(|d| d.as_ref()).collect();
+        persist::restore_all(&devices, &r.state.devices)?;
         if r.gpu.is_some() != gpu.is_some() {
             return Err(VmError::RestoreGpuMismatch);
         }
     }
-    let root = Arc::new(Mutex::new(root));
     pio.insert(
         "pci-config",
         CONFIG_ADDRESS_PORT,
@@ -478,9 +473,7 @@ pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
                 mem: mem.clone(),
                 backing,
                 serial: serial_dev_ctl.clone(),
-                cmos: cmos_dev.clone(),
-                pci: root.clone(),
-                testdev: testdev.clone(),
+                devices: saved.clone(),
                 counters: counters.clone(),
                 manifest,
                 msrs,

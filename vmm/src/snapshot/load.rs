@@ -177,7 +177,7 @@ pub fn check(
             want: manifest.cpus,
         });
     }
-    match (state.cmos.is_some(), manifest.boot) {
+    match (state.has(super::format::tag::CMOS), manifest.boot) {
         (true, BootKind::BareMetal) => {
             return Err(LoadError::Cmos {
                 has: "has",
@@ -192,7 +192,7 @@ pub fn check(
         }
         _ => {}
     }
-    if state.testdev.is_some() != manifest.testdev {
+    if state.has(super::format::tag::TESTDEV) != manifest.testdev {
         return Err(LoadError::Testdev);
     }
     ram::check(&ram, manifest.ram_bytes)?;

@@ -1,0 +1,203 @@
+//! The one state contract of the VM's devices (Firecracker's `Persist`, Cloud Hypervisor's
+//! `Snapshottable`): a device says which section of the state file holds it (id and version),
+//! saves a typed state, restores a freshly created self from one, and encodes and decodes that
+//! state as a section payload ([`snapfmt::Dec`]: bounded, hostile bytes). The controller keeps
+//! the VM's devices as [`DeviceSnapshot`] objects and loops over them to save; a restore loops
+//! over the same list to put each section back ([`restore_all`]); [`check_section`] decodes a
+//! device section when a snapshot is loaded, before any VM is built.
+//!
+//! Implementations: the UART (`devices::serial`), the CMOS (`linux::cmos`), the PCI test device
+//! (`devices::testdev`) and the PCI root (here: `mmio` knows nothing of snapshots files). The
+//! virtual GPU's state is an image streamed to its own file (`gpu.bin`, VRAM included); it has
+//! the same shape through `vgpu::Vgpu::{save, restore}` and is restored last (vm.rs).
+
+use std::sync::{Mutex, PoisonError};
+
+use mmio::pci::{FunctionState, PciRoot, PciRootState};
+use snapfmt::{Dec, Enc, FrameError, Id};
+
+use crate::snapshot::format::{DecodeError, tag};
+
+/// Why a saved state does not go back into a device.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("the UART state: {0}")]
+    Serial(String),
+    #[error(transparent)]
+    Pci(#[from] mmio::pci::PciRestoreError),
+    #[error("section {0}: {1}")]
+    Decode(String, DecodeError),
+    #[error("the snapshot has {0} state, which this VM has no device for")]
+    NoDevice(String),
+    #[error("the snapshot has no {0} state, which this VM's device needs")]
+    NoState(String),
+}
+
+/// A device's part of a snapshot.
+pub trait Persist {
+    /// What is saved.
+    type State;
+    /// The state file section that holds it.
+    const SECTION: Id;
+    /// The section's version (bumped whenever `encode`'s bytes change).
+    const VERSION: u32;
+    /// The device's state (the VM paused).
+    fn save(&self) -> Self::State;
+    /// Puts `state` into this freshly created device.
+    fn restore(&mut self, state: &Self::State) -> Result<(), PersistError>;
+    /// The section payload of `state`.
+    fn encode(state: &Self::State, out: &mut Enc);
+    /// A state from a hostile payload (every byte consumed).
+    fn decode(d: &mut Dec<'_>) -> Result<Self::State, DecodeError>;
+}
+
+/// One device section of the state file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSection {
+    pub id: Id,
+    pub version: u32,
+    pub payload: Vec<u8>,
+}
+
+/// A device as the controller sees it: a section to save and to restore.
+pub trait DeviceSnapshot: Send + Sync {
+    /// Its section id.
+    fn id(&self) -> Id;
+    /// Its saved state as a section.
+    fn save_section(&self) -> DeviceSection;
+    /// Puts a section back.
+    fn restore_section(&self, s: &DeviceSection) -> Result<(), PersistError>;
+}
+
+impl<T: Persist + Send> DeviceSnapshot for Mutex<T> {
+    fn id(&self) -> Id {
+        T::SECTION
+    }
+
+    fn save_section(&self) -> DeviceSection {
+        let state = self.lock().unwrap_or_else(PoisonError::into_inner).save();
+        DeviceSection {
+            id: T::SECTION,
+            version: T::VERSION,
+            payload: encode::<T>(&state),
+        }
+    }
+
+    fn restore_section(&self, s: &DeviceSection) -> Result<(), PersistError> {
+        let state = decode::<T>(s.version, &s.payload)
+            .map_err(|e| PersistError::Decode(snapfmt::id_name(s.id), e))?;
+        self.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .restore(&state)
+    }
+}
+
+/// `state`'s section payload.
+pub fn encode<T: Persist>(state: &T::State) -> Vec<u8> {
+    let mut e = Enc::default();
+    T::encode(state, &mut e);
+    e.0
+}
+
+/// A state from a section of `version`.
+pub fn decode<T: Persist>(version: u32, payload: &[u8]) -> Result<T::State, DecodeError> {
+    if version != T::VERSION {
+        return Err(FrameError::SectionVersion {
+            id: snapfmt::id_name(T::SECTION),
+            found: version,
+            want: T::VERSION,
+        }
+        .into());
+    }
+    let mut d = Dec::new(payload, "device state");
+    let s = T::decode(&mut d)?;
+    d.end()?;
+    Ok(s)
+}
+
+/// Decodes a device section of a state file being loaded (every device type the VMM has), so
+/// that a bad one is refused before any VM is built.
+pub fn check_section(s: &DeviceSection) -> Result<(), DecodeError> {
+    fn check<T: Persist>(s: &DeviceSection) -> Result<(), DecodeError> {
+        decode::<T>(s.version, &s.payload).map(drop)
+    }
+    match s.id {
+        tag::SERIAL => check::<crate::devices::serial::SerialDevice>(s),
+        tag::CMOS => check::<crate::linux::cmos::Cmos>(s),
+        tag::PCI => check::<PciRoot>(s),
+        tag::TESTDEV => check::<crate::devices::testdev::TestDev>(s),
+        id => Err(DecodeError::UnknownTag(snapfmt::id_name(id))),
+    }
+}
+
+/// Restores every device of `devices` from its section of `sections`: each device must find
+/// its section, and each section its device.
+pub fn restore_all(
+    devices: &[&dyn DeviceSnapshot],
+    sections: &[DeviceSection],
+) -> Result<(), PersistError> {
+    for s in sections {
+        if !devices.iter().any(|d| d.id() == s.id) {
+            return Err(PersistError::NoDevice(snapfmt::id_name(s.id)));
+        }
+    }
+    for d in devices {
+        let s = sections
+            .iter()
+            .find(|s| s.id == d.id())
+            .ok_or_else(|| PersistError::NoState(snapfmt::id_name(d.id())))?;
+        d.restore_section(s)?;
+    }
+    Ok(())
+}
+
+/// Most PCI functions on bus 0.
+const MAX_FUNCTIONS: usize = 256;
+/// Longest PCI function name.
+const MAX_NAME: usize = 64;
+
+/// The PCI root: the configuration-address latch and every function's configuration space
+/// (functions must match on restore; BARs are placed again through the guest write path).
+impl Persist for PciRoot {
+    type State = PciRootState;
+    const SECTION: Id = tag::PCI;
+    const VERSION: u32 = 1;
+
+    fn save(&self) -> PciRootState {
+        PciRoot::save(self)
+    }
+
+    fn restore(&mut self, state: &PciRootState) -> Result<(), PersistError> {
+        Ok(PciRoot::restore(self, state)?)
+    }
+
+    fn encode(s: &PciRootState, e: &mut Enc) {
+        e.u32(s.address).u32(s.functions.len() as u32);
+        for f in &s.functions {
+            e.u8(f.devfn).bytes(f.name.as_bytes()).raw(&f.config);
+        }
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<PciRootState, DecodeError> {
+        let address = d.at("PCI config address").u32()?;
+        let n = d.at("PCI functions").count(MAX_FUNCTIONS, 1 + 4 + 256)?;
+        let mut functions: Vec<FunctionState> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let devfn = d.at("PCI devfn").u8()?;
+            let name = d.at("PCI function name").string(MAX_NAME)?.to_owned();
+            let config = d.at("PCI config space").array::<256>()?;
+            if functions.last().is_some_and(|f| f.devfn >= devfn) {
+                return Err(DecodeError::Invalid {
+                    what: "PCI functions",
+                    detail: "not in ascending devfn order".into(),
+                });
+            }
+            functions.push(FunctionState {
+                devfn,
+                name,
+                config,
+            });
+        }
+        Ok(PciRootState { address, functions })
+    }
+}
