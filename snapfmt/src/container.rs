@@ -61,6 +61,13 @@ impl Writer {
         self.end(s);
     }
 
+    /// A container appended to `buf` (its header written there): a container nested in another
+    /// one's section is written in place, without a copy.
+    pub fn append_to(mut buf: Vec<u8>, format: &Format) -> Self {
+        buf.extend_from_slice(&header_bytes(format));
+        Writer { buf }
+    }
+
     /// Starts a section whose payload the caller appends to [`Writer::buf`]; [`Writer::end`]
     /// fills in its length and CRC-32.
     pub fn begin(&mut self, id: Id, version: u32) -> Open {
@@ -110,6 +117,12 @@ pub fn read<'a>(
     bytes: &'a [u8],
     max_sections: usize,
 ) -> Result<Vec<Section<'a>>, FrameError> {
+    let n = bytes.len().min(8);
+    if bytes[..n] != format.magic[..n] {
+        return Err(FrameError::Magic {
+            format: format.name,
+        });
+    }
     let head: &[u8; HEADER] = bytes
         .get(..HEADER)
         .and_then(|h| h.try_into().ok())
@@ -189,6 +202,17 @@ mod tests {
     #[test]
     fn round_trip() {
         let b = sample();
+        // Nested in place: the inner container is the outer section's payload.
+        let mut outer = Writer::new(&F);
+        let s = outer.begin(*b"NEST", 1);
+        let buf = std::mem::take(outer.buf());
+        let mut inner = Writer::append_to(buf, &F);
+        inner.section(*b"ONE\0", 1, &[1, 2, 3]);
+        *outer.buf() = inner.finish();
+        outer.end(s);
+        let o = outer.finish();
+        let nest = read(&F, &o, 1).unwrap()[0].payload;
+        assert_eq!(read(&F, nest, 1).unwrap()[0].payload, &[1, 2, 3]);
         let s = read(&F, &b, 8).unwrap();
         assert_eq!(s.len(), 3);
         assert_eq!(
