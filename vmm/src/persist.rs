@@ -201,3 +201,50 @@ impl Persist for PciRoot {
         Ok(PciRootState { address, functions })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::testdev::TestDev;
+    use crate::linux::cmos::Cmos;
+
+    #[test]
+    fn devices_save_and_restore_through_their_sections() {
+        let cmos = Mutex::new(Cmos::default());
+        let dev = Mutex::new(TestDev::new().unwrap());
+        // A saved state goes back into fresh devices, section by section.
+        let saved = [
+            DeviceSection {
+                id: tag::CMOS,
+                version: 1,
+                payload: vec![0x0b],
+            },
+            DeviceSection {
+                id: tag::TESTDEV,
+                version: 1,
+                payload: encode::<TestDev>(&(0x1234, 5)),
+            },
+        ];
+        restore_all(&[&cmos, &dev], &saved).unwrap();
+        assert_eq!(cmos.save_section(), saved[0]);
+        assert_eq!(dev.save_section(), saved[1]);
+        // A section without its device, a device without its section, another version, a
+        // payload too long: refused.
+        let e = restore_all(&[&cmos], &saved).unwrap_err();
+        assert!(e.to_string().contains("no device for"), "{e}");
+        let e = restore_all(&[&cmos, &dev], &saved[..1]).unwrap_err();
+        assert!(e.to_string().contains("has no TDEV state"), "{e}");
+        let mut v2 = saved.clone();
+        v2[1].version = 2;
+        let e = restore_all(&[&cmos, &dev], &v2).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("version 2; this build reads version 1"),
+            "{e}"
+        );
+        let mut long = saved.clone();
+        long[0].payload.push(0);
+        assert!(check_section(&long[0]).is_err());
+        assert!(check_section(&saved[1]).is_ok());
+    }
+}
