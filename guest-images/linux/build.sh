@@ -33,6 +33,8 @@ done
 [ -f /usr/include/gelf.h ] || need_pkgs="$need_pkgs libelf-dev"
 [ -f "$src_tar" ] || need_pkgs="$need_pkgs linux-source-6.1"
 [ -x /bin/busybox ] || need_pkgs="$need_pkgs busybox-static"
+# vgpu-vmm --run makes its program images with mke2fs -d (and tests/disk.rs its data disk).
+[ -x /usr/sbin/mke2fs ] || [ -x /sbin/mke2fs ] || need_pkgs="$need_pkgs e2fsprogs"
 if [ -n "$need_pkgs" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     log "installing$need_pkgs"
@@ -106,7 +108,9 @@ list="$cache/initramfs.list"
 {
   echo "dir /dev 0755 0 0"
   echo "nod /dev/console 0600 0 0 c 5 1"
-  for d in /proc /sys /bin /root /tmp; do echo "dir $d 0755 0 0"; done
+  for d in /proc /sys /bin /root /tmp /mnt /run /run/prog /run/work; do echo "dir $d 0755 0 0"; done
+  # --run: the program's image is mounted at /run/prog; the x86-64 loader's path leads there.
+  echo "slink /lib64 /run/prog/lib 0777 0 0"
   echo "file /bin/busybox /bin/busybox 0755 0 0"
   for a in sh mount cat echo ls poweroff sleep dmesg uname head grep hexdump; do
     echo "slink /bin/$a busybox 0777 0 0"

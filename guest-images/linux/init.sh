@@ -1,8 +1,11 @@
 #!/bin/sh
 # /init of the vgpu-vmm Linux guest (guest-images/linux/build.sh puts it in the initramfs).
-# Mounts /proc, /sys and /dev, prints the uptime, then either runs the command given on the
-# kernel command line as vgpu_run="..." and stops the VM with its exit status (vgpu-exit), or,
-# without one, gives a shell on the console and powers off when it ends.
+# Mounts /proc, /sys and /dev, prints the uptime, then either runs a program and stops the VM
+# with its exit status (vgpu-exit), or, without one, gives a shell on the console and powers
+# off when it ends. The program: with vgpu_prog=NAME (vgpu-vmm --run), the one on the
+# read-only image /dev/vda, mounted at /run/prog, whose run.sh is sourced in a subshell (it
+# sets LD_LIBRARY_PATH, changes to the writable /run/work and execs the program); else the
+# shell command given as vgpu_run="..." on the kernel command line.
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -10,9 +13,21 @@ mount -t devtmpfs devtmpfs /dev
 read -r up _ < /proc/uptime
 echo "vgpu-linux: /init running, uptime $up s"
 cd /root || exit 1
-if [ -n "$vgpu_run" ]; then
+if [ -n "$vgpu_prog" ]; then
+  # A fork, not a new shell, for run.sh: each exec costs ~0.2 s in the emulated kernel.
+  if mount -t ext2 -o ro /dev/vda /run/prog; then
+    ( . /run/prog/run.sh )
+    rc=$?
+  else
+    echo "vgpu-linux: cannot mount the program's image /dev/vda"
+    rc=125
+  fi
+  vgpu_run="$vgpu_prog"
+elif [ -n "$vgpu_run" ]; then
   sh -c "$vgpu_run"
   rc=$?
+fi
+if [ -n "$vgpu_run" ]; then
   read -r up _ < /proc/uptime
   echo "vgpu-linux: '$vgpu_run' exited $rc, uptime $up s"
   vgpu-exit "$rc"

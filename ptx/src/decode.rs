@@ -124,7 +124,7 @@ impl Ctx<'_> {
     }
 
     /// A symbol of the entry or the module: (space, address).
-    fn sym(&self, n: &str) -> Option<(Space, u64)> {
+    pub(crate) fn sym(&self, n: &str) -> Option<(Space, u64)> {
         self.syms.get(n).or_else(|| self.module.map.get(n)).copied()
     }
 

@@ -4,7 +4,7 @@
 use crate::decode::{Ctx, ROp};
 use crate::decode_ops::{Mods, nops, one_type};
 use crate::error::PtxError;
-use crate::ir::{BarRedOp, BoolOp, CarryOp, Cmp, Inst, Rnd, Src, Ty};
+use crate::ir::{BarRedOp, BinOp, BoolOp, CarryOp, Cmp, FFlags, Inst, Rnd, Src, Ty};
 
 type R<T> = Result<T, PtxError>;
 
@@ -115,12 +115,13 @@ pub(crate) fn dec_setp(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         _ => None,
     };
     let ftz = m.take("ftz");
-    let ty = one_type(c, m)?;
+    // `.f16` compares halves (`__hgt`...); `.f16x2` (two predicates) is not in the subset.
+    let ty = crate::decode_ops::one_storage_type(c, m)?;
     let float_only = !matches!(
         cmp,
         Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
     );
-    if ty == Ty::Pred || (float_only && !ty.is_float()) {
+    if matches!(ty, Ty::Pred | Ty::Bf16) || (float_only && !(ty.is_float() || ty == Ty::F16)) {
         return c.unsupported();
     }
     let want = if comb.is_some() { 4 } else { 3 };
@@ -167,7 +168,7 @@ pub(crate) fn dec_set(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         Cmp::Eq | Cmp::Ne | Cmp::Lt | Cmp::Le | Cmp::Gt | Cmp::Ge
     );
     if !matches!(dty, Ty::U32 | Ty::S32 | Ty::F32)
-        || matches!(ty, Ty::Pred | Ty::F16)
+        || matches!(ty, Ty::Pred | Ty::F16 | Ty::Bf16)
         || (float_only && !ty.is_float())
     {
         return c.unsupported();
@@ -203,6 +204,9 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     };
     let ftz = m.take("ftz");
     let sat = m.take("sat");
+    if m.take("f16x2") {
+        return dec_cvt_f16x2(c, m, ops, rnd);
+    }
     let tys = m.types();
     let [dty, sty] = tys.as_slice() else {
         return c.unsupported();
@@ -211,10 +215,21 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
     if dty == Ty::Pred || sty == Ty::Pred {
         return c.unsupported();
     }
+    // bfloat16: only `cvt.{rn,rz}.bf16.f32` and `cvt.f32.bf16` (what __float2bfloat16 and
+    // __bfloat162float compile to).
+    let bf16_ok = match (dty, sty) {
+        (Ty::Bf16, Ty::F32) => matches!(rnd, Rnd::Rn | Rnd::Rz) && !sat,
+        (Ty::F32, Ty::Bf16) => rnd == Rnd::None && !sat,
+        (Ty::Bf16, _) | (_, Ty::Bf16) => false,
+        _ => true,
+    };
+    if !bf16_ok {
+        return c.unsupported();
+    }
     // Rounding-mode rules of the PTX ISA.
     let int_rnd = matches!(rnd, Rnd::Rni | Rnd::Rzi | Rnd::Rmi | Rnd::Rpi);
     let flt_rnd = matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp);
-    let fl = |t: Ty| t.is_float() || t == Ty::F16;
+    let fl = |t: Ty| t.is_float() || matches!(t, Ty::F16 | Ty::Bf16);
     let ok = match (fl(dty), fl(sty)) {
         (false, true) => int_rnd,
         (true, false) => !int_rnd,
@@ -240,5 +255,23 @@ pub(crate) fn dec_cvt(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         dbits: c.dst_bits(&ops[0]),
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], sty)?,
+    })
+}
+
+/// `cvt.frnd[.relu].f16x2.f32 d, a, b` (what `__floats2half2_rn` compiles to): two f32 to
+/// one packed pair of halves, `a` in the upper half.
+fn dec_cvt_f16x2(c: &mut Ctx, m: &mut Mods, ops: &[ROp], rnd: Rnd) -> R<Inst> {
+    let relu = m.take("relu");
+    if !matches!(rnd, Rnd::Rn | Rnd::Rz | Rnd::Rm | Rnd::Rp) || m.types() != [Ty::F32] {
+        return c.unsupported();
+    }
+    nops(c, ops, 3)?;
+    Ok(Inst::Bin {
+        op: BinOp::CvtF16x2 { rnd, relu },
+        ty: Ty::B32,
+        f: FFlags::default(),
+        d: c.dst(&ops[0])?,
+        a: c.src(&ops[1], Ty::F32)?,
+        b: c.src(&ops[2], Ty::F32)?,
     })
 }

@@ -206,9 +206,11 @@ pub(crate) fn dec_vote(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         return c.unsupported();
     }
     nops(c, ops, if sync { 3 } else { 2 })?;
-    if sync {
-        c.src(&ops[2], Ty::B32)?;
-    }
+    let mask = if sync {
+        Some(c.src(&ops[2], Ty::B32)?)
+    } else {
+        None
+    };
     let d = if mode == VoteMode::Ballot {
         c.dst(&ops[0])?
     } else {
@@ -218,6 +220,7 @@ pub(crate) fn dec_vote(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         mode,
         d,
         a: c.psrc(&ops[1])?,
+        mask,
     })
 }
 
@@ -243,12 +246,13 @@ pub(crate) fn dec_redux(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         return c.unsupported();
     }
     nops(c, ops, 3)?;
-    c.src(&ops[2], Ty::B32)?;
+    let mask = c.src(&ops[2], Ty::B32)?;
     Ok(Inst::Redux {
         op,
         ty,
         d: c.dst(&ops[0])?,
         a: c.src(&ops[1], ty)?,
+        mask,
     })
 }
 
@@ -266,7 +270,7 @@ pub(crate) fn dec_match(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         return c.unsupported();
     }
     nops(c, ops, 3)?;
-    c.src(&ops[2], Ty::B32)?;
+    let mask = c.src(&ops[2], Ty::B32)?;
     let (d, p) = match &ops[0] {
         ROp::Pair(a, b, pos) if all => (c.reg(a, *pos)?, Some(c.pred(b, *pos)?)),
         o => (c.dst(o)?, None),
@@ -277,5 +281,6 @@ pub(crate) fn dec_match(c: &mut Ctx, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
         d,
         p,
         a: c.src(&ops[1], ty)?,
+        mask,
     })
 }

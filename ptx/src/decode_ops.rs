@@ -6,7 +6,7 @@
 
 use crate::decode::{Ctx, ROp};
 use crate::error::PtxError;
-use crate::ir::{BinOp, BoolOp, FFlags, Inst, PSrc, Space, TerOp, TestpOp, Ty, UnOp};
+use crate::ir::{BinOp, BoolOp, FFlags, Inst, PSrc, SimdOp, Space, TerOp, TestpOp, Ty, UnOp};
 use crate::{decode_cmp, decode_mem};
 
 type R<T> = Result<T, PtxError>;
@@ -59,7 +59,7 @@ impl<'a> Mods<'a> {
 /// The single type modifier of an arithmetic instruction (`.f16` is storage-only).
 pub(crate) fn one_type(c: &Ctx, m: &mut Mods) -> R<Ty> {
     match one_storage_type(c, m)? {
-        Ty::F16 => c.unsupported(),
+        Ty::F16 | Ty::Bf16 => c.unsupported(),
         t => Ok(t),
     }
 }
@@ -122,7 +122,35 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
     let base = parts.next().unwrap_or("");
     let mut m = Mods::new(parts.collect());
     let inst = match base {
+        "add" | "sub" | "mul" | "min" | "max" | "fma" | "neg" | "abs"
+            if crate::decode_half::is_half(&m) =>
+        {
+            crate::decode_half::dec_half(c, base, &mut m, ops)?
+        }
         "mov" => dec_mov(c, &mut m, ops)?,
+        // Only the inliner writes this opcode (for a call of `vprintf`).
+        "__vprintf" => {
+            let local = |c: &Ctx, o: &ROp| match o {
+                ROp::Name(n, _) => match c.sym(n) {
+                    Some((Space::Local, off)) => Ok(off),
+                    _ => c.operr("vprintf parameters must be call-site .param variables"),
+                },
+                _ => c.operr("vprintf parameters must be call-site .param variables"),
+            };
+            match ops {
+                [f, a] => Inst::Printf {
+                    fmt: local(c, f)?,
+                    args: local(c, a)?,
+                    ret: None,
+                },
+                [f, a, r] => Inst::Printf {
+                    fmt: local(c, f)?,
+                    args: local(c, a)?,
+                    ret: Some(local(c, r)?),
+                },
+                _ => return c.operr("vprintf takes two parameters"),
+            }
+        }
         "add" | "sub" | "addc" | "subc" | "mad" | "madc"
             if matches!(base, "addc" | "subc" | "madc") || m.list.contains(&"cc") =>
         {
@@ -292,6 +320,44 @@ pub(crate) fn decode_inst(c: &mut Ctx, opcode: &str, ops: &[ROp]) -> R<Inst> {
                 c: c.src(&ops[3], Ty::U32)?,
             }
         }
+        "sad" => {
+            let ty = one_type(c, &mut m)?;
+            if !matches!(
+                ty,
+                Ty::U16 | Ty::U32 | Ty::U64 | Ty::S16 | Ty::S32 | Ty::S64
+            ) {
+                return c.unsupported();
+            }
+            nops(c, ops, 4)?;
+            Inst::Ter {
+                op: TerOp::Sad,
+                ty,
+                f: FFlags::default(),
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], ty)?,
+                b: c.src(&ops[2], ty)?,
+                c: c.src(&ops[3], ty)?,
+            }
+        }
+        "bmsk" => {
+            let clamp = match m.take_any(&["clamp", "wrap"]) {
+                Some("clamp") => true,
+                Some(_) => false,
+                None => return c.unsupported(),
+            };
+            if !m.take("b32") {
+                return c.unsupported();
+            }
+            nops(c, ops, 3)?;
+            Inst::Bin {
+                op: BinOp::Bmsk { clamp },
+                ty: Ty::B32,
+                f: FFlags::default(),
+                d: c.dst(&ops[0])?,
+                a: c.src(&ops[1], Ty::U32)?,
+                b: c.src(&ops[2], Ty::U32)?,
+            }
+        }
         "lop3" => {
             if !m.take("b32") {
                 return c.unsupported();
@@ -439,6 +505,27 @@ fn pred_logic(c: &mut Ctx, base: &str, ops: &[ROp]) -> R<Inst> {
 }
 
 fn dec_bin(c: &mut Ctx, base: &str, m: &mut Mods, ops: &[ROp]) -> R<Inst> {
+    if let Some(packed) = m.take_any(&["u16x2", "s16x2"]) {
+        let op = match base {
+            "add" => SimdOp::Add,
+            "sub" => SimdOp::Sub,
+            "min" => SimdOp::Min,
+            "max" => SimdOp::Max,
+            _ => return c.unsupported(),
+        };
+        nops(c, ops, 3)?;
+        return Ok(Inst::Bin {
+            op: BinOp::Simd16x2 {
+                op,
+                signed: packed == "s16x2",
+            },
+            ty: Ty::B32,
+            f: FFlags::default(),
+            d: c.dst(&ops[0])?,
+            a: c.src(&ops[1], Ty::B32)?,
+            b: c.src(&ops[2], Ty::B32)?,
+        });
+    }
     let mode = m.take_any(&["lo", "hi", "wide"]);
     let sat = m.take("sat");
     let ty = one_type(c, m)?;

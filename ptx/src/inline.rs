@@ -218,6 +218,42 @@ impl Inliner<'_> {
             pos: *fpos,
             name: fname.chars().take(80).collect(),
         })?;
+        if f.body.is_none() && f.name == "vprintf" {
+            // Device printf: the call's own `.param` variables (format, argument buffer,
+            // return value) go to the `__vprintf` instruction, which the parser never accepts
+            // from the text.
+            if args.len() != 2 || rets.len() > 1 {
+                return Err(operr(
+                    &ri,
+                    "vprintf takes (format, args) and returns one value",
+                ));
+            }
+            let mut ops = param_names(&ri, args, decls)?;
+            ops.extend(param_names(&ri, rets, decls)?);
+            let pf = Stmt::Inst(RawInst {
+                pos: ri.pos,
+                guard: ri.guard.clone(),
+                opcode: "__vprintf".into(),
+                ops: ops.into_iter().map(|n| ROp::Name(n, ri.pos)).collect(),
+            });
+            self.charge_new(decls, &pf)?;
+            out.push(pf);
+            return Ok(());
+        }
+        if f.body.is_none() && f.name == "__assertfail" {
+            // A failed device `assert()`: nvcc calls the CUDA runtime's `__assertfail(message,
+            // file, line, function, char size)`, which reports and aborts the kernel. Here the
+            // kernel stops with the fault `Trap` (the arguments are not read).
+            let trap = Stmt::Inst(RawInst {
+                pos: ri.pos,
+                guard: ri.guard.clone(),
+                opcode: "trap".into(),
+                ops: Vec::new(),
+            });
+            self.charge_new(decls, &trap)?;
+            out.push(trap);
+            return Ok(());
+        }
         let Some(fbody) = &f.body else {
             return Err(unsupported(
                 &ri,

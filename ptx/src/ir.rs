@@ -19,8 +19,10 @@ pub(crate) enum Ty {
     S16,
     S32,
     S64,
-    /// IEEE half: storage, moves and conversions only.
+    /// IEEE half: storage, moves, conversions and half arithmetic.
     F16,
+    /// bfloat16: storage, moves and conversions to and from f32 only.
+    Bf16,
     F32,
     F64,
     Pred,
@@ -42,6 +44,7 @@ impl Ty {
             "s32" => Ty::S32,
             "s64" => Ty::S64,
             "f16" => Ty::F16,
+            "bf16" => Ty::Bf16,
             "f32" => Ty::F32,
             "f64" => Ty::F64,
             "pred" => Ty::Pred,
@@ -54,7 +57,7 @@ impl Ty {
     pub(crate) fn bytes(self) -> u32 {
         match self {
             Ty::B8 | Ty::U8 | Ty::S8 | Ty::Pred => 1,
-            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 => 2,
+            Ty::B16 | Ty::U16 | Ty::S16 | Ty::F16 | Ty::Bf16 => 2,
             Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => 4,
             Ty::B64 | Ty::U64 | Ty::S64 | Ty::F64 => 8,
         }
@@ -76,7 +79,7 @@ impl Ty {
     }
 
     pub(crate) fn is_int(self) -> bool {
-        !self.is_float() && !matches!(self, Ty::Pred | Ty::F16)
+        !self.is_float() && !matches!(self, Ty::Pred | Ty::F16 | Ty::Bf16)
     }
 
     /// Integer type of twice the width with the same signedness (for `.wide`).
@@ -232,6 +235,47 @@ pub(crate) enum BinOp {
     Shl,
     Shr,
     Copysign,
+    /// `{add,sub,min,max}.{u16x2,s16x2}` (sm_90 SIMD, what `__vadd2` and friends compile
+    /// to): the operation on each 16-bit half.
+    Simd16x2 {
+        op: SimdOp,
+        signed: bool,
+    },
+    /// `{add,sub,mul,min,max}[.rn][.sat].{f16,f16x2}`: half-precision arithmetic (each half of
+    /// an `f16x2` on its own), computed in f64 and rounded to nearest even once.
+    Half {
+        op: HalfOp,
+        x2: bool,
+        sat: bool,
+    },
+    /// `bmsk.{clamp,wrap}.b32 d, a, b`: a mask of b bits starting at bit a.
+    Bmsk {
+        clamp: bool,
+    },
+    /// `cvt.{rn,rz,rm,rp}[.relu].f16x2.f32 d, a, b`: a to the upper half, b to the lower.
+    CvtF16x2 {
+        rnd: Rnd,
+        relu: bool,
+    },
+}
+
+/// The operation of a half-precision instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HalfOp {
+    Add,
+    Sub,
+    Mul,
+    Min,
+    Max,
+}
+
+/// The operation of a packed 16x2 integer instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SimdOp {
+    Add,
+    Sub,
+    Min,
+    Max,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +292,13 @@ pub(crate) enum TerOp {
     },
     ShfR {
         clamp: bool,
+    },
+    /// `sad`: c + |a - b|.
+    Sad,
+    /// `fma.rn[.sat].{f16,f16x2}`.
+    HalfFma {
+        x2: bool,
+        sat: bool,
     },
     /// `lop3.b32` with its 8-bit truth table.
     Lop3 {
@@ -534,10 +585,13 @@ pub(crate) enum Inst {
         b: Src,
         c: Src,
     },
+    /// `vote[.sync]`: over the active lanes, and with `.sync` only those in each lane's
+    /// membermask (cooperative groups' tiles vote with a mask per tile).
     Vote {
         mode: VoteMode,
         d: u32,
         a: PSrc,
+        mask: Option<Src>,
     },
     /// `match.{any,all}.sync.{b32,b64} d[|p], a, membermask`.
     Match {
@@ -546,16 +600,26 @@ pub(crate) enum Inst {
         d: u32,
         p: Option<u32>,
         a: Src,
+        mask: Src,
     },
-    /// `redux.sync`: reduce `a` over the active lanes with `op` (Add/Min/Max/And/Or/Xor).
+    /// `redux.sync`: reduce `a` over the active lanes in the membermask with `op`
+    /// (Add/Min/Max/And/Or/Xor).
     Redux {
         op: AtomOp,
         ty: Ty,
         d: u32,
         a: Src,
+        mask: Src,
     },
     Activemask {
         d: u32,
+    },
+    /// Device `printf` (a call of the runtime's `vprintf(format, args)`): `fmt` and `args` are
+    /// the local-memory offsets of the call's two parameters, `ret` that of its return value.
+    Printf {
+        fmt: u64,
+        args: u64,
+        ret: Option<u64>,
     },
 }
 

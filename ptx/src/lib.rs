@@ -68,6 +68,7 @@ pub mod ckpt;
 mod context;
 mod decode;
 mod decode_cmp;
+mod decode_half;
 mod decode_mem;
 mod decode_ops;
 mod error;
@@ -85,6 +86,7 @@ mod writeset;
 
 pub use error::{ContextError, LaunchError, Pos, PtxError};
 pub use exec::launch::{KernelFault, Launch, LaunchConfig, Limits, RunControl, RunOutcome, Stats};
+pub use exec::printf::PRINTF_BUFFER;
 pub use load::LoadOptions;
 pub use memory::{
     Access, FaultReason, FlatMemory, GlobalMemory, HostSpan, LOCAL_WINDOW, MODULE_WINDOW, MemFault,

@@ -121,6 +121,23 @@ impl Module {
             .map(|v| (crate::memory::MODULE_WINDOW + v.offset, v.size))
     }
 
+    /// Module-scope variables in layout order (`.const` ones first): name, offset in the
+    /// module's variable storage (aligned as declared) and size. With
+    /// [`Module::variables_image`], what a loader needs to place the variables in memory of its
+    /// own (the CUDA driver library puts them in device memory: `cuModuleGetGlobal`).
+    pub fn variable_layout(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        self.vars
+            .vars
+            .iter()
+            .map(|v| (v.name.as_str(), v.offset, v.size))
+    }
+
+    /// The initial contents of the whole variable storage, indexed by
+    /// [`Module::variable_layout`]'s offsets (from the PTX initializers, zero elsewhere).
+    pub fn variables_image(&self) -> &[u8] {
+        self.vars.initial()
+    }
+
     /// Current contents of a module variable (host side, like `cuMemcpyDtoH` of a symbol).
     pub fn read_variable(&self, name: &str) -> Option<Vec<u8>> {
         self.vars

@@ -276,6 +276,11 @@ impl ModMem {
             + self.vars.iter().map(|v| str_bytes(&v.name)).sum::<u64>()
     }
 
+    /// The initial contents of the whole storage (from the PTX initializers).
+    pub(crate) fn initial(&self) -> &[u8] {
+        &self.initial
+    }
+
     /// A new storage with the same layout and the initial contents.
     pub(crate) fn fresh(&self) -> ModMem {
         let words: Box<[AtomicU64]> = (0..self.size.div_ceil(8))

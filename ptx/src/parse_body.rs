@@ -166,9 +166,18 @@ pub(crate) fn reg_bytes(name: &str) -> u64 {
     map_entry::<String, Ty>() + str_bytes(name)
 }
 
-fn parse_reg_decl(p: &mut Parser, decls: &mut EntryDecls, scopes: &mut Scopes) -> R<()> {
+/// `.reg .type names;` (`joined`: the `.type` already read as part of a `.reg.type` token).
+fn parse_reg_decl(
+    p: &mut Parser,
+    decls: &mut EntryDecls,
+    scopes: &mut Scopes,
+    joined: Option<String>,
+) -> R<()> {
     let pos = p.pos();
-    let t = p.ident()?;
+    let t = match joined {
+        Some(t) => t,
+        None => p.ident()?,
+    };
     let ty = match t.strip_prefix('.').and_then(Ty::from_name) {
         Some(ty) => ty,
         None => return Err(PtxError::UnsupportedDirective { pos, name: t }),
@@ -251,7 +260,13 @@ fn parse_stmts(
                 push_stmt(p, decls, out, s)?;
             }
             Tok::Ident(s) => match s.as_str() {
-                ".reg" => parse_reg_decl(p, decls, scopes)?,
+                ".reg" => parse_reg_decl(p, decls, scopes, None)?,
+                // `.reg.b32 f;` without a blank, as the inline PTX of cuda_fp16.hpp and
+                // cuda_bf16.hpp writes it.
+                joined if joined.starts_with(".reg.") => {
+                    let ty = joined[".reg".len()..].to_string();
+                    parse_reg_decl(p, decls, scopes, Some(ty))?
+                }
                 ".shared" => {
                     let v = parse_var(p, false, pos)?;
                     charge(p, decls, var_bytes(&v))?;
@@ -374,6 +389,8 @@ const KNOWN: &[&str] = &[
     "bfind",
     "shf",
     "lop3",
+    "sad",
+    "bmsk",
     "call",
     "redux",
     "slct",

@@ -14,12 +14,17 @@
 //!   save/restore) to and from memory and files.
 //! - `migrate`: snapshot, restore, stop-and-copy and live migration of a GPU VM running
 //!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot.
+//! - `apps`: the CUDA application suite (unmodified nvcc-built programs, apps/) natively and in
+//!   VMs (pt, full, para, vgpud): per program the library's phases, GPU-side and whole-run time.
 
+mod apps_exec;
+mod apps_output;
 mod backend;
 mod chart;
 mod chart_axis;
 mod chart_cdf;
 mod error;
+mod exp_apps;
 mod exp_fairness;
 mod exp_migrate;
 mod exp_overhead;
@@ -85,6 +90,8 @@ enum Cmd {
     Snapshot(exp_snapshot::Args),
     /// Snapshot, restore and (live) migration of a GPU VM running kernels.
     Migrate(exp_migrate::Args),
+    /// The CUDA application suite (unmodified nvcc-built programs) natively and in VMs.
+    Apps(exp_apps::Args),
     /// One plain CUDA process of a native anchor (started by the experiments).
     #[command(hide = true)]
     NativeLoad(native_load::Args),
@@ -104,6 +111,7 @@ fn main() -> ExitCode {
         Cmd::Priority(a) => &a.out,
         Cmd::Snapshot(a) => &a.out,
         Cmd::Migrate(a) => &a.out,
+        Cmd::Apps(a) => &a.out,
     };
     if let Err(e) = report::prepare_out(out) {
         eprintln!("vgpu-bench: --out {}: {e}", out.display());
@@ -117,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Priority(a) => exp_priority::run(a),
         Cmd::Snapshot(a) => exp_snapshot::run(a),
         Cmd::Migrate(a) => exp_migrate::run(a),
+        Cmd::Apps(a) => exp_apps::run(a),
         Cmd::NativeLoad(_) => unreachable!("handled above"),
     };
     match result {

@@ -65,6 +65,8 @@ pub enum BuildError {
     Gpu(#[from] vgpu::VgpuError),
     #[error("Linux boot: {0}")]
     Linux(#[from] crate::linux::LinuxError),
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
 }
 
 /// Errors putting a snapshot's state back.
@@ -124,7 +126,7 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
     let boot = load_image(cfg, &mem, &vcpus, tsc_khz, &name, &bytes)?;
     let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
-    let mut devices = Devices::create(&vm, cfg, boot, &latch)?;
+    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
     let gpu = attach_gpu(
         &kvm,
         &vm,
@@ -164,7 +166,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, Resto
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
     let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
     let boot = r.manifest.boot;
-    let mut devices = Devices::create(&vm, cfg, boot, &latch)?;
+    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
     let gpu = attach_gpu(
         &kvm,
         &vm,
@@ -326,7 +328,7 @@ fn load_image(
                 c => c,
             },
             tsc_khz,
-        );
+        ) + &crate::disk::cmdline(cfg.disks.len());
         let ram = layout::ram_regions(cfg.memory_mib << 20);
         let initrd = cfg.initramfs.as_ref();
         let linux = crate::linux::load(mem, &ram, name, bytes, initrd, &cmdline)?;
@@ -353,16 +355,19 @@ pub struct Devices {
     pub serial: Arc<Mutex<serial::SerialDevice>>,
     /// The PCI root complex (devices are added while building, then it goes on the PIO bus).
     root: Option<PciRoot>,
+    /// The disks (`--disk`, `--run`'s image) on the MMIO bus.
+    pub disks: crate::disk::Disks,
     /// Every device with state in the state file, in the order a restore puts it back.
     pub saved: Vec<Arc<dyn DeviceSnapshot>>,
 }
 
 impl Devices {
-    /// The legacy devices, the CMOS and POST ports on Linux boots, the PCI root and its
-    /// devices but the GPU ([`attach_gpu`]).
+    /// The legacy devices, the CMOS and POST ports on Linux boots, the disks (virtio-mmio),
+    /// the PCI root and its devices but the GPU ([`attach_gpu`]).
     pub fn create(
         vm: &VmFd,
         cfg: &VmConfig,
+        mem: &GuestMemoryMmap,
         boot: BootKind,
         latch: &Arc<ExitLatch>,
     ) -> Result<Devices, BuildError> {
@@ -392,6 +397,10 @@ impl Devices {
             let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
             pio.insert("post", layout::POST_PORT, 1, post)?;
         }
+        let disks = crate::disk::Disks::attach(&cfg.disks, vm, &mmio, mem)?;
+        for d in disks.devices() {
+            saved.push(d.clone());
+        }
 
         let windows = PciWindows {
             mmio32: layout::PCI_MMIO32,
@@ -409,6 +418,7 @@ impl Devices {
             mmio,
             serial,
             root: Some(root),
+            disks,
             saved,
         })
     }

@@ -57,6 +57,8 @@ pub enum ControlError {
     DirtyLog { slot: usize, err: kvm_ioctls::Error },
     #[error("pre-copy: {0}")]
     Ram(#[from] crate::snapshot::ram::RamError),
+    #[error("{0}")]
+    Disk(#[from] crate::disk::DiskError),
 }
 
 /// Most pre-copy rounds after the first full pass.
@@ -77,6 +79,8 @@ pub struct Controller {
     pub serial: Arc<Mutex<SerialDevice>>,
     /// Every device with state in the state file, saved in a loop ([`DeviceSnapshot`]).
     pub devices: Vec<Arc<dyn DeviceSnapshot>>,
+    /// The disks (snapshots need them all read-only; their device state is in `devices`).
+    pub disks: crate::disk::Disks,
     pub counters: Vec<Arc<ExitCounters>>,
     /// The manifest's fixed part (file fields filled in by a save).
     pub manifest: Manifest,
@@ -220,6 +224,7 @@ impl Controller {
         drain: bool,
     ) -> Result<SnapshotDone, ControlError> {
         let _op = lock(&self.op);
+        self.disks.check_snapshot()?;
         let start = Instant::now();
         let mut out = OutputDir::prepare(dir)?;
         let was_paused = self.gate.is_paused();
@@ -266,6 +271,7 @@ impl Controller {
     /// on here (or stays paused if it was).
     pub fn migrate(&self, to: &Endpoint, live: bool) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
+        self.disks.check_snapshot()?;
         let start = Instant::now();
         let conn = to.connect().map_err(ControlError::Connect)?;
         let was_paused = self.gate.is_paused();
@@ -391,6 +397,8 @@ impl Controller {
     }
 
     pub(crate) fn capture(&self) -> Result<MachineState, ControlError> {
+        // Disk contents are not saved: a writable disk would not match the saved RAM.
+        self.disks.check_snapshot()?;
         let vcpus =
             self.gate
                 .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;

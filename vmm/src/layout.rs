@@ -18,7 +18,8 @@
 //! 0x0002_0000 ─ 0x0002_0fff  command line (at most CMDLINE_MAX bytes)
 //! 0x0010_0000                ELF images load here or above (HIMEM_START)
 //!      ...                   RAM up to min(--memory, 3 GiB)
-//! 0xc000_0000 ─ 0xfebf_ffff  PCI 32-bit MMIO window (BARs, assigned at start-up)
+//! 0xc000_0000 ─ 0xfeaf_ffff  PCI 32-bit MMIO window (BARs, assigned at start-up)
+//! 0xfeb0_0000 ─ 0xfeb0_3fff  virtio-mmio disks (--disk, --run), 4 KiB each, IRQs 5, 6, 9, 10
 //! 0xfec0_0000                IOAPIC (in-kernel)
 //! 0xfee0_0000                local APIC (in-kernel)
 //! 0xfffb_c000                KVM identity-map page (1 page), 0xfffb_d000 KVM TSS (3 pages)
@@ -76,7 +77,7 @@ pub const MMIO_HOLE_START: u64 = 0xc000_0000;
 pub const HIGH_RAM_START: u64 = 0x1_0000_0000;
 
 /// PCI windows.
-pub const PCI_MMIO32: Range<u64> = 0xc000_0000..0xfec0_0000;
+pub const PCI_MMIO32: Range<u64> = 0xc000_0000..VIRTIO_MMIO_BASE;
 pub const PCI_MMIO64: Range<u64> = 0x100_0000_0000..0x200_0000_0000;
 pub const PCI_PIO: Range<u64> = 0x1000..0x1_0000;
 
@@ -94,9 +95,26 @@ pub const POST_PORT: u64 = 0x80;
 pub const SERIAL_IRQ: u32 = 4;
 /// The virtual GPU's INTA line (the PCI interrupt line it reports).
 pub const GPU_INTX_IRQ: u32 = 11;
+/// virtio-mmio devices (the disks): one [`VIRTIO_MMIO_SIZE`] region each from here, above
+/// the PCI window (the guest cannot move a BAR over them) and below the IOAPIC. Linux finds
+/// them on its command line (`virtio_mmio.device=`; `disk::cmdline`).
+pub const VIRTIO_MMIO_BASE: u64 = 0xfeb0_0000;
+pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
+/// Their interrupts, one ISA line each (edge, through an irqfd; KVM's PIC delivers them: the
+/// Linux guest has no ACPI or MP table, so no IOAPIC routing). 4 is the UART's, 11 the GPU's.
+pub const VIRTIO_IRQS: [u32; 4] = [5, 6, 9, 10];
 pub const DEBUG_EXIT_PORT: u64 = guest_abi::ports::DEBUG_EXIT as u64;
 
+/// Where virtio-mmio device `index` (< `VIRTIO_IRQS.len()`) sits.
+pub const fn virtio_mmio_base(index: usize) -> u64 {
+    VIRTIO_MMIO_BASE + index as u64 * VIRTIO_MMIO_SIZE
+}
+
 // The layout's invariants, checked at compile time.
+const _: () = assert!(
+    virtio_mmio_base(VIRTIO_IRQS.len()) <= 0xfec0_0000,
+    "the disks end below the IOAPIC"
+);
 const _: () =
     assert!(BOOT_STACK_POINTER < PML4_ADDR && BOOT_STACK_POINTER > ZERO_PAGE_ADDR + 0x1000);
 const _: () = assert!(PCI_MMIO32.end <= 0xfec0_0000 && PCI_MMIO32.start >= MMIO_HOLE_START);

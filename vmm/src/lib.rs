@@ -14,6 +14,7 @@ pub mod arch;
 pub mod builder;
 pub mod control;
 pub mod devices;
+pub mod disk;
 pub mod exit;
 pub mod layout;
 pub mod lifecycle;

@@ -242,6 +242,7 @@ impl Controller {
         drain: bool,
     ) -> Result<SnapshotDone, ControlError> {
         let _op = crate::control::lock(&self.op);
+        self.disks.check_snapshot()?;
         if self.gate.is_paused() {
             drop(_op);
             return self.snapshot(dir, resume, drain);

@@ -25,7 +25,7 @@ struct Args {
     /// virtual GPU's configuration too: `--gpu` may choose only its backend (backend=sim|cuda)
     /// and the vgpud it attaches to (host=SOCKET[,weight=,priority=,name=]).
     #[arg(long, value_name = "DIR",
-          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
+          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     restore: Option<PathBuf>,
     /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
     /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
@@ -37,7 +37,7 @@ struct Args {
     /// GPU to another vgpud). URL: unix:PATH or a path (a unix socket, checked like
     /// --api-socket), or tcp:HOST:PORT on loopback only (the stream is neither encrypted nor
     /// authenticated; reach another host through an SSH tunnel).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     incoming: Option<String>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
@@ -62,6 +62,22 @@ struct Args {
     /// Attach the PCI test device (registers for bus tests and trap benchmarks).
     #[arg(long)]
     testdev: bool,
+    /// Attach a disk to a Linux guest: a virtio-blk device over the file or block device PATH
+    /// (checked before the VM starts), read-only with `,ro` (opened O_RDONLY; guest writes fail
+    /// with an I/O error). Repeatable, at most 4: /dev/vda, vdb, ... in that order (after
+    /// --run's image). Snapshots and migration need every disk read-only.
+    #[arg(long, value_name = "PATH[,ro]", value_parser = parse_disk)]
+    disk: Vec<vmm::disk::DiskSpec>,
+    /// Run the program PROG in the Linux guest (--guest linux) and exit with its exit status:
+    /// PROG, the shared libraries ldd finds for it and the guest CUDA libraries next to
+    /// vgpu-vmm are packed into a cached read-only ext2 image (mke2fs) attached as /dev/vda;
+    /// the program runs in a writable directory with ARGS (after `--`), its output on the
+    /// console.
+    #[arg(long, value_name = "PROG")]
+    run: Option<PathBuf>,
+    /// Arguments of the --run program.
+    #[arg(last = true, value_name = "ARGS", requires = "run")]
+    run_args: Vec<String>,
     /// Attach a virtual GPU: --gpu or --gpu key=value,... (mode=full|para|pt, pt: the
     /// pass-through baseline, a trusted guest without isolation, not with host=; backend=sim|cuda,
     /// opt=none|lazy|remap|all, vram=256M, channels=8, timeout_ms=2000, workers=1, pages=4k+2m|2m,
@@ -169,6 +185,10 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     }
 }
 
+fn parse_disk(s: &str) -> Result<vmm::disk::DiskSpec, String> {
+    vmm::disk::DiskSpec::parse(s).map_err(|e| e.to_string())
+}
+
 fn parse_gpu(s: &str) -> Result<vgpu::GpuConfig, String> {
     vgpu::GpuConfig::parse(s).map_err(|e| e.to_string())
 }
@@ -271,8 +291,8 @@ fn main() -> ExitCode {
 struct Fail(u8, String);
 
 /// Everything checked before a VM is built, in this order: the snapshot (`--restore`, or the
-/// `--incoming` stream), the API socket, the image, the GPU's VRAM for bare-metal guests, the
-/// stats target, the restored GPU's configuration.
+/// `--incoming` stream), the API socket, `--run`'s image, the kernel image, the GPU's VRAM for
+/// bare-metal guests, the disks, the stats target, the restored GPU's configuration.
 fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fail> {
     let (loaded, ack, since) = snapshot(&args)?;
     let api = match args.api_socket.as_deref() {
@@ -282,10 +302,11 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         ),
         None => None,
     };
+    let (cmdline, disk_specs) = run_program(&args)?;
     // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
     let linux_guest = match args.guest.as_deref() {
         Some(vmm::linux::guest::NAME) => Some(
-            vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &args.cmdline)
+            vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &cmdline)
                 .map_err(|e| Fail(1, e.to_string()))?,
         ),
         _ => None,
@@ -299,6 +320,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
     };
     let linux = args.linux || args.initramfs.is_some() || linux_guest.is_some();
     check_vram(args.gpu.as_ref(), linux)?;
+    let disks = open_disks(loaded.as_ref(), &disk_specs, linux)?;
     let stats = (args.stats.as_deref().map(StatsTarget::open).transpose())
         .map_err(|e| Fail(2, format!("--stats: {e}")))?;
     let (memory_mib, cpus, testdev) = match &loaded {
@@ -311,7 +333,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
     };
     let cfg = VmConfig {
         image,
-        cmdline: (linux_guest.as_ref()).map_or(args.cmdline, |g| g.cmdline.clone()),
+        cmdline: (linux_guest.as_ref()).map_or(cmdline, |g| g.cmdline.clone()),
         memory_mib,
         cpus,
         testdev,
@@ -320,6 +342,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
         gpu,
         console_prefix: args.console_prefix,
+        disks,
     };
     let start = vm::Start {
         since: loaded.is_some().then_some(since),
@@ -362,6 +385,49 @@ fn snapshot(args: &Args) -> Result<Incoming, Fail> {
             Err(Fail(1, format!("--incoming {url}: {e}")))
         }
     }
+}
+
+/// `--run PROG`: its image becomes the first disk and its parameters go on the command line
+/// (`quiet`: the console shows the program's output and the kernel's warnings); otherwise
+/// `--cmdline` and `--disk` as given.
+fn run_program(args: &Args) -> Result<(String, Vec<vmm::disk::DiskSpec>), Fail> {
+    let mut disks = args.disk.clone();
+    let Some(prog) = &args.run else {
+        return Ok((args.cmdline.clone(), disks));
+    };
+    if args.guest.as_deref() != Some(vmm::linux::guest::NAME) {
+        let msg = format!("--run needs --guest {}", vmm::linux::guest::NAME);
+        return Err(Fail(2, msg));
+    }
+    let (image, param) =
+        vmm::linux::run::prepare(prog, &args.run_args).map_err(|e| Fail(1, e.to_string()))?;
+    let disk = vmm::disk::DiskSpec {
+        path: image,
+        read_only: true,
+        bytes: 0,
+    };
+    disks.insert(0, disk);
+    Ok((format!("quiet {param} {}", args.cmdline), disks))
+}
+
+/// The disks, opened and checked now: a restore's from its manifest (with their sizes), else
+/// `specs` (Linux guests only, each file once).
+fn open_disks(
+    loaded: Option<&vmm::snapshot::load::Loaded>,
+    specs: &[vmm::disk::DiskSpec],
+    linux: bool,
+) -> Result<Vec<vmm::disk::Disk>, Fail> {
+    if !specs.is_empty() && !linux {
+        return Err(Fail(2, "--disk needs a Linux guest".into()));
+    }
+    let disks = match loaded {
+        Some(l) => vmm::disk::Disk::reopen(&l.manifest.disks).map_err(|e| Fail(1, e.to_string())),
+        None => vmm::disk::open_all(specs).map_err(|e| Fail(2, e.to_string())),
+    }?;
+    if let Some(p) = vmm::disk::duplicate(&disks) {
+        return Err(Fail(2, format!("--disk {}: attached twice", p.display())));
+    }
+    Ok(disks)
 }
 
 /// Bare-metal guests reach BARs through the VMM's identity map of the 64-bit PCI window:

@@ -7,7 +7,9 @@
 //! device section when a snapshot is loaded, before any VM is built.
 //!
 //! Implementations: the UART (`devices::serial`), the CMOS (`linux::cmos`), the PCI test device
-//! (`devices::testdev`) and the PCI root (here: `mmio` knows nothing of snapshots files). The
+//! (`devices::testdev`), the virtio-blk disks (`disk::state`, one section each: devices of one
+//! id are paired with that id's sections in order) and the PCI root (here: `mmio` knows
+//! nothing of snapshots files). The
 //! virtual GPU's state is an image streamed to its own file (`gpu.bin`, VRAM included); it has
 //! the same shape through `vgpu::Vgpu::{save, restore}` and is restored last (vm.rs).
 
@@ -25,6 +27,8 @@ pub enum PersistError {
     Serial(String),
     #[error(transparent)]
     Pci(#[from] mmio::pci::PciRestoreError),
+    #[error(transparent)]
+    Disk(#[from] crate::disk::state::StateError),
     #[error("section {0}: {1}")]
     Decode(String, DecodeError),
     #[error("the snapshot has {0} state, which this VM has no device for")]
@@ -126,25 +130,31 @@ pub fn check_section(s: &DeviceSection) -> Result<(), DecodeError> {
         tag::CMOS => check::<crate::linux::cmos::Cmos>(s),
         tag::PCI => check::<PciRoot>(s),
         tag::TESTDEV => check::<crate::devices::testdev::TestDev>(s),
+        tag::DISK => check::<crate::disk::device::BlockDevice>(s),
         id => Err(DecodeError::UnknownTag(snapfmt::id_name(id))),
     }
 }
 
 /// Restores every device of `devices` from its section of `sections`: each device must find
-/// its section, and each section its device.
+/// its section, and each section its device (the n-th device of an id takes the n-th section
+/// of that id: several disks).
 pub fn restore_all(
     devices: &[&dyn DeviceSnapshot],
     sections: &[DeviceSection],
 ) -> Result<(), PersistError> {
-    for s in sections {
-        if !devices.iter().any(|d| d.id() == s.id) {
+    let count = |id: Id| devices.iter().filter(|d| d.id() == id).count();
+    for (i, s) in sections.iter().enumerate() {
+        let before = sections[..i].iter().filter(|o| o.id == s.id).count();
+        if before >= count(s.id) {
             return Err(PersistError::NoDevice(snapfmt::id_name(s.id)));
         }
     }
-    for d in devices {
+    for (i, d) in devices.iter().enumerate() {
+        let before = devices[..i].iter().filter(|o| o.id() == d.id()).count();
         let s = sections
             .iter()
-            .find(|s| s.id == d.id())
+            .filter(|s| s.id == d.id())
+            .nth(before)
             .ok_or_else(|| PersistError::NoState(snapfmt::id_name(d.id())))?;
         d.restore_section(s)?;
     }
@@ -246,5 +256,29 @@ mod tests {
         long[0].payload.push(0);
         assert!(check_section(&long[0]).is_err());
         assert!(check_section(&saved[1]).is_ok());
+    }
+
+    #[test]
+    fn devices_of_one_id_take_its_sections_in_order() {
+        // Two devices of one id (as the disks are): the n-th takes the n-th section.
+        let (a, b) = (
+            Mutex::new(TestDev::new().unwrap()),
+            Mutex::new(TestDev::new().unwrap()),
+        );
+        let section = |scratch| DeviceSection {
+            id: tag::TESTDEV,
+            version: 1,
+            payload: encode::<TestDev>(&(scratch, 0)),
+        };
+        let saved = [section(1), section(2)];
+        restore_all(&[&a, &b], &saved).unwrap();
+        assert_eq!(a.save_section(), saved[0]);
+        assert_eq!(b.save_section(), saved[1]);
+        // One section more than devices, or one fewer: refused.
+        let three = [section(1), section(2), section(3)];
+        let e = restore_all(&[&a, &b], &three).unwrap_err();
+        assert!(e.to_string().contains("no device for"), "{e}");
+        let e = restore_all(&[&a, &b], &saved[..1]).unwrap_err();
+        assert!(e.to_string().contains("has no TDEV state"), "{e}");
     }
 }

@@ -43,6 +43,8 @@ pub struct VmConfig {
     pub gpu: Option<vgpu::GpuConfig>,
     /// Prefix of every line of console output (`--console-prefix`).
     pub console_prefix: Option<String>,
+    /// Disks (`--disk`, `--run`'s image), opened and checked; Linux guests only.
+    pub disks: Vec<crate::disk::Disk>,
 }
 
 /// Errors setting up or running a VM, by phase.
@@ -207,6 +209,7 @@ impl PausedVm {
             gpu_bytes: 0,
             gpu_crc32: 0,
             gpu_live: false,
+            disks: self.devices.disks.specs(),
         };
         Ok(Arc::new(Controller {
             op: Mutex::default(),
@@ -218,6 +221,7 @@ impl PausedVm {
             backing: self.backing,
             serial: self.devices.serial.clone(),
             devices: self.devices.saved.clone(),
+            disks: self.devices.disks.clone(),
             counters: s.counters.clone(),
             manifest,
             msrs,
@@ -263,6 +267,7 @@ impl PausedVm {
             std::mem::take(&mut *s.threads.lock().unwrap_or_else(PoisonError::into_inner));
         s.gate.resume();
         vcpu::stop_all(threads, Duration::from_secs(2));
+        self.devices.disks.log_counters();
         drop(api);
         let run_ms = started.elapsed().as_secs_f64() * 1e3;
         let reason = self.latch.reason().unwrap_or(ExitReason::VcpuError {

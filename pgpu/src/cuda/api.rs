@@ -4,7 +4,7 @@
 use std::ptr::NonNull;
 use std::sync::PoisonError;
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{ck, sync_legacy};
 use super::engine::{CudaEngine, RegionSlot, StateTargets, lock};

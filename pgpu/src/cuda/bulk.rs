@@ -19,7 +19,7 @@
 use std::ffi::c_void;
 use std::ops::ControlFlow;
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{Ctx, DrvError, ck};
 use super::engine::{CudaEngine, lock};

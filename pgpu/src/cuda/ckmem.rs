@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{Ctx, DrvError, ck};
 use super::stream::Stream;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
 use super::context::{CkLive, JobState, LaunchState, Live};

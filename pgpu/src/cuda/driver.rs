@@ -4,7 +4,7 @@
 
 use std::ffi::{CStr, c_int};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use crate::engine::EngineError;
 
@@ -142,20 +142,17 @@ impl Ctx {
     pub fn open(ordinal: i32) -> Result<Ctx, EngineError> {
         // SAFETY: only tries to dlopen the library names; no symbol is called.
         if !unsafe { sys::is_culib_present() } {
-            return Err(EngineError::Backend(
-                "CUDA driver not found: libcuda.so could not be loaded".into(),
-            ));
+            let why = sys::library().err().unwrap_or_default();
+            return Err(EngineError::Backend(format!(
+                "CUDA driver not found: libcuda.so could not be loaded ({why})"
+            )));
         }
         // cudarc panics on a missing symbol at its first call: check them all up front, so an
         // old driver is a clear error too.
         let missing: Vec<&str> = SYMBOLS
             .iter()
             .copied()
-            .filter(|name| {
-                // SAFETY: the library is present (checked above); a look-up calls nothing.
-                let sym = unsafe { sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()) };
-                sym.is_err()
-            })
+            .filter(|name| !sys::has_symbol(name))
             .collect();
         if !missing.is_empty() {
             return Err(EngineError::Backend(format!(

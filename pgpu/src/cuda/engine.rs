@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::ckmem::{Pool, Signal};
 use super::config::CudaConfig;

@@ -13,7 +13,7 @@
 
 use std::ptr::NonNull;
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{DrvError, ck, sync_legacy};
 use super::vmm::{self, CHUNK, Handle, Loc};

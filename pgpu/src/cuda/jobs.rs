@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::context::{CopyState, JobState, LaunchState, Live};
 use super::driver::{DrvError, ck};

@@ -25,6 +25,7 @@ mod modules;
 pub mod rewrite;
 mod spaces;
 mod stream;
+pub mod sys;
 mod vmm;
 mod vram;
 

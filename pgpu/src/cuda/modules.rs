@@ -9,7 +9,7 @@ use std::ffi::{CString, c_void};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{Ctx, ck};
 use super::rewrite::{SLICE_PARAMS, rewrite};

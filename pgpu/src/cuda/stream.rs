@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{DrvError, ck};
 

@@ -1,7 +1,7 @@
 //! CUDA virtual memory management primitives: 2 MiB physical chunks (`cuMemCreate` on the device
 //! or on the host), VA reservations, map/unmap and access rights.
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{DrvError, ck};
 

@@ -3,7 +3,7 @@
 //! hypervisor's own accesses (`vram_read/write/fill`) are plain `cuMemcpy`/`cuMemset` at
 //! `private_base + pa`. Address spaces map the same chunks at guest VAs.
 
-use cudarc::driver::sys;
+use super::sys;
 
 use super::driver::{DrvError, ck, sync_legacy};
 use super::vmm::{self, CHUNK, Handle, Loc};

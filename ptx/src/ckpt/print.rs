@@ -54,6 +54,7 @@ fn ty_name(t: Ty) -> &'static str {
         Ty::S32 => "s32",
         Ty::S64 => "s64",
         Ty::F16 => "f16",
+        Ty::Bf16 => "bf16",
         Ty::F32 => "f32",
         Ty::F64 => "f64",
         Ty::Pred => "pred",

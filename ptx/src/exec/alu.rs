@@ -3,7 +3,7 @@
 //! Values are raw bits (low `ty.bits()` of a u64); each op is applied over 32 lanes in a tight
 //! loop after one dispatch on (op, type).
 
-use crate::ir::{BinOp, Cmp, FFlags, TerOp, Ty, UnOp};
+use crate::ir::{BinOp, Cmp, FFlags, SimdOp, TerOp, Ty, UnOp};
 
 pub(crate) type Lanes = [u64; 32];
 
@@ -144,6 +144,28 @@ fn shr(ty: Ty, x: u64, y: u64) -> u64 {
 
 /// Binary op over lanes.
 pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut Lanes) {
+    if let BinOp::CvtF16x2 { rnd, relu } = op {
+        let half = |x: u64| {
+            let v = f32::from_bits(x as u32);
+            // `.relu` clamps negative results to +0 (NaN stays NaN).
+            let v = if relu && v < 0.0 { 0.0 } else { v };
+            u64::from(crate::exec::cvt::f64_to_f16(f64::from(v), rnd))
+        };
+        map2(a, b, r, |x, y| (half(x) << 16) | half(y));
+        return;
+    }
+    if let BinOp::Half { op, x2, sat } = op {
+        map2(a, b, r, |x, y| crate::exec::half::bin(op, x2, sat, x, y));
+        return;
+    }
+    if let BinOp::Simd16x2 { op, signed } = op {
+        map2(a, b, r, |x, y| simd16x2(op, signed, x as u32, y as u32));
+        return;
+    }
+    if let BinOp::Bmsk { clamp } = op {
+        map2(a, b, r, |x, y| bmsk(clamp, x as u32, y as u32));
+        return;
+    }
     let m = ty.mask();
     match ty {
         Ty::F32 if f.dir != 0 => {
@@ -265,7 +287,11 @@ pub(crate) fn bin(op: BinOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, r: &mut La
                 }
             }),
             BinOp::Shr => map2(a, b, r, |x, y| shr(ty, x, y & 0xffff_ffff)),
-            BinOp::Copysign => map2(a, b, r, |_, _| 0),
+            BinOp::Copysign
+            | BinOp::CvtF16x2 { .. }
+            | BinOp::Bmsk { .. }
+            | BinOp::Simd16x2 { .. }
+            | BinOp::Half { .. } => map2(a, b, r, |_, _| 0),
         },
     }
 }
@@ -362,6 +388,9 @@ pub(crate) fn bfi(ty: Ty, f: u64, b: u64, pos: u64, len: u64) -> u64 {
 pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes, r: &mut Lanes) {
     let m = ty.mask();
     match (op, ty) {
+        (TerOp::HalfFma { x2, sat }, _) => map3(a, b, c, r, |x, y, z| {
+            crate::exec::half::fma(x2, sat, x, y, z)
+        }),
         (TerOp::Fma, Ty::F32) if f.dir != 0 => map3(a, b, c, r, |x, y, z| {
             let (x, y, z) = (f32_in(x, f.ftz), f32_in(y, f.ftz), f32_in(z, f.ftz));
             f32_out(directed_fma(x, y, z, f.dir), f)
@@ -407,16 +436,60 @@ pub(crate) fn ter(op: TerOp, ty: Ty, f: FFlags, a: &Lanes, b: &Lanes, c: &Lanes,
             (v >> n) & 0xffff_ffff
         }),
         (TerOp::Lop3 { lut }, _) => map3(a, b, c, r, |x, y, z| lop3(x, y, z, lut) & m),
+        (TerOp::Sad, _) => map3(a, b, c, r, |x, y, z| {
+            let diff = if ty.is_signed() {
+                (ty.extend(x) as i64).abs_diff(ty.extend(y) as i64)
+            } else {
+                (x & m).abs_diff(y & m)
+            };
+            diff.wrapping_add(z) & m
+        }),
     }
+}
+
+/// A packed 16x2 integer operation, half by half (add/sub wrap).
+fn simd16x2(op: SimdOp, signed: bool, x: u32, y: u32) -> u64 {
+    let half = |k: u32| {
+        let (p, q) = ((x >> k) as u16, (y >> k) as u16);
+        let v = match (op, signed) {
+            (SimdOp::Add, _) => p.wrapping_add(q),
+            (SimdOp::Sub, _) => p.wrapping_sub(q),
+            (SimdOp::Min, false) => p.min(q),
+            (SimdOp::Max, false) => p.max(q),
+            (SimdOp::Min, true) => (p as i16).min(q as i16) as u16,
+            (SimdOp::Max, true) => (p as i16).max(q as i16) as u16,
+        };
+        u64::from(v) << k
+    };
+    half(0) | half(16)
+}
+
+/// `bmsk.{clamp,wrap}.b32`: `b` ones starting at bit `a` (PTX ISA: clamp limits both to 32,
+/// wrap takes them modulo 32; bits past 31 are dropped).
+fn bmsk(clamp: bool, a: u32, b: u32) -> u64 {
+    let (a, b) = if clamp {
+        (a.min(32), b.min(32))
+    } else {
+        (a & 31, b & 31)
+    };
+    let ones = if b == 0 {
+        0u64
+    } else {
+        u64::from(u32::MAX >> (32 - b))
+    };
+    (ones << a) & 0xffff_ffff
 }
 
 /// Comparison of one lane's operands.
 #[inline(always)]
 pub(crate) fn compare(cmp: Cmp, ty: Ty, ftz: bool, x: u64, y: u64) -> bool {
     match ty {
-        Ty::F32 | Ty::F64 => {
+        Ty::F16 | Ty::F32 | Ty::F64 => {
             let (x, y) = if ty == Ty::F32 {
                 (f64::from(f32_in(x, ftz)), f64::from(f32_in(y, ftz)))
+            } else if ty == Ty::F16 {
+                use crate::exec::cvt::f16_to_f64;
+                (f16_to_f64(x as u16), f16_to_f64(y as u16))
             } else {
                 (f64::from_bits(x), f64::from_bits(y))
             };
@@ -473,7 +546,7 @@ fn build_mask(f: impl Fn(usize) -> bool) -> u32 {
 
 /// `setp` over lanes: bit `l` of the result is the comparison of lane `l`.
 pub(crate) fn setp_mask(cmp: Cmp, ty: Ty, ftz: bool, a: &Lanes, b: &Lanes) -> u32 {
-    if ty.is_float() {
+    if ty.is_float() || ty == Ty::F16 {
         return build_mask(|l| compare(cmp, ty, ftz, a[l], b[l]));
     }
     if ty.is_signed() {

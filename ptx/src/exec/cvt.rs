@@ -59,6 +59,21 @@ fn direct_f64(r: f64, cmp: std::cmp::Ordering, neg: bool, rnd: Rnd) -> f64 {
 
 /// `cvt` of one value.
 pub(crate) fn cvt(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u64 {
+    if sty == Ty::Bf16 {
+        // bf16 -> f32 (the only form decoded): the upper half of an f32, exactly.
+        let v = f32::from_bits((x as u32 & 0xffff) << 16);
+        return f32_out(
+            v,
+            FFlags {
+                ftz,
+                sat: false,
+                dir: 0,
+            },
+        );
+    }
+    if dty == Ty::Bf16 {
+        return u64::from(f32_to_bf16(f32_in(x, ftz), rnd));
+    }
     if dty == Ty::F16 || sty == Ty::F16 {
         return cvt_f16(dty, sty, rnd, sat, ftz, x);
     }
@@ -142,6 +157,21 @@ fn cvt_f16(dty: Ty, sty: Ty, rnd: Rnd, sat: bool, ftz: bool, x: u64) -> u64 {
         _ => v,
     };
     u64::from(f64_to_f16(v, rnd))
+}
+
+/// f32 -> bfloat16, to nearest even (`Rnd::Rn`) or toward zero; NaN -> `0x7fff`.
+pub(crate) fn f32_to_bf16(v: f32, rnd: Rnd) -> u16 {
+    if v.is_nan() {
+        return 0x7fff;
+    }
+    let b = v.to_bits();
+    let r = if rnd == Rnd::Rz {
+        b >> 16
+    } else {
+        // Round half to even on the 16 dropped bits (overflow to infinity carries naturally).
+        (b + 0x7fff + ((b >> 16) & 1)) >> 16
+    };
+    r as u16
 }
 
 /// Exact value of an IEEE half.

@@ -158,6 +158,8 @@ pub struct Launch {
     pub(crate) pending: Vec<Cta>,
     pub(crate) fault: Option<KernelFault>,
     pub(crate) stats: Stats,
+    /// Output of the kernel's `printf` calls not yet taken (not part of saved contexts).
+    pub(crate) printf: Vec<u8>,
 }
 
 impl Launch {
@@ -169,6 +171,14 @@ impl Launch {
         limits: &Limits,
     ) -> Result<Launch, LaunchError> {
         crate::exec::setup::new_launch(module, entry, cfg, limits)
+    }
+
+    /// The text the kernel's `printf` calls wrote since the last call (whole lines in the order
+    /// the lanes ran them, as CUDA prints them at the next synchronisation). At most
+    /// [`crate::PRINTF_BUFFER`] bytes are kept, like CUDA's printf FIFO: later output is dropped. A
+    /// saved context does not carry it: take it before saving.
+    pub fn take_printf_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.printf)
     }
 
     /// Execute until every CTA completes, a fault, or preemption through `ctl`.

@@ -40,6 +40,7 @@ struct Shared<'a> {
     ctl: &'a RunControl,
     mem: &'a dyn GlobalMemory,
     t0: Instant,
+    printf: Mutex<Vec<u8>>,
 }
 
 /// Run a launch until completion, fault or preemption.
@@ -67,6 +68,7 @@ pub(crate) fn run(l: &mut Launch, mem: &dyn GlobalMemory, ctl: &RunControl) -> R
         ctl,
         mem,
         t0: Instant::now(),
+        printf: Mutex::new(std::mem::take(&mut l.printf)),
     };
     let threads = ctl.threads.clamp(1, MAX_THREADS);
     if threads == 1 {
@@ -77,6 +79,7 @@ pub(crate) fn run(l: &mut Launch, mem: &dyn GlobalMemory, ctl: &RunControl) -> R
             log::error!("ptx: a worker thread panicked");
         }
     }
+    l.printf = into(sh.printf);
     let stats: Stats = into(sh.stats);
     let fault: Option<KernelFault> = into(sh.fault);
     let mut pending: Vec<Cta> = into(sh.preempted);
@@ -173,6 +176,7 @@ fn run_cta(
         module: sh.module,
         local_bytes: sh.entry.info.local_bytes_per_thread as usize,
         t0: sh.t0,
+        printf: &sh.printf,
     };
     if nw == 0 {
         return CtaStop::Done;

@@ -28,6 +28,7 @@ pub(crate) fn new_launch(
         pending: Vec::new(),
         fault: None,
         stats: Stats::default(),
+        printf: Vec::new(),
     })
 }
 

@@ -31,6 +31,8 @@ pub(crate) struct Env<'a> {
     pub module: &'a ModMem,
     pub local_bytes: usize,
     pub t0: Instant,
+    /// Where `printf` output goes (the launch's buffer).
+    pub printf: &'a std::sync::Mutex<Vec<u8>>,
 }
 
 /// Why a warp stopped.
@@ -384,7 +386,7 @@ pub(crate) fn exec_warp(
             | Inst::Vote { .. }
             | Inst::Redux { .. }
             | Inst::Match { .. } => warp_ops::exec(w, widx, env, exec, &op.inst, &mut scratch),
-            Inst::Ld { .. } | Inst::St { .. } | Inst::Atom { .. } => {
+            Inst::Ld { .. } | Inst::St { .. } | Inst::Atom { .. } | Inst::Printf { .. } => {
                 if let Err((l, f)) =
                     warp_mem::exec(w, widx, env, tlb, shared, exec, &op.inst, &mut scratch)
                 {

@@ -205,6 +205,36 @@ pub(crate) fn exec(
                 write(w, *d, exec, r);
             }
         }
+        Inst::Printf { fmt, args, ret } => {
+            let lb = env.local_bytes;
+            for l in 0..32 {
+                if exec >> l & 1 == 0 {
+                    continue;
+                }
+                let mut mc = MemCtx {
+                    mem: env.mem,
+                    module: env.module,
+                    tlb,
+                    shared,
+                    local: &mut w.local[l * lb..(l + 1) * lb],
+                    params: env.params,
+                };
+                let call = |mc: &mut MemCtx| {
+                    let f = mc.load(Space::Local, *fmt, 8)?;
+                    let a = mc.load(Space::Local, *args, 8)?;
+                    let (text, n) = crate::exec::printf::format(mc, f, a)?;
+                    if let Some(r) = ret {
+                        mc.store(Space::Local, *r, 4, u64::from(n))?;
+                    }
+                    Ok(text)
+                };
+                let text = call(&mut mc).map_err(|f| (l, f))?;
+                let mut buf = env.printf.lock().unwrap_or_else(|e| e.into_inner());
+                if buf.len() + text.len() <= crate::exec::printf::PRINTF_BUFFER {
+                    buf.extend_from_slice(&text);
+                }
+            }
+        }
         _ => {}
     }
     Ok(())

@@ -217,35 +217,59 @@ pub(crate) fn exec(
                 write_pred(w, *p, exec, pm);
             }
         }
-        Inst::Vote { mode, d, a: pa } => {
+        Inst::Vote {
+            mode,
+            d,
+            a: pa,
+            mask,
+        } => {
             let pv = psrc(w, *pa) & exec;
-            match mode {
-                VoteMode::Ballot => {
-                    *r = [u64::from(pv); 32];
-                    write(w, *d, exec, r);
-                }
-                _ => {
-                    let v = match mode {
-                        VoteMode::All => pv == exec,
-                        VoteMode::Any => pv != 0,
-                        _ => pv == 0 || pv == exec,
-                    };
-                    write_pred(w, *d, exec, if v { u32::MAX } else { 0 });
-                }
+            let groups = member_groups(w, *mask, widx, env, exec, bb);
+            let mut pr = 0u32;
+            for l in 0..32 {
+                let g = groups[l];
+                let v = pv & g;
+                r[l] = u64::from(v);
+                let t = match mode {
+                    VoteMode::All => v == g,
+                    VoteMode::Any => v != 0,
+                    VoteMode::Uni => v == 0 || v == g,
+                    VoteMode::Ballot => false,
+                };
+                pr |= u32::from(t) << l;
+            }
+            if *mode == VoteMode::Ballot {
+                write(w, *d, exec, r);
+            } else {
+                write_pred(w, *d, exec, pr);
             }
         }
-        Inst::Redux { op, ty, d, a: sa } => {
+        Inst::Redux {
+            op,
+            ty,
+            d,
+            a: sa,
+            mask,
+        } => {
+            let groups = member_groups(w, Some(*mask), widx, env, exec, bb);
             let a = src(w, *sa, widx, env, ba);
-            let mut acc: Option<u64> = None;
             for l in 0..32 {
-                if exec >> l & 1 != 0 {
-                    acc = Some(match acc {
-                        None => a[l] & ty.mask(),
-                        Some(x) => mem::apply(*op, *ty, x, a[l], 0),
-                    });
+                // Lanes of one group share the result: reuse the previous lane's.
+                if l > 0 && groups[l] == groups[l - 1] {
+                    r[l] = r[l - 1];
+                    continue;
                 }
+                let mut acc: Option<u64> = None;
+                for k in 0..32 {
+                    if groups[l] >> k & 1 != 0 {
+                        acc = Some(match acc {
+                            None => a[k] & ty.mask(),
+                            Some(x) => mem::apply(*op, *ty, x, a[k], 0),
+                        });
+                    }
+                }
+                r[l] = acc.unwrap_or(0);
             }
-            *r = [acc.unwrap_or(0); 32];
             write(w, *d, exec, r);
         }
         Inst::Match {
@@ -254,32 +278,51 @@ pub(crate) fn exec(
             d,
             p,
             a: sa,
+            mask,
         } => {
+            let groups = member_groups(w, Some(*mask), widx, env, exec, bb);
             let a = src(w, *sa, widx, env, ba);
             let m = ty.mask();
-            let mut eq_all = true;
-            let first = (0..32).find(|&l| exec >> l & 1 != 0).map(|l| a[l] & m);
+            let mut pr = 0u32;
             for l in 0..32 {
-                if exec >> l & 1 == 0 {
-                    continue;
-                }
+                let g = groups[l];
                 let mut same = 0u32;
                 for k in 0..32 {
-                    if exec >> k & 1 != 0 && a[k] & m == a[l] & m {
+                    if g >> k & 1 != 0 && a[k] & m == a[l] & m {
                         same |= 1 << k;
                     }
                 }
-                eq_all &= Some(a[l] & m) == first;
-                r[l] = u64::from(same);
-            }
-            if *all {
-                *r = [if eq_all { u64::from(exec) } else { 0 }; 32];
+                let eq_all = same == g;
+                r[l] = if !*all {
+                    u64::from(same)
+                } else if eq_all {
+                    u64::from(g)
+                } else {
+                    0
+                };
+                pr |= u32::from(eq_all) << l;
             }
             write(w, *d, exec, r);
             if let Some(p) = p {
-                write_pred(w, *p, exec, if eq_all { u32::MAX } else { 0 });
+                write_pred(w, *p, exec, pr);
             }
         }
         _ => {}
     }
+}
+
+/// Each lane's group for a warp-collective instruction: the active lanes, restricted to the
+/// lane's membermask when the instruction has one (PTX: the collective is over the threads in
+/// membermask; a lane outside its own mask still takes part for itself).
+fn member_groups(
+    w: &mut Warp,
+    mask: Option<crate::ir::Src>,
+    widx: u32,
+    env: &Env,
+    exec: u32,
+    buf: &mut Lanes,
+) -> [u32; 32] {
+    let Some(sm) = mask else { return [exec; 32] };
+    let mk = src(w, sm, widx, env, buf);
+    std::array::from_fn(|l| exec & ((mk[l] as u32) | (1 << l)))
 }

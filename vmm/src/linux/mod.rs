@@ -5,6 +5,7 @@
 pub mod bootparams;
 pub mod cmos;
 pub mod guest;
+pub mod run;
 
 use std::io::Cursor;
 use std::path::PathBuf;

@@ -40,8 +40,11 @@ pub mod tag {
     pub const PCI: Id = *b"PCI\0";
     /// The PCI test device's registers (with `--testdev`).
     pub const TESTDEV: Id = *b"TDEV";
+    /// One virtio-blk disk's device state (one section each, in the manifest's order;
+    /// `crate::disk::state`).
+    pub const DISK: Id = *b"DISK";
     /// Every id, in file order.
-    pub const ORDER: [Id; 6] = [VM, VCPU, SERIAL, CMOS, PCI, TESTDEV];
+    pub const ORDER: [Id; 7] = [VM, VCPU, SERIAL, CMOS, PCI, TESTDEV, DISK];
 }
 
 /// Why a state file does not decode.

@@ -44,6 +44,8 @@ pub enum LoadError {
     Cmos { has: &'static str, boot: BootKind },
     #[error("the state file and the manifest disagree on the PCI test device")]
     Testdev,
+    #[error("the state file holds {state} disk sections, the manifest lists {listed} disks")]
+    Disks { state: usize, listed: usize },
     #[error("ram.bin: {0}")]
     Ram(#[from] RamError),
     #[error("the manifest has a virtual GPU ({0}) but its image ({file}) is missing", file = manifest::GPU_FILE)]
@@ -194,6 +196,12 @@ pub fn check(
     }
     if state.has(super::format::tag::TESTDEV) != manifest.testdev {
         return Err(LoadError::Testdev);
+    }
+    if state.count(super::format::tag::DISK) != manifest.disks.len() {
+        return Err(LoadError::Disks {
+            state: state.count(super::format::tag::DISK),
+            listed: manifest.disks.len(),
+        });
     }
     ram::check(&ram, manifest.ram_bytes)?;
     Ok(Loaded {

@@ -74,6 +74,10 @@ pub struct Manifest {
     /// (`VDLT`). False otherwise (then `gpu.bin` holds all VRAM).
     #[serde(default)]
     pub gpu_live: bool,
+    /// The disks attached (read-only: snapshots of writable disks are refused), in order;
+    /// each reopened at restore, which fails if its size changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<crate::disk::DiskSpec>,
 }
 
 /// Why a manifest is refused.
@@ -142,6 +146,15 @@ impl Manifest {
         if self.cpus == 0 {
             return bad("cpus is 0".into());
         }
+        if self.disks.len() > crate::disk::MAX_DISKS {
+            return bad(format!("more than {} disks", crate::disk::MAX_DISKS));
+        }
+        if let Some(d) = self.disks.iter().find(|d| !d.read_only) {
+            return bad(format!("disk {} is writable", d.path.display()));
+        }
+        if !self.disks.is_empty() && self.boot != BootKind::Linux {
+            return bad("disks on a bare-metal guest".into());
+        }
         if self.ram_bytes != self.memory_mib << 20 {
             return bad(format!(
                 "ram_bytes {} is not memory_mib {} MiB",
@@ -172,5 +185,47 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Linux manifest with `disks` (a JSON array; None: the field left out).
+    fn linux_with_disks(disks: Option<&str>) -> String {
+        let field = disks.map_or(String::new(), |d| format!(r#","disks":{d}"#));
+        format!(
+            r#"{{"format":"{FORMAT}","version":{VERSION},"vmm_version":"0","memory_mib":256,"cpus":1,"boot":"linux","image":"linux","testdev":false,"gpu":null,"tsc_khz":0,"msrs":0,"state_bytes":0,"state_crc32":0,"ram_bytes":268435456,"ram_pages":0{field}}}"#
+        )
+    }
+
+    #[test]
+    fn disks_must_be_read_only_and_few() {
+        let d = r#"{"path":"/a.img","read_only":true,"bytes":4096}"#;
+        let one = format!("[{d}]");
+        let m = Manifest::parse(linux_with_disks(Some(&one)).as_bytes()).unwrap();
+        assert_eq!(m.disks.len(), 1);
+        assert_eq!(m.disks[0].bytes, 4096);
+        let rw = r#"[{"path":"/a.img","read_only":false,"bytes":4096}]"#;
+        assert!(matches!(
+            Manifest::parse(linux_with_disks(Some(rw)).as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        let five = format!("[{d},{d},{d},{d},{d}]");
+        assert!(matches!(
+            Manifest::parse(linux_with_disks(Some(&five)).as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        let bare =
+            linux_with_disks(Some(&one)).replace(r#""boot":"linux""#, r#""boot":"bare-metal""#);
+        assert!(matches!(
+            Manifest::parse(bare.as_bytes()),
+            Err(ManifestError::Invalid(_))
+        ));
+        // A manifest without the field (every older snapshot) has no disks.
+        let none = linux_with_disks(None);
+        assert!(!none.contains("disks"));
+        assert!(Manifest::parse(none.as_bytes()).unwrap().disks.is_empty());
     }
 }

@@ -68,7 +68,7 @@ pub struct MachineState {
     pub vm: VmState,
     pub vcpus: Vec<VcpuState>,
     /// Every device's section (UART, CMOS on Linux boots, PCI root, test device with
-    /// `--testdev`), in file order.
+    /// `--testdev`, one per disk in the manifest's order), in file order.
     pub devices: Vec<DeviceSection>,
 }
 
@@ -184,6 +184,11 @@ impl MachineState {
         self.devices.iter().any(|d| d.id == id)
     }
 
+    /// How many sections `id` there are (the disks').
+    pub fn count(&self, id: Id) -> usize {
+        self.devices.iter().filter(|d| d.id == id).count()
+    }
+
     /// Device `T`'s state, if the file has its section.
     pub fn device<T: Persist>(&self) -> Result<Option<T::State>, DecodeError> {
         self.devices
@@ -204,8 +209,9 @@ impl MachineState {
     }
 
     /// Decodes a state file: every section present exactly as often as it must be (the VM
-    /// section and the UART and PCI root once, at least one vCPU, ids 0..n in order, other
-    /// devices at most once), every device section decoded by its device's codec.
+    /// section and the UART and PCI root once, at least one vCPU, ids 0..n in order, at most
+    /// `disk::MAX_DISKS` disks, other devices at most once), every device section decoded by
+    /// its device's codec.
     pub fn decode(file: &[u8]) -> Result<Self, DecodeError> {
         let mut vm = None;
         let mut vcpus = Vec::new();
@@ -228,7 +234,8 @@ impl MachineState {
                     ),
                 });
             }
-            if at == last && s.id != tag::VCPU && (s.id != tag::VM || vm.is_some()) {
+            let repeats = s.id == tag::VCPU || s.id == tag::DISK;
+            if at == last && !repeats && (s.id != tag::VM || vm.is_some()) {
                 return Err(DecodeError::Invalid {
                     what: "state file",
                     detail: format!("section {} appears twice", s.name()),
@@ -254,6 +261,13 @@ impl MachineState {
                         payload: s.payload.to_vec(),
                     };
                     persist::check_section(&d)?;
+                    let disks = devices.iter().filter(|d| d.id == tag::DISK).count();
+                    if d.id == tag::DISK && disks == crate::disk::MAX_DISKS {
+                        return Err(DecodeError::Invalid {
+                            what: "disk sections",
+                            detail: format!("more than {}", crate::disk::MAX_DISKS),
+                        });
+                    }
                     devices.push(d);
                 }
             }
@@ -353,6 +367,35 @@ pub(crate) mod tests {
             }],
         });
         st.set_device::<TestDev>(&(0x1234, 5));
+        let disk = crate::disk::state::DiskState {
+            regs: crate::disk::device::Regs {
+                status: 0xf,
+                driver_features: 1 << 32,
+                device_features_sel: 0,
+                driver_features_sel: 1,
+                queue_sel: 0,
+                interrupt_status: 1,
+                config_generation: 0,
+            },
+            queue: virtio_queue::QueueState {
+                max_size: crate::disk::device::QUEUE_SIZE,
+                size: 128,
+                next_avail: 3,
+                next_used: 3,
+                ready: true,
+                desc_table: 0x1_0000,
+                avail_ring: 0x1_1000,
+                used_ring: 0x1_2000,
+                ..Default::default()
+            },
+        };
+        for _ in 0..2 {
+            st.devices.push(DeviceSection {
+                id: tag::DISK,
+                version: 1,
+                payload: persist::encode::<crate::disk::device::BlockDevice>(&disk),
+            });
+        }
         st
     }
 
@@ -373,6 +416,8 @@ pub(crate) mod tests {
         );
         assert_eq!(d.vm.clock.clock, 12345);
         assert_eq!(d.device::<TestDev>().unwrap(), Some((0x1234, 5)));
+        assert_eq!(d.count(tag::DISK), 2);
+        assert_eq!(d.devices, s.devices);
     }
 
     #[test]

@@ -440,6 +440,7 @@ mod tests {
             gpu_bytes: 0,
             gpu_crc32: 0,
             gpu_live,
+            disks: Vec::new(),
         };
         serde_json::to_vec(&m).unwrap()
     }

@@ -1,0 +1,90 @@
+//! The shared library from C: a program compiled with the system's C compiler (`cc`) against
+//! `libcuda.so.1` (the soname, found through `LD_LIBRARY_PATH` like an nvcc program's), loading
+//! a PTX file and launching, with the timing report (`VGPU_CUDA_STATS`) written at exit.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`, where cargo leaves the cdylib and build.rs its `libcuda.so.1` link.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn have_cc() -> bool {
+    Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_c_program_links_by_soname_runs_a_kernel_and_writes_stats() {
+    let dir = lib_dir();
+    assert!(
+        dir.join("libcuda.so.1").exists(),
+        "no libcuda.so.1 in {}",
+        dir.display()
+    );
+    if !have_cc() {
+        eprintln!("SKIP: no C compiler (cc)");
+        return;
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let tmp = std::env::temp_dir().join(format!("vgpu-cuda-c-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let prog = tmp.join("driver");
+    let out = Command::new("cc")
+        .arg(here.join("c/driver.c"))
+        .arg("-o")
+        .arg(&prog)
+        .arg(format!("-L{}", dir.display()))
+        .arg("-l:libcuda.so.1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The program needs the library by its soname.
+    let needed = Command::new("readelf").arg("-d").arg(&prog).output();
+    if let Ok(o) = needed {
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("[libcuda.so.1]"), "{text}");
+    }
+    let stats = tmp.join("stats.json");
+    let run = Command::new(&prog)
+        .arg(here.join("kernels.ptx"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("VGPU_CUDA_BACKEND", "sim")
+        .env("VGPU_CUDA_SIM_WORKERS", "1")
+        .env("VGPU_CUDA_STATS", &stats)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.starts_with("ok version=13000 device="), "{stdout}");
+    assert!(stdout.contains("unsupported=801"), "{stdout}");
+    assert_eq!(
+        stderr.matches("cuGraphCreate is not supported").count(),
+        1,
+        "{stderr}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(json["backend"], "sim");
+    let calls = &json["calls"];
+    assert_eq!(calls["cuMemcpyHtoD_v2"]["count"], 2);
+    assert_eq!(calls["cuMemcpyHtoD_v2"]["bytes"], 4000);
+    assert_eq!(calls["cuMemcpyDtoH_v2"]["bytes"], 2000);
+    assert_eq!(calls["cuLaunchKernel"]["count"], 1);
+    assert_eq!(json["launch_overhead_ns"]["launches"], 1);
+    let phases = &json["phases_ns"];
+    for p in ["init", "copies_in", "kernels", "copies_out", "close"] {
+        assert!(phases[p].as_u64().unwrap() > 0, "phase {p} is zero: {json}");
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
