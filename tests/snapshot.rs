@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mmio::pci::PciRoot;
+use vmm::devices::testdev::TestDev;
 use vmm::snapshot::state::MachineState;
 
 #[test]
@@ -62,9 +64,10 @@ fn a_vm_with_the_pci_test_device_restores_its_bars() {
     let m = json(&std::fs::read_to_string(dir.join("manifest.json")).unwrap());
     assert_eq!(m["testdev"], true);
     let st = MachineState::decode(&std::fs::read(dir.join("state.bin")).unwrap()).unwrap();
-    let names: Vec<_> = st.pci.functions.iter().map(|f| f.name.as_str()).collect();
+    let pci = st.device::<PciRoot>().unwrap().unwrap();
+    let names: Vec<_> = pci.functions.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["host-bridge", "testdev"]);
-    assert!(st.testdev.is_some());
+    assert!(st.device::<TestDev>().unwrap().is_some());
     let (code, after, err) = restore(&dir, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(format!("{before}{after}"), want);
@@ -344,10 +347,12 @@ fn hostile_snapshots_are_refused_before_the_guest_runs() {
             "PCI device that is not there",
             Box::new(|d| {
                 edit_state(d, |st| {
-                    let mut f = st.pci.functions[0].clone();
+                    let mut pci = st.device::<PciRoot>().unwrap().unwrap();
+                    let mut f = pci.functions[0].clone();
                     f.devfn = 8;
                     f.name = "testdev".into();
-                    st.pci.functions.push(f);
+                    pci.functions.push(f);
+                    st.set_device::<PciRoot>(&pci);
                 })
             }),
             "the snapshot has PCI functions",

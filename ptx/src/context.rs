@@ -1,6 +1,7 @@
 //! Saved-context format: the complete state of a [`Launch`] (configuration, CTA progress, and
 //! for every started CTA its shared memory, barrier state and every warp's registers,
-//! predicates, local memory, pc and SIMT stack). Little-endian, versioned, bound to the
+//! predicates, local memory, pc and SIMT stack). The project's one container ([`snapfmt`]:
+//! magic `PTXCTX`, version 3, one `LNCH` section with a CRC-32), little-endian, bound to the
 //! module's content hash. `restore` treats the bytes as hostile and validates every field.
 
 use std::sync::Arc;
@@ -15,12 +16,21 @@ use crate::ir::BarRedOp;
 use crate::memory::{Access, FaultReason};
 use crate::module::Module;
 
-const MAGIC: &[u8; 8] = b"PTXCTX\0\0";
-const VERSION: u32 = 2;
+/// The container: version 2 was the same payload after the magic and version, without
+/// sections; it is refused by its number.
+const FORMAT: snapfmt::Format = snapfmt::Format {
+    magic: *b"PTXCTX\0\0",
+    version: 3,
+    name: "PTX context",
+};
+/// The launch section and its version.
+const LAUNCH: snapfmt::Id = *b"LNCH";
+const LAUNCH_VERSION: u32 = 1;
 
-struct W(Vec<u8>);
+/// Appends a payload to the container's open section.
+struct W<'a>(&'a mut Vec<u8>);
 
-impl W {
+impl W<'_> {
     fn u8(&mut self, v: u8) {
         self.0.push(v);
     }
@@ -55,11 +65,16 @@ const REASONS: [FaultReason; 8] = [
     FaultReason::StackOverflow,
 ];
 
-/// Serialize a launch.
-pub(crate) fn save(l: &Launch) -> Vec<u8> {
-    let mut w = W(Vec::new());
-    w.0.extend_from_slice(MAGIC);
-    w.u32(VERSION);
+/// Serialize a launch, appended to `out` (a container nesting it writes it in place).
+pub(crate) fn save_into(l: &Launch, out: Vec<u8>) -> Vec<u8> {
+    let mut c = snapfmt::Writer::append_to(out, &FORMAT);
+    let open = c.begin(LAUNCH, LAUNCH_VERSION);
+    encode(l, &mut W(c.buf()));
+    c.end(open);
+    c.finish()
+}
+
+fn encode(l: &Launch, w: &mut W<'_>) {
     w.u64(l.module.hash);
     w.bytes(l.entry_name().as_bytes());
     for v in l.cfg.grid.iter().chain(&l.cfg.block) {
@@ -130,42 +145,47 @@ pub(crate) fn save(l: &Launch) -> Vec<u8> {
             w.bytes(&wp.local);
         }
     }
-    w.0
 }
 
-struct Rd<'a> {
-    b: &'a [u8],
-    i: usize,
-}
+/// The launch section's reader: [`snapfmt::Dec`] with this crate's errors.
+struct Rd<'a>(snapfmt::Dec<'a>);
 
 type R<T> = Result<T, ContextError>;
 
-impl Rd<'_> {
-    fn take(&mut self, n: usize) -> R<&[u8]> {
-        let end = self.i.checked_add(n).ok_or(ContextError::Truncated)?;
-        let s = self.b.get(self.i..end).ok_or(ContextError::Truncated)?;
-        self.i = end;
-        Ok(s)
+fn frame_error(e: snapfmt::FrameError) -> ContextError {
+    use snapfmt::FrameError as F;
+    match e {
+        F::Magic { .. } => ContextError::BadMagic,
+        F::Version { found, .. } => ContextError::Version(found),
+        F::Truncated { .. } => ContextError::Truncated,
+        F::Trailing => ContextError::Trailing,
+        F::Checksum { .. } => ContextError::Invalid("checksum (CRC-32)"),
+        F::SectionVersion { .. } => ContextError::Invalid("section version"),
+        F::Invalid { what, .. } => ContextError::Invalid(what),
+        F::Section { .. } | F::TooLarge { .. } | F::TooManySections(_) => {
+            ContextError::Invalid("sections")
+        }
+    }
+}
+
+impl<'a> Rd<'a> {
+    fn take(&mut self, n: usize) -> R<&'a [u8]> {
+        self.0.take(n).map_err(frame_error)
     }
     fn u8(&mut self) -> R<u8> {
-        Ok(self.take(1)?[0])
+        self.0.u8().map_err(frame_error)
     }
     fn u32(&mut self) -> R<u32> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        self.0.u32().map_err(frame_error)
     }
     fn u64(&mut self) -> R<u64> {
-        let s = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Ok(u64::from_le_bytes(a))
+        self.0.u64().map_err(frame_error)
     }
     fn bool(&mut self) -> R<bool> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(ContextError::Invalid("bad flag")),
-        }
+        self.0
+            .at("bad flag")
+            .bool()
+            .map_err(|_| ContextError::Invalid("bad flag"))
     }
     /// A length-prefixed byte string whose length must equal `expect` (if given).
     fn bytes(&mut self, expect: Option<usize>) -> R<Vec<u8>> {
@@ -185,16 +205,19 @@ impl Rd<'_> {
     }
 }
 
+/// The launch section of a saved context (container checked: magic, version, CRC-32, nothing
+/// after the end).
+fn launch_section(bytes: &[u8]) -> R<&[u8]> {
+    let secs = snapfmt::read(&FORMAT, bytes, 1).map_err(frame_error)?;
+    match secs.as_slice() {
+        [s] if s.id == LAUNCH => s.payload_v(LAUNCH_VERSION).map_err(frame_error),
+        _ => Err(ContextError::Invalid("sections")),
+    }
+}
+
 /// Rebuild a launch from hostile bytes.
 pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<Launch> {
-    let mut r = Rd { b: bytes, i: 0 };
-    if r.take(8).map_err(|_| ContextError::BadMagic)? != MAGIC {
-        return Err(ContextError::BadMagic);
-    }
-    let v = r.u32()?;
-    if v != VERSION {
-        return Err(ContextError::Version(v));
-    }
+    let mut r = Rd(snapfmt::Dec::new(launch_section(bytes)?, "context"));
     if r.u64()? != module.hash {
         return Err(ContextError::ModuleMismatch);
     }
@@ -374,8 +397,36 @@ pub(crate) fn restore(module: Arc<Module>, bytes: &[u8], limits: &Limits) -> R<L
             bar,
         });
     }
-    if r.i != bytes.len() {
+    if r.0.left() != 0 {
         return Err(ContextError::Trailing);
     }
     Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version-2 context (the payload right after magic and version, no sections) is refused
+    /// by its number, and so is anything but one launch section.
+    #[test]
+    fn old_contexts_and_other_sections_are_refused() {
+        let mut old = b"PTXCTX\0\0".to_vec();
+        old.extend_from_slice(&2u32.to_le_bytes());
+        old.extend_from_slice(&[0; 64]);
+        assert_eq!(launch_section(&old), Err(ContextError::Version(2)));
+        let mut w = snapfmt::Writer::new(&FORMAT);
+        w.section(*b"OTHR", 1, &[]);
+        assert_eq!(
+            launch_section(&w.finish()),
+            Err(ContextError::Invalid("sections"))
+        );
+        let mut w = snapfmt::Writer::new(&FORMAT);
+        w.section(LAUNCH, 2, &[]);
+        assert_eq!(
+            launch_section(&w.finish()),
+            Err(ContextError::Invalid("section version"))
+        );
+        assert_eq!(launch_section(b"PTX"), Err(ContextError::Truncated));
+    }
 }

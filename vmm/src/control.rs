@@ -9,15 +9,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VmFd;
-use mmio::pci::PciRoot;
 use serde::Serialize;
 use vm_memory::GuestMemoryMmap;
 
 use crate::devices::serial::SerialDevice;
 use crate::exit::ExitLatch;
-use crate::linux::cmos::Cmos;
 use crate::memory;
 use crate::pause::{PauseError, PauseGate};
+use crate::persist::DeviceSnapshot;
 use crate::snapshot::manifest::Manifest;
 use crate::snapshot::ram::Backing;
 use crate::snapshot::save::{OutputDir, SaveError};
@@ -76,11 +75,11 @@ pub struct Controller {
     pub vm: Arc<VmFd>,
     pub mem: GuestMemoryMmap,
     pub backing: Backing,
+    /// The UART (its console output is flushed at a pause).
     pub serial: Arc<Mutex<SerialDevice>>,
-    pub cmos: Option<Arc<Mutex<Cmos>>>,
-    pub pci: Arc<Mutex<PciRoot>>,
-    pub testdev: Option<Arc<Mutex<crate::devices::testdev::TestDev>>>,
-    /// The disks (snapshots need them all read-only).
+    /// Every device with state in the state file, saved in a loop ([`DeviceSnapshot`]).
+    pub devices: Vec<Arc<dyn DeviceSnapshot>>,
+    /// The disks (snapshots need them all read-only; their device state is in `devices`).
     pub disks: crate::disk::Disks,
     pub counters: Vec<Arc<ExitCounters>>,
     /// The manifest's fixed part (file fields filled in by a save).
@@ -398,24 +397,14 @@ impl Controller {
     }
 
     pub(crate) fn capture(&self) -> Result<MachineState, ControlError> {
+        // Disk contents are not saved: a writable disk would not match the saved RAM.
+        self.disks.check_snapshot()?;
         let vcpus =
             self.gate
                 .capture(self.counters.len(), &self.msrs, &self.latch, PAUSE_TIMEOUT)?;
         let vm = vmstate::capture(&self.vm)?;
-        let serial = lock(&self.serial).state();
-        let cmos = self.cmos.as_ref().map(|c| lock(c).index());
-        let pci = lock(&self.pci).save();
-        let testdev = self.testdev.as_ref().map(|t| lock(t).state());
-        let disks = self.disks.save()?;
-        Ok(MachineState {
-            vm,
-            vcpus,
-            serial,
-            cmos,
-            pci,
-            testdev,
-            disks,
-        })
+        let devices = self.devices.iter().map(|d| d.save_section()).collect();
+        Ok(MachineState { vm, vcpus, devices })
     }
 
     fn save(&self, out: &mut OutputDir, drain: bool) -> Result<Manifest, ControlError> {

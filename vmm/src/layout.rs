@@ -28,6 +28,8 @@
 //!
 //! Ports
 //! 0x0060, 0x0064             i8042 (reset = VM exit)
+//! 0x0070 ─ 0x0071            CMOS/RTC index and data (Linux boots)
+//! 0x0080                     POST/delay port (Linux boots)
 //! 0x00f4                     debug exit (guest_abi::ports::DEBUG_EXIT)
 //! 0x03f8 ─ 0x03ff            8250 UART COM1, IRQ 4
 //! 0x0cf8 ─ 0x0cff            PCI configuration mechanism #1
@@ -86,6 +88,10 @@ pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
 /// Legacy ports.
 pub const I8042_PORTS: Range<u64> = 0x60..0x65;
 pub const SERIAL_PORTS: Range<u64> = 0x3f8..0x400;
+/// The CMOS/RTC index and data ports (Linux boots only).
+pub const CMOS_PORTS: Range<u64> = 0x70..0x72;
+/// The POST/delay port (Linux boots only).
+pub const POST_PORT: u64 = 0x80;
 pub const SERIAL_IRQ: u32 = 4;
 /// The virtual GPU's INTA line (the PCI interrupt line it reports).
 pub const GPU_INTX_IRQ: u32 = 11;

@@ -3,14 +3,17 @@
 //!
 //! Module map: [`layout`] (every guest address), [`memory`] (RAM and KVM slots), [`arch`]
 //! (x86-64 entry state), [`slots`] (memory slots beyond RAM: the GPU's remapped aperture), [`loader`] (images and boot info), [`linux`] (stock Linux kernels), [`devices`] (serial, i8042,
-//! debug exit, PCI test device), [`disk`] (virtio-blk disks on virtio-mmio), [`vcpu`] (threads and exit dispatch), [`lifecycle`] (signals,
-//! timeout), [`exit`] (why the VM stopped), [`stats`] (`--stats`), [`vm`] (putting it together),
-//! [`pause`] (parking vCPUs), [`snapshot`] (the snapshot format, saving and loading),
-//! [`control`] (pause, resume, stats, snapshot of a running VM), [`live`] (the pre-copy of
-//! live snapshots and migration), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
+//! debug exit, PCI test device), [`disk`] (virtio-blk disks on virtio-mmio), [`vcpu`] (threads
+//! and exit dispatch), [`lifecycle`] (signals, timeout), [`exit`] (why the VM stopped), [`stats`]
+//! (`--stats`), [`builder`] (building a VM, for boot or from a snapshot), [`vm`] (running it),
+//! [`pause`] (parking vCPUs), [`persist`] (the devices' state contract), [`snapshot`] (the
+//! snapshot format, saving and loading), [`control`] (pause, resume, stats, snapshot of a running
+//! VM), [`live`] (the pre-copy of live snapshots and migration), [`api`] (`--api-socket` and
+//! `vgpu-vmm ctl`).
 
 pub mod api;
 pub mod arch;
+pub mod builder;
 pub mod control;
 pub mod devices;
 pub mod disk;
@@ -22,6 +25,7 @@ pub mod live;
 pub mod loader;
 pub mod memory;
 pub mod pause;
+pub mod persist;
 pub mod slots;
 pub mod snapshot;
 pub mod stats;

@@ -279,107 +279,37 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    // `--restore DIR`: everything comes from the snapshot, checked before anything is built.
-    let since = std::time::Instant::now();
-    let loaded = match &args.restore {
-        Some(dir) => match vmm::snapshot::load::load(dir) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                eprintln!("vgpu-vmm: --restore {}: {e}", dir.display());
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
-    };
-    // `--incoming PATH`: the same, from a migration stream.
-    let mut ack = None;
-    let loaded = match (&args.incoming, loaded) {
-        (Some(url), _) => {
-            let sock = match vmm::snapshot::transport::Endpoint::parse(url).and_then(|e| e.bind()) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("vgpu-vmm: --incoming: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let received = sock
-                .accept_one()
-                .map_err(|e| e.to_string())
-                .and_then(|mut conn| match vmm::snapshot::stream::receive(&conn) {
-                    Ok(l) => Ok((l, conn)),
-                    Err(e) => {
-                        vmm::snapshot::stream::answer(&mut conn, Err(e.to_string()));
-                        Err(e.to_string())
-                    }
-                });
-            match received {
-                Ok((l, conn)) => {
-                    ack = Some(conn);
-                    Some(l)
-                }
-                Err(e) => {
-                    eprintln!("vgpu-vmm: --incoming {url}: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
-        (None, l) => l,
-    };
-    let since = if args.incoming.is_some() {
-        std::time::Instant::now()
-    } else {
-        since
-    };
-    let api = match args
-        .api_socket
-        .as_deref()
-        .map(vmm::api::server::ApiSocket::bind)
-    {
-        Some(Ok(a)) => Some(a),
-        Some(Err(e)) => {
-            eprintln!("vgpu-vmm: --api-socket: {e}");
-            return ExitCode::from(2);
-        }
-        None => None,
-    };
-    // `--run PROG`: its image, the first disk.
-    let mut cmdline = args.cmdline.clone();
-    let mut disk_specs = args.disk.clone();
-    if let Some(prog) = &args.run {
-        if args.guest.as_deref() != Some(vmm::linux::guest::NAME) {
-            eprintln!("vgpu-vmm: --run needs --guest {}", vmm::linux::guest::NAME);
-            return ExitCode::from(2);
-        }
-        match vmm::linux::run::prepare(prog, &args.run_args) {
-            Ok((image, param)) => {
-                // `quiet`: the console shows the program's output (and the kernel's warnings).
-                cmdline = format!("quiet {param} {cmdline}");
-                disk_specs.insert(
-                    0,
-                    vmm::disk::DiskSpec {
-                        path: image,
-                        read_only: true,
-                        bytes: 0,
-                    },
-                );
-            }
-            Err(e) => {
-                eprintln!("vgpu-vmm: {e}");
-                return ExitCode::FAILURE;
-            }
+    match prepare(args) {
+        Ok((cfg, start, stats)) => run(&cfg, start, stats),
+        Err(Fail(code, msg)) => {
+            eprintln!("vgpu-vmm: {msg}");
+            ExitCode::from(code)
         }
     }
+}
+
+/// Why the VM is not started: the exit code (1 set-up, 2 usage) and the message.
+struct Fail(u8, String);
+
+/// Everything checked before a VM is built, in this order: the snapshot (`--restore`, or the
+/// `--incoming` stream), the API socket, `--run`'s image, the kernel image, the GPU's VRAM for
+/// bare-metal guests, the disks, the stats target, the restored GPU's configuration.
+fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fail> {
+    let (loaded, ack, since) = snapshot(&args)?;
+    let api = match args.api_socket.as_deref() {
+        Some(p) => Some(
+            vmm::api::server::ApiSocket::bind(p)
+                .map_err(|e| Fail(2, format!("--api-socket: {e}")))?,
+        ),
+        None => None,
+    };
+    let (cmdline, disk_specs) = run_program(&args)?;
     // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
     let linux_guest = match args.guest.as_deref() {
-        Some(vmm::linux::guest::NAME) => {
-            match vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &cmdline) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    eprintln!("vgpu-vmm: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
+        Some(vmm::linux::guest::NAME) => Some(
+            vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &cmdline)
+                .map_err(|e| Fail(1, e.to_string()))?,
+        ),
         _ => None,
     };
     let image = match (&linux_guest, &args.guest, &args.kernel) {
@@ -387,80 +317,24 @@ fn main() -> ExitCode {
         (Some(g), _, _) => Image::File(g.vmlinux.clone()),
         (None, _, Some(path)) => Image::File(path.clone()),
         (None, Some(name), None) => Image::Bundled(name.clone()),
-        (None, None, None) => {
-            eprintln!("vgpu-vmm: give --guest NAME or --kernel PATH");
-            return ExitCode::from(2);
-        }
+        (None, None, None) => return Err(Fail(2, "give --guest NAME or --kernel PATH".into())),
     };
-    // Bare-metal guests reach BARs through the VMM's identity map of the 64-bit PCI window:
-    // BAR1 (VRAM, size-aligned at the window's start) must leave room for the BARs after it.
     let linux = args.linux || args.initramfs.is_some() || linux_guest.is_some();
-    if let Some(g) = &args.gpu
-        && !linux
-        && g.vram > MAX_BARE_METAL_VRAM
-    {
-        eprintln!(
-            "vgpu-vmm: --gpu vram={}M: bare-metal guests map the first {} GiB of the 64-bit PCI \
-             window and the bundled driver a 4 GiB GPU VA window, so vram may be at most {}M",
-            g.vram >> 20,
-            guest_abi::PCI_MMIO64_MAPPED >> 30,
-            MAX_BARE_METAL_VRAM >> 20
-        );
-        return ExitCode::from(2);
-    }
-    // Disks: opened and checked now (a restore's from its manifest, with their sizes).
-    if !disk_specs.is_empty() && !linux {
-        eprintln!("vgpu-vmm: --disk needs a Linux guest");
-        return ExitCode::from(2);
-    }
-    let disks = match &loaded {
-        Some(l) => vmm::disk::Disk::reopen(&l.manifest.disks).map_err(|e| (e, 1)),
-        None => vmm::disk::open_all(&disk_specs).map_err(|e| (e, 2)),
-    };
-    let disks = match disks {
-        Ok(d) => d,
-        Err((e, code)) => {
-            eprintln!("vgpu-vmm: {e}");
-            return ExitCode::from(code);
-        }
-    };
-    if let Some(p) = vmm::disk::duplicate(&disks) {
-        eprintln!("vgpu-vmm: --disk {}: attached twice", p.display());
-        return ExitCode::from(2);
-    }
-    let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vgpu-vmm: --stats: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    check_vram(args.gpu.as_ref(), linux)?;
+    let disks = open_disks(loaded.as_ref(), &disk_specs, linux)?;
+    let stats = (args.stats.as_deref().map(StatsTarget::open).transpose())
+        .map_err(|e| Fail(2, format!("--stats: {e}")))?;
     let (memory_mib, cpus, testdev) = match &loaded {
         Some(l) => (l.manifest.memory_mib, l.manifest.cpus, l.manifest.testdev),
         None => (args.memory, args.cpus, args.testdev),
     };
-    // A restored VM's GPU: the snapshot's configuration, `--gpu` choosing only the backend and
-    // the daemon.
     let gpu = match &loaded {
-        Some(l) => match (&l.manifest.gpu, &args.gpu) {
-            (Some(spec), given) => match vmm::snapshot::gpu::restore_config(spec, given.as_ref()) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    eprintln!("vgpu-vmm: --restore: {e}");
-                    return ExitCode::from(2);
-                }
-            },
-            (None, Some(_)) => {
-                eprintln!("vgpu-vmm: --restore: the snapshot has no virtual GPU; drop --gpu");
-                return ExitCode::from(2);
-            }
-            (None, None) => None,
-        },
+        Some(l) => restored_gpu(l, args.gpu.as_ref())?,
         None => args.gpu,
     };
     let cfg = VmConfig {
         image,
-        cmdline: linux_guest.as_ref().map_or(cmdline, |g| g.cmdline.clone()),
+        cmdline: (linux_guest.as_ref()).map_or(cmdline, |g| g.cmdline.clone()),
         memory_mib,
         cpus,
         testdev,
@@ -477,7 +351,125 @@ fn main() -> ExitCode {
         api,
         ack,
     };
-    match vm::run_with(&cfg, start) {
+    Ok((cfg, start, stats))
+}
+
+type Incoming = (
+    Option<vmm::snapshot::load::Loaded>,
+    Option<vmm::snapshot::transport::Link>,
+    std::time::Instant,
+);
+
+/// `--restore DIR` (everything comes from the snapshot, checked before anything is built) or
+/// `--incoming URL` (the same, from a migration stream, with the link to answer on), and when
+/// the restore began.
+fn snapshot(args: &Args) -> Result<Incoming, Fail> {
+    let since = std::time::Instant::now();
+    if let Some(dir) = &args.restore {
+        let l = vmm::snapshot::load::load(dir)
+            .map_err(|e| Fail(1, format!("--restore {}: {e}", dir.display())))?;
+        return Ok((Some(l), None, since));
+    }
+    let Some(url) = &args.incoming else {
+        return Ok((None, None, since));
+    };
+    let sock = vmm::snapshot::transport::Endpoint::parse(url)
+        .and_then(|e| e.bind())
+        .map_err(|e| Fail(2, format!("--incoming: {e}")))?;
+    let mut conn = sock
+        .accept_one()
+        .map_err(|e| Fail(1, format!("--incoming {url}: {e}")))?;
+    match vmm::snapshot::stream::receive(&conn) {
+        Ok(l) => Ok((Some(l), Some(conn), std::time::Instant::now())),
+        Err(e) => {
+            vmm::snapshot::stream::answer(&mut conn, Err(e.to_string()));
+            Err(Fail(1, format!("--incoming {url}: {e}")))
+        }
+    }
+}
+
+/// `--run PROG`: its image becomes the first disk and its parameters go on the command line
+/// (`quiet`: the console shows the program's output and the kernel's warnings); otherwise
+/// `--cmdline` and `--disk` as given.
+fn run_program(args: &Args) -> Result<(String, Vec<vmm::disk::DiskSpec>), Fail> {
+    let mut disks = args.disk.clone();
+    let Some(prog) = &args.run else {
+        return Ok((args.cmdline.clone(), disks));
+    };
+    if args.guest.as_deref() != Some(vmm::linux::guest::NAME) {
+        let msg = format!("--run needs --guest {}", vmm::linux::guest::NAME);
+        return Err(Fail(2, msg));
+    }
+    let (image, param) =
+        vmm::linux::run::prepare(prog, &args.run_args).map_err(|e| Fail(1, e.to_string()))?;
+    let disk = vmm::disk::DiskSpec {
+        path: image,
+        read_only: true,
+        bytes: 0,
+    };
+    disks.insert(0, disk);
+    Ok((format!("quiet {param} {}", args.cmdline), disks))
+}
+
+/// The disks, opened and checked now: a restore's from its manifest (with their sizes), else
+/// `specs` (Linux guests only, each file once).
+fn open_disks(
+    loaded: Option<&vmm::snapshot::load::Loaded>,
+    specs: &[vmm::disk::DiskSpec],
+    linux: bool,
+) -> Result<Vec<vmm::disk::Disk>, Fail> {
+    if !specs.is_empty() && !linux {
+        return Err(Fail(2, "--disk needs a Linux guest".into()));
+    }
+    let disks = match loaded {
+        Some(l) => vmm::disk::Disk::reopen(&l.manifest.disks).map_err(|e| Fail(1, e.to_string())),
+        None => vmm::disk::open_all(specs).map_err(|e| Fail(2, e.to_string())),
+    }?;
+    if let Some(p) = vmm::disk::duplicate(&disks) {
+        return Err(Fail(2, format!("--disk {}: attached twice", p.display())));
+    }
+    Ok(disks)
+}
+
+/// Bare-metal guests reach BARs through the VMM's identity map of the 64-bit PCI window:
+/// BAR1 (VRAM, size-aligned at the window's start) must leave room for the BARs after it.
+fn check_vram(gpu: Option<&vgpu::GpuConfig>, linux: bool) -> Result<(), Fail> {
+    match gpu {
+        Some(g) if !linux && g.vram > MAX_BARE_METAL_VRAM => Err(Fail(
+            2,
+            format!(
+                "--gpu vram={}M: bare-metal guests map the first {} GiB of the 64-bit PCI \
+                 window and the bundled driver a 4 GiB GPU VA window, so vram may be at most {}M",
+                g.vram >> 20,
+                guest_abi::PCI_MMIO64_MAPPED >> 30,
+                MAX_BARE_METAL_VRAM >> 20
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A restored VM's GPU: the snapshot's configuration, `--gpu` choosing only the backend and
+/// the daemon.
+fn restored_gpu(
+    l: &vmm::snapshot::load::Loaded,
+    given: Option<&vgpu::GpuConfig>,
+) -> Result<Option<vgpu::GpuConfig>, Fail> {
+    match (&l.manifest.gpu, given) {
+        (Some(spec), given) => vmm::snapshot::gpu::restore_config(spec, given)
+            .map(Some)
+            .map_err(|e| Fail(2, format!("--restore: {e}"))),
+        (None, Some(_)) => Err(Fail(
+            2,
+            "--restore: the snapshot has no virtual GPU; drop --gpu".into(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Runs the VM and turns its end into the exit status (and `--stats`).
+fn run(cfg: &VmConfig, start: vm::Start, stats: Option<StatsTarget>) -> ExitCode {
+    match vm::run_with(cfg, start) {
         Ok(outcome) => {
             let code = outcome.reason.code();
             if code != 0 {
@@ -499,9 +491,9 @@ fn main() -> ExitCode {
                 target.discard();
             }
             // Usage errors found once KVM is open (more vCPUs than it allows) exit 2 too.
-            match e {
-                vm::VmError::Cpus { .. } => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
+            match e.is_usage() {
+                true => ExitCode::from(2),
+                false => ExitCode::FAILURE,
             }
         }
     }

@@ -1,33 +1,28 @@
-//! Building and running one VM: KVM VM with in-kernel irqchip and PIT, guest RAM, the image,
-//! the buses and devices, the vCPUs; then the event loop until something asks the VM to stop.
-//! A restored VM ([`Start::restore`]) gets its RAM, device and vCPU state from a snapshot
-//! instead of an image; `--api-socket` ([`Start::api`]) serves control requests meanwhile.
+//! Running one VM: [`run_with`] builds it ([`crate::builder`]: for boot, or from a snapshot
+//! when [`Start::restore`] is given, either way a paused VM), then [`PausedVm::run`] sets up the
+//! event loop (console input, signals, timeout), the control API (`--api-socket`,
+//! [`Start::api`]), starts the vCPU threads and waits until something asks the VM to stop;
+//! then it tears the VM down and reports why it ended and its counters.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use event_manager::{EventManager, MutEventSubscriber, SubscriberOps};
-use kvm_bindings::{KVM_PIT_SPEAKER_DUMMY, kvm_pit_config};
-use kvm_ioctls::Kvm;
-use mmio::Bus;
-use mmio::pci::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
-use vmm_sys_util::eventfd::EventFd;
 
-use crate::api::server::ApiSocket;
-use crate::arch;
+use crate::api::server::{ApiServer, ApiSocket};
+use crate::builder::{self, BuildError, PausedVm, RestoreError};
 use crate::control::Controller;
-use crate::devices::{debug_exit::DebugExit, i8042::I8042, serial, testdev::TestDev};
-use crate::exit::{ExitLatch, ExitReason};
+use crate::devices::serial;
+use crate::exit::ExitReason;
 use crate::layout;
 use crate::lifecycle::Lifecycle;
-use crate::loader::{self, Image, LoadError};
-use crate::memory::{self, MemoryError};
+use crate::loader::Image;
 use crate::pause::PauseGate;
-use crate::slots::SlotMapper;
+use crate::snapshot::cpu;
 use crate::snapshot::load::Loaded;
-use crate::snapshot::manifest::{BootKind, Manifest};
-use crate::snapshot::{cpu, ram, vmstate};
+use crate::snapshot::manifest::Manifest;
 use crate::stats::{Stats, VcpuStats};
 use crate::vcpu::{self, ExitCounters, Vcpu};
 
@@ -52,30 +47,27 @@ pub struct VmConfig {
     pub disks: Vec<crate::disk::Disk>,
 }
 
-/// Errors setting up or running a VM.
+/// Errors setting up or running a VM, by phase.
 #[derive(Debug, thiserror::Error)]
 pub enum VmError {
-    #[error("open /dev/kvm: {0}")]
-    Kvm(kvm_ioctls::Error),
-    #[error("{what}: {err}")]
-    KvmSetup {
-        what: &'static str,
-        err: kvm_ioctls::Error,
-    },
-    #[error("--cpus must be between 1 and {max}, got {got}")]
-    Cpus { got: u8, max: usize },
     #[error(transparent)]
-    Memory(#[from] MemoryError),
+    Build(#[from] BuildError),
     #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error("set up vCPU {id}: {err}")]
-    Cpu { id: u8, err: arch::CpuError },
-    #[error("register device: {0}")]
-    Bus(#[from] mmio::BusError),
-    #[error("PCI: {0}")]
-    Pci(#[from] mmio::pci::PciError),
-    #[error("write boot tables: {0}")]
-    Tables(#[from] vm_memory::GuestMemoryError),
+    Restore(#[from] RestoreError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+impl VmError {
+    /// A usage error found once KVM is open (more vCPUs than it allows).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, VmError::Build(BuildError::Cpus { .. }))
+    }
+}
+
+/// Errors running a built VM.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
     #[error("{what}: {err}")]
     Io {
         what: &'static str,
@@ -83,38 +75,12 @@ pub enum VmError {
     },
     #[error("event loop: {0:?}")]
     EventLoop(event_manager::Error),
-    #[error("virtual GPU: {0}")]
-    Gpu(#[from] vgpu::VgpuError),
-    #[error("Linux boot: {0}")]
-    Linux(#[from] crate::linux::LinuxError),
-    #[error("restore guest RAM: {0}")]
-    RestoreRam(#[from] ram::RamError),
-    #[error("restore: {0}")]
-    RestoreVm(#[from] vmstate::VmStateError),
-    #[error("restore: {0}")]
-    RestoreCpu(#[from] cpu::CpuStateError),
-    #[error("restore: {0}")]
-    RestorePci(#[from] mmio::pci::PciRestoreError),
-    #[error("restore: the UART state: {0}")]
-    RestoreSerial(String),
-    #[error("restore: the snapshot needs {want} vCPUs, KVM allows {max}")]
-    RestoreCpus { want: u8, max: usize },
-    #[error("restore: the virtual GPU: {0}")]
-    RestoreGpu(#[from] vgpu::snapshot::SnapshotError),
-    #[error("restore: the snapshot has {got} bytes of RAM, the configuration {want}")]
-    RestoreRamSize { got: u64, want: u64 },
-    #[error("restore: the VM's GPU configuration does not match the snapshot's")]
-    RestoreGpuMismatch,
-    #[error(transparent)]
-    Disk(#[from] crate::disk::DiskError),
+    #[error("the MSRs snapshots save: {0}")]
+    Msrs(#[from] cpu::CpuStateError),
 }
 
-fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> VmError {
-    move |err| VmError::Io { what, err }
-}
-
-fn kvm(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
-    move |err| VmError::KvmSetup { what, err }
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> RunError {
+    move |err| RunError::Io { what, err }
 }
 
 /// The outcome of a run.
@@ -145,433 +111,204 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
 
 /// [`run`], restoring a snapshot and/or serving the API socket as `start` says.
 pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
-    log::debug!("creating the VM");
-    let restore = start.restore;
-    let kvm_fd = Kvm::new().map_err(VmError::Kvm)?;
-    let max_cpus = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
-    if cfg.cpus == 0 || usize::from(cfg.cpus) > max_cpus {
-        if restore.is_some() {
-            return Err(VmError::RestoreCpus {
-                want: cfg.cpus,
-                max: max_cpus,
-            });
-        }
-        return Err(VmError::Cpus {
-            got: cfg.cpus,
-            max: max_cpus,
-        });
-    }
-    let (name, bytes) = match &restore {
-        Some(_) => (String::new(), Vec::new()),
-        None => loader::image_bytes(&cfg.image)?,
+    let vm = match &start.restore {
+        Some(r) => builder::build_from_snapshot(cfg, r)?,
+        None => builder::build_for_boot(cfg)?,
     };
-    let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
-    vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
-        .map_err(kvm("set identity map address"))?;
-    vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
-        .map_err(kvm("set TSS address"))?;
-    vm.create_irq_chip().map_err(kvm("create irqchip"))?;
-    let pit = kvm_pit_config {
-        flags: KVM_PIT_SPEAKER_DUMMY,
-        ..Default::default()
-    };
-    vm.create_pit2(pit).map_err(kvm("create PIT"))?;
+    Ok(vm.run(cfg, start)?)
+}
 
-    // `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it
-    // allocated at a chosen GPU VA). Declared before `mem`, so it is dropped after it.
-    let cuda_engine = match &cfg.gpu {
-        Some(g) if g.backend == vgpu::config::Backend::Cuda => Some(vgpu::Vgpu::cuda_engine(g)?),
-        _ => None,
-    };
-    let ram_ids = std::cell::RefCell::new(Vec::new());
-    let alloc = |len: usize| {
-        let engine = cuda_engine.as_ref().ok_or("no engine")?;
-        let (id, ptr) = engine
-            .alloc_host_region(len as u64)
-            .map_err(|e| e.to_string())?;
-        ram_ids.borrow_mut().push(id);
-        Ok(ptr)
-    };
-    let (mem, backing) = match &restore {
-        // `backend=cuda`: guest RAM comes from the engine (as for a fresh VM) and the
-        // snapshot's RAM is copied into it; not lazy, unlike the file mapping.
-        Some(r) if cuda_engine.is_some() => {
-            if r.manifest.ram_bytes != cfg.memory_mib << 20 {
-                return Err(VmError::RestoreRamSize {
-                    got: r.manifest.ram_bytes,
-                    want: cfg.memory_mib << 20,
-                });
-            }
-            let mem = memory::create(
-                &vm,
-                cfg.memory_mib,
-                Some(&alloc as memory::RamAllocator<'_>),
-            )?;
-            let t = std::time::Instant::now();
-            let n = ram::copy_into(&r.ram, r.manifest.ram_bytes, &mem)?;
-            log::debug!(
-                "restore: {n} bytes of RAM copied into engine memory in {:.1} ms",
-                t.elapsed().as_secs_f64() * 1e3
-            );
-            (mem, ram::Backing::Other)
-        }
-        Some(r) => {
-            let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
-            memory::register(&vm, &mem)?;
-            (mem, ram::Backing::Other)
-        }
-        None => {
-            let mem = memory::create(
-                &vm,
-                cfg.memory_mib,
-                cuda_engine
-                    .as_ref()
-                    .map(|_| &alloc as memory::RamAllocator<'_>),
-            )?;
-            let backing = match cuda_engine {
-                Some(_) => ram::Backing::Other,
-                None => ram::Backing::Anonymous,
-            };
-            (mem, backing)
-        }
-    };
-    log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
-    // The vCPUs come before the images: a Linux command line gets the TSC rate.
-    let mut vcpus = Vec::new();
-    let mut tsc_khz = 0;
-    for id in 0..cfg.cpus {
-        let fd = vm.create_vcpu(u64::from(id)).map_err(kvm("create vCPU"))?;
-        arch::setup_cpuid(&kvm_fd, &fd, id, cfg.cpus).map_err(|err| VmError::Cpu { id, err })?;
-        arch::setup_lapic(&fd).map_err(|err| VmError::Cpu { id, err })?;
-        if id == 0 {
-            tsc_khz = fd.get_tsc_khz().map(u64::from).unwrap_or(0);
-        }
-        vcpus.push(fd);
-    }
-    let linux_boot = if restore.is_some() {
-        None
-    } else if cfg.linux || crate::linux::is_bzimage(&bytes) {
-        let cmdline = crate::linux::guest::with_tsc(
-            match cfg.cmdline.as_str() {
-                "" => crate::linux::DEFAULT_CMDLINE,
-                c => c,
-            },
-            tsc_khz,
-        ) + &crate::disk::cmdline(cfg.disks.len());
-        let cmdline = cmdline.as_str();
-        let ram = layout::ram_regions(cfg.memory_mib << 20);
-        let initrd = cfg.initramfs.as_ref();
-        Some(crate::linux::load(
-            &mem, &ram, &name, &bytes, initrd, cmdline,
-        )?)
-    } else {
-        None
-    };
-    let entry = match (&linux_boot, &restore) {
-        (_, Some(_)) => 0,
-        (Some(b), None) => b.entry,
-        (None, None) => loader::load_elf(&mem, &name, &bytes)?,
-    };
-    if restore.is_none() {
-        arch::write_boot_tables(&mem)?;
-    }
-    let boot_kind = match &restore {
-        Some(r) => r.manifest.boot,
-        None if linux_boot.is_some() => BootKind::Linux,
-        None => BootKind::BareMetal,
-    };
+/// What the vCPU threads, the API and the end of the run share.
+struct Shared {
+    counters: Vec<Arc<ExitCounters>>,
+    gate: Arc<PauseGate>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
+}
 
-    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
-    let pio = Arc::new(Bus::new("pio"));
-    let mmio_bus = Arc::new(Bus::new("mmio"));
-
-    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(io("create serial irqfd"))?;
-    vm.register_irqfd(&serial_irq, layout::SERIAL_IRQ)
-        .map_err(kvm("register serial irqfd"))?;
-    let out = crate::devices::console_out::console_out(cfg.console_prefix.clone());
-    let serial_dev = Arc::new(Mutex::new(match &restore {
-        Some(r) => serial::SerialDevice::from_state(&r.state.serial, serial_irq, out)
-            .map_err(VmError::RestoreSerial)?,
-        None => serial::SerialDevice::new(serial_irq, out),
-    }));
-    let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
-    let (base, len) = range(layout::SERIAL_PORTS);
-    pio.insert("serial", base, len, serial_dev.clone())?;
-    let serial_dev_ctl = serial_dev.clone();
-    let (base, len) = range(layout::I8042_PORTS);
-    pio.insert(
-        "i8042",
-        base,
-        len,
-        Arc::new(Mutex::new(I8042::new(latch.clone()))),
-    )?;
-    pio.insert(
-        "debug-exit",
-        layout::DEBUG_EXIT_PORT,
-        4,
-        Arc::new(Mutex::new(DebugExit::new(latch.clone()))),
-    )?;
-    let mut cmos_dev = None;
-    if boot_kind == BootKind::Linux {
-        let index = restore.as_ref().and_then(|r| r.state.cmos).unwrap_or(0);
-        let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::with_index(index)));
-        pio.insert("cmos", 0x70, 2, cmos.clone())?;
-        cmos_dev = Some(cmos);
-        let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
-        pio.insert("post", 0x80, 1, post)?;
-    }
-    let saved_disks = restore.as_ref().map(|r| r.state.disks.as_slice());
-    let disks = crate::disk::Disks::attach(&cfg.disks, &vm, &mmio_bus, &mem, saved_disks)?;
-    let windows = PciWindows {
-        mmio32: layout::PCI_MMIO32,
-        mmio64: layout::PCI_MMIO64,
-        pio: layout::PCI_PIO,
-    };
-    let mut root = PciRoot::new(mmio_bus.clone(), pio.clone(), windows);
-    let mut testdev = None;
-    if cfg.testdev {
-        let mut dev = TestDev::new()?;
-        if let Some(s) = restore.as_ref().and_then(|r| r.state.testdev) {
-            dev.set_state(s);
-        }
-        let dev = Arc::new(Mutex::new(dev));
-        root.add_device("testdev", dev.clone())?;
-        testdev = Some(dev);
-    }
-    let gpu = match (&cfg.gpu, &cuda_engine) {
-        (Some(g), Some(engine)) => {
-            let gpu = vgpu::Vgpu::with_engine(
-                g.clone(),
-                engine.clone(),
-                mem.clone(),
-                ram_ids.take(),
-                Arc::new(GpuIrq(vm.clone())),
-            )?;
-            root.add_device("vgpu", gpu.device())?;
-            Some(Arc::new(gpu))
-        }
-        (Some(g), None) => {
-            let slots = kvm_fd.get_nr_memslots();
-            let mapper: Arc<dyn vgpu::remap::ApertureMapper> =
-                Arc::new(SlotMapper::new(vm.clone(), slots));
-            let gpu = vgpu::Vgpu::with_mapper(
-                g.clone(),
-                mem.clone(),
-                Arc::new(GpuIrq(vm.clone())),
-                Some(mapper),
-            )?;
-            root.add_device("vgpu", gpu.device())?;
-            Some(Arc::new(gpu))
-        }
-        (None, _) => None,
-    };
-    if let Some(r) = &restore {
-        // The BARs are placed again (the GPU's `bar_moved` maps its apertures) and MSI set up
-        // before the GPU's own state comes back (below).
-        root.restore(&r.state.pci)?;
-        if r.gpu.is_some() != gpu.is_some() {
-            return Err(VmError::RestoreGpuMismatch);
-        }
-    }
-    let root = Arc::new(Mutex::new(root));
-    pio.insert(
-        "pci-config",
-        CONFIG_ADDRESS_PORT,
-        CONFIG_PORTS_LEN,
-        root.clone(),
-    )?;
-
-    if let Some(r) = &restore {
-        vmstate::apply(&vm, &r.state.vm)?;
-        for (fd, s) in vcpus.iter().zip(&r.state.vcpus) {
-            cpu::apply(fd, s)?;
-        }
-        // The GPU last: it runs as soon as it is restored, and an interrupt it raises must
-        // find the interrupt controllers' and LAPICs' restored state, not be overwritten by it.
-        if let (Some(gpu), Some(img)) = (&gpu, &r.gpu) {
-            let t = Instant::now();
-            let mut rd = crate::snapshot::gpu::CheckedReader::new(
-                std::io::BufReader::with_capacity(1 << 20, &img.file),
-                img.bytes,
-                img.crc32,
-            );
-            match &img.vram_base {
-                Some(base) => gpu.restore_live(&mut rd, base)?,
-                None => gpu.restore(&mut rd)?,
-            }
-            log::debug!(
-                "restore: GPU image of {} bytes restored in {:.1} ms",
-                img.bytes,
-                t.elapsed().as_secs_f64() * 1e3
-            );
-        }
-    } else if let Some(boot) = &linux_boot {
-        arch::setup_boot_vcpu(&vcpus[0], entry, 0).map_err(|err| VmError::Cpu { id: 0, err })?;
-        crate::linux::setup_vcpu(&vcpus[0], boot)?;
-    } else {
-        let boot_info =
-            loader::write_boot_info(&mem, &cfg.cmdline, cfg.cpus, memory::split(&mem), tsc_khz)?;
-        arch::setup_boot_vcpu(&vcpus[0], entry, boot_info)
-            .map_err(|err| VmError::Cpu { id: 0, err })?;
-    }
-
-    // Event loop: console input and the VM's lifecycle.
-    let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
-        EventManager::new().map_err(VmError::EventLoop)?;
-    let interactive = std::io::stdin().is_terminal();
-    let (rx, evt) = serial::spawn_stdin_reader().map_err(io("start the stdin reader"))?;
-    let console = Arc::new(Mutex::new(serial::ConsoleInput::new(
-        serial_dev,
-        rx,
-        evt,
-        latch.clone(),
-        interactive,
-    )));
-    em.add_subscriber(console.clone());
-    let lifecycle = Lifecycle::new(latch.clone(), cfg.timeout, Some(console))
-        .map_err(io("set up signals and timers"))?;
-    em.add_subscriber(Arc::new(Mutex::new(lifecycle)));
-    let _raw = interactive.then(RawTerminal::enter);
-
-    vcpu::install_kick_handler().map_err(|e| VmError::Io {
-        what: "install the vCPU kick handler",
-        err: e.into(),
-    })?;
-    let counters: Vec<Arc<ExitCounters>> = (0..cfg.cpus).map(|_| Arc::default()).collect();
-    let gate = Arc::new(PauseGate::default());
-    let threads = Arc::new(Mutex::new(Vec::new()));
-    let live_reports = Arc::new(Mutex::new(Vec::new()));
-    let api_server = match start.api {
-        Some(api) => {
-            let (msrs, refused) = cpu::saveable_msrs(&kvm_fd, &vcpus[0])?;
-            log::debug!(
-                "snapshots save {} MSRs; KVM lists but refuses to read {:x?}",
-                msrs.len(),
-                refused
-            );
-            let manifest = Manifest {
-                format: crate::snapshot::manifest::FORMAT.into(),
-                version: crate::snapshot::format::VERSION,
-                vmm_version: env!("CARGO_PKG_VERSION").into(),
-                memory_mib: cfg.memory_mib,
-                cpus: cfg.cpus,
-                boot: boot_kind,
-                image: match &restore {
-                    Some(r) => r.manifest.image.clone(),
-                    None => match &cfg.image {
-                        Image::Bundled(n) => n.clone(),
-                        Image::File(p) => p.display().to_string(),
-                    },
-                },
-                testdev: cfg.testdev,
-                gpu: cfg.gpu.as_ref().map(crate::snapshot::gpu::spec),
-                tsc_khz,
-                msrs: msrs.len(),
-                state_bytes: 0,
-                state_crc32: 0,
-                ram_bytes: 0,
-                ram_pages: 0,
-                gpu_bytes: 0,
-                gpu_crc32: 0,
-                gpu_live: false,
-                disks: disks.specs(),
-            };
-            let controller = Arc::new(Controller {
-                op: Mutex::default(),
-                gate: gate.clone(),
-                threads: threads.clone(),
-                latch: latch.clone(),
-                vm: vm.clone(),
-                mem: mem.clone(),
-                backing,
-                serial: serial_dev_ctl.clone(),
-                cmos: cmos_dev.clone(),
-                pci: root.clone(),
-                testdev: testdev.clone(),
-                disks: disks.clone(),
-                counters: counters.clone(),
-                manifest,
-                msrs,
-                gpu: gpu.as_ref().map(Arc::downgrade),
-                started: Instant::now(),
-                live_reports: live_reports.clone(),
-            });
-            Some(api.serve(controller).map_err(io("start the API socket"))?)
-        }
-        None => None,
-    };
-    log::debug!("devices and vCPUs ready; starting");
-    let started = Instant::now();
-    for (id, fd) in vcpus.into_iter().enumerate() {
-        let v = Vcpu {
-            id: id as u8,
-            fd,
-            pio: pio.clone(),
-            mmio: mmio_bus.clone(),
-            latch: latch.clone(),
-            counters: counters[id].clone(),
-            gate: gate.clone(),
+impl PausedVm {
+    /// Runs the VM until it stops: event loop, API, vCPU threads; then the teardown and the
+    /// stats.
+    pub fn run(mut self, cfg: &VmConfig, start: Start) -> Result<RunOutcome, RunError> {
+        let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
+            EventManager::new().map_err(RunError::EventLoop)?;
+        let interactive = std::io::stdin().is_terminal();
+        let (rx, evt) = serial::spawn_stdin_reader().map_err(io("start the stdin reader"))?;
+        let console = Arc::new(Mutex::new(serial::ConsoleInput::new(
+            self.devices.serial.clone(),
+            rx,
+            evt,
+            self.latch.clone(),
+            interactive,
+        )));
+        em.add_subscriber(console.clone());
+        let lifecycle = Lifecycle::new(self.latch.clone(), cfg.timeout, Some(console))
+            .map_err(io("set up signals and timers"))?;
+        em.add_subscriber(Arc::new(Mutex::new(lifecycle)));
+        let _raw = interactive.then(RawTerminal::enter);
+        vcpu::install_kick_handler().map_err(|e| RunError::Io {
+            what: "install the vCPU kick handler",
+            err: e.into(),
+        })?;
+        let shared = Shared {
+            counters: (0..cfg.cpus).map(|_| Arc::default()).collect(),
+            gate: Arc::new(PauseGate::default()),
+            threads: Arc::new(Mutex::new(Vec::new())),
+            live_reports: Arc::new(Mutex::new(Vec::new())),
         };
-        match v.spawn() {
-            Ok(t) => threads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(t),
-            Err(err) => {
-                latch.request(ExitReason::VcpuError {
-                    vcpu: id as u8,
-                    what: format!("spawn thread: {err}"),
-                });
-                break;
+        let api_server = match start.api {
+            Some(api) => Some(
+                api.serve(self.controller(cfg, &shared)?)
+                    .map_err(io("start the API socket"))?,
+            ),
+            None => None,
+        };
+        log::debug!("devices and vCPUs ready; starting");
+        let started = Instant::now();
+        let vcpus = std::mem::take(&mut self.vcpus);
+        self.spawn_vcpus(vcpus, &shared);
+        if let Some(mut conn) = start.ack {
+            crate::snapshot::stream::answer(&mut conn, Ok(()));
+        }
+        if let Some(since) = start.since {
+            log::debug!(
+                "restore to running: {:.1} ms",
+                since.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        while !self.latch.stopping() {
+            em.run_with_timeout(100).map_err(RunError::EventLoop)?;
+        }
+        Ok(self.teardown(shared, api_server, started))
+    }
+
+    /// The controller the API serves, with the manifest's fixed part.
+    fn controller(&self, cfg: &VmConfig, s: &Shared) -> Result<Arc<Controller>, RunError> {
+        let (msrs, refused) = cpu::saveable_msrs(&self.kvm, &self.vcpus[0])?;
+        log::debug!(
+            "snapshots save {} MSRs; KVM lists but refuses to read {:x?}",
+            msrs.len(),
+            refused
+        );
+        let manifest = Manifest {
+            format: crate::snapshot::manifest::FORMAT.into(),
+            version: crate::snapshot::format::VERSION,
+            vmm_version: env!("CARGO_PKG_VERSION").into(),
+            memory_mib: cfg.memory_mib,
+            cpus: cfg.cpus,
+            boot: self.boot,
+            image: self.image.clone(),
+            testdev: cfg.testdev,
+            gpu: cfg.gpu.as_ref().map(crate::snapshot::gpu::spec),
+            tsc_khz: self.tsc_khz,
+            msrs: msrs.len(),
+            state_bytes: 0,
+            state_crc32: 0,
+            ram_bytes: 0,
+            ram_pages: 0,
+            gpu_bytes: 0,
+            gpu_crc32: 0,
+            gpu_live: false,
+            disks: self.devices.disks.specs(),
+        };
+        Ok(Arc::new(Controller {
+            op: Mutex::default(),
+            gate: s.gate.clone(),
+            threads: s.threads.clone(),
+            latch: self.latch.clone(),
+            vm: self.vm.clone(),
+            mem: self.mem.clone(),
+            backing: self.backing,
+            serial: self.devices.serial.clone(),
+            devices: self.devices.saved.clone(),
+            disks: self.devices.disks.clone(),
+            counters: s.counters.clone(),
+            manifest,
+            msrs,
+            gpu: self.gpu.as_ref().map(Arc::downgrade),
+            started: Instant::now(),
+            live_reports: s.live_reports.clone(),
+        }))
+    }
+
+    /// Starts a thread per vCPU (a failure asks the VM to stop).
+    fn spawn_vcpus(&self, vcpus: Vec<kvm_ioctls::VcpuFd>, s: &Shared) {
+        for (id, fd) in vcpus.into_iter().enumerate() {
+            let v = Vcpu {
+                id: id as u8,
+                fd,
+                pio: self.devices.pio.clone(),
+                mmio: self.devices.mmio.clone(),
+                latch: self.latch.clone(),
+                counters: s.counters[id].clone(),
+                gate: s.gate.clone(),
+            };
+            match v.spawn() {
+                Ok(t) => s
+                    .threads
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(t),
+                Err(err) => {
+                    self.latch.request(ExitReason::VcpuError {
+                        vcpu: id as u8,
+                        what: format!("spawn thread: {err}"),
+                    });
+                    break;
+                }
             }
         }
     }
-    if let Some(mut conn) = start.ack {
-        crate::snapshot::stream::answer(&mut conn, Ok(()));
+
+    /// Stops the vCPUs and the API, and collects the stats (the GPU, then RAM, then the cuda
+    /// engine that backs it are dropped last, in that order).
+    fn teardown(self, s: Shared, api: Option<ApiServer>, started: Instant) -> RunOutcome {
+        let threads =
+            std::mem::take(&mut *s.threads.lock().unwrap_or_else(PoisonError::into_inner));
+        s.gate.resume();
+        vcpu::stop_all(threads, Duration::from_secs(2));
+        self.devices.disks.log_counters();
+        drop(api);
+        let run_ms = started.elapsed().as_secs_f64() * 1e3;
+        let reason = self.latch.reason().unwrap_or(ExitReason::VcpuError {
+            vcpu: 0,
+            what: "stopped without a reason".into(),
+        });
+        let stats = Stats {
+            exit_reason: reason.to_string(),
+            exit_code: reason.code(),
+            run_ms,
+            vcpus: (s.counters.iter().enumerate())
+                .map(|(i, c)| VcpuStats {
+                    id: i as u8,
+                    exits: c.snapshot(),
+                })
+                .collect(),
+            pio: self.devices.pio.stats(),
+            mmio: self.devices.mmio.stats(),
+            gpu: self.gpu.as_deref().map(vgpu::Vgpu::stats),
+            live: std::mem::take(
+                &mut *s
+                    .live_reports
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
+        };
+        let PausedVm {
+            gpu,
+            mem,
+            cuda_engine,
+            ..
+        } = self;
+        drop(gpu);
+        drop(mem);
+        drop(cuda_engine);
+        RunOutcome { reason, stats }
     }
-    if let Some(since) = start.since {
-        log::debug!(
-            "restore to running: {:.1} ms",
-            since.elapsed().as_secs_f64() * 1e3
-        );
-    }
-    while !latch.stopping() {
-        em.run_with_timeout(100).map_err(VmError::EventLoop)?;
-    }
-    let threads = std::mem::take(&mut *threads.lock().unwrap_or_else(PoisonError::into_inner));
-    gate.resume();
-    vcpu::stop_all(threads, Duration::from_secs(2));
-    disks.log_counters();
-    drop(api_server);
-    let run_ms = started.elapsed().as_secs_f64() * 1e3;
-    let reason = latch.reason().unwrap_or(ExitReason::VcpuError {
-        vcpu: 0,
-        what: "stopped without a reason".into(),
-    });
-    let stats = Stats {
-        exit_reason: reason.to_string(),
-        exit_code: reason.code(),
-        run_ms,
-        vcpus: counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| VcpuStats {
-                id: i as u8,
-                exits: c.snapshot(),
-            })
-            .collect(),
-        pio: pio.stats(),
-        mmio: mmio_bus.stats(),
-        gpu: gpu.as_deref().map(vgpu::Vgpu::stats),
-        live: std::mem::take(&mut *live_reports.lock().unwrap_or_else(PoisonError::into_inner)),
-    };
-    drop(gpu);
-    drop(mem);
-    Ok(RunOutcome { reason, stats })
 }
 
 /// Delivers the virtual GPU's interrupts through KVM: MSI messages, or its INTA line.
-struct GpuIrq(Arc<kvm_ioctls::VmFd>);
+pub(crate) struct GpuIrq(pub(crate) Arc<kvm_ioctls::VmFd>);
 
 impl vgpu::IrqSink for GpuIrq {
     fn msi(&self, msg: mmio::pci::MsiMessage) {

@@ -2,7 +2,9 @@
 //! parameters, next block); a copy job is (space, src, dst, len, bytes done). Nothing of the GPU
 //! is saved: blocks before `next_block` have finished and their effects are in memory.
 //!
-//! Byte layout, little endian: magic `PGPUCUDA`, kind (u8), space (u64), then for a launch:
+//! Byte layout, little endian: the project's one container ([`snapfmt`], magic `PGPUCUDA`,
+//! version 3; version 2 had no container, its payload right after the magic) with one `JOB\0`
+//! section: kind (u8), space (u64), then for a launch:
 //! module (u64), grid (3 × u32), block (3 × u32), dynamic shared (u32), next block (u64),
 //! entry length (u32) + entry bytes, params length (u32) + param bytes; for a copy: src, dst,
 //! len, done (u64 each); for a checkpointed launch (kind 3) the launch's fields (next block 0)
@@ -13,7 +15,13 @@ use std::any::Any;
 
 use crate::engine::{EngineLimits, Job, LiveContext, ModuleId, SpaceId};
 
-const MAGIC: &[u8; 8] = b"PGPUCUDA";
+const FORMAT: snapfmt::Format = snapfmt::Format {
+    magic: *b"PGPUCUDA",
+    version: 3,
+    name: "cuda engine context",
+};
+const JOB: snapfmt::Id = *b"JOB\0";
+const JOB_VERSION: u32 = 1;
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
 const KIND_CKPT: u8 = 3;
@@ -119,9 +127,9 @@ impl LiveContext for Live {
     }
 }
 
-/// Bytes of a context.
-pub fn encode(job: &JobState) -> Vec<u8> {
-    let mut o = MAGIC.to_vec();
+/// The job section's payload.
+fn payload(job: &JobState) -> Vec<u8> {
+    let mut o = Vec::new();
     match job {
         JobState::Copy(c) => {
             o.push(KIND_COPY);
@@ -146,34 +154,38 @@ pub fn encode(job: &JobState) -> Vec<u8> {
     o
 }
 
-/// Bytes of a checkpointed launch's context with its save area.
-pub fn encode_ck(job: &JobState, area: &[u8]) -> Vec<u8> {
-    let mut o = encode(job);
-    o[MAGIC.len()] = KIND_CKPT;
-    o.extend_from_slice(&(area.len() as u64).to_le_bytes());
-    o.extend_from_slice(area);
-    o
+fn wrap(payload: &[u8]) -> Vec<u8> {
+    let mut w = snapfmt::Writer::with_capacity(&FORMAT, payload.len());
+    w.section(JOB, JOB_VERSION, payload);
+    w.finish()
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Bytes of a context.
+pub fn encode(job: &JobState) -> Vec<u8> {
+    wrap(&payload(job))
+}
+
+/// Bytes of a checkpointed launch's context with its save area.
+pub fn encode_ck(job: &JobState, area: &[u8]) -> Vec<u8> {
+    let mut o = payload(job);
+    o[0] = KIND_CKPT;
+    o.extend_from_slice(&(area.len() as u64).to_le_bytes());
+    o.extend_from_slice(area);
+    wrap(&o)
+}
+
+/// The job section's reader: [`snapfmt::Dec`] with this module's string errors.
+struct Reader<'a>(snapfmt::Dec<'a>);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err("context truncated".into());
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
+        self.0.take(n).map_err(|_| "context truncated".to_string())
     }
     fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        self.0.u32().map_err(|_| "context truncated".to_string())
     }
     fn u64(&mut self) -> Result<u64, String> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
+        self.0.u64().map_err(|_| "context truncated".to_string())
     }
     fn blob(&mut self, max: usize, what: &str) -> Result<&'a [u8], String> {
         let n = self.u32()? as usize;
@@ -201,10 +213,15 @@ pub fn decode_full(
     max_area: u64,
 ) -> Result<(JobState, Option<Vec<u8>>), String> {
     let mut area = None;
-    let mut r = Reader(bytes);
-    if r.take(8).map_err(|_| "not a pgpu cuda context")? != MAGIC {
-        return Err("not a pgpu cuda context".into());
-    }
+    let secs = snapfmt::read(&FORMAT, bytes, 1).map_err(|e| match e {
+        snapfmt::FrameError::Magic { .. } => "not a pgpu cuda context".to_string(),
+        e => e.to_string(),
+    })?;
+    let payload = match secs.as_slice() {
+        [s] if s.id == JOB => s.payload_v(JOB_VERSION).map_err(|e| e.to_string())?,
+        _ => return Err("not one job section".into()),
+    };
+    let mut r = Reader(snapfmt::Dec::new(payload, "cuda context"));
     let kind = r.take(1)?[0];
     let space = SpaceId(r.u64()?);
     let job = match kind {
@@ -257,7 +274,7 @@ pub fn decode_full(
         }
         k => return Err(format!("unknown job kind {k}")),
     };
-    if !r.0.is_empty() {
+    if r.0.left() != 0 {
         return Err("trailing bytes".into());
     }
     Ok((job, area))
@@ -341,9 +358,18 @@ mod tests {
         assert!(decode_full(&long, &lim, 256).is_err());
         assert!(decode(&b, &lim).is_err());
         // A huge claimed length is refused before any allocation.
-        let mut huge = encode_ck(&job, &[]);
-        let n = huge.len();
-        huge[n - 8..].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode_full(&huge, &lim, u64::MAX).is_err());
+        let mut p = payload(&job);
+        p[0] = KIND_CKPT;
+        p.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode_full(&wrap(&p), &lim, u64::MAX).is_err());
+        // Version 2 (no container: the payload right after the magic) is refused by its
+        // container version (what its first payload bytes read as), never decoded.
+        let mut old = b"PGPUCUDA".to_vec();
+        old.extend_from_slice(&payload(&job));
+        assert!(
+            decode_full(&old, &lim, 0)
+                .unwrap_err()
+                .contains("format version")
+        );
     }
 }

@@ -409,7 +409,7 @@ impl EngineSnapshot for SimEngine {
                 Decoded::Copy(c) => context::encode_copy(&CopyState { space, ..c }),
                 Decoded::Launch {
                     module: m, state, ..
-                } => context::encode_launch(space, module.unwrap_or(m), state.to_vec()),
+                } => context::encode_launch(space, module.unwrap_or(m), state),
                 Decoded::Ckpt { body, .. } => context::encode_ckpt(space, module, body),
             };
         drop(bytes);

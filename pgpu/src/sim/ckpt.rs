@@ -302,7 +302,7 @@ impl SimEngine {
     }
 }
 
-/// Body bytes of a checkpointed context (the trailer names the space): module (u64), grid and
+/// Body bytes of a checkpointed context (its job section names the space): module (u64), grid and
 /// block (3 × u32 each), dynamic shared (u32), entry and parameters (u32 length + bytes each),
 /// save-area length (u64) + its bytes.
 pub fn encode_body(job: &CkJob) -> Vec<u8> {
@@ -332,37 +332,28 @@ struct Decoded<'a> {
 }
 
 fn decode_body<'a>(b: &'a [u8], lim: &crate::engine::EngineLimits) -> Result<Decoded<'a>, String> {
-    let mut r = b;
-    let mut take = |n: usize| -> Result<&'a [u8], String> {
-        if r.len() < n {
-            return Err("context truncated".into());
-        }
-        let (a, rest) = r.split_at(n);
-        r = rest;
-        Ok(a)
+    let mut d = snapfmt::Dec::new(b, "checkpointed context");
+    let e = |e: snapfmt::FrameError| match e {
+        snapfmt::FrameError::Truncated { .. } => "context truncated".to_string(),
+        e => e.to_string(),
     };
-    let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-    let module = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "truncated")?);
+    let module = d.u64().map_err(e)?;
     let mut dims = [0u32; 7];
-    for d in &mut dims {
-        *d = u32_of(take(4)?);
+    for x in &mut dims {
+        *x = d.u32().map_err(e)?;
     }
-    let n = u32_of(take(4)?) as usize;
-    if n > lim.max_entry_name {
-        return Err("entry name too long".into());
-    }
-    let entry = std::str::from_utf8(take(n)?)
-        .map_err(|_| "entry name is not UTF-8")?
+    let entry = d
+        .at("entry name")
+        .string(lim.max_entry_name)
+        .map_err(e)?
         .to_string();
-    let n = u32_of(take(4)?) as usize;
-    if n > lim.max_param_bytes {
-        return Err("parameter buffer too long".into());
-    }
-    let params = take(n)?.to_vec();
-    let n = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "truncated")?);
-    let n = usize::try_from(n).map_err(|_| "save area too long")?;
-    let area = take(n)?;
-    if !r.is_empty() {
+    let params = d
+        .at("parameter buffer")
+        .bytes(lim.max_param_bytes)
+        .map_err(e)?
+        .to_vec();
+    let area = d.at("save area").bytes_u64(u64::MAX).map_err(e)?;
+    if d.left() != 0 {
         return Err("trailing bytes".into());
     }
     Ok(Decoded {

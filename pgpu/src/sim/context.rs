@@ -1,11 +1,14 @@
 //! Saved contexts of the sim engine: the in-memory state of a preempted job (resumed without any
 //! serialization on the same engine) and its byte format.
 //!
-//! Byte layout, little endian, trailer last so that a kernel's interpreter state is never copied:
-//! `body ++ space (u64) ++ kind (u8) ++ magic "PGPUCTX2"`. For a launch, body = the
-//! `ptx::Launch::save` bytes ++ module id (u64); for a copy, body = src, dst, len, done (u64 each).
-//! For a checkpointed launch (`KIND_CKPT`), body = `super::ckpt::encode_body` (the launch and its
-//! save area). Decoding treats the bytes as hostile and borrows the interpreter state.
+//! Byte layout: the project's one container ([`snapfmt`], magic `PGPUCTX\0`, version 3), a `JOB\0`
+//! section (kind u8, space u64; a copy adds src, dst, len, done, a launch its module id, u64
+//! each), then for a launch a `PTX\0` section holding the `ptx::Launch` context (itself a
+//! container, written in place so that the interpreter state is never copied), for a
+//! checkpointed launch (`KIND_CKPT`) a `CKPT` section holding `super::ckpt::encode_body` (the
+//! launch and its save area). Version 2 put the fields in a trailer ending in the magic
+//! `PGPUCTX2`; such bytes are refused by their version. Decoding treats the bytes as hostile and
+//! borrows the interpreter state.
 
 use std::any::Any;
 
@@ -13,7 +16,17 @@ use thiserror::Error;
 
 use crate::engine::{LiveContext, ModuleId, SpaceId};
 
-const MAGIC: &[u8; 8] = b"PGPUCTX2";
+const FORMAT: snapfmt::Format = snapfmt::Format {
+    magic: *b"PGPUCTX\0",
+    version: 3,
+    name: "sim engine context",
+};
+/// The trailer that ended a version-2 context.
+const OLD_MAGIC: &[u8; 8] = b"PGPUCTX2";
+const JOB: snapfmt::Id = *b"JOB\0";
+const PTX: snapfmt::Id = *b"PTX\0";
+const CKPT: snapfmt::Id = *b"CKPT";
+const SECTION_VERSION: u32 = 1;
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
 const KIND_CKPT: u8 = 3;
@@ -31,6 +44,23 @@ pub enum ContextError {
     BadProgress { done: u64, len: u64 },
     #[error("trailing bytes")]
     Trailing,
+    #[error("sim engine context format version {0}; this build reads version 3")]
+    Version(u32),
+    #[error("{0}")]
+    Frame(snapfmt::FrameError),
+}
+
+impl From<snapfmt::FrameError> for ContextError {
+    fn from(e: snapfmt::FrameError) -> Self {
+        use snapfmt::FrameError as F;
+        match e {
+            F::Magic { .. } => ContextError::BadMagic,
+            F::Version { found, .. } => ContextError::Version(found),
+            F::Truncated { .. } => ContextError::Truncated,
+            F::Trailing => ContextError::Trailing,
+            e => ContextError::Frame(e),
+        }
+    }
 }
 
 /// A copy's progress.
@@ -103,12 +133,15 @@ impl LiveContext for Live {
                 space,
                 module,
                 launch,
-            } => encode_launch(*space, *module, launch.save()),
-            LiveJob::Ckpt(j) => {
-                let mut b = super::ckpt::encode_body(j);
-                trailer(&mut b, j.launch.space, KIND_CKPT);
-                b
+            } => {
+                let mut w = job(KIND_LAUNCH, *space, &[module.0]);
+                let open = w.begin(PTX, SECTION_VERSION);
+                let buf = std::mem::take(w.buf());
+                *w.buf() = launch.save_into(buf);
+                w.end(open);
+                w.finish()
             }
+            LiveJob::Ckpt(j) => encode_ckpt(j.launch.space, None, &super::ckpt::encode_body(j)),
         }
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -116,95 +149,98 @@ impl LiveContext for Live {
     }
 }
 
-fn trailer(out: &mut Vec<u8>, space: SpaceId, kind: u8) {
-    out.extend_from_slice(&space.0.to_le_bytes());
-    out.push(kind);
-    out.extend_from_slice(MAGIC);
+/// A container with its job section.
+fn job(kind: u8, space: SpaceId, fields: &[u64]) -> snapfmt::Writer {
+    let mut e = snapfmt::Enc::default();
+    e.u8(kind).u64(space.0);
+    for &v in fields {
+        e.u64(v);
+    }
+    let mut w = snapfmt::Writer::new(&FORMAT);
+    w.section(JOB, SECTION_VERSION, &e.0);
+    w
 }
 
 /// Bytes of a copy context.
 pub fn encode_copy(c: &CopyState) -> Vec<u8> {
-    let mut out = Vec::with_capacity(49);
-    for v in [c.src, c.dst, c.len, c.done] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    trailer(&mut out, c.space, KIND_COPY);
-    out
+    job(KIND_COPY, c.space, &[c.src, c.dst, c.len, c.done]).finish()
 }
 
-/// Bytes of a launch context, reusing `state`'s allocation.
 /// A checkpointed launch's context bytes (`body` as `Decoded::Ckpt` gives it) moved to
 /// `space`, and to `module` when given (the body starts with the module id).
 pub fn encode_ckpt(space: SpaceId, module: Option<ModuleId>, body: &[u8]) -> Vec<u8> {
-    let mut b = body.to_vec();
+    let mut w = job(KIND_CKPT, space, &[]);
+    let open = w.begin(CKPT, SECTION_VERSION);
+    let at = w.buf().len();
+    w.buf().extend_from_slice(body);
     if let Some(m) = module
-        && b.len() >= 8
+        && body.len() >= 8
     {
-        b[..8].copy_from_slice(&m.0.to_le_bytes());
+        w.buf()[at..at + 8].copy_from_slice(&m.0.to_le_bytes());
     }
-    trailer(&mut b, space, KIND_CKPT);
-    b
+    w.end(open);
+    w.finish()
 }
 
-pub fn encode_launch(space: SpaceId, module: ModuleId, mut state: Vec<u8>) -> Vec<u8> {
-    state.reserve_exact(25);
-    state.extend_from_slice(&module.0.to_le_bytes());
-    trailer(&mut state, space, KIND_LAUNCH);
-    state
-}
-
-fn split_u64(b: &[u8]) -> Result<(&[u8], u64), ContextError> {
-    let at = b.len().checked_sub(8).ok_or(ContextError::Truncated)?;
-    let (rest, v) = b.split_at(at);
-    let mut a = [0u8; 8];
-    a.copy_from_slice(v);
-    Ok((rest, u64::from_le_bytes(a)))
+/// Bytes of a launch context with the interpreter state `state` (`ptx::Launch::save` bytes).
+pub fn encode_launch(space: SpaceId, module: ModuleId, state: &[u8]) -> Vec<u8> {
+    let mut w = job(KIND_LAUNCH, space, &[module.0]);
+    w.section(PTX, SECTION_VERSION, state);
+    w.finish()
 }
 
 /// Decodes hostile bytes.
 pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ContextError> {
-    let at = bytes
-        .len()
-        .checked_sub(MAGIC.len())
-        .ok_or(ContextError::Truncated)?;
-    let (rest, magic) = bytes.split_at(at);
-    if magic != MAGIC {
+    if bytes.ends_with(OLD_MAGIC) {
+        return Err(ContextError::Version(2));
+    }
+    let secs = snapfmt::read(&FORMAT, bytes, 2)?;
+    let (head, rest) = secs.split_first().ok_or(ContextError::Truncated)?;
+    if head.id != JOB {
         return Err(ContextError::BadMagic);
     }
-    let (&kind, rest) = rest.split_last().ok_or(ContextError::Truncated)?;
-    let (rest, space) = split_u64(rest)?;
-    let space = SpaceId(space);
-    match kind {
+    let mut d = snapfmt::Dec::new(head.payload_v(SECTION_VERSION)?, "job");
+    let kind = d.u8()?;
+    let space = SpaceId(d.u64()?);
+    let second = |id: snapfmt::Id| -> Result<&[u8], ContextError> {
+        match rest {
+            [s] if s.id == id => Ok(s.payload_v(SECTION_VERSION)?),
+            [] => Err(ContextError::Truncated),
+            _ => Err(ContextError::Trailing),
+        }
+    };
+    let decoded = match kind {
         KIND_COPY => {
-            let (rest, done) = split_u64(rest)?;
-            let (rest, len) = split_u64(rest)?;
-            let (rest, dst) = split_u64(rest)?;
-            let (rest, src) = split_u64(rest)?;
+            let (src, dst, len, done) = (d.u64()?, d.u64()?, d.u64()?, d.u64()?);
             if !rest.is_empty() {
                 return Err(ContextError::Trailing);
             }
             if done > len {
                 return Err(ContextError::BadProgress { done, len });
             }
-            Ok(Decoded::Copy(CopyState {
+            Decoded::Copy(CopyState {
                 space,
                 src,
                 dst,
                 len,
                 done,
-            }))
-        }
-        KIND_LAUNCH => {
-            let (state, module) = split_u64(rest)?;
-            Ok(Decoded::Launch {
-                space,
-                module: ModuleId(module),
-                state,
             })
         }
-        KIND_CKPT => Ok(Decoded::Ckpt { space, body: rest }),
-        k => Err(ContextError::BadKind(k)),
+        KIND_LAUNCH => Decoded::Launch {
+            space,
+            module: ModuleId(d.u64()?),
+            state: second(PTX)?,
+        },
+        KIND_CKPT => Decoded::Ckpt {
+            space,
+            body: second(CKPT)?,
+        },
+        k => return Err(ContextError::BadKind(k)),
+    };
+    if d.left() != 0 {
+        return Err(ContextError::Trailing);
     }
+    Ok(decoded)
 }
 
 #[cfg(test)]
@@ -224,30 +260,55 @@ mod tests {
         assert_eq!(decode(&b), Ok(Decoded::Copy(c)));
         for cut in 0..b.len() {
             assert!(decode(&b[cut + 1..]).is_err(), "cut {cut}");
+            assert!(decode(&b[..cut]).is_err(), "cut {cut}");
         }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(decode(&long), Err(ContextError::Trailing));
         let mut long = vec![0u8];
         long.extend_from_slice(&b);
-        assert_eq!(decode(&long), Err(ContextError::Trailing));
-        let l = encode_launch(SpaceId(1), ModuleId(7), vec![1, 2, 3]);
+        assert_eq!(decode(&long), Err(ContextError::BadMagic));
+        let l = encode_launch(SpaceId(1), ModuleId(7), &[1, 2, 3]);
         let want = Decoded::Launch {
             space: SpaceId(1),
             module: ModuleId(7),
             state: &[1, 2, 3],
         };
         assert_eq!(decode(&l), Ok(want));
+        // A flipped byte fails the CRC-32; a forged kind (valid CRC) is refused by its value.
         let mut bad = b.clone();
-        *bad.last_mut().unwrap() ^= 1;
-        assert_eq!(decode(&bad), Err(ContextError::BadMagic));
-        let mut bad = b.clone();
-        let k = bad.len() - 9;
-        bad[k] = 9;
-        assert_eq!(decode(&bad), Err(ContextError::BadKind(9)));
+        bad[snapfmt::HEADER + 16] ^= 1;
+        assert!(matches!(decode(&bad), Err(ContextError::Frame(_))));
+        assert_eq!(
+            decode(&job(9, SpaceId(1), &[]).finish()),
+            Err(ContextError::BadKind(9))
+        );
         let over = CopyState { done: 11, ..c };
         assert_eq!(
             decode(&encode_copy(&over)),
             Err(ContextError::BadProgress { done: 11, len: 10 })
         );
-        assert_eq!(decode(b"PGPUCTX2"), Err(ContextError::Truncated));
+        // A launch without its interpreter state, a copy with one.
+        assert_eq!(
+            decode(&job(KIND_LAUNCH, SpaceId(1), &[7]).finish()),
+            Err(ContextError::Truncated)
+        );
+        let mut w = job(KIND_COPY, SpaceId(1), &[1, 2, 3, 0]);
+        w.section(PTX, SECTION_VERSION, &[]);
+        assert_eq!(decode(&w.finish()), Err(ContextError::Trailing));
+        // A checkpointed body moved to another module keeps the rest of its bytes.
+        let k = encode_ckpt(SpaceId(2), Some(ModuleId(5)), &[1, 0, 0, 0, 0, 0, 0, 0, 9]);
+        let want = Decoded::Ckpt {
+            space: SpaceId(2),
+            body: &[5, 0, 0, 0, 0, 0, 0, 0, 9],
+        };
+        assert_eq!(decode(&k), Ok(want));
+        // Version 2 (fields in a trailer ending in its magic) is refused by its number.
+        let mut old = vec![0u8; 41];
+        old.push(KIND_COPY);
+        old.extend_from_slice(OLD_MAGIC);
+        assert_eq!(decode(&old), Err(ContextError::Version(2)));
+        assert_eq!(decode(b"PGPUCTX2"), Err(ContextError::Version(2)));
         assert_eq!(decode(&[]), Err(ContextError::Truncated));
     }
 }

@@ -188,7 +188,13 @@ impl Launch {
 
     /// Serialize the complete execution state (versioned, bound to the module hash).
     pub fn save(&self) -> Vec<u8> {
-        crate::context::save(self)
+        crate::context::save_into(self, Vec::new())
+    }
+
+    /// [`Launch::save`], appended to `out` (a container that nests the context writes it in
+    /// place instead of copying it).
+    pub fn save_into(&self, out: Vec<u8>) -> Vec<u8> {
+        crate::context::save_into(self, out)
     }
 
     /// Rebuild a launch from [`Launch::save`] bytes. The bytes are hostile: everything is

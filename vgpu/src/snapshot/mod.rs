@@ -52,9 +52,11 @@ pub enum SnapshotError {
     Truncated(&'static str),
     #[error("section {found} where {expected} belongs")]
     Section { expected: String, found: String },
+    #[error("section {tag} is version {found}; this build reads version {want}")]
+    SectionVersion { tag: String, found: u32, want: u32 },
     #[error("section {tag} of {len} bytes is over its limit of {limit} bytes")]
     SectionTooLarge { tag: String, len: u64, limit: u64 },
-    #[error("snapshot checksum mismatch: the file is corrupted")]
+    #[error("snapshot checksum mismatch: a section is corrupted (CRC-32)")]
     Checksum,
     #[error("bytes after the end of the snapshot")]
     Trailing,

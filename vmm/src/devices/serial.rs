@@ -11,10 +11,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use event_manager::{EventOps, EventSet, Events, MutEventSubscriber};
 use mmio::BusDevice;
+use snapfmt::{Dec, Enc, Id};
+use vm_superio::serial::{NoEvents, SerialState};
 use vm_superio::{Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::exit::{ExitLatch, ExitReason};
+use crate::persist::{Persist, PersistError};
+use crate::snapshot::format::{DecodeError, tag};
 
 /// Raises the UART's interrupt through an irqfd.
 pub struct IrqTrigger(pub EventFd);
@@ -34,18 +38,6 @@ impl SerialDevice {
         SerialDevice(Serial::new(IrqTrigger(irq), out))
     }
 
-    /// A UART in a saved state (a restored snapshot); raises the interrupt if the state has
-    /// one pending.
-    pub fn from_state(
-        state: &vm_superio::serial::SerialState,
-        irq: EventFd,
-        out: Box<dyn Write + Send>,
-    ) -> Result<Self, String> {
-        Serial::from_state(state, IrqTrigger(irq), vm_superio::serial::NoEvents, out)
-            .map(SerialDevice)
-            .map_err(|e| format!("{e:?}"))
-    }
-
     /// Writes out console output held in a buffer (a partial line), so that a paused VM's
     /// output is complete up to the pause.
     pub fn flush_output(&mut self) {
@@ -54,14 +46,74 @@ impl SerialDevice {
         }
     }
 
-    /// The UART's registers and receive FIFO.
-    pub fn state(&self) -> vm_superio::serial::SerialState {
-        self.0.state()
-    }
-
     /// Queues console input; returns how many bytes fit in the receive FIFO.
     fn enqueue(&mut self, bytes: &[u8]) -> usize {
         self.0.enqueue_raw_bytes(bytes).unwrap_or(0)
+    }
+}
+
+/// The receive FIFO (vm-superio's).
+pub const SERIAL_FIFO: usize = 64;
+
+/// The UART's registers and receive FIFO: 9 register bytes (divisor low/high, IER, IIR, LCR,
+/// LSR, MCR, MSR, scratch), then the FIFO (u32 length, at most 64, and bytes).
+impl Persist for SerialDevice {
+    type State = SerialState;
+    const SECTION: Id = tag::SERIAL;
+    const VERSION: u32 = 1;
+
+    fn save(&self) -> SerialState {
+        self.0.state()
+    }
+
+    /// Rebuilds the UART in `state` with the same interrupt and output; raises the interrupt if
+    /// the state has one pending.
+    fn restore(&mut self, state: &SerialState) -> Result<(), PersistError> {
+        let irq = self.0.interrupt_evt().0.try_clone();
+        let irq = irq.map_err(|e| PersistError::Serial(format!("clone its irqfd: {e}")))?;
+        let spare = irq
+            .try_clone()
+            .map_err(|e| PersistError::Serial(format!("clone its irqfd: {e}")))?;
+        let old = std::mem::replace(
+            &mut self.0,
+            Serial::new(IrqTrigger(spare), Box::new(std::io::sink())),
+        );
+        let out = old.into_writer();
+        self.0 = Serial::from_state(state, IrqTrigger(irq), NoEvents, out)
+            .map_err(|e| PersistError::Serial(format!("{e:?}")))?;
+        Ok(())
+    }
+
+    fn encode(s: &SerialState, e: &mut Enc) {
+        e.raw(&[
+            s.baud_divisor_low,
+            s.baud_divisor_high,
+            s.interrupt_enable,
+            s.interrupt_identification,
+            s.line_control,
+            s.line_status,
+            s.modem_control,
+            s.modem_status,
+            s.scratch,
+        ])
+        .bytes(&s.in_buffer);
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<SerialState, DecodeError> {
+        let regs = d.at("UART registers").array::<9>()?;
+        let in_buffer = d.at("UART receive FIFO").bytes(SERIAL_FIFO)?.to_vec();
+        Ok(SerialState {
+            baud_divisor_low: regs[0],
+            baud_divisor_high: regs[1],
+            interrupt_enable: regs[2],
+            interrupt_identification: regs[3],
+            line_control: regs[4],
+            line_status: regs[5],
+            modem_control: regs[6],
+            modem_status: regs[7],
+            scratch: regs[8],
+            in_buffer,
+        })
     }
 }
 

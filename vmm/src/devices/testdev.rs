@@ -4,6 +4,10 @@
 
 use guest_abi::testdev::{DEVICE_ID, ID_VALUE, REG_ID, REG_READS, REG_SCRATCH, VENDOR_ID};
 use mmio::pci::{BarKind, BarSpec, PciConfig, PciDevice, PciError};
+use snapfmt::{Dec, Enc, Id};
+
+use crate::persist::{Persist, PersistError};
+use crate::snapshot::format::{DecodeError, tag};
 
 /// See the module documentation.
 pub struct TestDev {
@@ -46,19 +50,34 @@ impl TestDev {
         })
     }
 
-    /// The scratch and read-counter registers (for snapshots).
-    pub fn state(&self) -> (u32, u32) {
+    fn reg_offset(bar: usize, offset: u64) -> u64 {
+        if bar == 2 { offset & 0xf } else { offset }
+    }
+}
+
+/// The scratch and read-counter registers (u32 each).
+impl Persist for TestDev {
+    type State = (u32, u32);
+    const SECTION: Id = tag::TESTDEV;
+    const VERSION: u32 = 1;
+
+    fn save(&self) -> (u32, u32) {
         (self.scratch, self.reads)
     }
 
-    /// Sets the scratch and read-counter registers (a restored snapshot).
-    pub fn set_state(&mut self, (scratch, reads): (u32, u32)) {
+    fn restore(&mut self, &(scratch, reads): &(u32, u32)) -> Result<(), PersistError> {
         self.scratch = scratch;
         self.reads = reads;
+        Ok(())
     }
 
-    fn reg_offset(bar: usize, offset: u64) -> u64 {
-        if bar == 2 { offset & 0xf } else { offset }
+    fn encode(&(scratch, reads): &(u32, u32), e: &mut Enc) {
+        e.u32(scratch).u32(reads);
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<(u32, u32), DecodeError> {
+        let d = d.at("test device");
+        Ok((d.u32()?, d.u32()?))
     }
 }
 

@@ -51,7 +51,7 @@ pub struct BlockDevice {
     serial: String,
     pub(super) regs: Regs,
     pub(super) queue: Queue,
-    mem: GuestMemoryMmap,
+    pub(super) mem: GuestMemoryMmap,
     irq: EventFd,
     buf: Vec<u8>,
     /// Requests completed and data bytes moved, notifies that found work, and the time spent

@@ -13,6 +13,7 @@ use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::*;
+use crate::persist::Persist;
 
 const RING: u64 = 0x1_0000;
 
@@ -185,10 +186,12 @@ fn state_round_trip_continues_the_queue() {
     driver_init(&mut d, &q);
     add_read(&m, &q, 0, 1);
     wr(&mut d, reg::VIRTIO_MMIO_QUEUE_NOTIFY, 0);
-    let saved = super::super::state::save(&d);
+    // Through the device contract: state, section bytes, state.
+    let saved = crate::persist::encode::<BlockDevice>(&Persist::save(&d));
+    let state = |b: &[u8]| crate::persist::decode::<BlockDevice>(1, b).unwrap();
     // A new device over the same disk takes the state and serves the next request.
     let (mut d2, irq2) = device_on(&m);
-    super::super::state::restore(&mut d2, &saved, &m).unwrap();
+    Persist::restore(&mut d2, &state(&saved)).unwrap();
     assert_eq!(
         rd(&mut d2, reg::VIRTIO_MMIO_STATUS),
         rd(&mut d, reg::VIRTIO_MMIO_STATUS)
@@ -198,18 +201,18 @@ fn state_round_trip_continues_the_queue() {
     assert_eq!(irq2.read().unwrap(), 1);
     assert_eq!(q.used().idx().load(), 2);
     assert_eq!(
-        super::super::state::save(&d2)[..],
+        crate::persist::encode::<BlockDevice>(&Persist::save(&d2)),
         {
             let mut s = saved.clone();
             // next_avail and next_used moved by one.
-            let at = 1 + 4 + 8 + 20 + 2;
+            let at = 4 + 8 + 20 + 2;
             s[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
             s[at + 2..at + 4].copy_from_slice(&2u16.to_le_bytes());
             s
-        }[..]
+        }
     );
     // Rings outside this guest's RAM are refused at restore.
     let small = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
     let (mut d3, _) = device_on(&small);
-    assert!(super::super::state::restore(&mut d3, &saved, &small).is_err());
+    assert!(Persist::restore(&mut d3, &state(&saved)).is_err());
 }

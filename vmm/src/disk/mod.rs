@@ -2,8 +2,9 @@
 //! virtio-blk device on the virtio-mmio transport at a fixed address and ISA interrupt
 //! (`layout::VIRTIO_MMIO_BASE`, `layout::VIRTIO_IRQS`), declared to the kernel on its command
 //! line (`virtio_mmio.device=SIZE@ADDR:IRQ`). Files are opened and checked before the VM is
-//! built; the device's state is saved in snapshots ([`state`]), its contents are not, so only
-//! VMs whose disks are all read-only can be snapshotted or migrated.
+//! built; the device's state is saved in snapshots ([`state`]: `crate::persist::Persist`, one
+//! section per disk), its contents are not, so only VMs whose disks are all read-only can be
+//! snapshotted or migrated.
 
 pub mod device;
 pub mod request;
@@ -50,13 +51,6 @@ pub enum DiskError {
     Irqfd(kvm_ioctls::Error),
     #[error("disk device: {0}")]
     Bus(#[from] mmio::BusError),
-    #[error("restore: the snapshot holds state for {state} disks, its manifest lists {listed}")]
-    StateCount { state: usize, listed: usize },
-    #[error("restore: disk {index}: {err}")]
-    State {
-        index: usize,
-        err: state::StateError,
-    },
     #[error(
         "disk {0} is writable: snapshots and migration save no disk contents, so they need \
          every disk read-only (--disk PATH,ro)"
@@ -197,32 +191,23 @@ pub struct Disks {
 }
 
 impl Disks {
-    /// Builds a device for each disk on `bus`, with its interrupt through an irqfd, and puts
-    /// back the state `saved` (one entry per disk) of a restored VM.
+    /// Builds a device for each disk on `bus`, with its interrupt through an irqfd (a restored
+    /// VM's device state goes back through [`Disks::devices`], `crate::persist`).
     pub fn attach(
         disks: &[Disk],
         vm: &VmFd,
         bus: &Bus,
         mem: &GuestMemoryMmap,
-        saved: Option<&[Vec<u8>]>,
     ) -> Result<Disks, DiskError> {
         if disks.len() > MAX_DISKS {
             return Err(DiskError::TooMany(disks.len()));
-        }
-        if let Some(s) = saved
-            && s.len() != disks.len()
-        {
-            return Err(DiskError::StateCount {
-                state: s.len(),
-                listed: disks.len(),
-            });
         }
         let mut devices = Vec::new();
         for (i, d) in disks.iter().enumerate() {
             let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(DiskError::Irq)?;
             vm.register_irqfd(&irq, layout::VIRTIO_IRQS[i])
                 .map_err(DiskError::Irqfd)?;
-            let mut dev = BlockDevice::new(
+            let dev = BlockDevice::new(
                 d.file.clone(),
                 d.spec.bytes,
                 d.spec.read_only,
@@ -230,10 +215,6 @@ impl Disks {
                 mem.clone(),
                 irq,
             );
-            if let Some(s) = saved {
-                state::restore(&mut dev, &s[i], mem)
-                    .map_err(|err| DiskError::State { index: i, err })?;
-            }
             let dev = Arc::new(Mutex::new(dev));
             bus.insert(
                 &format!("virtio-blk{i}"),
@@ -259,18 +240,13 @@ impl Disks {
         self.devices.iter().map(|(s, _)| s.clone()).collect()
     }
 
-    /// Every device's state, for a snapshot; refused while a disk is writable (its contents
-    /// would have to be saved with the RAM for the snapshot to be consistent).
-    pub fn save(&self) -> Result<Vec<Vec<u8>>, DiskError> {
-        self.check_snapshot()?;
-        Ok(self
-            .devices
-            .iter()
-            .map(|(_, d)| state::save(&d.lock().unwrap_or_else(PoisonError::into_inner)))
-            .collect())
+    /// The devices, in disk order (each has a state-file section).
+    pub fn devices(&self) -> impl Iterator<Item = &Arc<Mutex<BlockDevice>>> {
+        self.devices.iter().map(|(_, d)| d)
     }
 
-    /// Whether a snapshot or migration may be taken (every disk read-only).
+    /// Whether a snapshot or migration may be taken (every disk read-only): a writable disk's
+    /// contents would have to be saved with the RAM for the snapshot to be consistent.
     pub fn check_snapshot(&self) -> Result<(), DiskError> {
         match self.devices.iter().find(|(s, _)| !s.read_only) {
             Some((s, _)) => Err(DiskError::Writable(s.path.clone())),
@@ -306,6 +282,7 @@ pub fn duplicate(disks: &[Disk]) -> Option<&Path> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::persist::DeviceSnapshot;
 
     #[test]
     fn spec_syntax() {
@@ -386,11 +363,17 @@ mod tests {
                 devices: vec![(spec, Arc::new(Mutex::new(dev)))],
             }
         };
-        assert!(matches!(disks(false).save(), Err(DiskError::Writable(_))));
-        let saved = disks(true).save().unwrap();
+        assert!(matches!(
+            disks(false).check_snapshot(),
+            Err(DiskError::Writable(_))
+        ));
+        assert!(disks(true).check_snapshot().is_ok());
+        let ro = disks(true);
+        let saved: Vec<_> = ro.devices().map(|d| d.save_section()).collect();
         assert_eq!(saved.len(), 1);
-        assert_eq!(saved[0].len(), state::BYTES);
-        assert_eq!(disks(true).specs()[0].bytes, 4096);
+        assert_eq!(saved[0].id, crate::snapshot::format::tag::DISK);
+        assert_eq!(saved[0].payload.len(), state::BYTES);
+        assert_eq!(ro.specs()[0].bytes, 4096);
     }
 
     fn tempfile() -> File {

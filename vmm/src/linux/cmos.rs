@@ -3,6 +3,10 @@
 //! port 0x80 (writes ignored).
 
 use mmio::BusDevice;
+use snapfmt::{Dec, Enc, Id};
+
+use crate::persist::{Persist, PersistError};
+use crate::snapshot::format::{DecodeError, tag};
 
 /// CMOS: remembers the index; data reads zero, writes are dropped.
 #[derive(Default)]
@@ -11,16 +15,39 @@ pub struct Cmos {
 }
 
 impl Cmos {
-    /// A CMOS whose index register holds `index` (a restored snapshot).
-    pub fn with_index(index: u8) -> Self {
-        Cmos {
-            index: index & 0x7f,
-        }
-    }
-
     /// The index register.
     pub fn index(&self) -> u8 {
         self.index
+    }
+}
+
+/// The index register: one byte below 0x80.
+impl Persist for Cmos {
+    type State = u8;
+    const SECTION: Id = tag::CMOS;
+    const VERSION: u32 = 1;
+
+    fn save(&self) -> u8 {
+        self.index
+    }
+
+    fn restore(&mut self, index: &u8) -> Result<(), PersistError> {
+        self.index = index & 0x7f;
+        Ok(())
+    }
+
+    fn encode(index: &u8, e: &mut Enc) {
+        e.u8(*index);
+    }
+
+    fn decode(d: &mut Dec<'_>) -> Result<u8, DecodeError> {
+        match d.at("CMOS section").u8()? {
+            i if i < 0x80 => Ok(i),
+            i => Err(DecodeError::Invalid {
+                what: "CMOS section",
+                detail: format!("index {i:#x}, not below 0x80"),
+            }),
+        }
     }
 }
 

@@ -26,18 +26,16 @@ fn check(data: &[u8]) {
 
 /// `data` with each section's CRC-32 recomputed, as far as its lengths hold.
 fn with_valid_checksums(data: &[u8]) -> Option<Vec<u8>> {
-    let mut out = data.get(..16)?.to_vec();
-    let mut at = 16;
-    while at + 12 <= data.len() {
-        let tag = u32::from_le_bytes(data[at..at + 4].try_into().ok()?);
-        let len = u64::from_le_bytes(data[at + 4..at + 12].try_into().ok()?);
-        let end = (at + 12).checked_add(usize::try_from(len).ok()?)?;
-        let payload = data.get(at + 12..end)?;
+    let head = snapfmt::HEADER;
+    let mut out = data.get(..head)?.to_vec();
+    let mut at = head;
+    while at + 16 <= data.len() {
+        let len = u64::from_le_bytes(data[at + 8..at + 16].try_into().ok()?);
+        let end = (at + 16).checked_add(usize::try_from(len).ok()?)?;
+        let body = data.get(at..end)?;
         let mut h = crc32fast::Hasher::new();
-        h.update(&tag.to_le_bytes());
-        h.update(&len.to_le_bytes());
-        h.update(payload);
-        out.extend_from_slice(&data[at..end]);
+        h.update(body);
+        out.extend_from_slice(body);
         out.extend_from_slice(&h.finalize().to_le_bytes());
         at = end + 4;
     }
@@ -62,7 +60,7 @@ mod tests {
         // A flipped payload byte with its checksum made valid again reaches the decoders:
         // the file decodes (a register changed) where the raw one is refused.
         let mut g = good.clone();
-        g[16 + 12 + 5] ^= 1; // inside the VM section's first irqchip
+        g[12 + 16 + 5] ^= 1; // inside the VM section's first irqchip
         assert!(MachineState::decode(&g).is_err());
         let fixed = with_valid_checksums(&g).unwrap();
         assert!(MachineState::decode(&fixed).is_ok());

@@ -179,7 +179,7 @@ pub fn check(
             want: manifest.cpus,
         });
     }
-    match (state.cmos.is_some(), manifest.boot) {
+    match (state.has(super::format::tag::CMOS), manifest.boot) {
         (true, BootKind::BareMetal) => {
             return Err(LoadError::Cmos {
                 has: "has",
@@ -194,12 +194,12 @@ pub fn check(
         }
         _ => {}
     }
-    if state.testdev.is_some() != manifest.testdev {
+    if state.has(super::format::tag::TESTDEV) != manifest.testdev {
         return Err(LoadError::Testdev);
     }
-    if state.disks.len() != manifest.disks.len() {
+    if state.count(super::format::tag::DISK) != manifest.disks.len() {
         return Err(LoadError::Disks {
-            state: state.disks.len(),
+            state: state.count(super::format::tag::DISK),
             listed: manifest.disks.len(),
         });
     }

@@ -1,26 +1,25 @@
 //! The machine state a snapshot holds, and its encoding into (and decoding from) the state
 //! file's sections: KVM's structures byte for byte as KVM reports them, counts and lengths
-//! checked against fixed limits, every section fully consumed.
+//! checked against fixed limits, every section fully consumed. Device sections are each
+//! device's own ([`crate::persist::Persist`]); they are decoded here once to check them.
 
 use kvm_bindings::{
     kvm_clock_data, kvm_debugregs, kvm_irqchip, kvm_lapic_state, kvm_mp_state, kvm_msr_entry,
     kvm_pit_state2, kvm_regs, kvm_sregs, kvm_vcpu_events, kvm_xcrs, kvm_xsave,
 };
-use mmio::pci::{FunctionState, PciRootState};
-use vm_superio::serial::SerialState;
+use snapfmt::Id;
 
 use super::format::{self, DecodeError, FileWriter, Reader, put_pod, tag};
+use crate::persist::{self, DeviceSection, Persist};
 
 /// Most MSRs saved per vCPU.
 pub const MAX_MSRS: u32 = kvm_bindings::KVM_MAX_MSR_ENTRIES as u32;
 /// Most vCPUs in a snapshot (the `--cpus` limit).
 pub const MAX_VCPUS: u32 = 255;
-/// The UART's receive FIFO (vm-superio's).
-pub const SERIAL_FIFO: u32 = 64;
-/// Most PCI functions on bus 0.
-const MAX_FUNCTIONS: u32 = 256;
-/// Longest PCI function name.
-const MAX_NAME: u32 = 64;
+/// Version of the VM section.
+pub const VM_VERSION: u32 = 1;
+/// Version of a vCPU section.
+pub const VCPU_VERSION: u32 = 1;
 
 /// One vCPU's state.
 pub struct VcpuState {
@@ -68,15 +67,9 @@ impl std::fmt::Debug for VmState {
 pub struct MachineState {
     pub vm: VmState,
     pub vcpus: Vec<VcpuState>,
-    pub serial: SerialState,
-    /// The CMOS index register (Linux boots).
-    pub cmos: Option<u8>,
-    pub pci: PciRootState,
-    /// The PCI test device's scratch and read-counter registers (`--testdev`).
-    pub testdev: Option<(u32, u32)>,
-    /// Each disk's device state (`crate::disk::state`'s bytes, decoded when the disk is
-    /// rebuilt), in the manifest's order.
-    pub disks: Vec<Vec<u8>>,
+    /// Every device's section (UART, CMOS on Linux boots, PCI root, test device with
+    /// `--testdev`, one per disk in the manifest's order), in file order.
+    pub devices: Vec<DeviceSection>,
 }
 
 fn encode_vcpu(v: &VcpuState) -> Vec<u8> {
@@ -170,145 +163,89 @@ fn decode_vm(p: &[u8]) -> Result<VmState, DecodeError> {
     })
 }
 
-fn encode_serial(s: &SerialState) -> Vec<u8> {
-    let mut out = vec![
-        s.baud_divisor_low,
-        s.baud_divisor_high,
-        s.interrupt_enable,
-        s.interrupt_identification,
-        s.line_control,
-        s.line_status,
-        s.modem_control,
-        s.modem_status,
-        s.scratch,
-    ];
-    out.extend_from_slice(&(s.in_buffer.len() as u32).to_le_bytes());
-    out.extend_from_slice(&s.in_buffer);
-    out
-}
-
-fn decode_serial(p: &[u8]) -> Result<SerialState, DecodeError> {
-    let mut r = Reader::new(p);
-    let regs = r.bytes("UART registers", 9)?;
-    let n = r.count("UART receive FIFO", 1, SERIAL_FIFO)?;
-    let in_buffer = r.bytes("UART receive FIFO", n as usize)?.to_vec();
-    r.end("UART section")?;
-    Ok(SerialState {
-        baud_divisor_low: regs[0],
-        baud_divisor_high: regs[1],
-        interrupt_enable: regs[2],
-        interrupt_identification: regs[3],
-        line_control: regs[4],
-        line_status: regs[5],
-        modem_control: regs[6],
-        modem_status: regs[7],
-        scratch: regs[8],
-        in_buffer,
-    })
-}
-
-fn encode_pci(s: &PciRootState) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&s.address.to_le_bytes());
-    out.extend_from_slice(&(s.functions.len() as u32).to_le_bytes());
-    for f in &s.functions {
-        out.push(f.devfn);
-        out.extend_from_slice(&(f.name.len() as u32).to_le_bytes());
-        out.extend_from_slice(f.name.as_bytes());
-        out.extend_from_slice(&f.config);
-    }
-    out
-}
-
-fn decode_pci(p: &[u8]) -> Result<PciRootState, DecodeError> {
-    let mut r = Reader::new(p);
-    let address = r.u32("PCI config address")?;
-    let n = r.count("PCI functions", 1 + 4 + 256, MAX_FUNCTIONS)?;
-    let mut functions = Vec::new();
-    for _ in 0..n {
-        let devfn = r.u8("PCI devfn")?;
-        let len = r.count("PCI function name", 1, MAX_NAME)?;
-        let name = std::str::from_utf8(r.bytes("PCI function name", len as usize)?)
-            .map_err(|e| DecodeError::Invalid {
-                what: "PCI function name",
-                detail: e.to_string(),
-            })?
-            .to_owned();
-        let mut config = [0u8; 256];
-        config.copy_from_slice(r.bytes("PCI config space", 256)?);
-        if functions
-            .last()
-            .is_some_and(|f: &FunctionState| f.devfn >= devfn)
-        {
-            return Err(DecodeError::Invalid {
-                what: "PCI functions",
-                detail: "not in ascending devfn order".into(),
-            });
-        }
-        functions.push(FunctionState {
-            devfn,
-            name,
-            config,
-        });
-    }
-    r.end("PCI section")?;
-    Ok(PciRootState { address, functions })
-}
-
 impl MachineState {
     /// The state file's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = FileWriter::default();
-        w.section(tag::VM, encode_vm(&self.vm));
+        w.section(tag::VM, VM_VERSION, &encode_vm(&self.vm));
         for v in &self.vcpus {
-            w.section(tag::VCPU, encode_vcpu(v));
+            w.section(tag::VCPU, VCPU_VERSION, &encode_vcpu(v));
         }
-        w.section(tag::SERIAL, encode_serial(&self.serial));
-        if let Some(i) = self.cmos {
-            w.section(tag::CMOS, vec![i]);
-        }
-        w.section(tag::PCI, encode_pci(&self.pci));
-        if let Some((scratch, reads)) = self.testdev {
-            let mut p = scratch.to_le_bytes().to_vec();
-            p.extend_from_slice(&reads.to_le_bytes());
-            w.section(tag::TESTDEV, p);
-        }
-        for d in &self.disks {
-            w.section(tag::DISK, d.clone());
+        let mut devices: Vec<&DeviceSection> = self.devices.iter().collect();
+        devices.sort_by_key(|d| order(d.id));
+        for d in devices {
+            w.section(d.id, d.version, &d.payload);
         }
         w.finish()
     }
 
-    /// Decodes a state file: every section present exactly as often as it must be, vCPU ids
-    /// 0..n in order.
+    /// Whether there is a section `id`.
+    pub fn has(&self, id: Id) -> bool {
+        self.devices.iter().any(|d| d.id == id)
+    }
+
+    /// How many sections `id` there are (the disks').
+    pub fn count(&self, id: Id) -> usize {
+        self.devices.iter().filter(|d| d.id == id).count()
+    }
+
+    /// Device `T`'s state, if the file has its section.
+    pub fn device<T: Persist>(&self) -> Result<Option<T::State>, DecodeError> {
+        self.devices
+            .iter()
+            .find(|d| d.id == T::SECTION)
+            .map(|d| persist::decode::<T>(d.version, &d.payload))
+            .transpose()
+    }
+
+    /// Sets device `T`'s section to `state`.
+    pub fn set_device<T: Persist>(&mut self, state: &T::State) {
+        self.devices.retain(|d| d.id != T::SECTION);
+        self.devices.push(DeviceSection {
+            id: T::SECTION,
+            version: T::VERSION,
+            payload: persist::encode::<T>(state),
+        });
+    }
+
+    /// Decodes a state file: every section present exactly as often as it must be (the VM
+    /// section and the UART and PCI root once, at least one vCPU, ids 0..n in order, at most
+    /// `disk::MAX_DISKS` disks, other devices at most once), every device section decoded by
+    /// its device's codec.
     pub fn decode(file: &[u8]) -> Result<Self, DecodeError> {
         let mut vm = None;
         let mut vcpus = Vec::new();
-        let mut serial = None;
-        let mut cmos = None;
-        let mut pci = None;
-        let mut testdev = None;
-        let mut disks = Vec::new();
-        let dup = |what: &'static str| DecodeError::Invalid {
-            what,
-            detail: "section appears twice".into(),
-        };
-        // Sections come in one order (tags ascending, vCPUs together), so that a state has
-        // one encoding.
-        let mut last_tag = 0;
+        let mut devices: Vec<DeviceSection> = Vec::new();
+        // Sections come in one order (that of `tag::ORDER`, vCPUs together), so that a state
+        // has one encoding.
+        let mut last = 0;
         for s in format::sections(file)? {
-            if s.tag < last_tag {
+            let at = order(s.id);
+            if at == usize::MAX {
+                return Err(DecodeError::UnknownTag(s.name()));
+            }
+            if at < last {
                 return Err(DecodeError::Invalid {
                     what: "state file",
-                    detail: format!("section tag {} after tag {last_tag}", s.tag),
+                    detail: format!(
+                        "section {} after section {}",
+                        s.name(),
+                        snapfmt::id_name(tag::ORDER[last])
+                    ),
                 });
             }
-            last_tag = s.tag;
-            match s.tag {
-                tag::VM if vm.is_none() => vm = Some(decode_vm(s.payload)?),
-                tag::VM => return Err(dup("VM section")),
+            let repeats = s.id == tag::VCPU || s.id == tag::DISK;
+            if at == last && !repeats && (s.id != tag::VM || vm.is_some()) {
+                return Err(DecodeError::Invalid {
+                    what: "state file",
+                    detail: format!("section {} appears twice", s.name()),
+                });
+            }
+            last = at;
+            match s.id {
+                tag::VM => vm = Some(decode_vm(s.payload_v(VM_VERSION)?)?),
                 tag::VCPU => {
-                    let v = decode_vcpu(s.payload)?;
+                    let v = decode_vcpu(s.payload_v(VCPU_VERSION)?)?;
                     if v.id as usize != vcpus.len() || v.id >= MAX_VCPUS {
                         return Err(DecodeError::Invalid {
                             what: "vCPU section",
@@ -317,34 +254,22 @@ impl MachineState {
                     }
                     vcpus.push(v);
                 }
-                tag::SERIAL if serial.is_none() => serial = Some(decode_serial(s.payload)?),
-                tag::SERIAL => return Err(dup("UART section")),
-                tag::CMOS if cmos.is_none() => match s.payload {
-                    [i] if *i < 0x80 => cmos = Some(*i),
-                    _ => {
+                _ => {
+                    let d = DeviceSection {
+                        id: s.id,
+                        version: s.version,
+                        payload: s.payload.to_vec(),
+                    };
+                    persist::check_section(&d)?;
+                    let disks = devices.iter().filter(|d| d.id == tag::DISK).count();
+                    if d.id == tag::DISK && disks == crate::disk::MAX_DISKS {
                         return Err(DecodeError::Invalid {
-                            what: "CMOS section",
-                            detail: "not one index byte below 0x80".into(),
+                            what: "disk sections",
+                            detail: format!("more than {}", crate::disk::MAX_DISKS),
                         });
                     }
-                },
-                tag::CMOS => return Err(dup("CMOS section")),
-                tag::PCI if pci.is_none() => pci = Some(decode_pci(s.payload)?),
-                tag::PCI => return Err(dup("PCI section")),
-                tag::TESTDEV if testdev.is_none() => {
-                    let mut r = Reader::new(s.payload);
-                    testdev = Some((r.u32("test device")?, r.u32("test device")?));
-                    r.end("test device section")?;
+                    devices.push(d);
                 }
-                tag::TESTDEV => return Err(dup("test device section")),
-                tag::DISK if disks.len() < crate::disk::MAX_DISKS => disks.push(s.payload.to_vec()),
-                tag::DISK => {
-                    return Err(DecodeError::Invalid {
-                        what: "disk sections",
-                        detail: format!("more than {}", crate::disk::MAX_DISKS),
-                    });
-                }
-                other => return Err(DecodeError::UnknownTag(other)),
             }
         }
         let missing = |what: &'static str| DecodeError::Invalid {
@@ -354,21 +279,37 @@ impl MachineState {
         if vcpus.is_empty() {
             return Err(missing("vCPU section"));
         }
-        Ok(MachineState {
+        let st = MachineState {
             vm: vm.ok_or_else(|| missing("VM section"))?,
             vcpus,
-            serial: serial.ok_or_else(|| missing("UART section"))?,
-            cmos,
-            pci: pci.ok_or_else(|| missing("PCI section"))?,
-            testdev,
-            disks,
-        })
+            devices,
+        };
+        if !st.has(tag::SERIAL) {
+            return Err(missing("UART section"));
+        }
+        if !st.has(tag::PCI) {
+            return Err(missing("PCI section"));
+        }
+        Ok(st)
     }
+}
+
+/// A section id's place in the file (`usize::MAX`: not a state file section).
+fn order(id: Id) -> usize {
+    tag::ORDER
+        .iter()
+        .position(|&t| t == id)
+        .unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::devices::serial::SerialDevice;
+    use crate::devices::testdev::TestDev;
+    use crate::linux::cmos::Cmos;
+    use mmio::pci::{FunctionState, PciRoot, PciRootState};
+    use vm_superio::serial::SerialState;
     use zerocopy::FromZeros;
 
     /// A state with one vCPU, two MSRs and one PCI function besides the bridge.
@@ -407,25 +348,55 @@ pub(crate) mod tests {
                 2
             ],
         };
-        MachineState {
+        let mut st = MachineState {
             vm,
             vcpus: vec![vcpu],
-            serial: SerialState {
-                in_buffer: b"ab".to_vec(),
+            devices: Vec::new(),
+        };
+        st.set_device::<SerialDevice>(&SerialState {
+            in_buffer: b"ab".to_vec(),
+            ..Default::default()
+        });
+        st.set_device::<Cmos>(&0x0b);
+        st.set_device::<PciRoot>(&PciRootState {
+            address: 0x8000_0810,
+            functions: vec![FunctionState {
+                devfn: 0,
+                name: "host-bridge".into(),
+                config: [7; 256],
+            }],
+        });
+        st.set_device::<TestDev>(&(0x1234, 5));
+        let disk = crate::disk::state::DiskState {
+            regs: crate::disk::device::Regs {
+                status: 0xf,
+                driver_features: 1 << 32,
+                device_features_sel: 0,
+                driver_features_sel: 1,
+                queue_sel: 0,
+                interrupt_status: 1,
+                config_generation: 0,
+            },
+            queue: virtio_queue::QueueState {
+                max_size: crate::disk::device::QUEUE_SIZE,
+                size: 128,
+                next_avail: 3,
+                next_used: 3,
+                ready: true,
+                desc_table: 0x1_0000,
+                avail_ring: 0x1_1000,
+                used_ring: 0x1_2000,
                 ..Default::default()
             },
-            cmos: Some(0x0b),
-            pci: PciRootState {
-                address: 0x8000_0810,
-                functions: vec![FunctionState {
-                    devfn: 0,
-                    name: "host-bridge".into(),
-                    config: [7; 256],
-                }],
-            },
-            testdev: Some((0x1234, 5)),
-            disks: vec![vec![7; 3]],
+        };
+        for _ in 0..2 {
+            st.devices.push(DeviceSection {
+                id: tag::DISK,
+                version: 1,
+                payload: persist::encode::<crate::disk::device::BlockDevice>(&disk),
+            });
         }
+        st
     }
 
     #[test]
@@ -436,12 +407,17 @@ pub(crate) mod tests {
         assert_eq!(d.encode(), f);
         assert_eq!(d.vcpus[0].regs.rip, 0x10_0000);
         assert_eq!(d.vcpus[0].msrs.len(), 2);
-        assert_eq!(d.serial.in_buffer, b"ab");
-        assert_eq!(d.cmos, Some(0x0b));
-        assert_eq!(d.pci, s.pci);
+        let serial = d.device::<SerialDevice>().unwrap().unwrap();
+        assert_eq!(serial.in_buffer, b"ab");
+        assert_eq!(d.device::<Cmos>().unwrap(), Some(0x0b));
+        assert_eq!(
+            d.device::<PciRoot>().unwrap(),
+            s.device::<PciRoot>().unwrap()
+        );
         assert_eq!(d.vm.clock.clock, 12345);
-        assert_eq!(d.testdev, Some((0x1234, 5)));
-        assert_eq!(d.disks, vec![vec![7u8; 3]]);
+        assert_eq!(d.device::<TestDev>().unwrap(), Some((0x1234, 5)));
+        assert_eq!(d.count(tag::DISK), 2);
+        assert_eq!(d.devices, s.devices);
     }
 
     #[test]
@@ -452,34 +428,58 @@ pub(crate) mod tests {
         let at = v.len() - 2 * std::mem::size_of::<kvm_msr_entry>() - 4;
         v[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         let mut w = FileWriter::default();
-        w.section(tag::VM, encode_vm(&s.vm));
-        w.section(tag::VCPU, v);
+        w.section(tag::VM, VM_VERSION, &encode_vm(&s.vm));
+        w.section(tag::VCPU, VCPU_VERSION, &v);
         let e = MachineState::decode(&w.finish()).unwrap_err();
         assert!(e.to_string().contains("at most 256"), "{e}");
+        let dev = |id| {
+            s.devices
+                .iter()
+                .find(|d| d.id == id)
+                .unwrap()
+                .payload
+                .clone()
+        };
         // No vCPU at all; an unknown tag; a vCPU id out of order.
         let mut w = FileWriter::default();
-        w.section(tag::VM, encode_vm(&s.vm));
-        w.section(tag::SERIAL, encode_serial(&s.serial));
-        w.section(tag::PCI, encode_pci(&s.pci));
+        w.section(tag::VM, VM_VERSION, &encode_vm(&s.vm));
+        w.section(tag::SERIAL, 1, &dev(tag::SERIAL));
+        w.section(tag::PCI, 1, &dev(tag::PCI));
         assert!(MachineState::decode(&w.finish()).is_err());
         let mut w = FileWriter::default();
-        w.section(99, vec![]);
+        w.section(*b"XXXX", 1, &[]);
         assert_eq!(
             MachineState::decode(&w.finish()).unwrap_err(),
-            DecodeError::UnknownTag(99)
+            DecodeError::UnknownTag("XXXX".into())
         );
         let mut s2 = sample();
         s2.vcpus[0].id = 1;
         assert!(MachineState::decode(&s2.encode()).is_err());
         // Sections out of order.
         let mut w = FileWriter::default();
-        w.section(tag::SERIAL, encode_serial(&s.serial));
-        w.section(tag::VM, encode_vm(&s.vm));
+        w.section(tag::SERIAL, 1, &dev(tag::SERIAL));
+        w.section(tag::VM, VM_VERSION, &encode_vm(&s.vm));
         let e = MachineState::decode(&w.finish()).unwrap_err();
-        assert!(e.to_string().contains("after tag 3"), "{e}");
-        // A UART FIFO larger than the UART's.
+        assert!(e.to_string().contains("after section UART"), "{e}");
+        // A UART FIFO larger than the UART's; a CMOS index above 0x7f; a device section of
+        // another version.
         let mut s3 = sample();
-        s3.serial.in_buffer = vec![0; 65];
+        s3.set_device::<SerialDevice>(&SerialState {
+            in_buffer: vec![0; 65],
+            ..Default::default()
+        });
         assert!(MachineState::decode(&s3.encode()).is_err());
+        let mut s4 = sample();
+        s4.set_device::<Cmos>(&0x80);
+        let e = MachineState::decode(&s4.encode()).unwrap_err();
+        assert!(e.to_string().contains("not below 0x80"), "{e}");
+        let mut s5 = sample();
+        s5.devices.iter_mut().for_each(|d| d.version = 2);
+        let e = MachineState::decode(&s5.encode()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("version 2; this build reads version 1"),
+            "{e}"
+        );
     }
 }

@@ -1,0 +1,519 @@
+//! Building a VM, in the manner of Firecracker's builder: [`build_for_boot`] (an image loaded,
+//! the boot vCPU at its entry) and [`build_from_snapshot`] (RAM, devices, VM, vCPU and GPU
+//! state from a snapshot) both return a [`PausedVm`]: everything created and in place, no vCPU
+//! thread started. [`crate::vm`] runs it. Each phase is one function with its own error enum:
+//! the KVM VM ([`create_vm`], [`BuildError`]), guest RAM ([`guest_ram`]), the vCPUs
+//! ([`create_vcpus`]), the image ([`load_image`]), the devices and buses ([`Devices::create`],
+//! the one place a device is added), the GPU ([`attach_gpu`]) and the snapshot's state
+//! ([`restore_state`], [`RestoreError`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use kvm_bindings::{KVM_PIT_SPEAKER_DUMMY, kvm_pit_config};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use mmio::Bus;
+use mmio::pci::{CONFIG_ADDRESS_PORT, CONFIG_PORTS_LEN, PciRoot, PciWindows};
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::arch;
+use crate::devices::{debug_exit::DebugExit, i8042::I8042, serial, testdev::TestDev};
+use crate::exit::ExitLatch;
+use crate::layout;
+use crate::loader::{self, LoadError};
+use crate::memory::{self, MemoryError};
+use crate::persist::{self, DeviceSnapshot};
+use crate::slots::SlotMapper;
+use crate::snapshot::load::Loaded;
+use crate::snapshot::manifest::BootKind;
+use crate::snapshot::{cpu, ram, vmstate};
+use crate::vm::VmConfig;
+
+/// Errors creating the VM, its RAM, vCPUs and devices, and loading its image.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("open /dev/kvm: {0}")]
+    Kvm(kvm_ioctls::Error),
+    #[error("{what}: {err}")]
+    KvmSetup {
+        what: &'static str,
+        err: kvm_ioctls::Error,
+    },
+    #[error("--cpus must be between 1 and {max}, got {got}")]
+    Cpus { got: u8, max: usize },
+    #[error("restore: the snapshot needs {want} vCPUs, KVM allows {max}")]
+    RestoreCpus { want: u8, max: usize },
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("set up vCPU {id}: {err}")]
+    Cpu { id: u8, err: arch::CpuError },
+    #[error("register device: {0}")]
+    Bus(#[from] mmio::BusError),
+    #[error("PCI: {0}")]
+    Pci(#[from] mmio::pci::PciError),
+    #[error("write boot tables: {0}")]
+    Tables(#[from] vm_memory::GuestMemoryError),
+    #[error("{what}: {err}")]
+    Io {
+        what: &'static str,
+        err: std::io::Error,
+    },
+    #[error("virtual GPU: {0}")]
+    Gpu(#[from] vgpu::VgpuError),
+    #[error("Linux boot: {0}")]
+    Linux(#[from] crate::linux::LinuxError),
+    #[error(transparent)]
+    Disk(#[from] crate::disk::DiskError),
+}
+
+/// Errors putting a snapshot's state back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("restore guest RAM: {0}")]
+    Ram(#[from] ram::RamError),
+    #[error("restore: the snapshot has {got} bytes of RAM, the configuration {want}")]
+    RamSize { got: u64, want: u64 },
+    #[error("restore: {0}")]
+    Vm(#[from] vmstate::VmStateError),
+    #[error("restore: {0}")]
+    Cpu(#[from] cpu::CpuStateError),
+    #[error("restore: {0}")]
+    Device(#[from] persist::PersistError),
+    #[error("restore: the virtual GPU: {0}")]
+    Gpu(#[from] vgpu::snapshot::SnapshotError),
+    #[error("restore: the VM's GPU configuration does not match the snapshot's")]
+    GpuMismatch,
+    #[error("restore: {0}")]
+    Build(#[from] BuildError),
+}
+
+pub(crate) fn kvm(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> BuildError {
+    move |err| BuildError::KvmSetup { what, err }
+}
+
+pub(crate) fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> BuildError {
+    move |err| BuildError::Io { what, err }
+}
+
+/// A VM with everything in place and no vCPU running.
+pub struct PausedVm {
+    pub kvm: Kvm,
+    pub vm: Arc<VmFd>,
+    pub vcpus: Vec<VcpuFd>,
+    pub tsc_khz: u64,
+    pub mem: GuestMemoryMmap,
+    pub backing: ram::Backing,
+    pub boot: BootKind,
+    /// What was booted (the manifest's `image`).
+    pub image: String,
+    pub latch: Arc<ExitLatch>,
+    pub devices: Devices,
+    pub gpu: Option<Arc<vgpu::Vgpu>>,
+    /// `backend=cuda`'s engine, which backs guest RAM: dropped after it.
+    pub cuda_engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+}
+
+/// Builds the VM `cfg` describes, its image loaded and the boot vCPU at its entry.
+pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
+    let (kvm, vm) = create_vm(cfg, false)?;
+    let (name, bytes) = loader::image_bytes(&cfg.image)?;
+    let engine = cuda_engine(cfg)?;
+    let ram_ids = std::cell::RefCell::new(Vec::new());
+    let (mem, backing) = guest_ram(&vm, cfg, engine.as_ref(), &ram_ids)?;
+    let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
+    let boot = load_image(cfg, &mem, &vcpus, tsc_khz, &name, &bytes)?;
+    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
+    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
+    let gpu = attach_gpu(
+        &kvm,
+        &vm,
+        cfg,
+        &mem,
+        engine.as_ref(),
+        ram_ids.take(),
+        &mut devices,
+    )?;
+    let image = match &cfg.image {
+        loader::Image::Bundled(n) => n.clone(),
+        loader::Image::File(p) => p.display().to_string(),
+    };
+    let devices = devices.finish()?;
+    Ok(PausedVm {
+        kvm,
+        vm,
+        vcpus,
+        tsc_khz,
+        mem,
+        backing,
+        boot,
+        image,
+        latch,
+        devices,
+        gpu,
+        cuda_engine: engine,
+    })
+}
+
+/// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place.
+pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, RestoreError> {
+    let (kvm, vm) = create_vm(cfg, true)?;
+    let engine = cuda_engine(cfg)?;
+    let ram_ids = std::cell::RefCell::new(Vec::new());
+    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r)?;
+    let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
+    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
+    let boot = r.manifest.boot;
+    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
+    let gpu = attach_gpu(
+        &kvm,
+        &vm,
+        cfg,
+        &mem,
+        engine.as_ref(),
+        ram_ids.take(),
+        &mut devices,
+    )?;
+    let devices = devices.finish()?;
+    if r.gpu.is_some() != gpu.is_some() {
+        return Err(RestoreError::GpuMismatch);
+    }
+    restore_state(&vm, &vcpus, &devices, gpu.as_deref(), r)?;
+    Ok(PausedVm {
+        kvm,
+        vm,
+        vcpus,
+        tsc_khz,
+        mem,
+        backing,
+        boot,
+        image: r.manifest.image.clone(),
+        latch,
+        devices,
+        gpu,
+        cuda_engine: engine,
+    })
+}
+
+/// The KVM VM with its in-kernel irqchip and PIT (`cfg.cpus` checked against what KVM allows).
+pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), BuildError> {
+    log::debug!("creating the VM");
+    let kvm_fd = Kvm::new().map_err(BuildError::Kvm)?;
+    let max = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
+    if cfg.cpus == 0 || usize::from(cfg.cpus) > max {
+        return Err(match restoring {
+            true => BuildError::RestoreCpus {
+                want: cfg.cpus,
+                max,
+            },
+            false => BuildError::Cpus { got: cfg.cpus, max },
+        });
+    }
+    let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
+    vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
+        .map_err(kvm("set identity map address"))?;
+    vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
+        .map_err(kvm("set TSS address"))?;
+    vm.create_irq_chip().map_err(kvm("create irqchip"))?;
+    let pit = kvm_pit_config {
+        flags: KVM_PIT_SPEAKER_DUMMY,
+        ..Default::default()
+    };
+    vm.create_pit2(pit).map_err(kvm("create PIT"))?;
+    Ok((kvm_fd, vm))
+}
+
+/// `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it
+/// allocated at a chosen GPU VA).
+fn cuda_engine(cfg: &VmConfig) -> Result<Option<Arc<dyn pgpu::EngineSnapshot>>, BuildError> {
+    match &cfg.gpu {
+        Some(g) if g.backend == vgpu::config::Backend::Cuda => {
+            Ok(Some(vgpu::Vgpu::cuda_engine(g)?))
+        }
+        _ => Ok(None),
+    }
+}
+
+type RamIds = std::cell::RefCell<Vec<pgpu::HostRegionId>>;
+
+/// Guest RAM from `engine` (recording its host regions in `ids`), else anonymous memory.
+fn guest_ram(
+    vm: &VmFd,
+    cfg: &VmConfig,
+    engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
+    ids: &RamIds,
+) -> Result<(GuestMemoryMmap, ram::Backing), BuildError> {
+    let alloc = |len: usize| {
+        let engine = engine.ok_or("no engine")?;
+        let (id, ptr) = engine
+            .alloc_host_region(len as u64)
+            .map_err(|e| e.to_string())?;
+        ids.borrow_mut().push(id);
+        Ok(ptr)
+    };
+    let allocator = engine.map(|_| &alloc as memory::RamAllocator<'_>);
+    let mem = memory::create(vm, cfg.memory_mib, allocator)?;
+    let backing = match engine {
+        Some(_) => ram::Backing::Other,
+        None => ram::Backing::Anonymous,
+    };
+    log::debug!("VM and {} MiB of RAM ready", cfg.memory_mib);
+    Ok((mem, backing))
+}
+
+/// A snapshot's RAM: its file mapped copy-on-write, or with `backend=cuda` copied into
+/// engine-allocated RAM (not lazy).
+fn restored_ram(
+    vm: &VmFd,
+    cfg: &VmConfig,
+    engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
+    ids: &RamIds,
+    r: &Loaded,
+) -> Result<(GuestMemoryMmap, ram::Backing), RestoreError> {
+    if engine.is_none() {
+        let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
+        memory::register(vm, &mem).map_err(BuildError::from)?;
+        return Ok((mem, ram::Backing::Other));
+    }
+    if r.manifest.ram_bytes != cfg.memory_mib << 20 {
+        return Err(RestoreError::RamSize {
+            got: r.manifest.ram_bytes,
+            want: cfg.memory_mib << 20,
+        });
+    }
+    let (mem, backing) = guest_ram(vm, cfg, engine, ids)?;
+    let t = Instant::now();
+    let n = ram::copy_into(&r.ram, r.manifest.ram_bytes, &mem)?;
+    log::debug!(
+        "restore: {n} bytes of RAM copied into engine memory in {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    Ok((mem, backing))
+}
+
+/// The vCPUs with their CPUID and LAPIC, and the TSC rate (vCPU 0's).
+fn create_vcpus(kvm_fd: &Kvm, vm: &VmFd, cfg: &VmConfig) -> Result<(Vec<VcpuFd>, u64), BuildError> {
+    let mut vcpus = Vec::new();
+    let mut tsc_khz = 0;
+    for id in 0..cfg.cpus {
+        let fd = vm.create_vcpu(u64::from(id)).map_err(kvm("create vCPU"))?;
+        arch::setup_cpuid(kvm_fd, &fd, id, cfg.cpus).map_err(|err| BuildError::Cpu { id, err })?;
+        arch::setup_lapic(&fd).map_err(|err| BuildError::Cpu { id, err })?;
+        if id == 0 {
+            tsc_khz = fd.get_tsc_khz().map(u64::from).unwrap_or(0);
+        }
+        vcpus.push(fd);
+    }
+    Ok((vcpus, tsc_khz))
+}
+
+/// Loads the image (a Linux kernel, or a bare-metal ELF with its boot tables and boot info)
+/// and points the boot vCPU at its entry. The vCPUs come first: a Linux command line gets the
+/// TSC rate.
+fn load_image(
+    cfg: &VmConfig,
+    mem: &GuestMemoryMmap,
+    vcpus: &[VcpuFd],
+    tsc_khz: u64,
+    name: &str,
+    bytes: &[u8],
+) -> Result<BootKind, BuildError> {
+    let boot = &vcpus[0];
+    if cfg.linux || crate::linux::is_bzimage(bytes) {
+        let cmdline = crate::linux::guest::with_tsc(
+            match cfg.cmdline.as_str() {
+                "" => crate::linux::DEFAULT_CMDLINE,
+                c => c,
+            },
+            tsc_khz,
+        ) + &crate::disk::cmdline(cfg.disks.len());
+        let ram = layout::ram_regions(cfg.memory_mib << 20);
+        let initrd = cfg.initramfs.as_ref();
+        let linux = crate::linux::load(mem, &ram, name, bytes, initrd, &cmdline)?;
+        arch::write_boot_tables(mem)?;
+        arch::setup_boot_vcpu(boot, linux.entry, 0)
+            .map_err(|err| BuildError::Cpu { id: 0, err })?;
+        crate::linux::setup_vcpu(boot, &linux)?;
+        return Ok(BootKind::Linux);
+    }
+    let entry = loader::load_elf(mem, name, bytes)?;
+    arch::write_boot_tables(mem)?;
+    let info = loader::write_boot_info(mem, &cfg.cmdline, cfg.cpus, memory::split(mem), tsc_khz)?;
+    arch::setup_boot_vcpu(boot, entry, info).map_err(|err| BuildError::Cpu { id: 0, err })?;
+    Ok(BootKind::BareMetal)
+}
+
+/// The buses and devices. [`Devices::create`] is the one place a device is added: create it,
+/// put it on its bus, and push it onto `saved` if it has state for snapshots
+/// ([`crate::persist::Persist`]).
+pub struct Devices {
+    pub pio: Arc<Bus>,
+    pub mmio: Arc<Bus>,
+    /// The UART (console input goes to it; its output is flushed at a pause).
+    pub serial: Arc<Mutex<serial::SerialDevice>>,
+    /// The PCI root complex (devices are added while building, then it goes on the PIO bus).
+    root: Option<PciRoot>,
+    /// The disks (`--disk`, `--run`'s image) on the MMIO bus.
+    pub disks: crate::disk::Disks,
+    /// Every device with state in the state file, in the order a restore puts it back.
+    pub saved: Vec<Arc<dyn DeviceSnapshot>>,
+}
+
+impl Devices {
+    /// The legacy devices, the CMOS and POST ports on Linux boots, the disks (virtio-mmio),
+    /// the PCI root and its devices but the GPU ([`attach_gpu`]).
+    pub fn create(
+        vm: &VmFd,
+        cfg: &VmConfig,
+        mem: &GuestMemoryMmap,
+        boot: BootKind,
+        latch: &Arc<ExitLatch>,
+    ) -> Result<Devices, BuildError> {
+        let pio = Arc::new(Bus::new("pio"));
+        let mmio = Arc::new(Bus::new("mmio"));
+        let range = |r: std::ops::Range<u64>| (r.start, r.end - r.start);
+
+        let irq = EventFd::new(libc::EFD_NONBLOCK).map_err(io("create serial irqfd"))?;
+        vm.register_irqfd(&irq, layout::SERIAL_IRQ)
+            .map_err(kvm("register serial irqfd"))?;
+        let out = crate::devices::console_out::console_out(cfg.console_prefix.clone());
+        let serial = Arc::new(Mutex::new(serial::SerialDevice::new(irq, out)));
+        let (base, len) = range(layout::SERIAL_PORTS);
+        pio.insert("serial", base, len, serial.clone())?;
+        let mut saved: Vec<Arc<dyn DeviceSnapshot>> = vec![serial.clone()];
+
+        let (base, len) = range(layout::I8042_PORTS);
+        let i8042 = Arc::new(Mutex::new(I8042::new(latch.clone())));
+        pio.insert("i8042", base, len, i8042)?;
+        let exit = Arc::new(Mutex::new(DebugExit::new(latch.clone())));
+        pio.insert("debug-exit", layout::DEBUG_EXIT_PORT, 4, exit)?;
+        if boot == BootKind::Linux {
+            let cmos = Arc::new(Mutex::new(crate::linux::cmos::Cmos::default()));
+            let (base, len) = range(layout::CMOS_PORTS);
+            pio.insert("cmos", base, len, cmos.clone())?;
+            saved.push(cmos);
+            let post = Arc::new(Mutex::new(crate::linux::cmos::PostPort));
+            pio.insert("post", layout::POST_PORT, 1, post)?;
+        }
+        let disks = crate::disk::Disks::attach(&cfg.disks, vm, &mmio, mem)?;
+        for d in disks.devices() {
+            saved.push(d.clone());
+        }
+
+        let windows = PciWindows {
+            mmio32: layout::PCI_MMIO32,
+            mmio64: layout::PCI_MMIO64,
+            pio: layout::PCI_PIO,
+        };
+        let mut root = PciRoot::new(mmio.clone(), pio.clone(), windows);
+        if cfg.testdev {
+            let dev = Arc::new(Mutex::new(TestDev::new()?));
+            root.add_device("testdev", dev.clone())?;
+            saved.push(dev);
+        }
+        Ok(Devices {
+            pio,
+            mmio,
+            serial,
+            root: Some(root),
+            disks,
+            saved,
+        })
+    }
+
+    /// Puts the PCI root on the PIO bus (no device is added after this); it is saved and
+    /// restored last of the devices, after every function it holds.
+    fn finish(mut self) -> Result<Devices, BuildError> {
+        if let Some(root) = self.root.take() {
+            let root = Arc::new(Mutex::new(root));
+            self.pio.insert(
+                "pci-config",
+                CONFIG_ADDRESS_PORT,
+                CONFIG_PORTS_LEN,
+                root.clone(),
+            )?;
+            self.saved.push(root);
+        }
+        Ok(self)
+    }
+}
+
+/// The virtual GPU (`--gpu`) on the PCI root: on `engine` (`backend=cuda`, guest RAM its host
+/// regions `ram_ids`), else its own engine with its aperture remapped through KVM slots.
+fn attach_gpu(
+    kvm_fd: &Kvm,
+    vm: &Arc<VmFd>,
+    cfg: &VmConfig,
+    mem: &GuestMemoryMmap,
+    engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
+    ram_ids: Vec<pgpu::HostRegionId>,
+    devices: &mut Devices,
+) -> Result<Option<Arc<vgpu::Vgpu>>, BuildError> {
+    let Some(g) = &cfg.gpu else {
+        return Ok(None);
+    };
+    let irq = Arc::new(crate::vm::GpuIrq(vm.clone()));
+    let gpu = match engine {
+        Some(engine) => {
+            vgpu::Vgpu::with_engine(g.clone(), engine.clone(), mem.clone(), ram_ids, irq)?
+        }
+        None => {
+            let slots = kvm_fd.get_nr_memslots();
+            let mapper: Arc<dyn vgpu::remap::ApertureMapper> =
+                Arc::new(SlotMapper::new(vm.clone(), slots));
+            vgpu::Vgpu::with_mapper(g.clone(), mem.clone(), irq, Some(mapper))?
+        }
+    };
+    if let Some(root) = devices.root.as_mut() {
+        root.add_device("vgpu", gpu.device())?;
+    }
+    Ok(Some(Arc::new(gpu)))
+}
+
+/// Puts a snapshot's state back, in Firecracker's order: every device's section (the PCI
+/// root's places the BARs again, so that the GPU's `bar_moved` maps its apertures, and sets up
+/// MSI), the VM (PIT, clock, irqchips), each vCPU, and the GPU last: it runs as soon as it is
+/// restored, and an interrupt it raises must find the interrupt controllers' and LAPICs'
+/// restored state, not be overwritten by it.
+fn restore_state(
+    vm: &VmFd,
+    vcpus: &[VcpuFd],
+    devices: &Devices,
+    gpu: Option<&vgpu::Vgpu>,
+    r: &Loaded,
+) -> Result<(), RestoreError> {
+    let saved: Vec<&dyn DeviceSnapshot> = devices.saved.iter().map(|d| d.as_ref()).collect();
+    persist::restore_all(&saved, &r.state.devices)?;
+    vmstate::apply(vm, &r.state.vm)?;
+    for (fd, s) in vcpus.iter().zip(&r.state.vcpus) {
+        cpu::apply(fd, s)?;
+    }
+    if let (Some(gpu), Some(img)) = (gpu, &r.gpu) {
+        let t = Instant::now();
+        let mut rd = crate::snapshot::gpu::CheckedReader::new(
+            std::io::BufReader::with_capacity(1 << 20, &img.file),
+            img.bytes,
+            img.crc32,
+        );
+        let restored = match &img.vram_base {
+            Some(base) => gpu.restore_live(&mut rd, base),
+            None => gpu.restore(&mut rd),
+        };
+        if let Err(e) = restored {
+            // The file's CRC-32 (the manifest's) is reported first: the device stops at the
+            // first section whose own CRC-32 fails, before the file's last byte.
+            if let Err(io) = std::io::copy(&mut rd, &mut std::io::sink()) {
+                return Err(vgpu::snapshot::SnapshotError::Io(io).into());
+            }
+            return Err(e.into());
+        }
+        log::debug!(
+            "restore: GPU image of {} bytes restored in {:.1} ms",
+            img.bytes,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
