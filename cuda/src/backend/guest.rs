@@ -16,7 +16,6 @@ mod arena;
 mod copy;
 mod markers;
 mod modules;
-mod rewrite;
 
 use std::collections::{BTreeMap, HashMap};
 

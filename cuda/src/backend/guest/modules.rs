@@ -3,7 +3,7 @@
 //! GPU's space, with its entry names; a launch hands the device the text's address, as the
 //! driver does for user PTX (`vgpu-run FILE.ptx`), and the device loads and caches the module
 //! by its text. A module's `.global`/`.const` variables are moved into a VRAM block of the
-//! process (`rewrite.rs`), so `module_global` gives their address and copies reach them. Where
+//! process (`crate::globals`, the rewrite the host backend uses), so `module_global` gives their address and copies reach them. Where
 //! the text cannot be rewritten, the variables stay on the device: the text gets a comment
 //! naming this process and module appended (the device keeps variables per text, so they are
 //! still this module's own) and `module_global` is refused.
@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use gpu_driver::{Gpu, LaunchDesc, SysAlloc, VramAlloc};
 use vgpu_linux_tools::platform::LinuxGpu;
 
-use super::rewrite;
 use super::setup_error;
 use crate::device::{DevPtr, DeviceError, Launch};
 
@@ -199,35 +198,25 @@ impl Module {
     }
 }
 
-/// The text with its variables moved into a new VRAM block: (text, block, name → VA, initial
-/// values). `Err` says why not (the caller keeps the variables on the device).
+/// The text with its variables moved into a new VRAM block (the rewrite the host backend uses
+/// too, [`crate::globals`]): (text, block, name → VA, initial values). `Err` says why not (the
+/// caller keeps the variables on the device).
 fn relocated(
     gpu: &mut Gpu<LinuxGpu>,
-    parsed: &ptx::Module,
+    _parsed: &ptx::Module,
     ptx: &str,
 ) -> Result<(String, VramAlloc, HashMap<String, u64>, Images), String> {
-    let mut layout = Vec::new();
-    let mut total = 0u64;
-    for name in parsed.variable_names() {
-        let (at, size) = parsed.variable(name).ok_or("variable without a place")?;
-        let off = at - ptx::MODULE_WINDOW;
-        total = total.max(off + size);
-        layout.push((name, off, size));
-    }
+    let layout = crate::globals::layout(ptx).ok_or("no variables the rewrite can place")?;
+    let total = layout.image.len() as u64;
     let block = gpu
         .vram_alloc(total.max(1))
         .map_err(|e| format!("no VRAM for {total} bytes of variables: {e}"))?;
-    let addr: HashMap<&str, u64> = layout
-        .iter()
-        .map(|&(n, off, _)| (n, block.va + off))
-        .collect();
-    let checked = rewrite::relocate(ptx, &addr)
-        .map_err(|u| u.0.to_string())
-        .and_then(|t| match ptx::parse(&t) {
-            Ok(m) if !m.has_variables() => Ok(t),
-            Ok(_) => Err("variables left after the rewrite".into()),
-            Err(e) => Err(format!("the rewritten text does not parse: {e}")),
-        });
+    let text = crate::globals::rewrite(ptx, &layout, block.va);
+    let checked = match ptx::parse(&text) {
+        Ok(m) if !m.has_variables() => Ok(text),
+        Ok(_) => Err("variables left after the rewrite".to_string()),
+        Err(e) => Err(format!("the rewritten text does not parse: {e}")),
+    };
     let text = match checked {
         Ok(t) => t,
         Err(e) => {
@@ -235,17 +224,11 @@ fn relocated(
             return Err(e);
         }
     };
-    let mut images = Vec::new();
-    let mut placed = HashMap::new();
-    for (name, off, _) in layout {
-        placed.insert(name.to_string(), block.va + off);
-        if let Some(init) = parsed.read_variable(name)
-            && init.iter().any(|&b| b != 0)
-        {
-            images.push((block.va + off, init));
-        }
-    }
-    // Zero the whole block first: variables without initialisers start at 0.
-    images.insert(0, (block.va, vec![0; total as usize]));
-    Ok((text, block, placed, images))
+    let placed = layout
+        .vars
+        .iter()
+        .map(|(name, off, _)| (name.clone(), block.va + off))
+        .collect();
+    // The whole block's initial image: initialisers where the PTX has them, zeros elsewhere.
+    Ok((text, block, placed, vec![(block.va, layout.image)]))
 }
