@@ -7,42 +7,11 @@
 //! When the guest cannot be built (no apt, no compiler) these tests FAIL. To skip them on a
 //! machine that cannot build it, set VGPU_SKIP_LINUX=1 (CI never does).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
-/// Builds the guest once per test process; its directory.
-fn guest_dir() -> Option<&'static Path> {
-    if std::env::var_os("VGPU_SKIP_LINUX").is_some_and(|v| v == "1") {
-        eprintln!("VGPU_SKIP_LINUX=1: Linux guest test skipped");
-        return None;
-    }
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let out = Command::new(root.join("guest-images/linux/build.sh"))
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("run guest-images/linux/build.sh: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if !out.status.success() {
-            return Err(format!(
-                "guest-images/linux/build.sh failed ({}):\n{text}",
-                out.status
-            ));
-        }
-        let vmlinux = text
-            .lines()
-            .find_map(|l| l.strip_prefix("vmlinux: "))
-            .ok_or_else(|| format!("build.sh printed no vmlinux path:\n{text}"))?;
-        Ok(Path::new(vmlinux).parent().unwrap().to_path_buf())
-    });
-    match dir {
-        Ok(d) => Some(d.as_path()),
-        Err(e) => panic!("the Linux guest cannot be built: {e}"),
-    }
-}
+mod linux_support;
+use linux_support::guest_dir;
 
 /// Boots the Linux guest with `--gpu GPU` running `cmd` (a shell command line in the guest);
 /// returns the VMM's exit code and the console output. The 20-minute `--timeout` is only a

@@ -17,30 +17,7 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The Linux guest's directory (vmlinux, initramfs.cpio), built by its script once per test
-/// process (the script is not safe to run twice at once).
-fn guest_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(build_guest).clone()
-}
-
-fn build_guest() -> PathBuf {
-    let out = Command::new(root().join("guest-images/linux/build.sh"))
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run guest-images/linux/build.sh");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "the Linux guest cannot be built:\n{text}"
-    );
-    let vmlinux = text
-        .lines()
-        .find_map(|l| l.strip_prefix("vmlinux: "))
-        .expect("build.sh prints the vmlinux path");
-    Path::new(vmlinux).parent().unwrap().to_path_buf()
-}
+mod linux_support;
 
 /// The image: every program under bin/, the libraries under lib/, and a run.sh that runs each
 /// program at `small` and exits with the number that failed.
@@ -87,10 +64,12 @@ fn run_in_guest(mode: &str) {
         }
         Err(e) => panic!("apps/build.sh: {e}"),
     };
-    let dir = guest_dir();
+    let Some(dir) = linux_support::guest_dir() else {
+        return;
+    };
     let img = image(&suite);
     let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
-        .env("VGPU_LINUX_DIR", &dir)
+        .env("VGPU_LINUX_DIR", dir)
         .args(["--guest", "linux", "--memory", "512", "--timeout", "1500"])
         .args(["--gpu", &format!("mode={mode}")])
         .args(["--disk", &format!("{},ro", img.display())])

@@ -114,14 +114,30 @@ impl<P: Platform> Gpu<P> {
 
     /// Para mode, shared: removes every mapping of this driver's space on the device (the
     /// whole VA window; the driver's own record is empty at this point).
+    /// A device without 4 KiB pages (the cuda backend's 2 MiB-only GPU) takes unmap entries
+    /// only in 2 MiB pages (BIG): the window is 2 MiB aligned.
     pub(super) fn para_unmap_window(&mut self) -> Result<(), Error> {
         let (base, size) = (self.info.va_base, self.info.va_size);
-        let step = u64::from(u32::MAX / 2) * PAGE_4K;
+        let big = self.info.page_sizes & regs::PAGE_4K == 0;
+        let page = if big { PAGE_2M } else { PAGE_4K };
+        let step = u64::from(u32::MAX / 2) * page;
         let mut entries = Vec::new();
         let mut at = base;
         while at < base + size {
             let n = (base + size - at).min(step);
-            entries.push(para::unmap_entry(at, n)?);
+            if big {
+                if !(at | n).is_multiple_of(PAGE_2M) {
+                    return Err(Error::Unaligned(at | n));
+                }
+                let pages = u32::try_from(n / PAGE_2M).map_err(|_| Error::OutOfRange(at))?;
+                entries.push(para::Entry {
+                    va: at,
+                    pte: vgpu_hw::pte::BIG,
+                    pages,
+                });
+            } else {
+                entries.push(para::unmap_entry(at, n)?);
+            }
             at += n;
         }
         self.para_batch(para::OP_UNMAP_BATCH, &entries, true)
