@@ -54,20 +54,36 @@ fn image(suite: &apps::Suite) -> PathBuf {
     vmm::linux::run::build_cached(&c, &cache).expect("build the image")
 }
 
+/// The suite and its image, made once per test process (apps/build.sh rewrites its program
+/// list: two tests building at once could read it empty); `None` without a toolchain.
+fn prepared() -> Option<&'static (apps::Suite, PathBuf)> {
+    static READY: std::sync::OnceLock<Option<(apps::Suite, PathBuf)>> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| match apps::build(&root().join("target")) {
+            Ok(suite) => {
+                assert!(
+                    !suite.programs.is_empty(),
+                    "apps/build.sh listed no programs"
+                );
+                let img = image(&suite);
+                Some((suite, img))
+            }
+            Err(apps::Error::NoToolchain(why)) => {
+                eprintln!("SKIPPED: the CUDA toolchain cannot be installed here: {why}");
+                None
+            }
+            Err(e) => panic!("apps/build.sh: {e}"),
+        })
+        .as_ref()
+}
+
 fn run_in_guest(mode: &str) {
-    let target = root().join("target");
-    let suite = match apps::build(&target) {
-        Ok(s) => s,
-        Err(apps::Error::NoToolchain(why)) => {
-            eprintln!("SKIPPED: the CUDA toolchain cannot be installed here: {why}");
-            return;
-        }
-        Err(e) => panic!("apps/build.sh: {e}"),
+    let Some((suite, img)) = prepared() else {
+        return;
     };
     let Some(dir) = linux_support::guest_dir() else {
         return;
     };
-    let img = image(&suite);
     let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
         .env("VGPU_LINUX_DIR", dir)
         .args(["--guest", "linux", "--memory", "512", "--timeout", "1500"])
