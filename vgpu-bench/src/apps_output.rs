@@ -9,22 +9,8 @@ use crate::backend::Backend;
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::error::BenchError;
 use crate::exp_apps::Cell;
-use crate::report;
-
-/// Median of the finite values (0 when none).
-fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use crate::overhead_output::geomean;
+use crate::report::{self, median};
 
 fn stat(v: &[f64]) -> serde_json::Value {
     let m = median(v);
@@ -43,18 +29,6 @@ pub fn gpu_side(s: &Sample) -> f64 {
 
 fn pick(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Vec<f64> {
     samples.iter().filter(|s| s.pass).filter_map(f).collect()
-}
-
-fn geomean(v: &[f64]) -> f64 {
-    let v: Vec<f64> = v
-        .iter()
-        .copied()
-        .filter(|x| *x > 0.0 && x.is_finite())
-        .collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp()
 }
 
 fn cell_json(c: &Cell, native: Option<&Cell>) -> serde_json::Value {

@@ -54,6 +54,21 @@ pub fn write(
     Ok(())
 }
 
+/// Median of the finite values (the mean of the middle two for an even count; 0 when none).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// p50 / p99 / max (nearest rank) of `values` in the unit they are given; zeros when empty.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Percentiles {

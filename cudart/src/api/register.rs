@@ -117,19 +117,7 @@ pub unsafe extern "C" fn __cudaRegisterVar(
     _global: c_int,
 ) {
     guard("__cudaRegisterVar", (), || {
-        let (Some(fatbin), Some(name)) = (fatbin_of(handle), c_string(device_name)) else {
-            return;
-        };
-        if !host_var.is_null() {
-            let var = Var {
-                fatbin,
-                name,
-                size,
-                constant: constant != 0,
-                managed_slot: None,
-            };
-            with_registry(|r| r.add_var(host_var as usize, var));
-        }
+        register_var(handle, host_var as usize, device_name, size, constant, None)
     })
 }
 
@@ -151,19 +139,8 @@ pub unsafe extern "C" fn __cudaRegisterManagedVar(
     _global: c_int,
 ) {
     guard("__cudaRegisterManagedVar", (), || {
-        let (Some(fatbin), Some(name)) = (fatbin_of(handle), c_string(device_name)) else {
-            return;
-        };
-        if !host_ptr_slot.is_null() {
-            let var = Var {
-                fatbin,
-                name,
-                size,
-                constant: constant != 0,
-                managed_slot: Some(host_ptr_slot as usize),
-            };
-            with_registry(|r| r.add_var(host_ptr_slot as usize, var));
-        }
+        let slot = host_ptr_slot as usize;
+        register_var(handle, slot, device_name, size, constant, Some(slot))
     })
 }
 
@@ -232,5 +209,31 @@ crate::error::api! {
             return fail(INVALID_DEVICE_FUNCTION);
         }
         kernel.set(fun as Handle)
+    }
+}
+
+/// Records a registered variable under `host` (its shadow, or for a managed variable the slot
+/// that will receive its address); nothing for an unknown handle, a null `host` or a bad name
+/// (the checks of [`fatbin_of`] and `c_string`).
+fn register_var(
+    handle: *mut *mut c_void,
+    host: usize,
+    device_name: *const c_char,
+    size: usize,
+    constant: c_int,
+    managed_slot: Option<usize>,
+) {
+    let (Some(fatbin), Some(name)) = (fatbin_of(handle), c_string(device_name)) else {
+        return;
+    };
+    if host != 0 {
+        let var = Var {
+            fatbin,
+            name,
+            size,
+            constant: constant != 0,
+            managed_slot,
+        };
+        with_registry(|r| r.add_var(host, var));
     }
 }
