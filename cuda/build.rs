@@ -1,5 +1,5 @@
 //! Links the cdylib under the driver's real soname, `libcuda.so.1`, and leaves
-//! `<target>/<profile>/libcuda.so.1` as a relative symlink to cargo's `libcuda.so`, so that
+//! `<target>/<profile>/libcuda.so.1` as a relative symlink to cargo's `deps/libcuda.so`, so that
 //! `LD_LIBRARY_PATH=target/release ./prog` finds it by the name programs import.
 
 use std::path::{Path, PathBuf};
@@ -22,25 +22,27 @@ fn profile_dir() -> Option<PathBuf> {
     Some(build.parent()?.to_path_buf())
 }
 
-/// Creates `dir/libcuda.so.1 -> libcuda.so` unless something that is not that symlink is there.
+/// Creates `dir/libcuda.so.1 -> deps/libcuda.so` (cargo leaves the cdylib in `deps/` for `cargo
+/// test` and `cargo build` alike, and copies it up to `dir/libcuda.so` only for `cargo build`),
+/// replacing this script's earlier `-> libcuda.so` link, unless something else is there.
 fn link_real_name(dir: &Path) {
-    let link = dir.join("libcuda.so.1");
-    match std::fs::read_link(&link) {
-        Ok(target) if target == Path::new("libcuda.so") => {}
-        Ok(_) => println!(
-            "cargo:warning={} is another symlink; left alone",
-            link.display()
-        ),
-        Err(_) if link.symlink_metadata().is_ok() => {
+    let path = dir.join("libcuda.so.1");
+    let want = Path::new("deps/libcuda.so");
+    match std::fs::read_link(&path) {
+        Ok(t) if t == want => return,
+        Ok(t) if t == Path::new("libcuda.so") => {
+            let _ = std::fs::remove_file(&path);
+        }
+        _ if path.symlink_metadata().is_ok() => {
             println!(
-                "cargo:warning={} exists and is not a symlink; left alone",
-                link.display()
-            )
+                "cargo:warning={} exists and is not this build's symlink; left as it is",
+                path.display()
+            );
+            return;
         }
-        Err(_) => {
-            if let Err(e) = std::os::unix::fs::symlink("libcuda.so", &link) {
-                println!("cargo:warning=could not create {}: {e}", link.display());
-            }
-        }
+        _ => {}
+    }
+    if let Err(e) = std::os::unix::fs::symlink(want, &path) {
+        println!("cargo:warning=cannot create {}: {e}", path.display());
     }
 }

@@ -1,7 +1,7 @@
 //! Build script: links `libcudart.so` as `libcudart.so.13` (soname, and the `libcudart.so.13`
 //! symbol version node nvcc-built programs import from: `cudaMalloc@libcudart.so.13`), for
 //! every name NVIDIA's library exports (gen/nvidia-exports.txt); and leaves
-//! `target/<profile>/libcudart.so.13`, a relative symlink to `libcudart.so`, so that
+//! `target/<profile>/libcudart.so.13`, a relative symlink to `deps/libcudart.so`, so that
 //! `LD_LIBRARY_PATH=target/release ./prog` finds the library under its real name.
 
 use std::path::{Path, PathBuf};
@@ -31,21 +31,27 @@ fn main() {
     }
 }
 
-/// Creates `<profile>/libcudart.so.13 -> libcudart.so` unless something else is there.
+/// Creates `profile/libcudart.so.13 -> deps/libcudart.so` (cargo leaves the cdylib in `deps/` for `cargo
+/// test` and `cargo build` alike, and copies it up to `profile/libcudart.so` only for `cargo build`),
+/// replacing this script's earlier `-> libcudart.so` link, unless something else is there.
 fn link(profile: &Path) {
     let path = profile.join("libcudart.so.13");
+    let want = Path::new("deps/libcudart.so");
     match std::fs::read_link(&path) {
-        Ok(t) if t == Path::new("libcudart.so") => {}
-        Ok(_) | Err(_) if path.symlink_metadata().is_ok() => {
+        Ok(t) if t == want => return,
+        Ok(t) if t == Path::new("libcudart.so") => {
+            let _ = std::fs::remove_file(&path);
+        }
+        _ if path.symlink_metadata().is_ok() => {
             println!(
                 "cargo:warning={} exists and is not this build's symlink; left as it is",
                 path.display()
             );
+            return;
         }
-        _ => {
-            if let Err(e) = std::os::unix::fs::symlink("libcudart.so", &path) {
-                println!("cargo:warning=cannot create {}: {e}", path.display());
-            }
-        }
+        _ => {}
+    }
+    if let Err(e) = std::os::unix::fs::symlink(want, &path) {
+        println!("cargo:warning=cannot create {}: {e}", path.display());
     }
 }

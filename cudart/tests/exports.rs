@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 fn lib() -> std::path::PathBuf {
-    common::profile_dir().join("libcudart.so")
+    // Where cargo leaves the cdylib for `cargo test` and `cargo build` alike.
+    common::profile_dir().join("deps/libcudart.so")
 }
 
 #[test]
@@ -65,5 +66,5 @@ fn soname_version_node_and_file_name() {
     );
     let link = std::fs::read_link(common::profile_dir().join("libcudart.so.13"))
         .expect("target/<profile>/libcudart.so.13");
-    assert_eq!(link, std::path::Path::new("libcudart.so"));
+    assert_eq!(link, std::path::Path::new("deps/libcudart.so"));
 }

@@ -78,7 +78,7 @@ fn run_with(exe: &Path, drv: &Path, args: &[&str], env: &[(&str, &str)]) -> Outp
     let rt = common::profile_dir().join("cudart-runtime");
     std::fs::create_dir_all(&rt).unwrap();
     if rt.join("libcudart.so.13").symlink_metadata().is_err() {
-        let _ = std::os::unix::fs::symlink("../libcudart.so", rt.join("libcudart.so.13"));
+        let _ = std::os::unix::fs::symlink("../deps/libcudart.so", rt.join("libcudart.so.13"));
     }
     let lib = format!("{}:{}", rt.display(), drv.display());
     let mut cmd = Command::new(exe);
