@@ -54,9 +54,12 @@ fn live_migrate_fairness(log: &str) {
     let s = Scratch::new(&format!("live-gpu-mig-{}", log.replace(' ', "")));
     let (dest, incoming) = incoming(&s);
     // Outputs in VRAM (copied to system memory by the copy engine): VRAM the kernels keep
-    // rewriting; 3 s of kernels, so that the pre-copy ends well before the guest does.
+    // rewriting; 3 s of kernels, so that the pre-copy ends well before the guest does. And a
+    // 16 MiB working set rewritten at 16 MiB/s by copies, compared byte for byte at the end by
+    // the destination: a page the pre-copy left stale fails the check.
     let mut args = FAIRNESS;
-    args[5] = "iters=20000 threads=64 blocks=8 depth=3 ms=3000 report_ms=100 out=vram";
+    args[5] = "iters=20000 threads=64 blocks=8 depth=3 ms=3000 report_ms=100 out=vram \
+               pool_mib=16 dirty_mib_s=16 vpool_mib=24 sys_mib=32";
     if log == "write sets" {
         args[7] = "vram=64M,dirtylog=writesets";
     }
@@ -68,7 +71,21 @@ fn live_migrate_fairness(log: &str) {
     assert_eq!(report["gpu_dirty_log"], log, "{done}");
     assert!(vram_rounds(report) > 1, "one VRAM round only: {done}");
     check_sums(report);
-    migrated_fairness_finishes(vm, dest);
+    let after = migrated_fairness_finishes(vm, dest);
+    let pool = after
+        .lines()
+        .find(|l| l.starts_with("FAIRNESS pool rewritten_mib="))
+        .unwrap_or_else(|| panic!("no working-set check:\n{after}"));
+    assert!(pool.ends_with(" check=ok"), "{pool}");
+    let mib: u64 = pool["FAIRNESS pool rewritten_mib=".len()..]
+        .split(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        mib >= 16,
+        "the working set was rewritten {mib} MiB only: {pool}"
+    );
 }
 
 #[test]

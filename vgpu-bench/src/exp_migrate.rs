@@ -8,6 +8,12 @@
 //! of the running VM during a live snapshot (kernels per second of guest time before vs
 //! during it). Every moved or restored guest must end with `ok=1`.
 //!
+//! `--pool-mib N --dirty-mib-per-s R` give the guest a VRAM working set of N MiB, filled before
+//! its kernels start and rewritten at R MiB per second of guest time while they run
+//! (`guest_programs::vram_dirty`); at its end every guest — the restored one, each migration's
+//! destination, the live snapshot's VM — compares the whole set byte for byte, so a page a
+//! migration left stale fails the experiment.
+//!
 //! Writes `--out DIR/summary.json`, `migrate.csv` (one row per measurement and per pre-copy
 //! round) and `migrate-rounds.svg` (RAM and VRAM bytes per round of a live migration and a live
 //! snapshot). On `--backend cuda` the restores and migration destinations run on cuda too
@@ -44,6 +50,13 @@ pub struct Args {
     /// The guest's kernels: `blocks=` of 64 threads each (their outputs are rewritten in VRAM).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65535))]
     pub blocks: u32,
+    /// MiB of VRAM the guest fills and keeps rewriting (its working set; 0: none). The VM's
+    /// VRAM (`--vram-mib`) must be at least this plus 64 MiB.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=65536))]
+    pub pool_mib: u64,
+    /// MiB per second of guest time of the working set rewritten while kernels run.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1048576))]
+    pub dirty_mib_per_s: u64,
     /// CI mode: one repetition, 64 MiB of RAM and VRAM, shorter guests.
     #[arg(long)]
     pub short: bool,
@@ -122,12 +135,27 @@ fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
         "300".into(),
         "--cmdline".into(),
         format!(
-            "iters=20000 threads=64 blocks={} depth=3 ms={} report_ms=20 out=vram",
-            a.blocks, p.guest_ms
+            "iters=20000 threads=64 blocks={} depth=3 ms={} report_ms=20 out=vram{}",
+            a.blocks,
+            p.guest_ms,
+            pool_args(a)
         ),
         "--gpu".into(),
         gpu,
     ]
+}
+
+/// The guest's working-set arguments (with room for the driver's own VRAM pool buffers and its
+/// staging buffers in system memory).
+fn pool_args(a: &Args) -> String {
+    match a.pool_mib {
+        0 => String::new(),
+        n => format!(
+            " pool_mib={n} dirty_mib_s={} vpool_mib={} sys_mib=32",
+            a.dirty_mib_per_s,
+            n + 16
+        ),
+    }
 }
 
 fn ok_run(what: &str, code: Option<i32>, g: &GuestRun) -> Result<(), BenchError> {
@@ -337,6 +365,14 @@ fn draw_rounds(path: &Path, reps: &[Rep]) -> Result<(), BenchError> {
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
     let p = Plan::of(a);
+    if a.pool_mib > 0 && p.vram_mib < a.pool_mib + 64 {
+        return Err(BenchError::Invalid(format!(
+            "--pool-mib {} needs --vram-mib of at least {} (the VM's VRAM holds the working set, \
+             the driver's tables and buffers)",
+            a.pool_mib,
+            a.pool_mib + 64
+        )));
+    }
     // The VMs' consoles, logs and snapshots: a directory of this run's own (removed at the
     // end; left for a look when the experiment fails).
     let dir = a.out.join(format!("runs-{}", std::process::id()));
@@ -393,6 +429,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "vram_mib": p.vram_mib,
         "memory_mib": p.memory_mib,
         "guest": vm_args(a, &p).join(" "),
+        "vram_working_set": {
+            "mib": a.pool_mib,
+            "dirty_mib_per_s": a.dirty_mib_per_s,
+            "checked_byte_for_byte": a.pool_mib > 0,
+        },
         "snapshot_paused": {
             "ms": med(&|r| Some(r.snapshot_ms)),
             "disk_bytes": med(&|r| Some(r.snapshot_disk_bytes as f64)),

@@ -1,6 +1,8 @@
 //! The `fairness` guest's serial output, as `vgpu-bench fairness` reads it: the `FAIRNESS start`,
 //! `FAIRNESS t_ms=<t> done=<n>`, `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` and
-//! `FAIRNESS fault <what>` lines (guest-images/guests/programs/src/bin/fairness.rs).
+//! `FAIRNESS fault <what>` lines, and with a VRAM working set (`pool_mib=`) the
+//! `FAIRNESS pool mib=<N> fill_ms=<ms>` and `FAIRNESS pool rewritten_mib=<M> check=<ok|bad>` lines
+//! (guest-images/guests/programs/src/bin/fairness.rs).
 
 /// The end of a run, as the guest reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +26,12 @@ pub struct GuestRun {
     pub end: Option<End>,
     /// The text after `FAIRNESS fault`, or a `MISMATCH` line.
     pub fault: Option<String>,
+    /// The VRAM working set: its MiB, once filled.
+    pub pool_mib: Option<u64>,
+    /// MiB of the working set rewritten during the run, and whether the final byte-for-byte
+    /// check of the whole set passed.
+    pub pool_rewritten_mib: Option<u64>,
+    pub pool_ok: Option<bool>,
 }
 
 impl GuestRun {
@@ -35,9 +43,9 @@ impl GuestRun {
             .unwrap_or(0)
     }
 
-    /// Whether the run ended with every result checked.
+    /// Whether the run ended with every result checked (and its VRAM working set, if any).
     pub fn ok(&self) -> bool {
-        self.end.is_some_and(|e| e.ok) && self.fault.is_none()
+        self.end.is_some_and(|e| e.ok) && self.fault.is_none() && self.pool_ok != Some(false)
     }
 }
 
@@ -59,7 +67,15 @@ pub fn parse(text: &str) -> GuestRun {
         let Some(rest) = line.strip_prefix("FAIRNESS ") else {
             continue;
         };
-        if rest.starts_with("start") {
+        if let Some(p) = rest.strip_prefix("pool ") {
+            if let Some(m) = field(p, "mib") {
+                g.pool_mib = Some(m);
+            }
+            if let Some(m) = field(p, "rewritten_mib") {
+                g.pool_rewritten_mib = Some(m);
+                g.pool_ok = Some(p.split_whitespace().any(|kv| kv == "check=ok"));
+            }
+        } else if rest.starts_with("start") {
             g.started = true;
             g.iters = field(rest, "iters");
         } else if let Some(f) = rest.strip_prefix("fault") {
@@ -113,6 +129,14 @@ mod tests {
         let g = parse("FAIRNESS start iters=5\nFAIRNESS fault timeout: kernel 4\n");
         assert_eq!(g.fault.as_deref(), Some("timeout: kernel 4"));
         assert!(!g.ok());
+        let g = parse(
+            "FAIRNESS pool mib=1024 fill_ms=900\nFAIRNESS start iters=5\n\
+             FAIRNESS pool rewritten_mib=300 check=bad\n",
+        );
+        assert_eq!(
+            (g.pool_mib, g.pool_rewritten_mib, g.pool_ok, g.started),
+            (Some(1024), Some(300), Some(false), true)
+        );
         let g = parse("fairness: MISMATCH kernel=3\nFAIRNESS end t_ms=9 done=3 ok=0\n");
         assert!(!g.ok() && g.fault.is_some());
         assert_eq!(parse(""), GuestRun::default());

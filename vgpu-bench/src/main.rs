@@ -32,6 +32,7 @@ mod exp_preempt;
 mod exp_priority;
 mod exp_ptx;
 mod exp_snapshot;
+mod exp_soak;
 mod fairness_calib;
 mod fairness_chart;
 mod fairness_guest;
@@ -56,6 +57,7 @@ mod report;
 mod runner;
 mod snapshot_vgpu;
 mod snapshot_vram;
+mod soak_actions;
 
 use std::process::ExitCode;
 
@@ -92,6 +94,9 @@ enum Cmd {
     Migrate(exp_migrate::Args),
     /// The CUDA application suite (unmodified nvcc-built programs) natively and in VMs.
     Apps(exp_apps::Args),
+    /// Soak: VMs through vgpud for a long time under daemon restarts, kills, pauses, snapshots
+    /// and migrations; every result checked, the daemon checked for leaks.
+    Soak(exp_soak::Args),
     /// One plain CUDA process of a native anchor (started by the experiments).
     #[command(hide = true)]
     NativeLoad(native_load::Args),
@@ -127,7 +132,8 @@ experiments!(
     exp_priority,
     exp_snapshot,
     exp_migrate,
-    exp_apps
+    exp_apps,
+    exp_soak
 );
 
 fn main() -> ExitCode {
@@ -141,6 +147,7 @@ fn main() -> ExitCode {
         Cmd::Snapshot(a) => a,
         Cmd::Migrate(a) => a,
         Cmd::Apps(a) => a,
+        Cmd::Soak(a) => a,
         Cmd::NativeLoad(a) => return ExitCode::from(native_load::run(a)),
     };
     let out = exp.out();

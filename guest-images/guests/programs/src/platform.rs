@@ -184,6 +184,7 @@ impl Platform for BareMetal {
 
 /// Driver settings from the command line: `tables=vram|sysmem`, `wait=poll|irq`, `mode=full`,
 /// `para_batch=1` (naive para-virtualization: one hypercall per page), `sys_mib=N`, `timeout_s=N`,
+/// `vpool_mib=N` (the driver's VRAM pool; default half the VRAM),
 /// `doorbell=mmio` (trapped doorbells even where the device offers the doorbell page), `warm=0`
 /// (no first touch of the system-memory pool at init).
 pub fn config_from_args() -> Config {
@@ -201,6 +202,9 @@ pub fn config_from_args() -> Config {
     cfg.warm_pool = guest_rt::arg("warm") != Some("0");
     if let Some(m) = guest_rt::arg("sys_mib").and_then(|v| v.parse::<u64>().ok()) {
         cfg.sys_pool_bytes = m.clamp(2, 2048) << 20;
+    }
+    if let Some(m) = guest_rt::arg("vpool_mib").and_then(|v| v.parse::<u64>().ok()) {
+        cfg.vram_pool_bytes = m.clamp(2, 1 << 20) << 20;
     }
     if let Some(s) = guest_rt::arg("timeout_s").and_then(|v| v.parse::<u64>().ok()) {
         cfg.wait_timeout_ns = s.clamp(1, 3600) * 1_000_000_000;

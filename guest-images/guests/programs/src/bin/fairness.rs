@@ -10,12 +10,19 @@
 //! `report_ms=R` (>= 1, default 100), `wait=poll` (spin instead of sleeping; default: interrupt),
 //! `out=vram` (each kernel writes its output to VRAM, and the copy engine copies it to system
 //! memory for the check: VRAM the GPU keeps rewriting, e.g. for live snapshots' dirty logging;
-//! default `out=sys`: straight to system memory), and the driver options of `guest_programs::platform::config_from_args`.
+//! default `out=sys`: straight to system memory), `pool_mib=N` (a VRAM working set of N MiB,
+//! filled at start and checked byte for byte at the end, `guest_programs::vram_dirty`) with
+//! `dirty_mib_s=R` (R MiB of it rewritten per second of guest time, by copies appended to the
+//! kernels' submissions; default 0), and the driver options of
+//! `guest_programs::platform::config_from_args` (`vpool_mib=` makes the driver's VRAM pool
+//! large enough for the working set).
 //!
 //! Output (parsed by a host tool):
+//! `FAIRNESS pool mib=<N> fill_ms=<ms>` once the working set is filled (with `pool_mib`);
 //! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
 //! `FAIRNESS t_ms=<guest ms since start> done=<completions>` every `report_ms`;
-//! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end.
+//! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end (with `pool_mib`, preceded by
+//! `FAIRNESS pool rewritten_mib=<M> check=<ok|bad>`).
 //! Exit codes: 0 all ok, 1 a result mismatch (`fairness: MISMATCH ...`), 2 a bad argument,
 //! 3 a GPU fault or timeout (`FAIRNESS fault <what>`) or no usable GPU.
 //!
@@ -36,6 +43,7 @@ use gpu_driver::{
     Channel, Error, Fence, Gpu, LaunchDesc, Platform, PushBuf, SysAlloc, VramAlloc, suite_run,
 };
 use guest_programs::platform::{self, BareMetal};
+use guest_programs::vram_dirty::DirtyPool;
 use guest_rt::println;
 use suite::lcg;
 
@@ -55,6 +63,9 @@ struct Args {
     report_ms: u64,
     /// Outputs go to VRAM first (`out=vram`).
     vram_out: bool,
+    /// MiB of VRAM working set (0: none) and MiB per second of it rewritten.
+    pool_mib: u64,
+    dirty_mib_s: u64,
 }
 
 /// `key=value` as a number in `lo..=hi`, or `default` when absent.
@@ -85,6 +96,8 @@ impl Args {
                 Some("vram") => true,
                 Some(v) => return Err(format!("bad argument out={v} (must be sys or vram)")),
             },
+            pool_mib: num("pool_mib", 0, 0, 65_536)?,
+            dirty_mib_s: num("dirty_mib_s", 0, 0, 1 << 20)?,
         })
     }
 
@@ -162,6 +175,19 @@ fn main() -> u8 {
             return guest_rt::abi::exit_codes::BAD_ARGUMENT;
         }
     };
+    let pool = match args.pool_mib {
+        0 => None,
+        mib => match make_pool(&mut gpu, &mut ch, args, mib) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                println!(
+                    "fairness: cannot fill a VRAM working set of {mib} MiB: {e} (vpool_mib=N makes the driver's VRAM pool larger)"
+                );
+                println!("FAIRNESS fault {e}");
+                return guest_rt::abi::exit_codes::GPU_FAULT;
+            }
+        },
+    };
     println!(
         "FAIRNESS start iters={} threads={} blocks={} depth={}",
         args.iters, args.threads, args.blocks, args.depth
@@ -175,8 +201,11 @@ fn main() -> u8 {
         done: 0,
         seed: 0,
         buf: vec![0; args.count() as usize * 4],
+        pool,
     };
-    let r = run.go(&mut gpu, &mut ch, budget_ns);
+    let r = run
+        .go(&mut gpu, &mut ch, budget_ns)
+        .and_then(|()| run.check_pool(&mut gpu, &mut ch));
     let t_ms = run.elapsed_ns(&mut gpu) / 1_000_000;
     match r {
         Ok(()) => {
@@ -193,6 +222,21 @@ fn main() -> u8 {
             guest_rt::abi::exit_codes::GPU_FAULT
         }
     }
+}
+
+/// Allocates and fills the VRAM working set.
+fn make_pool<P: Platform>(
+    gpu: &mut Gpu<P>,
+    ch: &mut Channel,
+    args: Args,
+    mib: u64,
+) -> Result<DirtyPool, Error> {
+    let t = gpu.platform().now_ns();
+    let mut pool = DirtyPool::new(gpu, mib, args.dirty_mib_s, args.depth as usize)?;
+    pool.fill(gpu, ch)?;
+    let ms = (gpu.platform().now_ns() - t) / 1_000_000;
+    println!("FAIRNESS pool mib={mib} fill_ms={ms}");
+    Ok(pool)
 }
 
 /// The O(log n) form of the recurrence that checks every output must agree with the plain loop.
@@ -238,9 +282,25 @@ struct Run {
     /// Seed of the last submitted kernel (each kernel gets a new one, so a stale output fails).
     seed: u32,
     buf: Vec<u8>,
+    /// The VRAM working set (`pool_mib`).
+    pool: Option<DirtyPool>,
 }
 
 impl Run {
+    /// With a working set: compares all of it (after the run drained).
+    fn check_pool<P: Platform>(&mut self, gpu: &mut Gpu<P>, ch: &mut Channel) -> Result<(), Stop> {
+        let Some(pool) = self.pool.as_mut() else {
+            return Ok(());
+        };
+        let r = pool.verify(gpu, ch)?;
+        println!(
+            "FAIRNESS pool rewritten_mib={} check={}",
+            pool.written() >> 20,
+            if r.is_ok() { "ok" } else { "bad" }
+        );
+        r.map_err(Stop::Mismatch)
+    }
+
     fn elapsed_ns<P: Platform>(&self, gpu: &mut Gpu<P>) -> u64 {
         gpu.platform().now_ns().saturating_sub(self.t0)
     }
@@ -279,6 +339,10 @@ impl Run {
         });
         if let Some(d) = slot.dev {
             pb.copy(d.va, slot.out.va, u64::from(a.count()) * 4);
+        }
+        if let Some(pool) = self.pool.as_mut() {
+            let now = gpu.platform().now_ns();
+            pool.append(gpu, &mut pb, s, now)?;
         }
         // `submit` appends the fence release (with the interrupt flag when interrupts are on).
         Ok((ch.submit(gpu, &mut pb)?, self.seed))
