@@ -92,6 +92,7 @@ struct St {
     vm: u32,
     /// The daemon went away and the link waits for it to come back.
     down: Option<Down>,
+    partition: Partition,
     /// A Want is outstanding (sent, no grant yet).
     wanting: bool,
     /// The outstanding Want carries the job's identity (a `Done`'s `more` does not: the
@@ -136,14 +137,22 @@ fn instant_of(mono_ns: u64) -> Instant {
     }
 }
 
-/// What a re-registration claims (fixed at the first registration).
+/// What a re-registration claims besides the partition (fixed at the first registration).
 struct Claim {
     cfg: HostConfig,
     vram: u64,
     channels: u32,
-    vram_offset: u64,
+}
+
+/// The partition the VM holds, as a re-registration claims it (changed by a move to another
+/// GPU: `HostLink::set_partition`).
+#[derive(Clone)]
+struct Partition {
+    /// The daemon's GPU index.
+    gpu: u32,
+    offset: u64,
     /// The VRAM memory object (sim: where the partition's pages live; the daemon adopts it).
-    vram_fd: OwnedFd,
+    fd: Arc<OwnedFd>,
 }
 
 struct Inner {
@@ -238,6 +247,11 @@ impl HostLink {
                 boot: welcome.boot.clone(),
                 vm: welcome.vm,
                 down: None,
+                partition: Partition {
+                    gpu: 0,
+                    offset: welcome.vram_offset,
+                    fd: Arc::new(kept),
+                },
                 wanting: false,
                 identified: false,
                 grant: None,
@@ -253,8 +267,6 @@ impl HostLink {
                 cfg: cfg.clone(),
                 vram,
                 channels,
-                vram_offset: welcome.vram_offset,
-                vram_fd: kept,
             },
         });
         let i = inner.clone();
@@ -466,6 +478,16 @@ impl HostLink {
             h.request();
         }
         self.inner.cv.notify_all();
+    }
+
+    /// The VM's partition is now `[offset, offset + size)` of `fd` on the daemon's GPU `gpu`
+    /// (a move to another GPU): what a re-registration after a restart claims.
+    pub fn set_partition(&self, gpu: u32, offset: u64, fd: OwnedFd) {
+        self.inner.lock().partition = Partition {
+            gpu,
+            offset,
+            fd: Arc::new(fd),
+        };
     }
 
     /// Why the link is gone, if it is.

@@ -110,18 +110,22 @@ impl Inner {
     /// same partition of the same memory object, from another instance.
     fn reregister(&self, conn: &Conn, deadline: Instant) -> Result<(), Rereg> {
         let c = &self.claim;
-        let (boot, vm) = {
+        let (boot, vm, part) = {
             let st = self.lock();
-            (st.boot.clone().unwrap_or_default(), st.vm)
+            (
+                st.boot.clone().unwrap_or_default(),
+                st.vm,
+                st.partition.clone(),
+            )
         };
         let resume = proto::Resume {
             boot: boot.clone(),
             vm,
-            gpu: 0,
-            vram_offset: c.vram_offset,
+            gpu: part.gpu,
+            vram_offset: part.offset,
         };
         let msg = proto::encode(&hello(&c.cfg, c.vram, c.channels, Some(resume)));
-        conn.send(&msg, Some(c.vram_fd.as_fd()))
+        conn.send(&msg, Some(part.fd.as_fd()))
             .map_err(|e| Rereg::Again(format!("send the claim: {e}")))?;
         let mut buf = [0u8; proto::MAX_MESSAGE];
         loop {
@@ -149,11 +153,11 @@ impl Inner {
                     vram_size,
                     boot: Some(new_boot),
                 }) if version == proto::VERSION
-                    && vram_offset == c.vram_offset
+                    && vram_offset == part.offset
                     && vram_size == c.vram
                     && new_boot != boot
                     && fd.as_ref().and_then(|f| identity(f.as_fd()))
-                        == identity(c.vram_fd.as_fd()) =>
+                        == identity(part.fd.as_fd()) =>
                 {
                     let mut st = self.lock();
                     st.boot = Some(new_boot);
@@ -239,10 +243,14 @@ mod tests {
     }
 
     fn welcome(boot: &str) -> ToVm {
+        welcome_at(boot, OFFSET)
+    }
+
+    fn welcome_at(boot: &str, vram_offset: u64) -> ToVm {
         ToVm::Welcome {
             version: proto::VERSION,
             vm: 3,
-            vram_offset: OFFSET,
+            vram_offset,
             vram_size: VRAM,
             boot: Some(boot.into()),
         }
@@ -299,12 +307,14 @@ mod tests {
     fn a_link_whose_daemon_goes_away_stops_its_job_and_re_registers_with_the_next_one() {
         let d = dir("back");
         let socket = d.join("sock");
-        let vram = memfd();
-        let ino = identity(vram.as_fd());
-        let (gone, first) = first_instance(&socket, vram.try_clone().unwrap());
+        let (gone, first) = first_instance(&socket, memfd());
         let link = link(socket.clone(), 5000);
         let handle = PreemptHandle::new();
         let t = link.acquire(&handle, Some(7)).unwrap();
+        // The partition moved (another range of another object): that is what is claimed.
+        let vram = memfd();
+        let ino = identity(vram.as_fd());
+        link.set_partition(0, OFFSET + VRAM, vram.try_clone().unwrap());
         assert!(!handle.is_requested());
         // The daemon goes away while the job runs: the job is told to stop.
         gone.send(()).unwrap();
@@ -338,10 +348,10 @@ mod tests {
             let r = h.resume.clone().expect("a claim");
             assert_eq!(
                 (r.boot.as_str(), r.vm, r.gpu, r.vram_offset, h.vram),
-                ("aa", 3, 0, OFFSET, VRAM)
+                ("aa", 3, 0, OFFSET + VRAM, VRAM)
             );
             assert_eq!(identity(fd.as_fd()), ino);
-            send(&c, &welcome("bb"), Some(fd.as_fd()));
+            send(&c, &welcome_at("bb", OFFSET + VRAM), Some(fd.as_fd()));
             // The job (preempted at the loss) asks again; the same seq is a new grant here.
             let Some((ToDaemon::Want { kernel }, None)) = next(&c) else {
                 panic!("expected a want")
