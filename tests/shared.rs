@@ -27,6 +27,7 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         report_every: None,
         spin: Duration::ZERO,
         backstop: Duration::from_millis(1),
+        adopt: Duration::ZERO,
     };
     Host(Background::start(cfg).unwrap())
 }

@@ -28,6 +28,7 @@ fn daemon(s: &Scratch, name: &str) -> Background {
         report_every: None,
         spin: Duration::ZERO,
         backstop: Duration::from_millis(1),
+        adopt: Duration::ZERO,
     })
     .unwrap()
 }

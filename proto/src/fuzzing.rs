@@ -117,6 +117,21 @@ mod tests {
                 priority: 1,
                 vram: 64 << 20,
                 channels: 4,
+                resume: None,
+            })),
+            encode(&ToDaemon::Hello(Hello {
+                version: 3,
+                name: "back".into(),
+                weight: 1,
+                priority: 0,
+                vram: 2 << 20,
+                channels: 1,
+                resume: Some(crate::proto::Resume {
+                    boot: "00ff".into(),
+                    vm: 7,
+                    gpu: 0,
+                    vram_offset: 2 << 20,
+                }),
             })),
             encode(&ToDaemon::Done {
                 seq: 3,

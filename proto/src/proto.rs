@@ -1,4 +1,4 @@
-//! The vgpud protocol, version 2: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! The vgpud protocol, version 3: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
 //! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
 //! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
 //! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
@@ -7,8 +7,13 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. Version 2 added `Want::kernel`: a version-1 daemon
 /// refuses unknown fields, so a VM that sends them says so in its `Hello` (and such a daemon
-/// refuses it at once instead of dropping its wants).
-pub const VERSION: u32 = 2;
+/// refuses it at once instead of dropping its wants). Version 3 added the restart of the
+/// daemon: `Welcome::boot` (the daemon instance) and `Hello::resume` (a VM re-registering with
+/// the daemon restarted on its socket, claiming the partition it holds).
+pub const VERSION: u32 = 3;
+
+/// The first version with `Welcome::boot` and `Hello::resume`.
+pub const RESUME_VERSION: u32 = 3;
 
 /// The oldest version a daemon of this build accepts: a version-1 VM (no identities) is served
 /// as before, and its `Welcome` carries the version it asked for.
@@ -80,6 +85,28 @@ pub struct Hello {
     pub vram: u64,
     /// Channels the VM may use (counted against the daemon's channel quota).
     pub channels: u32,
+    /// Version 3: this VM was registered with an earlier instance of the daemon on this socket
+    /// (which went away) and claims the partition it still holds. The datagram carries the
+    /// VRAM memory object the VM received then (`SCM_RIGHTS`). Absent on a first registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<Resume>,
+}
+
+/// The claim of a re-registering VM (`Hello::resume`): what it kept of its registration with
+/// the daemon instance that went away. Everything else (weight, priority, name, VRAM size,
+/// channels) is in the `Hello` as on a first registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resume {
+    /// The `Welcome::boot` of the instance the VM was registered with.
+    pub boot: String,
+    /// The VM id that instance gave (kept if free, for reports and logs).
+    pub vm: u32,
+    /// The GPU of the daemon the partition is on (0 on a one-GPU daemon).
+    #[serde(default)]
+    pub gpu: u32,
+    /// The partition's offset in the VRAM memory object (its size is `Hello::vram`).
+    pub vram_offset: u64,
 }
 
 /// How a granted run ended.
@@ -107,6 +134,11 @@ pub enum ToVm {
         vm: u32,
         vram_offset: u64,
         vram_size: u64,
+        /// Version 3: the daemon instance (random at each start), so that a VM whose daemon
+        /// went away can tell a restarted daemon on its socket from the one it knew. Never sent
+        /// to older VMs (they refuse unknown fields).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot: Option<String>,
     },
     /// The VM may run one job; with a slice, a turn: further jobs that are ready, each
     /// reported with `Progress`, until the VM runs out of work or is preempted.
@@ -221,6 +253,63 @@ mod tests {
         ] {
             assert!(decode::<ToDaemon>(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn version_3_fields_are_optional_and_absent_in_older_forms() {
+        // A first registration is the version-2 form with a higher version.
+        let h = Hello {
+            version: 3,
+            name: "a".into(),
+            weight: 1,
+            priority: 0,
+            vram: 2 << 20,
+            channels: 1,
+            resume: None,
+        };
+        let b = encode(&ToDaemon::Hello(h.clone()));
+        assert!(!std::str::from_utf8(&b).unwrap().contains("resume"));
+        let v2 = br#"{"type":"hello","version":2,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
+        let ToDaemon::Hello(old) = decode::<ToDaemon>(v2).unwrap() else {
+            panic!("not a hello")
+        };
+        assert_eq!((old.version, old.resume), (2, None));
+        // A claim: the gpu index defaults to 0; unknown claim fields are refused.
+        let claim = br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"resume":{"boot":"ab","vm":4,"vram_offset":4194304}}"#;
+        let ToDaemon::Hello(c) = decode::<ToDaemon>(claim).unwrap() else {
+            panic!("not a hello")
+        };
+        let r = c.resume.clone().unwrap();
+        assert_eq!(
+            (r.boot.as_str(), r.vm, r.gpu, r.vram_offset),
+            ("ab", 4, 0, 4 << 20)
+        );
+        assert_eq!(
+            decode::<ToDaemon>(&encode(&ToDaemon::Hello(c.clone()))).unwrap(),
+            ToDaemon::Hello(c)
+        );
+        let bad = br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"resume":{"boot":"ab","vm":4,"vram_offset":0,"x":1}}"#;
+        assert!(decode::<ToDaemon>(bad).is_err());
+        // The welcome of an older VM carries no boot id (it would refuse the field).
+        let w = ToVm::Welcome {
+            version: 2,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: 2 << 20,
+            boot: None,
+        };
+        assert_eq!(
+            encode(&w),
+            br#"{"type":"welcome","version":2,"vm":1,"vram_offset":0,"vram_size":2097152}"#
+        );
+        let w3 = ToVm::Welcome {
+            version: 3,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: 2 << 20,
+            boot: Some("0f".into()),
+        };
+        assert_eq!(decode::<ToVm>(&encode(&w3)).unwrap(), w3);
     }
 
     #[test]

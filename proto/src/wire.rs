@@ -62,6 +62,9 @@ fn socket(nonblocking: bool) -> Result<OwnedFd, WireError> {
 pub struct Listener {
     fd: OwnedFd,
     path: std::path::PathBuf,
+    /// A stale socket was at the path: whoever listened there went away without removing it
+    /// (a daemon killed or crashed; a clean exit removes its socket).
+    replaced_stale: bool,
 }
 
 impl Listener {
@@ -72,6 +75,7 @@ impl Listener {
     /// refused.
     pub fn bind(path: &Path) -> Result<Self, WireError> {
         use std::os::unix::fs::FileTypeExt;
+        let mut replaced_stale = false;
         match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(err) => {
@@ -96,6 +100,7 @@ impl Listener {
                     op: "remove the stale socket",
                     err,
                 })?;
+                replaced_stale = true;
             }
         }
         let fd = socket(true)?;
@@ -111,7 +116,13 @@ impl Listener {
         Ok(Listener {
             fd,
             path: path.into(),
+            replaced_stale,
         })
+    }
+
+    /// Whether `bind` replaced a stale socket (its previous listener did not exit cleanly).
+    pub fn replaced_stale(&self) -> bool {
+        self.replaced_stale
     }
 
     /// Accepts one pending connection (non-blocking); `None` when none is pending.
@@ -384,6 +395,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s");
         let l = Listener::bind(&path).unwrap();
+        assert!(!l.replaced_stale());
         assert!(matches!(Listener::bind(&path), Err(WireError::InUse(_))));
         // The probe (a stream connect, refused by this seqpacket socket) queued nothing.
         assert!(l.accept().unwrap().is_none());
@@ -410,6 +422,11 @@ mod tests {
         assert!(matches!(s.recv(&mut buf).unwrap(), Received::Closed));
         drop(l);
         assert!(!path.exists());
+        // A socket left behind by a listener that went away (std does not remove it) is stale.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let l = Listener::bind(&path).unwrap();
+        assert!(l.replaced_stale());
+        drop(l);
         let _ = std::fs::remove_dir(&dir);
     }
 }

@@ -14,6 +14,7 @@ use crate::fairness_guest;
 use crate::fairness_metrics::{self, VmSpec};
 use crate::fairness_native;
 use crate::fairness_output::{self, Run, VmRun};
+use crate::fairness_restart::Restarter;
 use crate::procs::{self, Proc};
 use crate::progress::Progress;
 
@@ -82,6 +83,11 @@ pub struct Args {
     /// the GPU under the driver's time-slicing (cuda only; weights are not applied).
     #[arg(long, value_enum, default_value = "none")]
     pub baseline: Baseline,
+    /// Kill vgpud with SIGKILL this many milliseconds after every guest runs kernels, and start
+    /// it again on the same socket (the VMs re-register); `restart.json` says what it cost
+    /// (`fairness_restart`). The figures are then the restarted daemon's.
+    #[arg(long, value_name = "MS", value_parser = f64_in(0.0, 3_600_000.0))]
+    pub kill_daemon_at: Option<f64>,
 }
 
 /// `--baseline`.
@@ -191,7 +197,13 @@ pub fn extra_opts(extra: Option<&str>) -> String {
 }
 
 /// Waits for the VMs to finish (or the deadline), showing progress.
-fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
+fn watch(
+    vms: &mut [Proc],
+    daemon: &mut Proc,
+    plan: &Plan,
+    p: &mut Progress,
+    mut restart: Option<&mut Restarter>,
+) -> Result<(), BenchError> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(plan.vm_timeout() + 5.0);
     let dur_ms = plan.duration * 1e3;
@@ -217,6 +229,9 @@ fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
                     g.progress.last().map_or(0.0, |x| x.0 as f64 / dur_ms)
                 };
             }
+            if let Some(r) = restart.as_deref_mut() {
+                r.tick(started, vms.len(), daemon)?;
+            }
             p.update(
                 frac / vms.len() as f64,
                 &format!(
@@ -229,6 +244,7 @@ fn watch(vms: &mut [Proc], daemon: &mut Proc, plan: &Plan, p: &mut Progress) {
         std::thread::sleep(Duration::from_millis(50));
     }
     p.finish();
+    Ok(())
 }
 
 pub fn run(a: &Args) -> Result<String, BenchError> {
@@ -295,7 +311,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         }
         vms.push(Proc::spawn(&a.out, &format!("vm{k}"), &vmm, &args)?);
     }
-    watch(&mut vms, &mut daemon, &plan, &mut p);
+    let mut restarter = a
+        .kill_daemon_at
+        .map(|ms| Restarter::new(ms, &a.out, &vgpud, &dargs, &socket));
+    watch(&mut vms, &mut daemon, &plan, &mut p, restarter.as_mut())?;
     // Guests that have not ended by now will not: stop them, then the daemon.
     for v in &mut vms {
         v.stop(libc::SIGTERM, Duration::from_secs(2));
@@ -313,6 +332,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             vms[0].status.map_or("running".into(), |s| s.to_string()),
             vms[0].stderr_head()
         )));
+    }
+    if let Some(r) = &restarter {
+        let line = crate::fairness_restart::summarize(r, &a.out, &vms, &report)?;
+        p.note(&line);
     }
     let specs: Vec<VmSpec> = (0..plan.vms)
         .map(|k| VmSpec {

@@ -84,3 +84,55 @@ fn short_fairness_run_shares_the_gpu_between_two_vms() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn kill_daemon_at_restarts_vgpud_under_the_running_vms() {
+    let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
+    let out = std::env::temp_dir().join(format!("vgpu-bench-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args([
+            "fairness",
+            "--vms",
+            "2",
+            "--duration",
+            "3",
+            "--kernel-us",
+            "500,2000",
+        ])
+        .args(["--vram-per-vm", "16M", "--kill-daemon-at", "300", "--out"])
+        .arg(&out)
+        .arg("--vmm")
+        .arg(&vmm)
+        .arg("--vgpud")
+        .arg(&vgpud)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("restart.json")).unwrap()).unwrap();
+    assert_eq!(r["killed"], true, "{r}");
+    assert_eq!(
+        (r["vms"].as_u64(), r["vms_lost"].as_u64()),
+        (Some(2), Some(0)),
+        "{r}"
+    );
+    assert_eq!(r["wrong_results"], 0, "{r}");
+    assert_eq!(
+        (r["adopted"].as_u64(), r["claims_refused"].as_u64()),
+        (Some(2), Some(0)),
+        "{r}"
+    );
+    assert!(
+        r["listen_to_first_grant_ms"].as_f64().unwrap() >= 0.0,
+        "{r}"
+    );
+    assert!(r["down_ms"].as_f64().unwrap() > 0.0, "{r}");
+    // The restarted daemon's report: both VMs re-registered and ran under it.
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["all_ok"], true, "{s}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -194,16 +194,22 @@ impl GpuConfig {
             weight,
             priority,
             name,
+            reconnect,
         } = d;
         match &mut c.host {
             Some(h) => {
                 h.weight = weight.unwrap_or(h.weight);
                 h.priority = priority.unwrap_or(h.priority);
                 h.name = name.unwrap_or(std::mem::take(&mut h.name));
+                h.reconnect = reconnect.unwrap_or(h.reconnect);
             }
-            None if weight.is_some() || priority.is_some() || name.is_some() => {
+            None if weight.is_some()
+                || priority.is_some()
+                || name.is_some()
+                || reconnect.is_some() =>
+            {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name".into(),
+                    key: "weight/priority/name/reconnect_ms".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -358,6 +364,7 @@ mod tests {
             ("weight", &["1", "10000"]),
             ("priority", &["0", "255"]),
             ("name", &["a1", "vm-x"]),
+            ("reconnect_ms", &["0", "600000"]),
             ("spin_us", &["0", "10000"]),
         ];
         for k in keys::KEYS {
@@ -372,7 +379,7 @@ mod tests {
             );
             for v in values {
                 // The vgpud keys apply only with host=.
-                let with = if ["weight", "priority", "name"].contains(&k.name) {
+                let with = if ["weight", "priority", "name", "reconnect_ms"].contains(&k.name) {
                     format!("host=/s,{}={v}", k.name)
                 } else {
                     format!("{}={v}", k.name)
@@ -385,7 +392,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,host=/a b,weight=3,priority=4,name=n,\
-             doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
@@ -410,7 +417,7 @@ mod tests {
             ("none", None)
         );
         for k in keys::KEYS.iter().filter(|k| k.name != "host") {
-            let with = if ["weight", "priority"].contains(&k.name) {
+            let with = if ["weight", "priority", "reconnect_ms"].contains(&k.name) {
                 format!("host=/s,{}={}", k.name, k.default)
             } else {
                 format!("{}={}", k.name, k.default)

@@ -3,6 +3,14 @@
 //! grant. A reader thread takes the daemon's messages: a grant wakes the GPU worker; a preempt
 //! stops the running job through its `PreemptHandle` (the worker then keeps the saved context
 //! and resumes it at the next grant). Protocol: `vgpu_proto::proto`, docs/architecture.md.
+//!
+//! When the daemon goes away (its connection ends: killed, crashed), the link waits for it to
+//! come back on the same socket (`reconnect`) for `reconnect_ms`: the running job is preempted
+//! (its context kept) and every job waits for a grant of the new instance, to which the link
+//! re-registers claiming the partition it holds; nothing is reported to the guest unless the
+//! wait runs out (then `GPU_LOST`, as a lost daemon always was).
+
+mod reconnect;
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -14,14 +22,20 @@ use pgpu::PreemptHandle;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Received};
 
-/// `host=...,weight=,priority=,name=` of `--gpu`.
+/// `host=...,weight=,priority=,name=,reconnect_ms=` of `--gpu`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostConfig {
     pub socket: PathBuf,
     pub weight: u32,
     pub priority: u8,
     pub name: String,
+    /// How long to wait for a daemon that went away to come back on the socket (zero: the GPU
+    /// is lost at once).
+    pub reconnect: Duration,
 }
+
+/// The default of `reconnect_ms`.
+pub const RECONNECT_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Errors of the daemon link.
 #[derive(Debug, thiserror::Error)]
@@ -51,16 +65,34 @@ pub struct Welcome {
     pub vram_offset: u64,
     pub vram_size: u64,
     pub vram_fd: OwnedFd,
+    /// The daemon instance (version 3 daemons).
+    pub boot: Option<String>,
 }
 
-/// A grant being used by the worker.
+/// A grant being used by the worker, of the connection `epoch` (a grant of a daemon instance that
+/// went away is not reported to the next one).
 #[derive(Debug)]
 pub struct Ticket {
     seq: u64,
+    epoch: u64,
 }
 
-#[derive(Default)]
+/// The daemon went away: since when, and how it showed.
+struct Down {
+    since: Instant,
+    why: String,
+}
+
 struct St {
+    /// The connection to the daemon, and its generation (one more at each re-registration).
+    conn: Arc<Conn>,
+    epoch: u64,
+    /// The daemon instance and our id there (the claim of a re-registration).
+    boot: Option<String>,
+    vm: u32,
+    /// The daemon went away and the link waits for it to come back.
+    down: Option<Down>,
+    partition: Partition,
     /// A Want is outstanding (sent, no grant yet).
     wanting: bool,
     /// The outstanding Want carries the job's identity (a `Done`'s `more` does not: the
@@ -105,10 +137,28 @@ fn instant_of(mono_ns: u64) -> Instant {
     }
 }
 
+/// What a re-registration claims besides the partition (fixed at the first registration).
+struct Claim {
+    cfg: HostConfig,
+    vram: u64,
+    channels: u32,
+}
+
+/// The partition the VM holds, as a re-registration claims it (changed by a move to another
+/// GPU: `HostLink::set_partition`).
+#[derive(Clone)]
+struct Partition {
+    /// The daemon's GPU index.
+    gpu: u32,
+    offset: u64,
+    /// The VRAM memory object (sim: where the partition's pages live; the daemon adopts it).
+    fd: Arc<OwnedFd>,
+}
+
 struct Inner {
-    conn: Conn,
     st: Mutex<St>,
     cv: Condvar,
+    claim: Claim,
 }
 
 impl Inner {
@@ -116,12 +166,29 @@ impl Inner {
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Sends on the current connection; nothing while the daemon is away (the messages of a
+    /// connection mean nothing to the next instance).
     fn send(&self, st: &mut St, msg: &ToDaemon) {
-        if let Err(e) = self.conn.send(&proto::encode(msg), None) {
-            st.lost.get_or_insert(format!("send to vgpud: {e}"));
-            self.cv.notify_all();
+        if st.down.is_some() || st.lost.is_some() {
+            return;
+        }
+        if let Err(e) = st.conn.send(&proto::encode(msg), None) {
+            self.disconnected(st, format!("send to vgpud: {e}"));
         }
     }
+}
+
+/// The first message of a registration (`resume`: of a re-registration).
+fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resume>) -> ToDaemon {
+    ToDaemon::Hello(proto::Hello {
+        version: proto::VERSION,
+        name: cfg.name.clone(),
+        weight: cfg.weight,
+        priority: cfg.priority,
+        vram,
+        channels,
+        resume,
+    })
 }
 
 /// See the module documentation.
@@ -141,14 +208,7 @@ impl HostLink {
             path: cfg.socket.clone(),
             err,
         })?;
-        let hello = ToDaemon::Hello(proto::Hello {
-            version: proto::VERSION,
-            name: cfg.name.clone(),
-            weight: cfg.weight,
-            priority: cfg.priority,
-            vram,
-            channels,
-        });
+        let hello = hello(cfg, vram, channels, None);
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)
             .map_err(|e| proto_err(&e))?;
@@ -161,6 +221,7 @@ impl HostLink {
                         vm,
                         vram_offset,
                         vram_size,
+                        boot,
                     }),
                     Some(vram_fd),
                 ) if version == proto::VERSION && vram_size == vram => Welcome {
@@ -168,16 +229,45 @@ impl HostLink {
                     vram_offset,
                     vram_size,
                     vram_fd,
+                    boot,
                 },
                 (Ok(ToVm::Error { message, .. }), _) => return Err(HostError::Refused(message)),
                 (other, _) => return Err(proto_err(&format!("unexpected answer {other:?}"))),
             },
             _ => return Err(HostError::Refused("connection closed".into())),
         };
+        let kept = welcome
+            .vram_fd
+            .try_clone()
+            .map_err(|e| proto_err(&format!("dup the VRAM descriptor: {e}")))?;
         let inner = Arc::new(Inner {
-            conn,
-            st: Mutex::new(St::default()),
+            st: Mutex::new(St {
+                conn: Arc::new(conn),
+                epoch: 0,
+                boot: welcome.boot.clone(),
+                vm: welcome.vm,
+                down: None,
+                partition: Partition {
+                    gpu: 0,
+                    offset: welcome.vram_offset,
+                    fd: Arc::new(kept),
+                },
+                wanting: false,
+                identified: false,
+                grant: None,
+                active: None,
+                turn: false,
+                held: false,
+                lost: None,
+                worker_reading: false,
+                standby_until: None,
+            }),
             cv: Condvar::new(),
+            claim: Claim {
+                cfg: cfg.clone(),
+                vram,
+                channels,
+            },
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()
@@ -237,13 +327,30 @@ impl HostLink {
                 self.inner.stop_reading(&mut st);
                 return Err(e);
             }
+            if st.down.is_some() {
+                // The daemon went away: wait for the link to re-register (or give up).
+                self.inner.stop_reading(&mut st);
+                if stop.is_some_and(|f| f()) {
+                    return Err(HostError::Interrupted);
+                }
+                st = self
+                    .inner
+                    .cv
+                    .wait_timeout(st, STOP_POLL)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                continue;
+            }
             if st.held
                 && let Some((seq, _)) = &st.active
             {
                 let seq = *seq;
                 st.held = false;
                 self.inner.stop_reading(&mut st);
-                return Ok(Ticket { seq });
+                return Ok(Ticket {
+                    seq,
+                    epoch: st.epoch,
+                });
             }
             if let Some(g) = st.grant.take() {
                 handle.clear();
@@ -256,7 +363,10 @@ impl HostLink {
                 st.turn = g.turn;
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
-                return Ok(Ticket { seq: g.seq });
+                return Ok(Ticket {
+                    seq: g.seq,
+                    epoch: st.epoch,
+                });
             }
             if !st.wanting || (!st.identified && kernel.is_some()) {
                 // A new Want, or the identity of the job a `Done`'s `more` announced.
@@ -274,22 +384,22 @@ impl HostLink {
             // of sleeping.
             st.worker_reading = true;
             let spin_until = st.standby_until.take();
+            let (conn, epoch) = (st.conn.clone(), st.epoch);
             drop(st);
             let ready = match spin_until {
                 Some(t) => {
-                    self.inner.conn.spin_readable(t);
+                    conn.spin_readable(t);
                     Ok(())
                 }
-                None => self
-                    .inner
-                    .conn
-                    .wait_readable_for(stop.map(|_| STOP_POLL))
-                    .map(|_| ()),
+                None => conn.wait_readable_for(stop.map(|_| STOP_POLL)).map(|_| ()),
             };
             st = self.inner.lock();
+            if st.epoch != epoch {
+                continue;
+            }
             match ready {
                 Ok(()) => self.inner.receive(&mut st),
-                Err(e) => self.inner.lose(&mut st, format!("poll vgpud: {e}")),
+                Err(e) => self.inner.disconnected(&mut st, format!("poll vgpud: {e}")),
             }
         }
     }
@@ -308,6 +418,11 @@ impl HostLink {
         more: bool,
     ) {
         let mut st = self.inner.lock();
+        if t.epoch != st.epoch || st.down.is_some() {
+            // A grant of an instance that went away (the loss stopped the job): nothing to
+            // report; its next run waits for a grant of the next instance.
+            return;
+        }
         let preempted = st.active.as_ref().is_some_and(|(_, h)| h.is_requested());
         if outcome == RunOutcome::Completed && more && st.turn && !preempted {
             st.held = true;
@@ -365,6 +480,16 @@ impl HostLink {
         self.inner.cv.notify_all();
     }
 
+    /// The VM's partition is now `[offset, offset + size)` of `fd` on the daemon's GPU `gpu`
+    /// (a move to another GPU): what a re-registration after a restart claims.
+    pub fn set_partition(&self, gpu: u32, offset: u64, fd: OwnedFd) {
+        self.inner.lock().partition = Partition {
+            gpu,
+            offset,
+            fd: Arc::new(fd),
+        };
+    }
+
     /// Why the link is gone, if it is.
     pub fn lost(&self) -> Option<String> {
         self.inner.lock().lost.clone()
@@ -387,11 +512,14 @@ impl Inner {
     /// thread reads, the state changes the same way).
     fn receive(&self, st: &mut St) {
         let mut buf = [0u8; proto::MAX_MESSAGE];
-        let n = match self.conn.try_recv(&mut buf) {
+        let conn = st.conn.clone();
+        let n = match conn.try_recv(&mut buf) {
             Ok(Received::Message(n, _)) => n,
             Ok(Received::Empty) => return,
-            Ok(Received::Closed) => return self.lose(st, "vgpud closed the connection".into()),
-            Err(e) => return self.lose(st, format!("receive from vgpud: {e}")),
+            Ok(Received::Closed) => {
+                return self.disconnected(st, "vgpud closed the connection".into());
+            }
+            Err(e) => return self.disconnected(st, format!("receive from vgpud: {e}")),
         };
         let msg = match proto::decode::<ToVm>(&buf[..n]) {
             Ok(m) => m,
@@ -463,21 +591,31 @@ impl Inner {
 
 /// The reader thread: takes the daemon's messages while the worker is not reading them itself
 /// (it does while it waits for a grant: no thread hand-off on the grant path). It exists for
-/// the preempts that arrive while a job runs.
+/// the preempts that arrive while a job runs, and re-registers when the daemon went away.
 fn read_loop(inner: &Inner) {
     loop {
         let mut st = inner.lock();
-        while st.worker_reading && st.lost.is_none() {
+        while st.worker_reading && st.lost.is_none() && st.down.is_none() {
             st = inner.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         if st.lost.is_some() {
             return;
         }
+        if st.down.is_some() {
+            drop(st);
+            inner.reconnect();
+            continue;
+        }
+        let (conn, epoch) = (st.conn.clone(), st.epoch);
         drop(st);
-        let ready = inner.conn.wait_readable();
+        let ready = conn.wait_readable();
         let mut st = inner.lock();
+        if st.epoch != epoch || st.down.is_some() {
+            continue;
+        }
         if let Err(e) = ready {
-            return inner.lose(&mut st, format!("poll vgpud: {e}"));
+            inner.disconnected(&mut st, format!("poll vgpud: {e}"));
+            continue;
         }
         if !st.worker_reading {
             inner.receive(&mut st);
@@ -487,13 +625,18 @@ fn read_loop(inner: &Inner) {
 
 impl Drop for HostLink {
     fn drop(&mut self) {
-        {
+        let conn = {
             let mut st = self.inner.lock();
             if st.lost.is_none() {
                 self.inner.send(&mut st, &ToDaemon::Bye {});
             }
-        }
-        self.inner.conn.shutdown();
+            // From here the end of the connection is ours, not the daemon going away.
+            st.lost
+                .get_or_insert_with(|| "the device is shutting down".into());
+            self.inner.cv.notify_all();
+            st.conn.clone()
+        };
+        conn.shutdown();
         if let Some(t) = self.reader.take() {
             let _ = t.join();
         }
@@ -564,6 +707,7 @@ mod tests {
                 vm: 1,
                 vram_offset: 0,
                 vram_size: h.vram,
+                boot: None,
             };
             conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
                 .unwrap();
@@ -583,6 +727,7 @@ mod tests {
             weight: 1,
             priority: 0,
             name: "t".into(),
+            reconnect: Duration::ZERO,
         };
         let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
         let handle = PreemptHandle::new();

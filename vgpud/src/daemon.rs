@@ -42,6 +42,10 @@ pub struct DaemonConfig {
     /// A VM told to stop at its slice end (`Grant.deadline_ns`) is sent a `Preempt` this long
     /// after it, in case it did not.
     pub backstop: Duration,
+    /// restart: after a start on a stale socket (the previous instance did not exit cleanly),
+    /// first registrations wait this long so that the previous instance's VMs re-register
+    /// first (`adopt`); zero: no wait.
+    pub adopt: Duration,
 }
 
 /// Errors that stop the daemon.
@@ -89,6 +93,8 @@ pub(crate) struct Run {
 /// A departed VM's partition, held until its process has exited.
 struct Quarantined {
     pidfd: Option<OwnedFd>,
+    /// The VRAM memory object of the partition (restart: an adopted one, or the pool's).
+    object: crate::adopt::ObjectKey,
     offset: u64,
     size: u64,
     channels: u32,
@@ -122,6 +128,8 @@ pub struct Daemon {
     last_at: std::cell::Cell<Duration>,
     /// Why the last write of the report failed (cleared by a successful one).
     report_error: Option<String>,
+    /// restart: this instance's boot id, adopted memory objects, the adoption window.
+    pub(crate) adoption: crate::adopt::Adoption,
 }
 
 impl Daemon {
@@ -130,13 +138,20 @@ impl Daemon {
         let sched = Scheduler::new(cfg.sched.clone())?;
         let pool = VramPool::new(cfg.vram)?;
         let listener = Listener::bind(&cfg.socket)?;
+        let adoption = crate::adopt::Adoption::new(
+            pool.fd(),
+            listener.replaced_stale(),
+            cfg.adopt.as_nanos() as u64,
+        );
         let accounting = Accounting::new(cfg.sched.window, usize::MAX >> 1);
-        let report = Report {
+        let mut report = Report {
             version: proto::VERSION,
             sched: cfg.sched_text.clone(),
             window_ns: cfg.sched.window.as_nanos() as u64,
+            boot: adoption.boot.clone(),
             ..Report::default()
         };
+        report.restart.stale_socket = listener.replaced_stale();
         let origin_ns = monotonic_ns();
         log::info!(
             "vgpud: listening on {:?}; VRAM {} MiB, {} channels, scheduler {:?}",
@@ -168,6 +183,7 @@ impl Daemon {
             last_report_ns: origin_ns,
             last_at: std::cell::Cell::new(Duration::ZERO),
             report_error: None,
+            adoption,
         })
     }
 
@@ -184,6 +200,7 @@ impl Daemon {
     pub fn run(&mut self, stop: BorrowedFd<'_>) -> Result<Report, DaemonError> {
         loop {
             let now = monotonic_ns();
+            self.adopt_tick(now);
             self.timers(now);
             self.schedule(now);
             self.track_demand(now);
@@ -304,14 +321,7 @@ impl Daemon {
                     s.closing = true;
                     return;
                 }
-                Ok(Received::Message(n, fd)) => {
-                    if fd.is_some() {
-                        self.report.refused += 1;
-                        s.refuse("descriptors are not accepted from VMs".into(), false);
-                        continue;
-                    }
-                    self.handle(c, &buf[..n]);
-                }
+                Ok(Received::Message(n, fd)) => self.handle(c, &buf[..n], fd),
                 Err(e) => {
                     self.report.refused += 1;
                     s.refuse(format!("{e}"), false);
@@ -371,6 +381,7 @@ impl Daemon {
                     last_stamp_ns: now_ns,
                 });
                 self.report.grants += 1;
+                self.note_use(Some(now_ns), None);
                 log::debug!(
                     "vgpud: grant {seq} to vm {} (slice {slice_ns} ns) at {now_ns}",
                     d.run.0
@@ -497,10 +508,15 @@ impl Daemon {
             .cfg
             .report_every
             .map(|e| self.last_report_ns + e.as_nanos() as u64);
-        [run, self.wait_until_ns, report]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            run,
+            self.wait_until_ns,
+            report,
+            self.adoption.window_until_ns,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn track_demand(&mut self, now_ns: u64) {
@@ -550,6 +566,7 @@ impl Daemon {
         );
         let q = Quarantined {
             pidfd: s.pid.and_then(pidfd_open),
+            object: reg.object,
             offset: reg.report.vram_offset,
             size: reg.report.vram_size,
             channels: reg.report.channels,
@@ -567,6 +584,9 @@ impl Daemon {
 
     fn reclaim(&mut self, q: Quarantined) {
         self.pool.release(q.offset, q.size);
+        if q.object != self.own_object() {
+            self.release_object(q.object, Some((q.offset, q.size)));
+        }
         self.channels_used -= q.channels;
         log::info!(
             "vgpud: reclaimed {} MiB VRAM and {} channels of {}",

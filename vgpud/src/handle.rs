@@ -1,31 +1,42 @@
 //! What the daemon does with each message of a VM process: registration (`Hello` → partition,
-//! channel quota, scheduler entry, `Welcome` with the VRAM memory object), `Want`/`Idle` (the
+//! channel quota, scheduler entry, `Welcome` with the VRAM memory object; a re-registration
+//! after a restart is `adopt`'s), `Want`/`Idle` (the
 //! VM's queue in the scheduler, with the kernel identity of its job) and `Done` (end of a grant: charge, latencies, next job).
 //! Anything out of order or malformed is refused with an `Error` and counted; nothing a VM
 //! sends can touch another VM's state.
 
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use scheduler::{Action, KernelKey, VmId, VmParams};
+use scheduler::{Action, KernelKey, VmId};
 
 use crate::daemon::Daemon;
 use crate::proto::{self, Hello, RunOutcome, ToDaemon, ToVm, monotonic_ns};
-use crate::report::VmReport;
-use crate::session::{Limits, Registered, validate_hello};
+use crate::session::{Limits, validate_hello};
 
 impl Daemon {
-    /// Handles one datagram from connection `c`.
-    pub(crate) fn handle(&mut self, c: u64, bytes: &[u8]) {
+    /// Handles one datagram from connection `c`, with the descriptor it carried (accepted
+    /// only with a re-registration: its VRAM memory object).
+    pub(crate) fn handle(&mut self, c: u64, bytes: &[u8], fd: Option<OwnedFd>) {
         let msg = match proto::decode::<ToDaemon>(bytes) {
             Ok(m) => m,
             Err(e) => return self.refuse(c, e.to_string(), false),
         };
+        let claim = matches!(&msg, ToDaemon::Hello(h) if h.resume.is_some());
+        if fd.is_some() && !claim {
+            return self.refuse(
+                c,
+                "descriptors are accepted only with a re-registration".into(),
+                false,
+            );
+        }
         let registered = self
             .sessions
             .get(&c)
             .and_then(|s| s.reg.as_ref())
             .map(|r| r.id);
         match (msg, registered) {
+            (ToDaemon::Hello(h), None) if claim => self.resume(c, h, fd),
             (ToDaemon::Hello(h), None) => self.hello(c, h),
             (ToDaemon::Hello(_), Some(_)) => self.refuse(c, "already registered".into(), false),
             (_, None) => self.refuse(c, "the first message must be hello".into(), true),
@@ -62,7 +73,11 @@ impl Daemon {
         }
     }
 
-    fn hello(&mut self, c: u64, reg: Hello) {
+    pub(crate) fn hello(&mut self, c: u64, reg: Hello) {
+        // restart: first registrations wait during the adoption window (`adopt`).
+        if self.defer_hello(c, &reg) {
+            return;
+        }
         let limits = Limits {
             vram_free: self.pool.free_bytes(),
             channels_free: self.cfg.channels - self.channels_used,
@@ -74,66 +89,8 @@ impl Daemon {
             Ok(o) => o,
             Err(e) => return self.refuse(c, e.to_string(), true),
         };
-        let id = VmId(self.next_vm);
-        let now_ns = monotonic_ns();
-        let params = VmParams {
-            weight: reg.weight,
-            priority: reg.priority,
-        };
-        if let Err(e) = self.sched.register(id, params, self.at(now_ns)) {
-            self.pool.release(offset, reg.vram);
-            return self.refuse(c, e.to_string(), true);
-        }
-        self.next_vm += 1;
-        self.channels_used += reg.channels;
-        self.by_vm.insert(id, c);
-        let welcome = ToVm::Welcome {
-            // The VM's own version (validated above): an older VM is served in its version.
-            version: reg.version,
-            vm: id.0,
-            vram_offset: offset,
-            vram_size: reg.vram,
-        };
-        let registered_ns = self.at(now_ns).as_nanos() as u64;
-        let fd = self.pool.fd();
-        let sent = self.sessions.get_mut(&c).map(|s| {
-            let r = s.conn.send(&proto::encode(&welcome), Some(fd));
-            s.reg = Some(Registered {
-                id,
-                pending: false,
-                want_since_ns: 0,
-                report: VmReport {
-                    id: id.0,
-                    name: reg.name.clone(),
-                    pid: s.pid,
-                    weight: reg.weight,
-                    priority: reg.priority,
-                    vram_offset: offset,
-                    vram_size: reg.vram,
-                    channels: reg.channels,
-                    registered_ns,
-                    ..VmReport::default()
-                },
-            });
-            r
-        });
-        match sent {
-            Some(Ok(())) => log::info!(
-                "vgpud: registered {} as vm {} (weight {}, priority {}, VRAM {} MiB at {:#x}, {} channels)",
-                reg.name,
-                id.0,
-                reg.weight,
-                reg.priority,
-                reg.vram >> 20,
-                offset,
-                reg.channels
-            ),
-            _ => {
-                if let Some(s) = self.sessions.get_mut(&c) {
-                    s.closing = true;
-                }
-            }
-        }
+        let own = self.own_object();
+        self.admit(c, reg, offset, own);
     }
 
     /// Marks `vm` queued (once) with the identity `key` of its job, and sends a preempt the
@@ -308,6 +265,9 @@ impl Daemon {
             .charge(vm, Duration::from_nanos(gpu_ns), now);
         if stamped {
             self.report.busy_ns += end_ns - start_ns;
+            if first {
+                self.note_use(None, Some(start_ns));
+            }
             if preempted && let Some(due) = due {
                 self.report
                     .preempt_latency_ns

@@ -6,8 +6,10 @@
 //!
 //! Files: `background` (the daemon on a thread, for tests and tools), `partition`
 //! (VRAM pool), `session` (one connection), `daemon` (the poll loop, grants, slice ends,
-//! revocation, reclaim), `handle` (message handling), `report` (what was measured).
+//! revocation, reclaim), `handle` (message handling), `adopt` (a restart: the VMs of an
+//! earlier instance re-register), `report` (what was measured).
 
+mod adopt;
 mod background;
 pub mod daemon;
 mod handle;

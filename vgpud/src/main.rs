@@ -42,6 +42,11 @@ struct Args {
     /// Microseconds after a slice end before a VM told to stop by itself is sent a preempt.
     #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     backstop_us: u64,
+    /// After a start on a stale socket (the previous vgpud was killed or crashed), first
+    /// registrations wait this many milliseconds so that the previous instance's VMs, which
+    /// re-register by themselves, get their VRAM ranges back first (0: no wait).
+    #[arg(long, value_name = "MS", default_value_t = 2000.0, value_parser = f64_in(0.0, 600_000.0))]
+    adopt_ms: f64,
     /// Write the JSON report here at exit (and every --report-every-ms); checked before start.
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
@@ -101,6 +106,7 @@ fn main() -> ExitCode {
             if cpus >= 4 { 300 } else { 0 }
         })),
         backstop: Duration::from_micros(args.backstop_us),
+        adopt: ms(args.adopt_ms),
     };
     // SIGINT/SIGTERM write to this pair; the daemon loop stops when it becomes readable.
     let (stop_rx, stop_tx) = match std::os::unix::net::UnixStream::pair() {

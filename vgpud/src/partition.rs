@@ -15,6 +15,8 @@ pub enum PartitionError {
     BadSize(u64),
     #[error("no free VRAM range of {want} bytes ({free} bytes free in all)")]
     NoSpace { want: u64, free: u64 },
+    #[error("VRAM {offset:#x}+{size:#x} is not free")]
+    Taken { offset: u64, size: u64 },
     #[error("create the VRAM memory object: {0}")]
     Create(String),
 }
@@ -92,6 +94,31 @@ impl VramPool {
         Ok(off)
     }
 
+    /// Takes the partition `[offset, offset + size)` exactly (a restart: a VM of an earlier
+    /// instance claims the range it holds); an error when any of it is not free.
+    pub fn reserve(&mut self, offset: u64, size: u64) -> Result<(), PartitionError> {
+        if size == 0 || !size.is_multiple_of(GRANULE) || !offset.is_multiple_of(GRANULE) {
+            return Err(PartitionError::BadSize(size));
+        }
+        let end = offset
+            .checked_add(size)
+            .ok_or(PartitionError::BadSize(size))?;
+        let i = self
+            .free
+            .iter()
+            .position(|&(o, len)| o <= offset && end <= o + len)
+            .ok_or(PartitionError::Taken { offset, size })?;
+        let (o, len) = self.free[i];
+        self.free.remove(i);
+        if end < o + len {
+            self.free.insert(i, (end, o + len - end));
+        }
+        if o < offset {
+            self.free.insert(i, (o, offset - o));
+        }
+        Ok(())
+    }
+
     /// Returns a partition: zeroes it (punches its pages out) and makes it free again.
     /// `(offset, size)` must be a partition `alloc` returned and not freed since.
     pub fn release(&mut self, offset: u64, size: u64) {
@@ -151,6 +178,28 @@ mod tests {
         assert_eq!(p.alloc(8 * M2).unwrap(), 0);
         assert_eq!(p.alloc(3 << 20), Err(PartitionError::BadSize(3 << 20)));
         assert!(VramPool::new(0).is_err());
+    }
+
+    #[test]
+    fn reserve_takes_an_exact_free_range() {
+        let mut p = VramPool::new(8 * M2).unwrap();
+        p.reserve(2 * M2, 2 * M2).unwrap();
+        assert_eq!(p.free, vec![(0, 2 * M2), (4 * M2, 4 * M2)]);
+        for (o, s) in [(2 * M2, M2), (M2, 2 * M2), (6 * M2, 4 * M2)] {
+            assert_eq!(
+                p.reserve(o, s),
+                Err(PartitionError::Taken { offset: o, size: s })
+            );
+        }
+        assert!(p.reserve(M2 / 2, M2).is_err());
+        // First fit goes around it; released, it merges again.
+        assert_eq!(p.alloc(4 * M2).unwrap(), 4 * M2);
+        p.reserve(0, 2 * M2).unwrap();
+        assert!(p.free.is_empty());
+        p.release(2 * M2, 2 * M2);
+        p.release(0, 2 * M2);
+        p.release(4 * M2, 4 * M2);
+        assert_eq!(p.free, vec![(0, 8 * M2)]);
     }
 
     #[test]

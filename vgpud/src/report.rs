@@ -33,6 +33,28 @@ pub struct Report {
     /// Messages refused and VMs evicted (stopped yielding).
     pub refused: u64,
     pub evictions: u64,
+    /// This daemon instance (`Welcome::boot`).
+    #[serde(default)]
+    pub boot: String,
+    /// Re-registrations after a restart, and how soon the GPU was in use after listening.
+    #[serde(default)]
+    pub restart: RestartReport,
+}
+
+/// A restart as this instance saw it (`adopt`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RestartReport {
+    /// A stale socket was replaced at start: the previous instance did not exit cleanly.
+    pub stale_socket: bool,
+    /// VMs of an earlier instance that re-registered, and claims refused.
+    pub adopted: u64,
+    pub claims_refused: u64,
+    /// First registrations that waited for the adoption window's end.
+    pub deferred: u64,
+    /// Socket listening → the first grant sent, and → the first engine run that started (the
+    /// VM's stamp): the GPU in use again.
+    pub listen_to_first_grant_ns: Option<u64>,
+    pub listen_to_first_run_ns: Option<u64>,
 }
 
 /// One VM.
@@ -55,6 +77,9 @@ pub struct VmReport {
     pub completed: u64,
     pub preempted: u64,
     pub faulted: u64,
+    /// A re-registration: its VM id in the earlier daemon instance.
+    #[serde(default)]
+    pub resumed_from: Option<u32>,
 }
 
 /// One accounting window.

@@ -71,6 +71,9 @@ pub struct Registered {
     pub pending: bool,
     /// When it last became queued (the standby hint goes to the VM that waits longest).
     pub want_since_ns: u64,
+    /// The VRAM memory object its partition is in: this instance's own, or one adopted from
+    /// the VMs of an earlier instance (`adopt`).
+    pub object: crate::adopt::ObjectKey,
     pub report: VmReport,
 }
 

@@ -42,6 +42,7 @@ fn start_with(name: &str, sched: &str, revoke_ms: u64, spin: Duration) -> Runnin
         // Long enough that a loaded machine's late `done` is not mistaken for a VM that did
         // not stop (the standby test counts preempts).
         backstop: Duration::from_millis(20),
+        adopt: Duration::ZERO,
     };
     let lock = ONE_DAEMON
         .lock()
@@ -109,6 +110,7 @@ impl Vm {
             priority,
             vram: vram_mib << 20,
             channels: 4,
+            resume: None,
         }));
         match vm.recv() {
             Some((
@@ -573,6 +575,7 @@ fn a_version_1_vm_is_served_in_version_1() {
         priority: 0,
         vram: 2 << 20,
         channels: 1,
+        resume: None,
     }));
     assert!(matches!(
         vm.recv(),
@@ -617,6 +620,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
             priority: 0,
             vram,
             channels: ch,
+            resume: None,
         }));
         assert!(
             matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
@@ -642,6 +646,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         priority: 0,
         vram: 2 << 20,
         channels: 1,
+        resume: None,
     }));
     assert!(matches!(
         a.recv(),

@@ -37,6 +37,7 @@ pub(super) struct Draft {
     pub weight: Option<u32>,
     pub priority: Option<u8>,
     pub name: Option<String>,
+    pub reconnect: Option<Duration>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -218,6 +219,7 @@ pub static KEYS: &[Key] = &[
                 weight: 1,
                 priority: 0,
                 name: format!("vm-{}", std::process::id()),
+                reconnect: crate::host::RECONNECT_DEFAULT,
             });
             Ok(())
         },
@@ -259,6 +261,20 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.name.clone()),
+    },
+    Key {
+        name: "reconnect_ms",
+        values: "MS",
+        default: "10000",
+        help: "with host=: how long GPU work waits for a vgpud that went away to come back on \
+               SOCKET (the VM then re-registers and goes on) before the guest sees GPU_LOST, 0 \
+               to 600000 (0: at once)",
+        parse: |d, v| {
+            let ms = num(v, 0u64, 600_000).ok_or("0 to 600000")?;
+            d.reconnect = Some(Duration::from_millis(ms));
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.reconnect.as_millis().to_string()),
     },
     Key {
         name: "doorbell",
