@@ -667,3 +667,36 @@ fn workloads_xl_names_the_memory_it_needs() {
     assert!(out.contains("vram=512M"), "{out}");
     assert!(!out.contains("RESULT"), "{out}");
 }
+
+#[test]
+fn jobs_survive_a_guest_toggling_memory_decode() {
+    // The hostile `decode` guest turns memory decode off and on while its copies and every
+    // suite workload run (issue 25): each job must finish with the right bytes, BAR0 must be
+    // silent while decode is off and answer after, in full and para mode, polling and on the
+    // interrupt.
+    for (gpu, cmdline) in [
+        ("opt=all", "rounds=3 sys_mib=64 mib=8 reps=8 toggles=100"),
+        (
+            "mode=para",
+            "rounds=3 sys_mib=64 mib=8 reps=8 toggles=100 wait=irq",
+        ),
+    ] {
+        let (code, out, stats) = run_gpu(
+            &["--guest", "decode", "--memory", "512", "--cmdline", cmdline],
+            gpu,
+        );
+        assert_eq!(code, 0, "{gpu}: {out}");
+        let rounds = out
+            .lines()
+            .filter(|l| l.starts_with("DECODE round="))
+            .count();
+        assert_eq!(rounds, 3, "{out}");
+        assert!(out.contains("DECODE done ok=16/16"), "{gpu}: {out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("DECODE round=") && !l.contains("during=0")),
+            "decode was toggled while a job ran: {out}"
+        );
+        assert_eq!(stats["gpu"]["guard_intact"], true, "{gpu}");
+    }
+}

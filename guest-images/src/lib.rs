@@ -52,6 +52,10 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
         "infer",
         "with --gpu: latency-sensitive side of the priority experiment: requests of kernels= lcg_spin launches (iters=, threads=, blocks=) waited for on the GPU's interrupt and checked, then think_us= of guest CPU think time, until ms=; prints INFER start .., INFER req=.. lat_us=.. for the first lines= requests, INFER end t_ms=.. requests=.. ok=.. p50_us=.. p99_us=.. max_us=.. (exit 10 mismatch, 11 bad argument, 13 GPU fault)",
     ),
+    (
+        "decode",
+        "with --gpu: hostile: turns PCI memory decode off and on toggles= times while each of rounds= copy jobs (mib= MiB, reps= VRAM copies) runs, checks BAR0 silent/answering and the bytes, then runs the workload suite turning decode off and on at each of the driver's waits (suite=0: not); prints DECODE round=.. ok=.. during=.. and DECODE suite name=.. ok=.., exits 0 only if every round and workload was right",
+    ),
     ("idle", "halts forever (for timeout and signal tests)"),
     (
         "count",
@@ -85,6 +89,7 @@ mod tests {
             "fairness",
             "infer",
             "count",
+            "decode",
         ] {
             let elf = super::get(name).unwrap_or_else(|| panic!("{name} is bundled"));
             assert_eq!(&elf[..4], b"\x7fELF", "{name}");

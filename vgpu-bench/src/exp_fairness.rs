@@ -15,6 +15,7 @@ use crate::fairness_metrics::{self, VmSpec};
 use crate::fairness_native;
 use crate::fairness_output::{self, Run, VmRun};
 use crate::fairness_restart::Restarter;
+use crate::fairness_window;
 use crate::procs::{self, Proc};
 use crate::progress::Progress;
 
@@ -62,6 +63,10 @@ pub struct Args {
     /// Milliseconds after the first GPU use not counted in the figures (start-up ramp).
     #[arg(long, default_value_t = 300.0, value_parser = f64_in(0.0, 3_600_000.0))]
     pub ramp_ms: f64,
+    /// Jain's index is also computed over windows that hold this many turns of every VM
+    /// (`fairness_window`: max(daemon window, rounds × VMs × slice), in whole daemon windows).
+    #[arg(long, default_value_t = crate::fairness_window::ROUNDS, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub jain_rounds: u32,
     /// CI mode: 2 VMs for 1 s.
     #[arg(long)]
     pub short: bool,
@@ -345,6 +350,18 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         .collect();
     let ramp_ns = (a.ramp_ms.max(0.0) * 1e6) as u64;
     let figures = fairness_metrics::compute(&report, &specs, ramp_ns)?;
+    let slice_window = fairness_window::choose(
+        report.window_ns,
+        plan.vms,
+        &plan.sched,
+        &plan.kernel_us,
+        a.jain_rounds,
+    )?;
+    let slice_figures = fairness_metrics::compute(
+        &fairness_window::regroup(&report, slice_window.daemon_windows),
+        &specs,
+        ramp_ns,
+    )?;
     let native = match a.baseline {
         Baseline::None => None,
         Baseline::Native => {
@@ -380,6 +397,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             report: &report,
             vms: &vm_runs,
             figures: &figures,
+            slices: (&slice_window, &slice_figures),
             native: native.as_ref(),
         },
     )

@@ -11,6 +11,7 @@ use crate::fairness_calib::Calibration;
 use crate::fairness_guest::GuestRun;
 use crate::fairness_metrics::Figures;
 use crate::fairness_native::Native;
+use crate::fairness_window::SliceWindow;
 use crate::{fairness_chart, report};
 
 /// One VM as run.
@@ -34,6 +35,9 @@ pub struct Run<'a> {
     pub report: &'a vgpud::Report,
     pub vms: &'a [VmRun],
     pub figures: &'a Figures,
+    /// The figures over windows holding `rounds` turns of every VM, and how that window was
+    /// chosen (`fairness_window`).
+    pub slices: (&'a SliceWindow, &'a Figures),
     /// `--baseline native`.
     pub native: Option<&'a Native>,
 }
@@ -45,6 +49,7 @@ fn opt(v: Option<f64>) -> serde_json::Value {
 /// Writes the files; returns the summary line.
 pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
     let f = r.figures;
+    let (sw, sf) = r.slices;
     let mut vms = Vec::new();
     let mut kernels = 0;
     for (v, fig) in r.vms.iter().zip(&f.vms) {
@@ -107,7 +112,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "host_cpus": cpus,
             "host_load_1min_at_end": load,
         },
-        "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use and exclude the last; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more; share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon",
+        "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use and exclude the last; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more (daemon windows); jain_slices = the same over windows of whole daemon windows holding jain_slices.rounds turns of every VM (its rule); share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon",
         "calibration": r.calibration.json(),
         "commands": {
             "vgpud": r.daemon_command,
@@ -120,6 +125,19 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "min": opt(f.jain_min),
             "mean": opt(f.jain_mean),
             "windows": f.jain_windows,
+        },
+        "jain_slices": {
+            "window_ms": sw.window_ns as f64 / 1e6,
+            "daemon_windows": sw.daemon_windows,
+            "rounds": sw.rounds,
+            "turn_ms": sw.turn_ns as f64 / 1e6,
+            "turn_from": sw.turn_from,
+            "rule": sw.rule(),
+            "quantization_floor": sw.quantization_floor(),
+            "min": opt(sf.jain_min),
+            "mean": opt(sf.jain_mean),
+            "windows": sf.jain_windows,
+            "window_share_error_max": sf.window_error_max,
         },
         "share_error_max": f.share_error_max,
         "window_share_error_max": f.window_error_max,
@@ -198,13 +216,18 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
     });
     let all_ok = all_ok && r.native.is_none_or(|n| n.figures.ok);
     Ok(format!(
-        "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
+        "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows of {:.0} ms; over {:.0} ms windows holding {} turns of every VM: min {} mean {}), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
         r.plan.sched,
         r.plan.vms,
         r.plan.duration,
         fmt(f.jain_min),
         fmt(f.jain_mean),
         f.jain_windows,
+        f.window_ns as f64 / 1e6,
+        sw.window_ns as f64 / 1e6,
+        sw.rounds,
+        fmt(sf.jain_min),
+        fmt(sf.jain_mean),
         100.0 * f.share_error_max,
         100.0 * f.utilization,
         f.preempt_us.p50,

@@ -40,6 +40,7 @@ mod fairness_metrics;
 mod fairness_native;
 mod fairness_output;
 mod fairness_restart;
+mod fairness_window;
 mod migrate_vm;
 mod native;
 mod native_load;

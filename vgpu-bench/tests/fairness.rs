@@ -64,6 +64,28 @@ fn short_fairness_run_shares_the_gpu_between_two_vms() {
     );
     assert!(0.5 <= min && min <= mean && mean <= 1.0 + 1e-9, "{jain}");
     assert!(mean >= 0.8, "{jain}");
+    // The window holding 8 turns of each VM: 2 VMs x 2 ms slices fit the daemon's 100 ms
+    // window, so it is that window and the figures are the same.
+    let js = &s["jain_slices"];
+    assert_eq!(js["window_ms"], 100.0, "{js}");
+    assert_eq!(js["daemon_windows"], 1, "{js}");
+    assert_eq!(
+        (js["rounds"].as_u64(), js["turn_from"].as_str()),
+        (Some(8), Some("slice"))
+    );
+    assert!(
+        js["rule"].as_str().unwrap().contains("rounds x VMs x turn"),
+        "{js}"
+    );
+    assert_eq!(
+        (&js["min"], &js["mean"]),
+        (&jain["min"], &jain["mean"]),
+        "{s}"
+    );
+    assert!(
+        stdout.contains("over 100 ms windows holding 8 turns of every VM"),
+        "{stdout}"
+    );
     let util = s["utilization"].as_f64().unwrap();
     assert!(util > 0.0 && util <= 1.0 + 1e-9, "{s}");
     assert!(s["grants"].as_u64().unwrap() > 0);

@@ -502,6 +502,15 @@ impl PciDevice for VgpuDevice {
     }
 
     fn bar_moved(&mut self, bar: usize, addr: Option<u64>) {
+        if bar == 0 && addr.is_some() {
+            // The registers decode again (memory decode back on, or BAR0 moved). A trapped
+            // GP_PUT written meanwhile reached no device, but with exitless submission the
+            // doorbell page still says PUT[n] changed: the sleeping worker looks at it now
+            // (under the lock it sleeps with, so the wake-up is not lost) instead of leaving
+            // that work until some other doorbell (issue 25: a job hung until the time limit).
+            let _regs = self.shared.lock();
+            self.shared.wake.notify_all();
+        }
         if bar == 1
             && let Some(r) = &self.remap
         {

@@ -342,6 +342,31 @@ impl HostLink {
                 continue;
             }
             if st.held
+                && let Some((seq, h)) = &st.active
+                && h.deadline().is_some_and(|d| Instant::now() >= d)
+            {
+                // The slice ended while the grant was kept between two jobs (the worker was
+                // busy or descheduled getting to the next one): hand it back now, as `release`
+                // does at a slice end, and wait for the next grant. Starting the job would
+                // keep the GPU from the VMs waiting until its first preemption point, and the
+                // daemon would count the idle wait as preemption latency (issue 25).
+                let seq = *seq;
+                st.active = None;
+                st.held = false;
+                st.wanting = true;
+                st.identified = false;
+                let done = ToDaemon::Done {
+                    seq,
+                    outcome: RunOutcome::Completed,
+                    gpu_ns: 0,
+                    start_ns: 0,
+                    end_ns: 0,
+                    more: true,
+                };
+                self.inner.send(&mut st, &done);
+                continue;
+            }
+            if st.held
                 && let Some((seq, _)) = &st.active
             {
                 let seq = *seq;
