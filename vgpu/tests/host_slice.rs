@@ -69,6 +69,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
             vm: 1,
             vram_offset: 0,
             vram_size: h.vram,
+            boot: None,
         };
         conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
             .unwrap();
@@ -79,6 +80,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
         weight: 1,
         priority: 0,
         name: "t".into(),
+        reconnect: std::time::Duration::ZERO,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 4 << 20, 1).unwrap();
     let (conn, listener) = daemon.join().unwrap();
