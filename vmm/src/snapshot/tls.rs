@@ -233,23 +233,36 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(bare.to_owned()).map_err(|_| TlsError::Name(host.into()))
 }
 
-/// A TLS connection over TCP, readable and writable like the socket. rustls buffers at most
-/// 64 KiB of unsent data and reads a record at a time; each `write` is sent before it returns.
+/// Bytes read from the socket at a time (rustls asks for 4 KiB at most: a buffer in between
+/// saves most read calls of a bulk transfer).
+const READ_BUFFER: usize = 256 << 10;
+
+/// A TLS connection over TCP, readable and writable like the socket. Bounded: rustls buffers
+/// at most 64 KiB of unsent data and one record of received data, the socket's reads go
+/// through a buffer of [`READ_BUFFER`] bytes, and each `write` is sent before it returns.
 #[derive(Debug)]
 pub struct TlsStream {
     conn: Connection,
-    sock: TcpStream,
+    sock: io::BufReader<TcpStream>,
 }
 
 impl TlsStream {
+    fn new(conn: Connection, sock: TcpStream) -> Self {
+        TlsStream {
+            conn,
+            sock: io::BufReader::with_capacity(READ_BUFFER, sock),
+        }
+    }
+
     pub fn socket(&self) -> &TcpStream {
-        &self.sock
+        self.sock.get_ref()
     }
 
     /// Writes out what rustls has queued (records, alerts).
     fn send(&mut self) -> io::Result<()> {
+        let mut out: &TcpStream = self.sock.get_ref();
         while self.conn.wants_write() {
-            if self.conn.write_tls(&mut self.sock)? == 0 {
+            if self.conn.write_tls(&mut out)? == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
         }
@@ -304,8 +317,8 @@ impl TlsStream {
         if left.is_zero() {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        self.sock.set_read_timeout(Some(left))?;
-        self.sock.set_write_timeout(Some(left))
+        self.socket().set_read_timeout(Some(left))?;
+        self.socket().set_write_timeout(Some(left))
     }
 
     /// The source's side: handshake, then the destination's [`ACCEPTED`], within
@@ -320,10 +333,7 @@ impl TlsStream {
             peer: peer.into(),
             err: io::Error::other(e),
         })?;
-        let mut s = TlsStream {
-            conn: conn.into(),
-            sock,
-        };
+        let mut s = TlsStream::new(conn.into(), sock);
         let deadline = Instant::now() + CLIENT_HANDSHAKE;
         s.handshake(peer, CLIENT_HANDSHAKE)?;
         let mut got = [0u8; ACCEPTED.len()];
@@ -364,10 +374,7 @@ impl TlsStream {
             peer: peer.into(),
             err: io::Error::other(e),
         })?;
-        let mut s = TlsStream {
-            conn: conn.into(),
-            sock,
-        };
+        let mut s = TlsStream::new(conn.into(), sock);
         s.handshake(peer, limit)?;
         s.write_all(ACCEPTED)
             .and_then(|()| s.flush())
@@ -414,7 +421,9 @@ impl Drop for TlsStream {
     /// Ends the session with close_notify (best effort, at most a second).
     fn drop(&mut self) {
         self.conn.send_close_notify();
-        let _ = self.sock.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = self
+            .socket()
+            .set_write_timeout(Some(Duration::from_secs(1)));
         let _ = self.send();
     }
 }
