@@ -38,13 +38,14 @@ one() {
   else
     url=tcp:127.0.0.1:$p
   fi
-  rm -f "$D/vm.sock"
+  # (Removed first: the shell truncates the output file only once the VM's process starts.)
+  rm -f "$D/vm.sock" "$D/src.out"
   "$B" --incoming "$url" "${dargs[@]}" --timeout 600 >"$D/dest.out" 2>"$D/dest.err" &
   local dest=$!
   "$B" --guest count --cmdline "steps=1000000 mib=$MIB ms=50" --memory $((MIB + 128)) \
     --api-socket "$D/vm.sock" "${sargs[@]}" --timeout 600 >"$D/src.out" 2>&1 &
   local src=$!
-  until grep -q "COUNT step=2 " "$D/src.out" 2>/dev/null; do sleep 0.1; done
+  until [ -S "$D/vm.sock" ] && grep -q "COUNT step=2 " "$D/src.out" 2>/dev/null; do sleep 0.1; done
   "$B" ctl "$D/vm.sock" migrate "$url" >"$D/done.json"
   wait $src || true
   kill $dest 2>/dev/null || true
