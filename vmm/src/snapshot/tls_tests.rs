@@ -146,6 +146,25 @@ fn wrong_peers_are_refused_in_the_handshake_and_the_destination_keeps_listening(
 }
 
 #[test]
+fn an_ip_address_in_the_certificate_names_the_destination() {
+    let d = Dir::new("ip");
+    let good = ca("good CA");
+    let server = side(&d, "server", &good, &["127.0.0.1"], false, &good);
+    let client = side(&d, "client", &good, &["source"], false, &good);
+    let to = Endpoint::parse(&format!("tls:127.0.0.1:{}", free_port())).unwrap();
+    let incoming = to.bind(Some(&server)).unwrap();
+    let dest = std::thread::spawn(move || {
+        let mut c = incoming.accept_one().unwrap();
+        let mut b = [0u8; 5];
+        c.read_exact(&mut b).unwrap();
+        c.write_all(b"ok\n").unwrap();
+        b
+    });
+    chat(to.connect(Some(&client)).unwrap());
+    assert_eq!(&dest.join().unwrap(), b"hello");
+}
+
+#[test]
 fn files_are_checked() {
     let d = Dir::new("files");
     let good = ca("good CA");
