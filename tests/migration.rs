@@ -106,12 +106,30 @@ fn tcp_migration_is_refused_off_loopback_and_bad_urls_are_usage_errors() {
         ("tcp:0.0.0.0:4444", "not loopback"),
         ("tcp:127.0.0.1:http", "not a migration address"),
         ("host:4444", "not a migration address"),
+        (
+            "tls:localhost:4444",
+            "needs --tls-cert, --tls-key and --tls-ca",
+        ),
     ] {
         let (code, out, err) = run(&["--incoming", url]);
         assert_eq!(code, 2, "{url}: {err}");
         assert!(err.contains(want), "{url}: {err}");
         assert!(out.is_empty());
     }
+    // TLS files are read and checked before the VM starts.
+    let (code, out, err) = run(&[
+        "--guest",
+        "idle",
+        "--tls-cert",
+        "/nonexistent/vm.crt",
+        "--tls-key",
+        "/k",
+        "--tls-ca",
+        "/a",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nonexistent/vm.crt"), "{err}");
+    assert!(out.is_empty());
     // ctl migrate: refused by the VM (not loopback) or by the client (syntax); the VM runs on.
     let s = Scratch::new("migrate-tcp-bad");
     let vm = Vm::start(&s, "src", &["--guest", "idle"]);
@@ -120,6 +138,19 @@ fn tcp_migration_is_refused_off_loopback_and_bad_urls_are_usage_errors() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not loopback"), "{err}");
     let (code, _, err) = vm.ctl(&["migrate", "tcp:nowhere"]);
+    assert_eq!(code, 2, "{err}");
+    // tls: from a VM started without certificate files, or files for another kind of URL.
+    let (code, _, err) = vm.ctl(&["migrate", "tls:localhost:4444"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("needs --tls-cert, --tls-key and --tls-ca"),
+        "{err}"
+    );
+    let tls = ["--tls-cert", "/c", "--tls-key", "/k", "--tls-ca", "/a"];
+    let (code, _, err) = vm.ctl(&[&["migrate", "tcp:localhost:4444"][..], &tls].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a tls: address"), "{err}");
+    let (code, _, err) = vm.ctl(&["migrate", "tls:localhost:4444", "--tls-cert", "/c"]);
     assert_eq!(code, 2, "{err}");
     assert_eq!(json(&vm.ctl(&["stats"]).1)["state"], "running");
     vm.terminate();

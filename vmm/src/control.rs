@@ -92,6 +92,8 @@ pub struct Controller {
     pub started: Instant,
     /// Reports of the live snapshots and migrations made (for `--stats`).
     pub live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
+    /// The VM's own certificate files for `tls:` migrations (a request may give others).
+    pub tls: Option<crate::snapshot::tls::TlsFiles>,
 }
 
 /// The `stats` answer.
@@ -262,18 +264,29 @@ impl Controller {
         })
     }
 
-    /// Migration to the `--incoming` endpoint `to` (unix socket or loopback TCP): connects (before pausing), then either
+    /// Migration to the `--incoming` endpoint `to` (unix socket, loopback TCP, or TLS with
+    /// `tls`, else the VM's own files): connects (before pausing; for TLS, the handshake and
+    /// the destination's acceptance too), then either
     /// stop-and-copy (pause, send everything) or, with `live`, pre-copy: KVM's dirty log on,
     /// all RAM sent while the guest runs, then rounds of the pages it dirtied meanwhile until
     /// a round is small or [`MAX_ROUNDS`] passed, then pause and send the last dirty pages
     /// with the state. On the destination's `ok` this VM ends
     /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure it runs
     /// on here (or stays paused if it was).
-    pub fn migrate(&self, to: &Endpoint, live: bool) -> Result<MigrateDone, ControlError> {
+    pub fn migrate(
+        &self,
+        to: &Endpoint,
+        live: bool,
+        tls: Option<&crate::snapshot::tls::TlsFiles>,
+    ) -> Result<MigrateDone, ControlError> {
         let _op = lock(&self.op);
         self.disks.check_snapshot()?;
         let start = Instant::now();
-        let conn = to.connect().map_err(ControlError::Connect)?;
+        let tls = match to {
+            Endpoint::Tls(_) => tls.or(self.tls.as_ref()),
+            _ => tls,
+        };
+        let conn = to.connect(tls).map_err(ControlError::Connect)?;
         let was_paused = self.gate.is_paused();
         let live = live && !was_paused;
         let mut paused_at = None;

@@ -35,10 +35,24 @@ struct Args {
     /// Wait at URL for a VM migrated with `vgpu-vmm ctl SOCKET migrate URL`, and run it (like
     /// --restore, from the stream; --gpu as with --restore, e.g. host=SOCKET to attach the VM's
     /// GPU to another vgpud). URL: unix:PATH or a path (a unix socket, checked like
-    /// --api-socket), or tcp:HOST:PORT on loopback only (the stream is neither encrypted nor
-    /// authenticated; reach another host through an SSH tunnel).
+    /// --api-socket), tcp:HOST:PORT on loopback only (neither encrypted nor authenticated), or
+    /// tls:HOST:PORT on any address (mutual TLS with --tls-cert, --tls-key and --tls-ca: the
+    /// source must show a certificate from that CA; a connection that fails the handshake is
+    /// closed and the next one awaited).
     #[arg(long, value_name = "URL", conflicts_with_all = ["restore", "guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     incoming: Option<String>,
+    /// This VM's certificate chain (PEM, its own certificate first) for tls: migration: shown
+    /// to the source by --incoming tls:, and to the destination by `ctl migrate tls:`.
+    /// Checked at start, read again at each migration.
+    #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) that the peer's certificate of a tls: migration must chain
+    /// to.
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
     /// Run the 64-bit ELF image or Linux bzImage (detected) at PATH instead of a bundled guest.
     #[arg(long, value_name = "PATH")]
     kernel: Option<PathBuf>,
@@ -138,8 +152,9 @@ enum CtlOp {
         #[arg(long)]
         live: bool,
     },
-    /// Migrate to a vgpu-vmm waiting with --incoming DEST (unix:PATH or a path, or
-    /// tcp:HOST:PORT on loopback: the stream is neither encrypted nor authenticated):
+    /// Migrate to a vgpu-vmm waiting with --incoming DEST (unix:PATH or a path,
+    /// tcp:HOST:PORT on loopback: neither encrypted nor authenticated, or tls:HOST:PORT:
+    /// mutual TLS, the destination's certificate checked against the VM's --tls-ca and HOST):
     /// stop-and-copy (the VM is paused and sent), or with --live pre-copy (RAM sent while the
     /// guest runs, then the pages it dirtied, and the VRAM its GPU wrote, then a short pause);
     /// the VM ends here once the destination runs it, and runs on here if that fails.
@@ -148,6 +163,16 @@ enum CtlOp {
         /// Pre-copy with KVM's and the GPU engine's dirty logs instead of stop-and-copy.
         #[arg(long)]
         live: bool,
+        /// For tls: DEST, the certificate chain to show instead of the VM's --tls-cert (with
+        /// --tls-key and --tls-ca; the VM reads them).
+        #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
+        tls_cert: Option<PathBuf>,
+        /// Its private key.
+        #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_ca"])]
+        tls_key: Option<PathBuf>,
+        /// The CA certificate(s) the destination's certificate must chain to.
+        #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
+        tls_ca: Option<PathBuf>,
     },
 }
 
@@ -207,16 +232,34 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
-        CtlOp::Migrate { dest, live } => {
-            // A unix socket's path is made absolute (the VM resolves paths in its own
-            // directory); a tcp: address goes as it is.
+        CtlOp::Migrate {
+            dest,
+            live,
+            tls_cert,
+            tls_key,
+            tls_ca,
+        } => {
+            // A unix socket's path and the TLS files are made absolute (the VM resolves paths
+            // in its own directory); a tcp: or tls: address goes as it is.
             let to = vmm::snapshot::transport::Endpoint::parse(&dest)
                 .map_err(|e| e.to_string())
-                .and_then(|e| e.absolute().map_err(|e| format!("{dest}: {e}")));
+                .and_then(|e| e.absolute().map_err(|e| format!("{dest}: {e}")))
+                .and_then(|e| {
+                    let files = tls_files(tls_cert, tls_key, tls_ca)
+                        .map(|f| f.absolute().map_err(|e| format!("--tls-*: {e}")))
+                        .transpose()?;
+                    match (&e, files) {
+                        (vmm::snapshot::transport::Endpoint::Tls(_), f) | (_, f @ None) => {
+                            Ok((e, f))
+                        }
+                        (_, Some(_)) => Err(format!("--tls-*: {dest} is not a tls: address")),
+                    }
+                });
             match to {
-                Ok(to) => Request::Migrate {
+                Ok((to, tls)) => Request::Migrate {
                     to: to.to_string(),
                     live,
+                    tls,
                 },
                 Err(e) => {
                     eprintln!("vgpu-vmm ctl: {e}");
@@ -291,11 +334,42 @@ fn main() -> ExitCode {
 /// Why the VM is not started: the exit code (1 set-up, 2 usage) and the message.
 struct Fail(u8, String);
 
-/// Everything checked before a VM is built, in this order: the snapshot (`--restore`, or the
-/// `--incoming` stream), the API socket, `--run`'s image, the kernel image, the GPU's VRAM for
+/// The `--tls-cert`, `--tls-key` and `--tls-ca` trio (clap requires all three or none).
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    ca: Option<PathBuf>,
+) -> Option<vmm::snapshot::tls::TlsFiles> {
+    Some(vmm::snapshot::tls::TlsFiles {
+        cert: cert?,
+        key: key?,
+        ca: ca?,
+    })
+}
+
+/// The VM's TLS files, read and checked now (made absolute: they are read again at each
+/// migration).
+fn check_tls(args: &Args) -> Result<Option<vmm::snapshot::tls::TlsFiles>, Fail> {
+    let Some(files) = tls_files(
+        args.tls_cert.clone(),
+        args.tls_key.clone(),
+        args.tls_ca.clone(),
+    ) else {
+        return Ok(None);
+    };
+    let files = (files.absolute()).map_err(|e| Fail(2, format!("--tls-cert: {e}")))?;
+    files
+        .check()
+        .map_err(|e| Fail(2, format!("--tls-cert/--tls-key/--tls-ca: {e}")))?;
+    Ok(Some(files))
+}
+
+/// Everything checked before a VM is built, in this order: the TLS files, the snapshot
+/// (`--restore`, or the `--incoming` stream), the API socket, `--run`'s image, the kernel image, the GPU's VRAM for
 /// bare-metal guests, the disks, the stats target, the restored GPU's configuration.
 fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fail> {
-    let (loaded, ack, since) = snapshot(&args)?;
+    let tls = check_tls(&args)?;
+    let (loaded, ack, since) = snapshot(&args, tls.as_ref())?;
     let api = match args.api_socket.as_deref() {
         Some(p) => Some(
             vmm::api::server::ApiSocket::bind(p)
@@ -344,6 +418,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         gpu,
         console_prefix: args.console_prefix,
         disks,
+        tls,
     };
     let start = vm::Start {
         since: loaded.is_some().then_some(since),
@@ -361,9 +436,9 @@ type Incoming = (
 );
 
 /// `--restore DIR` (everything comes from the snapshot, checked before anything is built) or
-/// `--incoming URL` (the same, from a migration stream, with the link to answer on), and when
-/// the restore began.
-fn snapshot(args: &Args) -> Result<Incoming, Fail> {
+/// `--incoming URL` (the same, from a migration stream, with the link to answer on; `tls:`
+/// with `tls`), and when the restore began.
+fn snapshot(args: &Args, tls: Option<&vmm::snapshot::tls::TlsFiles>) -> Result<Incoming, Fail> {
     let since = std::time::Instant::now();
     if let Some(dir) = &args.restore {
         let l = vmm::snapshot::load::load(dir)
@@ -373,8 +448,10 @@ fn snapshot(args: &Args) -> Result<Incoming, Fail> {
     let Some(url) = &args.incoming else {
         return Ok((None, None, since));
     };
-    let sock = vmm::snapshot::transport::Endpoint::parse(url)
-        .and_then(|e| e.bind())
+    use vmm::snapshot::transport::Endpoint;
+    // The TLS files serve a tls: URL; with another they are for this VM's later migrations.
+    let sock = Endpoint::parse(url)
+        .and_then(|e| e.bind(tls.filter(|_| matches!(e, Endpoint::Tls(_)))))
         .map_err(|e| Fail(2, format!("--incoming: {e}")))?;
     let mut conn = sock
         .accept_one()

@@ -45,6 +45,9 @@ pub struct VmConfig {
     pub console_prefix: Option<String>,
     /// Disks (`--disk`, `--run`'s image), opened and checked; Linux guests only.
     pub disks: Vec<crate::disk::Disk>,
+    /// The certificate files of this VM's `tls:` migrations (`--tls-cert`, `--tls-key`,
+    /// `--tls-ca`; read again at each migration, so renewed files are used).
+    pub tls: Option<crate::snapshot::tls::TlsFiles>,
 }
 
 /// Errors setting up or running a VM, by phase.
@@ -228,6 +231,7 @@ impl PausedVm {
             gpu: self.gpu.as_ref().map(Arc::downgrade),
             started: Instant::now(),
             live_reports: s.live_reports.clone(),
+            tls: cfg.tls.clone(),
         }))
     }
 

@@ -1,7 +1,10 @@
 //! The control API's messages. A request is one line of JSON with an `op` field:
 //! `{"op":"pause"}`, `{"op":"resume"}`, `{"op":"stats"}`,
 //! `{"op":"snapshot","dir":"/abs/path","resume":true,"drain":false,"live":false}` (`resume`
-//! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`.
+//! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`
+//! (with a `tls:` address, optionally `"tls":{"cert":"/abs","key":"/abs","ca":"/abs"}`: the
+//! certificate files for this migration instead of the VM's own; a VM older than `tls:`
+//! refuses the field as unknown).
 //! The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
@@ -37,13 +40,17 @@ pub enum Request {
         #[serde(default)]
         live: bool,
     },
-    /// Migration to the `--incoming` endpoint `to` (`unix:PATH` or an absolute path, or
-    /// `tcp:HOST:PORT` on loopback): stop-and-copy, or pre-copy rounds with KVM's dirty log
-    /// while the guest runs if `live`; this VM ends once the destination has it.
+    /// Migration to the `--incoming` endpoint `to` (`unix:PATH` or an absolute path,
+    /// `tcp:HOST:PORT` on loopback, or `tls:HOST:PORT`): stop-and-copy, or pre-copy rounds
+    /// with KVM's dirty log while the guest runs if `live`; this VM ends once the destination
+    /// has it. `tls`: certificate files (absolute) for a `tls:` address, instead of those the
+    /// VM was started with.
     Migrate {
         to: String,
         #[serde(default)]
         live: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tls: Option<crate::snapshot::tls::TlsFiles>,
     },
 }
 
@@ -100,5 +107,25 @@ mod tests {
         assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"snapshot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"pause","x":1}"#).is_err());
+        // migrate: `tls` is optional, complete when given, and never sent empty.
+        let r: Request = serde_json::from_str(r#"{"op":"migrate","to":"tls:h:1"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"op":"migrate","to":"tls:h:1","live":false}"#
+        );
+        let r: Request = serde_json::from_str(
+            r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a"}}"#,
+        )
+        .unwrap();
+        let Request::Migrate { tls: Some(f), .. } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!((f.cert.to_str(), f.ca.to_str()), (Some("/c"), Some("/a")));
+        for bad in [
+            r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k"}}"#,
+            r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a","x":1}}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -185,7 +185,7 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
-        Request::Migrate { to, live } => {
+        Request::Migrate { to, live, tls } => {
             use crate::snapshot::transport::{Endpoint, EndpointError};
             let to = match Endpoint::parse(&to) {
                 Ok(Endpoint::Unix(p)) if !p.is_absolute() => {
@@ -197,7 +197,12 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
                 Ok(e) => e,
                 Err(e) => return Response::err(format!("migrate: {e}")),
             };
-            match controller.migrate(&to, live) {
+            if let Some(f) = &tls
+                && let Err(e) = f.check_absolute()
+            {
+                return Response::err(format!("migrate: tls: {e}"));
+            }
+            match controller.migrate(&to, live, tls.as_ref()) {
                 Ok(done) => json(serde_json::to_value(done)),
                 Err(e) => Response::err(e),
             }

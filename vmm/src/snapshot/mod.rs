@@ -1,8 +1,8 @@
 //! VM snapshots (docs/snapshot.md): the directory format ([`manifest`], [`format`] and
 //! [`state`] for the state file, [`ram`] for guest RAM), reading KVM's state ([`cpu`],
 //! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
-//! and the same as a stream for migration ([`stream`]) over a unix socket or loopback TCP
-//! ([`transport`]); the pre-copy rounds of live migration and live snapshots ([`precopy`]).
+//! and the same as a stream for migration ([`stream`]) over a unix socket, loopback TCP or
+//! mutual TLS ([`transport`], [`tls`]); the pre-copy rounds of live migration and live snapshots ([`precopy`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
@@ -15,6 +15,7 @@ pub mod ram;
 pub mod save;
 pub mod state;
 pub mod stream;
+pub mod tls;
 pub mod transport;
 pub mod vmstate;
 

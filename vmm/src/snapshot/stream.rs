@@ -1,5 +1,6 @@
-//! Migration over a unix socket or loopback TCP ([`super::transport`]): the snapshot sent as a stream instead of a directory. The
-//! source (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
+//! Migration over a unix socket, loopback TCP or mutual TLS ([`super::transport`]; the frames
+//! are the same on each): the snapshot sent as a stream instead of a directory. The source
+//! (`ctl SOCKET migrate DEST`) sends frames, each `u32 kind, u64 length, payload`: the
 //! manifest (JSON), RAM runs (`u64` offset in the RAM file's layout, then whole pages, at most
 //! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
 //! pages the running guest dirtied), VRAM runs of a live migration's pre-copy rounds, the

@@ -1,23 +1,32 @@
 //! Where a migration stream travels (docs/snapshot.md, "Migration"): `unix:PATH` or a bare
-//! path (a unix socket, bound like `--api-socket`), or `tcp:HOST:PORT` on **loopback only**.
-//! The stream is neither encrypted nor authenticated (QEMU's and Cloud Hypervisor's plain
-//! `tcp:` migration are not either): whoever can connect to the port can send a VM (refused
-//! unless it checks out, as any stream) or, as the source, be sent one. So `tcp:` is limited to
-//! addresses that resolve only to loopback; another host is reached through a tunnel that
-//! encrypts and authenticates (e.g. `ssh -L PORT:127.0.0.1:PORT`), or a unix socket.
+//! path (a unix socket, bound like `--api-socket`), `tcp:HOST:PORT` on **loopback only**, or
+//! `tls:HOST:PORT` on any address. Plain `tcp:` is neither encrypted nor authenticated (as
+//! QEMU's and Cloud Hypervisor's plain `tcp:` migration): whoever can connect to the port can
+//! send a VM (refused unless it checks out, as any stream) or, as the source, be sent one, so it
+//! is limited to addresses that resolve only to loopback. `tls:` is mutual TLS ([`super::tls`]):
+//! each side proves itself with a certificate from the CA the other trusts before any state is
+//! read or sent; the destination keeps listening after a connection that fails its handshake.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::tls::{self, TlsError, TlsFiles, TlsStream};
 use crate::api::server::{ApiError, ApiSocket};
+
+/// How long the source tries to open a TCP connection to one address.
+const CONNECT: Duration = Duration::from_secs(10);
 
 /// Errors naming or opening an endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
-    #[error("{0:?}: not a migration address (unix:PATH, a path, or tcp:HOST:PORT on loopback)")]
+    #[error(
+        "{0:?}: not a migration address (unix:PATH, a path, tcp:HOST:PORT on loopback, or \
+         tls:HOST:PORT)"
+    )]
     Syntax(String),
     #[error("{0}: a unix socket path must be absolute here")]
     Relative(String),
@@ -25,14 +34,23 @@ pub enum EndpointError {
     Resolve { spec: String, err: io::Error },
     #[error(
         "{spec:?} resolves to {addr}, which is not loopback: the migration stream is neither \
-         encrypted nor authenticated, so tcp: is for loopback only (reach another host through \
-         an SSH tunnel to its loopback port, or use a unix socket)"
+         encrypted nor authenticated, so tcp: is for loopback only (reach another host with \
+         tls:HOST:PORT and certificates, or through an SSH tunnel to its loopback port)"
     )]
     NotLoopback { spec: String, addr: SocketAddr },
     #[error("{spec}: {err}")]
     Io { spec: String, err: io::Error },
     #[error(transparent)]
     Unix(#[from] ApiError),
+    #[error(
+        "{0}: needs --tls-cert, --tls-key and --tls-ca (given to the VM at start, or to ctl \
+         migrate)"
+    )]
+    NoTlsFiles(String),
+    #[error("{0}: TLS files are for tls: addresses only")]
+    TlsFilesUnused(String),
+    #[error("{spec}: {err}")]
+    Tls { spec: String, err: TlsError },
 }
 
 /// A parsed migration address.
@@ -41,10 +59,14 @@ pub enum Endpoint {
     Unix(PathBuf),
     /// `HOST:PORT` as given (resolved when used, to loopback addresses only).
     Tcp(String),
+    /// `HOST:PORT` as given (any address; HOST is the name the destination's certificate
+    /// must carry).
+    Tls(String),
 }
 
 impl Endpoint {
-    /// `unix:PATH`, `tcp:HOST:PORT` (HOST may be bracketed IPv6), or a bare path.
+    /// `unix:PATH`, `tcp:HOST:PORT` or `tls:HOST:PORT` (HOST may be bracketed IPv6), or a
+    /// bare path.
     pub fn parse(s: &str) -> Result<Self, EndpointError> {
         if let Some(p) = s.strip_prefix("unix:") {
             if p.is_empty() {
@@ -52,14 +74,24 @@ impl Endpoint {
             }
             return Ok(Endpoint::Unix(p.into()));
         }
-        if let Some(hp) = s.strip_prefix("tcp:") {
+        let host_port = |hp: &str| {
             let ok = hp
                 .rsplit_once(':')
                 .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !ok {
-                return Err(EndpointError::Syntax(s.into()));
-            }
-            return Ok(Endpoint::Tcp(hp.into()));
+            ok.then(|| hp.to_owned())
+                .ok_or_else(|| EndpointError::Syntax(s.into()))
+        };
+        if let Some(hp) = s.strip_prefix("tcp:") {
+            return host_port(hp).map(Endpoint::Tcp);
+        }
+        if let Some(hp) = s.strip_prefix("tls:") {
+            let hp = host_port(hp)?;
+            let host = hp.rsplit_once(':').map_or("", |(h, _)| h);
+            tls::server_name(host).map_err(|err| EndpointError::Tls {
+                spec: s.into(),
+                err,
+            })?;
+            return Ok(Endpoint::Tls(hp));
         }
         if s.is_empty() || (s.contains(':') && !s.contains('/')) {
             // `host:port` or another scheme: not taken for a relative file name.
@@ -77,10 +109,15 @@ impl Endpoint {
         })
     }
 
-    /// The loopback socket addresses of a `tcp:` endpoint (every one HOST resolves to must be
-    /// loopback).
-    fn loopback(hp: &str) -> Result<Vec<SocketAddr>, EndpointError> {
-        let spec = format!("tcp:{hp}");
+    /// The socket addresses of a `tcp:` or `tls:` endpoint; for `tcp:` every one HOST
+    /// resolves to must be loopback.
+    fn resolve(&self) -> Result<Vec<SocketAddr>, EndpointError> {
+        let spec = self.to_string();
+        let (hp, loopback) = match self {
+            Endpoint::Tcp(hp) => (hp, true),
+            Endpoint::Tls(hp) => (hp, false),
+            Endpoint::Unix(_) => return Err(EndpointError::Syntax(spec)),
+        };
         let addrs: Vec<SocketAddr> = hp
             .to_socket_addrs()
             .map_err(|err| EndpointError::Resolve {
@@ -88,7 +125,7 @@ impl Endpoint {
                 err,
             })?
             .collect();
-        if let Some(a) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+        if let Some(a) = addrs.iter().find(|a| loopback && !a.ip().is_loopback()) {
             return Err(EndpointError::NotLoopback { spec, addr: *a });
         }
         if addrs.is_empty() {
@@ -100,42 +137,88 @@ impl Endpoint {
         Ok(addrs)
     }
 
-    /// Connects (the source side).
-    pub fn connect(&self) -> Result<Link, EndpointError> {
-        match self {
-            Endpoint::Unix(p) => {
-                UnixStream::connect(p)
-                    .map(Link::Unix)
-                    .map_err(|err| EndpointError::Io {
-                        spec: self.to_string(),
-                        err,
-                    })
+    /// `tls` read and checked for a `tls:` endpoint (where it is required); refused for the
+    /// others.
+    fn identity(&self, tls: Option<&TlsFiles>) -> Result<Option<tls::Identity>, EndpointError> {
+        let spec = self.to_string();
+        match (self, tls) {
+            (Endpoint::Tls(_), Some(f)) => f
+                .load()
+                .map(Some)
+                .map_err(|err| EndpointError::Tls { spec, err }),
+            (Endpoint::Tls(_), None) => Err(EndpointError::NoTlsFiles(spec)),
+            (_, Some(_)) => Err(EndpointError::TlsFilesUnused(spec)),
+            (_, None) => Ok(None),
+        }
+    }
+
+    fn io(&self) -> impl FnOnce(io::Error) -> EndpointError + '_ {
+        move |err| EndpointError::Io {
+            spec: self.to_string(),
+            err,
+        }
+    }
+
+    /// A TCP connection to the first address that answers (each tried for [`CONNECT`]).
+    fn tcp_connect(&self) -> Result<TcpStream, EndpointError> {
+        let mut last = io::Error::other("no address");
+        for a in self.resolve()? {
+            match TcpStream::connect_timeout(&a, CONNECT) {
+                Ok(s) => {
+                    // Small answers go out at once (the bulk is written through a large
+                    // buffer).
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = e,
             }
-            Endpoint::Tcp(hp) => {
-                let addrs = Self::loopback(hp)?;
-                let s = TcpStream::connect(&addrs[..]).map_err(|err| EndpointError::Io {
+        }
+        Err(self.io()(last))
+    }
+
+    /// Connects (the source side); a `tls:` endpoint needs `tls` (read now, before the
+    /// connection) and completes its handshake here, the destination's acceptance included.
+    pub fn connect(&self, tls: Option<&TlsFiles>) -> Result<Link, EndpointError> {
+        let id = self.identity(tls)?;
+        match (self, id) {
+            (Endpoint::Unix(p), _) => UnixStream::connect(p).map(Link::Unix).map_err(self.io()),
+            (Endpoint::Tls(hp), Some(id)) => {
+                let tls_err = |err| EndpointError::Tls {
                     spec: self.to_string(),
                     err,
-                })?;
-                // Small answers go out at once (the bulk is written through a large buffer).
-                let _ = s.set_nodelay(true);
-                Ok(Link::Tcp(s))
+                };
+                let host = hp.rsplit_once(':').map_or("", |(h, _)| h);
+                let name = tls::server_name(host).map_err(tls_err)?;
+                let config = id.client().map_err(tls_err)?;
+                let sock = self.tcp_connect()?;
+                let peer = sock.peer_addr().map_or(hp.clone(), |a| a.to_string());
+                let s = TlsStream::connect(config, name, sock, &peer).map_err(tls_err)?;
+                Ok(Link::Tls(Box::new(Mutex::new(s))))
             }
+            _ => self.tcp_connect().map(Link::Tcp),
         }
     }
 
     /// Binds the destination side (`--incoming`): a unix socket is checked like
-    /// `--api-socket`; a tcp address must be loopback.
-    pub fn bind(&self) -> Result<Incoming, EndpointError> {
-        match self {
-            Endpoint::Unix(p) => Ok(Incoming::Unix(ApiSocket::bind(p)?)),
-            Endpoint::Tcp(hp) => {
-                let addrs = Self::loopback(hp)?;
-                let l = TcpListener::bind(&addrs[..]).map_err(|err| EndpointError::Io {
-                    spec: self.to_string(),
-                    err,
-                })?;
-                Ok(Incoming::Tcp(l))
+    /// `--api-socket`; a tcp address must be loopback; a tls one needs `tls` (read and
+    /// checked now).
+    pub fn bind(&self, tls: Option<&TlsFiles>) -> Result<Incoming, EndpointError> {
+        let id = self.identity(tls)?;
+        match (self, id) {
+            (Endpoint::Unix(p), _) => Ok(Incoming::Unix(ApiSocket::bind(p)?)),
+            (_, id) => {
+                let config = match id {
+                    Some(id) => Some(id.server().map_err(|err| EndpointError::Tls {
+                        spec: self.to_string(),
+                        err,
+                    })?),
+                    None => None,
+                };
+                let l = TcpListener::bind(&self.resolve()?[..]).map_err(self.io())?;
+                Ok(match config {
+                    Some(config) => Incoming::Tls(l, config),
+                    None => Incoming::Tcp(l),
+                })
             }
         }
     }
@@ -144,7 +227,7 @@ impl Endpoint {
     pub fn path(&self) -> Option<&Path> {
         match self {
             Endpoint::Unix(p) => Some(p),
-            Endpoint::Tcp(_) => None,
+            Endpoint::Tcp(_) | Endpoint::Tls(_) => None,
         }
     }
 }
@@ -154,6 +237,7 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
             Endpoint::Tcp(hp) => write!(f, "tcp:{hp}"),
+            Endpoint::Tls(hp) => write!(f, "tls:{hp}"),
         }
     }
 }
@@ -162,11 +246,21 @@ impl std::fmt::Display for Endpoint {
 pub enum Incoming {
     Unix(ApiSocket),
     Tcp(TcpListener),
+    /// The listener and the destination's TLS configuration.
+    Tls(TcpListener, Arc<rustls::ServerConfig>),
 }
 
 impl Incoming {
-    /// Waits for one connection (a unix socket's file is removed then).
+    /// Waits for one connection (a unix socket's file is removed then). On `tls:`, one whose
+    /// handshake succeeds within [`tls::SERVER_HANDSHAKE`]: a connection that fails it (no
+    /// certificate, one the CA did not issue, an expired one, not TLS at all) is logged and
+    /// closed, and the next one is awaited.
     pub fn accept_one(self) -> io::Result<Link> {
+        self.accept_within(tls::SERVER_HANDSHAKE)
+    }
+
+    /// [`Self::accept_one`] with the handshake's time limit given.
+    pub fn accept_within(self, limit: Duration) -> io::Result<Link> {
         match self {
             Incoming::Unix(s) => s.accept_one().map(Link::Unix),
             Incoming::Tcp(l) => {
@@ -175,15 +269,32 @@ impl Incoming {
                 let _ = s.set_nodelay(true);
                 Ok(Link::Tcp(s))
             }
+            Incoming::Tls(l, config) => loop {
+                let (s, peer) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                match TlsStream::accept(config.clone(), s, &peer.to_string(), limit) {
+                    Ok(s) => {
+                        log::info!("migration: TLS connection from {peer} accepted");
+                        return Ok(Link::Tls(Box::new(Mutex::new(s))));
+                    }
+                    Err(e) => log::warn!("migration: refused: {e}; still listening"),
+                }
+            },
         }
     }
 }
 
-/// A connected migration stream.
+/// A connected migration stream. A TLS one is behind a lock (its session state changes on
+/// reads and writes, which the stream makes through shared references on one thread).
 #[derive(Debug)]
 pub enum Link {
     Unix(UnixStream),
     Tcp(TcpStream),
+    Tls(Box<Mutex<TlsStream>>),
+}
+
+fn locked(s: &Mutex<TlsStream>) -> std::sync::MutexGuard<'_, TlsStream> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl From<UnixStream> for Link {
@@ -197,6 +308,7 @@ impl Link {
         match self {
             Link::Unix(s) => s.set_read_timeout(t),
             Link::Tcp(s) => s.set_read_timeout(t),
+            Link::Tls(s) => locked(s).socket().set_read_timeout(t),
         }
     }
 
@@ -204,6 +316,7 @@ impl Link {
         match self {
             Link::Unix(s) => s.set_write_timeout(t),
             Link::Tcp(s) => s.set_write_timeout(t),
+            Link::Tls(s) => locked(s).socket().set_write_timeout(t),
         }
     }
 }
@@ -213,6 +326,7 @@ impl Read for &Link {
         match self {
             Link::Unix(s) => (&*s).read(buf),
             Link::Tcp(s) => (&*s).read(buf),
+            Link::Tls(s) => locked(s).read(buf),
         }
     }
 }
@@ -222,12 +336,14 @@ impl Write for &Link {
         match self {
             Link::Unix(s) => (&*s).write(buf),
             Link::Tcp(s) => (&*s).write(buf),
+            Link::Tls(s) => locked(s).write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Link::Unix(s) => (&*s).flush(),
             Link::Tcp(s) => (&*s).flush(),
+            Link::Tls(s) => locked(s).flush(),
         }
     }
 }
@@ -292,11 +408,11 @@ mod tests {
         for not_lo in ["tcp:8.8.8.8:4444", "tcp:0.0.0.0:4444", "tcp:[::]:4444"] {
             let e = Endpoint::parse(not_lo).unwrap();
             assert!(
-                matches!(e.bind(), Err(EndpointError::NotLoopback { .. })),
+                matches!(e.bind(None), Err(EndpointError::NotLoopback { .. })),
                 "{not_lo}"
             );
             assert!(
-                matches!(e.connect(), Err(EndpointError::NotLoopback { .. })),
+                matches!(e.connect(None), Err(EndpointError::NotLoopback { .. })),
                 "{not_lo}"
             );
         }
@@ -309,7 +425,7 @@ mod tests {
         let port = l.local_addr().unwrap().port();
         drop(l);
         let e = Endpoint::parse(&format!("tcp:localhost:{port}")).unwrap();
-        let incoming = e.bind().unwrap();
+        let incoming = e.bind(None).unwrap();
         let t = std::thread::spawn(move || {
             let mut c = incoming.accept_one().unwrap();
             let mut b = [0u8; 5];
@@ -317,7 +433,7 @@ mod tests {
             c.write_all(b"ok\n").unwrap();
             b
         });
-        let mut c = e.connect().unwrap();
+        let mut c = e.connect(None).unwrap();
         c.write_all(b"hello").unwrap();
         let mut a = [0u8; 3];
         c.read_exact(&mut a).unwrap();
