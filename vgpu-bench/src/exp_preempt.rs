@@ -34,7 +34,8 @@ pub struct Args {
     /// Preemptions to measure per workload.
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub samples: usize,
-    /// Workloads: a suite name, a comma-separated list, or `all`.
+    /// Workloads: a suite or `suite::long` name, a comma-separated list, `long` (the
+    /// long-running kernels) or `all` (the suite but spin, then the long kernels).
     #[arg(long, default_value = "matmul")]
     pub workload: String,
     /// The engine: sim (software GPU) or cuda (a real NVIDIA GPU).
@@ -50,8 +51,8 @@ pub struct Args {
     /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
     #[arg(long)]
     pub short: bool,
-    /// Instance size: small, medium or large.
-    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large"])]
+    /// Instance size: small, medium, large or xl (cuda only; the long kernels run 1-100 ms).
+    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large", "xl"])]
     pub size: String,
     /// Worker threads of the engine (0: available parallelism).
     #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
@@ -83,9 +84,13 @@ struct PerWorkload {
     name: &'static str,
     runs: u64,
     mismatches: u64,
-    /// Median unpreempted time under the method and under `slice`, µs.
+    /// Median unpreempted time under the method, under `slice`, and of the untransformed
+    /// kernel launched whole, µs.
     method_us: f64,
     slice_us: f64,
+    original_us: f64,
+    /// Thread-instructions of one unpreempted run: original, under the method (sim only).
+    instructions: Option<(u64, u64)>,
     samples: Vec<Sample>,
 }
 
@@ -137,31 +142,59 @@ fn step(
     })
 }
 
+/// The workloads `--workload` names: `all` (the suite but `spin`, then the long kernels),
+/// `long` (`suite::long`), or a comma-separated list of either's names.
+fn workloads(a: &Args) -> Result<Vec<&'static suite::Workload>, BenchError> {
+    let short_suite = || suite::all().filter(|w| w.name != "spin");
+    Ok(match a.workload.as_str() {
+        _ if a.short => short_suite().chain(suite::long::all()).collect(),
+        "all" => short_suite().chain(suite::long::all()).collect(),
+        "long" => suite::long::all().iter().collect(),
+        list => list
+            .split(',')
+            .map(|n| {
+                let n = n.trim();
+                suite::long::find(n).map_or_else(|| crate::runner::workload(n), Ok)
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let size_name = if a.short { "small" } else { a.size.as_str() };
     let size = suite::Size::from_name(size_name)
         .ok_or_else(|| BenchError::Invalid(format!("unknown size `{}`", a.size)))?;
+    if size.real_gpu_only() && a.backend == Backend::Sim {
+        return Err(BenchError::Invalid(
+            "size xl is for real GPUs (--backend cuda): the interpreter would take minutes".into(),
+        ));
+    }
     let method: PreemptMethod = a.method.parse().map_err(BenchError::Invalid)?;
-    let names: Vec<&'static suite::Workload> = if a.short || a.workload == "all" {
-        suite::all().filter(|w| w.name != "spin").collect()
-    } else {
-        a.workload
-            .split(',')
-            .map(|n| crate::runner::workload(n.trim()))
-            .collect::<Result<_, _>>()?
-    };
+    let names = workloads(a)?;
     let samples_per = if a.short { 4 } else { a.samples };
     let reps = if a.short { 1 } else { 5 };
-    // Phase 1, the `slice` engine: reference bytes and the unpreempted time.
-    let mut reference = Vec::new();
+    // Phase 0, the untransformed kernels launched whole: reference bytes and the baseline of
+    // the steady-state overheads.
+    let mut original = Vec::new();
     {
+        let e = Eng::original(a.backend, a.workers)?;
+        for w in &names {
+            let inst = w.instance(size);
+            let p = env::place(&e, &inst)?;
+            original.push(env::timed_runs(&e, &p, &inst, reps)?);
+            env::release(&e, &p)?;
+        }
+    }
+    // Phase 1, the `slice` engine (on sim the same as phase 0: the interpreter runs the
+    // original and stops it between instructions).
+    let mut slice = Vec::new();
+    if a.backend == Backend::Cuda {
         let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers, a.poll_interval)?;
         for w in &names {
             let inst = w.instance(size);
             let p = env::place(&e, &inst)?;
-            let (us, bytes) = env::timed_runs(&e, &p, &inst, reps)?;
+            slice.push(env::timed_runs(&e, &p, &inst, reps)?);
             env::release(&e, &p)?;
-            reference.push((us, bytes));
         }
     }
     // Phase 2, the method's engine.
@@ -169,25 +202,30 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let workers = e.workers();
     let mut seed = a.seed.max(1);
     let mut per = Vec::new();
-    for (w, (slice_us, want)) in names.iter().zip(reference) {
+    for (k, (w, orig)) in names.iter().zip(&original).enumerate() {
+        let want = &orig.bytes;
+        let slice_us = slice.get(k).map_or(orig.us, |s: &env::Timed| s.us);
+        let slice_bad = slice.get(k).is_some_and(|s| &s.bytes != want);
         let inst = w.instance(size);
         let p = env::place(&e, &inst)?;
-        let (method_us, got) = env::timed_runs(&e, &p, &inst, reps)?;
+        let timed = env::timed_runs(&e, &p, &inst, reps)?;
         let mut pw = PerWorkload {
             name: w.name,
             runs: 0,
-            mismatches: u64::from(got != want),
-            method_us,
+            mismatches: u64::from(&timed.bytes != want) + u64::from(slice_bad),
+            method_us: timed.us,
             slice_us,
+            original_us: orig.us,
+            instructions: orig.thread_instructions.zip(timed.thread_instructions),
             samples: Vec::new(),
         };
-        let max_delay_us = ((method_us / 4.0) as u64).max(1);
+        let max_delay_us = ((timed.us / 4.0) as u64).max(1);
         // Kernels too short to be caught get a bounded number of tries.
         let max_runs = 50 * samples_per as u64 + 8;
         while pw.samples.len() < samples_per && pw.runs < max_runs {
             pw.runs += 1;
             sample_runs(&e, &p, &inst, &mut pw, &mut seed, max_delay_us)?;
-            if env::read_back(&e, &p, &inst)? != want {
+            if &env::read_back(&e, &p, &inst)? != want {
                 pw.mismatches += 1;
             }
         }
@@ -307,11 +345,26 @@ fn output(
                 "saved_incremental_bytes": inc,
                 "unpreempted_us": w.method_us,
                 "unpreempted_slice_us": w.slice_us,
+                "unpreempted_original_us": w.original_us,
                 "overhead_vs_slice": w.method_us / w.slice_us.max(1e-9),
+                "overhead_vs_original": w.method_us / w.original_us.max(1e-9),
+                "slice_overhead_vs_original": w.slice_us / w.original_us.max(1e-9),
+                "thread_instructions_original": w.instructions.map(|x| x.0),
+                "thread_instructions_method": w.instructions.map(|x| x.1),
+                "instruction_overhead": w.instructions.map(|(o, m)| m as f64 / o.max(1) as f64),
             })
         })
         .collect();
     let ck = e.ckpt_stats();
+    let geo = |v: Vec<f64>| crate::overhead_output::geomean(&v);
+    let time_geo = geo(per
+        .iter()
+        .map(|w| w.method_us / w.original_us.max(1e-9))
+        .collect());
+    let instr_geo = geo(per
+        .iter()
+        .filter_map(|w| w.instructions.map(|(o, m)| m as f64 / o.max(1) as f64))
+        .collect());
     let summary = serde_json::json!({
         "experiment": "preempt",
         "backend": a.backend.name(),
@@ -329,6 +382,8 @@ fn output(
         "preempt_to_live_context_us": pre_live.json(),
         "restore_from_live_context_to_running_us": res_live.json(),
         "context_bytes": ctx.json(),
+        "overhead_vs_original_geomean": time_geo,
+        "instruction_overhead_geomean": instr_geo,
         "checkpoint": {
             "modules_transformed": ck.modules_transformed,
             "fallback_modules": ck.fallback_modules,
@@ -399,7 +454,8 @@ fn output(
         "preempt: {} samples of {} workload(s) ({}, {method}, {size}, {} workers), p50/p99/max µs: \
          flag→bytes {:.1}/{:.1}/{:.1}, bytes→running {:.1}/{:.1}/{:.1}; in-memory: flag→context \
          {:.1}/{:.1}/{:.1}, context→running {:.1}/{:.1}/{:.1}; context {:.0} B; saved full {} B, \
-         incremental {} B; mismatches {mismatches} (target p99 ≤ {TARGET_P99_US} µs: {})",
+         incremental {} B; never preempted: {:.3}x the original's time, {:.3}x its instructions \
+         (geomean); mismatches {mismatches} (target p99 ≤ {TARGET_P99_US} µs: {})",
         all.len(),
         per.len(),
         a.backend.name(),
@@ -419,6 +475,8 @@ fn output(
         ctx.p50,
         ck.saved_full_bytes,
         ck.saved_incremental_bytes,
+        time_geo,
+        instr_geo,
         if meets { "met" } else { "missed" }
     ))
 }

@@ -438,7 +438,14 @@ impl Engine for CudaEngine {
         // The JIT runs inside the driver and cannot be interrupted: the bounds are checked
         // around it. Host memory: the text kept and an estimate of the driver's copy (module
         // variables live in the context's device memory, not in host memory).
-        let mut loaded = m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)?;
+        let slice = !self.cfg.whole_launches;
+        let mut loaded = m.load(
+            self.ctx,
+            ptx,
+            lim.max_modules,
+            lim.max_ptx_bytes_total,
+            slice,
+        )?;
         if self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint {
             match self.load_ck(ptx, limits) {
                 Ok(Some((ck, bytes))) => {
