@@ -103,6 +103,8 @@ pub(crate) struct Plan<'a> {
     pub poll_interval: u32,
     /// Per site: the strip-mining of the loop it heads (polled at every crossing).
     pub strips: &'a [Option<super::strip::Strip>],
+    /// Stopped threads save nothing and are rerun from the start (status "not started").
+    pub restart: bool,
 }
 
 /// Point id of site `k` (the entry point is 0).
@@ -352,6 +354,11 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     // Save paths: each point records its id, then the common part.
     for k in 0..plan.sites.len() {
         g.label(&format!("$__ck_save{}", pid(k)));
+        if plan.restart {
+            // Restart: the thread stops as if it had never started.
+            g.i("bra", vec![r("$__ck_never")]);
+            continue;
+        }
         g.i("mov.u32", vec![r("%__ck_pt"), imm(pid(k))]);
         g.i("bra", vec![r("$__ck_save")]);
     }

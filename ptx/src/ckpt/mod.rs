@@ -14,6 +14,7 @@ mod budget;
 mod build;
 mod emit;
 mod flow;
+mod idem;
 mod incremental;
 mod layout;
 mod module;
@@ -24,6 +25,7 @@ mod strip;
 
 pub use budget::Unsupported;
 pub use emit::{PARAMS, STATUS_DONE, STATUS_NOT_STARTED};
+pub use idem::Idempotence;
 pub use layout::HEADER_BYTES;
 pub use points::{Class, PointKind};
 
@@ -62,6 +64,11 @@ pub struct Options {
     pub max_local_bytes: u32,
     /// Incremental saves (default true); false stores every live register at every point.
     pub incremental: bool,
+    /// Restart idempotent entries instead of checkpointing them (default false): a thread
+    /// stopped at a point saves nothing and reruns from the start on the resume launch
+    /// (status `STATUS_NOT_STARTED`); entries that are not idempotent still checkpoint.
+    /// [`EntryPlan::restart`] says which.
+    pub restart: bool,
     /// Analysis work budget (units of about one bit-set word operation). Default 2^27.
     pub max_work: u64,
     /// Analysis tables budget (bytes). Default 64 MiB.
@@ -81,6 +88,7 @@ impl Default for Options {
             max_record_bytes: 4096,
             max_local_bytes: 1024,
             incremental: true,
+            restart: false,
             max_work: 1 << 27,
             max_analysis_bytes: 64 << 20,
             load: LoadOptions::default(),
@@ -124,6 +132,11 @@ pub struct EntryPlan {
     pub saves_shared: bool,
     /// `incremental[r][p]`: bytes stored at point `p+1` by a thread resumed from point `r+1`.
     pub incremental: Vec<Vec<u32>>,
+    /// Whether the entry may be rerun from the start (see [`Idempotence`]).
+    pub idempotence: Idempotence,
+    /// Whether its threads restart instead of saving ([`Options::restart`] and idempotent):
+    /// its records hold only the status word.
+    pub restart: bool,
 }
 
 impl EntryPlan {
@@ -261,15 +274,25 @@ fn transform_entry(
             limit: u64::from(opts.max_points),
         });
     }
+    let idempotence = idem::analyse(e, 64);
+    let restart = opts.restart && idempotence.idempotent;
+    // A restarting entry saves nothing: no live registers, local or shared memory.
     let lives: Vec<Vec<u32>> = sites
         .iter()
-        .map(|s| layout::live_at(&live, &regs, s))
+        .map(|s| {
+            if restart {
+                Vec::new()
+            } else {
+                layout::live_at(&live, &regs, s)
+            }
+        })
         .collect();
     let locals: Vec<crate::decode::VarDecl> = e
         .decls
         .local
         .iter()
         .chain(&e.decls.call_params)
+        .filter(|_| !restart)
         .cloned()
         .collect();
     let local_total: u64 = locals.iter().map(|v| v.size.next_multiple_of(8)).sum();
@@ -296,7 +319,8 @@ fn transform_entry(
         vec![lives.clone(); sites.len()]
     };
     incremental::prune(&mut stores, &lives);
-    let sp = (class == Class::Cta).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
+    let sp =
+        (class == Class::Cta && !restart).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
     let points = sites
         .iter()
         .zip(&lives)
@@ -330,6 +354,7 @@ fn transform_entry(
         shared: sp.as_ref(),
         poll_interval: opts.poll_interval,
         strips: &strips,
+        restart,
     };
     emit::rewrite(e, &plan);
     Ok(EntryPlan {
@@ -341,6 +366,8 @@ fn transform_entry(
         shared_static_bytes: sp.as_ref().map_or(0, |s| s.static_bytes),
         saves_shared: sp.is_some(),
         incremental,
+        idempotence,
+        restart,
     })
 }
 
