@@ -1,7 +1,7 @@
 //! `vgpu-bench preempt`: preemption latency (preempt flag set → saved context bytes in hand, the
 //! GPU free) and restore latency (`resume` called → kernel running again) of running suite
 //! kernels, over many random preemption points, on either engine (`--backend sim|cuda`) with
-//! either preemption method (`--method slice|checkpoint`). Each kernel run is preempted
+//! any preemption method (`--method slice|checkpoint|restart|auto`). Each kernel run is preempted
 //! repeatedly at random delays and resumed until it completes; its bytes are compared with an
 //! unpreempted run's (`mismatches`, must be 0). Also per workload: the bytes the checkpoint
 //! method saved (full vs incremental, from the engine's `CkptStats`) and the steady-state time
@@ -41,8 +41,10 @@ pub struct Args {
     /// The engine: sim (software GPU) or cuda (a real NVIDIA GPU).
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
-    /// Preemption method of the engine: slice or checkpoint.
-    #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint"])]
+    /// Preemption method of the engine: slice, checkpoint, restart (idempotent kernels rerun
+    /// unfinished threads, the others checkpoint) or auto (per kernel; `method_used` says
+    /// which and why).
+    #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint", "restart", "auto"])]
     pub method: String,
     /// Checkpoint method: a thread reads the flag at every this many point crossings (the
     /// transformation's poll_interval; 1: at every point).
@@ -91,6 +93,9 @@ struct PerWorkload {
     original_us: f64,
     /// Thread-instructions of one unpreempted run: original, under the method (sim only).
     instructions: Option<(u64, u64)>,
+    /// The method the engine ran the kernel with (`auto`'s choice), and why.
+    used: &'static str,
+    why: &'static str,
     samples: Vec<Sample>,
 }
 
@@ -140,6 +145,39 @@ fn step(
             bytes,
         }
     })
+}
+
+/// Which method the engine used for the runs between two counter snapshots, and why.
+fn method_used(
+    method: PreemptMethod,
+    a: &pgpu::CkptStats,
+    b: &pgpu::CkptStats,
+) -> (&'static str, &'static str) {
+    if method == PreemptMethod::Slice {
+        return ("slice", "selected");
+    }
+    if b.sliced_launches > a.sliced_launches {
+        if method == PreemptMethod::Auto {
+            ("slice", "many short CTAs (at least 4 waves): sub-launches")
+        } else {
+            ("slice", "restart refused: a written buffer is also read")
+        }
+    } else if b.restart_launches > a.restart_launches {
+        (
+            "restart",
+            "idempotent: no global atomics, no buffer both read and written",
+        )
+    } else if b.launches > a.launches {
+        match method {
+            PreemptMethod::Checkpoint => ("checkpoint", "selected"),
+            _ => ("checkpoint", "few long CTAs, not idempotent"),
+        }
+    } else {
+        (
+            "slice",
+            "not transformable or save area over the limit (fallback)",
+        )
+    }
 }
 
 /// The workloads `--workload` names: `all` (the suite but `spin`, then the long kernels),
@@ -208,8 +246,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let slice_bad = slice.get(k).is_some_and(|s| &s.bytes != want);
         let inst = w.instance(size);
         let p = env::place(&e, &inst)?;
+        let before = e.ckpt_stats();
         let timed = env::timed_runs(&e, &p, &inst, reps)?;
+        let (used, why) = method_used(method, &before, &e.ckpt_stats());
         let mut pw = PerWorkload {
+            used,
+            why,
             name: w.name,
             runs: 0,
             mismatches: u64::from(&timed.bytes != want) + u64::from(slice_bad),
@@ -343,6 +385,8 @@ fn output(
                 "context_bytes": pct(&|x| Some(x.context_bytes as f64), &s).json(),
                 "saved_full_bytes": full,
                 "saved_incremental_bytes": inc,
+                "method_used": w.used,
+                "why": w.why,
                 "unpreempted_us": w.method_us,
                 "unpreempted_slice_us": w.slice_us,
                 "unpreempted_original_us": w.original_us,
@@ -391,6 +435,8 @@ fn output(
             "fallback_reasons": ck.fallback_reasons,
             "saved_full_bytes": ck.saved_full_bytes,
             "saved_incremental_bytes": ck.saved_incremental_bytes,
+            "restart_launches": ck.restart_launches,
+            "sliced_launches": ck.sliced_launches,
         },
         "per_workload": workloads,
         "target_p99_us": TARGET_P99_US,

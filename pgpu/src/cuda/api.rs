@@ -446,7 +446,7 @@ impl Engine for CudaEngine {
             lim.max_ptx_bytes_total,
             slice,
         )?;
-        if self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint {
+        if self.cfg.preempt.transforms() {
             match self.load_ck(ptx, limits) {
                 Ok(Some((ck, bytes))) => {
                     if let Some(b) = m.set_ck(loaded.id, ck, bytes) {
@@ -475,7 +475,7 @@ impl Engine for CudaEngine {
     }
 
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
-        (self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
+        self.cfg.preempt.transforms().then(|| self.ckpt_stats())
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
