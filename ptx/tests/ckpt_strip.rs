@@ -109,6 +109,11 @@ fn counted_loops_are_strip_mined_and_resume_identically() {
             format!("{lcg}add.s32 %r3, %r3, -1;\nsetp.ne.s32 %p1, %r3, 0;\n@%p1 bra $L;\n"),
         ),
         (
+            "unsigned ne down to zero",
+            "add.u32 %r3, %r0, 25;\n".into(),
+            format!("{lcg}sub.u32 %r3, %r3, 1;\nsetp.ne.u32 %p1, %r3, 0;\n@%p1 bra $L;\n"),
+        ),
+        (
             "negated exit test, sub",
             "add.u32 %r3, %r0, 30;\n".into(),
             format!("{lcg}sub.s32 %r3, %r3, 2;\nsetp.le.s32 %p1, %r3, 4;\n@!%p1 bra $L;\n"),
@@ -233,5 +238,22 @@ fn the_tight_loop_of_lcg_spin_keeps_its_shape() {
     assert_eq!(body[3], "@%p2 bra $__ck_in1;");
     // No countdown anywhere.
     assert!(!p.contains("%__ck_n, %__ck_n"), "{p}");
+}
+
+/// An unsigned loop counting down to zero runs whole chunks to the end (the chunk's bound
+/// does not wrap below zero): never preempted, it costs a few instructions per chunk.
+#[test]
+fn an_unsigned_countdown_keeps_whole_chunks() {
+    let body = "mad.lo.u32 %r1, %r1, 1664525, 1013904223;\nsub.u32 %r3, %r3, 1;\n\
+                setp.ne.u32 %p1, %r3, 0;\n@%p1 bra $L;\n";
+    let inst = instance(kernel("", "add.u32 %r3, %r0, 100;\n", body), 0);
+    let (orig, so) = run_plain(&inst, inst.ptx, 1);
+    let t = transform(inst.ptx, &Options::default()).expect("transforms");
+    assert!(t.ptx.contains("$__ck_in1:"), "{}", t.ptx);
+    let r = run_ckpt(&inst, &t, 1, None, 0).expect("runs");
+    assert_eq!(r.outs, orig);
+    // 100..227 iterations of 4 instructions per thread, one or two chunks each.
+    let extra = r.stats.thread_instructions as f64 / so.thread_instructions as f64;
+    assert!(extra < 1.10, "{extra}");
     let _ = Rng(1);
 }

@@ -112,6 +112,28 @@ impl Strip {
         } else {
             ("sub", "max")
         };
+        if self.step < 0 && self.ty.starts_with('u') {
+            // Counting an unsigned register down (often to 0): `iv - span` must not wrap
+            // below 0, or every chunk of the last `span` iterations would be one iteration.
+            // lim = max(bound, iv - min(iv, span)).
+            return vec![
+                inst(
+                    pos,
+                    &format!("min.{}", self.ty),
+                    vec![name(l), name(&self.iv), ROp::Int(span)],
+                ),
+                inst(
+                    pos,
+                    &format!("sub.{}", self.ty),
+                    vec![name(l), name(&self.iv), name(l)],
+                ),
+                inst(
+                    pos,
+                    &format!("max.{}", self.ty),
+                    vec![name(l), name(l), self.bound.clone()],
+                ),
+            ];
+        }
         vec![
             inst(
                 pos,
