@@ -31,6 +31,26 @@ pub enum PreemptMethod {
     /// Kernels the transformation refuses (or whose save area would exceed the engine's limit)
     /// fall back to `Slice`, counted in [`CkptStats`].
     Checkpoint,
+    /// As `Checkpoint`, but idempotent kernels (`ptx::ckpt::Idempotence`: no global atomics,
+    /// no parameter both read and written through) restart instead of saving: a stopped
+    /// thread writes only its status and reruns from the start on the resume launch. A
+    /// launch whose written and read parameters hold the same pointer runs sliced (counted).
+    Restart,
+    /// Per launch: many short CTAs (at least [`AUTO_SLICE_WAVES`] waves of the device's
+    /// resident CTAs, estimated as one per SM on cuda and one per worker on sim) run sliced;
+    /// the others run transformed, restarting when idempotent and checkpointing otherwise.
+    /// Each choice and its reason are counted in [`CkptStats`].
+    Auto,
+}
+
+/// `Auto` slices a launch of at least this many waves of CTAs.
+pub const AUTO_SLICE_WAVES: u64 = 4;
+
+impl PreemptMethod {
+    /// Whether modules are transformed by `ptx::ckpt` at load.
+    pub fn transforms(self) -> bool {
+        !matches!(self, PreemptMethod::Slice)
+    }
 }
 
 impl std::str::FromStr for PreemptMethod {
@@ -39,8 +59,10 @@ impl std::str::FromStr for PreemptMethod {
         match s {
             "slice" => Ok(PreemptMethod::Slice),
             "checkpoint" => Ok(PreemptMethod::Checkpoint),
+            "restart" => Ok(PreemptMethod::Restart),
+            "auto" => Ok(PreemptMethod::Auto),
             o => Err(format!(
-                "unknown preemption method {o:?} (slice|checkpoint)"
+                "unknown preemption method {o:?} (slice|checkpoint|restart|auto)"
             )),
         }
     }
@@ -51,6 +73,8 @@ impl std::fmt::Display for PreemptMethod {
         f.write_str(match self {
             PreemptMethod::Slice => "slice",
             PreemptMethod::Checkpoint => "checkpoint",
+            PreemptMethod::Restart => "restart",
+            PreemptMethod::Auto => "auto",
         })
     }
 }
@@ -78,6 +102,10 @@ pub struct CkptStats {
     pub saved_full_bytes: u64,
     /// Bytes the incremental saves actually stored.
     pub saved_incremental_bytes: u64,
+    /// Launches run transformed with restarting threads (idempotent entries).
+    pub restart_launches: u64,
+    /// Launches `Auto` (or a failed alias check of `Restart`) ran sliced.
+    pub sliced_launches: u64,
 }
 
 /// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
@@ -99,6 +127,8 @@ pub(crate) struct CkptCounters {
     saved_threads: AtomicU64,
     saved_full_bytes: AtomicU64,
     saved_incremental_bytes: AtomicU64,
+    restart_launches: AtomicU64,
+    sliced_launches: AtomicU64,
 }
 
 impl CkptCounters {
@@ -116,6 +146,31 @@ impl CkptCounters {
         self.reason(format!(
             "launch of {entry}: save area of {need} bytes exceeds the limit {limit}"
         ));
+    }
+
+    /// The method of one launch of a transformed entry (see [`choose`]): `true` to run it
+    /// transformed, `false` to slice it (counted with its reason).
+    pub(crate) fn choose(
+        &self,
+        method: PreemptMethod,
+        plan: &ptx::ckpt::EntryPlan,
+        params: &[u8],
+        blocks: u64,
+        wave: u64,
+    ) -> bool {
+        match choose(method, plan, params, blocks, wave) {
+            Ok(restart) => {
+                if restart {
+                    self.restart_launches.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            Err(why) => {
+                self.sliced_launches.fetch_add(1, Ordering::Relaxed);
+                log::debug!("launch of {}: {why}", plan.name);
+                false
+            }
+        }
     }
 
     fn reason(&self, r: String) {
@@ -151,8 +206,45 @@ impl CkptCounters {
             saved_threads: g(&self.saved_threads),
             saved_full_bytes: g(&self.saved_full_bytes),
             saved_incremental_bytes: g(&self.saved_incremental_bytes),
+            restart_launches: g(&self.restart_launches),
+            sliced_launches: g(&self.sliced_launches),
         }
     }
+}
+
+/// How one launch of a transformed entry runs: `Ok(restart)` transformed (restarting or
+/// checkpointing), `Err(reason)` sliced. `Restart` (and `Auto`) refuse to restart a launch
+/// whose written and read pointer parameters hold the same value (the kernel would read what
+/// it wrote); `Auto` slices grids of at least [`AUTO_SLICE_WAVES`] `wave`s of CTAs.
+pub fn choose(
+    method: PreemptMethod,
+    plan: &ptx::ckpt::EntryPlan,
+    params: &[u8],
+    blocks: u64,
+    wave: u64,
+) -> Result<bool, String> {
+    if method == PreemptMethod::Auto && blocks >= AUTO_SLICE_WAVES * wave.max(1) {
+        return Err(format!(
+            "auto: {blocks} CTAs, at least {AUTO_SLICE_WAVES} waves of {wave}: many short CTAs, sliced"
+        ));
+    }
+    if !plan.restart {
+        return Ok(false);
+    }
+    let ptr = |off: &u32| {
+        let at = *off as usize;
+        params
+            .get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    };
+    let reads: Vec<Option<u64>> = plan.idempotence.reads.iter().map(ptr).collect();
+    for w in &plan.idempotence.writes {
+        let v = ptr(w);
+        if v.is_none() || reads.contains(&v) {
+            return Err("restart: a written parameter holds a pointer that is also read".into());
+        }
+    }
+    Ok(true)
 }
 
 /// Transforms a guest's module within its load limits (the text is hostile: the same host-byte
@@ -161,9 +253,11 @@ pub(crate) fn transform(
     text: &str,
     limits: &LoadLimits,
     poll_interval: u32,
+    restart: bool,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
     let opts = ptx::ckpt::Options {
         poll_interval: poll_interval.max(1),
+        restart,
         load: ptx::LoadOptions {
             max_host_bytes: limits.max_host_bytes,
             cancel: limits.cancel.clone(),

@@ -478,3 +478,124 @@ fn a_checkpoint_context_retargeted_at_another_engine_resumes_identically() {
         .unwrap();
     assert!(got == want, "the re-targeted checkpointed matmul differs");
 }
+
+fn method_engine(method: PreemptMethod, workers: usize) -> SimEngine {
+    SimEngine::new(SimConfig {
+        vram_size: 64 << 20,
+        workers,
+        preempt: method,
+        ckpt_poll_interval: 1,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+/// `restart` and `auto`: every suite and long workload, preempted at random moments and
+/// resumed, gives the unpreempted bytes; idempotent kernels restarted (no thread saved).
+#[test]
+fn restart_and_auto_preempt_every_workload_identically() {
+    let plain = plain_engine();
+    for (method, seed) in [
+        (PreemptMethod::Restart, 0x7e57_0001),
+        (PreemptMethod::Auto, 0x7e57_0002),
+    ] {
+        let e = method_engine(method, 2);
+        let mut rng = Rng(seed);
+        let mut total = 0;
+        for w in suite::all()
+            .filter(|w| w.name != "spin")
+            .chain(suite::long::all())
+        {
+            let inst = w.instance(suite::Size::Small);
+            let pr = runner::place(&plain, &inst, 0);
+            let (want, _) = runner::run(&plain, &pr, &inst, || None).unwrap();
+            let p = runner::place(&e, &inst, 0);
+            let (got, n) = run_preempted(&e, &p, &inst, &mut rng, 6);
+            total += n;
+            assert!(got == want, "{method}: {}: bytes differ", w.name);
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+            plain.unload_module(pr.module).unwrap();
+            plain.destroy_space(pr.space).unwrap();
+        }
+        let s = e.ckpt_stats();
+        assert!(total > 20, "{method}: only {total} preemptions");
+        assert!(s.restart_launches > 0, "{method}: {s:?}");
+        assert_eq!(s.fallback_modules, 0, "{method}: {:?}", s.fallback_reasons);
+        if method == PreemptMethod::Auto {
+            assert!(s.sliced_launches > 0, "auto never sliced: {s:?}");
+        }
+    }
+}
+
+/// What `auto` chooses per kernel class (sim: 2 workers, so 8 CTAs or more are "many"):
+/// many short CTAs slice, idempotent long kernels restart, the atomic one checkpoints.
+#[test]
+fn auto_chooses_a_method_per_kernel_class() {
+    let want = [
+        ("long_tight", "restart"),
+        ("long_many", "slice"),
+        ("long_loose", "restart"),
+        ("long_smem", "restart"),
+        ("long_atomic", "checkpoint"),
+    ];
+    for (name, method) in want {
+        let e = method_engine(PreemptMethod::Auto, 2);
+        let w = suite::long::find(name).unwrap();
+        let inst = w.instance(suite::Size::Small);
+        let p = runner::place(&e, &inst, 0);
+        let (got, _) = runner::run(&e, &p, &inst, || None).unwrap();
+        runner::check(&inst, &got).unwrap_or_else(|m| panic!("{name}: {m}"));
+        let s = e.ckpt_stats();
+        let chose = if s.sliced_launches > 0 {
+            "slice"
+        } else if s.restart_launches > 0 {
+            "restart"
+        } else {
+            "checkpoint"
+        };
+        assert_eq!(chose, method, "{name}: {s:?}");
+        assert_eq!(
+            s.sliced_launches + s.launches,
+            1,
+            "{name}: one launch: {s:?}"
+        );
+    }
+}
+
+/// `restart` refuses to restart a launch whose written parameter aliases a read one: it runs
+/// sliced (counted) and computes the right bytes.
+#[test]
+fn restart_slices_a_launch_whose_buffers_alias() {
+    let plan_text = suite::long::PTX;
+    let t = ptx::ckpt::transform(
+        plan_text,
+        &ptx::ckpt::Options {
+            restart: true,
+            ..ptx::ckpt::Options::default()
+        },
+    )
+    .unwrap();
+    let plan = t.entry("long_loose").unwrap();
+    assert!(plan.restart);
+    // out and table at the same address.
+    let mut params = vec![0u8; 24];
+    params[..8].copy_from_slice(&0x1000u64.to_le_bytes());
+    params[8..16].copy_from_slice(&0x1000u64.to_le_bytes());
+    assert!(pgpu::ckpt::choose(PreemptMethod::Restart, plan, &params, 2, 2).is_err());
+    params[8..16].copy_from_slice(&0x2000u64.to_le_bytes());
+    assert_eq!(
+        pgpu::ckpt::choose(PreemptMethod::Restart, plan, &params, 2, 2),
+        Ok(true)
+    );
+    assert!(pgpu::ckpt::choose(PreemptMethod::Auto, plan, &params, 8, 2).is_err());
+    assert_eq!(
+        pgpu::ckpt::choose(PreemptMethod::Auto, plan, &params, 7, 2),
+        Ok(true)
+    );
+    let atomic = t.entry("long_atomic").unwrap();
+    assert_eq!(
+        pgpu::ckpt::choose(PreemptMethod::Auto, atomic, &params, 2, 2),
+        Ok(false)
+    );
+}

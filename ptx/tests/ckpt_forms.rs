@@ -44,6 +44,8 @@ fn preempted_matches_polling(inst: &Instance, gap: u32, class: Class, poll_inter
         &Options {
             max_gap: gap,
             poll_interval,
+            // Strip-mined loops end a chunk every iteration or two: points are crossed.
+            chunk_instructions: 16,
             ..Options::default()
         },
     )

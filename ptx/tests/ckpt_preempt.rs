@@ -17,7 +17,10 @@ fn preempt_all(workers: usize, seed: u64, trials: u64, max_gap: u32, poll_interv
         poll_interval,
         ..Options::default()
     };
-    for w in suite::all().filter(|w| w.name != "spin") {
+    for w in suite::all()
+        .filter(|w| w.name != "spin")
+        .chain(suite::long::all())
+    {
         let inst = w.instance(suite::Size::Small);
         let (orig, _) = run_plain(&inst, w.ptx, 1);
         let t = transform(w.ptx, &opts).unwrap_or_else(|e| panic!("{}: {e}", w.name));

@@ -129,12 +129,15 @@ fn random_programs_resume_identically() {
             approx_thread_instrs: 128 * 60,
         };
         let (orig, _) = run_plain(&inst, &text, 1);
-        for (gap, poll_interval) in [(2, 1), (5, 3), (64, 1)] {
+        // chunk_instructions: 0 counts every loop's crossings down; small chunks end the
+        // strip-mined inner loops every iteration or two.
+        for (gap, poll_interval, chunk) in [(2, 1, 512), (5, 3, 8), (64, 1, 0), (3, 2, 20)] {
             let t = transform(
                 &text,
                 &Options {
                     max_gap: gap,
                     poll_interval,
+                    chunk_instructions: chunk,
                     ..Options::default()
                 },
             )

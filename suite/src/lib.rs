@@ -19,6 +19,7 @@ pub mod dump;
 pub mod hand;
 mod instance;
 pub mod lcg;
+pub mod long;
 pub mod nvcc;
 mod param;
 mod rng;

@@ -1,7 +1,7 @@
 //! `vgpu-bench preempt`: preemption latency (preempt flag set → saved context bytes in hand, the
 //! GPU free) and restore latency (`resume` called → kernel running again) of running suite
 //! kernels, over many random preemption points, on either engine (`--backend sim|cuda`) with
-//! either preemption method (`--method slice|checkpoint`). Each kernel run is preempted
+//! any preemption method (`--method slice|checkpoint|restart|auto`). Each kernel run is preempted
 //! repeatedly at random delays and resumed until it completes; its bytes are compared with an
 //! unpreempted run's (`mismatches`, must be 0). Also per workload: the bytes the checkpoint
 //! method saved (full vs incremental, from the engine's `CkptStats`) and the steady-state time
@@ -34,14 +34,17 @@ pub struct Args {
     /// Preemptions to measure per workload.
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub samples: usize,
-    /// Workloads: a suite name, a comma-separated list, or `all`.
+    /// Workloads: a suite or `suite::long` name, a comma-separated list, `long` (the
+    /// long-running kernels) or `all` (the suite but spin, then the long kernels).
     #[arg(long, default_value = "matmul")]
     pub workload: String,
     /// The engine: sim (software GPU) or cuda (a real NVIDIA GPU).
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
-    /// Preemption method of the engine: slice or checkpoint.
-    #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint"])]
+    /// Preemption method of the engine: slice, checkpoint, restart (idempotent kernels rerun
+    /// unfinished threads, the others checkpoint) or auto (per kernel; `method_used` says
+    /// which and why).
+    #[arg(long, default_value = "slice", value_parser = ["slice", "checkpoint", "restart", "auto"])]
     pub method: String,
     /// Checkpoint method: a thread reads the flag at every this many point crossings (the
     /// transformation's poll_interval; 1: at every point).
@@ -50,8 +53,8 @@ pub struct Args {
     /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
     #[arg(long)]
     pub short: bool,
-    /// Instance size: small, medium or large.
-    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large"])]
+    /// Instance size: small, medium, large or xl (cuda only; the long kernels run 1-100 ms).
+    #[arg(long, default_value = "large", value_parser = ["small", "medium", "large", "xl"])]
     pub size: String,
     /// Worker threads of the engine (0: available parallelism).
     #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
@@ -83,9 +86,16 @@ struct PerWorkload {
     name: &'static str,
     runs: u64,
     mismatches: u64,
-    /// Median unpreempted time under the method and under `slice`, µs.
+    /// Median unpreempted time under the method, under `slice`, and of the untransformed
+    /// kernel launched whole, µs.
     method_us: f64,
     slice_us: f64,
+    original_us: f64,
+    /// Thread-instructions of one unpreempted run: original, under the method (sim only).
+    instructions: Option<(u64, u64)>,
+    /// The method the engine ran the kernel with (`auto`'s choice), and why.
+    used: &'static str,
+    why: &'static str,
     samples: Vec<Sample>,
 }
 
@@ -137,31 +147,92 @@ fn step(
     })
 }
 
+/// Which method the engine used for the runs between two counter snapshots, and why.
+fn method_used(
+    method: PreemptMethod,
+    a: &pgpu::CkptStats,
+    b: &pgpu::CkptStats,
+) -> (&'static str, &'static str) {
+    if method == PreemptMethod::Slice {
+        return ("slice", "selected");
+    }
+    if b.sliced_launches > a.sliced_launches {
+        if method == PreemptMethod::Auto {
+            ("slice", "many short CTAs (at least 4 waves): sub-launches")
+        } else {
+            ("slice", "restart refused: a written buffer is also read")
+        }
+    } else if b.restart_launches > a.restart_launches {
+        (
+            "restart",
+            "idempotent: no global atomics, no buffer both read and written",
+        )
+    } else if b.launches > a.launches {
+        match method {
+            PreemptMethod::Checkpoint => ("checkpoint", "selected"),
+            _ => ("checkpoint", "few long CTAs, not idempotent"),
+        }
+    } else {
+        (
+            "slice",
+            "not transformable or save area over the limit (fallback)",
+        )
+    }
+}
+
+/// The workloads `--workload` names: `all` (the suite but `spin`, then the long kernels),
+/// `long` (`suite::long`), or a comma-separated list of either's names.
+fn workloads(a: &Args) -> Result<Vec<&'static suite::Workload>, BenchError> {
+    let short_suite = || suite::all().filter(|w| w.name != "spin");
+    Ok(match a.workload.as_str() {
+        _ if a.short => short_suite().chain(suite::long::all()).collect(),
+        "all" => short_suite().chain(suite::long::all()).collect(),
+        "long" => suite::long::all().iter().collect(),
+        list => list
+            .split(',')
+            .map(|n| {
+                let n = n.trim();
+                suite::long::find(n).map_or_else(|| crate::runner::workload(n), Ok)
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let size_name = if a.short { "small" } else { a.size.as_str() };
     let size = suite::Size::from_name(size_name)
         .ok_or_else(|| BenchError::Invalid(format!("unknown size `{}`", a.size)))?;
+    if size.real_gpu_only() && a.backend == Backend::Sim {
+        return Err(BenchError::Invalid(
+            "size xl is for real GPUs (--backend cuda): the interpreter would take minutes".into(),
+        ));
+    }
     let method: PreemptMethod = a.method.parse().map_err(BenchError::Invalid)?;
-    let names: Vec<&'static suite::Workload> = if a.short || a.workload == "all" {
-        suite::all().filter(|w| w.name != "spin").collect()
-    } else {
-        a.workload
-            .split(',')
-            .map(|n| crate::runner::workload(n.trim()))
-            .collect::<Result<_, _>>()?
-    };
+    let names = workloads(a)?;
     let samples_per = if a.short { 4 } else { a.samples };
     let reps = if a.short { 1 } else { 5 };
-    // Phase 1, the `slice` engine: reference bytes and the unpreempted time.
-    let mut reference = Vec::new();
+    // Phase 0, the untransformed kernels launched whole: reference bytes and the baseline of
+    // the steady-state overheads.
+    let mut original = Vec::new();
     {
+        let e = Eng::original(a.backend, a.workers)?;
+        for w in &names {
+            let inst = w.instance(size);
+            let p = env::place(&e, &inst)?;
+            original.push(env::timed_runs(&e, &p, &inst, reps)?);
+            env::release(&e, &p)?;
+        }
+    }
+    // Phase 1, the `slice` engine (on sim the same as phase 0: the interpreter runs the
+    // original and stops it between instructions).
+    let mut slice = Vec::new();
+    if a.backend == Backend::Cuda {
         let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers, a.poll_interval)?;
         for w in &names {
             let inst = w.instance(size);
             let p = env::place(&e, &inst)?;
-            let (us, bytes) = env::timed_runs(&e, &p, &inst, reps)?;
+            slice.push(env::timed_runs(&e, &p, &inst, reps)?);
             env::release(&e, &p)?;
-            reference.push((us, bytes));
         }
     }
     // Phase 2, the method's engine.
@@ -169,25 +240,34 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let workers = e.workers();
     let mut seed = a.seed.max(1);
     let mut per = Vec::new();
-    for (w, (slice_us, want)) in names.iter().zip(reference) {
+    for (k, (w, orig)) in names.iter().zip(&original).enumerate() {
+        let want = &orig.bytes;
+        let slice_us = slice.get(k).map_or(orig.us, |s: &env::Timed| s.us);
+        let slice_bad = slice.get(k).is_some_and(|s| &s.bytes != want);
         let inst = w.instance(size);
         let p = env::place(&e, &inst)?;
-        let (method_us, got) = env::timed_runs(&e, &p, &inst, reps)?;
+        let before = e.ckpt_stats();
+        let timed = env::timed_runs(&e, &p, &inst, reps)?;
+        let (used, why) = method_used(method, &before, &e.ckpt_stats());
         let mut pw = PerWorkload {
+            used,
+            why,
             name: w.name,
             runs: 0,
-            mismatches: u64::from(got != want),
-            method_us,
+            mismatches: u64::from(&timed.bytes != want) + u64::from(slice_bad),
+            method_us: timed.us,
             slice_us,
+            original_us: orig.us,
+            instructions: orig.thread_instructions.zip(timed.thread_instructions),
             samples: Vec::new(),
         };
-        let max_delay_us = ((method_us / 4.0) as u64).max(1);
+        let max_delay_us = ((timed.us / 4.0) as u64).max(1);
         // Kernels too short to be caught get a bounded number of tries.
         let max_runs = 50 * samples_per as u64 + 8;
         while pw.samples.len() < samples_per && pw.runs < max_runs {
             pw.runs += 1;
             sample_runs(&e, &p, &inst, &mut pw, &mut seed, max_delay_us)?;
-            if env::read_back(&e, &p, &inst)? != want {
+            if &env::read_back(&e, &p, &inst)? != want {
                 pw.mismatches += 1;
             }
         }
@@ -305,13 +385,30 @@ fn output(
                 "context_bytes": pct(&|x| Some(x.context_bytes as f64), &s).json(),
                 "saved_full_bytes": full,
                 "saved_incremental_bytes": inc,
+                "method_used": w.used,
+                "why": w.why,
                 "unpreempted_us": w.method_us,
                 "unpreempted_slice_us": w.slice_us,
+                "unpreempted_original_us": w.original_us,
                 "overhead_vs_slice": w.method_us / w.slice_us.max(1e-9),
+                "overhead_vs_original": w.method_us / w.original_us.max(1e-9),
+                "slice_overhead_vs_original": w.slice_us / w.original_us.max(1e-9),
+                "thread_instructions_original": w.instructions.map(|x| x.0),
+                "thread_instructions_method": w.instructions.map(|x| x.1),
+                "instruction_overhead": w.instructions.map(|(o, m)| m as f64 / o.max(1) as f64),
             })
         })
         .collect();
     let ck = e.ckpt_stats();
+    let geo = |v: Vec<f64>| crate::overhead_output::geomean(&v);
+    let time_geo = geo(per
+        .iter()
+        .map(|w| w.method_us / w.original_us.max(1e-9))
+        .collect());
+    let instr_geo = geo(per
+        .iter()
+        .filter_map(|w| w.instructions.map(|(o, m)| m as f64 / o.max(1) as f64))
+        .collect());
     let summary = serde_json::json!({
         "experiment": "preempt",
         "backend": a.backend.name(),
@@ -329,6 +426,8 @@ fn output(
         "preempt_to_live_context_us": pre_live.json(),
         "restore_from_live_context_to_running_us": res_live.json(),
         "context_bytes": ctx.json(),
+        "overhead_vs_original_geomean": time_geo,
+        "instruction_overhead_geomean": instr_geo,
         "checkpoint": {
             "modules_transformed": ck.modules_transformed,
             "fallback_modules": ck.fallback_modules,
@@ -336,6 +435,8 @@ fn output(
             "fallback_reasons": ck.fallback_reasons,
             "saved_full_bytes": ck.saved_full_bytes,
             "saved_incremental_bytes": ck.saved_incremental_bytes,
+            "restart_launches": ck.restart_launches,
+            "sliced_launches": ck.sliced_launches,
         },
         "per_workload": workloads,
         "target_p99_us": TARGET_P99_US,
@@ -399,7 +500,8 @@ fn output(
         "preempt: {} samples of {} workload(s) ({}, {method}, {size}, {} workers), p50/p99/max µs: \
          flag→bytes {:.1}/{:.1}/{:.1}, bytes→running {:.1}/{:.1}/{:.1}; in-memory: flag→context \
          {:.1}/{:.1}/{:.1}, context→running {:.1}/{:.1}/{:.1}; context {:.0} B; saved full {} B, \
-         incremental {} B; mismatches {mismatches} (target p99 ≤ {TARGET_P99_US} µs: {})",
+         incremental {} B; never preempted: {:.3}x the original's time, {:.3}x its instructions \
+         (geomean); mismatches {mismatches} (target p99 ≤ {TARGET_P99_US} µs: {})",
         all.len(),
         per.len(),
         a.backend.name(),
@@ -419,6 +521,8 @@ fn output(
         ctx.p50,
         ck.saved_full_bytes,
         ck.saved_incremental_bytes,
+        time_geo,
+        instr_geo,
         if meets { "met" } else { "missed" }
     ))
 }

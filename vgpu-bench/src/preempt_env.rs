@@ -67,6 +67,31 @@ impl Eng {
         })
     }
 
+    /// The untransformed kernels, each launch whole: the baseline of the steady-state
+    /// overheads (on sim the interpreter runs the original module; on cuda modules load
+    /// unmodified, `CudaConfig::whole_launches`).
+    pub fn original(backend: Backend, workers: usize) -> Result<Eng, BenchError> {
+        match backend {
+            Backend::Sim => Eng::new(backend, PreemptMethod::Slice, workers, 1),
+            Backend::Cuda => Ok(Eng {
+                kind: Kind::Cuda(Box::new(CudaEngine::new(CudaConfig {
+                    vram_size: VRAM,
+                    whole_launches: true,
+                    ..CudaConfig::default()
+                })?)),
+                reported: Mutex::new((0, 0)),
+            }),
+        }
+    }
+
+    /// Thread-instructions the sim interpreter has executed (`None` on cuda).
+    pub fn thread_instructions(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Sim(e) => Some(e.counters().thread_instructions),
+            Kind::Cuda(_) => None,
+        }
+    }
+
     pub fn dyn_engine(&self) -> &dyn Engine {
         match &self.kind {
             Kind::Sim(e) => e.as_ref(),
@@ -220,9 +245,38 @@ pub fn read_back(e: &Eng, p: &Placed, inst: &suite::Instance) -> Result<Vec<Vec<
     Ok(outs)
 }
 
+/// Unpreempted runs of an instance.
+pub struct Timed {
+    /// Median GPU time of a run (summed over launches), µs.
+    pub us: f64,
+    /// Bytes of the last run.
+    pub bytes: Vec<Vec<u8>>,
+    /// Thread-instructions of one run (sim only).
+    pub thread_instructions: Option<u64>,
+}
+
 /// `reps` unpreempted runs: the median of their GPU time (summed over launches, µs) and the
 /// bytes of the last.
 pub fn timed_runs(
+    e: &Eng,
+    p: &Placed,
+    inst: &suite::Instance,
+    reps: usize,
+) -> Result<Timed, BenchError> {
+    let before = e.thread_instructions();
+    let t = timed_runs_inner(e, p, inst, reps)?;
+    let per_run = match (before, e.thread_instructions()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) / reps.max(1) as u64),
+        _ => None,
+    };
+    Ok(Timed {
+        us: t.0,
+        bytes: t.1,
+        thread_instructions: per_run,
+    })
+}
+
+fn timed_runs_inner(
     e: &Eng,
     p: &Placed,
     inst: &suite::Instance,

@@ -75,9 +75,9 @@ pub struct GpuConfig {
     /// Page sizes of the sim engine (`pages=4k+2m`, default, or `pages=2m`: the 2 MiB-only
     /// GPU a cuda backend is, so the guest driver's big-page path can be exercised anywhere).
     pub sim_pages_2m_only: bool,
-    /// How the engine preempts kernels (`preempt=slice|checkpoint`; default slice: the sim
-    /// interpreter stops between instructions, cuda runs sliced sub-launches; checkpoint:
-    /// compiler-directed checkpoints, `pgpu::PreemptMethod`).
+    /// How the engine preempts kernels (`preempt=slice|checkpoint|restart|auto`; default
+    /// slice: the sim interpreter stops between instructions, cuda runs sliced sub-launches;
+    /// checkpoint: compiler-directed checkpoints; restart and auto: `pgpu::PreemptMethod`).
     pub preempt: pgpu::PreemptMethod,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,

@@ -438,8 +438,15 @@ impl Engine for CudaEngine {
         // The JIT runs inside the driver and cannot be interrupted: the bounds are checked
         // around it. Host memory: the text kept and an estimate of the driver's copy (module
         // variables live in the context's device memory, not in host memory).
-        let mut loaded = m.load(self.ctx, ptx, lim.max_modules, lim.max_ptx_bytes_total)?;
-        if self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint {
+        let slice = !self.cfg.whole_launches;
+        let mut loaded = m.load(
+            self.ctx,
+            ptx,
+            lim.max_modules,
+            lim.max_ptx_bytes_total,
+            slice,
+        )?;
+        if self.cfg.preempt.transforms() {
             match self.load_ck(ptx, limits) {
                 Ok(Some((ck, bytes))) => {
                     if let Some(b) = m.set_ck(loaded.id, ck, bytes) {
@@ -468,7 +475,7 @@ impl Engine for CudaEngine {
     }
 
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
-        (self.cfg.preempt == crate::ckpt::PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
+        self.cfg.preempt.transforms().then(|| self.ckpt_stats())
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {

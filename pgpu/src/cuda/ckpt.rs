@@ -39,7 +39,8 @@ impl CudaEngine {
         text: &str,
         limits: &LoadLimits,
     ) -> Result<Option<(CkLoaded, u64)>, EngineError> {
-        let t = match ckpt::transform(text, limits, self.cfg.ckpt_poll_interval) {
+        let restart = self.cfg.preempt != crate::ckpt::PreemptMethod::Checkpoint;
+        let t = match ckpt::transform(text, limits, self.cfg.ckpt_poll_interval, restart) {
             Ok(t) => t,
             Err(e) => {
                 if let Some(err) = ckpt::limit_error(&e) {
@@ -85,6 +86,14 @@ impl CudaEngine {
         if need > self.cfg.max_save_area_bytes {
             self.ckpt
                 .launch_fallback(&l.entry, need, self.cfg.max_save_area_bytes);
+            return Ok(None);
+        }
+        // Auto and restart: one CTA per SM is the smallest wave.
+        let wave = u64::from(self.sms.max(1));
+        if !self
+            .ckpt
+            .choose(self.cfg.preempt, plan, &l.params, l.total_blocks(), wave)
+        {
             return Ok(None);
         }
         Ok(Some((ck, idx, need)))

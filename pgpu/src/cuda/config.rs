@@ -41,6 +41,10 @@ pub struct CudaConfig {
     /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
     /// crossings. Default: the transformation's (64).
     pub ckpt_poll_interval: u32,
+    /// Load modules unmodified and run every launch whole (one `cuLaunchKernel` of the
+    /// guest's grid, not preemptible inside it): the untransformed baseline that
+    /// `vgpu-bench preempt` measures the methods' steady-state cost against. Default false.
+    pub whole_launches: bool,
 }
 
 impl Default for CudaConfig {
@@ -57,6 +61,7 @@ impl Default for CudaConfig {
             max_save_area_bytes: 256 << 20,
             flag_write: FlagWrite::WriteValue,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
+            whole_launches: false,
         }
     }
 }

@@ -223,6 +223,7 @@ impl Modules {
         text: &str,
         max_modules: usize,
         max_total: usize,
+        slice: bool,
     ) -> Result<LoadedModule, EngineError> {
         if self.by_id.len() >= max_modules {
             return Err(EngineError::TooMany("modules"));
@@ -230,8 +231,16 @@ impl Modules {
         if self.bytes + text.len() > max_total {
             return Err(EngineError::TooMany("bytes of loaded PTX"));
         }
-        let rw = rewrite(text);
-        if !rw.sliced {
+        let rw = if slice {
+            rewrite(text)
+        } else {
+            super::rewrite::Rewritten {
+                text: text.to_string(),
+                sliced: false,
+                reason: String::new(),
+            }
+        };
+        if slice && !rw.sliced {
             log::warn!(
                 "cuda: module runs unsliced (not preemptible): {}",
                 rw.reason

@@ -205,12 +205,13 @@ impl Engine for SimEngine {
             ..limits.clone()
         };
         let (module, mut bytes) = ptx_load::parse(text, &bound)?;
-        let ck = if self.config.preempt == PreemptMethod::Checkpoint {
+        let ck = if self.config.preempt.transforms() {
             let left = LoadLimits {
                 max_host_bytes: ptx_load::remaining(&bound, bytes)?,
                 ..limits.clone()
             };
-            match ckpt::transform(text, &left, self.config.ckpt_poll_interval) {
+            let restart = self.config.preempt != PreemptMethod::Checkpoint;
+            match ckpt::transform(text, &left, self.config.ckpt_poll_interval, restart) {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);
@@ -243,7 +244,7 @@ impl Engine for SimEngine {
     }
 
     fn checkpoint_stats(&self) -> Option<ckpt::CkptStats> {
-        (self.config.preempt == PreemptMethod::Checkpoint).then(|| self.ckpt_stats())
+        self.config.preempt.transforms().then(|| self.ckpt_stats())
     }
 
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {

@@ -124,6 +124,15 @@ impl SimEngine {
             self.ckpt.launch_fallback(&l.entry, need, limit);
             return Ok(None);
         }
+        // Auto and restart: the interpreter runs one CTA per worker at a time.
+        let blocks: u64 = l.grid.iter().map(|&g| u64::from(g)).product();
+        let wave = self.config.workers.max(1) as u64;
+        if !self
+            .ckpt
+            .choose(self.config.preempt, plan, &l.params, blocks, wave)
+        {
+            return Ok(None);
+        }
         // Validate the launch (shape, parameters) before allocating its memory.
         let p = params_of(&ck.module, &l.entry)?;
         p.buffer(&l.params, 0, 0, false, 0)?;

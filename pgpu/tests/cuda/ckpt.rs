@@ -208,3 +208,49 @@ fn gpu_ckpt_refused_kernel_falls_back_to_slicing_and_is_counted() {
     assert!(st.fallback_reasons[0].contains("__ck"), "{st:?}");
     assert_eq!(st.launches, 0);
 }
+
+/// `restart` and `auto` on the GPU: every suite and long workload preempted from another
+/// thread gives the bytes of the unpreempted run on sim; auto slices `long_many`'s grid only
+/// at sizes with many waves, so here it counts restarts and checkpoints.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_restart_and_auto_preempted_give_identical_bytes() {
+    let s = sim();
+    for method in [PreemptMethod::Restart, PreemptMethod::Auto] {
+        let e = cuda(CudaConfig {
+            vram_size: 512 * MIB,
+            preempt: method,
+            ..CudaConfig::default()
+        });
+        let mut failures = Vec::new();
+        let mut total = 0;
+        for w in suite::all()
+            .filter(|w| w.name != "spin")
+            .chain(suite::long::all())
+        {
+            let inst = w.instance(suite::Size::Medium);
+            let ps = place(&s, &inst, window());
+            let (want, _) = run(&s, &ps, &inst, None).unwrap();
+            s.destroy_space(ps.space).unwrap();
+            let p = place(&e, &inst, window());
+            match run(&e, &p, &inst, Some(Duration::from_micros(30))) {
+                Ok((got, n)) => {
+                    total += n;
+                    if got != want {
+                        failures.push(format!("{method} {}: bytes differ", w.name));
+                    }
+                }
+                Err(m) => failures.push(format!("{method} {}: {m}", w.name)),
+            }
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+        }
+        let st = e.ckpt_stats();
+        println!(
+            "MEASURE {method} suite+long: {total} preemptions, {} restart launches, {} sliced, {} threads saved",
+            st.restart_launches, st.sliced_launches, st.saved_threads
+        );
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert!(st.restart_launches > 0, "{st:?}");
+    }
+}

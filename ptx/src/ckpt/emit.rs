@@ -101,6 +101,10 @@ pub(crate) struct Plan<'a> {
     pub shared: Option<&'a SharedPlan>,
     /// Points crossed per flag load (1: load at every point, software-pipelined).
     pub poll_interval: u32,
+    /// Per site: the strip-mining of the loop it heads (polled at every crossing).
+    pub strips: &'a [Option<super::strip::Strip>],
+    /// Stopped threads save nothing and are rerun from the start (status "not started").
+    pub restart: bool,
 }
 
 /// Point id of site `k` (the entry point is 0).
@@ -136,8 +140,16 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         });
         d.param_size = off + size;
     }
-    for (n, t) in REGS {
+    for (n, t) in REGS.iter().chain(&super::strip::REGS) {
         d.regs.insert((*n).to_string(), *t);
+    }
+    // Strip-mined loops: the compare and back branch of each, by node.
+    let mut strip_at: HashMap<usize, (usize, &super::strip::Strip)> = HashMap::new();
+    for (k, s) in plan.strips.iter().enumerate() {
+        if let Some(s) = s {
+            strip_at.insert(s.setp, (k, s));
+            strip_at.insert(s.back, (k, s));
+        }
     }
     let site_at: HashMap<usize, usize> = plan
         .sites
@@ -146,6 +158,15 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         .map(|(k, s)| (s.node, k))
         .collect();
     let body = std::mem::take(&mut e.body);
+    // The original compares of strip-mined loops (re-run after each inner loop).
+    let setps: HashMap<usize, Stmt> = {
+        let insts: Vec<&Stmt> = body.iter().filter(|s| matches!(s, Stmt::Inst(_))).collect();
+        plan.strips
+            .iter()
+            .flatten()
+            .filter_map(|st| insts.get(st.setp).map(|s| (st.setp, (*s).clone())))
+            .collect()
+    };
     let mut g = Gen {
         out: Vec::with_capacity(body.len() * 2),
         pos: d.pos,
@@ -197,15 +218,19 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
             // at the same program point as the original labels here: a loop is never entered
             // past its header's poll (no irreducible loop when the point is the header).
             g.label(&format!("$__ck_at{}", pid(sk)));
+            let strip = plan.strips.get(sk).and_then(Option::as_ref);
             let arg = match plan.class {
                 Class::Cta => {
-                    let non_aligned = super::flow::base(&i.opcode) == "barrier"
-                        && !i.opcode.split('.').any(|m| m == "aligned");
+                    // A barrier added at a strip-mined loop's header takes the non-aligned
+                    // form (the loop's own barriers may be `barrier.sync`).
+                    let non_aligned = strip.is_some()
+                        || (super::flow::base(&i.opcode) == "barrier"
+                            && !i.opcode.split('.').any(|m| m == "aligned"));
                     non_aligned.then(|| r("barrier.red.or.pred"))
                 }
                 _ => masks.get(&k).cloned(),
             };
-            if plan.poll_interval <= 1 {
+            if plan.poll_interval <= 1 || strip.is_some() {
                 // Software-pipelined poll: decide on the flag value loaded at the previous
                 // point (or the prologue), then load it again for the next one, so no
                 // instruction waits for the load (a resumed thread enters with it 0).
@@ -234,10 +259,35 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 );
                 checks.push((sk, arg));
             }
-            if plan.class == Class::Cta {
+            if plan.class == Class::Cta && strip.is_none() {
                 // The barrier is the bar.red of the poll.
                 continue;
             }
+            if let Some(st) = strip {
+                // The chunk's bound, then the inner loop (the original with that bound).
+                g.out.extend(st.lim(i.pos));
+                g.label(&format!("$__ck_in{}", pid(sk)));
+            }
+        }
+        if let Some(&(sk, st)) = strip_at.get(&k) {
+            if k == st.setp {
+                g.out.push(Stmt::Inst(st.inner_test(&i)));
+                continue;
+            }
+            // The back branch: round the inner loop while the chunk lasts, then the
+            // original test and branch (back to the point).
+            let guard = i.guard.as_ref().map(|(p, _, pos)| (p.clone(), false, *pos));
+            g.out.push(Stmt::Inst(RawInst {
+                pos: i.pos,
+                guard,
+                opcode: "bra".into(),
+                ops: vec![r(&format!("$__ck_in{}", pid(sk)))],
+            }));
+            if let Stmt::Inst(orig) = &setps[&st.setp] {
+                g.out.push(Stmt::Inst(orig.clone()));
+            }
+            g.out.push(Stmt::Inst(i));
+            continue;
         }
         if matches!(super::flow::base(&i.opcode), "ret" | "exit") {
             if i.guard.is_none() && last == Some(k) {
@@ -304,6 +354,11 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     // Save paths: each point records its id, then the common part.
     for k in 0..plan.sites.len() {
         g.label(&format!("$__ck_save{}", pid(k)));
+        if plan.restart {
+            // Restart: the thread stops as if it had never started.
+            g.i("bra", vec![r("$__ck_never")]);
+            continue;
+        }
         g.i("mov.u32", vec![r("%__ck_pt"), imm(pid(k))]);
         g.i("bra", vec![r("$__ck_save")]);
     }

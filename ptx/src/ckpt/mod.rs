@@ -14,15 +14,18 @@ mod budget;
 mod build;
 mod emit;
 mod flow;
+mod idem;
 mod incremental;
 mod layout;
 mod module;
 mod names;
 mod points;
 mod print;
+mod strip;
 
 pub use budget::Unsupported;
 pub use emit::{PARAMS, STATUS_DONE, STATUS_NOT_STARTED};
+pub use idem::Idempotence;
 pub use layout::HEADER_BYTES;
 pub use points::{Class, PointKind};
 
@@ -47,6 +50,11 @@ pub struct Options {
     /// an H100 a load per iteration made a 4-instruction loop 100x slower). 1 loads at every
     /// point, software-pipelined. Preemption latency grows with it.
     pub poll_interval: u32,
+    /// Strip-mining of single-block counted loops (`Thread` kernels): about this many of
+    /// the loop's instructions run between two polls of its point, as an inner loop with a
+    /// clamped bound that `ptxas` can unroll, and the point loads the flag at every crossing
+    /// (no countdown). Default 512; 0 keeps the counted poll in every loop.
+    pub chunk_instructions: u32,
     /// Most points per entry. Default 256.
     pub max_points: u32,
     /// Largest per-thread record (bytes). Default 4096.
@@ -56,6 +64,11 @@ pub struct Options {
     pub max_local_bytes: u32,
     /// Incremental saves (default true); false stores every live register at every point.
     pub incremental: bool,
+    /// Restart idempotent entries instead of checkpointing them (default false): a thread
+    /// stopped at a point saves nothing and reruns from the start on the resume launch
+    /// (status `STATUS_NOT_STARTED`); entries that are not idempotent still checkpoint.
+    /// [`EntryPlan::restart`] says which.
+    pub restart: bool,
     /// Analysis work budget (units of about one bit-set word operation). Default 2^27.
     pub max_work: u64,
     /// Analysis tables budget (bytes). Default 64 MiB.
@@ -70,10 +83,12 @@ impl Default for Options {
         Options {
             max_gap: 64,
             poll_interval: 64,
+            chunk_instructions: 512,
             max_points: 256,
             max_record_bytes: 4096,
             max_local_bytes: 1024,
             incremental: true,
+            restart: false,
             max_work: 1 << 27,
             max_analysis_bytes: 64 << 20,
             load: LoadOptions::default(),
@@ -117,6 +132,11 @@ pub struct EntryPlan {
     pub saves_shared: bool,
     /// `incremental[r][p]`: bytes stored at point `p+1` by a thread resumed from point `r+1`.
     pub incremental: Vec<Vec<u32>>,
+    /// Whether the entry may be rerun from the start (see [`Idempotence`]).
+    pub idempotence: Idempotence,
+    /// Whether its threads restart instead of saving ([`Options::restart`] and idempotent):
+    /// its records hold only the status word.
+    pub restart: bool,
 }
 
 impl EntryPlan {
@@ -245,7 +265,8 @@ fn transform_entry(
     let fl = flow::Flow::build(&e.body, &regs, b)?;
     let class = points::classify(e, &fl, module_shared, b)?;
     let live = flow::liveness(&fl, &regs, b)?;
-    let sites = points::choose(e, &fl, class, &live, &regs, opts.max_gap, b)?;
+    let mut sites = points::choose(e, &fl, class, &live, &regs, opts.max_gap, b)?;
+    let strips = strip_loops(e, &fl, class, &live, &regs, &mut sites, opts, b)?;
     if sites.len() as u64 > u64::from(opts.max_points) {
         return Err(Unsupported::TooManyPoints {
             entry: name,
@@ -253,15 +274,25 @@ fn transform_entry(
             limit: u64::from(opts.max_points),
         });
     }
+    let idempotence = idem::analyse(e, 64);
+    let restart = opts.restart && idempotence.idempotent;
+    // A restarting entry saves nothing: no live registers, local or shared memory.
     let lives: Vec<Vec<u32>> = sites
         .iter()
-        .map(|s| layout::live_at(&live, &regs, s))
+        .map(|s| {
+            if restart {
+                Vec::new()
+            } else {
+                layout::live_at(&live, &regs, s)
+            }
+        })
         .collect();
     let locals: Vec<crate::decode::VarDecl> = e
         .decls
         .local
         .iter()
         .chain(&e.decls.call_params)
+        .filter(|_| !restart)
         .cloned()
         .collect();
     let local_total: u64 = locals.iter().map(|v| v.size.next_multiple_of(8)).sum();
@@ -288,7 +319,8 @@ fn transform_entry(
         vec![lives.clone(); sites.len()]
     };
     incremental::prune(&mut stores, &lives);
-    let sp = (class == Class::Cta).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
+    let sp =
+        (class == Class::Cta && !restart).then(|| emit::SharedPlan::new(shared, &e.decls.shared));
     let points = sites
         .iter()
         .zip(&lives)
@@ -321,6 +353,8 @@ fn transform_entry(
         regs: &regs,
         shared: sp.as_ref(),
         poll_interval: opts.poll_interval,
+        strips: &strips,
+        restart,
     };
     emit::rewrite(e, &plan);
     Ok(EntryPlan {
@@ -332,5 +366,72 @@ fn transform_entry(
         shared_static_bytes: sp.as_ref().map_or(0, |s| s.static_bytes),
         saves_shared: sp.is_some(),
         incremental,
+        idempotence,
+        restart,
     })
+}
+
+/// The strip-mined loops, one entry per site (sites sorted again): a `Thread` kernel's loop
+/// points where the loop is counted; a `Cta` kernel's barrier point in a loop moves to the
+/// header of its innermost loop when that loop is counted (and the carry flag is dead there).
+#[allow(clippy::too_many_arguments)]
+fn strip_loops(
+    e: &module::StmtEntry,
+    fl: &flow::Flow,
+    class: Class,
+    live: &flow::BitRows,
+    regs: &flow::Regs,
+    sites: &mut Vec<points::Site>,
+    opts: &Options,
+    b: &mut budget::Budget,
+) -> Result<Vec<Option<strip::Strip>>, Unsupported> {
+    let chunk = opts.chunk_instructions;
+    let loops: Vec<(usize, usize)> = fl
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, nd)| match nd.exit {
+            flow::Exit::Branch(t) if t <= i => Some((t, i)),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<(points::Site, Option<strip::Strip>)> = Vec::with_capacity(sites.len());
+    for s in sites.drain(..) {
+        b.work(1 + loops.len() as u64)?;
+        if chunk == 0 {
+            out.push((s, None));
+            continue;
+        }
+        match class {
+            Class::Thread if s.kind == PointKind::Loop => {
+                let st = strip::find(e, fl, regs, s.node, chunk, false);
+                out.push((s, st));
+            }
+            Class::Cta => {
+                let header = loops
+                    .iter()
+                    .filter(|&&(t, i)| t <= s.node && s.node <= i)
+                    .min_by_key(|&&(t, i)| i - t)
+                    .map(|&(t, _)| t)
+                    .filter(|&t| !flow::test(live.row(t), regs.cf()));
+                match header.and_then(|t| Some((t, strip::find(e, fl, regs, t, chunk, true)?))) {
+                    Some((t, st)) => out.push((
+                        points::Site {
+                            node: t,
+                            kind: PointKind::Loop,
+                        },
+                        Some(st),
+                    )),
+                    None => out.push((s, None)),
+                }
+            }
+            _ => out.push((s, None)),
+        }
+    }
+    out.sort_by_key(|(s, _)| s.node);
+    // Two barrier points of one loop both moved to its header: keep one.
+    out.dedup_by_key(|(s, _)| s.node);
+    let (s, st): (Vec<_>, Vec<_>) = out.into_iter().unzip();
+    *sites = s;
+    Ok(st)
 }

@@ -7,9 +7,10 @@
 //!   warp-uniformly with `vote.sync.any.pred` over the same mask.
 //! - [`Class::Thread`] (neither): points anywhere, decided per thread.
 //!
-//! Every candidate barrier of a `Cta` kernel is a point (the barrier already synchronizes the
-//! CTA, the poll adds three instructions to it). Among the candidate sites of the other
-//! classes, every loop (backward branch) gets one point (its first
+//! Every candidate barrier of a `Cta` kernel outside loops is a point (the barrier already
+//! synchronizes the CTA, the poll adds three instructions to it), and inside loops the first
+//! one of each loop (a loop with two barriers polls once per iteration). Among the candidate
+//! sites of the other classes, every loop (backward branch) gets one point (its first
 //! candidate, the loop header for `Thread`), and straight-line code gets one more wherever a
 //! path has run `max_gap` instructions since the last point. A site where the carry flag is
 //! live is never a candidate.
@@ -186,13 +187,6 @@ pub(crate) fn choose(
     b.memory(n as u64 * 16)?;
     let cand = candidates(e, flow, class, live, regs);
     let mut kind: Vec<Option<PointKind>> = vec![None; n];
-    if class == Class::Cta {
-        for (k, c) in cand.iter().enumerate() {
-            if *c {
-                kind[k] = Some(PointKind::Barrier);
-            }
-        }
-    }
     // Loops: innermost (shortest) first; one point per loop range.
     let mut loops: Vec<(usize, usize)> = flow
         .nodes
@@ -204,6 +198,24 @@ pub(crate) fn choose(
         })
         .collect();
     loops.sort_by_key(|&(t, i)| (i - t, t));
+    if class == Class::Cta {
+        // Every barrier outside loops (each runs once per thread); inside a loop only the
+        // first one (below), so a loop with several barriers polls once per iteration.
+        b.work(n as u64 + loops.len() as u64)?;
+        // Loop depth of each instruction, by a sweep over the loop starts and ends.
+        let mut depth = vec![0i64; n + 1];
+        for &(t, i) in &loops {
+            depth[t] += 1;
+            depth[i + 1] -= 1;
+        }
+        let mut d = 0i64;
+        for k in 0..n {
+            d += depth[k];
+            if cand[k] && d == 0 {
+                kind[k] = Some(PointKind::Barrier);
+            }
+        }
+    }
     // Prefix counts of chosen points, rebuilt lazily: ranges are checked by a scan, charged.
     for (t, i) in loops {
         b.work((i - t + 1) as u64)?;
@@ -211,7 +223,11 @@ pub(crate) fn choose(
             continue;
         }
         if let Some(k) = (t..=i).find(|&k| cand[k]) {
-            kind[k] = Some(PointKind::Loop);
+            kind[k] = Some(if class == Class::Cta {
+                PointKind::Barrier
+            } else {
+                PointKind::Loop
+            });
         }
     }
     // Straight-line gaps: longest forward path since the last point.

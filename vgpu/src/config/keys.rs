@@ -195,12 +195,14 @@ pub static KEYS: &[Key] = &[
     },
     Key {
         name: "preempt",
-        values: "slice|checkpoint",
+        values: "slice|checkpoint|restart|auto",
         default: "slice",
-        help: "how kernels are preempted (checkpoint: compiler-directed checkpoints, \
-               pgpu/README.md)",
+        help: "how kernels are preempted (checkpoint: compiler-directed checkpoints; restart: \
+               idempotent kernels rerun, others checkpoint; auto: per kernel; pgpu/README.md)",
         parse: |d, v| {
-            d.cfg.preempt = v.parse().map_err(|_| "slice or checkpoint")?;
+            d.cfg.preempt = v
+                .parse()
+                .map_err(|_| "slice, checkpoint, restart or auto")?;
             Ok(())
         },
         print: |c| Some(c.preempt.to_string()),
