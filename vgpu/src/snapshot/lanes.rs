@@ -121,7 +121,7 @@ mod tests {
             .create_new(true)
             .open(&path)
             .unwrap();
-        let a: Vec<u8> = (0..(9u32 << 20) + 5).map(|i| (i * 31 >> 7) as u8).collect();
+        let a: Vec<u8> = (0..(9u32 << 20) + 5).map(|i| ((i * 31) >> 7) as u8).collect();
         let b = vec![7u8; 12];
         let pieces: Vec<&[u8]> = vec![&b, &a, &[], &b];
         let crcs = write_at(&file, 100, &pieces).unwrap();
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!((x == a, y == b), (true, true));
         assert_eq!(got, vec![Crc::of(&a), Crc::of(&b)]);
         // Past the end of the file.
-        let mut z = vec![0u8; 8];
+        let mut z = [0u8; 8];
         let e = read_at(
             &file,
             vec![(file.metadata().unwrap().len() - 4, &mut z[..])],

@@ -485,7 +485,7 @@ mod tests {
         let data = save(&mut w, e, base, size, io).unwrap();
         let n = w.finish().unwrap();
         assert_eq!(n, at.get());
-        (std::fs::read(&t.0.join("snap")).unwrap(), data)
+        (std::fs::read(t.0.join("snap")).unwrap(), data)
     }
 
     /// Restores through the file path (lanes reading at offsets).
