@@ -121,7 +121,9 @@ mod tests {
             .create_new(true)
             .open(&path)
             .unwrap();
-        let a: Vec<u8> = (0..(9u32 << 20) + 5).map(|i| ((i * 31) >> 7) as u8).collect();
+        let a: Vec<u8> = (0..(9u32 << 20) + 5)
+            .map(|i| ((i * 31) >> 7) as u8)
+            .collect();
         let b = vec![7u8; 12];
         let pieces: Vec<&[u8]> = vec![&b, &a, &[], &b];
         let crcs = write_at(&file, 100, &pieces).unwrap();
