@@ -24,13 +24,17 @@
 //! - [`container`]: a whole container in memory ([`Writer`], [`read`]);
 //! - [`stream`]: the same bytes written and read through `std::io` without holding them
 //!   ([`StreamWriter`], [`StreamReader`]), for images with their VRAM;
-//! - [`dec`]: the bounded payload reader ([`Dec`]) and writer ([`Enc`]) the section codecs use.
+//! - [`dec`]: the bounded payload reader ([`Dec`]) and writer ([`Enc`]) the section codecs use;
+//! - [`crc`]: CRC-32 values that combine ([`Crc`]), so that a large payload is checksummed in
+//!   lanes on several threads and still carries the one CRC-32 of its section.
 
 pub mod container;
+pub mod crc;
 pub mod dec;
 pub mod stream;
 
 pub use container::{Section, Writer, read};
+pub use crc::Crc;
 pub use dec::{Dec, Enc};
 pub use stream::{StreamError, StreamReader, StreamWriter};
 

@@ -26,6 +26,9 @@ use crate::{snapshot_vgpu, snapshot_vram};
 
 /// The issue's target for VRAM save and restore on an H100/H200, GB/s.
 const TARGET_GBPS: f64 = 10.0;
+/// Issue 24's target for a whole-device snapshot to a file with fsync and its restore from
+/// the file (VRAM 4 GiB, half filled), GB/s.
+const DEVICE_FILE_TARGET_GBPS: f64 = 5.0;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -185,8 +188,12 @@ fn measure(
             for (phase, d) in [
                 ("device_save_mem", t.save_mem),
                 ("device_save_file_fsync", t.save_file_fsync),
+                ("device_save_stream_fsync", t.save_stream_fsync),
                 ("device_restore_mem", t.restore_mem),
                 ("device_restore_file", t.restore_file),
+                ("device_restore_stream", t.restore_stream),
+                ("file_write_fsync", t.file_write_fsync),
+                ("file_read", t.file_read),
             ] {
                 rows.push(Row {
                     rep,
@@ -277,10 +284,14 @@ fn output(
                   save_file: written, not fsynced (page cache); *_fsync: fsync included; \
                   restore_file: file in the page cache; restore_file_cold: after \
                   POSIX_FADV_DONTNEED; device_*: vgpu::Vgpu save_report/restore (framing, \
-                  checksum, validation) of a drained device; GB/s are 1e9 bytes/s of VRAM bytes \
-                  moved (non-zero pages) and of partition size, medians",
+                  checksum, validation) of a drained device, *_file: save_file/restore_file \
+                  (lanes at offsets on several threads), *_stream: through one BufWriter or \
+                  BufReader; file_*: the image's bytes written from memory by as many threads \
+                  plus fsync and read back, the file system's own ceiling; GB/s are 1e9 \
+                  bytes/s of VRAM bytes moved (non-zero pages) and of partition size, medians",
         "target_gb_per_s": TARGET_GBPS,
         "meets_target": a.backend == Backend::Cuda && save >= TARGET_GBPS && restore >= TARGET_GBPS,
+        "device_file_target_gb_per_s": DEVICE_FILE_TARGET_GBPS,
         "phases": phases,
     });
     report::write(
@@ -311,11 +322,17 @@ fn output(
     );
     if !a.no_device {
         line.push_str(&format!(
-            "; device save {:.2} GB/s (file+fsync {:.2}), restore {:.2} (file {:.2})",
+            "; device save {:.2} GB/s (file+fsync {:.2}, through one writer {:.2}), restore {:.2} \
+             (file {:.2}, through one reader {:.2}); the file alone: write+fsync {:.2}, read {:.2} \
+             (device file target {DEVICE_FILE_TARGET_GBPS} GB/s each way)",
             g("device_save_mem"),
             g("device_save_file_fsync"),
+            g("device_save_stream_fsync"),
             g("device_restore_mem"),
-            g("device_restore_file")
+            g("device_restore_file"),
+            g("device_restore_stream"),
+            g("file_write_fsync"),
+            g("file_read"),
         ));
     }
     if a.backend == Backend::Cuda {

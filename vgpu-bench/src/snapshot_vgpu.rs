@@ -1,12 +1,16 @@
 //! The device-level part of `vgpu-bench snapshot`: a whole virtual GPU (`vgpu::Vgpu`) on the
 //! engine whose partition `snapshot_vram` filled, paused (drained: no job runs) and saved with
-//! `Vgpu::save_report` to host memory and to a file (fsync included), then restored with
-//! `Vgpu::restore` into a fresh device on the same engine from memory and from the file (the
-//! snapshot framing, checksum and validation included: what `ctl snapshot` and `--restore`
-//! pay for the GPU image).
+//! `Vgpu::save_report` to host memory, with `Vgpu::save_file` to a file (lanes writing at
+//! offsets, fsync included) and, for comparison, through a `BufWriter` of the file (one
+//! writer); then restored into a fresh device on the same engine with `Vgpu::restore` from
+//! memory, `Vgpu::restore_file` (lanes reading at offsets) and `Vgpu::restore` through a
+//! `BufReader` (the snapshot framing, checksum and validation included: what `ctl snapshot`
+//! and `--restore` pay for the GPU image). The file's own ceiling: the same bytes written from
+//! memory by as many threads at offsets plus fsync, and read back (`file_*`).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,8 +82,14 @@ impl Ram {
 pub struct Times {
     pub save_mem: Duration,
     pub save_file_fsync: Duration,
+    pub save_stream_fsync: Duration,
     pub restore_mem: Duration,
     pub restore_file: Duration,
+    pub restore_stream: Duration,
+    /// The same bytes written from memory at offsets by several threads, fsync included.
+    pub file_write_fsync: Duration,
+    /// And read back into memory by several threads (page cache warm).
+    pub file_read: Duration,
     /// Bytes of the image.
     pub image_bytes: u64,
     /// Bytes of VRAM in it.
@@ -129,18 +139,39 @@ pub fn repetition(
             ),
         });
     }
+    // The new way: lanes writing at offsets, one fsync.
+    let out = open_new(file)?;
     let s = Instant::now();
-    let out = File::options()
-        .write(true)
-        .truncate(true)
-        .open(file)
-        .map_err(io(file))?;
-    let mut w = BufWriter::with_capacity(8 << 20, out);
-    a.save(&mut w)
+    let r = a
+        .save_file(&out)
         .map_err(|e| dev_err("save to a file")(e.to_string()))?;
-    let out = w.into_inner().map_err(|e| io(file)(e.into_error()))?;
     out.sync_all().map_err(io(file))?;
     t.save_file_fsync = s.elapsed();
+    drop(out);
+    if r.bytes != t.image_bytes || r.crc32 != snapfmt::Crc::par_of(snap).value {
+        return Err(BenchError::Check {
+            workload: "snapshot".into(),
+            msg: "the image saved to a file differs from the one saved to memory".into(),
+        });
+    }
+    // The stream way (one writer), into another file (new: never someone else's).
+    let stream_file = file.with_extension("stream");
+    let out = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&stream_file)
+        .map_err(io(&stream_file))?;
+    let s = Instant::now();
+    let mut w = BufWriter::with_capacity(8 << 20, out);
+    let saved = a.save(&mut w);
+    let synced = w
+        .into_inner()
+        .map_err(|e| io(&stream_file)(e.into_error()))
+        .and_then(|f| f.sync_all().map_err(io(&stream_file)));
+    t.save_stream_fsync = s.elapsed();
+    let _ = std::fs::remove_file(&stream_file);
+    saved.map_err(|e| dev_err("save through a stream")(e.to_string()))?;
+    synced?;
     drop(a);
 
     let b = device(cfg, e, ram)?;
@@ -152,15 +183,82 @@ pub fn repetition(
     if check {
         verify(&**e, base, size, f, "device restore from memory")?;
     }
+    let input = File::open(file).map_err(io(file))?;
     let c = device(cfg, e, ram)?;
-    let mut input = BufReader::with_capacity(8 << 20, File::open(file).map_err(io(file))?);
     let s = Instant::now();
-    c.restore(&mut input)
+    c.restore_file(&input, Some((r.bytes, r.crc32)))
         .map_err(|e| dev_err("restore from a file")(e.to_string()))?;
     t.restore_file = s.elapsed();
     drop(c);
     if check {
         verify(&**e, base, size, f, "device restore from a file")?;
     }
+    let d = device(cfg, e, ram)?;
+    let mut input = BufReader::with_capacity(8 << 20, File::open(file).map_err(io(file))?);
+    let s = Instant::now();
+    d.restore(&mut input)
+        .map_err(|e| dev_err("restore through a stream")(e.to_string()))?;
+    t.restore_stream = s.elapsed();
+    drop(d);
+    if check {
+        verify(&**e, base, size, f, "device restore through a stream")?;
+    }
+    (t.file_write_fsync, t.file_read) = file_ceiling(file, snap)?;
     Ok(t)
+}
+
+/// Opens `path` (made by this run) for writing, cut to zero.
+fn open_new(path: &Path) -> Result<File, BenchError> {
+    File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(io(path))
+}
+
+/// What the file alone allows: `bytes` written at offsets by as many threads as the snapshot's
+/// lanes use (4 MiB pieces) plus one fsync, then read back the same way (page cache warm).
+fn file_ceiling(path: &Path, bytes: &[u8]) -> Result<(Duration, Duration), BenchError> {
+    const PIECE: usize = 4 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let out = open_new(path)?;
+    let run = |f: &(dyn Fn(usize, &[u8]) -> std::io::Result<()> + Sync)| {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> std::io::Result<()> {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(p) = bytes.chunks(PIECE).nth(i) else {
+                                return Ok(());
+                            };
+                            f(i * PIECE, p)?;
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().unwrap_or_else(|_| Err(std::io::Error::other("panic"))))
+        })
+        .map_err(io(path))
+    };
+    let s = Instant::now();
+    run(&|at, p| out.write_all_at(p, at as u64))?;
+    out.sync_all().map_err(io(path))?;
+    let write = s.elapsed();
+    let back: Vec<std::sync::Mutex<Vec<u8>>> = (0..threads)
+        .map(|_| std::sync::Mutex::new(vec![0u8; PIECE]))
+        .collect();
+    let s = Instant::now();
+    run(&|at, p| {
+        let mut b = back[(at / PIECE) % threads]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.read_exact_at(&mut b[..p.len()], at as u64)
+    })?;
+    Ok((write, s.elapsed()))
 }

@@ -492,23 +492,42 @@ fn restore_state(
     }
     if let (Some(gpu), Some(img)) = (gpu, &r.gpu) {
         let t = Instant::now();
-        let mut rd = crate::snapshot::gpu::CheckedReader::new(
-            std::io::BufReader::with_capacity(1 << 20, &img.file),
-            img.bytes,
-            img.crc32,
-        );
-        let restored = match &img.vram_base {
-            Some(base) => gpu.restore_live(&mut rd, base),
-            None => gpu.restore(&mut rd),
+        let checked = || {
+            crate::snapshot::gpu::CheckedReader::new(
+                std::io::BufReader::with_capacity(1 << 20, &img.file),
+                img.bytes,
+                img.crc32,
+            )
         };
-        if let Err(e) = restored {
-            // The file's CRC-32 (the manifest's) is reported first: the device stops at the
-            // first section whose own CRC-32 fails, before the file's last byte.
-            if let Err(io) = std::io::copy(&mut rd, &mut std::io::sink()) {
-                return Err(vgpu::snapshot::SnapshotError::Io(io).into());
+        // The file's CRC-32 (the manifest's) is reported first: the device stops at the first
+        // section whose own CRC-32 fails, before the file's last byte; the rest of the file is
+        // read through the check then.
+        let file_first = |rd: &mut dyn std::io::Read| match std::io::copy(rd, &mut std::io::sink())
+        {
+            Err(io) => Err(vgpu::snapshot::SnapshotError::Io(io)),
+            Ok(_) => Ok(()),
+        };
+        // A whole image is read at offsets by several threads (`restore_file`, which checks
+        // the manifest's length and CRC-32 too, and leaves the file's position at 0); a live
+        // snapshot's delta as a stream.
+        let restored = match &img.vram_base {
+            Some(base) => {
+                let mut rd = checked();
+                let r = gpu.restore_live(&mut rd, base);
+                if r.is_err() {
+                    file_first(&mut rd)?;
+                }
+                r
             }
-            return Err(e.into());
-        }
+            None => {
+                let r = gpu.restore_file(&img.file, Some((img.bytes, img.crc32)));
+                if r.is_err() {
+                    file_first(&mut checked())?;
+                }
+                r
+            }
+        };
+        restored?;
         log::debug!(
             "restore: GPU image of {} bytes restored in {:.1} ms",
             img.bytes,

@@ -17,6 +17,7 @@
 use std::ptr::NonNull;
 
 pub mod bulk;
+pub mod bulk_par;
 mod context;
 mod error;
 mod fault;

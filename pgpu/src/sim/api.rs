@@ -311,8 +311,9 @@ impl Engine for SimEngine {
 /// Snapshots: the bulk bitmap scans VRAM in place, the dirty log is exact, saved contexts are
 /// re-targeted in memory where they can be.
 impl EngineSnapshot for SimEngine {
-    // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); the rest is the
-    // trait's default (vram_zero fills only non-zero pages, leaving untouched memory alone).
+    // ---- Bulk VRAM access: the bitmap scans VRAM in place (no copy); batched reads and page
+    // writes go through 64 MiB batches copied on several threads (`bulk_par`); vram_zero is the
+    // trait's default (it fills only non-zero pages, leaving untouched memory alone).
     fn vram_nonzero_pages(
         &self,
         pa: u64,
@@ -321,6 +322,21 @@ impl EngineSnapshot for SimEngine {
     ) -> Result<(), EngineError> {
         crate::engine::bulk::check_bitmap(pa, pages, bitmap.len(), self.info.vram_size)?;
         self.vram.nonzero_pages(pa, pages, bitmap).map_err(vram_err)
+    }
+
+    fn vram_read_runs_batched(
+        &self,
+        runs: &[(u64, u64)],
+        sink: &mut crate::engine::bulk::BatchSink<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        crate::engine::bulk_par::read_runs_batched(self, runs, sink)
+    }
+
+    fn vram_write_pages(
+        &self,
+        source: &mut crate::engine::bulk::PageSource<'_>,
+    ) -> Result<std::ops::ControlFlow<()>, EngineError> {
+        crate::engine::bulk_par::write_pages(self, source)
     }
     // ---- end of bulk VRAM access
 

@@ -3,7 +3,9 @@
 //! the file) or structured (the rest edits the sections of a real snapshot, which is then
 //! reassembled with a valid checksum, so that the edits reach the section decoders); bit 1 a
 //! para-virtual device (`mode=para`) and a para snapshot (spaces made with hypercalls, a
-//! VRAM_ALLOC block), whose PARA section the edits then reach. Checked:
+//! VRAM_ALLOC block), whose PARA section the edits then reach; bit 2 the file path
+//! (`Vgpu::restore_file` from an in-memory file, its VRAM read by lanes at offsets; an accepted
+//! image saved again with `save_file` must equal the stream save byte for byte). Checked:
 //! no panic; a refused restore leaves the device as created (no channel bound, the partition's
 //! structures zeroed, the device not paused); an accepted one leaves every bound channel's
 //! instance block inside the partition and the device able to pause and save again; the VRAM
@@ -300,7 +302,15 @@ pub fn run(data: &[u8]) {
         _ => edited(rest, para),
     };
     let (gpu, _ram) = device_in(Duration::from_millis(100), para);
-    match gpu.restore(&mut &snap[..]) {
+    // Bit 2: through the file path (lanes reading at offsets), which must refuse and accept
+    // what the stream path does.
+    let from_file = mode & 4 != 0;
+    let restored = if from_file {
+        gpu.restore_file(&mem_file(&snap), None)
+    } else {
+        gpu.restore(&mut &snap[..])
+    };
+    match restored {
         Err(_) => {
             assert!(!gpu.is_paused(), "a refused restore left the device paused");
             if let Some(p) = gpu.stats().para {
@@ -328,12 +338,44 @@ pub fn run(data: &[u8]) {
             }
             gpu.pause().expect("pause after a restore");
             let mut again = Vec::new();
-            gpu.save(&mut again).expect("save after a restore");
+            let report = gpu.save_report(&mut again).expect("save after a restore");
             assert!(format::split_sections(&again).is_some());
+            if from_file {
+                // The file path writes the same sections (REGS holds TIMER, which moves on
+                // between the two saves), with the CRC-32 of its own bytes.
+                let f = mem_file(&[0xee; 3]);
+                let r = gpu.save_file(&f).expect("save to a file after a restore");
+                let mut back = vec![0u8; again.len() + 64];
+                let n = std::os::unix::fs::FileExt::read_at(&f, &mut back, 0).unwrap_or(0);
+                back.truncate(n);
+                assert_eq!(
+                    (r.bytes, r.crc32),
+                    (n as u64, snapfmt::Crc::of(&back).value)
+                );
+                assert_eq!(report.crc32, snapfmt::Crc::of(&again).value);
+                let secs = |b: &[u8]| {
+                    let mut v = format::split_sections(b).expect("sections");
+                    v.retain(|(t, _)| *t != format::REGS);
+                    v
+                };
+                assert!(secs(&back) == secs(&again), "file and stream differ");
+            }
             gpu.resume();
         }
     }
     assert!(gpu.stats().guard_intact, "VRAM guards changed");
+}
+
+/// An anonymous in-memory file (`memfd_create`) holding `bytes`.
+fn mem_file(bytes: &[u8]) -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain syscall with a NUL-terminated name; it returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(c"vgpu-fuzz-snapshot".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    std::os::unix::fs::FileExt::write_all_at(&f, bytes, 0).expect("write the memory file");
+    f
 }
 
 #[cfg(test)]
@@ -375,6 +417,46 @@ mod tests {
             "{e}"
         );
         run(&[[1].as_slice(), &edit].concat());
+        // The same through the file path.
+        run(&[5]);
+        run(&[[5].as_slice(), &edit].concat());
+        let (gpu, _ram) = device(Duration::from_millis(100));
+        let e = gpu
+            .restore_file(&mem_file(&edited(&edit, false)), None)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::snapshot::SnapshotError::Invalid {
+                    section: "REGS",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A truncated file, and a whole-file CRC-32 other than the one recorded.
+        let b = base();
+        let (gpu, _ram) = device(Duration::from_millis(100));
+        let e = gpu
+            .restore_file(&mem_file(&b[..b.len() - 30]), None)
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::snapshot::SnapshotError::Truncated(_)),
+            "{e}"
+        );
+        let (gpu, _ram) = device(Duration::from_millis(100));
+        let crc = snapfmt::Crc::of(b).value;
+        let e = gpu
+            .restore_file(&mem_file(b), Some((b.len() as u64, crc ^ 1)))
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::snapshot::SnapshotError::FileChecksum { .. }),
+            "{e}"
+        );
+        assert_eq!(read(&gpu, 1, 0x2000), 0, "VRAM scrubbed");
+        let (gpu, _ram) = device(Duration::from_millis(100));
+        gpu.restore_file(&mem_file(b), Some((b.len() as u64, crc)))
+            .expect("the recorded length and CRC-32 match");
     }
 
     #[test]

@@ -105,9 +105,24 @@ impl<'a> SnapWriter<'a> {
         Ok(self.0.section(tag, SECTION_VERSION, payload)?)
     }
 
+    /// Payload bytes with their CRC computed by the caller (in lanes).
+    pub fn raw_hashed(&mut self, b: &[u8], crc: snapfmt::Crc) -> Result<(), SnapshotError> {
+        Ok(self.0.raw_hashed(b, crc)?)
+    }
+
+    /// Payload bytes the caller wrote itself at the current offset, with their CRC.
+    pub fn skip_hashed(&mut self, crc: snapfmt::Crc) -> Result<(), SnapshotError> {
+        Ok(self.0.skip_hashed(crc)?)
+    }
+
     /// The end section, then flush; returns the bytes written.
     pub fn finish(self) -> Result<u64, SnapshotError> {
         Ok(self.0.finish()?)
+    }
+
+    /// As [`SnapWriter::finish`], returning the CRC-32 of the whole snapshot and its length.
+    pub fn finish_total(self) -> Result<snapfmt::Crc, SnapshotError> {
+        Ok(self.0.finish_total()?)
     }
 }
 
@@ -135,9 +150,33 @@ impl<'a> SnapReader<'a> {
         Ok(self.0.section(tag, SECTION_VERSION, limit)?)
     }
 
+    /// Fills `buf` from the current section; its CRC comes later ([`SnapReader::hashed`]).
+    pub fn exact_deferred(
+        &mut self,
+        buf: &mut [u8],
+        what: &'static str,
+    ) -> Result<(), SnapshotError> {
+        Ok(self.0.exact_deferred(buf, what)?)
+    }
+
+    /// Counts `n` bytes of the current section the caller read itself; CRC later.
+    pub fn skip_deferred(&mut self, n: u64, what: &'static str) -> Result<(), SnapshotError> {
+        Ok(self.0.skip_deferred(n, what)?)
+    }
+
+    /// The CRC of the next deferred bytes.
+    pub fn hashed(&mut self, crc: snapfmt::Crc) -> Result<(), SnapshotError> {
+        Ok(self.0.hashed(crc)?)
+    }
+
     /// The end section, and nothing after it.
     pub fn finish(self) -> Result<(), SnapshotError> {
         Ok(self.0.finish()?)
+    }
+
+    /// As [`SnapReader::finish`], returning the CRC-32 of the whole snapshot and its length.
+    pub fn finish_total(self) -> Result<snapfmt::Crc, SnapshotError> {
+        Ok(self.0.finish_total()?)
     }
 }
 

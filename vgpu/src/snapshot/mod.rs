@@ -15,11 +15,13 @@
 //! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
 //! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
 //! channels, modules and preempted jobs), `para_image` (the para-virtual state), `vram` (the
-//! VRAM section), `live` (VRAM pre-copy with the GPU running, and the `VDLT` section of live
+//! VRAM section), `lanes` (its bytes checksummed, written and read on several threads, to a
+//! stream or a file at offsets), `live` (VRAM pre-copy with the GPU running, and the `VDLT` section of live
 //! snapshots), `writes` (per-job write sets: the device's dirty log where the engine keeps none).
 
 pub mod format;
 pub mod image;
+mod lanes;
 pub mod live;
 mod para_image;
 pub(crate) mod regs_image;
@@ -58,6 +60,16 @@ pub enum SnapshotError {
     SectionTooLarge { tag: String, len: u64, limit: u64 },
     #[error("snapshot checksum mismatch: a section is corrupted (CRC-32)")]
     Checksum,
+    #[error(
+        "the snapshot file is {len} bytes with CRC-32 {crc:#010x}; {want_len} bytes with \
+         {want_crc:#010x} were recorded"
+    )]
+    FileChecksum {
+        len: u64,
+        crc: u32,
+        want_len: u64,
+        want_crc: u32,
+    },
     #[error("bytes after the end of the snapshot")]
     Trailing,
     #[error("snapshot section {section}: {what}")]
@@ -112,6 +124,8 @@ pub struct SaveReport {
     pub modules: usize,
     /// Jobs preempted by pauses in it (backend-specific).
     pub suspended: usize,
+    /// CRC-32 of the whole snapshot (combined from its sections': no second pass).
+    pub crc32: u32,
 }
 
 /// Section limits that do not depend on the configuration.
@@ -213,7 +227,22 @@ impl Vgpu {
     /// As [`Vgpu::save`], returning what was written.
     pub fn save_report(&self, out: &mut dyn std::io::Write) -> Result<SaveReport, SnapshotError> {
         let (engine, base, size) = (&*self.engine, self.vram_base, self.cfg.vram);
-        self.save_with(out, &mut |w| vram::save(w, engine, base, size))
+        self.save_with(out, &mut |w| {
+            vram::save(w, engine, base, size, lanes::Io::Stream)
+        })
+    }
+
+    /// As [`Vgpu::save_report`], into `file` from its offset 0 (cut to the snapshot's length):
+    /// the VRAM section is written at its offsets by several threads (`pwrite`), its CRC-32
+    /// computed in their lanes. The file is not synced (the caller's `sync_all`, once).
+    pub fn save_file(&self, file: &std::fs::File) -> Result<SaveReport, SnapshotError> {
+        let (engine, base, size) = (&*self.engine, self.vram_base, self.cfg.vram);
+        let at = std::cell::Cell::new(0);
+        let io = lanes::Io::File { file, at: &at };
+        let mut out = lanes::FileAt { file, at: &at };
+        let report = self.save_with(&mut out, &mut |w| vram::save(w, engine, base, size, io))?;
+        file.set_len(report.bytes)?;
+        Ok(report)
     }
 
     /// As [`Vgpu::save_report`], with `vram` writing the VRAM section (returns its VRAM bytes).
@@ -239,12 +268,13 @@ impl Vgpu {
         w.section(format::CTXT, &image.encode_suspended())?;
         w.section(format::PARA, &ParaImage::encode(self.para_image().as_ref()))?;
         let vram_bytes = vram(&mut w)?;
-        let bytes = w.finish()?;
+        let total = w.finish_total()?;
         Ok(SaveReport {
-            bytes,
+            bytes: total.len,
             vram_bytes,
             modules: image.modules.len(),
             suspended: image.suspended.len(),
+            crc32: total.value,
         })
     }
 
@@ -256,11 +286,37 @@ impl Vgpu {
         self.restore_inner(input, None)
     }
 
+    /// As [`Vgpu::restore`], from `file` (the snapshot from its offset 0 to its end): the VRAM
+    /// section is read at its offsets by several threads (`pread`) straight into the engine's
+    /// transfer buffers and checksummed in their lanes. With `want` (the file's length and
+    /// CRC-32 as a manifest records them), a file of another length or CRC-32 is refused
+    /// before the device takes anything of it (its VRAM is scrubbed).
+    pub fn restore_file(
+        &self,
+        file: &std::fs::File,
+        want: Option<(u64, u32)>,
+    ) -> Result<(), SnapshotError> {
+        let at = std::cell::Cell::new(0);
+        let io = lanes::Io::File { file, at: &at };
+        let mut input = lanes::FileAt { file, at: &at };
+        self.restore_io(&mut input, None, io, want)
+    }
+
     /// `restore`, or with `base` (pre-copied VRAM) `restore_live`.
     fn restore_inner(
         &self,
         input: &mut dyn std::io::Read,
         base: Option<&std::fs::File>,
+    ) -> Result<(), SnapshotError> {
+        self.restore_io(input, base, lanes::Io::Stream, None)
+    }
+
+    fn restore_io(
+        &self,
+        input: &mut dyn std::io::Read,
+        base: Option<&std::fs::File>,
+        io: lanes::Io<'_>,
+        want: Option<(u64, u32)>,
     ) -> Result<(), SnapshotError> {
         self.snapshot_supported()?;
         {
@@ -270,7 +326,7 @@ impl Vgpu {
             }
         }
         self.pause_with(PauseMode::Drain)?;
-        let result = self.restore_paused(input, base);
+        let result = self.restore_paused(input, base, io, want);
         if result.is_err()
             && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)
         {
@@ -284,6 +340,8 @@ impl Vgpu {
         &self,
         input: &mut dyn std::io::Read,
         base: Option<&std::fs::File>,
+        io: lanes::Io<'_>,
+        want: Option<(u64, u32)>,
     ) -> Result<(), SnapshotError> {
         let here = self.conf_here();
         let (vram, channels) = (self.cfg.vram, self.cfg.channels);
@@ -347,10 +405,20 @@ impl Vgpu {
             )?
         };
         match base {
-            None => vram::restore(&mut rd, &*self.engine, self.vram_base, vram)?,
+            None => vram::restore(&mut rd, &*self.engine, self.vram_base, vram, io)?,
             Some(b) => live::restore_delta(&mut rd, &*self.engine, self.vram_base, vram, b)?,
         };
-        rd.finish()?;
+        let total = rd.finish_total()?;
+        if let Some((len, crc)) = want
+            && (total.len, total.value) != (len, crc)
+        {
+            return Err(SnapshotError::FileChecksum {
+                len: total.len,
+                crc: total.value,
+                want_len: len,
+                want_crc: crc,
+            });
+        }
         // All bytes verified: reload modules, validate the job context against its module.
         let modules = self.reload_modules(texts)?;
         if let Err(e) = self.restore_para(para.as_ref()) {

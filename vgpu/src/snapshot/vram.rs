@@ -7,14 +7,21 @@
 //! into the writer while the engine fetches the next piece. Restoring zeroes the partition
 //! (`vram_zero`: the device memset on cuda; on sim only pages not zero already are written) and
 //! streams the runs into it as they are read.
+//!
+//! The bytes are checksummed in lanes on several threads (the section's one CRC-32 combined
+//! from theirs, `snapfmt::Crc`), and to or from a file written and read at offsets by those
+//! lanes (`lanes`): the layout is the same whichever way a section was written.
 
 use std::ops::ControlFlow;
+use std::os::unix::fs::FileExt;
 
 use pgpu::EngineSnapshot;
 use pgpu::engine::bulk::{VRAM_PAGE as PAGE, for_each_run};
+use snapfmt::Crc;
 
 use super::SnapshotError;
 use super::format::{SnapReader, SnapWriter, VRAM};
+use super::lanes::{self, Io};
 
 /// Bytes of a run header.
 const RUN_HEADER: u64 = 12;
@@ -67,19 +74,26 @@ pub fn save(
     engine: &dyn EngineSnapshot,
     base: u64,
     size: u64,
+    io: Io<'_>,
 ) -> Result<u64, SnapshotError> {
     whole_pages(size)?;
     let runs = nonzero_runs(engine, base, size)?;
-    save_runs(w, engine, base, &runs)
+    save_runs(w, engine, base, &runs, io)
 }
 
 /// Writes the VRAM section holding `runs` (`(first page, pages)`, ascending, not overlapping,
 /// inside the partition at `base`); returns the bytes of VRAM saved.
+///
+/// The engine hands a transfer's worth of pieces at a time (`vram_read_runs_batched`: a
+/// pinned 64 MiB slot on cuda, filled while this one is consumed); their CRC-32 is computed in
+/// lanes on several threads and, to a file, each lane writes its bytes at their offset itself;
+/// to a stream the bytes are copied on this thread once hashed.
 pub fn save_runs(
     w: &mut SnapWriter<'_>,
     engine: &dyn EngineSnapshot,
     base: u64,
     runs: &[(u64, u64)],
+    io: Io<'_>,
 ) -> Result<u64, SnapshotError> {
     let data: u64 = runs.iter().map(|(_, n)| n * PAGE).sum();
     w.header(VRAM, data + RUN_HEADER * runs.len() as u64)?;
@@ -90,25 +104,40 @@ pub fn save_runs(
     // The engine hands pieces in order, none spanning two runs: a run's header goes before its
     // first piece.
     let (mut next, mut left, mut failed) = (0usize, 0u64, None);
-    let mut sink = |piece: &[u8]| -> ControlFlow<()> {
+    let mut sink = |pieces: &[&[u8]]| -> ControlFlow<()> {
         let r = (|| {
-            if left == 0 {
-                let &(first, count) = runs.get(next).ok_or_else(|| {
-                    SnapshotError::Vram("the engine returned more bytes than asked".into())
-                })?;
-                w.raw(&first.to_le_bytes())?;
-                w.raw(&(count as u32).to_le_bytes())?;
-                left = count * PAGE;
-                next += 1;
+            let mut heads: Vec<[u8; RUN_HEADER as usize]> = Vec::new();
+            let mut starts = Vec::with_capacity(pieces.len());
+            for piece in pieces {
+                let starts_run = left == 0;
+                if starts_run {
+                    let &(first, count) = runs.get(next).ok_or_else(|| {
+                        SnapshotError::Vram("the engine returned more bytes than asked".into())
+                    })?;
+                    let mut h = [0u8; RUN_HEADER as usize];
+                    h[..8].copy_from_slice(&first.to_le_bytes());
+                    h[8..].copy_from_slice(&(count as u32).to_le_bytes());
+                    heads.push(h);
+                    left = count * PAGE;
+                    next += 1;
+                }
+                if piece.len() as u64 > left {
+                    return Err(SnapshotError::Vram(
+                        "the engine returned a piece spanning two runs".into(),
+                    ));
+                }
+                left -= piece.len() as u64;
+                starts.push(starts_run);
             }
-            if piece.len() as u64 > left {
-                return Err(SnapshotError::Vram(
-                    "the engine returned a piece spanning two runs".into(),
-                ));
+            let mut heads = heads.iter();
+            let mut extents: Vec<&[u8]> = Vec::with_capacity(2 * pieces.len());
+            for (piece, starts_run) in pieces.iter().zip(starts) {
+                if starts_run && let Some(h) = heads.next() {
+                    extents.push(h);
+                }
+                extents.push(piece);
             }
-            w.raw(piece)?;
-            left -= piece.len() as u64;
-            Ok(())
+            put(w, &extents, io)
         })();
         match r {
             Ok(()) => ControlFlow::Continue(()),
@@ -119,7 +148,7 @@ pub fn save_runs(
         }
     };
     let flow = engine
-        .vram_read_runs(&ranges, &mut sink)
+        .vram_read_runs_batched(&ranges, &mut sink)
         .map_err(engine_err)?;
     if let Some(e) = failed {
         return Err(e);
@@ -132,24 +161,49 @@ pub fn save_runs(
     Ok(data)
 }
 
+/// Appends `extents` to the open section: hashed in lanes, then copied to the stream, or
+/// hashed and written at their offsets by the lanes.
+fn put(w: &mut SnapWriter<'_>, extents: &[&[u8]], io: Io<'_>) -> Result<(), SnapshotError> {
+    match io {
+        Io::Stream => {
+            let crcs = snapfmt::crc::pieces(extents);
+            for (e, c) in extents.iter().zip(crcs) {
+                w.raw_hashed(e, c)?;
+            }
+        }
+        Io::File { file, at } => {
+            let crcs = lanes::write_at(file, at.get(), extents)?;
+            let c = crcs.into_iter().fold(Crc::EMPTY, Crc::then);
+            at.set(at.get() + c.len);
+            w.skip_hashed(c)?;
+        }
+    }
+    Ok(())
+}
+
 /// The most bytes a VRAM section of a `size`-byte partition can have.
 pub fn limit(size: u64) -> u64 {
     size + RUN_HEADER * size.div_ceil(PAGE)
 }
 
 /// Reads the VRAM section into the partition (every page: saved bytes or zero). On error the
-/// partition may hold part of the image: the caller scrubs it (`scrub`).
+/// partition may hold part of the image: the caller scrubs it (`scrub`). Each of the engine's
+/// transfer buffers is filled (from a file: by lanes reading at offsets, several threads) and
+/// hashed in lanes before it is handed back; the section's CRC-32 is checked with its last
+/// byte, after the last pages went up (a corrupted image leaves the partition to `scrub`).
 pub fn restore(
     r: &mut SnapReader<'_>,
     engine: &dyn EngineSnapshot,
     base: u64,
     size: u64,
+    io: Io<'_>,
 ) -> Result<u64, SnapshotError> {
     whole_pages(size)?;
     let left = r.header(VRAM, limit(size))?;
     engine.vram_zero(base, size).map_err(engine_err)?;
     let mut runs = RunReader {
         r,
+        io,
         left,
         pages: size / PAGE,
         next: 0,
@@ -175,8 +229,9 @@ pub fn restore(
 }
 
 /// The runs of a VRAM section as a page source for `vram_write_pages`, validated as read.
-struct RunReader<'r, 'a> {
+struct RunReader<'r, 'a, 'f> {
     r: &'r mut SnapReader<'a>,
+    io: Io<'f>,
     /// Section bytes not read yet.
     left: u64,
     /// Pages of the partition.
@@ -190,7 +245,15 @@ struct RunReader<'r, 'a> {
     failed: Option<SnapshotError>,
 }
 
-impl RunReader<'_, '_> {
+/// A piece of the section as `RunReader::fill` plans it: a run header (read at once, its
+/// bytes kept for the hash) or data bytes for the buffer at `at`.
+enum Part {
+    Head([u8; RUN_HEADER as usize]),
+    /// Offset in the buffer, bytes, offset in the file (positional reads).
+    Data(usize, usize, u64),
+}
+
+impl RunReader<'_, '_, '_> {
     fn bad(what: String) -> SnapshotError {
         SnapshotError::Invalid {
             section: "VRAM",
@@ -198,13 +261,33 @@ impl RunReader<'_, '_> {
         }
     }
 
+    /// Reads `n` section bytes whose CRC comes later: into `buf` from the stream, or (from a
+    /// file) only counted, returning their file offset for the lanes.
+    fn defer(&mut self, buf: &mut [u8]) -> Result<u64, SnapshotError> {
+        match self.io {
+            Io::Stream => {
+                self.r.exact_deferred(buf, "VRAM")?;
+                Ok(0)
+            }
+            Io::File { at, .. } => {
+                let off = at.get();
+                self.r.skip_deferred(buf.len() as u64, "VRAM")?;
+                at.set(off + buf.len() as u64);
+                Ok(off)
+            }
+        }
+    }
+
     /// The next run's header, checked.
-    fn header(&mut self) -> Result<(), SnapshotError> {
+    fn header(&mut self) -> Result<[u8; RUN_HEADER as usize], SnapshotError> {
         if self.left < RUN_HEADER {
             return Err(Self::bad(format!("{} bytes left, not a run", self.left)));
         }
         let mut h = [0u8; RUN_HEADER as usize];
-        self.r.exact(&mut h, "VRAM")?;
+        let off = self.defer(&mut h)?;
+        if let Io::File { file, .. } = self.io {
+            file.read_exact_at(&mut h, off).map_err(eof)?;
+        }
         let first = u64::from_le_bytes(h[..8].try_into().unwrap_or_default());
         let count = u64::from(u32::from_le_bytes(h[8..].try_into().unwrap_or_default()));
         self.left -= RUN_HEADER;
@@ -222,7 +305,7 @@ impl RunReader<'_, '_> {
         }
         self.run = (first, count);
         self.next = end;
-        Ok(())
+        Ok(h)
     }
 
     /// Fills `buf` with whole pages of runs, listing their addresses in `pas`; nothing listed
@@ -230,25 +313,71 @@ impl RunReader<'_, '_> {
     fn fill(&mut self, buf: &mut [u8], pas: &mut Vec<u64>, base: u64) -> Result<(), SnapshotError> {
         let room = buf.len() as u64 / PAGE;
         let mut filled = 0u64;
+        let mut parts = Vec::new();
         while filled < room {
             if self.run.1 == 0 {
                 if self.left == 0 {
                     break;
                 }
-                self.header()?;
+                parts.push(Part::Head(self.header()?));
             }
             let (page, count) = self.run;
             let n = count.min(room - filled);
-            let at = (filled * PAGE) as usize;
-            self.r
-                .exact(&mut buf[at..at + (n * PAGE) as usize], "VRAM")?;
+            let (at, len) = ((filled * PAGE) as usize, (n * PAGE) as usize);
+            let off = self.defer(&mut buf[at..at + len])?;
+            parts.push(Part::Data(at, len, off));
             pas.extend((page..page + n).map(|p| base + p * PAGE));
             self.run = (page + n, count - n);
             self.left -= n * PAGE;
             self.data += n * PAGE;
             filled += n;
         }
+        // The data's CRCs (from a file: read by the lanes first), then every part's in order.
+        let data: Vec<Crc> = match self.io {
+            Io::Stream => {
+                let pieces: Vec<&[u8]> = parts
+                    .iter()
+                    .filter_map(|p| match *p {
+                        Part::Data(at, len, _) => Some(&buf[at..at + len]),
+                        Part::Head(_) => None,
+                    })
+                    .collect();
+                snapfmt::crc::pieces(&pieces)
+            }
+            Io::File { file, .. } => {
+                let mut rest = &mut buf[..];
+                let mut taken = 0usize;
+                let mut reads = Vec::new();
+                for p in &parts {
+                    if let Part::Data(at, len, off) = *p {
+                        let (_, tail) = std::mem::take(&mut rest).split_at_mut(at - taken);
+                        let (mine, tail) = tail.split_at_mut(len);
+                        reads.push((off, mine));
+                        rest = tail;
+                        taken = at + len;
+                    }
+                }
+                lanes::read_at(file, reads).map_err(eof)?
+            }
+        };
+        let mut data = data.into_iter();
+        for p in &parts {
+            let c = match p {
+                Part::Head(h) => Crc::of(h),
+                Part::Data(..) => data.next().unwrap_or(Crc::EMPTY),
+            };
+            self.r.hashed(c)?;
+        }
         Ok(())
+    }
+}
+
+/// A file read past its end is a truncated image.
+fn eof(e: std::io::Error) -> SnapshotError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        SnapshotError::Truncated("VRAM")
+    } else {
+        SnapshotError::Io(e)
     }
 }
 
@@ -294,7 +423,7 @@ mod tests {
     fn save_to_vec(e: &SimEngine, base: u64, size: u64) -> (Vec<u8>, u64) {
         let mut out = Vec::new();
         let mut w = SnapWriter::new(&mut out).unwrap();
-        let data = save(&mut w, e, base, size).unwrap();
+        let data = save(&mut w, e, base, size, Io::Stream).unwrap();
         w.finish().unwrap();
         (out, data)
     }
@@ -307,7 +436,78 @@ mod tests {
     ) -> Result<u64, SnapshotError> {
         let mut input = snap;
         let mut r = SnapReader::new(&mut input)?;
-        let data = restore(&mut r, e, base, size)?;
+        let data = restore(&mut r, e, base, size, Io::Stream)?;
+        r.finish()?;
+        Ok(data)
+    }
+
+    /// A new file in a directory of this test's own (removed when dropped).
+    struct TempFile(std::path::PathBuf, std::fs::File);
+
+    impl TempFile {
+        fn new(name: &str) -> TempFile {
+            let dir = std::env::temp_dir().join(format!(
+                "vgpu-vram-{}-{name}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("snap");
+            let f = std::fs::File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .unwrap();
+            TempFile(dir, f)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Saves through the file path (lanes writing at offsets); returns the file's bytes.
+    fn save_to_file(e: &SimEngine, base: u64, size: u64) -> (Vec<u8>, u64) {
+        let t = TempFile::new("save");
+        let at = std::cell::Cell::new(0);
+        let mut out = lanes::FileAt {
+            file: &t.1,
+            at: &at,
+        };
+        let mut w = SnapWriter::new(&mut out).unwrap();
+        let io = Io::File {
+            file: &t.1,
+            at: &at,
+        };
+        let data = save(&mut w, e, base, size, io).unwrap();
+        let n = w.finish().unwrap();
+        assert_eq!(n, at.get());
+        (std::fs::read(t.0.join("snap")).unwrap(), data)
+    }
+
+    /// Restores through the file path (lanes reading at offsets).
+    fn restore_from_file(
+        snap: &[u8],
+        e: &SimEngine,
+        base: u64,
+        size: u64,
+    ) -> Result<u64, SnapshotError> {
+        let t = TempFile::new("restore");
+        std::fs::write(t.0.join("snap"), snap).unwrap();
+        let at = std::cell::Cell::new(0);
+        let mut input = lanes::FileAt {
+            file: &t.1,
+            at: &at,
+        };
+        let mut r = SnapReader::new(&mut input)?;
+        let io = Io::File {
+            file: &t.1,
+            at: &at,
+        };
+        let data = restore(&mut r, e, base, size, io)?;
         r.finish()?;
         Ok(data)
     }
@@ -401,8 +601,25 @@ mod tests {
                     .all(|&b| b == 0x33),
                 "{name}"
             );
-            // Saving the restored partition gives the same bytes.
+            // Saving the restored partition gives the same bytes; so does the file path, and
+            // restoring from a file gives the same partition.
             assert!(save_to_vec(&dst, base, size).0 == snap, "{name}");
+            assert!(
+                save_to_file(&dst, base, size) == (snap.clone(), data),
+                "{name}"
+            );
+            let again = engine();
+            again.vram_fill(0, 16 * MIB, 0x44).unwrap();
+            assert_eq!(
+                restore_from_file(&snap, &again, base, size).unwrap(),
+                data,
+                "{name}"
+            );
+            assert!(
+                bytes(&src, base, size) == bytes(&again, base, size),
+                "{name}"
+            );
+            assert!(bytes(&again, 0, base).iter().all(|&b| b == 0x44), "{name}");
         }
     }
 
@@ -421,7 +638,15 @@ mod tests {
             secs[vram_at].1 = p;
             let f = format::assemble(format::VERSION, &secs);
             let dst = engine();
-            restore_from(&f, &dst, base, size)
+            let from_stream = restore_from(&f, &dst, base, size);
+            // The file path refuses what the stream path refuses, the same way.
+            let from_file = restore_from_file(&f, &engine(), base, size);
+            assert_eq!(
+                format!("{from_stream:?}"),
+                format!("{from_file:?}"),
+                "stream and file paths disagree"
+            );
+            from_stream
         };
         // Past the partition, empty, overlapping the previous run, shorter than announced.
         let e = forge(&|p| p[..8].copy_from_slice(&(size / PAGE - 1).to_le_bytes()));
@@ -439,5 +664,25 @@ mod tests {
         let e = forge(&|p| p.extend_from_slice(&[0; 5]));
         assert!(matches!(e, Err(SnapshotError::Invalid { .. })), "{e:?}");
         assert!(forge(&|_| {}).is_ok());
+        // Truncated files and flipped bits (the CRC made by `assemble` no longer matches the
+        // bytes edited after it): refused by both paths, never a panic.
+        secs[vram_at].1 = good.clone();
+        let f = format::assemble(format::VERSION, &secs);
+        let at = f.len() - good.len() - 24;
+        for cut in [at + 3, at + 16 + 12, at + 16 + 12 + 4096, f.len() - 1] {
+            let e = restore_from_file(&f[..cut], &engine(), base, size).unwrap_err();
+            assert!(
+                matches!(e, SnapshotError::Truncated(_)),
+                "cut at {cut}: {e:?}"
+            );
+            assert!(restore_from(&f[..cut], &engine(), base, size).is_err());
+        }
+        for byte in [at + 16, at + 16 + 12 + 5, f.len() - 30] {
+            let mut g = f.clone();
+            g[byte] ^= 0x10;
+            let s = restore_from(&g, &engine(), base, size).unwrap_err();
+            let e = restore_from_file(&g, &engine(), base, size).unwrap_err();
+            assert_eq!(format!("{s:?}"), format!("{e:?}"), "byte {byte}");
+        }
     }
 }

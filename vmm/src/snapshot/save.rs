@@ -123,10 +123,34 @@ impl OutputDir {
         );
         manifest.ram_bytes = saved.bytes;
         manifest.ram_pages = saved.pages;
-        match gpu {
-            Some(gpu) => self.finish(manifest, state, Some(&mut |w| gpu.save_report(w))),
-            None => self.finish(manifest, state, None),
+        if let Some(gpu) = gpu {
+            self.gpu_file(&mut manifest, gpu)?;
         }
+        self.finish(manifest, state, None)
+    }
+
+    /// Writes the GPU image of a paused device with `Vgpu::save_file` (its VRAM at offsets
+    /// on several threads, the file's CRC-32 combined from its sections': no second pass),
+    /// syncs it and records it in `manifest`.
+    fn gpu_file(&mut self, manifest: &mut Manifest, gpu: &vgpu::Vgpu) -> Result<(), SaveError> {
+        let path = self.dir.join(manifest::GPU_FILE);
+        let f = self.create(manifest::GPU_FILE)?;
+        let t = std::time::Instant::now();
+        let report = gpu.save_file(&f)?;
+        f.sync_all().map_err(at(&path))?;
+        log::debug!(
+            "snapshot: GPU image of {} bytes ({} of VRAM, {} modules, {} preempted jobs) \
+             written and synced in {:.1} ms",
+            report.bytes,
+            report.vram_bytes,
+            report.modules,
+            report.suspended,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        manifest.gpu_bytes = report.bytes;
+        manifest.gpu_crc32 = report.crc32;
+        self.gpu_report = Some(report);
+        Ok(())
     }
 
     /// Creates a file of `len` bytes (holes) for a live snapshot's rounds: `ram.bin`, or
