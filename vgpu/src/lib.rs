@@ -466,5 +466,6 @@ impl Drop for Vgpu {
         if let Some(t) = self.worker.take() {
             let _ = t.join();
         }
+        self.write_log.release(&*self.engine);
     }
 }

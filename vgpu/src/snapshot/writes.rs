@@ -11,15 +11,23 @@
 //! harvest) while the job runs and become ordinary dirty pages when it ends, so a harvest in
 //! the middle of a job never forgets what it may still write.
 //!
-//! The extent is a speculation (a kernel could index past its buffer); PhOS validates it at run
-//! time with a bounds check its transformation inserts, which is not built here
-//! (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
+//! The extent is a speculation (a kernel could index past its buffer), validated at run time
+//! as PhOS does: while the log is on, a launch with a bounded write set runs its module's
+//! bounds-checked twin (`ptx::ckpt::bounds`, loaded like any module of the VM), whose stores
+//! compare their addresses with the extents (passed as extra parameters) and store 1 into the
+//! device's flag word (engine-owned, `EngineSnapshot::alloc_flag`) when outside all of them.
+//! Before each harvest the flag is read and cleared ([`WriteSetLog::take_flag`]); a set flag
+//! makes that harvest conservative (everything dirty) and is counted. A launch that cannot run
+//! checked (no flag word, the transformation refused the module, its twin did not load) marks
+//! everything (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pgpu::{Engine, Job, MapTarget, ModuleId, Perm, SpaceId};
+use std::sync::Arc;
+
+use pgpu::{Engine, EngineSnapshot, Job, LaunchJob, MapTarget, ModuleId, Perm, SpaceId};
 use shadow::SysmemMap;
 
 const PAGE: u64 = 4096;
@@ -40,6 +48,42 @@ struct Inner {
     ram_pinned: BTreeSet<u64>,
     /// Write sets by (module, entry); `None`: the text did not analyse (everything).
     sets: HashMap<(ModuleId, String), Option<ptx::WriteSet>>,
+    /// Bounds-checked twins by module; `None`: the transformation refused the text.
+    checked: HashMap<ModuleId, Option<Arc<Twin>>>,
+    /// The flag word of the checked kernels (VA), while logging.
+    flag: Option<u64>,
+    stats: ValidationStats,
+}
+
+/// A module's bounds-checked twin (`ptx::ckpt::bounds`).
+#[derive(Debug)]
+pub struct Twin {
+    /// Its PTX (loaded through the VM's module cache).
+    pub ptx: Arc<str>,
+    checked: ptx::ckpt::bounds::Checked,
+}
+
+/// Counters of write-set validation since the log was last started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValidationStats {
+    /// Runs of launches that ran bounds-checked.
+    pub checked_runs: u64,
+    /// Runs of launches with a bounded write set that could not run checked (marked
+    /// everything).
+    pub unchecked_runs: u64,
+    /// Harvests made conservative because a checked kernel stored outside its extents.
+    pub outside: u64,
+}
+
+/// What a launch runs while the log is on.
+#[derive(Debug)]
+pub enum Checked {
+    /// As it is: the log is off, or its write set is unbounded (it marks everything anyway).
+    Plain,
+    /// Its bounds-checked twin: load `twin.ptx` and run the same entry with `params`.
+    Twin { twin: Arc<Twin>, params: Vec<u8> },
+    /// It cannot run checked: it marks everything.
+    Unchecked,
 }
 
 /// Per-job write sets of a device (shared by the worker and the snapshot code).
@@ -81,8 +125,25 @@ impl WriteSetLog {
 
     /// Starts (clearing) or stops logging. A job running at the start was marked by no one: it
     /// pins everything until it ends (the device preempts it for the start, so there is none).
-    pub fn set(&self, on: bool) {
+    /// The first start takes a flag word of `engine` for the checked kernels, kept until
+    /// [`WriteSetLog::release`] (a checked kernel's context, suspended, keeps its address);
+    /// each start clears it and the counters.
+    pub fn set(&self, on: bool, engine: &dyn EngineSnapshot) {
         let mut i = self.lock();
+        if on {
+            if i.flag.is_none() {
+                i.flag = engine.alloc_flag().unwrap_or_else(|e| {
+                    log::warn!("vgpu: write sets: no flag word ({e}): launches mark everything");
+                    None
+                });
+            }
+            if let Some(va) = i.flag
+                && engine.take_flag(va).is_err()
+            {
+                i.flag = None;
+            }
+            i.stats = ValidationStats::default();
+        }
         let words = pgpu::dirty::words(self.vram_pages * PAGE);
         i.dirty = vec![0; words];
         i.pinned = vec![0; words];
@@ -92,6 +153,13 @@ impl WriteSetLog {
         i.ram_dirty.clear();
         i.ram_pinned.clear();
         self.on.store(on, Ordering::Release);
+    }
+
+    /// Gives the flag word back (the device goes away).
+    pub fn release(&self, engine: &dyn EngineSnapshot) {
+        if let Some(va) = self.lock().flag.take() {
+            engine.free_flag(va);
+        }
     }
 
     /// Analyses (once per module and entry) the write set of a kernel about to be launched.
@@ -104,15 +172,104 @@ impl WriteSetLog {
             return;
         }
         let ws = ptx::parse(text).ok().and_then(|m| m.write_set(entry));
+        let twin = if self.lock().checked.contains_key(&module) {
+            None
+        } else {
+            Some(
+                match ptx::ckpt::bounds::transform(text, &ptx::LoadOptions::default()) {
+                    Ok(c) => Some(Arc::new(Twin {
+                        ptx: c.ptx.as_str().into(),
+                        checked: c,
+                    })),
+                    Err(e) => {
+                        log::info!("vgpu: write sets: module not checkable: {e}");
+                        None
+                    }
+                },
+            )
+        };
         let mut i = self.lock();
         if i.sets.len() >= MAX_CACHED {
             i.sets.clear();
         }
+        if i.checked.len() >= MAX_CACHED {
+            i.checked.clear();
+        }
         i.sets.insert(key, ws);
+        if let Some(t) = twin {
+            i.checked.insert(module, t);
+        }
+    }
+
+    /// What launch `l` runs while the log is on (see [`Checked`]); its extents are those
+    /// [`WriteSetLog::job_begins`] marks.
+    pub fn checked_launch(&self, engine: &dyn Engine, l: &LaunchJob) -> Checked {
+        if !self.on() {
+            return Checked::Plain;
+        }
+        let (ws, twin, flag) = {
+            let i = self.lock();
+            let ws = i.sets.get(&(l.module, l.entry.clone())).cloned().flatten();
+            (ws, i.checked.get(&l.module).cloned().flatten(), i.flag)
+        };
+        let Some(ws) = ws.filter(|w| !w.unbounded) else {
+            return Checked::Plain;
+        };
+        let (Some(twin), Some(flag)) = (twin, flag) else {
+            return Checked::Unchecked;
+        };
+        let Some(e) = twin.checked.entry(&l.entry) else {
+            return Checked::Unchecked;
+        };
+        if e.params.iter().copied().collect::<BTreeSet<u32>>() != ws.params
+            || l.params.len() > e.own_size as usize
+        {
+            return Checked::Unchecked;
+        }
+        let ranges: Vec<(u64, u64)> = e
+            .params
+            .iter()
+            .map(|&off| {
+                let o = off as usize;
+                let ptr = l
+                    .params
+                    .get(o..o + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
+                self.extent_range(engine, l.space, ptr)
+            })
+            .collect();
+        let params = e.buffer(&l.params, flag, &ranges);
+        Checked::Twin { twin, params }
+    }
+
+    /// Reads and clears the flag word: a checked kernel stored outside its extents since the
+    /// last take, so everything counts as written (RAM and VRAM). Call before harvesting.
+    pub fn take_flag(&self, engine: &dyn EngineSnapshot) {
+        let Some(va) = self.lock().flag else {
+            return;
+        };
+        let outside = engine.take_flag(va).unwrap_or_else(|e| {
+            log::warn!("vgpu: write sets: flag word unreadable ({e}): everything dirty");
+            true
+        });
+        if outside {
+            let mut i = self.lock();
+            i.all_dirty_vram = true;
+            i.all_dirty_ram = true;
+            i.stats.outside += 1;
+        }
+    }
+
+    /// The counters since the log was last started.
+    pub fn stats(&self) -> ValidationStats {
+        self.lock().stats
     }
 
     /// Marks (pinned) what `job` may write; call before it runs and `job_ended` after.
-    pub fn job_begins(&self, engine: &dyn Engine, job: &Job) {
+    /// `checked`: a launch runs its bounds-checked twin; one with a bounded write set that
+    /// does not marks everything.
+    pub fn job_begins(&self, engine: &dyn Engine, job: &Job, checked: bool) {
         if !self.on() {
             return;
         }
@@ -130,8 +287,17 @@ impl WriteSetLog {
                     .get(&(l.module, l.entry.clone()))
                     .cloned()
                     .flatten();
+                if ws.as_ref().is_some_and(|w| !w.unbounded) {
+                    let mut i = self.lock();
+                    if checked {
+                        i.stats.checked_runs += 1;
+                    } else {
+                        i.stats.unchecked_runs += 1;
+                        all = true;
+                    }
+                }
                 match ws {
-                    Some(ws) if !ws.unbounded => {
+                    Some(ws) if !ws.unbounded && checked => {
                         for off in ws.params {
                             let o = off as usize;
                             let Some(b) = l.params.get(o..o + 8) else {
@@ -210,6 +376,24 @@ impl WriteSetLog {
                 None => return,
             };
         }
+    }
+
+    /// The byte range a pointer's extent covers: from its page to the end of the run of
+    /// mapped, writable pages ([`WriteSetLog::extent`]); empty if its page is not mapped so.
+    fn extent_range(&self, engine: &dyn Engine, space: SpaceId, va: u64) -> (u64, u64) {
+        let lo = va & !(PAGE - 1);
+        let mut hi = lo;
+        for _ in 0..self.vram_pages.max(1) {
+            match engine.lookup(space, hi) {
+                Ok(Some(t)) if t.perm == Perm::ReadWrite => {}
+                _ => break,
+            }
+            hi = match hi.checked_add(PAGE) {
+                Some(h) => h,
+                None => break,
+            };
+        }
+        (lo, hi)
     }
 
     /// Marks the page at `va` if it is mapped writable; false if not.
