@@ -60,7 +60,7 @@ fn suite_checked(preempt: PreemptMethod, seed: u64) {
         let t = transform(inst.ptx, &ptx::LoadOptions::default())
             .unwrap_or_else(|err| panic!("{}: {err}", w.name));
         let twin = e.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
-        let flag = e.alloc_flag().unwrap().expect("a flag word");
+        let flag = e.alloc_flag(p.space).unwrap().expect("a flag word");
         e.dirty_log_start().unwrap();
         let h = PreemptHandle::new();
         for l in &inst.launches {
@@ -213,7 +213,7 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
     let t = transform(PLANTED, &ptx::LoadOptions::default()).unwrap();
     let twin = e.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
     let ce = t.entry("k").unwrap();
-    let flag = e.alloc_flag().unwrap().unwrap();
+    let flag = e.alloc_flag(space).unwrap().unwrap();
     e.dirty_log_start().unwrap();
     for below in [0u32, 1] {
         let mut own = dst.to_le_bytes().to_vec();
@@ -240,6 +240,39 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
     e.vram_read(0, &mut w).unwrap();
     assert_eq!(u32::from_le_bytes(w), 77);
     assert!(!e.take_flag(flag).unwrap(), "a take clears it");
+    // Another space's kernels cannot reach the word: the planted store there faults out of
+    // the window instead of raising (or clearing) this space's flag.
+    let other = e
+        .create_space(VaWindow {
+            base: BASE,
+            size: 1 << 30,
+        })
+        .unwrap();
+    e.map(
+        other,
+        &Mapping {
+            va: BASE,
+            len: 2 * PAGE,
+            target: MapTarget::Vram { pa: 8 * PAGE },
+            perm: Perm::ReadWrite,
+            page_size: PageSize::Size4K,
+        },
+    )
+    .unwrap();
+    let mut own = dst.to_le_bytes().to_vec();
+    own.extend_from_slice(&1u32.to_le_bytes());
+    let job = Job::Launch(LaunchJob {
+        space: other,
+        module: twin,
+        entry: "k".into(),
+        grid: [1, 1, 1],
+        block: [64, 1, 1],
+        dynamic_shared: 0,
+        params: ce.buffer(&own, flag, &[(dst, dst + PAGE)]),
+    });
+    let out = e.execute(&job, &PreemptHandle::new()).unwrap();
+    assert!(matches!(out, Outcome::Faulted { .. }), "{out:?}");
+    assert!(!e.take_flag(flag).unwrap());
     e.free_flag(flag);
     assert!(e.take_flag(flag).is_err(), "freed");
 }

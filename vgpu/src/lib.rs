@@ -338,6 +338,7 @@ impl Vgpu {
             shared.clone(),
             layout.clone(),
         )?;
+        dev.attach_write_log(write_log.clone());
         if cfg.doorbell == config::Doorbell::Poll {
             dev.attach_bell(ram.clone());
         }

@@ -36,6 +36,9 @@ impl Live<'_> {
                 checked_runs: s.checked_runs,
                 unchecked_runs: s.unchecked_runs,
                 outside_rounds: s.outside,
+                declared_extents: s.declared_extents,
+                undeclared_extents: s.undeclared_extents,
+                declarations_refused: s.declarations_refused,
             });
         }
     }

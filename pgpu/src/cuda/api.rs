@@ -581,7 +581,7 @@ impl EngineSnapshot for CudaEngine {
         self.bulk_zero(pa, len)
     }
 
-    fn alloc_flag(&self) -> Result<Option<u64>, EngineError> {
+    fn alloc_flag(&self, _space: SpaceId) -> Result<Option<u64>, EngineError> {
         self.alive()?;
         self.flags.alloc().map_err(|e| self.drv(e))
     }

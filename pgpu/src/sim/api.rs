@@ -342,8 +342,8 @@ impl EngineSnapshot for SimEngine {
         self.spaces.log().stop();
     }
 
-    fn alloc_flag(&self) -> Result<Option<u64>, EngineError> {
-        Ok(self.spaces.flags().alloc())
+    fn alloc_flag(&self, space: SpaceId) -> Result<Option<u64>, EngineError> {
+        Ok(self.spaces.flags().alloc(space.0))
     }
 
     fn take_flag(&self, va: u64) -> Result<bool, EngineError> {

@@ -1,9 +1,11 @@
 //! The sim engine's flag words for write-set validation (`ptx::ckpt::bounds`,
-//! `EngineSnapshot::alloc_flag`): one page of engine-owned 32-bit words that kernels of every
-//! address space see at [`FLAG_BASE`], outside any VA window (the page tables translate it
-//! before refusing an address outside their window, so it costs the in-window path nothing),
-//! below the checkpoint method's own memory (`sim::ckpt::CK_BASE`). A word is allocated zeroed,
-//! read and cleared between jobs, and freed for reuse.
+//! `EngineSnapshot::alloc_flag`): one page of engine-owned 32-bit words at [`FLAG_BASE`],
+//! outside any VA window (the page tables translate it before refusing an address outside
+//! their window, so it costs the in-window path nothing), below the checkpoint method's own
+//! memory (`sim::ckpt::CK_BASE`). Each word belongs to one address space, and only kernels of
+//! that space reach it (4 bytes; every other address of the page faults as before), so a
+//! guest can neither raise nor clear another's. A word is allocated zeroed, read and cleared
+//! between jobs, and freed for reuse.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -20,14 +22,15 @@ pub const FLAG_WORDS: usize = 1024;
 pub struct FlagPage {
     /// 8-byte aligned storage (the interpreter requires host pointers ≡ VA mod 8).
     words: Box<[AtomicU64]>,
-    used: Mutex<Vec<bool>>,
+    /// The space (`SpaceId.0`) each word belongs to, if handed out.
+    used: Mutex<Vec<Option<u64>>>,
 }
 
 impl Default for FlagPage {
     fn default() -> Self {
         FlagPage {
             words: (0..FLAG_WORDS / 2).map(|_| AtomicU64::new(0)).collect(),
-            used: Mutex::new(vec![false; FLAG_WORDS]),
+            used: Mutex::new(vec![None; FLAG_WORDS]),
         }
     }
 }
@@ -44,11 +47,11 @@ impl FlagPage {
         Some(unsafe { &*(self.words.as_ptr().cast::<AtomicU32>().add(i)) })
     }
 
-    /// A fresh zeroed word's VA, or `None` when all are in use.
-    pub fn alloc(&self) -> Option<u64> {
+    /// A fresh zeroed word of `space`: its VA, or `None` when all are in use.
+    pub fn alloc(&self, space: u64) -> Option<u64> {
         let mut used = lock(&self.used);
-        let i = used.iter().position(|u| !u)?;
-        used[i] = true;
+        let i = used.iter().position(Option::is_none)?;
+        used[i] = Some(space);
         let va = FLAG_BASE + 4 * i as u64;
         self.word(va)?.store(0, Ordering::SeqCst);
         Some(va)
@@ -57,7 +60,7 @@ impl FlagPage {
     /// Reads and clears the word at `va`; `None` if it is not an allocated word.
     pub fn take(&self, va: u64) -> Option<bool> {
         let i = usize::try_from(va.checked_sub(FLAG_BASE)? / 4).ok()?;
-        if !lock(&self.used).get(i).copied().unwrap_or(false) {
+        if lock(&self.used).get(i).copied().flatten().is_none() {
             return None;
         }
         Some(self.word(va)?.swap(0, Ordering::SeqCst) != 0)
@@ -70,22 +73,21 @@ impl FlagPage {
             .and_then(|o| usize::try_from(o / 4).ok())
             && let Some(u) = lock(&self.used).get_mut(i)
         {
-            *u = false;
+            *u = None;
         }
     }
 
-    /// The host address of `va` in the page and the bytes to the page's end, for a kernel's
-    /// access (any word of the page: a kernel storing to a word it was not given only sets
-    /// that word).
-    pub fn span(&self, va: u64) -> Option<(usize, usize)> {
+    /// For a kernel of `space`: the host address of `va` and the bytes to its word's end, if
+    /// `va` is in a word of `space`.
+    pub fn span(&self, va: u64, space: u64) -> Option<(usize, usize)> {
         let off = va.checked_sub(FLAG_BASE)?;
-        let len = (FLAG_WORDS * 4) as u64;
-        if off >= len {
+        let i = usize::try_from(off / 4).ok()?;
+        if i >= FLAG_WORDS || lock(&self.used).get(i).copied().flatten() != Some(space) {
             return None;
         }
         Some((
             self.words.as_ptr() as usize + off as usize,
-            (len - off) as usize,
+            (4 - off % 4) as usize,
         ))
     }
 }
@@ -97,23 +99,28 @@ mod tests {
     #[test]
     fn words_are_handed_out_taken_and_reused() {
         let f = FlagPage::default();
-        let a = f.alloc().unwrap();
-        let b = f.alloc().unwrap();
+        let a = f.alloc(7).unwrap();
+        let b = f.alloc(8).unwrap();
         assert_eq!((a, b), (FLAG_BASE, FLAG_BASE + 4));
         assert_eq!(f.take(a), Some(false));
-        let (host, len) = f.span(b).unwrap();
-        assert_eq!(len, FLAG_WORDS * 4 - 4);
+        // Only the owner's kernels reach a word, 4 bytes of it.
+        assert!(f.span(b, 7).is_none());
+        assert!(f.span(FLAG_BASE + 12, 8).is_none(), "not handed out");
+        assert_eq!(f.span(b + 2, 8).unwrap().1, 2);
+        let (host, len) = f.span(b, 8).unwrap();
+        assert_eq!(len, 4);
         // SAFETY: `host` is word b of the page (what a kernel's store does).
         unsafe { (host as *mut u32).write_volatile(1) };
         assert_eq!(f.take(b), Some(true));
         assert_eq!(f.take(b), Some(false));
         assert_eq!(f.take(FLAG_BASE + 8), None, "not allocated");
         f.free(a);
-        assert_eq!(f.alloc(), Some(a));
-        assert!(f.span(FLAG_BASE + 4096).is_none());
+        assert!(f.span(a, 7).is_none(), "freed");
+        assert_eq!(f.alloc(9), Some(a));
+        assert!(f.span(FLAG_BASE + 4096, 9).is_none());
         for _ in 2..FLAG_WORDS {
-            assert!(f.alloc().is_some());
+            assert!(f.alloc(1).is_some());
         }
-        assert_eq!(f.alloc(), None);
+        assert_eq!(f.alloc(1), None);
     }
 }

@@ -109,8 +109,9 @@ pub struct Mmu {
     slot_bytes: HashMap<u16, u64>,
     /// The engine's dirty log: pages translated for writing are marked in it while it is on.
     log: Option<Arc<SimDirtyLog>>,
-    /// The engine's flag words (`sim::flags`), seen at their VA outside the window.
-    flags: Option<Arc<FlagPage>>,
+    /// The engine's flag words (`sim::flags`), seen at their VA outside the window, and the
+    /// space (`SpaceId.0`) whose words this table reaches.
+    flags: Option<(Arc<FlagPage>, u64)>,
 }
 
 impl Mmu {
@@ -128,11 +129,16 @@ impl Mmu {
     }
 
     /// As [`Mmu::new`], marking written pages in `log` while it is on, and translating the
-    /// engine's flag words (`flags`) at their VA.
-    pub(crate) fn with_log(window: VaWindow, log: Arc<SimDirtyLog>, flags: Arc<FlagPage>) -> Self {
+    /// engine's flag words (`flags`) of `space` at their VA.
+    pub(crate) fn with_log(
+        window: VaWindow,
+        log: Arc<SimDirtyLog>,
+        flags: Arc<FlagPage>,
+        space: u64,
+    ) -> Self {
         Self {
             log: Some(log),
-            flags: Some(flags),
+            flags: Some((flags, space)),
             ..Self::new(window)
         }
     }
@@ -339,7 +345,7 @@ impl Mmu {
         let off = va.wrapping_sub(self.window.base);
         if off >= self.window.size {
             // The engine's flag words (write-set validation), outside every window.
-            if let Some(span) = self.flags.as_ref().and_then(|f| f.span(va)) {
+            if let Some(span) = self.flags.as_ref().and_then(|(f, sp)| f.span(va, *sp)) {
                 return Ok(span);
             }
             return Err(FaultKind::OutOfWindow);

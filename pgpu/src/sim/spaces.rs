@@ -86,7 +86,12 @@ impl Spaces {
             SpaceId(*next)
         };
         let state = State {
-            mmu: Arc::new(Mmu::with_log(window, self.log.clone(), self.flags.clone())),
+            mmu: Arc::new(Mmu::with_log(
+                window,
+                self.log.clone(),
+                self.flags.clone(),
+                id.0,
+            )),
             running: 0,
             destroyed: false,
         };

@@ -64,6 +64,11 @@ pub struct WriteSetValidation {
     /// Rounds made conservative (everything dirty) because a checked kernel stored outside
     /// its extents.
     pub outside_rounds: u64,
+    /// Write-set pointers of checked launches inside a declared allocation, and not.
+    pub declared_extents: u64,
+    pub undeclared_extents: u64,
+    /// `ALLOC_DECLARE` writes the device refused.
+    pub declarations_refused: u64,
 }
 
 impl Report {

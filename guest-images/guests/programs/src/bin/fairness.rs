@@ -10,11 +10,18 @@
 //! `report_ms=R` (>= 1, default 100), `wait=poll` (spin instead of sleeping; default: interrupt),
 //! `out=vram` (each kernel writes its output to VRAM, and the copy engine copies it to system
 //! memory for the check: VRAM the GPU keeps rewriting, e.g. for live snapshots' dirty logging;
-//! default `out=sys`: straight to system memory), and the driver options of `guest_programs::platform::config_from_args`.
+//! default `out=sys`: straight to system memory), `stray=1` (after each kernel a one-block
+//! `stray` kernel increments 64 words 4096 bytes *below* its pointer parameter: the pointer is
+//! a one-page VRAM buffer, the words are in the one allocated just before it, before every
+//! other buffer, which no kernel is given: a store outside the buffer its write set names,
+//! planted for the validation of live write sets; the words are checked at the end against
+//! the number of `stray` launches), and the driver options of
+//! `guest_programs::platform::config_from_args`.
 //!
 //! Output (parsed by a host tool):
 //! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
 //! `FAIRNESS t_ms=<guest ms since start> done=<completions>` every `report_ms`;
+//! `FAIRNESS stray launches=<n> ok` before the end line with `stray=1` (a mismatch ends ok=0);
 //! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end.
 //! Exit codes: 0 all ok, 1 a result mismatch (`fairness: MISMATCH ...`), 2 a bad argument,
 //! 3 a GPU fault or timeout (`FAIRNESS fault <what>`) or no usable GPU.
@@ -55,6 +62,8 @@ struct Args {
     report_ms: u64,
     /// Outputs go to VRAM first (`out=vram`).
     vram_out: bool,
+    /// The planted out-of-buffer kernel runs after each kernel (`stray=1`).
+    stray: bool,
 }
 
 /// `key=value` as a number in `lo..=hi`, or `default` when absent.
@@ -85,6 +94,11 @@ impl Args {
                 Some("vram") => true,
                 Some(v) => return Err(format!("bad argument out={v} (must be sys or vram)")),
             },
+            stray: match guest_rt::arg("stray") {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(v) => return Err(format!("bad argument stray={v} (must be 0 or 1)")),
+            },
         })
     }
 
@@ -107,6 +121,41 @@ struct Kernel {
     code: SysAlloc,
     entry: SysAlloc,
     args: Args,
+    stray: Option<Stray>,
+}
+
+/// The planted kernel (`stray=1`): its pointer parameter is the page after `Stray::buf`, and every thread
+/// increments word `tid` of `Stray::buf`, the page below it.
+const STRAY_PTX: &str = ".version 7.0
+.target sm_70
+.address_size 64
+.visible .entry stray(.param .u64 p)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<4>;
+    ld.param.u64 %rd1, [p];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.u32 %r2, [%rd3+-4096];
+    add.u32 %r2, %r2, 1;
+    st.global.u32 [%rd3+-4096], %r2;
+    ret;
+}
+";
+const STRAY_ENTRY: &str = "stray";
+const STRAY_THREADS: u32 = 64;
+
+struct Stray {
+    code: SysAlloc,
+    entry: SysAlloc,
+    params: SysAlloc,
+    /// The page the kernel writes, allocated first (below every other buffer); its pointer
+    /// is the page allocated just after it.
+    buf: VramAlloc,
+    /// Where the words are copied back for the check.
+    back: SysAlloc,
+    launches: u32,
 }
 
 /// Why the run stopped early.
@@ -211,6 +260,10 @@ fn self_check(iters: u32) -> Result<(), String> {
 
 /// Loads the PTX and the entry name, and allocates `depth` parameter + output buffers.
 fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>), Error> {
+    let stray = match args.stray {
+        true => Some(setup_stray(gpu)?),
+        false => None,
+    };
     let code = gpu.sys_alloc(lcg::PTX.len() as u64)?;
     gpu.sys_write(&code, 0, lcg::PTX.as_bytes())?;
     let entry = gpu.sys_alloc(lcg::ENTRY.len() as u64)?;
@@ -225,7 +278,39 @@ fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>
         };
         slots.push(Slot { params, out, dev });
     }
-    Ok((Kernel { code, entry, args }, slots))
+    Ok((
+        Kernel {
+            code,
+            entry,
+            args,
+            stray,
+        },
+        slots,
+    ))
+}
+
+/// The planted kernel's buffers (its VRAM first).
+fn setup_stray<P: Platform>(gpu: &mut Gpu<P>) -> Result<Stray, Error> {
+    let buf = gpu.vram_alloc(4096)?;
+    let target = gpu.vram_alloc(4096)?;
+    if target.va != buf.va + 4096 {
+        return Err(Error::BadInfo("stray buffers are not adjacent"));
+    }
+    let code = gpu.sys_alloc(STRAY_PTX.len() as u64)?;
+    gpu.sys_write(&code, 0, STRAY_PTX.as_bytes())?;
+    let entry = gpu.sys_alloc(STRAY_ENTRY.len() as u64)?;
+    gpu.sys_write(&entry, 0, STRAY_ENTRY.as_bytes())?;
+    let params = gpu.sys_alloc(8)?;
+    gpu.sys_write(&params, 0, &target.va.to_le_bytes())?;
+    let back = gpu.sys_alloc(u64::from(STRAY_THREADS) * 4)?;
+    Ok(Stray {
+        code,
+        entry,
+        params,
+        buf,
+        back,
+        launches: 0,
+    })
 }
 
 /// The running experiment.
@@ -279,6 +364,20 @@ impl Run {
         });
         if let Some(d) = slot.dev {
             pb.copy(d.va, slot.out.va, u64::from(a.count()) * 4);
+        }
+        if let Some(st) = &mut self.kernel.stray {
+            pb.launch(&LaunchDesc {
+                code_va: st.code.va,
+                code_len: STRAY_PTX.len() as u32,
+                entry_va: st.entry.va,
+                entry_len: STRAY_ENTRY.len() as u32,
+                grid: [1, 1, 1],
+                block: [STRAY_THREADS, 1, 1],
+                shared_bytes: 0,
+                param_va: st.params.va,
+                param_len: 8,
+            });
+            st.launches += 1;
         }
         // `submit` appends the fence release (with the interrupt flag when interrupts are on).
         Ok((ch.submit(gpu, &mut pb)?, self.seed))
@@ -371,6 +470,30 @@ impl Run {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.check_stray(gpu, ch)
+    }
+
+    /// With `stray=1`: every word the planted kernel incremented counts every launch.
+    fn check_stray<P: Platform>(&mut self, gpu: &mut Gpu<P>, ch: &mut Channel) -> Result<(), Stop> {
+        let Some(st) = &self.kernel.stray else {
+            return Ok(());
+        };
+        let mut pb = PushBuf::new();
+        pb.copy(st.buf.va, st.back.va, u64::from(STRAY_THREADS) * 4);
+        let f = ch.submit(gpu, &mut pb)?;
+        ch.wait(gpu, f)?;
+        let mut b = vec![0u8; STRAY_THREADS as usize * 4];
+        gpu.sys_read(&st.back, 0, &mut b)?;
+        for (t, w) in b.chunks_exact(4).enumerate() {
+            let got = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            if got != st.launches {
+                return Err(Stop::Mismatch(format!(
+                    "stray word {t} = {got}, expected {} (a page the write sets missed?)",
+                    st.launches
+                )));
+            }
+        }
+        println!("FAIRNESS stray launches={} ok", st.launches);
         Ok(())
     }
 }
