@@ -24,9 +24,7 @@ fn run(
     own: &[u8],
     ranges: &[(u64, u64)],
     at: u64,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u32,
+    (grid, block, shared): ([u32; 3], [u32; 3], u32),
 ) {
     let module = Arc::new(ptx::parse(&checked.ptx).expect("checked text parses"));
     let e = checked.entry(entry).expect("entry is checked");
@@ -81,9 +79,7 @@ fn suite_kernels_checked_against_their_buffers_never_flag() {
                 &own,
                 &ranges,
                 at,
-                l.grid,
-                l.block,
-                l.shared_bytes,
+                (l.grid, l.block, l.shared_bytes),
             );
             assert_eq!(flag(&p.mem, at), 0, "{}: {} flagged", w.name, l.entry);
         }
@@ -146,9 +142,7 @@ fn planted(mode: u32) -> (FlatMemory, u32, Vec<u8>) {
         &own,
         &[(dst, dst + 256)],
         at,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
+        ([1, 1, 1], [32, 1, 1], 0),
     );
     let f = flag(&mem, at);
     let around = mem.read(dst - 8, 8 + 264).expect("in memory");

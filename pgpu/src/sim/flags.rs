@@ -38,7 +38,7 @@ impl Default for FlagPage {
 impl FlagPage {
     fn word(&self, va: u64) -> Option<&AtomicU32> {
         let i = usize::try_from(va.checked_sub(FLAG_BASE)? / 4).ok()?;
-        if i >= FLAG_WORDS || va % 4 != 0 {
+        if i >= FLAG_WORDS || !va.is_multiple_of(4) {
             return None;
         }
         // SAFETY: the storage is `FLAG_WORDS * 4` bytes of atomics, 8-byte aligned; word `i`
@@ -60,9 +60,7 @@ impl FlagPage {
     /// Reads and clears the word at `va`; `None` if it is not an allocated word.
     pub fn take(&self, va: u64) -> Option<bool> {
         let i = usize::try_from(va.checked_sub(FLAG_BASE)? / 4).ok()?;
-        if lock(&self.used).get(i).copied().flatten().is_none() {
-            return None;
-        }
+        lock(&self.used).get(i).copied().flatten()?;
         Some(self.word(va)?.swap(0, Ordering::SeqCst) != 0)
     }
 
