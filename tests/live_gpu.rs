@@ -4,7 +4,9 @@
 //! ran (through the engine's dirty log, and through the device's per-job write sets); a live
 //! snapshot of a running `fairness` guest (which checks every kernel's output) restores and
 //! finishes `ok=1`; the
-//! reports count the bytes sent more than once.
+//! reports count the bytes sent more than once. Through write sets every kernel runs
+//! bounds-checked, and a planted store outside its buffer forces a conservative round and
+//! arrives intact.
 
 mod snapshot_support;
 
@@ -71,6 +73,17 @@ fn live_migrate_fairness(log: &str) {
     assert_eq!(report["gpu_dirty_log"], log, "{done}");
     assert!(vram_rounds(report) > 1, "one VRAM round only: {done}");
     check_sums(report);
+    if log == "write sets" {
+        // Every kernel of the guest ran bounds-checked (but the one the start of the pre-copy
+        // preempted, which resumes unchecked and marks everything), and none stored outside
+        // its extents.
+        let v = &report["write_sets"];
+        assert!(v["checked_runs"].as_u64().unwrap() > 0, "{done}");
+        assert!(v["unchecked_runs"].as_u64().unwrap() <= 1, "{done}");
+        assert_eq!(v["outside_rounds"], 0, "{done}");
+    } else {
+        assert!(report.get("write_sets").is_none(), "{done}");
+    }
     let after = migrated_fairness_finishes(vm, dest);
     let pool = after
         .lines()
@@ -86,6 +99,35 @@ fn live_migrate_fairness(log: &str) {
         mib >= 16,
         "the working set was rewritten {mib} MiB only: {pool}"
     );
+}
+
+/// A kernel that stores outside the buffer its write set names (`stray=1`: below the page its
+/// pointer points to, a page no other kernel's extent covers), live-migrated through write
+/// sets: its checked twin raises the flag, rounds go conservative (counted), and the words it
+/// increments arrive intact (the guest checks them after the switch-over).
+#[test]
+fn a_planted_out_of_extent_store_forces_a_conservative_round_and_arrives_intact() {
+    // Short kernels, each followed by the planted one: several run between any harvest and
+    // the pause (without validation the destination's words come out short: checked by
+    // making the flag change nothing). Every round is conservative, so the pre-copy takes all
+    // its rounds: 10 s of kernels keep the guest running through them.
+    let s = Scratch::new("live-gpu-mig-stray");
+    let (dest, incoming) = incoming(&s);
+    let mut args = FAIRNESS;
+    args[5] = "iters=200 threads=64 blocks=1 depth=3 ms=10000 report_ms=100 out=vram stray=1";
+    args[7] = "vram=64M,dirtylog=writesets";
+    let vm = Vm::start(&s, "src", &args);
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    let done = migrate(&vm, &incoming, true);
+    let report = &done["precopy"];
+    assert_eq!(report["gpu_dirty_log"], "write sets", "{done}");
+    let v = &report["write_sets"];
+    assert!(v["outside_rounds"].as_u64().unwrap() >= 1, "{done}");
+    assert!(v["checked_runs"].as_u64().unwrap() > 0, "{done}");
+    assert!(v["unchecked_runs"].as_u64().unwrap() <= 1, "{done}");
+    check_sums(report);
+    let after = migrated_fairness_finishes(vm, dest);
+    assert!(after.contains("FAIRNESS stray launches="), "{after}");
 }
 
 #[test]

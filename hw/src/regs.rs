@@ -51,6 +51,11 @@ crate::named_consts! { u32;
     FAULT_ADDR_HI = 0x080c;
     FAULT_INFO = 0x0810;
     FAULT_CLEAR = 0x0814;
+    ALLOC_VA_LO = 0x0900;
+    ALLOC_VA_HI = 0x0904;
+    ALLOC_LEN_LO = 0x0908;
+    ALLOC_LEN_HI = 0x090c;
+    ALLOC_DECLARE = 0x0910;
 }
 
 /// Per-channel registers: `CHAN_INST[n]` at `CHAN_BASE + 8n`, `CHAN_STATUS[n]` at +4.
@@ -118,6 +123,12 @@ pub const fn chan_reg(off: u32) -> Option<(ChanReg, u32)> {
         _ => None,
     }
 }
+
+/// `ALLOC_DECLARE` operations: declare `[ALLOC_VA, ALLOC_VA + ALLOC_LEN)` an allocation, forget
+/// the one starting at `ALLOC_VA`, forget all.
+pub const ALLOC_OP_DECLARE: u32 = 1;
+pub const ALLOC_OP_FORGET: u32 = 2;
+pub const ALLOC_OP_FORGET_ALL: u32 = 3;
 
 /// `CAPS` bits.
 pub const CAP_COPY: u32 = 1 << 0;

@@ -17,9 +17,9 @@
 //!
 //! Like POS's, the analysis is a speculation about where a store lands: it names the base
 //! pointer of each address, and the extent the caller gives each base (its buffer) assumes the
-//! index added to it stays inside; PhOS checks that at run time with a bounds check the
-//! checkpoint transformation inserts, which is not built here. The extent is the caller's
-//! decision (docs/snapshot.md, "Live snapshots and VRAM pre-copy"). It is validated against the
+//! index added to it stays inside; as in PhOS that is checked at run time, by the bounds
+//! check `crate::ckpt::bounds` inserts. The extent is the caller's decision (docs/snapshot.md,
+//! "Live snapshots and VRAM pre-copy"). It is validated against the
 //! sim engine's exact dirty log on every suite workload (`pgpu/tests/dirty_log.rs`).
 
 use std::collections::BTreeSet;

@@ -33,6 +33,11 @@ pub struct VgpuDevice {
     bell_ram: Option<vm_memory::GuestMemoryMmap>,
     /// `BELL_PAGE_HI` as written (takes effect with the next `BELL_PAGE_LO` write).
     bell_hi: u32,
+    /// `ALLOC_VA` and `ALLOC_LEN` as written (for `ALLOC_DECLARE`).
+    alloc_va: u64,
+    alloc_len: u64,
+    /// Where declared allocations go (live write sets).
+    write_log: Option<Arc<crate::snapshot::writes::WriteSetLog>>,
 }
 
 impl VgpuDevice {
@@ -77,7 +82,15 @@ impl VgpuDevice {
             remap: None,
             bell_ram: None,
             bell_hi: 0,
+            alloc_va: 0,
+            alloc_len: 0,
+            write_log: None,
         })
+    }
+
+    /// Takes the guest's declared allocations (`ALLOC_DECLARE`) into `log`.
+    pub fn attach_write_log(&mut self, log: Arc<crate::snapshot::writes::WriteSetLog>) {
+        self.write_log = Some(log);
     }
 
     /// Maps the VRAM aperture into the guest where it can (BAR remap; before the device is on
@@ -288,6 +301,11 @@ impl VgpuDevice {
             regs::FAULT_ADDR_LO => r.fault.map_or(0, |f| f.addr as u32),
             regs::FAULT_ADDR_HI => r.fault.map_or(0, |f| (f.addr >> 32) as u32),
             regs::FAULT_INFO => r.fault.map_or(0, |f| f.info),
+            regs::ALLOC_VA_LO
+            | regs::ALLOC_VA_HI
+            | regs::ALLOC_LEN_LO
+            | regs::ALLOC_LEN_HI
+            | regs::ALLOC_DECLARE => 0,
             o => match regs::chan_reg(o) {
                 Some((reg, n)) if n < chans => {
                     let ch = &r.chans[n as usize];
@@ -364,6 +382,20 @@ impl VgpuDevice {
                 }
             }
             regs::RUNLIST_BASE => r.runlist_base = v,
+            regs::ALLOC_VA_LO => self.alloc_va = self.alloc_va & !0xffff_ffff | u64::from(v),
+            regs::ALLOC_VA_HI => {
+                self.alloc_va = self.alloc_va & 0xffff_ffff | u64::from(v) << 32;
+            }
+            regs::ALLOC_LEN_LO => self.alloc_len = self.alloc_len & !0xffff_ffff | u64::from(v),
+            regs::ALLOC_LEN_HI => {
+                self.alloc_len = self.alloc_len & 0xffff_ffff | u64::from(v) << 32;
+            }
+            regs::ALLOC_DECLARE => {
+                if let Some(l) = &self.write_log {
+                    let window = (self.cfg.va_base, self.cfg.va_size);
+                    l.declare(v, self.alloc_va, self.alloc_len, window);
+                }
+            }
             regs::BELL_PAGE_HI if self.bell_ram.is_some() => self.bell_hi = v,
             regs::BELL_PAGE_LO if self.bell_ram.is_some() => self.set_bell(&mut r, v),
             regs::RUNLIST_SUBMIT => {

@@ -338,6 +338,7 @@ impl Vgpu {
             shared.clone(),
             layout.clone(),
         )?;
+        dev.attach_write_log(write_log.clone());
         if cfg.doorbell == config::Doorbell::Poll {
             dev.attach_bell(ram.clone());
         }
@@ -466,5 +467,6 @@ impl Drop for Vgpu {
         if let Some(t) = self.worker.take() {
             let _ = t.join();
         }
+        self.write_log.release(&*self.engine);
     }
 }

@@ -594,10 +594,24 @@ impl Worker {
         key: Option<u64>,
         spent: Duration,
     ) -> Result<Turn, Fault> {
-        let resume = match self.chans[ch].suspended.take() {
+        let suspended = self.chans[ch].suspended.take();
+        // A launch runs its bounds-checked twin while live write sets log; a context a pause
+        // suspended resumes in the module it ran in (a twin, or the launch's own).
+        let twin = match (&job, &suspended) {
+            (Job::Launch(l), Some(s)) => match s.module {
+                Some(m) if m != l.module => Some(Job::Launch(pgpu::LaunchJob {
+                    module: m,
+                    ..l.clone()
+                })),
+                _ => None,
+            },
+            (Job::Launch(l), None) => self.checked_twin(l),
+            (Job::Copy(_), _) => None,
+        };
+        let resume = match suspended {
             // The job a pause preempted: resume it (in the space and module it runs in now).
             Some(s) => {
-                let (space, module) = match &job {
+                let (space, module) = match twin.as_ref().unwrap_or(&job) {
                     Job::Copy(c) => (c.space, None),
                     Job::Launch(l) => (l.space, Some(l.module)),
                 };
@@ -615,7 +629,9 @@ impl Worker {
         let (rt, shared) = (&self.chans[ch], &self.shared);
         let end = self
             .jobs
-            .run(&job, key, spent, resume, ch, &|| more_work(rt, shared, ch));
+            .run(&job, twin.as_ref(), key, spent, resume, ch, &|| {
+                more_work(rt, shared, ch)
+            });
         if let Some(t) = self.jobs.last_end.take() {
             self.job_end = Some((ch, t));
         }
@@ -623,7 +639,8 @@ impl Worker {
             JobEnd::Completed => Ok(Turn::Advanced),
             JobEnd::Suspended(context, gpu) => {
                 if let Some(context) = context {
-                    self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, &job));
+                    let ran = twin.as_ref().unwrap_or(&job);
+                    self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, ran));
                 }
                 Ok(Turn::Suspended)
             }

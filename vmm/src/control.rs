@@ -347,6 +347,7 @@ impl Controller {
             };
             if let (Some(l), Some(mut last)) = (pre.as_mut(), last) {
                 last.ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                l.note_validation();
                 l.report.push(last);
             }
             Ok(pages)

@@ -27,6 +27,23 @@ pub struct Live<'g> {
     pub report: Report,
 }
 
+impl Live<'_> {
+    /// Copies the write sets' validation counters into the report (after a round).
+    pub fn note_validation(&mut self) {
+        if let Some(v) = self.vram.as_ref().filter(|v| v.uses_write_sets()) {
+            let s = v.validation();
+            self.report.write_sets = Some(crate::snapshot::precopy::WriteSetValidation {
+                checked_runs: s.checked_runs,
+                unchecked_runs: s.unchecked_runs,
+                outside_rounds: s.outside,
+                declared_extents: s.declared_extents,
+                undeclared_extents: s.undeclared_extents,
+                declarations_refused: s.declarations_refused,
+            });
+        }
+    }
+}
+
 /// A live snapshot's files, written round by round.
 struct DirSink {
     ram: std::fs::File,
@@ -104,6 +121,7 @@ impl Controller {
                 Some(v) => v.round(&mut |page, b| sink.vram(round, page, b))?,
                 None => Default::default(),
             };
+            live.note_validation();
             live.report.push(Round {
                 round,
                 paused: false,
@@ -211,6 +229,7 @@ impl Controller {
                 (None, _) => out.finish(m, &state, None)?,
             };
             last.ms = paused_at.elapsed().as_secs_f64() * 1e3;
+            l.note_validation();
             l.report.push(last);
             Ok(m)
         })();

@@ -588,6 +588,23 @@ impl EngineSnapshot for CudaEngine {
         self.bulk_zero(pa, len)
     }
 
+    fn alloc_flag(&self, _space: SpaceId) -> Result<Option<u64>, EngineError> {
+        self.alive()?;
+        self.flags.alloc().map_err(|e| self.drv(e))
+    }
+
+    fn take_flag(&self, va: u64) -> Result<bool, EngineError> {
+        self.alive()?;
+        self.flags
+            .take(va)
+            .map_err(|e| self.drv(e))?
+            .ok_or_else(|| EngineError::Backend(format!("no flag word at {va:#x}")))
+    }
+
+    fn free_flag(&self, va: u64) {
+        self.flags.free(va);
+    }
+
     fn retarget_context(
         &self,
         context: SavedContext,

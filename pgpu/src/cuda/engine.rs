@@ -91,6 +91,8 @@ pub struct CudaEngine {
     pub(crate) sub_launches: AtomicU64,
     /// Device buffers (flag + save area) of checkpointed launches.
     pub(crate) ck_pool: Arc<Pool>,
+    /// Flag words of write-set validation (`flags`).
+    pub(crate) flags: super::flags::Flags,
     /// Stream of the checkpoint flag writes (made on first use).
     pub(crate) signal: OnceLock<Signal>,
     /// Counters of the checkpoint method.
@@ -158,6 +160,7 @@ impl CudaEngine {
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
             ck_pool: Pool::new(ctx),
+            flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(None),

@@ -112,4 +112,26 @@ pub trait EngineSnapshot: Engine {
         crate::dirty::set_all(bits, len);
         Ok(())
     }
+
+    // ---- Write-set validation (`ptx::ckpt::bounds`, issue 24). The defaults have no flag
+    // words: a device then cannot run validated write sets. ----
+
+    /// A fresh zeroed 32-bit flag word of engine-owned memory that kernels of `space` can
+    /// store to, by its VA (`st.global.u32`); `None` if the engine has none (or none left).
+    /// The sim engine lets no other space's kernels reach it; the cuda engine's words are in
+    /// its context's memory, which a kernel can address like its other engine-owned buffers.
+    /// Give it back with [`EngineSnapshot::free_flag`].
+    fn alloc_flag(&self, space: SpaceId) -> Result<Option<u64>, EngineError> {
+        let _ = space;
+        Ok(None)
+    }
+    /// Reads and clears the flag word at `va` (from `alloc_flag`), after the jobs that may
+    /// store to it ended: whether one stored a non-zero value since the last take.
+    fn take_flag(&self, va: u64) -> Result<bool, EngineError> {
+        Err(EngineError::Backend(format!("no flag word at {va:#x}")))
+    }
+    /// Gives the flag word at `va` back.
+    fn free_flag(&self, va: u64) {
+        let _ = va;
+    }
 }

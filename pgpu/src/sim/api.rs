@@ -359,6 +359,21 @@ impl EngineSnapshot for SimEngine {
         self.spaces.log().stop();
     }
 
+    fn alloc_flag(&self, space: SpaceId) -> Result<Option<u64>, EngineError> {
+        Ok(self.spaces.flags().alloc(space.0))
+    }
+
+    fn take_flag(&self, va: u64) -> Result<bool, EngineError> {
+        self.spaces
+            .flags()
+            .take(va)
+            .ok_or_else(|| EngineError::Backend(format!("no flag word at {va:#x}")))
+    }
+
+    fn free_flag(&self, va: u64) {
+        self.spaces.flags().free(va);
+    }
+
     fn dirty_log_harvest(
         &self,
         at: MapTarget,

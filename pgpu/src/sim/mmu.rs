@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::dirty::SimDirtyLog;
+use super::flags::FlagPage;
 use crate::engine::{AccessKind, FaultKind, PageSize, Perm, VaWindow};
 
 pub use crate::engine::MapError as MmuError;
@@ -108,6 +109,9 @@ pub struct Mmu {
     slot_bytes: HashMap<u16, u64>,
     /// The engine's dirty log: pages translated for writing are marked in it while it is on.
     log: Option<Arc<SimDirtyLog>>,
+    /// The engine's flag words (`sim::flags`), seen at their VA outside the window, and the
+    /// space (`SpaceId.0`) whose words this table reaches.
+    flags: Option<(Arc<FlagPage>, u64)>,
 }
 
 impl Mmu {
@@ -120,13 +124,21 @@ impl Mmu {
             dirs: vec![None; n],
             slot_bytes: HashMap::new(),
             log: None,
+            flags: None,
         }
     }
 
-    /// As [`Mmu::new`], marking written pages in `log` while it is on.
-    pub fn with_log(window: VaWindow, log: Arc<SimDirtyLog>) -> Self {
+    /// As [`Mmu::new`], marking written pages in `log` while it is on, and translating the
+    /// engine's flag words (`flags`) of `space` at their VA.
+    pub(crate) fn with_log(
+        window: VaWindow,
+        log: Arc<SimDirtyLog>,
+        flags: Arc<FlagPage>,
+        space: u64,
+    ) -> Self {
         Self {
             log: Some(log),
+            flags: Some((flags, space)),
             ..Self::new(window)
         }
     }
@@ -332,6 +344,10 @@ impl Mmu {
     pub fn translate(&self, va: u64, access: AccessKind) -> Result<(usize, usize), FaultKind> {
         let off = va.wrapping_sub(self.window.base);
         if off >= self.window.size {
+            // The engine's flag words (write-set validation), outside every window.
+            if let Some(span) = self.flags.as_ref().and_then(|(f, sp)| f.span(va, *sp)) {
+                return Ok(span);
+            }
             return Err(FaultKind::OutOfWindow);
         }
         let Some(Some(dir)) = self.dirs.get((off >> SHIFT_1G) as usize) else {

@@ -11,6 +11,7 @@ mod counters;
 pub mod dirty;
 mod engine;
 mod exec;
+mod flags;
 mod hostmem;
 pub mod mmu;
 mod modules;

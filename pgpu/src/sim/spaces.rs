@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::engine::{EngineError, SpaceId, VaWindow};
 
 use super::dirty::{RunPin, SimDirtyLog};
+use super::flags::FlagPage;
 use super::mmu::Mmu;
 use crate::sync::lock;
 
@@ -31,6 +32,8 @@ pub struct Spaces {
     next_id: Mutex<u64>,
     /// The engine's dirty log, shared by every page table.
     log: Arc<SimDirtyLog>,
+    /// The engine's flag words, seen by every page table (`sim::flags`).
+    flags: Arc<FlagPage>,
 }
 
 /// A running job's hold on an address space: the page table it translates with.
@@ -61,6 +64,11 @@ impl Drop for SpaceUse {
 }
 
 impl Spaces {
+    /// The flag words of every space.
+    pub fn flags(&self) -> &Arc<FlagPage> {
+        &self.flags
+    }
+
     /// The dirty log of every space.
     pub fn log(&self) -> &Arc<SimDirtyLog> {
         &self.log
@@ -78,7 +86,12 @@ impl Spaces {
             SpaceId(*next)
         };
         let state = State {
-            mmu: Arc::new(Mmu::with_log(window, self.log.clone())),
+            mmu: Arc::new(Mmu::with_log(
+                window,
+                self.log.clone(),
+                self.flags.clone(),
+                id.0,
+            )),
             running: 0,
             destroyed: false,
         };

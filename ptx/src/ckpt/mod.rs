@@ -10,6 +10,7 @@
 //! of `build`) and `print` prints PTX. The contract (parameters, save area, flag, resume, the
 //! barrier/warp rules) is in `docs/ptx-subset.md`, "Preemptible kernels".
 
+pub mod bounds;
 mod budget;
 mod build;
 mod emit;

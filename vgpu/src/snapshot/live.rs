@@ -121,7 +121,7 @@ impl Vgpu {
             && (*k != DirtyLogKind::Exact || self.cfg.dirty_writesets)
         {
             // No exact log in the engine (or asked for): the device's per-job write sets.
-            self.write_log.set(true);
+            self.write_log.set(true, &*self.engine);
             p.writesets = true;
         }
         if !was_paused {
@@ -160,6 +160,11 @@ impl Precopy<'_> {
         self.writesets
     }
 
+    /// The validation counters of the write sets (all zero when the engine's log is used).
+    pub fn validation(&self) -> crate::snapshot::writes::ValidationStats {
+        self.gpu.write_log.stats()
+    }
+
     /// Rounds done.
     pub fn rounds(&self) -> u32 {
         self.rounds
@@ -172,6 +177,7 @@ impl Precopy<'_> {
     fn harvest_vram(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut bits = vec![0u64; dirty::words(self.gpu.cfg.vram)];
         if self.writesets {
+            self.gpu.write_log.take_flag(self.engine());
             self.gpu.write_log.harvest_vram(&mut bits);
             return Ok(bits);
         }
@@ -270,6 +276,7 @@ impl Precopy<'_> {
     pub fn ram_dirty(&self) -> Result<Vec<u64>, SnapshotError> {
         let mut pages = self.gpu.ram_log.take();
         if self.writesets {
+            self.gpu.write_log.take_flag(self.engine());
             match self.gpu.write_log.harvest_ram() {
                 Some(p) => pages.extend(p),
                 None => pages.extend(self.gpu.write_log.all_ram()),
@@ -331,7 +338,7 @@ impl Precopy<'_> {
 impl Drop for Precopy<'_> {
     fn drop(&mut self) {
         self.gpu.engine.dirty_log_stop();
-        self.gpu.write_log.set(false);
+        self.gpu.write_log.set(false, &*self.gpu.engine);
         self.gpu.ram_log.set(false);
         if let Some(r) = &self.gpu.remap {
             r.lock()

@@ -11,20 +11,32 @@
 //! harvest) while the job runs and become ordinary dirty pages when it ends, so a harvest in
 //! the middle of a job never forgets what it may still write.
 //!
-//! The extent is a speculation (a kernel could index past its buffer); PhOS validates it at run
-//! time with a bounds check its transformation inserts, which is not built here
-//! (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
+//! The extent is a speculation (a kernel could index past its buffer), validated at run time
+//! as PhOS does: while the log is on, a launch with a bounded write set runs its module's
+//! bounds-checked twin (`ptx::ckpt::bounds`, loaded like any module of the VM), whose stores
+//! compare their addresses with the extents (passed as extra parameters) and store 1 into the
+//! device's flag word (engine-owned, `EngineSnapshot::alloc_flag`) when outside all of them.
+//! Before each harvest the flag is read and cleared ([`WriteSetLog::take_flag`]); a set flag
+//! makes that harvest conservative (everything dirty) and is counted. A launch that cannot run
+//! checked (no flag word, the transformation refused the module, its twin did not load) marks
+//! everything (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use pgpu::{Engine, Job, MapTarget, ModuleId, Perm, SpaceId};
+use std::sync::Arc;
+
+use pgpu::{Engine, EngineSnapshot, Job, LaunchJob, MapTarget, ModuleId, Perm, SpaceId};
 use shadow::SysmemMap;
 
 const PAGE: u64 = 4096;
 /// Most distinct kernels whose write sets are kept (a guest loading more re-analyses).
 const MAX_CACHED: usize = 256;
+/// Most address spaces with a flag word (launches in further ones mark everything).
+const MAX_FLAGS: usize = 64;
+/// Most declared allocations at once.
+pub const MAX_DECLARED: usize = 4096;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -40,6 +52,51 @@ struct Inner {
     ram_pinned: BTreeSet<u64>,
     /// Write sets by (module, entry); `None`: the text did not analyse (everything).
     sets: HashMap<(ModuleId, String), Option<ptx::WriteSet>>,
+    /// Bounds-checked twins by module; `None`: the transformation refused the text.
+    checked: HashMap<ModuleId, Option<Arc<Twin>>>,
+    /// The flag word (VA) of the checked kernels of each address space (`None`: the engine
+    /// gave none; launches there mark everything).
+    flags: HashMap<SpaceId, Option<u64>>,
+    stats: ValidationStats,
+    /// The guest's declared allocations (`ALLOC_DECLARE`): start VA -> end VA, disjoint.
+    declared: BTreeMap<u64, u64>,
+}
+
+/// A module's bounds-checked twin (`ptx::ckpt::bounds`).
+#[derive(Debug)]
+pub struct Twin {
+    /// Its PTX (loaded through the VM's module cache).
+    pub ptx: Arc<str>,
+    checked: ptx::ckpt::bounds::Checked,
+}
+
+/// Counters of write-set validation since the log was last started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValidationStats {
+    /// Runs of launches that ran bounds-checked.
+    pub checked_runs: u64,
+    /// Runs of launches with a bounded write set that could not run checked (marked
+    /// everything).
+    pub unchecked_runs: u64,
+    /// Harvests made conservative because a checked kernel stored outside its extents.
+    pub outside: u64,
+    /// Write-set pointers of checked launches inside a declared allocation (their extent).
+    pub declared_extents: u64,
+    /// Those in none (their extent: the mapped run from their page on).
+    pub undeclared_extents: u64,
+    /// `ALLOC_DECLARE` writes refused (since the device was made).
+    pub declarations_refused: u64,
+}
+
+/// What a launch runs while the log is on.
+#[derive(Debug)]
+pub enum Checked {
+    /// As it is: the log is off, or its write set is unbounded (it marks everything anyway).
+    Plain,
+    /// Its bounds-checked twin: load `twin.ptx` and run the same entry with `params`.
+    Twin { twin: Arc<Twin>, params: Vec<u8> },
+    /// It cannot run checked: it marks everything.
+    Unchecked,
 }
 
 /// Per-job write sets of a device (shared by the worker and the snapshot code).
@@ -81,8 +138,23 @@ impl WriteSetLog {
 
     /// Starts (clearing) or stops logging. A job running at the start was marked by no one: it
     /// pins everything until it ends (the device preempts it for the start, so there is none).
-    pub fn set(&self, on: bool) {
+    /// The checked kernels' flag words (one per address space, taken from `engine` at the
+    /// first checked launch there) are kept until [`WriteSetLog::release`] (a checked
+    /// kernel's context, suspended, keeps its address); each start clears them and the
+    /// counters.
+    pub fn set(&self, on: bool, engine: &dyn EngineSnapshot) {
         let mut i = self.lock();
+        if on {
+            for va in i.flags.values().flatten() {
+                if let Err(e) = engine.take_flag(*va) {
+                    log::warn!("vgpu: write sets: flag word {va:#x}: {e}");
+                }
+            }
+            i.stats = ValidationStats {
+                declarations_refused: i.stats.declarations_refused,
+                ..ValidationStats::default()
+            };
+        }
         let words = pgpu::dirty::words(self.vram_pages * PAGE);
         i.dirty = vec![0; words];
         i.pinned = vec![0; words];
@@ -92,6 +164,33 @@ impl WriteSetLog {
         i.ram_dirty.clear();
         i.ram_pinned.clear();
         self.on.store(on, Ordering::Release);
+    }
+
+    /// Gives the flag words back (the device goes away).
+    pub fn release(&self, engine: &dyn EngineSnapshot) {
+        for va in std::mem::take(&mut self.lock().flags)
+            .into_values()
+            .flatten()
+        {
+            engine.free_flag(va);
+        }
+    }
+
+    /// The flag word of `space`'s checked kernels, taken from `engine` the first time.
+    fn flag(&self, engine: &dyn EngineSnapshot, space: SpaceId) -> Option<u64> {
+        let mut i = self.lock();
+        if let Some(f) = i.flags.get(&space) {
+            return *f;
+        }
+        if i.flags.len() >= MAX_FLAGS {
+            return None;
+        }
+        let f = engine.alloc_flag(space).unwrap_or_else(|e| {
+            log::warn!("vgpu: write sets: no flag word ({e}): launches mark everything");
+            None
+        });
+        i.flags.insert(space, f);
+        f
     }
 
     /// Analyses (once per module and entry) the write set of a kernel about to be launched.
@@ -104,15 +203,112 @@ impl WriteSetLog {
             return;
         }
         let ws = ptx::parse(text).ok().and_then(|m| m.write_set(entry));
+        let twin = if self.lock().checked.contains_key(&module) {
+            None
+        } else {
+            Some(
+                match ptx::ckpt::bounds::transform(text, &ptx::LoadOptions::default()) {
+                    Ok(c) => Some(Arc::new(Twin {
+                        ptx: c.ptx.as_str().into(),
+                        checked: c,
+                    })),
+                    Err(e) => {
+                        log::info!("vgpu: write sets: module not checkable: {e}");
+                        None
+                    }
+                },
+            )
+        };
         let mut i = self.lock();
         if i.sets.len() >= MAX_CACHED {
             i.sets.clear();
         }
+        if i.checked.len() >= MAX_CACHED {
+            i.checked.clear();
+        }
         i.sets.insert(key, ws);
+        if let Some(t) = twin {
+            i.checked.insert(module, t);
+        }
+    }
+
+    /// What launch `l` runs while the log is on (see [`Checked`]); its extents are those
+    /// [`WriteSetLog::job_begins`] marks.
+    pub fn checked_launch(&self, engine: &dyn EngineSnapshot, l: &LaunchJob) -> Checked {
+        if !self.on() {
+            return Checked::Plain;
+        }
+        let (ws, twin) = {
+            let i = self.lock();
+            let ws = i.sets.get(&(l.module, l.entry.clone())).cloned().flatten();
+            (ws, i.checked.get(&l.module).cloned().flatten())
+        };
+        let Some(ws) = ws.filter(|w| !w.unbounded) else {
+            return Checked::Plain;
+        };
+        let (Some(twin), Some(flag)) = (twin, self.flag(engine, l.space)) else {
+            return Checked::Unchecked;
+        };
+        let Some(e) = twin.checked.entry(&l.entry) else {
+            return Checked::Unchecked;
+        };
+        if e.params.iter().copied().collect::<BTreeSet<u32>>() != ws.params
+            || l.params.len() > e.own_size as usize
+        {
+            return Checked::Unchecked;
+        }
+        let ranges: Vec<(u64, u64)> = e
+            .params
+            .iter()
+            .map(|&off| {
+                let o = off as usize;
+                let ptr = l
+                    .params
+                    .get(o..o + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
+                let (lo, hi, declared) = self.extent_of(engine, l.space, ptr);
+                let mut i = self.lock();
+                if declared {
+                    i.stats.declared_extents += 1;
+                } else {
+                    i.stats.undeclared_extents += 1;
+                }
+                (lo, hi)
+            })
+            .collect();
+        let params = e.buffer(&l.params, flag, &ranges);
+        Checked::Twin { twin, params }
+    }
+
+    /// Reads and clears the flag word: a checked kernel stored outside its extents since the
+    /// last take, so everything counts as written (RAM and VRAM). Call before harvesting.
+    pub fn take_flag(&self, engine: &dyn EngineSnapshot) {
+        let flags: Vec<u64> = self.lock().flags.values().flatten().copied().collect();
+        let mut outside = false;
+        for va in flags {
+            outside |= engine.take_flag(va).unwrap_or_else(|e| {
+                log::warn!("vgpu: write sets: flag word unreadable ({e}): everything dirty");
+                true
+            });
+        }
+        if outside {
+            let mut i = self.lock();
+            i.all_dirty_vram = true;
+            i.all_dirty_ram = true;
+            i.stats.outside += 1;
+        }
+    }
+
+    /// The counters since the log was last started.
+    pub fn stats(&self) -> ValidationStats {
+        self.lock().stats
     }
 
     /// Marks (pinned) what `job` may write; call before it runs and `job_ended` after.
-    pub fn job_begins(&self, engine: &dyn Engine, job: &Job) {
+    /// `checked`: a launch runs its bounds-checked twin; one with a bounded write set that
+    /// does not marks everything.
+    pub fn job_begins(&self, engine: &dyn Engine, job: &Job, checked: bool) {
         if !self.on() {
             return;
         }
@@ -130,8 +326,17 @@ impl WriteSetLog {
                     .get(&(l.module, l.entry.clone()))
                     .cloned()
                     .flatten();
+                if ws.as_ref().is_some_and(|w| !w.unbounded) {
+                    let mut i = self.lock();
+                    if checked {
+                        i.stats.checked_runs += 1;
+                    } else {
+                        i.stats.unchecked_runs += 1;
+                        all = true;
+                    }
+                }
                 match ws {
-                    Some(ws) if !ws.unbounded => {
+                    Some(ws) if !ws.unbounded && checked => {
                         for off in ws.params {
                             let o = off as usize;
                             let Some(b) = l.params.get(o..o + 8) else {
@@ -139,7 +344,7 @@ impl WriteSetLog {
                                 continue;
                             };
                             let ptr = u64::from_le_bytes(b.try_into().unwrap_or_default());
-                            self.extent(engine, l.space, ptr, &mut vram, &mut ram);
+                            self.mark_extent(engine, l.space, ptr, &mut vram, &mut ram);
                         }
                     }
                     _ => all = true,
@@ -212,6 +417,118 @@ impl WriteSetLog {
         }
     }
 
+    /// A guest's `ALLOC_DECLARE` write (`op`, with `ALLOC_VA`, `ALLOC_LEN` as written; the VA
+    /// window `(base, size)`): see docs/hardware.md, "Declared allocations". Refusals are
+    /// counted; nothing else happens (declarations are hints).
+    pub fn declare(&self, op: u32, va: u64, len: u64, window: (u64, u64)) {
+        let mut i = self.lock();
+        let ok = match op {
+            vgpu_hw::regs::ALLOC_OP_DECLARE => {
+                let end = va.checked_add(len);
+                let inside =
+                    end.is_some_and(|e| va >= window.0 && e <= window.0.saturating_add(window.1));
+                if len == 0 || !inside || len > self.vram_pages * PAGE {
+                    false
+                } else {
+                    let end = va + len;
+                    let overlapping: Vec<u64> = i
+                        .declared
+                        .range(..end)
+                        .rev()
+                        .take_while(|(_, e)| **e > va)
+                        .map(|(s, _)| *s)
+                        .collect();
+                    for s in overlapping {
+                        i.declared.remove(&s);
+                    }
+                    if i.declared.len() < MAX_DECLARED {
+                        i.declared.insert(va, end);
+                        true
+                    } else {
+                        false
+                    }
+                }
+            }
+            vgpu_hw::regs::ALLOC_OP_FORGET => i.declared.remove(&va).is_some(),
+            vgpu_hw::regs::ALLOC_OP_FORGET_ALL => {
+                i.declared.clear();
+                true
+            }
+            _ => false,
+        };
+        if !ok {
+            i.stats.declarations_refused += 1;
+            log::debug!(
+                "vgpu: ALLOC_DECLARE {op} [{va:#x}, +{len:#x}) refused (alloc_refused {})",
+                i.stats.declarations_refused
+            );
+        }
+    }
+
+    /// Declared allocations now.
+    pub fn declared(&self) -> usize {
+        self.lock().declared.len()
+    }
+
+    /// A write-set pointer's extent `[lo, hi)` and whether it is a declared allocation (the
+    /// one containing it); otherwise the run of mapped, writable pages from its page on.
+    fn extent_of(&self, engine: &dyn Engine, space: SpaceId, va: u64) -> (u64, u64, bool) {
+        if let Some((&s, &e)) = self.lock().declared.range(..=va).next_back()
+            && va < e
+        {
+            return (s, e, true);
+        }
+        let (lo, hi) = self.extent_range(engine, space, va);
+        (lo, hi, false)
+    }
+
+    /// Marks the pages of a write-set pointer's extent ([`WriteSetLog::extent_of`]): every
+    /// mapped, writable page of its declared allocation, or its run.
+    fn mark_extent(
+        &self,
+        engine: &dyn Engine,
+        space: SpaceId,
+        va: u64,
+        vram: &mut Vec<u64>,
+        ram: &mut Vec<u64>,
+    ) {
+        let declared = self
+            .lock()
+            .declared
+            .range(..=va)
+            .next_back()
+            .map(|(s, e)| (*s, *e));
+        match declared {
+            Some((s, e)) if va < e => {
+                // At most the partition's size (a declaration is no longer).
+                let mut page = s & !(PAGE - 1);
+                while page < e {
+                    self.mark(engine, space, page, vram, ram);
+                    page += PAGE;
+                }
+            }
+            _ => self.extent(engine, space, va, vram, ram),
+        }
+    }
+
+    /// The byte range a pointer's run covers: from its page to the end of the run of mapped,
+    /// writable pages ([`WriteSetLog::extent`]); empty if its page is not mapped so.
+    fn extent_range(&self, engine: &dyn Engine, space: SpaceId, va: u64) -> (u64, u64) {
+        let lo = va & !(PAGE - 1);
+        let mut hi = lo;
+        for _ in 0..self.vram_pages.max(1) {
+            match engine.lookup(space, hi) {
+                Ok(Some(t)) if t.perm == Perm::ReadWrite => {}
+                _ => break,
+            }
+            hi = match hi.checked_add(PAGE) {
+                Some(h) => h,
+                None => break,
+            };
+        }
+        (lo, hi)
+    }
+
     /// Marks the page at `va` if it is mapped writable; false if not.
     fn mark(
         &self,
@@ -280,5 +597,65 @@ impl WriteSetLog {
             .iter()
             .flat_map(|e| e.gpa / PAGE..(e.gpa + e.len) / PAGE)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regs::{ALLOC_OP_DECLARE, ALLOC_OP_FORGET, ALLOC_OP_FORGET_ALL};
+
+    const WINDOW: (u64, u64) = (0x10_0000_0000, 4 << 30);
+    const VA: u64 = WINDOW.0;
+
+    fn log() -> WriteSetLog {
+        WriteSetLog::new(0, 64 << 20, SysmemMap::default())
+    }
+
+    fn ranges(l: &WriteSetLog) -> Vec<(u64, u64)> {
+        l.lock().declared.iter().map(|(s, e)| (*s, *e)).collect()
+    }
+
+    #[test]
+    fn declarations_replace_what_they_overlap_and_are_forgotten() {
+        let l = log();
+        l.declare(ALLOC_OP_DECLARE, VA, 0x1000, WINDOW);
+        l.declare(ALLOC_OP_DECLARE, VA + 0x1000, 0x1000, WINDOW);
+        l.declare(ALLOC_OP_DECLARE, VA + 0x3000, 0x100, WINDOW);
+        assert_eq!(l.declared(), 3);
+        // Overlaps the first two: they go.
+        l.declare(ALLOC_OP_DECLARE, VA + 0x800, 0x1000, WINDOW);
+        assert_eq!(
+            ranges(&l),
+            vec![(VA + 0x800, VA + 0x1800), (VA + 0x3000, VA + 0x3100)]
+        );
+        l.declare(ALLOC_OP_FORGET, VA + 0x3000, 0, WINDOW);
+        assert_eq!(ranges(&l), vec![(VA + 0x800, VA + 0x1800)]);
+        l.declare(ALLOC_OP_FORGET_ALL, 0, 0, WINDOW);
+        assert_eq!(l.declared(), 0);
+        assert_eq!(l.stats().declarations_refused, 0);
+    }
+
+    #[test]
+    fn hostile_declarations_are_refused_and_counted() {
+        let l = log();
+        for (op, va, len) in [
+            (ALLOC_OP_DECLARE, VA, 0),                  // empty
+            (ALLOC_OP_DECLARE, u64::MAX - 10, 100),     // wraps
+            (ALLOC_OP_DECLARE, VA - 0x1000, 0x2000),    // below the window
+            (ALLOC_OP_DECLARE, VA + (4 << 30) - 8, 16), // past its end
+            (ALLOC_OP_DECLARE, VA, (64 << 20) + 1),     // longer than the partition
+            (ALLOC_OP_FORGET, VA, 0),                   // nothing there
+            (7, VA, 0x1000),                            // no such operation
+        ] {
+            l.declare(op, va, len, WINDOW);
+        }
+        assert_eq!(l.declared(), 0);
+        assert_eq!(l.stats().declarations_refused, 7);
+        for k in 0..MAX_DECLARED as u64 + 10 {
+            l.declare(ALLOC_OP_DECLARE, VA + k * 0x100, 0x100, WINDOW);
+        }
+        assert_eq!(l.declared(), MAX_DECLARED);
+        assert_eq!(l.stats().declarations_refused, 17);
     }
 }

@@ -55,9 +55,13 @@ impl JobRunner {
     /// of which `spent` went already (loading); `resume` is the context and GPU time of the job
     /// a pause suspended, re-targeted at the job's space and module. `more` says whether
     /// another job is probably ready after this one (a shared GPU's release reports it).
+    /// `twin`: the launch's bounds-checked twin runs instead of it (live write sets; the marks
+    /// are the job's), and a resumed context runs that twin.
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
         job: &Job,
+        twin: Option<&Job>,
         key: Option<u64>,
         spent: Duration,
         resume: Option<(SavedContext, Duration)>,
@@ -72,6 +76,9 @@ impl JobRunner {
             // The device is going away, or pausing (the request may have come before the clear).
             handle.request();
         }
+        // A context a pause suspended may hold another flag word (a restored one): its marks
+        // are everything. Contexts of this run (a shared GPU's preemptions) are checked.
+        let checked = twin.is_some() && resume.is_none();
         let (mut saved, mut gpu) = match resume {
             Some((context, gpu)) => (Some(context), gpu),
             None => (None, Duration::ZERO),
@@ -116,10 +123,10 @@ impl JobRunner {
                 }
             }
             if let Some(l) = &self.write_log {
-                l.job_begins(&*self.engine, job);
+                l.job_begins(&*self.engine, job, checked);
             }
             let outcome = match saved.take() {
-                None => self.engine.execute(job, &handle),
+                None => self.engine.execute(twin.unwrap_or(job), &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
             };
             if let Some(l) = &self.write_log {

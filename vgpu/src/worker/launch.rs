@@ -5,12 +5,13 @@
 
 use std::time::Instant;
 
-use pgpu::{EngineError, LaunchJob, LoadLimits, ModuleId, SpaceId};
+use pgpu::{EngineError, Job, LaunchJob, LoadLimits, ModuleId, SpaceId};
 
 use super::{Fault, LIMIT_MODULE, Worker};
 use crate::budget::Class;
 use crate::methods::LaunchDesc;
 use crate::regs::{self, Access, FaultKind};
+use crate::snapshot::writes::Checked;
 impl Worker {
     /// The launch `d` describes, and its kernel identity (`vgpu_proto::kernel::KernelKey`: what the
     /// daemon of a shared GPU learns kernel times under).
@@ -60,6 +61,27 @@ impl Worker {
             params,
         };
         Ok((job, key.0))
+    }
+
+    /// The bounds-checked twin of launch `l` while live write sets log
+    /// (`snapshot::writes::Checked`), loaded through the module cache; `None` when it runs as
+    /// it is (a launch that cannot run checked is marked as writing everything).
+    pub(super) fn checked_twin(&mut self, l: &LaunchJob) -> Option<Job> {
+        let log = self.jobs.write_log.clone()?;
+        match log.checked_launch(&*self.engine, l) {
+            Checked::Twin { twin, params } => match self.module_for(&twin.ptx, 0) {
+                Ok((module, _)) => Some(Job::Launch(LaunchJob {
+                    module,
+                    params,
+                    ..l.clone()
+                })),
+                Err(f) => {
+                    log::info!("vgpu: write sets: the checked module did not load: {f:?}");
+                    None
+                }
+            },
+            Checked::Plain | Checked::Unchecked => None,
+        }
     }
 
     /// The engine module for `text`: cached, or loaded under the job's time limit, the device's

@@ -44,11 +44,31 @@ pub struct Report {
     /// (the device's per-job write sets from the kernels' PTX), "none" (no GPU, or the GPU
     /// paused for the pre-copy).
     pub gpu_dirty_log: String,
+    /// With write sets: how their speculation was validated (`None` otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_sets: Option<WriteSetValidation>,
     pub rounds: Vec<Round>,
     pub ram_bytes: u64,
     pub ram_resent_bytes: u64,
     pub vram_bytes: u64,
     pub vram_resent_bytes: u64,
+}
+
+/// How the GPU's write sets were validated during a pre-copy (docs/snapshot.md).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct WriteSetValidation {
+    /// Kernel runs that ran bounds-checked.
+    pub checked_runs: u64,
+    /// Kernel runs with a bounded write set that could not run checked (marked everything).
+    pub unchecked_runs: u64,
+    /// Rounds made conservative (everything dirty) because a checked kernel stored outside
+    /// its extents.
+    pub outside_rounds: u64,
+    /// Write-set pointers of checked launches inside a declared allocation, and not.
+    pub declared_extents: u64,
+    pub undeclared_extents: u64,
+    /// `ALLOC_DECLARE` writes the device refused.
+    pub declarations_refused: u64,
 }
 
 impl Report {

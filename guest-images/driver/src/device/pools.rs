@@ -24,10 +24,11 @@ impl<P: Platform> Gpu<P> {
         self.vram.free(addr, len);
     }
 
-    /// A buffer in the VRAM pool (already mapped).
+    /// A buffer in the VRAM pool (already mapped), declared to the GPU.
     pub fn vram_alloc(&mut self, len: u64) -> Result<VramAlloc, Error> {
         let n = len.max(1).next_multiple_of(POOL_ALIGN);
         let off = self.vpool.alloc(n, POOL_ALIGN).ok_or(Error::NoVram(len))?;
+        self.declare_alloc(self.vpool_va + off, n);
         Ok(VramAlloc {
             va: self.vpool_va + off,
             vram: self.vpool_vram + off,
@@ -37,7 +38,26 @@ impl<P: Platform> Gpu<P> {
 
     /// Gives a VRAM pool buffer back.
     pub fn vram_free(&mut self, a: VramAlloc) {
+        self.forget_alloc(a.va);
         self.vpool.free(a.vram - self.vpool_vram, a.len);
+    }
+
+    /// Tells the GPU that `[va, va + len)` is one buffer (docs/hardware.md, "Declared
+    /// allocations": a hint that keeps live copies of VRAM precise; ignored by a GPU without
+    /// the registers).
+    pub fn declare_alloc(&mut self, va: u64, len: u64) {
+        self.reg_write(regs::ALLOC_VA_LO, va as u32);
+        self.reg_write(regs::ALLOC_VA_HI, (va >> 32) as u32);
+        self.reg_write(regs::ALLOC_LEN_LO, len as u32);
+        self.reg_write(regs::ALLOC_LEN_HI, (len >> 32) as u32);
+        self.reg_write(regs::ALLOC_DECLARE, regs::ALLOC_OP_DECLARE);
+    }
+
+    /// Tells the GPU that the buffer declared at `va` is gone.
+    pub fn forget_alloc(&mut self, va: u64) {
+        self.reg_write(regs::ALLOC_VA_LO, va as u32);
+        self.reg_write(regs::ALLOC_VA_HI, (va >> 32) as u32);
+        self.reg_write(regs::ALLOC_DECLARE, regs::ALLOC_OP_FORGET);
     }
 
     /// A buffer in the system-memory pool (already mapped), zero-filled.
@@ -58,6 +78,7 @@ impl<P: Platform> Gpu<P> {
             off,
         };
         self.sys_fill_zero(&a)?;
+        self.declare_alloc(a.va, a.len);
         Ok(a)
     }
 
@@ -106,6 +127,7 @@ impl<P: Platform> Gpu<P> {
 
     /// Gives a system-memory pool buffer back.
     pub fn sys_free(&mut self, a: SysAlloc) {
+        self.forget_alloc(a.va);
         self.sys_pool.free(a.off, a.len);
     }
 

@@ -13,7 +13,12 @@
 //! default `out=sys`: straight to system memory), `pool_mib=N` (a VRAM working set of N MiB,
 //! filled at start and checked byte for byte at the end, `guest_programs::vram_dirty`) with
 //! `dirty_mib_s=R` (R MiB of it rewritten per second of guest time, by copies appended to the
-//! kernels' submissions; default 0), and the driver options of
+//! kernels' submissions; default 0), `stray=1` (after each kernel a one-block
+//! `stray` kernel increments 64 words 4096 bytes *below* its pointer parameter: the pointer is
+//! a one-page VRAM buffer, the words are in the one allocated just before it, before every
+//! other buffer, which no kernel is given: a store outside the buffer its write set names,
+//! planted for the validation of live write sets; the words are checked at the end against
+//! the number of `stray` launches), and the driver options of
 //! `guest_programs::platform::config_from_args` (`vpool_mib=` makes the driver's VRAM pool
 //! large enough for the working set).
 //!
@@ -21,6 +26,7 @@
 //! `FAIRNESS pool mib=<N> fill_ms=<ms>` once the working set is filled (with `pool_mib`);
 //! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
 //! `FAIRNESS t_ms=<guest ms since start> done=<completions>` every `report_ms`;
+//! `FAIRNESS stray launches=<n> ok` before the end line with `stray=1` (a mismatch ends ok=0);
 //! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end (with `pool_mib`, preceded by
 //! `FAIRNESS pool rewritten_mib=<M> check=<ok|bad>`).
 //! Exit codes: 0 all ok, 1 a result mismatch (`fairness: MISMATCH ...`), 2 a bad argument,
@@ -66,6 +72,8 @@ struct Args {
     /// MiB of VRAM working set (0: none) and MiB per second of it rewritten.
     pool_mib: u64,
     dirty_mib_s: u64,
+    /// The planted out-of-buffer kernel runs after each kernel (`stray=1`).
+    stray: bool,
 }
 
 /// `key=value` as a number in `lo..=hi`, or `default` when absent.
@@ -98,6 +106,11 @@ impl Args {
             },
             pool_mib: num("pool_mib", 0, 0, 65_536)?,
             dirty_mib_s: num("dirty_mib_s", 0, 0, 1 << 20)?,
+            stray: match guest_rt::arg("stray") {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(v) => return Err(format!("bad argument stray={v} (must be 0 or 1)")),
+            },
         })
     }
 
@@ -120,6 +133,41 @@ struct Kernel {
     code: SysAlloc,
     entry: SysAlloc,
     args: Args,
+    stray: Option<Stray>,
+}
+
+/// The planted kernel (`stray=1`): its pointer parameter is the page after `Stray::buf`, and every thread
+/// increments word `tid` of `Stray::buf`, the page below it.
+const STRAY_PTX: &str = ".version 7.0
+.target sm_70
+.address_size 64
+.visible .entry stray(.param .u64 p)
+{
+    .reg .b64 %rd<4>;
+    .reg .b32 %r<4>;
+    ld.param.u64 %rd1, [p];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.u32 %r2, [%rd3+-4096];
+    add.u32 %r2, %r2, 1;
+    st.global.u32 [%rd3+-4096], %r2;
+    ret;
+}
+";
+const STRAY_ENTRY: &str = "stray";
+const STRAY_THREADS: u32 = 64;
+
+struct Stray {
+    code: SysAlloc,
+    entry: SysAlloc,
+    params: SysAlloc,
+    /// The page the kernel writes, allocated first (below every other buffer); its pointer
+    /// is the page allocated just after it.
+    buf: VramAlloc,
+    /// Where the words are copied back for the check.
+    back: SysAlloc,
+    launches: u32,
 }
 
 /// Why the run stopped early.
@@ -255,6 +303,10 @@ fn self_check(iters: u32) -> Result<(), String> {
 
 /// Loads the PTX and the entry name, and allocates `depth` parameter + output buffers.
 fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>), Error> {
+    let stray = match args.stray {
+        true => Some(setup_stray(gpu)?),
+        false => None,
+    };
     let code = gpu.sys_alloc(lcg::PTX.len() as u64)?;
     gpu.sys_write(&code, 0, lcg::PTX.as_bytes())?;
     let entry = gpu.sys_alloc(lcg::ENTRY.len() as u64)?;
@@ -269,7 +321,39 @@ fn setup<P: Platform>(gpu: &mut Gpu<P>, args: Args) -> Result<(Kernel, Vec<Slot>
         };
         slots.push(Slot { params, out, dev });
     }
-    Ok((Kernel { code, entry, args }, slots))
+    Ok((
+        Kernel {
+            code,
+            entry,
+            args,
+            stray,
+        },
+        slots,
+    ))
+}
+
+/// The planted kernel's buffers (its VRAM first).
+fn setup_stray<P: Platform>(gpu: &mut Gpu<P>) -> Result<Stray, Error> {
+    let buf = gpu.vram_alloc(4096)?;
+    let target = gpu.vram_alloc(4096)?;
+    if target.va != buf.va + 4096 {
+        return Err(Error::BadInfo("stray buffers are not adjacent"));
+    }
+    let code = gpu.sys_alloc(STRAY_PTX.len() as u64)?;
+    gpu.sys_write(&code, 0, STRAY_PTX.as_bytes())?;
+    let entry = gpu.sys_alloc(STRAY_ENTRY.len() as u64)?;
+    gpu.sys_write(&entry, 0, STRAY_ENTRY.as_bytes())?;
+    let params = gpu.sys_alloc(8)?;
+    gpu.sys_write(&params, 0, &target.va.to_le_bytes())?;
+    let back = gpu.sys_alloc(u64::from(STRAY_THREADS) * 4)?;
+    Ok(Stray {
+        code,
+        entry,
+        params,
+        buf,
+        back,
+        launches: 0,
+    })
 }
 
 /// The running experiment.
@@ -343,6 +427,20 @@ impl Run {
         if let Some(pool) = self.pool.as_mut() {
             let now = gpu.platform().now_ns();
             pool.append(gpu, &mut pb, s, now)?;
+        }
+        if let Some(st) = &mut self.kernel.stray {
+            pb.launch(&LaunchDesc {
+                code_va: st.code.va,
+                code_len: STRAY_PTX.len() as u32,
+                entry_va: st.entry.va,
+                entry_len: STRAY_ENTRY.len() as u32,
+                grid: [1, 1, 1],
+                block: [STRAY_THREADS, 1, 1],
+                shared_bytes: 0,
+                param_va: st.params.va,
+                param_len: 8,
+            });
+            st.launches += 1;
         }
         // `submit` appends the fence release (with the interrupt flag when interrupts are on).
         Ok((ch.submit(gpu, &mut pb)?, self.seed))
@@ -435,6 +533,30 @@ impl Run {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.check_stray(gpu, ch)
+    }
+
+    /// With `stray=1`: every word the planted kernel incremented counts every launch.
+    fn check_stray<P: Platform>(&mut self, gpu: &mut Gpu<P>, ch: &mut Channel) -> Result<(), Stop> {
+        let Some(st) = &self.kernel.stray else {
+            return Ok(());
+        };
+        let mut pb = PushBuf::new();
+        pb.copy(st.buf.va, st.back.va, u64::from(STRAY_THREADS) * 4);
+        let f = ch.submit(gpu, &mut pb)?;
+        ch.wait(gpu, f)?;
+        let mut b = vec![0u8; STRAY_THREADS as usize * 4];
+        gpu.sys_read(&st.back, 0, &mut b)?;
+        for (t, w) in b.chunks_exact(4).enumerate() {
+            let got = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            if got != st.launches {
+                return Err(Stop::Mismatch(format!(
+                    "stray word {t} = {got}, expected {} (a page the write sets missed?)",
+                    st.launches
+                )));
+            }
+        }
+        println!("FAIRNESS stray launches={} ok", st.launches);
         Ok(())
     }
 }
