@@ -240,9 +240,10 @@ fn file_ceiling(path: &Path, bytes: &[u8]) -> Result<(Duration, Duration), Bench
                     })
                 })
                 .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().unwrap_or_else(|_| Err(std::io::Error::other("panic"))))
+            workers.into_iter().try_for_each(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("panic")))
+            })
         })
         .map_err(io(path))
     };
