@@ -174,6 +174,43 @@ fn from_u32s(b: &[u8]) -> Vec<u32> {
         .collect()
 }
 
+/// Where `got` differs from `want`: how many words, the first and last index, the first
+/// wrong word's address (`base` is where `got`'s bytes were read into) and up to 16 words
+/// from there, as read and as expected.
+fn mismatch(got: &[u32], base: *const u8, want: impl Fn(usize) -> u32) -> String {
+    let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want(i)).collect();
+    let (Some(&first), Some(&last)) = (bad.first(), bad.last()) else {
+        return "ok".into();
+    };
+    let span = first..(first + 16).min(got.len());
+    let words = |f: &dyn Fn(usize) -> u32| {
+        span.clone()
+            .map(|i| format!("{:x}", f(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "{} of {} wrong, [{first}..={last}] at {:#x} got [{}] want [{}]",
+        bad.len(),
+        got.len(),
+        base as usize + 4 * first,
+        words(&|i| got[i]),
+        words(&want)
+    )
+}
+
+/// Copies `c` back once more (pageable) and says how it compares with `want`.
+fn reread(
+    d: &mut GuestDevice,
+    c: u64,
+    bytes: u64,
+    want: impl Fn(usize) -> u32,
+) -> Result<String, String> {
+    let mut again = vec![0u8; bytes as usize];
+    d.copy_dtoh(&mut again, c).map_err(|e| e.to_string())?;
+    Ok(mismatch(&from_u32s(&again), again.as_ptr(), want))
+}
+
 /// `c = a + b`, then `c += a` until `until` exists (at most 2000 times), checked.
 fn vadd(
     d: &mut GuestDevice,
@@ -196,17 +233,20 @@ fn vadd(
     // SAFETY: `hb.host` points at `hb.len >= bytes` bytes of this process's DMA memory,
     // valid until host_free, not otherwise referenced while this slice lives.
     unsafe { std::slice::from_raw_parts_mut(hb.host, bytes as usize) }.copy_from_slice(&u32s(&hbv));
+    // Memory only the CPU touches, checked at the end: corrupted, it is no GPU's doing.
+    let canary_of = |i: usize| (i as u32).wrapping_mul(0x9e37_79b1) ^ 0xc0ff_ee00;
+    let canary: Vec<u32> = (0..n as usize).map(canary_of).collect();
     d.copy_htod(a, &u32s(&ha)).map_err(e)?;
     d.copy_dtod(b, hb.dev, bytes).map_err(e)?;
     d.memset(c, 0xdead_beef, 4, u64::from(n)).map_err(e)?;
     let mut back = vec![0u8; bytes as usize];
     d.copy_dtoh(&mut back, c).map_err(e)?;
     let filled = from_u32s(&back);
-    if let Some(i) = filled.iter().position(|&x| x != 0xdead_beef) {
-        let bad = filled.iter().filter(|&&x| x != 0xdead_beef).count();
+    if filled.iter().any(|&x| x != 0xdead_beef) {
+        let again = reread(d, c, bytes, |_| 0xdead_beef)?;
         return Err(format!(
-            "memset: element {i} is {:#x} ({bad} of {n} wrong)",
-            filled[i]
+            "memset: {} (read again: {again})",
+            mismatch(&filled, back.as_ptr(), |_| 0xdead_beef)
         ));
     }
     if let Some(r) = ready {
@@ -251,13 +291,19 @@ fn vadd(
     let pinned = unsafe { std::slice::from_raw_parts_mut(out.host, bytes as usize) };
     d.copy_dtoh(pinned, c).map_err(e)?;
     d.copy_dtoh(&mut back, c).map_err(e)?;
+    let cpu = mismatch(&canary, canary.as_ptr().cast(), canary_of);
+    if cpu != "ok" {
+        return Err(format!("CPU-only memory changed: {cpu}"));
+    }
     let got = from_u32s(&back);
-    let bad = (0..n as usize)
-        .filter(|&i| got[i] != ha[i].wrapping_mul(iters + 1).wrapping_add(hbv[i]))
-        .count();
+    let want = |i: usize| ha[i].wrapping_mul(iters + 1).wrapping_add(hbv[i]);
+    let bad = (0..n as usize).filter(|&i| got[i] != want(i)).count();
     if bad > 0 || pinned[..] != back[..] {
+        let again = reread(d, c, bytes, want)?;
         return Err(format!(
-            "{bad} of {n} elements wrong after {iters} accumulations"
+            "after {iters} accumulations: pageable {}; pinned {}; read again: {again}",
+            mismatch(&got, back.as_ptr(), want),
+            mismatch(&from_u32s(pinned), pinned.as_ptr(), want),
         ));
     }
     for p in [a, b, c] {
