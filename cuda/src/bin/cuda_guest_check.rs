@@ -9,6 +9,8 @@
 //!   error must be an illegal address; `--done FILE` is created afterwards. Exit 0 when it is.
 //! - `hold`: attaches, prints its slot, sleeps (a process to kill: its slot is taken back).
 //! - `info`: attaches, prints the slot, whether it set the device up, and reclaimed slots.
+//! - `copies SECS`: no GPU: large memory copies in a loop, each checked (two at once show
+//!   whether the guest keeps each process's register state: `CHECK copies ok=1|0 ...`).
 //! - `bench N`: per-launch cost of the backend against the bare guest driver, side by side on
 //!   the same channel (`BENCH ...` lines).
 //!
@@ -319,6 +321,39 @@ fn vadd(
     ))
 }
 
+/// Large memory-to-memory copies in a loop for `secs` seconds, each checked: with another
+/// instance running at once, the guest switches between them in the middle of copies. A copy
+/// whose vector registers another process's context switch clobbered (a kernel that does not
+/// save the state glibc's routines use) comes out with wrong bytes (its first 64 here).
+fn copies(secs: u64) -> Result<String, String> {
+    let n = 400_000usize;
+    let seed = std::process::id();
+    let src: Vec<u8> = (0..n)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed)
+                .to_le_bytes()[1]
+        })
+        .collect();
+    let mut dst = vec![0u8; n];
+    let start = Instant::now();
+    let mut rounds = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        dst.fill(0);
+        dst.copy_from_slice(&src);
+        rounds += 1;
+        if let Some(i) = (0..n).find(|&i| dst[i] != src[i]) {
+            let bad = (0..n).filter(|&i| dst[i] != src[i]).count();
+            return Err(format!(
+                "round {rounds}: {bad} of {n} bytes wrong from byte {i}: {:02x?}",
+                &dst[i..(i + 16).min(n)]
+            ));
+        }
+    }
+    Ok(format!("rounds={rounds}"))
+}
+
 /// A store to an unmapped address: the sticky error must say illegal address.
 fn fault(d: &mut GuestDevice) -> Result<String, String> {
     let m = d.module_load(PTX).map_err(|e| e.to_string())?;
@@ -415,9 +450,20 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     let num = |d: u64| args.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
+    if mode == "copies" {
+        // No GPU: the guest's own memory and register state.
+        match copies(num(20).clamp(1, 3600)) {
+            Ok(s) => println!("CHECK copies ok=1 {s}"),
+            Err(s) => {
+                println!("CHECK copies ok=0 {s}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if !matches!(mode, "vadd" | "fault" | "hold" | "info" | "bench") {
         println!(
-            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N"
+            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N | copies SECS"
         );
         std::process::exit(2);
     }
