@@ -185,7 +185,7 @@ fn check(dir: &Path, gpu: &str, para: bool) {
         .nth(1)
         .unwrap_or_else(|| panic!("second info:\n{out}"));
     assert!(
-        last.contains("ok=1 slot=1") && last.contains("first=false reclaimed=[0]"),
+        last.contains("ok=1 slot=0") && last.contains("first=false reclaimed=[0]"),
         "{out}"
     );
     assert!(out.contains("info2=0"), "{out}");
@@ -213,7 +213,7 @@ fn two_processes_copying_at_once_keep_their_bytes() {
     let (code, out) = boot(
         dir,
         "mode=full",
-        "export PATH=/root:/bin; cuda-guest-check copies 30 & cuda-guest-check copies 30; wait",
+        "export PATH=/root:/bin; cuda-guest-check copies 30 0 & cuda-guest-check copies 30 1; wait",
     );
     assert_eq!(code, 0, "{out}");
     let lines: Vec<&str> = out

@@ -9,8 +9,9 @@
 //!   error must be an illegal address; `--done FILE` is created afterwards. Exit 0 when it is.
 //! - `hold`: attaches, prints its slot, sleeps (a process to kill: its slot is taken back).
 //! - `info`: attaches, prints the slot, whether it set the device up, and reclaimed slots.
-//! - `copies SECS`: no GPU: large memory copies in a loop, each checked (two at once show
-//!   whether the guest keeps each process's register state: `CHECK copies ok=1|0 ...`).
+//! - `copies SECS [K]`: no GPU: large copies into and out of the `memmap=` range in a loop,
+//!   each checked (two at once, K 0 and 1, show whether the guest keeps each process's
+//!   register state: `CHECK copies ok=1|0 ...`).
 //! - `bench N`: per-launch cost of the backend against the bare guest driver, side by side on
 //!   the same channel (`BENCH ...` lines).
 //!
@@ -321,12 +322,25 @@ fn vadd(
     ))
 }
 
-/// Large memory-to-memory copies in a loop for `secs` seconds, each checked: with another
-/// instance running at once, the guest switches between them in the middle of copies. A copy
-/// whose vector registers another process's context switch clobbered (a kernel that does not
-/// save the state glibc's routines use) comes out with wrong bytes (its first 64 here).
-fn copies(secs: u64) -> Result<String, String> {
+/// Large copies in a loop for `secs` seconds, each checked: from the heap into a buffer of
+/// the `memmap=` range, mapped through /dev/mem as the CUDA processes map their staging
+/// buffers (uncached: a copy takes milliseconds, so the guest switches to the other instance
+/// in the middle of copies), and back. Instance `k` (< 16) uses its own MiB of the range.
+/// Copies whose vector registers another process's context switch clobbered (a kernel that
+/// does not save the state glibc's routines use) come out with wrong bytes.
+fn copies(secs: u64, k: u64) -> Result<String, String> {
     let n = 400_000usize;
+    use vgpu_linux_tools::dma::{DmaPool, reserved_range};
+    let cmdline = std::fs::read_to_string("/proc/cmdline").map_err(|e| e.to_string())?;
+    let (gpa, len) = reserved_range(&cmdline).ok_or("no memmap= range")?;
+    let at = (32 + k) << 20;
+    if len < at + (1 << 20) {
+        return Err(format!("the memmap= range ({len:#x} bytes) is too small"));
+    }
+    let mut pool = DmaPool::map(gpa + at, 1 << 20).map_err(|e| e.to_string())?;
+    let buf = pool
+        .alloc(n, 4096)
+        .ok_or_else(|| "the memmap= range is too small".to_string())?;
     let seed = std::process::id();
     let src: Vec<u8> = (0..n)
         .map(|i| {
@@ -336,18 +350,19 @@ fn copies(secs: u64) -> Result<String, String> {
                 .to_le_bytes()[1]
         })
         .collect();
-    let mut dst = vec![0u8; n];
+    let mut back = vec![0u8; n];
     let start = Instant::now();
     let mut rounds = 0u64;
     while start.elapsed() < Duration::from_secs(secs) {
-        dst.fill(0);
-        dst.copy_from_slice(&src);
+        buf.write(0, &src).ok_or("write")?;
+        back.fill(0);
+        buf.read(0, &mut back).ok_or("read")?;
         rounds += 1;
-        if let Some(i) = (0..n).find(|&i| dst[i] != src[i]) {
-            let bad = (0..n).filter(|&i| dst[i] != src[i]).count();
+        if let Some(i) = (0..n).find(|&i| back[i] != src[i]) {
+            let bad = (0..n).filter(|&i| back[i] != src[i]).count();
             return Err(format!(
                 "round {rounds}: {bad} of {n} bytes wrong from byte {i}: {:02x?}",
-                &dst[i..(i + 16).min(n)]
+                &back[i..(i + 16).min(n)]
             ));
         }
     }
@@ -452,7 +467,8 @@ fn main() {
     let num = |d: u64| args.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
     if mode == "copies" {
         // No GPU: the guest's own memory and register state.
-        match copies(num(20).clamp(1, 3600)) {
+        let k = args.get(2).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match copies(num(20).clamp(1, 3600), k.min(15)) {
             Ok(s) => println!("CHECK copies ok=1 {s}"),
             Err(s) => {
                 println!("CHECK copies ok=0 {s}");
@@ -463,7 +479,7 @@ fn main() {
     }
     if !matches!(mode, "vadd" | "fault" | "hold" | "info" | "bench") {
         println!(
-            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N | copies SECS"
+            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N | copies SECS [K]"
         );
         std::process::exit(2);
     }
