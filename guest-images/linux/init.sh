@@ -7,6 +7,13 @@
 # sets LD_LIBRARY_PATH, changes to the writable /run/work and execs the program); else the
 # shell command given as vgpu_run="..." on the kernel command line.
 export PATH=/bin
+# The kernel runs without XSAVE (noxsave: PVM's CPL0 emulator has no XSAVE), so a context
+# switch saves and restores only the x87/SSE state (FXSAVE). Under PVM user mode still runs
+# with the host's XCR0, and glibc's ifuncs pick AVX2/AVX-512 memcpy, memset and string
+# routines: their YMM/ZMM registers (upper halves, ZMM16-31) then carry one process's data into
+# another's at the next switch (a large memcpy's first 64 bytes came back as another process's
+# bytes). Every program started from here inherits this: glibc stays on its SSE2 routines.
+export GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX_Fast_Unaligned_Load
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev

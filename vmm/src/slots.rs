@@ -69,6 +69,7 @@ impl vgpu::remap::ApertureMapper for SlotMapper {
                 .push(slot);
             format!("memory slot {slot} at {gpa:#x}+{len:#x}: {e}")
         })?;
+        log::debug!("memory slot {slot}: {gpa:#x}+{len:#x}");
         Ok(slot)
     }
 
@@ -77,6 +78,7 @@ impl vgpu::remap::ApertureMapper for SlotMapper {
             log::error!("remove memory slot {slot}: {e}");
             return;
         }
+        log::debug!("memory slot {slot} removed");
         self.free
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

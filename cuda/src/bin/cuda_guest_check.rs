@@ -9,6 +9,9 @@
 //!   error must be an illegal address; `--done FILE` is created afterwards. Exit 0 when it is.
 //! - `hold`: attaches, prints its slot, sleeps (a process to kill: its slot is taken back).
 //! - `info`: attaches, prints the slot, whether it set the device up, and reclaimed slots.
+//! - `copies SECS [K]`: no GPU: large copies into and out of the `memmap=` range in a loop,
+//!   each checked (two at once, K 0 and 1, show whether the guest keeps each process's
+//!   register state: `CHECK copies ok=1|0 ...`).
 //! - `bench N`: per-launch cost of the backend against the bare guest driver, side by side on
 //!   the same channel (`BENCH ...` lines).
 //!
@@ -174,6 +177,43 @@ fn from_u32s(b: &[u8]) -> Vec<u32> {
         .collect()
 }
 
+/// Where `got` differs from `want`: how many words, the first and last index, the first
+/// wrong word's address (`base` is where `got`'s bytes were read into) and up to 16 words
+/// from there, as read and as expected.
+fn mismatch(got: &[u32], base: *const u8, want: impl Fn(usize) -> u32) -> String {
+    let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want(i)).collect();
+    let (Some(&first), Some(&last)) = (bad.first(), bad.last()) else {
+        return "ok".into();
+    };
+    let span = first..(first + 16).min(got.len());
+    let words = |f: &dyn Fn(usize) -> u32| {
+        span.clone()
+            .map(|i| format!("{:x}", f(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "{} of {} wrong, [{first}..={last}] at {:#x} got [{}] want [{}]",
+        bad.len(),
+        got.len(),
+        base as usize + 4 * first,
+        words(&|i| got[i]),
+        words(&want)
+    )
+}
+
+/// Copies `c` back once more (pageable) and says how it compares with `want`.
+fn reread(
+    d: &mut GuestDevice,
+    c: u64,
+    bytes: u64,
+    want: impl Fn(usize) -> u32,
+) -> Result<String, String> {
+    let mut again = vec![0u8; bytes as usize];
+    d.copy_dtoh(&mut again, c).map_err(|e| e.to_string())?;
+    Ok(mismatch(&from_u32s(&again), again.as_ptr(), want))
+}
+
 /// `c = a + b`, then `c += a` until `until` exists (at most 2000 times), checked.
 fn vadd(
     d: &mut GuestDevice,
@@ -196,17 +236,20 @@ fn vadd(
     // SAFETY: `hb.host` points at `hb.len >= bytes` bytes of this process's DMA memory,
     // valid until host_free, not otherwise referenced while this slice lives.
     unsafe { std::slice::from_raw_parts_mut(hb.host, bytes as usize) }.copy_from_slice(&u32s(&hbv));
+    // Memory only the CPU touches, checked at the end: corrupted, it is no GPU's doing.
+    let canary_of = |i: usize| (i as u32).wrapping_mul(0x9e37_79b1) ^ 0xc0ff_ee00;
+    let canary: Vec<u32> = (0..n as usize).map(canary_of).collect();
     d.copy_htod(a, &u32s(&ha)).map_err(e)?;
     d.copy_dtod(b, hb.dev, bytes).map_err(e)?;
     d.memset(c, 0xdead_beef, 4, u64::from(n)).map_err(e)?;
     let mut back = vec![0u8; bytes as usize];
     d.copy_dtoh(&mut back, c).map_err(e)?;
     let filled = from_u32s(&back);
-    if let Some(i) = filled.iter().position(|&x| x != 0xdead_beef) {
-        let bad = filled.iter().filter(|&&x| x != 0xdead_beef).count();
+    if filled.iter().any(|&x| x != 0xdead_beef) {
+        let again = reread(d, c, bytes, |_| 0xdead_beef)?;
         return Err(format!(
-            "memset: element {i} is {:#x} ({bad} of {n} wrong)",
-            filled[i]
+            "memset: {} (read again: {again})",
+            mismatch(&filled, back.as_ptr(), |_| 0xdead_beef)
         ));
     }
     if let Some(r) = ready {
@@ -251,13 +294,19 @@ fn vadd(
     let pinned = unsafe { std::slice::from_raw_parts_mut(out.host, bytes as usize) };
     d.copy_dtoh(pinned, c).map_err(e)?;
     d.copy_dtoh(&mut back, c).map_err(e)?;
+    let cpu = mismatch(&canary, canary.as_ptr().cast(), canary_of);
+    if cpu != "ok" {
+        return Err(format!("CPU-only memory changed: {cpu}"));
+    }
     let got = from_u32s(&back);
-    let bad = (0..n as usize)
-        .filter(|&i| got[i] != ha[i].wrapping_mul(iters + 1).wrapping_add(hbv[i]))
-        .count();
+    let want = |i: usize| ha[i].wrapping_mul(iters + 1).wrapping_add(hbv[i]);
+    let bad = (0..n as usize).filter(|&i| got[i] != want(i)).count();
     if bad > 0 || pinned[..] != back[..] {
+        let again = reread(d, c, bytes, want)?;
         return Err(format!(
-            "{bad} of {n} elements wrong after {iters} accumulations"
+            "after {iters} accumulations: pageable {}; pinned {}; read again: {again}",
+            mismatch(&got, back.as_ptr(), want),
+            mismatch(&from_u32s(pinned), pinned.as_ptr(), want),
         ));
     }
     for p in [a, b, c] {
@@ -271,6 +320,53 @@ fn vadd(
         "n={n} iters={iters} gpu_us={} globals=ok",
         gpu_ns / 1000
     ))
+}
+
+/// Large copies in a loop for `secs` seconds, each checked: from the heap into a buffer of
+/// the `memmap=` range, mapped through /dev/mem as the CUDA processes map their staging
+/// buffers (uncached: a copy takes milliseconds, so the guest switches to the other instance
+/// in the middle of copies), and back. Instance `k` (< 16) uses its own MiB of the range.
+/// Copies whose vector registers another process's context switch clobbered (a kernel that
+/// does not save the state glibc's routines use) come out with wrong bytes.
+fn copies(secs: u64, k: u64) -> Result<String, String> {
+    let n = 400_000usize;
+    use vgpu_linux_tools::dma::{DmaPool, reserved_range};
+    let cmdline = std::fs::read_to_string("/proc/cmdline").map_err(|e| e.to_string())?;
+    let (gpa, len) = reserved_range(&cmdline).ok_or("no memmap= range")?;
+    let at = (32 + k) << 20;
+    if len < at + (1 << 20) {
+        return Err(format!("the memmap= range ({len:#x} bytes) is too small"));
+    }
+    let mut pool = DmaPool::map(gpa + at, 1 << 20).map_err(|e| e.to_string())?;
+    let buf = pool
+        .alloc(n, 4096)
+        .ok_or_else(|| "the memmap= range is too small".to_string())?;
+    let seed = std::process::id();
+    let src: Vec<u8> = (0..n)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed)
+                .to_le_bytes()[1]
+        })
+        .collect();
+    let mut back = vec![0u8; n];
+    let start = Instant::now();
+    let mut rounds = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        buf.write(0, &src).ok_or("write")?;
+        back.fill(0);
+        buf.read(0, &mut back).ok_or("read")?;
+        rounds += 1;
+        if let Some(i) = (0..n).find(|&i| back[i] != src[i]) {
+            let bad = (0..n).filter(|&i| back[i] != src[i]).count();
+            return Err(format!(
+                "round {rounds}: {bad} of {n} bytes wrong from byte {i}: {:02x?}",
+                &back[i..(i + 16).min(n)]
+            ));
+        }
+    }
+    Ok(format!("rounds={rounds}"))
 }
 
 /// A store to an unmapped address: the sticky error must say illegal address.
@@ -369,9 +465,21 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     let num = |d: u64| args.get(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(d);
+    if mode == "copies" {
+        // No GPU: the guest's own memory and register state.
+        let k = args.get(2).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match copies(num(20).clamp(1, 3600), k.min(15)) {
+            Ok(s) => println!("CHECK copies ok=1 {s}"),
+            Err(s) => {
+                println!("CHECK copies ok=0 {s}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if !matches!(mode, "vadd" | "fault" | "hold" | "info" | "bench") {
         println!(
-            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N"
+            "usage: cuda-guest-check vadd N [--ready F] [--until F] | fault [--wait F] [--done F] | hold | info | bench N | copies SECS [K]"
         );
         std::process::exit(2);
     }

@@ -24,7 +24,9 @@ use bootparams::Initrd;
 /// RDFSBASE & co., INVPCID, RDRAND/RDSEED, RDPID/RDTSCP: the kernel is told not to use them
 /// (KVM_SET_CPUID2 could not hide them there: PVM kept the host's bits). ERMS/FSRM are hidden
 /// too: the kernel's byte-wise `rep movsb` is slow in the emulator (a page fault costs 2.5x
-/// less with `rep movsq`). The VMM appends the TSC rate ([`guest::with_tsc`]).
+/// less with `rep movsq`). The VMM appends the TSC rate ([`guest::with_tsc`]). Without XSAVE
+/// the kernel switches only x87/SSE state: the guest's /init keeps glibc off AVX registers
+/// (guest-images/linux/init.sh, `GLIBC_TUNABLES`).
 pub const DEFAULT_CMDLINE: &str = "console=ttyS0 reboot=k panic=1 nokaslr noxsave \
     clearcpuid=cx16,popcnt,smap,fsgsbase,invpcid,pcid,rdrand,rdseed,rdpid,rdtscp,erms,fsrm";
 
