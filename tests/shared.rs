@@ -19,6 +19,7 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         socket: socket.clone(),
         vram: vram_mib << 20,
         channels: 64,
+        gpus: Vec::new(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(300),

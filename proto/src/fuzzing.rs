@@ -117,6 +117,7 @@ mod tests {
                 priority: 1,
                 vram: 64 << 20,
                 channels: 4,
+                gpu: Some(1),
             })),
             encode(&ToDaemon::Done {
                 seq: 3,

@@ -1,4 +1,4 @@
-//! The vgpud protocol, version 2: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! The vgpud protocol, version 3: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
 //! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
 //! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
 //! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 /// The protocol version this build speaks. Version 2 added `Want::kernel`: a version-1 daemon
 /// refuses unknown fields, so a VM that sends them says so in its `Hello` (and such a daemon
 /// refuses it at once instead of dropping its wants).
-pub const VERSION: u32 = 2;
+// multigpu: version 3 added `Hello::gpu` (a pin to one of the daemon's GPUs) and
+// `Welcome::gpu` (where the VM was placed). A version-1 or -2 VM is placed by the daemon's
+// policy like any other and told nothing new (its `Welcome` has no `gpu`).
+pub const VERSION: u32 = 3;
 
 /// The oldest version a daemon of this build accepts: a version-1 VM (no identities) is served
 /// as before, and its `Welcome` carries the version it asked for.
@@ -80,6 +83,22 @@ pub struct Hello {
     pub vram: u64,
     /// Channels the VM may use (counted against the daemon's channel quota).
     pub channels: u32,
+    // multigpu (version 3):
+    /// Pin to the daemon's GPU of this index (`--gpu host=SOCKET,gpu=N`); `None`: the daemon
+    /// places the VM by its policy. An index the daemon does not have is refused (fatal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
+}
+
+/// Where a VM was placed (`Welcome::gpu`, version 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// The daemon's GPU index (0-based, as `Hello::gpu` and the report name it).
+    pub index: u32,
+    /// The CUDA device ordinal of that GPU (`vgpud --gpus 0,1,...`; the index itself when the
+    /// daemon was given a count).
+    pub device: u32,
 }
 
 /// How a granted run ended.
@@ -107,6 +126,11 @@ pub enum ToVm {
         vm: u32,
         vram_offset: u64,
         vram_size: u64,
+        // multigpu (version 3; absent for older VMs):
+        /// The GPU the VM was placed on: the daemon's index, and the CUDA device ordinal a
+        /// cuda engine opens. The VRAM memory object attached is that GPU's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu: Option<Placement>,
     },
     /// The VM may run one job; with a slice, a turn: further jobs that are ready, each
     /// reported with `Progress`, until the VM runs out of work or is preempted.
@@ -220,6 +244,60 @@ mod tests {
             br#"{"type":"want","kernel":1.5}"#,
         ] {
             assert!(decode::<ToDaemon>(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_pin_and_a_placement_are_optional_and_absent_in_the_old_form() {
+        let mut h = Hello {
+            version: 2,
+            name: "a".into(),
+            weight: 1,
+            priority: 0,
+            vram: 2 << 20,
+            channels: 1,
+            gpu: None,
+        };
+        let old = br#"{"type":"hello","version":2,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
+        assert_eq!(encode(&ToDaemon::Hello(h.clone())), old);
+        assert_eq!(decode::<ToDaemon>(old).unwrap(), ToDaemon::Hello(h.clone()));
+        h.gpu = Some(3);
+        let b = encode(&ToDaemon::Hello(h.clone()));
+        assert!(std::str::from_utf8(&b).unwrap().ends_with(r#","gpu":3}"#));
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), ToDaemon::Hello(h));
+        let w = ToVm::Welcome {
+            version: 3,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: 2 << 20,
+            gpu: None,
+        };
+        assert_eq!(
+            encode(&w),
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152}"#
+        );
+        let placed = br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1,"device":4}}"#;
+        assert!(matches!(
+            decode::<ToVm>(placed).unwrap(),
+            ToVm::Welcome {
+                gpu: Some(Placement {
+                    index: 1,
+                    device: 4
+                }),
+                ..
+            }
+        ));
+        for bad in [
+            &br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"gpu":-1}"#[..],
+            br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"gpu":4294967296}"#,
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1}}"#,
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1,"device":0,"x":0}}"#,
+        ] {
+            assert!(
+                decode::<ToDaemon>(bad).is_err() && decode::<ToVm>(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -194,16 +194,18 @@ impl GpuConfig {
             weight,
             priority,
             name,
+            gpu,
         } = d;
         match &mut c.host {
             Some(h) => {
                 h.weight = weight.unwrap_or(h.weight);
                 h.priority = priority.unwrap_or(h.priority);
                 h.name = name.unwrap_or(std::mem::take(&mut h.name));
+                h.gpu = gpu.or(h.gpu);
             }
-            None if weight.is_some() || priority.is_some() || name.is_some() => {
+            None if weight.is_some() || priority.is_some() || name.is_some() || gpu.is_some() => {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name".into(),
+                    key: "weight/priority/name/gpu".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });

@@ -21,6 +21,8 @@ pub struct HostConfig {
     pub weight: u32,
     pub priority: u8,
     pub name: String,
+    /// `gpu=N`: pinned to the daemon's GPU N; `None`: placed by the daemon (multigpu).
+    pub gpu: Option<u32>,
 }
 
 /// Errors of the daemon link.
@@ -48,6 +50,8 @@ const STOP_POLL: Duration = Duration::from_millis(5);
 /// What registration gave.
 pub struct Welcome {
     pub vm: u32,
+    /// The GPU the daemon placed the VM on (its index and CUDA device ordinal).
+    pub gpu: proto::Placement,
     pub vram_offset: u64,
     pub vram_size: u64,
     pub vram_fd: OwnedFd,
@@ -148,6 +152,7 @@ impl HostLink {
             priority: cfg.priority,
             vram,
             channels,
+            gpu: cfg.gpu,
         });
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)
@@ -161,14 +166,21 @@ impl HostLink {
                         vm,
                         vram_offset,
                         vram_size,
+                        gpu: Some(gpu),
                     }),
                     Some(vram_fd),
-                ) if version == proto::VERSION && vram_size == vram => Welcome {
-                    vm,
-                    vram_offset,
-                    vram_size,
-                    vram_fd,
-                },
+                ) if version == proto::VERSION
+                    && vram_size == vram
+                    && cfg.gpu.is_none_or(|p| p == gpu.index) =>
+                {
+                    Welcome {
+                        vm,
+                        gpu,
+                        vram_offset,
+                        vram_size,
+                        vram_fd,
+                    }
+                }
                 (Ok(ToVm::Error { message, .. }), _) => return Err(HostError::Refused(message)),
                 (other, _) => return Err(proto_err(&format!("unexpected answer {other:?}"))),
             },
@@ -185,8 +197,10 @@ impl HostLink {
             .spawn(move || read_loop(&i))
             .map_err(|e| proto_err(&e))?;
         log::info!(
-            "vgpu: registered with vgpud as vm {} ({} MiB of VRAM at {:#x})",
+            "vgpu: registered with vgpud as vm {} on its gpu {} (device {}; {} MiB of VRAM at {:#x})",
             welcome.vm,
+            welcome.gpu.index,
+            welcome.gpu.device,
             welcome.vram_size >> 20,
             welcome.vram_offset
         );
@@ -564,6 +578,10 @@ mod tests {
                 vm: 1,
                 vram_offset: 0,
                 vram_size: h.vram,
+                gpu: Some(proto::Placement {
+                    index: 0,
+                    device: 0,
+                }),
             };
             conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
                 .unwrap();
@@ -583,6 +601,7 @@ mod tests {
             weight: 1,
             priority: 0,
             name: "t".into(),
+            gpu: None,
         };
         let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
         let handle = PreemptHandle::new();

@@ -77,6 +77,10 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             vm: 1,
             vram_offset: 0,
             vram_size: h.vram,
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
         };
         conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
             .unwrap();
@@ -89,6 +93,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             weight: 1,
             priority: 0,
             name: "t".into(),
+            gpu: None,
         });
     });
     let (conn, _listener) = handshake.join().unwrap();

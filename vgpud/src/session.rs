@@ -67,6 +67,8 @@ pub struct Session {
 /// The state of a registered VM.
 pub struct Registered {
     pub id: VmId,
+    /// Index of the GPU it was placed on (multigpu).
+    pub gpu: usize,
     /// Queued in the scheduler (wants the GPU, or holds a preempted job).
     pub pending: bool,
     /// When it last became queued (the standby hint goes to the VM that waits longest).

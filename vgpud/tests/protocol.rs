@@ -32,6 +32,7 @@ fn start_with(name: &str, sched: &str, revoke_ms: u64, spin: Duration) -> Runnin
         socket: socket.clone(),
         vram: 64 << 20,
         channels: 16,
+        gpus: Vec::new(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(revoke_ms),
@@ -109,6 +110,7 @@ impl Vm {
             priority,
             vram: vram_mib << 20,
             channels: 4,
+            gpu: None,
         }));
         match vm.recv() {
             Some((
@@ -573,6 +575,7 @@ fn a_version_1_vm_is_served_in_version_1() {
         priority: 0,
         vram: 2 << 20,
         channels: 1,
+        gpu: None,
     }));
     assert!(matches!(
         vm.recv(),
@@ -617,6 +620,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
             priority: 0,
             vram,
             channels: ch,
+            gpu: None,
         }));
         assert!(
             matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
@@ -642,6 +646,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         priority: 0,
         vram: 2 << 20,
         channels: 1,
+        gpu: None,
     }));
     assert!(matches!(
         a.recv(),

@@ -37,6 +37,7 @@ pub(super) struct Draft {
     pub weight: Option<u32>,
     pub priority: Option<u8>,
     pub name: Option<String>,
+    pub gpu: Option<u32>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -218,6 +219,7 @@ pub static KEYS: &[Key] = &[
                 weight: 1,
                 priority: 0,
                 name: format!("vm-{}", std::process::id()),
+                gpu: None,
             });
             Ok(())
         },
@@ -259,6 +261,18 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.name.clone()),
+    },
+    Key {
+        name: "gpu",
+        values: "N",
+        default: "placed by vgpud",
+        help: "with host=: pin the VM to the daemon's GPU N (0 to 63; vgpud --gpus); without it \
+               the daemon places the VM (most free VRAM, then least load)",
+        parse: |d, v| {
+            d.gpu = Some(num(v, 0, 63).ok_or("0 to 63")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().and_then(|h| h.gpu.map(|g| g.to_string())),
     },
     Key {
         name: "doorbell",
