@@ -1,7 +1,9 @@
 //! Several real VM processes sharing one GPU through `vgpud` (run in this test process): results
 //! stay right under aggressive preemption (context save/restore), an `attack` VM changes
 //! nobody's checksums, a VM killed with SIGKILL mid-kernel or one that stops (SIGSTOP) does not
-//! stall the others, and its partition comes back once its process is gone.
+//! stall the others, and its partition comes back once its process is gone; one daemon with two
+//! (sim) GPUs places VMs by its policy or by their pin, refuses a pin it cannot honour, and
+//! keeps every VM's results right.
 
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -12,6 +14,11 @@ use vgpud::{Background, DaemonConfig, Report};
 struct Host(Background);
 
 fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
+    host_gpus(name, sched, vram_mib, 1)
+}
+
+/// A daemon with `gpus` sim GPUs of `vram_mib` each.
+fn host_gpus(name: &str, sched: &str, vram_mib: u64, gpus: u32) -> Host {
     let dir = std::env::temp_dir().join(format!("vgpu-shared-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("vgpud.sock");
@@ -19,7 +26,7 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         socket: socket.clone(),
         vram: vram_mib << 20,
         channels: 64,
-        gpus: Vec::new(),
+        gpus: (0..gpus).collect(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(300),
@@ -208,4 +215,60 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     );
     assert!(by("killed").gone_ns.is_some() && by("killed").gpu_ns > 0);
     assert!(by("survivor").completed > 0 && !by("survivor").evicted);
+}
+
+#[test]
+fn vms_are_placed_on_two_gpus_by_policy_or_pin_and_stay_correct() {
+    let h = host_gpus("multi", "policy=timeslice,slice=1ms", 600, 2);
+    // A workloads VM asks for 256 MiB + two 2 MiB guards. Two VMs pinned to GPU 1 share it;
+    // the unpinned one goes to GPU 0 (more free VRAM) whatever the order they register in.
+    let spin = h.vm("fairness", "name=spin,vram=16M,gpu=1", &spin_cmdline(1500));
+    let pinned = h.vm("workloads", "name=pinned,gpu=1,mode=full", "");
+    let placed = h.vm("workloads", "name=placed,mode=para", "");
+    // GPU 2 does not exist: refused at registration, the VM does not start.
+    let bad = h.vm("fairness", "name=bad,vram=16M,gpu=2", &spin_cmdline(100));
+    let (cbad, obad) = finish(bad);
+    let (cp, op) = finish(pinned);
+    let (cq, oq) = finish(placed);
+    let (cs, os) = finish(spin);
+    let r = h.stop();
+    assert_ne!(cbad, 0, "{obad}");
+    assert!(
+        obad.contains("gpu=2: this daemon has 2 GPUs (0..=1)"),
+        "{obad}"
+    );
+    assert_eq!(cp, 0, "{op}");
+    assert_eq!(cq, 0, "{oq}");
+    assert_eq!(cs, 0, "{os}");
+    assert!(os.contains("FAIRNESS end") && os.contains("ok=1"), "{os}");
+    assert_eq!(results(&op).len(), 13, "{op}");
+    assert!(
+        results(&op)
+            .iter()
+            .chain(&results(&oq))
+            .all(|l| l.ends_with("ok=1"))
+    );
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!(r.vms.len(), 3, "{:?}", r.vms);
+    assert_eq!(
+        (by("spin").gpu, by("pinned").gpu, by("placed").gpu),
+        (1, 1, 0)
+    );
+    // The report's GPUs list their VMs and their own busy time; both GPUs were used, and the
+    // sums are the daemon's totals.
+    assert_eq!(r.gpus.len(), 2);
+    for g in &r.gpus {
+        let mine: Vec<u32> = r
+            .vms
+            .iter()
+            .filter(|v| v.gpu == g.index)
+            .map(|v| v.id)
+            .collect();
+        assert_eq!(g.vms, mine);
+        assert!(g.busy_ns > 0 && g.grants > 0, "{g:?}");
+        assert_eq!(g.vram_free, 600 << 20, "every partition back");
+    }
+    assert_eq!(r.gpus.iter().map(|g| g.busy_ns).sum::<u64>(), r.busy_ns);
+    assert_eq!(r.gpus.iter().map(|g| g.grants).sum::<u64>(), r.grants);
+    assert!(r.vms.iter().all(|v| v.gpu_ns > 0 && !v.evicted));
 }
