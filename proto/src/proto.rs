@@ -66,6 +66,16 @@ pub enum ToDaemon {
     },
     /// The VM is going away; its partition may be reclaimed once its process has exited.
     Bye {},
+    // multigpu (version 3): moving a running VM to another GPU of the daemon.
+    /// Reserve a partition of the VM's size (and its channels) on GPU `gpu` for a move there.
+    /// Answered by `MoveReady` (with that GPU's VRAM object) or `MoveRefused`.
+    Move { gpu: u32 },
+    /// The VM's VRAM now lives in the reserved partition and it holds no grant (it paused its
+    /// GPU work): the daemon moves it to the target's scheduler, frees its old partition and
+    /// answers `Moved`.
+    Moved {},
+    /// The move failed on the VM's side: the reservation is given back; the VM stays.
+    MoveAbort {},
 }
 
 /// The fields of `ToDaemon::Hello`.
@@ -153,6 +163,19 @@ pub enum ToVm {
     Preempt { seq: u64 },
     /// A message was refused. `fatal`: the daemon closes the connection after this.
     Error { message: String, fatal: bool },
+    // multigpu (version 3): the answers of a move.
+    /// A partition is reserved on GPU `gpu` for the VM's move; the datagram carries that GPU's
+    /// VRAM memory object (`SCM_RIGHTS`) of which the partition is
+    /// `[vram_offset, vram_offset + vram_size)`.
+    MoveReady {
+        gpu: Placement,
+        vram_offset: u64,
+        vram_size: u64,
+    },
+    /// The move was refused (nothing changed).
+    MoveRefused { message: String },
+    /// The move is done: the VM is scheduled on its new GPU from its next `Want` on.
+    Moved { gpu: Placement },
 }
 
 /// Errors decoding a message.

@@ -575,13 +575,24 @@ impl Daemon {
             channels: reg.report.channels,
             name: reg.report.name.clone(),
         };
+        // multigpu: a partition reserved for a move waits for the process like its own one.
+        let reserved = reg.moving.map(|m| Quarantined {
+            pidfd: s.pid.and_then(pidfd_open),
+            gpu: m.gpu,
+            offset: m.offset,
+            size: reg.report.vram_size,
+            channels: reg.report.channels,
+            name: format!("{} (move reservation)", reg.report.name),
+        });
         self.gone.push(reg.report);
         let own = s.pid == Some(std::process::id() as i32);
-        if q.pidfd.is_none() || own {
-            // The process is gone already (or is this one: an in-process client).
-            self.reclaim(q);
-        } else {
-            self.quarantine.push(q);
+        for q in std::iter::once(q).chain(reserved) {
+            if q.pidfd.is_none() || own {
+                // The process is gone already (or is this one: an in-process client).
+                self.reclaim(q);
+            } else {
+                self.quarantine.push(q);
+            }
         }
     }
 

@@ -52,6 +52,10 @@ impl Daemon {
                 Some((vm, _)),
             ) => self.progress(c, vm, seq, gpu_ns, (start_ns, end_ns)),
             (ToDaemon::Bye {}, Some(_)) => self.drop_session(c),
+            // multigpu: moves between the daemon's GPUs (`moving`).
+            (ToDaemon::Move { gpu }, Some(_)) => self.move_request(c, gpu),
+            (ToDaemon::Moved {}, Some(_)) => self.move_commit(c),
+            (ToDaemon::MoveAbort {}, Some(_)) => self.move_abort(c),
         }
     }
 
@@ -132,6 +136,7 @@ impl Daemon {
             s.reg = Some(Registered {
                 id,
                 gpu: g,
+                moving: None,
                 pending: false,
                 want_since_ns: 0,
                 report: VmReport {
@@ -433,6 +438,7 @@ impl Daemon {
             RunOutcome::Preempted => reg.report.preempted += 1,
             RunOutcome::Faulted => reg.report.faulted += 1,
         }
+        let commit = reg.moving.is_some_and(|m| m.commit_pending);
         if outcome == RunOutcome::Preempted {
             // Queued again from now on (the standby hint goes to the VM waiting longest).
             reg.want_since_ns = monotonic_ns();
@@ -442,6 +448,10 @@ impl Daemon {
                 // Its identity comes with the VM's next want.
                 self.submit(c, vm, None);
             }
+        }
+        if commit {
+            // multigpu: the `Moved` that waited for this grant's end.
+            self.move_commit(c);
         }
     }
 }

@@ -5,13 +5,14 @@
 //! `proto` (documented in docs/architecture.md, "Sharing one GPU: vgpud").
 //!
 //! Files: `background` (the daemon on a thread, for tests and tools), `gpus` (per-GPU state,
-//! placement), `partition` (VRAM pool), `session` (one connection), `daemon` (the poll loop, grants, slice ends,
+//! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one connection), `daemon` (the poll loop, grants, slice ends,
 //! revocation, reclaim), `handle` (message handling), `report` (what was measured).
 
 mod background;
 pub mod daemon;
 pub mod gpus;
 mod handle;
+mod moving;
 pub mod partition;
 pub mod report;
 mod session;

@@ -72,9 +72,13 @@ pub struct VmReport {
     pub vram_offset: u64,
     pub vram_size: u64,
     pub channels: u32,
-    /// The daemon's GPU index it was placed on (multigpu; 0 in older reports).
+    /// The daemon's GPU index it was placed on (multigpu; 0 in older reports), its last one
+    /// after moves.
     #[serde(default)]
     pub gpu: u32,
+    /// Moves to another GPU (multigpu).
+    #[serde(default)]
+    pub moves: u32,
     pub registered_ns: u64,
     /// When it left (disconnected, evicted); `None` while connected.
     pub gone_ns: Option<u64>,

@@ -255,3 +255,109 @@ fn an_older_vm_is_placed_and_told_nothing_new() {
     assert_eq!(gpus, [0, 1, 0]);
     assert_eq!(r.refused, 0);
 }
+
+#[test]
+fn a_vm_moves_to_another_gpu_and_a_crossing_grant_is_waited_for() {
+    let d = start("move", &[0, 1], 32);
+    let a = Vm::hello(&d, proto::VERSION, "a", 8, Some(0)).welcome();
+    let b = Vm::hello(&d, proto::VERSION, "b", 8, Some(0)).welcome();
+    let c = Vm::hello(&d, proto::VERSION, "c", 8, Some(1)).welcome();
+    let ready = |vm: &Vm| match vm.recv() {
+        Some((
+            ToVm::MoveReady {
+                gpu,
+                vram_offset,
+                vram_size,
+            },
+            Some(fd),
+        )) => (gpu, vram_offset, vram_size, fd),
+        other => panic!("expected move_ready with a descriptor, got {other:?}"),
+    };
+    let refused = |vm: &Vm, why: &str| match vm.recv() {
+        Some((ToVm::MoveRefused { message }, None)) => assert!(message.contains(why), "{message}"),
+        other => panic!("expected move_refused, got {other:?}"),
+    };
+    // Refused: a GPU the daemon lacks, the VM's own GPU.
+    a.vm.send(&ToDaemon::Move { gpu: 2 });
+    refused(&a.vm, "2 GPUs");
+    a.vm.send(&ToDaemon::Move { gpu: 0 });
+    refused(&a.vm, "on gpu 0 already");
+    // a moves to GPU 1: a partition there, in GPU 1's memory object.
+    a.vm.send(&ToDaemon::Move { gpu: 1 });
+    let (gpu, off, size, fd) = ready(&a.vm);
+    assert_eq!(
+        (gpu, size),
+        (
+            Placement {
+                index: 1,
+                device: 1
+            },
+            8 << 20
+        )
+    );
+    assert_eq!(inode(&fd), inode(&c.fd));
+    assert_ne!(off, 0, "c holds the first range of GPU 1");
+    a.vm.send(&ToDaemon::Move { gpu: 1 });
+    refused(&a.vm, "already in progress");
+    a.vm.send(&ToDaemon::Moved {});
+    assert!(matches!(
+        a.vm.recv(),
+        Some((
+            ToVm::Moved {
+                gpu: Placement { index: 1, .. }
+            },
+            None
+        ))
+    ));
+    // From now on a and b run at once: different GPUs.
+    b.vm.send(&ToDaemon::Want { kernel: None });
+    let sb = b.vm.grant();
+    a.vm.send(&ToDaemon::Want { kernel: None });
+    let sa = a.vm.grant();
+    a.vm.done(sa, 1000);
+    // b moves while its grant is in flight: the commit waits for that grant's end.
+    b.vm.send(&ToDaemon::Move { gpu: 1 });
+    let _ = ready(&b.vm);
+    b.vm.send(&ToDaemon::Moved {});
+    std::thread::sleep(Duration::from_millis(20));
+    b.vm.done(sb, 1000);
+    assert!(matches!(
+        b.vm.recv(),
+        Some((
+            ToVm::Moved {
+                gpu: Placement { index: 1, .. }
+            },
+            None
+        ))
+    ));
+    // c reserves on GPU 0 and gives it back.
+    c.vm.send(&ToDaemon::Move { gpu: 0 });
+    let _ = ready(&c.vm);
+    c.vm.send(&ToDaemon::MoveAbort {});
+    // b now shares GPU 1 with a and c: a's want waits for b's grant.
+    b.vm.send(&ToDaemon::Want { kernel: None });
+    let sb = b.vm.grant();
+    a.vm.send(&ToDaemon::Want { kernel: None });
+    std::thread::sleep(Duration::from_millis(20));
+    b.vm.done(sb, 1000);
+    let sa = a.vm.grant();
+    a.vm.done(sa, 1000);
+    // A VM that leaves with a reservation gives it back too.
+    let x = Vm::hello(&d, proto::VERSION, "x", 2, Some(0)).welcome();
+    x.vm.send(&ToDaemon::Move { gpu: 1 });
+    let _ = ready(&x.vm);
+    drop((a, b, c, x));
+    let r = d.stop().unwrap();
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!((by("a").gpu, by("a").moves), (1, 1));
+    assert_eq!((by("b").gpu, by("b").moves), (1, 1));
+    assert_eq!((by("c").gpu, by("c").moves), (1, 0));
+    assert_eq!(r.gpus[1].vms, [by("a").id, by("b").id, by("c").id]);
+    assert!(
+        r.gpus
+            .iter()
+            .all(|g| g.vram_free == 32 << 20 && g.channels_used == 0)
+    );
+    assert_eq!(r.refused, 3);
+    assert_eq!(r.gpus[1].grants, 3);
+}
