@@ -272,3 +272,81 @@ fn vms_are_placed_on_two_gpus_by_policy_or_pin_and_stay_correct() {
     assert_eq!(r.gpus.iter().map(|g| g.grants).sum::<u64>(), r.grants);
     assert!(r.vms.iter().all(|v| v.gpu_ns > 0 && !v.evicted));
 }
+
+#[test]
+fn a_running_vm_moves_to_the_other_gpu_and_its_results_stay_right() {
+    let h = host_gpus("move", "policy=timeslice,slice=1ms", 256, 2);
+    let api =
+        std::env::temp_dir().join(format!("vgpu-shared-{}-move-api.sock", std::process::id()));
+    let _ = std::fs::remove_file(&api);
+    let mut mover = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+        .args(["--guest", "fairness", "--timeout", "120", "--cmdline"])
+        .arg(spin_cmdline(6000))
+        .arg("--api-socket")
+        .arg(&api)
+        .arg("--gpu")
+        .arg(format!(
+            "host={},name=mover,vram=16M,gpu=0",
+            h.0.socket().display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vgpu-vmm");
+    // A neighbour on the target GPU, running kernels when the mover arrives.
+    let mut stay = h.vm("fairness", "name=stay,vram=16M,gpu=1", &spin_cmdline(6000));
+    let stay_out = wait_for_progress(&mut stay);
+    let mover_out = wait_for_progress(&mut mover);
+    let ctl = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+            .arg("ctl")
+            .arg(&api)
+            .args(args)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code().unwrap_or(-1), text)
+    };
+    // Refused, and the VM runs on where it is: a GPU the daemon lacks, its own GPU.
+    let (c, o) = ctl(&["move-gpu", "2"]);
+    assert!(c == 1 && o.contains("2 GPUs"), "{o}");
+    let (c, o) = ctl(&["move-gpu", "0"]);
+    assert!(c == 1 && o.contains("on gpu 0 already"), "{o}");
+    let (c, o) = ctl(&["move-gpu", "1"]);
+    assert_eq!(c, 0, "{o}");
+    let done: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
+    eprintln!("move-gpu: {done}");
+    assert_eq!(
+        (done["from"].as_u64(), done["to"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert!(done["downtime_ms"].as_f64().unwrap() > 0.0, "{done}");
+    // The first round copied the VM's page tables and buffers (never nothing).
+    assert!(done["precopy_bytes"][0].as_u64().unwrap() > 0, "{done}");
+    let (c, o) = ctl(&["move-gpu", "1"]);
+    assert!(c == 1 && o.contains("on gpu 1 already"), "{o}");
+    let cm = mover.wait().unwrap().code();
+    let cs = stay.wait().unwrap().code();
+    let (om, os) = (mover_out.join().unwrap(), stay_out.join().unwrap());
+    let r = h.stop();
+    // Every kernel's result was checked by the guest, before and after the move.
+    assert_eq!(cm, Some(0), "{om}");
+    assert!(om.contains("FAIRNESS end") && om.contains("ok=1"), "{om}");
+    assert_eq!(cs, Some(0), "{os}");
+    assert!(os.contains("ok=1"), "{os}");
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!((by("mover").gpu, by("mover").moves), (1, 1));
+    assert!(by("mover").gpu_ns > 0 && !by("mover").evicted);
+    let mut both = [by("mover").id, by("stay").id];
+    both.sort();
+    assert_eq!(r.gpus[1].vms, both);
+    // Both partitions came back (the source one at the move, zeroed).
+    assert!(
+        r.gpus.iter().all(|g| g.vram_free == 256 << 20),
+        "{:?}",
+        r.gpus
+    );
+    assert_eq!(r.refused, 3);
+}

@@ -11,6 +11,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pgpu::PreemptHandle;
+
+// multigpu: the link's side of moving to another GPU of the daemon.
+mod moving;
+pub use moving::MoveGrant;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Received};
 
@@ -83,6 +87,8 @@ struct St {
     worker_reading: bool,
     /// A `Standby` came: poll for the grant instead of sleeping until this instant.
     standby_until: Option<Instant>,
+    /// multigpu: the daemon's answer to a move request, not yet taken.
+    move_answer: Option<moving::MoveAnswer>,
 }
 
 /// A grant as received.
@@ -401,8 +407,8 @@ impl Inner {
     /// thread reads, the state changes the same way).
     fn receive(&self, st: &mut St) {
         let mut buf = [0u8; proto::MAX_MESSAGE];
-        let n = match self.conn.try_recv(&mut buf) {
-            Ok(Received::Message(n, _)) => n,
+        let (n, fd) = match self.conn.try_recv(&mut buf) {
+            Ok(Received::Message(n, fd)) => (n, fd),
             Ok(Received::Empty) => return,
             Ok(Received::Closed) => return self.lose(st, "vgpud closed the connection".into()),
             Err(e) => return self.lose(st, format!("receive from vgpud: {e}")),
@@ -451,6 +457,11 @@ impl Inner {
                 st.standby_until = Some(Instant::now() + 2 * spin);
             }
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
+            // multigpu: the answers of a move (`moving`).
+            m @ (ToVm::MoveReady { .. } | ToVm::MoveRefused { .. } | ToVm::Moved { .. }) => {
+                st.move_answer = Some(moving::MoveAnswer::of(m, fd));
+                self.cv.notify_all();
+            }
         }
     }
 

@@ -22,6 +22,7 @@ mod direct;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gpu_move;
 pub mod host;
 pub mod methods;
 mod modcache;
@@ -45,6 +46,7 @@ use pgpu::sim::{SimConfig, SimEngine};
 use serde::Serialize;
 
 pub use config::{ConfigError, GpuConfig};
+pub use gpu_move::{MoveError, MovePlan, MoveReport};
 pub use state::{FaultRecord, GpuCounters, IrqSink};
 
 /// Errors creating a virtual GPU.
@@ -218,6 +220,8 @@ pub struct Vgpu {
     ram_log: Arc<snapshot::live::RamWriteLog>,
     /// Per-job write sets (live snapshots on engines without a dirty log).
     write_log: Arc<snapshot::writes::WriteSetLog>,
+    /// multigpu: a shared sim VM's engine and VRAM object (moves to another GPU).
+    moving: Mutex<Option<gpu_move::SharedVram>>,
 }
 
 impl Vgpu {
@@ -349,6 +353,16 @@ impl Vgpu {
                     (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e), link)
                 }
             };
+        // multigpu: what a move to another of the daemon's GPUs switches (sim only).
+        let moving = match (welcome, &sim_engine) {
+            (Some(w), Some(e)) => Some(gpu_move::SharedVram {
+                engine: e.clone(),
+                fd: w.vram_fd,
+                offset: w.vram_offset,
+                gpu: w.gpu,
+            }),
+            _ => None,
+        };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
             (Some(m), Some(sim_engine)) => {
                 let host = sim_engine
@@ -441,6 +455,7 @@ impl Vgpu {
             sysmem,
             ram_log,
             write_log,
+            moving: Mutex::new(moving),
         })
     }
 

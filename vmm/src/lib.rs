@@ -24,6 +24,7 @@ pub mod linux;
 pub mod live;
 pub mod loader;
 pub mod memory;
+pub mod move_gpu;
 pub mod pause;
 pub mod persist;
 pub mod slots;

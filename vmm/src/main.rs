@@ -149,6 +149,13 @@ enum CtlOp {
         #[arg(long)]
         live: bool,
     },
+    /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim VMs): VRAM is
+    /// pre-copied to a partition the daemon reserves there while the VM runs, then the VM
+    /// pauses for the last dirty pages and the switch (the answer gives the downtime).
+    MoveGpu {
+        /// The daemon's GPU index (vgpud --gpus).
+        gpu: u32,
+    },
 }
 
 const CTL_EXIT_CODES: &str = "Exit status: 0 the VM did it (the result is printed as JSON on stdout); \
@@ -207,6 +214,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
+        CtlOp::MoveGpu { gpu } => Request::MoveGpu { gpu },
         CtlOp::Migrate { dest, live } => {
             // A unix socket's path is made absolute (the VM resolves paths in its own
             // directory); a tcp: address goes as it is.

@@ -1,8 +1,8 @@
 //! The control API's messages. A request is one line of JSON with an `op` field:
 //! `{"op":"pause"}`, `{"op":"resume"}`, `{"op":"stats"}`,
 //! `{"op":"snapshot","dir":"/abs/path","resume":true,"drain":false,"live":false}` (`resume`
-//! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`.
-//! The answer
+//! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`,
+//! `{"op":"move_gpu","gpu":1}`. The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
 use std::path::PathBuf;
@@ -45,6 +45,11 @@ pub enum Request {
         #[serde(default)]
         live: bool,
     },
+    // multigpu:
+    /// Move the VM's virtual GPU to GPU `gpu` of its vgpud (`{"op":"move_gpu","gpu":1}`),
+    /// VRAM pre-copied while it runs.
+    #[serde(rename = "move_gpu")]
+    MoveGpu { gpu: u32 },
 }
 
 fn yes() -> bool {
