@@ -182,7 +182,6 @@ impl Guards {
     }
 }
 
-/// One virtual GPU: the device (to put on the PCI bus) and its worker.
 /// A registration with vgpud made before the engine (`Vgpu::cuda_engine`): the link and what
 /// the daemon answered, for `Vgpu::with_engine`.
 pub struct HostRegistration {
@@ -197,6 +196,15 @@ impl HostRegistration {
     }
 }
 
+/// An engine made by the caller (`with_engine`): the engine, its host regions backing guest
+/// RAM, and the vgpud registration made before it.
+type GivenEngine = (
+    Arc<dyn EngineSnapshot>,
+    Vec<pgpu::HostRegionId>,
+    Option<HostRegistration>,
+);
+
+/// One virtual GPU: the device (to put on the PCI bus) and its worker.
 pub struct Vgpu {
     device: Arc<Mutex<device::VgpuDevice>>,
     shared: Arc<state::Shared>,
@@ -291,11 +299,7 @@ impl Vgpu {
 
     fn build(
         mut cfg: GpuConfig,
-        given: Option<(
-            Arc<dyn EngineSnapshot>,
-            Vec<pgpu::HostRegionId>,
-            Option<HostRegistration>,
-        )>,
+        given: Option<GivenEngine>,
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,

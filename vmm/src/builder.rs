@@ -132,9 +132,8 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         &vm,
         cfg,
         &mem,
-        engine.as_ref(),
+        (engine.as_ref(), registered),
         ram_ids.take(),
-        registered,
         &mut devices,
     )?;
     let image = match &cfg.image {
@@ -173,9 +172,8 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, Resto
         &vm,
         cfg,
         &mem,
-        engine.as_ref(),
+        (engine.as_ref(), registered),
         ram_ids.take(),
-        registered,
         &mut devices,
     )?;
     let devices = devices.finish()?;
@@ -450,15 +448,18 @@ impl Devices {
 }
 
 /// The virtual GPU (`--gpu`) on the PCI root: on `engine` (`backend=cuda`, guest RAM its host
-/// regions `ram_ids`), else its own engine with its aperture remapped through KVM slots.
+/// regions `ram_ids`, and its registration with vgpud when shared), else its own engine with its
+/// aperture remapped through KVM slots.
 fn attach_gpu(
     kvm_fd: &Kvm,
     vm: &Arc<VmFd>,
     cfg: &VmConfig,
     mem: &GuestMemoryMmap,
-    engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
+    (engine, registered): (
+        Option<&Arc<dyn pgpu::EngineSnapshot>>,
+        Option<vgpu::HostRegistration>,
+    ),
     ram_ids: Vec<pgpu::HostRegionId>,
-    registered: Option<vgpu::HostRegistration>,
     devices: &mut Devices,
 ) -> Result<Option<Arc<vgpu::Vgpu>>, BuildError> {
     let Some(g) = &cfg.gpu else {
