@@ -105,5 +105,15 @@ mod tests {
         assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"snapshot"}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"pause","x":1}"#).is_err());
+        let r: Request = serde_json::from_str(r#"{"op":"move_gpu","gpu":1}"#).unwrap();
+        assert_eq!(r, Request::MoveGpu { gpu: 1 });
+        for bad in [
+            r#"{"op":"move_gpu"}"#,
+            r#"{"op":"move_gpu","gpu":-1}"#,
+            r#"{"op":"move_gpu","gpu":1,"x":0}"#,
+            r#"{"op":"movegpu","gpu":1}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
     }
 }
