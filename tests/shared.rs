@@ -279,11 +279,15 @@ fn a_running_vm_moves_to_the_other_gpu_and_its_results_stay_right() {
     let api =
         std::env::temp_dir().join(format!("vgpu-shared-{}-move-api.sock", std::process::id()));
     let _ = std::fs::remove_file(&api);
+    let stats = api.with_extension("stats.json");
+    let _ = std::fs::remove_file(&stats);
     let mut mover = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
         .args(["--guest", "fairness", "--timeout", "120", "--cmdline"])
         .arg(spin_cmdline(6000))
         .arg("--api-socket")
         .arg(&api)
+        .arg("--stats")
+        .arg(&stats)
         .arg("--gpu")
         .arg(format!(
             "host={},name=mover,vram=16M,gpu=0",
@@ -334,6 +338,13 @@ fn a_running_vm_moves_to_the_other_gpu_and_its_results_stay_right() {
     // Every kernel's result was checked by the guest, before and after the move.
     assert_eq!(cm, Some(0), "{om}");
     assert!(om.contains("FAIRNESS end") && om.contains("ok=1"), "{om}");
+    // The VM's VRAM is the target partition now: the guard areas around it, copied there, are
+    // intact at exit (had the VM kept its old mapping, the daemon's zeroing of the source
+    // partition would show here).
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    std::fs::remove_file(&stats).ok();
+    assert_eq!(st["gpu"]["guard_intact"], true, "{}", st["gpu"]);
     assert_eq!(cs, Some(0), "{os}");
     assert!(os.contains("ok=1"), "{os}");
     let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
