@@ -103,6 +103,7 @@ fn device(cfg: &GpuConfig, e: &Arc<dyn EngineSnapshot>, ram: &Ram) -> Result<Vgp
         ram.ram.clone(),
         ram.regions.clone(),
         Arc::new(NoIrq),
+        None,
     )
     .map_err(|e| dev_err("device")(e.to_string()))
 }
@@ -240,9 +241,10 @@ fn file_ceiling(path: &Path, bytes: &[u8]) -> Result<(Duration, Duration), Bench
                     })
                 })
                 .collect();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().unwrap_or_else(|_| Err(std::io::Error::other("panic"))))
+            workers.into_iter().try_for_each(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("panic")))
+            })
         })
         .map_err(io(path))
     };
