@@ -1,7 +1,9 @@
 //! Several real VM processes sharing one GPU through `vgpud` (run in this test process): results
 //! stay right under aggressive preemption (context save/restore), an `attack` VM changes
 //! nobody's checksums, a VM killed with SIGKILL mid-kernel or one that stops (SIGSTOP) does not
-//! stall the others, and its partition comes back once its process is gone.
+//! stall the others, and its partition comes back once its process is gone; one daemon with two
+//! (sim) GPUs places VMs by its policy or by their pin, refuses a pin it cannot honour, and
+//! keeps every VM's results right.
 
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -12,6 +14,11 @@ use vgpud::{Background, DaemonConfig, Report};
 struct Host(Background);
 
 fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
+    host_gpus(name, sched, vram_mib, 1)
+}
+
+/// A daemon with `gpus` sim GPUs of `vram_mib` each.
+fn host_gpus(name: &str, sched: &str, vram_mib: u64, gpus: u32) -> Host {
     let dir = std::env::temp_dir().join(format!("vgpu-shared-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("vgpud.sock");
@@ -19,6 +26,7 @@ fn host(name: &str, sched: &str, vram_mib: u64) -> Host {
         socket: socket.clone(),
         vram: vram_mib << 20,
         channels: 64,
+        gpus: (0..gpus).collect(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(300),
@@ -208,4 +216,149 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     );
     assert!(by("killed").gone_ns.is_some() && by("killed").gpu_ns > 0);
     assert!(by("survivor").completed > 0 && !by("survivor").evicted);
+}
+
+#[test]
+fn vms_are_placed_on_two_gpus_by_policy_or_pin_and_stay_correct() {
+    let h = host_gpus("multi", "policy=timeslice,slice=1ms", 600, 2);
+    // A workloads VM asks for 256 MiB + two 2 MiB guards. Two VMs pinned to GPU 1 share it;
+    // the unpinned one goes to GPU 0 (more free VRAM) whatever the order they register in.
+    let spin = h.vm("fairness", "name=spin,vram=16M,gpu=1", &spin_cmdline(1500));
+    let pinned = h.vm("workloads", "name=pinned,gpu=1,mode=full", "");
+    let placed = h.vm("workloads", "name=placed,mode=para", "");
+    // GPU 2 does not exist: refused at registration, the VM does not start.
+    let bad = h.vm("fairness", "name=bad,vram=16M,gpu=2", &spin_cmdline(100));
+    let (cbad, obad) = finish(bad);
+    let (cp, op) = finish(pinned);
+    let (cq, oq) = finish(placed);
+    let (cs, os) = finish(spin);
+    let r = h.stop();
+    assert_ne!(cbad, 0, "{obad}");
+    assert!(
+        obad.contains("gpu=2: this daemon has 2 GPUs (0..=1)"),
+        "{obad}"
+    );
+    assert_eq!(cp, 0, "{op}");
+    assert_eq!(cq, 0, "{oq}");
+    assert_eq!(cs, 0, "{os}");
+    assert!(os.contains("FAIRNESS end") && os.contains("ok=1"), "{os}");
+    assert_eq!(results(&op).len(), 13, "{op}");
+    assert!(
+        results(&op)
+            .iter()
+            .chain(&results(&oq))
+            .all(|l| l.ends_with("ok=1"))
+    );
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!(r.vms.len(), 3, "{:?}", r.vms);
+    assert_eq!(
+        (by("spin").gpu, by("pinned").gpu, by("placed").gpu),
+        (1, 1, 0)
+    );
+    // The report's GPUs list their VMs and their own busy time; both GPUs were used, and the
+    // sums are the daemon's totals.
+    assert_eq!(r.gpus.len(), 2);
+    for g in &r.gpus {
+        let mine: Vec<u32> = r
+            .vms
+            .iter()
+            .filter(|v| v.gpu == g.index)
+            .map(|v| v.id)
+            .collect();
+        assert_eq!(g.vms, mine);
+        assert!(g.busy_ns > 0 && g.grants > 0, "{g:?}");
+        assert_eq!(g.vram_free, 600 << 20, "every partition back");
+    }
+    assert_eq!(r.gpus.iter().map(|g| g.busy_ns).sum::<u64>(), r.busy_ns);
+    assert_eq!(r.gpus.iter().map(|g| g.grants).sum::<u64>(), r.grants);
+    assert!(r.vms.iter().all(|v| v.gpu_ns > 0 && !v.evicted));
+}
+
+#[test]
+fn a_running_vm_moves_to_the_other_gpu_and_its_results_stay_right() {
+    let h = host_gpus("move", "policy=timeslice,slice=1ms", 256, 2);
+    let api =
+        std::env::temp_dir().join(format!("vgpu-shared-{}-move-api.sock", std::process::id()));
+    let _ = std::fs::remove_file(&api);
+    let stats = api.with_extension("stats.json");
+    let _ = std::fs::remove_file(&stats);
+    let mut mover = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+        .args(["--guest", "fairness", "--timeout", "120", "--cmdline"])
+        .arg(spin_cmdline(6000))
+        .arg("--api-socket")
+        .arg(&api)
+        .arg("--stats")
+        .arg(&stats)
+        .arg("--gpu")
+        .arg(format!(
+            "host={},name=mover,vram=16M,gpu=0",
+            h.0.socket().display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vgpu-vmm");
+    // A neighbour on the target GPU, running kernels when the mover arrives.
+    let mut stay = h.vm("fairness", "name=stay,vram=16M,gpu=1", &spin_cmdline(6000));
+    let stay_out = wait_for_progress(&mut stay);
+    let mover_out = wait_for_progress(&mut mover);
+    let ctl = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
+            .arg("ctl")
+            .arg(&api)
+            .args(args)
+            .output()
+            .unwrap();
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code().unwrap_or(-1), text)
+    };
+    // Refused, and the VM runs on where it is: a GPU the daemon lacks, its own GPU.
+    let (c, o) = ctl(&["move-gpu", "2"]);
+    assert!(c == 1 && o.contains("2 GPUs"), "{o}");
+    let (c, o) = ctl(&["move-gpu", "0"]);
+    assert!(c == 1 && o.contains("on gpu 0 already"), "{o}");
+    let (c, o) = ctl(&["move-gpu", "1"]);
+    assert_eq!(c, 0, "{o}");
+    let done: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
+    eprintln!("move-gpu: {done}");
+    assert_eq!(
+        (done["from"].as_u64(), done["to"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert!(done["downtime_ms"].as_f64().unwrap() > 0.0, "{done}");
+    // The first round copied the VM's page tables and buffers (never nothing).
+    assert!(done["precopy_bytes"][0].as_u64().unwrap() > 0, "{done}");
+    let (c, o) = ctl(&["move-gpu", "1"]);
+    assert!(c == 1 && o.contains("on gpu 1 already"), "{o}");
+    let cm = mover.wait().unwrap().code();
+    let cs = stay.wait().unwrap().code();
+    let (om, os) = (mover_out.join().unwrap(), stay_out.join().unwrap());
+    let r = h.stop();
+    // Every kernel's result was checked by the guest, before and after the move.
+    assert_eq!(cm, Some(0), "{om}");
+    assert!(om.contains("FAIRNESS end") && om.contains("ok=1"), "{om}");
+    // The VM's VRAM is the target partition now: the guard areas around it, copied there, are
+    // intact at exit (had the VM kept its old mapping, the daemon's zeroing of the source
+    // partition would show here).
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    std::fs::remove_file(&stats).ok();
+    assert_eq!(st["gpu"]["guard_intact"], true, "{}", st["gpu"]);
+    assert_eq!(cs, Some(0), "{os}");
+    assert!(os.contains("ok=1"), "{os}");
+    let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
+    assert_eq!((by("mover").gpu, by("mover").moves), (1, 1));
+    assert!(by("mover").gpu_ns > 0 && !by("mover").evicted);
+    let mut both = [by("mover").id, by("stay").id];
+    both.sort();
+    assert_eq!(r.gpus[1].vms, both);
+    // Both partitions came back (the source one at the move, zeroed).
+    assert!(
+        r.gpus.iter().all(|g| g.vram_free == 256 << 20),
+        "{:?}",
+        r.gpus
+    );
+    assert_eq!(r.refused, 3);
 }

@@ -20,6 +20,7 @@ fn daemon(s: &Scratch, name: &str) -> Background {
         socket: s.path(&format!("{name}.sock")),
         vram: 256 << 20,
         channels: 64,
+        gpus: Vec::new(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(500),

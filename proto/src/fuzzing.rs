@@ -118,6 +118,7 @@ mod tests {
                 vram: 64 << 20,
                 channels: 4,
                 resume: None,
+                gpu: Some(1),
             })),
             encode(&ToDaemon::Hello(Hello {
                 version: 3,
@@ -129,9 +130,10 @@ mod tests {
                 resume: Some(crate::proto::Resume {
                     boot: "00ff".into(),
                     vm: 7,
-                    gpu: 0,
+                    gpu: 1,
                     vram_offset: 2 << 20,
                 }),
+                gpu: None,
             })),
             encode(&ToDaemon::Done {
                 seq: 3,

@@ -7,9 +7,12 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version this build speaks. Version 2 added `Want::kernel`: a version-1 daemon
 /// refuses unknown fields, so a VM that sends them says so in its `Hello` (and such a daemon
-/// refuses it at once instead of dropping its wants). Version 3 added the restart of the
-/// daemon: `Welcome::boot` (the daemon instance) and `Hello::resume` (a VM re-registering with
-/// the daemon restarted on its socket, claiming the partition it holds).
+/// refuses it at once instead of dropping its wants). Version 3 added two independent,
+/// optional sets of fields: the restart of the daemon (`Welcome::boot`, the daemon instance,
+/// and `Hello::resume`, a VM re-registering with the daemon restarted on its socket, claiming
+/// the partition it holds), and several GPUs per daemon (`Hello::gpu`, a pin to one of the
+/// daemon's GPUs, and `Welcome::gpu`, where the VM was placed). A version-1 or -2 VM is placed
+/// by the daemon's policy like any other and told nothing new (its `Welcome` has neither).
 pub const VERSION: u32 = 3;
 
 /// The first version with `Welcome::boot` and `Hello::resume`.
@@ -68,6 +71,16 @@ pub enum ToDaemon {
     },
     /// The VM is going away; its partition may be reclaimed once its process has exited.
     Bye {},
+    // multigpu (version 3): moving a running VM to another GPU of the daemon.
+    /// Reserve a partition of the VM's size (and its channels) on GPU `gpu` for a move there.
+    /// Answered by `MoveReady` (with that GPU's VRAM object) or `MoveRefused`.
+    Move { gpu: u32 },
+    /// The VM's VRAM now lives in the reserved partition and it holds no grant (it paused its
+    /// GPU work): the daemon moves it to the target's scheduler, frees its old partition and
+    /// answers `Moved`.
+    Moved {},
+    /// The move failed on the VM's side: the reservation is given back; the VM stays.
+    MoveAbort {},
 }
 
 /// The fields of `ToDaemon::Hello`.
@@ -90,6 +103,11 @@ pub struct Hello {
     /// VRAM memory object the VM received then (`SCM_RIGHTS`). Absent on a first registration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<Resume>,
+    /// Version 3: pin to the daemon's GPU of this index (`--gpu host=SOCKET,gpu=N`); `None`:
+    /// the daemon places the VM by its policy. An index the daemon does not have is refused
+    /// (fatal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u32>,
 }
 
 /// The claim of a re-registering VM (`Hello::resume`): what it kept of its registration with
@@ -102,11 +120,23 @@ pub struct Resume {
     pub boot: String,
     /// The VM id that instance gave (kept if free, for reports and logs).
     pub vm: u32,
-    /// The GPU of the daemon the partition is on (0 on a one-GPU daemon).
+    /// The daemon's GPU index the partition is on (0 on a one-GPU daemon; after a move, the
+    /// GPU the VM was moved to).
     #[serde(default)]
     pub gpu: u32,
     /// The partition's offset in the VRAM memory object (its size is `Hello::vram`).
     pub vram_offset: u64,
+}
+
+/// Where a VM was placed (`Welcome::gpu`, version 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// The daemon's GPU index (0-based, as `Hello::gpu` and the report name it).
+    pub index: u32,
+    /// The CUDA device ordinal of that GPU (`vgpud --gpus 0,1,...`; the index itself when the
+    /// daemon was given a count).
+    pub device: u32,
 }
 
 /// How a granted run ended.
@@ -139,6 +169,11 @@ pub enum ToVm {
         /// to older VMs (they refuse unknown fields).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot: Option<String>,
+        /// Version 3 (absent for older VMs): the GPU the VM was placed on: the daemon's index,
+        /// and the CUDA device ordinal a cuda engine opens. The VRAM memory object attached is
+        /// that GPU's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu: Option<Placement>,
     },
     /// The VM may run one job; with a slice, a turn: further jobs that are ready, each
     /// reported with `Progress`, until the VM runs out of work or is preempted.
@@ -161,6 +196,19 @@ pub enum ToVm {
     Preempt { seq: u64 },
     /// A message was refused. `fatal`: the daemon closes the connection after this.
     Error { message: String, fatal: bool },
+    // multigpu (version 3): the answers of a move.
+    /// A partition is reserved on GPU `gpu` for the VM's move; the datagram carries that GPU's
+    /// VRAM memory object (`SCM_RIGHTS`) of which the partition is
+    /// `[vram_offset, vram_offset + vram_size)`.
+    MoveReady {
+        gpu: Placement,
+        vram_offset: u64,
+        vram_size: u64,
+    },
+    /// The move was refused (nothing changed).
+    MoveRefused { message: String },
+    /// The move is done: the VM is scheduled on its new GPU from its next `Want` on.
+    Moved { gpu: Placement },
 }
 
 /// Errors decoding a message.
@@ -266,6 +314,7 @@ mod tests {
             vram: 2 << 20,
             channels: 1,
             resume: None,
+            gpu: None,
         };
         let b = encode(&ToDaemon::Hello(h.clone()));
         assert!(!std::str::from_utf8(&b).unwrap().contains("resume"));
@@ -297,6 +346,7 @@ mod tests {
             vram_offset: 0,
             vram_size: 2 << 20,
             boot: None,
+            gpu: None,
         };
         assert_eq!(
             encode(&w),
@@ -308,8 +358,65 @@ mod tests {
             vram_offset: 0,
             vram_size: 2 << 20,
             boot: Some("0f".into()),
+            gpu: None,
         };
         assert_eq!(decode::<ToVm>(&encode(&w3)).unwrap(), w3);
+    }
+
+    #[test]
+    fn a_pin_and_a_placement_are_optional_and_absent_in_the_old_form() {
+        let mut h = Hello {
+            version: 2,
+            name: "a".into(),
+            weight: 1,
+            priority: 0,
+            vram: 2 << 20,
+            channels: 1,
+            resume: None,
+            gpu: None,
+        };
+        let old = br#"{"type":"hello","version":2,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
+        assert_eq!(encode(&ToDaemon::Hello(h.clone())), old);
+        assert_eq!(decode::<ToDaemon>(old).unwrap(), ToDaemon::Hello(h.clone()));
+        h.gpu = Some(3);
+        let b = encode(&ToDaemon::Hello(h.clone()));
+        assert!(std::str::from_utf8(&b).unwrap().ends_with(r#","gpu":3}"#));
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), ToDaemon::Hello(h));
+        let w = ToVm::Welcome {
+            version: 3,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: 2 << 20,
+            boot: None,
+            gpu: None,
+        };
+        assert_eq!(
+            encode(&w),
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152}"#
+        );
+        let placed = br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1,"device":4}}"#;
+        assert!(matches!(
+            decode::<ToVm>(placed).unwrap(),
+            ToVm::Welcome {
+                gpu: Some(Placement {
+                    index: 1,
+                    device: 4
+                }),
+                ..
+            }
+        ));
+        for bad in [
+            &br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"gpu":-1}"#[..],
+            br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"gpu":4294967296}"#,
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1}}"#,
+            br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1,"device":0,"x":0}}"#,
+        ] {
+            assert!(
+                decode::<ToDaemon>(bad).is_err() && decode::<ToVm>(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

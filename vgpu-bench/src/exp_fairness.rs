@@ -27,6 +27,11 @@ pub struct Args {
     /// Number of VMs.
     #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
     pub vms: usize,
+    /// GPUs of the daemon (`vgpud --gpus N`: sim, N software GPUs; cuda, devices 0..N-1). The
+    /// daemon places the VMs (most free VRAM, then least load: an even spread); the figures are
+    /// given per GPU as well (Jain's index within each GPU's VMs).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus: u32,
     /// Scheduling policy of the daemon: fifo, credit, band, timeslice.
     #[arg(long, default_value = "timeslice")]
     pub policy: String,
@@ -275,7 +280,9 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     }
     // A VM asks for its VRAM plus the guard bands on both sides of its partition (2 MiB each
     // by default): 8 MiB of slack per VM covers them.
-    let vram_total = ((plan.vram_per_vm + (8 << 20)) * plan.vms as u64).next_multiple_of(2 << 20);
+    // Per GPU: room for its share of the VMs (placement spreads them evenly).
+    let per_gpu_vms = plan.vms.div_ceil(a.gpus as usize) as u64;
+    let vram_total = ((plan.vram_per_vm + (8 << 20)) * per_gpu_vms).next_multiple_of(2 << 20);
     let dargs = vec![
         "--socket".into(),
         socket.display().to_string(),
@@ -285,6 +292,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         report_path.display().to_string(),
         "--vram".into(),
         format!("{}M", vram_total >> 20),
+        "--gpus".into(),
+        a.gpus.to_string(),
     ];
     let mut daemon = Proc::spawn(&a.out, "vgpud", &vgpud, &dargs)?;
     procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
@@ -362,6 +371,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         &specs,
         ramp_ns,
     )?;
+    let gpus = fairness_metrics::per_gpu(&report, &specs, ramp_ns)?;
     let native = match a.baseline {
         Baseline::None => None,
         Baseline::Native => {
@@ -398,6 +408,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             vms: &vm_runs,
             figures: &figures,
             slices: (&slice_window, &slice_figures),
+            gpus: &gpus,
             native: native.as_ref(),
         },
     )

@@ -218,6 +218,89 @@ pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures,
     })
 }
 
+/// The figures of one GPU of a multi-GPU daemon: those of its VMs alone (Jain's index within
+/// them, shares of that GPU's time, its utilization and latencies).
+#[derive(Debug, Clone)]
+pub struct GpuFigures {
+    pub index: u32,
+    pub device: u32,
+    /// The experiment's VMs placed on it, by name.
+    pub vms: Vec<String>,
+    /// Fraction of all VMs' GPU time that this GPU's VMs got (their GPU time over everyone's).
+    pub gpu_share: f64,
+    pub figures: Figures,
+}
+
+/// Per-GPU figures (empty for a daemon of one GPU): the report restricted to each GPU's VMs,
+/// windows and counters, through [`compute`].
+pub fn per_gpu(
+    report: &Report,
+    vms: &[VmSpec],
+    ramp_ns: u64,
+) -> Result<Vec<GpuFigures>, BenchError> {
+    if report.gpus.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let total: u64 = report.vms.iter().map(|v| v.gpu_ns).sum();
+    let mut out = Vec::new();
+    for g in &report.gpus {
+        let mut sub = Report {
+            vms: report
+                .vms
+                .iter()
+                .filter(|v| v.gpu == g.index)
+                .cloned()
+                .collect(),
+            busy_ns: g.busy_ns,
+            demand_ns: g.demand_ns,
+            preempt_latency_ns: g.preempt_latency_ns.clone(),
+            switch_latency_ns: g.switch_latency_ns.clone(),
+            grants: g.grants,
+            switches: g.switches,
+            preempts: g.preempts,
+            gpus: Vec::new(),
+            windows: Vec::new(),
+            ..report.clone()
+        };
+        let ids: Vec<u32> = sub.vms.iter().map(|v| v.id).collect();
+        sub.windows = report
+            .windows
+            .iter()
+            .map(|w| vgpud::report::WindowReport {
+                start_ns: w.start_ns,
+                per_vm: w
+                    .per_vm
+                    .iter()
+                    .filter(|(id, _)| ids.contains(id))
+                    .copied()
+                    .collect(),
+            })
+            .filter(|w| !w.per_vm.is_empty())
+            .collect();
+        let specs: Vec<VmSpec> = vms
+            .iter()
+            .filter(|s| {
+                report
+                    .vms
+                    .iter()
+                    .rev()
+                    .find(|r| r.name == s.name)
+                    .is_some_and(|r| r.gpu == g.index)
+            })
+            .cloned()
+            .collect();
+        let mine: u64 = sub.vms.iter().map(|v| v.gpu_ns).sum();
+        out.push(GpuFigures {
+            index: g.index,
+            device: g.device,
+            vms: specs.iter().map(|s| s.name.clone()).collect(),
+            gpu_share: ratio(mine as f64, total as f64),
+            figures: compute(&sub, &specs, ramp_ns)?,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +423,41 @@ mod tests {
         let f = compute(&r, &s, 0).unwrap();
         assert_eq!((f.vms[3].id, f.vms[3].gpu_ns), (None, 0));
         assert!(compute(&Report::default(), &s, 0).is_err());
+    }
+
+    #[test]
+    fn each_gpu_is_measured_over_its_own_vms() {
+        // VMs 0 and 1 on GPU 0 share it evenly; VMs 2 and 3 on GPU 1 share it 3:1.
+        let mut r = report(&[
+            vec![50, 50, 75, 25],
+            vec![50, 50, 75, 25],
+            vec![50, 50, 75, 25],
+            vec![50, 50, 75, 25],
+        ]);
+        assert!(per_gpu(&r, &spec(&[1, 1, 1, 1]), 0).unwrap().is_empty());
+        for (i, v) in r.vms.iter_mut().enumerate() {
+            v.gpu = u32::from(i >= 2);
+        }
+        r.gpus = (0..2)
+            .map(|g| vgpud::report::GpuReport {
+                index: g,
+                device: g + 4,
+                busy_ns: 80,
+                demand_ns: 100,
+                ..Default::default()
+            })
+            .collect();
+        let g = per_gpu(&r, &spec(&[1, 1, 1, 1]), 0).unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].vms.clone(), g[1].device),
+            (vec!["vm0".to_string(), "vm1".into()], 5)
+        );
+        assert_eq!(g[0].figures.jain_min, Some(1.0));
+        assert_eq!(g[0].figures.vms.len(), 2);
+        // 75 vs 25: (100)^2 / (2 * (75^2 + 25^2)) = 0.8.
+        assert!((g[1].figures.jain_min.unwrap() - 0.8).abs() < 1e-12);
+        assert!((g[0].gpu_share - 0.5).abs() < 1e-12);
+        assert!((g[1].figures.utilization - 0.8).abs() < 1e-12);
     }
 }

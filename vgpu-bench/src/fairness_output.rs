@@ -9,7 +9,7 @@ use crate::error::BenchError;
 use crate::exp_fairness::{Args, Plan};
 use crate::fairness_calib::Calibration;
 use crate::fairness_guest::GuestRun;
-use crate::fairness_metrics::Figures;
+use crate::fairness_metrics::{Figures, GpuFigures};
 use crate::fairness_native::Native;
 use crate::fairness_window::SliceWindow;
 use crate::{fairness_chart, report};
@@ -38,6 +38,8 @@ pub struct Run<'a> {
     /// The figures over windows holding `rounds` turns of every VM, and how that window was
     /// chosen (`fairness_window`).
     pub slices: (&'a SliceWindow, &'a Figures),
+    /// Per GPU (`--gpus` 2 or more; empty otherwise).
+    pub gpus: &'a [GpuFigures],
     /// `--baseline native`.
     pub native: Option<&'a Native>,
 }
@@ -155,6 +157,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         "refused": r.report.refused,
         "vgpud_vms": r.report.vms.len(),
         "native": r.native.map(|n| n.json(&r.plan.weights)),
+        "gpus": r.gpus.iter().map(gpu_json).collect::<Vec<_>>(),
     });
     let names: Vec<String> = r.vms.iter().map(|v| v.name.clone()).collect();
     let header = format!(
@@ -215,6 +218,24 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         )
     });
     let all_ok = all_ok && r.native.is_none_or(|n| n.figures.ok);
+    let per_gpu: String = r
+        .gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "; gpu {} ({} VMs, {:.1}% of the GPU time): jain min {} mean {} ({} windows), share error max {:.2}%, utilization {:.1}%, preempt p99 {:.0} µs",
+                g.index,
+                g.vms.len(),
+                100.0 * g.gpu_share,
+                fmt(g.figures.jain_min),
+                fmt(g.figures.jain_mean),
+                g.figures.jain_windows,
+                100.0 * g.figures.share_error_max,
+                100.0 * g.figures.utilization,
+                g.figures.preempt_us.p99,
+            )
+        })
+        .collect();
     Ok(format!(
         "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows of {:.0} ms; over {:.0} ms windows holding {} turns of every VM: min {} mean {}), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
         r.plan.sched,
@@ -238,5 +259,30 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         r.report.switches,
         r.report.evictions,
         if all_ok { "all ok" } else { "NOT all ok" },
-    ) + &native)
+    ) + &per_gpu
+        + &native)
+}
+
+/// One GPU's figures in summary.json.
+fn gpu_json(g: &GpuFigures) -> serde_json::Value {
+    let f = &g.figures;
+    serde_json::json!({
+        "index": g.index,
+        "device": g.device,
+        "vms": g.vms,
+        "gpu_share": g.gpu_share,
+        "jain": {
+            "min": opt(f.jain_min),
+            "mean": opt(f.jain_mean),
+            "windows": f.jain_windows,
+        },
+        "share_error_max": f.share_error_max,
+        "window_share_error_max": f.window_error_max,
+        "utilization": f.utilization,
+        "preempt_latency_us": f.preempt_us.json(),
+        "switch_latency_us": f.switch_us.json(),
+        "vm_shares": g.vms.iter().zip(&f.vms).map(|(n, v)| serde_json::json!({
+            "name": n, "share": v.share, "expected_share": v.expected, "gpu_ms": v.gpu_ns as f64 / 1e6,
+        })).collect::<Vec<_>>(),
+    })
 }

@@ -190,14 +190,22 @@ pub fn run(
     let cuda = match cfg.backend {
         Backend::Cuda => Some(
             Vgpu::cuda_engine(&cfg)
-                .map_err(|e| BenchError::Invalid(format!("native (backend=cuda): {e}")))?,
+                .map_err(|e| BenchError::Invalid(format!("native (backend=cuda): {e}")))?
+                .0,
         ),
         Backend::Sim => None,
     };
     let (ram, vgpu) = match &cuda {
         Some(engine) => {
             let (ram, id) = engine_ram(engine.as_ref(), ram_len)?;
-            let v = Vgpu::with_engine(cfg, engine.clone(), ram.clone(), vec![id], Arc::new(NoIrq));
+            let v = Vgpu::with_engine(
+                cfg,
+                engine.clone(),
+                ram.clone(),
+                vec![id],
+                Arc::new(NoIrq),
+                None,
+            );
             (ram, v)
         }
         None => {

@@ -103,6 +103,7 @@ fn device(cfg: &GpuConfig, e: &Arc<dyn EngineSnapshot>, ram: &Ram) -> Result<Vgp
         ram.ram.clone(),
         ram.regions.clone(),
         Arc::new(NoIrq),
+        None,
     )
     .map_err(|e| dev_err("device")(e.to_string()))
 }

@@ -195,6 +195,7 @@ impl GpuConfig {
             priority,
             name,
             reconnect,
+            gpu,
         } = d;
         match &mut c.host {
             Some(h) => {
@@ -202,14 +203,16 @@ impl GpuConfig {
                 h.priority = priority.unwrap_or(h.priority);
                 h.name = name.unwrap_or(std::mem::take(&mut h.name));
                 h.reconnect = reconnect.unwrap_or(h.reconnect);
+                h.gpu = gpu.or(h.gpu);
             }
             None if weight.is_some()
                 || priority.is_some()
                 || name.is_some()
-                || reconnect.is_some() =>
+                || reconnect.is_some()
+                || gpu.is_some() =>
             {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name/reconnect_ms".into(),
+                    key: "weight/priority/name/reconnect_ms/gpu".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -365,6 +368,7 @@ mod tests {
             ("priority", &["0", "255"]),
             ("name", &["a1", "vm-x"]),
             ("reconnect_ms", &["0", "600000"]),
+            ("gpu", &["0", "63"]),
             ("spin_us", &["0", "10000"]),
         ];
         for k in keys::KEYS {
@@ -379,11 +383,12 @@ mod tests {
             );
             for v in values {
                 // The vgpud keys apply only with host=.
-                let with = if ["weight", "priority", "name", "reconnect_ms"].contains(&k.name) {
-                    format!("host=/s,{}={v}", k.name)
-                } else {
-                    format!("{}={v}", k.name)
-                };
+                let with =
+                    if ["weight", "priority", "name", "reconnect_ms", "gpu"].contains(&k.name) {
+                        format!("host=/s,{}={v}", k.name)
+                    } else {
+                        format!("{}={v}", k.name)
+                    };
                 let c = GpuConfig::parse(&with).unwrap_or_else(|e| panic!("{with}: {e}"));
                 assert_eq!(k.value(&c).as_deref(), Some(v), "{with}");
                 assert_eq!(GpuConfig::parse(&c.spec()).unwrap(), c, "{with}");
@@ -392,7 +397,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,host=/a b,weight=3,priority=4,name=n,\
-             reconnect_ms=250,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,gpu=1,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
@@ -435,7 +440,7 @@ mod tests {
                 Err(_) => described.push(k.name),
             }
         }
-        assert_eq!(described, ["name", "spin_us"]);
+        assert_eq!(described, ["name", "gpu", "spin_us"]);
         let e = GpuConfig::parse("color=red").unwrap_err().to_string();
         for k in keys::KEYS {
             assert!(e.contains(k.name), "{e}");

@@ -9,7 +9,13 @@
 //! (its context kept) and every job waits for a grant of the new instance, to which the link
 //! re-registers claiming the partition it holds; nothing is reported to the guest unless the
 //! wait runs out (then `GPU_LOST`, as a lost daemon always was).
+//!
+//! Several GPUs per daemon: the `Welcome` names the GPU the VM was placed on; a move to another
+//! GPU of the daemon (`moving`) changes the partition a re-registration claims
+//! (`HostLink::set_partition`: the GPU index, offset and memory object).
 
+// multigpu: the link's side of moving to another GPU of the daemon.
+mod moving;
 mod reconnect;
 
 use std::os::fd::OwnedFd;
@@ -22,7 +28,9 @@ use pgpu::PreemptHandle;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Received};
 
-/// `host=...,weight=,priority=,name=,reconnect_ms=` of `--gpu`.
+pub use moving::MoveGrant;
+
+/// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=` of `--gpu`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostConfig {
     pub socket: PathBuf,
@@ -32,6 +40,8 @@ pub struct HostConfig {
     /// How long to wait for a daemon that went away to come back on the socket (zero: the GPU
     /// is lost at once).
     pub reconnect: Duration,
+    /// `gpu=N`: pinned to the daemon's GPU N; `None`: placed by the daemon (multigpu).
+    pub gpu: Option<u32>,
 }
 
 /// The default of `reconnect_ms`.
@@ -62,6 +72,8 @@ const STOP_POLL: Duration = Duration::from_millis(5);
 /// What registration gave.
 pub struct Welcome {
     pub vm: u32,
+    /// The GPU the daemon placed the VM on (its index and CUDA device ordinal).
+    pub gpu: proto::Placement,
     pub vram_offset: u64,
     pub vram_size: u64,
     pub vram_fd: OwnedFd,
@@ -111,6 +123,8 @@ struct St {
     worker_reading: bool,
     /// A `Standby` came: poll for the grant instead of sleeping until this instant.
     standby_until: Option<Instant>,
+    /// multigpu: the daemon's answer to a move request, not yet taken.
+    move_answer: Option<moving::MoveAnswer>,
 }
 
 /// A grant as received.
@@ -188,6 +202,7 @@ fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resum
         vram,
         channels,
         resume,
+        gpu: cfg.gpu,
     })
 }
 
@@ -222,15 +237,22 @@ impl HostLink {
                         vram_offset,
                         vram_size,
                         boot,
+                        gpu: Some(gpu),
                     }),
                     Some(vram_fd),
-                ) if version == proto::VERSION && vram_size == vram => Welcome {
-                    vm,
-                    vram_offset,
-                    vram_size,
-                    vram_fd,
-                    boot,
-                },
+                ) if version == proto::VERSION
+                    && vram_size == vram
+                    && cfg.gpu.is_none_or(|p| p == gpu.index) =>
+                {
+                    Welcome {
+                        vm,
+                        gpu,
+                        vram_offset,
+                        vram_size,
+                        vram_fd,
+                        boot,
+                    }
+                }
                 (Ok(ToVm::Error { message, .. }), _) => return Err(HostError::Refused(message)),
                 (other, _) => return Err(proto_err(&format!("unexpected answer {other:?}"))),
             },
@@ -248,7 +270,7 @@ impl HostLink {
                 vm: welcome.vm,
                 down: None,
                 partition: Partition {
-                    gpu: 0,
+                    gpu: welcome.gpu.index,
                     offset: welcome.vram_offset,
                     fd: Arc::new(kept),
                 },
@@ -261,6 +283,7 @@ impl HostLink {
                 lost: None,
                 worker_reading: false,
                 standby_until: None,
+                move_answer: None,
             }),
             cv: Condvar::new(),
             claim: Claim {
@@ -275,8 +298,10 @@ impl HostLink {
             .spawn(move || read_loop(&i))
             .map_err(|e| proto_err(&e))?;
         log::info!(
-            "vgpu: registered with vgpud as vm {} ({} MiB of VRAM at {:#x})",
+            "vgpu: registered with vgpud as vm {} on its gpu {} (device {}; {} MiB of VRAM at {:#x})",
             welcome.vm,
+            welcome.gpu.index,
+            welcome.gpu.device,
             welcome.vram_size >> 20,
             welcome.vram_offset
         );
@@ -538,8 +563,8 @@ impl Inner {
     fn receive(&self, st: &mut St) {
         let mut buf = [0u8; proto::MAX_MESSAGE];
         let conn = st.conn.clone();
-        let n = match conn.try_recv(&mut buf) {
-            Ok(Received::Message(n, _)) => n,
+        let (n, fd) = match conn.try_recv(&mut buf) {
+            Ok(Received::Message(n, fd)) => (n, fd),
             Ok(Received::Empty) => return,
             Ok(Received::Closed) => {
                 return self.disconnected(st, "vgpud closed the connection".into());
@@ -590,6 +615,11 @@ impl Inner {
                 st.standby_until = Some(Instant::now() + 2 * spin);
             }
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
+            // multigpu: the answers of a move (`moving`).
+            m @ (ToVm::MoveReady { .. } | ToVm::MoveRefused { .. } | ToVm::Moved { .. }) => {
+                st.move_answer = Some(moving::MoveAnswer::of(m, fd));
+                self.cv.notify_all();
+            }
         }
     }
 
@@ -669,118 +699,4 @@ impl Drop for HostLink {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::os::fd::AsFd;
-
-    use vgpu_proto::wire::Listener;
-
-    use super::*;
-
-    /// The next message on the daemon's side of the link.
-    fn recv(c: &Conn) -> ToDaemon {
-        let mut buf = [0u8; proto::MAX_MESSAGE];
-        loop {
-            c.wait_readable().unwrap();
-            match c.recv(&mut buf).unwrap() {
-                Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
-                Received::Empty => {}
-                Received::Closed => panic!("the VM closed the link"),
-            }
-        }
-    }
-
-    fn grant(c: &Conn, seq: u64) {
-        let g = ToVm::Grant {
-            seq,
-            slice_ns: 0,
-            deadline_ns: 0,
-        };
-        c.send(&proto::encode(&g), None).unwrap();
-    }
-
-    fn done(seq: u64, more: bool) -> ToDaemon {
-        ToDaemon::Done {
-            seq,
-            outcome: RunOutcome::Completed,
-            gpu_ns: 1000,
-            start_ns: 0,
-            end_ns: 0,
-            more,
-        }
-    }
-
-    #[test]
-    fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
-        let dir = std::env::temp_dir().join(format!("vgpu-host-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("sock");
-        let listener = Listener::bind(&socket).unwrap();
-        // A scripted daemon: registers the VM, grants each job, returns what the VM sent.
-        let daemon = std::thread::spawn(move || {
-            let conn = loop {
-                if let Some(c) = listener.accept().unwrap() {
-                    break c;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            let ToDaemon::Hello(h) = recv(&conn) else {
-                panic!("expected hello")
-            };
-            let vram = std::fs::File::open("/dev/null").unwrap();
-            let welcome = ToVm::Welcome {
-                version: proto::VERSION,
-                vm: 1,
-                vram_offset: 0,
-                vram_size: h.vram,
-                boot: None,
-            };
-            conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
-                .unwrap();
-            let mut seen = Vec::new();
-            for seq in 1..=4 {
-                // Job 3 was announced by job 2's `more` and has no identity: no want.
-                if seq != 3 {
-                    seen.push(recv(&conn));
-                }
-                grant(&conn, seq);
-                seen.push(recv(&conn));
-            }
-            seen
-        });
-        let cfg = HostConfig {
-            socket,
-            weight: 1,
-            priority: 0,
-            name: "t".into(),
-            reconnect: Duration::ZERO,
-        };
-        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
-        let handle = PreemptHandle::new();
-        for (kernel, more) in [
-            (Some(7), true),
-            (Some(9), true),
-            (None, false),
-            (None, false),
-        ] {
-            let t = link.acquire(&handle, kernel).unwrap();
-            let gpu = Duration::from_micros(1);
-            link.release(t, RunOutcome::Completed, gpu, (0, 0), more);
-        }
-        let want = |kernel| ToDaemon::Want { kernel };
-        assert_eq!(
-            daemon.join().unwrap(),
-            [
-                want(Some(7)),
-                done(1, true),
-                // The implicit want of `more` gets its identity from the next acquire.
-                want(Some(9)),
-                done(2, true),
-                done(3, false),
-                want(None),
-                done(4, false),
-            ]
-        );
-        drop(link);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

@@ -12,7 +12,8 @@
 //! the hypercall), `para_vram` (its VRAM allocation service), `snapshot` (pause, save,
 //! restore), `bell` (the doorbell page of exitless submission), `budget` (the VM's host memory
 //! budget, `hostmem=`), `modcache` (loaded modules), `direct` (the worker's direct access to
-//! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`).
+//! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`), `gpu_move` (moving
+//! the VM to another GPU of its vgpud).
 
 pub mod bell;
 pub mod budget;
@@ -22,6 +23,7 @@ mod direct;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gpu_move;
 pub mod host;
 pub mod methods;
 mod modcache;
@@ -45,6 +47,7 @@ use pgpu::sim::{SimConfig, SimEngine};
 use serde::Serialize;
 
 pub use config::{ConfigError, GpuConfig};
+pub use gpu_move::{MoveError, MovePlan, MoveReport};
 pub use state::{FaultRecord, GpuCounters, IrqSink};
 
 /// Errors creating a virtual GPU.
@@ -180,6 +183,28 @@ impl Guards {
     }
 }
 
+/// A registration with vgpud made before the engine (`Vgpu::cuda_engine`): the link and what
+/// the daemon answered, for `Vgpu::with_engine`.
+pub struct HostRegistration {
+    link: Arc<host::HostLink>,
+    welcome: host::Welcome,
+}
+
+impl HostRegistration {
+    /// Where the daemon placed the VM.
+    pub fn placement(&self) -> vgpu_proto::proto::Placement {
+        self.welcome.gpu
+    }
+}
+
+/// An engine made by the caller (`with_engine`): the engine, its host regions backing guest
+/// RAM, and the vgpud registration made before it.
+type GivenEngine = (
+    Arc<dyn EngineSnapshot>,
+    Vec<pgpu::HostRegionId>,
+    Option<HostRegistration>,
+);
+
 /// One virtual GPU: the device (to put on the PCI bus) and its worker.
 pub struct Vgpu {
     device: Arc<Mutex<device::VgpuDevice>>,
@@ -204,6 +229,8 @@ pub struct Vgpu {
     ram_log: Arc<snapshot::live::RamWriteLog>,
     /// Per-job write sets (live snapshots on engines without a dirty log).
     write_log: Arc<snapshot::writes::WriteSetLog>,
+    /// multigpu: a shared sim VM's engine and VRAM object (moves to another GPU).
+    moving: Mutex<Option<gpu_move::SharedVram>>,
 }
 
 impl Vgpu {
@@ -231,30 +258,49 @@ impl Vgpu {
     /// The engine of a `backend=cuda` GPU, made before guest RAM: the VMM backs guest RAM with
     /// `alloc_host_region` of this engine (CUDA cannot map other host memory at a chosen GPU VA)
     /// and passes it, with the region ids, to [`Vgpu::with_engine`].
-    pub fn cuda_engine(cfg: &GpuConfig) -> Result<Arc<dyn EngineSnapshot>, VgpuError> {
+    ///
+    /// Shared (`host=`): the VM registers with vgpud first, and the engine opens the CUDA
+    /// device the daemon placed it on (multigpu); the registration goes to `with_engine`.
+    pub fn cuda_engine(
+        cfg: &GpuConfig,
+    ) -> Result<(Arc<dyn EngineSnapshot>, Option<HostRegistration>), VgpuError> {
+        let reg = match &cfg.host {
+            Some(h) => {
+                let (link, welcome) =
+                    host::HostLink::connect(h, cfg.physical_vram(), cfg.channels)?;
+                Some(HostRegistration {
+                    link: Arc::new(link),
+                    welcome,
+                })
+            }
+            None => None,
+        };
         let cuda = pgpu::cuda::CudaConfig {
+            device: reg.as_ref().map_or(0, |r| r.welcome.gpu.device as i32),
             vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
             ..pgpu::cuda::CudaConfig::default()
         };
-        Ok(Arc::new(pgpu::cuda::CudaEngine::new(cuda)?))
+        Ok((Arc::new(pgpu::cuda::CudaEngine::new(cuda)?), reg))
     }
 
     /// A virtual GPU on an engine made by the caller (`cuda_engine`); `ram_regions` are the
     /// engine's host regions backing `ram`, region by region.
+    /// `registered`: the registration `cuda_engine` made with vgpud (`host=`).
     pub fn with_engine(
         cfg: GpuConfig,
         engine: Arc<dyn EngineSnapshot>,
         ram: vm_memory::GuestMemoryMmap,
         ram_regions: Vec<pgpu::HostRegionId>,
         irq: Arc<dyn IrqSink>,
+        registered: Option<HostRegistration>,
     ) -> Result<Self, VgpuError> {
-        Self::build(cfg, Some((engine, ram_regions)), ram, irq, None)
+        Self::build(cfg, Some((engine, ram_regions, registered)), ram, irq, None)
     }
 
     fn build(
         mut cfg: GpuConfig,
-        given: Option<(Arc<dyn EngineSnapshot>, Vec<pgpu::HostRegionId>)>,
+        given: Option<GivenEngine>,
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
@@ -280,34 +326,47 @@ impl Vgpu {
         // Shared (`host=`): register with the daemon (scheduling, VRAM and channel quota). The
         // sim engine maps only our partition of the daemon's VRAM object; a cuda engine has
         // VRAM of its own (the driver keeps processes apart).
+        let pre = given.as_ref().and_then(|g| g.2.as_ref()).is_some();
         let (link, welcome) = match &cfg.host {
-            Some(h) => {
+            Some(h) if !pre => {
                 let (link, w) = host::HostLink::connect(h, vram_size, cfg.channels)?;
                 (Some(Arc::new(link)), Some(w))
             }
-            None => (None, None),
+            _ => (None, None),
         };
-        let (engine, ram_regions, sim_engine): (Arc<dyn EngineSnapshot>, _, _) = match given {
-            Some((e, regions)) => {
-                // No CPU pointer to a cuda engine's VRAM: the aperture keeps trapping.
-                cfg.bar_remap = false;
-                (e, Some(regions), None)
-            }
-            None => {
-                let e = match &welcome {
-                    Some(w) => {
-                        let region = pgpu::sim::vram::VramRegion::from_fd(
-                            std::os::fd::AsFd::as_fd(&w.vram_fd),
-                            w.vram_offset,
-                            vram_size,
-                        )
-                        .map_err(|e| VgpuError::Vram(e.to_string()))?;
-                        Arc::new(SimEngine::with_vram(sim, region)?)
-                    }
-                    None => Arc::new(SimEngine::new(sim)?),
-                };
-                (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e))
-            }
+        let (engine, ram_regions, sim_engine, link): (Arc<dyn EngineSnapshot>, _, _, _) =
+            match given {
+                Some((e, regions, reg)) => {
+                    let link = reg.map(|r| r.link).or(link);
+                    // No CPU pointer to a cuda engine's VRAM: the aperture keeps trapping.
+                    cfg.bar_remap = false;
+                    (e, Some(regions), None, link)
+                }
+                None => {
+                    let e = match &welcome {
+                        Some(w) => {
+                            let region = pgpu::sim::vram::VramRegion::from_fd(
+                                std::os::fd::AsFd::as_fd(&w.vram_fd),
+                                w.vram_offset,
+                                vram_size,
+                            )
+                            .map_err(|e| VgpuError::Vram(e.to_string()))?;
+                            Arc::new(SimEngine::with_vram(sim, region)?)
+                        }
+                        None => Arc::new(SimEngine::new(sim)?),
+                    };
+                    (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e), link)
+                }
+            };
+        // multigpu: what a move to another of the daemon's GPUs switches (sim only).
+        let moving = match (welcome, &sim_engine) {
+            (Some(w), Some(e)) => Some(gpu_move::SharedVram {
+                engine: e.clone(),
+                fd: w.vram_fd,
+                offset: w.vram_offset,
+                gpu: w.gpu,
+            }),
+            _ => None,
         };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
             (Some(m), Some(sim_engine)) => {
@@ -402,6 +461,7 @@ impl Vgpu {
             sysmem,
             ram_log,
             write_log,
+            moving: Mutex::new(moving),
         })
     }
 

@@ -78,6 +78,10 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             vram_offset: 0,
             vram_size: h.vram,
             boot: None,
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
         };
         conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
             .unwrap();
@@ -91,6 +95,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             priority: 0,
             name: "t".into(),
             reconnect: std::time::Duration::ZERO,
+            gpu: None,
         });
     });
     let (conn, _listener) = handshake.join().unwrap();

@@ -70,6 +70,10 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
             vram_offset: 0,
             vram_size: h.vram,
             boot: None,
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
         };
         conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
             .unwrap();
@@ -81,6 +85,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
         priority: 0,
         name: "t".into(),
         reconnect: std::time::Duration::ZERO,
+        gpu: None,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 4 << 20, 1).unwrap();
     let (conn, listener) = daemon.join().unwrap();

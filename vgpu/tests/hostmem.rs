@@ -413,7 +413,7 @@ fn dropping_the_device_cancels_a_module_load() {
     // SAFETY: `ram` maps RAM bytes at `host` and outlives the device and the engine's use.
     let region = unsafe { engine.register_host_region(host, RAM as usize) }.unwrap();
     let irq = Arc::new(CountingIrq::default());
-    let gpu = Vgpu::with_engine(cfg, engine.clone(), ram.clone(), vec![region], irq).unwrap();
+    let gpu = Vgpu::with_engine(cfg, engine.clone(), ram.clone(), vec![region], irq, None).unwrap();
     let b = Bench {
         dev: gpu.device(),
         gpu,

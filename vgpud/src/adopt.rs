@@ -8,15 +8,18 @@
 //! VRAM memory object attached. On sim that object is where the VRAM lives: the VMs' mappings
 //! keep the earlier instance's memfd alive after it died.
 //!
-//! What this instance checks: the claim names another instance (not this one), GPU 0, a
-//! 2 MiB-aligned range inside `--vram`, a memory object that is a vgpud VRAM memfd large enough
-//! for it, and a range no other VM of this instance holds (the pool's range at that offset is
-//! reserved: placement is kept). Anything else is refused (fatal): the VM then reports
-//! `GPU_LOST`. Adopted memory objects are kept apart from this instance's own: a range of an
-//! adopted object is only ever the claimer's (a VM of the earlier instance that has not come
-//! back may still map its range there), new VMs get ranges of this instance's own memfd, and
-//! an adopted object is dropped when the last VM on it has gone. A departed adopted VM's range
-//! is zeroed in its object once its process has exited, like any other.
+//! What this instance checks: the claim names another instance (not this one), a GPU this
+//! instance has (`Resume::gpu`: the GPU the VM was on, the one it was moved to last; a claim
+//! naming an index beyond `--gpus` is refused), a 2 MiB-aligned range inside `--vram`, a memory
+//! object that is a vgpud VRAM memfd large enough for it, not adopted on another GPU already,
+//! and a range no other VM of this instance holds on that GPU (that GPU's pool range at that
+//! offset is reserved: placement is kept). Anything else is refused (fatal): the VM then
+//! reports `GPU_LOST`. Adopted memory objects are kept apart from this instance's own (one per
+//! GPU): a range of an adopted object is only ever the claimer's (a VM of the earlier instance
+//! that has not come back may still map its range there), new VMs get ranges of their GPU's own
+//! memfd, and an adopted object is dropped when the last VM on it has gone. A departed adopted
+//! VM's range is zeroed in its object once its process has exited, like any other; a VM moved
+//! to another GPU leaves its adopted range (zeroed) for its new GPU's own memfd.
 //!
 //! The adoption window (`--adopt-ms`): when this instance replaced a stale socket at start (the
 //! previous one did not exit cleanly), first registrations wait until the window has passed, so
@@ -39,6 +42,8 @@ pub(crate) type ObjectKey = (u64, u64);
 /// A VRAM memory object adopted from re-registering VMs.
 struct Object {
     key: ObjectKey,
+    /// The GPU its VMs' partitions are on (the earlier instance had one memfd per GPU).
+    gpu: usize,
     fd: OwnedFd,
     /// VMs of this instance on it (registered or quarantined).
     users: u32,
@@ -48,8 +53,8 @@ struct Object {
 pub(crate) struct Adoption {
     /// The random id of this instance (`Welcome::boot`).
     pub boot: String,
-    /// The identity of this instance's own VRAM memory object.
-    own: ObjectKey,
+    /// The identity of this instance's own VRAM memory object of each GPU, in index order.
+    own: Vec<ObjectKey>,
     /// First registrations wait until this monotonic instant (`None`: no window, or over).
     pub window_until_ns: Option<u64>,
     /// First registrations waiting for the window's end, in arrival order.
@@ -90,9 +95,9 @@ fn is_vram_memfd(fd: BorrowedFd<'_>) -> bool {
 }
 
 impl Adoption {
-    /// `own`: this instance's VRAM memory object; `window_ns`: the adoption window, applied
+    /// `own`: this instance's VRAM memory object of each GPU; `window_ns`: the adoption window, applied
     /// only when `stale` (a stale socket was replaced at start).
-    pub fn new(own: BorrowedFd<'_>, stale: bool, window_ns: u64) -> Self {
+    pub fn new(own: &[BorrowedFd<'_>], stale: bool, window_ns: u64) -> Self {
         let listen_ns = monotonic_ns();
         let boot = boot_id();
         let window_until_ns = (stale && window_ns > 0).then(|| listen_ns + window_ns);
@@ -111,7 +116,10 @@ impl Adoption {
         }
         Adoption {
             boot,
-            own: identity(own).map_or((0, 0), |(k, _)| k),
+            own: own
+                .iter()
+                .map(|fd| identity(fd.as_fd()).map_or((0, 0), |(k, _)| k))
+                .collect(),
             window_until_ns,
             deferred: Vec::new(),
             objects: Vec::new(),
@@ -126,9 +134,9 @@ impl Adoption {
 }
 
 impl Daemon {
-    /// The identity of this instance's own VRAM memory object (the pool's).
-    pub(crate) fn own_object(&self) -> ObjectKey {
-        self.adoption.own
+    /// The identity of this instance's own VRAM memory object of GPU `g` (its pool's).
+    pub(crate) fn own_object(&self, g: usize) -> ObjectKey {
+        self.adoption.own.get(g).copied().unwrap_or((0, 0))
     }
 
     /// A first registration during the adoption window waits for its end; true when `reg`
@@ -193,7 +201,7 @@ impl Daemon {
     /// A re-registration (`Hello` with `resume`, the VRAM memory object in `fd`).
     pub(crate) fn resume(&mut self, c: u64, reg: Hello, fd: Option<OwnedFd>) {
         match self.check_claim(&reg, fd) {
-            Ok((offset, object)) => self.admit(c, reg, offset, object),
+            Ok((g, offset, object)) => self.admit(c, reg, g, offset, object),
             Err(why) => {
                 self.report.restart.claims_refused += 1;
                 self.report.refused += 1;
@@ -204,12 +212,14 @@ impl Daemon {
         }
     }
 
-    /// Checks a claim and takes its range; the offset and the adopted object's identity.
+    /// Checks a claim and takes its range; the GPU index, the offset and the adopted object's
+    /// identity. The claim's GPU is `Resume::gpu` (a `Hello::gpu` pin beside it is not
+    /// looked at: a pinned VM may have been moved since).
     fn check_claim(
         &mut self,
         reg: &Hello,
         fd: Option<OwnedFd>,
-    ) -> Result<(u64, ObjectKey), String> {
+    ) -> Result<(usize, u64, ObjectKey), String> {
         let Some(Resume {
             boot,
             vm,
@@ -219,9 +229,17 @@ impl Daemon {
         else {
             return Err("no claim".into());
         };
+        let Some(g) = usize::try_from(*gpu).ok().filter(|g| *g < self.gpus.len()) else {
+            let n = self.gpus.len();
+            return Err(format!(
+                "GPU {gpu}: this daemon has {n} GPU{} (0..={})",
+                if n == 1 { "" } else { "s" },
+                n.saturating_sub(1)
+            ));
+        };
         let limits = Limits {
-            vram_free: self.pool.free_bytes(),
-            channels_free: self.cfg.channels - self.channels_used,
+            vram_free: self.gpus[g].pool.free_bytes(),
+            channels_free: self.gpus[g].channels - self.gpus[g].channels_used,
         };
         validate_hello(reg, &limits)?;
         if reg.version < proto::RESUME_VERSION {
@@ -239,17 +257,13 @@ impl Daemon {
                  restart (a VM it let go registers only as a new VM)"
             ));
         }
-        if *gpu != 0 {
-            return Err(format!("GPU {gpu}: this daemon has one GPU (0)"));
-        }
-        let end = offset
-            .checked_add(reg.vram)
-            .filter(|e| *e <= self.pool.size());
+        let pool_size = self.gpus[g].pool.size();
+        let end = offset.checked_add(reg.vram).filter(|e| *e <= pool_size);
         if !offset.is_multiple_of(GRANULE) || end.is_none() {
             return Err(format!(
-                "range {offset:#x}+{:#x} is not 2 MiB aligned inside this daemon's {} MiB of VRAM",
+                "range {offset:#x}+{:#x} is not 2 MiB aligned inside the {} MiB of VRAM of GPU {g}",
                 reg.vram,
-                self.pool.size() >> 20
+                pool_size >> 20
             ));
         }
         let fd = fd.ok_or("no VRAM memory object attached")?;
@@ -257,7 +271,7 @@ impl Daemon {
             return Err("the descriptor attached is not a vgpud VRAM memory object".into());
         }
         let (key, size) = identity(fd.as_fd()).ok_or("fstat of the memory object failed")?;
-        if key == self.adoption.own {
+        if self.adoption.own.contains(&key) {
             return Err(
                 "the memory object is this instance's own: a migration or a new VM, not a restart"
                     .into(),
@@ -269,13 +283,22 @@ impl Daemon {
                 reg.vram
             ));
         }
-        if let Err(e) = self.pool.reserve(*offset, reg.vram) {
+        if let Some(o) = self.adoption.objects.iter().find(|o| o.key == key)
+            && o.gpu != g
+        {
+            return Err(format!(
+                "the memory object was adopted on GPU {} (the claim names GPU {g})",
+                o.gpu
+            ));
+        }
+        if let Err(e) = self.gpus[g].pool.reserve(*offset, reg.vram) {
             let holder = self
                 .sessions
                 .values()
                 .filter_map(|s| s.reg.as_ref())
                 .find(|r| {
-                    r.report.vram_offset < offset + reg.vram
+                    r.gpu == g
+                        && r.report.vram_offset < offset + reg.vram
                         && *offset < r.report.vram_offset + r.report.vram_size
                 })
                 .map(|r| format!(" (held by {}, vm {})", r.report.name, r.id.0))
@@ -286,53 +309,70 @@ impl Daemon {
             Some(o) => o.users += 1,
             None => {
                 log::info!(
-                    "vgpud: adopted VRAM memory object (inode {}, {} MiB) from vm {vm} of instance {boot}",
+                    "vgpud: adopted VRAM memory object (inode {}, {} MiB) of gpu {g} from vm {vm} \
+                     of instance {boot}",
                     key.1,
                     size >> 20
                 );
-                self.adoption.objects.push(Object { key, fd, users: 1 });
+                self.adoption.objects.push(Object {
+                    key,
+                    gpu: g,
+                    fd,
+                    users: 1,
+                });
             }
         }
-        Ok((*offset, key))
+        Ok((g, *offset, key))
     }
 
-    /// Registers connection `c` with its partition at `offset` (of the adopted `object`, or
-    /// of this instance's own memfd when `None`): scheduler entry, channels, `Welcome`.
-    pub(crate) fn admit(&mut self, c: u64, reg: Hello, offset: u64, object: ObjectKey) {
-        let adopted = object != self.adoption.own;
+    /// Registers connection `c` on GPU `g` with its partition at `offset` (of the adopted
+    /// `object`, or of that GPU's own memfd): scheduler entry, channels, `Welcome`.
+    pub(crate) fn admit(&mut self, c: u64, reg: Hello, g: usize, offset: u64, object: ObjectKey) {
+        let adopted = object != self.own_object(g);
         let id = VmId(self.next_vm);
         let now_ns = monotonic_ns();
         let params = VmParams {
             weight: reg.weight,
             priority: reg.priority,
         };
-        if let Err(e) = self.sched.register(id, params, self.at(now_ns)) {
-            self.pool.release(offset, reg.vram);
+        let now = self.at(now_ns);
+        if let Err(e) = self.gpus[g].sched.register(id, params, now) {
+            self.gpus[g].pool.release(offset, reg.vram);
             if adopted {
                 self.release_object(object, None);
             }
             return self.refuse_fatal(c, e.to_string());
         }
         self.next_vm += 1;
-        self.channels_used += reg.channels;
+        let gpu = &mut self.gpus[g];
+        gpu.channels_used += reg.channels;
+        gpu.weights += u64::from(reg.weight);
         self.by_vm.insert(id, c);
+        let v3 = reg.version >= proto::RESUME_VERSION;
         let welcome = ToVm::Welcome {
             // The VM's own version (validated): an older VM is served in its version.
             version: reg.version,
             vm: id.0,
             vram_offset: offset,
             vram_size: reg.vram,
-            boot: (reg.version >= proto::RESUME_VERSION).then(|| self.adoption.boot.clone()),
+            // Older VMs are told nothing new (they would refuse the fields).
+            boot: v3.then(|| self.adoption.boot.clone()),
+            gpu: v3.then_some(proto::Placement {
+                index: gpu.index,
+                device: gpu.device,
+            }),
         };
-        let registered_ns = self.at(now_ns).as_nanos() as u64;
+        let registered_ns = now.as_nanos() as u64;
         let fd = match self.adoption.objects.iter().find(|o| o.key == object) {
             Some(o) => o.fd.as_fd(),
-            None => self.pool.fd(),
+            None => self.gpus[g].pool.fd(),
         };
         let sent = self.sessions.get_mut(&c).map(|s| {
             let r = s.conn.send(&proto::encode(&welcome), Some(fd));
             s.reg = Some(Registered {
                 id,
+                gpu: g,
+                moving: None,
                 pending: false,
                 want_since_ns: 0,
                 object,
@@ -345,6 +385,7 @@ impl Daemon {
                     vram_offset: offset,
                     vram_size: reg.vram,
                     channels: reg.channels,
+                    gpu: g as u32,
                     registered_ns,
                     resumed_from: reg.resume.as_ref().map(|r| r.vm),
                     ..VmReport::default()
@@ -357,7 +398,8 @@ impl Daemon {
         }
         match sent {
             Some(Ok(())) => log::info!(
-                "vgpud: {} {} as vm {} (weight {}, priority {}, VRAM {} MiB at {:#x}, {} channels)",
+                "vgpud: {} {} as vm {} on gpu {g}{} (weight {}, priority {}, VRAM {} MiB at {:#x}, \
+                 {} channels)",
                 if adopted {
                     "re-registered"
                 } else {
@@ -365,6 +407,11 @@ impl Daemon {
                 },
                 reg.name,
                 id.0,
+                if reg.gpu.is_some() && !adopted {
+                    " (pinned)"
+                } else {
+                    ""
+                },
                 reg.weight,
                 reg.priority,
                 reg.vram >> 20,

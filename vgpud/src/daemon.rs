@@ -1,16 +1,18 @@
 //! The daemon: one thread, one `ppoll` loop over the listening socket, the VM connections, the
 //! pidfds of departed VM processes and a stop descriptor; the scheduler decides who holds the
 //! GPU, the loop sends grants and preempts, enforces slice ends and revokes the grant of a VM
-//! that does not yield. Message handling is in `handle`.
+//! that does not yield. Message handling is in `handle`; each GPU's state (VRAM pool,
+//! scheduler, grant in flight) and the placement of VMs on GPUs are in `gpus`.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use scheduler::{Accounting, Config as SchedConfig, Pick, Scheduler, VmId};
+use scheduler::{Accounting, Config as SchedConfig, Pick, VmId};
 
-use crate::partition::{PartitionError, VramPool};
+use crate::gpus::Gpu;
+use crate::partition::PartitionError;
 use crate::proto::{self, ToVm, monotonic_ns};
 use crate::report::{Report, VmReport, WindowReport};
 use crate::session::{Session, ms};
@@ -20,10 +22,13 @@ use crate::wire::{Listener, Received, WireError};
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
     pub socket: PathBuf,
-    /// Physical VRAM shared by all VMs.
+    /// Physical VRAM of each GPU, shared by its VMs.
     pub vram: u64,
-    /// Channel quota: channels all VMs together may use.
+    /// Channel quota of each GPU: channels all its VMs together may use.
     pub channels: u32,
+    /// multigpu: the CUDA device ordinal of each GPU the daemon manages, in index order (each
+    /// gets its own VRAM pool, channel quota and scheduler); empty: one GPU, device 0.
+    pub gpus: Vec<u32>,
     pub sched: SchedConfig,
     /// The scheduler configuration as given (for the report).
     pub sched_text: String,
@@ -93,7 +98,9 @@ pub(crate) struct Run {
 /// A departed VM's partition, held until its process has exited.
 struct Quarantined {
     pidfd: Option<OwnedFd>,
-    /// The VRAM memory object of the partition (restart: an adopted one, or the pool's).
+    /// Index of its GPU.
+    gpu: usize,
+    /// The VRAM memory object of the partition (restart: an adopted one, or its GPU's own).
     object: crate::adopt::ObjectKey,
     offset: u64,
     size: u64,
@@ -105,15 +112,12 @@ struct Quarantined {
 pub struct Daemon {
     pub(crate) cfg: DaemonConfig,
     listener: Listener,
-    pub(crate) pool: VramPool,
-    pub(crate) sched: Scheduler,
+    /// The GPUs, in index order (at least one).
+    pub(crate) gpus: Vec<Gpu>,
     origin_ns: u64,
     pub(crate) sessions: BTreeMap<u64, Session>,
     pub(crate) by_vm: BTreeMap<VmId, u64>,
-    pub(crate) run: Option<Run>,
-    pub(crate) wait_until_ns: Option<u64>,
     quarantine: Vec<Quarantined>,
-    pub(crate) channels_used: u32,
     next_conn: u64,
     pub(crate) next_vm: u32,
     next_seq: u64,
@@ -121,9 +125,6 @@ pub struct Daemon {
     pub(crate) accounting: Accounting,
     pub(crate) report: Report,
     pub(crate) gone: Vec<VmReport>,
-    /// The last run's end: (vm, monotonic ns), for switch latency.
-    pub(crate) last_end: Option<(VmId, u64)>,
-    demand_since_ns: Option<u64>,
     last_report_ns: u64,
     last_at: std::cell::Cell<Duration>,
     /// Why the last write of the report failed (cleared by a successful one).
@@ -133,13 +134,22 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Binds the socket and creates the VRAM memory object.
+    /// Binds the socket and creates each GPU's VRAM memory object and scheduler.
     pub fn new(cfg: DaemonConfig) -> Result<Self, DaemonError> {
-        let sched = Scheduler::new(cfg.sched.clone())?;
-        let pool = VramPool::new(cfg.vram)?;
+        let devices = if cfg.gpus.is_empty() {
+            vec![0]
+        } else {
+            cfg.gpus.clone()
+        };
+        let gpus = devices
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| Gpu::new(i as u32, d, cfg.vram, cfg.channels, &cfg.sched))
+            .collect::<Result<Vec<_>, _>>()?;
         let listener = Listener::bind(&cfg.socket)?;
+        let own: Vec<BorrowedFd<'_>> = gpus.iter().map(|g| g.pool.fd()).collect();
         let adoption = crate::adopt::Adoption::new(
-            pool.fd(),
+            &own,
             listener.replaced_stale(),
             cfg.adopt.as_nanos() as u64,
         );
@@ -154,8 +164,11 @@ impl Daemon {
         report.restart.stale_socket = listener.replaced_stale();
         let origin_ns = monotonic_ns();
         log::info!(
-            "vgpud: listening on {:?}; VRAM {} MiB, {} channels, scheduler {:?}",
+            "vgpud: listening on {:?}; {} GPU{} (devices {:?}), each VRAM {} MiB, {} channels, scheduler {:?}",
             cfg.socket,
+            gpus.len(),
+            if gpus.len() == 1 { "" } else { "s" },
+            devices,
             cfg.vram >> 20,
             cfg.channels,
             cfg.sched_text
@@ -163,23 +176,17 @@ impl Daemon {
         Ok(Daemon {
             cfg,
             listener,
-            pool,
-            sched,
+            gpus,
             origin_ns,
             sessions: BTreeMap::new(),
             by_vm: BTreeMap::new(),
-            run: None,
-            wait_until_ns: None,
             quarantine: Vec::new(),
-            channels_used: 0,
             next_conn: 0,
             next_vm: 1,
             next_seq: 1,
             accounting,
             report,
             gone: Vec::new(),
-            last_end: None,
-            demand_since_ns: None,
             last_report_ns: origin_ns,
             last_at: std::cell::Cell::new(Duration::ZERO),
             report_error: None,
@@ -201,8 +208,10 @@ impl Daemon {
         loop {
             let now = monotonic_ns();
             self.adopt_tick(now);
-            self.timers(now);
-            self.schedule(now);
+            for g in 0..self.gpus.len() {
+                self.timers(g, now);
+                self.schedule(g, now);
+            }
             self.track_demand(now);
             if self
                 .cfg
@@ -241,9 +250,12 @@ impl Daemon {
             fds.push(pollfd(q.pidfd.as_ref().map_or(-1, |f| f.as_raw_fd()), ev));
         }
         let now = monotonic_ns();
-        let spinning = self.spin_window(now);
-        if spinning {
-            self.send_standby();
+        let mut spinning = false;
+        for g in 0..self.gpus.len() {
+            if self.spin_window(g, now) {
+                spinning = true;
+                self.send_standby(g);
+            }
         }
         let timeout = self.next_deadline().map(|d| {
             let left = if spinning { 0 } else { d.saturating_sub(now) };
@@ -334,18 +346,20 @@ impl Daemon {
         }
     }
 
-    /// Sends a grant to the next VM when the GPU is free.
-    fn schedule(&mut self, now_ns: u64) {
-        if self.run.is_some() || self.wait_until_ns.is_some_and(|w| w > now_ns) {
+    /// Sends a grant to the next VM when GPU `g` is free.
+    fn schedule(&mut self, g: usize, now_ns: u64) {
+        let gpu = &mut self.gpus[g];
+        if gpu.run.is_some() || gpu.wait_until_ns.is_some_and(|w| w > now_ns) {
             return;
         }
-        self.wait_until_ns = None;
+        gpu.wait_until_ns = None;
         let now = self.at(now_ns);
-        match self.sched.pick(now) {
+        let picked = self.gpus[g].sched.pick(now);
+        match picked {
             Ok(Pick::Run(d)) => {
                 let Some(&conn) = self.by_vm.get(&d.run) else {
                     log::error!("vgpud: scheduler picked unknown vm {}", d.run.0);
-                    let _ = self.sched.remove(d.run, now);
+                    let _ = self.gpus[g].sched.remove(d.run, now);
                     return;
                 };
                 let seq = self.next_seq;
@@ -358,13 +372,13 @@ impl Daemon {
                 };
                 // Others wait: the VM stops by itself at the slice end (no message, no thread
                 // to wake); the daemon's preempt follows only as a backstop.
-                let self_deadline = slice_ns > 0 && self.others_waiting(d.run);
+                let self_deadline = slice_ns > 0 && self.others_waiting(g, d.run);
                 let backstop = if self_deadline {
                     self.cfg.backstop.as_nanos() as u64
                 } else {
                     0
                 };
-                self.run = Some(Run {
+                self.gpus[g].run = Some(Run {
                     vm: d.run,
                     conn,
                     seq,
@@ -381,9 +395,10 @@ impl Daemon {
                     last_stamp_ns: now_ns,
                 });
                 self.report.grants += 1;
+                self.gpus[g].report.grants += 1;
                 self.note_use(Some(now_ns), None);
                 log::debug!(
-                    "vgpud: grant {seq} to vm {} (slice {slice_ns} ns) at {now_ns}",
+                    "vgpud: grant {seq} to vm {} on gpu {g} (slice {slice_ns} ns) at {now_ns}",
                     d.run.0
                 );
                 if let Some(s) = self.sessions.get_mut(&conn) {
@@ -400,7 +415,7 @@ impl Daemon {
             }
             Ok(Pick::Wait { until, .. }) => {
                 log::debug!("vgpud: wait until {} at {now_ns}", self.mono_of(until));
-                self.wait_until_ns = Some(self.origin_ns + until.as_nanos() as u64);
+                self.gpus[g].wait_until_ns = Some(self.origin_ns + until.as_nanos() as u64);
             }
             Ok(Pick::Idle) => {}
             Err(e) => log::error!("vgpud: scheduler pick: {e}"),
@@ -413,10 +428,13 @@ impl Daemon {
             .saturating_add(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    /// Slice ends, run limits and revocations.
-    fn timers(&mut self, now_ns: u64) {
-        let others = self.run.as_ref().is_some_and(|r| self.others_waiting(r.vm));
-        let Some(run) = &mut self.run else {
+    /// Slice ends, run limits and revocations on GPU `g`.
+    fn timers(&mut self, g: usize, now_ns: u64) {
+        let others = self.gpus[g]
+            .run
+            .as_ref()
+            .is_some_and(|r| self.others_waiting(g, r.vm));
+        let Some(run) = &mut self.gpus[g].run else {
             return;
         };
         match run.preempt_sent_ns {
@@ -430,6 +448,7 @@ impl Daemon {
                 run.preempt_sent_ns = Some(now_ns);
                 let (conn, seq) = (run.conn, run.seq);
                 self.report.preempts += 1;
+                self.gpus[g].report.preempts += 1;
                 if let Some(s) = self.sessions.get_mut(&conn) {
                     s.send(&ToVm::Preempt { seq });
                 }
@@ -453,38 +472,43 @@ impl Daemon {
         }
     }
 
-    /// Whether a registered VM other than `vm` is queued for the GPU.
-    pub(crate) fn others_waiting(&self, vm: VmId) -> bool {
+    /// Whether a registered VM of GPU `g` other than `vm` is queued for it.
+    pub(crate) fn others_waiting(&self, g: usize, vm: VmId) -> bool {
         self.sessions
             .values()
             .filter_map(|s| s.reg.as_ref())
-            .any(|r| r.pending && r.id != vm)
+            .any(|r| r.pending && r.id != vm && r.gpu == g)
     }
 
-    /// Whether `now` is in the spin window around the end of a slice others wait for.
-    fn spin_window(&self, now: u64) -> bool {
+    /// Whether `now` is in the spin window around the end of a slice others wait for on GPU
+    /// `g`.
+    fn spin_window(&self, g: usize, now: u64) -> bool {
         let spin = self.cfg.spin.as_nanos() as u64;
         spin > 0
-            && self.run.as_ref().is_some_and(|r| {
+            && self.gpus[g].run.as_ref().is_some_and(|r| {
                 r.self_deadline && now + spin >= r.slice_end_ns && now <= r.slice_end_ns + spin
             })
     }
 
     /// Tells the VM likely to run next that its grant is near (once per run): the scheduler's
     /// guess (TIMESLICE), else the VM that has waited longest.
-    fn send_standby(&mut self) {
-        let Some(run) = self.run.as_mut().filter(|r| !r.standby_sent) else {
+    fn send_standby(&mut self, g: usize) {
+        let Some(run) = self.gpus[g].run.as_mut().filter(|r| !r.standby_sent) else {
             return;
         };
         run.standby_sent = true;
         let vm = run.vm;
-        let next = match self.sched.peek_next().and_then(|v| self.by_vm.get(&v)) {
+        let next = match self.gpus[g]
+            .sched
+            .peek_next()
+            .and_then(|v| self.by_vm.get(&v))
+        {
             Some(c) => Some(*c),
             None => self
                 .sessions
                 .iter()
                 .filter_map(|(c, s)| s.reg.as_ref().map(|r| (c, r)))
-                .filter(|(_, r)| r.pending && r.id != vm)
+                .filter(|(_, r)| r.pending && r.id != vm && r.gpu == g)
                 .min_by_key(|(_, r)| r.want_since_ns)
                 .map(|(c, _)| *c),
         };
@@ -497,45 +521,35 @@ impl Daemon {
     /// The earliest instant the loop must wake at without an event.
     fn next_deadline(&self) -> Option<u64> {
         let spin = self.cfg.spin.as_nanos() as u64;
-        let run = self.run.as_ref().map(|r| match r.preempt_sent_ns {
-            None if spin > 0 && r.self_deadline && !r.standby_sent => {
-                r.slice_end_ns.saturating_sub(spin)
-            }
-            None => r.deadline_ns,
-            Some(s) => s + self.cfg.revoke_after.as_nanos() as u64,
+        let runs = self.gpus.iter().filter_map(|g| {
+            g.run.as_ref().map(|r| match r.preempt_sent_ns {
+                None if spin > 0 && r.self_deadline && !r.standby_sent => {
+                    r.slice_end_ns.saturating_sub(spin)
+                }
+                None => r.deadline_ns,
+                Some(s) => s + self.cfg.revoke_after.as_nanos() as u64,
+            })
         });
+        let waits = self.gpus.iter().filter_map(|g| g.wait_until_ns);
         let report = self
             .cfg
             .report_every
             .map(|e| self.last_report_ns + e.as_nanos() as u64);
-        [
-            run,
-            self.wait_until_ns,
-            report,
-            self.adoption.window_until_ns,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        runs.chain(waits)
+            .chain(report)
+            .chain(self.adoption.window_until_ns)
+            .min()
     }
 
+    /// Demand time per GPU (some VM of it wants it or holds it); the report's total is the sum.
     fn track_demand(&mut self, now_ns: u64) {
-        let demand = self.run.is_some()
-            || self
-                .sessions
-                .values()
-                .any(|s| s.reg.as_ref().is_some_and(|r| r.pending));
-        match (demand, self.demand_since_ns) {
-            (true, None) => self.demand_since_ns = Some(now_ns),
-            (false, Some(since)) => {
-                self.report.demand_ns += now_ns - since;
-                self.demand_since_ns = None;
-            }
-            (true, Some(since)) => {
-                self.report.demand_ns += now_ns - since;
-                self.demand_since_ns = Some(now_ns);
-            }
-            (false, None) => {}
+        for g in 0..self.gpus.len() {
+            let demand = self.gpus[g].run.is_some()
+                || self
+                    .sessions
+                    .values()
+                    .any(|s| s.reg.as_ref().is_some_and(|r| r.pending && r.gpu == g));
+            self.report.demand_ns += self.gpus[g].track_demand(demand, now_ns);
         }
     }
 
@@ -550,14 +564,18 @@ impl Daemon {
         };
         let now_ns = monotonic_ns();
         self.by_vm.remove(&reg.id);
-        match self.sched.remove(reg.id, self.at(now_ns)) {
+        let g = reg.gpu;
+        let now = self.at(now_ns);
+        match self.gpus[g].sched.remove(reg.id, now) {
             Ok(r) if r.was_running => log::info!("vgpud: vm {} left holding the GPU", reg.id.0),
             Ok(_) => {}
             Err(e) => log::error!("vgpud: remove vm {}: {e}", reg.id.0),
         }
-        if self.run.as_ref().is_some_and(|r| r.vm == reg.id) {
-            self.run = None;
+        let gpu = &mut self.gpus[g];
+        if gpu.run.as_ref().is_some_and(|r| r.vm == reg.id) {
+            gpu.run = None;
         }
+        gpu.weights -= u64::from(reg.report.weight);
         reg.report.gone_ns = Some(self.at(now_ns).as_nanos() as u64);
         log::info!(
             "vgpud: {} gone{}",
@@ -566,33 +584,48 @@ impl Daemon {
         );
         let q = Quarantined {
             pidfd: s.pid.and_then(pidfd_open),
+            gpu: g,
             object: reg.object,
             offset: reg.report.vram_offset,
             size: reg.report.vram_size,
             channels: reg.report.channels,
             name: reg.report.name.clone(),
         };
+        // multigpu: a partition reserved for a move waits for the process like its own one.
+        let reserved = reg.moving.map(|m| Quarantined {
+            pidfd: s.pid.and_then(pidfd_open),
+            gpu: m.gpu,
+            object: self.own_object(m.gpu),
+            offset: m.offset,
+            size: reg.report.vram_size,
+            channels: reg.report.channels,
+            name: format!("{} (move reservation)", reg.report.name),
+        });
         self.gone.push(reg.report);
         let own = s.pid == Some(std::process::id() as i32);
-        if q.pidfd.is_none() || own {
-            // The process is gone already (or is this one: an in-process client).
-            self.reclaim(q);
-        } else {
-            self.quarantine.push(q);
+        for q in std::iter::once(q).chain(reserved) {
+            if q.pidfd.is_none() || own {
+                // The process is gone already (or is this one: an in-process client).
+                self.reclaim(q);
+            } else {
+                self.quarantine.push(q);
+            }
         }
     }
 
     fn reclaim(&mut self, q: Quarantined) {
-        self.pool.release(q.offset, q.size);
-        if q.object != self.own_object() {
+        let gpu = &mut self.gpus[q.gpu];
+        gpu.pool.release(q.offset, q.size);
+        gpu.channels_used -= q.channels;
+        if q.object != self.own_object(q.gpu) {
             self.release_object(q.object, Some((q.offset, q.size)));
         }
-        self.channels_used -= q.channels;
         log::info!(
-            "vgpud: reclaimed {} MiB VRAM and {} channels of {}",
+            "vgpud: reclaimed {} MiB VRAM and {} channels of {} on gpu {}",
             q.size >> 20,
             q.channels,
-            q.name
+            q.name,
+            q.gpu
         );
     }
 
@@ -607,6 +640,19 @@ impl Daemon {
                 .filter_map(|s| s.reg.as_ref().map(|g| g.report.clone())),
         );
         r.vms.sort_by_key(|v| v.id);
+        r.gpus = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let on: Vec<u32> = r
+                    .vms
+                    .iter()
+                    .filter(|v| v.gpu == g.index)
+                    .map(|v| v.id)
+                    .collect();
+                g.snapshot(on)
+            })
+            .collect();
         r.windows = self
             .accounting
             .windows()

@@ -34,14 +34,14 @@ impl Daemon {
             .sessions
             .get(&c)
             .and_then(|s| s.reg.as_ref())
-            .map(|r| r.id);
+            .map(|r| (r.id, r.gpu));
         match (msg, registered) {
             (ToDaemon::Hello(h), None) if claim => self.resume(c, h, fd),
             (ToDaemon::Hello(h), None) => self.hello(c, h),
             (ToDaemon::Hello(_), Some(_)) => self.refuse(c, "already registered".into(), false),
             (_, None) => self.refuse(c, "the first message must be hello".into(), true),
-            (ToDaemon::Want { kernel }, Some(vm)) => self.want(c, vm, kernel.map(KernelKey)),
-            (ToDaemon::Idle {}, Some(vm)) => self.idle(c, vm),
+            (ToDaemon::Want { kernel }, Some((vm, _))) => self.want(c, vm, kernel.map(KernelKey)),
+            (ToDaemon::Idle {}, Some((vm, _))) => self.idle(c, vm),
             (
                 ToDaemon::Done {
                     seq,
@@ -51,7 +51,7 @@ impl Daemon {
                     end_ns,
                     more,
                 },
-                Some(vm),
+                Some((vm, _)),
             ) => self.done(c, vm, seq, outcome, gpu_ns, (start_ns, end_ns), more),
             (
                 ToDaemon::Progress {
@@ -60,10 +60,22 @@ impl Daemon {
                     start_ns,
                     end_ns,
                 },
-                Some(vm),
+                Some((vm, _)),
             ) => self.progress(c, vm, seq, gpu_ns, (start_ns, end_ns)),
             (ToDaemon::Bye {}, Some(_)) => self.drop_session(c),
+            // multigpu: moves between the daemon's GPUs (`moving`).
+            (ToDaemon::Move { gpu }, Some(_)) => self.move_request(c, gpu),
+            (ToDaemon::Moved {}, Some(_)) => self.move_commit(c),
+            (ToDaemon::MoveAbort {}, Some(_)) => self.move_abort(c),
         }
+    }
+
+    /// The GPU index of registered connection `c` (0 for one that is not).
+    fn gpu_of(&self, c: u64) -> usize {
+        self.sessions
+            .get(&c)
+            .and_then(|s| s.reg.as_ref())
+            .map_or(0, |r| r.gpu)
     }
 
     fn refuse(&mut self, c: u64, why: String, fatal: bool) {
@@ -78,27 +90,43 @@ impl Daemon {
         if self.defer_hello(c, &reg) {
             return;
         }
+        // The checks that do not depend on the GPU, against the largest one (then placement).
         let limits = Limits {
-            vram_free: self.pool.free_bytes(),
-            channels_free: self.cfg.channels - self.channels_used,
+            vram_free: self
+                .gpus
+                .iter()
+                .map(|g| g.pool.free_bytes())
+                .max()
+                .unwrap_or(0),
+            channels_free: self
+                .gpus
+                .iter()
+                .map(|g| g.channels - g.channels_used)
+                .max()
+                .unwrap_or(0),
         };
         if let Err(why) = validate_hello(&reg, &limits) {
             return self.refuse(c, why, true);
         }
-        let offset = match self.pool.alloc(reg.vram) {
+        let g = match crate::gpus::place(&self.gpus, reg.gpu, reg.vram, reg.channels) {
+            Ok(g) => g,
+            Err(why) => return self.refuse(c, why, true),
+        };
+        let offset = match self.gpus[g].pool.alloc(reg.vram) {
             Ok(o) => o,
             Err(e) => return self.refuse(c, e.to_string(), true),
         };
-        let own = self.own_object();
-        self.admit(c, reg, offset, own);
+        let own = self.own_object(g);
+        self.admit(c, reg, g, offset, own);
     }
 
     /// Marks `vm` queued (once) with the identity `key` of its job, and sends a preempt the
     /// scheduler asks for. A want while queued identifies the job queued by a `Done`'s `more`
     /// (whose identity the VM did not know yet).
     fn want(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
+        let g = self.gpu_of(c);
         // A crossing Want while the grant is in flight: the VM answers the grant instead.
-        if self.run.as_ref().is_some_and(|r| r.vm == vm) {
+        if self.gpus[g].run.as_ref().is_some_and(|r| r.vm == vm) {
             return;
         }
         let queued = self
@@ -108,14 +136,15 @@ impl Daemon {
             .is_some_and(|r| r.pending);
         if queued {
             // Any u64 a VM sends only names an entry of its own bounded tables.
-            self.sched.identify(vm, key);
+            self.gpus[g].sched.identify(vm, key);
             return;
         }
         self.submit(c, vm, key);
-        self.wait_until_ns = None;
+        self.gpus[g].wait_until_ns = None;
     }
 
     fn submit(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
+        let g = self.gpu_of(c);
         let now = self.at(monotonic_ns());
         let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
             return;
@@ -123,7 +152,8 @@ impl Daemon {
         if reg.pending {
             return;
         }
-        match self.sched.on_submit_kernel(vm, key, now) {
+        let gpu = &mut self.gpus[g];
+        match gpu.sched.on_submit_kernel(vm, key, now) {
             Ok(action) => {
                 log::debug!(
                     "vgpud: want of vm {} (kernel {:?}) at {}: {action:?}",
@@ -134,32 +164,32 @@ impl Daemon {
                 reg.pending = true;
                 reg.want_since_ns = monotonic_ns();
                 if let Action::Preempt(v) = action {
-                    self.preempt_now(v);
+                    self.preempt_now(g, v);
                 } else if let Action::PreemptAt { vm: v, at } = action {
                     // Filling: the running filler should end within the bound; stop it then if
                     // it has not.
                     let at_ns = self.mono_of(at);
-                    if let Some(r) = self.run.as_mut().filter(|r| r.vm == v) {
+                    if let Some(r) = self.gpus[g].run.as_mut().filter(|r| r.vm == v) {
                         r.deadline_ns = r.deadline_ns.min(at_ns);
                         r.extended = false;
                     }
-                } else if let Some(r) = &self.run
+                } else if let Some(r) = &self.gpus[g].run
                     && r.extended
                     && r.vm != vm
                 {
                     // The running turn was extended past its slice because nobody waited.
                     let v = r.vm;
-                    self.preempt_now(v);
+                    self.preempt_now(g, v);
                 }
             }
             Err(e) => self.refuse(c, format!("want: {e}"), false),
         }
     }
 
-    /// Sends a preempt to the running VM `v` now (wake-up or priority preemption).
-    fn preempt_now(&mut self, v: VmId) {
+    /// Sends a preempt to the running VM `v` of GPU `g` now (wake-up or priority preemption).
+    fn preempt_now(&mut self, g: usize, v: VmId) {
         let now_ns = monotonic_ns();
-        let Some(run) = self.run.as_mut().filter(|r| r.vm == v) else {
+        let Some(run) = self.gpus[g].run.as_mut().filter(|r| r.vm == v) else {
             return;
         };
         if run.preempt_sent_ns.is_some() {
@@ -168,13 +198,15 @@ impl Daemon {
         run.preempt_sent_ns = Some(now_ns);
         let (conn, seq) = (run.conn, run.seq);
         self.report.preempts += 1;
+        self.gpus[g].report.preempts += 1;
         if let Some(s) = self.sessions.get_mut(&conn) {
             s.send(&ToVm::Preempt { seq });
         }
     }
 
     fn idle(&mut self, c: u64, vm: VmId) {
-        if self.run.as_ref().is_some_and(|r| r.vm == vm) {
+        let g = self.gpu_of(c);
+        if self.gpus[g].run.as_ref().is_some_and(|r| r.vm == vm) {
             return;
         }
         let now = self.at(monotonic_ns());
@@ -184,7 +216,7 @@ impl Daemon {
         if !reg.pending {
             return;
         }
-        match self.sched.on_idle(vm, now) {
+        match self.gpus[g].sched.on_idle(vm, now) {
             Ok(()) => reg.pending = false,
             Err(e) => log::error!("vgpud: idle of vm {}: {e}", vm.0),
         }
@@ -192,7 +224,8 @@ impl Daemon {
 
     /// A job of a time-sliced grant finished; the VM goes on under the same grant.
     fn progress(&mut self, c: u64, vm: VmId, seq: u64, gpu_ns: u64, stamps: (u64, u64)) {
-        let ok = self
+        let g = self.gpu_of(c);
+        let ok = self.gpus[g]
             .run
             .as_ref()
             .is_some_and(|r| r.vm == vm && r.seq == seq && r.turn);
@@ -210,14 +243,17 @@ impl Daemon {
             stamps.1
         );
         let gpu = self.record_job(c, vm, gpu_ns, stamps, false);
-        if let Some(run) = &mut self.run {
+        if let Some(run) = &mut self.gpus[g].run {
             run.turn_gpu_ns += gpu;
         }
         // Per job inside the turn (filling): the finished job's GPU time is learned under its
         // identity; the job the VM goes on with is unidentified (the VM sends none inside a
         // turn). The policies see the whole turn at its end.
         let now = self.at(monotonic_ns());
-        if let Err(e) = self.sched.on_progress(vm, Duration::from_nanos(gpu), now) {
+        if let Err(e) = self.gpus[g]
+            .sched
+            .on_progress(vm, Duration::from_nanos(gpu), now)
+        {
             log::error!("vgpud: progress of vm {}: {e}", vm.0);
         }
         if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
@@ -237,9 +273,11 @@ impl Daemon {
         (start_ns, end_ns): (u64, u64),
         preempted: bool,
     ) -> u64 {
+        let g = self.gpu_of(c);
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
-        let Some(run) = self.run.as_mut() else {
+        let gpu = &mut self.gpus[g];
+        let Some(run) = gpu.run.as_mut() else {
             return 0;
         };
         // The grant's jobs together never ran longer than the grant has existed.
@@ -264,24 +302,30 @@ impl Daemon {
         self.accounting
             .charge(vm, Duration::from_nanos(gpu_ns), now);
         if stamped {
-            self.report.busy_ns += end_ns - start_ns;
-            if first {
-                self.note_use(None, Some(start_ns));
-            }
+            // The daemon's totals and this GPU's own figures.
+            let busy = end_ns - start_ns;
+            self.report.busy_ns += busy;
+            gpu.report.busy_ns += busy;
             if preempted && let Some(due) = due {
-                self.report
-                    .preempt_latency_ns
-                    .push(end_ns.saturating_sub(due));
+                let late = end_ns.saturating_sub(due);
+                self.report.preempt_latency_ns.push(late);
+                gpu.report.preempt_latency_ns.push(late);
             }
             if first
-                && let Some((prev, prev_end)) = self.last_end
+                && let Some((prev, prev_end)) = gpu.last_end
                 && prev != vm
                 && start_ns >= prev_end
             {
                 self.report.switch_latency_ns.push(start_ns - prev_end);
                 self.report.switches += 1;
+                gpu.report.switch_latency_ns.push(start_ns - prev_end);
+                gpu.report.switches += 1;
             }
-            self.last_end = Some((vm, end_ns));
+            gpu.last_end = Some((vm, end_ns));
+        }
+        if stamped && first {
+            // restart: the GPU in use again since the socket listened.
+            self.note_use(None, Some(start_ns));
         }
         if let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
             reg.report.gpu_ns += gpu_ns;
@@ -300,7 +344,8 @@ impl Daemon {
         stamps: (u64, u64),
         more: bool,
     ) {
-        if !self
+        let g = self.gpu_of(c);
+        if !self.gpus[g]
             .run
             .as_ref()
             .is_some_and(|r| r.vm == vm && r.seq == seq)
@@ -319,16 +364,17 @@ impl Daemon {
             monotonic_ns()
         );
         let last = self.record_job(c, vm, gpu_ns, stamps, outcome == RunOutcome::Preempted);
-        let Some(run) = self.run.take() else {
+        let Some(run) = self.gpus[g].run.take() else {
             return;
         };
         let now = self.at(monotonic_ns());
         // The scheduler sees the grant as one job: the whole turn's GPU time.
         let gpu = Duration::from_nanos(run.turn_gpu_ns + last);
+        let sched = &mut self.gpus[g].sched;
         let r = match outcome {
-            RunOutcome::Completed => self.sched.on_complete(vm, gpu, now),
-            RunOutcome::Preempted => self.sched.on_preempted(vm, gpu, now),
-            RunOutcome::Faulted => self.sched.on_fault(vm, gpu, now),
+            RunOutcome::Completed => sched.on_complete(vm, gpu, now),
+            RunOutcome::Preempted => sched.on_preempted(vm, gpu, now),
+            RunOutcome::Faulted => sched.on_fault(vm, gpu, now),
         };
         if let Err(e) = r {
             log::error!("vgpud: end of run of vm {}: {e}", vm.0);
@@ -341,6 +387,7 @@ impl Daemon {
             RunOutcome::Preempted => reg.report.preempted += 1,
             RunOutcome::Faulted => reg.report.faulted += 1,
         }
+        let commit = reg.moving.is_some_and(|m| m.commit_pending);
         if outcome == RunOutcome::Preempted {
             // Queued again from now on (the standby hint goes to the VM waiting longest).
             reg.want_since_ns = monotonic_ns();
@@ -350,6 +397,10 @@ impl Daemon {
                 // Its identity comes with the VM's next want.
                 self.submit(c, vm, None);
             }
+        }
+        if commit {
+            // multigpu: the `Moved` that waited for this grant's end.
+            self.move_commit(c);
         }
     }
 }

@@ -1,18 +1,21 @@
-//! `vgpud`: the host daemon that shares one physical GPU among VM processes. It owns the GPU's
-//! VRAM (for the sim backend one shared memory object, partitioned), the channel quota and the
-//! scheduler (`scheduler` crate); each `vgpu-vmm --gpu host=SOCKET` registers over a Unix
+//! `vgpud`: the host daemon that shares the host's physical GPUs among VM processes. It owns
+//! each GPU's VRAM (for the sim backend one shared memory object per GPU, partitioned), its
+//! channel quota and its scheduler (`scheduler` crate), and places each VM on one GPU; each `vgpu-vmm --gpu host=SOCKET` registers over a Unix
 //! socket, gets its partition, and asks for, is granted and yields GPU time. The protocol is
 //! `proto` (documented in docs/architecture.md, "Sharing one GPU: vgpud").
 //!
-//! Files: `background` (the daemon on a thread, for tests and tools), `partition`
-//! (VRAM pool), `session` (one connection), `daemon` (the poll loop, grants, slice ends,
-//! revocation, reclaim), `handle` (message handling), `adopt` (a restart: the VMs of an
-//! earlier instance re-register), `report` (what was measured).
+//! Files: `background` (the daemon on a thread, for tests and tools), `gpus` (per-GPU state,
+//! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one
+//! connection), `daemon` (the poll loop, grants, slice ends, revocation, reclaim), `handle`
+//! (message handling), `adopt` (a restart: the VMs of an earlier instance re-register, each on
+//! the GPU it claims), `report` (what was measured).
 
 mod adopt;
 mod background;
 pub mod daemon;
+pub mod gpus;
 mod handle;
+mod moving;
 pub mod partition;
 pub mod report;
 mod session;

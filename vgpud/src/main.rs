@@ -18,10 +18,18 @@ struct Args {
     /// something listens on, is refused).
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
-    /// Physical VRAM shared by all VMs (K/M/G suffix; a multiple of 2M, at most 1024G).
+    /// Physical VRAM of each GPU, shared by its VMs (K/M/G suffix; a multiple of 2M, at most
+    /// 1024G).
     #[arg(long, value_name = "SIZE", default_value = "8G", value_parser = size_in(2 << 20, 1 << 40, 2 << 20))]
     vram: u64,
-    /// Channel quota: channels all VMs together may use.
+    /// The GPUs to manage: a count (`2`: CUDA devices 0 and 1; for sim VMs, that many software
+    /// GPUs, each its own VRAM object) or a list of CUDA device ordinals (`0,2`). Each GPU has
+    /// its own VRAM, channel quota and scheduler; a VM is placed on the one with the most free
+    /// VRAM, then the least load (sum of weights), unless pinned (`--gpu host=..,gpu=N`).
+    /// `nvidia-smi -L` lists a host's devices.
+    #[arg(long, value_name = "N|LIST", default_value = "1")]
+    gpus: String,
+    /// Channel quota of each GPU: channels all its VMs together may use.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     channels: u32,
     /// Scheduler configuration, `key=value,...` (see scheduler/README.md), e.g.
@@ -86,6 +94,10 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage(format!("--sched: {e}")),
     };
+    let gpus = match vgpud::gpus::parse_gpus(&args.gpus) {
+        Ok(g) => g,
+        Err(e) => return usage(format!("--gpus {e}")),
+    };
     if let Some(p) = &args.report
         && let Err(e) = vgpud::Report::check_path(p)
     {
@@ -95,6 +107,7 @@ fn main() -> ExitCode {
         socket: args.socket,
         vram: args.vram,
         channels: args.channels,
+        gpus,
         sched,
         sched_text: args.sched,
         revoke_after: ms(args.revoke_after_ms),

@@ -72,6 +72,11 @@ impl VramPool {
         self.free.iter().map(|r| r.1).sum()
     }
 
+    /// The largest free range (the largest partition `alloc` can give now).
+    pub fn largest_free(&self) -> u64 {
+        self.free.iter().map(|r| r.1).max().unwrap_or(0)
+    }
+
     /// Takes a partition of `size` bytes (a positive multiple of 2 MiB); returns its offset.
     pub fn alloc(&mut self, size: u64) -> Result<u64, PartitionError> {
         if size == 0 || !size.is_multiple_of(GRANULE) {

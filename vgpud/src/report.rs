@@ -39,6 +39,11 @@ pub struct Report {
     /// Re-registrations after a restart, and how soon the GPU was in use after listening.
     #[serde(default)]
     pub restart: RestartReport,
+    // multigpu: the fields above are the sums over the GPUs (latency samples of all GPUs;
+    // `demand_ns` in GPU-time, so `busy_ns / demand_ns` stays the utilization).
+    /// Each GPU of the daemon, in index order (reports of older daemons have none: one GPU).
+    #[serde(default)]
+    pub gpus: Vec<GpuReport>,
 }
 
 /// A restart as this instance saw it (`adopt`).
@@ -57,6 +62,27 @@ pub struct RestartReport {
     pub listen_to_first_run_ns: Option<u64>,
 }
 
+/// One GPU of the daemon (multigpu).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GpuReport {
+    /// The daemon's index (`gpu=N`) and the CUDA device ordinal.
+    pub index: u32,
+    pub device: u32,
+    pub vram: u64,
+    pub vram_free: u64,
+    pub channels: u32,
+    pub channels_used: u32,
+    /// Ids of the VMs placed here (also those gone).
+    pub vms: Vec<u32>,
+    pub busy_ns: u64,
+    pub demand_ns: u64,
+    pub grants: u64,
+    pub switches: u64,
+    pub preempts: u64,
+    pub preempt_latency_ns: Vec<u64>,
+    pub switch_latency_ns: Vec<u64>,
+}
+
 /// One VM.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct VmReport {
@@ -68,6 +94,13 @@ pub struct VmReport {
     pub vram_offset: u64,
     pub vram_size: u64,
     pub channels: u32,
+    /// The daemon's GPU index it was placed on (multigpu; 0 in older reports), its last one
+    /// after moves.
+    #[serde(default)]
+    pub gpu: u32,
+    /// Moves to another GPU (multigpu).
+    #[serde(default)]
+    pub moves: u32,
     pub registered_ns: u64,
     /// When it left (disconnected, evicted); `None` while connected.
     pub gone_ns: Option<u64>,

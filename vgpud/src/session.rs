@@ -67,6 +67,10 @@ pub struct Session {
 /// The state of a registered VM.
 pub struct Registered {
     pub id: VmId,
+    /// Index of the GPU it was placed on (multigpu).
+    pub gpu: usize,
+    /// A partition reserved on another GPU for a move in progress (multigpu).
+    pub moving: Option<crate::moving::Reservation>,
     /// Queued in the scheduler (wants the GPU, or holds a preempted job).
     pub pending: bool,
     /// When it last became queued (the standby hint goes to the VM that waits longest).

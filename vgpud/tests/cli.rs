@@ -166,6 +166,10 @@ fn bad_options_are_usage_errors_naming_the_option() {
         ("--report-every-ms", "0"),
         ("--spin-us", "100000000"),
         ("--backstop-us", "100000000"),
+        ("--gpus", "0"),
+        ("--gpus", "65"),
+        ("--gpus", "0,0"),
+        ("--gpus", "a"),
     ] {
         let o = run(&["--socket", s, &format!("{opt}={value}")]);
         assert_eq!(o.status.code(), Some(2), "{opt} {value}: {}", text(&o));

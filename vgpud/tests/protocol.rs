@@ -32,6 +32,7 @@ fn start_with(name: &str, sched: &str, revoke_ms: u64, spin: Duration) -> Runnin
         socket: socket.clone(),
         vram: 64 << 20,
         channels: 16,
+        gpus: Vec::new(),
         sched: scheduler::Config::parse(sched).unwrap(),
         sched_text: sched.into(),
         revoke_after: Duration::from_millis(revoke_ms),
@@ -111,6 +112,7 @@ impl Vm {
             vram: vram_mib << 20,
             channels: 4,
             resume: None,
+            gpu: None,
         }));
         match vm.recv() {
             Some((
@@ -576,6 +578,7 @@ fn a_version_1_vm_is_served_in_version_1() {
         vram: 2 << 20,
         channels: 1,
         resume: None,
+        gpu: None,
     }));
     assert!(matches!(
         vm.recv(),
@@ -621,6 +624,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
             vram,
             channels: ch,
             resume: None,
+            gpu: None,
         }));
         assert!(
             matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
@@ -647,6 +651,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         vram: 2 << 20,
         channels: 1,
         resume: None,
+        gpu: None,
     }));
     assert!(matches!(
         a.recv(),

@@ -16,11 +16,17 @@ use vgpud::{Background, DaemonConfig};
 const MIB: u64 = 1 << 20;
 
 fn daemon(socket: &Path, adopt: Duration) -> Background {
+    daemon_of(socket, adopt, Vec::new())
+}
+
+/// A daemon with the GPUs `gpus` (`--gpus`; empty: one).
+fn daemon_of(socket: &Path, adopt: Duration, gpus: Vec<u32>) -> Background {
     let _ = env_logger::builder().is_test(true).try_init();
     Background::start(DaemonConfig {
         socket: socket.into(),
         vram: 64 * MIB,
         channels: 16,
+        gpus,
         sched: scheduler::Config::parse("policy=fifo").unwrap(),
         sched_text: "policy=fifo".into(),
         revoke_after: Duration::from_millis(500),
@@ -43,6 +49,7 @@ fn hello(name: &str, vram: u64, resume: Option<Resume>) -> ToDaemon {
         vram,
         channels: 1,
         resume,
+        gpu: None,
     })
 }
 
@@ -350,5 +357,112 @@ fn a_restarted_daemon_adopts_the_partitions_of_the_previous_instance() {
     let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
     assert_eq!(by("x").resumed_from, Some(x.vm));
     assert_eq!(by("z").resumed_from, None);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Several GPUs and a restart together: a VM moved to GPU 1 claims its partition there after
+/// the daemon restarted (`Resume::gpu` = 1, the target's memory object) and is adopted on GPU 1
+/// with its data; the same object claimed on another GPU, and a GPU index the new instance
+/// does not have, are refused.
+#[test]
+fn a_vm_moved_to_another_gpu_is_adopted_there_after_a_restart() {
+    let d = dir("moved");
+    let socket = d.join("sock");
+    let a = daemon_of(&socket, Duration::ZERO, vec![0, 1]);
+    // m fills GPU 0 first (most free VRAM, lowest index), p too, then m moves to GPU 1.
+    let m = register(&socket, &hello("m", 4 * MIB, None), None).unwrap();
+    let _p = register(&socket, &hello("p", 2 * MIB, None), None).unwrap();
+    m.conn
+        .send(&proto::encode(&ToDaemon::Move { gpu: 1 }), None)
+        .unwrap();
+    let (ready, target) = recv_within(&m.conn, Duration::from_secs(5)).expect("move answer");
+    let ToVm::MoveReady {
+        gpu, vram_offset, ..
+    } = ready
+    else {
+        panic!("{ready:?}")
+    };
+    assert_eq!(gpu.index, 1);
+    let target = target.expect("the target's memory object");
+    assert_ne!(inode(target.as_fd()), inode(m.fd.as_fd()));
+    pwrite(target.as_fd(), vram_offset + 8192, b"moved VRAM");
+    m.conn
+        .send(&proto::encode(&ToDaemon::Moved {}), None)
+        .unwrap();
+    assert!(matches!(
+        recv_within(&m.conn, Duration::from_secs(5)),
+        Some((ToVm::Moved { gpu }, None)) if gpu.index == 1
+    ));
+    let ra = a.stop().unwrap();
+    let on1 = ra.vms.iter().find(|v| v.name == "m").unwrap();
+    assert_eq!((on1.gpu, on1.moves), (1, 1));
+    // Killed, leaving its socket; the next instance has two GPUs again.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let b = daemon_of(&socket, Duration::ZERO, vec![0, 1]);
+    let moved = Resume {
+        vram_offset,
+        ..claim(&m, 1).unwrap()
+    };
+    // The moved partition's object claimed on GPU 0: refused once it is adopted on GPU 1
+    // (before that it is a claim like any other, so m goes first).
+    let conn = Conn::connect(&socket).unwrap();
+    conn.send(
+        &proto::encode(&hello("m", 4 * MIB, Some(moved.clone()))),
+        Some(target.as_fd()),
+    )
+    .unwrap();
+    let (welcome, fd) = recv_within(&conn, Duration::from_secs(5)).expect("m welcomed");
+    let ToVm::Welcome {
+        vram_offset: off,
+        gpu: Some(placed),
+        boot: Some(_),
+        ..
+    } = welcome
+    else {
+        panic!("{welcome:?}")
+    };
+    assert_eq!((off, placed.index, placed.device), (vram_offset, 1, 1));
+    let fd = fd.unwrap();
+    assert_eq!(inode(fd.as_fd()), inode(target.as_fd()));
+    assert_eq!(pread(fd.as_fd(), vram_offset + 8192, 10), b"moved VRAM");
+    let elsewhere = Resume {
+        gpu: 0,
+        vram_offset: 16 * MIB,
+        ..moved.clone()
+    };
+    let e = register(
+        &socket,
+        &hello("w", 2 * MIB, Some(elsewhere)),
+        Some(target.as_fd()),
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("adopted on GPU 1"), "{e}");
+    // A first registration gets this instance's own memory object, not an adopted one.
+    let n = register(&socket, &hello("n", 4 * MIB, None), None).unwrap();
+    assert_ne!(inode(n.fd.as_fd()), inode(m.fd.as_fd()));
+    drop((conn, n));
+    let rb = b.stop().unwrap();
+    assert_eq!((rb.restart.adopted, rb.restart.claims_refused), (1, 1));
+    let m2 = rb.vms.iter().find(|v| v.name == "m").unwrap();
+    assert_eq!((m2.gpu, m2.resumed_from), (1, Some(m.vm)));
+    assert_eq!(rb.gpus[1].vms, vec![m2.id]);
+    // An instance with one GPU has no GPU 1: the claim is refused.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let c = daemon_of(&socket, Duration::ZERO, Vec::new());
+    let again = Resume {
+        boot: rb.boot.clone(),
+        ..moved
+    };
+    let e = register(
+        &socket,
+        &hello("m", 4 * MIB, Some(again)),
+        Some(target.as_fd()),
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("GPU 1: this daemon has 1 GPU"), "{e}");
+    let rc = c.stop().unwrap();
+    assert_eq!((rc.restart.adopted, rc.restart.claims_refused), (0, 1));
     let _ = std::fs::remove_dir_all(&d);
 }

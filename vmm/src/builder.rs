@@ -120,7 +120,7 @@ pub struct PausedVm {
 pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
     let (kvm, vm) = create_vm(cfg, false)?;
     let (name, bytes) = loader::image_bytes(&cfg.image)?;
-    let engine = cuda_engine(cfg)?;
+    let (engine, registered) = cuda_engine(cfg)?;
     let ram_ids = std::cell::RefCell::new(Vec::new());
     let (mem, backing) = guest_ram(&vm, cfg, engine.as_ref(), &ram_ids)?;
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
@@ -132,7 +132,7 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         &vm,
         cfg,
         &mem,
-        engine.as_ref(),
+        (engine.as_ref(), registered),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -160,7 +160,7 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
 /// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place.
 pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, RestoreError> {
     let (kvm, vm) = create_vm(cfg, true)?;
-    let engine = cuda_engine(cfg)?;
+    let (engine, registered) = cuda_engine(cfg)?;
     let ram_ids = std::cell::RefCell::new(Vec::new());
     let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r)?;
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
@@ -172,7 +172,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, Resto
         &vm,
         cfg,
         &mem,
-        engine.as_ref(),
+        (engine.as_ref(), registered),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -226,13 +226,20 @@ pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), Bu
 }
 
 /// `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it
-/// allocated at a chosen GPU VA).
-fn cuda_engine(cfg: &VmConfig) -> Result<Option<Arc<dyn pgpu::EngineSnapshot>>, BuildError> {
+/// allocated at a chosen GPU VA). Shared (`host=`), the VM registers with vgpud before it, to
+/// open the device the daemon placed it on.
+type CudaEngine = (
+    Option<Arc<dyn pgpu::EngineSnapshot>>,
+    Option<vgpu::HostRegistration>,
+);
+
+fn cuda_engine(cfg: &VmConfig) -> Result<CudaEngine, BuildError> {
     match &cfg.gpu {
         Some(g) if g.backend == vgpu::config::Backend::Cuda => {
-            Ok(Some(vgpu::Vgpu::cuda_engine(g)?))
+            let (e, reg) = vgpu::Vgpu::cuda_engine(g)?;
+            Ok((Some(e), reg))
         }
-        _ => Ok(None),
+        _ => Ok((None, None)),
     }
 }
 
@@ -441,13 +448,17 @@ impl Devices {
 }
 
 /// The virtual GPU (`--gpu`) on the PCI root: on `engine` (`backend=cuda`, guest RAM its host
-/// regions `ram_ids`), else its own engine with its aperture remapped through KVM slots.
+/// regions `ram_ids`, and its registration with vgpud when shared), else its own engine with its
+/// aperture remapped through KVM slots.
 fn attach_gpu(
     kvm_fd: &Kvm,
     vm: &Arc<VmFd>,
     cfg: &VmConfig,
     mem: &GuestMemoryMmap,
-    engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
+    (engine, registered): (
+        Option<&Arc<dyn pgpu::EngineSnapshot>>,
+        Option<vgpu::HostRegistration>,
+    ),
     ram_ids: Vec<pgpu::HostRegionId>,
     devices: &mut Devices,
 ) -> Result<Option<Arc<vgpu::Vgpu>>, BuildError> {
@@ -456,9 +467,14 @@ fn attach_gpu(
     };
     let irq = Arc::new(crate::vm::GpuIrq(vm.clone()));
     let gpu = match engine {
-        Some(engine) => {
-            vgpu::Vgpu::with_engine(g.clone(), engine.clone(), mem.clone(), ram_ids, irq)?
-        }
+        Some(engine) => vgpu::Vgpu::with_engine(
+            g.clone(),
+            engine.clone(),
+            mem.clone(),
+            ram_ids,
+            irq,
+            registered,
+        )?,
         None => {
             let slots = kvm_fd.get_nr_memslots();
             let mapper: Arc<dyn vgpu::remap::ApertureMapper> =

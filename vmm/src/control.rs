@@ -59,6 +59,9 @@ pub enum ControlError {
     Ram(#[from] crate::snapshot::ram::RamError),
     #[error("{0}")]
     Disk(#[from] crate::disk::DiskError),
+    // multigpu:
+    #[error("move-gpu: {0}")]
+    Move(#[from] vgpu::MoveError),
 }
 
 /// Most pre-copy rounds after the first full pass.

@@ -8,8 +8,8 @@
 //! (`--stats`), [`builder`] (building a VM, for boot or from a snapshot), [`vm`] (running it),
 //! [`pause`] (parking vCPUs), [`persist`] (the devices' state contract), [`snapshot`] (the
 //! snapshot format, saving and loading), [`control`] (pause, resume, stats, snapshot of a running
-//! VM), [`live`] (the pre-copy of live snapshots and migration), [`api`] (`--api-socket` and
-//! `vgpu-vmm ctl`).
+//! VM), [`live`] (the pre-copy of live snapshots and migration), [`move_gpu`] (moving the
+//! virtual GPU to another GPU of its vgpud), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
 
 pub mod api;
 pub mod arch;
@@ -24,6 +24,7 @@ pub mod linux;
 pub mod live;
 pub mod loader;
 pub mod memory;
+pub mod move_gpu;
 pub mod pause;
 pub mod persist;
 pub mod slots;

@@ -174,6 +174,13 @@ enum CtlOp {
         #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
         tls_ca: Option<PathBuf>,
     },
+    /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim VMs): VRAM is
+    /// pre-copied to a partition the daemon reserves there while the VM runs, then the VM
+    /// pauses for the last dirty pages and the switch (the answer gives the downtime).
+    MoveGpu {
+        /// The daemon's GPU index (vgpud --gpus).
+        gpu: u32,
+    },
 }
 
 const CTL_EXIT_CODES: &str = "Exit status: 0 the VM did it (the result is printed as JSON on stdout); \
@@ -232,6 +239,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Pause => Request::Pause {},
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
+        CtlOp::MoveGpu { gpu } => Request::MoveGpu { gpu },
         CtlOp::Migrate {
             dest,
             live,

@@ -73,7 +73,8 @@ impl Flags {
     /// Word index of `va` if it is handed out.
     fn index(st: &State, va: u64) -> Option<usize> {
         let i = usize::try_from(va.checked_sub(st.ptr)? / 4).ok()?;
-        (st.ptr != 0 && va.is_multiple_of(4) && st.used.get(i).copied().unwrap_or(false)).then_some(i)
+        (st.ptr != 0 && va.is_multiple_of(4) && st.used.get(i).copied().unwrap_or(false))
+            .then_some(i)
     }
 
     /// Reads and clears the word at `va`; `Ok(None)` if it is not a handed-out word.

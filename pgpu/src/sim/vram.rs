@@ -134,6 +134,59 @@ impl VramRegion {
         })
     }
 
+    /// multigpu: puts `[offset, offset + size)` of the shared memory object `fd` behind this
+    /// region, at the same address (`mmap` with `MAP_FIXED` over the current mapping, which the
+    /// kernel replaces in one step: the address range stays mapped throughout). For moving a
+    /// VM's VRAM to another GPU's memory object: the caller has copied the content there and
+    /// stopped every access to the region (kernels, copies, the guest's aperture), or what is
+    /// written meanwhile is lost. Only for regions of a shared memory object (`from_fd`).
+    pub fn rebind(&self, fd: BorrowedFd<'_>, offset: u64) -> Result<(), VramError> {
+        if self.private || self.fd.is_some() || !offset.is_multiple_of(VRAM_GRANULE) {
+            return Err(VramError::Shm {
+                what: "rebind (only a partition of another object can be rebound)",
+                errno: libc::EINVAL,
+            });
+        }
+        // SAFETY: plain fstat into a zeroed `stat` we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and a pointer to a live `stat`.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(VramError::Shm {
+                what: "fstat",
+                errno: errno(),
+            });
+        }
+        let object = u64::try_from(st.st_size).unwrap_or(0);
+        if offset.checked_add(self.size).is_none_or(|end| end > object) {
+            return Err(VramError::OutOfRange {
+                pa: offset,
+                len: self.size,
+                size: object,
+            });
+        }
+        let off = libc::off_t::try_from(offset).map_err(|_| VramError::BadSize(offset))?;
+        // SAFETY: MAP_FIXED over exactly the range this region mapped and owns (`base`, `size`):
+        // no other memory is replaced, and the range stays valid memory of the same size and
+        // protection for every pointer into it; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                self.base.as_ptr().cast(),
+                self.size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(VramError::Map {
+                size: self.size,
+                errno: errno(),
+            });
+        }
+        Ok(())
+    }
+
     /// The shared memory object, if this region created one.
     pub fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.fd.as_ref().map(AsFd::as_fd)
@@ -301,6 +354,37 @@ impl Drop for VramRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rebind_puts_another_object_behind_the_same_address() {
+        let a = VramRegion::shared(8 << 20).unwrap();
+        let b = VramRegion::shared(8 << 20).unwrap();
+        let part = VramRegion::from_fd(a.fd().unwrap(), 2 << 20, 2 << 20).unwrap();
+        part.write(0x10, b"old").unwrap();
+        b.write((4 << 20) + 0x10, b"new").unwrap();
+        let base = part.host_base();
+        part.rebind(b.fd().unwrap(), 4 << 20).unwrap();
+        assert_eq!(part.host_base(), base);
+        let mut got = [0u8; 3];
+        part.read(0x10, &mut got).unwrap();
+        assert_eq!(&got, b"new");
+        // Writes now land in the new object, the old one keeps what it had.
+        part.write(0x20, b"xyz").unwrap();
+        b.read((4 << 20) + 0x20, &mut got).unwrap();
+        assert_eq!(&got, b"xyz");
+        a.read((2 << 20) + 0x10, &mut got).unwrap();
+        assert_eq!(&got, b"old");
+        // Outside the object, misaligned, or a region that is not a partition: refused.
+        assert!(part.rebind(b.fd().unwrap(), 8 << 20).is_err());
+        assert!(part.rebind(b.fd().unwrap(), 4096).is_err());
+        assert!(a.rebind(b.fd().unwrap(), 0).is_err());
+        assert!(
+            VramRegion::anonymous(2 << 20)
+                .unwrap()
+                .rebind(b.fd().unwrap(), 0)
+                .is_err()
+        );
+    }
 
     #[test]
     fn read_write_and_bounds() {

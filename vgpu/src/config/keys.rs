@@ -38,6 +38,7 @@ pub(super) struct Draft {
     pub priority: Option<u8>,
     pub name: Option<String>,
     pub reconnect: Option<Duration>,
+    pub gpu: Option<u32>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -222,6 +223,7 @@ pub static KEYS: &[Key] = &[
                 priority: 0,
                 name: format!("vm-{}", std::process::id()),
                 reconnect: crate::host::RECONNECT_DEFAULT,
+                gpu: None,
             });
             Ok(())
         },
@@ -277,6 +279,18 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.reconnect.as_millis().to_string()),
+    },
+    Key {
+        name: "gpu",
+        values: "N",
+        default: "placed by vgpud",
+        help: "with host=: pin the VM to the daemon's GPU N (0 to 63; vgpud --gpus); without it \
+               the daemon places the VM (most free VRAM, then least load)",
+        parse: |d, v| {
+            d.gpu = Some(num(v, 0, 63).ok_or("0 to 63")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().and_then(|h| h.gpu.map(|g| g.to_string())),
     },
     Key {
         name: "doorbell",

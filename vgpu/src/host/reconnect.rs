@@ -152,7 +152,9 @@ impl Inner {
                     vram_offset,
                     vram_size,
                     boot: Some(new_boot),
+                    gpu,
                 }) if version == proto::VERSION
+                    && gpu.is_none_or(|g| g.index == part.gpu)
                     && vram_offset == part.offset
                     && vram_size == c.vram
                     && new_boot != boot
@@ -253,6 +255,10 @@ mod tests {
             vram_offset,
             vram_size: VRAM,
             boot: Some(boot.into()),
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
         }
     }
 
@@ -293,6 +299,7 @@ mod tests {
             priority: 0,
             name: "t".into(),
             reconnect: Duration::from_millis(reconnect_ms),
+            gpu: None,
         };
         HostLink::connect(&cfg, VRAM, 1).unwrap().0
     }

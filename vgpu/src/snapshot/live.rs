@@ -271,6 +271,17 @@ impl Precopy<'_> {
         self.send(&runs, sink)
     }
 
+    /// multigpu: with the device paused, the pages written since the previous round, to
+    /// `sink` like [`Precopy::round`] (the last round of a move to another GPU).
+    pub fn final_round(
+        &mut self,
+        sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> Result<VramRound, SnapshotError> {
+        let bits = self.harvest_vram()?;
+        let runs = dirty::runs(&bits, self.gpu.cfg.vram / PAGE, MAX_RUN_PAGES);
+        self.send(&runs, sink)
+    }
+
     /// Guest-physical pages (addresses / 4096) the GPU wrote since the previous call: through
     /// the engine's host regions, by the worker itself, and the doorbell page. Ascending.
     pub fn ram_dirty(&self) -> Result<Vec<u64>, SnapshotError> {

@@ -4,7 +4,7 @@
 //! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`
 //! (with a `tls:` address, optionally `"tls":{"cert":"/abs","key":"/abs","ca":"/abs"}`: the
 //! certificate files for this migration instead of the VM's own; a VM older than `tls:`
-//! refuses the field as unknown).
+//! refuses the field as unknown), `{"op":"move_gpu","gpu":1}`.
 //! The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
@@ -52,6 +52,11 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tls: Option<crate::snapshot::tls::TlsFiles>,
     },
+    // multigpu:
+    /// Move the VM's virtual GPU to GPU `gpu` of its vgpud (`{"op":"move_gpu","gpu":1}`),
+    /// VRAM pre-copied while it runs.
+    #[serde(rename = "move_gpu")]
+    MoveGpu { gpu: u32 },
 }
 
 fn yes() -> bool {
@@ -121,9 +126,15 @@ mod tests {
             panic!("{r:?}")
         };
         assert_eq!((f.cert.to_str(), f.ca.to_str()), (Some("/c"), Some("/a")));
+        let r: Request = serde_json::from_str(r#"{"op":"move_gpu","gpu":1}"#).unwrap();
+        assert_eq!(r, Request::MoveGpu { gpu: 1 });
         for bad in [
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k"}}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a","x":1}}"#,
+            r#"{"op":"move_gpu"}"#,
+            r#"{"op":"move_gpu","gpu":-1}"#,
+            r#"{"op":"move_gpu","gpu":1,"x":0}"#,
+            r#"{"op":"movegpu","gpu":1}"#,
         ] {
             assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
         }

@@ -185,6 +185,10 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
+        Request::MoveGpu { gpu } => match controller.move_gpu(gpu) {
+            Ok(done) => json(serde_json::to_value(done)),
+            Err(e) => Response::err(e),
+        },
         Request::Migrate { to, live, tls } => {
             use crate::snapshot::transport::{Endpoint, EndpointError};
             let to = match Endpoint::parse(&to) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 25's several-GPUs figures on a machine with two GPUs (kind nvidia-h100-x2), with binaries
+# built elsewhere. Usage, from the repository root there:
+#   scripts/multigpu-machine.sh BIN_DIR OUT_DIR [seconds]
+# BIN_DIR holds vgpu-vmm, vgpud and vgpu-bench (release builds). Everything goes to
+# OUT_DIR/log.txt; each fairness run's files to OUT_DIR/<run>/.
+# 1. 16 VMs over 2 GPUs through one daemon, cuda backend: Jain within each GPU's VMs, shares per
+#    GPU; nvidia-smi shows which device each VM process opened.
+# 2. The same on sim (the software GPU, two VRAM objects).
+# 3. A sim VM moved between the daemon's two GPUs while it runs kernels (beside a VM on each
+#    GPU): downtime from the move's answer, every kernel result checked by the guests.
+set -u
+B=$(realpath "$1"); OUT=$(realpath -m "$2"); SECS=${3:-5}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+nvidia-smi -L || true
+fair() { "$B/vgpu-bench" fairness --vmm "$B/vgpu-vmm" --vgpud "$B/vgpud" --duration "$SECS" "$@" | tail -1; }
+
+echo "== cuda: 16 VMs over 2 GPUs, one-block 5 ms kernels"
+fair --backend cuda --gpus 2 --vms 16 --policy timeslice --kernel-us 5000 --out "$OUT/cuda16-2gpu" &
+BP=$!
+sleep $((SECS / 2 + 8))
+nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv || true
+wait $BP
+echo "== cuda: 16 VMs over 2 GPUs, sliceable grids (33792 blocks)"
+fair --backend cuda --gpus 2 --vms 16 --policy timeslice --kernel-us 5000 --blocks 33792 \
+  --guest-args sys_mib=32 --out "$OUT/cuda16-2gpu-grid"
+echo "== sim: 16 VMs over 2 GPUs"
+fair --gpus 2 --vms 16 --policy timeslice --kernel-us 500,5000 --vm-memory 64 --vram-per-vm 16M \
+  --out "$OUT/sim16-2gpu"
+
+echo "== sim: a running VM moved from GPU 0 to GPU 1"
+M=$OUT/move; mkdir -p "$M"
+"$B/vgpud" --socket "$M/s" --gpus 2 --vram 1G --sched policy=timeslice,slice=2ms \
+  --report "$M/vgpud.json" --log-level warn &
+DP=$!; sleep 0.5
+vm() { # name, gpu, extra args...
+  local n=$1 g=$2; shift 2
+  "$B/vgpu-vmm" --guest fairness --gpu "host=$M/s,name=$n,vram=64M,gpu=$g" \
+    --cmdline "iters=20000 depth=2 ms=8000 report_ms=100" --timeout 120 "$@" > "$M/$n.log" 2>&1 &
+}
+vm mover 0 --api-socket "$M/api"
+vm left 0
+vm right 1
+sleep 3
+for i in 1 2 3; do
+  "$B/vgpu-vmm" ctl "$M/api" move-gpu $((i % 2)) | tee -a "$M/moves.json"
+  sleep 1
+done
+wait %2 %3 %4
+kill -TERM $DP; wait $DP
+grep -H "FAIRNESS end\|fault" "$M"/*.log
+python3 - "$M" <<'EOF'
+import json, sys
+d = sys.argv[1]
+moves = [json.loads(l) for l in open(d + "/moves.json") if l.strip()]
+for m in moves:
+    print(f"move {m['from']} -> {m['to']}: downtime {m['downtime_ms']:.2f} ms, total {m['ms']:.1f} ms, "
+          f"pre-copy {m['precopy_bytes']} B, last round {m['last_round_bytes']} B")
+r = json.load(open(d + "/vgpud.json"))
+for v in r["vms"]:
+    print(f"vm {v['name']}: gpu {v['gpu']}, moves {v['moves']}, gpu {v['gpu_ns']/1e6:.0f} ms, evicted {v['evicted']}")
+for g in r["gpus"]:
+    print(f"gpu {g['index']}: vms {g['vms']}, busy {g['busy_ns']/1e6:.0f} ms, vram free {g['vram_free'] >> 20} MiB")
+EOF

@@ -1,0 +1,121 @@
+//! Unit tests of the daemon link against a scripted daemon: the job identities its wants
+//! carry.
+
+use std::os::fd::AsFd;
+
+use vgpu_proto::wire::Listener;
+
+use super::*;
+
+/// The next message on the daemon's side of the link.
+fn recv(c: &Conn) -> ToDaemon {
+    let mut buf = [0u8; proto::MAX_MESSAGE];
+    loop {
+        c.wait_readable().unwrap();
+        match c.recv(&mut buf).unwrap() {
+            Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
+            Received::Empty => {}
+            Received::Closed => panic!("the VM closed the link"),
+        }
+    }
+}
+
+fn grant(c: &Conn, seq: u64) {
+    let g = ToVm::Grant {
+        seq,
+        slice_ns: 0,
+        deadline_ns: 0,
+    };
+    c.send(&proto::encode(&g), None).unwrap();
+}
+
+fn done(seq: u64, more: bool) -> ToDaemon {
+    ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Completed,
+        gpu_ns: 1000,
+        start_ns: 0,
+        end_ns: 0,
+        more,
+    }
+}
+
+#[test]
+fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    // A scripted daemon: registers the VM, grants each job, returns what the VM sent.
+    let daemon = std::thread::spawn(move || {
+        let conn = loop {
+            if let Some(c) = listener.accept().unwrap() {
+                break c;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let ToDaemon::Hello(h) = recv(&conn) else {
+            panic!("expected hello")
+        };
+        let vram = std::fs::File::open("/dev/null").unwrap();
+        let welcome = ToVm::Welcome {
+            version: proto::VERSION,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: h.vram,
+            boot: None,
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
+        };
+        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+            .unwrap();
+        let mut seen = Vec::new();
+        for seq in 1..=4 {
+            // Job 3 was announced by job 2's `more` and has no identity: no want.
+            if seq != 3 {
+                seen.push(recv(&conn));
+            }
+            grant(&conn, seq);
+            seen.push(recv(&conn));
+        }
+        seen
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    for (kernel, more) in [
+        (Some(7), true),
+        (Some(9), true),
+        (None, false),
+        (None, false),
+    ] {
+        let t = link.acquire(&handle, kernel).unwrap();
+        let gpu = Duration::from_micros(1);
+        link.release(t, RunOutcome::Completed, gpu, (0, 0), more);
+    }
+    let want = |kernel| ToDaemon::Want { kernel };
+    assert_eq!(
+        daemon.join().unwrap(),
+        [
+            want(Some(7)),
+            done(1, true),
+            // The implicit want of `more` gets its identity from the next acquire.
+            want(Some(9)),
+            done(2, true),
+            done(3, false),
+            want(None),
+            done(4, false),
+        ]
+    );
+    drop(link);
+    let _ = std::fs::remove_dir_all(&dir);
+}
