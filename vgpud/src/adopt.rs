@@ -441,22 +441,10 @@ impl Daemon {
             return;
         };
         let o = &mut self.adoption.objects[i];
-        if let Some((offset, size)) = range {
-            // SAFETY: fallocate on the adopted memfd we hold, inside the VM's claimed range.
-            let r = unsafe {
-                libc::fallocate(
-                    o.fd.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    size as libc::off_t,
-                )
-            };
-            if r < 0 {
-                log::error!(
-                    "vgpud: zeroing adopted VRAM {offset:#x}+{size:#x} failed: {}",
-                    std::io::Error::last_os_error()
-                );
-            }
+        if let Some((offset, size)) = range
+            && let Err(e) = crate::partition::punch(o.fd.as_fd(), offset, size)
+        {
+            log::error!("vgpud: zeroing adopted VRAM {offset:#x}+{size:#x} failed: {e}");
         }
         o.users -= 1;
         if o.users == 0 {

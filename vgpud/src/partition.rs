@@ -3,7 +3,7 @@
 //! own `[offset, offset + size)`. Partitions are 2 MiB aligned, first fit; a freed partition
 //! is zeroed (its pages punched out of the memory object) before anyone can get it again.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// Partition granularity (the largest GPU page).
 pub const GRANULE: u64 = 2 << 20;
@@ -127,20 +127,10 @@ impl VramPool {
     /// Returns a partition: zeroes it (punches its pages out) and makes it free again.
     /// `(offset, size)` must be a partition `alloc` returned and not freed since.
     pub fn release(&mut self, offset: u64, size: u64) {
-        // SAFETY: fallocate on the memfd we own, inside its size.
-        let r = unsafe {
-            libc::fallocate(
-                self.fd.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                size as libc::off_t,
-            )
-        };
-        if r < 0 {
+        if let Err(e) = punch(self.fd.as_fd(), offset, size) {
             // The range stays allocated: never hand out memory that may hold a VM's data.
             log::error!(
-                "vgpud: zeroing VRAM {offset:#x}+{size:#x} failed ({}); the range is leaked",
-                std::io::Error::last_os_error()
+                "vgpud: zeroing VRAM {offset:#x}+{size:#x} failed ({e}); the range is leaked"
             );
             return;
         }
@@ -156,6 +146,27 @@ impl VramPool {
             self.free.remove(i);
         }
     }
+}
+
+/// Zeroes `[offset, offset + size)` of a VRAM memory object by punching its pages out (they
+/// read back as zeros and cost nothing until written again).
+pub(crate) fn punch(fd: BorrowedFd<'_>, offset: u64, size: u64) -> std::io::Result<()> {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(size)) else {
+        return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    };
+    // SAFETY: fallocate(2) on a descriptor the caller holds open; no memory is passed.
+    let r = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            off,
+            len,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
