@@ -2,7 +2,7 @@
 //! `vram_write_pages`, `vram_zero`) against its plain `vram_read`/`vram_write` and a host copy
 //! of the bytes: the bitmap equal to a byte-by-byte scan (pages with one non-zero byte at
 //! their first, last or a random offset included), the runs read back in order with no piece
-//! spanning two runs (and `vram_read_runs_batched` giving the same pieces), pages written in a scattered order landing where listed, and zeroing
+//! spanning two runs (and `vram_read_runs_batched` the same bytes, in pieces of its own cut by the same rules), pages written in a scattered order landing where listed, and zeroing
 //! touching nothing outside its range. Written against the trait only: `tests/bulk.rs` runs it
 //! on the sim engine and on the trait's default implementations, `tests/cuda.rs` on the cuda
 //! engine. Returns a message naming what broke instead of panicking.
@@ -179,21 +179,37 @@ pub fn check_bulk(
             expect.len()
         ));
     }
-    // The batched read: the same pieces, in order, in batches.
+    // The batched read: the same bytes, in order, in batches of pieces that are whole pages and
+    // never span two runs (how an engine cuts a run into pieces is its own: the sim engine cuts
+    // by its copy threads' batches, `read_runs` by `CHUNK`).
     let (mut batched, mut bpieces) = (Vec::new(), 0u64);
+    let (mut run, mut left, mut bad) = (0usize, runs.first().map_or(0, |r| r.1), None);
     let flow = e
         .vram_read_runs_batched(&runs, &mut |batch: &[&[u8]]| {
             for p in batch {
                 bpieces += 1;
+                let n = p.len() as u64;
+                if n == 0 || !n.is_multiple_of(PAGE) || n > left {
+                    bad = Some(format!("batched piece of {n} bytes in run {run}"));
+                    return ControlFlow::Break(());
+                }
                 batched.extend_from_slice(p);
+                left -= n;
+                if left == 0 {
+                    run += 1;
+                    left = runs.get(run).map_or(0, |r| r.1);
+                }
             }
             ControlFlow::Continue(())
         })
         .map_err(e2s("vram_read_runs_batched"))?;
-    if flow.is_break() || batched != expect || bpieces != pieces {
+    if let Some(m) = bad {
+        return Err(m);
+    }
+    if flow.is_break() || batched != expect {
         return Err(format!(
-            "vram_read_runs_batched returned {} bytes in {bpieces} pieces, {} in {pieces} expected, \
-             or other bytes",
+            "vram_read_runs_batched returned {} bytes in {bpieces} pieces, {} expected ({pieces} \
+             pieces from vram_read_runs), or other bytes",
             batched.len(),
             expect.len()
         ));

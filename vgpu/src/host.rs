@@ -206,6 +206,31 @@ fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resum
     })
 }
 
+/// The first connection to the daemon. A socket that exists but refuses (a daemon that died
+/// and whose successor does not listen yet: a restart in progress) is tried again every
+/// `reconnect::RETRY` for up to `reconnect_ms`, as a running VM does; no socket at all is an
+/// error at once (a wrong path).
+fn connect_first(cfg: &HostConfig) -> Result<Conn, HostError> {
+    let until = std::time::Instant::now() + cfg.reconnect;
+    loop {
+        match Conn::connect(&cfg.socket) {
+            Ok(c) => return Ok(c),
+            Err(err) => {
+                let restarting = std::fs::symlink_metadata(&cfg.socket)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+                let now = std::time::Instant::now();
+                if !restarting || now >= until {
+                    return Err(HostError::Connect {
+                        path: cfg.socket.clone(),
+                        err,
+                    });
+                }
+                std::thread::sleep(reconnect::RETRY.min(until - now));
+            }
+        }
+    }
+}
+
 /// See the module documentation.
 pub struct HostLink {
     inner: Arc<Inner>,
@@ -219,10 +244,7 @@ impl HostLink {
         vram: u64,
         channels: u32,
     ) -> Result<(Self, Welcome), HostError> {
-        let conn = Conn::connect(&cfg.socket).map_err(|err| HostError::Connect {
-            path: cfg.socket.clone(),
-            err,
-        })?;
+        let conn = connect_first(cfg)?;
         let hello = hello(cfg, vram, channels, None);
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)

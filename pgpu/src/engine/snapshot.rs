@@ -40,8 +40,10 @@ pub trait EngineSnapshot: Engine {
     }
 
     /// As [`EngineSnapshot::vram_read_runs`], with the pieces handed over a batch at a time (the
-    /// same pieces, in the same order; each batch valid only during the call). The default
-    /// hands one piece per batch; the cuda engine hands each pinned slot's pieces at once.
+    /// same bytes in the same order, in pieces that are whole pages and never span two runs —
+    /// where a run is cut into pieces is the engine's; each batch valid only during the call).
+    /// The default hands `vram_read_runs`' pieces one per batch; the cuda engine hands each
+    /// pinned slot's pieces at once; the sim engine its copy threads' batches.
     fn vram_read_runs_batched(
         &self,
         runs: &[(u64, u64)],

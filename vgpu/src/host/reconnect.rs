@@ -16,7 +16,7 @@ use vgpu_proto::wire::{Conn, Received};
 use super::{Down, Inner, St, hello};
 
 /// How often a link waiting for its daemon tries to connect.
-const RETRY: Duration = Duration::from_millis(10);
+pub(super) const RETRY: Duration = Duration::from_millis(10);
 
 /// Why a re-registration did not happen.
 enum Rereg {

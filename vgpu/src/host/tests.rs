@@ -119,3 +119,72 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
     drop(link);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A VM started while its daemon restarts (the socket file there, nobody listening) waits for
+/// the new daemon up to `reconnect_ms` instead of failing at once; without a socket file, or
+/// with `reconnect_ms=0`, it fails at once. (The 30-minute soak saw two VMs started inside a
+/// restart window exit with "connection refused".)
+#[test]
+fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-first-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let _ = std::fs::remove_file(&socket);
+    // The dead daemon's socket: bound, then closed (the file stays, connects are refused).
+    drop(Listener::bind(&socket).unwrap());
+    assert!(socket.exists());
+    let cfg = |reconnect| HostConfig {
+        socket: socket.clone(),
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect,
+        gpu: None,
+    };
+    assert!(matches!(
+        HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
+        Err(HostError::Connect { .. })
+    ));
+    let path = socket.clone();
+    let daemon = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        // The new daemon replaces the stale socket and welcomes the VM.
+        std::fs::remove_file(&path).unwrap();
+        let listener = Listener::bind(&path).unwrap();
+        let conn = loop {
+            if let Some(c) = listener.accept().unwrap() {
+                break c;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let ToDaemon::Hello(h) = recv(&conn) else {
+            panic!("expected hello")
+        };
+        let vram = std::fs::File::open("/dev/null").unwrap();
+        let welcome = ToVm::Welcome {
+            version: proto::VERSION,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: h.vram,
+            boot: None,
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
+        };
+        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+            .unwrap();
+        conn
+    });
+    let t = std::time::Instant::now();
+    let (_link, w) = HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).unwrap();
+    assert_eq!(w.vm, 1);
+    assert!(t.elapsed() >= Duration::from_millis(100), "{:?}", t.elapsed());
+    let _conn = daemon.join().unwrap();
+    // No socket at all: a wrong path, refused at once whatever the wait.
+    std::fs::remove_file(&socket).unwrap();
+    let t = std::time::Instant::now();
+    assert!(HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).is_err());
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
