@@ -2,7 +2,9 @@
 //! GPU free) and restore latency (`resume` called → kernel running again) of running suite
 //! kernels, over many random preemption points, on either engine (`--backend sim|cuda`) with
 //! any preemption method (`--method slice|checkpoint|restart|auto`). Each kernel run is preempted
-//! repeatedly at random delays and resumed until it completes; its bytes are compared with an
+//! repeatedly at random delays and resumed until it completes (a launch at most
+//! [`MAX_PREEMPTS_PER_LAUNCH`] times: `restart` loses a stopped thread's work, so unbounded
+//! re-preemption of long threads never ends); its bytes are compared with an
 //! unpreempted run's (`mismatches`, must be 0). Also per workload: the bytes the checkpoint
 //! method saved (full vs incremental, from the engine's `CkptStats`) and the steady-state time
 //! of the kernel never preempted under the method vs under `slice` (the original kernel on sim;
@@ -21,10 +23,17 @@ use pgpu::{Outcome, PreemptHandle, PreemptMethod, SavedContext};
 use crate::backend::Backend;
 use crate::error::BenchError;
 use crate::preempt_env::{self as env, Eng, Placed};
+use crate::progress::Progress;
 use crate::report;
 
 /// Target from the project brief for the p99 of both latencies, µs.
 const TARGET_P99_US: f64 = 50.0;
+
+/// Preemptions of one launch: the resume after the last runs to the end unrequested. Without a
+/// bound, a launch under `restart` never ends: its threads rerun from the start at every
+/// resume, so when every thread runs longer than the random delay (few long CTAs, all
+/// resident at once, as on a GPU) each resume is preempted with nothing done (issue 23's hang).
+pub const MAX_PREEMPTS_PER_LAUNCH: u32 = 8;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -119,18 +128,25 @@ struct Step {
     bytes: Option<(Vec<u8>, Instant)>,
 }
 
-/// Runs `f` while a helper thread requests preemption on `h` after `delay`. Timestamps and the
-/// serialization are taken on this thread before the helper is joined.
+/// Runs `f` while a helper thread requests preemption on `h` after `delay` (`None`: no
+/// request, the call runs to its end). Timestamps and the serialization are taken on this
+/// thread before the helper is joined.
 fn step(
     h: &PreemptHandle,
-    delay: Duration,
+    delay: Option<Duration>,
     f: impl FnOnce() -> Result<Outcome, pgpu::EngineError>,
 ) -> Step {
+    if delay == Some(Duration::ZERO) {
+        // Pending before the call: the engine stops the kernel at its first chance.
+        h.request();
+    }
     std::thread::scope(|s| {
         let h2 = h.clone();
         let helper = s.spawn(move || {
-            std::thread::sleep(delay);
-            h2.request();
+            if let Some(delay) = delay.filter(|d| !d.is_zero()) {
+                std::thread::sleep(delay);
+                h2.request();
+            }
         });
         let out = f();
         let returned = Instant::now();
@@ -213,10 +229,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let reps = if a.short { 1 } else { 5 };
     // Phase 0, the untransformed kernels launched whole: reference bytes and the baseline of
     // the steady-state overheads.
+    let mut bar = Progress::new("preempt");
     let mut original = Vec::new();
     {
         let e = Eng::original(a.backend, a.workers)?;
         for w in &names {
+            bar.note(&format!("{}: the original kernel, unpreempted", w.name));
             let inst = w.instance(size);
             let p = env::place(&e, &inst)?;
             original.push(env::timed_runs(&e, &p, &inst, reps)?);
@@ -229,6 +247,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     if a.backend == Backend::Cuda {
         let e = Eng::new(a.backend, PreemptMethod::Slice, a.workers, a.poll_interval)?;
         for w in &names {
+            bar.note(&format!("{}: sliced, unpreempted", w.name));
             let inst = w.instance(size);
             let p = env::place(&e, &inst)?;
             slice.push(env::timed_runs(&e, &p, &inst, reps)?);
@@ -244,6 +263,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let want = &orig.bytes;
         let slice_us = slice.get(k).map_or(orig.us, |s: &env::Timed| s.us);
         let slice_bad = slice.get(k).is_some_and(|s| &s.bytes != want);
+        bar.note(&format!("{}: {method}, unpreempted then preempted", w.name));
         let inst = w.instance(size);
         let p = env::place(&e, &inst)?;
         let before = e.ckpt_stats();
@@ -266,35 +286,51 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let max_runs = 50 * samples_per as u64 + 8;
         while pw.samples.len() < samples_per && pw.runs < max_runs {
             pw.runs += 1;
-            sample_runs(&e, &p, &inst, &mut pw, &mut seed, max_delay_us)?;
+            sample_runs(
+                &e,
+                &p,
+                &inst,
+                &mut pw,
+                &mut seed,
+                (max_delay_us, MAX_PREEMPTS_PER_LAUNCH),
+            )?;
             if &env::read_back(&e, &p, &inst)? != want {
                 pw.mismatches += 1;
             }
+            bar.update(
+                (k as f64 + pw.samples.len() as f64 / samples_per as f64) / names.len() as f64,
+                &format!("{} {} samples, {} runs", w.name, pw.samples.len(), pw.runs),
+            );
         }
+        bar.finish();
         env::release(&e, &p)?;
         per.push(pw);
     }
     output(a, &e, size_name, method, workers, &per)
 }
 
-/// One run of every launch of `inst`, each call preempted after a random delay, resumed
-/// (alternately from bytes and from memory) until it completes.
+/// One run of every launch of `inst`, each call preempted after a random delay below
+/// `max_delay_us`, resumed (alternately from bytes and from memory) until it completes; after
+/// `max_preempts` preemptions of a launch its resume runs to the end unrequested.
 fn sample_runs(
     e: &Eng,
     p: &Placed,
     inst: &suite::Instance,
     pw: &mut PerWorkload,
     seed: &mut u64,
-    max_delay_us: u64,
+    (max_delay_us, max_preempts): (u64, u32),
 ) -> Result<(), BenchError> {
     env::reset(e, p, inst)?;
     let h = PreemptHandle::new();
     for i in 0..inst.launches.len() {
         let job = env::job(p, inst, i)?;
         h.clear();
-        let mut st = step(&h, Duration::from_micros(next(seed) % max_delay_us), || {
-            e.dyn_engine().execute(&job, &h)
-        });
+        let mut st = step(
+            &h,
+            Some(Duration::from_micros(next(seed) % max_delay_us)),
+            || e.dyn_engine().execute(&job, &h),
+        );
+        let mut preempts = 0u32;
         loop {
             let (out, returned, bytes) = (st.out?, st.returned, st.bytes);
             match out {
@@ -320,7 +356,9 @@ fn sample_runs(
                         context
                     };
                     h.clear();
-                    let delay = Duration::from_micros(next(seed) % max_delay_us);
+                    preempts += 1;
+                    let delay = (preempts < max_preempts)
+                        .then(|| Duration::from_micros(next(seed) % max_delay_us));
                     let mut restore_us = f64::NAN;
                     st = step(&h, delay, || {
                         let called = Instant::now();
@@ -525,4 +563,54 @@ fn output(
         instr_geo,
         if meets { "met" } else { "missed" }
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampled(e: &Eng, p: &Placed, inst: &suite::Instance, max_preempts: u32) -> PerWorkload {
+        let mut pw = PerWorkload {
+            name: inst.workload,
+            runs: 1,
+            mismatches: 0,
+            method_us: 0.0,
+            slice_us: 0.0,
+            original_us: 0.0,
+            instructions: None,
+            used: "",
+            why: "",
+            samples: Vec::new(),
+        };
+        let mut seed = 1;
+        // Delays of 0 µs: every call is preempted as it starts, as a GPU stops a kernel within
+        // microseconds of a random point far shorter than any of its threads' run.
+        sample_runs(e, p, inst, &mut pw, &mut seed, (1, max_preempts)).unwrap();
+        pw
+    }
+
+    /// Issue 23: under `restart`, a launch whose every resume is preempted before any thread
+    /// ends makes no progress (the threads rerun from the start each time), so the sampling
+    /// loop never ended (the bench hung on an H100 with `long_tight` at size xl). Here: 200
+    /// preemptions in a row leave it unfinished (only the bound ends the run), and under the
+    /// bench's bound the run ends with the unpreempted bytes.
+    #[test]
+    fn restart_resumes_preempted_at_once_make_no_progress_and_the_bound_ends_the_run() {
+        let e = Eng::new(Backend::Sim, PreemptMethod::Restart, 2, 64).unwrap();
+        let inst = suite::long::find("long_tight")
+            .unwrap()
+            .instance(suite::Size::Medium);
+        let p = env::place(&e, &inst).unwrap();
+        let want = env::timed_runs(&e, &p, &inst, 1).unwrap().bytes;
+        assert!(e.ckpt_stats().restart_launches > 0, "{:?}", e.ckpt_stats());
+
+        let pw = sampled(&e, &p, &inst, 200);
+        assert_eq!(pw.samples.len(), 200, "a restarted run ended by itself");
+        assert_eq!(env::read_back(&e, &p, &inst).unwrap(), want);
+
+        let pw = sampled(&e, &p, &inst, MAX_PREEMPTS_PER_LAUNCH);
+        assert_eq!(pw.samples.len(), MAX_PREEMPTS_PER_LAUNCH as usize);
+        assert_eq!(env::read_back(&e, &p, &inst).unwrap(), want);
+        env::release(&e, &p).unwrap();
+    }
 }
