@@ -43,7 +43,7 @@ pub struct Args {
     /// Preemptions to measure per workload.
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub samples: usize,
-    /// Workloads: a suite or `suite::long` name, a comma-separated list, `long` (the
+    /// Workloads: a suite or long-kernel name, a comma-separated list, `long` (the
     /// long-running kernels) or `all` (the suite but spin, then the long kernels).
     #[arg(long, default_value = "matmul")]
     pub workload: String,

@@ -262,7 +262,11 @@ mod tests {
         assert_eq!(s["checkpoint"]["fallback_modules"].as_u64(), Some(0));
         assert!(s["checkpoint"]["saved_full_bytes"].as_u64().unwrap() > 0);
         let per = s["per_workload"].as_array().unwrap();
-        assert_eq!(per.len(), suite::all().filter(|w| w.name != "spin").count());
+        // `--short`: the suite but spin, then the long kernels.
+        assert_eq!(
+            per.len(),
+            suite::all().filter(|w| w.name != "spin").count() + suite::long::all().len()
+        );
         assert!(out.join("preempt-latency.svg").is_file());
         let _ = std::fs::remove_dir_all(&out);
     }
@@ -479,7 +483,9 @@ mod tests {
         }
         assert!(s["device_image_bytes"].as_u64().unwrap() > nonzero);
         let csv = std::fs::read_to_string(out.join("snapshot.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 1 + 2 * 11);
+        // A header, then 2 repetitions of the 15 phases (the lanes' file phases and the file
+        // system's own ceiling among them).
+        assert_eq!(csv.lines().count(), 1 + 2 * 15);
         assert!(!out.join("snapshot-vram.bin").exists());
         // A file of that name that is not ours is never overwritten.
         std::fs::write(out.join("snapshot-gpu.bin"), b"mine").unwrap();

@@ -130,8 +130,9 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("sock");
     let _ = std::fs::remove_file(&socket);
-    // The dead daemon's socket: bound, then closed (the file stays, connects are refused).
-    drop(Listener::bind(&socket).unwrap());
+    // The dead daemon's socket: a socket file nobody listens on (a killed daemon leaves one;
+    // std's listener does not unlink it when closed), so connects are refused.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     assert!(socket.exists());
     let cfg = |reconnect| HostConfig {
         socket: socket.clone(),
@@ -179,10 +180,16 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
     let t = std::time::Instant::now();
     let (_link, w) = HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).unwrap();
     assert_eq!(w.vm, 1);
-    assert!(t.elapsed() >= Duration::from_millis(100), "{:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "{:?}",
+        t.elapsed()
+    );
     let _conn = daemon.join().unwrap();
-    // No socket at all: a wrong path, refused at once whatever the wait.
-    std::fs::remove_file(&socket).unwrap();
+    // No socket at all (the new daemon's listener removed its file when it closed): a wrong
+    // path, refused at once whatever the wait.
+    let _ = std::fs::remove_file(&socket);
+    assert!(!socket.exists());
     let t = std::time::Instant::now();
     assert!(HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).is_err());
     assert!(t.elapsed() < Duration::from_secs(1));
