@@ -20,6 +20,35 @@ fn recv(c: &Conn) -> ToDaemon {
     }
 }
 
+/// The scripted daemon's side of a registration: accepts the VM on `listener` and welcomes it
+/// (VM 1, GPU 0, `/dev/null` standing in for the VRAM object).
+fn accept_and_welcome(listener: &Listener) -> Conn {
+    let conn = loop {
+        if let Some(c) = listener.accept().unwrap() {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let ToDaemon::Hello(h) = recv(&conn) else {
+        panic!("expected hello")
+    };
+    let vram = std::fs::File::open("/dev/null").unwrap();
+    let welcome = ToVm::Welcome {
+        version: proto::VERSION,
+        vm: 1,
+        vram_offset: 0,
+        vram_size: h.vram,
+        boot: None,
+        gpu: Some(proto::Placement {
+            index: 0,
+            device: 0,
+        }),
+    };
+    conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+        .unwrap();
+    conn
+}
+
 fn grant(c: &Conn, seq: u64) {
     let g = ToVm::Grant {
         seq,
@@ -48,29 +77,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
     let listener = Listener::bind(&socket).unwrap();
     // A scripted daemon: registers the VM, grants each job, returns what the VM sent.
     let daemon = std::thread::spawn(move || {
-        let conn = loop {
-            if let Some(c) = listener.accept().unwrap() {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let ToDaemon::Hello(h) = recv(&conn) else {
-            panic!("expected hello")
-        };
-        let vram = std::fs::File::open("/dev/null").unwrap();
-        let welcome = ToVm::Welcome {
-            version: proto::VERSION,
-            vm: 1,
-            vram_offset: 0,
-            vram_size: h.vram,
-            boot: None,
-            gpu: Some(proto::Placement {
-                index: 0,
-                device: 0,
-            }),
-        };
-        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
-            .unwrap();
+        let conn = accept_and_welcome(&listener);
         let mut seen = Vec::new();
         for seq in 1..=4 {
             // Job 3 was announced by job 2's `more` and has no identity: no want.
@@ -152,30 +159,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         // The new daemon replaces the stale socket and welcomes the VM.
         std::fs::remove_file(&path).unwrap();
         let listener = Listener::bind(&path).unwrap();
-        let conn = loop {
-            if let Some(c) = listener.accept().unwrap() {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let ToDaemon::Hello(h) = recv(&conn) else {
-            panic!("expected hello")
-        };
-        let vram = std::fs::File::open("/dev/null").unwrap();
-        let welcome = ToVm::Welcome {
-            version: proto::VERSION,
-            vm: 1,
-            vram_offset: 0,
-            vram_size: h.vram,
-            boot: None,
-            gpu: Some(proto::Placement {
-                index: 0,
-                device: 0,
-            }),
-        };
-        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
-            .unwrap();
-        conn
+        accept_and_welcome(&listener)
     });
     let t = std::time::Instant::now();
     let (_link, w) = HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).unwrap();
