@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use common::daemon::accept_and_welcome;
 use common::para::*;
 use common::*;
 use vgpu::config::Mode;
@@ -56,35 +56,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
     let vram_path = dir.join("vram");
     let vp = vram_path.clone();
     let handshake = std::thread::spawn(move || {
-        let conn = loop {
-            if let Some(c) = listener.accept().unwrap() {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let ToDaemon::Hello(h) = next(&conn) else {
-            panic!("expected hello")
-        };
-        let vram = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&vp)
-            .unwrap();
-        vram.set_len(h.vram).unwrap();
-        let welcome = ToVm::Welcome {
-            version: proto::VERSION,
-            vm: 1,
-            vram_offset: 0,
-            vram_size: h.vram,
-            boot: None,
-            gpu: Some(proto::Placement {
-                index: 0,
-                device: 0,
-            }),
-        };
-        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
-            .unwrap();
+        let conn = accept_and_welcome(&listener, &vp);
         (conn, listener)
     });
     let b = Bench::with(|c| {

@@ -5,7 +5,8 @@
 //! grant, instead of starting late under the old one (the GPU held idle from the slice end,
 //! counted by the daemon as preemption latency).
 
-use std::os::fd::AsFd;
+mod common;
+
 use std::time::{Duration, Instant};
 
 use pgpu::PreemptHandle;
@@ -48,35 +49,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
     let listener = Listener::bind(&socket).unwrap();
     let vram_path = dir.join("vram");
     let daemon = std::thread::spawn(move || {
-        let conn = loop {
-            if let Some(c) = listener.accept().unwrap() {
-                break c;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        let Some(ToDaemon::Hello(h)) = next(&conn) else {
-            panic!("expected hello")
-        };
-        let vram = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&vram_path)
-            .unwrap();
-        vram.set_len(h.vram).unwrap();
-        let welcome = ToVm::Welcome {
-            version: proto::VERSION,
-            vm: 1,
-            vram_offset: 0,
-            vram_size: h.vram,
-            boot: None,
-            gpu: Some(proto::Placement {
-                index: 0,
-                device: 0,
-            }),
-        };
-        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
-            .unwrap();
+        let conn = common::daemon::accept_and_welcome(&listener, &vram_path);
         (conn, listener)
     });
     let cfg = HostConfig {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod para;
 
 use std::sync::atomic::{AtomicU64, Ordering};
