@@ -122,14 +122,16 @@ fn a_restarting_kernel_stopped_before_any_thread_ends_still_finishes() {
 
 /// A restarting launch whose runs do finish threads is not escalated: `long_many` under
 /// `restart` (32 CTAs of 1 warp and 50 iterations; one worker, so that the steps are exact:
-/// runs of 1000 steps pass the done CTAs' resume checks and end some more CTAs every time).
+/// runs of 3000 steps pass the done CTAs' resume checks — every run relaunches the whole grid,
+/// and with 1000 steps the done CTAs' checks alone used up a run — and end some more CTAs
+/// every time).
 #[test]
 fn a_restarting_kernel_that_progresses_keeps_restarting() {
     let e = engine(PreemptMethod::Restart, 1);
     let w = suite::long::find("long_many").unwrap();
     let inst = w.instance(suite::Size::Small);
     let p = runner::place(&e, &inst, 0);
-    let (got, runs) = run_starved(&e, &p, &inst, false, 1000).unwrap();
+    let (got, runs) = run_starved(&e, &p, &inst, false, 3000).unwrap();
     runner::check(&inst, &got).unwrap();
     let s = e.ckpt_stats();
     assert!(runs > 2, "{runs} runs: {s:?}");
