@@ -106,6 +106,9 @@ pub struct CkptStats {
     pub restart_launches: u64,
     /// Launches `Auto` (or a failed alias check of `Restart`) ran sliced.
     pub sliced_launches: u64,
+    /// Restarting launches escalated to the checkpoint form (or, where the engine has none
+    /// for the entry, to slicing) after a run that finished no thread: see [`stalled`].
+    pub escalated_launches: u64,
 }
 
 /// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
@@ -129,6 +132,7 @@ pub(crate) struct CkptCounters {
     saved_incremental_bytes: AtomicU64,
     restart_launches: AtomicU64,
     sliced_launches: AtomicU64,
+    escalated_launches: AtomicU64,
 }
 
 impl CkptCounters {
@@ -182,6 +186,11 @@ impl CkptCounters {
         v.push(r.chars().take(300).collect());
     }
 
+    pub(crate) fn escalated(&self, entry: &str, to: &str) {
+        self.escalated_launches.fetch_add(1, Ordering::Relaxed);
+        log::debug!("restarting launch of {entry} finished no thread in its last run: {to}");
+    }
+
     pub(crate) fn preempted(&self, s: &SaveTally) {
         self.preemptions.fetch_add(1, Ordering::Relaxed);
         self.saved_threads.fetch_add(s.threads, Ordering::Relaxed);
@@ -208,6 +217,7 @@ impl CkptCounters {
             saved_incremental_bytes: g(&self.saved_incremental_bytes),
             restart_launches: g(&self.restart_launches),
             sliced_launches: g(&self.sliced_launches),
+            escalated_launches: g(&self.escalated_launches),
         }
     }
 }
@@ -245,6 +255,39 @@ pub fn choose(
         }
     }
     Ok(true)
+}
+
+/// Whether a run of a *restarting* launch made no progress: it ended preempted with no more
+/// records done than when it started (`before`: the statuses it was resumed from, empty for a
+/// fresh launch, where nothing was done). A restarted thread keeps nothing, so a launch whose
+/// threads all run longer than the time between two preemptions would be rerun from the start
+/// forever; the engines therefore *escalate* a stalled restarting launch before its next run:
+/// it continues in the entry's checkpoint form (the same text transformed without `restart`,
+/// loaded beside the restarting form), where a stopped thread saves its registers and every
+/// run moves each running thread to a later point — progress whatever the preemption rate.
+pub fn stalled(before: &[u32], after: &[u32]) -> bool {
+    let done = |v: &[u32]| v.iter().filter(|&&s| s == STATUS_DONE).count();
+    let was = if before.is_empty() { 0 } else { done(before) };
+    done(after) <= was
+}
+
+/// The save area of a launch that continues in another form of its entry (`record_bytes` per
+/// thread, `len` bytes in all): every record's status word from `statuses`, with a thread that
+/// is not done marked `STATUS_NOT_STARTED` (it runs from its start: the escalated form knows
+/// nothing of the restarting form's points, and a restarting thread saved nothing anyway), and
+/// nothing else.
+pub fn status_area(statuses: &[u32], record_bytes: u32, len: u64) -> Vec<u8> {
+    let mut a = vec![0u8; len as usize];
+    let stride = record_bytes.max(4) as usize;
+    for (i, &st) in statuses.iter().enumerate() {
+        let at = i * stride;
+        if st != STATUS_DONE
+            && let Some(w) = a.get_mut(at..at + 4)
+        {
+            w.copy_from_slice(&STATUS_NOT_STARTED.to_le_bytes());
+        }
+    }
+    a
 }
 
 /// Transforms a guest's module within its load limits (the text is hostile: the same host-byte

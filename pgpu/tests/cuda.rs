@@ -12,7 +12,8 @@
 //! Files: this one (construction, the rewrite on sim, conformance, every workload against sim,
 //! preemption, kernel faults), `cuda/support.rs` (helpers), `cuda/measure.rs` (the `MEASURE`
 //! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
-//! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset).
+//! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
+//! (restarting launches longer than a time slice still finish).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -22,6 +23,8 @@ mod ckpt;
 mod measure;
 #[path = "cuda/memory.rs"]
 mod memory;
+#[path = "cuda/starve.rs"]
+mod starve;
 #[path = "cuda/support.rs"]
 mod support;
 

@@ -125,6 +125,9 @@ struct St {
     standby_until: Option<Instant>,
     /// multigpu: the daemon's answer to a move request, not yet taken.
     move_answer: Option<moving::MoveAnswer>,
+    /// The last grant was handed back unused because its slice had ended before the worker
+    /// took it: the next one runs whatever its deadline (a VM always late still progresses).
+    returned_late: bool,
 }
 
 /// A grant as received.
@@ -306,6 +309,7 @@ impl HostLink {
                 worker_reading: false,
                 standby_until: None,
                 move_answer: None,
+                returned_late: false,
             }),
             cv: Condvar::new(),
             claim: Claim {
@@ -425,6 +429,35 @@ impl HostLink {
                 });
             }
             if let Some(g) = st.grant.take() {
+                if g.deadline_ns != 0
+                    && !g.preempted
+                    && !st.returned_late
+                    && proto::monotonic_ns() >= g.deadline_ns
+                {
+                    // The worker took the grant after its slice had ended (woken late): a job
+                    // started now would hold the GPU from the VMs waiting until its first
+                    // check, and the daemon would count the whole wait as preemption latency
+                    // (issue 25). Hand it back unused and want the next one — which runs
+                    // whatever its deadline, so a VM that is always late still progresses.
+                    log::debug!(
+                        "vgpu: grant {} taken after its slice end: handed back",
+                        g.seq
+                    );
+                    st.returned_late = true;
+                    st.wanting = true;
+                    st.identified = false;
+                    let done = ToDaemon::Done {
+                        seq: g.seq,
+                        outcome: RunOutcome::Completed,
+                        gpu_ns: 0,
+                        start_ns: 0,
+                        end_ns: 0,
+                        more: true,
+                    };
+                    self.inner.send(&mut st, &done);
+                    continue;
+                }
+                st.returned_late = false;
                 handle.clear();
                 // Others wait: the engine stops by itself at the slice end.
                 handle.set_deadline((g.deadline_ns != 0).then(|| instant_of(g.deadline_ns)));

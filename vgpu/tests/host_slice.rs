@@ -3,7 +3,9 @@
 //! it keeps the grant (`Progress`); if the slice has ended by the time its worker asks for the
 //! next run, the grant goes back at once (`Done` with `more`) and the next job waits for a new
 //! grant, instead of starting late under the old one (the GPU held idle from the slice end,
-//! counted by the daemon as preemption latency).
+//! counted by the daemon as preemption latency). Likewise a fresh grant the worker takes only
+//! after its slice has ended (woken late) goes back unused — once: the next one runs whatever
+//! its deadline, so a VM that is always late still progresses.
 
 mod common;
 
@@ -35,10 +37,20 @@ fn next(c: &Conn) -> Option<ToDaemon> {
 }
 
 fn grant(c: &Conn, seq: u64, slice: Duration) {
+    grant_until(
+        c,
+        seq,
+        slice,
+        proto::monotonic_ns() + slice.as_nanos() as u64,
+    );
+}
+
+/// A grant whose slice ends at `deadline_ns` (in the past: the VM is late).
+fn grant_until(c: &Conn, seq: u64, slice: Duration, deadline_ns: u64) {
     let g = ToVm::Grant {
         seq,
         slice_ns: slice.as_nanos() as u64,
-        deadline_ns: proto::monotonic_ns() + slice.as_nanos() as u64,
+        deadline_ns,
     };
     c.send(&proto::encode(&g), None).unwrap();
 }
@@ -135,6 +147,69 @@ fn a_grant_kept_past_its_slice_end_goes_back_before_the_next_job() {
     let t4 = link.acquire(&handle, None).unwrap();
     link.release(t4, RunOutcome::Completed, Duration::ZERO, (7, 8), false);
     assert!(matches!(next(&conn), Some(ToDaemon::Done { seq: 3, .. })));
+    link.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_grant_taken_after_its_slice_end_goes_back_once() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-late-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (link, conn) = connect(&dir);
+    let link = std::sync::Arc::new(link);
+    let handle = PreemptHandle::new();
+    let (l, h) = (link.clone(), handle.clone());
+    let worker = std::thread::spawn(move || l.acquire(&h, Some(9)).unwrap());
+    assert!(matches!(next(&conn), Some(ToDaemon::Want { .. })));
+    // A grant whose 1 ms slice ended 5 ms ago: back unused, and a new Want with the identity.
+    let slice = Duration::from_millis(1);
+    grant_until(&conn, 1, slice, proto::monotonic_ns() - 5_000_000);
+    match next(&conn) {
+        Some(ToDaemon::Done {
+            seq: 1,
+            outcome: RunOutcome::Completed,
+            gpu_ns: 0,
+            start_ns: 0,
+            end_ns: 0,
+            more: true,
+        }) => {}
+        other => panic!("a grant past its slice end must go back unused, got {other:?}"),
+    }
+    assert!(matches!(
+        next(&conn),
+        Some(ToDaemon::Want { kernel: Some(9) })
+    ));
+    assert!(!worker.is_finished(), "the job waits for the next grant");
+    // The next one is late too: it runs all the same (stopping at once under its deadline).
+    grant_until(&conn, 2, slice, proto::monotonic_ns() - 5_000_000);
+    let t = worker.join().unwrap();
+    assert!(
+        handle.is_requested(),
+        "its deadline has passed: the job stops at once"
+    );
+    link.release(t, RunOutcome::Preempted, Duration::ZERO, (1, 2), true);
+    assert!(matches!(
+        next(&conn),
+        Some(ToDaemon::Done {
+            seq: 2,
+            outcome: RunOutcome::Preempted,
+            ..
+        })
+    ));
+    // A grant in time after that runs as usual.
+    let (l, h) = (link.clone(), handle.clone());
+    let worker = std::thread::spawn(move || l.acquire(&h, None).unwrap());
+    grant(&conn, 3, Duration::from_millis(500));
+    let t = worker.join().unwrap();
+    assert!(!handle.is_requested());
+    link.release(t, RunOutcome::Completed, Duration::ZERO, (3, 4), false);
+    // (A Want may come first: the preempted job's `more` left one outstanding or not.)
+    let done = std::iter::from_fn(|| next(&conn)).find(|m| !matches!(m, ToDaemon::Want { .. }));
+    assert!(
+        matches!(done, Some(ToDaemon::Done { seq: 3, .. })),
+        "{done:?}"
+    );
     link.close();
     let _ = std::fs::remove_dir_all(&dir);
 }

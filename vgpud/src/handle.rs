@@ -310,6 +310,16 @@ impl Daemon {
                 let late = end_ns.saturating_sub(due);
                 self.report.preempt_latency_ns.push(late);
                 gpu.report.preempt_latency_ns.push(late);
+                let p = crate::report::LatePreempt {
+                    vm: vm.0,
+                    gpu: g as u32,
+                    late_ns: late,
+                    grant_to_start_ns: start_ns.saturating_sub(run.granted_ns),
+                    start_to_due_ns: due as i64 - start_ns as i64,
+                    run_ns: end_ns - start_ns,
+                    slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
+                };
+                crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
             }
             if first
                 && let Some((prev, prev_end)) = gpu.last_end

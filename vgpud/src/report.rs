@@ -44,6 +44,43 @@ pub struct Report {
     /// Each GPU of the daemon, in index order (reports of older daemons have none: one GPU).
     #[serde(default)]
     pub gpus: Vec<GpuReport>,
+    /// The longest preemptions, longest first (at most [`WORST_KEPT`]), with where the time
+    /// went: did the engine run start before the stop was due (it was slow to stop) or after
+    /// (the VM came late to its grant, and the run stopped at its first check)?
+    #[serde(default)]
+    pub worst_preemptions: Vec<LatePreempt>,
+}
+
+/// Preemptions kept in [`Report::worst_preemptions`].
+pub const WORST_KEPT: usize = 16;
+
+/// One long preemption (monotonic ns of this host, as the VMs' stamps).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatePreempt {
+    pub vm: u32,
+    pub gpu: u32,
+    /// When the stop was due (slice end or preempt sent) → the engine stopped.
+    pub late_ns: u64,
+    /// Grant sent → this engine run started (earlier runs of the same turn included).
+    pub grant_to_start_ns: u64,
+    /// The run's start → the stop was due (negative: it started after it was due).
+    pub start_to_due_ns: i64,
+    /// The run's length (start → end).
+    pub run_ns: u64,
+    /// The grant's slice (grant → slice end).
+    pub slice_ns: u64,
+}
+
+impl LatePreempt {
+    /// Keeps `p` among the longest `WORST_KEPT` of `v` (longest first).
+    pub fn keep(v: &mut Vec<LatePreempt>, p: LatePreempt) {
+        if v.len() >= WORST_KEPT && v.last().is_some_and(|l| l.late_ns >= p.late_ns) {
+            return;
+        }
+        let at = v.partition_point(|x| x.late_ns >= p.late_ns);
+        v.insert(at, p);
+        v.truncate(WORST_KEPT);
+    }
 }
 
 /// A restart as this instance saw it (`adopt`).
@@ -157,4 +194,37 @@ fn temp_path(path: &std::path::Path) -> std::path::PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{}.tmp", std::process::id()));
     name.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_preemptions_keep_the_longest_first() {
+        let mut v = Vec::new();
+        for late in [5u64, 1, 9, 3, 9, 7].into_iter().chain(10..40) {
+            LatePreempt::keep(
+                &mut v,
+                LatePreempt {
+                    late_ns: late,
+                    ..LatePreempt::default()
+                },
+            );
+        }
+        let got: Vec<u64> = v.iter().map(|p| p.late_ns).collect();
+        let want: Vec<u64> = (24..40).rev().collect();
+        assert_eq!(got, want);
+        let mut w = Vec::new();
+        for late in [5u64, 1, 9] {
+            LatePreempt::keep(
+                &mut w,
+                LatePreempt {
+                    late_ns: late,
+                    ..LatePreempt::default()
+                },
+            );
+        }
+        assert_eq!(w.iter().map(|p| p.late_ns).collect::<Vec<_>>(), [9, 5, 1]);
+    }
 }

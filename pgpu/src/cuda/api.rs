@@ -447,10 +447,28 @@ impl Engine for CudaEngine {
             slice,
         )?;
         if self.cfg.preempt.transforms() {
-            match self.load_ck(ptx, limits) {
+            let restart = self.cfg.preempt != crate::ckpt::PreemptMethod::Checkpoint;
+            match self.load_ck(ptx, limits, restart) {
                 Ok(Some((ck, bytes))) => {
+                    let restarts = ck.plans.iter().any(|p| p.restart);
                     if let Some(b) = m.set_ck(loaded.id, ck, bytes) {
                         loaded.host_bytes = b;
+                    }
+                    // Restarting entries also get their checkpoint form: a restarting launch
+                    // that stalls continues in it (`escalate.rs`).
+                    if restarts {
+                        match self.load_ck(ptx, limits, false) {
+                            Ok(Some((save, bytes))) => {
+                                if let Some(b) = m.set_ck_save(loaded.id, save, bytes) {
+                                    loaded.host_bytes = b;
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                m.unload(loaded.id)?;
+                                return Err(e);
+                            }
+                        }
                     }
                 }
                 Ok(None) => {}
@@ -493,7 +511,7 @@ impl Engine for CudaEngine {
     ) -> Result<Outcome, EngineError> {
         let max_area = self.cfg.max_save_area_bytes;
         let decode = |b: &[u8]| {
-            super::context::decode_full(b, &self.info.limits, max_area)
+            super::context::decode_ck(b, &self.info.limits, max_area)
                 .map_err(EngineError::BadContext)
         };
         let (job, ck) = match context.into_repr() {
@@ -522,7 +540,14 @@ impl Engine for CudaEngine {
                 self.alive()?;
                 let (module, plan, state) = match ck {
                     Ok(state) => {
-                        let module = lock(&self.modules).ck(l.module)?.ok_or_else(|| {
+                        let m = lock(&self.modules);
+                        let module = if state.escalated {
+                            m.ck_save(l.module)?
+                        } else {
+                            m.ck(l.module)?
+                        };
+                        drop(m);
+                        let module = module.ok_or_else(|| {
                             EngineError::BadContext("module not checkpointed".into())
                         })?;
                         let plan = module
@@ -531,7 +556,17 @@ impl Engine for CudaEngine {
                             .0;
                         (module, plan, state)
                     }
-                    Err(area) => self.ck_from_area(&l, area)?,
+                    Err(area) => self.ck_from_area(&l, area.bytes, area.escalated)?,
+                };
+                let (module, plan, state) = if state.stalled {
+                    match self.escalate(l.clone(), state)? {
+                        super::escalate::Escalated::Checkpoint(m, p, s) => (m, p, s),
+                        super::escalate::Escalated::Sliced(l) => {
+                            return self.run_job(super::context::JobState::Launch(l), preempt);
+                        }
+                    }
+                } else {
+                    (module, plan, state)
                 };
                 let need = state.area_len;
                 self.run_ck(l, module, plan, need, Some(state), preempt)
@@ -616,7 +651,7 @@ impl EngineSnapshot for CudaEngine {
             return Err(EngineError::BadContext("context too large".into()));
         }
         let (mut job, area) =
-            super::context::decode_full(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
+            super::context::decode_ck(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
                 .map_err(EngineError::BadContext)?;
         match &mut job {
             super::context::JobState::Copy(c) => c.space = space,
@@ -630,7 +665,7 @@ impl EngineSnapshot for CudaEngine {
         Ok(SavedContext::from_bytes(match area {
             // A checkpointed launch keeps its save area (the kernel's registers and shared
             // memory), re-targeted with the launch.
-            Some(a) => super::context::encode_ck(&job, &a),
+            Some(a) => super::context::encode_ck(&job, &a.bytes, a.escalated),
             None => super::context::encode(&job),
         }))
     }

@@ -31,15 +31,15 @@ impl CudaEngine {
         self.ckpt.snapshot()
     }
 
-    /// Transforms and loads the checkpointed form of `text` (checkpoint method): `Ok(None)` when
-    /// the transformation or the JIT refuses it (counted, the module runs sliced); `Err` when
-    /// the load's own limits stop it.
+    /// Transforms and loads the checkpointed form of `text` (checkpoint method; idempotent
+    /// entries restarting with `restart`): `Ok(None)` when the transformation or the JIT
+    /// refuses it (counted, the module runs sliced); `Err` when the load's own limits stop it.
     pub(crate) fn load_ck(
         &self,
         text: &str,
         limits: &LoadLimits,
+        restart: bool,
     ) -> Result<Option<(CkLoaded, u64)>, EngineError> {
-        let restart = self.cfg.preempt != crate::ckpt::PreemptMethod::Checkpoint;
         let t = match ckpt::transform(text, limits, self.cfg.ckpt_poll_interval, restart) {
             Ok(t) => t,
             Err(e) => {
@@ -101,15 +101,22 @@ impl CudaEngine {
 
     /// Rebuilds a checkpointed launch's state from its save-area bytes (already bounded by the
     /// decoder): the module must be checkpointed and the area exactly the launch's size.
+    /// `escalated`: the area is in the checkpoint form of a restarting entry.
     pub(crate) fn ck_from_area(
         &self,
         l: &LaunchState,
         area: Vec<u8>,
+        escalated: bool,
     ) -> Result<(Arc<CkLoaded>, usize, CkLive), EngineError> {
         let bad = |m: String| EngineError::BadContext(m);
-        let ck = lock(&self.modules)
-            .ck(l.module)?
-            .ok_or_else(|| bad("module is not checkpointed".into()))?;
+        let m = lock(&self.modules);
+        let ck = if escalated {
+            m.ck_save(l.module)?
+        } else {
+            m.ck(l.module)?
+        };
+        drop(m);
+        let ck = ck.ok_or_else(|| bad("module is not checkpointed (in that form)".into()))?;
         let (idx, plan) = ck
             .plan(&l.entry)
             .ok_or_else(|| bad("no such entry".into()))?;
@@ -130,13 +137,18 @@ impl CudaEngine {
             .collect();
         let buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
         buf.write_area(&area).map_err(|e| self.drv(e))?;
+        // From bytes the record of its last runs is gone: a restarting launch continues in its
+        // checkpoint form (which keeps progress).
+        let stalled = plan.restart;
         Ok((
-            ck,
+            ck.clone(),
             idx,
             CkLive {
                 buf,
                 area_len: need,
                 statuses,
+                stalled,
+                escalated,
             },
         ))
     }
@@ -184,11 +196,12 @@ impl CudaEngine {
         let (_use, ()) = self.begin(l.space, |_| ())?;
         let sig = self.signal()?;
         let (signal, write_value) = (sig.0.stream, sig.1);
-        let (buf, before, resume) = match state {
-            Some(s) => (s.buf, s.statuses, true),
+        let (buf, before, resume, escalated) = match state {
+            Some(s) => (s.buf, s.statuses, true, s.escalated),
             None => (
                 self.ck_pool.take(need).map_err(|e| self.drv(e))?,
                 Vec::new(),
+                false,
                 false,
             ),
         };
@@ -280,7 +293,9 @@ impl CudaEngine {
             ck: Some(CkLive {
                 buf,
                 area_len: need,
+                stalled: planr.restart && ckpt::stalled(&before, &after),
                 statuses: after,
+                escalated,
             }),
         }));
         Ok(Outcome::Preempted {

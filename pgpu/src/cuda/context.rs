@@ -8,7 +8,9 @@
 //! module (u64), grid (3 × u32), block (3 × u32), dynamic shared (u32), next block (u64),
 //! entry length (u32) + entry bytes, params length (u32) + param bytes; for a copy: src, dst,
 //! len, done (u64 each); for a checkpointed launch (kind 3) the launch's fields (next block 0)
-//! then the save area: length (u64) + bytes (the GPU state is in it). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
+//! then the save area: length (u64) + bytes (the GPU state is in it); kind 4 is the same for a
+//! restarting launch escalated to its entry's checkpoint form (`pgpu::ckpt::stalled`; readers
+//! before it refuse the kind by number). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
 //! progress within the job).
 
 use std::any::Any;
@@ -25,6 +27,7 @@ const JOB_VERSION: u32 = 1;
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
 const KIND_CKPT: u8 = 3;
+const KIND_CKPT_SAVE: u8 = 4;
 
 /// A launch's progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +100,11 @@ pub struct CkLive {
     /// Bytes of the save area the launch uses.
     pub area_len: u64,
     pub statuses: Vec<u32>,
+    /// The last run restarted its threads and finished none (`ckpt::stalled`): the next run
+    /// escalates to the entry's checkpoint form.
+    pub stalled: bool,
+    /// The launch runs in the checkpoint form of a restarting entry (escalated).
+    pub escalated: bool,
 }
 
 /// The in-memory context of one cuda engine.
@@ -118,7 +126,7 @@ impl LiveContext for Live {
                     log::error!("cuda: reading a save area failed: {e}");
                     Vec::new()
                 });
-                encode_ck(&self.job, &area)
+                encode_ck(&self.job, &area, c.escalated)
             }
         }
     }
@@ -165,10 +173,11 @@ pub fn encode(job: &JobState) -> Vec<u8> {
     wrap(&payload(job))
 }
 
-/// Bytes of a checkpointed launch's context with its save area.
-pub fn encode_ck(job: &JobState, area: &[u8]) -> Vec<u8> {
+/// Bytes of a checkpointed launch's context with its save area (`escalated`: in the checkpoint
+/// form of a restarting entry).
+pub fn encode_ck(job: &JobState, area: &[u8], escalated: bool) -> Vec<u8> {
     let mut o = payload(job);
-    o[0] = KIND_CKPT;
+    o[0] = if escalated { KIND_CKPT_SAVE } else { KIND_CKPT };
     o.extend_from_slice(&(area.len() as u64).to_le_bytes());
     o.extend_from_slice(area);
     wrap(&o)
@@ -205,13 +214,31 @@ pub fn decode(bytes: &[u8], limits: &EngineLimits) -> Result<JobState, String> {
     }
 }
 
-/// Decodes hostile bytes; `limits` bound the entry name and parameter sizes, `max_area` the
-/// save area of a checkpointed launch (returned with it).
+/// A checkpointed launch's save area as its context bytes carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CkArea {
+    pub bytes: Vec<u8>,
+    /// In the checkpoint form of a restarting entry (escalated).
+    pub escalated: bool,
+}
+
+/// Decodes hostile bytes; the area without its form (tests).
+#[cfg(test)]
 pub fn decode_full(
     bytes: &[u8],
     limits: &EngineLimits,
     max_area: u64,
 ) -> Result<(JobState, Option<Vec<u8>>), String> {
+    decode_ck(bytes, limits, max_area).map(|(j, a)| (j, a.map(|a| a.bytes)))
+}
+
+/// Decodes hostile bytes; `limits` bound the entry name and parameter sizes, `max_area` the
+/// save area of a checkpointed launch (returned with it).
+pub fn decode_ck(
+    bytes: &[u8],
+    limits: &EngineLimits,
+    max_area: u64,
+) -> Result<(JobState, Option<CkArea>), String> {
     let mut area = None;
     let secs = snapfmt::read(&FORMAT, bytes, 1).map_err(|e| match e {
         snapfmt::FrameError::Magic { .. } => "not a pgpu cuda context".to_string(),
@@ -238,7 +265,7 @@ pub fn decode_full(
                 done,
             })
         }
-        KIND_LAUNCH | KIND_CKPT => {
+        KIND_LAUNCH | KIND_CKPT | KIND_CKPT_SAVE => {
             let module = ModuleId(r.u64()?);
             let mut dims = [0u32; 7];
             for d in &mut dims {
@@ -263,12 +290,15 @@ pub fn decode_full(
             if l.next_block > l.total_blocks() {
                 return Err(format!("next block {next_block} beyond the grid"));
             }
-            if kind == KIND_CKPT {
+            if kind != KIND_LAUNCH {
                 let n = r.u64()?;
                 if n > max_area || l.next_block != 0 {
                     return Err(format!("save area of {n} bytes over the limit {max_area}"));
                 }
-                area = Some(r.take(n as usize)?.to_vec());
+                area = Some(CkArea {
+                    bytes: r.take(n as usize)?.to_vec(),
+                    escalated: kind == KIND_CKPT_SAVE,
+                });
             }
             JobState::Launch(l)
         }
@@ -343,7 +373,18 @@ mod tests {
             next_block: 0,
         });
         let area: Vec<u8> = (0..=255).collect();
-        let b = encode_ck(&job, &area);
+        let e = encode_ck(&job, &area, true);
+        assert_eq!(
+            decode_ck(&e, &lim, 256),
+            Ok((
+                job.clone(),
+                Some(CkArea {
+                    bytes: area.clone(),
+                    escalated: true
+                })
+            ))
+        );
+        let b = encode_ck(&job, &area, false);
         assert_eq!(
             decode_full(&b, &lim, 256),
             Ok((job.clone(), Some(area.clone())))

@@ -19,6 +19,7 @@ mod config;
 mod context;
 mod driver;
 mod engine;
+mod escalate;
 mod flags;
 mod hostmem;
 mod jobs;

@@ -158,6 +158,9 @@ struct Entry {
     host_bytes: u64,
     /// The transformed module (checkpoint method), if the transformation was accepted.
     ck: Option<Arc<CkLoaded>>,
+    /// Its checkpoint form, where `ck` has restarting entries (`restart`/`auto`): a stalled
+    /// restarting launch continues in it.
+    ck_save: Option<Arc<CkLoaded>>,
 }
 
 /// A transformed module loaded in the driver and its plans.
@@ -285,6 +288,7 @@ impl Modules {
                 loads: 1,
                 host_bytes,
                 ck: None,
+                ck_save: None,
             },
         );
         self.by_hash.entry(hash(text)).or_default().push(id);
@@ -322,6 +326,22 @@ impl Modules {
         e.ck = Some(Arc::new(ck));
         e.host_bytes += bytes;
         Some(e.host_bytes)
+    }
+
+    /// Attaches the checkpoint form of `id` (beside a restarting `ck`), charging `bytes`.
+    pub fn set_ck_save(&mut self, id: ModuleId, ck: CkLoaded, bytes: u64) -> Option<u64> {
+        let e = self.by_id.get_mut(&id)?;
+        e.ck_save = Some(Arc::new(ck));
+        e.host_bytes += bytes;
+        Some(e.host_bytes)
+    }
+
+    /// The checkpoint form of `id` beside a restarting one, if any.
+    pub fn ck_save(&self, id: ModuleId) -> Result<Option<Arc<CkLoaded>>, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.ck_save.clone())
+            .ok_or(EngineError::UnknownModule(id))
     }
 
     /// The transformed form of `id`, if any.

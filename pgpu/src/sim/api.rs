@@ -215,10 +215,40 @@ impl Engine for SimEngine {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);
+                    // Restarting entries also get their checkpoint form: a restarting launch
+                    // that stalls continues in it (`pgpu::ckpt::stalled`).
+                    let save = if t.entries.iter().any(|p| p.restart) {
+                        let left = LoadLimits {
+                            max_host_bytes: ptx_load::remaining(&bound, bytes)?,
+                            ..limits.clone()
+                        };
+                        match ckpt::transform(text, &left, self.config.ckpt_poll_interval, false) {
+                            Ok(c) => {
+                                let (sm, sb) = ptx_load::parse(&c.ptx, &left)?;
+                                bytes = bytes.saturating_add(sb);
+                                Some(Arc::new(CkModule {
+                                    module: Arc::new(sm),
+                                    plans: c.entries,
+                                    save: None,
+                                }))
+                            }
+                            Err(e) => {
+                                if let Some(err) = ckpt::limit_error(&e) {
+                                    return Err(err);
+                                }
+                                // Stalled launches then slice (counted all the same).
+                                self.ckpt.refused(&format!("checkpoint form: {e}"));
+                                None
+                            }
+                        }
+                    } else {
+                        None
+                    };
                     self.ckpt.transformed();
                     Some(Arc::new(CkModule {
                         module: Arc::new(m),
                         plans: t.entries,
+                        save,
                     }))
                 }
                 Err(e) => {
@@ -442,7 +472,9 @@ impl EngineSnapshot for SimEngine {
                 Decoded::Launch {
                     module: m, state, ..
                 } => context::encode_launch(space, module.unwrap_or(m), state),
-                Decoded::Ckpt { body, .. } => context::encode_ckpt(space, module, body),
+                Decoded::Ckpt {
+                    body, escalated, ..
+                } => context::encode_ckpt(space, module, body, escalated),
             };
         drop(bytes);
         // Validates (a launch's interpreter state against the module) into the in-memory form.

@@ -33,6 +33,9 @@ pub const SAVE_OFF: u64 = 256;
 pub struct CkModule {
     pub module: Arc<ptx::Module>,
     pub plans: Vec<EntryPlan>,
+    /// The checkpoint form of the same text (no entry restarts), where this form has
+    /// restarting entries: a stalled restarting launch continues in it.
+    pub save: Option<Arc<CkModule>>,
 }
 
 impl CkModule {
@@ -47,6 +50,12 @@ pub struct CkJob {
     pub ck: Arc<CkModule>,
     pub plan: usize,
     pub mem: Arc<FlatMemory>,
+    /// The last run restarted its threads and finished none of them (`ckpt::stalled`): the
+    /// next run escalates.
+    pub stalled: bool,
+    /// Set once escalated: the restarting form and plan it came from (its bytes say so, as
+    /// `KIND_CKPT_SAVE`, and are read back into the checkpoint form).
+    pub from: Option<(Arc<CkModule>, usize)>,
 }
 
 impl std::fmt::Debug for CkJob {
@@ -143,6 +152,45 @@ impl SimEngine {
             ck: ck.clone(),
             plan: idx,
             mem,
+            stalled: false,
+            from: None,
+        }))
+    }
+
+    /// The next run of a stalled restarting launch (see `ckpt::stalled`): the same launch in
+    /// the entry's checkpoint form, its threads that are not done starting afresh (`Ok(Ok)`),
+    /// or, where there is no such form or its save area is over the limit, the launch run
+    /// sliced from the start (`Ok(Err)`: the interpreter's own preemption keeps progress; the
+    /// entry is idempotent, so rerunning its finished threads writes the same bytes).
+    pub(super) fn escalate(&self, job: CkJob) -> Result<Result<CkJob, LaunchJob>, EngineError> {
+        let l = &job.launch;
+        let save = job
+            .ck
+            .save
+            .as_ref()
+            .and_then(|s| s.plan(&l.entry).map(|(i, p)| (s.clone(), i, p)));
+        let Some((save, idx, plan)) = save else {
+            self.ckpt.escalated(&l.entry, "sliced (no checkpoint form)");
+            return Ok(Err(job.launch));
+        };
+        let need = area_bytes(plan, l.grid, l.block, l.dynamic_shared);
+        if need > self.config.max_save_area_bytes {
+            self.ckpt
+                .escalated(&l.entry, "sliced (checkpoint save area over the limit)");
+            return Ok(Err(job.launch));
+        }
+        let area = crate::ckpt::status_area(&statuses(&job), plan.record_bytes, need);
+        let mem = Arc::new(FlatMemory::new(CK_BASE, (SAVE_OFF + need) as usize));
+        mem.write(CK_BASE + SAVE_OFF, &area);
+        self.ckpt
+            .escalated(&l.entry, "continues in its checkpoint form");
+        Ok(Ok(CkJob {
+            from: Some((job.ck.clone(), job.plan)),
+            launch: job.launch,
+            ck: save.clone(),
+            plan: idx,
+            mem,
+            stalled: false,
         }))
     }
 
@@ -268,6 +316,9 @@ impl SimEngine {
                     }
                 } else {
                     self.ckpt.preempted(&t);
+                    let stalled = plan.restart && crate::ckpt::stalled(&before, &after);
+                    let mut job = job;
+                    job.stalled = stalled;
                     let context = self.live(LiveJob::Ckpt(job));
                     Outcome::Preempted {
                         context,
@@ -282,13 +333,33 @@ impl SimEngine {
 
     /// Rebuilds a checkpointed job from context bytes (hostile: every length checked against
     /// the module's plan and the engine's limits).
-    pub(super) fn ck_from_bytes(&self, space: SpaceId, body: &[u8]) -> Result<CkJob, EngineError> {
+    /// `escalated`: the area is in the checkpoint form of a restarting entry.
+    pub(super) fn ck_from_bytes(
+        &self,
+        space: SpaceId,
+        body: &[u8],
+        escalated: bool,
+    ) -> Result<CkJob, EngineError> {
         let bad = |m: String| EngineError::BadContext(m);
         let d = decode_body(body, &self.info.limits).map_err(bad)?;
         let launch = LaunchJob { space, ..d.launch };
-        let ck = lock(&self.modules)
+        let restarting = lock(&self.modules)
             .ck(launch.module)?
             .ok_or_else(|| bad("module is not checkpointed".into()))?;
+        let (ck, from) = if escalated {
+            let from = restarting
+                .plan(&launch.entry)
+                .filter(|(_, p)| p.restart)
+                .map(|(i, _)| i)
+                .ok_or_else(|| bad("escalated context of an entry that does not restart".into()))?;
+            let save = restarting
+                .save
+                .clone()
+                .ok_or_else(|| bad("escalated context, no checkpoint form loaded".into()))?;
+            (save, Some((restarting, from)))
+        } else {
+            (restarting, None)
+        };
         let (idx, plan) = ck
             .plan(&launch.entry)
             .ok_or_else(|| bad("no such entry".into()))?;
@@ -307,6 +378,10 @@ impl SimEngine {
             ck: ck.clone(),
             plan: idx,
             mem,
+            // A context that left the engine as bytes has lost the record of its last runs:
+            // a restarting one continues in its checkpoint form (which keeps progress).
+            stalled: plan.restart,
+            from,
         })
     }
 }

@@ -6,7 +6,9 @@
 //! each), then for a launch a `PTX\0` section holding the `ptx::Launch` context (itself a
 //! container, written in place so that the interpreter state is never copied), for a
 //! checkpointed launch (`KIND_CKPT`) a `CKPT` section holding `super::ckpt::encode_body` (the
-//! launch and its save area). Version 2 put the fields in a trailer ending in the magic
+//! launch and its save area; `KIND_CKPT_SAVE` for a restarting launch escalated to its
+//! entry's checkpoint form, see `pgpu::ckpt::stalled`: readers before it refuse that kind by
+//! number). Version 2 put the fields in a trailer ending in the magic
 //! `PGPUCTX2`; such bytes are refused by their version. Decoding treats the bytes as hostile and
 //! borrows the interpreter state.
 
@@ -30,6 +32,7 @@ const SECTION_VERSION: u32 = 1;
 const KIND_COPY: u8 = 1;
 const KIND_LAUNCH: u8 = 2;
 const KIND_CKPT: u8 = 3;
+const KIND_CKPT_SAVE: u8 = 4;
 
 /// Errors decoding a saved context.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -82,10 +85,12 @@ pub enum Decoded<'a> {
         module: ModuleId,
         state: &'a [u8],
     },
-    /// A checkpointed launch: the body for `super::ckpt` to decode.
+    /// A checkpointed launch: the body for `super::ckpt` to decode; `escalated`: in the
+    /// checkpoint form of a restarting entry.
     Ckpt {
         space: SpaceId,
         body: &'a [u8],
+        escalated: bool,
     },
 }
 
@@ -141,7 +146,12 @@ impl LiveContext for Live {
                 w.end(open);
                 w.finish()
             }
-            LiveJob::Ckpt(j) => encode_ckpt(j.launch.space, None, &super::ckpt::encode_body(j)),
+            LiveJob::Ckpt(j) => encode_ckpt(
+                j.launch.space,
+                None,
+                &super::ckpt::encode_body(j),
+                j.from.is_some(),
+            ),
         }
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
@@ -167,9 +177,16 @@ pub fn encode_copy(c: &CopyState) -> Vec<u8> {
 }
 
 /// A checkpointed launch's context bytes (`body` as `Decoded::Ckpt` gives it) moved to
-/// `space`, and to `module` when given (the body starts with the module id).
-pub fn encode_ckpt(space: SpaceId, module: Option<ModuleId>, body: &[u8]) -> Vec<u8> {
-    let mut w = job(KIND_CKPT, space, &[]);
+/// `space`, and to `module` when given (the body starts with the module id); `escalated`: the
+/// save area is in the checkpoint form of a restarting entry.
+pub fn encode_ckpt(
+    space: SpaceId,
+    module: Option<ModuleId>,
+    body: &[u8],
+    escalated: bool,
+) -> Vec<u8> {
+    let kind = if escalated { KIND_CKPT_SAVE } else { KIND_CKPT };
+    let mut w = job(kind, space, &[]);
     let open = w.begin(CKPT, SECTION_VERSION);
     let at = w.buf().len();
     w.buf().extend_from_slice(body);
@@ -231,9 +248,10 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, ContextError> {
             module: ModuleId(d.u64()?),
             state: second(PTX)?,
         },
-        KIND_CKPT => Decoded::Ckpt {
+        KIND_CKPT | KIND_CKPT_SAVE => Decoded::Ckpt {
             space,
             body: second(CKPT)?,
+            escalated: kind == KIND_CKPT_SAVE,
         },
         k => return Err(ContextError::BadKind(k)),
     };
@@ -297,12 +315,16 @@ mod tests {
         w.section(PTX, SECTION_VERSION, &[]);
         assert_eq!(decode(&w.finish()), Err(ContextError::Trailing));
         // A checkpointed body moved to another module keeps the rest of its bytes.
-        let k = encode_ckpt(SpaceId(2), Some(ModuleId(5)), &[1, 0, 0, 0, 0, 0, 0, 0, 9]);
-        let want = Decoded::Ckpt {
-            space: SpaceId(2),
-            body: &[5, 0, 0, 0, 0, 0, 0, 0, 9],
-        };
-        assert_eq!(decode(&k), Ok(want));
+        for escalated in [false, true] {
+            let body = [1, 0, 0, 0, 0, 0, 0, 0, 9];
+            let k = encode_ckpt(SpaceId(2), Some(ModuleId(5)), &body, escalated);
+            let want = Decoded::Ckpt {
+                space: SpaceId(2),
+                body: &[5, 0, 0, 0, 0, 0, 0, 0, 9],
+                escalated,
+            };
+            assert_eq!(decode(&k), Ok(want));
+        }
         // Version 2 (fields in a trailer ending in its magic) is refused by its number.
         let mut old = vec![0u8; 41];
         old.push(KIND_COPY);

@@ -314,6 +314,18 @@ impl SimEngine {
             }
             LiveJob::Ckpt(job) => {
                 lock(&self.modules).get(job.launch.module)?;
+                let job = if job.stalled {
+                    match self.escalate(job)? {
+                        Ok(job) => job,
+                        Err(l) => {
+                            let launch = self.new_launch(&l)?;
+                            let s = self.spaces.begin(l.space)?;
+                            return Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0));
+                        }
+                    }
+                } else {
+                    job
+                };
                 let s = self.spaces.begin(job.launch.space)?;
                 self.run_ckpt(s, job, true, preempt, t0)
             }
@@ -346,7 +358,11 @@ impl SimEngine {
                     launch: Box::new(launch),
                 }
             }
-            Decoded::Ckpt { space, body } => LiveJob::Ckpt(self.ck_from_bytes(space, body)?),
+            Decoded::Ckpt {
+                space,
+                body,
+                escalated,
+            } => LiveJob::Ckpt(self.ck_from_bytes(space, body, escalated)?),
         };
         Ok(Live {
             engine: self.id,

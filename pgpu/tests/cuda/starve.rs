@@ -1,0 +1,86 @@
+//! Progress of restarting launches on a real GPU (issue 23's known hazard), ignored (needs an
+//! NVIDIA GPU): `long_tight` at size xl (2 CTAs whose threads all run the whole kernel, tens of
+//! ms) under `restart` and `auto`, every run given a 500 µs time slice (`set_deadline`, as
+//! vgpud's grants do), finishes with the CPU reference's bytes within a bounded number of runs
+//! — without escalation every run restarted the threads from scratch and it never finished —
+//! and the engine counts the escalation. Prints `MEASURE starve` lines (runs, GPU time).
+
+use std::time::{Duration, Instant};
+
+use pgpu::cuda::CudaConfig;
+use pgpu::*;
+
+use super::support::*;
+
+/// Runs of one launch before calling it starved (500 µs each: ~1 s of slices).
+const MAX_RUNS: u32 = 2000;
+const SLICE: Duration = Duration::from_micros(500);
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_restarting_kernel_longer_than_the_slice_finishes() {
+    for method in [PreemptMethod::Restart, PreemptMethod::Auto] {
+        let e = cuda(CudaConfig {
+            vram_size: 512 * MIB,
+            preempt: method,
+            ..CudaConfig::default()
+        });
+        let w = suite::long::find("long_tight").unwrap();
+        let inst = w.instance(suite::Size::Xl);
+        let p = place(&e, &inst, window());
+        let h = PreemptHandle::new();
+        let (mut runs, mut gpu) = (0u32, Duration::ZERO);
+        for l in &inst.launches {
+            let params = suite::layout_params(&l.params, &p.addrs).unwrap();
+            let job = Job::Launch(LaunchJob {
+                space: p.space,
+                module: p.module,
+                entry: l.entry.to_string(),
+                grid: l.grid,
+                block: l.block,
+                dynamic_shared: l.shared_bytes,
+                params,
+            });
+            let mut ctx: Option<SavedContext> = None;
+            loop {
+                assert!(
+                    runs < MAX_RUNS,
+                    "{method}: not finished after {runs} slices of {SLICE:?}"
+                );
+                runs += 1;
+                h.clear();
+                h.set_deadline(Some(Instant::now() + SLICE));
+                let out = match ctx.take() {
+                    None => e.execute(&job, &h).unwrap(),
+                    Some(c) => e.resume(c, &h).unwrap(),
+                };
+                gpu += out.gpu_time();
+                match out {
+                    Outcome::Completed { .. } => break,
+                    Outcome::Preempted { context, .. } => ctx = Some(context),
+                    Outcome::Faulted { fault, .. } => panic!("{method}: {fault}"),
+                }
+            }
+        }
+        h.set_deadline(None);
+        let mut outs = Vec::new();
+        for (b, &va) in inst.buffers.iter().zip(&p.addrs) {
+            let mut buf = vec![0u8; b.init.len()];
+            e.copy_from_space(p.space, va, &mut buf).unwrap();
+            outs.push(buf);
+        }
+        check(&inst, &outs).unwrap_or_else(|m| panic!("{method}: {m}"));
+        let st = e.ckpt_stats();
+        println!(
+            "MEASURE starve {method} long_tight xl: {runs} runs of {SLICE:?}, GPU {:.1} ms, {} escalated, {} threads saved",
+            gpu.as_secs_f64() * 1e3,
+            st.escalated_launches,
+            st.saved_threads
+        );
+        assert!(
+            runs > 2,
+            "{method}: a kernel of tens of ms took {runs} slices"
+        );
+        assert!(st.escalated_launches >= 1, "{method}: {st:?}");
+    }
+}
