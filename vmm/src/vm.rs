@@ -113,8 +113,8 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
 }
 
 /// [`run`], restoring a snapshot and/or serving the API socket as `start` says.
-pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
-    let vm = match &start.restore {
+pub fn run_with(cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, VmError> {
+    let vm = match start.restore.as_mut() {
         Some(r) => builder::build_from_snapshot(cfg, r)?,
         None => builder::build_for_boot(cfg)?,
     };
@@ -127,6 +127,8 @@ struct Shared {
     gate: Arc<PauseGate>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
     live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
+    /// A migration's destination: what it did (`--stats`' `incoming`).
+    incoming: Option<crate::snapshot::incoming::IncomingReport>,
 }
 
 impl PausedVm {
@@ -153,11 +155,12 @@ impl PausedVm {
             what: "install the vCPU kick handler",
             err: e.into(),
         })?;
-        let shared = Shared {
+        let mut shared = Shared {
             counters: (0..cfg.cpus).map(|_| Arc::default()).collect(),
             gate: Arc::new(PauseGate::default()),
             threads: Arc::new(Mutex::new(Vec::new())),
             live_reports: Arc::new(Mutex::new(Vec::new())),
+            incoming: None,
         };
         let api_server = match start.api {
             Some(api) => Some(
@@ -172,6 +175,14 @@ impl PausedVm {
         self.spawn_vcpus(vcpus, &shared);
         if let Some(mut conn) = start.ack {
             crate::snapshot::stream::answer(&mut conn, Ok(()));
+        }
+        if let Some((mut rep, end)) = start.restore.and_then(|r| r.incoming) {
+            rep.dest_switch_ms = end.elapsed().as_secs_f64() * 1e3;
+            log::info!(
+                "migration destination: {}",
+                serde_json::to_string(&rep).unwrap_or_default()
+            );
+            shared.incoming = Some(rep);
         }
         if let Some(since) = start.since {
             log::debug!(
@@ -297,6 +308,7 @@ impl PausedVm {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner),
             ),
+            incoming: s.incoming,
         };
         let PausedVm {
             gpu,
