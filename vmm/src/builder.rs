@@ -171,11 +171,15 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
         .as_ref()
         .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda);
     // The prepared engine is of the configuration `cfg` has (the same manifest and `--gpu`).
-    let (engine, registered, sim, applied) = match prepared.map(|p| (p.engine, p.vram_applied)) {
-        Some((vgpu::PreparedEngine::Cuda(e, reg), applied)) if cuda => {
+    let mut host_ram = Vec::new();
+    let (engine, registered, sim, applied) = match prepared
+        .map(|p| (p.engine, p.vram_applied, p.ram))
+    {
+        Some((vgpu::PreparedEngine::Cuda(e, reg), applied, ram)) if cuda => {
+            host_ram = ram;
             (Some(e), reg, None, applied)
         }
-        Some((vgpu::PreparedEngine::Sim(e), applied)) if !cuda => (None, None, Some(e), applied),
+        Some((vgpu::PreparedEngine::Sim(e), applied, _)) if !cuda => (None, None, Some(e), applied),
         _ => {
             let (e, reg) = cuda_engine(cfg)?;
             (e, reg, None, false)
@@ -183,7 +187,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
     };
     let ram_ids = std::cell::RefCell::new(Vec::new());
     let t = Instant::now();
-    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r)?;
+    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
     let ram_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
@@ -310,13 +314,16 @@ fn guest_ram(
 }
 
 /// A snapshot's RAM: its file mapped copy-on-write, or with `backend=cuda` copied into
-/// engine-allocated RAM (not lazy).
+/// engine-allocated RAM (not lazy). `prepared`: guest RAM a migration's destination allocated
+/// from `engine` during the rounds (host region, address, bytes, in the layout's order), with
+/// every received page in it already: taken as it is, nothing copied.
 fn restored_ram(
     vm: &VmFd,
     cfg: &VmConfig,
     engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
     ids: &RamIds,
     r: &Loaded,
+    prepared: Vec<(pgpu::HostRegionId, usize, u64)>,
 ) -> Result<(GuestMemoryMmap, ram::Backing), RestoreError> {
     if engine.is_none() {
         let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
@@ -328,6 +335,23 @@ fn restored_ram(
             got: r.manifest.ram_bytes,
             want: cfg.memory_mib << 20,
         });
+    }
+    if !prepared.is_empty() {
+        let next = std::cell::Cell::new(0usize);
+        let alloc = |len: usize| {
+            let i = next.get();
+            next.set(i + 1);
+            match prepared.get(i) {
+                Some(&(id, addr, n)) if n == len as u64 => {
+                    ids.borrow_mut().push(id);
+                    std::ptr::NonNull::new(addr as *mut u8).ok_or_else(|| "null".to_owned())
+                }
+                _ => Err(format!("no prepared guest RAM region {i} of {len} bytes")),
+            }
+        };
+        let mem = memory::create(vm, cfg.memory_mib, Some(&alloc)).map_err(BuildError::from)?;
+        log::debug!("restore: guest RAM allocated and received during the rounds");
+        return Ok((mem, ram::Backing::Other));
     }
     let (mem, backing) = guest_ram(vm, cfg, engine, ids)?;
     let t = Instant::now();

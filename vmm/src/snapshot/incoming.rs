@@ -5,7 +5,10 @@
 //! after the receiver has stored it in the in-memory VRAM file, so that neither waits for the
 //! other (the frames' pages are queued, the bytes read back from the file: a page resent later
 //! is queued again, so the partition ends with its last bytes). At the switch-over the VM is
-//! built on that engine and only the paused round's delta is applied. If the engine cannot be
+//! built on that engine and only the paused round's delta is applied. On cuda, whose engine
+//! allocates guest RAM (pinned host memory), the thread allocates it too and copies each RAM
+//! frame into it the same way, so that the switch-over neither allocates nor copies guest RAM.
+//! If the engine cannot be
 //! made or written, the receiver falls back to the whole pre-copied file after the switch-over
 //! (as before). [`IncomingReport`] is the destination's side of the downtime.
 
@@ -63,6 +66,9 @@ pub struct Prepared {
     pub engine: PreparedEngine,
     /// Every received VRAM page is in the engine's partition.
     pub vram_applied: bool,
+    /// Guest RAM allocated from the (cuda) engine, region by region in the layout's order
+    /// (host region, address, bytes), holding every received RAM page.
+    pub ram: Vec<(pgpu::HostRegionId, usize, u64)>,
 }
 
 /// What the thread hands back.
@@ -70,11 +76,31 @@ struct Done {
     engine: PreparedEngine,
     pages: u64,
     engine_ms: f64,
+    ram: Vec<HostRam>,
+}
+
+/// A guest RAM region allocated from the engine: its host region, address, length and offset
+/// in the RAM file's layout.
+#[derive(Debug, Clone, Copy)]
+struct HostRam {
+    id: pgpu::HostRegionId,
+    addr: usize,
+    len: u64,
+    off: u64,
+}
+
+/// What the receiver queues for the thread.
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    /// VRAM pages (first page, pages) of the partition.
+    Vram(u64, u64),
+    /// RAM bytes (offset in the RAM file's layout, bytes).
+    Ram(u64, u64),
 }
 
 /// The thread making the engine and writing the VRAM frames into it.
 pub struct Early {
-    tx: Option<SyncSender<(u64, u64)>>,
+    tx: Option<SyncSender<Work>>,
     thread: Option<JoinHandle<Result<Done, String>>>,
     /// The thread stopped early (its error comes with `finish`).
     stopped: bool,
@@ -83,14 +109,23 @@ pub struct Early {
 impl Early {
     /// Starts making the engine of `cfg` (the manifest's GPU with the destination's `--gpu`
     /// backend and daemon) on a thread that writes queued pages of `vram` (the in-memory file
-    /// of the pre-copied partition) into it. `None` where the engine cannot come first.
-    pub fn start(cfg: GpuConfig, vram: &File) -> Option<Early> {
+    /// of the pre-copied partition) into it. `None` where the engine cannot come first. With
+    /// `ram` (the in-memory RAM file and its size) on cuda, guest RAM is allocated from the
+    /// engine as well and queued RAM runs copied into it.
+    pub fn start(cfg: GpuConfig, vram: &File, ram: Option<(&File, u64)>) -> Option<Early> {
         if cfg.mode == vgpu::config::Mode::Pt
             || (cfg.backend == vgpu::config::Backend::Sim && cfg.host.is_some())
         {
             return None;
         }
-        let file = match vram.try_clone() {
+        let ram = ram.filter(|_| cfg.backend == vgpu::config::Backend::Cuda);
+        let files = vram.try_clone().and_then(|v| {
+            let r = ram
+                .map(|(f, n)| f.try_clone().map(|f| (f, n)))
+                .transpose()?;
+            Ok((v, r))
+        });
+        let (file, ram) = match files {
             Ok(f) => f,
             Err(e) => {
                 log::warn!("migration: prepare the GPU: {e}");
@@ -100,7 +135,7 @@ impl Early {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let thread = std::thread::Builder::new()
             .name("incoming-gpu".into())
-            .spawn(move || run(&cfg, &file, &rx));
+            .spawn(move || run(&cfg, &file, ram.as_ref(), &rx));
         match thread {
             Ok(t) => Some(Early {
                 tx: Some(tx),
@@ -116,11 +151,20 @@ impl Early {
 
     /// Queues `pages` pages from partition page `page` (stored in the VRAM file already).
     pub fn note(&mut self, page: u64, pages: u64) {
+        self.queue(Work::Vram(page, pages));
+    }
+
+    /// Queues `len` bytes of RAM at `off` (stored in the RAM file already).
+    pub fn note_ram(&mut self, off: u64, len: u64) {
+        self.queue(Work::Ram(off, len));
+    }
+
+    fn queue(&mut self, w: Work) {
         if self.stopped {
             return;
         }
         let Some(tx) = &self.tx else { return };
-        let sent = match tx.try_send((page, pages)) {
+        let sent = match tx.try_send(w) {
             Err(TrySendError::Full(v)) => tx.send(v).map_err(|_| ()),
             Err(TrySendError::Disconnected(_)) => Err(()),
             Ok(()) => Ok(()),
@@ -155,6 +199,7 @@ impl Early {
         Some(Prepared {
             engine: done.engine,
             vram_applied: true,
+            ram: done.ram.iter().map(|r| (r.id, r.addr, r.len)).collect(),
         })
     }
 }
@@ -168,25 +213,78 @@ impl Drop for Early {
     }
 }
 
-/// The thread: makes the engine, then writes each queued run read back from `file`.
-fn run(cfg: &GpuConfig, file: &File, rx: &Receiver<(u64, u64)>) -> Result<Done, String> {
+/// The thread: makes the engine (and guest RAM from it, with `ram`), then writes each queued
+/// run read back from `file` (or the RAM file).
+fn run(
+    cfg: &GpuConfig,
+    file: &File,
+    ram: Option<&(File, u64)>,
+    rx: &Receiver<Work>,
+) -> Result<Done, String> {
     let t = Instant::now();
     let engine = vgpu::Vgpu::prepare_engine(cfg)
         .map_err(|e| e.to_string())?
         .ok_or("this GPU's engine is made with its device")?;
+    let mut host = Vec::new();
+    if let Some((_, bytes)) = ram {
+        let mut off = 0;
+        for (_, len) in crate::layout::ram_regions(*bytes) {
+            let (id, ptr) = engine
+                .engine()
+                .alloc_host_region(len)
+                .map_err(|e| format!("guest RAM from the engine: {e}"))?;
+            host.push(HostRam {
+                id,
+                addr: ptr.as_ptr() as usize,
+                len,
+                off,
+            });
+            off += len;
+        }
+    }
     let engine_ms = t.elapsed().as_secs_f64() * 1e3;
     log::debug!("migration: GPU engine made during the rounds in {engine_ms:.1} ms");
     let mut buf = vec![0u8; (MAX_WRITE_PAGES * 4096) as usize];
     let mut pages = 0u64;
-    while let Ok((page, n)) = rx.recv() {
-        write_run(&engine, cfg, file, &mut buf, page, n)?;
-        pages += n;
+    while let Ok(w) = rx.recv() {
+        match (w, ram) {
+            (Work::Vram(page, n), _) => {
+                write_run(&engine, cfg, file, &mut buf, page, n)?;
+                pages += n;
+            }
+            (Work::Ram(off, len), Some((f, _))) => copy_ram(&host, f, off, len)?,
+            (Work::Ram(..), None) => {}
+        }
     }
     Ok(Done {
         engine,
         pages,
         engine_ms,
+        ram: host,
     })
+}
+
+/// Copies `len` bytes at `off` of the RAM file into the engine's guest RAM regions `host`.
+fn copy_ram(host: &[HostRam], f: &File, off: u64, len: u64) -> Result<(), String> {
+    let end = off.checked_add(len).ok_or("RAM run wraps")?;
+    for r in host {
+        let (s, e) = (off.max(r.off), end.min(r.off + r.len));
+        if s >= e {
+            continue;
+        }
+        // SAFETY: `r` is a host region of `r.len` bytes the engine allocated for guest RAM and
+        // keeps alive with itself (owned by this thread until it hands both over); no VM or
+        // device uses it yet, so this thread's writes are the only access; the range is inside.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                (r.addr as *mut u8).add((s - r.off) as usize),
+                (e - s) as usize,
+            )
+        };
+        f.read_exact_at(dst, s)
+            .map_err(|e| format!("read the received RAM: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Writes pages `page..page + n` of `file` into the partition (checked against it).
@@ -232,7 +330,7 @@ mod tests {
     fn queued_pages_reach_the_engine_with_their_last_bytes() {
         let cfg = GpuConfig::parse("vram=4M").unwrap();
         let file = memfd(cfg.vram);
-        let mut early = Early::start(cfg.clone(), &file).expect("a sim engine");
+        let mut early = Early::start(cfg.clone(), &file, None).expect("a sim engine");
         file.write_all_at(&[1; 8192], 3 * 4096).unwrap();
         early.note(3, 2);
         // Page 4 sent again by a later round.
@@ -256,7 +354,7 @@ mod tests {
         // The receiver checks frames against the partition first; the thread checks again.
         let cfg = GpuConfig::parse("vram=4M").unwrap();
         let file = memfd(cfg.vram);
-        let mut early = Early::start(cfg.clone(), &file).unwrap();
+        let mut early = Early::start(cfg.clone(), &file, None).unwrap();
         early.note(1023, 2);
         early.note(u64::MAX, 2);
         let mut report = IncomingReport::default();
@@ -264,6 +362,6 @@ mod tests {
         assert!(!report.dest_prepared);
         // Shared sim GPUs (the daemon's VRAM) are not prepared.
         let shared = GpuConfig::parse("vram=4M,host=/x.sock").unwrap();
-        assert!(Early::start(shared, &file).is_none());
+        assert!(Early::start(shared, &file, None).is_none());
     }
 }

@@ -288,7 +288,7 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
     let mut early = match (&vram_file, &manifest.gpu) {
         (Some(f), Some(g)) => super::gpu::restore_config(g, given)
             .ok()
-            .and_then(|cfg| Early::start(cfg, f)),
+            .and_then(|cfg| Early::start(cfg, f, Some((&ram_file, manifest.ram_bytes)))),
         _ => None,
     };
     let mut report = IncomingReport::default();
@@ -319,6 +319,9 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
                 buf.resize(n as usize, 0);
                 r.read_exact(&mut buf)?;
                 ram_file.write_all_at(&buf, off)?;
+                if let Some(e) = &mut early {
+                    e.note_ram(off, n);
+                }
                 pages += n / 4096;
             }
             VRAM => {
