@@ -101,7 +101,6 @@ impl Vgpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pgpu::Engine;
 
     #[test]
     fn a_prepared_sim_engine_takes_writes_inside_its_partition_only() {

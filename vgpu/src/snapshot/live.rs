@@ -668,7 +668,10 @@ mod tests {
     }
 
     fn tempfile() -> std::fs::File {
-        let p = std::env::temp_dir().join(format!("vgpu-extents-{}", std::process::id()));
+        // One name per call: tests of this module run in parallel in one process.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("vgpu-extents-{}-{n}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
