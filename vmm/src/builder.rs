@@ -132,8 +132,7 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         &vm,
         cfg,
         &mem,
-        (engine.as_ref(), registered),
-        None,
+        (engine.as_ref(), registered, None),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -200,8 +199,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
         &vm,
         cfg,
         &mem,
-        (engine.as_ref(), registered),
-        sim,
+        (engine.as_ref(), registered, sim),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -510,19 +508,23 @@ impl Devices {
     }
 }
 
+/// What a GPU is built on: a cuda engine and its vgpud registration, or a sim engine made
+/// before (a migration's destination); none of them: a sim engine of its own.
+type GpuEngine<'a> = (
+    Option<&'a Arc<dyn pgpu::EngineSnapshot>>,
+    Option<vgpu::HostRegistration>,
+    Option<Arc<pgpu::sim::SimEngine>>,
+);
+
 /// The virtual GPU (`--gpu`) on the PCI root: on `engine` (`backend=cuda`, guest RAM its host
 /// regions `ram_ids`, and its registration with vgpud when shared), else its own engine with its
-/// aperture remapped through KVM slots.
+/// aperture remapped through KVM slots (on `sim`, a sim engine made before, if given).
 fn attach_gpu(
     kvm_fd: &Kvm,
     vm: &Arc<VmFd>,
     cfg: &VmConfig,
     mem: &GuestMemoryMmap,
-    (engine, registered): (
-        Option<&Arc<dyn pgpu::EngineSnapshot>>,
-        Option<vgpu::HostRegistration>,
-    ),
-    sim: Option<Arc<pgpu::sim::SimEngine>>,
+    (engine, registered, sim): GpuEngine<'_>,
     ram_ids: Vec<pgpu::HostRegionId>,
     devices: &mut Devices,
 ) -> Result<Option<Arc<vgpu::Vgpu>>, BuildError> {

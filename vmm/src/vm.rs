@@ -134,7 +134,7 @@ struct Shared {
 impl PausedVm {
     /// Runs the VM until it stops: event loop, API, vCPU threads; then the teardown and the
     /// stats.
-    pub fn run(mut self, cfg: &VmConfig, start: Start) -> Result<RunOutcome, RunError> {
+    pub fn run(mut self, cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, RunError> {
         let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
             EventManager::new().map_err(RunError::EventLoop)?;
         let interactive = std::io::stdin().is_terminal();
@@ -176,20 +176,24 @@ impl PausedVm {
         if let Some(mut conn) = start.ack {
             crate::snapshot::stream::answer(&mut conn, Ok(()));
         }
-        if let Some((mut rep, end)) = start.restore.and_then(|r| r.incoming) {
-            rep.dest_switch_ms = end.elapsed().as_secs_f64() * 1e3;
+        let answered = Instant::now();
+        if let Some(since) = start.since {
+            log::debug!(
+                "restore to running: {:.1} ms",
+                (answered - since).as_secs_f64() * 1e3
+            );
+        }
+        // The snapshot's files (a migration's memfds: freeing them takes a while) go only
+        // after the times are taken.
+        if let Some((mut rep, end)) = start.restore.as_mut().and_then(|r| r.incoming.take()) {
+            rep.dest_switch_ms = (answered - end).as_secs_f64() * 1e3;
             log::info!(
                 "migration destination: {}",
                 serde_json::to_string(&rep).unwrap_or_default()
             );
             shared.incoming = Some(rep);
         }
-        if let Some(since) = start.since {
-            log::debug!(
-                "restore to running: {:.1} ms",
-                since.elapsed().as_secs_f64() * 1e3
-            );
-        }
+        drop(start.restore);
         while !self.latch.stopping() {
             em.run_with_timeout(100).map_err(RunError::EventLoop)?;
         }

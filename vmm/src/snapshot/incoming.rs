@@ -314,7 +314,6 @@ fn write_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pgpu::Engine;
 
     fn memfd(len: u64) -> File {
         // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
