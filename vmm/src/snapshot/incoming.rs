@@ -348,6 +348,37 @@ mod tests {
         assert_eq!(&b[4096..], &[2; 4096][..]);
     }
 
+    /// The cuda path's RAM copy (the engine's host regions stood in for by two buffers): a run
+    /// across the two regions lands in both, at the layout's offsets; a wrapping run is refused.
+    #[test]
+    fn ram_runs_land_in_the_regions_at_their_offsets() {
+        let mut low = vec![0u8; 8192];
+        let mut high = vec![0u8; 8192];
+        let host = [
+            HostRam {
+                id: pgpu::HostRegionId(1),
+                addr: low.as_mut_ptr() as usize,
+                len: 8192,
+                off: 0,
+            },
+            HostRam {
+                id: pgpu::HostRegionId(2),
+                addr: high.as_mut_ptr() as usize,
+                len: 8192,
+                off: 8192,
+            },
+        ];
+        let file = memfd(16384);
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8 + 1).collect();
+        file.write_all_at(&data, 4096).unwrap();
+        copy_ram(&host, &file, 4096, 8192).unwrap();
+        assert_eq!(&low[..4096], &[0; 4096][..]);
+        assert_eq!(&low[4096..], &data[..4096]);
+        assert_eq!(&high[..4096], &data[4096..]);
+        assert_eq!(&high[4096..], &[0; 4096][..]);
+        assert!(copy_ram(&host, &file, u64::MAX - 10, 4096).is_err());
+    }
+
     #[test]
     fn a_page_outside_the_partition_stops_the_thread_and_falls_back() {
         // The receiver checks frames against the partition first; the thread checks again.
