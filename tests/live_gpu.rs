@@ -45,6 +45,14 @@ fn fairness_live_migrated_with_vram_precopy_finishes_ok() {
     live_migrate_fairness("engine");
 }
 
+/// On a GPU: source and destination on cuda (write sets: the cuda engine keeps no dirty log);
+/// the destination's cuda engine and guest RAM made and written during the rounds.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_fairness_live_migrated_onto_a_prepared_destination_finishes_ok() {
+    live_migrate_fairness("cuda");
+}
+
 /// The same through the device's per-job write sets from the kernels' PTX (what a cuda GPU
 /// uses), asked for on sim with `dirtylog=writesets`.
 #[test]
@@ -54,7 +62,15 @@ fn fairness_live_migrated_with_write_sets_finishes_ok() {
 
 fn live_migrate_fairness(log: &str) {
     let s = Scratch::new(&format!("live-gpu-mig-{}", log.replace(' ', "")));
-    let (dest, incoming) = incoming(&s);
+    let dest_stats = s.path("dest-stats.json");
+    let stats_arg = format!("--stats={}", dest_stats.display());
+    let cuda = log == "cuda";
+    let mut dest_args = vec![stats_arg.as_str()];
+    if cuda {
+        dest_args.extend(["--gpu", "backend=cuda"]);
+    }
+    let (dest, incoming) = incoming_with(&s, &dest_args);
+    let log = if cuda { "write sets" } else { log };
     // Outputs in VRAM (copied to system memory by the copy engine): VRAM the kernels keep
     // rewriting; 3 s of kernels, so that the pre-copy ends well before the guest does. And a
     // 16 MiB working set rewritten at 16 MiB/s by copies, compared byte for byte at the end by
@@ -64,6 +80,9 @@ fn live_migrate_fairness(log: &str) {
                pool_mib=16 dirty_mib_s=16 vpool_mib=24 sys_mib=32";
     if log == "write sets" {
         args[7] = "vram=64M,dirtylog=writesets";
+    }
+    if cuda {
+        args[7] = "vram=64M,backend=cuda";
     }
     let vm = Vm::start(&s, "src", &args);
     vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
@@ -98,6 +117,33 @@ fn live_migrate_fairness(log: &str) {
     assert!(
         mib >= 16,
         "the working set was rewritten {mib} MiB only: {pool}"
+    );
+    destination_was_ready(report, &dest_stats);
+}
+
+/// The destination made its engine during the rounds and wrote every VRAM page the rounds sent
+/// into it then; after the switch-over it wrote only the paused round's pages (counters from
+/// its `--stats`, against the source's report).
+fn destination_was_ready(report: &serde_json::Value, stats: &std::path::Path) {
+    let st = json(&std::fs::read_to_string(stats).unwrap());
+    let d = &st["incoming"];
+    assert_eq!(d["dest_prepared"], true, "{d}");
+    let rounds = report["rounds"].as_array().unwrap();
+    let early: u64 = rounds
+        .iter()
+        .filter(|r| r["paused"] == false)
+        .map(|r| r["vram_bytes"].as_u64().unwrap() / 4096)
+        .sum();
+    let paused = rounds.last().unwrap()["vram_bytes"].as_u64().unwrap() / 4096;
+    assert!(early > 0, "{report}");
+    assert_eq!(d["dest_vram_pages_early"], early, "{d} {report}");
+    assert_eq!(d["dest_vram_pages_switch"], paused, "{d} {report}");
+    for key in ["dest_engine_ms", "dest_switch_ms", "dest_gpu_restore_ms"] {
+        assert!(d[key].as_f64().unwrap() > 0.0, "{key}: {d}");
+    }
+    assert!(
+        d["dest_switch_ms"].as_f64().unwrap() >= d["dest_gpu_restore_ms"].as_f64().unwrap(),
+        "{d}"
     );
 }
 

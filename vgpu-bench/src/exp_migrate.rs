@@ -112,6 +112,8 @@ struct Rep {
     stop_copy: Option<(f64, f64)>,
     /// (total ms, paused ms, report).
     live: Option<(f64, f64, serde_json::Value)>,
+    /// The destinations' own figures (`dest_*`; null without them): stop-and-copy's, live's.
+    dest: [serde_json::Value; 2],
     live_snapshot_ms: f64,
     live_snapshot_paused_ms: f64,
     live_snapshot: serde_json::Value,
@@ -232,7 +234,8 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     {
         for live in [false, true] {
             let tag = if live { "live" } else { "stop" };
-            let (mut dest, sock) = migrate_vm::incoming(dir, &format!("{tag}-dest{i}"), vmm)?;
+            let dest_name = format!("{tag}-dest{i}");
+            let (mut dest, sock) = migrate_vm::incoming(dir, &dest_name, vmm)?;
             let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, &args)?;
             let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
             if live {
@@ -247,6 +250,7 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
             }
             let (code, g) = migrate_vm::wait_run(&mut dest, long)?;
             ok_run(&format!("{tag} migration"), code, &g)?;
+            r.dest[usize::from(live)] = migrate_vm::incoming_report(dir, &dest_name);
             if live {
                 r.live = Some((
                     f(&done, "ms"),
@@ -422,6 +426,17 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         (!v.is_empty()).then(|| median(v))
     };
     let slowdown = med(&|r| (r.rate_before > 0.0).then(|| 1.0 - r.rate_during / r.rate_before));
+    // The destinations' parts of the downtime, each the median over the reps.
+    let dest = |k: usize| {
+        let mut out = serde_json::Map::new();
+        for key in DEST_KEYS {
+            let num = |v: &serde_json::Value| v.as_f64().or(v.as_bool().map(f64::from));
+            if let Some(v) = med(&|r| num(&r.dest[k][key])) {
+                out.insert(key.to_string(), v.into());
+            }
+        }
+        serde_json::Value::Object(out)
+    };
     let summary = serde_json::json!({
         "experiment": "migrate",
         "backend": a.backend.name(),
@@ -444,11 +459,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "stop_copy": {
             "downtime_ms": med(&|r| r.stop_copy.map(|s| s.1)),
             "total_ms": med(&|r| r.stop_copy.map(|s| s.0)),
+            "dest": dest(0),
         },
         "live_migration": {
             "downtime_ms": med(&|r| r.live.as_ref().map(|s| s.1)),
             "total_ms": med(&|r| r.live.as_ref().map(|s| s.0)),
             "first_report": reps.first().and_then(|r| r.live.as_ref().map(|l| l.2.clone())),
+            "dest": dest(1),
         },
         "live_snapshot": {
             "paused_ms": med(&|r| Some(r.live_snapshot_paused_ms)),
@@ -469,9 +486,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     draw_rounds(&a.out.join("migrate-rounds.svg"), &reps)?;
     let _ = std::fs::remove_dir_all(&dir);
     let ms = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1} ms"));
+    let d = &summary["live_migration"]["dest"];
     Ok(format!(
         "migrate ({}): snapshot {} ({:.1} MiB on disk), restore {}, stop-and-copy downtime {}, \
-         live migration downtime {} of {}, live snapshot paused {} of {}, slowdown {}",
+         live migration downtime {} of {}, live snapshot paused {} of {}, slowdown {}; live \
+         migration's destination: switch-over {} (drain {}, check {}, build {} of which RAM {}, \
+         GPU restore {}, state {}), engine made in {} during the rounds: {}, VRAM pages written \
+         during the rounds {} / after the switch-over {}",
         a.backend.name(),
         ms(&summary["snapshot_paused"]["ms"]),
         summary["snapshot_paused"]["disk_bytes"]
@@ -485,5 +506,31 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         ms(&summary["live_snapshot"]["paused_ms"]),
         ms(&summary["live_snapshot"]["total_ms"]),
         slowdown.map_or("-".into(), |s| format!("{:.1}%", s * 100.0)),
+        ms(&d["dest_switch_ms"]),
+        ms(&d["dest_drain_ms"]),
+        ms(&d["dest_check_ms"]),
+        ms(&d["dest_build_ms"]),
+        ms(&d["dest_ram_ms"]),
+        ms(&d["dest_gpu_restore_ms"]),
+        ms(&d["dest_state_ms"]),
+        ms(&d["dest_engine_ms"]),
+        d["dest_prepared"].as_f64().is_some_and(|v| v > 0.0),
+        d["dest_vram_pages_early"],
+        d["dest_vram_pages_switch"],
     ))
 }
+
+/// The destination's figures (`vmm::snapshot::incoming::IncomingReport`, its `--stats`).
+const DEST_KEYS: [&str; 11] = [
+    "dest_switch_ms",
+    "dest_drain_ms",
+    "dest_check_ms",
+    "dest_build_ms",
+    "dest_ram_ms",
+    "dest_gpu_restore_ms",
+    "dest_state_ms",
+    "dest_engine_ms",
+    "dest_vram_pages_early",
+    "dest_vram_pages_switch",
+    "dest_prepared",
+];

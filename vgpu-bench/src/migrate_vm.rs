@@ -98,9 +98,25 @@ impl Vm {
     }
 }
 
-/// A `--incoming` destination in `dir`; returns once its socket exists.
+/// The `--stats` file of the `--incoming` destination `name` in `dir`.
+pub fn incoming_stats(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.stats.json"))
+}
+
+/// What a destination that ended did (its `--stats`' `incoming`: the `dest_*` figures);
+/// null when it has none.
+pub fn incoming_report(dir: &Path, name: &str) -> serde_json::Value {
+    std::fs::read_to_string(incoming_stats(dir, name))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map_or(serde_json::Value::Null, |v| v["incoming"].clone())
+}
+
+/// A `--incoming` destination in `dir` (its `--stats` in [`incoming_stats`]); returns once its
+/// socket exists.
 pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Proc, PathBuf), BenchError> {
     let socket = dir.join(format!("{name}.in"));
+    let stats = format!("--stats={}", incoming_stats(dir, name).display());
     let mut p = Proc::spawn(
         dir,
         name,
@@ -110,6 +126,7 @@ pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Proc, PathBuf), B
             socket.display().to_string(),
             "--timeout".into(),
             "300".into(),
+            stats,
         ],
     )?;
     let until = Instant::now() + Duration::from_secs(30);

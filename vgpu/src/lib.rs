@@ -30,6 +30,7 @@ mod modcache;
 pub mod para;
 pub mod para_bar;
 pub mod para_vram;
+mod prepared;
 pub mod pushbuf;
 pub mod regs;
 pub mod remap;
@@ -48,6 +49,7 @@ use serde::Serialize;
 
 pub use config::{ConfigError, GpuConfig};
 pub use gpu_move::{MoveError, MovePlan, MoveReport};
+pub use prepared::PreparedEngine;
 pub use state::{FaultRecord, GpuCounters, IrqSink};
 
 /// Errors creating a virtual GPU.
@@ -197,6 +199,20 @@ impl HostRegistration {
     }
 }
 
+/// The sim engine's configuration for `cfg` (its physical VRAM: guards and partition).
+fn sim_config(cfg: &GpuConfig) -> SimConfig {
+    let mut sim = SimConfig {
+        vram_size: cfg.physical_vram(),
+        workers: cfg.workers,
+        preempt: cfg.preempt,
+        ..SimConfig::default()
+    };
+    if cfg.sim_pages_2m_only {
+        sim.page_sizes = vec![pgpu::PageSize::Size2M];
+    }
+    sim
+}
+
 /// An engine made by the caller (`with_engine`): the engine, its host regions backing guest
 /// RAM, and the vgpud registration made before it.
 type GivenEngine = (
@@ -252,7 +268,7 @@ impl Vgpu {
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
     ) -> Result<Self, VgpuError> {
-        Self::build(cfg, None, ram, irq, mapper)
+        Self::build(cfg, None, None, ram, irq, mapper)
     }
 
     /// The engine of a `backend=cuda` GPU, made before guest RAM: the VMM backs guest RAM with
@@ -295,12 +311,22 @@ impl Vgpu {
         irq: Arc<dyn IrqSink>,
         registered: Option<HostRegistration>,
     ) -> Result<Self, VgpuError> {
-        Self::build(cfg, Some((engine, ram_regions, registered)), ram, irq, None)
+        Self::build(
+            cfg,
+            Some((engine, ram_regions, registered)),
+            None,
+            ram,
+            irq,
+            None,
+        )
     }
 
+    /// `sim_given`: a sim engine made before the device ([`PreparedEngine`]; not with
+    /// `host=`, whose sim VRAM is the daemon's).
     fn build(
         mut cfg: GpuConfig,
         given: Option<GivenEngine>,
+        sim_given: Option<Arc<SimEngine>>,
         ram: vm_memory::GuestMemoryMmap,
         irq: Arc<dyn IrqSink>,
         mapper: Option<Arc<dyn remap::ApertureMapper>>,
@@ -314,15 +340,7 @@ impl Vgpu {
             cfg.bar_remap = true;
             cfg.lazy_shadowing = true;
         }
-        let mut sim = SimConfig {
-            vram_size,
-            workers: cfg.workers,
-            preempt: cfg.preempt,
-            ..SimConfig::default()
-        };
-        if cfg.sim_pages_2m_only {
-            sim.page_sizes = vec![pgpu::PageSize::Size2M];
-        }
+        let sim = sim_config(&cfg);
         // Shared (`host=`): register with the daemon (scheduling, VRAM and channel quota). The
         // sim engine maps only our partition of the daemon's VRAM object; a cuda engine has
         // VRAM of its own (the driver keeps processes apart).
@@ -343,8 +361,9 @@ impl Vgpu {
                     (e, Some(regions), None, link)
                 }
                 None => {
-                    let e = match &welcome {
-                        Some(w) => {
+                    let e = match (&welcome, sim_given) {
+                        (None, Some(e)) => e,
+                        (Some(w), _) => {
                             let region = pgpu::sim::vram::VramRegion::from_fd(
                                 std::os::fd::AsFd::as_fd(&w.vram_fd),
                                 w.vram_offset,
@@ -353,7 +372,7 @@ impl Vgpu {
                             .map_err(|e| VgpuError::Vram(e.to_string()))?;
                             Arc::new(SimEngine::with_vram(sim, region)?)
                         }
-                        None => Arc::new(SimEngine::new(sim)?),
+                        (None, None) => Arc::new(SimEngine::new(sim)?),
                     };
                     (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e), link)
                 }

@@ -132,7 +132,7 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         &vm,
         cfg,
         &mem,
-        (engine.as_ref(), registered),
+        (engine.as_ref(), registered, None),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -157,13 +157,40 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
     })
 }
 
-/// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place.
-pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, RestoreError> {
+/// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place; a
+/// migration's destination on the GPU engine it made during the pre-copy rounds (taken from
+/// `r`), its figures added to `r.incoming`.
+pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, RestoreError> {
+    let t0 = Instant::now();
+    let prepared = r.gpu.as_mut().and_then(|g| g.prepared.take());
     let (kvm, vm) = create_vm(cfg, true)?;
-    let (engine, registered) = cuda_engine(cfg)?;
+    let vm_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let cuda = cfg
+        .gpu
+        .as_ref()
+        .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda);
+    // The prepared engine is of the configuration `cfg` has (the same manifest and `--gpu`).
+    let mut host_ram = Vec::new();
+    let (engine, registered, sim, applied) = match prepared
+        .map(|p| (p.engine, p.vram_applied, p.ram))
+    {
+        Some((vgpu::PreparedEngine::Cuda(e, reg), applied, ram)) if cuda => {
+            host_ram = ram;
+            (Some(e), reg, None, applied)
+        }
+        Some((vgpu::PreparedEngine::Sim(e), applied, _)) if !cuda => (None, None, Some(e), applied),
+        _ => {
+            let (e, reg) = cuda_engine(cfg)?;
+            (e, reg, None, false)
+        }
+    };
     let ram_ids = std::cell::RefCell::new(Vec::new());
-    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r)?;
+    let t = Instant::now();
+    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
+    let ram_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
+    let vcpus_ms = t.elapsed().as_secs_f64() * 1e3;
     let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
     let boot = r.manifest.boot;
     let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
@@ -172,7 +199,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, Resto
         &vm,
         cfg,
         &mem,
-        (engine.as_ref(), registered),
+        (engine.as_ref(), registered, sim),
         ram_ids.take(),
         &mut devices,
     )?;
@@ -180,7 +207,21 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &Loaded) -> Result<PausedVm, Resto
     if r.gpu.is_some() != gpu.is_some() {
         return Err(RestoreError::GpuMismatch);
     }
-    restore_state(&vm, &vcpus, &devices, gpu.as_deref(), r)?;
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let (gpu_ms, delta) = restore_state(&vm, &vcpus, &devices, gpu.as_deref(), r, applied)?;
+    log::debug!(
+        "restore: built in {build_ms:.1} ms (VM {vm_ms:.1}, RAM {ram_ms:.1}, vCPUs \
+         {vcpus_ms:.1}), state {:.1} ms of which the GPU {gpu_ms:.1}",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    if let Some((rep, _)) = &mut r.incoming {
+        rep.dest_build_ms = build_ms;
+        rep.dest_ram_ms = ram_ms;
+        rep.dest_gpu_restore_ms = gpu_ms;
+        rep.dest_state_ms = t.elapsed().as_secs_f64() * 1e3 - gpu_ms;
+        rep.dest_vram_pages_switch = delta / 4096;
+    }
     Ok(PausedVm {
         kvm,
         vm,
@@ -271,13 +312,16 @@ fn guest_ram(
 }
 
 /// A snapshot's RAM: its file mapped copy-on-write, or with `backend=cuda` copied into
-/// engine-allocated RAM (not lazy).
+/// engine-allocated RAM (not lazy). `prepared`: guest RAM a migration's destination allocated
+/// from `engine` during the rounds (host region, address, bytes, in the layout's order), with
+/// every received page in it already: taken as it is, nothing copied.
 fn restored_ram(
     vm: &VmFd,
     cfg: &VmConfig,
     engine: Option<&Arc<dyn pgpu::EngineSnapshot>>,
     ids: &RamIds,
     r: &Loaded,
+    prepared: Vec<(pgpu::HostRegionId, usize, u64)>,
 ) -> Result<(GuestMemoryMmap, ram::Backing), RestoreError> {
     if engine.is_none() {
         let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
@@ -289,6 +333,23 @@ fn restored_ram(
             got: r.manifest.ram_bytes,
             want: cfg.memory_mib << 20,
         });
+    }
+    if !prepared.is_empty() {
+        let next = std::cell::Cell::new(0usize);
+        let alloc = |len: usize| {
+            let i = next.get();
+            next.set(i + 1);
+            match prepared.get(i) {
+                Some(&(id, addr, n)) if n == len as u64 => {
+                    ids.borrow_mut().push(id);
+                    std::ptr::NonNull::new(addr as *mut u8).ok_or_else(|| "null".to_owned())
+                }
+                _ => Err(format!("no prepared guest RAM region {i} of {len} bytes")),
+            }
+        };
+        let mem = memory::create(vm, cfg.memory_mib, Some(&alloc)).map_err(BuildError::from)?;
+        log::debug!("restore: guest RAM allocated and received during the rounds");
+        return Ok((mem, ram::Backing::Other));
     }
     let (mem, backing) = guest_ram(vm, cfg, engine, ids)?;
     let t = Instant::now();
@@ -447,18 +508,23 @@ impl Devices {
     }
 }
 
+/// What a GPU is built on: a cuda engine and its vgpud registration, or a sim engine made
+/// before (a migration's destination); none of them: a sim engine of its own.
+type GpuEngine<'a> = (
+    Option<&'a Arc<dyn pgpu::EngineSnapshot>>,
+    Option<vgpu::HostRegistration>,
+    Option<Arc<pgpu::sim::SimEngine>>,
+);
+
 /// The virtual GPU (`--gpu`) on the PCI root: on `engine` (`backend=cuda`, guest RAM its host
 /// regions `ram_ids`, and its registration with vgpud when shared), else its own engine with its
-/// aperture remapped through KVM slots.
+/// aperture remapped through KVM slots (on `sim`, a sim engine made before, if given).
 fn attach_gpu(
     kvm_fd: &Kvm,
     vm: &Arc<VmFd>,
     cfg: &VmConfig,
     mem: &GuestMemoryMmap,
-    (engine, registered): (
-        Option<&Arc<dyn pgpu::EngineSnapshot>>,
-        Option<vgpu::HostRegistration>,
-    ),
+    (engine, registered, sim): GpuEngine<'_>,
     ram_ids: Vec<pgpu::HostRegionId>,
     devices: &mut Devices,
 ) -> Result<Option<Arc<vgpu::Vgpu>>, BuildError> {
@@ -479,7 +545,12 @@ fn attach_gpu(
             let slots = kvm_fd.get_nr_memslots();
             let mapper: Arc<dyn vgpu::remap::ApertureMapper> =
                 Arc::new(SlotMapper::new(vm.clone(), slots));
-            vgpu::Vgpu::with_mapper(g.clone(), mem.clone(), irq, Some(mapper))?
+            match sim {
+                Some(e) => {
+                    vgpu::Vgpu::with_prepared_sim(g.clone(), e, mem.clone(), irq, Some(mapper))?
+                }
+                None => vgpu::Vgpu::with_mapper(g.clone(), mem.clone(), irq, Some(mapper))?,
+            }
         }
     };
     if let Some(root) = devices.root.as_mut() {
@@ -492,14 +563,17 @@ fn attach_gpu(
 /// root's places the BARs again, so that the GPU's `bar_moved` maps its apertures, and sets up
 /// MSI), the VM (PIT, clock, irqchips), each vCPU, and the GPU last: it runs as soon as it is
 /// restored, and an interrupt it raises must find the interrupt controllers' and LAPICs'
-/// restored state, not be overwritten by it.
+/// restored state, not be overwritten by it. `applied`: a live image's pre-copied VRAM is in
+/// the GPU's partition already (a migration's prepared engine). Returns the GPU's restore time
+/// (ms) and a live image's delta bytes.
 fn restore_state(
     vm: &VmFd,
     vcpus: &[VcpuFd],
     devices: &Devices,
     gpu: Option<&vgpu::Vgpu>,
     r: &Loaded,
-) -> Result<(), RestoreError> {
+    applied: bool,
+) -> Result<(f64, u64), RestoreError> {
     let saved: Vec<&dyn DeviceSnapshot> = devices.saved.iter().map(|d| d.as_ref()).collect();
     persist::restore_all(&saved, &r.state.devices)?;
     vmstate::apply(vm, &r.state.vm)?;
@@ -529,7 +603,10 @@ fn restore_state(
         let restored = match &img.vram_base {
             Some(base) => {
                 let mut rd = checked();
-                let r = gpu.restore_live(&mut rd, base);
+                let r = match applied {
+                    true => gpu.restore_live_applied(&mut rd),
+                    false => gpu.restore_live(&mut rd, base),
+                };
                 if r.is_err() {
                     file_first(&mut rd)?;
                 }
@@ -540,15 +617,17 @@ fn restore_state(
                 if r.is_err() {
                     file_first(&mut checked())?;
                 }
-                r
+                r.map(|()| 0)
             }
         };
-        restored?;
+        let delta = restored?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
         log::debug!(
-            "restore: GPU image of {} bytes restored in {:.1} ms",
+            "restore: GPU image of {} bytes restored in {ms:.1} ms (VRAM pre-copied into the \
+             engine during the rounds: {applied})",
             img.bytes,
-            t.elapsed().as_secs_f64() * 1e3
         );
+        return Ok((ms, delta));
     }
-    Ok(())
+    Ok((0.0, 0))
 }

@@ -464,7 +464,7 @@ fn snapshot(args: &Args, tls: Option<&vmm::snapshot::tls::TlsFiles>) -> Result<I
     let mut conn = sock
         .accept_one()
         .map_err(|e| Fail(1, format!("--incoming {url}: {e}")))?;
-    match vmm::snapshot::stream::receive(&conn) {
+    match vmm::snapshot::stream::receive(&conn, args.gpu.as_ref()) {
         Ok(l) => Ok((Some(l), Some(conn), std::time::Instant::now())),
         Err(e) => {
             vmm::snapshot::stream::answer(&mut conn, Err(e.to_string()));

@@ -21,6 +21,9 @@ pub struct Stats {
     /// bytes sent and how many were sent more than once.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub live: Vec<crate::snapshot::precopy::Report>,
+    /// A migration's destination (`--incoming`): what it did when, its part of the downtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incoming: Option<crate::snapshot::incoming::IncomingReport>,
 }
 
 /// One vCPU's exits.

@@ -113,8 +113,8 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
 }
 
 /// [`run`], restoring a snapshot and/or serving the API socket as `start` says.
-pub fn run_with(cfg: &VmConfig, start: Start) -> Result<RunOutcome, VmError> {
-    let vm = match &start.restore {
+pub fn run_with(cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, VmError> {
+    let vm = match start.restore.as_mut() {
         Some(r) => builder::build_from_snapshot(cfg, r)?,
         None => builder::build_for_boot(cfg)?,
     };
@@ -127,12 +127,14 @@ struct Shared {
     gate: Arc<PauseGate>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
     live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
+    /// A migration's destination: what it did (`--stats`' `incoming`).
+    incoming: Option<crate::snapshot::incoming::IncomingReport>,
 }
 
 impl PausedVm {
     /// Runs the VM until it stops: event loop, API, vCPU threads; then the teardown and the
     /// stats.
-    pub fn run(mut self, cfg: &VmConfig, start: Start) -> Result<RunOutcome, RunError> {
+    pub fn run(mut self, cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, RunError> {
         let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
             EventManager::new().map_err(RunError::EventLoop)?;
         let interactive = std::io::stdin().is_terminal();
@@ -153,11 +155,12 @@ impl PausedVm {
             what: "install the vCPU kick handler",
             err: e.into(),
         })?;
-        let shared = Shared {
+        let mut shared = Shared {
             counters: (0..cfg.cpus).map(|_| Arc::default()).collect(),
             gate: Arc::new(PauseGate::default()),
             threads: Arc::new(Mutex::new(Vec::new())),
             live_reports: Arc::new(Mutex::new(Vec::new())),
+            incoming: None,
         };
         let api_server = match start.api {
             Some(api) => Some(
@@ -173,12 +176,24 @@ impl PausedVm {
         if let Some(mut conn) = start.ack {
             crate::snapshot::stream::answer(&mut conn, Ok(()));
         }
+        let answered = Instant::now();
         if let Some(since) = start.since {
             log::debug!(
                 "restore to running: {:.1} ms",
-                since.elapsed().as_secs_f64() * 1e3
+                (answered - since).as_secs_f64() * 1e3
             );
         }
+        // The snapshot's files (a migration's memfds: freeing them takes a while) go only
+        // after the times are taken.
+        if let Some((mut rep, end)) = start.restore.as_mut().and_then(|r| r.incoming.take()) {
+            rep.dest_switch_ms = (answered - end).as_secs_f64() * 1e3;
+            log::info!(
+                "migration destination: {}",
+                serde_json::to_string(&rep).unwrap_or_default()
+            );
+            shared.incoming = Some(rep);
+        }
+        drop(start.restore);
         while !self.latch.stopping() {
             em.run_with_timeout(100).map_err(RunError::EventLoop)?;
         }
@@ -297,6 +312,7 @@ impl PausedVm {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner),
             ),
+            incoming: s.incoming,
         };
         let PausedVm {
             gpu,

@@ -138,14 +138,36 @@ impl Vgpu {
 
     /// Restores a live snapshot's image (`VDLT` in place of `VRAM`) over `base`, the
     /// pre-copied VRAM (a file of exactly the partition's size); as [`Vgpu::restore`]
-    /// otherwise.
+    /// otherwise. Returns the delta's bytes.
     pub fn restore_live(
         &self,
         input: &mut dyn std::io::Read,
         base: &std::fs::File,
-    ) -> Result<(), SnapshotError> {
-        self.restore_inner(input, Some(base))
+    ) -> Result<u64, SnapshotError> {
+        self.restore_inner(input, Base::File(base))
     }
+
+    /// As [`Vgpu::restore_live`] where the pre-copied VRAM is in the partition already: the
+    /// device was built on an engine made before it (`Vgpu::prepare_engine`) into which the
+    /// pre-copy rounds were written as they arrived (an `--incoming` VM). Only the image's
+    /// delta (the pages written since the last round) is applied; returns its bytes.
+    pub fn restore_live_applied(
+        &self,
+        input: &mut dyn std::io::Read,
+    ) -> Result<u64, SnapshotError> {
+        self.restore_inner(input, Base::Applied)
+    }
+}
+
+/// Where a restore's VRAM comes from besides the image.
+#[derive(Clone, Copy)]
+pub(super) enum Base<'a> {
+    /// Nowhere: the image's `VRAM` section holds it all.
+    Whole,
+    /// A live image's pre-copied VRAM, a file of the partition's size, then its `VDLT`.
+    File(&'a std::fs::File),
+    /// A live image whose pre-copied VRAM is in the partition already; its `VDLT` only.
+    Applied,
 }
 
 impl Precopy<'_> {
@@ -360,49 +382,27 @@ impl Drop for Precopy<'_> {
 }
 
 /// Restores the VRAM of a live snapshot: `base` (the pre-copied partition, exactly `size`
-/// bytes) into the partition, then the `VDLT` runs over it. On error the caller scrubs.
+/// bytes, unless it is in the partition already) into the partition, then the `VDLT` runs over
+/// it. Returns the delta's bytes. On error the caller scrubs.
 pub(super) fn restore_delta(
     r: &mut SnapReader<'_>,
     engine: &dyn EngineSnapshot,
     base_pa: u64,
     size: u64,
-    base: &std::fs::File,
+    base: Base<'_>,
 ) -> Result<u64, SnapshotError> {
-    let found = base.metadata()?.len();
-    if found != size {
-        return Err(SnapshotError::Vram(format!(
-            "the pre-copied VRAM is {found} bytes, the partition {size}"
-        )));
-    }
-    // The base: only its data extents are read (a migration's memfd and a live snapshot's
-    // `vram.bin` hold just the pages the rounds sent; the rest are holes). The partition of
-    // the freshly created device this restores into is zero, so holes need nothing; within the
-    // data, pages that differ from the partition are written.
     const CHUNK: u64 = 4 << 20;
-    let mut want = vec![0u8; CHUNK.min(size) as usize];
-    let mut have = vec![0u8; CHUNK.min(size) as usize];
-    for (start, end) in data_extents(base, size)? {
-        let mut at = start;
-        while at < end {
-            let n = (end - at).min(CHUNK) as usize;
-            base.read_exact_at(&mut want[..n], at)?;
-            engine
-                .vram_read(base_pa + at, &mut have[..n])
-                .map_err(engine_err)?;
-            for (i, (w, h)) in want[..n]
-                .chunks(PAGE as usize)
-                .zip(have[..n].chunks(PAGE as usize))
-                .enumerate()
-            {
-                if w != h {
-                    engine
-                        .vram_write(base_pa + at + i as u64 * PAGE, w)
-                        .map_err(engine_err)?;
-                }
-            }
-            at += n as u64;
+    if let Base::File(file) = base {
+        let found = file.metadata()?.len();
+        if found != size {
+            return Err(SnapshotError::Vram(format!(
+                "the pre-copied VRAM is {found} bytes, the partition {size}"
+            )));
         }
+        let n = write_base(engine, base_pa, file, size)?;
+        log::debug!("vgpu restore: {n} bytes of pre-copied VRAM written");
     }
+    let mut want = vec![0u8; CHUNK.min(size) as usize];
     // The delta.
     let pages = size / PAGE;
     let bad = |what: String| SnapshotError::Invalid {
@@ -447,6 +447,68 @@ pub(super) fn restore_delta(
         next = end;
     }
     Ok(data)
+}
+
+/// Writes the non-zero pages of `file`'s data extents (a migration's memfd and a live
+/// snapshot's `vram.bin` hold just the pages the rounds sent; the rest are holes) into the
+/// partition at `base_pa`, through the engine's batched writes. The partition of the freshly
+/// created device a restore goes into is zero (the sim engine's new mapping, the cuda engine's
+/// memset at creation), so holes and zero pages need nothing. Returns the bytes written.
+fn write_base(
+    engine: &dyn EngineSnapshot,
+    base_pa: u64,
+    file: &std::fs::File,
+    size: u64,
+) -> Result<u64, SnapshotError> {
+    let mut extents = data_extents(file, size)?.into_iter();
+    let mut cur = (0u64, 0u64);
+    let mut failed = None;
+    let mut written = 0u64;
+    let mut source = |buf: &mut [u8], pas: &mut Vec<u64>| {
+        let room = buf.len() / PAGE as usize;
+        let mut kept = 0usize;
+        while kept < room {
+            if cur.0 >= cur.1 {
+                match extents.next() {
+                    Some(e) => cur = e,
+                    None => break,
+                }
+                continue;
+            }
+            let n = (cur.1 - cur.0).min(((room - kept) * PAGE as usize) as u64) as usize;
+            let at = kept * PAGE as usize;
+            if let Err(e) = file.read_exact_at(&mut buf[at..at + n], cur.0) {
+                failed = Some(e);
+                return std::ops::ControlFlow::Break(());
+            }
+            // Keep the non-zero pages, packed at the front of what is free.
+            for i in 0..n / PAGE as usize {
+                let src = at + i * PAGE as usize;
+                if buf[src..src + PAGE as usize].iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let dst = kept * PAGE as usize;
+                if dst != src {
+                    buf.copy_within(src..src + PAGE as usize, dst);
+                }
+                pas.push(base_pa + cur.0 + (i as u64) * PAGE);
+                kept += 1;
+            }
+            cur.0 += n as u64;
+        }
+        written += kept as u64 * PAGE;
+        std::ops::ControlFlow::Continue(())
+    };
+    let flow = engine.vram_write_pages(&mut source).map_err(engine_err)?;
+    if let Some(e) = failed {
+        return Err(SnapshotError::Io(e));
+    }
+    if flow.is_break() {
+        return Err(SnapshotError::Vram(
+            "the pre-copied VRAM's writes stopped early".into(),
+        ));
+    }
+    Ok(written)
 }
 
 /// The page-aligned ranges of `f` (of `size` bytes) that hold data (`SEEK_DATA`/`SEEK_HOLE`);
@@ -524,7 +586,7 @@ mod tests {
     ) -> Result<u64, SnapshotError> {
         let mut input = snap;
         let mut r = SnapReader::new(&mut input)?;
-        restore_delta(&mut r, e, 2 << 20, 2 << 20, base)
+        restore_delta(&mut r, e, 2 << 20, 2 << 20, Base::File(base))
     }
 
     #[test]
@@ -571,8 +633,45 @@ mod tests {
         assert!(err.contains("VRAM where VDLT belongs"), "{err}");
     }
 
+    /// A base already in the partition (an `--incoming` VM's prepared engine): only the delta
+    /// is written, counted in its bytes; a zero page of the base file is never written either.
+    #[test]
+    fn an_applied_base_is_left_alone_and_only_the_delta_is_written() {
+        let e = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 4 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        // What the rounds wrote into the prepared partition.
+        e.vram_write((2 << 20) + 7 * PAGE, &[0x11; 4096]).unwrap();
+        let mut input = &delta(&[(9, 1, 0x22)])[..];
+        let mut r = SnapReader::new(&mut input).unwrap();
+        let n = restore_delta(&mut r, &e, 2 << 20, 2 << 20, Base::Applied).unwrap();
+        assert_eq!(n, PAGE, "the delta's one page");
+        let page = |p: u64| {
+            let mut b = vec![0u8; 4096];
+            e.vram_read((2 << 20) + p * PAGE, &mut b).unwrap();
+            b
+        };
+        assert_eq!(page(7), vec![0x11; 4096]);
+        assert_eq!(page(9), vec![0x22; 4096]);
+        // A base file whose data extent holds a zero page and a non-zero one: 4 KiB written.
+        let base = tempfile();
+        base.set_len(2 << 20).unwrap();
+        base.write_all_at(&[0; 4096], 20 * PAGE).unwrap();
+        base.write_all_at(&[0x33; 4096], 21 * PAGE).unwrap();
+        let written = write_base(&e, 2 << 20, &base, 2 << 20).unwrap();
+        assert_eq!(written, PAGE);
+        assert_eq!(page(21), vec![0x33; 4096]);
+        assert_eq!(page(20), vec![0; 4096]);
+    }
+
     fn tempfile() -> std::fs::File {
-        let p = std::env::temp_dir().join(format!("vgpu-extents-{}", std::process::id()));
+        // One name per call: tests of this module run in parallel in one process.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("vgpu-extents-{}-{n}", std::process::id()));
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

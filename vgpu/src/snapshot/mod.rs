@@ -283,7 +283,7 @@ impl Vgpu {
     /// validated before it is applied; on error the partition is zeroed and the device stays
     /// as created. The device runs afterwards (no `resume` needed).
     pub fn restore(&self, input: &mut dyn std::io::Read) -> Result<(), SnapshotError> {
-        self.restore_inner(input, None)
+        self.restore_inner(input, live::Base::Whole).map(|_| ())
     }
 
     /// As [`Vgpu::restore`], from `file` (the snapshot from its offset 0 to its end): the VRAM
@@ -299,25 +299,27 @@ impl Vgpu {
         let at = std::cell::Cell::new(0);
         let io = lanes::Io::File { file, at: &at };
         let mut input = lanes::FileAt { file, at: &at };
-        self.restore_io(&mut input, None, io, want)
+        self.restore_io(&mut input, live::Base::Whole, io, want)
+            .map(|_| ())
     }
 
     /// `restore`, or with `base` (pre-copied VRAM) `restore_live`.
     fn restore_inner(
         &self,
         input: &mut dyn std::io::Read,
-        base: Option<&std::fs::File>,
-    ) -> Result<(), SnapshotError> {
+        base: live::Base<'_>,
+    ) -> Result<u64, SnapshotError> {
         self.restore_io(input, base, lanes::Io::Stream, None)
     }
 
+    /// Returns the VRAM bytes the image's own section wrote (for a live image: its delta).
     fn restore_io(
         &self,
         input: &mut dyn std::io::Read,
-        base: Option<&std::fs::File>,
+        base: live::Base<'_>,
         io: lanes::Io<'_>,
         want: Option<(u64, u32)>,
-    ) -> Result<(), SnapshotError> {
+    ) -> Result<u64, SnapshotError> {
         self.snapshot_supported()?;
         {
             let r = self.shared.lock();
@@ -339,10 +341,10 @@ impl Vgpu {
     fn restore_paused(
         &self,
         input: &mut dyn std::io::Read,
-        base: Option<&std::fs::File>,
+        base: live::Base<'_>,
         io: lanes::Io<'_>,
         want: Option<(u64, u32)>,
-    ) -> Result<(), SnapshotError> {
+    ) -> Result<u64, SnapshotError> {
         let here = self.conf_here();
         let (vram, channels) = (self.cfg.vram, self.cfg.channels);
         let limits = self.engine.info().limits.clone();
@@ -404,9 +406,9 @@ impl Vgpu {
                 vram,
             )?
         };
-        match base {
-            None => vram::restore(&mut rd, &*self.engine, self.vram_base, vram, io)?,
-            Some(b) => live::restore_delta(&mut rd, &*self.engine, self.vram_base, vram, b)?,
+        let vram_bytes = match base {
+            live::Base::Whole => vram::restore(&mut rd, &*self.engine, self.vram_base, vram, io)?,
+            b => live::restore_delta(&mut rd, &*self.engine, self.vram_base, vram, b)?,
         };
         let total = rd.finish_total()?;
         if let Some((len, crc)) = want
@@ -468,7 +470,7 @@ impl Vgpu {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .trap(regs.watched.iter().map(|(p, _)| p << 12));
         }
-        Ok(())
+        Ok(vram_bytes)
     }
 
     /// The para-virtual state (device paused), in para mode.

@@ -73,6 +73,9 @@ pub struct GpuImage {
     /// A live snapshot's pre-copied VRAM (the manifest's `gpu_live`); its size is checked by
     /// the device (`Vgpu::restore_live`).
     pub vram_base: Option<std::fs::File>,
+    /// A migration's destination: the engine made during the pre-copy rounds, with
+    /// `vram_base` written into it ([`super::incoming`]).
+    pub prepared: Option<super::incoming::Prepared>,
 }
 
 /// A snapshot read and checked.
@@ -84,6 +87,8 @@ pub struct Loaded {
     pub ram: std::fs::File,
     /// The GPU image (exactly when the manifest has a `gpu`).
     pub gpu: Option<GpuImage>,
+    /// A migration's destination: its figures so far, and when the stream's end arrived.
+    pub incoming: Option<(super::incoming::IncomingReport, std::time::Instant)>,
 }
 
 /// Reads and checks the snapshot in `dir`.
@@ -132,6 +137,7 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
                 bytes: manifest.gpu_bytes,
                 crc32: manifest.gpu_crc32,
                 vram_base,
+                prepared: None,
             })
         }
         None => None,
@@ -209,5 +215,6 @@ pub fn check(
         state,
         ram,
         gpu,
+        incoming: None,
     })
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 
 use super::format::MAX_STATE_BYTES;
+use super::incoming::{Early, IncomingReport};
 use super::load::{self, LoadError, Loaded};
 use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
 use super::precopy::Sink;
@@ -248,7 +249,9 @@ fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<File> {
 }
 
 /// Destination side: reads a VM from `conn` and checks it (as `--restore` checks a directory).
-pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
+/// `given`: the destination's `--gpu` (its backend and daemon), with which the GPU's engine
+/// of a live migration is made while the pre-copy rounds arrive ([`super::incoming`]).
+pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, StreamError> {
     conn.set_read_timeout(Some(PATIENCE))?;
     let mut r = BufReader::with_capacity(1 << 20, conn);
     let (kind, len) = read_header(&mut r)?;
@@ -280,6 +283,16 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
         0 => None,
         n => Some(memfd(c"vgpu-vmm-vram", n)?),
     };
+    // The engine made now and the rounds written into it as they come (a configuration the
+    // build would refuse is refused there, with its own error).
+    let mut early = match (&vram_file, &manifest.gpu) {
+        (Some(f), Some(g)) => super::gpu::restore_config(g, given)
+            .ok()
+            .and_then(|cfg| Early::start(cfg, f, Some((&ram_file, manifest.ram_bytes)))),
+        _ => None,
+    };
+    let mut report = IncomingReport::default();
+    let end;
     let (mut vram_pages, mut vram_round) = (0u64, 0u32);
     let mut gpu_bytes = 0u64;
     let mut gpu_crc = crc32fast::Hasher::new();
@@ -306,6 +319,9 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 buf.resize(n as usize, 0);
                 r.read_exact(&mut buf)?;
                 ram_file.write_all_at(&buf, off)?;
+                if let Some(e) = &mut early {
+                    e.note_ram(off, n);
+                }
                 pages += n / 4096;
             }
             VRAM => {
@@ -338,6 +354,9 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 buf.resize((n * 4096) as usize, 0);
                 r.read_exact(&mut buf)?;
                 f.write_all_at(&buf, page * 4096)?;
+                if let Some(e) = &mut early {
+                    e.note(page, n);
+                }
                 vram_pages += n;
             }
             GPU => {
@@ -376,12 +395,15 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                          {sent} and {vram_sent}"
                     )));
                 }
+                end = std::time::Instant::now();
                 break;
             }
             other => return Err(bad(format!("unexpected frame {other}"))),
         }
     }
     let state = state.ok_or_else(|| bad("the stream ended without the state"))?;
+    let prepared = early.take().and_then(|e| e.finish(&mut report));
+    report.dest_drain_ms = end.elapsed().as_secs_f64() * 1e3;
     let mut manifest = manifest;
     manifest.state_bytes = state.len() as u64;
     manifest.state_crc32 = crc32fast::hash(&state);
@@ -395,11 +417,16 @@ pub fn receive(conn: &Link) -> Result<Loaded, StreamError> {
                 bytes: manifest.gpu_bytes,
                 crc32: manifest.gpu_crc32,
                 vram_base: vram_file,
+                prepared,
             })
         }
         _ => None,
     };
-    Ok(load::check(manifest, &state, ram_file, gpu)?)
+    let t = std::time::Instant::now();
+    let mut loaded = load::check(manifest, &state, ram_file, gpu)?;
+    report.dest_check_ms = t.elapsed().as_secs_f64() * 1e3;
+    loaded.incoming = Some((report, end));
+    Ok(loaded)
 }
 
 /// Destination side: tells the source the VM is about to run, or why it will not.
@@ -459,7 +486,7 @@ mod tests {
             let _ = a.write_all(&bytes);
             a
         });
-        let e = receive(&b).unwrap_err().to_string();
+        let e = receive(&b, None).unwrap_err().to_string();
         drop(b);
         drop(writer.join());
         e
@@ -543,7 +570,7 @@ mod tests {
             let mut a = a;
             let _ = a.write_all(&cut);
         });
-        let e = receive(&b).unwrap_err().to_string();
+        let e = receive(&b, None).unwrap_err().to_string();
         drop(w.join());
         assert!(e.contains("failed to fill whole buffer"), "{e}");
     }

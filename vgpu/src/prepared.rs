@@ -1,0 +1,124 @@
+//! An engine made before its device (issue 24, "destination ready before the switch-over"): an
+//! `--incoming` VM makes its GPU's engine (the cuda context, its VRAM and its own modules, or
+//! the sim engine's VRAM) as soon as the migration stream's manifest names the configuration,
+//! and writes each pre-copy round's VRAM pages into the partition while the rounds run; the
+//! device is built on it after the switch-over (`Vgpu::with_prepared`), and the paused round
+//! applies only the last dirty pages (`Vgpu::restore_live_applied`).
+
+use std::sync::Arc;
+
+use pgpu::EngineSnapshot;
+use pgpu::sim::SimEngine;
+
+use crate::{GpuConfig, HostRegistration, IrqSink, Vgpu, VgpuError, config, remap};
+
+/// An engine made before its device, with its partition's VRAM zero until the caller writes it.
+pub enum PreparedEngine {
+    /// A sim engine (a GPU of its own; not `host=`).
+    Sim(Arc<SimEngine>),
+    /// A cuda engine, with its vgpud registration when shared (`host=`); it backs guest RAM.
+    Cuda(Arc<dyn EngineSnapshot>, Option<HostRegistration>),
+}
+
+impl std::fmt::Debug for PreparedEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PreparedEngine::Sim(_) => f.write_str("PreparedEngine::Sim"),
+            PreparedEngine::Cuda(_, reg) => {
+                write!(f, "PreparedEngine::Cuda(shared: {})", reg.is_some())
+            }
+        }
+    }
+}
+
+impl PreparedEngine {
+    /// The engine.
+    pub fn engine(&self) -> &dyn EngineSnapshot {
+        match self {
+            PreparedEngine::Sim(e) => &**e,
+            PreparedEngine::Cuda(e, _) => &**e,
+        }
+    }
+
+    /// Writes `data` (whole pages) at byte `off` of the partition of `cfg`, checked against
+    /// the partition's size.
+    pub fn write_partition(&self, cfg: &GpuConfig, off: u64, data: &[u8]) -> Result<(), VgpuError> {
+        let end = off.checked_add(data.len() as u64);
+        if end.is_none_or(|e| e > cfg.vram) {
+            return Err(VgpuError::Vram(format!(
+                "{} bytes at {off:#x}: outside the {} bytes of the partition",
+                data.len(),
+                cfg.vram
+            )));
+        }
+        self.engine()
+            .vram_write(cfg.partition_base() + off, data)
+            .map_err(|e| VgpuError::Vram(e.to_string()))
+    }
+}
+
+impl Vgpu {
+    /// The engine of `cfg` made now, before the device and guest RAM: a cuda engine (as
+    /// [`Vgpu::cuda_engine`]), or a sim engine of its own. `None` where the engine cannot come
+    /// first: a sim GPU shared through vgpud (its VRAM is the daemon's, handed over at
+    /// registration) and pass-through (`mode=pt`, which is never migrated).
+    pub fn prepare_engine(cfg: &GpuConfig) -> Result<Option<PreparedEngine>, VgpuError> {
+        if cfg.mode == config::Mode::Pt {
+            return Ok(None);
+        }
+        match cfg.backend {
+            config::Backend::Cuda => {
+                let (e, reg) = Self::cuda_engine(cfg)?;
+                Ok(Some(PreparedEngine::Cuda(e, reg)))
+            }
+            config::Backend::Sim if cfg.host.is_none() => Ok(Some(PreparedEngine::Sim(Arc::new(
+                SimEngine::new(crate::sim_config(cfg))?,
+            )))),
+            config::Backend::Sim => Ok(None),
+        }
+    }
+
+    /// A virtual GPU on a sim engine made by [`Vgpu::prepare_engine`] (as
+    /// [`Vgpu::with_mapper`] otherwise). A cuda one goes through [`Vgpu::with_engine`], which
+    /// also takes the host regions backing guest RAM.
+    pub fn with_prepared_sim(
+        cfg: GpuConfig,
+        engine: Arc<SimEngine>,
+        ram: vm_memory::GuestMemoryMmap,
+        irq: Arc<dyn IrqSink>,
+        mapper: Option<Arc<dyn remap::ApertureMapper>>,
+    ) -> Result<Self, VgpuError> {
+        if cfg.host.is_some() {
+            return Err(VgpuError::Vram(
+                "a sim GPU shared through vgpud takes the daemon's VRAM, not a prepared engine"
+                    .into(),
+            ));
+        }
+        Self::build(cfg, None, Some(engine), ram, irq, mapper)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prepared_sim_engine_takes_writes_inside_its_partition_only() {
+        let cfg = GpuConfig::parse("vram=8M").unwrap();
+        let p = Vgpu::prepare_engine(&cfg).unwrap().expect("a sim engine");
+        let page = vec![0xabu8; 4096];
+        p.write_partition(&cfg, 4096, &page).unwrap();
+        let mut back = vec![0u8; 4096];
+        p.engine()
+            .vram_read(cfg.partition_base() + 4096, &mut back)
+            .unwrap();
+        assert_eq!(back, page);
+        // Hostile offsets: past the end, wrapping.
+        let e = p.write_partition(&cfg, cfg.vram, &page).unwrap_err();
+        assert!(e.to_string().contains("outside the"), "{e}");
+        assert!(p.write_partition(&cfg, u64::MAX - 10, &page).is_err());
+        // Shared sim GPUs and pass-through get none.
+        let shared = GpuConfig::parse("vram=8M,host=/nonexistent.sock").unwrap();
+        assert!(Vgpu::prepare_engine(&shared).unwrap().is_none());
+    }
+}
