@@ -6,6 +6,7 @@
 
 use std::ops::ControlFlow;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::record::{self, ModuleRec, RegionRec, SpaceRec};
 use super::{SwitchEngine, Tag};
@@ -43,10 +44,15 @@ impl SwitchEngine {
     }
 
     /// Tags the context of a preempted outcome.
-    fn tag_outcome(&self, out: Outcome, tag: Option<Tag>) -> Outcome {
+    fn tag_outcome(
+        &self,
+        out: Outcome,
+        engine: Arc<dyn EngineSnapshot>,
+        tag: Option<Tag>,
+    ) -> Outcome {
         match (out, tag) {
             (Outcome::Preempted { context, gpu_time }, Some(tag)) => Outcome::Preempted {
-                context: self.wrap_context(context, tag),
+                context: self.wrap_context(context, engine, tag),
                 gpu_time,
             },
             (o, _) => o,
@@ -224,8 +230,9 @@ impl Engine for SwitchEngine {
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         let (real, tag) = self.real_job(job)?;
         let _busy = self.busy();
-        let out = self.current().execute(&real, preempt)?;
-        Ok(self.tag_outcome(out, Some(tag)))
+        let e = self.current();
+        let out = e.execute(&real, preempt)?;
+        Ok(self.tag_outcome(out, e, Some(tag)))
     }
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
         self.current().checkpoint_stats()
@@ -237,8 +244,9 @@ impl Engine for SwitchEngine {
     ) -> Result<Outcome, EngineError> {
         let _busy = self.busy();
         let (ctx, tag) = self.unwrap_context(context)?;
-        let out = self.current().resume(ctx, preempt)?;
-        Ok(self.tag_outcome(out, tag))
+        let e = self.current();
+        let out = e.resume(ctx, preempt)?;
+        Ok(self.tag_outcome(out, e, tag))
     }
 }
 
@@ -290,10 +298,9 @@ impl EngineSnapshot for SwitchEngine {
             (rec.space(space)?, m)
         };
         let (ctx, _) = self.unwrap_context(context)?;
-        let out = self
-            .current()
-            .retarget_context(ctx, real_space, real_module)?;
-        Ok(self.wrap_context(out, Tag { space, module }))
+        let e = self.current();
+        let out = e.retarget_context(ctx, real_space, real_module)?;
+        Ok(self.wrap_context(out, e, Tag { space, module }))
     }
 
     fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {

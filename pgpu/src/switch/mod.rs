@@ -16,7 +16,9 @@
 //!    error they are rebuilt on the old one and it stays), the ids re-pointed, the engine
 //!    swapped. Jobs preempted before the swap resume on the new engine: their saved contexts
 //!    carry which virtual space and module they ran in and are re-targeted there
-//!    (`EngineSnapshot::retarget_context`).
+//!    (`EngineSnapshot::retarget_context`); each holds the engine that made it, so an old
+//!    engine (on cuda: its context and device memory) goes when the caller drops it and its
+//!    last preempted job has moved on.
 //!
 //! The engines must agree on VRAM size and page sizes (checked at the stage). Write-set flag
 //! words live in an engine's own memory: a commit with flag words outstanding is refused.
@@ -68,21 +70,38 @@ pub struct SwitchEngine {
     info: EngineInfo,
     /// Jobs and host copies in flight (a commit waits for none).
     busy: AtomicU32,
-    /// Incremented at each switch; saved contexts carry the one they were made under.
+    /// Switches made.
     generation: AtomicU64,
     /// Flag words handed out and not freed (virtual space of each).
     flags: Mutex<HashMap<u64, SpaceId>>,
 }
 
-/// A saved context of a job run through the switch: the engine's own, with the generation it
-/// was saved under and the job's virtual space and module (a resume after a switch
-/// re-targets it).
-#[derive(Debug)]
+/// A saved context of a job run through the switch: the engine's own, with the engine that
+/// made it and the job's virtual space and module (a resume after a switch re-targets it).
+/// It holds that engine alive: an engine's in-memory context may refer to its device memory
+/// (a checkpointed launch's save area), read when the context is turned into bytes for the
+/// new engine — so an old engine goes only when its last preempted job has moved on.
 pub(crate) struct Tagged {
     inner: SavedContext,
-    generation: u64,
+    engine: Arc<dyn EngineSnapshot>,
     space: SpaceId,
     module: Option<ModuleId>,
+}
+
+impl std::fmt::Debug for Tagged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tagged")
+            .field("inner", &self.inner)
+            .field("engine", &self.engine.info().name)
+            .field("space", &self.space)
+            .field("module", &self.module)
+            .finish()
+    }
+}
+
+/// Whether two engine handles are the same engine.
+fn same(a: &Arc<dyn EngineSnapshot>, b: &Arc<dyn EngineSnapshot>) -> bool {
+    std::ptr::eq(Arc::as_ptr(a).cast::<()>(), Arc::as_ptr(b).cast::<()>())
 }
 
 impl LiveContext for Tagged {
@@ -282,8 +301,7 @@ impl SwitchEngine {
         Ok(old)
     }
 
-    /// A saved context as the current engine takes it: its own if made under this
-    /// generation, re-targeted at the rebuilt space and module if made before a switch, or
+    /// A saved context as the current engine takes it: its own if made by it, re-targeted at the rebuilt space and module if made before a switch, or
     /// passed through (bytes: a restore's, already re-targeted by the caller).
     fn unwrap_context(
         &self,
@@ -304,7 +322,8 @@ impl SwitchEngine {
             space: t.space,
             module: t.module,
         };
-        if t.generation == self.generation.load(Ordering::SeqCst) {
+        let current = self.current();
+        if same(&t.engine, &current) {
             return Ok((t.inner, Some(tag)));
         }
         let (space, module) = {
@@ -315,16 +334,23 @@ impl SwitchEngine {
             };
             (rec.space(t.space)?, m)
         };
+        // Serialized while the engine that made it is still held (`t.engine`).
         let bytes = SavedContext::from_bytes(t.inner.into_bytes());
-        let ctx = self.current().retarget_context(bytes, space, module)?;
+        drop(t.engine);
+        let ctx = current.retarget_context(bytes, space, module)?;
         Ok((ctx, Some(tag)))
     }
 
-    /// Wraps an engine's context with its tag.
-    fn wrap_context(&self, inner: SavedContext, tag: Tag) -> SavedContext {
+    /// Wraps a context `engine` made with its tag.
+    fn wrap_context(
+        &self,
+        inner: SavedContext,
+        engine: Arc<dyn EngineSnapshot>,
+        tag: Tag,
+    ) -> SavedContext {
         SavedContext::live(Box::new(Tagged {
             inner,
-            generation: self.generation.load(Ordering::SeqCst),
+            engine,
             space: tag.space,
             module: tag.module,
         }))

@@ -136,8 +136,11 @@ fn a_job_preempted_on_one_engine_finishes_on_the_other_with_the_same_results() {
     let t = sw.lookup(space, BASE + (8 << 20)).unwrap().unwrap();
     assert_eq!(t.target, MapTarget::Host { region, offset: 0 });
 
+    // The preempted job's context holds the old engine until it resumes on the new one.
+    let held = Arc::strong_count(&first);
     let out = sw.resume(context, &handle).unwrap();
     assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    assert_eq!(Arc::strong_count(&first), held - 1);
     check_c(&sw, space, n);
     // The old engine's VRAM was not written after the switch (its c[] half done at most).
     let mut c_old = vec![0u8; 4 * n as usize];

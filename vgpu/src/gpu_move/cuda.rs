@@ -5,8 +5,8 @@
 //! the same host memory, now mapped for device N too) and loads every module there (the JIT
 //! compile, guest running) — `SwitchEngine::stage`; pre-copy rounds write VRAM into it
 //! through the bulk/host path; paused, the last dirty pages go and `SwitchEngine::commit`
-//! rebuilds the spaces there and swaps. The old engine (its context and VRAM) goes when the
-//! switch gives it back.
+//! rebuilds the spaces there and swaps. The old engine (its context and VRAM) goes once the
+//! job the pause preempted has resumed on the new one (its saved context holds it until then).
 
 use std::sync::Arc;
 
