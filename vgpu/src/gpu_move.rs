@@ -190,12 +190,10 @@ impl Vgpu {
         let fd = plan.grant.vram_fd.as_raw_fd();
         let base = plan.grant.vram_offset + self.vram_base;
         let vram_base = self.vram_base;
-        let engine = plan.cuda.as_ref().map(|t| t.staged.engine().clone());
+        let cuda = plan.cuda.as_ref();
         move |page: u64, b: &[u8]| {
-            match &engine {
-                Some(e) => e
-                    .vram_write(vram_base + page * PAGE, b)
-                    .map_err(std::io::Error::other)?,
+            match cuda {
+                Some(t) => t.write(vram_base + page * PAGE, b)?,
                 None => pwrite_all(fd, b, base + page * PAGE)?,
             }
             *copied += b.len() as u64;

@@ -224,6 +224,14 @@ impl CudaEngine {
         Ok(new)
     }
 
+    /// Makes this engine's context current on the calling thread (fails once it is lost).
+    /// For a caller that runs another engine's CUDA calls inside one of this engine's
+    /// callbacks (a move's pre-copy writes the new device's VRAM from the old one's bulk
+    /// read, which goes on with its own stream after the callback).
+    pub fn make_current(&self) -> Result<(), EngineError> {
+        self.alive()
+    }
+
     /// Fails once the context is lost; makes the context current on this thread.
     pub(crate) fn alive(&self) -> Result<(), EngineError> {
         if let Some(why) = lock(&self.lost).as_ref() {

@@ -30,6 +30,18 @@ pub(crate) struct CudaShared {
 pub(crate) struct CudaTarget {
     pub staged: Staged,
     pub cuda: Arc<CudaEngine>,
+    /// The engine in use until the switch (its context made current again after each write
+    /// into the new one from inside its bulk read).
+    pub old: Arc<CudaEngine>,
+}
+
+impl CudaTarget {
+    /// Writes `b` at `pa` of the new engine's VRAM, from inside the old engine's bulk read.
+    pub fn write(&self, pa: u64, b: &[u8]) -> std::io::Result<()> {
+        let r = self.staged.engine().vram_write(pa, b);
+        self.old.make_current().map_err(std::io::Error::other)?;
+        r.map_err(std::io::Error::other)
+    }
 }
 
 /// The most bytes a module reload at the stage may take in host memory (each was loaded
@@ -69,6 +81,10 @@ impl CudaShared {
                 &limits,
             )
             .map_err(MoveError::Engine)?;
-        Ok(CudaTarget { staged, cuda })
+        Ok(CudaTarget {
+            staged,
+            cuda,
+            old: self.cuda.clone(),
+        })
     }
 }
