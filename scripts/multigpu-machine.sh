@@ -2,6 +2,7 @@
 # Issue 25's several-GPUs figures on a machine with two GPUs (kind nvidia-h100-x2), with binaries
 # built elsewhere. Usage, from the repository root there:
 #   scripts/multigpu-machine.sh BIN_DIR OUT_DIR [seconds]
+# (ONLY=move: only the moves, 3 and 4.)
 # BIN_DIR holds vgpu-vmm, vgpud and vgpu-bench (release builds) and, optionally, cuda-switch-test
 # (`cargo test --release -p pgpu --test cuda_switch --no-run`'s binary). Everything goes to
 # OUT_DIR/log.txt; each fairness run's files to OUT_DIR/<run>/.
@@ -20,6 +21,7 @@ exec > >(tee "$OUT/log.txt") 2>&1
 nvidia-smi -L || true
 fair() { "$B/vgpu-bench" fairness --vmm "$B/vgpu-vmm" --vgpud "$B/vgpud" --duration "$SECS" "$@" | tail -1; }
 
+if [ "${ONLY:-}" != move ]; then
 echo "== cuda: 16 VMs over 2 GPUs, one-block 5 ms kernels"
 fair --backend cuda --gpus 2 --vms 16 --policy timeslice --kernel-us 5000 --out "$OUT/cuda16-2gpu" &
 BP=$!
@@ -32,6 +34,7 @@ fair --backend cuda --gpus 2 --vms 16 --policy timeslice --kernel-us 5000 --bloc
 echo "== sim: 16 VMs over 2 GPUs"
 fair --gpus 2 --vms 16 --policy timeslice --kernel-us 500,5000 --vm-memory 64 --vram-per-vm 16M \
   --out "$OUT/sim16-2gpu"
+fi
 
 movetest() { # backend, daemon --gpus
   local be=$1 gpus=$2
