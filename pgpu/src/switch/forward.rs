@@ -193,23 +193,25 @@ impl Engine for SwitchEngine {
         // Identical text: the same module, one more load (the engine holds one load of it).
         if let Some((v, m)) = rec.modules.iter_mut().find(|(_, m)| m.ptx == ptx) {
             m.loads += 1;
-            let id = *v;
-            return Ok(LoadedModule { id, host_bytes: 0 });
+            return Ok(LoadedModule {
+                id: *v,
+                host_bytes: m.host_bytes,
+            });
         }
         let loaded = self.current().load_module(ptx, limits)?;
         let id = ModuleId(rec.next_id());
+        // The switch keeps the text (to load it on another engine): charged with the load.
+        let host_bytes = loaded.host_bytes.saturating_add(ptx.len() as u64);
         rec.modules.insert(
             id,
             ModuleRec {
                 real: loaded.id,
                 ptx: ptx.to_string(),
                 loads: 1,
+                host_bytes,
             },
         );
-        Ok(LoadedModule {
-            id,
-            host_bytes: loaded.host_bytes,
-        })
+        Ok(LoadedModule { id, host_bytes })
     }
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         let mut rec = lock(&self.rec);

@@ -25,6 +25,8 @@ pub(crate) struct ModuleRec {
     pub real: ModuleId,
     pub ptx: String,
     pub loads: u32,
+    /// What the load reported (the engine's bytes plus this copy of the text).
+    pub host_bytes: u64,
 }
 
 /// One host region: its real id and how it came to be.

@@ -172,6 +172,12 @@ fn switching_twice_and_back_keeps_state_and_mappings_split_by_unmaps() {
     let sw = SwitchEngine::new(sim(VRAM));
     let n = 1024;
     let (space, job) = vecadd(&sw, n);
+    // A second load of the same text: the same module, charged the same (text included).
+    let Job::Launch(l) = &job else { unreachable!() };
+    let ptx = suite::find("vecadd").unwrap().ptx;
+    let again = sw.load_module(ptx, &limits()).unwrap();
+    assert_eq!(again.id, l.module);
+    assert!(again.host_bytes >= ptx.len() as u64);
     // Unmap the middle 2 MiB page of the 4 MiB mapping... of another, 3-page mapping.
     sw.map(
         space,
@@ -196,6 +202,8 @@ fn switching_twice_and_back_keeps_state_and_mappings_split_by_unmaps() {
     let t = sw.lookup(space, BASE + (20 << 20)).unwrap().unwrap();
     assert_eq!(t.target, MapTarget::Vram { pa: 4 << 20 });
     assert_eq!(t.perm, Perm::ReadOnly);
+    // One of the two loads given back: the module stays for the other.
+    sw.unload_module(again.id).unwrap();
     let out = sw.execute(&job, &PreemptHandle::new()).unwrap();
     assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
     check_c(&sw, space, n);
