@@ -178,13 +178,14 @@ impl Engine for SwitchEngine {
     }
 
     fn copy_to_space(&self, space: SpaceId, va: u64, data: &[u8]) -> Result<(), EngineError> {
-        let real = lock(&self.rec).space(space)?;
+        // Counted before the ids are read: a commit sees it, or comes before the read.
         let _busy = self.busy();
+        let real = lock(&self.rec).space(space)?;
         self.current().copy_to_space(real, va, data)
     }
     fn copy_from_space(&self, space: SpaceId, va: u64, buf: &mut [u8]) -> Result<(), EngineError> {
-        let real = lock(&self.rec).space(space)?;
         let _busy = self.busy();
+        let real = lock(&self.rec).space(space)?;
         self.current().copy_from_space(real, va, buf)
     }
 
@@ -230,8 +231,8 @@ impl Engine for SwitchEngine {
     }
 
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
-        let (real, tag) = self.real_job(job)?;
         let _busy = self.busy();
+        let (real, tag) = self.real_job(job)?;
         let e = self.current();
         let out = e.execute(&real, preempt)?;
         Ok(self.tag_outcome(out, e, Some(tag)))
