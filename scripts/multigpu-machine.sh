@@ -36,8 +36,8 @@ fair --gpus 2 --vms 16 --policy timeslice --kernel-us 500,5000 --vm-memory 64 --
   --out "$OUT/sim16-2gpu"
 fi
 
-movetest() { # backend, daemon --gpus
-  local be=$1 gpus=$2
+movetest() { # backend, daemon --gpus, guest run ms, guest iterations
+  local be=$1 gpus=$2 ms=$3 iters=$4
   echo "== $be: a running VM moved between GPU 0 and GPU 1"
   M=$OUT/move-$be; mkdir -p "$M"
   "$B/vgpud" --socket "$M/s" --gpus "$gpus" --vram 1G --sched policy=timeslice,slice=2ms \
@@ -47,7 +47,7 @@ movetest() { # backend, daemon --gpus
   vm() { # name, gpu, extra args...
     local n=$1 g=$2; shift 2
     "$B/vgpu-vmm" --guest fairness --gpu "host=$M/s,name=$n,vram=64M,gpu=$g,backend=$be" \
-      --cmdline "iters=20000 depth=2 ms=8000 report_ms=100" --timeout 120 "$@" > "$M/$n.log" 2>&1 &
+      --cmdline "iters=$iters depth=2 ms=$ms report_ms=100" --timeout 120 "$@" > "$M/$n.log" 2>&1 &
     VMS="$VMS $!"
   }
   VMS=
@@ -77,9 +77,9 @@ for g in r["gpus"]:
     print(f"gpu {g['index']}: vms {g['vms']}, busy {g['busy_ns']/1e6:.0f} ms, vram free {g['vram_free'] >> 20} MiB")
 EOF
 }
-movetest sim 2
+movetest sim 2 8000 20000
 if [ -x "$B/cuda-switch-test" ]; then
   echo "== cuda: engine switch test (device 0 -> 1)"
   "$B/cuda-switch-test" --ignored --nocapture --test-threads=1
 fi
-movetest cuda all
+movetest cuda all 15000 2000000
