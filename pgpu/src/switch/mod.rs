@@ -250,23 +250,18 @@ impl SwitchEngine {
         }
         let old = self.current();
         // The old engine's spaces go first (a cuda engine reserves each window's VAs).
-        for s in rec.spaces.values() {
-            old.destroy_space(s.real)?;
+        let mut gone = Vec::new();
+        for (v, sp) in &rec.spaces {
+            if let Err(e) = old.destroy_space(sp.real) {
+                restore_spaces(&mut rec, &*old, &gone);
+                return Err(e);
+            }
+            gone.push(*v);
         }
         let spaces = match record::build_spaces(&*staged.engine, &rec, &staged.regions) {
             Ok(s) => s,
             Err(e) => {
-                let back: HashMap<_, _> = rec.regions.iter().map(|(v, r)| (*v, r.real)).collect();
-                match record::build_spaces(&*old, &rec, &back) {
-                    Ok(again) => {
-                        for (v, real) in again {
-                            if let Some(s) = rec.spaces.get_mut(&v) {
-                                s.real = real;
-                            }
-                        }
-                    }
-                    Err(e2) => log::error!("switch: rebuilding the old engine's spaces: {e2}"),
-                }
+                restore_spaces(&mut rec, &*old, &gone);
                 return Err(e);
             }
         };
@@ -354,6 +349,29 @@ impl SwitchEngine {
             space: tag.space,
             module: tag.module,
         }))
+    }
+}
+
+/// Rebuilds the spaces `which` (virtual ids) on the old engine after a failed commit, the
+/// record re-pointed at the new real ids (a failure here is logged: those spaces are lost).
+fn restore_spaces(rec: &mut Record, old: &dyn EngineSnapshot, which: &[SpaceId]) {
+    let part = Record {
+        spaces: which
+            .iter()
+            .filter_map(|v| rec.spaces.get(v).map(|s| (*v, s.clone())))
+            .collect(),
+        ..Record::default()
+    };
+    let regions: HashMap<_, _> = rec.regions.iter().map(|(v, r)| (*v, r.real)).collect();
+    match record::build_spaces(old, &part, &regions) {
+        Ok(again) => {
+            for (v, real) in again {
+                if let Some(s) = rec.spaces.get_mut(&v) {
+                    s.real = real;
+                }
+            }
+        }
+        Err(e) => log::error!("switch: rebuilding the old engine's spaces: {e}"),
     }
 }
 

@@ -243,3 +243,36 @@ fn what_cannot_move_is_refused_and_the_old_engine_stays() {
         sw.commit(staged).unwrap();
     }
 }
+
+#[test]
+fn a_commit_the_new_engine_refuses_leaves_the_old_engine_running_its_spaces() {
+    let first = sim(VRAM);
+    let sw = SwitchEngine::new(first.clone());
+    let n = 512;
+    let (space, job) = vecadd(&sw, n);
+    // A new engine that cannot hold the VM's space: the rebuild there fails.
+    let cramped: Arc<dyn EngineSnapshot> = Arc::new(
+        SimEngine::new(SimConfig {
+            vram_size: VRAM,
+            workers: 1,
+            limits: crate::engine::EngineLimits {
+                max_spaces: 0,
+                ..Default::default()
+            },
+            ..SimConfig::default()
+        })
+        .unwrap(),
+    );
+    let staged = sw.stage(cramped, None, &limits()).unwrap();
+    precopy(&*first, &**staged.engine());
+    let e = sw.commit(staged).err().unwrap();
+    assert!(e.to_string().contains("spaces"), "{e}");
+    assert!(Arc::ptr_eq(&sw.current(), &first));
+    assert_eq!(sw.switches(), 0);
+    // The old engine has the space again, with its mapping, and runs the job.
+    let t = sw.lookup(space, BASE).unwrap().unwrap();
+    assert_eq!(t.target, MapTarget::Vram { pa: 2 << 20 });
+    let out = sw.execute(&job, &PreemptHandle::new()).unwrap();
+    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    check_c(&sw, space, n);
+}
