@@ -71,6 +71,7 @@ pub mod dirty;
 pub mod engine;
 mod ptx_load;
 pub mod sim;
+pub mod switch;
 mod sync;
 
 pub use ckpt::{CkptStats, PreemptMethod};

@@ -8,14 +8,20 @@
 //! moves the VM to the target's scheduler and frees the source partition. Modules, contexts
 //! and preempted jobs live in the VM process and need no copy.
 //!
-//! Sim only: each of the daemon's GPUs is a VRAM memory object. A `backend=cuda` VM would
-//! need a new engine on the target device (its device memory and modules made there before
-//! the switch); refused clearly until then.
+//! Sim: each of the daemon's GPUs is a VRAM memory object, written with `pwrite`, and the
+//! switch is a remap of the engine's VRAM. Cuda (`cuda`): the VM owns its CUDA context, so
+//! the target is a second cuda engine on the target device, made and given guest RAM and the
+//! modules before the pre-copy (`pgpu::switch::SwitchEngine::stage`), written through its
+//! VRAM calls, and swapped in at the switch (`SwitchEngine::commit`: the spaces rebuilt
+//! there, preempted jobs re-targeted when they resume).
+
+mod cuda;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
+pub(crate) use cuda::CudaShared;
 use pgpu::sim::SimEngine;
 use serde::Serialize;
 use vgpu_proto::proto::Placement;
@@ -33,11 +39,10 @@ const PAGE: u64 = 4096;
 pub enum MoveError {
     #[error("the GPU is not shared through vgpud (host=): there is no other GPU to move to")]
     NotShared,
-    #[error(
-        "backend=cuda cannot move yet: its engine's device memory and modules would have to be \
-         made on the target device (only sim VMs move)"
-    )]
+    #[error("this GPU cannot move: backend=cuda without host= has no daemon to move within")]
     Cuda,
+    #[error("the target engine: {0}")]
+    Engine(pgpu::EngineError),
     #[error("vgpud: {0}")]
     Host(#[from] HostError),
     #[error("pre-copy: {0}")]
@@ -57,9 +62,26 @@ pub(crate) struct SharedVram {
     pub gpu: Placement,
 }
 
+/// What a move switches: a sim VM's VRAM object, or a cuda VM's engine.
+pub(crate) enum Shared {
+    Sim(SharedVram),
+    Cuda(CudaShared),
+}
+
+impl Shared {
+    fn gpu(&self) -> Placement {
+        match self {
+            Shared::Sim(s) => s.gpu,
+            Shared::Cuda(c) => c.gpu,
+        }
+    }
+}
+
 /// A move in progress: the partition reserved on the target.
 pub struct MovePlan {
     grant: MoveGrant,
+    /// cuda: the new engine, staged.
+    cuda: Option<cuda::CudaTarget>,
     /// VRAM bytes copied so far (pre-copy rounds, guards, last round).
     copied: u64,
     rounds: Vec<u64>,
@@ -88,7 +110,7 @@ impl MovePlan {
 }
 
 impl Vgpu {
-    fn shared_vram(&self) -> Result<std::sync::MutexGuard<'_, Option<SharedVram>>, MoveError> {
+    fn shared(&self) -> Result<std::sync::MutexGuard<'_, Option<Shared>>, MoveError> {
         if self.link.is_none() {
             return Err(MoveError::NotShared);
         }
@@ -105,12 +127,13 @@ impl Vgpu {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
-            .map(|s| s.gpu)
+            .map(Shared::gpu)
     }
 
-    /// Asks the daemon for a partition on its GPU `gpu` (the VM keeps running).
+    /// Asks the daemon for a partition on its GPU `gpu` (the VM keeps running); cuda: makes
+    /// the engine on its device and stages it (guest RAM, modules).
     pub fn move_prepare(&self, gpu: u32) -> Result<MovePlan, MoveError> {
-        drop(self.shared_vram()?);
+        drop(self.shared()?);
         let link = self.link.as_ref().ok_or(MoveError::NotShared)?;
         let grant = link.request_move(gpu)?;
         if grant.vram_size != self.cfg.physical_vram() {
@@ -121,23 +144,32 @@ impl Vgpu {
                 self.cfg.physical_vram()
             )));
         }
+        let mut plan = MovePlan {
+            grant,
+            cuda: None,
+            copied: 0,
+            rounds: Vec::new(),
+        };
         // The guard areas never change: copied now, outside the pause.
-        let guards = {
-            let shared = self.shared_vram()?;
+        let ready = {
+            let shared = self.shared()?;
             match shared.as_ref() {
-                Some(sv) => self.copy_guards(sv, &grant),
+                Some(Shared::Sim(sv)) => self.copy_guards(&*sv.engine, &plan),
+                Some(Shared::Cuda(c)) => match c.stage(plan.grant.gpu.device) {
+                    Ok(t) => {
+                        plan.cuda = Some(t);
+                        self.copy_guards(&*c.switch, &plan)
+                    }
+                    Err(e) => Err(e),
+                },
                 None => Err(MoveError::Cuda),
             }
         };
-        if let Err(e) = guards {
+        if let Err(e) = ready {
             link.abort_move();
             return Err(e);
         }
-        Ok(MovePlan {
-            grant,
-            copied: 0,
-            rounds: Vec::new(),
-        })
+        Ok(plan)
     }
 
     /// Gives the reservation back (after a failed move; the VM stays where it is).
@@ -148,7 +180,8 @@ impl Vgpu {
         log::warn!("vgpu: move to gpu {} abandoned", plan.grant.gpu.index);
     }
 
-    /// Writes partition pages (page index in the partition, bytes) to the target.
+    /// Writes partition pages (page index in the partition, bytes) to the target: the target
+    /// GPU's VRAM object (sim) or the staged engine's VRAM (cuda).
     fn target_sink<'a>(
         &self,
         plan: &'a MovePlan,
@@ -156,8 +189,13 @@ impl Vgpu {
     ) -> impl FnMut(u64, &[u8]) -> std::io::Result<()> + 'a {
         let fd = plan.grant.vram_fd.as_raw_fd();
         let base = plan.grant.vram_offset + self.vram_base;
+        let vram_base = self.vram_base;
+        let cuda = plan.cuda.as_ref();
         move |page: u64, b: &[u8]| {
-            pwrite_all(fd, b, base + page * PAGE)?;
+            match cuda {
+                Some(t) => t.write(vram_base + page * PAGE, b)?,
+                None => pwrite_all(fd, b, base + page * PAGE)?,
+            }
             *copied += b.len() as u64;
             Ok(())
         }
@@ -177,9 +215,10 @@ impl Vgpu {
     }
 
     /// With the VM's vCPUs and this device paused: the last dirty pages and the guard areas
-    /// go to the target, the engine's VRAM is switched to it, and the daemon confirms. On an
-    /// error before the switch the reservation is given back and the VM stays; after it (the
-    /// daemon not confirming) the link is lost like any daemon failure.
+    /// go to the target, the engine's VRAM is switched to it (cuda: the engine itself), and
+    /// the daemon confirms. On an error before the switch the reservation is given back and
+    /// the VM stays; after it (the daemon not confirming) the link is lost like any daemon
+    /// failure.
     pub fn move_commit(
         &self,
         mut plan: MovePlan,
@@ -191,15 +230,27 @@ impl Vgpu {
             let mut sink = self.target_sink(&plan, &mut last);
             pre.final_round(&mut sink).map_err(MoveError::from)
         };
-        let mut shared = self.shared_vram()?;
-        let Some(sv) = shared.as_mut() else {
+        let mut shared = self.shared()?;
+        let Some(sh) = shared.as_mut() else {
             return Err(MoveError::Cuda);
         };
-        let switched = copied.and_then(|_| {
-            sv.engine
+        let switched = copied.and_then(|_| match sh {
+            Shared::Sim(sv) => sv
+                .engine
                 .vram()
                 .rebind(plan.grant.vram_fd.as_fd(), plan.grant.vram_offset)
-                .map_err(|e| MoveError::Map(e.to_string()))
+                .map_err(|e| MoveError::Map(e.to_string())),
+            Shared::Cuda(c) => {
+                let target = plan.cuda.take().ok_or(MoveError::Cuda)?;
+                // Flag words live in the old engine's memory: given back (taken again from
+                // the new engine at the next checked launch).
+                self.write_log.release(&*self.engine);
+                let old = c.switch.commit(target.staged).map_err(MoveError::Engine)?;
+                c.cuda = target.cuda;
+                c.cfg = c.cuda.config().clone();
+                drop(old);
+                Ok(())
+            }
         });
         if let Err(e) = switched {
             drop(shared);
@@ -209,7 +260,7 @@ impl Vgpu {
         }
         // The aperture and the engine's log follow the new mapping from here on.
         drop(pre);
-        let from = sv.gpu.index;
+        let from = sh.gpu().index;
         let link = self.link.as_ref().ok_or(MoveError::NotShared)?;
         plan.copied += last;
         let grant = plan.grant;
@@ -221,11 +272,19 @@ impl Vgpu {
             .try_clone()
             .map_err(|e| MoveError::Map(format!("dup the target's VRAM descriptor: {e}")))?;
         link.set_partition(grant.gpu.index, grant.vram_offset, claimed);
-        sv.gpu = grant.gpu;
-        sv.offset = grant.vram_offset;
-        sv.fd = grant.vram_fd;
+        match sh {
+            Shared::Sim(sv) => {
+                sv.gpu = grant.gpu;
+                sv.offset = grant.vram_offset;
+                sv.fd = grant.vram_fd;
+            }
+            Shared::Cuda(c) => c.gpu = grant.gpu,
+        }
         let confirmed = link.commit_move()?;
-        sv.gpu = confirmed;
+        match sh {
+            Shared::Sim(sv) => sv.gpu = confirmed,
+            Shared::Cuda(c) => c.gpu = confirmed,
+        }
         let report = MoveReport {
             from,
             to: confirmed.index,
@@ -242,8 +301,9 @@ impl Vgpu {
         Ok(report)
     }
 
-    /// The guard areas around the partition (never written by the GPU: copied whole).
-    fn copy_guards(&self, sv: &SharedVram, to: &MoveGrant) -> Result<(), MoveError> {
+    /// The guard areas around the partition (never written by the GPU: copied whole) from
+    /// `engine` to the target.
+    fn copy_guards(&self, engine: &dyn pgpu::Engine, to: &MovePlan) -> Result<(), MoveError> {
         let size = self.cfg.physical_vram();
         let ranges = [
             (0, self.vram_base),
@@ -257,12 +317,22 @@ impl Vgpu {
             let mut at = start;
             while at < start + len {
                 let n = (start + len - at).min(buf.len() as u64) as usize;
-                sv.engine
-                    .vram()
-                    .read(at, &mut buf[..n])
+                engine
+                    .vram_read(at, &mut buf[..n])
                     .map_err(|e| MoveError::Map(e.to_string()))?;
-                pwrite_all(to.vram_fd.as_raw_fd(), &buf[..n], to.vram_offset + at)
-                    .map_err(MoveError::Copy)?;
+                match &to.cuda {
+                    Some(t) => t
+                        .staged
+                        .engine()
+                        .vram_write(at, &buf[..n])
+                        .map_err(MoveError::Engine)?,
+                    None => pwrite_all(
+                        to.grant.vram_fd.as_raw_fd(),
+                        &buf[..n],
+                        to.grant.vram_offset + at,
+                    )
+                    .map_err(MoveError::Copy)?,
+                }
                 at += n as u64;
             }
         }

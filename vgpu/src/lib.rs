@@ -190,6 +190,8 @@ impl Guards {
 pub struct HostRegistration {
     link: Arc<host::HostLink>,
     welcome: host::Welcome,
+    /// The cuda engine behind the VM's switch engine (a move to another GPU makes a new one).
+    cuda: Option<gpu_move::CudaShared>,
 }
 
 impl HostRegistration {
@@ -246,7 +248,7 @@ pub struct Vgpu {
     /// Per-job write sets (live snapshots on engines without a dirty log).
     write_log: Arc<snapshot::writes::WriteSetLog>,
     /// multigpu: a shared sim VM's engine and VRAM object (moves to another GPU).
-    moving: Mutex<Option<gpu_move::SharedVram>>,
+    moving: Mutex<Option<gpu_move::Shared>>,
 }
 
 impl Vgpu {
@@ -287,6 +289,7 @@ impl Vgpu {
                 Some(HostRegistration {
                     link: Arc::new(link),
                     welcome,
+                    cuda: None,
                 })
             }
             None => None,
@@ -297,7 +300,22 @@ impl Vgpu {
             preempt: cfg.preempt,
             ..pgpu::cuda::CudaConfig::default()
         };
-        Ok((Arc::new(pgpu::cuda::CudaEngine::new(cuda)?), reg))
+        let engine = Arc::new(pgpu::cuda::CudaEngine::new(cuda.clone())?);
+        match reg {
+            // Shared: behind a switch engine, so that a move to another of the daemon's GPUs
+            // can swap in an engine on that device (`gpu_move`).
+            Some(mut r) => {
+                let switch = Arc::new(pgpu::switch::SwitchEngine::new(engine.clone()));
+                r.cuda = Some(gpu_move::CudaShared {
+                    switch: switch.clone(),
+                    cuda: engine,
+                    cfg: cuda,
+                    gpu: r.welcome.gpu,
+                });
+                Ok((switch, Some(r)))
+            }
+            None => Ok((engine, None)),
+        }
     }
 
     /// A virtual GPU on an engine made by the caller (`cuda_engine`); `ram_regions` are the
@@ -352,10 +370,16 @@ impl Vgpu {
             }
             _ => (None, None),
         };
+        let mut cuda_shared = None;
         let (engine, ram_regions, sim_engine, link): (Arc<dyn EngineSnapshot>, _, _, _) =
             match given {
                 Some((e, regions, reg)) => {
-                    let link = reg.map(|r| r.link).or(link);
+                    let link = reg
+                        .map(|r| {
+                            cuda_shared = r.cuda;
+                            r.link
+                        })
+                        .or(link);
                     // No CPU pointer to a cuda engine's VRAM: the aperture keeps trapping.
                     cfg.bar_remap = false;
                     (e, Some(regions), None, link)
@@ -377,15 +401,16 @@ impl Vgpu {
                     (e.clone() as Arc<dyn EngineSnapshot>, None, Some(e), link)
                 }
             };
-        // multigpu: what a move to another of the daemon's GPUs switches (sim only).
+        // multigpu: what a move to another of the daemon's GPUs switches: a sim VM's VRAM
+        // object, a cuda VM's engine.
         let moving = match (welcome, &sim_engine) {
-            (Some(w), Some(e)) => Some(gpu_move::SharedVram {
+            (Some(w), Some(e)) => Some(gpu_move::Shared::Sim(gpu_move::SharedVram {
                 engine: e.clone(),
                 fd: w.vram_fd,
                 offset: w.vram_offset,
                 gpu: w.gpu,
-            }),
-            _ => None,
+            })),
+            _ => cuda_shared.map(gpu_move::Shared::Cuda),
         };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
             (Some(m), Some(sim_engine)) => {

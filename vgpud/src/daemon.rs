@@ -194,6 +194,17 @@ impl Daemon {
         })
     }
 
+    /// Names the GPUs after discovery (`--gpus all`): each device's name and memory, for the
+    /// report. Devices not managed here are ignored.
+    pub fn describe_gpus(&mut self, devices: &[crate::discover::Discovered]) {
+        for g in &mut self.gpus {
+            if let Some(d) = devices.iter().find(|d| d.ordinal == g.device) {
+                g.report.name = Some(d.name.clone());
+                g.report.memory = Some(d.memory);
+            }
+        }
+    }
+
     /// Scheduler time of the monotonic instant `mono_ns`, never earlier than a time already
     /// handed out (events are stamped in the order they are handled).
     pub(crate) fn at(&self, mono_ns: u64) -> Duration {

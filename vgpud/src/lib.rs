@@ -4,7 +4,8 @@
 //! socket, gets its partition, and asks for, is granted and yields GPU time. The protocol is
 //! `proto` (documented in docs/architecture.md, "Sharing one GPU: vgpud").
 //!
-//! Files: `background` (the daemon on a thread, for tests and tools), `gpus` (per-GPU state,
+//! Files: `background` (the daemon on a thread, for tests and tools), `discover` (`--gpus
+//! all`: the host's CUDA devices), `gpus` (per-GPU state,
 //! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one
 //! connection), `daemon` (the poll loop, grants, slice ends, revocation, reclaim), `handle`
 //! (message handling), `adopt` (a restart: the VMs of an earlier instance re-register, each on
@@ -13,6 +14,7 @@
 mod adopt;
 mod background;
 pub mod daemon;
+pub mod discover;
 pub mod gpus;
 mod handle;
 mod moving;

@@ -26,8 +26,10 @@ struct Args {
     /// GPUs, each its own VRAM object) or a list of CUDA device ordinals (`0,2`). Each GPU has
     /// its own VRAM, channel quota and scheduler; a VM is placed on the one with the most free
     /// VRAM, then the least load (sum of weights), unless pinned (`--gpu host=..,gpu=N`).
-    /// `nvidia-smi -L` lists a host's devices.
-    #[arg(long, value_name = "N|LIST", default_value = "1")]
+    /// `all`: every CUDA device of the host, found through NVIDIA's driver (their names and
+    /// memory go into the report; no driver or no device is an error). `nvidia-smi -L` lists
+    /// a host's devices.
+    #[arg(long, value_name = "N|LIST|all", default_value = "1")]
     gpus: String,
     /// Channel quota of each GPU: channels all its VMs together may use.
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
@@ -94,9 +96,23 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage(format!("--sched: {e}")),
     };
-    let gpus = match vgpud::gpus::parse_gpus(&args.gpus) {
-        Ok(g) => g,
-        Err(e) => return usage(format!("--gpus {e}")),
+    // `all`: the host's CUDA devices (discovered), else a count or a list as given.
+    let discovered = if args.gpus.trim() == "all" {
+        match vgpud::discover::cuda_devices()
+            .and_then(|d| vgpud::discover::check_vram(&d, args.vram).map(|_| d))
+        {
+            Ok(d) => Some(d),
+            Err(e) => return setup(format!("--gpus {e}")),
+        }
+    } else {
+        None
+    };
+    let gpus = match &discovered {
+        Some(d) => d.iter().map(|d| d.ordinal).collect(),
+        None => match vgpud::gpus::parse_gpus(&args.gpus) {
+            Ok(g) => g,
+            Err(e) => return usage(format!("--gpus {e}")),
+        },
     };
     if let Some(p) = &args.report
         && let Err(e) = vgpud::Report::check_path(p)
@@ -151,6 +167,17 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Some(d) = &discovered {
+        for x in d {
+            log::info!(
+                "vgpud: CUDA device {}: {}, {} MiB",
+                x.ordinal,
+                x.name,
+                x.memory >> 20
+            );
+        }
+        daemon.describe_gpus(d);
+    }
     match daemon.run(stop_rx.as_fd()) {
         Ok(r) => {
             log::info!(

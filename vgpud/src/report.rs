@@ -105,6 +105,11 @@ pub struct GpuReport {
     /// The daemon's index (`gpu=N`) and the CUDA device ordinal.
     pub index: u32,
     pub device: u32,
+    /// The device's name and memory in bytes, where the daemon discovered them (`--gpus all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
     pub vram: u64,
     pub vram_free: u64,
     pub channels: u32,

@@ -199,7 +199,13 @@ impl Engine for CudaEngine {
         let region = unsafe { HostRegion::register(base, len) }.map_err(|e| self.drv(e))?;
         st.next_region += 1;
         let id = HostRegionId(st.next_region);
-        st.regions.insert(id, RegionSlot { region, maps: 0 });
+        st.regions.insert(
+            id,
+            RegionSlot {
+                region: std::sync::Arc::new(region),
+                maps: 0,
+            },
+        );
         Ok(id)
     }
 
@@ -217,7 +223,13 @@ impl Engine for CudaEngine {
         let (region, ptr) = HostRegion::allocate(self.cfg.device, len).map_err(|e| self.drv(e))?;
         st.next_region += 1;
         let id = HostRegionId(st.next_region);
-        st.regions.insert(id, RegionSlot { region, maps: 0 });
+        st.regions.insert(
+            id,
+            RegionSlot {
+                region: std::sync::Arc::new(region),
+                maps: 0,
+            },
+        );
         Ok((id, ptr))
     }
 

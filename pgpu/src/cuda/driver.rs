@@ -228,3 +228,72 @@ pub fn sync_legacy() -> Result<(), DrvError> {
         sys::cuStreamSynchronize(std::ptr::null_mut())
     })
 }
+
+/// One CUDA device of the host, as [`devices`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device ordinal (what `CudaConfig::device` takes).
+    pub ordinal: u32,
+    /// The driver's name for it (`cuDeviceGetName`).
+    pub name: String,
+    /// Its memory in bytes (`cuDeviceTotalMem`).
+    pub memory: u64,
+}
+
+/// The host's CUDA devices (at most `max`; more is an error, not a silent cut), through
+/// NVIDIA's driver loaded as the engine loads it. No driver, a driver that cannot initialise
+/// (no device: `CUDA_ERROR_NO_DEVICE`) or no device at all is an error with the reason.
+/// Retains no context: a daemon that only arbitrates never creates one.
+pub fn devices(max: usize) -> Result<Vec<DeviceInfo>, EngineError> {
+    // SAFETY: only tries to dlopen the library names; no symbol is called.
+    if !unsafe { sys::is_culib_present() } {
+        let why = sys::library().err().unwrap_or_default();
+        return Err(EngineError::Backend(format!(
+            "CUDA driver not found: libcuda.so could not be loaded ({why})"
+        )));
+    }
+    let mut count: c_int = 0;
+    // SAFETY: plain driver calls with out-pointers to locals (a missing symbol returns
+    // CUDA_ERROR_NOT_FOUND, never calls anything).
+    unsafe {
+        ck("cuInit", sys::cuInit(0))?;
+        ck("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+    }
+    let count = usize::try_from(count).unwrap_or(0);
+    if count == 0 {
+        return Err(EngineError::Backend(
+            "the CUDA driver reports no device".into(),
+        ));
+    }
+    if count > max {
+        return Err(EngineError::Backend(format!(
+            "the CUDA driver reports {count} devices; at most {max} are supported"
+        )));
+    }
+    let mut out = Vec::with_capacity(count);
+    for ordinal in 0..count {
+        let mut device: sys::CUdevice = 0;
+        let mut bytes: usize = 0;
+        // SAFETY: out-pointers to locals; `ordinal` is below the driver's count.
+        unsafe {
+            ck(
+                "cuDeviceGet",
+                sys::cuDeviceGet(&mut device, ordinal as c_int),
+            )?;
+            ck(
+                "cuDeviceTotalMem",
+                sys::cuDeviceTotalMem_v2(&mut bytes, device),
+            )?;
+        }
+        let ctx = Ctx {
+            ctx: std::ptr::null_mut(),
+            device,
+        };
+        out.push(DeviceInfo {
+            ordinal: ordinal as u32,
+            name: ctx.name(),
+            memory: bytes as u64,
+        });
+    }
+    Ok(out)
+}

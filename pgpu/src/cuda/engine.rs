@@ -20,10 +20,12 @@ use crate::ckpt::CkptCounters;
 use crate::engine::{EngineError, EngineInfo, HostRegionId, ModuleId, PageSize, SpaceId};
 use crate::sync::lock;
 
-/// A host region and how many pages of spaces map it.
+/// A host region and how many pages of spaces map it. The region is shared with another
+/// engine of the process after `share_host_region` (a move to another device): its memory
+/// goes with the last engine holding it.
 #[derive(Debug)]
 pub(crate) struct RegionSlot {
-    pub region: HostRegion,
+    pub region: Arc<HostRegion>,
     pub maps: u64,
 }
 
@@ -186,6 +188,48 @@ impl CudaEngine {
     /// Why the engine's context is lost (after a kernel fault), if it is.
     pub fn lost(&self) -> Option<String> {
         lock(&self.lost).clone()
+    }
+
+    /// Makes host region `id` of `from` (another cuda engine of this process, on another
+    /// device) a region of this engine too: the same memory at the same CPU address, now
+    /// accessible from this device; it stays allocated while either engine holds it. What a
+    /// move to another GPU does with guest RAM (`switch::Handover`).
+    pub fn share_host_region(
+        &self,
+        from: &CudaEngine,
+        id: HostRegionId,
+    ) -> Result<HostRegionId, EngineError> {
+        self.alive()?;
+        let region = lock(&from.state)
+            .regions
+            .get(&id)
+            .map(|s| s.region.clone())
+            .ok_or(EngineError::UnknownHostRegion(id))?;
+        if let Some((base, len)) = region.private_range() {
+            vmm::set_access(
+                base,
+                len,
+                &[Loc::Device(self.cfg.device), Loc::HostNuma(0)],
+                true,
+            )
+            .map_err(|e| self.drv(e))?;
+        }
+        let mut st = lock(&self.state);
+        if st.regions.len() >= self.info.limits.max_host_regions {
+            return Err(EngineError::TooMany("host regions"));
+        }
+        st.next_region += 1;
+        let new = HostRegionId(st.next_region);
+        st.regions.insert(new, RegionSlot { region, maps: 0 });
+        Ok(new)
+    }
+
+    /// Makes this engine's context current on the calling thread (fails once it is lost).
+    /// For a caller that runs another engine's CUDA calls inside one of this engine's
+    /// callbacks (a move's pre-copy writes the new device's VRAM from the old one's bulk
+    /// read, which goes on with its own stream after the callback).
+    pub fn make_current(&self) -> Result<(), EngineError> {
+        self.alive()
     }
 
     /// Fails once the context is lost; makes the context current on this thread.

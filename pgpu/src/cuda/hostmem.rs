@@ -37,6 +37,9 @@ pub enum HostRegion {
 
 // SAFETY: the raw pointer is only handed to the driver (unregister); the memory is the caller's.
 unsafe impl Send for HostRegion {}
+// SAFETY: no interior mutability; shared (`Arc`, two engines after a move) only for reads of
+// its handles and range, the pointer used by the driver call of the last owner's drop.
+unsafe impl Sync for HostRegion {}
 
 impl HostRegion {
     /// Allocates `len` bytes (a multiple of 2 MiB), zeroed.
@@ -87,6 +90,14 @@ impl HostRegion {
             base,
             len: len as u64,
         })
+    }
+
+    /// The private VA range of an engine-allocated region (its CPU address), else `None`.
+    pub fn private_range(&self) -> Option<(u64, u64)> {
+        match self {
+            HostRegion::Allocated { base, len, .. } => Some((*base, *len)),
+            HostRegion::Registered { .. } => None,
+        }
     }
 
     /// Length in bytes.

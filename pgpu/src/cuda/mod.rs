@@ -33,4 +33,5 @@ mod vram;
 
 pub use bulk::PTX as BULK_PTX;
 pub use config::{CudaConfig, FlagWrite};
+pub use driver::{DeviceInfo, devices};
 pub use engine::CudaEngine;

@@ -13,6 +13,11 @@ pub trait LiveContext: Send + fmt::Debug {
     fn to_bytes(&self) -> Vec<u8>;
     /// For the engine to recover its own type.
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// Whether this is a `switch::SwitchEngine` context (its own tag around an engine's
+    /// context); every engine's own contexts keep the default.
+    fn is_switch_tagged(&self) -> bool {
+        false
+    }
 }
 
 /// A preempted job's complete state. Either the engine's in-memory state (fast path: resuming
