@@ -61,8 +61,8 @@ pub struct Args {
     /// CI mode: one repetition, 64 MiB of RAM and VRAM, shorter guests.
     #[arg(long)]
     pub short: bool,
-    /// Live snapshots of the slowdown measurement per repetition, each after a baseline window
-    /// (default: 3 with `--short`, else 5).
+    /// Live snapshots of the slowdown measurement per repetition, the VM's first included,
+    /// each after a baseline window (default: 3 with `--short`, else 5).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
     pub live_windows: Option<usize>,
     /// More `--gpu` options (e.g. `preempt=checkpoint`).
@@ -289,9 +289,11 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
         ..Plan::of(a)
     };
     let mut vm = start(dir, &format!("slow{i}"), vmm, &vm_args(a, &slow_plan))?;
+    let s0 = migrate_slowdown::stats(&vm, vmm)?;
     let g0 = vm.output();
     std::thread::sleep(p.window);
     let g1 = vm.output();
+    let s1 = migrate_slowdown::stats(&vm, vmm)?;
     let live_snap = dir.join(format!("live{i}"));
     let done = vm.ctl(
         vmm,
@@ -309,14 +311,17 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     r.live_snapshot_ms = f(&done, "ms");
     r.live_snapshot_paused_ms = f(&done, "paused_ms");
     r.live_snapshot = done["live"].clone();
-    r.windows = migrate_slowdown::measure(
+    // The VM's first live copy is a window too (with write sets it pays for the checked
+    // twins' transformation and load), then `live_windows - 1` more.
+    r.windows = vec![migrate_slowdown::window(s0, s1, &done)?];
+    r.windows.extend(migrate_slowdown::measure(
         &mut vm,
         vmm,
         dir,
         &format!("window{i}"),
-        p.live_windows,
+        p.live_windows.saturating_sub(1),
         p.baseline,
-    )?;
+    )?);
     let long = long + Duration::from_millis(p.live_windows as u64 * 2000);
     let (code, g) = vm.finish(long)?;
     ok_run("live snapshot's VM", code, &g)?;

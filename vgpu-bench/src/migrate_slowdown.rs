@@ -1,5 +1,6 @@
 //! The guest's slowdown during live snapshots, for `vgpu-bench migrate` (issue 24): on one
-//! running VM, `windows` times a baseline window (`ctl stats` twice, `baseline` apart: the
+//! running VM, after its first live snapshot (whose window the caller makes with [`window`]),
+//! `count` times a baseline window (`ctl stats` twice, `baseline` apart: the
 //! virtual GPU's kernel launches over the host clock) immediately followed by a live snapshot
 //! (`ctl snapshot --live`, whose report counts the launches over its live window, from the
 //! pre-copy's start to the VM paused, `live.guest`). The rates are sums over the windows:
@@ -27,7 +28,7 @@ pub struct Window {
 }
 
 /// `ctl stats`: (host uptime ms, GPU launches).
-fn stats(vm: &Vm, vmm: &Path) -> Result<(f64, u64), BenchError> {
+pub fn stats(vm: &Vm, vmm: &Path) -> Result<(f64, u64), BenchError> {
     let s = vm.ctl(vmm, &["stats"])?;
     let up = s["uptime_ms"].as_f64();
     let launches = s["gpu"]["launches"].as_u64();
@@ -56,24 +57,34 @@ pub fn measure(
         let snap = dir.join(format!("{name}-{k}"));
         let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--live"])?;
         let _ = std::fs::remove_dir_all(&snap);
-        let guest = &done["live"]["guest"];
-        let (Some(live_ms), Some(live_launches)) =
-            (guest["window_ms"].as_f64(), guest["gpu_launches"].as_u64())
-        else {
-            return Err(BenchError::Invalid(format!(
-                "live snapshot {k}: no live.guest window in the answer (a vgpu-vmm older than \
-                 vgpu-bench?)"
-            )));
-        };
-        out.push(Window {
-            before_ms: t1 - t0,
-            before_launches: l1.saturating_sub(l0),
-            live_ms,
-            paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
-            live_launches,
-        });
+        out.push(window((t0, l0), (t1, l1), &done)?);
     }
     Ok(out)
+}
+
+/// The window of a live snapshot's answer `done`, after a baseline between two `ctl stats`.
+pub fn window(
+    (t0, l0): (f64, u64),
+    (t1, l1): (f64, u64),
+    done: &serde_json::Value,
+) -> Result<Window, BenchError> {
+    let guest = &done["live"]["guest"];
+    let (Some(live_ms), Some(live_launches)) =
+        (guest["window_ms"].as_f64(), guest["gpu_launches"].as_u64())
+    else {
+        return Err(BenchError::Invalid(
+            "live snapshot: no live.guest window in the answer (a vgpu-vmm older than \
+             vgpu-bench?)"
+                .into(),
+        ));
+    };
+    Ok(Window {
+        before_ms: t1 - t0,
+        before_launches: l1.saturating_sub(l0),
+        live_ms,
+        paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
+        live_launches,
+    })
 }
 
 /// Launches per second.
