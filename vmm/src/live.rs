@@ -285,8 +285,8 @@ impl Controller {
             down.src_gpu_image_ms = image_ms;
             l.note_validation();
             if resume {
-                // The logs off (the aperture mapped again) before the guest runs on.
-                memory::set_dirty_logging(&self.vm, &self.mem, false)?;
+                // The GPU's logs off (the aperture mapped again) before it runs on; KVM's
+                // after the vCPUs do (it is switched with them running, as at the start).
                 l.vram = None;
                 self.resume_gpu();
                 if self.gate.is_paused() {
@@ -296,6 +296,7 @@ impl Controller {
             down.src_end_ms = laps.lap() - image_ms;
             last.ms = paused_at.elapsed().as_secs_f64() * 1e3;
             last.gpu_blocked_ms = last.ms;
+            memory::set_dirty_logging(&self.vm, &self.mem, false)?;
             let t = Instant::now();
             out.sync(manifest::RAM_FILE, &sink.ram)?;
             if let Some(f) = &sink.vram {
