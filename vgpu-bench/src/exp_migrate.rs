@@ -26,6 +26,7 @@ use crate::backend::Backend;
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::error::BenchError;
 use crate::fairness_guest::GuestRun;
+use crate::migrate_slowdown;
 use crate::migrate_vm::{self, Vm};
 use crate::procs::{self, Proc};
 use crate::report;
@@ -60,6 +61,10 @@ pub struct Args {
     /// CI mode: one repetition, 64 MiB of RAM and VRAM, shorter guests.
     #[arg(long)]
     pub short: bool,
+    /// Live snapshots of the slowdown measurement per repetition, the VM's first included,
+    /// each after a baseline window (default: 3 with `--short`, else 5).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
+    pub live_windows: Option<usize>,
     /// More `--gpu` options (e.g. `preempt=checkpoint`).
     #[arg(long, value_name = "OPTS")]
     pub gpu_extra: Option<String>,
@@ -77,6 +82,10 @@ struct Plan {
     guest_ms: u64,
     /// Host time the slowdown measurement looks at before the live snapshot.
     window: Duration,
+    /// Live snapshots of the slowdown measurement (each after a baseline window of
+    /// `baseline`; `migrate_slowdown`).
+    live_windows: usize,
+    baseline: Duration,
 }
 
 impl Plan {
@@ -88,6 +97,8 @@ impl Plan {
                 memory_mib: 64,
                 guest_ms: 4000,
                 window: Duration::from_millis(600),
+                live_windows: a.live_windows.unwrap_or(3),
+                baseline: Duration::from_millis(300),
             }
         } else {
             Plan {
@@ -96,6 +107,8 @@ impl Plan {
                 memory_mib: a.memory_mib,
                 guest_ms: 8000,
                 window: Duration::from_millis(1500),
+                live_windows: a.live_windows.unwrap_or(5),
+                baseline: Duration::from_millis(500),
             }
         }
     }
@@ -114,11 +127,16 @@ struct Rep {
     live: Option<(f64, f64, serde_json::Value)>,
     /// The destinations' own figures (`dest_*`; null without them): stop-and-copy's, live's.
     dest: [serde_json::Value; 2],
+    /// The sources' `downtime` answers (`src_*`): stop-and-copy's, live migration's.
+    stop_downtime: serde_json::Value,
+    live_downtime: serde_json::Value,
     live_snapshot_ms: f64,
     live_snapshot_paused_ms: f64,
     live_snapshot: serde_json::Value,
     rate_before: f64,
     rate_during: f64,
+    /// The launch-counted windows of the slowdown measurement (`migrate_slowdown`).
+    windows: Vec<migrate_slowdown::Window>,
 }
 
 /// The VMM command line of the guest.
@@ -252,6 +270,11 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
             ok_run(&format!("{tag} migration"), code, &g)?;
             r.dest[usize::from(live)] = migrate_vm::incoming_report(dir, &dest_name);
             if live {
+                r.live_downtime = done["downtime"].clone();
+            } else {
+                r.stop_downtime = done["downtime"].clone();
+            }
+            if live {
                 r.live = Some((
                     f(&done, "ms"),
                     f(&done, "paused_ms"),
@@ -263,11 +286,18 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
         }
     }
 
-    // Slowdown during a live snapshot: guest progress before vs during.
-    let mut vm = start(dir, &format!("slow{i}"), vmm, &args)?;
+    // Slowdown during a live snapshot: guest progress before vs during (the first), then
+    // more live snapshots counted by the GPU's launches (the guest runs long enough for them).
+    let slow_plan = Plan {
+        guest_ms: p.guest_ms + p.live_windows as u64 * 2000,
+        ..Plan::of(a)
+    };
+    let mut vm = start(dir, &format!("slow{i}"), vmm, &vm_args(a, &slow_plan))?;
+    let s0 = migrate_slowdown::stats(&vm, vmm)?;
     let g0 = vm.output();
     std::thread::sleep(p.window);
     let g1 = vm.output();
+    let s1 = migrate_slowdown::stats(&vm, vmm)?;
     let live_snap = dir.join(format!("live{i}"));
     let done = vm.ctl(
         vmm,
@@ -285,11 +315,46 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     r.live_snapshot_ms = f(&done, "ms");
     r.live_snapshot_paused_ms = f(&done, "paused_ms");
     r.live_snapshot = done["live"].clone();
+    // The VM's first live copy is a window too (with write sets it pays for the checked
+    // twins' transformation and load), then `live_windows - 1` more.
+    r.windows = vec![migrate_slowdown::window(s0, s1, &done)?];
+    r.windows.extend(migrate_slowdown::measure(
+        &mut vm,
+        vmm,
+        dir,
+        &format!("window{i}"),
+        p.live_windows.saturating_sub(1),
+        p.baseline,
+    )?);
+    let long = long + Duration::from_millis(p.live_windows as u64 * 2000);
     let (code, g) = vm.finish(long)?;
     ok_run("live snapshot's VM", code, &g)?;
     let _ = std::fs::remove_dir_all(&live_snap);
     Ok(r)
 }
+
+/// The source's parts of a downtime (`src_*`), each the median over the reps.
+fn src_parts(reps: &[Rep], of: impl Fn(&Rep) -> serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for key in SRC_KEYS {
+        let v: Vec<f64> = reps.iter().filter_map(|r| of(r)[key].as_f64()).collect();
+        if !v.is_empty() {
+            out.insert(key.to_string(), median(v).into());
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+/// The source's parts of the downtime (`vmm::snapshot::source_report::SrcDowntime`).
+const SRC_KEYS: [&str; 7] = [
+    "src_pause_vcpus_ms",
+    "src_pause_gpu_ms",
+    "src_harvest_ms",
+    "src_ram_ms",
+    "src_state_ms",
+    "src_gpu_image_ms",
+    "src_end_ms",
+];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -425,7 +490,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let v: Vec<f64> = reps.iter().filter_map(g).collect();
         (!v.is_empty()).then(|| median(v))
     };
-    let slowdown = med(&|r| (r.rate_before > 0.0).then(|| 1.0 - r.rate_during / r.rate_before));
+    let progress_slowdown =
+        med(&|r| (r.rate_before > 0.0).then(|| 1.0 - r.rate_during / r.rate_before));
+    // The launch-counted windows of every rep together.
+    let windows: Vec<_> = reps.iter().flat_map(|r| r.windows.clone()).collect();
+    let counted = migrate_slowdown::summary(&windows);
+    let slowdown = counted["slowdown"].as_f64();
     // The destinations' parts of the downtime, each the median over the reps.
     let dest = |k: usize| {
         let mut out = serde_json::Map::new();
@@ -460,12 +530,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "downtime_ms": med(&|r| r.stop_copy.map(|s| s.1)),
             "total_ms": med(&|r| r.stop_copy.map(|s| s.0)),
             "dest": dest(0),
+            "src": src_parts(&reps, |r| r.stop_downtime.clone()),
         },
         "live_migration": {
             "downtime_ms": med(&|r| r.live.as_ref().map(|s| s.1)),
             "total_ms": med(&|r| r.live.as_ref().map(|s| s.0)),
             "first_report": reps.first().and_then(|r| r.live.as_ref().map(|l| l.2.clone())),
             "dest": dest(1),
+            "src": src_parts(&reps, |r| r.live_downtime.clone()),
         },
         "live_snapshot": {
             "paused_ms": med(&|r| Some(r.live_snapshot_paused_ms)),
@@ -473,7 +545,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "first_report": reps.first().map(|r| r.live_snapshot.clone()),
             "kernels_per_s_before": med(&|r| Some(r.rate_before)),
             "kernels_per_s_during": med(&|r| Some(r.rate_during)),
+            "slowdown_guest_progress": progress_slowdown,
             "slowdown": slowdown,
+            "launch_windows": counted,
+            "downtime": reps.first().map(|r| r.live_snapshot["downtime"].clone()),
         },
     });
     report::write(
@@ -517,7 +592,37 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         d["dest_prepared"].as_f64().is_some_and(|v| v > 0.0),
         d["dest_vram_pages_early"],
         d["dest_vram_pages_switch"],
-    ))
+    ) + &slowdown_line(&summary))
+}
+
+/// The tail of the printed line: how the slowdown was counted, and the source's parts of the
+/// live migration's downtime.
+fn slowdown_line(summary: &serde_json::Value) -> String {
+    let c = &summary["live_snapshot"]["launch_windows"];
+    let num = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1}"));
+    let pct = |v: &serde_json::Value| {
+        v.as_f64()
+            .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+    };
+    let s = &summary["live_migration"]["src"];
+    format!(
+        " (GPU launches over {} live windows: {}/s before, {}/s during, {} during the rounds \
+         only, {} launches lost; guest progress lines: {}); live migration's source: pause vCPUs \
+         {} ms, GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms",
+        c["windows"],
+        num(&c["launches_per_s_before"]),
+        num(&c["launches_per_s_during"]),
+        pct(&c["slowdown_rounds"]),
+        num(&c["launches_lost"]),
+        pct(&summary["live_snapshot"]["slowdown_guest_progress"]),
+        num(&s["src_pause_vcpus_ms"]),
+        num(&s["src_pause_gpu_ms"]),
+        num(&s["src_harvest_ms"]),
+        num(&s["src_ram_ms"]),
+        num(&s["src_state_ms"]),
+        num(&s["src_gpu_image_ms"]),
+        num(&s["src_end_ms"]),
+    )
 }
 
 /// The destination's figures (`vmm::snapshot::incoming::IncomingReport`, its `--stats`).

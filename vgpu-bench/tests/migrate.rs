@@ -60,6 +60,26 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
     assert_eq!(snap["first_report"]["gpu_running"], true, "{s}");
     assert!(pos(&snap["kernels_per_s_before"]), "{s}");
     assert!(snap["slowdown"].as_f64().is_some(), "{s}");
+    // The slowdown counted by the GPU's launches: 3 windows (the VM's first live snapshot
+    // and two more), each with a live window, and baselines in which the guest's GPU
+    // launched kernels.
+    let w = &snap["launch_windows"];
+    assert_eq!(w["windows"], 3, "{s}");
+    assert!(w["baseline_launches"].as_u64().unwrap() > 0, "{s}");
+    for win in w["per_window"].as_array().unwrap() {
+        assert!(pos(&win["live_ms"]), "{win}: {s}");
+    }
+    // The source's parts of both migrations' downtime.
+    for m in ["stop_copy", "live_migration"] {
+        for k in [
+            "src_pause_vcpus_ms",
+            "src_pause_gpu_ms",
+            "src_gpu_image_ms",
+            "src_end_ms",
+        ] {
+            assert!(s[m]["src"][k].as_f64().is_some(), "{m}.src.{k}: {s}");
+        }
+    }
     // The CSV has the measurements and the rounds; the chart has a bar group per round.
     let csv = std::fs::read_to_string(out.join("migrate.csv")).unwrap();
     for m in [

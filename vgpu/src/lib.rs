@@ -86,6 +86,15 @@ pub struct GpuStats {
     pub checkpoint: Option<CheckpointStats>,
 }
 
+/// [`Vgpu::activity`]: the guest's GPU work so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Activity {
+    pub launches: u64,
+    pub copies: u64,
+    pub gpu_ns: u64,
+    pub mmio_traps: u64,
+}
+
 /// `--stats` of the checkpoint preemption method (`pgpu::CkptStats`).
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckpointStats {
@@ -512,6 +521,18 @@ impl Vgpu {
     /// The PCI device.
     pub fn device(&self) -> Arc<Mutex<device::VgpuDevice>> {
         self.device.clone()
+    }
+
+    /// Kernel launches, copies, GPU time of the guest's jobs (ns) and trapped accesses so far:
+    /// the cheap part of [`Vgpu::stats`] (no guard check), for windows of a live snapshot.
+    pub fn activity(&self) -> Activity {
+        let r = self.shared.lock();
+        Activity {
+            launches: r.counters.launches,
+            copies: r.counters.copies,
+            gpu_ns: r.counters.gpu_ns,
+            mmio_traps: self.shared.traps.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Counters, the pending fault, and the guard check.

@@ -605,7 +605,14 @@ impl Worker {
                 })),
                 _ => None,
             },
-            (Job::Launch(l), None) => self.checked_twin(l),
+            (Job::Launch(l), None) => {
+                let t = Instant::now();
+                let twin = self.checked_twin(l);
+                if let Some(log) = self.jobs.write_log.as_ref().filter(|w| w.on()) {
+                    log.note_worker(t.elapsed().as_nanos() as u64, true);
+                }
+                twin
+            }
             (Job::Copy(_), _) => None,
         };
         let resume = match suspended {

@@ -107,6 +107,10 @@ pub struct ControlStats {
     pub memory_mib: u64,
     pub cpus: u8,
     pub vcpus: Vec<ExitCounts>,
+    /// The virtual GPU's totals (none without a GPU): kernel launches, GPU time of the
+    /// guest's jobs (ns), trapped register and aperture accesses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<vgpu::Activity>,
 }
 
 /// The `migrate` answer (the source VM ends right after it).
@@ -125,6 +129,8 @@ pub struct MigrateDone {
     /// With `live`: every round's RAM and VRAM bytes, and how many were sent more than once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub precopy: Option<crate::snapshot::precopy::Report>,
+    /// The source's parts of the downtime (`src_*`).
+    pub downtime: crate::snapshot::source_report::SrcDowntime,
 }
 
 /// The `snapshot` answer.
@@ -199,6 +205,7 @@ impl Controller {
             memory_mib: self.manifest.memory_mib,
             cpus: self.manifest.cpus,
             vcpus: self.counters.iter().map(|c| c.snapshot()).collect(),
+            gpu: self.gpu().ok().flatten().map(|g| g.activity()),
         }
     }
 
@@ -295,6 +302,7 @@ impl Controller {
         let mut paused_at = None;
         let gpu = self.gpu()?;
         let mut pre = None;
+        let mut down = crate::snapshot::source_report::SrcDowntime::default();
         let result = (|| -> Result<u64, ControlError> {
             let mut manifest = stream::stream_manifest(self.manifest.clone(), &self.mem);
             // Pre-copy: the GPU's VRAM in rounds too while it runs (an engine with an exact
@@ -309,49 +317,69 @@ impl Controller {
             if let Some(l) = l {
                 memory::set_dirty_logging(&self.vm, &self.mem, true)?;
                 self.live_rounds(l, &mut tx)?;
+                self.live_window_end(l, gpu.as_deref());
             }
+            let mut laps = crate::snapshot::source_report::Laps::start();
             if !was_paused {
                 self.pause_now()?;
             }
+            down.src_pause_vcpus_ms = laps.lap();
             paused_at = Some(Instant::now());
             if let Some(gpu) = &gpu {
                 gpu.pause()?;
             }
+            down.src_pause_gpu_ms = laps.lap();
             let mut last = None;
             match pre.as_mut() {
-                Some(l) => last = Some(self.live_last_ram(l, &mut tx)?),
-                None => tx.all_ram(&self.mem, self.backing)?,
+                Some(l) => last = Some(self.live_last_ram(l, &mut tx, &mut down)?),
+                None => {
+                    tx.all_ram(&self.mem, self.backing)?;
+                    down.src_ram_ms = laps.lap();
+                }
             }
+            laps.lap();
             let state = self.capture()?.encode();
+            down.src_state_ms = laps.lap();
+            let mut image_ms = 0.0;
             let vram = pre.as_mut().and_then(|l| l.vram.as_mut());
             let pages = match (&gpu, vram) {
                 (Some(_), Some(v)) => tx.finish(
                     &state,
                     Some(&mut |w| {
+                        let t = Instant::now();
                         let (_, r) = v.save_delta(w)?;
                         if let Some(last) = &mut last {
                             last.vram_bytes = r.pages * 4096;
                             last.vram_resent_bytes = r.resent * 4096;
+                            last.vram_find_ms = r.find_us as f64 / 1e3;
+                            last.vram_read_ms = r.read_us as f64 / 1e3;
                         }
+                        image_ms = t.elapsed().as_secs_f64() * 1e3;
                         Ok(())
                     }),
                 )?,
                 (Some(gpu), None) => tx.finish(
                     &state,
                     Some(&mut |w| {
+                        let t = Instant::now();
                         let report = gpu.save_report(w)?;
                         if let Some(last) = &mut last {
                             last.vram_bytes = report.vram_bytes;
                         }
+                        image_ms = t.elapsed().as_secs_f64() * 1e3;
                         Ok(())
                     }),
                 )?,
                 (None, _) => tx.finish(&state, None)?,
             };
+            down.src_gpu_image_ms = image_ms;
+            down.src_end_ms = laps.lap() - image_ms;
             if let (Some(l), Some(mut last)) = (pre.as_mut(), last) {
                 last.ms = paused_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+                last.gpu_blocked_ms = last.ms;
                 l.note_validation();
                 l.report.push(last);
+                l.report.downtime = Some(down.clone());
             }
             Ok(pages)
         })();
@@ -385,6 +413,7 @@ impl Controller {
                     ram_pages: pages,
                     rounds,
                     precopy: report,
+                    downtime: down,
                 })
             }
             Err(e) => {

@@ -17,6 +17,7 @@ use crate::memory;
 use crate::snapshot::manifest;
 use crate::snapshot::precopy::{self, RamSent, Report, Round, Sink};
 use crate::snapshot::save::OutputDir;
+use crate::snapshot::source_report::{GuestMark, Laps, SrcDowntime};
 
 const PAGE: u64 = 4096;
 
@@ -25,6 +26,9 @@ pub struct Live<'g> {
     pub vram: Option<Precopy<'g>>,
     pub ram: RamSent,
     pub report: Report,
+    /// The guest's counters when the pre-copy started, and the pages KVM logged since.
+    start: GuestMark,
+    kvm_dirty_pages: u64,
 }
 
 impl Live<'_> {
@@ -39,6 +43,8 @@ impl Live<'_> {
                 declared_extents: s.declared_extents,
                 undeclared_extents: s.undeclared_extents,
                 declarations_refused: s.declarations_refused,
+                worker_ms: s.worker_ns as f64 / 1e6,
+                worker_jobs: s.worker_jobs,
             });
         }
     }
@@ -69,6 +75,7 @@ impl Controller {
         &self,
         gpu: Option<&'g vgpu::Vgpu>,
     ) -> Result<Live<'g>, ControlError> {
+        let start = self.guest_mark(gpu);
         let vram = match gpu {
             None => None,
             Some(gpu) => {
@@ -90,12 +97,28 @@ impl Controller {
         Ok(Live {
             report: Report {
                 gpu_running: vram.is_some(),
+                gpu_start_preempted: vram.as_ref().is_some_and(|v| v.start_preempted()),
                 gpu_dirty_log: log.into(),
                 ..Report::default()
             },
             vram,
             ram: RamSent::new(&self.mem),
+            start,
+            kvm_dirty_pages: 0,
         })
+    }
+
+    /// The guest's counters now (the GPU's and the vCPUs').
+    fn guest_mark(&self, gpu: Option<&vgpu::Vgpu>) -> GuestMark {
+        let vcpus: Vec<_> = self.counters.iter().map(|c| c.snapshot()).collect();
+        GuestMark::now(gpu, &vcpus)
+    }
+
+    /// Closes the live window (the VM about to be paused): the guest's counters since the
+    /// pre-copy started, into the report.
+    pub(crate) fn live_window_end(&self, live: &mut Live<'_>, gpu: Option<&vgpu::Vgpu>) {
+        let end = self.guest_mark(gpu);
+        live.report.guest = Some(live.start.window(&end, live.kvm_dirty_pages));
     }
 
     /// The rounds with the VM running (KVM's dirty log must be on): the first sends every
@@ -108,20 +131,30 @@ impl Controller {
     ) -> Result<(), ControlError> {
         for round in 0..=MAX_ROUNDS as u32 {
             let t = Instant::now();
-            let mut dirty = if round == 0 {
-                precopy::all_dirty(&self.mem)
+            let mut laps = Laps::start();
+            let (mut dirty, kvm) = if round == 0 {
+                (precopy::first_round(&self.mem, self.backing), 0)
             } else {
-                self.dirty_log()?
+                let d = self.dirty_log()?;
+                let n = precopy::count(&d);
+                (d, n)
             };
+            live.kvm_dirty_pages += kvm;
             if let Some(v) = &live.vram {
                 precopy::add_pages(&self.mem, &mut dirty, &v.ram_dirty()?);
             }
+            let harvest_ms = laps.lap();
             let (ram, ram_resent) = live.ram.send(&self.mem, &dirty, round == 0, sink)?;
+            let ram_ms = laps.lap();
             let vram = match &mut live.vram {
                 Some(v) => v.round(&mut |page, b| sink.vram(round, page, b))?,
                 None => Default::default(),
             };
             live.note_validation();
+            let gpu_blocked_ms = match (&live.vram, round) {
+                (Some(v), 0) => v.start_blocked().as_secs_f64() * 1e3,
+                _ => 0.0,
+            };
             live.report.push(Round {
                 round,
                 paused: false,
@@ -130,6 +163,12 @@ impl Controller {
                 ram_resent_bytes: ram_resent * PAGE,
                 vram_bytes: vram.pages * PAGE,
                 vram_resent_bytes: vram.resent * PAGE,
+                harvest_ms,
+                ram_ms,
+                vram_find_ms: vram.find_us as f64 / 1e3,
+                vram_read_ms: vram.read_us as f64 / 1e3,
+                kvm_dirty_pages: kvm,
+                gpu_blocked_ms,
             });
             if round > 0 && ram + vram.pages <= SMALL_ROUND_PAGES {
                 break;
@@ -139,24 +178,35 @@ impl Controller {
     }
 
     /// The last round's RAM, the VM and its GPU paused: what KVM and the GPU logged since the
-    /// previous round. Its VRAM part (the GPU image) is added by the caller.
+    /// previous round (its harvest and send timed into `down`). Its VRAM part (the GPU image)
+    /// is added by the caller.
     pub(crate) fn live_last_ram(
         &self,
         live: &mut Live<'_>,
         sink: &mut dyn Sink,
+        down: &mut SrcDowntime,
     ) -> Result<Round, ControlError> {
         let t = Instant::now();
+        let mut laps = Laps::start();
         let mut dirty = self.dirty_log()?;
+        let kvm = precopy::count(&dirty);
         if let Some(v) = &live.vram {
             precopy::add_pages(&self.mem, &mut dirty, &v.ram_dirty()?);
         }
+        let harvest_ms = laps.lap();
         let (ram, resent) = live.ram.send(&self.mem, &dirty, false, sink)?;
+        let ram_ms = laps.lap();
+        down.src_harvest_ms = harvest_ms;
+        down.src_ram_ms = ram_ms;
         Ok(Round {
             round: live.report.rounds.len() as u32,
             paused: true,
             ms: t.elapsed().as_secs_f64() * 1e3,
             ram_bytes: ram * PAGE,
             ram_resent_bytes: resent * PAGE,
+            harvest_ms,
+            ram_ms,
+            kvm_dirty_pages: kvm,
             ..Round::default()
         })
     }
@@ -187,7 +237,11 @@ impl Controller {
             };
             memory::set_dirty_logging(&self.vm, &self.mem, true)?;
             self.live_rounds(l, &mut sink)?;
+            self.live_window_end(l, gpu.as_deref());
+            let mut down = SrcDowntime::default();
+            let mut laps = Laps::start();
             self.pause_now()?;
+            down.src_pause_vcpus_ms = laps.lap();
             let paused_at = Instant::now();
             if let Some(gpu) = &gpu {
                 gpu.pause_with(if drain {
@@ -196,41 +250,65 @@ impl Controller {
                     vgpu::snapshot::PauseMode::Preempt
                 })?;
             }
-            let mut last = self.live_last_ram(l, &mut sink)?;
+            down.src_pause_gpu_ms = laps.lap();
+            let mut last = self.live_last_ram(l, &mut sink, &mut down)?;
+            laps.lap();
             let state = self.capture()?;
-            out.sync(manifest::RAM_FILE, &sink.ram)?;
-            if let Some(f) = &sink.vram {
-                out.sync(manifest::VRAM_FILE, f)?;
-            }
+            down.src_state_ms = laps.lap();
+            let mut image_ms = 0.0;
             let mut m = self.manifest.clone();
             m.ram_bytes = ram_bytes;
             m.ram_pages = l.ram.pages();
             m.gpu_live = l.vram.is_some();
-            let m = match (&gpu, &mut l.vram) {
-                (Some(_), Some(v)) => out.finish(
-                    m,
-                    &state,
-                    Some(&mut |w| {
-                        let (report, r) = v.save_delta(w)?;
-                        last.vram_bytes = r.pages * PAGE;
-                        last.vram_resent_bytes = r.resent * PAGE;
-                        Ok(report)
-                    }),
-                )?,
-                (Some(gpu), None) => out.finish(
-                    m,
-                    &state,
-                    Some(&mut |w| {
-                        let report = gpu.save_report(w)?;
-                        last.vram_bytes = report.vram_bytes;
-                        Ok(report)
-                    }),
-                )?,
-                (None, _) => out.finish(m, &state, None)?,
+            // Only the GPU image needs the VM paused: it goes into `gpu.bin` unsynced, and every
+            // file is synced (then the state and the manifest written) once the VM runs again.
+            let gpu_file = match (&gpu, &mut l.vram) {
+                (Some(_), Some(v)) => Some(out.gpu_image(&mut m, &mut |w| {
+                    let t = Instant::now();
+                    let (report, r) = v.save_delta(w)?;
+                    last.vram_bytes = r.pages * PAGE;
+                    last.vram_resent_bytes = r.resent * PAGE;
+                    last.vram_find_ms = r.find_us as f64 / 1e3;
+                    last.vram_read_ms = r.read_us as f64 / 1e3;
+                    image_ms = t.elapsed().as_secs_f64() * 1e3;
+                    Ok(report)
+                })?),
+                (Some(gpu), None) => Some(out.gpu_image(&mut m, &mut |w| {
+                    let t = Instant::now();
+                    let report = gpu.save_report(w)?;
+                    last.vram_bytes = report.vram_bytes;
+                    image_ms = t.elapsed().as_secs_f64() * 1e3;
+                    Ok(report)
+                })?),
+                (None, _) => None,
             };
-            last.ms = paused_at.elapsed().as_secs_f64() * 1e3;
+            down.src_gpu_image_ms = image_ms;
             l.note_validation();
+            if resume {
+                // The GPU's logs off (the aperture mapped again) before it runs on; KVM's
+                // after the vCPUs do (it is switched with them running, as at the start).
+                l.vram = None;
+                self.resume_gpu();
+                if self.gate.is_paused() {
+                    self.gate.resume();
+                }
+            }
+            down.src_end_ms = laps.lap() - image_ms;
+            last.ms = paused_at.elapsed().as_secs_f64() * 1e3;
+            last.gpu_blocked_ms = last.ms;
+            memory::set_dirty_logging(&self.vm, &self.mem, false)?;
+            let t = Instant::now();
+            out.sync(manifest::RAM_FILE, &sink.ram)?;
+            if let Some(f) = &sink.vram {
+                out.sync(manifest::VRAM_FILE, f)?;
+            }
+            if let Some(f) = &gpu_file {
+                out.sync(manifest::GPU_FILE, f)?;
+            }
+            let m = out.finish_state(m, &state)?;
+            l.report.sync_ms = t.elapsed().as_secs_f64() * 1e3;
             l.report.push(last);
+            l.report.downtime = Some(down);
             Ok(m)
         })();
         if let Err(e) = memory::set_dirty_logging(&self.vm, &self.mem, false) {

@@ -29,6 +29,8 @@ use crate::Vgpu;
 const PAGE: u64 = 4096;
 /// Most pages handed to a sink at once (1 MiB).
 pub const MAX_RUN_PAGES: u64 = 256;
+/// How long the start of a pre-copy lets a running job finish before preempting it.
+pub const START_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
 const RUN_HEADER: u64 = 12;
 
 fn engine_err(e: pgpu::EngineError) -> SnapshotError {
@@ -73,6 +75,10 @@ pub struct VramRound {
     pub pages: u64,
     /// Of which pages an earlier round had sent already.
     pub resent: u64,
+    /// Microseconds finding the pages (round 0: the engine's scan for non-zero pages; later:
+    /// the harvest, with the write sets' flag read) and reading and handing them over.
+    pub find_us: u64,
+    pub read_us: u64,
 }
 
 /// The source side of a VRAM pre-copy (see the module's comment). Dropping it stops the log
@@ -85,6 +91,10 @@ pub struct Precopy<'a> {
     /// Pages of the partition sent by some round.
     sent: Vec<u64>,
     rounds: u32,
+    /// How long the start stopped the guest's GPU queue (parked around the log's start), and
+    /// whether it preempted a running job (one that did not end within [`START_DRAIN`]).
+    start_blocked: std::time::Duration,
+    start_preempted: bool,
 }
 
 impl Vgpu {
@@ -108,14 +118,19 @@ impl Vgpu {
             writesets: false,
             sent: vec![0; dirty::words(self.cfg.vram)],
             rounds: 0,
+            start_blocked: std::time::Duration::ZERO,
+            start_preempted: false,
         };
         // The log starts between two runs: a job running now would have been translating
-        // unseen (the engine would then report every page dirty until it ended), so it is
-        // preempted for the start and resumes as a logged run.
+        // unseen (the engine would then report every page dirty until it ended; the write sets
+        // would have to count it as writing everything), so the start waits for it to end
+        // (the guest's queue runs meanwhile) and preempts it only if it runs on past
+        // START_DRAIN (it then resumes as a logged run; on write sets, unchecked).
         let was_paused = self.is_paused();
         if !was_paused {
-            self.pause()?;
+            p.start_preempted = self.pause_drain_within(START_DRAIN)?;
         }
+        let blocked = std::time::Instant::now();
         let kind = self.engine.dirty_log_start().map_err(engine_err);
         if let Ok(k) = &kind
             && (*k != DirtyLogKind::Exact || self.cfg.dirty_writesets)
@@ -126,6 +141,7 @@ impl Vgpu {
         }
         if !was_paused {
             self.resume();
+            p.start_blocked = blocked.elapsed();
         }
         p.kind = kind?;
         Ok(p)
@@ -190,6 +206,16 @@ impl Precopy<'_> {
     /// Rounds done.
     pub fn rounds(&self) -> u32 {
         self.rounds
+    }
+
+    /// How long the start stopped the guest's GPU queue (zero if it was paused already).
+    pub fn start_blocked(&self) -> std::time::Duration {
+        self.start_blocked
+    }
+
+    /// Whether the start preempted a running job (it did not end within [`START_DRAIN`]).
+    pub fn start_preempted(&self) -> bool {
+        self.start_preempted
     }
 
     fn engine(&self) -> &dyn EngineSnapshot {
@@ -284,13 +310,21 @@ impl Precopy<'_> {
         &mut self,
         sink: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
     ) -> Result<VramRound, SnapshotError> {
+        let t = std::time::Instant::now();
         let runs = if self.rounds == 0 {
             vram::nonzero_runs(self.engine(), self.gpu.vram_base, self.gpu.cfg.vram)?
         } else {
             let bits = self.harvest_vram()?;
             dirty::runs(&bits, self.gpu.cfg.vram / PAGE, MAX_RUN_PAGES)
         };
-        self.send(&runs, sink)
+        let find_us = t.elapsed().as_micros() as u64;
+        let t = std::time::Instant::now();
+        let r = self.send(&runs, sink)?;
+        Ok(VramRound {
+            find_us,
+            read_us: t.elapsed().as_micros() as u64,
+            ..r
+        })
     }
 
     /// multigpu: with the device paused, the pages written since the previous round, to
@@ -343,10 +377,15 @@ impl Precopy<'_> {
         &mut self,
         out: &mut dyn Write,
     ) -> Result<(SaveReport, VramRound), SnapshotError> {
+        let t = std::time::Instant::now();
         let bits = self.harvest_vram()?;
         let pages = self.gpu.cfg.vram / PAGE;
         let runs = dirty::runs(&bits, pages, u64::from(u32::MAX));
-        let mut last = VramRound::default();
+        let mut last = VramRound {
+            find_us: t.elapsed().as_micros() as u64,
+            ..VramRound::default()
+        };
+        let t = std::time::Instant::now();
         let gpu = self.gpu;
         let report = gpu.save_with(out, &mut |w: &mut SnapWriter<'_>| {
             let data: u64 = runs.iter().map(|(_, n)| n * PAGE).sum();
@@ -364,6 +403,7 @@ impl Precopy<'_> {
             Ok(data)
         })?;
         self.rounds += 1;
+        last.read_us = t.elapsed().as_micros() as u64;
         Ok((report, last))
     }
 }

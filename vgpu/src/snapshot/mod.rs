@@ -184,6 +184,44 @@ impl Vgpu {
         Ok(())
     }
 
+    /// Pauses, letting a running job finish for at most `drain` and preempting it after that
+    /// (the start of a live copy: a job that ends by itself needs no context, and on the
+    /// device's write sets, none that ran unmarked). Returns whether a preemption was asked
+    /// for. Waits at most `drain` plus the job time limit plus a second.
+    pub fn pause_drain_within(&self, drain: Duration) -> Result<bool, SnapshotError> {
+        self.snapshot_supported()?;
+        let limit = self.cfg.job_timeout + Duration::from_secs(1);
+        let shared = &self.shared;
+        let mut r = shared.lock();
+        r.pause.requested = true;
+        shared.wake.notify_all();
+        let start = Instant::now();
+        let mut preempt = false;
+        while !r.pause.parked {
+            let waited = start.elapsed();
+            if !preempt && waited >= drain {
+                preempt = true;
+                shared.pausing.store(true, Ordering::SeqCst);
+                self.job.request();
+            }
+            let until = if preempt { drain + limit } else { drain };
+            let left = until.saturating_sub(waited);
+            if (preempt && left.is_zero()) || r.shutdown {
+                r.pause.requested = false;
+                shared.pausing.store(false, Ordering::SeqCst);
+                shared.wake.notify_all();
+                return Err(SnapshotError::PauseTimeout(limit));
+            }
+            r = shared
+                .parked
+                .wait_timeout(r, left.max(Duration::from_micros(1)))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        shared.pausing.store(false, Ordering::SeqCst);
+        Ok(preempt)
+    }
+
     /// Lets the device run again (a preempted job resumes at its channel's next turn).
     pub fn resume(&self) {
         let mut r = self.shared.lock();

@@ -86,6 +86,12 @@ pub struct ValidationStats {
     pub undeclared_extents: u64,
     /// `ALLOC_DECLARE` writes refused (since the device was made).
     pub declarations_refused: u64,
+    /// Nanoseconds the GPU worker spent on the write sets' bookkeeping (choosing and loading
+    /// the checked twin, marking a job's extents, its end), between the guest's jobs: time the
+    /// guest's queue waits that it does not wait with the log off.
+    pub worker_ns: u64,
+    /// Jobs that bookkeeping ran for.
+    pub worker_jobs: u64,
 }
 
 /// What a launch runs while the log is on.
@@ -298,6 +304,14 @@ impl WriteSetLog {
             i.all_dirty_ram = true;
             i.stats.outside += 1;
         }
+    }
+
+    /// Adds `ns` of the worker's bookkeeping ([`ValidationStats::worker_ns`]); `job`: for a
+    /// job not counted yet.
+    pub fn note_worker(&self, ns: u64, job: bool) {
+        let mut i = self.lock();
+        i.stats.worker_ns = i.stats.worker_ns.saturating_add(ns);
+        i.stats.worker_jobs += u64::from(job);
     }
 
     /// The counters since the log was last started.

@@ -122,15 +122,21 @@ impl JobRunner {
                     r.counters.path.submit.add(ns);
                 }
             }
-            if let Some(l) = &self.write_log {
+            if let Some(l) = self.write_log.as_ref().filter(|l| l.on()) {
+                let t = Instant::now();
                 l.job_begins(&*self.engine, job, checked);
+                l.note_worker(t.elapsed().as_nanos() as u64, false);
             }
             let outcome = match saved.take() {
                 None => self.engine.execute(twin.unwrap_or(job), &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
             };
             if let Some(l) = &self.write_log {
+                let t = Instant::now();
                 l.job_ended();
+                if l.on() {
+                    l.note_worker(t.elapsed().as_nanos() as u64, false);
+                }
             }
             let end_ns = monotonic_ns();
             self.last_end = Some(Instant::now());

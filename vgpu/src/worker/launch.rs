@@ -47,8 +47,10 @@ impl Worker {
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
         let (module, hash) = self.module_for(&text, d.code_va)?;
-        if let Some(l) = &self.jobs.write_log {
+        if let Some(l) = self.jobs.write_log.as_ref().filter(|l| l.on()) {
+            let t = Instant::now();
             l.note_kernel(module, &entry, &text);
+            l.note_worker(t.elapsed().as_nanos() as u64, false);
         }
         let key = vgpu_proto::kernel::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {

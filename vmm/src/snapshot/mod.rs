@@ -3,7 +3,8 @@
 //! [`vmstate`]), the virtual GPU's image and configuration ([`gpu`]), writing a snapshot ([`save`]) and reading one back for `--restore` ([`load`]),
 //! and the same as a stream for migration ([`stream`]; its destination's GPU made ready during
 //! the rounds, [`incoming`]) over a unix socket, loopback TCP or
-//! mutual TLS ([`transport`], [`tls`]); the pre-copy rounds of live migration and live snapshots ([`precopy`]).
+//! mutual TLS ([`transport`], [`tls`]); the pre-copy rounds of live migration and live snapshots
+//! ([`precopy`]) and what their source measures ([`source_report`]).
 //! Pausing the vCPUs is [`crate::pause`]; the operations themselves are [`crate::control`].
 
 pub mod cpu;
@@ -15,6 +16,7 @@ pub mod manifest;
 pub mod precopy;
 pub mod ram;
 pub mod save;
+pub mod source_report;
 pub mod state;
 pub mod stream;
 pub mod tls;

@@ -32,6 +32,20 @@ pub struct Round {
     pub ram_resent_bytes: u64,
     pub vram_bytes: u64,
     pub vram_resent_bytes: u64,
+    /// Where the round's time went (ms): taking the dirty logs (KVM's, the GPU's RAM writes),
+    /// reading and sending RAM, finding the VRAM pages (round 0: the scan for non-zero pages;
+    /// later: the harvest) and reading and sending them.
+    pub harvest_ms: f64,
+    pub ram_ms: f64,
+    pub vram_find_ms: f64,
+    pub vram_read_ms: f64,
+    /// Pages KVM's dirty log reported for this round (round 0: none, everything is sent):
+    /// each was one write-protection fault of a vCPU since the previous round.
+    pub kvm_dirty_pages: u64,
+    /// How long this round stopped the guest's GPU queue (ms): round 0 the pre-copy's start
+    /// (the running job preempted while the log starts), the paused round all of it; the
+    /// other rounds never stop it (their reads run beside the guest's jobs).
+    pub gpu_blocked_ms: f64,
 }
 
 /// All rounds of a pre-copy and their sums.
@@ -44,10 +58,24 @@ pub struct Report {
     /// (the device's per-job write sets from the kernels' PTX), "none" (no GPU, or the GPU
     /// paused for the pre-copy).
     pub gpu_dirty_log: String,
+    /// The pre-copy's start preempted a running kernel (one that did not end within
+    /// `vgpu::snapshot::live::START_DRAIN`; with write sets it then runs on unchecked and marks
+    /// everything once).
+    pub gpu_start_preempted: bool,
     /// With write sets: how their speculation was validated (`None` otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_sets: Option<WriteSetValidation>,
     pub rounds: Vec<Round>,
+    /// What the guest did while the rounds ran (the GPU's counters over the live window).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest: Option<super::source_report::GuestWindow>,
+    /// The source's parts of the paused round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub downtime: Option<super::source_report::SrcDowntime>,
+    /// A live snapshot: syncing its files and writing the state and the manifest, after the
+    /// paused round (the VM running again unless it stays paused), ms.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sync_ms: f64,
     pub ram_bytes: u64,
     pub ram_resent_bytes: u64,
     pub vram_bytes: u64,
@@ -55,7 +83,7 @@ pub struct Report {
 }
 
 /// How the GPU's write sets were validated during a pre-copy (docs/snapshot.md).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct WriteSetValidation {
     /// Kernel runs that ran bounds-checked.
     pub checked_runs: u64,
@@ -69,6 +97,14 @@ pub struct WriteSetValidation {
     pub undeclared_extents: u64,
     /// `ALLOC_DECLARE` writes the device refused.
     pub declarations_refused: u64,
+    /// Milliseconds the GPU worker spent on the write sets between the guest's jobs (the
+    /// checked twin chosen and loaded, extents marked), and the jobs it did that for.
+    pub worker_ms: f64,
+    pub worker_jobs: u64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Report {
@@ -80,6 +116,48 @@ impl Report {
         self.vram_resent_bytes += r.vram_resent_bytes;
         self.rounds.push(r);
     }
+}
+
+/// Pages set in per-region dirty bitmaps.
+pub fn count(dirty: &[Vec<u64>]) -> u64 {
+    dirty
+        .iter()
+        .flatten()
+        .map(|w| u64::from(w.count_ones()))
+        .sum()
+}
+
+/// The pages of RAM the first round looks at, as a dirty bitmap per region: with anonymous
+/// backing only those present or swapped out (/proc/self/pagemap; a page never touched is
+/// zero, and the destination's RAM starts zeroed), else every page. KVM's dirty log must be
+/// on already: a page first touched after this is in the next round's log (or, written by
+/// the GPU, in its own).
+pub fn first_round(mem: &GuestMemoryMmap, backing: super::ram::Backing) -> Vec<Vec<u64>> {
+    let pagemap = match backing {
+        super::ram::Backing::Anonymous => std::fs::File::open("/proc/self/pagemap").ok(),
+        super::ram::Backing::Other => None,
+    };
+    mem.iter()
+        .map(|r| {
+            let words = (r.len() / PAGE).div_ceil(64) as usize;
+            let present = pagemap.as_ref().and_then(|p| {
+                let host = r.get_host_address(vm_memory::MemoryRegionAddress(0)).ok()?;
+                super::ram::touched(p, host as usize, r.len() as usize)
+            });
+            match present {
+                Some(t) => {
+                    let mut bits = vec![0u64; words];
+                    for (i, present) in t.iter().enumerate() {
+                        if *present {
+                            bits[i / 64] |= 1 << (i % 64);
+                        }
+                    }
+                    bits
+                }
+                None => vec![u64::MAX; words],
+            }
+        })
+        .collect()
 }
 
 /// Every page of RAM, as a dirty bitmap per region.
@@ -223,6 +301,27 @@ mod tests {
         fn vram(&mut self, _: u32, _: u64, _: &[u8]) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn the_first_round_looks_at_touched_pages_only() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
+        mem.write_slice(&[7], GuestAddress(0x5000)).unwrap();
+        mem.write_slice(&[9], GuestAddress(0x30_0000)).unwrap();
+        let bits = first_round(&mem, super::super::ram::Backing::Anonymous);
+        let set = |p: u64| bits[0][(p / 64) as usize] >> (p % 64) & 1 == 1;
+        // The written pages are looked at; untouched ones are not (with transparent huge
+        // pages a write makes its whole 2 MiB present: at most 2 × 512 of the 2048 pages).
+        assert!(set(5) && set(0x300), "written pages missing");
+        assert!(count(&bits) <= 1024, "{} pages looked at", count(&bits));
+        assert!(!set(0x700), "an untouched page in the last 2 MiB");
+        // Round 0 sends exactly the non-zero pages.
+        let mut rec = Rec::default();
+        let mut sent = RamSent::new(&mem);
+        assert_eq!(sent.send(&mem, &bits, true, &mut rec).unwrap(), (2, 0));
+        // Other backing: every page.
+        let all = first_round(&mem, super::super::ram::Backing::Other);
+        assert_eq!(count(&all), 2048);
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub struct RamSaved {
 
 /// Which pages of `len` bytes at `host` are present or swapped out, from /proc/self/pagemap
 /// (bits 63 and 62 of each entry); `None` if pagemap cannot be read.
-fn touched(pagemap: &File, host: usize, len: usize) -> Option<Vec<bool>> {
+pub(crate) fn touched(pagemap: &File, host: usize, len: usize) -> Option<Vec<bool>> {
     let pages = len / PAGE;
     let mut out = Vec::with_capacity(pages);
     let mut buf = vec![0u8; 8 * 4096];

@@ -176,27 +176,48 @@ impl OutputDir {
         gpu: Option<&mut GpuSave<'_>>,
     ) -> Result<Manifest, SaveError> {
         if let Some(gpu) = gpu {
-            let path = self.dir.join(manifest::GPU_FILE);
-            let f = self.create(manifest::GPU_FILE)?;
-            let t = std::time::Instant::now();
-            let mut w = CrcWriter::new(std::io::BufWriter::with_capacity(1 << 20, f));
-            let report = gpu(&mut w)?;
-            let (buf, bytes, crc) = w.finish();
-            let f = buf.into_inner().map_err(|e| at(&path)(e.into_error()))?;
-            f.sync_all().map_err(at(&path))?;
-            log::debug!(
-                "snapshot: GPU image of {bytes} bytes ({} of VRAM, {} modules, {} preempted \
-                 jobs) written and synced in {:.1} ms",
-                report.vram_bytes,
-                report.modules,
-                report.suspended,
-                t.elapsed().as_secs_f64() * 1e3
-            );
-            manifest.gpu_bytes = bytes;
-            manifest.gpu_crc32 = crc;
-            self.gpu_report = Some(report);
+            let f = self.gpu_image(&mut manifest, gpu)?;
+            self.sync(manifest::GPU_FILE, &f)?;
         }
+        self.finish_state(manifest, state)
+    }
 
+    /// Writes the GPU image (by `gpu`, the device paused) into `gpu.bin` and records it in
+    /// `manifest`, without syncing it: the caller syncs the file it gets before
+    /// [`OutputDir::finish_state`] (a live snapshot does that after the VM runs again).
+    pub fn gpu_image(
+        &mut self,
+        manifest: &mut Manifest,
+        gpu: &mut GpuSave<'_>,
+    ) -> Result<File, SaveError> {
+        let path = self.dir.join(manifest::GPU_FILE);
+        let f = self.create(manifest::GPU_FILE)?;
+        let t = std::time::Instant::now();
+        let mut w = CrcWriter::new(std::io::BufWriter::with_capacity(1 << 20, f));
+        let report = gpu(&mut w)?;
+        let (buf, bytes, crc) = w.finish();
+        let f = buf.into_inner().map_err(|e| at(&path)(e.into_error()))?;
+        log::debug!(
+            "snapshot: GPU image of {bytes} bytes ({} of VRAM, {} modules, {} preempted jobs) \
+             written in {:.1} ms",
+            report.vram_bytes,
+            report.modules,
+            report.suspended,
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        manifest.gpu_bytes = bytes;
+        manifest.gpu_crc32 = crc;
+        self.gpu_report = Some(report);
+        Ok(f)
+    }
+
+    /// Writes the state and then the manifest (both synced), once every other file of the
+    /// snapshot is written and synced: a directory with a manifest is complete.
+    pub fn finish_state(
+        &mut self,
+        mut manifest: Manifest,
+        state: &MachineState,
+    ) -> Result<Manifest, SaveError> {
         let bytes = state.encode();
         manifest.state_bytes = bytes.len() as u64;
         manifest.state_crc32 = crc32fast::hash(&bytes);

@@ -1,0 +1,168 @@
+//! The guest's slowdown during live snapshots, for `vgpu-bench migrate` (issue 24): on one
+//! running VM, after its first live snapshot (whose window the caller makes with [`window`]),
+//! `count` times a baseline window (`ctl stats` twice, `baseline` apart: the
+//! virtual GPU's kernel launches over the host clock) immediately followed by a live snapshot
+//! (`ctl snapshot --live`, whose report counts the launches over its live window, from the
+//! pre-copy's start to the VM paused, `live.guest`). The rates are sums over the windows:
+//! launches before / ms before against launches during / ms during, the live side with and
+//! without the paused round; "lost" is the launches the guest would have made at the baseline
+//! rate minus those it made. Counting the device's launches (not the guest's 20 ms progress
+//! lines) measures exactly the live window, so short snapshots are not diluted by the time
+//! around them.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::BenchError;
+use crate::migrate_vm::Vm;
+
+/// One baseline window and the live snapshot after it.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    pub before_ms: f64,
+    pub before_launches: u64,
+    /// The live window (rounds) and the paused round, in ms, and the launches in the former.
+    pub live_ms: f64,
+    pub paused_ms: f64,
+    pub live_launches: u64,
+}
+
+/// `ctl stats`: (host uptime ms, GPU launches).
+pub fn stats(vm: &Vm, vmm: &Path) -> Result<(f64, u64), BenchError> {
+    let s = vm.ctl(vmm, &["stats"])?;
+    let up = s["uptime_ms"].as_f64();
+    let launches = s["gpu"]["launches"].as_u64();
+    match (up, launches) {
+        (Some(u), Some(l)) => Ok((u, l)),
+        _ => Err(BenchError::Invalid(format!(
+            "ctl stats: no uptime_ms or gpu.launches in {s} (a vgpu-vmm older than vgpu-bench?)"
+        ))),
+    }
+}
+
+/// Takes `count` windows on `vm` (snapshots into `dir/<name>-<k>`, removed after each).
+pub fn measure(
+    vm: &mut Vm,
+    vmm: &Path,
+    dir: &Path,
+    name: &str,
+    count: usize,
+    baseline: Duration,
+) -> Result<Vec<Window>, BenchError> {
+    let mut out = Vec::with_capacity(count);
+    for k in 0..count {
+        let (t0, l0) = stats(vm, vmm)?;
+        std::thread::sleep(baseline);
+        let (t1, l1) = stats(vm, vmm)?;
+        let snap = dir.join(format!("{name}-{k}"));
+        let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--live"])?;
+        let _ = std::fs::remove_dir_all(&snap);
+        out.push(window((t0, l0), (t1, l1), &done)?);
+    }
+    Ok(out)
+}
+
+/// The window of a live snapshot's answer `done`, after a baseline between two `ctl stats`.
+pub fn window(
+    (t0, l0): (f64, u64),
+    (t1, l1): (f64, u64),
+    done: &serde_json::Value,
+) -> Result<Window, BenchError> {
+    let guest = &done["live"]["guest"];
+    let (Some(live_ms), Some(live_launches)) =
+        (guest["window_ms"].as_f64(), guest["gpu_launches"].as_u64())
+    else {
+        return Err(BenchError::Invalid(
+            "live snapshot: no live.guest window in the answer (a vgpu-vmm older than \
+             vgpu-bench?)"
+                .into(),
+        ));
+    };
+    Ok(Window {
+        before_ms: t1 - t0,
+        before_launches: l1.saturating_sub(l0),
+        live_ms,
+        paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
+        live_launches,
+    })
+}
+
+/// Launches per second.
+fn per_s(launches: u64, ms: f64) -> Option<f64> {
+    (ms > 0.0).then(|| launches as f64 * 1e3 / ms)
+}
+
+/// The sums over `ws` (see the module's comment); `null` fields where nothing was measured.
+pub fn summary(ws: &[Window]) -> serde_json::Value {
+    let sum = |f: &dyn Fn(&Window) -> f64| ws.iter().map(f).sum::<f64>();
+    let (before_ms, live_ms, paused_ms) = (
+        sum(&|w| w.before_ms),
+        sum(&|w| w.live_ms),
+        sum(&|w| w.paused_ms),
+    );
+    let before_n: u64 = ws.iter().map(|w| w.before_launches).sum();
+    let live_n: u64 = ws.iter().map(|w| w.live_launches).sum();
+    let before = per_s(before_n, before_ms);
+    let rounds = per_s(live_n, live_ms);
+    let whole = per_s(live_n, live_ms + paused_ms);
+    let slow = |d: Option<f64>| match (before, d) {
+        (Some(b), Some(d)) if b > 0.0 => Some(1.0 - d / b),
+        _ => None,
+    };
+    let lost = before.map(|b| b * (live_ms + paused_ms) / 1e3 - live_n as f64);
+    serde_json::json!({
+        "windows": ws.len(),
+        "baseline_ms": before_ms,
+        "baseline_launches": before_n,
+        "live_ms": live_ms,
+        "paused_ms": paused_ms,
+        "live_launches": live_n,
+        "launches_per_s_before": before,
+        "launches_per_s_during_rounds": rounds,
+        "launches_per_s_during": whole,
+        "slowdown_rounds": slow(rounds),
+        "slowdown": slow(whole),
+        "launches_lost": lost,
+        "per_window": ws.iter().map(|w| serde_json::json!({
+            "before_ms": w.before_ms, "before_launches": w.before_launches,
+            "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(before: (f64, u64), live: (f64, f64, u64)) -> Window {
+        Window {
+            before_ms: before.0,
+            before_launches: before.1,
+            live_ms: live.0,
+            paused_ms: live.1,
+            live_launches: live.2,
+        }
+    }
+
+    #[test]
+    fn rates_are_sums_over_the_windows() {
+        // 1000 launches/s before; during: 150 launches in 200 + 50 ms of rounds and pauses.
+        let s = summary(&[
+            w((500.0, 500), (100.0, 20.0, 80)),
+            w((500.0, 500), (100.0, 30.0, 70)),
+        ]);
+        assert_eq!(s["windows"], 2);
+        assert_eq!(s["launches_per_s_before"].as_f64(), Some(1000.0));
+        assert_eq!(s["launches_per_s_during_rounds"].as_f64(), Some(750.0));
+        assert_eq!(s["launches_per_s_during"].as_f64(), Some(600.0));
+        assert!((s["slowdown"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{s}");
+        assert!((s["slowdown_rounds"].as_f64().unwrap() - 0.25).abs() < 1e-9);
+        assert!((s["launches_lost"].as_f64().unwrap() - 100.0).abs() < 1e-9);
+        // Nothing measured: no figures, not a division by zero.
+        let s = summary(&[]);
+        assert!(
+            s["slowdown"].is_null() && s["launches_per_s_before"].is_null(),
+            "{s}"
+        );
+    }
+}
