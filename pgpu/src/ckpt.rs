@@ -253,10 +253,12 @@ pub(crate) fn transform(
     text: &str,
     limits: &LoadLimits,
     poll_interval: u32,
+    chunk_instructions: u32,
     restart: bool,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
     let opts = ptx::ckpt::Options {
         poll_interval: poll_interval.max(1),
+        chunk_instructions,
         restart,
         load: ptx::LoadOptions {
             max_host_bytes: limits.max_host_bytes,

@@ -48,6 +48,7 @@ mod overhead_output;
 mod overhead_pt;
 mod overhead_split;
 mod overhead_vm;
+mod preempt_breakdown;
 mod preempt_env;
 mod priority_guest;
 mod priority_metrics;

@@ -30,6 +30,25 @@ pub enum FlagWrite {
     /// A synchronous 4-byte `cuMemcpyHtoD` on the legacy stream (job streams are
     /// non-blocking, so it does not wait for the kernel).
     Memcpy,
+    /// As `WriteValue`, on a signal stream of the context's greatest priority, and without
+    /// the event wait when the launch's flag clear has already completed (`cuEventQuery`).
+    WriteValuePriority,
+    /// The flag is a host-pinned, device-mapped word (`ckpath::HostFlags`): cleared and
+    /// raised by plain CPU stores, no driver call at all; the kernel's polls read it across
+    /// PCIe (a round trip each, hidden by the software-pipelined poll). Falls back to a
+    /// device flag raised by `cuStreamWriteValue32` when the engine's 64 words are all held.
+    HostMapped,
+}
+
+impl std::fmt::Display for FlagWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FlagWrite::WriteValue => "write-value",
+            FlagWrite::Memcpy => "memcpy",
+            FlagWrite::WriteValuePriority => "write-value-priority",
+            FlagWrite::HostMapped => "host-mapped",
+        })
+    }
 }
 
 impl std::str::FromStr for FlagWrite {
@@ -38,7 +57,11 @@ impl std::str::FromStr for FlagWrite {
         match s {
             "write-value" => Ok(FlagWrite::WriteValue),
             "memcpy" => Ok(FlagWrite::Memcpy),
-            o => Err(format!("unknown flag write {o:?} (write-value|memcpy)")),
+            "write-value-priority" => Ok(FlagWrite::WriteValuePriority),
+            "host-mapped" => Ok(FlagWrite::HostMapped),
+            o => Err(format!(
+                "unknown flag write {o:?} (write-value|write-value-priority|host-mapped|memcpy)"
+            )),
         }
     }
 }
@@ -246,6 +269,10 @@ pub struct FlagHook {
     pub cleared: sys::CUevent,
     pub signal: sys::CUstream,
     pub method: FlagWrite,
+    /// Recorded behind the flag write (timing the breakdown's `write_to_end_gpu_us`).
+    pub done: sys::CUevent,
+    /// The host word of `HostMapped`.
+    pub host: Option<super::ckpath::HostWord>,
 }
 
 // SAFETY: CUDA handles usable from any thread with the context current; the event outlives
@@ -257,10 +284,34 @@ unsafe impl Sync for FlagHook {}
 impl FlagHook {
     /// Sets the flag to 1, ordered after the launch's clear.
     pub fn fire(&self) {
+        if let Some(w) = self.host {
+            // Cleared by the launching thread before the launch: program order.
+            w.store(1);
+            return;
+        }
         if self.ctx.bind().is_err() {
             return;
         }
         let r = match self.method {
+            // SAFETY: live stream and events; `flag` is the job's device buffer, alive while
+            // the hook is attached.
+            FlagWrite::WriteValuePriority | FlagWrite::HostMapped => unsafe {
+                let q = sys::cuEventQuery(self.cleared);
+                let waited = if q == sys::CUresult::CUDA_SUCCESS {
+                    Ok(())
+                } else {
+                    ck(
+                        "cuStreamWaitEvent",
+                        sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
+                    )
+                };
+                waited.and_then(|_| {
+                    ck(
+                        "cuStreamWriteValue32_v2",
+                        sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
+                    )
+                })
+            },
             // SAFETY: live stream and event; `flag` is the job's device buffer, alive while
             // the hook is attached.
             FlagWrite::WriteValue => unsafe {
@@ -288,6 +339,13 @@ impl FlagHook {
                 }
             }
         };
+        let stream = match self.method {
+            FlagWrite::Memcpy => std::ptr::null_mut(),
+            _ => self.signal,
+        };
+        // SAFETY: live event (destroyed by the job after the hook is removed) and stream.
+        let r =
+            r.and_then(|_| unsafe { ck("cuEventRecord", sys::cuEventRecord(self.done, stream)) });
         if let Err(e) = r {
             log::warn!("cuda: raising the checkpoint flag failed: {e}");
         }

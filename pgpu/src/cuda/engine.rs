@@ -95,6 +95,8 @@ pub struct CudaEngine {
     pub(crate) flags: super::flags::Flags,
     /// Stream of the checkpoint flag writes (made on first use).
     pub(crate) signal: OnceLock<Signal>,
+    /// Host flag words and preemption breakdowns (`ckpath`).
+    pub(crate) ck_path: super::ckpath::PathState,
     /// Counters of the checkpoint method.
     pub(crate) ckpt: CkptCounters,
     /// Kernels, stream and pinned slots of the bulk VRAM calls (made on first use).
@@ -162,6 +164,7 @@ impl CudaEngine {
             ck_pool: Pool::new(ctx),
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
+            ck_path: Default::default(),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(None),
             _ctx: guard,

@@ -9,11 +9,13 @@
 //! Files: `driver` (loading, context, errors), `vmm` (chunks, reservations, mappings), `vram`,
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
-//! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots).
+//! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
+//! / `ckmem` / `ckpath` (checkpointed launches: memory, flag writes, end waits, breakdowns).
 
 mod api;
 mod bulk;
 mod ckmem;
+mod ckpath;
 mod ckpt;
 mod config;
 mod context;
@@ -31,5 +33,6 @@ mod vmm;
 mod vram;
 
 pub use bulk::PTX as BULK_PTX;
-pub use config::{CudaConfig, FlagWrite};
+pub use ckpath::CkBreakdown;
+pub use config::{CudaConfig, EndWait, FlagWrite, StatusRead};
 pub use engine::CudaEngine;

@@ -211,7 +211,13 @@ impl Engine for SimEngine {
                 ..limits.clone()
             };
             let restart = self.config.preempt != PreemptMethod::Checkpoint;
-            match ckpt::transform(text, &left, self.config.ckpt_poll_interval, restart) {
+            match ckpt::transform(
+                text,
+                &left,
+                self.config.ckpt_poll_interval,
+                ptx::ckpt::Options::default().chunk_instructions,
+                restart,
+            ) {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);

@@ -1,0 +1,214 @@
+//! The request path of checkpointed launches on a real GPU (issue 23), all ignored: every
+//! flag write (`FlagWrite`) × end wait (`EndWait`) × status read (`StatusRead`) stops a
+//! single-CTA 10 ms kernel and a `long_tight` (restart) kernel, resumes it to the right bytes,
+//! and records a breakdown (`CudaEngine::take_ck_breakdowns`); `MEASURE path` lines give each
+//! part's p50/p99. The new paths also preempt every suite workload to sim's bytes.
+
+use std::time::{Duration, Instant};
+
+use pgpu::cuda::{CkBreakdown, CudaConfig, CudaEngine, EndWait, FlagWrite, StatusRead};
+use pgpu::*;
+
+use super::support::*;
+
+fn engine(method: PreemptMethod, fw: FlagWrite, ew: EndWait, sr: StatusRead) -> CudaEngine {
+    cuda(CudaConfig {
+        vram_size: 512 * MIB,
+        preempt: method,
+        flag_write: fw,
+        end_wait: ew,
+        status_read: sr,
+        ..CudaConfig::default()
+    })
+}
+
+/// The first launch of `inst`, preempted `after` its start, then resumed to its end; returns
+/// request → `Preempted` returned (µs) and the final bytes of buffer 0.
+fn preempt_once(e: &CudaEngine, inst: &suite::Instance, after: Duration) -> (f64, Vec<u8>) {
+    let p = place(e, inst, window());
+    let l = &inst.launches[0];
+    let job = Job::Launch(LaunchJob {
+        space: p.space,
+        module: p.module,
+        entry: l.entry.to_string(),
+        grid: l.grid,
+        block: l.block,
+        dynamic_shared: l.shared_bytes,
+        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
+    });
+    let h = PreemptHandle::new();
+    let h2 = h.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(after);
+        h2.request()
+    });
+    let out = e.execute(&job, &h).unwrap();
+    let done = Instant::now();
+    let asked = t.join().unwrap();
+    let Outcome::Preempted { context, .. } = out else {
+        panic!("{}: not preempted: {out:?}", inst.workload);
+    };
+    let out = e.resume(context, &PreemptHandle::new()).unwrap();
+    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    let mut buf = vec![0u8; inst.buffers[0].init.len()];
+    e.copy_from_space(p.space, p.addrs[0], &mut buf).unwrap();
+    e.unload_module(p.module).unwrap();
+    e.destroy_space(p.space).unwrap();
+    (
+        done.saturating_duration_since(asked).as_secs_f64() * 1e6,
+        buf,
+    )
+}
+
+fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((p * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1)) - 1)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+fn parts(b: &[CkBreakdown]) -> String {
+    let f = |g: &dyn Fn(&CkBreakdown) -> Option<f64>| {
+        let v: Vec<f64> = b.iter().filter_map(g).collect();
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.1}/{:.1}", pct(v.clone(), 0.5), pct(v, 0.99))
+        }
+    };
+    format!(
+        "fire {} | flag in VRAM (est) {} | write→end (GPU) {} | end noticed {} | +signal sync {} | +statuses {} | ready {}",
+        f(&|x| Some(x.fire_us)),
+        f(&|x| x.request_to_write_us()),
+        f(&|x| x.write_to_end_gpu_us),
+        f(&|x| Some(x.end_noticed_us)),
+        f(&|x| Some(x.signal_sync_us)),
+        f(&|x| Some(x.statuses_us)),
+        f(&|x| Some(x.ready_us)),
+    )
+}
+
+/// Every path on two kernels: a one-CTA 10 ms spin (checkpoint) and `long_tight` at size xl
+/// (restart): preempted, resumed to the unpreempted bytes, one breakdown per preemption.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckpath_breakdown_of_every_path() {
+    let spin = suite::hand::spin::instance_with(10_000_000, 1, 256, suite::Size::Large);
+    let tight = suite::long::find("long_tight")
+        .unwrap()
+        .instance(suite::Size::Xl);
+    let want_tight = {
+        let e = cuda(CudaConfig {
+            vram_size: 512 * MIB,
+            whole_launches: true,
+            ..CudaConfig::default()
+        });
+        let p = place(&e, &tight, window());
+        let (b, _) = run(&e, &p, &tight, None).unwrap();
+        b[0].clone()
+    };
+    let flags = [
+        FlagWrite::WriteValue,
+        FlagWrite::WriteValuePriority,
+        FlagWrite::HostMapped,
+        FlagWrite::Memcpy,
+    ];
+    for fw in flags {
+        for ew in [EndWait::Sync, EndWait::Spin, EndWait::Yield] {
+            for sr in [StatusRead::Strided, StatusRead::Contiguous] {
+                for (kernel, method) in [
+                    ("spin", PreemptMethod::Checkpoint),
+                    ("long_tight", PreemptMethod::Restart),
+                ] {
+                    let e = engine(method, fw, ew, sr);
+                    let mut lat = Vec::new();
+                    for i in 0..10u64 {
+                        let after = Duration::from_micros(1500 + 137 * i);
+                        let (l, bytes) = if kernel == "spin" {
+                            let (l, b) = preempt_once(&e, &spin, after);
+                            check(&spin, std::slice::from_ref(&b)).unwrap();
+                            (l, b)
+                        } else {
+                            preempt_once(&e, &tight, after)
+                        };
+                        if kernel == "long_tight" {
+                            assert!(bytes == want_tight, "{fw}/{ew:?}: long_tight bytes differ");
+                        }
+                        lat.push(l);
+                    }
+                    let b = e.take_ck_breakdowns();
+                    assert_eq!(
+                        b.len(),
+                        10,
+                        "{fw}/{ew:?}/{sr:?} {kernel}: one per preemption"
+                    );
+                    for x in &b {
+                        assert!(
+                            x.fire_us <= x.end_noticed_us && x.end_noticed_us <= x.ready_us,
+                            "{x:?}"
+                        );
+                        assert!(x.path.starts_with(&fw.to_string()), "{x:?}");
+                    }
+                    println!(
+                        "MEASURE path {fw}/{ew:?}/{sr:?} {kernel}: request→Preempted p50/p99 {:.1}/{:.1} us; {}",
+                        pct(lat.clone(), 0.5),
+                        pct(lat, 0.99),
+                        parts(&b)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The new paths keep the bytes: every suite workload preempted every 30 µs under a
+/// host-mapped flag (spin wait, contiguous status read) and under the priority write.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckpath_new_paths_give_identical_bytes() {
+    let s = sim();
+    for (fw, ew, sr) in [
+        (FlagWrite::HostMapped, EndWait::Spin, StatusRead::Contiguous),
+        (
+            FlagWrite::WriteValuePriority,
+            EndWait::Yield,
+            StatusRead::Strided,
+        ),
+    ] {
+        for method in [PreemptMethod::Checkpoint, PreemptMethod::Restart] {
+            let e = engine(method, fw, ew, sr);
+            let mut failures = Vec::new();
+            let mut total = 0;
+            for w in suite::all()
+                .filter(|w| w.name != "spin")
+                .chain(suite::long::all())
+            {
+                let inst = w.instance(suite::Size::Medium);
+                let ps = place(&s, &inst, window());
+                let (want, _) = run(&s, &ps, &inst, None).unwrap();
+                s.destroy_space(ps.space).unwrap();
+                let p = place(&e, &inst, window());
+                match run(&e, &p, &inst, Some(Duration::from_micros(30))) {
+                    Ok((got, n)) => {
+                        total += n;
+                        if got != want {
+                            failures.push(format!("{fw}/{method} {}: bytes differ", w.name));
+                        }
+                    }
+                    Err(m) => failures.push(format!("{fw}/{method} {}: {m}", w.name)),
+                }
+                e.unload_module(p.module).unwrap();
+                e.destroy_space(p.space).unwrap();
+            }
+            println!(
+                "MEASURE path {fw}/{ew:?}/{sr:?} {method}: {total} preemptions, bytes identical"
+            );
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+            assert!(total > 0);
+            assert_eq!(
+                pgpu::conformance::check_engine(&e, cuda_setup_with(false)),
+                Ok(7)
+            );
+        }
+    }
+}
