@@ -76,6 +76,10 @@ pub struct Args {
     /// cuda: instructions of a strip-mined loop between two flag polls (0: counted polls).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub chunk: u32,
+    /// cuda: whole chunks of strip-mined loops as constant-trip copies (on) or only the
+    /// clamped inner loop (off, the transformation before issue 23's overhead work).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub fast_chunks: String,
     /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
     #[arg(long)]
     pub short: bool,
@@ -240,6 +244,7 @@ fn knobs(a: &Args) -> Result<CudaKnobs, BenchError> {
         end_wait: a.end_wait.parse().map_err(BenchError::Invalid)?,
         status_read: a.status_read.parse().map_err(BenchError::Invalid)?,
         chunk: a.chunk,
+        fast_chunks: a.fast_chunks == "on",
     })
 }
 
@@ -524,6 +529,7 @@ fn output(
             "end_wait": a.end_wait,
             "status_read": a.status_read,
             "chunk_instructions": a.chunk,
+            "fast_chunks": a.fast_chunks,
         },
         "breakdown": breakdown::summary(&parts(&all)),
         "per_workload": workloads,

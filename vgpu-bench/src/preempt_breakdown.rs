@@ -15,6 +15,8 @@ pub struct CudaKnobs {
     pub status_read: StatusRead,
     /// Strip-mined chunk (instructions between two polls; 0: counted polls).
     pub chunk: u32,
+    /// Whole chunks as constant-trip copies.
+    pub fast_chunks: bool,
 }
 
 impl Default for CudaKnobs {
@@ -25,6 +27,7 @@ impl Default for CudaKnobs {
             end_wait: c.end_wait,
             status_read: c.status_read,
             chunk: c.ckpt_chunk_instructions,
+            fast_chunks: c.ckpt_fast_chunks,
         }
     }
 }

@@ -64,6 +64,7 @@ impl Eng {
                 end_wait: knobs.end_wait,
                 status_read: knobs.status_read,
                 ckpt_chunk_instructions: knobs.chunk,
+                ckpt_fast_chunks: knobs.fast_chunks,
                 ..CudaConfig::default()
             })?)),
         };

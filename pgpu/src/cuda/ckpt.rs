@@ -47,7 +47,7 @@ impl CudaEngine {
             text,
             limits,
             self.cfg.ckpt_poll_interval,
-            self.cfg.ckpt_chunk_instructions,
+            (self.cfg.ckpt_chunk_instructions, self.cfg.ckpt_fast_chunks),
             restart,
         ) {
             Ok(t) => t,

@@ -46,6 +46,8 @@ pub struct CudaConfig {
     /// `ptx::ckpt::Options::chunk_instructions`: instructions of a strip-mined loop between
     /// two polls (0: counted polls in every loop). Default: the transformation's (512).
     pub ckpt_chunk_instructions: u32,
+    /// `ptx::ckpt::Options::fast_chunks`: whole chunks as constant-trip copies. Default on.
+    pub ckpt_fast_chunks: bool,
     /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
     /// crossings. Default: the transformation's (64).
     pub ckpt_poll_interval: u32,
@@ -71,6 +73,7 @@ impl Default for CudaConfig {
             end_wait: EndWait::Sync,
             status_read: StatusRead::Strided,
             ckpt_chunk_instructions: ptx::ckpt::Options::default().chunk_instructions,
+            ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,
         }

@@ -215,7 +215,10 @@ impl Engine for SimEngine {
                 text,
                 &left,
                 self.config.ckpt_poll_interval,
-                ptx::ckpt::Options::default().chunk_instructions,
+                {
+                    let o = ptx::ckpt::Options::default();
+                    (o.chunk_instructions, o.fast_chunks)
+                },
                 restart,
             ) {
                 Ok(t) => {
