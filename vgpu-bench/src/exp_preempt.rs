@@ -70,8 +70,9 @@ pub struct Args {
     #[arg(long, default_value = "sync", value_parser = ["sync", "spin", "yield"])]
     pub end_wait: String,
     /// cuda: how the status words come back (strided: one 2D copy, the baseline;
-    /// contiguous: one copy of the whole record span).
-    #[arg(long, default_value = "strided", value_parser = ["strided", "contiguous"])]
+    /// contiguous: one copy of the whole record span; queued: that copy enqueued by the
+    /// request behind the kernel, into pinned memory).
+    #[arg(long, default_value = "strided", value_parser = ["strided", "contiguous", "queued"])]
     pub status_read: String,
     /// cuda: instructions of a strip-mined loop between two flag polls (0: counted polls).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]

@@ -49,6 +49,9 @@ pub enum StatusRead {
     /// One contiguous copy of all the records (when they are at most
     /// [`CONTIGUOUS_MAX_BYTES`]), the words picked out on the host; else strided.
     Contiguous,
+    /// As `Contiguous`, but the request enqueues the copy (into pinned memory) on the job
+    /// stream behind the kernel (`ckqueue`): no round trip after the end is noticed.
+    Queued,
 }
 
 /// Largest record span [`StatusRead::Contiguous`] copies whole.
@@ -60,7 +63,10 @@ impl std::str::FromStr for StatusRead {
         match s {
             "strided" => Ok(StatusRead::Strided),
             "contiguous" => Ok(StatusRead::Contiguous),
-            o => Err(format!("unknown status read {o:?} (strided|contiguous)")),
+            "queued" => Ok(StatusRead::Queued),
+            o => Err(format!(
+                "unknown status read {o:?} (strided|contiguous|queued)"
+            )),
         }
     }
 }
@@ -267,13 +273,23 @@ impl CkBreakdown {
 pub const KEPT: usize = 4096;
 
 /// The engine's state of these parts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PathState {
     pub host_flags: OnceLock<Result<HostFlags, String>>,
     pub breakdowns: Mutex<VecDeque<CkBreakdown>>,
+    /// Pinned buffers of `StatusRead::Queued`.
+    pub pins: super::ckqueue::PinPool,
 }
 
 impl PathState {
+    pub fn new(ctx: Ctx) -> PathState {
+        PathState {
+            host_flags: OnceLock::new(),
+            breakdowns: Mutex::new(VecDeque::new()),
+            pins: super::ckqueue::PinPool::new(ctx),
+        }
+    }
+
     pub fn record(&self, b: CkBreakdown) {
         let mut q = self.breakdowns.lock().unwrap_or_else(|e| e.into_inner());
         if q.len() >= KEPT {
@@ -331,7 +347,14 @@ mod tests {
 
     #[test]
     fn breakdowns_are_bounded_and_drained() {
-        let s = PathState::default();
+        let s = PathState {
+            host_flags: OnceLock::new(),
+            breakdowns: Mutex::new(VecDeque::new()),
+            pins: super::super::ckqueue::PinPool::new(Ctx {
+                ctx: std::ptr::null_mut(),
+                device: 0,
+            }),
+        };
         for i in 0..KEPT + 10 {
             s.record(CkBreakdown {
                 fire_us: i as f64,

@@ -19,6 +19,7 @@ use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
 use super::ckpath::{
     CONTIGUOUS_MAX_BYTES, CkBreakdown, HostFlag, HostFlags, StatusRead, pick_statuses, wait_end,
 };
+use super::ckqueue::{Pinned, Queued};
 use super::context::{CkLive, JobState, LaunchState, Live};
 use super::driver::ck;
 use super::engine::CudaEngine;
@@ -232,6 +233,9 @@ impl CudaEngine {
         let flag_at = host_flag.as_ref().map_or(buf.flag(), HostFlag::device);
         let mut params = p.buffer(&l.params, flag_at, buf.area(), resume, l.dynamic_shared)?;
         let stream = self.take_stream()?;
+        let (n, per_cta) = threads(l.grid, l.block);
+        let stride = module.plans[plan].record_bytes;
+        let queued = self.queue_statuses(&buf, &stream, n, stride)?;
         let mut cleared: sys::CUevent = std::ptr::null_mut();
         let mut done: sys::CUevent = std::ptr::null_mut();
         // SAFETY: out-pointers to locals; destroyed below once the hook is gone.
@@ -254,7 +258,9 @@ impl CudaEngine {
             done,
             host: host_flag.as_ref().map(HostFlag::host),
         };
-        let r = made.and_then(|_| self.ck_kernel(&l, func.f, &mut params, &buf, hook, &stream, h));
+        let q = queued.as_ref().map(|(q, _)| q.clone());
+        let r =
+            made.and_then(|_| self.ck_kernel(&l, func.f, &mut params, &buf, hook, (&stream, q), h));
         let mut buf = buf;
         type Ran = Result<(bool, Duration, Trace), super::driver::DrvError>;
         let finish = |r: Ran| -> Ran {
@@ -274,6 +280,29 @@ impl CudaEngine {
             Ok((fired, gpu, trace))
         };
         let r = finish(r);
+        // The queued status copy, if the request enqueued it: waited for before its pinned
+        // buffer goes back (and before the stream does).
+        let (queued_words, r) = match (queued, r) {
+            (Some((q, pin)), r) => match q.finish() {
+                Ok(true) => {
+                    let w = pick_statuses(
+                        pin.bytes(n as usize * stride as usize),
+                        n as usize,
+                        stride as usize,
+                    );
+                    self.ck_path.pins.give(pin);
+                    (Some(w), r)
+                }
+                Ok(false) => {
+                    self.ck_path.pins.give(pin);
+                    (None, r)
+                }
+                // A copy may still target the buffer: it is neither reused nor freed (`pin`
+                // has no destructor: the pinned memory is leaked).
+                Err(e) => (None, r.and(Err(e))),
+            },
+            (None, r) => (None, r),
+        };
         // SAFETY: created above (null if not); the hook that used them was removed inside
         // `ck_kernel`, and the signal stream was synchronised if it fired.
         unsafe {
@@ -312,8 +341,10 @@ impl CudaEngine {
             });
         }
         let planr = &module.plans[plan];
-        let (n, per_cta) = threads(l.grid, l.block);
-        let after = self.read_statuses(&buf, n, planr.record_bytes)?;
+        let after = match queued_words {
+            Some(w) => w,
+            None => self.read_statuses(&buf, n, planr.record_bytes)?,
+        };
         let statuses_at = Instant::now();
         let t = tally(
             planr,
@@ -356,6 +387,33 @@ impl CudaEngine {
         })
     }
 
+    /// For `StatusRead::Queued` (records spanning at most `CONTIGUOUS_MAX_BYTES`): the copy
+    /// a request enqueues behind the kernel, and its pinned destination.
+    fn queue_statuses(
+        &self,
+        buf: &DevBuf,
+        stream: &Stream,
+        n: u64,
+        stride: u32,
+    ) -> Result<Option<(Arc<Queued>, Pinned)>, EngineError> {
+        let span = n.saturating_mul(u64::from(stride));
+        if self.cfg.status_read != StatusRead::Queued || span > CONTIGUOUS_MAX_BYTES {
+            return Ok(None);
+        }
+        let pin = self
+            .ck_path
+            .pins
+            .take(span as usize)
+            .map_err(|e| self.drv(e))?;
+        match Queued::new(self.ctx, stream.stream, buf.area(), &pin, span as usize) {
+            Ok(q) => Ok(Some((Arc::new(q), pin))),
+            Err(e) => {
+                self.ck_path.pins.give(pin);
+                Err(self.drv(e))
+            }
+        }
+    }
+
     /// The status words of `n` records (`StatusRead`).
     fn read_statuses(&self, buf: &DevBuf, n: u64, stride: u32) -> Result<Vec<u32>, EngineError> {
         let span = n.saturating_mul(u64::from(stride));
@@ -378,7 +436,7 @@ impl CudaEngine {
         params: &mut [u8],
         buf: &DevBuf,
         hook: FlagHook,
-        stream: &Stream,
+        (stream, queued): (&Stream, Option<Arc<Queued>>),
         h: &PreemptHandle,
     ) -> Result<(bool, Duration, Trace), super::driver::DrvError> {
         match hook.host {
@@ -400,10 +458,14 @@ impl CudaEngine {
         let fire_times: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::default();
         let fire = {
             let times = fire_times.clone();
+            let q = queued.clone();
             move || {
                 let t0 = Instant::now();
                 hook.fire();
                 let t1 = Instant::now();
+                if let Some(q) = &q {
+                    q.on_request();
+                }
                 let mut g = times.lock().unwrap_or_else(|e| e.into_inner());
                 g.get_or_insert((t0, t1));
             }
@@ -444,6 +506,9 @@ impl CudaEngine {
             )
         })?;
         stream.mark_end()?;
+        if let Some(q) = &queued {
+            q.on_launched(fired.load(Ordering::SeqCst))?;
+        }
         let noticed = wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire);
         drop(guard);
         let noticed = noticed?;

@@ -164,7 +164,7 @@ impl CudaEngine {
             ck_pool: Pool::new(ctx),
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
-            ck_path: Default::default(),
+            ck_path: super::ckpath::PathState::new(ctx),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(None),
             _ctx: guard,

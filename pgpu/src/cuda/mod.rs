@@ -10,13 +10,15 @@
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
-//! / `ckmem` / `ckpath` (checkpointed launches: memory, flag writes, end waits, breakdowns).
+//! / `ckmem` / `ckpath` / `ckqueue` (checkpointed launches: memory, flag writes, end waits,
+//! status reads, breakdowns).
 
 mod api;
 mod bulk;
 mod ckmem;
 mod ckpath;
 mod ckpt;
+mod ckqueue;
 mod config;
 mod context;
 mod driver;

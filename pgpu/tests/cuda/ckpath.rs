@@ -115,7 +115,11 @@ fn gpu_ckpath_breakdown_of_every_path() {
     ];
     for fw in flags {
         for ew in [EndWait::Sync, EndWait::Spin, EndWait::Yield] {
-            for sr in [StatusRead::Strided, StatusRead::Contiguous] {
+            for sr in [
+                StatusRead::Strided,
+                StatusRead::Contiguous,
+                StatusRead::Queued,
+            ] {
                 for (kernel, method) in [
                     ("spin", PreemptMethod::Checkpoint),
                     ("long_tight", PreemptMethod::Restart),
@@ -161,14 +165,16 @@ fn gpu_ckpath_breakdown_of_every_path() {
     }
 }
 
-/// The new paths keep the bytes: every suite workload preempted every 30 µs under a
-/// host-mapped flag (spin wait, contiguous status read) and under the priority write.
+/// The new paths keep the bytes: every suite and long workload preempted every 30 µs under a
+/// host-mapped flag (spin wait, queued status read), a contiguous status read and the
+/// priority write (yield wait), then the conformance checks.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_ckpath_new_paths_give_identical_bytes() {
     let s = sim();
     for (fw, ew, sr) in [
-        (FlagWrite::HostMapped, EndWait::Spin, StatusRead::Contiguous),
+        (FlagWrite::HostMapped, EndWait::Spin, StatusRead::Queued),
+        (FlagWrite::WriteValue, EndWait::Sync, StatusRead::Contiguous),
         (
             FlagWrite::WriteValuePriority,
             EndWait::Yield,
