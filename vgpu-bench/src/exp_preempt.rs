@@ -24,6 +24,7 @@ use crate::backend::Backend;
 use crate::error::BenchError;
 use crate::preempt_breakdown::{self as breakdown, CudaKnobs};
 use crate::preempt_env::{self as env, Eng, Placed};
+use crate::preempt_requester::Requester;
 use crate::progress::Progress;
 use crate::report;
 
@@ -81,6 +82,11 @@ pub struct Args {
     /// clamped inner loop (off, the transformation before issue 23's overhead work).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub fast_chunks: String,
+    /// Who requests preemption: a fresh thread per request (fresh, the baseline) or one
+    /// long-lived thread for the whole run (warm: its driver calls after the first are a
+    /// warm thread's, as a scheduler's are).
+    #[arg(long, default_value = "fresh", value_parser = ["fresh", "warm"])]
+    pub requester: String,
     /// CI mode: every workload, small size, 4 samples each, 1 uninterrupted repetition.
     #[arg(long)]
     pub short: bool,
@@ -158,11 +164,35 @@ struct Step {
 fn step(
     h: &PreemptHandle,
     delay: Option<Duration>,
+    req: Option<&Requester>,
     f: impl FnOnce() -> Result<Outcome, pgpu::EngineError>,
 ) -> Step {
     if delay == Some(Duration::ZERO) {
         // Pending before the call: the engine stops the kernel at its first chance.
         h.request();
+    }
+    let finish = |out: Result<Outcome, pgpu::EngineError>| {
+        let returned = Instant::now();
+        let bytes = match &out {
+            Ok(Outcome::Preempted { context, .. }) => Some((context.to_bytes(), Instant::now())),
+            _ => None,
+        };
+        Step {
+            out,
+            returned,
+            bytes,
+        }
+    };
+    if let Some(r) = req {
+        // The long-lived requester (`--requester warm`).
+        let asked = delay
+            .filter(|d| !d.is_zero())
+            .is_some_and(|d| r.request_after(h, d));
+        let st = finish(f());
+        if asked {
+            r.wait();
+        }
+        return st;
     }
     std::thread::scope(|s| {
         let h2 = h.clone();
@@ -172,18 +202,9 @@ fn step(
                 h2.request();
             }
         });
-        let out = f();
-        let returned = Instant::now();
-        let bytes = match &out {
-            Ok(Outcome::Preempted { context, .. }) => Some((context.to_bytes(), Instant::now())),
-            _ => None,
-        };
+        let st = finish(f());
         let _ = helper.join();
-        Step {
-            out,
-            returned,
-            bytes,
-        }
+        st
     })
 }
 
@@ -300,6 +321,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let e = Eng::new(a.backend, method, a.workers, a.poll_interval, &knobs)?;
     let workers = e.workers();
     let mut seed = a.seed.max(1);
+    let requester = (a.requester == "warm").then(Requester::new);
     let mut per = Vec::new();
     for (k, (w, orig)) in names.iter().zip(&original).enumerate() {
         let want = &orig.bytes;
@@ -335,6 +357,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                 &mut pw,
                 &mut seed,
                 (max_delay_us, MAX_PREEMPTS_PER_LAUNCH),
+                requester.as_ref(),
             )?;
             if &env::read_back(&e, &p, &inst)? != want {
                 pw.mismatches += 1;
@@ -361,6 +384,7 @@ fn sample_runs(
     pw: &mut PerWorkload,
     seed: &mut u64,
     (max_delay_us, max_preempts): (u64, u32),
+    req: Option<&Requester>,
 ) -> Result<(), BenchError> {
     env::reset(e, p, inst)?;
     let h = PreemptHandle::new();
@@ -370,6 +394,7 @@ fn sample_runs(
         let mut st = step(
             &h,
             Some(Duration::from_micros(next(seed) % max_delay_us)),
+            req,
             || e.dyn_engine().execute(&job, &h),
         );
         let mut preempts = 0u32;
@@ -402,7 +427,7 @@ fn sample_runs(
                     let delay = (preempts < max_preempts)
                         .then(|| Duration::from_micros(next(seed) % max_delay_us));
                     let mut restore_us = f64::NAN;
-                    st = step(&h, delay, || {
+                    st = step(&h, delay, req, || {
                         let called = Instant::now();
                         let r = e.dyn_engine().resume(context, &h);
                         if let Some(running) = h.running_since() {
@@ -531,6 +556,7 @@ fn output(
             "status_read": a.status_read,
             "chunk_instructions": a.chunk,
             "fast_chunks": a.fast_chunks,
+            "requester": a.requester,
         },
         "breakdown": breakdown::summary(&parts(&all)),
         "per_workload": workloads,
@@ -664,7 +690,7 @@ mod tests {
         let mut seed = 1;
         // Delays of 0 µs: every call is preempted as it starts, as a GPU stops a kernel within
         // microseconds of a random point far shorter than any of its threads' run.
-        sample_runs(e, p, inst, &mut pw, &mut seed, (1, max_preempts)).unwrap();
+        sample_runs(e, p, inst, &mut pw, &mut seed, (1, max_preempts), None).unwrap();
         pw
     }
 

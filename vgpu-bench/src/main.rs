@@ -50,6 +50,7 @@ mod overhead_split;
 mod overhead_vm;
 mod preempt_breakdown;
 mod preempt_env;
+mod preempt_requester;
 mod priority_guest;
 mod priority_metrics;
 mod priority_native;

@@ -22,9 +22,35 @@ fn engine(method: PreemptMethod, fw: FlagWrite, ew: EndWait, sr: StatusRead) -> 
     })
 }
 
-/// The first launch of `inst`, preempted `after` its start, then resumed to its end; returns
-/// request → `Preempted` returned (µs) and the final bytes of buffer 0.
-fn preempt_once(e: &CudaEngine, inst: &suite::Instance, after: Duration) -> (f64, Vec<u8>) {
+/// A long-lived requesting thread (a scheduler's is: its driver calls are a warm thread's).
+struct Warm {
+    tx: std::sync::mpsc::Sender<(PreemptHandle, Duration)>,
+    done: std::sync::mpsc::Receiver<Instant>,
+}
+
+impl Warm {
+    fn new() -> Warm {
+        let (tx, rx) = std::sync::mpsc::channel::<(PreemptHandle, Duration)>();
+        let (dtx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while let Ok((h, d)) = rx.recv() {
+                std::thread::sleep(d);
+                let _ = dtx.send(h.request());
+            }
+        });
+        Warm { tx, done }
+    }
+}
+
+/// The first launch of `inst`, preempted `after` its start (by a fresh thread, or by `warm`),
+/// then resumed to its end; returns request → `Preempted` returned (µs) and the final bytes
+/// of buffer 0.
+fn preempt_once(
+    e: &CudaEngine,
+    inst: &suite::Instance,
+    after: Duration,
+    warm: Option<&Warm>,
+) -> (f64, Vec<u8>) {
     let p = place(e, inst, window());
     let l = &inst.launches[0];
     let job = Job::Launch(LaunchJob {
@@ -37,14 +63,25 @@ fn preempt_once(e: &CudaEngine, inst: &suite::Instance, after: Duration) -> (f64
         params: suite::layout_params(&l.params, &p.addrs).unwrap(),
     });
     let h = PreemptHandle::new();
-    let h2 = h.clone();
-    let t = std::thread::spawn(move || {
-        std::thread::sleep(after);
-        h2.request()
-    });
+    let t = match warm {
+        Some(w) => {
+            w.tx.send((h.clone(), after)).unwrap();
+            None
+        }
+        None => {
+            let h2 = h.clone();
+            Some(std::thread::spawn(move || {
+                std::thread::sleep(after);
+                h2.request()
+            }))
+        }
+    };
     let out = e.execute(&job, &h).unwrap();
     let done = Instant::now();
-    let asked = t.join().unwrap();
+    let asked = match t {
+        Some(t) => t.join().unwrap(),
+        None => warm.unwrap().done.recv().unwrap(),
+    };
     let Outcome::Preempted { context, .. } = out else {
         panic!("{}: not preempted: {out:?}", inst.workload);
     };
@@ -120,41 +157,50 @@ fn gpu_ckpath_breakdown_of_every_path() {
                 StatusRead::Contiguous,
                 StatusRead::Queued,
             ] {
-                for (kernel, method) in [
-                    ("spin", PreemptMethod::Checkpoint),
-                    ("long_tight", PreemptMethod::Restart),
+                for (kernel, method, warm) in [
+                    ("spin", PreemptMethod::Checkpoint, false),
+                    ("long_tight", PreemptMethod::Restart, false),
+                    ("long_tight", PreemptMethod::Restart, true),
                 ] {
                     let e = engine(method, fw, ew, sr);
+                    let w = warm.then(Warm::new);
                     let mut lat = Vec::new();
-                    for i in 0..10u64 {
+                    // A warm requester's first request warms it (not counted).
+                    let first = usize::from(warm);
+                    for i in 0..(10 + first) as u64 {
                         let after = Duration::from_micros(1500 + 137 * i);
                         let (l, bytes) = if kernel == "spin" {
-                            let (l, b) = preempt_once(&e, &spin, after);
+                            let (l, b) = preempt_once(&e, &spin, after, w.as_ref());
                             check(&spin, std::slice::from_ref(&b)).unwrap();
                             (l, b)
                         } else {
-                            preempt_once(&e, &tight, after)
+                            preempt_once(&e, &tight, after, w.as_ref())
                         };
                         if kernel == "long_tight" {
                             assert!(bytes == want_tight, "{fw}/{ew:?}: long_tight bytes differ");
                         }
                         lat.push(l);
                     }
-                    let b = e.take_ck_breakdowns();
+                    let mut b = e.take_ck_breakdowns();
+                    if warm {
+                        lat.remove(0);
+                        b.remove(0);
+                    }
                     assert_eq!(
                         b.len(),
                         10,
                         "{fw}/{ew:?}/{sr:?} {kernel}: one per preemption"
                     );
                     for x in &b {
-                        assert!(
-                            x.fire_us <= x.end_noticed_us && x.end_noticed_us <= x.ready_us,
-                            "{x:?}"
-                        );
+                        // The hook's driver calls may return after the kernel's end was
+                        // noticed (the flag landed before the call returned): no order
+                        // between fire and end.
+                        assert!(x.fire_us >= 0.0 && x.end_noticed_us <= x.ready_us, "{x:?}");
                         assert!(x.path.starts_with(&fw.to_string()), "{x:?}");
                     }
                     println!(
-                        "MEASURE path {fw}/{ew:?}/{sr:?} {kernel}: request→Preempted p50/p99 {:.1}/{:.1} us; {}",
+                        "MEASURE path {fw}/{ew:?}/{sr:?} {kernel}{}: request→Preempted p50/p99 {:.1}/{:.1} us; {}",
+                        if warm { " (warm requester)" } else { "" },
                         pct(lat.clone(), 0.5),
                         pct(lat, 0.99),
                         parts(&b)
