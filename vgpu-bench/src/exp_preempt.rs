@@ -63,8 +63,9 @@ pub struct Args {
     pub poll_interval: u32,
     /// cuda: how a request raises the flag (write-value: cuStreamWriteValue32 on a signal
     /// stream, the baseline; write-value-priority: the same on a greatest-priority stream;
-    /// host-mapped: a pinned host word the kernel polls across PCIe; memcpy).
-    #[arg(long, default_value = "write-value", value_parser = ["write-value", "write-value-priority", "host-mapped", "memcpy"])]
+    /// host-mapped: a pinned host word the kernel polls across PCIe; armed: the write
+    /// enqueued at launch behind a wait on a pinned host word the request stores to; memcpy).
+    #[arg(long, default_value = "write-value", value_parser = ["write-value", "write-value-priority", "host-mapped", "armed", "memcpy"])]
     pub flag_write: String,
     /// cuda: how the engine waits for the kernel's end (sync: cuEventSynchronize, the
     /// baseline; spin: cuEventQuery busy loop; yield: cuEventQuery + sched_yield).

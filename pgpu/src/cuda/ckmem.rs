@@ -38,6 +38,13 @@ pub enum FlagWrite {
     /// PCIe (a round trip each, hidden by the software-pipelined poll). Falls back to a
     /// device flag raised by `cuStreamWriteValue32` when the engine's 64 words are all held.
     HostMapped,
+    /// The write is enqueued *at launch* on a stream of the job's own, gated by a
+    /// `cuStreamWaitValue32` on a host-pinned word: the GPU's front end waits on the word and
+    /// writes the device flag when a request stores to it (no driver call at request time,
+    /// and the kernel still polls device memory). A launch that ends unrequested opens the
+    /// gate itself and waits for the write before its buffer is reused. Falls back to
+    /// `WriteValue` without a free word or without `cuStreamWaitValue32_v2`.
+    Armed,
 }
 
 impl std::fmt::Display for FlagWrite {
@@ -47,6 +54,7 @@ impl std::fmt::Display for FlagWrite {
             FlagWrite::Memcpy => "memcpy",
             FlagWrite::WriteValuePriority => "write-value-priority",
             FlagWrite::HostMapped => "host-mapped",
+            FlagWrite::Armed => "armed",
         })
     }
 }
@@ -59,8 +67,9 @@ impl std::str::FromStr for FlagWrite {
             "memcpy" => Ok(FlagWrite::Memcpy),
             "write-value-priority" => Ok(FlagWrite::WriteValuePriority),
             "host-mapped" => Ok(FlagWrite::HostMapped),
+            "armed" => Ok(FlagWrite::Armed),
             o => Err(format!(
-                "unknown flag write {o:?} (write-value|write-value-priority|host-mapped|memcpy)"
+                "unknown flag write {o:?} (write-value|write-value-priority|host-mapped|armed|memcpy)"
             )),
         }
     }
@@ -271,8 +280,10 @@ pub struct FlagHook {
     pub method: FlagWrite,
     /// Recorded behind the flag write (timing the breakdown's `write_to_end_gpu_us`).
     pub done: sys::CUevent,
-    /// The host word of `HostMapped`.
+    /// The host word of `HostMapped` (the kernel's flag) and of `Armed` (the gate).
     pub host: Option<super::ckpath::HostWord>,
+    /// `Armed`: the gate word's device address.
+    pub gate: u64,
 }
 
 // SAFETY: CUDA handles usable from any thread with the context current; the event outlives
@@ -282,6 +293,33 @@ unsafe impl Send for FlagHook {}
 unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
+    /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
+    /// flag's clear, with `done` behind it.
+    pub fn arm(&self) -> Result<(), super::driver::DrvError> {
+        // SAFETY: live streams and events; `gate` is a pinned word and `flag` the job's device
+        // buffer, both alive until the stream is synchronised after the kernel.
+        unsafe {
+            ck(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
+            )?;
+            ck(
+                "cuStreamWaitValue32_v2",
+                sys::cuStreamWaitValue32_v2(
+                    self.signal,
+                    self.gate,
+                    1,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                ),
+            )?;
+            ck(
+                "cuStreamWriteValue32_v2",
+                sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
+            )?;
+            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))
+        }
+    }
+
     /// Sets the flag to 1, ordered after the launch's clear.
     pub fn fire(&self) {
         if let Some(w) = self.host {
@@ -295,7 +333,7 @@ impl FlagHook {
         let r = match self.method {
             // SAFETY: live stream and events; `flag` is the job's device buffer, alive while
             // the hook is attached.
-            FlagWrite::WriteValuePriority | FlagWrite::HostMapped => unsafe {
+            FlagWrite::WriteValuePriority | FlagWrite::HostMapped | FlagWrite::Armed => unsafe {
                 let q = sys::cuEventQuery(self.cleared);
                 let waited = if q == sys::CUresult::CUDA_SUCCESS {
                     Ok(())

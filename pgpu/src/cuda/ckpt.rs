@@ -220,17 +220,29 @@ impl CudaEngine {
                 false,
             ),
         };
-        let method = match self.cfg.flag_write {
-            FlagWrite::WriteValue | FlagWrite::WriteValuePriority if !write_value => {
-                FlagWrite::Memcpy
-            }
+        let mut method = match self.cfg.flag_write {
+            FlagWrite::Armed if !sys::has_symbol("cuStreamWaitValue32_v2") => FlagWrite::WriteValue,
             m => m,
         };
+        if !write_value && method != FlagWrite::HostMapped {
+            method = FlagWrite::Memcpy;
+        }
         let host_flag = match method {
-            FlagWrite::HostMapped => self.host_flags().and_then(HostFlags::take),
+            FlagWrite::HostMapped | FlagWrite::Armed => self.host_flags().and_then(HostFlags::take),
             _ => None,
         };
-        let flag_at = host_flag.as_ref().map_or(buf.flag(), HostFlag::device);
+        if method == FlagWrite::Armed && host_flag.is_none() {
+            method = FlagWrite::WriteValue;
+        }
+        let flag_at = match (&host_flag, method) {
+            (Some(f), FlagWrite::HostMapped) => f.device(),
+            _ => buf.flag(),
+        };
+        // `Armed`: the gated write waits on a stream of the job's own.
+        let arm = match method {
+            FlagWrite::Armed => Some(self.take_stream()?),
+            _ => None,
+        };
         let mut params = p.buffer(&l.params, flag_at, buf.area(), resume, l.dynamic_shared)?;
         let stream = self.take_stream()?;
         let (n, per_cta) = threads(l.grid, l.block);
@@ -253,10 +265,11 @@ impl CudaEngine {
             ctx: self.ctx,
             flag: flag_at,
             cleared,
-            signal,
+            signal: arm.as_ref().map_or(signal, |a| a.stream),
             method,
             done,
             host: host_flag.as_ref().map(HostFlag::host),
+            gate: host_flag.as_ref().map_or(0, HostFlag::device),
         };
         let q = queued.as_ref().map(|(q, _)| q.clone());
         let r =
@@ -265,20 +278,27 @@ impl CudaEngine {
         type Ran = Result<(bool, Duration, Trace), super::driver::DrvError>;
         let finish = |r: Ran| -> Ran {
             let (fired, gpu, mut trace) = r?;
-            if fired {
+            if fired || arm.is_some() {
                 // The flag write may still be queued on the signal stream: let it land now,
-                // not in this buffer's next job.
-                // SAFETY: the engine's live signal stream.
+                // not in this buffer's next job (an armed write always runs: its gate was
+                // opened at the end if no request did).
+                // SAFETY: the engine's (or the job's arming) live stream.
                 ck("cuStreamSynchronize", unsafe {
-                    sys::cuStreamSynchronize(signal)
+                    sys::cuStreamSynchronize(hook.signal)
                 })?;
                 trace.synced = Some(Instant::now());
-                if host_flag.is_none() {
+                if fired && method != FlagWrite::HostMapped {
                     trace.write_to_end = write_to_end(&stream, done);
                 }
             }
             Ok((fired, gpu, trace))
         };
+        if let (Some(_), Some(f)) = (&arm, &host_flag) {
+            // Whatever happened, the armed write's gate opens (a stream waiting on it must
+            // not go back to the pool blocked).
+            f.host().store(1);
+        }
+        let armed_ok = r.is_ok();
         let r = finish(r);
         // The queued status copy, if the request enqueued it: waited for before its pinned
         // buffer goes back (and before the stream does).
@@ -314,8 +334,15 @@ impl CudaEngine {
         }
         if self.lost().is_none() {
             self.give_stream(stream);
+            match arm {
+                // Synchronised in `finish`.
+                Some(a) if armed_ok => self.give_stream(a),
+                Some(a) => std::mem::forget(a),
+                None => {}
+            }
         } else {
             std::mem::forget(stream);
+            std::mem::forget(arm);
         }
         drop(host_flag);
         let (fired, gpu, trace) = match r {
@@ -454,6 +481,9 @@ impl CudaEngine {
         ck("cuEventRecord", unsafe {
             sys::cuEventRecord(hook.cleared, stream.stream)
         })?;
+        if hook.method == FlagWrite::Armed {
+            hook.arm()?;
+        }
         let fired = Arc::new(AtomicBool::new(false));
         let fire_times: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::default();
         let fire = {
@@ -510,6 +540,11 @@ impl CudaEngine {
             q.on_launched(fired.load(Ordering::SeqCst))?;
         }
         let noticed = wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire);
+        if let (FlagWrite::Armed, Some(gate)) = (hook.method, hook.host) {
+            // Open the gate whether or not a request did, so the armed write completes (on
+            // the flag of a finished kernel, before the buffer is reused).
+            gate.store(1);
+        }
         drop(guard);
         let noticed = noticed?;
         let gpu = stream.origin_to_end(stream)?;

@@ -193,5 +193,6 @@ driver_fns! {
     fn cuStreamDestroy_v2(hStream: CUstream);
     fn cuStreamSynchronize(hStream: CUstream);
     fn cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint);
+    fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint);
     fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint);
 }

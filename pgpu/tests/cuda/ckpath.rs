@@ -148,6 +148,7 @@ fn gpu_ckpath_breakdown_of_every_path() {
         FlagWrite::WriteValue,
         FlagWrite::WriteValuePriority,
         FlagWrite::HostMapped,
+        FlagWrite::Armed,
         FlagWrite::Memcpy,
     ];
     for fw in flags {
@@ -225,6 +226,7 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
     let both = [PreemptMethod::Checkpoint, PreemptMethod::Restart].as_slice();
     for (fw, ew, sr, methods) in [
         (FlagWrite::HostMapped, EndWait::Spin, StatusRead::Queued, cp),
+        (FlagWrite::Armed, EndWait::Sync, StatusRead::Queued, both),
         (
             FlagWrite::WriteValue,
             EndWait::Sync,
