@@ -296,10 +296,13 @@ pub(crate) fn transform(
     text: &str,
     limits: &LoadLimits,
     poll_interval: u32,
+    (chunk_instructions, fast_chunks): (u32, bool),
     restart: bool,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
     let opts = ptx::ckpt::Options {
         poll_interval: poll_interval.max(1),
+        chunk_instructions,
+        fast_chunks,
         restart,
         load: ptx::LoadOptions {
             max_host_bytes: limits.max_host_bytes,

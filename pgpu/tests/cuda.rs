@@ -11,12 +11,15 @@
 //!
 //! Files: this one (construction, the rewrite on sim, conformance, every workload against sim,
 //! preemption, kernel faults), `cuda/support.rs` (helpers), `cuda/measure.rs` (the `MEASURE`
-//! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
+//! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/ckpath.rs` (its request
+//! path: flag writes, end waits, status reads, breakdowns), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
 //! (restarting launches longer than a time slice still finish).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
+#[path = "cuda/ckpath.rs"]
+mod ckpath;
 #[path = "cuda/ckpt.rs"]
 mod ckpt;
 #[path = "cuda/measure.rs"]

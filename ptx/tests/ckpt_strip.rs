@@ -257,3 +257,97 @@ fn an_unsigned_countdown_keeps_whole_chunks() {
     assert!(extra < 1.10, "{extra}");
     let _ = Rng(1);
 }
+
+/// Whole chunks of a loop whose counter only steps and tests run as a constant-trip copy
+/// (`$__ck_fa`), the last partial chunk as the clamped loop; a loop that reads its counter
+/// in the body, and `fast_chunks: false`, get no copy. Counters near the top of their range
+/// (the chunk's end wraps) take the clamped loop. Every form writes the original's bytes,
+/// never preempted and preempted at random instructions.
+#[test]
+fn whole_chunks_run_as_a_constant_trip_copy() {
+    let lcg = "mad.lo.u32 %r1, %r1, 1664525, 1013904223;\nxor.b32 %r2, %r2, %r1;\n";
+    let cases: Vec<(&str, String, String, bool)> = vec![
+        (
+            "counter only steps",
+            "mov.u32 %r3, 0;\nadd.u32 %r4, %r0, 300;\n".into(),
+            format!("{lcg}add.u32 %r3, %r3, 1;\nsetp.lt.u32 %p1, %r3, %r4;\n@%p1 bra $L;\n"),
+            true,
+        ),
+        (
+            "counter read in the body",
+            "mov.u32 %r3, 0;\nadd.u32 %r4, %r0, 300;\n".into(),
+            format!(
+                "{lcg}xor.b32 %r2, %r2, %r3;\nadd.u32 %r3, %r3, 1;\n\
+                 setp.lt.u32 %p1, %r3, %r4;\n@%p1 bra $L;\n"
+            ),
+            false,
+        ),
+        (
+            "unsigned counter whose chunk end wraps",
+            "mov.u32 %r3, -300;\nmov.u32 %r4, -1;\n".into(),
+            format!("{lcg}add.u32 %r3, %r3, 1;\nsetp.lt.u32 %p1, %r3, %r4;\n@%p1 bra $L;\n"),
+            true,
+        ),
+        (
+            "signed counter near the top",
+            "mov.u32 %r3, 2147483000;\nmov.u32 %r4, 2147483600;\n".into(),
+            format!("{lcg}add.s32 %r3, %r3, 3;\nsetp.lt.s32 %p1, %r3, %r4;\n@%p1 bra $L;\n"),
+            true,
+        ),
+        (
+            "signed counting down by 2",
+            "add.u32 %r3, %r0, 400;\n".into(),
+            format!("{lcg}sub.s32 %r3, %r3, 2;\nsetp.gt.s32 %p1, %r3, 0;\n@%p1 bra $L;\n"),
+            true,
+        ),
+        (
+            "64-bit",
+            "mov.u64 %rd3, 0;\ncvt.u64.u32 %rd4, %r0;\nadd.u64 %rd4, %rd4, 270;\n".into(),
+            format!("{lcg}add.u64 %rd3, %rd3, 1;\nsetp.lt.u64 %p1, %rd3, %rd4;\n@%p1 bra $L;\n"),
+            true,
+        ),
+    ];
+    for (name, setup, body, fast) in cases {
+        let inst = instance(kernel("", &setup, &body), 0);
+        for chunk in [8, 64, 512] {
+            assert!(check(&inst, chunk), "{name}: not strip-mined");
+        }
+        let t = transform(inst.ptx, &Options::default()).expect("transforms");
+        assert_eq!(t.ptx.contains("$__ck_fa1:"), fast, "{name}\n{}", t.ptx);
+        let off = transform(
+            inst.ptx,
+            &Options {
+                fast_chunks: false,
+                ..Options::default()
+            },
+        )
+        .expect("transforms");
+        assert!(!off.ptx.contains("$__ck_fa"), "{name}: fast_chunks off");
+        let (orig, _) = run_plain(&inst, inst.ptx, 1);
+        assert_eq!(run_ckpt(&inst, &off, 1, None, 0).expect("runs").outs, orig);
+    }
+}
+
+/// The copy of `lcg_spin`'s loop: the body, the counter and the one-time step.
+#[test]
+fn the_copy_of_lcg_spin_counts_down_and_steps_once() {
+    let t = transform(suite::lcg::PTX, &Options::default()).expect("transforms");
+    let copy = t.ptx.split("$__ck_fa1:").nth(1).expect("copy");
+    let body: Vec<&str> = copy
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(6)
+        .collect();
+    assert_eq!(
+        body,
+        [
+            "mad.lo.s32 %r7, %r7, 1664525, 1013904223;",
+            "sub.u32 %__ck_k, %__ck_k, 1;",
+            "setp.ne.u32 %p2, %__ck_k, 0;",
+            "@%p2 bra $__ck_fa1;",
+            "mov.b32 %r8, %__ck_l32;",
+            "bra.uni $__ck_te1;",
+        ]
+    );
+}

@@ -16,6 +16,7 @@ use plotters::style::RGBColor;
 
 use crate::backend::Backend;
 use crate::error::BenchError;
+use crate::preempt_breakdown::CudaKnobs;
 
 /// Base and size of the address space of every instance.
 const BASE: u64 = 0x10_0000_0000;
@@ -40,6 +41,7 @@ impl Eng {
         method: PreemptMethod,
         workers: usize,
         poll_interval: u32,
+        knobs: &CudaKnobs,
     ) -> Result<Eng, BenchError> {
         let kind = match backend {
             Backend::Sim => {
@@ -58,6 +60,11 @@ impl Eng {
                 vram_size: VRAM,
                 preempt: method,
                 ckpt_poll_interval: poll_interval,
+                flag_write: knobs.flag_write,
+                end_wait: knobs.end_wait,
+                status_read: knobs.status_read,
+                ckpt_chunk_instructions: knobs.chunk,
+                ckpt_fast_chunks: knobs.fast_chunks,
                 ..CudaConfig::default()
             })?)),
         };
@@ -72,7 +79,13 @@ impl Eng {
     /// unmodified, `CudaConfig::whole_launches`).
     pub fn original(backend: Backend, workers: usize) -> Result<Eng, BenchError> {
         match backend {
-            Backend::Sim => Eng::new(backend, PreemptMethod::Slice, workers, 1),
+            Backend::Sim => Eng::new(
+                backend,
+                PreemptMethod::Slice,
+                workers,
+                1,
+                &CudaKnobs::default(),
+            ),
             Backend::Cuda => Ok(Eng {
                 kind: Kind::Cuda(Box::new(CudaEngine::new(CudaConfig {
                     vram_size: VRAM,
@@ -117,6 +130,14 @@ impl Eng {
         match &self.kind {
             Kind::Sim(e) => e.ckpt_stats(),
             Kind::Cuda(e) => e.ckpt_stats(),
+        }
+    }
+
+    /// The latest preemption's breakdown since the last call (cuda only).
+    pub fn take_breakdown(&self) -> Option<pgpu::cuda::CkBreakdown> {
+        match &self.kind {
+            Kind::Sim(_) => None,
+            Kind::Cuda(e) => e.take_ck_breakdowns().pop(),
         }
     }
 

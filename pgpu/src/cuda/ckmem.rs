@@ -30,6 +30,33 @@ pub enum FlagWrite {
     /// A synchronous 4-byte `cuMemcpyHtoD` on the legacy stream (job streams are
     /// non-blocking, so it does not wait for the kernel).
     Memcpy,
+    /// As `WriteValue`, on a signal stream of the context's greatest priority, and without
+    /// the event wait when the launch's flag clear has already completed (`cuEventQuery`).
+    WriteValuePriority,
+    /// The flag is a host-pinned, device-mapped word (`ckpath::HostFlags`): cleared and
+    /// raised by plain CPU stores, no driver call at all; the kernel's polls read it across
+    /// PCIe (a round trip each, hidden by the software-pipelined poll). Falls back to a
+    /// device flag raised by `cuStreamWriteValue32` when the engine's 64 words are all held.
+    HostMapped,
+    /// The write is enqueued *at launch* on a stream of the job's own, gated by a
+    /// `cuStreamWaitValue32` on a host-pinned word: the GPU's front end waits on the word and
+    /// writes the device flag when a request stores to it (no driver call at request time,
+    /// and the kernel still polls device memory). A launch that ends unrequested opens the
+    /// gate itself and waits for the write before its buffer is reused. Falls back to
+    /// `WriteValue` without a free word or without `cuStreamWaitValue32_v2`.
+    Armed,
+}
+
+impl std::fmt::Display for FlagWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FlagWrite::WriteValue => "write-value",
+            FlagWrite::Memcpy => "memcpy",
+            FlagWrite::WriteValuePriority => "write-value-priority",
+            FlagWrite::HostMapped => "host-mapped",
+            FlagWrite::Armed => "armed",
+        })
+    }
 }
 
 impl std::str::FromStr for FlagWrite {
@@ -38,7 +65,12 @@ impl std::str::FromStr for FlagWrite {
         match s {
             "write-value" => Ok(FlagWrite::WriteValue),
             "memcpy" => Ok(FlagWrite::Memcpy),
-            o => Err(format!("unknown flag write {o:?} (write-value|memcpy)")),
+            "write-value-priority" => Ok(FlagWrite::WriteValuePriority),
+            "host-mapped" => Ok(FlagWrite::HostMapped),
+            "armed" => Ok(FlagWrite::Armed),
+            o => Err(format!(
+                "unknown flag write {o:?} (write-value|write-value-priority|host-mapped|armed|memcpy)"
+            )),
         }
     }
 }
@@ -246,6 +278,12 @@ pub struct FlagHook {
     pub cleared: sys::CUevent,
     pub signal: sys::CUstream,
     pub method: FlagWrite,
+    /// Recorded behind the flag write (timing the breakdown's `write_to_end_gpu_us`).
+    pub done: sys::CUevent,
+    /// The host word of `HostMapped` (the kernel's flag) and of `Armed` (the gate).
+    pub host: Option<super::ckpath::HostWord>,
+    /// `Armed`: the gate word's device address.
+    pub gate: u64,
 }
 
 // SAFETY: CUDA handles usable from any thread with the context current; the event outlives
@@ -255,12 +293,63 @@ unsafe impl Send for FlagHook {}
 unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
+    /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
+    /// flag's clear, with `done` behind it.
+    pub fn arm(&self) -> Result<(), super::driver::DrvError> {
+        // SAFETY: live streams and events; `gate` is a pinned word and `flag` the job's device
+        // buffer, both alive until the stream is synchronised after the kernel.
+        unsafe {
+            ck(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
+            )?;
+            ck(
+                "cuStreamWaitValue32_v2",
+                sys::cuStreamWaitValue32_v2(
+                    self.signal,
+                    self.gate,
+                    1,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                ),
+            )?;
+            ck(
+                "cuStreamWriteValue32_v2",
+                sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
+            )?;
+            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))
+        }
+    }
+
     /// Sets the flag to 1, ordered after the launch's clear.
     pub fn fire(&self) {
+        if let Some(w) = self.host {
+            // Cleared by the launching thread before the launch: program order.
+            w.store(1);
+            return;
+        }
         if self.ctx.bind().is_err() {
             return;
         }
         let r = match self.method {
+            // SAFETY: live stream and events; `flag` is the job's device buffer, alive while
+            // the hook is attached.
+            FlagWrite::WriteValuePriority | FlagWrite::HostMapped | FlagWrite::Armed => unsafe {
+                let q = sys::cuEventQuery(self.cleared);
+                let waited = if q == sys::CUresult::CUDA_SUCCESS {
+                    Ok(())
+                } else {
+                    ck(
+                        "cuStreamWaitEvent",
+                        sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
+                    )
+                };
+                waited.and_then(|_| {
+                    ck(
+                        "cuStreamWriteValue32_v2",
+                        sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
+                    )
+                })
+            },
             // SAFETY: live stream and event; `flag` is the job's device buffer, alive while
             // the hook is attached.
             FlagWrite::WriteValue => unsafe {
@@ -288,6 +377,13 @@ impl FlagHook {
                 }
             }
         };
+        let stream = match self.method {
+            FlagWrite::Memcpy => std::ptr::null_mut(),
+            _ => self.signal,
+        };
+        // SAFETY: live event (destroyed by the job after the hook is removed) and stream.
+        let r =
+            r.and_then(|_| unsafe { ck("cuEventRecord", sys::cuEventRecord(self.done, stream)) });
         if let Err(e) = r {
             log::warn!("cuda: raising the checkpoint flag failed: {e}");
         }

@@ -9,13 +9,17 @@
 //! on the handle is honoured by polling the kernel's end event and raising the flag at it.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::sys;
 
 use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
+use super::ckpath::{
+    CONTIGUOUS_MAX_BYTES, CkBreakdown, HostFlag, HostFlags, StatusRead, pick_statuses, wait_end,
+};
+use super::ckqueue::{Pinned, Queued};
 use super::context::{CkLive, JobState, LaunchState, Live};
 use super::driver::ck;
 use super::engine::CudaEngine;
@@ -40,7 +44,13 @@ impl CudaEngine {
         limits: &LoadLimits,
         restart: bool,
     ) -> Result<Option<(CkLoaded, u64)>, EngineError> {
-        let t = match ckpt::transform(text, limits, self.cfg.ckpt_poll_interval, restart) {
+        let t = match ckpt::transform(
+            text,
+            limits,
+            self.cfg.ckpt_poll_interval,
+            (self.cfg.ckpt_chunk_instructions, self.cfg.ckpt_fast_chunks),
+            restart,
+        ) {
             Ok(t) => t,
             Err(e) => {
                 if let Some(err) = ckpt::limit_error(&e) {
@@ -157,7 +167,8 @@ impl CudaEngine {
         if let Some(s) = self.signal.get() {
             return Ok(s);
         }
-        let s = Stream::new().map_err(|e| self.drv(e))?;
+        let high = self.cfg.flag_write == FlagWrite::WriteValuePriority;
+        let s = Stream::with_priority(high).map_err(|e| self.drv(e))?;
         let ok = super::ckmem::has_write_value();
         if !ok {
             log::warn!(
@@ -168,6 +179,23 @@ impl CudaEngine {
         self.signal
             .get()
             .ok_or_else(|| EngineError::Backend("signal stream".into()))
+    }
+
+    /// The engine's host flag words (`FlagWrite::HostMapped`), made on first use; `None`
+    /// (logged once) if the driver refused the pinned page.
+    fn host_flags(&self) -> Option<&HostFlags> {
+        let r = self.ck_path.host_flags.get_or_init(|| {
+            HostFlags::new(self.ctx).map_err(|e| {
+                log::warn!("cuda: no host-mapped checkpoint flags ({e}): device flags instead");
+                e.to_string()
+            })
+        });
+        r.as_ref().ok()
+    }
+
+    /// Preemptions' timing breakdowns recorded since the last call (oldest first).
+    pub fn take_ck_breakdowns(&self) -> Vec<CkBreakdown> {
+        self.ck_path.take()
     }
 
     /// Runs (`state` None: fresh) or resumes a checkpointed launch until its kernel ends.
@@ -205,38 +233,132 @@ impl CudaEngine {
                 false,
             ),
         };
-        let mut params = p.buffer(&l.params, buf.flag(), buf.area(), resume, l.dynamic_shared)?;
-        let stream = self.take_stream()?;
-        let mut cleared: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; destroyed below once the hook is gone.
-        ck("cuEventCreate", unsafe {
-            sys::cuEventCreate(
-                &mut cleared,
-                sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-            )
-        })
-        .map_err(|e| self.drv(e))?;
-        let method = match self.cfg.flag_write {
-            FlagWrite::WriteValue if !write_value => FlagWrite::Memcpy,
+        let mut method = match self.cfg.flag_write {
+            FlagWrite::Armed if !sys::has_symbol("cuStreamWaitValue32_v2") => FlagWrite::WriteValue,
             m => m,
         };
-        let r = self.ck_kernel(
-            &l,
-            func.f,
-            &mut params,
-            &buf,
-            (cleared, signal, method),
-            &stream,
-            h,
-        );
-        // SAFETY: created above; the hook that used it was removed inside `ck_kernel`.
-        unsafe { sys::cuEventDestroy_v2(cleared) };
+        if !write_value && method != FlagWrite::HostMapped {
+            method = FlagWrite::Memcpy;
+        }
+        let host_flag = match method {
+            FlagWrite::HostMapped | FlagWrite::Armed => self.host_flags().and_then(HostFlags::take),
+            _ => None,
+        };
+        if method == FlagWrite::Armed && host_flag.is_none() {
+            method = FlagWrite::WriteValue;
+        }
+        let flag_at = match (&host_flag, method) {
+            (Some(f), FlagWrite::HostMapped) => f.device(),
+            _ => buf.flag(),
+        };
+        // `Armed`: the gated write waits on a stream of the job's own.
+        let arm = match method {
+            FlagWrite::Armed => Some(self.take_stream()?),
+            _ => None,
+        };
+        let mut params = p.buffer(&l.params, flag_at, buf.area(), resume, l.dynamic_shared)?;
+        let stream = self.take_stream()?;
+        let (n, per_cta) = threads(l.grid, l.block);
+        let stride = module.plans[plan].record_bytes;
+        let queued = self.queue_statuses(&buf, &stream, n, stride)?;
+        let mut cleared: sys::CUevent = std::ptr::null_mut();
+        let mut done: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointers to locals; destroyed below once the hook is gone.
+        let made = unsafe {
+            ck(
+                "cuEventCreate",
+                sys::cuEventCreate(
+                    &mut cleared,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                ),
+            )
+            .and_then(|_| ck("cuEventCreate", sys::cuEventCreate(&mut done, 0)))
+        };
+        let hook = FlagHook {
+            ctx: self.ctx,
+            flag: flag_at,
+            cleared,
+            signal: arm.as_ref().map_or(signal, |a| a.stream),
+            method,
+            done,
+            host: host_flag.as_ref().map(HostFlag::host),
+            gate: host_flag.as_ref().map_or(0, HostFlag::device),
+        };
+        let q = queued.as_ref().map(|(q, _)| q.clone());
+        let r =
+            made.and_then(|_| self.ck_kernel(&l, func.f, &mut params, &buf, hook, (&stream, q), h));
+        let mut buf = buf;
+        type Ran = Result<(bool, Duration, Trace), super::driver::DrvError>;
+        let finish = |r: Ran| -> Ran {
+            let (fired, gpu, mut trace) = r?;
+            if fired || arm.is_some() {
+                // The flag write may still be queued on the signal stream: let it land now,
+                // not in this buffer's next job (an armed write always runs: its gate was
+                // opened at the end if no request did).
+                // SAFETY: the engine's (or the job's arming) live stream.
+                ck("cuStreamSynchronize", unsafe {
+                    sys::cuStreamSynchronize(hook.signal)
+                })?;
+                trace.synced = Some(Instant::now());
+                if fired && method != FlagWrite::HostMapped {
+                    trace.write_to_end = write_to_end(&stream, done);
+                }
+            }
+            Ok((fired, gpu, trace))
+        };
+        if let (Some(_), Some(f)) = (&arm, &host_flag) {
+            // Whatever happened, the armed write's gate opens (a stream waiting on it must
+            // not go back to the pool blocked).
+            f.host().store(1);
+        }
+        let armed_ok = r.is_ok();
+        let r = finish(r);
+        // The queued status copy, if the request enqueued it: waited for before its pinned
+        // buffer goes back (and before the stream does).
+        let (queued_words, r) = match (queued, r) {
+            (Some((q, pin)), r) => match q.finish() {
+                Ok(true) => {
+                    let w = pick_statuses(
+                        pin.bytes(n as usize * stride as usize),
+                        n as usize,
+                        stride as usize,
+                    );
+                    self.ck_path.pins.give(pin);
+                    (Some(w), r)
+                }
+                Ok(false) => {
+                    self.ck_path.pins.give(pin);
+                    (None, r)
+                }
+                // A copy may still target the buffer: it is neither reused nor freed (`pin`
+                // has no destructor: the pinned memory is leaked).
+                Err(e) => (None, r.and(Err(e))),
+            },
+            (None, r) => (None, r),
+        };
+        // SAFETY: created above (null if not); the hook that used them was removed inside
+        // `ck_kernel`, and the signal stream was synchronised if it fired.
+        unsafe {
+            for ev in [cleared, done] {
+                if !ev.is_null() {
+                    sys::cuEventDestroy_v2(ev);
+                }
+            }
+        }
         if self.lost().is_none() {
             self.give_stream(stream);
+            match arm {
+                // Synchronised in `finish`.
+                Some(a) if armed_ok => self.give_stream(a),
+                Some(a) => std::mem::forget(a),
+                None => {}
+            }
         } else {
             std::mem::forget(stream);
+            std::mem::forget(arm);
         }
-        let (fired, gpu) = match r {
+        drop(host_flag);
+        let (fired, gpu, trace) = match r {
             Ok(x) => x,
             Err(e) if e.is_sticky() => {
                 self.poison(&e);
@@ -252,16 +374,6 @@ impl CudaEngine {
             }
             Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
         };
-        let mut buf = buf;
-        if fired {
-            // The flag write may still be queued on the signal stream: let it land now, not in
-            // this buffer's next job.
-            // SAFETY: the engine's live signal stream.
-            ck("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(signal)
-            })
-            .map_err(|e| self.drv(e))?;
-        }
         if !fired {
             buf.clean = true;
             return Ok(Outcome::Completed {
@@ -269,10 +381,11 @@ impl CudaEngine {
             });
         }
         let planr = &module.plans[plan];
-        let (n, per_cta) = threads(l.grid, l.block);
-        let after = buf
-            .statuses(n, planr.record_bytes)
-            .map_err(|e| self.drv(e))?;
+        let after = match queued_words {
+            Some(w) => w,
+            None => self.read_statuses(&buf, n, planr.record_bytes)?,
+        };
+        let statuses_at = Instant::now();
         let t = tally(
             planr,
             &before,
@@ -298,14 +411,65 @@ impl CudaEngine {
                 escalated,
             }),
         }));
+        let flag = if method == FlagWrite::HostMapped && !trace.host {
+            "host-mapped (no free word: device flag)".to_string()
+        } else {
+            method.to_string()
+        };
+        let path = format!(
+            "{flag}/{}/{}",
+            format!("{:?}", self.cfg.end_wait).to_lowercase(),
+            format!("{:?}", self.cfg.status_read).to_lowercase()
+        );
+        self.ck_path
+            .record(trace.breakdown(path, h.requested_at(), statuses_at, Instant::now()));
         Ok(Outcome::Preempted {
             context,
             gpu_time: gpu,
         })
     }
 
+    /// For `StatusRead::Queued` (records spanning at most `CONTIGUOUS_MAX_BYTES`): the copy
+    /// a request enqueues behind the kernel, and its pinned destination.
+    fn queue_statuses(
+        &self,
+        buf: &DevBuf,
+        stream: &Stream,
+        n: u64,
+        stride: u32,
+    ) -> Result<Option<(Arc<Queued>, Pinned)>, EngineError> {
+        let span = n.saturating_mul(u64::from(stride));
+        if self.cfg.status_read != StatusRead::Queued || span > CONTIGUOUS_MAX_BYTES {
+            return Ok(None);
+        }
+        let pin = self
+            .ck_path
+            .pins
+            .take(span as usize)
+            .map_err(|e| self.drv(e))?;
+        match Queued::new(self.ctx, stream.stream, buf.area(), &pin, span as usize) {
+            Ok(q) => Ok(Some((Arc::new(q), pin))),
+            Err(e) => {
+                self.ck_path.pins.give(pin);
+                Err(self.drv(e))
+            }
+        }
+    }
+
+    /// The status words of `n` records (`StatusRead`).
+    fn read_statuses(&self, buf: &DevBuf, n: u64, stride: u32) -> Result<Vec<u32>, EngineError> {
+        let span = n.saturating_mul(u64::from(stride));
+        let r = if self.cfg.status_read == StatusRead::Contiguous && span <= CONTIGUOUS_MAX_BYTES {
+            buf.read_area(span)
+                .map(|b| pick_statuses(&b, n as usize, stride as usize))
+        } else {
+            buf.statuses(n, stride)
+        };
+        r.map_err(|e| self.drv(e))
+    }
+
     /// Clears the flag, attaches the request hook, launches the grid and waits for its end.
-    /// Returns whether the flag was raised and the GPU time.
+    /// Returns whether the flag was raised, the GPU time and the timing trace.
     #[allow(clippy::too_many_arguments)]
     fn ck_kernel(
         &self,
@@ -313,30 +477,49 @@ impl CudaEngine {
         f: sys::CUfunction,
         params: &mut [u8],
         buf: &DevBuf,
-        (cleared, signal, method): (sys::CUevent, sys::CUstream, FlagWrite),
-        stream: &Stream,
+        hook: FlagHook,
+        (stream, queued): (&Stream, Option<Arc<Queued>>),
         h: &PreemptHandle,
-    ) -> Result<(bool, Duration), super::driver::DrvError> {
-        // SAFETY: the job's own buffer and stream; the event is live.
-        unsafe {
-            ck(
-                "cuMemsetD32Async",
-                sys::cuMemsetD32Async(buf.flag(), 0, 1, stream.stream),
-            )?;
-            ck("cuEventRecord", sys::cuEventRecord(cleared, stream.stream))?;
+    ) -> Result<(bool, Duration, Trace), super::driver::DrvError> {
+        match hook.host {
+            // A plain store before the launch is enqueued: program order.
+            Some(w) => w.store(0),
+            // SAFETY: the job's own buffer and stream.
+            None => unsafe {
+                ck(
+                    "cuMemsetD32Async",
+                    sys::cuMemsetD32Async(buf.flag(), 0, 1, stream.stream),
+                )?;
+            },
+        }
+        // SAFETY: live event and stream.
+        ck("cuEventRecord", unsafe {
+            sys::cuEventRecord(hook.cleared, stream.stream)
+        })?;
+        if hook.method == FlagWrite::Armed {
+            hook.arm()?;
         }
         let fired = Arc::new(AtomicBool::new(false));
-        let hook = FlagHook {
-            ctx: self.ctx,
-            flag: buf.flag(),
-            cleared,
-            signal,
-            method,
+        let fire_times: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::default();
+        let fire = {
+            let times = fire_times.clone();
+            let q = queued.clone();
+            move || {
+                let t0 = Instant::now();
+                hook.fire();
+                let t1 = Instant::now();
+                if let Some(q) = &q {
+                    q.on_request();
+                }
+                let mut g = times.lock().unwrap_or_else(|e| e.into_inner());
+                g.get_or_insert((t0, t1));
+            }
         };
-        let fired2 = fired.clone();
+        let fire = Arc::new(fire);
+        let (fired2, fire2) = (fired.clone(), fire.clone());
         let guard = h.attach(Arc::new(move || {
             fired2.store(true, Ordering::SeqCst);
-            hook.fire();
+            fire2();
         }));
         let mut size = params.len();
         let mut extra: [*mut c_void; 5] = [
@@ -368,22 +551,78 @@ impl CudaEngine {
             )
         })?;
         stream.mark_end()?;
-        if let Some(deadline) = h.deadline() {
-            // A time slice: poll the end and raise the flag at the deadline.
-            loop {
-                if stream.end_done()? {
-                    break;
-                }
-                if Instant::now() >= deadline && !fired.swap(true, Ordering::SeqCst) {
-                    hook.fire();
-                }
-                std::thread::sleep(Duration::from_micros(20));
-            }
+        if let Some(q) = &queued {
+            q.on_launched(fired.load(Ordering::SeqCst))?;
         }
-        let r = stream.wait_end();
+        let noticed = wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire);
+        if let (FlagWrite::Armed, Some(gate)) = (hook.method, hook.host) {
+            // Open the gate whether or not a request did, so the armed write completes (on
+            // the flag of a finished kernel, before the buffer is reused).
+            gate.store(1);
+        }
         drop(guard);
-        r?;
+        let noticed = noticed?;
         let gpu = stream.origin_to_end(stream)?;
-        Ok((fired.load(Ordering::SeqCst), gpu))
+        let kernel = stream.start_to_end()?;
+        let fire_times = *fire_times.lock().unwrap_or_else(|e| e.into_inner());
+        Ok((
+            fired.load(Ordering::SeqCst),
+            gpu,
+            Trace {
+                fire: fire_times,
+                noticed,
+                kernel,
+                host: hook.host.is_some(),
+                synced: None,
+                write_to_end: None,
+            },
+        ))
+    }
+}
+
+/// Host instants and GPU times of one checkpointed kernel run (`CkBreakdown`'s raw form).
+struct Trace {
+    /// The hook's flag write: called, returned.
+    fire: Option<(Instant, Instant)>,
+    noticed: Instant,
+    kernel: Duration,
+    host: bool,
+    synced: Option<Instant>,
+    write_to_end: Option<f64>,
+}
+
+impl Trace {
+    fn breakdown(
+        &self,
+        path: String,
+        requested: Option<Instant>,
+        statuses: Instant,
+        ready: Instant,
+    ) -> CkBreakdown {
+        let req = requested.or(self.fire.map(|f| f.0)).unwrap_or(self.noticed);
+        let us = |t: Instant| t.saturating_duration_since(req).as_secs_f64() * 1e6;
+        let synced = self.synced.unwrap_or(self.noticed);
+        CkBreakdown {
+            path,
+            fire_us: self.fire.map_or(0.0, |f| us(f.1)),
+            end_noticed_us: us(self.noticed),
+            write_to_end_gpu_us: self.write_to_end,
+            kernel_gpu_us: self.kernel.as_secs_f64() * 1e6,
+            signal_sync_us: synced.saturating_duration_since(self.noticed).as_secs_f64() * 1e6,
+            statuses_us: statuses.saturating_duration_since(synced).as_secs_f64() * 1e6,
+            ready_us: us(ready),
+        }
+    }
+}
+
+/// GPU µs from the flag write's `done` event to the kernel's end; `None` if the write came
+/// before the kernel started (the flag was already up) or the event was never recorded.
+fn write_to_end(stream: &Stream, done: sys::CUevent) -> Option<f64> {
+    let to_end = stream.to_end_signed_us(done).ok()?;
+    let from_start = stream.start_to(done).ok();
+    // `start_to` clamps at 0: a write before the start reads as 0 and counts as "before".
+    match from_start {
+        Some(d) if d > Duration::ZERO => Some(to_end),
+        _ => None,
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 pub use super::ckmem::FlagWrite;
+pub use super::ckpath::{EndWait, StatusRead};
 use crate::ckpt::PreemptMethod;
 use crate::engine::EngineLimits;
 
@@ -38,6 +39,15 @@ pub struct CudaConfig {
     pub max_save_area_bytes: u64,
     /// How a request writes the checkpoint flag while the kernel runs.
     pub flag_write: FlagWrite,
+    /// How the engine waits for a checkpointed kernel's end.
+    pub end_wait: EndWait,
+    /// How a preempted launch's status words are read back.
+    pub status_read: StatusRead,
+    /// `ptx::ckpt::Options::chunk_instructions`: instructions of a strip-mined loop between
+    /// two polls (0: counted polls in every loop). Default: the transformation's (512).
+    pub ckpt_chunk_instructions: u32,
+    /// `ptx::ckpt::Options::fast_chunks`: whole chunks as constant-trip copies. Default on.
+    pub ckpt_fast_chunks: bool,
     /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
     /// crossings. Default: the transformation's (64).
     pub ckpt_poll_interval: u32,
@@ -60,6 +70,10 @@ impl Default for CudaConfig {
             preempt: PreemptMethod::Slice,
             max_save_area_bytes: 256 << 20,
             flag_write: FlagWrite::WriteValue,
+            end_wait: EndWait::Sync,
+            status_read: StatusRead::Strided,
+            ckpt_chunk_instructions: ptx::ckpt::Options::default().chunk_instructions,
+            ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,
         }

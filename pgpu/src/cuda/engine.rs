@@ -97,6 +97,8 @@ pub struct CudaEngine {
     pub(crate) flags: super::flags::Flags,
     /// Stream of the checkpoint flag writes (made on first use).
     pub(crate) signal: OnceLock<Signal>,
+    /// Host flag words and preemption breakdowns (`ckpath`).
+    pub(crate) ck_path: super::ckpath::PathState,
     /// Counters of the checkpoint method.
     pub(crate) ckpt: CkptCounters,
     /// Kernels, stream and pinned slots of the bulk VRAM calls (made on first use).
@@ -164,6 +166,7 @@ impl CudaEngine {
             ck_pool: Pool::new(ctx),
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
+            ck_path: super::ckpath::PathState::new(ctx),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(None),
             _ctx: guard,

@@ -9,12 +9,16 @@
 //! Files: `driver` (loading, context, errors), `vmm` (chunks, reservations, mappings), `vram`,
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
-//! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots).
+//! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
+//! / `ckmem` / `ckpath` / `ckqueue` (checkpointed launches: memory, flag writes, end waits,
+//! status reads, breakdowns).
 
 mod api;
 mod bulk;
 mod ckmem;
+mod ckpath;
 mod ckpt;
+mod ckqueue;
 mod config;
 mod context;
 mod driver;
@@ -32,6 +36,7 @@ mod vmm;
 mod vram;
 
 pub use bulk::PTX as BULK_PTX;
-pub use config::{CudaConfig, FlagWrite};
+pub use ckpath::CkBreakdown;
+pub use config::{CudaConfig, EndWait, FlagWrite, StatusRead};
 pub use driver::{DeviceInfo, devices};
 pub use engine::CudaEngine;

@@ -24,6 +24,12 @@ unsafe impl Send for Stream {}
 impl Stream {
     /// Creates a stream and its events (the context must be current).
     pub fn new() -> Result<Stream, DrvError> {
+        Self::with_priority(false)
+    }
+
+    /// As [`Stream::new`], at the context's greatest stream priority when `high` (the GPU's
+    /// front end picks work of higher-priority streams first).
+    pub fn with_priority(high: bool) -> Result<Stream, DrvError> {
         let mut s = Stream {
             stream: std::ptr::null_mut(),
             start: std::ptr::null_mut(),
@@ -32,13 +38,20 @@ impl Stream {
         };
         // SAFETY: out-pointers to fields; each handle is destroyed once in Drop when non-null.
         unsafe {
-            ck(
-                "cuStreamCreate",
-                sys::cuStreamCreate(
-                    &mut s.stream,
-                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                ),
-            )?;
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            if high {
+                let (mut least, mut greatest) = (0, 0);
+                ck(
+                    "cuCtxGetStreamPriorityRange",
+                    sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest),
+                )?;
+                ck(
+                    "cuStreamCreateWithPriority",
+                    sys::cuStreamCreateWithPriority(&mut s.stream, flags, greatest),
+                )?;
+            } else {
+                ck("cuStreamCreate", sys::cuStreamCreate(&mut s.stream, flags))?;
+            }
             ck("cuEventCreate", sys::cuEventCreate(&mut s.start, 0))?;
             ck("cuEventCreate", sys::cuEventCreate(&mut s.end, 0))?;
             ck("cuEventCreate", sys::cuEventCreate(&mut s.origin, 0))?;
@@ -80,6 +93,20 @@ impl Stream {
         ck("cuEventQuery", r).map(|_| true)
     }
 
+    /// Waits for the end event.
+    pub fn sync_end(&self) -> Result<(), DrvError> {
+        // SAFETY: live event.
+        ck("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.end)
+        })
+    }
+
+    /// Time from the start event to the end event (both completed).
+    pub fn start_to_end(&self) -> Result<Duration, DrvError> {
+        // SAFETY: live events.
+        unsafe { elapsed(self.start, self.end) }
+    }
+
     /// Waits for the end event; returns the time from the start event to it.
     pub fn wait_end(&self) -> Result<Duration, DrvError> {
         // SAFETY: live events; out-pointer to a local.
@@ -87,6 +114,22 @@ impl Stream {
             ck("cuEventSynchronize", sys::cuEventSynchronize(self.end))?;
             elapsed(self.start, self.end)
         }
+    }
+
+    /// Time from the start event to `ev` (both completed; `ev` may be another stream's).
+    pub fn start_to(&self, ev: sys::CUevent) -> Result<Duration, DrvError> {
+        // SAFETY: live events of one context.
+        unsafe { elapsed(self.start, ev) }
+    }
+
+    /// Time from `ev` to the end event (both completed; signed: `ev` may come after it).
+    pub fn to_end_signed_us(&self, ev: sys::CUevent) -> Result<f64, DrvError> {
+        let mut ms = 0f32;
+        // SAFETY: live events of one context; out-pointer to a local.
+        ck("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, ev, self.end)
+        })?;
+        Ok(f64::from(ms) * 1e3)
     }
 
     /// Time from this stream's origin event to `other`'s end event (both completed).

@@ -140,6 +140,7 @@ macro_rules! driver_fns {
 }
 
 driver_fns! {
+    fn cuCtxGetStreamPriorityRange(leastPriority: *mut ::core::ffi::c_int, greatestPriority: *mut ::core::ffi::c_int);
     fn cuCtxSetCurrent(ctx: CUcontext);
     fn cuDeviceGet(device: *mut CUdevice, ordinal: ::core::ffi::c_int);
     fn cuDeviceGetAttribute(pi: *mut ::core::ffi::c_int, attrib: CUdevice_attribute, dev: CUdevice);
@@ -168,6 +169,7 @@ driver_fns! {
     fn cuMemFreeHost(p: *mut ::core::ffi::c_void);
     fn cuMemFree_v2(dptr: CUdeviceptr);
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const CUmemAllocationProp, option: CUmemAllocationGranularity_flags);
+    fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut ::core::ffi::c_void, Flags: ::core::ffi::c_uint);
     fn cuMemHostRegister_v2(p: *mut ::core::ffi::c_void, bytesize: usize, Flags: ::core::ffi::c_uint);
     fn cuMemHostUnregister(p: *mut ::core::ffi::c_void);
     fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: ::core::ffi::c_ulonglong);
@@ -187,8 +189,10 @@ driver_fns! {
     fn cuModuleUnload(hmod: CUmodule);
     fn cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks: *mut ::core::ffi::c_int, func: CUfunction, blockSize: ::core::ffi::c_int, dynamicSMemSize: usize);
     fn cuStreamCreate(phStream: *mut CUstream, Flags: ::core::ffi::c_uint);
+    fn cuStreamCreateWithPriority(phStream: *mut CUstream, flags: ::core::ffi::c_uint, priority: ::core::ffi::c_int);
     fn cuStreamDestroy_v2(hStream: CUstream);
     fn cuStreamSynchronize(hStream: CUstream);
     fn cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::core::ffi::c_uint);
+    fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint);
     fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::core::ffi::c_uint);
 }

@@ -211,7 +211,16 @@ impl Engine for SimEngine {
                 ..limits.clone()
             };
             let restart = self.config.preempt != PreemptMethod::Checkpoint;
-            match ckpt::transform(text, &left, self.config.ckpt_poll_interval, restart) {
+            match ckpt::transform(
+                text,
+                &left,
+                self.config.ckpt_poll_interval,
+                {
+                    let o = ptx::ckpt::Options::default();
+                    (o.chunk_instructions, o.fast_chunks)
+                },
+                restart,
+            ) {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);
@@ -222,7 +231,16 @@ impl Engine for SimEngine {
                             max_host_bytes: ptx_load::remaining(&bound, bytes)?,
                             ..limits.clone()
                         };
-                        match ckpt::transform(text, &left, self.config.ckpt_poll_interval, false) {
+                        match ckpt::transform(
+                            text,
+                            &left,
+                            self.config.ckpt_poll_interval,
+                            {
+                                let o = ptx::ckpt::Options::default();
+                                (o.chunk_instructions, o.fast_chunks)
+                            },
+                            false,
+                        ) {
                             Ok(c) => {
                                 let (sm, sb) = ptx_load::parse(&c.ptx, &left)?;
                                 bytes = bytes.saturating_add(sb);

@@ -105,6 +105,30 @@ pub(crate) struct Plan<'a> {
     pub strips: &'a [Option<super::strip::Strip>],
     /// Stopped threads save nothing and are rerun from the start (status "not started").
     pub restart: bool,
+    /// Constant-trip copies of whole chunks (`fast.rs`).
+    pub fast_chunks: bool,
+}
+
+/// Puts point `n`'s constant-trip copy before its clamped chunk (emitted from `at` to the
+/// end of the output, ending in the inner back branch), and the label of the loop's test
+/// after it; leaves the loop as it is when the copy does not apply.
+fn insert_fast(g: &mut Gen, st: &super::strip::Strip, n: u64, at: usize, pos: crate::error::Pos) {
+    let inner = format!("$__ck_in{n}");
+    let Some(body) = g.out[at..]
+        .iter()
+        .position(|s| matches!(s, Stmt::Label(l, _) if *l == inner))
+        .map(|p| at + p + 1)
+    else {
+        return;
+    };
+    let Some(copy) = super::fast::copy(st, n, &g.out[body..], pos) else {
+        return;
+    };
+    let mut ins = super::fast::head(st, n, pos);
+    ins.extend(copy);
+    ins.push(Stmt::Label(super::fast::slow_label(n), pos));
+    g.out.splice(at..at, ins);
+    g.label(&super::fast::test_label(n));
 }
 
 /// Point id of site `k` (the entry point is 0).
@@ -195,6 +219,8 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     // Body.
     let mut node = 0usize;
     let mut checks = Vec::new();
+    // Where each strip-mined point's chunk code starts in the output.
+    let mut fast_at: HashMap<usize, usize> = HashMap::new();
     let last = body
         .iter()
         .rposition(|s| matches!(s, Stmt::Inst(_)))
@@ -264,7 +290,9 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 continue;
             }
             if let Some(st) = strip {
-                // The chunk's bound, then the inner loop (the original with that bound).
+                // The chunk's bound, then the inner loop (the original with that bound); a
+                // constant-trip copy goes before them once the loop is emitted (`fast`).
+                fast_at.insert(sk, g.out.len());
                 g.out.extend(st.lim(i.pos));
                 g.label(&format!("$__ck_in{}", pid(sk)));
             }
@@ -283,6 +311,9 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
                 opcode: "bra".into(),
                 ops: vec![r(&format!("$__ck_in{}", pid(sk)))],
             }));
+            if let Some(at) = fast_at.remove(&sk).filter(|_| st.fast && plan.fast_chunks) {
+                insert_fast(&mut g, st, pid(sk), at, i.pos);
+            }
             if let Stmt::Inst(orig) = &setps[&st.setp] {
                 g.out.push(Stmt::Inst(orig.clone()));
             }

@@ -14,6 +14,7 @@ pub mod bounds;
 mod budget;
 mod build;
 mod emit;
+mod fast;
 mod flow;
 mod idem;
 mod incremental;
@@ -56,6 +57,10 @@ pub struct Options {
     /// clamped bound that `ptxas` can unroll, and the point loads the flag at every crossing
     /// (no countdown). Default 512; 0 keeps the counted poll in every loop.
     pub chunk_instructions: u32,
+    /// Whole chunks of strip-mined `Thread` loops whose induction register only steps and
+    /// tests also run as a copy with a constant trip count (`fast.rs`), which `ptxas` unrolls
+    /// without a remainder loop per chunk. Default true.
+    pub fast_chunks: bool,
     /// Most points per entry. Default 256.
     pub max_points: u32,
     /// Largest per-thread record (bytes). Default 4096.
@@ -85,6 +90,7 @@ impl Default for Options {
             max_gap: 64,
             poll_interval: 64,
             chunk_instructions: 512,
+            fast_chunks: true,
             max_points: 256,
             max_record_bytes: 4096,
             max_local_bytes: 1024,
@@ -356,6 +362,7 @@ fn transform_entry(
         poll_interval: opts.poll_interval,
         strips: &strips,
         restart,
+        fast_chunks: opts.fast_chunks,
     };
     emit::rewrite(e, &plan);
     Ok(EntryPlan {
