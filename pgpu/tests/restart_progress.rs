@@ -187,4 +187,3 @@ fn every_method_gives_the_same_bytes_under_many_short_slices() {
         assert!(outs == first, "{m} and {m0} give different bytes");
     }
 }
-
