@@ -9,8 +9,10 @@
 //! engine-owned, zeroed before its first use); a request sets the flag, every thread stops at
 //! its next point (saving its live state) and the kernel ends; a record whose status word is not
 //! `STATUS_DONE` means the job is not finished, and a relaunch of the same grid with
-//! `__ck_resume = 1` (flag cleared) continues it. A clean run (and every resumed run that ends
-//! with all records done) leaves the area all zero again, so an area can be reused unscrubbed.
+//! `__ck_resume = 1` (flag cleared) continues it. A run never preempted leaves the area all
+//! zero (its threads write nothing there); a resumed run that ends with all records done
+//! leaves every status word done (zero) but not the registers and shared memory saved at the
+//! points, so an area is reused by another job only once scrubbed (cuda: `DevBuf::scrub`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

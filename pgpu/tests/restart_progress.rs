@@ -138,3 +138,52 @@ fn a_restarting_kernel_that_progresses_keeps_restarting() {
     assert_eq!(s.escalated_launches, 0, "{s:?}");
     assert_eq!(s.saved_threads, 0, "restarting threads save nothing: {s:?}");
 }
+
+/// `checkpoint`, `restart` and `auto` on one engine each: every long workload one after the
+/// other (their jobs share the engine's modules, spaces and save areas), each run stopped
+/// after a few hundred warp-instructions — many short slices, so restarting launches stall
+/// and escalate, and checkpointed ones save and resume many times — with contexts alternately
+/// in memory and through bytes, all give the CPU reference's bytes, so byte-identical results
+/// whatever the method.
+#[test]
+fn every_method_gives_the_same_bytes_under_many_short_slices() {
+    let mut results: Vec<(PreemptMethod, Vec<Vec<Vec<u8>>>)> = Vec::new();
+    for method in [
+        PreemptMethod::Checkpoint,
+        PreemptMethod::Restart,
+        PreemptMethod::Auto,
+    ] {
+        let e = engine(method, 2);
+        let mut outs = Vec::new();
+        for (i, w) in suite::long::all().iter().enumerate() {
+            let inst = w.instance(suite::Size::Small);
+            let p = runner::place(&e, &inst, 0);
+            let what = format!("{method} {}", w.name);
+            // `long_many` (32 one-warp CTAs): every run relaunches the grid, and the done
+            // CTAs' checks and the fresh ones' way to their first point cost more than 600
+            // steps (see above): it gets 3000, still several runs.
+            let steps = if w.name == "long_many" {
+                3000
+            } else {
+                2 * STEPS_PER_RUN
+            };
+            let (got, runs) = run_starved(&e, &p, &inst, i % 2 == 1, steps)
+                .unwrap_or_else(|m| panic!("{what}: {m}"));
+            runner::check(&inst, &got).unwrap_or_else(|m| panic!("{what}: {m}"));
+            assert!(runs > 1, "{what}: never preempted");
+            outs.push(got);
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+        }
+        let s = e.ckpt_stats();
+        assert!(s.preemptions > 0, "{method}: {s:?}");
+        if method != PreemptMethod::Checkpoint {
+            assert!(s.escalated_launches > 0, "{method}: {s:?}");
+        }
+        results.push((method, outs));
+    }
+    let (m0, first) = &results[0];
+    for (m, outs) in &results[1..] {
+        assert!(outs == first, "{m} and {m0} give different bytes");
+    }
+}

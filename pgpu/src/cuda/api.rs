@@ -574,7 +574,8 @@ impl Engine for CudaEngine {
                     match self.escalate(l.clone(), state)? {
                         super::escalate::Escalated::Checkpoint(m, p, s) => (m, p, s),
                         super::escalate::Escalated::Sliced(l) => {
-                            return self.run_job(super::context::JobState::Launch(l), preempt);
+                            self.alive()?;
+                            return self.run_sliced(l, preempt);
                         }
                     }
                 } else {

@@ -1,9 +1,12 @@
 //! Engine-owned device memory of checkpointed launches: one buffer per job holding the flag (a
 //! `u32` at offset 0) and, from [`SAVE_OFF`], the save area. Buffers are zeroed once when
-//! allocated (`cuMemAlloc` + `cuMemsetD8`) and come back to a pool when their job completes:
-//! a completed checkpointed job leaves its area all zero (see `crate::ckpt`), so reuse needs no
-//! scrub and an uncontended launch pays no allocation (`cuMemFree` would also synchronise the
-//! device). A buffer dropped dirty (a context never resumed) is freed. Also the engine's
+//! allocated (`cuMemAlloc` + `cuMemsetD8`) and come back to a pool when their job completes,
+//! all zero: a job never preempted wrote nothing there (`DevBuf::clean`), one that was
+//! preempted and resumed is scrubbed first (`DevBuf::scrub`: its status words are all done =
+//! 0 again, but the registers and shared memory its threads saved stay in the area, and a
+//! later job of another entry or form, whose records have another stride, would read them as
+//! status words). An uncontended launch pays no allocation (`cuMemFree` would also synchronise
+//! the device). A buffer dropped dirty (a context never resumed) is freed. Also the engine's
 //! signal stream and the flag write a preemption request makes.
 
 use std::sync::{Arc, Mutex};
@@ -135,6 +138,26 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Non-zero bytes in the save areas of the idle buffers (every buffer the pool would hand
+    /// out must be all zero): read back synchronously, for tests on a GPU.
+    pub fn idle_nonzero_bytes(&self) -> Result<u64, DrvError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.ctx.bind()?;
+        let mut n = 0u64;
+        for (ptr, size) in idle {
+            let mut v = vec![0u8; (size - SAVE_OFF) as usize];
+            // SAFETY: an idle allocation of this pool, `size` bytes; host buffer of that length
+            // minus the flag part.
+            ck("cuMemcpyDtoH_v2", unsafe {
+                sys::cuMemcpyDtoH_v2(v.as_mut_ptr().cast(), ptr + SAVE_OFF, v.len())
+            })?;
+            n += v.iter().filter(|&&b| b != 0).count() as u64;
+        }
+        Ok(n)
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         if self.ctx.bind().is_err() {
@@ -196,6 +219,19 @@ impl DevBuf {
         ck("cuMemcpyHtoD_v2", unsafe {
             sys::cuMemcpyHtoD_v2(self.area(), data.as_ptr().cast(), data.len())
         })
+    }
+
+    /// Zeroes the save area's first `len` bytes (synchronous) and marks the buffer clean, so
+    /// that it goes back to the pool; on an error it stays dirty (freed when dropped).
+    pub fn scrub(&mut self, len: u64) -> Result<(), DrvError> {
+        let len = len.min(self.size - SAVE_OFF);
+        self.pool.ctx.bind()?;
+        // SAFETY: the first `len` bytes of the area lie inside the allocation (clamped above).
+        ck("cuMemsetD8_v2", unsafe {
+            sys::cuMemsetD8_v2(self.area(), 0, len as usize)
+        })?;
+        self.clean = true;
+        Ok(())
     }
 
     /// The status words of `threads` records of `stride` bytes (one strided copy).

@@ -35,6 +35,13 @@ impl CudaEngine {
         self.ckpt.snapshot()
     }
 
+    /// Non-zero save-area bytes in the idle buffers of the checkpoint pool (0 unless a
+    /// completed job returned a dirty buffer): for tests on a GPU.
+    #[doc(hidden)]
+    pub fn ck_pool_nonzero_bytes(&self) -> Result<u64, EngineError> {
+        self.ck_pool.idle_nonzero_bytes().map_err(|e| self.drv(e))
+    }
+
     /// Transforms and loads the checkpointed form of `text` (checkpoint method; idempotent
     /// entries restarting with `restart`): `Ok(None)` when the transformation or the JIT
     /// refuses it (counted, the module runs sliced); `Err` when the load's own limits stop it.
@@ -375,7 +382,7 @@ impl CudaEngine {
             Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
         };
         if !fired {
-            buf.clean = true;
+            self.release_area(&mut buf, resume, need);
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
@@ -394,7 +401,7 @@ impl CudaEngine {
             shared_per_cta(planr, l.dynamic_shared),
         );
         if t.pending == 0 {
-            buf.clean = true;
+            self.release_area(&mut buf, resume, need);
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
@@ -466,6 +473,23 @@ impl CudaEngine {
             buf.statuses(n, stride)
         };
         r.map_err(|e| self.drv(e))
+    }
+
+    /// A completed job's buffer goes back to the pool all zero. A run that was not resumed
+    /// wrote nothing there but done (zero) status words: no thread stopped at a point, or it
+    /// would not have completed. A resumed job's threads saved registers (and shared memory) at
+    /// their points in earlier runs, which stay in the area after every record is done: it is
+    /// scrubbed (`need` bytes), else a later job of another entry or form reading records of
+    /// another stride would find non-zero status words where its fresh threads, which finish
+    /// without writing theirs, left nothing — pending forever, or a resume launch restoring
+    /// garbage or trapping (issue 23: `preempt=auto|restart` under vgpud, whose escalated
+    /// checkpoint-form jobs left their registers to the restarting form's next launch).
+    fn release_area(&self, buf: &mut DevBuf, resumed: bool, need: u64) {
+        if !resumed {
+            buf.clean = true;
+        } else if let Err(e) = buf.scrub(need) {
+            log::warn!("cuda: save area scrub failed ({e}): the buffer is freed");
+        }
     }
 
     /// Clears the flag, attaches the request hook, launches the grid and waits for its end.

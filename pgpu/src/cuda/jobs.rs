@@ -72,12 +72,24 @@ impl CudaEngine {
         Ok(())
     }
 
-    fn run_launch(&self, mut l: LaunchState, h: &PreemptHandle) -> Result<Outcome, EngineError> {
+    fn run_launch(&self, l: LaunchState, h: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
         if let Some((ck, plan, need)) = self.ck_for(&l)? {
             self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
             return self.run_ck(l, ck, plan, need, None, h);
         }
+        self.run_sliced(l, h)
+    }
+
+    /// Runs (from `l.next_block`) a launch as sliced sub-launches, whatever its module's
+    /// checkpoint form: also the next run of a stalled restarting launch that has no checkpoint
+    /// form to escalate to (`escalate.rs`), which `run_launch` would restart again.
+    pub(crate) fn run_sliced(
+        &self,
+        mut l: LaunchState,
+        h: &PreemptHandle,
+    ) -> Result<Outcome, EngineError> {
+        self.check_launch(&l)?;
         let loaded = lock(&self.modules).get(l.module)?;
         let func = loaded.func(&l.entry)?;
         if l.params.len() < func.own_end || l.params.len() > func.slice_off {
