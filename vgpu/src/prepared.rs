@@ -17,7 +17,7 @@ pub enum PreparedEngine {
     /// A sim engine (a GPU of its own; not `host=`).
     Sim(Arc<SimEngine>),
     /// A cuda engine, with its vgpud registration when shared (`host=`); it backs guest RAM.
-    Cuda(Arc<dyn EngineSnapshot>, Option<HostRegistration>),
+    Cuda(Arc<dyn EngineSnapshot>, Option<Box<HostRegistration>>),
 }
 
 impl std::fmt::Debug for PreparedEngine {
@@ -69,7 +69,7 @@ impl Vgpu {
         match cfg.backend {
             config::Backend::Cuda => {
                 let (e, reg) = Self::cuda_engine(cfg)?;
-                Ok(Some(PreparedEngine::Cuda(e, reg)))
+                Ok(Some(PreparedEngine::Cuda(e, reg.map(Box::new))))
             }
             config::Backend::Sim if cfg.host.is_none() => Ok(Some(PreparedEngine::Sim(Arc::new(
                 SimEngine::new(crate::sim_config(cfg))?,

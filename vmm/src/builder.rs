@@ -176,7 +176,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
     {
         Some((vgpu::PreparedEngine::Cuda(e, reg), applied, ram)) if cuda => {
             host_ram = ram;
-            (Some(e), reg, None, applied)
+            (Some(e), reg.map(|r| *r), None, applied)
         }
         Some((vgpu::PreparedEngine::Sim(e), applied, _)) if !cuda => (None, None, Some(e), applied),
         _ => {
