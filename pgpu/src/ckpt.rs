@@ -273,6 +273,16 @@ pub fn stalled(before: &[u32], after: &[u32]) -> bool {
     done(after) <= was
 }
 
+/// Whether a run that ended with no request (its flag never raised) left every record done,
+/// as it must: without the flag no thread writes a status other than done. A resumed run
+/// whose records say otherwise read an area that had not landed yet when its kernel started
+/// (on cuda: a status-only area written on the legacy stream after an escalation, issue 23)
+/// and is not complete: the engine reports it preempted, and the next run resumes what the
+/// records say.
+pub fn unrequested_end_complete(after: &[u32]) -> bool {
+    after.iter().all(|&s| s == STATUS_DONE)
+}
+
 /// The save area of a launch that continues in another form of its entry (`record_bytes` per
 /// thread, `len` bytes in all): every record's status word from `statuses`, with a thread that
 /// is not done marked `STATUS_NOT_STARTED` (it runs from its start: the escalated form knows
@@ -458,4 +468,38 @@ pub(crate) fn threads(grid: [u32; 3], block: [u32; 3]) -> (u64, u64) {
     let per_cta: u64 = block.iter().map(|&b| u64::from(b)).product();
     let ctas: u64 = grid.iter().map(|&g| u64::from(g)).product();
     (ctas.saturating_mul(per_cta), per_cta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An escalated area (statuses of a restarting run stopped before any thread finished)
+    /// read back after a run that ended unrequested must not pass for complete; a run whose
+    /// threads all finished must.
+    #[test]
+    fn an_unrequested_run_is_complete_only_when_every_record_is_done() {
+        let stopped = [STATUS_NOT_STARTED, STATUS_DONE, STATUS_NOT_STARTED, 7];
+        let stride = 24u32;
+        let area = status_area(&stopped, stride, 4 * u64::from(stride));
+        let read: Vec<u32> = (0..4)
+            .map(|i| {
+                let o = i * stride as usize;
+                u32::from_le_bytes(area[o..o + 4].try_into().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            read,
+            [
+                STATUS_NOT_STARTED,
+                STATUS_DONE,
+                STATUS_NOT_STARTED,
+                STATUS_NOT_STARTED
+            ]
+        );
+        assert!(!unrequested_end_complete(&read));
+        assert!(!unrequested_end_complete(&[STATUS_DONE, 5]));
+        assert!(unrequested_end_complete(&[STATUS_DONE; 32]));
+        assert!(unrequested_end_complete(&[]));
+    }
 }

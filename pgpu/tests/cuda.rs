@@ -14,7 +14,8 @@
 //! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/ckpath.rs` (its request
 //! path: flag writes, end waits, status reads, breakdowns), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
-//! (restarting launches longer than a time slice still finish).
+//! (restarting launches longer than a time slice still finish), `cuda/legacy.rs` (escalated
+//! resumes see their status area while the legacy stream is busy).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -22,6 +23,8 @@ mod bulk;
 mod ckpath;
 #[path = "cuda/ckpt.rs"]
 mod ckpt;
+#[path = "cuda/legacy.rs"]
+mod legacy;
 #[path = "cuda/measure.rs"]
 mod measure;
 #[path = "cuda/memory.rs"]

@@ -8,12 +8,17 @@
 //! status words). An uncontended launch pays no allocation (`cuMemFree` would also synchronise
 //! the device). A buffer dropped dirty (a context never resumed) is freed. Also the engine's
 //! signal stream and the flag write a preemption request makes.
+//!
+//! Every synchronous `cuMemcpy*`/`cuMemset*` on a buffer runs on the legacy default stream,
+//! which job streams (non-blocking) do not wait for, and may return before it lands (a
+//! memset on device memory, or the DMA of a copy from pageable memory): writes to a buffer
+//! wait for the legacy stream (`sync_legacy`) before a kernel may use it.
 
 use std::sync::{Arc, Mutex};
 
 use super::sys;
 
-use super::driver::{Ctx, DrvError, ck};
+use super::driver::{Ctx, DrvError, ck, sync_legacy};
 use super::stream::Stream;
 
 /// Offset of the save area in a job's buffer (the flag is at 0).
@@ -124,7 +129,9 @@ impl Pool {
         // SAFETY: the allocation just made, `size` bytes.
         if let Err(e) = ck("cuMemsetD8_v2", unsafe {
             sys::cuMemsetD8_v2(ptr, 0, size as usize)
-        }) {
+        })
+        .and_then(|_| sync_legacy())
+        {
             // SAFETY: allocated above, freed once.
             unsafe { sys::cuMemFree_v2(ptr) };
             return Err(e);
@@ -206,7 +213,12 @@ impl DevBuf {
         Ok(v)
     }
 
-    /// Writes the save area's first bytes (synchronous).
+    /// Writes the save area's first bytes (synchronous: the copy has landed when this
+    /// returns). A `cuMemcpyHtoD` from pageable memory returns once the bytes are staged,
+    /// before its DMA lands, and the job stream the next kernel runs on does not wait for the
+    /// legacy stream: without the wait, an escalated restarting launch's resume kernel could
+    /// read the still-zero (all done) status words, every thread return at once, and the
+    /// launch complete with its output never written (issue 23, `preempt=auto` under vgpud).
     pub fn write_area(&self, data: &[u8]) -> Result<(), DrvError> {
         if data.len() as u64 > self.size - SAVE_OFF {
             return Err(DrvError {
@@ -219,10 +231,13 @@ impl DevBuf {
         ck("cuMemcpyHtoD_v2", unsafe {
             sys::cuMemcpyHtoD_v2(self.area(), data.as_ptr().cast(), data.len())
         })
+        .and_then(|_| sync_legacy())
     }
 
-    /// Zeroes the save area's first `len` bytes (synchronous) and marks the buffer clean, so
-    /// that it goes back to the pool; on an error it stays dirty (freed when dropped).
+    /// Zeroes the save area's first `len` bytes (synchronous: `cuMemsetD8` on device memory
+    /// returns before it runs, so the legacy stream is waited for; a late memset would zero
+    /// the status words the buffer's next job wrote) and marks the buffer clean, so that it
+    /// goes back to the pool; on an error it stays dirty (freed when dropped).
     pub fn scrub(&mut self, len: u64) -> Result<(), DrvError> {
         let len = len.min(self.size - SAVE_OFF);
         self.pool.ctx.bind()?;
@@ -230,6 +245,7 @@ impl DevBuf {
         ck("cuMemsetD8_v2", unsafe {
             sys::cuMemsetD8_v2(self.area(), 0, len as usize)
         })?;
+        sync_legacy()?;
         self.clean = true;
         Ok(())
     }
@@ -411,6 +427,9 @@ impl FlagHook {
                         )
                     })
                 }
+                // Landed before the hook returns (the job then synchronises the signal stream,
+                // not this one): a late write would raise the flag of the buffer's next job.
+                .and_then(|_| sync_legacy())
             }
         };
         let stream = match self.method {

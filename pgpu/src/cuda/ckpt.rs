@@ -381,16 +381,32 @@ impl CudaEngine {
             }
             Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
         };
-        if !fired {
+        let planr = &module.plans[plan];
+        // A resumed run that ended unrequested must have finished every record (one strided
+        // read per resumed completion); if not, its kernel read an area that had not landed.
+        let unfinished = match (fired, resume) {
+            (false, true) => {
+                let after = self.read_statuses(&buf, n, planr.record_bytes)?;
+                (!ckpt::unrequested_end_complete(&after)).then_some(after)
+            }
+            _ => None,
+        };
+        if !fired && unfinished.is_none() {
             self.release_area(&mut buf, resume, need);
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
         }
-        let planr = &module.plans[plan];
-        let after = match queued_words {
-            Some(w) => w,
-            None => self.read_statuses(&buf, n, planr.record_bytes)?,
+        let after = match (unfinished, queued_words) {
+            (Some(a), _) => {
+                log::warn!(
+                    "cuda: resumed launch of {} ended unrequested with records not done: resumed again",
+                    l.entry
+                );
+                a
+            }
+            (None, Some(w)) => w,
+            (None, None) => self.read_statuses(&buf, n, planr.record_bytes)?,
         };
         let statuses_at = Instant::now();
         let t = tally(

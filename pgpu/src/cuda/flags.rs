@@ -3,11 +3,13 @@
 //! use and zeroed, outside every address space's reservation (kernels of every space reach it
 //! at its CUDA VA, as they reach the checkpoint method's buffers, `ckmem`). A take copies the
 //! word to the host and clears it (synchronous calls on the legacy stream, after the jobs that
-//! may store to it ended).
+//! may store to it ended). A `cuMemsetD8` on device memory returns before it runs and job
+//! streams do not wait for the legacy stream, so every clear waits for it (`sync_legacy`):
+//! a late clear would erase a store of the next kernel.
 
 use std::sync::Mutex;
 
-use super::driver::{Ctx, DrvError, ck};
+use super::driver::{Ctx, DrvError, ck, sync_legacy};
 use super::sys;
 
 /// Flag words of the buffer.
@@ -52,7 +54,9 @@ impl Flags {
             // SAFETY: the allocation just made.
             if let Err(e) = ck("cuMemsetD8_v2", unsafe {
                 sys::cuMemsetD8_v2(ptr, 0, WORDS * 4)
-            }) {
+            })
+            .and_then(|_| sync_legacy())
+            {
                 // SAFETY: allocated above, freed once.
                 unsafe { sys::cuMemFree_v2(ptr) };
                 return Err(e);
@@ -66,6 +70,7 @@ impl Flags {
         let va = st.ptr + 4 * i as u64;
         // SAFETY: word `i` of the buffer.
         ck("cuMemsetD8_v2", unsafe { sys::cuMemsetD8_v2(va, 0, 4) })?;
+        sync_legacy()?;
         st.used[i] = true;
         Ok(Some(va))
     }
@@ -94,6 +99,7 @@ impl Flags {
         }
         // SAFETY: as above.
         ck("cuMemsetD8_v2", unsafe { sys::cuMemsetD8_v2(va, 0, 4) })?;
+        sync_legacy()?;
         Ok(Some(true))
     }
 
