@@ -13,7 +13,8 @@
 //! restore), `bell` (the doorbell page of exitless submission), `budget` (the VM's host memory
 //! budget, `hostmem=`), `modcache` (loaded modules), `direct` (the worker's direct access to
 //! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`), `gpu_move` (moving
-//! the VM to another GPU of its vgpud).
+//! the VM to another GPU of its vgpud), `prepared` (an engine made before its device: a
+//! migration destination's during the pre-copy rounds).
 
 pub mod bell;
 pub mod budget;
