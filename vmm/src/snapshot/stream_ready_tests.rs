@@ -163,3 +163,79 @@ fn a_silent_older_destination_gets_no_wait_frame() {
     let e = tx.readiness(Duration::from_millis(20)).unwrap_err();
     assert!(e.to_string().contains("out of order"), "{e}");
 }
+
+/// A destination slower than the rounds (its engine ready 150 ms after the source's `WAIT`):
+/// the source hears `hello`, sends one `WAIT`, is told to wait (its rounds would run on) until
+/// the ready line comes, and only then is ready; the frames the destination read are the
+/// manifest, the rounds' frames and that one `WAIT`.
+#[test]
+fn a_source_waits_for_a_slow_destination() {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let a = Link::from(a);
+    let dest = std::thread::spawn(move || {
+        let mut w = b.try_clone().unwrap();
+        let mut r = BufReader::new(b);
+        let mut kinds = Vec::new();
+        let (kind, len) = read_header(&mut r).unwrap();
+        kinds.push(kind);
+        read_payload(&mut r, len, MAX_MANIFEST, "manifest").unwrap();
+        w.write_all(b"ready/1 hello\n").unwrap();
+        loop {
+            let (kind, len) = read_header(&mut r).unwrap();
+            kinds.push(kind);
+            read_payload(&mut r, len, MAX_VRAM_FRAME, "frame").unwrap();
+            if kind == WAIT {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        w.write_all(b"ready/1 prepared 150000\n").unwrap();
+        // What the source sends after (a round while it waited), until it closes.
+        while let Ok((kind, len)) = read_header(&mut r) {
+            kinds.push(kind);
+            read_payload(&mut r, len, MAX_VRAM_FRAME, "frame").unwrap();
+        }
+        kinds
+    });
+    let mut tx = Sender::start(&a, &live_manifest("vram=2M")).unwrap();
+    tx.vram(0, 0, &[1; 4096]).unwrap();
+    let t = Instant::now();
+    let mut waits = 0;
+    let ready = loop {
+        match tx.readiness(Duration::from_millis(10)).unwrap() {
+            Readiness::Waiting { hello } => {
+                assert!(hello || waits < 50, "no hello");
+                waits += 1;
+                // A round while waiting.
+                tx.vram(1, 1, &[2; 4096]).unwrap();
+            }
+            r => break r,
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never ready");
+    };
+    assert_eq!(
+        ready,
+        Readiness::Ready {
+            prepared: true,
+            engine_us: 150_000
+        }
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(waits >= 5, "{waits} polls while waiting");
+    // Asked again: still ready, nothing more read or sent.
+    assert_eq!(tx.readiness(Duration::ZERO).unwrap(), ready);
+    drop(tx);
+    drop(a);
+    let kinds = dest.join().unwrap();
+    assert_eq!(kinds[..2], [MANIFEST, VRAM], "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|&&k| k == WAIT).count(), 1, "{kinds:?}");
+    assert!(
+        kinds
+            .iter()
+            .all(|&k| k == MANIFEST || k == VRAM || k == WAIT)
+    );
+}
