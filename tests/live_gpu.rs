@@ -207,6 +207,18 @@ fn destination_was_ready(report: &serde_json::Value, stats: &std::path::Path) {
         d["dest_switch_ms"].as_f64().unwrap() >= d["dest_gpu_restore_ms"].as_f64().unwrap(),
         "{d}"
     );
+    // The source heard the destination's engine was ready before it paused the guest
+    // (docs/snapshot.md, "The source waits for the destination's engine"): the time the
+    // destination's line gave is the one in its own figures.
+    let w = &report["dest_ready"];
+    assert_eq!(w["outcome"], "prepared", "{report}");
+    assert_eq!(w["before_paused_round"], true, "{report}");
+    assert!(w["src_wait_dest_ready_ms"].as_f64().unwrap() >= 0.0, "{w}");
+    let (src, dest) = (
+        w["dest_engine_ms"].as_f64().unwrap(),
+        d["dest_engine_ms"].as_f64().unwrap(),
+    );
+    assert!((src - dest).abs() < 0.01, "{w} {d}");
 }
 
 /// A kernel that stores outside the buffer its write set names (`stray=1`: below the page its

@@ -538,6 +538,15 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "first_report": reps.first().and_then(|r| r.live.as_ref().map(|l| l.2.clone())),
             "dest": dest(1),
             "src": src_parts(&reps, |r| r.live_downtime.clone()),
+            // The source's wait for the destination's engine before the paused round.
+            "src_wait_dest_ready_ms": med(&|r| r
+                .live
+                .as_ref()
+                .and_then(|l| l.2["dest_ready"]["src_wait_dest_ready_ms"].as_f64())),
+            "dest_ready_outcomes": reps
+                .iter()
+                .filter_map(|r| r.live.as_ref().map(|l| l.2["dest_ready"]["outcome"].clone()))
+                .collect::<Vec<_>>(),
         },
         "live_snapshot": {
             "paused_ms": med(&|r| Some(r.live_snapshot_paused_ms)),
@@ -567,7 +576,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
          live migration downtime {} of {}, live snapshot paused {} of {}, slowdown {}; live \
          migration's destination: switch-over {} (drain {}, check {}, build {} of which RAM {}, \
          GPU restore {}, state {}), engine made in {} during the rounds: {}, VRAM pages written \
-         during the rounds {} / after the switch-over {}",
+         during the rounds {} / after the switch-over {}; the source waited {} for it before \
+         pausing ({})",
         a.backend.name(),
         ms(&summary["snapshot_paused"]["ms"]),
         summary["snapshot_paused"]["disk_bytes"]
@@ -592,6 +602,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         d["dest_prepared"].as_f64().is_some_and(|v| v > 0.0),
         d["dest_vram_pages_early"],
         d["dest_vram_pages_switch"],
+        ms(&summary["live_migration"]["src_wait_dest_ready_ms"]),
+        summary["live_migration"]["dest_ready_outcomes"],
     ) + &slowdown_line(&summary))
 }
 

@@ -279,8 +279,9 @@ impl Controller {
     /// the destination's acceptance too), then either
     /// stop-and-copy (pause, send everything) or, with `live`, pre-copy: KVM's dirty log on,
     /// all RAM sent while the guest runs, then rounds of the pages it dirtied meanwhile until
-    /// a round is small or [`MAX_ROUNDS`] passed, then pause and send the last dirty pages
-    /// with the state. On the destination's `ok` this VM ends
+    /// a round is small or [`MAX_ROUNDS`] passed (and, with VRAM pre-copy, until the
+    /// destination says its GPU engine is ready, at most 5 s), then pause and send the last
+    /// dirty pages with the state. On the destination's `ok` this VM ends
     /// ([`ExitReason::Migrated`](crate::exit::ExitReason::Migrated)); on any failure it runs
     /// on here (or stays paused if it was).
     pub fn migrate(

@@ -15,7 +15,7 @@ use vgpu::snapshot::live::Precopy;
 use crate::control::{ControlError, Controller, MAX_ROUNDS, SMALL_ROUND_PAGES, SnapshotDone};
 use crate::memory;
 use crate::snapshot::manifest;
-use crate::snapshot::precopy::{self, RamSent, Report, Round, Sink};
+use crate::snapshot::precopy::{self, DestReadyWait, RamSent, Readiness, Report, Round, Sink};
 use crate::snapshot::save::OutputDir;
 use crate::snapshot::source_report::{GuestMark, Laps, SrcDowntime};
 
@@ -123,13 +123,18 @@ impl Controller {
 
     /// The rounds with the VM running (KVM's dirty log must be on): the first sends every
     /// non-zero page of RAM and VRAM, the next ones what was dirtied since, until a round
-    /// sends at most [`SMALL_ROUND_PAGES`] pages or [`MAX_ROUNDS`] passed.
+    /// sends at most [`SMALL_ROUND_PAGES`] pages or [`MAX_ROUNDS`] passed; then, if the sink
+    /// asked its other end (a migration's destination making its GPU engine,
+    /// [`crate::snapshot::ready`]), more rounds until it says it is ready, bounded by
+    /// `READY_WAIT` (`HELLO_WAIT` for a destination that never answers), into the report's
+    /// `dest_ready`.
     pub(crate) fn live_rounds(
         &self,
         live: &mut Live<'_>,
         sink: &mut dyn Sink,
     ) -> Result<(), ControlError> {
-        for round in 0..=MAX_ROUNDS as u32 {
+        let mut wait: Option<(Instant, u32)> = None;
+        for round in 0.. {
             let t = Instant::now();
             let mut laps = Laps::start();
             let (mut dirty, kvm) = if round == 0 {
@@ -170,9 +175,49 @@ impl Controller {
                 kvm_dirty_pages: kvm,
                 gpu_blocked_ms,
             });
-            if round > 0 && ram + vram.pages <= SMALL_ROUND_PAGES {
-                break;
+            if (round == 0 || ram + vram.pages > SMALL_ROUND_PAGES) && round < MAX_ROUNDS as u32 {
+                continue;
             }
+            // Converged: the paused round only once the destination is ready (a round more
+            // while it is not, bounded).
+            let (since, first) = *wait.get_or_insert((Instant::now(), round));
+            let readiness = sink
+                .readiness(crate::snapshot::ready::POLL_SLICE)
+                .map_err(crate::snapshot::stream::StreamError::Io)?;
+            let outcome = match readiness {
+                Readiness::NotAsked => break,
+                Readiness::Ready {
+                    prepared,
+                    engine_us,
+                } => Some((if prepared { "prepared" } else { "fallback" }, engine_us)),
+                Readiness::Waiting { hello } => {
+                    let (limit, what) = if hello {
+                        (crate::snapshot::ready::READY_WAIT, "timeout")
+                    } else {
+                        (crate::snapshot::ready::HELLO_WAIT, "no hello")
+                    };
+                    if since.elapsed() < limit {
+                        continue;
+                    }
+                    log::warn!(
+                        "migration: the destination did not say its GPU engine is ready within \
+                         {limit:?} ({what}); pausing the guest anyway"
+                    );
+                    Some((what, 0))
+                }
+            };
+            if let Some((outcome, engine_us)) = outcome {
+                let w = DestReadyWait {
+                    before_paused_round: matches!(outcome, "prepared" | "fallback"),
+                    outcome: outcome.into(),
+                    src_wait_dest_ready_ms: since.elapsed().as_secs_f64() * 1e3,
+                    rounds_while_waiting: round - first,
+                    dest_engine_ms: engine_us as f64 / 1e3,
+                };
+                log::info!("migration: destination ready: {w:?}");
+                live.report.dest_ready = Some(w);
+            }
+            break;
         }
         Ok(())
     }

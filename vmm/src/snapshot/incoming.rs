@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -104,6 +104,19 @@ pub struct Early {
     thread: Option<JoinHandle<Result<Done, String>>>,
     /// The thread stopped early (its error comes with `finish`).
     stopped: bool,
+    /// The engine's making time (µs), sent once it is made and its queue was empty.
+    ready: Receiver<u64>,
+}
+
+/// Whether the thread's engine is ready ([`Early::ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlyReady {
+    /// Still being made, or writing what was queued before.
+    Pending,
+    /// Made (in this many µs), with every page queued until then written into it.
+    Ready(u64),
+    /// It failed: the engine is made after the switch-over.
+    Failed,
 }
 
 impl Early {
@@ -133,19 +146,40 @@ impl Early {
             }
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("incoming-gpu".into())
-            .spawn(move || run(&cfg, &file, ram.as_ref(), &rx));
+            .spawn(move || run(&cfg, &file, ram.as_ref(), &rx, ready_tx));
         match thread {
             Ok(t) => Some(Early {
                 tx: Some(tx),
                 thread: Some(t),
                 stopped: false,
+                ready,
             }),
             Err(e) => {
                 log::warn!("migration: prepare the GPU: {e}");
                 None
             }
+        }
+    }
+
+    /// Whether the engine is made and has written everything queued so far, waiting at most
+    /// `wait` for it.
+    pub fn ready(&self, wait: std::time::Duration) -> EarlyReady {
+        let got = if wait.is_zero() {
+            self.ready
+                .try_recv()
+                .map_err(|e| e == TryRecvError::Disconnected)
+        } else {
+            self.ready
+                .recv_timeout(wait)
+                .map_err(|e| e == RecvTimeoutError::Disconnected)
+        };
+        match got {
+            Ok(us) => EarlyReady::Ready(us),
+            Err(true) => EarlyReady::Failed,
+            Err(false) => EarlyReady::Pending,
         }
     }
 
@@ -220,6 +254,7 @@ fn run(
     file: &File,
     ram: Option<&(File, u64)>,
     rx: &Receiver<Work>,
+    ready: Sender<u64>,
 ) -> Result<Done, String> {
     let t = Instant::now();
     let engine = vgpu::Vgpu::prepare_engine(cfg)
@@ -246,7 +281,22 @@ fn run(
     log::debug!("migration: GPU engine made during the rounds in {engine_ms:.1} ms");
     let mut buf = vec![0u8; (MAX_WRITE_PAGES * 4096) as usize];
     let mut pages = 0u64;
-    while let Ok(w) = rx.recv() {
+    let mut ready = Some(ready);
+    loop {
+        let w = match rx.try_recv() {
+            Ok(w) => w,
+            Err(TryRecvError::Empty) => {
+                // Everything queued so far is written: ready (said once).
+                if let Some(r) = ready.take() {
+                    let _ = r.send((engine_ms * 1e3) as u64);
+                }
+                match rx.recv() {
+                    Ok(w) => w,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
         match (w, ram) {
             (Work::Vram(page, n), _) => {
                 write_run(&engine, cfg, file, &mut buf, page, n)?;

@@ -15,6 +15,7 @@ pub mod load;
 pub mod manifest;
 pub mod precopy;
 pub mod ram;
+pub mod ready;
 pub mod save;
 pub mod source_report;
 pub mod state;

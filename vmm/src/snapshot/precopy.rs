@@ -19,6 +19,41 @@ pub trait Sink {
     fn ram(&mut self, off: u64, bytes: &[u8]) -> std::io::Result<()>;
     /// Whole pages of VRAM from partition page `page`, sent in pre-copy round `round`.
     fn vram(&mut self, round: u32, page: u64, bytes: &[u8]) -> std::io::Result<()>;
+    /// Whether the other end is ready for the paused round, waiting at most `wait` to hear it
+    /// (a migration's destination making its GPU engine, [`super::ready`]).
+    fn readiness(&mut self, _wait: std::time::Duration) -> std::io::Result<Readiness> {
+        Ok(Readiness::NotAsked)
+    }
+}
+
+/// What a sink knows of its other end's readiness for the paused round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Readiness {
+    /// Nothing to wait for (a snapshot's files, a migration without VRAM pre-copy).
+    NotAsked,
+    /// Not heard yet; `hello`: the other end said it will tell.
+    Waiting { hello: bool },
+    /// Ready: its engine made and holding what was sent (`prepared`), or none made during the
+    /// rounds.
+    Ready { prepared: bool, engine_us: u64 },
+}
+
+/// A live migration's wait, after its rounds converged, for the destination's engine
+/// (docs/snapshot.md, "The source waits for the destination's engine").
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DestReadyWait {
+    /// How it ended: "prepared" (the destination's engine made, with the VRAM so far),
+    /// "fallback" (it makes none during the rounds), "no hello" (an older destination: no
+    /// line within `HELLO_WAIT`), "timeout" (none within `READY_WAIT`).
+    pub outcome: String,
+    /// The ready line had arrived before the paused round started.
+    pub before_paused_round: bool,
+    /// From the rounds' convergence to the end of the wait (the guest running), ms.
+    pub src_wait_dest_ready_ms: f64,
+    /// Rounds run during the wait.
+    pub rounds_while_waiting: u32,
+    /// The destination's time to make its engine (its line), ms.
+    pub dest_engine_ms: f64,
 }
 
 /// What one round sent (bytes; "resent": pages an earlier round had sent already).
@@ -69,6 +104,9 @@ pub struct Report {
     /// What the guest did while the rounds ran (the GPU's counters over the live window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guest: Option<super::source_report::GuestWindow>,
+    /// A live migration's wait for the destination's engine before the paused round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dest_ready: Option<DestReadyWait>,
     /// The source's parts of the paused round.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub downtime: Option<super::source_report::SrcDowntime>,

@@ -20,11 +20,12 @@ use std::time::Duration;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 
 use super::format::MAX_STATE_BYTES;
-use super::incoming::{Early, IncomingReport};
+use super::incoming::{Early, EarlyReady, IncomingReport};
 use super::load::{self, LoadError, Loaded};
 use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
-use super::precopy::Sink;
+use super::precopy::{Readiness, Sink};
 use super::ram::{self, Backing, RamError};
+use super::ready::DestMsg;
 
 const MANIFEST: u32 = 1;
 const STATE: u32 = 2;
@@ -32,6 +33,9 @@ const RAM: u32 = 3;
 const END: u32 = 4;
 const GPU: u32 = 5;
 const VRAM: u32 = 6;
+/// The source waits for the destination's ready line (no payload; sent only to a destination
+/// that said `ready/1 hello`, [`super::ready`]).
+const WAIT: u32 = 7;
 /// Largest GPU frame: 1 MiB of the GPU image.
 const MAX_GPU_FRAME: u64 = 1 << 20;
 /// Largest RAM frame: an offset and 1 MiB of pages.
@@ -83,14 +87,31 @@ pub struct Sender<'a> {
     pub pages: u64,
     /// VRAM pages sent so far by pre-copy rounds (resends included).
     pub vram_pages: u64,
+    /// The destination's lines ([`super::ready`]), when the manifest asked for them.
+    ready: Option<ReadyState>,
+}
+
+/// What the source heard of the destination's readiness.
+#[derive(Debug, Default)]
+struct ReadyState {
+    inbox: super::ready::Inbox,
+    hello: bool,
+    wait_sent: bool,
+    ready: Option<(bool, u64)>,
 }
 
 impl<'a> Sender<'a> {
-    /// Starts a stream with `manifest` (its state and page fields are not used).
+    /// Starts a stream with `manifest` (its state and page fields are not used). With VRAM
+    /// pre-copy (`gpu_live`) it asks the destination to say when its engine is ready.
     pub fn start(conn: &'a Link, manifest: &Manifest) -> Result<Self, StreamError> {
         conn.set_write_timeout(Some(PATIENCE))?;
         conn.set_read_timeout(Some(PATIENCE))?;
-        let text = serde_json::to_vec(manifest).map_err(|e| bad(e.to_string()))?;
+        let mut manifest = manifest.clone();
+        let ready = manifest.gpu_live.then(|| {
+            manifest.vmm_version = super::ready::asking(&manifest.vmm_version);
+            ReadyState::default()
+        });
+        let text = serde_json::to_vec(&manifest).map_err(|e| bad(e.to_string()))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, conn);
         frame(&mut out, MANIFEST, &[&text])?;
         Ok(Sender {
@@ -98,6 +119,7 @@ impl<'a> Sender<'a> {
             conn,
             pages: 0,
             vram_pages: 0,
+            ready,
         })
     }
 
@@ -140,7 +162,8 @@ impl<'a> Sender<'a> {
         let conn = self.conn;
         drop(self.out);
         let mut answer = Vec::new();
-        BufReader::new(conn.take(4096)).read_until(b'\n', &mut answer)?;
+        let early = self.ready.as_ref().map_or(&[][..], |r| r.inbox.rest());
+        BufReader::new(early.chain(conn.take(4096))).read_until(b'\n', &mut answer)?;
         let answer = String::from_utf8_lossy(&answer);
         match answer.trim_end() {
             "ok" => Ok(self.pages),
@@ -171,6 +194,50 @@ impl Sink for Sender<'_> {
             VRAM,
             &[&round.to_le_bytes(), &page.to_le_bytes(), bytes],
         )
+    }
+
+    /// The destination's lines so far (the rounds flushed to it first); once it said `hello`,
+    /// one `WAIT` frame tells it the source waits (so that it answers without more frames).
+    fn readiness(&mut self, wait: Duration) -> std::io::Result<Readiness> {
+        use super::ready::DestMsg;
+        let Some(r) = &mut self.ready else {
+            return Ok(Readiness::NotAsked);
+        };
+        self.out.flush()?;
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            if let Some((prepared, engine_us)) = r.ready {
+                return Ok(Readiness::Ready {
+                    prepared,
+                    engine_us,
+                });
+            }
+            if r.hello && !r.wait_sent {
+                frame(&mut self.out, WAIT, &[])?;
+                self.out.flush()?;
+                r.wait_sent = true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match r.inbox.poll(self.conn, left) {
+                Ok(None) => return Ok(Readiness::Waiting { hello: r.hello }),
+                Ok(Some(DestMsg::Hello)) if !r.hello => r.hello = true,
+                Ok(Some(DestMsg::Ready {
+                    prepared,
+                    engine_us,
+                })) if r.hello => r.ready = Some((prepared, engine_us)),
+                Ok(Some(DestMsg::Refused(e))) => {
+                    return Err(std::io::Error::other(format!(
+                        "the destination refused the VM: {e}"
+                    )));
+                }
+                Ok(Some(m)) => {
+                    return Err(std::io::Error::other(format!(
+                        "destination's line {m:?} out of order"
+                    )));
+                }
+                Err(e) => return Err(std::io::Error::other(e)),
+            }
+        }
     }
 }
 
@@ -291,6 +358,17 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
             .and_then(|cfg| Early::start(cfg, f, Some((&ram_file, manifest.ram_bytes)))),
         _ => None,
     };
+    // A source that waits for the engine (and reads the lines) asked in the manifest.
+    let mut tell = Tell {
+        asked: manifest.gpu_live && super::ready::asked(&manifest.vmm_version),
+        told: false,
+    };
+    if tell.asked {
+        tell.say(conn, &DestMsg::Hello)?;
+        if early.is_none() {
+            tell.ready(conn, EarlyReady::Failed)?;
+        }
+    }
     let mut report = IncomingReport::default();
     let end;
     let (mut vram_pages, mut vram_round) = (0u64, 0u32);
@@ -300,8 +378,27 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
     let mut buf = Vec::new();
     let mut state = None;
     loop {
+        if let Some(e) = early.as_ref().filter(|_| tell.asked && !tell.told) {
+            tell.ready(conn, e.ready(Duration::ZERO))?;
+        }
         let (kind, len) = read_header(&mut r)?;
         match kind {
+            WAIT if tell.asked && len == 0 => {
+                // The source waits (its rounds converged): answer once the engine is ready,
+                // or give up after READY_WAIT (the source pauses anyway by then).
+                if let Some(e) = early.as_ref().filter(|_| !tell.told) {
+                    let got = e.ready(super::ready::READY_WAIT);
+                    if got == EarlyReady::Pending {
+                        log::warn!(
+                            "migration: the GPU engine is not ready after {:?}",
+                            super::ready::READY_WAIT
+                        );
+                        tell.told = true;
+                    } else {
+                        tell.ready(conn, got)?;
+                    }
+                }
+            }
             RAM => {
                 if !(8 + 4096..=MAX_RAM_FRAME).contains(&len) || (len - 8) % 4096 != 0 {
                     return Err(bad(format!("RAM frame of {len} bytes")));
@@ -427,6 +524,40 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
     report.dest_check_ms = t.elapsed().as_secs_f64() * 1e3;
     loaded.incoming = Some((report, end));
     Ok(loaded)
+}
+
+/// The destination's lines before its answer ([`super::ready`]): whether the source asked,
+/// and whether the ready line went.
+struct Tell {
+    asked: bool,
+    told: bool,
+}
+
+impl Tell {
+    fn say(&mut self, conn: &Link, msg: &DestMsg) -> Result<(), StreamError> {
+        let mut w = conn;
+        w.write_all(super::ready::line(msg).as_bytes())?;
+        w.flush()?;
+        Ok(())
+    }
+
+    /// Sends the ready line for `got` unless it is still pending.
+    fn ready(&mut self, conn: &Link, got: EarlyReady) -> Result<(), StreamError> {
+        let msg = match got {
+            EarlyReady::Pending => return Ok(()),
+            EarlyReady::Ready(engine_us) => DestMsg::Ready {
+                prepared: true,
+                engine_us,
+            },
+            EarlyReady::Failed => DestMsg::Ready {
+                prepared: false,
+                engine_us: 0,
+            },
+        };
+        self.say(conn, &msg)?;
+        self.told = true;
+        Ok(())
+    }
 }
 
 /// Destination side: tells the source the VM is about to run, or why it will not.
@@ -575,3 +706,7 @@ mod tests {
         assert!(e.contains("failed to fill whole buffer"), "{e}");
     }
 }
+
+#[cfg(test)]
+#[path = "stream_ready_tests.rs"]
+mod ready_tests;

@@ -258,6 +258,29 @@ impl TlsStream {
         self.sock.get_ref()
     }
 
+    /// Reads what has arrived, waiting at most `wait` for a whole record: `None` if no
+    /// plaintext came in time (a record cut short stays buffered for the next read).
+    pub fn try_read(&mut self, buf: &mut [u8], wait: Duration) -> io::Result<Option<usize>> {
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.sock.buffer().is_empty()
+                && !super::transport::readable(self.socket().as_raw_fd(), left)?
+            {
+                return Ok(None);
+            }
+            // Readable (or buffered): one read of the socket at most, which does not block.
+            self.send()?;
+            self.receive()?;
+        }
+    }
+
     /// Writes out what rustls has queued (records, alerts).
     fn send(&mut self) -> io::Result<()> {
         let mut out: &TcpStream = self.sock.get_ref();

@@ -236,3 +236,58 @@ fn files_are_checked() {
         Err(EndpointError::TlsFilesUnused(_))
     ));
 }
+
+/// The source's polled reads of the destination's lines ([`Link::try_read`]) over TLS: nothing
+/// within the wait while the destination is silent, then its lines, cut and whole, with the
+/// final answer's start kept (`ready::Inbox`).
+#[test]
+fn polled_reads_of_the_destinations_lines_over_tls() {
+    use super::super::ready::{DestMsg, Inbox};
+    let d = Dir::new("poll");
+    let good = ca("good CA");
+    let server = side(&d, "server", &good, &["localhost"], false, &good);
+    let client = side(&d, "client", &good, &["source"], false, &good);
+    let to = Endpoint::parse(&format!("tls:localhost:{}", free_port())).unwrap();
+    let incoming = to.bind(Some(&server)).unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let dest = std::thread::spawn(move || {
+        let mut c = incoming.accept_one().unwrap();
+        go_rx.recv().unwrap();
+        c.write_all(b"ready/1 hel").unwrap();
+        c.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        c.write_all(b"lo\nready/1 fallback\nok").unwrap();
+        c.flush().unwrap();
+        go_rx.recv().unwrap();
+    });
+    let c = to.connect(Some(&client)).unwrap();
+    let mut inbox = Inbox::default();
+    let t = std::time::Instant::now();
+    assert_eq!(inbox.poll(&c, Duration::from_millis(50)), Ok(None));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    go_tx.send(()).unwrap();
+    let mut got = Vec::new();
+    let t = std::time::Instant::now();
+    while got.len() < 2 && t.elapsed() < Duration::from_secs(5) {
+        if let Some(m) = inbox.poll(&c, Duration::from_millis(20)).unwrap() {
+            got.push(m);
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            DestMsg::Hello,
+            DestMsg::Ready {
+                prepared: false,
+                engine_us: 0
+            }
+        ]
+    );
+    let t = std::time::Instant::now();
+    while inbox.rest().is_empty() && t.elapsed() < Duration::from_secs(5) {
+        assert_eq!(inbox.poll(&c, Duration::from_millis(20)), Ok(None));
+    }
+    assert_eq!(inbox.rest(), b"ok");
+    go_tx.send(()).unwrap();
+    dest.join().unwrap();
+}

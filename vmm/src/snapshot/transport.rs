@@ -321,6 +321,49 @@ impl Link {
     }
 }
 
+/// Waits at most `wait` for `fd` to be readable (or at its end, or in error).
+pub(super) fn readable(fd: std::os::fd::RawFd, wait: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one pollfd that lives through the call; the result is checked.
+    let n = unsafe { libc::poll(&raw mut p, 1, ms) };
+    match n {
+        0 => Ok(false),
+        n if n > 0 => Ok(true),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Link {
+    /// Reads what has arrived, waiting at most `wait` for something: `None` if nothing came,
+    /// `Some(0)` at the peer's end of stream.
+    pub fn try_read(&self, buf: &mut [u8], wait: Duration) -> io::Result<Option<usize>> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Link::Unix(s) => match readable(s.as_raw_fd(), wait)? {
+                true => (&*s).read(buf).map(Some),
+                false => Ok(None),
+            },
+            Link::Tcp(s) => match readable(s.as_raw_fd(), wait)? {
+                true => (&*s).read(buf).map(Some),
+                false => Ok(None),
+            },
+            Link::Tls(s) => locked(s).try_read(buf, wait),
+        }
+    }
+}
+
 impl Read for &Link {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
