@@ -211,16 +211,7 @@ impl Engine for SimEngine {
                 ..limits.clone()
             };
             let restart = self.config.preempt != PreemptMethod::Checkpoint;
-            match ckpt::transform(
-                text,
-                &left,
-                self.config.ckpt_poll_interval,
-                {
-                    let o = ptx::ckpt::Options::default();
-                    (o.chunk_instructions, o.fast_chunks)
-                },
-                restart,
-            ) {
+            match transform(text, &left, self.config.ckpt_poll_interval, restart) {
                 Ok(t) => {
                     let (m, b) = ptx_load::parse(&t.ptx, &left)?;
                     bytes = bytes.saturating_add(b);
@@ -231,16 +222,7 @@ impl Engine for SimEngine {
                             max_host_bytes: ptx_load::remaining(&bound, bytes)?,
                             ..limits.clone()
                         };
-                        match ckpt::transform(
-                            text,
-                            &left,
-                            self.config.ckpt_poll_interval,
-                            {
-                                let o = ptx::ckpt::Options::default();
-                                (o.chunk_instructions, o.fast_chunks)
-                            },
-                            false,
-                        ) {
+                        match transform(text, &left, self.config.ckpt_poll_interval, false) {
                             Ok(c) => {
                                 let (sm, sb) = ptx_load::parse(&c.ptx, &left)?;
                                 bytes = bytes.saturating_add(sb);
@@ -499,4 +481,22 @@ impl EngineSnapshot for SimEngine {
         let live = self.live_from_bytes(&re)?;
         Ok(SavedContext::live(Box::new(live)))
     }
+}
+
+/// `text` transformed for preemption with the transformation's default chunking (the cuda
+/// engine's chunk is configurable; the interpreter's cost does not depend on it).
+fn transform(
+    text: &str,
+    limits: &LoadLimits,
+    poll_interval: u32,
+    restart: bool,
+) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
+    let o = ptx::ckpt::Options::default();
+    ckpt::transform(
+        text,
+        limits,
+        poll_interval,
+        (o.chunk_instructions, o.fast_chunks),
+        restart,
+    )
 }
