@@ -193,6 +193,21 @@ impl Inner {
             self.disconnected(st, format!("send to vgpud: {e}"));
         }
     }
+
+    /// Hands grant `seq` back unused (no job ran in it) and wants the next one.
+    fn hand_back(&self, st: &mut St, seq: u64) {
+        st.wanting = true;
+        st.identified = false;
+        let done = ToDaemon::Done {
+            seq,
+            outcome: RunOutcome::Completed,
+            gpu_ns: 0,
+            start_ns: 0,
+            end_ns: 0,
+            more: true,
+        };
+        self.send(st, &done);
+    }
 }
 
 /// The first message of a registration (`resume`: of a re-registration).
@@ -404,17 +419,7 @@ impl HostLink {
                 let seq = *seq;
                 st.active = None;
                 st.held = false;
-                st.wanting = true;
-                st.identified = false;
-                let done = ToDaemon::Done {
-                    seq,
-                    outcome: RunOutcome::Completed,
-                    gpu_ns: 0,
-                    start_ns: 0,
-                    end_ns: 0,
-                    more: true,
-                };
-                self.inner.send(&mut st, &done);
+                self.inner.hand_back(&mut st, seq);
                 continue;
             }
             if st.held
@@ -444,17 +449,7 @@ impl HostLink {
                         g.seq
                     );
                     st.returned_late = true;
-                    st.wanting = true;
-                    st.identified = false;
-                    let done = ToDaemon::Done {
-                        seq: g.seq,
-                        outcome: RunOutcome::Completed,
-                        gpu_ns: 0,
-                        start_ns: 0,
-                        end_ns: 0,
-                        more: true,
-                    };
-                    self.inner.send(&mut st, &done);
+                    self.inner.hand_back(&mut st, g.seq);
                     continue;
                 }
                 st.returned_late = false;
