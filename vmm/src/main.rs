@@ -174,9 +174,10 @@ enum CtlOp {
         #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
         tls_ca: Option<PathBuf>,
     },
-    /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim VMs): VRAM is
-    /// pre-copied to a partition the daemon reserves there while the VM runs, then the VM
-    /// pauses for the last dirty pages and the switch (the answer gives the downtime).
+    /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim, or cuda: a new
+    /// engine on device N in this process, its modules loaded first): VRAM is pre-copied to a
+    /// partition the daemon reserves there while the VM runs, then the VM pauses for the last
+    /// dirty pages and the switch (the answer gives the downtime).
     MoveGpu {
         /// The daemon's GPU index (vgpud --gpus).
         gpu: u32,
