@@ -148,6 +148,12 @@ fn live_migrate_fairness(log: &str) {
         let v = &report["write_sets"];
         assert!(v["checked_runs"].as_u64().unwrap() > 0, "{done}");
         assert_eq!(v["outside_rounds"], 0, "{done}");
+        // The guest's module ran before the migration: its twin was made and loaded before
+        // the log started (off the GPU worker), and the first checked launch got that module
+        // back (no transformation or load at the launch): every twin load was a prepared one.
+        assert!(v["twins_prepared"].as_u64().unwrap() >= 1, "{done}");
+        assert!(v["twin_loads_ready"].as_u64().unwrap() >= 1, "{done}");
+        assert_eq!(v["twin_loads_cold"], 0, "{done}");
         // The start let the running kernel end (unless it ran past the drain time, then it
         // was preempted): only a preempted one runs unchecked, and with none, no round
         // resends the whole partition (each sends less than the 64 MiB).

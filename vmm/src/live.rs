@@ -45,6 +45,10 @@ impl Live<'_> {
                 declarations_refused: s.declarations_refused,
                 worker_ms: s.worker_ns as f64 / 1e6,
                 worker_jobs: s.worker_jobs,
+                twins_prepared: s.twins_prepared,
+                prepare_ms: s.prepare_ns as f64 / 1e6,
+                twin_loads_ready: s.twin_loads_ready,
+                twin_loads_cold: s.twin_loads_cold,
             });
         }
     }

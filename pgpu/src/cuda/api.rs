@@ -443,52 +443,49 @@ impl Engine for CudaEngine {
             });
         }
         limits.check()?;
+        {
+            let mut m = lock(&self.modules);
+            if let Some(loaded) = m.lookup_and_count(ptx) {
+                return Ok(loaded);
+            }
+            m.room(ptx.len(), lim.max_modules, lim.max_ptx_bytes_total)?;
+        }
+        // The rewrites and the JITs run outside the table's lock: the guest's launches look
+        // their modules up in it meanwhile (a live copy prepares its checked twins on another
+        // thread while the guest's kernels run, `vgpu::snapshot::writes::twins`). The JIT
+        // runs inside the driver and cannot be interrupted: the bounds are checked around it.
+        // Host memory: the text kept and an estimate of the driver's copy (module variables
+        // live in the context's device memory, not in host memory).
+        let built = super::modules::Modules::build(self.ctx, ptx, !self.cfg.whole_launches)?;
+        let (mut ck, mut ck_save) = (None, None);
+        if self.cfg.preempt.transforms() {
+            let restart = self.cfg.preempt != crate::ckpt::PreemptMethod::Checkpoint;
+            ck = self.load_ck(ptx, limits, restart)?;
+            // Restarting entries also get their checkpoint form: a restarting launch that
+            // stalls continues in it (`escalate.rs`).
+            if ck
+                .as_ref()
+                .is_some_and(|(c, _)| c.plans.iter().any(|p| p.restart))
+            {
+                ck_save = self.load_ck(ptx, limits, false)?;
+            }
+        }
         let mut m = lock(&self.modules);
+        // Another thread loaded the same text meanwhile: its module serves (ours are
+        // dropped, unloaded).
         if let Some(loaded) = m.lookup_and_count(ptx) {
             return Ok(loaded);
         }
-        // The JIT runs inside the driver and cannot be interrupted: the bounds are checked
-        // around it. Host memory: the text kept and an estimate of the driver's copy (module
-        // variables live in the context's device memory, not in host memory).
-        let slice = !self.cfg.whole_launches;
-        let mut loaded = m.load(
-            self.ctx,
-            ptx,
-            lim.max_modules,
-            lim.max_ptx_bytes_total,
-            slice,
-        )?;
-        if self.cfg.preempt.transforms() {
-            let restart = self.cfg.preempt != crate::ckpt::PreemptMethod::Checkpoint;
-            match self.load_ck(ptx, limits, restart) {
-                Ok(Some((ck, bytes))) => {
-                    let restarts = ck.plans.iter().any(|p| p.restart);
-                    if let Some(b) = m.set_ck(loaded.id, ck, bytes) {
-                        loaded.host_bytes = b;
-                    }
-                    // Restarting entries also get their checkpoint form: a restarting launch
-                    // that stalls continues in it (`escalate.rs`).
-                    if restarts {
-                        match self.load_ck(ptx, limits, false) {
-                            Ok(Some((save, bytes))) => {
-                                if let Some(b) = m.set_ck_save(loaded.id, save, bytes) {
-                                    loaded.host_bytes = b;
-                                }
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                m.unload(loaded.id)?;
-                                return Err(e);
-                            }
-                        }
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    m.unload(loaded.id)?;
-                    return Err(e);
-                }
-            }
+        let mut loaded = m.insert(ptx, built, lim.max_modules, lim.max_ptx_bytes_total)?;
+        if let Some((c, bytes)) = ck
+            && let Some(b) = m.set_ck(loaded.id, c, bytes)
+        {
+            loaded.host_bytes = b;
+        }
+        if let Some((c, bytes)) = ck_save
+            && let Some(b) = m.set_ck_save(loaded.id, c, bytes)
+        {
+            loaded.host_bytes = b;
         }
         let over = limits.check().err().or_else(|| {
             (loaded.host_bytes > limits.max_host_bytes).then_some(EngineError::HostBudget {

@@ -4,7 +4,7 @@
 //! - which pages are non-zero: a kernel (`bulk.ptx`, one warp per 4 KiB page) ORs each page at
 //!   HBM speed and sets one bit per non-zero page; only the bitmap crosses PCIe;
 //! - reads: two slots, each a pinned (page-locked) host buffer and a device staging buffer of
-//!   [`SLOT`] bytes with a page list; a gather kernel packs the slot's pages (any order, any
+//!   up to [`SLOT`] bytes with a page list; a gather kernel packs the slot's pages (any order, any
 //!   run lengths) into the staging buffer and one asynchronous copy brings them to the pinned
 //!   buffer, while the caller's sink consumes the other slot (a slot of one contiguous run is
 //!   copied straight from VRAM);
@@ -12,9 +12,15 @@
 //!   go up and a scatter kernel puts them in place;
 //! - zeroing: the device memset.
 //!
-//! All on one non-blocking stream of the engine's (made with the slots on first use and kept:
-//! about 2 × 64 MiB of pinned host memory and as much device memory outside VRAM); one bulk
-//! call at a time (a mutex).
+//! All on one non-blocking stream of the engine's; one bulk call at a time (a mutex). The
+//! kernels and the stream are made with the engine (`CudaEngine::new`: a module load, on cuda
+//! a JIT, and its wait for the device, would otherwise fall into the first live copy, while the
+//! guest's kernels run). The slots are made on first use and sized to the calls: the next
+//! power of two of the pages a call moves, from [`MIN_SLOT`] up to [`SLOT`], grown (never
+//! shrunk) when a larger call comes. A live copy of a guest that writes little VRAM thus never
+//! pins 2 × 64 MiB of host memory and allocates as much device memory (about 40 ms on an H100
+//! in the first live copy of a VM, while its kernels wait); writes (restores, the destination
+//! of a migration), whose size is not known in advance, take whole slots.
 
 use std::ffi::c_void;
 use std::ops::ControlFlow;
@@ -29,10 +35,12 @@ use crate::engine::bulk::{
 };
 use crate::sync::lock;
 
-/// Bytes of a slot's buffers.
+/// Bytes of a slot's buffers, at most.
 pub const SLOT: u64 = 64 << 20;
-/// Pages of a slot.
+/// Pages of a slot, at most.
 const SLOT_PAGES: u64 = SLOT / PAGE;
+/// Bytes of a slot's buffers, at least.
+pub const MIN_SLOT: u64 = 1 << 20;
 /// Threads per block of the kernels (8 warps, a page each).
 const THREADS: u32 = 256;
 
@@ -42,11 +50,11 @@ pub const PTX: &str = include_str!("bulk.ptx");
 
 /// One staging slot.
 struct Slot {
-    /// Pinned host buffer of `SLOT` bytes.
+    /// Pinned host buffer of `slot_pages` pages (up to `SLOT` bytes).
     host: *mut u8,
-    /// Pinned page list (`SLOT_PAGES` device addresses).
+    /// Pinned page list (`slot_pages` device addresses).
     list_host: *mut u64,
-    /// Device staging buffer of `SLOT` bytes, and its page list.
+    /// Device staging buffer of `slot_pages` pages, and its page list.
     dev: u64,
     list_dev: u64,
     /// Recorded after the slot's last transfer.
@@ -64,6 +72,8 @@ pub struct Bulk {
     scatter: sys::CUfunction,
     stream: sys::CUstream,
     slots: Vec<Slot>,
+    /// Pages each slot holds (0: no slots yet).
+    slot_pages: u64,
     /// Blocks per launch at most (a grid-stride loop does the rest).
     max_blocks: u32,
 }
@@ -88,8 +98,8 @@ fn func(module: sys::CUmodule, name: &std::ffi::CStr) -> Result<sys::CUfunction,
 }
 
 impl Bulk {
-    /// Loads the kernels and allocates the slots (the context is current).
-    fn new(ctx: Ctx, sms: u32) -> Result<Bulk, EngineError> {
+    /// Loads the kernels and makes the stream (the context is current); no slots yet.
+    pub(crate) fn new(ctx: Ctx, sms: u32) -> Result<Bulk, EngineError> {
         let module = super::modules::load(ctx, PTX, 4096)?;
         let mut b = Bulk {
             ctx,
@@ -99,6 +109,7 @@ impl Bulk {
             scatter: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
             slots: Vec::new(),
+            slot_pages: 0,
             max_blocks: sms.max(1).saturating_mul(16),
         };
         b.nonzero = func(module, c"vram_nonzero")?;
@@ -111,6 +122,21 @@ impl Bulk {
                 sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
             )
         })?;
+        Ok(b)
+    }
+
+    /// Makes the two slots hold at least `pages` pages (the next power of two, at least
+    /// [`MIN_SLOT`], at most [`SLOT`]); slots already that large are kept. Call with nothing
+    /// in flight (`with_bulk` synchronises the stream after every call).
+    fn reserve(&mut self, pages: u64) -> Result<(), DrvError> {
+        let want = pages
+            .clamp(MIN_SLOT / PAGE, SLOT_PAGES)
+            .next_power_of_two()
+            .min(SLOT_PAGES);
+        if want <= self.slot_pages && self.slots.len() == 2 {
+            return Ok(());
+        }
+        self.free_slots();
         for _ in 0..2 {
             let mut s = Slot {
                 host: std::ptr::null_mut(),
@@ -120,39 +146,74 @@ impl Bulk {
                 done: std::ptr::null_mut(),
                 busy: false,
             };
-            // Pushed first so that Drop frees whatever was allocated if a call below fails.
+            // Pushed first so that `free_slots` frees whatever was allocated if a call below
+            // fails.
             let r = (|| {
                 let (mut h, mut l): (*mut c_void, *mut c_void) =
                     (std::ptr::null_mut(), std::ptr::null_mut());
-                // SAFETY: out-pointers to locals and fields; sizes are constants; each
-                // allocation is freed once in Drop when non-null.
+                // SAFETY: out-pointers to locals and fields; sizes from `want`; each
+                // allocation is freed once in `free_slots` when non-null.
                 unsafe {
                     ck(
                         "cuMemAllocHost_v2",
-                        sys::cuMemAllocHost_v2(&mut h, SLOT as usize),
+                        sys::cuMemAllocHost_v2(&mut h, (want * PAGE) as usize),
                     )?;
                     s.host = h.cast();
                     ck(
                         "cuMemAllocHost_v2",
-                        sys::cuMemAllocHost_v2(&mut l, (SLOT_PAGES * 8) as usize),
+                        sys::cuMemAllocHost_v2(&mut l, (want * 8) as usize),
                     )?;
                     s.list_host = l.cast();
                     ck(
                         "cuMemAlloc_v2",
-                        sys::cuMemAlloc_v2(&mut s.dev, SLOT as usize),
+                        sys::cuMemAlloc_v2(&mut s.dev, (want * PAGE) as usize),
                     )?;
                     ck(
                         "cuMemAlloc_v2",
-                        sys::cuMemAlloc_v2(&mut s.list_dev, (SLOT_PAGES * 8) as usize),
+                        sys::cuMemAlloc_v2(&mut s.list_dev, (want * 8) as usize),
                     )?;
                     ck("cuEventCreate", sys::cuEventCreate(&mut s.done, 0))?;
                 }
                 Ok::<(), DrvError>(())
             })();
-            b.slots.push(s);
-            r?;
+            self.slots.push(s);
+            if let Err(e) = r {
+                self.free_slots();
+                return Err(e);
+            }
         }
-        Ok(b)
+        self.slot_pages = want;
+        Ok(())
+    }
+
+    /// Frees the slots (nothing of theirs in flight).
+    fn free_slots(&mut self) {
+        // SAFETY: allocations and events made in `reserve`, each released once (the slots
+        // are taken out of `self`); the stream is synchronised first so that no transfer
+        // uses them.
+        unsafe {
+            if !self.slots.is_empty() && !self.stream.is_null() {
+                sys::cuStreamSynchronize(self.stream);
+            }
+            for s in std::mem::take(&mut self.slots) {
+                if !s.host.is_null() {
+                    sys::cuMemFreeHost(s.host.cast());
+                }
+                if !s.list_host.is_null() {
+                    sys::cuMemFreeHost(s.list_host.cast());
+                }
+                if s.dev != 0 {
+                    sys::cuMemFree_v2(s.dev);
+                }
+                if s.list_dev != 0 {
+                    sys::cuMemFree_v2(s.list_dev);
+                }
+                if !s.done.is_null() {
+                    sys::cuEventDestroy_v2(s.done);
+                }
+            }
+        }
+        self.slot_pages = 0;
     }
 
     /// Launches `f(a, n, c)` over `n` pages on the stream.
@@ -222,14 +283,14 @@ impl Bulk {
         let contiguous = pages.windows(2).all(|w| w[1] == w[0] + PAGE);
         if contiguous {
             // SAFETY: `n` pages of VRAM from pages[0] (checked by the caller) into the slot's
-            // pinned buffer of SLOT bytes (n <= SLOT_PAGES), not in use (waited for).
+            // pinned buffer of slot_pages pages (n <= slot_pages), not in use (waited for).
             ck("cuMemcpyDtoHAsync_v2", unsafe {
                 sys::cuMemcpyDtoHAsync_v2(s.host.cast(), pages[0], (n * PAGE) as usize, self.stream)
             })?;
         } else {
-            // SAFETY: the pinned list holds SLOT_PAGES entries and is not in use (waited for).
+            // SAFETY: the pinned list holds slot_pages entries and is not in use (waited for).
             unsafe { std::ptr::copy_nonoverlapping(pages.as_ptr(), s.list_host, pages.len()) };
-            // SAFETY: list and staging buffers of the slot, sized for SLOT_PAGES pages; the
+            // SAFETY: list and staging buffers of the slot, sized for slot_pages pages; the
             // kernel reads the listed VRAM pages (checked by the caller).
             unsafe {
                 ck(
@@ -263,9 +324,9 @@ impl Bulk {
                 sys::cuMemcpyHtoDAsync_v2(pages[0], s.host.cast(), (n * PAGE) as usize, self.stream)
             })?;
         } else {
-            // SAFETY: the pinned list holds SLOT_PAGES entries and is not in use.
+            // SAFETY: the pinned list holds slot_pages entries and is not in use.
             unsafe { std::ptr::copy_nonoverlapping(pages.as_ptr(), s.list_host, pages.len()) };
-            // SAFETY: the slot's buffers, sized for SLOT_PAGES pages, untouched by the host
+            // SAFETY: the slot's buffers, sized for slot_pages pages, untouched by the host
             // until the slot's event is waited for; the kernel writes the listed VRAM pages
             // (checked by the caller).
             unsafe {
@@ -299,29 +360,10 @@ impl Drop for Bulk {
         if self.ctx.bind().is_err() {
             return;
         }
-        // SAFETY: handles and allocations made in `new`, each released once; the stream is
-        // synchronised first so that no transfer uses them.
+        self.free_slots();
+        // SAFETY: the stream and module made in `new`, each released once; the stream was
+        // synchronised by `free_slots` (or never carried a transfer).
         unsafe {
-            if !self.stream.is_null() {
-                sys::cuStreamSynchronize(self.stream);
-            }
-            for s in &self.slots {
-                if !s.host.is_null() {
-                    sys::cuMemFreeHost(s.host.cast());
-                }
-                if !s.list_host.is_null() {
-                    sys::cuMemFreeHost(s.list_host.cast());
-                }
-                if s.dev != 0 {
-                    sys::cuMemFree_v2(s.dev);
-                }
-                if s.list_dev != 0 {
-                    sys::cuMemFree_v2(s.list_dev);
-                }
-                if !s.done.is_null() {
-                    sys::cuEventDestroy_v2(s.done);
-                }
-            }
             if !self.stream.is_null() {
                 sys::cuStreamDestroy_v2(self.stream);
             }
@@ -368,7 +410,7 @@ impl RunCursor {
 }
 
 impl CudaEngine {
-    /// Runs `f` with the bulk state (made on first use).
+    /// Runs `f` with the bulk state (made with the engine; again here if that failed).
     fn with_bulk<T>(
         &self,
         f: impl FnOnce(&mut Bulk) -> Result<T, EngineError>,
@@ -402,15 +444,18 @@ impl CudaEngine {
         bitmap.fill(0);
         let base = self.vram.dev(0);
         self.with_bulk(|b| {
-            // Pages per kernel: the bitmap of a piece fits the staging buffer (64 MiB of bits:
-            // 2 TiB of VRAM, so one piece in practice); a multiple of 64.
-            let step = SLOT * 8;
+            // The bitmap in one piece if it fits a slot (64 MiB of bits: 2 TiB of VRAM).
+            b.reserve(pages.div_ceil(8).div_ceil(PAGE))
+                .map_err(|e| self.drv(e))?;
+            // Pages per kernel: the bitmap of a piece fits the staging buffer; a multiple of 64.
+            let step = b.slot_pages * PAGE * 8;
             let mut off = 0;
             while off < pages {
                 let n = (pages - off).min(step);
                 let words = n.div_ceil(64) as usize;
                 let s = &b.slots[0];
-                // SAFETY: the staging buffer holds SLOT bytes >= 8 × words; our stream.
+                // SAFETY: the staging buffer holds slot_pages × PAGE bytes >= 8 × words; our
+                // stream.
                 ck("cuMemsetD32Async", unsafe {
                     sys::cuMemsetD32Async(s.dev, 0, words * 2, b.stream)
                 })
@@ -419,7 +464,7 @@ impl CudaEngine {
                 b.launch(b.nonzero, base + pa + off * PAGE, n, dev)
                     .map_err(|e| self.drv(e))?;
                 // SAFETY: `words` u64 words from the staging buffer to the pinned buffer (both
-                // SLOT bytes), not in use by anything else.
+                // slot_pages × PAGE bytes), not in use by anything else.
                 ck("cuMemcpyDtoHAsync_v2", unsafe {
                     sys::cuMemcpyDtoHAsync_v2(host.cast(), dev, words * 8, b.stream)
                 })
@@ -450,13 +495,16 @@ impl CudaEngine {
             return Ok(ControlFlow::Continue(()));
         }
         let base = self.vram.dev(0);
+        let total: u64 = runs.iter().map(|r| r.1 / PAGE).sum();
         self.with_bulk(|b| {
+            b.reserve(total).map_err(|e| self.drv(e))?;
+            let slot_pages = b.slot_pages;
             let mut cursor = RunCursor::default();
-            let mut pages: Vec<u64> = Vec::with_capacity(SLOT_PAGES as usize);
+            let mut pages: Vec<u64> = Vec::with_capacity(slot_pages as usize);
             let mut pending: Option<(usize, Vec<(usize, usize)>)> = None;
             let mut slot = 0usize;
             loop {
-                let pieces = cursor.fill(runs, base, SLOT_PAGES, &mut pages);
+                let pieces = cursor.fill(runs, base, slot_pages, &mut pages);
                 let queued = !pages.is_empty();
                 if queued {
                     b.wait(slot).map_err(|e| self.drv(e))?;
@@ -471,7 +519,7 @@ impl CudaEngine {
                             // SAFETY: the slot's transfer completed (waited for) and nothing
                             // writes its pinned buffer until it is queued again, after the
                             // sink returns (the slices do not outlive this iteration);
-                            // `off + len` <= SLOT.
+                            // `off + len` <= slot_pages × PAGE.
                             unsafe { std::slice::from_raw_parts(host.add(off), len) }
                         })
                         .collect();
@@ -494,22 +542,26 @@ impl CudaEngine {
     ) -> Result<ControlFlow<()>, EngineError> {
         let (vram, base) = (self.info.vram_size, self.vram.dev(0));
         self.with_bulk(|b| {
-            let mut pas = Vec::with_capacity(SLOT_PAGES as usize);
+            // Writes take whole slots: their size is the source's.
+            b.reserve(SLOT_PAGES).map_err(|e| self.drv(e))?;
+            let slot_pages = b.slot_pages;
+            let mut pas = Vec::with_capacity(slot_pages as usize);
             let mut slot = 0usize;
             loop {
                 b.wait(slot).map_err(|e| self.drv(e))?;
                 pas.clear();
                 // SAFETY: the slot's last transfer completed (waited for); its pinned buffer
-                // of SLOT bytes is ours until queued again.
-                let buf =
-                    unsafe { std::slice::from_raw_parts_mut(b.slots[slot].host, SLOT as usize) };
+                // of slot_pages × PAGE bytes is ours until queued again.
+                let buf = unsafe {
+                    std::slice::from_raw_parts_mut(b.slots[slot].host, (slot_pages * PAGE) as usize)
+                };
                 if source(buf, &mut pas).is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
                 if pas.is_empty() {
                     return Ok(ControlFlow::Continue(()));
                 }
-                check_sourced(&pas, SLOT_PAGES as usize, vram)?;
+                check_sourced(&pas, slot_pages as usize, vram)?;
                 for p in pas.iter_mut() {
                     *p += base;
                 }

@@ -101,7 +101,8 @@ pub struct CudaEngine {
     pub(crate) ck_path: super::ckpath::PathState,
     /// Counters of the checkpoint method.
     pub(crate) ckpt: CkptCounters,
-    /// Kernels, stream and pinned slots of the bulk VRAM calls (made on first use).
+    /// Kernels and stream of the bulk VRAM calls (made with the engine) and their pinned
+    /// slots (made on first use, sized to the calls).
     pub(crate) bulk: Mutex<Option<super::bulk::Bulk>>,
     _ctx: CtxGuard,
 }
@@ -149,6 +150,12 @@ impl CudaEngine {
             ctx.name(),
             cfg.vram_size >> 20
         );
+        // The bulk calls' kernels and stream now, not in the first snapshot or live copy
+        // (where the module load would wait for the guest's kernels and stall them); the
+        // pinned slots come with the first call, sized to it. A failure here is retried there.
+        let bulk = super::bulk::Bulk::new(ctx, sms)
+            .inspect_err(|e| log::info!("cuda: bulk kernels not loaded yet: {e}"))
+            .ok();
         Ok(CudaEngine {
             ctx,
             id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
@@ -168,7 +175,7 @@ impl CudaEngine {
             signal: OnceLock::new(),
             ck_path: super::ckpath::PathState::new(ctx),
             ckpt: CkptCounters::default(),
-            bulk: Mutex::new(None),
+            bulk: Mutex::new(bulk),
             _ctx: guard,
         })
     }

@@ -191,6 +191,13 @@ impl CkLoaded {
     }
 }
 
+/// A module loaded by [`Modules::build`], not in the table yet (unloaded if dropped).
+pub struct Built {
+    loaded: Loaded,
+    /// Bytes of the rewritten text (0: loaded as it was).
+    rewrite_bytes: usize,
+}
+
 /// The module table.
 #[derive(Default)]
 pub struct Modules {
@@ -219,21 +226,26 @@ impl Modules {
         })
     }
 
-    /// Rewrites and loads `text` (not cached yet) and records it.
-    pub fn load(
-        &mut self,
-        ctx: Ctx,
-        text: &str,
+    /// Refuses a module of `len` bytes of text that would take the table past its limits.
+    pub fn room(
+        &self,
+        len: usize,
         max_modules: usize,
         max_total: usize,
-        slice: bool,
-    ) -> Result<LoadedModule, EngineError> {
+    ) -> Result<(), EngineError> {
         if self.by_id.len() >= max_modules {
             return Err(EngineError::TooMany("modules"));
         }
-        if self.bytes + text.len() > max_total {
+        if self.bytes + len > max_total {
             return Err(EngineError::TooMany("bytes of loaded PTX"));
         }
+        Ok(())
+    }
+
+    /// Rewrites `text` for sliced launches (if `slice`) and loads it: the JIT, which takes
+    /// milliseconds, so callers run it without the table's lock (launches look modules up
+    /// in the table meanwhile). Dropping the result unloads it.
+    pub fn build(ctx: Ctx, text: &str, slice: bool) -> Result<Built, EngineError> {
         let rw = if slice {
             rewrite(text)
         } else {
@@ -249,42 +261,46 @@ impl Modules {
                 rw.reason
             );
         }
-        let module = match load(ctx, &rw.text, 64 << 10) {
-            Ok(m) => m,
+        let (module, sliced, rewrite_bytes) = match load(ctx, &rw.text, 64 << 10) {
+            Ok(m) => (m, rw.sliced, rw.text.len()),
             // A rewrite the JIT refuses (it should not happen): fall back to the original text.
             Err(EngineError::ModuleLoad { .. }) if rw.sliced => {
                 let m = load(ctx, text, 64 << 10)?;
                 log::warn!("cuda: rewritten PTX refused by the JIT, module runs unsliced");
-                return Ok(self.insert(text, ctx, m, false, 0));
+                (m, false, 0)
             }
             Err(e) => return Err(e),
         };
-        Ok(self.insert(text, ctx, module, rw.sliced, rw.text.len()))
+        Ok(Built {
+            loaded: Loaded {
+                ctx,
+                module,
+                sliced,
+                ck: false,
+                funcs: Mutex::new(HashMap::new()),
+            },
+            rewrite_bytes,
+        })
     }
 
-    fn insert(
+    /// Records `built`, the module of `text` (not in the table: the caller looked it up under
+    /// the same lock), within the table's limits.
+    pub fn insert(
         &mut self,
         text: &str,
-        ctx: Ctx,
-        module: sys::CUmodule,
-        sliced: bool,
-        rewrite_bytes: usize,
-    ) -> LoadedModule {
+        built: Built,
+        max_modules: usize,
+        max_total: usize,
+    ) -> Result<LoadedModule, EngineError> {
+        self.room(text.len(), max_modules, max_total)?;
         self.next += 1;
         let id = ModuleId(self.next);
-        let loaded = Arc::new(Loaded {
-            ctx,
-            module,
-            sliced,
-            ck: false,
-            funcs: Mutex::new(HashMap::new()),
-        });
-        let host_bytes = (text.len() + rewrite_bytes) as u64;
+        let host_bytes = (text.len() + built.rewrite_bytes) as u64;
         self.by_id.insert(
             id,
             Entry {
                 text: text.to_string(),
-                loaded,
+                loaded: Arc::new(built.loaded),
                 loads: 1,
                 host_bytes,
                 ck: None,
@@ -293,7 +309,7 @@ impl Modules {
         );
         self.by_hash.entry(hash(text)).or_default().push(id);
         self.bytes += text.len();
-        LoadedModule { id, host_bytes }
+        Ok(LoadedModule { id, host_bytes })
     }
 
     /// Drops one load.

@@ -93,6 +93,11 @@ pub trait EngineSnapshot: Engine {
     // ---- Dirty logging for live snapshots and migration (issue 17; `crate::dirty`). The
     // defaults keep no log and report every page dirty on every harvest: always correct. ----
 
+    /// What [`EngineSnapshot::dirty_log_start`] would say, without starting anything (a live
+    /// copy prepares the device's write sets before the start when it is not `Exact`).
+    fn dirty_log_kind(&self) -> crate::dirty::DirtyLogKind {
+        crate::dirty::DirtyLogKind::Everything
+    }
     /// Starts logging which 4 KiB pages change in VRAM and in the host regions registered now:
     /// jobs' stores, atomics and copy destinations, and `vram_write`/`vram_fill`. A restart
     /// clears the log. Says whether harvests will be exact.

@@ -372,6 +372,10 @@ impl EngineSnapshot for SimEngine {
 
     // ---- Dirty logging (issue 17): exact, `sim::dirty`. ----
 
+    fn dirty_log_kind(&self) -> crate::dirty::DirtyLogKind {
+        crate::dirty::DirtyLogKind::Exact
+    }
+
     fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {
         let hosts = lock(&self.host);
         let mut targets = vec![(0u16, self.vram.host_base(), self.vram.size())];

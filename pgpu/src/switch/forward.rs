@@ -306,6 +306,9 @@ impl EngineSnapshot for SwitchEngine {
         Ok(self.wrap_context(out, e, Tag { space, module }))
     }
 
+    fn dirty_log_kind(&self) -> crate::dirty::DirtyLogKind {
+        self.current().dirty_log_kind()
+    }
     fn dirty_log_start(&self) -> Result<crate::dirty::DirtyLogKind, EngineError> {
         self.current().dirty_log_start()
     }

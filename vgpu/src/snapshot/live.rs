@@ -126,6 +126,12 @@ impl Vgpu {
         // would have to count it as writing everything), so the start waits for it to end
         // (the guest's queue runs meanwhile) and preempts it only if it runs on past
         // START_DRAIN (it then resumes as a logged run; on write sets, unchecked).
+        // With write sets, the checked launches' twins are made now, on this thread and
+        // while the guest's queue still runs, not by the GPU worker at their first launch
+        // (`writes::twins`).
+        if self.cfg.dirty_writesets || self.engine.dirty_log_kind() != DirtyLogKind::Exact {
+            self.write_log.prepare(&*self.engine);
+        }
         let was_paused = self.is_paused();
         if !was_paused {
             p.start_preempted = self.pause_drain_within(START_DRAIN)?;

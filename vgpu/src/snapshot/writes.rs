@@ -30,6 +30,8 @@ use std::sync::Arc;
 use pgpu::{Engine, EngineSnapshot, Job, LaunchJob, MapTarget, ModuleId, Perm, SpaceId};
 use shadow::SysmemMap;
 
+mod twins;
+
 const PAGE: u64 = 4096;
 /// Most distinct kernels whose write sets are kept (a guest loading more re-analyses).
 const MAX_CACHED: usize = 256;
@@ -60,6 +62,11 @@ struct Inner {
     stats: ValidationStats,
     /// The guest's declared allocations (`ALLOC_DECLARE`): start VA -> end VA, disjoint.
     declared: BTreeMap<u64, u64>,
+    /// What the last preparation did (twins loaded, nanoseconds), for the next start's
+    /// counters.
+    prepared: (u64, u64),
+    /// The twins whose engine load the preparation holds (given back when the log stops).
+    twin_loads: Vec<Arc<Twin>>,
 }
 
 /// A module's bounds-checked twin (`ptx::ckpt::bounds`).
@@ -68,6 +75,31 @@ pub struct Twin {
     /// Its PTX (loaded through the VM's module cache).
     pub ptx: Arc<str>,
     checked: ptx::ckpt::bounds::Checked,
+    /// The engine module a preparation loaded it as (`twins`), held until the log stops.
+    prepared: Mutex<Option<ModuleId>>,
+}
+
+impl Twin {
+    /// The bounds-checked twin of `text`, or `None` when the transformation refuses it.
+    fn of(text: &str) -> Option<Arc<Twin>> {
+        match ptx::ckpt::bounds::transform(text, &ptx::LoadOptions::default()) {
+            Ok(c) => Some(Arc::new(Twin {
+                ptx: c.ptx.as_str().into(),
+                checked: c,
+                prepared: Mutex::new(None),
+            })),
+            Err(e) => {
+                log::info!("vgpu: write sets: module not checkable: {e}");
+                None
+            }
+        }
+    }
+
+    /// The engine module a preparation loaded for it (the worker loading the same text gets
+    /// this module back from the engine's content cache: no second transformation or JIT).
+    pub fn prepared(&self) -> Option<ModuleId> {
+        *self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Counters of write-set validation since the log was last started.
@@ -92,6 +124,15 @@ pub struct ValidationStats {
     pub worker_ns: u64,
     /// Jobs that bookkeeping ran for.
     pub worker_jobs: u64,
+    /// Twins the preparation before this start analysed, transformed and loaded into the
+    /// engine (off the GPU worker, before the log was on), and the nanoseconds it took.
+    pub twins_prepared: u64,
+    pub prepare_ns: u64,
+    /// Launches that loaded their twin into the VM's module cache: the module the
+    /// preparation had loaded (no JIT at the launch), or another (transformed and loaded by
+    /// the worker at the launch: the guest's queue waits for it).
+    pub twin_loads_ready: u64,
+    pub twin_loads_cold: u64,
 }
 
 /// What a launch runs while the log is on.
@@ -113,6 +154,8 @@ pub struct WriteSetLog {
     vram_pages: u64,
     sysmem: SysmemMap,
     inner: Mutex<Inner>,
+    /// The modules, entries and spaces the guest launched (for the preparation, `twins`).
+    seen: Mutex<twins::Seen>,
 }
 
 fn set(bits: &mut [u64], p: u64) {
@@ -130,6 +173,7 @@ impl WriteSetLog {
             vram_pages: vram / PAGE,
             sysmem,
             inner: Mutex::default(),
+            seen: Mutex::default(),
         }
     }
 
@@ -156,10 +200,15 @@ impl WriteSetLog {
                     log::warn!("vgpu: write sets: flag word {va:#x}: {e}");
                 }
             }
+            let (twins, ns) = std::mem::take(&mut i.prepared);
             i.stats = ValidationStats {
                 declarations_refused: i.stats.declarations_refused,
+                twins_prepared: twins,
+                prepare_ns: ns,
                 ..ValidationStats::default()
             };
+        } else {
+            self.unload_prepared(&mut i, engine);
         }
         let words = pgpu::dirty::words(self.vram_pages * PAGE);
         i.dirty = vec![0; words];
@@ -172,8 +221,10 @@ impl WriteSetLog {
         self.on.store(on, Ordering::Release);
     }
 
-    /// Gives the flag words back (the device goes away).
+    /// Gives the flag words and the prepared twins' engine modules back (the device goes
+    /// away).
     pub fn release(&self, engine: &dyn EngineSnapshot) {
+        self.unload_prepared(&mut self.lock(), engine);
         for va in std::mem::take(&mut self.lock().flags)
             .into_values()
             .flatten()
@@ -212,18 +263,7 @@ impl WriteSetLog {
         let twin = if self.lock().checked.contains_key(&module) {
             None
         } else {
-            Some(
-                match ptx::ckpt::bounds::transform(text, &ptx::LoadOptions::default()) {
-                    Ok(c) => Some(Arc::new(Twin {
-                        ptx: c.ptx.as_str().into(),
-                        checked: c,
-                    })),
-                    Err(e) => {
-                        log::info!("vgpu: write sets: module not checkable: {e}");
-                        None
-                    }
-                },
-            )
+            Some(Twin::of(text))
         };
         let mut i = self.lock();
         if i.sets.len() >= MAX_CACHED {

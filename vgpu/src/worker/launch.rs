@@ -47,10 +47,14 @@ impl Worker {
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
         let (module, hash) = self.module_for(&text, d.code_va)?;
-        if let Some(l) = self.jobs.write_log.as_ref().filter(|l| l.on()) {
-            let t = Instant::now();
-            l.note_kernel(module, &entry, &text);
-            l.note_worker(t.elapsed().as_nanos() as u64, false);
+        if let Some(l) = self.jobs.write_log.as_ref() {
+            // Remembered for the twins' preparation before a live copy's first round.
+            l.note_launch(module, space, &entry, &text);
+            if l.on() {
+                let t = Instant::now();
+                l.note_kernel(module, &entry, &text);
+                l.note_worker(t.elapsed().as_nanos() as u64, false);
+            }
         }
         let key = vgpu_proto::kernel::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {
@@ -71,17 +75,25 @@ impl Worker {
     pub(super) fn checked_twin(&mut self, l: &LaunchJob) -> Option<Job> {
         let log = self.jobs.write_log.clone()?;
         match log.checked_launch(&*self.engine, l) {
-            Checked::Twin { twin, params } => match self.module_for(&twin.ptx, 0) {
-                Ok((module, _)) => Some(Job::Launch(LaunchJob {
-                    module,
-                    params,
-                    ..l.clone()
-                })),
-                Err(f) => {
-                    log::info!("vgpu: write sets: the checked module did not load: {f:?}");
-                    None
+            Checked::Twin { twin, params } => {
+                let cached = self.modules.lookup(&twin.ptx, &mut self.budget).is_some();
+                match self.module_for(&twin.ptx, 0) {
+                    Ok((module, _)) => {
+                        if !cached {
+                            log.note_twin_load(&twin, module);
+                        }
+                        Some(Job::Launch(LaunchJob {
+                            module,
+                            params,
+                            ..l.clone()
+                        }))
+                    }
+                    Err(f) => {
+                        log::info!("vgpu: write sets: the checked module did not load: {f:?}");
+                        None
+                    }
                 }
-            },
+            }
             Checked::Plain | Checked::Unchecked => None,
         }
     }

@@ -139,6 +139,14 @@ pub struct WriteSetValidation {
     /// checked twin chosen and loaded, extents marked), and the jobs it did that for.
     pub worker_ms: f64,
     pub worker_jobs: u64,
+    /// Twins made and loaded before the log started, off the GPU worker, and the
+    /// milliseconds that took (on the thread that started the copy, the guest running).
+    pub twins_prepared: u64,
+    pub prepare_ms: f64,
+    /// Launches that loaded their twin into the VM's module cache: the one prepared (no JIT
+    /// at the launch), or one transformed and loaded by the worker at the launch.
+    pub twin_loads_ready: u64,
+    pub twin_loads_cold: u64,
 }
 
 fn is_zero(v: &f64) -> bool {
