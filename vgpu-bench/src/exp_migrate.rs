@@ -317,7 +317,9 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     r.live_snapshot = done["live"].clone();
     // The VM's first live copy is a window too (with write sets it pays for the checked
     // twins' transformation and load), then `live_windows - 1` more.
-    r.windows = vec![migrate_slowdown::window(s0, s1, &done)?];
+    let mut first = migrate_slowdown::window(s0, s1, &done)?;
+    first.first = true;
+    r.windows = vec![first];
     r.windows.extend(migrate_slowdown::measure(
         &mut vm,
         vmm,
@@ -494,7 +496,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         med(&|r| (r.rate_before > 0.0).then(|| 1.0 - r.rate_during / r.rate_before));
     // The launch-counted windows of every rep together.
     let windows: Vec<_> = reps.iter().flat_map(|r| r.windows.clone()).collect();
-    let counted = migrate_slowdown::summary(&windows);
+    let mut counted = migrate_slowdown::summary(&windows);
+    let per_rep: Vec<&[migrate_slowdown::Window]> =
+        reps.iter().map(|r| r.windows.as_slice()).collect();
+    let medians = migrate_slowdown::median_of(&per_rep);
+    counted["slowdown_median_of_reps"] = medians["slowdown_median_of_reps"].clone();
+    counted["slowdown_per_rep"] = medians["slowdown_per_rep"].clone();
     let slowdown = counted["slowdown"].as_f64();
     // The destinations' parts of the downtime, each the median over the reps.
     let dest = |k: usize| {
@@ -619,12 +626,16 @@ fn slowdown_line(summary: &serde_json::Value) -> String {
     let s = &summary["live_migration"]["src"];
     format!(
         " (GPU launches over {} live windows: {}/s before, {}/s during, {} during the rounds \
-         only, {} launches lost; guest progress lines: {}); live migration's source: pause vCPUs \
-         {} ms, GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms",
+         only, {} over the VMs' first windows, {} over the others, median of the reps {}, {} \
+         launches lost; guest progress lines: {}); live migration's source: pause vCPUs {} ms, \
+         GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms",
         c["windows"],
         num(&c["launches_per_s_before"]),
         num(&c["launches_per_s_during"]),
         pct(&c["slowdown_rounds"]),
+        pct(&c["slowdown_first_windows"]),
+        pct(&c["slowdown_later_windows"]),
+        pct(&c["slowdown_median_of_reps"]),
         num(&c["launches_lost"]),
         pct(&summary["live_snapshot"]["slowdown_guest_progress"]),
         num(&s["src_pause_vcpus_ms"]),

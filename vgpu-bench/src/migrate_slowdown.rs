@@ -25,6 +25,10 @@ pub struct Window {
     pub live_ms: f64,
     pub paused_ms: f64,
     pub live_launches: u64,
+    /// Where the live copy's time went, from its report (see [`parts`]).
+    pub parts: serde_json::Value,
+    /// The VM's first live copy (which pays for whatever is made on first use).
+    pub first: bool,
 }
 
 /// `ctl stats`: (host uptime ms, GPU launches).
@@ -84,6 +88,39 @@ pub fn window(
         live_ms,
         paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
         live_launches,
+        parts: parts(&done["live"]),
+        first: false,
+    })
+}
+
+/// What a window's live copy spent (its report `live`): the GPU's busy time over the live
+/// window, round 0 (its RAM, its VRAM scan and read: on cuda the first copy of a VM also made
+/// the bulk calls' slots there), the rounds after it, the write sets' bookkeeping on the GPU
+/// worker and the twins' preparation before the start (`null` where the report has none).
+pub fn parts(live: &serde_json::Value) -> serde_json::Value {
+    let rounds = live["rounds"].as_array().cloned().unwrap_or_default();
+    let r0 = rounds.first().cloned().unwrap_or_default();
+    let later: f64 = rounds
+        .iter()
+        .skip(1)
+        .filter(|r| r["paused"] != true)
+        .filter_map(|r| r["ms"].as_f64())
+        .sum();
+    let ws = &live["write_sets"];
+    serde_json::json!({
+        "gpu_busy_ms": live["guest"]["gpu_busy_ms"],
+        "round0_ms": r0["ms"],
+        "round0_ram_ms": r0["ram_ms"],
+        "round0_vram_find_ms": r0["vram_find_ms"],
+        "round0_vram_read_ms": r0["vram_read_ms"],
+        "later_rounds_ms": later,
+        "kvm_dirty_pages": live["guest"]["kvm_dirty_pages"],
+        "worker_ms": ws["worker_ms"],
+        "prepare_ms": ws["prepare_ms"],
+        "twins_prepared": ws["twins_prepared"],
+        "twin_loads_ready": ws["twin_loads_ready"],
+        "twin_loads_cold": ws["twin_loads_cold"],
+        "sync_ms": live["sync_ms"],
     })
 }
 
@@ -92,8 +129,33 @@ fn per_s(launches: u64, ms: f64) -> Option<f64> {
     (ms > 0.0).then(|| launches as f64 * 1e3 / ms)
 }
 
-/// The sums over `ws` (see the module's comment); `null` fields where nothing was measured.
+/// The sums over `ws` (see the module's comment), and the same slowdown over the VMs' first
+/// windows alone and over the others (where the cost of a live copy is a first-use one, the
+/// split shows it); `null` fields where nothing was measured.
 pub fn summary(ws: &[Window]) -> serde_json::Value {
+    let mut s = sums(ws);
+    let (first, later): (Vec<Window>, Vec<Window>) = ws.iter().cloned().partition(|w| w.first);
+    s["slowdown_first_windows"] = sums(&first)["slowdown"].clone();
+    s["slowdown_later_windows"] = sums(&later)["slowdown"].clone();
+    s
+}
+
+/// The median of the slowdowns of `groups` (each one VM's windows, a repetition), and them.
+pub fn median_of(groups: &[&[Window]]) -> serde_json::Value {
+    let mut v: Vec<f64> = groups
+        .iter()
+        .filter_map(|g| sums(g)["slowdown"].as_f64())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    let median = match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    };
+    serde_json::json!({ "slowdown_median_of_reps": median, "slowdown_per_rep": v })
+}
+
+fn sums(ws: &[Window]) -> serde_json::Value {
     let sum = |f: &dyn Fn(&Window) -> f64| ws.iter().map(f).sum::<f64>();
     let (before_ms, live_ms, paused_ms) = (
         sum(&|w| w.before_ms),
@@ -126,6 +188,7 @@ pub fn summary(ws: &[Window]) -> serde_json::Value {
         "per_window": ws.iter().map(|w| serde_json::json!({
             "before_ms": w.before_ms, "before_launches": w.before_launches,
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
+            "parts": w.parts,
         })).collect::<Vec<_>>(),
     })
 }
@@ -141,6 +204,8 @@ mod tests {
             live_ms: live.0,
             paused_ms: live.1,
             live_launches: live.2,
+            parts: serde_json::Value::Null,
+            first: false,
         }
     }
 
@@ -158,6 +223,30 @@ mod tests {
         assert!((s["slowdown"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{s}");
         assert!((s["slowdown_rounds"].as_f64().unwrap() - 0.25).abs() < 1e-9);
         assert!((s["launches_lost"].as_f64().unwrap() - 100.0).abs() < 1e-9);
+        // The first windows apart from the others, and the median of per-VM slowdowns.
+        let mut ws = vec![
+            w((500.0, 500), (100.0, 0.0, 50)),
+            w((500.0, 500), (100.0, 0.0, 100)),
+            w((500.0, 500), (100.0, 0.0, 90)),
+            w((500.0, 500), (100.0, 0.0, 100)),
+        ];
+        ws[0].first = true;
+        ws[2].first = true;
+        let s = summary(&ws);
+        assert!(
+            (s["slowdown_first_windows"].as_f64().unwrap() - 0.3).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(
+            (s["slowdown_later_windows"].as_f64().unwrap()).abs() < 1e-9,
+            "{s}"
+        );
+        let m = median_of(&[&ws[..2], &ws[2..], &ws[1..2]]);
+        assert_eq!(m["slowdown_per_rep"].as_array().unwrap().len(), 3, "{m}");
+        assert!(
+            (m["slowdown_median_of_reps"].as_f64().unwrap() - 0.05).abs() < 1e-9,
+            "{m}"
+        );
         // Nothing measured: no figures, not a division by zero.
         let s = summary(&[]);
         assert!(
