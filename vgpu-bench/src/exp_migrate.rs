@@ -626,13 +626,14 @@ fn slowdown_line(summary: &serde_json::Value) -> String {
     let s = &summary["live_migration"]["src"];
     format!(
         " (GPU launches over {} live windows: {}/s before, {}/s during, {} during the rounds \
-         only, {} over the VMs' first windows, {} over the others, median of the reps {}, {} \
-         launches lost; guest progress lines: {}); live migration's source: pause vCPUs {} ms, \
+         only, {} without the tails after the resume, {} over the VMs' first windows, {} over \
+         the others, median of the reps {}, {} launches lost; guest progress lines: {}); live migration's source: pause vCPUs {} ms, \
          GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms",
         c["windows"],
         num(&c["launches_per_s_before"]),
         num(&c["launches_per_s_during"]),
         pct(&c["slowdown_rounds"]),
+        pct(&c["slowdown_without_tail"]),
         pct(&c["slowdown_first_windows"]),
         pct(&c["slowdown_later_windows"]),
         pct(&c["slowdown_median_of_reps"]),

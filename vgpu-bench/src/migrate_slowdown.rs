@@ -3,10 +3,13 @@
 //! `count` times a baseline window (`ctl stats` twice, `baseline` apart: the
 //! virtual GPU's kernel launches over the host clock) immediately followed by a live snapshot
 //! (`ctl snapshot --live`, whose report counts the launches over its live window, from the
-//! pre-copy's start to the VM paused, `live.guest`). The rates are sums over the windows:
-//! launches before / ms before against launches during / ms during, the live side with and
-//! without the paused round; "lost" is the launches the guest would have made at the baseline
-//! rate minus those it made. Counting the device's launches (not the guest's 20 ms progress
+//! pre-copy's start to the VM paused, `live.guest`, and over its tail, from the resume to the
+//! end of the operation: KVM's log off, the files synced, `live.guest_tail`). The rates are
+//! sums over the windows: launches before / ms before against launches during / ms during:
+//! `slowdown` over the live window, the paused round and the tail; `slowdown_without_tail`
+//! without the tail (the figure before the tail was counted); `slowdown_rounds` over the live
+//! window alone. "Lost" is the launches the guest would have made at the baseline rate minus
+//! those it made (live window, pause and tail). Counting the device's launches (not the guest's 20 ms progress
 //! lines) measures exactly the live window, so short snapshots are not diluted by the time
 //! around them.
 
@@ -25,6 +28,9 @@ pub struct Window {
     pub live_ms: f64,
     pub paused_ms: f64,
     pub live_launches: u64,
+    /// The tail (from the resume to the end of the operation), ms and launches.
+    pub tail_ms: f64,
+    pub tail_launches: u64,
     /// Where the live copy's time went, from its report (see [`parts`]).
     pub parts: serde_json::Value,
     /// The VM's first live copy (which pays for whatever is made on first use).
@@ -88,6 +94,13 @@ pub fn window(
         live_ms,
         paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
         live_launches,
+        // A VM that stayed paused, or a vgpu-vmm older than this count: no tail.
+        tail_ms: done["live"]["guest_tail"]["window_ms"]
+            .as_f64()
+            .unwrap_or(0.0),
+        tail_launches: done["live"]["guest_tail"]["gpu_launches"]
+            .as_u64()
+            .unwrap_or(0),
         parts: parts(&done["live"]),
         first: false,
     })
@@ -157,21 +170,24 @@ pub fn median_of(groups: &[&[Window]]) -> serde_json::Value {
 
 fn sums(ws: &[Window]) -> serde_json::Value {
     let sum = |f: &dyn Fn(&Window) -> f64| ws.iter().map(f).sum::<f64>();
-    let (before_ms, live_ms, paused_ms) = (
+    let (before_ms, live_ms, paused_ms, tail_ms) = (
         sum(&|w| w.before_ms),
         sum(&|w| w.live_ms),
         sum(&|w| w.paused_ms),
+        sum(&|w| w.tail_ms),
     );
     let before_n: u64 = ws.iter().map(|w| w.before_launches).sum();
     let live_n: u64 = ws.iter().map(|w| w.live_launches).sum();
+    let tail_n: u64 = ws.iter().map(|w| w.tail_launches).sum();
     let before = per_s(before_n, before_ms);
     let rounds = per_s(live_n, live_ms);
-    let whole = per_s(live_n, live_ms + paused_ms);
+    let no_tail = per_s(live_n, live_ms + paused_ms);
+    let whole = per_s(live_n + tail_n, live_ms + paused_ms + tail_ms);
     let slow = |d: Option<f64>| match (before, d) {
         (Some(b), Some(d)) if b > 0.0 => Some(1.0 - d / b),
         _ => None,
     };
-    let lost = before.map(|b| b * (live_ms + paused_ms) / 1e3 - live_n as f64);
+    let lost = before.map(|b| b * (live_ms + paused_ms + tail_ms) / 1e3 - (live_n + tail_n) as f64);
     serde_json::json!({
         "windows": ws.len(),
         "baseline_ms": before_ms,
@@ -179,16 +195,20 @@ fn sums(ws: &[Window]) -> serde_json::Value {
         "live_ms": live_ms,
         "paused_ms": paused_ms,
         "live_launches": live_n,
+        "tail_ms": tail_ms,
+        "tail_launches": tail_n,
         "launches_per_s_before": before,
         "launches_per_s_during_rounds": rounds,
+        "launches_per_s_during_without_tail": no_tail,
         "launches_per_s_during": whole,
         "slowdown_rounds": slow(rounds),
+        "slowdown_without_tail": slow(no_tail),
         "slowdown": slow(whole),
         "launches_lost": lost,
         "per_window": ws.iter().map(|w| serde_json::json!({
             "before_ms": w.before_ms, "before_launches": w.before_launches,
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
-            "parts": w.parts,
+            "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
     })
 }
@@ -204,6 +224,8 @@ mod tests {
             live_ms: live.0,
             paused_ms: live.1,
             live_launches: live.2,
+            tail_ms: 0.0,
+            tail_launches: 0,
             parts: serde_json::Value::Null,
             first: false,
         }
@@ -223,6 +245,23 @@ mod tests {
         assert!((s["slowdown"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{s}");
         assert!((s["slowdown_rounds"].as_f64().unwrap() - 0.25).abs() < 1e-9);
         assert!((s["launches_lost"].as_f64().unwrap() - 100.0).abs() < 1e-9);
+        // A tail of 100 ms with 50 launches: 200 launches in 350 ms against 1000/s.
+        let mut ws = vec![w((1000.0, 1000), (200.0, 50.0, 150))];
+        ws[0].tail_ms = 100.0;
+        ws[0].tail_launches = 50;
+        let s = summary(&ws);
+        assert!(
+            (s["slowdown"].as_f64().unwrap() - (1.0 - 200.0 / 350.0)).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(
+            (s["slowdown_without_tail"].as_f64().unwrap() - 0.4).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(
+            (s["launches_lost"].as_f64().unwrap() - 150.0).abs() < 1e-9,
+            "{s}"
+        );
         // The first windows apart from the others, and the median of per-VM slowdowns.
         let mut ws = vec![
             w((500.0, 500), (100.0, 0.0, 50)),

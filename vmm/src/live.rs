@@ -345,6 +345,8 @@ impl Controller {
             down.src_end_ms = laps.lap() - image_ms;
             last.ms = paused_at.elapsed().as_secs_f64() * 1e3;
             last.gpu_blocked_ms = last.ms;
+            // The tail: the work after the resume, with the guest running (counted).
+            let resumed = resume.then(|| self.guest_mark(gpu.as_deref()));
             memory::set_dirty_logging(&self.vm, &self.mem, false)?;
             let t = Instant::now();
             out.sync(manifest::RAM_FILE, &sink.ram)?;
@@ -356,6 +358,9 @@ impl Controller {
             }
             let m = out.finish_state(m, &state)?;
             l.report.sync_ms = t.elapsed().as_secs_f64() * 1e3;
+            if let Some(r) = resumed {
+                l.report.guest_tail = Some(r.window(&self.guest_mark(gpu.as_deref()), 0));
+            }
             l.report.push(last);
             l.report.downtime = Some(down);
             Ok(m)

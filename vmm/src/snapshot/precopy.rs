@@ -104,6 +104,11 @@ pub struct Report {
     /// What the guest did while the rounds ran (the GPU's counters over the live window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guest: Option<super::source_report::GuestWindow>,
+    /// A live snapshot of a VM that runs on: what the guest did from the resume after the
+    /// paused round to the end of the operation (KVM's dirty log switched off, the files
+    /// synced, the state written), work the snapshot does while the guest runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest_tail: Option<super::source_report::GuestWindow>,
     /// A live migration's wait for the destination's engine before the paused round.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dest_ready: Option<DestReadyWait>,
