@@ -17,7 +17,8 @@
 //! channels, modules and preempted jobs), `para_image` (the para-virtual state), `vram` (the
 //! VRAM section), `lanes` (its bytes checksummed, written and read on several threads, to a
 //! stream or a file at offsets), `live` (VRAM pre-copy with the GPU running, and the `VDLT` section of live
-//! snapshots), `writes` (per-job write sets: the device's dirty log where the engine keeps none).
+//! snapshots), `writes` (per-job write sets: the device's dirty log where the engine keeps
+//! none; `writes/twins.rs`: the checked twins made before a live copy's first round).
 
 pub mod format;
 pub mod image;
