@@ -68,7 +68,17 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
     assert!(w["baseline_launches"].as_u64().unwrap() > 0, "{s}");
     for win in w["per_window"].as_array().unwrap() {
         assert!(pos(&win["live_ms"]), "{win}: {s}");
+        // The tail after the resume (the VM runs on): counted, with the round-0 parts.
+        assert!(pos(&win["tail_ms"]), "{win}: {s}");
+        assert!(win["parts"]["round0_ms"].as_f64().is_some(), "{win}: {s}");
     }
+    assert!(pos(&w["tail_ms"]), "{s}");
+    // The split of the first windows from the others, and the median of the one rep.
+    assert!(w["slowdown_without_tail"].as_f64().is_some(), "{s}");
+    assert!(w["slowdown_first_windows"].as_f64().is_some(), "{s}");
+    assert!(w["slowdown_later_windows"].as_f64().is_some(), "{s}");
+    assert_eq!(w["slowdown_per_rep"].as_array().unwrap().len(), 1, "{s}");
+    assert_eq!(w["slowdown_median_of_reps"], w["slowdown"], "{s}");
     // The source's parts of both migrations' downtime.
     for m in ["stop_copy", "live_migration"] {
         for k in [
