@@ -134,6 +134,9 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
         "twin_loads_ready": ws["twin_loads_ready"],
         "twin_loads_cold": ws["twin_loads_cold"],
         "sync_ms": live["sync_ms"],
+        "kvm_log_on_ms": live["kvm_log_on_ms"],
+        "kvm_log_off_ms": live["kvm_log_off_ms"],
+        "tail_ms": live["guest_tail"]["window_ms"],
     })
 }
 

@@ -316,7 +316,9 @@ impl Controller {
             manifest.gpu_live = l.as_ref().is_some_and(|l| l.vram.is_some());
             let mut tx = stream::Sender::start(&conn, &manifest)?;
             if let Some(l) = l {
+                let t = Instant::now();
                 memory::set_dirty_logging(&self.vm, &self.mem, true)?;
+                l.report.kvm_log_on_ms = t.elapsed().as_secs_f64() * 1e3;
                 self.live_rounds(l, &mut tx)?;
                 self.live_window_end(l, gpu.as_deref());
             }

@@ -284,7 +284,9 @@ impl Controller {
                     _ => None,
                 },
             };
+            let t = Instant::now();
             memory::set_dirty_logging(&self.vm, &self.mem, true)?;
+            l.report.kvm_log_on_ms = t.elapsed().as_secs_f64() * 1e3;
             self.live_rounds(l, &mut sink)?;
             self.live_window_end(l, gpu.as_deref());
             let mut down = SrcDowntime::default();
@@ -347,7 +349,9 @@ impl Controller {
             last.gpu_blocked_ms = last.ms;
             // The tail: the work after the resume, with the guest running (counted).
             let resumed = resume.then(|| self.guest_mark(gpu.as_deref()));
+            let t = Instant::now();
             memory::set_dirty_logging(&self.vm, &self.mem, false)?;
+            l.report.kvm_log_off_ms = t.elapsed().as_secs_f64() * 1e3;
             let t = Instant::now();
             out.sync(manifest::RAM_FILE, &sink.ram)?;
             if let Some(f) = &sink.vram {

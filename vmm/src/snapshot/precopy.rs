@@ -119,6 +119,12 @@ pub struct Report {
     /// paused round (the VM running again unless it stays paused), ms.
     #[serde(skip_serializing_if = "is_zero")]
     pub sync_ms: f64,
+    /// Switching KVM's dirty log of the RAM slots on (in the live window, before round 0) and
+    /// off (a live snapshot: after the resume, in the tail), ms: memory-slot updates.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub kvm_log_on_ms: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub kvm_log_off_ms: f64,
     pub ram_bytes: u64,
     pub ram_resent_bytes: u64,
     pub vram_bytes: u64,
