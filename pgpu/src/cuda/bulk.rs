@@ -129,13 +129,14 @@ impl Bulk {
     /// [`MIN_SLOT`], at most [`SLOT`]); slots already that large are kept. Call with nothing
     /// in flight (`with_bulk` synchronises the stream after every call).
     fn reserve(&mut self, pages: u64) -> Result<(), DrvError> {
-        let want = pages
-            .clamp(MIN_SLOT / PAGE, SLOT_PAGES)
-            .next_power_of_two()
-            .min(SLOT_PAGES);
-        if want <= self.slot_pages && self.slots.len() == 2 {
+        let have = if self.slots.len() == 2 {
+            self.slot_pages
+        } else {
+            0
+        };
+        let Some(want) = slot_pages_for(pages, have) else {
             return Ok(());
-        }
+        };
         self.free_slots();
         for _ in 0..2 {
             let mut s = Slot {
@@ -372,6 +373,16 @@ impl Drop for Bulk {
     }
 }
 
+/// The pages of the slots a call moving `pages` pages needs when they hold `have` (0: no slots):
+/// `None` if those do, else the next power of two of `pages`, within [`MIN_SLOT`]..[`SLOT`].
+fn slot_pages_for(pages: u64, have: u64) -> Option<u64> {
+    let want = pages
+        .clamp(MIN_SLOT / PAGE, SLOT_PAGES)
+        .next_power_of_two()
+        .min(SLOT_PAGES);
+    (want > have).then_some(want)
+}
+
 /// Where a walk over runs `(pa, bytes)` is: the run, and bytes of it done.
 #[derive(Debug, Default)]
 struct RunCursor {
@@ -581,6 +592,21 @@ impl CudaEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slots sized to the calls: a few pages get the smallest slots, a large call grows them
+    /// (to a power of two, never past 64 MiB), smaller calls keep what is there.
+    #[test]
+    fn slots_grow_to_the_calls_within_bounds() {
+        let min = MIN_SLOT / PAGE;
+        assert_eq!(slot_pages_for(4, 0), Some(min));
+        assert_eq!(slot_pages_for(0, 0), Some(min));
+        assert_eq!(slot_pages_for(4, min), None);
+        assert_eq!(slot_pages_for(min + 1, min), Some(2 * min));
+        assert_eq!(slot_pages_for(3000, 2 * min), Some(4096));
+        assert_eq!(slot_pages_for(1 << 30, 4096), Some(SLOT_PAGES));
+        assert_eq!(slot_pages_for(u64::MAX, SLOT_PAGES), None);
+        assert_eq!(slot_pages_for(100, SLOT_PAGES), None);
+    }
 
     /// Runs walked into slots of 5 pages: every page once, in order, at its address; pieces
     /// back to back in their slot, each inside one run (adjacent runs included); empty runs
