@@ -22,13 +22,14 @@ fn gpu_bulk_vram_calls_match_byte_scans() {
         vram_size: vram,
         ..CudaConfig::default()
     });
-    // Three slots' worth of pages (a slot is 64 MiB) starting off any boundary; the whole
-    // VRAM; the last pages; one page.
+    // One page and the last pages first (the slots are made at the first call, sized to it:
+    // the smallest ones, then grown by the writes' whole slots), then three slots' worth of
+    // pages (a slot is at most 64 MiB) starting off any boundary; the whole VRAM.
     for (pa, pages, seed) in [
+        (5 * MIB, 1, 4),
+        (vram - 70 * PG, 70, 3),
         (3 * PG, 3 * 16384 + 77, 1),
         (0, vram / PG, 2),
-        (vram - 70 * PG, 70, 3),
-        (5 * MIB, 1, 4),
     ] {
         let r = check_bulk(&e, pa, pages, seed)
             .unwrap_or_else(|m| panic!("at {pa:#x}+{pages} pages: {m}"));
