@@ -232,7 +232,10 @@ fn timeslice_a_turn_run_alone_is_not_repaid_when_others_join() {
     // one turn (charged only at its end). B and C then get work. Issue 25 (16 VMs on 2 GPUs,
     // cuda): the first VM was placed 40 ms ahead of the others and got nothing while they
     // caught up, then repaid the 38 ms "overshoot" in quarter slices (Jain 0.91).
-    let mut s = sched("policy=timeslice,slice=2ms", &[(1, 1, 0), (2, 1, 0), (3, 1, 0)]);
+    let mut s = sched(
+        "policy=timeslice,slice=2ms",
+        &[(1, 1, 0), (2, 1, 0), (3, 1, 0)],
+    );
     s.on_submit(A, ms(0)).unwrap();
     assert_eq!(run(&mut s, ms(0)).run, A);
     // B is placed one slice below A's virtual time with the turn so far: far enough behind to

@@ -199,7 +199,9 @@ impl Policy for Timeslice {
         {
             // The first VM to want the GPU beside the running one: the turn so far ran alone
             // (past its slice if nobody asked sooner: vgpud extends such a turn).
-            t.alone = t.alone.max(t.used.saturating_add(now.saturating_sub(since)));
+            t.alone = t
+                .alone
+                .max(t.used.saturating_add(now.saturating_sub(since)));
         }
         let Some(v) = self.vms.get_mut(&vm) else {
             return false;
