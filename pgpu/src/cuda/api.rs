@@ -512,6 +512,10 @@ impl Engine for CudaEngine {
         lock(&self.modules).unload(module)
     }
 
+    fn prepare(&self, job: &Job) -> Result<(), EngineError> {
+        self.prepare_job(job)
+    }
+
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }

@@ -14,6 +14,7 @@
 //! memset on device memory, or the DMA of a copy from pageable memory): writes to a buffer
 //! wait for the legacy stream (`sync_legacy`) before a kernel may use it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::sys;
@@ -88,6 +89,8 @@ impl std::str::FromStr for FlagWrite {
 pub struct Pool {
     ctx: Ctx,
     idle: Mutex<Vec<(u64, u64)>>,
+    /// Buffers allocated so far.
+    pub allocs: AtomicU64,
 }
 
 impl Pool {
@@ -95,6 +98,7 @@ impl Pool {
         Arc::new(Pool {
             ctx,
             idle: Mutex::new(Vec::new()),
+            allocs: AtomicU64::new(0),
         })
     }
 
@@ -126,6 +130,7 @@ impl Pool {
         ck("cuMemAlloc_v2", unsafe {
             sys::cuMemAlloc_v2(&mut ptr, size as usize)
         })?;
+        self.allocs.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the allocation just made, `size` bytes.
         if let Err(e) = ck("cuMemsetD8_v2", unsafe {
             sys::cuMemsetD8_v2(ptr, 0, size as usize)

@@ -170,7 +170,7 @@ impl CudaEngine {
         ))
     }
 
-    fn signal(&self) -> Result<&Signal, EngineError> {
+    pub(crate) fn signal(&self) -> Result<&Signal, EngineError> {
         if let Some(s) = self.signal.get() {
             return Ok(s);
         }
@@ -190,7 +190,7 @@ impl CudaEngine {
 
     /// The engine's host flag words (`FlagWrite::HostMapped`), made on first use; `None`
     /// (logged once) if the driver refused the pinned page.
-    fn host_flags(&self) -> Option<&HostFlags> {
+    pub(crate) fn host_flags(&self) -> Option<&HostFlags> {
         let r = self.ck_path.host_flags.get_or_init(|| {
             HostFlags::new(self.ctx).map_err(|e| {
                 log::warn!("cuda: no host-mapped checkpoint flags ({e}): device flags instead");

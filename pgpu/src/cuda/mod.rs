@@ -11,7 +11,8 @@
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
 //! / `ckmem` / `ckpath` / `ckqueue` (checkpointed launches: memory, flag writes, end waits,
-//! status reads, breakdowns).
+//! status reads, breakdowns), `prepare`
+//! (a job's one-time driver work done before its run).
 
 mod api;
 mod bulk;
@@ -28,6 +29,7 @@ mod flags;
 mod hostmem;
 mod jobs;
 mod modules;
+mod prepare;
 pub mod rewrite;
 mod spaces;
 mod stream;

@@ -72,6 +72,11 @@ impl Loaded {
             sys::cuModuleGetFunction(&mut f, self.module, name.as_ptr())
         })
         .map_err(|e| bad(format!("no entry {entry:?} ({e})")))?;
+        // With CUDA's lazy loading the kernel reaches the device at its first launch unless
+        // loaded here: resolving it before a run (`Engine::prepare`) keeps that out of the
+        // run. Optional (CUDA 12.4+): a driver without it, or a failure, leaves it lazy.
+        // SAFETY: a function handle of this live module.
+        let _ = unsafe { sys::cuFuncLoad(f) };
         let mut params = Vec::new();
         loop {
             let (mut off, mut size) = (0usize, 0usize);

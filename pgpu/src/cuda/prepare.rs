@@ -1,0 +1,97 @@
+//! Preparing a job before its run (`Engine::prepare`, issue 25): the one-time driver work a
+//! first run would do lazily — resolving the entry's functions (`cuModuleGetFunction`, which
+//! with CUDA's lazy loading loads the kernel onto the device), making the signal stream and the
+//! job streams, allocating a save area of the launch's size into the pool, the pinned pages of
+//! the flag and status-read paths that use them — done on the VM's own thread before it asks
+//! vgpud for the GPU. Done under a grant, it kept the GPU from every other VM and made the
+//! first stop of each VM milliseconds late (its run started late, the slice end came before
+//! its kernel did). Nothing of the job runs; what is made is what the run would take from the
+//! same pools, so a prepared run finds it there.
+
+use super::ckpath::CONTIGUOUS_MAX_BYTES;
+use super::config::{FlagWrite, StatusRead};
+use super::context::{JobState, LaunchState};
+use super::engine::CudaEngine;
+use crate::ckpt::{area_bytes, threads};
+use crate::engine::{EngineError, Job};
+use crate::sync::lock;
+
+impl CudaEngine {
+    /// See the module documentation.
+    pub(crate) fn prepare_job(&self, job: &Job) -> Result<(), EngineError> {
+        self.alive()?;
+        match JobState::from_job(job) {
+            JobState::Copy(_) => self.prepare_streams(1),
+            JobState::Launch(l) => self.prepare_launch(&l),
+        }
+    }
+
+    fn prepare_launch(&self, l: &LaunchState) -> Result<(), EngineError> {
+        self.check_launch(l)?;
+        let m = lock(&self.modules);
+        let loaded = m.get(l.module)?;
+        let (ck, save) = (m.ck(l.module)?, m.ck_save(l.module)?);
+        drop(m);
+        // Every form the launch may run in: sliced (a fallback, or an escalated launch
+        // without a checkpoint form), transformed, and the checkpoint form of a restarting
+        // entry.
+        loaded.func(&l.entry)?;
+        let mut streams = if loaded.sliced {
+            self.cfg.pipeline_depth.max(1)
+        } else {
+            1
+        };
+        for form in [ck, save].into_iter().flatten() {
+            let Some((_, plan)) = form.plan(&l.entry) else {
+                continue;
+            };
+            form.loaded.func(&l.entry)?;
+            let need = area_bytes(plan, l.grid, l.block, l.dynamic_shared);
+            if need > self.cfg.max_save_area_bytes {
+                continue;
+            }
+            self.signal()?;
+            // A zeroed buffer of this size, back to the pool at once (`clean`): the run's
+            // `take` finds it.
+            let mut buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
+            buf.clean = true;
+            drop(buf);
+            if matches!(
+                self.cfg.flag_write,
+                FlagWrite::HostMapped | FlagWrite::Armed
+            ) {
+                let _ = self.host_flags();
+            }
+            let (n, _) = threads(l.grid, l.block);
+            let span = n.saturating_mul(u64::from(plan.record_bytes));
+            if self.cfg.status_read == StatusRead::Queued && span <= CONTIGUOUS_MAX_BYTES {
+                let pin = self
+                    .ck_path
+                    .pins
+                    .take(span as usize)
+                    .map_err(|e| self.drv(e))?;
+                self.ck_path.pins.give(pin);
+            }
+            // The job's stream, and the arming one.
+            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+        }
+        self.prepare_streams(streams)
+    }
+
+    /// At least `n` idle streams in the pool.
+    fn prepare_streams(&self, n: usize) -> Result<(), EngineError> {
+        let mut taken = Vec::with_capacity(n);
+        let mut out = Ok(());
+        for _ in 0..n {
+            match self.take_stream() {
+                Ok(s) => taken.push(s),
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        taken.into_iter().for_each(|s| self.give_stream(s));
+        out
+    }
+}
