@@ -2,8 +2,8 @@
 //! first run would do lazily — resolving the entry's functions (`cuModuleGetFunction`, which
 //! with CUDA's lazy loading loads the kernel onto the device), making the signal stream and the
 //! job streams, allocating a save area of the launch's size into the pool, the pinned pages of
-//! the flag and status-read paths that use them — done on the VM's own thread before it asks
-//! vgpud for the GPU. Done under a grant, it kept the GPU from every other VM and made the
+//! the flag and status-read paths that use them, the signal stream's first flag write — done
+//! on the VM's own thread before it asks vgpud for the GPU. Done under a grant, it kept the GPU from every other VM and made the
 //! first stop of each VM milliseconds late (its run started late, the slice end came before
 //! its kernel did). Nothing of the job runs; what is made is what the run would take from the
 //! same pools, so a prepared run finds it there.
@@ -11,7 +11,9 @@
 use super::ckpath::CONTIGUOUS_MAX_BYTES;
 use super::config::{FlagWrite, StatusRead};
 use super::context::{JobState, LaunchState};
+use super::driver::ck;
 use super::engine::CudaEngine;
+use super::sys;
 use crate::ckpt::{area_bytes, threads};
 use crate::engine::{EngineError, Job};
 use crate::sync::lock;
@@ -30,7 +32,7 @@ impl CudaEngine {
         self.check_launch(l)?;
         let m = lock(&self.modules);
         let loaded = m.get(l.module)?;
-        let (ck, save) = (m.ck(l.module)?, m.ck_save(l.module)?);
+        let (transformed, save) = (m.ck(l.module)?, m.ck_save(l.module)?);
         drop(m);
         // Every form the launch may run in: sliced (a fallback, or an escalated launch
         // without a checkpoint form), transformed, and the checkpoint form of a restarting
@@ -41,7 +43,7 @@ impl CudaEngine {
         } else {
             1
         };
-        for form in [ck, save].into_iter().flatten() {
+        for form in [transformed, save].into_iter().flatten() {
             let Some((_, plan)) = form.plan(&l.entry) else {
                 continue;
             };
@@ -50,10 +52,27 @@ impl CudaEngine {
             if need > self.cfg.max_save_area_bytes {
                 continue;
             }
-            self.signal()?;
+            let sig = self.signal()?;
             // A zeroed buffer of this size, back to the pool at once (`clean`): the run's
             // `take` finds it.
             let mut buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
+            if sig.1 {
+                // The signal stream's first memory operation (the driver sets them up on first
+                // use) here rather than in the first request: a 0 to the idle buffer's flag,
+                // which every launch clears anyway.
+                // SAFETY: the engine's live stream; the flag word of a buffer taken from the
+                // pool (no job uses it), kept alive until the stream is synchronised.
+                ck("cuStreamWriteValue32_v2", unsafe {
+                    sys::cuStreamWriteValue32_v2(sig.0.stream, buf.flag(), 0, 0)
+                })
+                .and_then(|_| {
+                    // SAFETY: as above.
+                    ck("cuStreamSynchronize", unsafe {
+                        sys::cuStreamSynchronize(sig.0.stream)
+                    })
+                })
+                .map_err(|e| self.drv(e))?;
+            }
             buf.clean = true;
             drop(buf);
             if matches!(
