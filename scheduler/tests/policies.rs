@@ -260,6 +260,22 @@ fn timeslice_a_turn_run_alone_is_not_repaid_when_others_join() {
 }
 
 #[test]
+fn timeslice_a_vm_placed_against_a_run_pays_for_it_whatever_its_engine_reports() {
+    // B is placed against A's 200 ms run so far (wall time); A's engine then reports 20 ms of
+    // GPU time (its clock misses what the wall clock sees). A is charged the 200 ms that
+    // placed B, or it would run ahead of B for 180 ms.
+    let mut s = sched(
+        "policy=timeslice,slice=50ms,wake_preempt=false",
+        &[(1, 1, 0), (2, 1, 0)],
+    );
+    s.on_submit(A, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    s.on_submit(B, ms(200)).unwrap();
+    s.on_preempted(A, ms(20), ms(201)).unwrap();
+    assert_eq!(run(&mut s, ms(201)).run, B, "B is behind A");
+}
+
+#[test]
 fn timeslice_overshoot_after_others_join_is_still_repaid() {
     let mut s = sched(
         "policy=timeslice,slice=2ms,wake_preempt=false",

@@ -1,9 +1,10 @@
 //! TIMESLICE: weighted fair share with preemption at slice end. Virtual time (GPU time / weight)
 //! orders the VMs; overshoot shortens the VM's next slice (repaid); an idle VM gives up its turn.
-//! A turn nobody else waits for may run past its slice (vgpud extends it): a VM getting work
-//! meanwhile is placed against the running VM's virtual time *including* the turn so far (its
-//! charge lands only at the turn's end), and the part of the turn run alone is no overshoot —
-//! GPU time nobody wanted is neither banked by the idle VMs nor repaid by the one that used it.
+//! A turn nobody else waits for may run past its slice (vgpud extends it) and is charged only
+//! at its end: a VM that gets work meanwhile is placed against the running VM's virtual time
+//! with its grant so far counted (wall time; the running VM's charge brings it at least
+//! there), and the part of the turn run while no other VM had work is not overshoot — GPU time
+//! nobody wanted is neither banked by the idle VMs nor repaid by the one that used it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +30,10 @@ struct Vm {
     last_turn: u64,
     /// Overshoot of past turns not yet repaid.
     debt: Duration,
+    /// The virtual time VMs that got work during its running grant were placed against (its
+    /// own with the grant so far counted): its charge at the grant's end brings it at least
+    /// there, so that what placed them is what it pays.
+    claim: u128,
 }
 
 /// The VM whose turn it is.
@@ -92,7 +97,8 @@ impl Timeslice {
             self.running = None;
         }
         if let Some(v) = self.vms.get_mut(&vm) {
-            v.vtime = v.vtime.saturating_add(virt(gpu_time, v.weight));
+            let charged = v.vtime.saturating_add(virt(gpu_time, v.weight));
+            v.vtime = charged.max(std::mem::take(&mut v.claim));
         }
         if let Some(t) = &mut self.turn
             && t.vm == vm
@@ -135,8 +141,8 @@ impl Timeslice {
     }
 
     /// The floor at `now`: the least virtual time among VMs with work, the running one counted
-    /// with its run so far (a VM that ran alone for tens of ms moved the floor with it, though
-    /// none of that is charged yet), never below the recorded floor.
+    /// with its grant so far (a VM that ran alone for tens of ms moved the floor with it,
+    /// though none of that is charged yet), never below the recorded floor.
     fn floor_at(&self, running: Option<(VmId, Duration, u128)>) -> u128 {
         let least = self
             .vms
@@ -162,6 +168,7 @@ impl Policy for Timeslice {
             runnable: false,
             last_turn: 0,
             debt: Duration::ZERO,
+            claim: 0,
         };
         self.vms.insert(vm, state);
     }
@@ -190,18 +197,21 @@ impl Policy for Timeslice {
         }
         let running = self.running_effective(vm, now);
         let floor = self.floor_at(running);
-        if let Some((r, since, _)) = running
-            && !self
+        if let Some((r, since, effective)) = running {
+            let others = self
                 .vms
                 .iter()
-                .any(|(id, v)| v.runnable && *id != r && *id != vm)
-            && let Some(t) = self.turn.as_mut().filter(|t| t.vm == r)
-        {
-            // The first VM to want the GPU beside the running one: the turn so far ran alone
-            // (past its slice if nobody asked sooner: vgpud extends such a turn).
-            t.alone = t
-                .alone
-                .max(t.used.saturating_add(now.saturating_sub(since)));
+                .any(|(id, v)| v.runnable && *id != r && *id != vm);
+            if let Some(v) = self.vms.get_mut(&r) {
+                v.claim = v.claim.max(effective.min(floor));
+            }
+            if !others && let Some(t) = self.turn.as_mut().filter(|t| t.vm == r) {
+                // The first VM to want the GPU beside the running one: the turn so far ran
+                // alone (past its slice if nobody asked sooner: vgpud extends such a turn).
+                t.alone = t
+                    .alone
+                    .max(t.used.saturating_add(now.saturating_sub(since)));
+            }
         }
         let Some(v) = self.vms.get_mut(&vm) else {
             return false;
