@@ -150,7 +150,6 @@ impl Worker {
             write_log: None,
             timeout: cfg.job_timeout,
             last_end: None,
-            prepared: Default::default(),
         };
         Ok(Worker {
             budget: HostBudget::new(cfg.hostmem),

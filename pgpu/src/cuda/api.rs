@@ -512,6 +512,10 @@ impl Engine for CudaEngine {
         lock(&self.modules).unload(module)
     }
 
+    fn prepared(&self, job: &Job) -> bool {
+        self.job_prepared(job)
+    }
+
     fn prepare(&self, job: &Job) -> Result<(), EngineError> {
         self.prepare_job(job)
     }

@@ -102,6 +102,14 @@ impl Pool {
         })
     }
 
+    /// Whether an idle buffer would serve `take(area)`.
+    pub fn has_idle(&self, area: u64) -> bool {
+        let need = SAVE_OFF + area;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter()
+            .any(|&(_, s)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
+    }
+
     /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
     pub fn take(self: &Arc<Pool>, area: u64) -> Result<DevBuf, DrvError> {
         let need = SAVE_OFF + area;

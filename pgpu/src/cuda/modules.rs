@@ -59,6 +59,11 @@ impl Drop for Loaded {
 }
 
 impl Loaded {
+    /// Whether `entry` was resolved already (`func`).
+    pub fn resolved(&self, entry: &str) -> bool {
+        lock(&self.funcs).contains_key(entry)
+    }
+
     /// The function of `entry`, resolved once.
     pub fn func(&self, entry: &str) -> Result<Func, EngineError> {
         if let Some(f) = lock(&self.funcs).get(entry) {

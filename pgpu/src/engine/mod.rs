@@ -113,6 +113,12 @@ pub trait Engine: Send + Sync {
         Ok(())
     }
 
+    /// Whether a run of `job` would find everything [`Engine::prepare`] makes (cheap, no
+    /// device work): the caller prepares, and hands a grant back first, only when not.
+    fn prepared(&self, _job: &Job) -> bool {
+        true
+    }
+
     /// Counters of the checkpoint preemption method (`PreemptMethod::Checkpoint`: modules
     /// transformed, fallbacks and why, preemptions, bytes saved); `None` with another method.
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {

@@ -38,8 +38,10 @@ fn gpu_prepared_first_run_makes_nothing_and_stops_at_its_slice() {
             dynamic_shared: l.shared_bytes,
             params: suite::layout_params(&l.params, &p.addrs).unwrap(),
         });
+        assert!(!e.prepared(&job), "a fresh engine has made nothing for it");
         if prepared {
             e.prepare(&job).unwrap();
+            assert!(e.prepared(&job), "prepared: the run finds everything");
         }
         let before = e.made_counts();
         let h = PreemptHandle::new();

@@ -6,12 +6,11 @@
 //! log around each run, and the submission path timer. What the job's end means to the guest
 //! (the fault it becomes) is decided here too; what the worker keeps of a suspended job is not.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use pgpu::{EngineError, EngineSnapshot, Job, ModuleId, Outcome, PreemptHandle, SavedContext};
+use pgpu::{EngineError, EngineSnapshot, Job, Outcome, PreemptHandle, SavedContext};
 use vgpu_proto::proto::{RunOutcome, monotonic_ns};
 
 use super::Fault;
@@ -49,17 +48,7 @@ pub(super) struct JobRunner {
     pub timeout: Duration,
     /// When the engine last ended a run (taken by the worker: the release after it is timed).
     pub last_end: Option<Instant>,
-    /// The job shapes prepared (`Engine::prepare`) so far: a new one hands a grant kept
-    /// between two jobs back before its preparation (`prepare`).
-    pub prepared: HashSet<Shape>,
 }
-
-/// What an engine prepares a job by: a launch's module, entry, grid, block and dynamic shared
-/// memory (its functions and save area size), or a copy (`None`).
-pub(super) type Shape = Option<(ModuleId, String, [u32; 3], [u32; 3], u32)>;
-
-/// Shapes remembered at most (a guest launching ever new shapes only re-prepares them).
-const PREPARED_MAX: usize = 1024;
 
 impl JobRunner {
     /// Runs `job` (kernel identity `key`, for the daemon of a shared GPU) under the time limit,
@@ -196,17 +185,13 @@ impl JobRunner {
         self.ended(outcome, timed_out, matches!(job, Job::Launch(_)))
     }
 
-    /// The engine's one-time work for a job of a shape not run before (issue 25: on cuda, the
-    /// kernel's functions, streams and a save area of its size, otherwise made inside its
-    /// first run), done before the worker asks for the GPU: a grant kept from the previous job
-    /// of a turn goes back first, so no other VM waits for it meanwhile. A shape prepared
-    /// before costs nothing here.
-    pub fn prepare(&mut self, job: &Job) {
-        let shape = match job {
-            Job::Copy(_) => None,
-            Job::Launch(l) => Some((l.module, l.entry.clone(), l.grid, l.block, l.dynamic_shared)),
-        };
-        if self.prepared.contains(&shape) {
+    /// The engine's one-time work for a job (issue 25: on cuda, the kernel's functions,
+    /// streams and a save area of its size, otherwise made inside its first run), done before
+    /// the worker asks for the GPU: a grant kept from the previous job of a turn goes back
+    /// first, so no other VM waits for it meanwhile. Nothing to do (the engine says so, without
+    /// device work): nothing is handed back.
+    pub fn prepare(&self, job: &Job) {
+        if self.engine.prepared(job) {
             return;
         }
         self.yield_grant();
@@ -214,10 +199,6 @@ impl JobRunner {
             // Not the job's error: its run does the work itself and reports what fails.
             log::debug!("vgpu: preparing a job: {e}");
         }
-        if self.prepared.len() >= PREPARED_MAX {
-            self.prepared.clear();
-        }
-        self.prepared.insert(shape);
     }
 
     /// Hands back a grant kept between two jobs (or one not taken yet) and withdraws the Want,
