@@ -110,6 +110,14 @@ impl Pool {
             .any(|&(_, s)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
     }
 
+    /// Whether a new buffer for `take(area)` would be kept idle once given back (the pool
+    /// holds at most `MAX_IDLE_BYTES`): else preparing one is pointless.
+    pub fn would_keep(&self, area: u64) -> bool {
+        let size = (SAVE_OFF + area).next_multiple_of(64 << 10);
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter().map(|&(_, s)| s).sum::<u64>() + size <= MAX_IDLE_BYTES
+    }
+
     /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
     pub fn take(self: &Arc<Pool>, area: u64) -> Result<DevBuf, DrvError> {
         let need = SAVE_OFF + area;

@@ -46,8 +46,10 @@ impl CudaEngine {
         };
         let forms = n.forms.iter().all(|(form, need, _)| {
             form.loaded.resolved(&l.entry)
-                && need
-                    .is_none_or(|need| self.signal.get().is_some() && self.ck_pool.has_idle(need))
+                && need.is_none_or(|need| {
+                    self.signal.get().is_some()
+                        && (self.ck_pool.has_idle(need) || !self.ck_pool.would_keep(need))
+                })
         });
         n.loaded.resolved(&l.entry) && forms && self.idle_streams() >= n.streams
     }
@@ -63,8 +65,12 @@ impl CudaEngine {
         n.loaded.func(&l.entry)?;
         for (form, need, span) in &n.forms {
             form.loaded.func(&l.entry)?;
-            if let Some(need) = *need {
-                self.prepare_area(need)?;
+            if let Some(need) = need.filter(|&n| !self.ck_pool.has_idle(n)) {
+                if self.ck_pool.would_keep(need) {
+                    self.prepare_area(need)?;
+                } else {
+                    self.signal()?;
+                }
             }
             if self.cfg.status_read == StatusRead::Queued && *span <= CONTIGUOUS_MAX_BYTES {
                 let pin = self
