@@ -125,6 +125,38 @@ impl Gen {
         );
     }
 
+    /// The status word in `%__ck_t`, just stored in the record, also goes to the mirror
+    /// (`emit::MIRROR_OFF`) when the host set one (after [`Gen::ids`]; only on the paths
+    /// that store a status, never on a fresh thread's completion).
+    pub(crate) fn mirror(&mut self) {
+        let skip = self.fresh();
+        self.i(
+            "ld.global.u64",
+            vec![r("%__ck_mv"), at("%__ck_flagp", super::emit::MIRROR_OFF)],
+        );
+        self.i("setp.eq.u64", vec![r("%__ck_q"), r("%__ck_mv"), imm(0)]);
+        self.g("%__ck_q", false, "bra", vec![r(&skip)]);
+        self.i(
+            "mul.wide.u32",
+            vec![r("%__ck_mw"), r("%__ck_cl"), r("%__ck_nt")],
+        );
+        // Every path after this one returns: `%__ck_w` is free.
+        self.i("cvt.u64.u32", vec![r("%__ck_w"), r("%__ck_tl")]);
+        self.i("add.u64", vec![r("%__ck_mw"), r("%__ck_mw"), r("%__ck_w")]);
+        self.i("shl.b64", vec![r("%__ck_mw"), r("%__ck_mw"), imm(2)]);
+        self.i("add.u64", vec![r("%__ck_mv"), r("%__ck_mv"), r("%__ck_mw")]);
+        self.i(
+            "or.b32",
+            vec![
+                r("%__ck_u"),
+                r("%__ck_t"),
+                imm(u64::from(super::emit::MIRROR_MARK)),
+            ],
+        );
+        self.i("st.global.u32", vec![at("%__ck_mv", 0), r("%__ck_u")]);
+        self.label(&skip);
+    }
+
     /// `%__ck_sh` = the CTA's shared save block (after [`Gen::ids`]): after every thread
     /// record, `cl * (static + align8(dyn))`.
     pub(crate) fn shared_base(&mut self, stride: u32, sp: &SharedPlan) {
