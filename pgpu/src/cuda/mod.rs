@@ -10,7 +10,7 @@
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
-//! / `ckmem` / `ckpath` / `ckqueue` (checkpointed launches: memory, flag writes, end waits,
+//! / `ckmem` / `ckpath` / `ckqueue` / `ckstatus` / `notice` (checkpointed launches: memory, flag writes, end waits,
 //! status reads, breakdowns).
 
 mod api;
@@ -19,6 +19,7 @@ mod ckmem;
 mod ckpath;
 mod ckpt;
 mod ckqueue;
+mod ckstatus;
 mod config;
 mod context;
 mod driver;
@@ -28,6 +29,7 @@ mod flags;
 mod hostmem;
 mod jobs;
 mod modules;
+mod notice;
 pub mod rewrite;
 mod spaces;
 mod stream;
