@@ -335,7 +335,12 @@ impl CudaEngine {
                 // The armed write always runs (its gate was opened at the end if no request
                 // did): it lands before this buffer's next job, seen by its completion word
                 // (bounded, then the driver's sync).
-                if !super::notice::spin_for(w, hook.host_value, super::notice::ARMED_BOUND) {
+                if trace.arm_failed {
+                    // SAFETY: the job's arming stream, live (its gate is open).
+                    ck("cuStreamSynchronize", unsafe {
+                        sys::cuStreamSynchronize(a.stream)
+                    })?;
+                } else if !super::notice::spin_for(w, hook.host_value, super::notice::ARMED_BOUND) {
                     log::warn!(
                         "cuda: the armed flag write's completion word did not come within {} ms: stream synchronised",
                         super::notice::ARMED_BOUND.as_millis()
@@ -536,6 +541,9 @@ impl CudaEngine {
         } else {
             method.to_string()
         };
+        if trace.arm_failed {
+            flag.push_str(" (arm failed)");
+        }
         if trace.late {
             flag.push_str(" (late: driver write)");
         }
@@ -679,15 +687,17 @@ impl CudaEngine {
                 sys::cuStreamWriteValue32_v2(stream.stream, dev, value, 0)
             })?;
         }
-        if hook.method == FlagWrite::Armed
-            && let Err(e) = hook.arm()
-        {
-            // The kernel runs: it ends before its buffer may be touched.
-            log::warn!("cuda: arming the checkpoint flag failed: {e}");
-            drop(guard);
-            let _ = stream.sync_end();
-            return Err(e);
-        }
+        let arm_failed = hook.method == FlagWrite::Armed
+            && hook.arm().map_or_else(
+                |e| {
+                    // The job goes on: a request is then written by the driver once late
+                    // (`EndWait::Notice`), else the kernel runs to its end; the arming
+                    // stream is synchronised after the gate opens.
+                    log::warn!("cuda: arming the checkpoint flag failed: {e}");
+                    true
+                },
+                |_| false,
+            );
         if let Some(q) = &queued {
             q.on_launched(fired.load(Ordering::SeqCst))?;
         }
@@ -733,6 +743,7 @@ impl CudaEngine {
                 write_to_end: None,
                 noticed_by,
                 late: late_used,
+                arm_failed,
             },
         ))
     }

@@ -89,6 +89,8 @@ pub(crate) struct Trace {
     pub(crate) noticed_by: Option<super::notice::Noticed>,
     /// `Armed`: the driver wrote the flag of a late request.
     pub(crate) late: bool,
+    /// `Armed`: enqueuing the gated write failed (logged; the stream is synchronised).
+    pub(crate) arm_failed: bool,
 }
 
 impl Trace {
