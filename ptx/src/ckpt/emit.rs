@@ -354,7 +354,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.g("%__ck_p", false, "ret", vec![]);
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
-    g.mirror();
+    g.mirror(Some(STATUS_DONE));
     g.i("ret", vec![]);
     // Out-of-line flag checks of counted points.
     for (sk, arg) in checks {
@@ -392,7 +392,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         vec![r("%__ck_t"), imm(u64::from(STATUS_NOT_STARTED))],
     );
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
-    g.mirror();
+    g.mirror(Some(STATUS_NOT_STARTED));
     g.i("ret", vec![]);
     // Save paths: each point records its id, then the common part.
     for k in 0..plan.sites.len() {
@@ -456,7 +456,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         g.label(&done);
         g.i("add.u32", vec![r("%__ck_t"), r("%__ck_pt"), imm(2)]);
         g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
-        g.mirror();
+        g.mirror(None);
         g.i("ret", vec![]);
     }
     // Resume: read the record, then restart, return, or restore and jump to the point.
