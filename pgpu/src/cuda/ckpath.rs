@@ -29,7 +29,8 @@ pub enum EndWait {
     /// Spin on a host-pinned word that the job stream's front end writes behind the kernel
     /// (`cuStreamWriteValue32`, enqueued at launch): no driver call while waiting. Bounded:
     /// the end event is queried every few ms, and an end event without the word is logged
-    /// and taken as the end (`notice::wait`). Falls back to `Sync` without a free word.
+    /// and taken as the end (`notice::wait`). Without a free word (or if the write cannot be
+    /// enqueued, logged) it spins on `cuEventQuery` instead.
     Notice,
 }
 

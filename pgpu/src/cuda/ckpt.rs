@@ -548,7 +548,7 @@ impl CudaEngine {
             flag.push_str(" (late: driver write)");
         }
         let wait = match (self.cfg.end_wait, trace.noticed_by) {
-            (EndWait::Notice, None) => "notice (no free word: sync)".to_string(),
+            (EndWait::Notice, None) => "notice (no word: event spin)".to_string(),
             (EndWait::Notice, Some(super::notice::Noticed::Event)) => {
                 "notice (word lost: event)".to_string()
             }
@@ -680,13 +680,16 @@ impl CudaEngine {
             )
         })?;
         stream.mark_end()?;
-        if let Some((_, dev, value)) = notice {
+        let notice = notice.filter(|&(_, dev, value)| {
             // SAFETY: the job's live stream; `dev` is a word of the job's pinned slot, held
             // until the job ends (its value is fresh: an older store never matches).
-            ck("cuStreamWriteValue32_v2", unsafe {
+            let r = ck("cuStreamWriteValue32_v2", unsafe {
                 sys::cuStreamWriteValue32_v2(stream.stream, dev, value, 0)
-            })?;
-        }
+            });
+            // The kernel runs: its end is waited for by the event instead.
+            r.inspect_err(|e| log::warn!("cuda: enqueuing the end notice failed: {e}"))
+                .is_ok()
+        });
         let arm_failed = hook.method == FlagWrite::Armed
             && hook.arm().map_or_else(
                 |e| {
