@@ -328,6 +328,9 @@ impl CudaEngine {
             )
         });
         let mut buf = buf;
+        // Set when the armed write never completed (see below): its stream, slot and buffer
+        // are retired (leaked), never reused.
+        let stuck = std::cell::Cell::new(false);
         type Ran = Result<(bool, Duration, Trace), super::driver::DrvError>;
         let finish = |r: Ran| -> Ran {
             let (fired, gpu, mut trace) = r?;
@@ -342,13 +345,18 @@ impl CudaEngine {
                     })?;
                 } else if !super::notice::spin_for(w, hook.host_value, super::notice::ARMED_BOUND) {
                     log::warn!(
-                        "cuda: the armed flag write's completion word did not come within {} ms: stream synchronised",
+                        "cuda: the armed flag write's completion word did not come within {} ms: its event is waited for",
                         super::notice::ARMED_BOUND.as_millis()
                     );
-                    // SAFETY: the job's arming stream, live.
-                    ck("cuStreamSynchronize", unsafe {
-                        sys::cuStreamSynchronize(a.stream)
-                    })?;
+                    // Not `cuStreamSynchronize`: a gate the front end never sees would hold
+                    // it forever. The event behind the write, for a further bound.
+                    if !super::notice::event_within(done, super::notice::ARMED_STUCK) {
+                        log::error!(
+                            "cuda: the armed flag write did not complete within {} ms more: its stream, slot and buffer are retired",
+                            super::notice::ARMED_STUCK.as_millis()
+                        );
+                        stuck.set(true);
+                    }
                 }
                 if trace.late {
                     // SAFETY: the engine's live signal stream (the late write's).
@@ -436,7 +444,7 @@ impl CudaEngine {
             self.give_stream(stream);
             match arm {
                 // Synchronised in `finish`.
-                Some(a) if armed_ok => self.give_stream(a),
+                Some(a) if armed_ok && !stuck.get() => self.give_stream(a),
                 Some(a) => std::mem::forget(a),
                 None => {}
             }
@@ -444,7 +452,11 @@ impl CudaEngine {
             std::mem::forget(stream);
             std::mem::forget(arm);
         }
-        drop(host_flag);
+        if stuck.get() {
+            std::mem::forget(host_flag);
+        } else {
+            drop(host_flag);
+        }
         let (fired, gpu, trace) = match r {
             Ok(x) => x,
             Err(e) if e.is_sticky() => {
@@ -479,7 +491,12 @@ impl CudaEngine {
             _ => None,
         };
         if !fired && unfinished.is_none() {
-            self.release_area(&mut buf, resume, need);
+            if stuck.get() {
+                // The armed write may still land in its flag: never reused.
+                std::mem::forget(buf);
+            } else {
+                self.release_area(&mut buf, resume, need);
+            }
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
@@ -519,7 +536,12 @@ impl CudaEngine {
             );
         }
         if t.pending == 0 {
-            self.release_area(&mut buf, resume, need);
+            if stuck.get() {
+                // The armed write may still land in its flag: never reused.
+                std::mem::forget(buf);
+            } else {
+                self.release_area(&mut buf, resume, need);
+            }
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });

@@ -26,6 +26,25 @@ pub const LOST_AFTER: Duration = Duration::from_millis(1);
 /// Bound of the spin for the armed write's completion word before `cuStreamSynchronize`.
 pub const ARMED_BOUND: Duration = Duration::from_millis(20);
 
+/// Further bound, on the armed write's event, before its stream, slot and buffer are retired.
+pub const ARMED_STUCK: Duration = Duration::from_secs(1);
+
+/// Whether `ev` (recorded) completes within `bound` (`cuEventQuery` every 50 µs).
+pub fn event_within(ev: super::sys::CUevent, bound: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        // SAFETY: a live event of the caller's.
+        let r = unsafe { super::sys::cuEventQuery(ev) };
+        if r != super::sys::CUresult::CUDA_ERROR_NOT_READY {
+            return r == super::sys::CUresult::CUDA_SUCCESS;
+        }
+        if start.elapsed() >= bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
 /// How the end was noticed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Noticed {
