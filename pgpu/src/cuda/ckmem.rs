@@ -47,11 +47,15 @@ pub enum FlagWrite {
     /// PCIe (a round trip each, hidden by the software-pipelined poll). Falls back to a
     /// device flag raised by `cuStreamWriteValue32` when the engine's 64 words are all held.
     HostMapped,
-    /// The write is enqueued *at launch* on a stream of the job's own, gated by a
-    /// `cuStreamWaitValue32` on a host-pinned word: the GPU's front end waits on the word and
-    /// writes the device flag when a request stores to it (no driver call at request time,
-    /// and the kernel still polls device memory). A launch that ends unrequested opens the
-    /// gate itself and waits for the write before its buffer is reused. Falls back to
+    /// The write is enqueued *at launch* (after the kernel, so that a stream sharing a
+    /// hardware queue with the job stream never holds the kernel back) on a stream of the
+    /// job's own, gated by a `cuStreamWaitValue32` (`EQ` the launch's fresh value) on a
+    /// host-pinned word: the GPU's front end waits on the word and writes the device flag
+    /// when a request stores the value (no driver call at request time, and the kernel still
+    /// polls device memory), then stores the value into the slot's `AT_ARMED` word. A launch
+    /// that ends unrequested opens the gate itself and waits for that word (bounded, then
+    /// `cuStreamSynchronize`) before its buffer is reused. A request the kernel has not acted
+    /// on after `notice::LATE_AFTER` is written again by the driver (logged). Falls back to
     /// `WriteValue` without a free word or without `cuStreamWaitValue32_v2`.
     Armed,
 }
@@ -355,8 +359,15 @@ pub struct FlagHook {
     pub done: sys::CUevent,
     /// The host word of `HostMapped` (the kernel's flag) and of `Armed` (the gate).
     pub host: Option<super::ckpath::HostWord>,
+    /// What a request stores to `host`: 1 (`HostMapped`), the launch's value (`Armed`).
+    pub host_value: u32,
     /// `Armed`: the gate word's device address.
     pub gate: u64,
+    /// `Armed`: device address of the word the armed write's completion stores
+    /// `host_value` to.
+    pub armed_done: u64,
+    /// `Armed`: the engine's signal stream, for the driver's write of a late request.
+    pub fallback: sys::CUstream,
 }
 
 // SAFETY: CUDA handles usable from any thread with the context current; the event outlives
@@ -367,10 +378,11 @@ unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
     /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
-    /// flag's clear, with `done` behind it.
+    /// flag's clear, with `done` and the completion word behind it.
     pub fn arm(&self) -> Result<(), super::driver::DrvError> {
-        // SAFETY: live streams and events; `gate` is a pinned word and `flag` the job's device
-        // buffer, both alive until the stream is synchronised after the kernel.
+        // SAFETY: live streams and events; `gate` and `armed_done` are words of a pinned slot
+        // and `flag` the job's device buffer, all held until the completion word came (or the
+        // stream was synchronised) after the kernel.
         unsafe {
             ck(
                 "cuStreamWaitEvent",
@@ -381,23 +393,53 @@ impl FlagHook {
                 sys::cuStreamWaitValue32_v2(
                     self.signal,
                     self.gate,
-                    1,
-                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                    self.host_value,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
                 ),
             )?;
             ck(
                 "cuStreamWriteValue32_v2",
                 sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
             )?;
-            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))
+            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))?;
+            ck(
+                "cuStreamWriteValue32_v2",
+                sys::cuStreamWriteValue32_v2(self.signal, self.armed_done, self.host_value, 0),
+            )
         }
     }
 
-    /// Sets the flag to 1, ordered after the launch's clear.
+    /// `Armed`, a request not acted on in time: the flag written by the driver on the
+    /// engine's signal stream (after the clear), as `WriteValue` does.
+    pub fn fire_driver(&self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: live stream and event; `flag` is the job's device buffer, alive while the
+        // hook is attached (the job synchronises this stream after a late request).
+        let r = unsafe {
+            ck(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(self.fallback, self.cleared, 0),
+            )
+            .and_then(|_| {
+                ck(
+                    "cuStreamWriteValue32_v2",
+                    sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0),
+                )
+            })
+        };
+        if let Err(e) = r {
+            log::warn!("cuda: the driver's write of a late armed flag failed: {e}");
+        }
+    }
+
+    /// Raises the flag, ordered after the launch's clear.
     pub fn fire(&self) {
         if let Some(w) = self.host {
-            // Cleared by the launching thread before the launch: program order.
-            w.store(1);
+            // Cleared by the launching thread before the launch (and the hook attached):
+            // program order. `Armed`: the gate opens, the front end writes the flag.
+            w.store(self.host_value);
             return;
         }
         if self.ctx.bind().is_err() {
