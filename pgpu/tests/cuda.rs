@@ -15,7 +15,8 @@
 //! path: flag writes, end waits, status reads, breakdowns), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
 //! (restarting launches longer than a time slice still finish), `cuda/legacy.rs` (escalated
-//! resumes see their status area while the legacy stream is busy).
+//! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
+//! prepared first run makes nothing and stops at its slice end).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -29,6 +30,8 @@ mod legacy;
 mod measure;
 #[path = "cuda/memory.rs"]
 mod memory;
+#[path = "cuda/prepare.rs"]
+mod prepare;
 #[path = "cuda/starve.rs"]
 mod starve;
 #[path = "cuda/support.rs"]

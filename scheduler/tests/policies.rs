@@ -204,6 +204,101 @@ fn timeslice_repays_overshoot_with_a_shorter_slice() {
     assert_eq!((d.run, d.slice), (B, Some(ms(2))));
 }
 
+/// Round-robin turns of `vms` (all backlogged, each stopping exactly at its slice end) from
+/// `now` until `until`: the GPU time each got, and the slice of each one's first grant.
+fn backlogged(
+    s: &mut scheduler::Scheduler,
+    vms: &[VmId],
+    mut now: Duration,
+    until: Duration,
+) -> (Vec<Duration>, Vec<Option<Duration>>) {
+    let mut got = vec![Duration::ZERO; vms.len()];
+    let mut first = vec![None; vms.len()];
+    while now < until {
+        let d = run(s, now);
+        let i = vms.iter().position(|&v| v == d.run).expect("a known VM");
+        let slice = d.slice.expect("a time slice");
+        first[i].get_or_insert(slice);
+        now += slice;
+        got[i] += slice;
+        s.on_preempted(d.run, slice, now).unwrap();
+    }
+    (got, first)
+}
+
+#[test]
+fn timeslice_a_turn_run_alone_is_not_repaid_when_others_join() {
+    // vgpud extends a turn nobody else waits for: A, first to start, runs alone for 40 ms in
+    // one turn (charged only at its end). B and C then get work. Issue 25 (16 VMs on 2 GPUs,
+    // cuda): the first VM was placed 40 ms ahead of the others and got nothing while they
+    // caught up, then repaid the 38 ms "overshoot" in quarter slices (Jain 0.91).
+    let mut s = sched(
+        "policy=timeslice,slice=2ms",
+        &[(1, 1, 0), (2, 1, 0), (3, 1, 0)],
+    );
+    s.on_submit(A, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    // B is placed one slice below A's virtual time with the turn so far: far enough behind to
+    // preempt A (wake-up preemption), no further.
+    assert_eq!(s.on_submit(B, ms(40)).unwrap(), Action::Preempt(A));
+    assert_eq!(s.on_submit(C, ms(40)).unwrap(), Action::Preempt(A));
+    s.on_preempted(A, ms(40), us(40_100)).unwrap();
+    let (got, first) = backlogged(&mut s, &[A, B, C], us(40_100), us(100_100));
+    assert_eq!(
+        first[0],
+        Some(ms(2)),
+        "A's next turn is a whole slice: running alone was no overshoot"
+    );
+    // 60 ms shared by three: A gets its third, give or take a turn (B and C were placed one
+    // slice behind it).
+    for (vm, g) in [A, B, C].iter().zip(&got) {
+        assert!(
+            *g >= ms(18) && *g <= ms(22),
+            "{vm:?} got {g:?} of 60 ms (A, B, C: {got:?})"
+        );
+    }
+}
+
+#[test]
+fn timeslice_a_vm_placed_against_a_run_pays_for_it_whatever_its_engine_reports() {
+    // B is placed against A's 200 ms run so far (wall time); A's engine then reports 20 ms of
+    // GPU time (its clock misses what the wall clock sees). A is charged the 200 ms that
+    // placed B, or it would run ahead of B for 180 ms.
+    let mut s = sched(
+        "policy=timeslice,slice=50ms,wake_preempt=false",
+        &[(1, 1, 0), (2, 1, 0)],
+    );
+    s.on_submit(A, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    s.on_submit(B, ms(200)).unwrap();
+    s.on_preempted(A, ms(20), ms(201)).unwrap();
+    assert_eq!(run(&mut s, ms(201)).run, B, "B is behind A");
+}
+
+#[test]
+fn timeslice_overshoot_after_others_join_is_still_repaid() {
+    let mut s = sched(
+        "policy=timeslice,slice=2ms,wake_preempt=false",
+        &[(1, 1, 0), (2, 1, 0)],
+    );
+    s.on_submit(A, ms(0)).unwrap();
+    assert_eq!(run(&mut s, ms(0)).run, A);
+    // Alone until 10 ms (extended); B asks then and A takes 1 ms to stop.
+    assert_eq!(s.on_submit(B, ms(10)).unwrap(), Action::None);
+    s.on_preempted(A, ms(11), ms(11)).unwrap();
+    // B was placed one slice behind A's 10 ms, and A ran 1 ms more: B runs two turns.
+    for end in [13, 15] {
+        assert_eq!(run(&mut s, ms(end - 2)).run, B);
+        s.on_preempted(B, ms(2), ms(end)).unwrap();
+    }
+    let d = run(&mut s, ms(15));
+    assert_eq!(
+        (d.run, d.slice),
+        (A, Some(ms(1))),
+        "the 1 ms A ran after B asked is repaid, the 10 ms alone are not"
+    );
+}
+
 #[test]
 fn timeslice_idle_vm_gives_up_its_turn() {
     let mut s = sched("policy=timeslice,slice=2ms", &[(1, 1, 0), (2, 1, 0)]);

@@ -64,17 +64,20 @@ pub struct Args {
     /// cuda: how a request raises the flag (write-value: cuStreamWriteValue32 on a signal
     /// stream, the baseline; write-value-priority: the same on a greatest-priority stream;
     /// host-mapped: a pinned host word the kernel polls across PCIe; armed: the write
-    /// enqueued at launch behind a wait on a pinned host word the request stores to; memcpy).
+    /// enqueued at launch behind a wait on a pinned host word the request stores to (a
+    /// request is one CPU store; a late one is written by the driver after 2 ms); memcpy).
     #[arg(long, default_value = "write-value", value_parser = ["write-value", "write-value-priority", "host-mapped", "armed", "memcpy"])]
     pub flag_write: String,
     /// cuda: how the engine waits for the kernel's end (sync: cuEventSynchronize, the
-    /// baseline; spin: cuEventQuery busy loop; yield: cuEventQuery + sched_yield).
-    #[arg(long, default_value = "sync", value_parser = ["sync", "spin", "yield"])]
+    /// baseline; spin: cuEventQuery busy loop; yield: cuEventQuery + sched_yield; notice:
+    /// spin on a pinned host word the job stream writes behind the kernel, no driver call).
+    #[arg(long, default_value = "sync", value_parser = ["sync", "spin", "yield", "notice"])]
     pub end_wait: String,
     /// cuda: how the status words come back (strided: one 2D copy, the baseline;
     /// contiguous: one copy of the whole record span; queued: that copy enqueued by the
-    /// request behind the kernel, into pinned memory).
-    #[arg(long, default_value = "strided", value_parser = ["strided", "contiguous", "queued"])]
+    /// request behind the kernel, into pinned memory; mirror: the kernel stores its status
+    /// words into pinned host memory too, no copy).
+    #[arg(long, default_value = "strided", value_parser = ["strided", "contiguous", "queued", "mirror"])]
     pub status_read: String,
     /// cuda: instructions of a strip-mined loop between two flag polls (0: counted polls).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]

@@ -82,7 +82,21 @@ pub fn line(set: &[&CkBreakdown]) -> String {
             })
         })
         .collect();
-    format!("breakdown p50 (p99) µs: {}", parts.join(", "))
+    // A fallback shows in the path (late driver write, lost notice, no free word...).
+    let mut fallbacks: Vec<&str> = set
+        .iter()
+        .map(|b| b.path.as_str())
+        .filter(|p| p.contains('('))
+        .collect();
+    fallbacks.sort_unstable();
+    fallbacks.dedup();
+    let fell = if fallbacks.is_empty() {
+        String::new()
+    } else {
+        let n = set.iter().filter(|b| b.path.contains('(')).count();
+        format!("; {n} with a fallback: {}", fallbacks.join(", "))
+    };
+    format!("breakdown p50 (p99) µs: {}{fell}", parts.join(", "))
 }
 
 #[cfg(test)]
@@ -100,6 +114,20 @@ mod tests {
             statuses_us: 5.0,
             ready_us: noticed + 7.0,
         }
+    }
+
+    #[test]
+    fn a_fallback_path_is_named_in_the_line() {
+        let mut late = b(3.0, 40.0, None);
+        late.path = "armed (late: driver write)/notice/mirror".into();
+        let v = [b(3.0, 40.0, Some(10.0)), late];
+        let r: Vec<&CkBreakdown> = v.iter().collect();
+        let l = line(&r);
+        assert!(
+            l.ends_with("; 1 with a fallback: armed (late: driver write)/notice/mirror"),
+            "{l}"
+        );
+        assert!(!line(&r[..1]).contains("fallback"));
     }
 
     #[test]

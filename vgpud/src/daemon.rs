@@ -89,8 +89,9 @@ pub(crate) struct Run {
     pub standby_sent: bool,
     /// The turn outlived its slice because no other VM waited.
     pub extended: bool,
-    /// GPU time of the jobs reported by `Progress` so far.
+    /// GPU time of the jobs reported by `Progress` so far, and how many.
     pub turn_gpu_ns: u64,
+    pub turn_jobs: u32,
     /// The end stamp of the grant's last job (the grant time before the first).
     pub last_stamp_ns: u64,
 }
@@ -403,6 +404,7 @@ impl Daemon {
                     standby_sent: false,
                     extended: false,
                     turn_gpu_ns: 0,
+                    turn_jobs: 0,
                     last_stamp_ns: now_ns,
                 });
                 self.report.grants += 1;

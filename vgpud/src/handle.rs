@@ -245,6 +245,7 @@ impl Daemon {
         let gpu = self.record_job(c, vm, gpu_ns, stamps, false);
         if let Some(run) = &mut self.gpus[g].run {
             run.turn_gpu_ns += gpu;
+            run.turn_jobs = run.turn_jobs.saturating_add(1);
         }
         // Per job inside the turn (filling): the finished job's GPU time is learned under its
         // identity; the job the VM goes on with is unidentified (the VM sends none inside a
@@ -318,6 +319,8 @@ impl Daemon {
                     start_to_due_ns: due as i64 - start_ns as i64,
                     run_ns: end_ns - start_ns,
                     slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
+                    jobs_before: run.turn_jobs,
+                    extended: run.extended,
                 };
                 crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
             }

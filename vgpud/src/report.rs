@@ -69,6 +69,14 @@ pub struct LatePreempt {
     pub run_ns: u64,
     /// The grant's slice (grant → slice end).
     pub slice_ns: u64,
+    /// Jobs of the same turn that completed before this run (`Progress`): with any, the grant
+    /// → start time is theirs, not an idle wait.
+    #[serde(default)]
+    pub jobs_before: u32,
+    /// The turn ran past its slice because no other VM waited; the stop was due when one
+    /// asked (the daemon's preempt).
+    #[serde(default)]
+    pub extended: bool,
 }
 
 impl LatePreempt {

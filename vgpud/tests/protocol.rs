@@ -270,6 +270,58 @@ fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
 }
 
 #[test]
+fn a_late_stop_of_an_extended_turn_is_reported_with_the_jobs_before_it() {
+    // Issue 25: a `worst_preemptions` entry with a grant → start of 34 ms read as a VM that
+    // held its grant idle; it was the 7th job of a turn that ran alone past its slice. The
+    // entry says so now.
+    let d = start(
+        "extended-report",
+        "policy=timeslice,slice=20ms,wake_preempt=false",
+        500,
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    a.send(&ToDaemon::Want { kernel: None });
+    let (seq, _) = a.grant();
+    for _ in 0..2 {
+        let start_ns = proto::monotonic_ns();
+        std::thread::sleep(Duration::from_millis(15));
+        let end_ns = proto::monotonic_ns();
+        a.send(&ToDaemon::Progress {
+            seq,
+            gpu_ns: end_ns - start_ns,
+            start_ns,
+            end_ns,
+        });
+    }
+    let start_ns = proto::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(2));
+    b.send(&ToDaemon::Want { kernel: None });
+    match a.recv() {
+        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+        other => panic!("expected preempt, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    let end_ns = proto::monotonic_ns();
+    a.send(&ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Preempted,
+        gpu_ns: end_ns - start_ns,
+        start_ns,
+        end_ns,
+        more: false,
+    });
+    let (sb, _) = b.grant();
+    b.done(sb, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    let r = d.stop();
+    let w = r.worst_preemptions.first().expect("the late stop is kept");
+    assert_eq!((w.vm, w.jobs_before, w.extended), (1, 2, true), "{w:?}");
+    assert!(w.grant_to_start_ns >= 30_000_000, "{w:?}");
+    assert!(w.start_to_due_ns >= 2_000_000, "due at B's want: {w:?}");
+}
+
+#[test]
 fn a_contended_grant_carries_its_deadline_and_the_next_vm_gets_a_standby() {
     let d = start_with(
         "deadline",

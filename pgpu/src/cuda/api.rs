@@ -509,6 +509,14 @@ impl Engine for CudaEngine {
         lock(&self.modules).unload(module)
     }
 
+    fn prepared(&self, job: &Job) -> bool {
+        self.job_prepared(job)
+    }
+
+    fn prepare(&self, job: &Job) -> Result<(), EngineError> {
+        self.prepare_job(job)
+    }
+
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }

@@ -14,6 +14,7 @@
 //! memset on device memory, or the DMA of a copy from pageable memory): writes to a buffer
 //! wait for the legacy stream (`sync_legacy`) before a kernel may use it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::sys;
@@ -46,11 +47,15 @@ pub enum FlagWrite {
     /// PCIe (a round trip each, hidden by the software-pipelined poll). Falls back to a
     /// device flag raised by `cuStreamWriteValue32` when the engine's 64 words are all held.
     HostMapped,
-    /// The write is enqueued *at launch* on a stream of the job's own, gated by a
-    /// `cuStreamWaitValue32` on a host-pinned word: the GPU's front end waits on the word and
-    /// writes the device flag when a request stores to it (no driver call at request time,
-    /// and the kernel still polls device memory). A launch that ends unrequested opens the
-    /// gate itself and waits for the write before its buffer is reused. Falls back to
+    /// The write is enqueued *at launch* (after the kernel, so that a stream sharing a
+    /// hardware queue with the job stream never holds the kernel back) on a stream of the
+    /// job's own, gated by a `cuStreamWaitValue32` (`EQ` the launch's fresh value) on a
+    /// host-pinned word: the GPU's front end waits on the word and writes the device flag
+    /// when a request stores the value (no driver call at request time, and the kernel still
+    /// polls device memory), then stores the value into the slot's `AT_ARMED` word. A launch
+    /// that ends unrequested opens the gate itself and waits for that word (bounded, then
+    /// `cuStreamSynchronize`) before its buffer is reused. A request the kernel has not acted
+    /// on after `notice::LATE_AFTER` is written again by the driver (logged). Falls back to
     /// `WriteValue` without a free word or without `cuStreamWaitValue32_v2`.
     Armed,
 }
@@ -88,6 +93,8 @@ impl std::str::FromStr for FlagWrite {
 pub struct Pool {
     ctx: Ctx,
     idle: Mutex<Vec<(u64, u64)>>,
+    /// Buffers allocated so far.
+    pub allocs: AtomicU64,
 }
 
 impl Pool {
@@ -95,7 +102,24 @@ impl Pool {
         Arc::new(Pool {
             ctx,
             idle: Mutex::new(Vec::new()),
+            allocs: AtomicU64::new(0),
         })
+    }
+
+    /// Whether an idle buffer would serve `take(area)`.
+    pub fn has_idle(&self, area: u64) -> bool {
+        let need = SAVE_OFF + area;
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter()
+            .any(|&(_, s)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
+    }
+
+    /// Whether a new buffer for `take(area)` would be kept idle once given back (the pool
+    /// holds at most `MAX_IDLE_BYTES`): else preparing one is pointless.
+    pub fn would_keep(&self, area: u64) -> bool {
+        let size = (SAVE_OFF + area).next_multiple_of(64 << 10);
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter().map(|&(_, s)| s).sum::<u64>() + size <= MAX_IDLE_BYTES
     }
 
     /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
@@ -126,6 +150,7 @@ impl Pool {
         ck("cuMemAlloc_v2", unsafe {
             sys::cuMemAlloc_v2(&mut ptr, size as usize)
         })?;
+        self.allocs.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the allocation just made, `size` bytes.
         if let Err(e) = ck("cuMemsetD8_v2", unsafe {
             sys::cuMemsetD8_v2(ptr, 0, size as usize)
@@ -334,8 +359,15 @@ pub struct FlagHook {
     pub done: sys::CUevent,
     /// The host word of `HostMapped` (the kernel's flag) and of `Armed` (the gate).
     pub host: Option<super::ckpath::HostWord>,
+    /// What a request stores to `host`: 1 (`HostMapped`), the launch's value (`Armed`).
+    pub host_value: u32,
     /// `Armed`: the gate word's device address.
     pub gate: u64,
+    /// `Armed`: device address of the word the armed write's completion stores
+    /// `host_value` to.
+    pub armed_done: u64,
+    /// `Armed`: the engine's signal stream, for the driver's write of a late request.
+    pub fallback: sys::CUstream,
 }
 
 // SAFETY: CUDA handles usable from any thread with the context current; the event outlives
@@ -346,10 +378,11 @@ unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
     /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
-    /// flag's clear, with `done` behind it.
+    /// flag's clear, with `done` and the completion word behind it.
     pub fn arm(&self) -> Result<(), super::driver::DrvError> {
-        // SAFETY: live streams and events; `gate` is a pinned word and `flag` the job's device
-        // buffer, both alive until the stream is synchronised after the kernel.
+        // SAFETY: live streams and events; `gate` and `armed_done` are words of a pinned slot
+        // and `flag` the job's device buffer, all held until the completion word came (or the
+        // stream was synchronised) after the kernel.
         unsafe {
             ck(
                 "cuStreamWaitEvent",
@@ -360,23 +393,53 @@ impl FlagHook {
                 sys::cuStreamWaitValue32_v2(
                     self.signal,
                     self.gate,
-                    1,
-                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+                    self.host_value,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
                 ),
             )?;
             ck(
                 "cuStreamWriteValue32_v2",
                 sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
             )?;
-            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))
+            ck("cuEventRecord", sys::cuEventRecord(self.done, self.signal))?;
+            ck(
+                "cuStreamWriteValue32_v2",
+                sys::cuStreamWriteValue32_v2(self.signal, self.armed_done, self.host_value, 0),
+            )
         }
     }
 
-    /// Sets the flag to 1, ordered after the launch's clear.
+    /// `Armed`, a request not acted on in time: the flag written by the driver on the
+    /// engine's signal stream (after the clear), as `WriteValue` does.
+    pub fn fire_driver(&self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        // SAFETY: live stream and event; `flag` is the job's device buffer, alive while the
+        // hook is attached (the job synchronises this stream after a late request).
+        let r = unsafe {
+            ck(
+                "cuStreamWaitEvent",
+                sys::cuStreamWaitEvent(self.fallback, self.cleared, 0),
+            )
+            .and_then(|_| {
+                ck(
+                    "cuStreamWriteValue32_v2",
+                    sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0),
+                )
+            })
+        };
+        if let Err(e) = r {
+            log::warn!("cuda: the driver's write of a late armed flag failed: {e}");
+        }
+    }
+
+    /// Raises the flag, ordered after the launch's clear.
     pub fn fire(&self) {
         if let Some(w) = self.host {
-            // Cleared by the launching thread before the launch: program order.
-            w.store(1);
+            // Cleared by the launching thread before the launch (and the hook attached):
+            // program order. `Armed`: the gate opens, the front end writes the flag.
+            w.store(self.host_value);
             return;
         }
         if self.ctx.bind().is_err() {

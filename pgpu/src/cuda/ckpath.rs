@@ -26,6 +26,12 @@ pub enum EndWait {
     Spin,
     /// `cuEventQuery` with `sched_yield` between queries.
     Yield,
+    /// Spin on a host-pinned word that the job stream's front end writes behind the kernel
+    /// (`cuStreamWriteValue32`, enqueued at launch): no driver call while waiting. Bounded:
+    /// the end event is queried every few ms, and an end event without the word is logged
+    /// and taken as the end (`notice::wait`). Without a free word (or if the write cannot be
+    /// enqueued, logged) it spins on `cuEventQuery` instead.
+    Notice,
 }
 
 impl std::str::FromStr for EndWait {
@@ -35,7 +41,8 @@ impl std::str::FromStr for EndWait {
             "sync" => Ok(EndWait::Sync),
             "spin" => Ok(EndWait::Spin),
             "yield" => Ok(EndWait::Yield),
-            o => Err(format!("unknown end wait {o:?} (sync|spin|yield)")),
+            "notice" => Ok(EndWait::Notice),
+            o => Err(format!("unknown end wait {o:?} (sync|spin|yield|notice)")),
         }
     }
 }
@@ -52,6 +59,11 @@ pub enum StatusRead {
     /// As `Contiguous`, but the request enqueues the copy (into pinned memory) on the job
     /// stream behind the kernel (`ckqueue`): no round trip after the end is noticed.
     Queued,
+    /// The kernel itself stores every status word it writes into a host-pinned mirror too
+    /// (`ptx::ckpt::MIRROR_OFF`): the host reads them from memory, no driver call (records
+    /// spanning at most [`CONTIGUOUS_MAX_BYTES`]; else strided). A mirror saying "all done"
+    /// after a request is confirmed by a strided read.
+    Mirror,
 }
 
 /// Largest record span [`StatusRead::Contiguous`] copies whole.
@@ -64,8 +76,9 @@ impl std::str::FromStr for StatusRead {
             "strided" => Ok(StatusRead::Strided),
             "contiguous" => Ok(StatusRead::Contiguous),
             "queued" => Ok(StatusRead::Queued),
+            "mirror" => Ok(StatusRead::Mirror),
             o => Err(format!(
-                "unknown status read {o:?} (strided|contiguous|queued)"
+                "unknown status read {o:?} (strided|contiguous|queued|mirror)"
             )),
         }
     }
@@ -113,8 +126,16 @@ pub fn wait_end(
     }
 }
 
-/// Bytes per host flag word (one cache line each, so two jobs' words never share one).
+/// Bytes per host flag slot (one cache line each, so two jobs' words never share one).
 const SLOT: usize = 64;
+/// Offsets in a slot: the flag (`HostMapped`) or the gate (`Armed`); the status mirror's
+/// address the kernel reads at `flag + MIRROR_OFF` (`HostMapped`); the end notice; the armed
+/// write's completion.
+pub const AT_FLAG: usize = 0;
+pub const AT_MIRROR: usize = 8;
+pub const AT_NOTICE: usize = 16;
+pub const AT_ARMED: usize = 20;
+const _: () = assert!(AT_MIRROR as i64 == ptx::ckpt::MIRROR_OFF && AT_ARMED + 4 <= SLOT);
 /// Words of the page.
 const SLOTS: usize = 64;
 
@@ -170,7 +191,9 @@ impl HostFlags {
         let i = used.iter().position(|u| !u)?;
         used[i] = true;
         let f = HostFlag { pool: self, i };
-        f.store(0);
+        for off in (0..SLOT).step_by(4) {
+            f.word(off).store(0);
+        }
         Some(f)
     }
 }
@@ -193,19 +216,31 @@ pub struct HostFlag<'a> {
 }
 
 impl HostFlag<'_> {
-    /// The word's device address (the kernel's `__ck_flag`).
+    /// The flag word's device address (the kernel's `__ck_flag`).
     pub fn device(&self) -> u64 {
-        self.pool.dev + (self.i * SLOT) as u64
+        self.device_at(AT_FLAG)
     }
 
-    /// The word's host address (what a hook stores to).
+    /// The flag word's host address (what a hook stores to).
     pub fn host(&self) -> HostWord {
-        // SAFETY: inside the page (i < SLOTS).
-        HostWord(unsafe { self.pool.host.add(self.i * SLOT) }.cast())
+        self.word(AT_FLAG)
     }
 
-    fn store(&self, v: u32) {
-        self.host().store(v);
+    /// Device address of the slot's word at `off` (one of the `AT_*`).
+    pub fn device_at(&self, off: usize) -> u64 {
+        self.pool.dev + (self.i * SLOT + off.min(SLOT - 4)) as u64
+    }
+
+    /// Host address of the slot's word at `off` (one of the `AT_*`).
+    pub fn word(&self, off: usize) -> HostWord {
+        // SAFETY: inside the page (i < SLOTS, off clamped inside the slot, 4-aligned).
+        HostWord(unsafe { self.pool.host.add(self.i * SLOT + (off.min(SLOT - 4) & !3)) }.cast())
+    }
+
+    /// Stores the status mirror's device address at `AT_MIRROR` (0: none), before a launch.
+    pub fn set_mirror(&self, dev: u64) {
+        self.word(AT_MIRROR).store(dev as u32);
+        self.word(AT_MIRROR + 4).store((dev >> 32) as u32);
     }
 }
 
@@ -232,6 +267,22 @@ impl HostWord {
         // SAFETY: an aligned word of the live pinned page (see `Send`).
         unsafe { std::ptr::write_volatile(self.0, v) };
         std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// A word of ordinary memory, for tests of the waits (the caller keeps it alive).
+    #[cfg(test)]
+    pub fn for_test(w: &mut u32) -> HostWord {
+        HostWord(w)
+    }
+
+    /// Loads the word (the GPU's front end may store to it at any time), then an acquire
+    /// fence: what the GPU wrote before it (the kernel's mirror stores, which the stream's
+    /// write fences like `__threadfence_system`) is visible to the loads after this one.
+    pub fn load(self) -> u32 {
+        // SAFETY: an aligned word of the live pinned page (see `Send`).
+        let v = unsafe { std::ptr::read_volatile(self.0) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        v
     }
 }
 
@@ -279,6 +330,10 @@ pub struct PathState {
     pub breakdowns: Mutex<VecDeque<CkBreakdown>>,
     /// Pinned buffers of `StatusRead::Queued`.
     pub pins: super::ckqueue::PinPool,
+    /// Status mirrors of `StatusRead::Mirror`: every idle one is all zero.
+    pub mirrors: super::ckqueue::PinPool,
+    /// Values of the end notices and gates (never 0: a cleared word never matches).
+    pub seq: std::sync::atomic::AtomicU32,
 }
 
 impl PathState {
@@ -287,6 +342,18 @@ impl PathState {
             host_flags: OnceLock::new(),
             breakdowns: Mutex::new(VecDeque::new()),
             pins: super::ckqueue::PinPool::new(ctx),
+            mirrors: super::ckqueue::PinPool::new(ctx),
+            seq: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// A fresh non-zero notice value.
+    pub fn next_seq(&self) -> u32 {
+        loop {
+            let v = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if v != 0 {
+                return v;
+            }
         }
     }
 
@@ -331,6 +398,8 @@ mod tests {
             Ok(StatusRead::Contiguous)
         );
         assert!("2d".parse::<StatusRead>().is_err());
+        assert_eq!("notice".parse::<EndWait>(), Ok(EndWait::Notice));
+        assert_eq!("mirror".parse::<StatusRead>(), Ok(StatusRead::Mirror));
     }
 
     #[test]
@@ -347,14 +416,14 @@ mod tests {
 
     #[test]
     fn breakdowns_are_bounded_and_drained() {
-        let s = PathState {
-            host_flags: OnceLock::new(),
-            breakdowns: Mutex::new(VecDeque::new()),
-            pins: super::super::ckqueue::PinPool::new(Ctx {
-                ctx: std::ptr::null_mut(),
-                device: 0,
-            }),
-        };
+        let s = PathState::new(Ctx {
+            ctx: std::ptr::null_mut(),
+            device: 0,
+        });
+        assert_ne!(s.next_seq(), 0);
+        s.seq.store(u32::MAX - 1, Ordering::Relaxed);
+        assert_eq!(s.next_seq(), u32::MAX);
+        assert_eq!(s.next_seq(), 1, "0 is skipped when the values wrap");
         for i in 0..KEPT + 10 {
             s.record(CkBreakdown {
                 fire_us: i as f64,

@@ -17,9 +17,11 @@ use super::sys;
 
 use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
 use super::ckpath::{
-    CONTIGUOUS_MAX_BYTES, CkBreakdown, HostFlag, HostFlags, StatusRead, pick_statuses, wait_end,
+    AT_ARMED, AT_NOTICE, CkBreakdown, EndWait, HostFlag, HostFlags, HostWord, pick_statuses,
+    wait_end,
 };
-use super::ckqueue::{Pinned, Queued};
+use super::ckqueue::Queued;
+use super::ckstatus::{Trace, write_to_end};
 use super::context::{CkLive, JobState, LaunchState, Live};
 use super::driver::ck;
 use super::engine::CudaEngine;
@@ -170,7 +172,7 @@ impl CudaEngine {
         ))
     }
 
-    fn signal(&self) -> Result<&Signal, EngineError> {
+    pub(crate) fn signal(&self) -> Result<&Signal, EngineError> {
         if let Some(s) = self.signal.get() {
             return Ok(s);
         }
@@ -190,7 +192,7 @@ impl CudaEngine {
 
     /// The engine's host flag words (`FlagWrite::HostMapped`), made on first use; `None`
     /// (logged once) if the driver refused the pinned page.
-    fn host_flags(&self) -> Option<&HostFlags> {
+    pub(crate) fn host_flags(&self) -> Option<&HostFlags> {
         let r = self.ck_path.host_flags.get_or_init(|| {
             HostFlags::new(self.ctx).map_err(|e| {
                 log::warn!("cuda: no host-mapped checkpoint flags ({e}): device flags instead");
@@ -247,13 +249,22 @@ impl CudaEngine {
         if !write_value && method != FlagWrite::HostMapped {
             method = FlagWrite::Memcpy;
         }
+        // One pinned slot holds the host flag or gate, the end notice and the armed write's
+        // completion word.
+        let notice_on = self.cfg.end_wait == EndWait::Notice;
         let host_flag = match method {
             FlagWrite::HostMapped | FlagWrite::Armed => self.host_flags().and_then(HostFlags::take),
+            _ if notice_on => self.host_flags().and_then(HostFlags::take),
             _ => None,
         };
         if method == FlagWrite::Armed && host_flag.is_none() {
             method = FlagWrite::WriteValue;
         }
+        let seq = self.ck_path.next_seq();
+        let notice = host_flag
+            .as_ref()
+            .filter(|_| notice_on)
+            .map(|f| (f.word(AT_NOTICE), f.device_at(AT_NOTICE), seq));
         let flag_at = match (&host_flag, method) {
             (Some(f), FlagWrite::HostMapped) => f.device(),
             _ => buf.flag(),
@@ -268,6 +279,12 @@ impl CudaEngine {
         let (n, per_cta) = threads(l.grid, l.block);
         let stride = module.plans[plan].record_bytes;
         let queued = self.queue_statuses(&buf, &stream, n, stride)?;
+        let mirror = self.take_mirror(n)?;
+        let mirror_dev = mirror.as_ref().map_or(0, |m| m.dev);
+        if let (Some(f), FlagWrite::HostMapped) = (&host_flag, method) {
+            // The kernel reads the mirror's address next to its flag, here in the slot.
+            f.set_mirror(mirror_dev);
+        }
         let mut cleared: sys::CUevent = std::ptr::null_mut();
         let mut done: sys::CUevent = std::ptr::null_mut();
         // SAFETY: out-pointers to locals; destroyed below once the hook is gone.
@@ -288,26 +305,78 @@ impl CudaEngine {
             signal: arm.as_ref().map_or(signal, |a| a.stream),
             method,
             done,
-            host: host_flag.as_ref().map(HostFlag::host),
+            host: host_flag
+                .as_ref()
+                .filter(|_| matches!(method, FlagWrite::HostMapped | FlagWrite::Armed))
+                .map(HostFlag::host),
+            host_value: if method == FlagWrite::Armed { seq } else { 1 },
             gate: host_flag.as_ref().map_or(0, HostFlag::device),
+            armed_done: host_flag.as_ref().map_or(0, |f| f.device_at(AT_ARMED)),
+            fallback: signal,
         };
+        let armed_word = host_flag.as_ref().map(|f| f.word(AT_ARMED));
         let q = queued.as_ref().map(|(q, _)| q.clone());
-        let r =
-            made.and_then(|_| self.ck_kernel(&l, func.f, &mut params, &buf, hook, (&stream, q), h));
+        let r = made.and_then(|_| {
+            self.ck_kernel(
+                &l,
+                func.f,
+                &mut params,
+                (&buf, mirror_dev),
+                hook,
+                (&stream, q, notice),
+                h,
+            )
+        });
         let mut buf = buf;
+        // Set when the armed write never completed (see below): its stream, slot and buffer
+        // are retired (leaked), never reused.
+        let stuck = std::cell::Cell::new(false);
         type Ran = Result<(bool, Duration, Trace), super::driver::DrvError>;
         let finish = |r: Ran| -> Ran {
             let (fired, gpu, mut trace) = r?;
-            if fired || arm.is_some() {
+            if let (Some(a), Some(w)) = (&arm, armed_word) {
+                // The armed write always runs (its gate was opened at the end if no request
+                // did): it lands before this buffer's next job, seen by its completion word
+                // (bounded, then the driver's sync).
+                if trace.arm_failed {
+                    // SAFETY: the job's arming stream, live (its gate is open).
+                    ck("cuStreamSynchronize", unsafe {
+                        sys::cuStreamSynchronize(a.stream)
+                    })?;
+                } else if !super::notice::spin_for(w, hook.host_value, super::notice::ARMED_BOUND) {
+                    log::warn!(
+                        "cuda: the armed flag write's completion word did not come within {} ms: its event is waited for",
+                        super::notice::ARMED_BOUND.as_millis()
+                    );
+                    // Not `cuStreamSynchronize`: a gate the front end never sees would hold
+                    // it forever. The event behind the write, for a further bound.
+                    if !super::notice::event_within(done, super::notice::ARMED_STUCK) {
+                        log::error!(
+                            "cuda: the armed flag write did not complete within {} ms more: its stream, slot and buffer are retired",
+                            super::notice::ARMED_STUCK.as_millis()
+                        );
+                        stuck.set(true);
+                    }
+                }
+                if trace.late {
+                    // SAFETY: the engine's live signal stream (the late write's).
+                    ck("cuStreamSynchronize", unsafe {
+                        sys::cuStreamSynchronize(signal)
+                    })?;
+                }
+                trace.synced = Some(Instant::now());
+                if fired {
+                    trace.write_to_end = write_to_end(&stream, done);
+                }
+            } else if fired {
                 // The flag write may still be queued on the signal stream: let it land now,
-                // not in this buffer's next job (an armed write always runs: its gate was
-                // opened at the end if no request did).
-                // SAFETY: the engine's (or the job's arming) live stream.
+                // not in this buffer's next job.
+                // SAFETY: the engine's live stream.
                 ck("cuStreamSynchronize", unsafe {
                     sys::cuStreamSynchronize(hook.signal)
                 })?;
                 trace.synced = Some(Instant::now());
-                if fired && method != FlagWrite::HostMapped {
+                if method != FlagWrite::HostMapped {
                     trace.write_to_end = write_to_end(&stream, done);
                 }
             }
@@ -316,7 +385,7 @@ impl CudaEngine {
         if let (Some(_), Some(f)) = (&arm, &host_flag) {
             // Whatever happened, the armed write's gate opens (a stream waiting on it must
             // not go back to the pool blocked).
-            f.host().store(1);
+            f.host().store(hook.host_value);
         }
         let armed_ok = r.is_ok();
         let r = finish(r);
@@ -343,6 +412,25 @@ impl CudaEngine {
             },
             (None, r) => (None, r),
         };
+        // The status mirror: read (and zeroed) once the kernel has ended, if a status may have
+        // been stored there (a fresh run that was not requested stores none); while a kernel
+        // may still store to it, it is neither reused nor freed (leaked).
+        let (mirror_words, r) = match (mirror, r) {
+            (Some(pin), Ok(x)) => {
+                let words = (x.0 || resume).then(|| {
+                    self.ck_path.mirrors.take_mirror(
+                        &pin,
+                        n as usize,
+                        if resume { &before[..] } else { &[] },
+                    )
+                });
+                self.ck_path.mirrors.give(pin);
+                (words, Ok(x))
+            }
+            // `Pinned` has no destructor: not giving it back leaks it.
+            (Some(_pin), Err(e)) => (None, Err(e)),
+            (None, r) => (None, r),
+        };
         // SAFETY: created above (null if not); the hook that used them was removed inside
         // `ck_kernel`, and the signal stream was synchronised if it fired.
         unsafe {
@@ -356,7 +444,7 @@ impl CudaEngine {
             self.give_stream(stream);
             match arm {
                 // Synchronised in `finish`.
-                Some(a) if armed_ok => self.give_stream(a),
+                Some(a) if armed_ok && !stuck.get() => self.give_stream(a),
                 Some(a) => std::mem::forget(a),
                 None => {}
             }
@@ -364,7 +452,11 @@ impl CudaEngine {
             std::mem::forget(stream);
             std::mem::forget(arm);
         }
-        drop(host_flag);
+        if stuck.get() {
+            std::mem::forget(host_flag);
+        } else {
+            drop(host_flag);
+        }
         let (fired, gpu, trace) = match r {
             Ok(x) => x,
             Err(e) if e.is_sticky() => {
@@ -386,18 +478,31 @@ impl CudaEngine {
         // read per resumed completion); if not, its kernel read an area that had not landed.
         let unfinished = match (fired, resume) {
             (false, true) => {
-                let after = self.read_statuses(&buf, n, planr.record_bytes)?;
+                let mut after = match mirror_words.clone() {
+                    Some(w) => w,
+                    None => self.read_statuses(&buf, n, planr.record_bytes)?,
+                };
+                if mirror_words.is_some() && !ckpt::unrequested_end_complete(&after) {
+                    // Confirmed by the records themselves before resuming again.
+                    after = self.read_statuses(&buf, n, planr.record_bytes)?;
+                }
                 (!ckpt::unrequested_end_complete(&after)).then_some(after)
             }
             _ => None,
         };
         if !fired && unfinished.is_none() {
-            self.release_area(&mut buf, resume, need);
+            if stuck.get() {
+                // The armed write may still land in its flag: never reused.
+                std::mem::forget(buf);
+            } else {
+                self.release_area(&mut buf, resume, need);
+            }
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
         }
-        let after = match (unfinished, queued_words) {
+        let from_mirror = unfinished.is_none() && mirror_words.is_some();
+        let after = match (unfinished, queued_words.or(mirror_words)) {
             (Some(a), _) => {
                 log::warn!(
                     "cuda: resumed launch of {} ended unrequested with records not done: resumed again",
@@ -409,15 +514,34 @@ impl CudaEngine {
             (None, None) => self.read_statuses(&buf, n, planr.record_bytes)?,
         };
         let statuses_at = Instant::now();
-        let t = tally(
+        let mut after = after;
+        let mut t = tally(
             planr,
             &before,
             &after,
             per_cta,
             shared_per_cta(planr, l.dynamic_shared),
         );
+        if t.pending == 0 && from_mirror {
+            // The mirror says every record is done after a request (the kernel ended before
+            // it stopped): confirmed by the records before the job is called complete, so a
+            // mirror store that never landed cannot lose a stop.
+            after = self.read_statuses(&buf, n, planr.record_bytes)?;
+            t = tally(
+                planr,
+                &before,
+                &after,
+                per_cta,
+                shared_per_cta(planr, l.dynamic_shared),
+            );
+        }
         if t.pending == 0 {
-            self.release_area(&mut buf, resume, need);
+            if stuck.get() {
+                // The armed write may still land in its flag: never reused.
+                std::mem::forget(buf);
+            } else {
+                self.release_area(&mut buf, resume, need);
+            }
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
             });
@@ -434,14 +558,26 @@ impl CudaEngine {
                 escalated,
             }),
         }));
-        let flag = if method == FlagWrite::HostMapped && !trace.host {
+        let mut flag = if method == FlagWrite::HostMapped && !trace.host {
             "host-mapped (no free word: device flag)".to_string()
         } else {
             method.to_string()
         };
+        if trace.arm_failed {
+            flag.push_str(" (arm failed)");
+        }
+        if trace.late {
+            flag.push_str(" (late: driver write)");
+        }
+        let wait = match (self.cfg.end_wait, trace.noticed_by) {
+            (EndWait::Notice, None) => "notice (no word: event spin)".to_string(),
+            (EndWait::Notice, Some(super::notice::Noticed::Event)) => {
+                "notice (word lost: event)".to_string()
+            }
+            (w, _) => format!("{w:?}").to_lowercase(),
+        };
         let path = format!(
-            "{flag}/{}/{}",
-            format!("{:?}", self.cfg.end_wait).to_lowercase(),
+            "{flag}/{wait}/{}",
             format!("{:?}", self.cfg.status_read).to_lowercase()
         );
         self.ck_path
@@ -450,45 +586,6 @@ impl CudaEngine {
             context,
             gpu_time: gpu,
         })
-    }
-
-    /// For `StatusRead::Queued` (records spanning at most `CONTIGUOUS_MAX_BYTES`): the copy
-    /// a request enqueues behind the kernel, and its pinned destination.
-    fn queue_statuses(
-        &self,
-        buf: &DevBuf,
-        stream: &Stream,
-        n: u64,
-        stride: u32,
-    ) -> Result<Option<(Arc<Queued>, Pinned)>, EngineError> {
-        let span = n.saturating_mul(u64::from(stride));
-        if self.cfg.status_read != StatusRead::Queued || span > CONTIGUOUS_MAX_BYTES {
-            return Ok(None);
-        }
-        let pin = self
-            .ck_path
-            .pins
-            .take(span as usize)
-            .map_err(|e| self.drv(e))?;
-        match Queued::new(self.ctx, stream.stream, buf.area(), &pin, span as usize) {
-            Ok(q) => Ok(Some((Arc::new(q), pin))),
-            Err(e) => {
-                self.ck_path.pins.give(pin);
-                Err(self.drv(e))
-            }
-        }
-    }
-
-    /// The status words of `n` records (`StatusRead`).
-    fn read_statuses(&self, buf: &DevBuf, n: u64, stride: u32) -> Result<Vec<u32>, EngineError> {
-        let span = n.saturating_mul(u64::from(stride));
-        let r = if self.cfg.status_read == StatusRead::Contiguous && span <= CONTIGUOUS_MAX_BYTES {
-            buf.read_area(span)
-                .map(|b| pick_statuses(&b, n as usize, stride as usize))
-        } else {
-            buf.statuses(n, stride)
-        };
-        r.map_err(|e| self.drv(e))
     }
 
     /// A completed job's buffer goes back to the pool all zero. A run that was not resumed
@@ -516,29 +613,43 @@ impl CudaEngine {
         l: &LaunchState,
         f: sys::CUfunction,
         params: &mut [u8],
-        buf: &DevBuf,
+        (buf, mirror): (&DevBuf, u64),
         hook: FlagHook,
-        (stream, queued): (&Stream, Option<Arc<Queued>>),
+        (stream, queued, notice): (&Stream, Option<Arc<Queued>>, Option<NoticeWord>),
         h: &PreemptHandle,
     ) -> Result<(bool, Duration, Trace), super::driver::DrvError> {
-        match hook.host {
-            // A plain store before the launch is enqueued: program order.
-            Some(w) => w.store(0),
-            // SAFETY: the job's own buffer and stream.
-            None => unsafe {
+        match (hook.method, hook.host) {
+            // A plain store before the launch is enqueued: program order (the mirror's
+            // address is in the slot already).
+            (FlagWrite::HostMapped, Some(w)) => w.store(0),
+            // The flag, then the mirror's address next to it (0: none), on the job stream.
+            // SAFETY: the job's own buffer (256 header bytes) and stream.
+            _ => unsafe {
                 ck(
                     "cuMemsetD32Async",
-                    sys::cuMemsetD32Async(buf.flag(), 0, 1, stream.stream),
+                    sys::cuMemsetD32Async(buf.flag(), 0, 4, stream.stream),
                 )?;
+                if mirror != 0 {
+                    let at = buf.flag() + ptx::ckpt::MIRROR_OFF as u64;
+                    ck(
+                        "cuMemsetD32Async",
+                        sys::cuMemsetD32Async(at, mirror as u32, 1, stream.stream),
+                    )?;
+                    ck(
+                        "cuMemsetD32Async",
+                        sys::cuMemsetD32Async(at + 4, (mirror >> 32) as u32, 1, stream.stream),
+                    )?;
+                }
             },
+        }
+        if let (FlagWrite::Armed, Some(gate)) = (hook.method, hook.host) {
+            // Closed before the hook is attached (a request's store comes after it).
+            gate.store(0);
         }
         // SAFETY: live event and stream.
         ck("cuEventRecord", unsafe {
             sys::cuEventRecord(hook.cleared, stream.stream)
         })?;
-        if hook.method == FlagWrite::Armed {
-            hook.arm()?;
-        }
         let fired = Arc::new(AtomicBool::new(false));
         let fire_times: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::default();
         let fire = {
@@ -591,14 +702,54 @@ impl CudaEngine {
             )
         })?;
         stream.mark_end()?;
+        let notice = notice.filter(|&(_, dev, value)| {
+            // SAFETY: the job's live stream; `dev` is a word of the job's pinned slot, held
+            // until the job ends (its value is fresh: an older store never matches).
+            let r = ck("cuStreamWriteValue32_v2", unsafe {
+                sys::cuStreamWriteValue32_v2(stream.stream, dev, value, 0)
+            });
+            // The kernel runs: its end is waited for by the event instead.
+            r.inspect_err(|e| log::warn!("cuda: enqueuing the end notice failed: {e}"))
+                .is_ok()
+        });
+        let arm_failed = hook.method == FlagWrite::Armed
+            && hook.arm().map_or_else(
+                |e| {
+                    // The job goes on: a request is then written by the driver once late
+                    // (`EndWait::Notice`), else the kernel runs to its end; the arming
+                    // stream is synchronised after the gate opens.
+                    log::warn!("cuda: arming the checkpoint flag failed: {e}");
+                    true
+                },
+                |_| false,
+            );
         if let Some(q) = &queued {
             q.on_launched(fired.load(Ordering::SeqCst))?;
         }
-        let noticed = wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire);
+        let late = || hook.fire_driver();
+        let (noticed, noticed_by, late_used) = match notice {
+            Some((word, _, value)) => match super::notice::wait(&super::notice::Wait {
+                word,
+                value,
+                stream,
+                deadline: h.deadline(),
+                fired: &fired,
+                fire: &*fire,
+                late: (hook.method == FlagWrite::Armed).then_some(&late as &dyn Fn()),
+            }) {
+                Ok((t, by, l)) => (Ok(t), Some(by), l),
+                Err(e) => (Err(e), None, false),
+            },
+            None => (
+                wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire),
+                None,
+                false,
+            ),
+        };
         if let (FlagWrite::Armed, Some(gate)) = (hook.method, hook.host) {
             // Open the gate whether or not a request did, so the armed write completes (on
             // the flag of a finished kernel, before the buffer is reused).
-            gate.store(1);
+            gate.store(hook.host_value);
         }
         drop(guard);
         let noticed = noticed?;
@@ -615,54 +766,13 @@ impl CudaEngine {
                 host: hook.host.is_some(),
                 synced: None,
                 write_to_end: None,
+                noticed_by,
+                late: late_used,
+                arm_failed,
             },
         ))
     }
 }
 
-/// Host instants and GPU times of one checkpointed kernel run (`CkBreakdown`'s raw form).
-struct Trace {
-    /// The hook's flag write: called, returned.
-    fire: Option<(Instant, Instant)>,
-    noticed: Instant,
-    kernel: Duration,
-    host: bool,
-    synced: Option<Instant>,
-    write_to_end: Option<f64>,
-}
-
-impl Trace {
-    fn breakdown(
-        &self,
-        path: String,
-        requested: Option<Instant>,
-        statuses: Instant,
-        ready: Instant,
-    ) -> CkBreakdown {
-        let req = requested.or(self.fire.map(|f| f.0)).unwrap_or(self.noticed);
-        let us = |t: Instant| t.saturating_duration_since(req).as_secs_f64() * 1e6;
-        let synced = self.synced.unwrap_or(self.noticed);
-        CkBreakdown {
-            path,
-            fire_us: self.fire.map_or(0.0, |f| us(f.1)),
-            end_noticed_us: us(self.noticed),
-            write_to_end_gpu_us: self.write_to_end,
-            kernel_gpu_us: self.kernel.as_secs_f64() * 1e6,
-            signal_sync_us: synced.saturating_duration_since(self.noticed).as_secs_f64() * 1e6,
-            statuses_us: statuses.saturating_duration_since(synced).as_secs_f64() * 1e6,
-            ready_us: us(ready),
-        }
-    }
-}
-
-/// GPU µs from the flag write's `done` event to the kernel's end; `None` if the write came
-/// before the kernel started (the flag was already up) or the event was never recorded.
-fn write_to_end(stream: &Stream, done: sys::CUevent) -> Option<f64> {
-    let to_end = stream.to_end_signed_us(done).ok()?;
-    let from_start = stream.start_to(done).ok();
-    // `start_to` clamps at 0: a write before the start reads as 0 and counts as "before".
-    match from_start {
-        Some(d) if d > Duration::ZERO => Some(to_end),
-        _ => None,
-    }
-}
+/// `EndWait::Notice`'s word: host address, device address, the launch's value.
+type NoticeWord = (HostWord, u64, u32);

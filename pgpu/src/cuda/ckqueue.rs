@@ -2,7 +2,8 @@
 //! copy the *request* enqueues on the job stream behind the kernel (`cuMemcpyDtoHAsync` into
 //! pinned host memory, then an event), so the GPU copies the records the moment the last CTA
 //! exits and the host, once it notices the end, waits for no further round trip. Pinned
-//! buffers are pooled per engine (`cuMemAllocHost` costs far more than a preemption).
+//! buffers are pooled per engine (`cuMemAllocHost` costs far more than a preemption); the
+//! same pool type holds `StatusRead::Mirror`'s status mirrors (`PinPool::take_mirror`).
 
 use std::sync::Mutex;
 
@@ -24,6 +25,8 @@ pub struct PinPool {
 pub struct Pinned {
     ptr: *mut u8,
     len: usize,
+    /// Its device address (`cuMemHostGetDevicePointer`).
+    pub dev: u64,
 }
 
 // SAFETY: pinned host memory owned by whoever holds the `Pinned`; freed once (`PinPool::free`).
@@ -61,7 +64,40 @@ impl PinPool {
         })?;
         // SAFETY: the allocation just made, `len` bytes.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
-        Ok(Pinned { ptr: p.cast(), len })
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `p` is the pinned allocation just made; out-pointer to a local.
+        let r = ck("cuMemHostGetDevicePointer_v2", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0)
+        });
+        let pin = Pinned {
+            ptr: p.cast(),
+            len,
+            dev,
+        };
+        if let Err(e) = r {
+            Self::free(pin);
+            return Err(e);
+        }
+        Ok(pin)
+    }
+
+    /// The first `n` words, each merged with `before` (see `merge_mirror`), then zeroed (the
+    /// kernel that stored them has ended).
+    pub fn take_mirror(&self, p: &Pinned, n: usize, before: &[u32]) -> Vec<u32> {
+        let n = n.min(p.len / 4);
+        let words = p.ptr.cast::<u32>();
+        (0..n)
+            .map(|g| {
+                // SAFETY: word `g` < len / 4 of the pinned buffer (4-aligned: allocations
+                // are page-aligned); no kernel writes it any more.
+                let v = unsafe { std::ptr::read_volatile(words.add(g)) };
+                if v != 0 {
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_volatile(words.add(g), 0) };
+                }
+                merge_mirror(v, before.get(g).copied())
+            })
+            .collect()
     }
 
     /// Gives `p` back (no copy into it may be pending).
@@ -95,6 +131,16 @@ impl Drop for PinPool {
         {
             Self::free(p);
         }
+    }
+}
+
+/// One status from its mirror word `m` (0: the launch stored none) and the word `before` it
+/// (`None`: a fresh launch, whose records started done).
+pub fn merge_mirror(m: u32, before: Option<u32>) -> u32 {
+    if m != 0 {
+        m & !ptx::ckpt::MIRROR_MARK
+    } else {
+        before.unwrap_or(ptx::ckpt::STATUS_DONE)
     }
 }
 
@@ -205,5 +251,28 @@ impl Drop for Queued {
     fn drop(&mut self) {
         // SAFETY: created in `new`, destroyed once; `finish` waited for any recorded use.
         unsafe { sys::cuEventDestroy_v2(self.event) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_mirror;
+    use ptx::ckpt::{MIRROR_MARK, STATUS_DONE, STATUS_NOT_STARTED};
+
+    #[test]
+    fn mirror_words_replace_the_status_before_and_unstored_ones_keep_it() {
+        // Stored this launch: the word without its mark, whatever was before.
+        assert_eq!(merge_mirror(MIRROR_MARK | 5, Some(7)), 5);
+        assert_eq!(
+            merge_mirror(MIRROR_MARK | STATUS_DONE, Some(9)),
+            STATUS_DONE
+        );
+        assert_eq!(
+            merge_mirror(MIRROR_MARK | STATUS_NOT_STARTED, None),
+            STATUS_NOT_STARTED
+        );
+        // Not stored: the status before a resumed launch, done for a fresh one.
+        assert_eq!(merge_mirror(0, Some(4)), 4);
+        assert_eq!(merge_mirror(0, None), STATUS_DONE);
     }
 }

@@ -85,6 +85,8 @@ pub struct CudaEngine {
     pub(crate) idle: Condvar,
     pub(crate) modules: Mutex<Modules>,
     pub(crate) streams: Mutex<Vec<Stream>>,
+    /// Job streams made so far (the pool was empty).
+    pub(crate) streams_made: AtomicU64,
     /// Measured block throughput (blocks per second) per (module, entry, block shape).
     pub(crate) rates: Mutex<HashMap<RateKey, f64>>,
     /// Why the context is lost, once it is.
@@ -167,6 +169,7 @@ impl CudaEngine {
             idle: Condvar::new(),
             modules: Mutex::new(Modules::default()),
             streams: Mutex::new(Vec::new()),
+            streams_made: AtomicU64::new(0),
             rates: Mutex::new(HashMap::new()),
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
@@ -270,7 +273,19 @@ impl CudaEngine {
         if let Some(s) = lock(&self.streams).pop() {
             return Ok(s);
         }
-        Stream::new().map_err(|e| self.drv(e))
+        let s = Stream::new().map_err(|e| self.drv(e))?;
+        self.streams_made.fetch_add(1, Ordering::Relaxed);
+        Ok(s)
+    }
+
+    /// Driver objects made so far: job streams and save-area buffers (a run of a job
+    /// `Engine::prepare` prepared makes none): for tests on a GPU.
+    #[doc(hidden)]
+    pub fn made_counts(&self) -> (u64, u64) {
+        (
+            self.streams_made.load(Ordering::Relaxed),
+            self.ck_pool.allocs.load(Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn give_stream(&self, s: Stream) {

@@ -10,8 +10,9 @@
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
-//! / `ckmem` / `ckpath` / `ckqueue` (checkpointed launches: memory, flag writes, end waits,
-//! status reads, breakdowns).
+//! / `ckmem` / `ckpath` / `ckqueue` / `ckstatus` / `notice` (checkpointed launches: memory, flag
+//! writes, end waits, status reads, breakdowns), `prepare` (a job's one-time driver work done
+//! before its run).
 
 mod api;
 mod bulk;
@@ -19,6 +20,7 @@ mod ckmem;
 mod ckpath;
 mod ckpt;
 mod ckqueue;
+mod ckstatus;
 mod config;
 mod context;
 mod driver;
@@ -28,6 +30,8 @@ mod flags;
 mod hostmem;
 mod jobs;
 mod modules;
+mod notice;
+mod prepare;
 pub mod rewrite;
 mod spaces;
 mod stream;

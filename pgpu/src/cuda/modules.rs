@@ -59,6 +59,11 @@ impl Drop for Loaded {
 }
 
 impl Loaded {
+    /// Whether `entry` was resolved already (`func`).
+    pub fn resolved(&self, entry: &str) -> bool {
+        lock(&self.funcs).contains_key(entry)
+    }
+
     /// The function of `entry`, resolved once.
     pub fn func(&self, entry: &str) -> Result<Func, EngineError> {
         if let Some(f) = lock(&self.funcs).get(entry) {
@@ -72,6 +77,11 @@ impl Loaded {
             sys::cuModuleGetFunction(&mut f, self.module, name.as_ptr())
         })
         .map_err(|e| bad(format!("no entry {entry:?} ({e})")))?;
+        // With CUDA's lazy loading the kernel reaches the device at its first launch unless
+        // loaded here: resolving it before a run (`Engine::prepare`) keeps that out of the
+        // run. Optional (CUDA 12.4+): a driver without it, or a failure, leaves it lazy.
+        // SAFETY: a function handle of this live module.
+        let _ = unsafe { sys::cuFuncLoad(f) };
         let mut params = Vec::new();
         loop {
             let (mut off, mut size) = (0usize, 0usize);

@@ -156,6 +156,7 @@ driver_fns! {
     fn cuEventQuery(hEvent: CUevent);
     fn cuEventRecord(hEvent: CUevent, hStream: CUstream);
     fn cuEventSynchronize(hEvent: CUevent);
+    fn cuFuncLoad(function: CUfunction);
     fn cuFuncGetParamInfo(func: CUfunction, paramIndex: usize, paramOffset: *mut usize, paramSize: *mut usize);
     fn cuGetErrorName(error: CUresult, pStr: *mut *const ::core::ffi::c_char);
     fn cuGetErrorString(error: CUresult, pStr: *mut *const ::core::ffi::c_char);

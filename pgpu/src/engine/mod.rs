@@ -103,6 +103,22 @@ pub trait Engine: Send + Sync {
 
     /// Runs a job until it completes, faults or is preempted.
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError>;
+    /// Does the one-time work a first run of `job` would do lazily (the cuda engine: resolving
+    /// its kernel's functions, which loads them onto the device, making streams, allocating a
+    /// save area of its size into the pool), so that its run — under a grant of a shared
+    /// GPU — starts at once. Called on the VM's own thread before it asks for the GPU; nothing
+    /// of the job runs and nothing the guest sees changes. An error is not the job's: the run
+    /// does the work itself (and reports what fails then).
+    fn prepare(&self, _job: &Job) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    /// Whether a run of `job` would find everything [`Engine::prepare`] makes (cheap, no
+    /// device work): the caller prepares, and hands a grant back first, only when not.
+    fn prepared(&self, _job: &Job) -> bool {
+        true
+    }
+
     /// Counters of the checkpoint preemption method (`PreemptMethod::Checkpoint`: modules
     /// transformed, fallbacks and why, preemptions, bytes saved); `None` with another method.
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {

@@ -230,6 +230,14 @@ impl Engine for SwitchEngine {
         Ok(())
     }
 
+    fn prepare(&self, job: &Job) -> Result<(), EngineError> {
+        let (real, _) = self.real_job(job)?;
+        self.current().prepare(&real)
+    }
+    fn prepared(&self, job: &Job) -> bool {
+        self.real_job(job)
+            .map_or(true, |(real, _)| self.current().prepared(&real))
+    }
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         let _busy = self.busy();
         let (real, tag) = self.real_job(job)?;

@@ -226,6 +226,14 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
     let both = [PreemptMethod::Checkpoint, PreemptMethod::Restart].as_slice();
     for (fw, ew, sr, methods) in [
         (FlagWrite::HostMapped, EndWait::Spin, StatusRead::Queued, cp),
+        (FlagWrite::Armed, EndWait::Notice, StatusRead::Mirror, both),
+        (
+            FlagWrite::WriteValue,
+            EndWait::Notice,
+            StatusRead::Mirror,
+            both,
+        ),
+        (FlagWrite::Armed, EndWait::Sync, StatusRead::Strided, both),
         (FlagWrite::Armed, EndWait::Sync, StatusRead::Queued, both),
         (
             FlagWrite::WriteValue,
@@ -279,6 +287,72 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
             assert_eq!(
                 pgpu::conformance::check_engine(&e, cuda_setup_with(false)),
                 Ok(7)
+            );
+        }
+    }
+}
+
+/// The request path without synchronous driver calls (`armed` flag, `notice` end wait,
+/// `mirror` status read) beside the default, on every long kernel class at size xl under
+/// `auto` (restart for the loops, checkpoint for `long_atomic`) and the one-CTA 10 ms spin
+/// (checkpoint): each preempted 10 times by a warm requester and resumed to the bytes of the
+/// unpreempted launch; every breakdown of the new path names it with no fallback (no late
+/// driver write, no lost notice).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckpath_armed_notice_mirror_on_every_long_kernel() {
+    let spin = suite::hand::spin::instance_with(10_000_000, 1, 256, suite::Size::Large);
+    let mut kernels: Vec<(&str, suite::Instance, PreemptMethod)> =
+        vec![("spin", spin, PreemptMethod::Checkpoint)];
+    for name in ["long_tight", "long_loose", "long_smem", "long_atomic"] {
+        let inst = suite::long::find(name).unwrap().instance(suite::Size::Xl);
+        kernels.push((name, inst, PreemptMethod::Auto));
+    }
+    let paths = [
+        (FlagWrite::WriteValue, EndWait::Sync, StatusRead::Strided),
+        (FlagWrite::Armed, EndWait::Notice, StatusRead::Mirror),
+    ];
+    for (name, inst, method) in &kernels {
+        let want = {
+            let e = cuda(CudaConfig {
+                vram_size: 512 * MIB,
+                whole_launches: true,
+                ..CudaConfig::default()
+            });
+            let p = place(&e, inst, window());
+            let (b, _) = run(&e, &p, inst, None).unwrap();
+            b[0].clone()
+        };
+        for (fw, ew, sr) in paths {
+            let e = engine(*method, fw, ew, sr);
+            let w = Warm::new();
+            let mut lat = Vec::new();
+            for i in 0..11u64 {
+                let after = Duration::from_micros(300 + 61 * i);
+                let (l, bytes) = preempt_once(&e, inst, after, Some(&w));
+                assert!(bytes == want, "{fw}/{ew:?}/{sr:?} {name}: bytes differ");
+                lat.push(l);
+            }
+            let mut b = e.take_ck_breakdowns();
+            // The warm requester's first request warms it (not counted).
+            lat.remove(0);
+            b.remove(0);
+            assert_eq!(b.len(), 10, "{fw}/{ew:?}/{sr:?} {name}: one per preemption");
+            let want_path = format!(
+                "{fw}/{}/{}",
+                format!("{ew:?}").to_lowercase(),
+                format!("{sr:?}").to_lowercase()
+            );
+            for x in &b {
+                assert_eq!(x.path, want_path, "{name}: a fallback was taken: {x:?}");
+                assert!(x.end_noticed_us <= x.ready_us, "{x:?}");
+            }
+            println!(
+                "MEASURE path {fw}/{ew:?}/{sr:?} {name} ({method}, warm requester): request→Preempted p50/p99/max {:.1}/{:.1}/{:.1} us; {}",
+                pct(lat.clone(), 0.5),
+                pct(lat.clone(), 0.99),
+                pct(lat, 1.0),
+                parts(&b)
             );
         }
     }

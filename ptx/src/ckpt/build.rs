@@ -125,6 +125,43 @@ impl Gen {
         );
     }
 
+    /// The status word just stored in the record (`status`: a value, or `None` for point
+    /// `%__ck_pt`'s `pt + 2`) also goes to the mirror (`emit::MIRROR_OFF`) when the host set
+    /// one. Only on the paths that store a status, never on a fresh thread's completion; the
+    /// ids are computed again here (clobbering `%__ck_t`/`%__ck_u`), so that nothing stays
+    /// live across the body for it; every path after it returns.
+    pub(crate) fn mirror(&mut self, status: Option<u32>) {
+        let skip = self.fresh();
+        // From the parameter again, not `%__ck_flagp` (ptxas keeps the flag's address in a
+        // uniform register for the polls; this use would make it a per-thread one).
+        self.i("ld.param.u64", vec![r("%__ck_mv"), at(PARAMS[0], 0)]);
+        self.i(
+            "ld.global.u64",
+            vec![r("%__ck_mv"), at("%__ck_mv", super::emit::MIRROR_OFF)],
+        );
+        self.i("setp.eq.u64", vec![r("%__ck_q"), r("%__ck_mv"), imm(0)]);
+        self.g("%__ck_q", false, "bra", vec![r(&skip)]);
+        self.ids();
+        // The thread's index fits 32 bits: a host sets a mirror only for grids of at most
+        // 2^20 threads (4 MiB of words).
+        self.i(
+            "mad.lo.u32",
+            vec![r("%__ck_tl"), r("%__ck_cl"), r("%__ck_nt"), r("%__ck_tl")],
+        );
+        self.i("mul.wide.u32", vec![r("%__ck_mw"), r("%__ck_tl"), imm(4)]);
+        self.i("add.u64", vec![r("%__ck_mv"), r("%__ck_mv"), r("%__ck_mw")]);
+        let mark = u64::from(super::emit::MIRROR_MARK);
+        match status {
+            Some(v) => self.i("mov.u32", vec![r("%__ck_u"), imm(u64::from(v) | mark)]),
+            None => {
+                self.i("add.u32", vec![r("%__ck_u"), r("%__ck_pt"), imm(2)]);
+                self.i("or.b32", vec![r("%__ck_u"), r("%__ck_u"), imm(mark)]);
+            }
+        }
+        self.i("st.global.u32", vec![at("%__ck_mv", 0), r("%__ck_u")]);
+        self.label(&skip);
+    }
+
     /// `%__ck_sh` = the CTA's shared save block (after [`Gen::ids`]): after every thread
     /// record, `cl * (static + align8(dyn))`.
     pub(crate) fn shared_base(&mut self, stride: u32, sp: &SharedPlan) {

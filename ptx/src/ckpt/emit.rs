@@ -17,6 +17,14 @@ use crate::module::ParamInfo;
 /// Names of the parameters appended to every transformed entry, in order.
 pub const PARAMS: [&str; 4] = ["__ck_flag", "__ck_save", "__ck_resume", "__ck_dyn_smem"];
 
+/// Offset from `__ck_flag` of the status mirror's address (a `u64`; 0: no mirror). Where it
+/// is not 0, every status word a thread stores in its record is also stored, with
+/// [`MIRROR_MARK`] set, at `mirror + 4 * g` (`g` the thread's linear index in the grid): the
+/// host reads a preempted launch's statuses from there (host-pinned memory) without a copy.
+pub const MIRROR_OFF: i64 = 8;
+/// Set in every status word stored in the mirror (a 0 word: not stored by this launch).
+pub const MIRROR_MARK: u32 = 0x8000_0000;
+
 /// Status word values of a record (point `k` >= 1 is stored as `k + 2`).
 pub const STATUS_DONE: u32 = 0;
 /// The thread exited at the entry point without doing any work.
@@ -33,6 +41,8 @@ const REGS: &[(&str, Ty)] = &[
     ("%__ck_rec", Ty::U64),
     ("%__ck_w", Ty::U64),
     ("%__ck_sh", Ty::U64),
+    ("%__ck_mv", Ty::U64),
+    ("%__ck_mw", Ty::U64),
     ("%__ck_from", Ty::U32),
     ("%__ck_pt", Ty::U32),
     ("%__ck_f", Ty::U32),
@@ -344,6 +354,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
     g.g("%__ck_p", false, "ret", vec![]);
     g.i("mov.u32", vec![r("%__ck_t"), imm(u64::from(STATUS_DONE))]);
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
+    g.mirror(Some(STATUS_DONE));
     g.i("ret", vec![]);
     // Out-of-line flag checks of counted points.
     for (sk, arg) in checks {
@@ -381,6 +392,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         vec![r("%__ck_t"), imm(u64::from(STATUS_NOT_STARTED))],
     );
     g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
+    g.mirror(Some(STATUS_NOT_STARTED));
     g.i("ret", vec![]);
     // Save paths: each point records its id, then the common part.
     for k in 0..plan.sites.len() {
@@ -444,6 +456,7 @@ pub(crate) fn rewrite(e: &mut StmtEntry, plan: &Plan) {
         g.label(&done);
         g.i("add.u32", vec![r("%__ck_t"), r("%__ck_pt"), imm(2)]);
         g.i("st.global.u32", vec![at("%__ck_rec", 0), r("%__ck_t")]);
+        g.mirror(None);
         g.i("ret", vec![]);
     }
     // Resume: read the record, then restart, return, or restore and jump to the point.

@@ -26,7 +26,7 @@ mod print;
 mod strip;
 
 pub use budget::Unsupported;
-pub use emit::{PARAMS, STATUS_DONE, STATUS_NOT_STARTED};
+pub use emit::{MIRROR_MARK, MIRROR_OFF, PARAMS, STATUS_DONE, STATUS_NOT_STARTED};
 pub use idem::Idempotence;
 pub use layout::HEADER_BYTES;
 pub use points::{Class, PointKind};

@@ -112,6 +112,8 @@ pub struct CkRun {
     pub full_bytes: u64,
     /// Register bytes the saves of this run stored (per the plan's per-resume-point numbers).
     pub incremental_bytes: u64,
+    /// Status words found in the mirror (`run_ckpt_mirror`), each equal to its record's.
+    pub mirror_words: u64,
 }
 
 /// Run every launch of `inst` with the transformed module `t`: each launch (and relaunch)
@@ -123,8 +125,33 @@ pub fn run_ckpt(
     inst: &suite::Instance,
     t: &ptx::ckpt::Transformed,
     workers: usize,
+    rng: Option<&mut Rng>,
+    preempt_rounds: u64,
+) -> Result<CkRun, String> {
+    run_ckpt_with(inst, t, workers, rng, preempt_rounds, false)
+}
+
+/// As [`run_ckpt`], with a status mirror set at `__ck_flag + MIRROR_OFF`: after every round
+/// each record whose status word this round stored (every record not done before it, every
+/// record a fresh round left not done) must have its word, marked, in the mirror, and no
+/// other mirror word may be set; the mirror is cleared between rounds (as the engine does).
+pub fn run_ckpt_mirror(
+    inst: &suite::Instance,
+    t: &ptx::ckpt::Transformed,
+    workers: usize,
+    rng: Option<&mut Rng>,
+    preempt_rounds: u64,
+) -> Result<CkRun, String> {
+    run_ckpt_with(inst, t, workers, rng, preempt_rounds, true)
+}
+
+fn run_ckpt_with(
+    inst: &suite::Instance,
+    t: &ptx::ckpt::Transformed,
+    workers: usize,
     mut rng: Option<&mut Rng>,
     preempt_rounds: u64,
+    mirror: bool,
 ) -> Result<CkRun, String> {
     let module = Arc::new(ptx::parse(&t.ptx).map_err(|e| e.to_string())?);
     let mut need = 0u64;
@@ -132,9 +159,15 @@ pub fn run_ckpt(
         let plan = t.entry(l.entry).ok_or("no plan")?;
         need = need.max(plan.save_area_bytes(l.grid, l.block, l.shared_bytes));
     }
-    let p = place(inst, need as usize + 512);
+    let most_threads = inst.launches.iter().map(|l| l.threads()).max().unwrap_or(0);
+    let p = place(inst, need as usize + 512 + 4 * most_threads as usize + 256);
     let flag = p.free;
     let save = p.free + 256;
+    let mirror_at = (save + need).next_multiple_of(256);
+    if mirror {
+        let off = ptx::ckpt::MIRROR_OFF as u64;
+        assert!(p.mem.write(flag + off, &mirror_at.to_le_bytes()));
+    }
     let mut run = CkRun {
         outs: Vec::new(),
         flags_raised: 0,
@@ -143,6 +176,7 @@ pub fn run_ckpt(
         stats: Stats::default(),
         full_bytes: 0,
         incremental_bytes: 0,
+        mirror_words: 0,
     };
     let warp_instrs = (inst.approx_thread_instrs / 32 / inst.launches.len() as u64).max(2);
     for l in &inst.launches {
@@ -163,6 +197,8 @@ pub fn run_ckpt(
         let mut from = vec![0u32; threads as usize];
         let mut resume = 0u32;
         let mut rounds = 0u64;
+        // Status words before the round (all done before a fresh launch).
+        let mut before = vec![0u32; threads as usize];
         loop {
             rounds += 1;
             if rounds > preempt_rounds + 4 {
@@ -205,6 +241,25 @@ pub fn run_ckpt(
                     .mem
                     .read_u32s(save + g * u64::from(plan.record_bytes), 1)
                     .ok_or("record outside memory")?[0];
+                if mirror {
+                    let at = mirror_at + 4 * g;
+                    let m = p.mem.read_u32s(at, 1).ok_or("mirror outside memory")?[0];
+                    // Stored this round: every record not done before a resumed round, and
+                    // every record a round leaves not done.
+                    let stored = st != 0 || (resume == 1 && before[g as usize] != 0);
+                    match (stored, m) {
+                        (true, m) if m == st | ptx::ckpt::MIRROR_MARK => run.mirror_words += 1,
+                        (false, 0) => {}
+                        (_, m) => {
+                            return Err(format!(
+                                "{}: thread {g}: mirror {m:#x}, record {st} (before {})",
+                                inst.workload, before[g as usize]
+                            ));
+                        }
+                    }
+                    assert!(p.mem.write(at, &0u32.to_le_bytes()));
+                    before[g as usize] = st;
+                }
                 if st != 0 {
                     pending += 1;
                 }

@@ -1,5 +1,10 @@
 //! TIMESLICE: weighted fair share with preemption at slice end. Virtual time (GPU time / weight)
 //! orders the VMs; overshoot shortens the VM's next slice (repaid); an idle VM gives up its turn.
+//! A turn nobody else waits for may run past its slice (vgpud extends it) and is charged only
+//! at its end: a VM that gets work meanwhile is placed against the running VM's virtual time
+//! with its grant so far counted (wall time; the running VM's charge brings it at least
+//! there), and the part of the turn run while no other VM had work is not overshoot — GPU time
+//! nobody wanted is neither banked by the idle VMs nor repaid by the one that used it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,6 +30,10 @@ struct Vm {
     last_turn: u64,
     /// Overshoot of past turns not yet repaid.
     debt: Duration,
+    /// The virtual time VMs that got work during its running grant were placed against (its
+    /// own with the grant so far counted): its charge at the grant's end brings it at least
+    /// there, so that what placed them is what it pays.
+    claim: u128,
 }
 
 /// The VM whose turn it is.
@@ -33,6 +42,9 @@ struct Turn {
     vm: VmId,
     used: Duration,
     budget: Duration,
+    /// How much of the turn ran while no other VM of the class had work (the wall time from
+    /// its start to the first submission by another VM): not overshoot.
+    alone: Duration,
 }
 
 /// Weighted fair time slicing.
@@ -85,7 +97,8 @@ impl Timeslice {
             self.running = None;
         }
         if let Some(v) = self.vms.get_mut(&vm) {
-            v.vtime = v.vtime.saturating_add(virt(gpu_time, v.weight));
+            let charged = v.vtime.saturating_add(virt(gpu_time, v.weight));
+            v.vtime = charged.max(std::mem::take(&mut v.claim));
         }
         if let Some(t) = &mut self.turn
             && t.vm == vm
@@ -107,13 +120,40 @@ impl Timeslice {
         }
     }
 
-    /// Ends the current turn: an overshoot beyond its budget becomes debt.
+    /// Ends the current turn: an overshoot beyond its budget becomes debt (what it ran while
+    /// nobody else waited is not overshoot).
     fn end_turn(&mut self) {
         if let Some(t) = self.turn.take()
             && let Some(v) = self.vms.get_mut(&t.vm)
         {
-            v.debt = v.debt.saturating_add(t.used.saturating_sub(t.budget));
+            let allowed = t.budget.max(t.alone);
+            v.debt = v.debt.saturating_add(t.used.saturating_sub(allowed));
         }
+    }
+
+    /// The running VM (other than `except`), when it started running and its virtual time
+    /// with the run so far counted (charged only at the run's end).
+    fn running_effective(&self, except: VmId, now: Duration) -> Option<(VmId, Duration, u128)> {
+        let (r, since) = self.running.filter(|(r, _)| *r != except)?;
+        let v = self.vms.get(&r)?;
+        let ran = virt(now.saturating_sub(since), v.weight);
+        Some((r, since, v.vtime.saturating_add(ran)))
+    }
+
+    /// The floor at `now`: the least virtual time among VMs with work, the running one counted
+    /// with its grant so far (a VM that ran alone for tens of ms moved the floor with it,
+    /// though none of that is charged yet), never below the recorded floor.
+    fn floor_at(&self, running: Option<(VmId, Duration, u128)>) -> u128 {
+        let least = self
+            .vms
+            .iter()
+            .filter(|(_, v)| v.runnable)
+            .map(|(id, v)| match running {
+                Some((r, _, effective)) if r == *id => effective,
+                _ => v.vtime,
+            })
+            .min();
+        least.map_or(self.floor, |l| self.floor.max(l))
     }
 }
 
@@ -128,6 +168,7 @@ impl Policy for Timeslice {
             runnable: false,
             last_turn: 0,
             debt: Duration::ZERO,
+            claim: 0,
         };
         self.vms.insert(vm, state);
     }
@@ -151,25 +192,36 @@ impl Policy for Timeslice {
         // turn moves virtual time), no more: idle time is not banked.
         let lightest = self.vms.values().map(|v| v.weight).min().unwrap_or(1);
         let lag = virt(self.slice(), lightest);
-        let floor = self.floor;
+        if self.vms.get(&vm).is_none_or(|v| v.runnable) {
+            return false;
+        }
+        let running = self.running_effective(vm, now);
+        let floor = self.floor_at(running);
+        if let Some((r, since, effective)) = running {
+            let others = self
+                .vms
+                .iter()
+                .any(|(id, v)| v.runnable && *id != r && *id != vm);
+            if let Some(v) = self.vms.get_mut(&r) {
+                v.claim = v.claim.max(effective.min(floor));
+            }
+            if !others && let Some(t) = self.turn.as_mut().filter(|t| t.vm == r) {
+                // The first VM to want the GPU beside the running one: the turn so far ran
+                // alone (past its slice if nobody asked sooner: vgpud extends such a turn).
+                t.alone = t
+                    .alone
+                    .max(t.used.saturating_add(now.saturating_sub(since)));
+            }
+        }
         let Some(v) = self.vms.get_mut(&vm) else {
             return false;
         };
-        if v.runnable {
-            return false;
-        }
         v.runnable = true;
         v.vtime = v.vtime.max(floor.saturating_sub(lag));
         let (mine, granularity) = (v.vtime, self.wake_preempt);
-        let (Some(granularity), Some((r, since))) = (granularity, self.running) else {
+        let (Some(granularity), Some((_, _, effective))) = (granularity, running) else {
             return false;
         };
-        let Some(running) = self.vms.get(&r).filter(|_| r != vm) else {
-            return false;
-        };
-        let effective = running
-            .vtime
-            .saturating_add(virt(now.saturating_sub(since), running.weight));
         let weight = self.vms.get(&vm).map_or(1, |v| v.weight);
         let preempt = mine.saturating_add(virt(granularity, weight)) < effective;
         if preempt {
@@ -248,6 +300,7 @@ impl Policy for Timeslice {
             vm,
             used: Duration::ZERO,
             budget,
+            alone: Duration::ZERO,
         });
         self.running = Some((vm, now));
         Some(Choice::Run {

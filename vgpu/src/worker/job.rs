@@ -79,6 +79,9 @@ impl JobRunner {
         // A context a pause suspended may hold another flag word (a restored one): its marks
         // are everything. Contexts of this run (a shared GPU's preemptions) are checked.
         let checked = twin.is_some() && resume.is_none();
+        if resume.is_none() {
+            self.prepare(twin.unwrap_or(job));
+        }
         let (mut saved, mut gpu) = match resume {
             Some((context, gpu)) => (Some(context), gpu),
             None => (None, Duration::ZERO),
@@ -180,6 +183,31 @@ impl JobRunner {
         let outcome = outcome.map_err(refused)?;
         self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
         self.ended(outcome, timed_out, matches!(job, Job::Launch(_)))
+    }
+
+    /// The engine's one-time work for a job (issue 25: on cuda, the kernel's functions,
+    /// streams and a save area of its size, otherwise made inside its first run), done before
+    /// the worker asks for the GPU: a grant kept from the previous job of a turn goes back
+    /// first, so no other VM waits for it meanwhile. Nothing to do (the engine says so, without
+    /// device work): nothing is handed back.
+    pub fn prepare(&self, job: &Job) {
+        if self.engine.prepared(job) {
+            return;
+        }
+        self.yield_grant();
+        if let Err(e) = self.engine.prepare(job) {
+            // Not the job's error: its run does the work itself and reports what fails.
+            log::debug!("vgpu: preparing a job: {e}");
+        }
+    }
+
+    /// Hands back a grant kept between two jobs (or one not taken yet) and withdraws the Want,
+    /// before work that does not need the GPU and may take long (a module load, a job's
+    /// preparation): the next `acquire` asks again.
+    pub fn yield_grant(&self) {
+        if let Some(h) = &self.host {
+            h.idle();
+        }
     }
 
     fn pausing(&self) -> bool {

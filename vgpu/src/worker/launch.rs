@@ -105,6 +105,9 @@ impl Worker {
         if let Some(found) = self.modules.lookup(text, &mut self.budget) {
             return Ok(found);
         }
+        // A load (the JIT on cuda: tens of ms) needs no GPU: a grant kept from the turn's
+        // previous job goes back first (issue 25).
+        self.jobs.yield_grant();
         let deadline = Instant::now() + self.cfg.job_timeout;
         let mut evicted = false;
         loop {

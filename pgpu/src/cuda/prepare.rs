@@ -1,0 +1,177 @@
+//! Preparing a job before its run (`Engine::prepared` / `Engine::prepare`, issue 25): the
+//! one-time driver work a first run would do lazily — resolving the entry's functions and
+//! loading them onto the device (`cuModuleGetFunction`, `cuFuncLoad`: with CUDA's lazy loading
+//! the kernel is otherwise loaded at its first launch), making the signal stream and the job
+//! streams, allocating a save area of the launch's size into the pool, the pinned pages of the
+//! flag and status-read paths that use them, the signal stream's first flag write — done on
+//! the VM's own thread before it asks vgpud for the GPU. Done under a grant, it kept the GPU
+//! from every other VM and made the first stop of each VM milliseconds late (its run started
+//! late, the slice end came before its kernel did). Nothing of the job runs; what is made is
+//! what the run takes from the same pools, so a prepared run finds it there.
+
+use std::sync::Arc;
+
+use super::ckpath::CONTIGUOUS_MAX_BYTES;
+use super::config::{FlagWrite, StatusRead};
+use super::context::{JobState, LaunchState};
+use super::driver::ck;
+use super::engine::CudaEngine;
+use super::modules::{CkLoaded, Loaded};
+use super::sys;
+use crate::ckpt::{area_bytes, threads};
+use crate::engine::{EngineError, Job};
+use crate::sync::lock;
+
+/// What a launch's runs may need: its module, the transformed forms with a plan for its entry
+/// and their save-area sizes (within the limit), and the streams a run takes.
+struct Needs {
+    loaded: Arc<Loaded>,
+    forms: Vec<(Arc<CkLoaded>, Option<u64>, u64)>,
+    streams: usize,
+}
+
+impl CudaEngine {
+    /// Whether a run of `job` would find everything `prepare_job` makes (cheap: no driver
+    /// call). A job the engine cannot run counts as prepared (its run reports why).
+    pub(crate) fn job_prepared(&self, job: &Job) -> bool {
+        if self.alive().is_err() {
+            return true;
+        }
+        let l = match JobState::from_job(job) {
+            JobState::Copy(_) => return self.idle_streams() >= 1,
+            JobState::Launch(l) => l,
+        };
+        let Ok(n) = self.needs(&l) else {
+            return true;
+        };
+        let forms = n.forms.iter().all(|(form, need, _)| {
+            form.loaded.resolved(&l.entry)
+                && need.is_none_or(|need| {
+                    self.signal.get().is_some()
+                        && (self.ck_pool.has_idle(need) || !self.ck_pool.would_keep(need))
+                })
+        });
+        n.loaded.resolved(&l.entry) && forms && self.idle_streams() >= n.streams
+    }
+
+    /// See the module documentation.
+    pub(crate) fn prepare_job(&self, job: &Job) -> Result<(), EngineError> {
+        self.alive()?;
+        let l = match JobState::from_job(job) {
+            JobState::Copy(_) => return self.prepare_streams(1),
+            JobState::Launch(l) => l,
+        };
+        let n = self.needs(&l)?;
+        n.loaded.func(&l.entry)?;
+        for (form, need, span) in &n.forms {
+            form.loaded.func(&l.entry)?;
+            if let Some(need) = need.filter(|&n| !self.ck_pool.has_idle(n)) {
+                if self.ck_pool.would_keep(need) {
+                    self.prepare_area(need)?;
+                } else {
+                    self.signal()?;
+                }
+            }
+            if self.cfg.status_read == StatusRead::Queued && *span <= CONTIGUOUS_MAX_BYTES {
+                let pin = self
+                    .ck_path
+                    .pins
+                    .take(*span as usize)
+                    .map_err(|e| self.drv(e))?;
+                self.ck_path.pins.give(pin);
+            }
+        }
+        if !n.forms.is_empty()
+            && matches!(
+                self.cfg.flag_write,
+                FlagWrite::HostMapped | FlagWrite::Armed
+            )
+        {
+            let _ = self.host_flags();
+        }
+        self.prepare_streams(n.streams)
+    }
+
+    /// The forms, save areas and streams of launch `l` (`Needs`).
+    fn needs(&self, l: &LaunchState) -> Result<Needs, EngineError> {
+        self.check_launch(l)?;
+        let m = lock(&self.modules);
+        let loaded = m.get(l.module)?;
+        let (transformed, save) = (m.ck(l.module)?, m.ck_save(l.module)?);
+        drop(m);
+        let mut streams = if loaded.sliced {
+            self.cfg.pipeline_depth.max(1)
+        } else {
+            1
+        };
+        // Every form the launch may run in: sliced (a fallback, or an escalated launch without
+        // a checkpoint form), transformed, and the checkpoint form of a restarting entry.
+        let mut forms = Vec::new();
+        for form in [transformed, save].into_iter().flatten() {
+            let Some((_, plan)) = form.plan(&l.entry) else {
+                continue;
+            };
+            let need = area_bytes(plan, l.grid, l.block, l.dynamic_shared);
+            let (n, _) = threads(l.grid, l.block);
+            let span = n.saturating_mul(u64::from(plan.record_bytes));
+            let need = (need <= self.cfg.max_save_area_bytes).then_some(need);
+            forms.push((form.clone(), need, span));
+            // The job's stream, and the arming one.
+            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+        }
+        Ok(Needs {
+            loaded,
+            forms,
+            streams,
+        })
+    }
+
+    /// The signal stream, its first flag write, and a zeroed save area of `need` bytes in the
+    /// pool.
+    fn prepare_area(&self, need: u64) -> Result<(), EngineError> {
+        let sig = self.signal()?;
+        // Back to the pool at once (`clean`): the run's `take` finds it.
+        let mut buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
+        if sig.1 {
+            // The signal stream's first memory operation (the driver sets them up on first
+            // use) here rather than in the first request: a 0 to the idle buffer's flag, which
+            // every launch clears anyway.
+            // SAFETY: the engine's live stream; the flag word of a buffer taken from the pool
+            // (no job uses it), kept alive until the stream is synchronised.
+            ck("cuStreamWriteValue32_v2", unsafe {
+                sys::cuStreamWriteValue32_v2(sig.0.stream, buf.flag(), 0, 0)
+            })
+            .and_then(|_| {
+                // SAFETY: as above.
+                ck("cuStreamSynchronize", unsafe {
+                    sys::cuStreamSynchronize(sig.0.stream)
+                })
+            })
+            .map_err(|e| self.drv(e))?;
+        }
+        buf.clean = true;
+        drop(buf);
+        Ok(())
+    }
+
+    fn idle_streams(&self) -> usize {
+        lock(&self.streams).len()
+    }
+
+    /// At least `n` idle streams in the pool.
+    fn prepare_streams(&self, n: usize) -> Result<(), EngineError> {
+        let mut taken = Vec::with_capacity(n);
+        let mut out = Ok(());
+        for _ in 0..n {
+            match self.take_stream() {
+                Ok(s) => taken.push(s),
+                Err(e) => {
+                    out = Err(e);
+                    break;
+                }
+            }
+        }
+        taken.into_iter().for_each(|s| self.give_stream(s));
+        out
+    }
+}
