@@ -47,15 +47,6 @@ impl Worker {
         })?;
         let entry = String::from_utf8(entry).map_err(|_| bad(regs::method::ENTRY_LO))?;
         let (module, hash) = self.module_for(&text, d.code_va)?;
-        if let Some(l) = self.jobs.write_log.as_ref() {
-            // Remembered for the twins' preparation before a live copy's first round.
-            l.note_launch(module, space, &entry, &text);
-            if l.on() {
-                let t = Instant::now();
-                l.note_kernel(module, &entry, &text);
-                l.note_worker(t.elapsed().as_nanos() as u64, false);
-            }
-        }
         let key = vgpu_proto::kernel::KernelKey::of(hash, &entry, d.grid, d.block, d.shared_bytes);
         let job = LaunchJob {
             space,
@@ -66,6 +57,15 @@ impl Worker {
             dynamic_shared: d.shared_bytes,
             params,
         };
+        if let Some(l) = self.jobs.write_log.as_ref() {
+            // Remembered for the twins' preparation before a live copy's first round.
+            l.note_launch(&job, &text);
+            if l.on() {
+                let t = Instant::now();
+                l.note_kernel(module, &job.entry, &text);
+                l.note_worker(t.elapsed().as_nanos() as u64, false);
+            }
+        }
         Ok((job, key.0))
     }
 

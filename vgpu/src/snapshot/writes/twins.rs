@@ -8,16 +8,19 @@
 //! ([`WriteSetLog::note_launch`]: a map lookup per launch), and the start of a live copy with
 //! write sets, on the caller's thread and with the log still off, does that work for all of them
 //! ([`WriteSetLog::prepare`]): write sets analysed, twins made and loaded into the engine (the
-//! preparation holds that load until the log stops), flag words taken. The first checked
+//! preparation holds that load until the log stops), each checked entry's run prepared in the
+//! engine with the shape of the guest's first launch of it (`Engine::prepare`: on cuda its
+//! functions resolved and loaded onto the device, streams and a save area made, which the
+//! worker would otherwise do before the twin's first run), flag words taken. The first checked
 //! launch then finds its twin analysed, and the worker's load of it into the VM's module cache
 //! gets the prepared module back from the engine's content cache (`twin_loads_ready`; a twin
 //! the preparation did not make is loaded at the launch as before: `twin_loads_cold`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use pgpu::{EngineSnapshot, LoadLimits, ModuleId, SpaceId};
+use pgpu::{EngineSnapshot, Job, LaunchJob, LoadLimits, ModuleId, SpaceId};
 
 use super::{Inner, MAX_CACHED, MAX_FLAGS, Twin, WriteSetLog};
 
@@ -29,24 +32,40 @@ const LOAD_WAIT: Duration = Duration::from_secs(5);
 /// when a launch loads it into the VM's module cache).
 const MAX_TWIN_HOST_BYTES: u64 = 64 << 20;
 
-/// What the guest launched: modules (their text and entries) and address spaces.
+/// The space and shape of an entry's first launch (what its twin's run is prepared for).
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    space: SpaceId,
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_shared: u32,
+}
+
+/// What the guest launched: modules (their text, and their entries with the shape of their
+/// first launch) and address spaces.
 #[derive(Debug, Default)]
 pub(super) struct Seen {
-    modules: HashMap<ModuleId, (Arc<str>, BTreeSet<String>)>,
+    modules: HashMap<ModuleId, (Arc<str>, BTreeMap<String, Shape>)>,
     spaces: BTreeSet<SpaceId>,
 }
 
 impl WriteSetLog {
-    /// Notes a launch of `entry` of `module` (PTX `text`) in `space`; call for every launch,
-    /// the log on or off (after the first launch of an entry: one lookup).
-    pub fn note_launch(&self, module: ModuleId, space: SpaceId, entry: &str, text: &str) {
+    /// Notes launch `l` (of a module of PTX `text`); call for every launch, the log on or off
+    /// (after the first launch of an entry: one lookup).
+    pub fn note_launch(&self, l: &LaunchJob, text: &str) {
+        let shape = Shape {
+            space: l.space,
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.dynamic_shared,
+        };
         let mut s = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if s.spaces.len() < MAX_FLAGS {
-            s.spaces.insert(space);
+            s.spaces.insert(l.space);
         }
-        if let Some((_, entries)) = s.modules.get_mut(&module) {
-            if entries.len() < MAX_ENTRIES && !entries.contains(entry) {
-                entries.insert(entry.to_owned());
+        if let Some((_, entries)) = s.modules.get_mut(&l.module) {
+            if entries.len() < MAX_ENTRIES && !entries.contains_key(&l.entry) {
+                entries.insert(l.entry.clone(), shape);
             }
             return;
         }
@@ -54,8 +73,8 @@ impl WriteSetLog {
             s.modules.clear();
         }
         s.modules.insert(
-            module,
-            (Arc::from(text), BTreeSet::from([entry.to_owned()])),
+            l.module,
+            (Arc::from(text), BTreeMap::from([(l.entry.clone(), shape)])),
         );
     }
 
@@ -79,8 +98,9 @@ impl WriteSetLog {
             let missing: Vec<String> = {
                 let i = self.lock();
                 entries
-                    .into_iter()
-                    .filter(|e| !i.sets.contains_key(&(module, e.clone())))
+                    .keys()
+                    .filter(|e| !i.sets.contains_key(&(module, (*e).clone())))
+                    .cloned()
                     .collect()
             };
             let parsed = (!missing.is_empty())
@@ -104,22 +124,53 @@ impl WriteSetLog {
                 }
                 i.checked.get(&module).cloned().flatten()
             };
-            let Some(tw) = twin.filter(|tw| tw.prepared().is_none()) else {
+            let Some(tw) = twin else {
                 continue;
             };
-            let limits = LoadLimits {
-                max_host_bytes: MAX_TWIN_HOST_BYTES,
-                deadline: Some(Instant::now() + LOAD_WAIT),
-                cancel: None,
-            };
-            match engine.load_module(&tw.ptx, &limits) {
-                Ok(m) => {
-                    *tw.prepared.lock().unwrap_or_else(PoisonError::into_inner) = Some(m.id);
-                    self.lock().twin_loads.push(tw);
-                    loaded += 1;
+            let id = match tw.prepared() {
+                Some(id) => id,
+                None => {
+                    let limits = LoadLimits {
+                        max_host_bytes: MAX_TWIN_HOST_BYTES,
+                        deadline: Some(Instant::now() + LOAD_WAIT),
+                        cancel: None,
+                    };
+                    match engine.load_module(&tw.ptx, &limits) {
+                        Ok(m) => {
+                            *tw.prepared.lock().unwrap_or_else(PoisonError::into_inner) =
+                                Some(m.id);
+                            self.lock().twin_loads.push(tw.clone());
+                            loaded += 1;
+                            m.id
+                        }
+                        Err(e) => {
+                            log::info!(
+                                "vgpu: write sets: twin not prepared ({e}): loaded at its launch"
+                            );
+                            continue;
+                        }
+                    }
                 }
-                Err(e) => {
-                    log::info!("vgpu: write sets: twin not prepared ({e}): loaded at its launch")
+            };
+            // Each checked entry's run, as the worker would prepare it before the twin's
+            // first run (an error leaves that to the worker).
+            for (entry, sh) in &entries {
+                if tw.checked.entry(entry).is_none() {
+                    continue;
+                }
+                let job = Job::Launch(LaunchJob {
+                    space: sh.space,
+                    module: id,
+                    entry: entry.clone(),
+                    grid: sh.grid,
+                    block: sh.block,
+                    dynamic_shared: sh.dynamic_shared,
+                    params: Vec::new(),
+                });
+                if !engine.prepared(&job)
+                    && let Err(e) = engine.prepare(&job)
+                {
+                    log::debug!("vgpu: write sets: twin run of {entry} not prepared: {e}");
                 }
             }
         }
