@@ -27,7 +27,10 @@ use crate::persist::{self, DeviceSnapshot};
 use crate::slots::SlotMapper;
 use crate::snapshot::load::Loaded;
 use crate::snapshot::manifest::BootKind;
+use crate::snapshot::restore_report::{RestoreReport, ms_since};
 use crate::snapshot::{cpu, ram, vmstate};
+use crate::standby::Standby;
+use crate::standby::ram::Reservation;
 use crate::vm::VmConfig;
 
 /// Errors creating the VM, its RAM, vCPUs and devices, and loading its image.
@@ -114,6 +117,13 @@ pub struct PausedVm {
     pub gpu: Option<Arc<vgpu::Vgpu>>,
     /// `backend=cuda`'s engine, which backs guest RAM: dropped after it.
     pub cuda_engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+    /// A standby's guest RAM mappings (the snapshot's file mapped over them): dropped after
+    /// guest memory.
+    pub ram_owner: Option<Reservation>,
+    /// The MSRs snapshots save, listed before (a standby); `None`: listed when the API starts.
+    pub msrs: Option<Vec<u32>>,
+    /// A restored VM: its restore's times so far (`vm` adds the start and the total).
+    pub restore: Option<RestoreReport>,
 }
 
 /// Builds the VM `cfg` describes, its image loaded and the boot vCPU at its entry.
@@ -154,23 +164,28 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         devices,
         gpu,
         cuda_engine: engine,
+        ram_owner: None,
+        msrs: None,
+        restore: None,
     })
 }
 
 /// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place; a
 /// migration's destination on the GPU engine it made during the pre-copy rounds (taken from
-/// `r`), its figures added to `r.incoming`.
+/// `r`), its figures added to `r.incoming`. The parts' times go into the VM's `restore`.
 pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, RestoreError> {
     let t0 = Instant::now();
+    let mut report = RestoreReport::default();
     let prepared = r.gpu.as_mut().and_then(|g| g.prepared.take());
     let (kvm, vm) = create_vm(cfg, true)?;
-    let vm_ms = t0.elapsed().as_secs_f64() * 1e3;
+    report.vm_ms = ms_since(t0);
     let cuda = cfg
         .gpu
         .as_ref()
         .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda);
     // The prepared engine is of the configuration `cfg` has (the same manifest and `--gpu`).
     let mut host_ram = Vec::new();
+    let t = Instant::now();
     let (engine, registered, sim, applied) = match prepared
         .map(|p| (p.engine, p.vram_applied, p.ram))
     {
@@ -184,58 +199,162 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
             (e, reg, None, false)
         }
     };
+    report.engine_ms = ms_since(t);
     let ram_ids = std::cell::RefCell::new(Vec::new());
     let t = Instant::now();
     let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
-    let ram_ms = t.elapsed().as_secs_f64() * 1e3;
+    report.ram_ms = ms_since(t);
     let t = Instant::now();
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
-    let vcpus_ms = t.elapsed().as_secs_f64() * 1e3;
-    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
-    let boot = r.manifest.boot;
-    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
-    let gpu = attach_gpu(
-        &kvm,
-        &vm,
-        cfg,
-        &mem,
-        (engine.as_ref(), registered, sim),
-        ram_ids.take(),
-        &mut devices,
-    )?;
-    let devices = devices.finish()?;
-    if r.gpu.is_some() != gpu.is_some() {
-        return Err(RestoreError::GpuMismatch);
-    }
-    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let t = Instant::now();
-    let (gpu_ms, delta) = restore_state(&vm, &vcpus, &devices, gpu.as_deref(), r, applied)?;
-    log::debug!(
-        "restore: built in {build_ms:.1} ms (VM {vm_ms:.1}, RAM {ram_ms:.1}, vCPUs \
-         {vcpus_ms:.1}), state {:.1} ms of which the GPU {gpu_ms:.1}",
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    if let Some((rep, _)) = &mut r.incoming {
-        rep.dest_build_ms = build_ms;
-        rep.dest_ram_ms = ram_ms;
-        rep.dest_gpu_restore_ms = gpu_ms;
-        rep.dest_state_ms = t.elapsed().as_secs_f64() * 1e3 - gpu_ms;
-        rep.dest_vram_pages_switch = delta / 4096;
-    }
-    Ok(PausedVm {
+    report.vcpus_ms = ms_since(t);
+    let made = Made {
         kvm,
         vm,
         vcpus,
         tsc_khz,
         mem,
         backing,
+        engine,
+        registered,
+        sim,
+        ram_ids: ram_ids.take(),
+        applied,
+        ram_owner: None,
+        msrs: None,
+    };
+    let (vm, delta) = assemble(cfg, r, made, report)?;
+    if let (Some((rep, _)), Some(t)) = (&mut r.incoming, &vm.restore) {
+        rep.dest_build_ms = t.vm_ms + t.engine_ms + t.ram_ms + t.vcpus_ms + t.devices_ms;
+        rep.dest_ram_ms = t.ram_ms;
+        rep.dest_gpu_restore_ms = t.gpu_restore_ms;
+        rep.dest_state_ms = t.state_ms;
+        rep.dest_vram_pages_switch = delta / 4096;
+    }
+    Ok(vm)
+}
+
+/// Builds the VM of snapshot `r` on `standby` (which [`Standby::fit`] found it fits; `cfg`
+/// from the manifest, its GPU from the fit): the snapshot's RAM put into the registered RAM,
+/// the devices made, the GPU's device built on the prepared engine, the state put back. Once
+/// this starts the standby is used up, whatever the outcome.
+pub fn build_on_standby(
+    cfg: &VmConfig,
+    r: &Loaded,
+    standby: Standby,
+    check_ms: f64,
+) -> Result<PausedVm, RestoreError> {
+    let mut report = RestoreReport {
+        standby: true,
+        check_ms,
+        prepared_ms: Some(standby.prepared_ms),
+        ..RestoreReport::default()
+    };
+    let Standby {
+        kvm,
+        vm,
+        vcpus,
+        tsc_khz,
+        ram,
+        engine,
+        msrs,
+        ..
+    } = standby;
+    let t = Instant::now();
+    let (mem, backing, ram_owner, ram_ids) = ram.restore(&r.ram, r.manifest.ram_bytes)?;
+    report.ram_ms = ms_since(t);
+    let (engine, registered, sim) = match engine {
+        Some(vgpu::PreparedEngine::Cuda(e, reg)) => (Some(e), reg.map(|r| *r), None),
+        Some(vgpu::PreparedEngine::Sim(e)) => (None, None, Some(e)),
+        None => (None, None, None),
+    };
+    let made = Made {
+        kvm,
+        vm,
+        vcpus,
+        tsc_khz,
+        mem,
+        backing,
+        engine,
+        registered,
+        sim,
+        ram_ids,
+        applied: false,
+        ram_owner,
+        msrs: Some(msrs),
+    };
+    Ok(assemble(cfg, r, made, report)?.0)
+}
+
+/// What a restore has made before its devices: KVM, guest RAM (and what backs it), vCPUs and
+/// the GPU's engine.
+struct Made {
+    kvm: Kvm,
+    vm: Arc<VmFd>,
+    vcpus: Vec<VcpuFd>,
+    tsc_khz: u64,
+    mem: GuestMemoryMmap,
+    backing: ram::Backing,
+    /// A cuda engine (it backs guest RAM: its host regions `ram_ids`) and its vgpud
+    /// registration, or a sim engine made before.
+    engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+    registered: Option<vgpu::HostRegistration>,
+    sim: Option<Arc<pgpu::sim::SimEngine>>,
+    ram_ids: Vec<pgpu::HostRegionId>,
+    /// A live image's pre-copied VRAM is in the engine already.
+    applied: bool,
+    ram_owner: Option<Reservation>,
+    msrs: Option<Vec<u32>>,
+}
+
+/// The devices and the GPU's device on `m`, then the snapshot's state put back; the parts'
+/// times added to `report`. Returns the VM and a live image's delta bytes.
+fn assemble(
+    cfg: &VmConfig,
+    r: &Loaded,
+    m: Made,
+    mut report: RestoreReport,
+) -> Result<(PausedVm, u64), RestoreError> {
+    let t = Instant::now();
+    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
+    let boot = r.manifest.boot;
+    let mut devices = Devices::create(&m.vm, cfg, &m.mem, boot, &latch)?;
+    let gpu = attach_gpu(
+        &m.kvm,
+        &m.vm,
+        cfg,
+        &m.mem,
+        (m.engine.as_ref(), m.registered, m.sim),
+        m.ram_ids,
+        &mut devices,
+    )?;
+    let devices = devices.finish()?;
+    if r.gpu.is_some() != gpu.is_some() {
+        return Err(RestoreError::GpuMismatch);
+    }
+    report.devices_ms = ms_since(t);
+    let t = Instant::now();
+    let (gpu_ms, delta) = restore_state(&m.vm, &m.vcpus, &devices, gpu.as_deref(), r, m.applied)?;
+    report.gpu_restore_ms = gpu_ms;
+    report.state_ms = ms_since(t) - gpu_ms;
+    log::debug!("restore: built and restored ({})", report.parts());
+    let vm = PausedVm {
+        kvm: m.kvm,
+        vm: m.vm,
+        vcpus: m.vcpus,
+        tsc_khz: m.tsc_khz,
+        mem: m.mem,
+        backing: m.backing,
         boot,
         image: r.manifest.image.clone(),
         latch,
         devices,
         gpu,
-        cuda_engine: engine,
-    })
+        cuda_engine: m.engine,
+        ram_owner: m.ram_owner,
+        msrs: m.msrs,
+        restore: Some(report),
+    };
+    Ok((vm, delta))
 }
 
 /// The KVM VM with its in-kernel irqchip and PIT (`cfg.cpus` checked against what KVM allows).
@@ -362,7 +481,11 @@ fn restored_ram(
 }
 
 /// The vCPUs with their CPUID and LAPIC, and the TSC rate (vCPU 0's).
-fn create_vcpus(kvm_fd: &Kvm, vm: &VmFd, cfg: &VmConfig) -> Result<(Vec<VcpuFd>, u64), BuildError> {
+pub(crate) fn create_vcpus(
+    kvm_fd: &Kvm,
+    vm: &VmFd,
+    cfg: &VmConfig,
+) -> Result<(Vec<VcpuFd>, u64), BuildError> {
     let mut vcpus = Vec::new();
     let mut tsc_khz = 0;
     for id in 0..cfg.cpus {

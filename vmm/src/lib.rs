@@ -29,6 +29,7 @@ pub mod pause;
 pub mod persist;
 pub mod slots;
 pub mod snapshot;
+pub mod standby;
 pub mod stats;
 pub mod vcpu;
 pub mod vm;
