@@ -331,3 +331,39 @@ fn cuda_gpu_snapshot_restored_into_a_cuda_standby_verifies_like_a_cold_restore()
     let s = Scratch::new("standby-cuda");
     gpu_standby_like_cold(&s, "vram=64M,backend=cuda");
 }
+
+#[test]
+fn standby_usage_errors_and_a_running_vm_refuses_restore() {
+    let s = Scratch::new("standby-usage");
+    let sock = s.path("u.sock");
+    let sock = sock.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--standby"], "--api-socket"),
+        (
+            vec!["--standby", "--api-socket", sock, "--guest", "count"],
+            "cannot be used with",
+        ),
+        // A sim GPU shared through vgpud takes the daemon's VRAM: nothing to make before.
+        (
+            vec![
+                "--standby",
+                "--api-socket",
+                sock,
+                "--gpu",
+                "vram=64M,host=/nonexistent.sock",
+            ],
+            "cannot be made before its device",
+        ),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let vm = Vm::start(&s, "r", &GUEST);
+    vm.wait_for(|o| o.contains("COUNT step=1 "));
+    let (code, _, err) = vm.ctl(&["restore", s.path("x").to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("runs already"), "{err}");
+    let (code, _, err) = vm.finish();
+    assert_eq!(code, 0, "{err}");
+}
