@@ -1,6 +1,7 @@
 //! Building a VM, in the manner of Firecracker's builder: [`build_for_boot`] (an image loaded,
-//! the boot vCPU at its entry) and [`build_from_snapshot`] (RAM, devices, VM, vCPU and GPU
-//! state from a snapshot) both return a [`PausedVm`]: everything created and in place, no vCPU
+//! the boot vCPU at its entry), [`build_from_snapshot`] (RAM, devices, VM, vCPU and GPU
+//! state from a snapshot) and `crate::standby::build::build_on_standby` (the same into a VM
+//! made before) all return a [`PausedVm`]: everything created and in place, no vCPU
 //! thread started. [`crate::vm`] runs it. Each phase is one function with its own error enum:
 //! the KVM VM ([`create_vm`], [`BuildError`]), guest RAM ([`guest_ram`]), the vCPUs
 //! ([`create_vcpus`]), the image ([`load_image`]), the devices and buses ([`Devices::create`],
@@ -29,7 +30,6 @@ use crate::snapshot::load::Loaded;
 use crate::snapshot::manifest::BootKind;
 use crate::snapshot::restore_report::{RestoreReport, ms_since};
 use crate::snapshot::{cpu, ram, vmstate};
-use crate::standby::Standby;
 use crate::standby::ram::Reservation;
 use crate::vm::VmConfig;
 
@@ -177,12 +177,23 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
     let t0 = Instant::now();
     let mut report = RestoreReport::default();
     let prepared = r.gpu.as_mut().and_then(|g| g.prepared.take());
-    let (kvm, vm) = create_vm(cfg, true)?;
-    report.vm_ms = ms_since(t0);
     let cuda = cfg
         .gpu
         .as_ref()
         .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda);
+    let (kvm, vm) = new_vm(cfg, true)?;
+    // Without a cuda engine, guest RAM is the file mapped copy-on-write: its slots are
+    // registered on a thread while the rest is made.
+    let mut early_ram = None;
+    if !cuda {
+        let t = Instant::now();
+        let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
+        let pending = memory::PendingSlots::start(&vm, &mem).map_err(BuildError::from)?;
+        report.ram_ms = ms_since(t);
+        early_ram = Some((mem, pending));
+    }
+    setup_vm(&vm)?;
+    report.vm_ms = ms_since(t0) - report.ram_ms;
     // The prepared engine is of the configuration `cfg` has (the same manifest and `--gpu`).
     let mut host_ram = Vec::new();
     let t = Instant::now();
@@ -201,9 +212,15 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
     };
     report.engine_ms = ms_since(t);
     let ram_ids = std::cell::RefCell::new(Vec::new());
-    let t = Instant::now();
-    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
-    report.ram_ms = ms_since(t);
+    let (mem, backing, slots) = match early_ram {
+        Some((mem, pending)) => (mem, ram::Backing::Other, Some(pending)),
+        None => {
+            let t = Instant::now();
+            let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
+            report.ram_ms = ms_since(t);
+            (mem, backing, None)
+        }
+    };
     let t = Instant::now();
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
     report.vcpus_ms = ms_since(t);
@@ -221,6 +238,7 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
         applied,
         ram_owner: None,
         msrs: None,
+        slots,
     };
     let (vm, delta) = assemble(cfg, r, made, report)?;
     if let (Some((rep, _)), Some(t)) = (&mut r.incoming, &vm.restore) {
@@ -233,82 +251,32 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
     Ok(vm)
 }
 
-/// Builds the VM of snapshot `r` on `standby` (which [`Standby::fit`] found it fits; `cfg`
-/// from the manifest, its GPU from the fit): the snapshot's RAM put into the registered RAM,
-/// the devices made, the GPU's device built on the prepared engine, the state put back. Once
-/// this starts the standby is used up, whatever the outcome.
-pub fn build_on_standby(
-    cfg: &VmConfig,
-    r: &Loaded,
-    standby: Standby,
-    check_ms: f64,
-) -> Result<PausedVm, RestoreError> {
-    let mut report = RestoreReport {
-        standby: true,
-        check_ms,
-        prepared_ms: Some(standby.prepared_ms),
-        ..RestoreReport::default()
-    };
-    let Standby {
-        kvm,
-        vm,
-        vcpus,
-        tsc_khz,
-        ram,
-        engine,
-        msrs,
-        ..
-    } = standby;
-    let t = Instant::now();
-    let (mem, backing, ram_owner, ram_ids) = ram.restore(&r.ram, r.manifest.ram_bytes)?;
-    report.ram_ms = ms_since(t);
-    let (engine, registered, sim) = match engine {
-        Some(vgpu::PreparedEngine::Cuda(e, reg)) => (Some(e), reg.map(|r| *r), None),
-        Some(vgpu::PreparedEngine::Sim(e)) => (None, None, Some(e)),
-        None => (None, None, None),
-    };
-    let made = Made {
-        kvm,
-        vm,
-        vcpus,
-        tsc_khz,
-        mem,
-        backing,
-        engine,
-        registered,
-        sim,
-        ram_ids,
-        applied: false,
-        ram_owner,
-        msrs: Some(msrs),
-    };
-    Ok(assemble(cfg, r, made, report)?.0)
-}
-
 /// What a restore has made before its devices: KVM, guest RAM (and what backs it), vCPUs and
 /// the GPU's engine.
-struct Made {
-    kvm: Kvm,
-    vm: Arc<VmFd>,
-    vcpus: Vec<VcpuFd>,
-    tsc_khz: u64,
-    mem: GuestMemoryMmap,
-    backing: ram::Backing,
+pub(crate) struct Made {
+    pub(crate) kvm: Kvm,
+    pub(crate) vm: Arc<VmFd>,
+    pub(crate) vcpus: Vec<VcpuFd>,
+    pub(crate) tsc_khz: u64,
+    pub(crate) mem: GuestMemoryMmap,
+    pub(crate) backing: ram::Backing,
     /// A cuda engine (it backs guest RAM: its host regions `ram_ids`) and its vgpud
     /// registration, or a sim engine made before.
-    engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
-    registered: Option<vgpu::HostRegistration>,
-    sim: Option<Arc<pgpu::sim::SimEngine>>,
-    ram_ids: Vec<pgpu::HostRegionId>,
+    pub(crate) engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+    pub(crate) registered: Option<vgpu::HostRegistration>,
+    pub(crate) sim: Option<Arc<pgpu::sim::SimEngine>>,
+    pub(crate) ram_ids: Vec<pgpu::HostRegionId>,
     /// A live image's pre-copied VRAM is in the engine already.
-    applied: bool,
-    ram_owner: Option<Reservation>,
-    msrs: Option<Vec<u32>>,
+    pub(crate) applied: bool,
+    pub(crate) ram_owner: Option<Reservation>,
+    pub(crate) msrs: Option<Vec<u32>>,
+    /// Guest RAM's slots still being registered (waited for before the state goes in).
+    pub(crate) slots: Option<memory::PendingSlots>,
 }
 
 /// The devices and the GPU's device on `m`, then the snapshot's state put back; the parts'
 /// times added to `report`. Returns the VM and a live image's delta bytes.
-fn assemble(
+pub(crate) fn assemble(
     cfg: &VmConfig,
     r: &Loaded,
     m: Made,
@@ -332,6 +300,11 @@ fn assemble(
         return Err(RestoreError::GpuMismatch);
     }
     report.devices_ms = ms_since(t);
+    if let Some(p) = m.slots {
+        let t = Instant::now();
+        report.ram_slots_ms = p.wait().map_err(BuildError::from)?;
+        report.ram_ms += ms_since(t);
+    }
     let t = Instant::now();
     let (gpu_ms, delta) = restore_state(&m.vm, &m.vcpus, &devices, gpu.as_deref(), r, m.applied)?;
     report.gpu_restore_ms = gpu_ms;
@@ -359,6 +332,13 @@ fn assemble(
 
 /// The KVM VM with its in-kernel irqchip and PIT (`cfg.cpus` checked against what KVM allows).
 pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), BuildError> {
+    let (kvm_fd, vm) = new_vm(cfg, restoring)?;
+    setup_vm(&vm)?;
+    Ok((kvm_fd, vm))
+}
+
+/// The KVM VM without its irqchip and PIT ([`setup_vm`] adds them).
+fn new_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), BuildError> {
     log::debug!("creating the VM");
     let kvm_fd = Kvm::new().map_err(BuildError::Kvm)?;
     let max = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
@@ -372,6 +352,11 @@ pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), Bu
         });
     }
     let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
+    Ok((kvm_fd, vm))
+}
+
+/// The identity map and TSS addresses, the in-kernel irqchip and PIT.
+fn setup_vm(vm: &VmFd) -> Result<(), BuildError> {
     vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
         .map_err(kvm("set identity map address"))?;
     vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
@@ -382,7 +367,7 @@ pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), Bu
         ..Default::default()
     };
     vm.create_pit2(pit).map_err(kvm("create PIT"))?;
-    Ok((kvm_fd, vm))
+    Ok(())
 }
 
 /// `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it

@@ -5,10 +5,11 @@
 //! engine) and the list of MSRs snapshots save are made at start; the process then waits on
 //! its API socket ([`serve`]) until `restore DIR` names a snapshot, checks that the snapshot
 //! fits what was prepared ([`Standby::fit`]: memory size, vCPUs, the GPU's engine keys), puts
-//! its state in ([`crate::builder::build_on_standby`]) and runs it like `--restore` would.
+//! its state in ([`crate::standby::build::build_on_standby`]) and runs it like `--restore` would.
 //! A snapshot that does not fit, or that the checks of `--restore` refuse, is refused with the
 //! standby left as it was.
 
+pub mod build;
 pub mod ram;
 pub mod serve;
 

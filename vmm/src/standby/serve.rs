@@ -2,7 +2,7 @@
 //! request per line (the protocol of [`crate::api::protocol`]). `restore` reads and checks the
 //! snapshot as `--restore` does and checks that it fits the standby ([`Standby::fit`]); a
 //! snapshot refused there is answered with the error and the standby keeps waiting, as it was.
-//! One that passes is put into the standby ([`crate::builder::build_on_standby`]): the answer
+//! One that passes is put into the standby ([`crate::standby::build::build_on_standby`]): the answer
 //! (the restore's figures) comes once the vCPUs run ([`Reply`]). If that fails — a GPU image
 //! or device state that the checks could not see is refused — the standby is used up: the
 //! error is answered and the caller prepares a new one. `stats` says `standby` and what was
@@ -93,7 +93,7 @@ pub fn wait_for_restore(api: &ApiSocket, standby: Standby, run: &RunSettings) ->
             }
         };
         let (cfg, loaded, check_ms) = checked;
-        match crate::builder::build_on_standby(&cfg, &loaded, standby, check_ms) {
+        match crate::standby::build::build_on_standby(&cfg, &loaded, standby, check_ms) {
             Ok(vm) => {
                 return Outcome::Restored {
                     vm: Box::new(vm),
