@@ -4,7 +4,8 @@
 #   scripts/gpu-machine.sh BIN_DIR OUT_DIR [fairness-seconds]
 # BIN_DIR holds vgpu-vmm, vgpud, vgpu-bench and gpu-tests (the binary of `cargo test --release
 # -p vmm --test gpu --no-run`); optionally snapshot-gpu-tests (`cargo test --release -p vmm
-# --test snapshot_gpu --no-run`) and pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda
+# --test snapshot_gpu --no-run`), standby-tests (`cargo test --release -p vmm --test standby
+# --no-run`) and pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda
 # --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
 # SKIP_CUDA=1 runs only the fairness figures.
 set -u
@@ -58,6 +59,11 @@ if [ -z "${SKIP_CUDA:-}" ]; then
   fi
   if [ -x "$B/snapshot-gpu-tests" ]; then
     VGPU_VMM=$B/vgpu-vmm "$B/snapshot-gpu-tests" --ignored --test-threads=1 cuda
+  fi
+  echo "== cuda: restore to running, cold --restore against a --standby process (vgpu-bench restore)"
+  "$B/vgpu-bench" restore --backend cuda --reps 20 --vmm "$B/vgpu-vmm" --out "$S/restore-cuda" | tail -1
+  if [ -x "$B/standby-tests" ]; then
+    VGPU_VMM=$B/vgpu-vmm "$B/standby-tests" --ignored --test-threads=1 cuda
   fi
   tar czf "$OUT/snapshot.tar.gz" -C "$OUT" snapshot
 fi

@@ -14,6 +14,8 @@
 //!   save/restore) to and from memory and files.
 //! - `migrate`: snapshot, restore, stop-and-copy and live migration of a GPU VM running
 //!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot.
+//! - `restore`: restore to running, cold `--restore` against a `--standby` process (made
+//!   before the request): p50/p90 and their parts.
 //! - `apps`: the CUDA application suite (unmodified nvcc-built programs, apps/) natively and in
 //!   VMs (pt, full, para, vgpud): per program the library's phases, GPU-side and whole-run time.
 
@@ -31,6 +33,7 @@ mod exp_overhead;
 mod exp_preempt;
 mod exp_priority;
 mod exp_ptx;
+mod exp_restore;
 mod exp_snapshot;
 mod exp_soak;
 mod fairness_calib;
@@ -97,6 +100,8 @@ enum Cmd {
     Snapshot(exp_snapshot::Args),
     /// Snapshot, restore and (live) migration of a GPU VM running kernels.
     Migrate(exp_migrate::Args),
+    /// Restore to running: cold `--restore` against a standby process prepared before.
+    Restore(exp_restore::Args),
     /// The CUDA application suite (unmodified nvcc-built programs) natively and in VMs.
     Apps(exp_apps::Args),
     /// Soak: VMs through vgpud for a long time under daemon restarts, kills, pauses, snapshots
@@ -137,6 +142,7 @@ experiments!(
     exp_priority,
     exp_snapshot,
     exp_migrate,
+    exp_restore,
     exp_apps,
     exp_soak
 );
@@ -151,6 +157,7 @@ fn main() -> ExitCode {
         Cmd::Priority(a) => a,
         Cmd::Snapshot(a) => a,
         Cmd::Migrate(a) => a,
+        Cmd::Restore(a) => a,
         Cmd::Apps(a) => a,
         Cmd::Soak(a) => a,
         Cmd::NativeLoad(a) => return ExitCode::from(native_load::run(a)),

@@ -50,7 +50,7 @@ use serde::Serialize;
 
 pub use config::{ConfigError, GpuConfig};
 pub use gpu_move::{MoveError, MovePlan, MoveReport};
-pub use prepared::PreparedEngine;
+pub use prepared::{PreparedEngine, engine_misfit};
 pub use state::{FaultRecord, GpuCounters, IrqSink};
 
 /// Errors creating a virtual GPU.

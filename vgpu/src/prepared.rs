@@ -57,6 +57,76 @@ impl PreparedEngine {
     }
 }
 
+/// Why an engine made for `prepared` cannot serve a GPU of configuration `wanted` (a
+/// standby's engine and a snapshot's GPU, `vgpu-vmm --standby`): the keys the engine is made
+/// from that differ, in `--gpu` syntax (`backend`, `vram`, `guard`, `mode`, `preempt`, the sim
+/// engine's `workers` and `pages`, the vgpud's `host` and the `channels` it registered). The
+/// device's other keys (job limits, doorbell, host memory, ...) are the device's, set when it
+/// is built on the engine, and may differ.
+pub fn engine_misfit(prepared: &GpuConfig, wanted: &GpuConfig) -> Option<String> {
+    let mut diff = Vec::new();
+    let mut key = |name: &str, same: bool, p: String, w: String| {
+        if !same {
+            diff.push(format!("{name} (prepared {p}, the snapshot's {w})"));
+        }
+    };
+    let (p, w) = (prepared, wanted);
+    key(
+        "backend",
+        p.backend == w.backend,
+        format!("{:?}", p.backend),
+        format!("{:?}", w.backend),
+    );
+    key(
+        "mode",
+        p.mode == w.mode,
+        format!("{:?}", p.mode),
+        format!("{:?}", w.mode),
+    );
+    key("vram", p.vram == w.vram, mib(p.vram), mib(w.vram));
+    key("guard", p.guard == w.guard, mib(p.guard), mib(w.guard));
+    key(
+        "preempt",
+        p.preempt == w.preempt,
+        format!("{:?}", p.preempt),
+        format!("{:?}", w.preempt),
+    );
+    if p.backend == config::Backend::Sim {
+        key(
+            "workers",
+            p.workers == w.workers,
+            p.workers.to_string(),
+            w.workers.to_string(),
+        );
+        let pages = |c: &GpuConfig| if c.sim_pages_2m_only { "2m" } else { "4k+2m" };
+        key(
+            "pages",
+            p.sim_pages_2m_only == w.sim_pages_2m_only,
+            pages(p).into(),
+            pages(w).into(),
+        );
+    }
+    key(
+        "host",
+        p.host == w.host,
+        format!("{:?}", p.host.as_ref().map(|h| &h.socket)),
+        format!("{:?}", w.host.as_ref().map(|h| &h.socket)),
+    );
+    if p.host.is_some() {
+        key(
+            "channels",
+            p.channels == w.channels,
+            p.channels.to_string(),
+            w.channels.to_string(),
+        );
+    }
+    (!diff.is_empty()).then(|| diff.join(", "))
+}
+
+fn mib(b: u64) -> String {
+    format!("{}M", b >> 20)
+}
+
 impl Vgpu {
     /// The engine of `cfg` made now, before the device and guest RAM: a cuda engine (as
     /// [`Vgpu::cuda_engine`]), or a sim engine of its own. `None` where the engine cannot come
@@ -120,5 +190,22 @@ mod tests {
         // Shared sim GPUs and pass-through get none.
         let shared = GpuConfig::parse("vram=8M,host=/nonexistent.sock").unwrap();
         assert!(Vgpu::prepare_engine(&shared).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_engine_fits_only_the_configurations_it_is_made_from() {
+        let p = GpuConfig::parse("vram=64M,backend=cuda").unwrap();
+        // The device's keys may differ.
+        let w = GpuConfig::parse("vram=64M,backend=cuda,timeout_ms=900,doorbell=mmio").unwrap();
+        assert_eq!(engine_misfit(&p, &w), None);
+        let w = GpuConfig::parse("vram=128M").unwrap();
+        let why = engine_misfit(&p, &w).unwrap();
+        assert!(
+            why.contains("backend") && why.contains("vram (prepared 64M, the snapshot's 128M)"),
+            "{why}"
+        );
+        let s = GpuConfig::parse("vram=64M,pages=2m").unwrap();
+        let why = engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()).unwrap();
+        assert!(why.starts_with("pages"), "{why}");
     }
 }

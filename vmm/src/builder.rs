@@ -1,6 +1,7 @@
 //! Building a VM, in the manner of Firecracker's builder: [`build_for_boot`] (an image loaded,
-//! the boot vCPU at its entry) and [`build_from_snapshot`] (RAM, devices, VM, vCPU and GPU
-//! state from a snapshot) both return a [`PausedVm`]: everything created and in place, no vCPU
+//! the boot vCPU at its entry), [`build_from_snapshot`] (RAM, devices, VM, vCPU and GPU
+//! state from a snapshot) and `crate::standby::build::build_on_standby` (the same into a VM
+//! made before) all return a [`PausedVm`]: everything created and in place, no vCPU
 //! thread started. [`crate::vm`] runs it. Each phase is one function with its own error enum:
 //! the KVM VM ([`create_vm`], [`BuildError`]), guest RAM ([`guest_ram`]), the vCPUs
 //! ([`create_vcpus`]), the image ([`load_image`]), the devices and buses ([`Devices::create`],
@@ -27,7 +28,9 @@ use crate::persist::{self, DeviceSnapshot};
 use crate::slots::SlotMapper;
 use crate::snapshot::load::Loaded;
 use crate::snapshot::manifest::BootKind;
+use crate::snapshot::restore_report::{RestoreReport, ms_since};
 use crate::snapshot::{cpu, ram, vmstate};
+use crate::standby::ram::Reservation;
 use crate::vm::VmConfig;
 
 /// Errors creating the VM, its RAM, vCPUs and devices, and loading its image.
@@ -114,6 +117,13 @@ pub struct PausedVm {
     pub gpu: Option<Arc<vgpu::Vgpu>>,
     /// `backend=cuda`'s engine, which backs guest RAM: dropped after it.
     pub cuda_engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+    /// A standby's guest RAM mappings (the snapshot's file mapped over them): dropped after
+    /// guest memory.
+    pub ram_owner: Option<Reservation>,
+    /// The MSRs snapshots save, listed before (a standby); `None`: listed when the API starts.
+    pub msrs: Option<Vec<u32>>,
+    /// A restored VM: its restore's times so far (`vm` adds the start and the total).
+    pub restore: Option<RestoreReport>,
 }
 
 /// Builds the VM `cfg` describes, its image loaded and the boot vCPU at its entry.
@@ -154,23 +164,39 @@ pub fn build_for_boot(cfg: &VmConfig) -> Result<PausedVm, BuildError> {
         devices,
         gpu,
         cuda_engine: engine,
+        ram_owner: None,
+        msrs: None,
+        restore: None,
     })
 }
 
 /// Builds the VM of snapshot `r` (`cfg` from its manifest) with all its state in place; a
 /// migration's destination on the GPU engine it made during the pre-copy rounds (taken from
-/// `r`), its figures added to `r.incoming`.
+/// `r`), its figures added to `r.incoming`. The parts' times go into the VM's `restore`.
 pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, RestoreError> {
     let t0 = Instant::now();
+    let mut report = RestoreReport::default();
     let prepared = r.gpu.as_mut().and_then(|g| g.prepared.take());
-    let (kvm, vm) = create_vm(cfg, true)?;
-    let vm_ms = t0.elapsed().as_secs_f64() * 1e3;
     let cuda = cfg
         .gpu
         .as_ref()
         .is_some_and(|g| g.backend == vgpu::config::Backend::Cuda);
+    let (kvm, vm) = new_vm(cfg, true)?;
+    // Without a cuda engine, guest RAM is the file mapped copy-on-write: its slots are
+    // registered on a thread while the rest is made.
+    let mut early_ram = None;
+    if !cuda {
+        let t = Instant::now();
+        let mem = ram::map_private(&r.ram, r.manifest.ram_bytes)?;
+        let pending = memory::PendingSlots::start(&vm, &mem).map_err(BuildError::from)?;
+        report.ram_ms = ms_since(t);
+        early_ram = Some((mem, pending));
+    }
+    setup_vm(&vm)?;
+    report.vm_ms = ms_since(t0) - report.ram_ms;
     // The prepared engine is of the configuration `cfg` has (the same manifest and `--gpu`).
     let mut host_ram = Vec::new();
+    let t = Instant::now();
     let (engine, registered, sim, applied) = match prepared
         .map(|p| (p.engine, p.vram_applied, p.ram))
     {
@@ -184,62 +210,135 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
             (e, reg, None, false)
         }
     };
+    report.engine_ms = ms_since(t);
     let ram_ids = std::cell::RefCell::new(Vec::new());
-    let t = Instant::now();
-    let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
-    let ram_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (mem, backing, slots) = match early_ram {
+        Some((mem, pending)) => (mem, ram::Backing::Other, Some(pending)),
+        None => {
+            let t = Instant::now();
+            let (mem, backing) = restored_ram(&vm, cfg, engine.as_ref(), &ram_ids, r, host_ram)?;
+            report.ram_ms = ms_since(t);
+            (mem, backing, None)
+        }
+    };
     let t = Instant::now();
     let (vcpus, tsc_khz) = create_vcpus(&kvm, &vm, cfg)?;
-    let vcpus_ms = t.elapsed().as_secs_f64() * 1e3;
-    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
-    let boot = r.manifest.boot;
-    let mut devices = Devices::create(&vm, cfg, &mem, boot, &latch)?;
-    let gpu = attach_gpu(
-        &kvm,
-        &vm,
-        cfg,
-        &mem,
-        (engine.as_ref(), registered, sim),
-        ram_ids.take(),
-        &mut devices,
-    )?;
-    let devices = devices.finish()?;
-    if r.gpu.is_some() != gpu.is_some() {
-        return Err(RestoreError::GpuMismatch);
-    }
-    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let t = Instant::now();
-    let (gpu_ms, delta) = restore_state(&vm, &vcpus, &devices, gpu.as_deref(), r, applied)?;
-    log::debug!(
-        "restore: built in {build_ms:.1} ms (VM {vm_ms:.1}, RAM {ram_ms:.1}, vCPUs \
-         {vcpus_ms:.1}), state {:.1} ms of which the GPU {gpu_ms:.1}",
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    if let Some((rep, _)) = &mut r.incoming {
-        rep.dest_build_ms = build_ms;
-        rep.dest_ram_ms = ram_ms;
-        rep.dest_gpu_restore_ms = gpu_ms;
-        rep.dest_state_ms = t.elapsed().as_secs_f64() * 1e3 - gpu_ms;
-        rep.dest_vram_pages_switch = delta / 4096;
-    }
-    Ok(PausedVm {
+    report.vcpus_ms = ms_since(t);
+    let made = Made {
         kvm,
         vm,
         vcpus,
         tsc_khz,
         mem,
         backing,
+        engine,
+        registered,
+        sim,
+        ram_ids: ram_ids.take(),
+        applied,
+        ram_owner: None,
+        msrs: None,
+        slots,
+    };
+    let (vm, delta) = assemble(cfg, r, made, report)?;
+    if let (Some((rep, _)), Some(t)) = (&mut r.incoming, &vm.restore) {
+        rep.dest_build_ms = t.vm_ms + t.engine_ms + t.ram_ms + t.vcpus_ms + t.devices_ms;
+        rep.dest_ram_ms = t.ram_ms;
+        rep.dest_gpu_restore_ms = t.gpu_restore_ms;
+        rep.dest_state_ms = t.state_ms;
+        rep.dest_vram_pages_switch = delta / 4096;
+    }
+    Ok(vm)
+}
+
+/// What a restore has made before its devices: KVM, guest RAM (and what backs it), vCPUs and
+/// the GPU's engine.
+pub(crate) struct Made {
+    pub(crate) kvm: Kvm,
+    pub(crate) vm: Arc<VmFd>,
+    pub(crate) vcpus: Vec<VcpuFd>,
+    pub(crate) tsc_khz: u64,
+    pub(crate) mem: GuestMemoryMmap,
+    pub(crate) backing: ram::Backing,
+    /// A cuda engine (it backs guest RAM: its host regions `ram_ids`) and its vgpud
+    /// registration, or a sim engine made before.
+    pub(crate) engine: Option<Arc<dyn pgpu::EngineSnapshot>>,
+    pub(crate) registered: Option<vgpu::HostRegistration>,
+    pub(crate) sim: Option<Arc<pgpu::sim::SimEngine>>,
+    pub(crate) ram_ids: Vec<pgpu::HostRegionId>,
+    /// A live image's pre-copied VRAM is in the engine already.
+    pub(crate) applied: bool,
+    pub(crate) ram_owner: Option<Reservation>,
+    pub(crate) msrs: Option<Vec<u32>>,
+    /// Guest RAM's slots still being registered (waited for before the state goes in).
+    pub(crate) slots: Option<memory::PendingSlots>,
+}
+
+/// The devices and the GPU's device on `m`, then the snapshot's state put back; the parts'
+/// times added to `report`. Returns the VM and a live image's delta bytes.
+pub(crate) fn assemble(
+    cfg: &VmConfig,
+    r: &Loaded,
+    m: Made,
+    mut report: RestoreReport,
+) -> Result<(PausedVm, u64), RestoreError> {
+    let t = Instant::now();
+    let latch = Arc::new(ExitLatch::new().map_err(io("create exit eventfd"))?);
+    let boot = r.manifest.boot;
+    let mut devices = Devices::create(&m.vm, cfg, &m.mem, boot, &latch)?;
+    let gpu = attach_gpu(
+        &m.kvm,
+        &m.vm,
+        cfg,
+        &m.mem,
+        (m.engine.as_ref(), m.registered, m.sim),
+        m.ram_ids,
+        &mut devices,
+    )?;
+    let devices = devices.finish()?;
+    if r.gpu.is_some() != gpu.is_some() {
+        return Err(RestoreError::GpuMismatch);
+    }
+    report.devices_ms = ms_since(t);
+    if let Some(p) = m.slots {
+        let t = Instant::now();
+        report.ram_slots_ms = p.wait().map_err(BuildError::from)?;
+        report.ram_ms += ms_since(t);
+    }
+    let t = Instant::now();
+    let (gpu_ms, delta) = restore_state(&m.vm, &m.vcpus, &devices, gpu.as_deref(), r, m.applied)?;
+    report.gpu_restore_ms = gpu_ms;
+    report.state_ms = ms_since(t) - gpu_ms;
+    log::debug!("restore: built and restored ({})", report.parts());
+    let vm = PausedVm {
+        kvm: m.kvm,
+        vm: m.vm,
+        vcpus: m.vcpus,
+        tsc_khz: m.tsc_khz,
+        mem: m.mem,
+        backing: m.backing,
         boot,
         image: r.manifest.image.clone(),
         latch,
         devices,
         gpu,
-        cuda_engine: engine,
-    })
+        cuda_engine: m.engine,
+        ram_owner: m.ram_owner,
+        msrs: m.msrs,
+        restore: Some(report),
+    };
+    Ok((vm, delta))
 }
 
 /// The KVM VM with its in-kernel irqchip and PIT (`cfg.cpus` checked against what KVM allows).
 pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), BuildError> {
+    let (kvm_fd, vm) = new_vm(cfg, restoring)?;
+    setup_vm(&vm)?;
+    Ok((kvm_fd, vm))
+}
+
+/// The KVM VM without its irqchip and PIT ([`setup_vm`] adds them).
+fn new_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), BuildError> {
     log::debug!("creating the VM");
     let kvm_fd = Kvm::new().map_err(BuildError::Kvm)?;
     let max = kvm_fd.get_max_vcpus().min(usize::from(u8::MAX));
@@ -253,6 +352,11 @@ pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), Bu
         });
     }
     let vm = Arc::new(kvm_fd.create_vm().map_err(kvm("create VM"))?);
+    Ok((kvm_fd, vm))
+}
+
+/// The identity map and TSS addresses, the in-kernel irqchip and PIT.
+fn setup_vm(vm: &VmFd) -> Result<(), BuildError> {
     vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_ADDR)
         .map_err(kvm("set identity map address"))?;
     vm.set_tss_address(layout::KVM_TSS_ADDR as usize)
@@ -263,7 +367,7 @@ pub fn create_vm(cfg: &VmConfig, restoring: bool) -> Result<(Kvm, Arc<VmFd>), Bu
         ..Default::default()
     };
     vm.create_pit2(pit).map_err(kvm("create PIT"))?;
-    Ok((kvm_fd, vm))
+    Ok(())
 }
 
 /// `backend=cuda`: the engine comes first and backs guest RAM (CUDA maps only memory it
@@ -362,7 +466,11 @@ fn restored_ram(
 }
 
 /// The vCPUs with their CPUID and LAPIC, and the TSC rate (vCPU 0's).
-fn create_vcpus(kvm_fd: &Kvm, vm: &VmFd, cfg: &VmConfig) -> Result<(Vec<VcpuFd>, u64), BuildError> {
+pub(crate) fn create_vcpus(
+    kvm_fd: &Kvm,
+    vm: &VmFd,
+    cfg: &VmConfig,
+) -> Result<(Vec<VcpuFd>, u64), BuildError> {
     let mut vcpus = Vec::new();
     let mut tsc_khz = 0;
     for id in 0..cfg.cpus {

@@ -9,7 +9,8 @@
 //! [`pause`] (parking vCPUs), [`persist`] (the devices' state contract), [`snapshot`] (the
 //! snapshot format, saving and loading), [`control`] (pause, resume, stats, snapshot of a running
 //! VM), [`live`] (the pre-copy of live snapshots and migration), [`move_gpu`] (moving the
-//! virtual GPU to another GPU of its vgpud), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
+//! virtual GPU to another GPU of its vgpud), [`standby`] (`--standby`: a VM prepared before the
+//! snapshot it restores), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
 
 pub mod api;
 pub mod arch;
@@ -29,6 +30,7 @@ pub mod pause;
 pub mod persist;
 pub mod slots;
 pub mod snapshot;
+pub mod standby;
 pub mod stats;
 pub mod vcpu;
 pub mod vm;

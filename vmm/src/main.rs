@@ -18,7 +18,7 @@ struct Args {
     command: Option<Command>,
     /// Run the bundled guest NAME (see --list-guests), or `linux`: the Linux guest built by
     /// guest-images/linux/build.sh (--cmdline is appended to its command line).
-    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore", "incoming"])]
+    #[arg(long, value_name = "NAME", conflicts_with = "kernel", required_unless_present_any = ["kernel", "list_guests", "restore", "incoming", "standby"])]
     guest: Option<String>,
     /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
     /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md), the
@@ -27,6 +27,16 @@ struct Args {
     #[arg(long, value_name = "DIR",
           conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     restore: Option<PathBuf>,
+    /// Prepare a VM ahead and wait on --api-socket for a snapshot to run in it (`vgpu-vmm ctl
+    /// SOCKET restore DIR`): the KVM VM, --cpus vCPUs, --memory MiB of guest RAM registered
+    /// with KVM and the --gpu engine (the cuda context) are made now, so that the restore only
+    /// puts the snapshot's state in. The snapshot must have exactly that RAM size and vCPU
+    /// count, and a GPU whose engine keys (backend, vram, guard, mode, preempt; sim: workers,
+    /// pages; host) match --gpu; another is refused and the standby waits on. --timeout,
+    /// --stats and --console-prefix apply to the restored VM.
+    #[arg(long, requires = "api_socket",
+          conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "testdev", "disk", "run", "restore", "incoming"])]
+    standby: bool,
     /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
     /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
     /// a file, directory, symbolic link or live socket is a usage error.
@@ -174,6 +184,10 @@ enum CtlOp {
         #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
         tls_ca: Option<PathBuf>,
     },
+    /// Restore the snapshot in DIR into a VM started with --standby and run it there (a
+    /// snapshot that does not fit what the standby prepared is refused and it waits on); the
+    /// answer, once its vCPUs run, gives the restore's times.
+    Restore { dir: PathBuf },
     /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim, or cuda: a new
     /// engine on device N in this process, its modules loaded first): VRAM is pre-copied to a
     /// partition the daemon reserves there while the VM runs, then the VM pauses for the last
@@ -241,6 +255,13 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
         CtlOp::Resume => Request::Resume {},
         CtlOp::Stats => Request::Stats {},
         CtlOp::MoveGpu { gpu } => Request::MoveGpu { gpu },
+        CtlOp::Restore { dir } => match std::path::absolute(&dir) {
+            Ok(dir) => Request::Restore { dir },
+            Err(e) => {
+                eprintln!("vgpu-vmm ctl: {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
+        },
         CtlOp::Migrate {
             dest,
             live,
@@ -331,8 +352,11 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if args.standby {
+        return standby(args);
+    }
     match prepare(args) {
-        Ok((cfg, start, stats)) => run(&cfg, start, stats),
+        Ok((cfg, start, stats)) => finish(vm::run_with(&cfg, start), stats),
         Err(Fail(code, msg)) => {
             eprintln!("vgpu-vmm: {msg}");
             ExitCode::from(code)
@@ -434,6 +458,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         restore: loaded,
         api,
         ack,
+        reply: None,
     };
     Ok((cfg, start, stats))
 }
@@ -553,9 +578,79 @@ fn restored_gpu(
     }
 }
 
-/// Runs the VM and turns its end into the exit status (and `--stats`).
-fn run(cfg: &VmConfig, start: vm::Start, stats: Option<StatsTarget>) -> ExitCode {
-    match vm::run_with(cfg, start) {
+/// `--standby`: prepares a VM, waits for a snapshot to restore into it and runs that (a
+/// restore that used the standby up and failed makes another).
+fn standby(args: Args) -> ExitCode {
+    use vmm::standby::serve::{self, Outcome, RunSettings};
+    let fail = |Fail(code, msg)| {
+        eprintln!("vgpu-vmm: {msg}");
+        ExitCode::from(code)
+    };
+    let tls = match check_tls(&args) {
+        Ok(t) => t,
+        Err(f) => return fail(f),
+    };
+    let Some(path) = args.api_socket.as_deref() else {
+        return fail(Fail(2, "--standby needs --api-socket".into()));
+    };
+    let api = match vmm::api::server::ApiSocket::bind(path) {
+        Ok(a) => a,
+        Err(e) => return fail(Fail(2, format!("--api-socket: {e}"))),
+    };
+    let stats = match args.stats.as_deref().map(StatsTarget::open).transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(Fail(2, format!("--stats: {e}"))),
+    };
+    let cfg = vmm::standby::StandbyConfig {
+        memory_mib: args.memory,
+        cpus: args.cpus,
+        gpu: args.gpu.clone(),
+    };
+    let settings = RunSettings {
+        timeout: args.timeout,
+        console_prefix: args.console_prefix.clone(),
+        tls,
+    };
+    loop {
+        let sb = match vmm::standby::Standby::prepare(&cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(t) = stats {
+                    t.discard();
+                }
+                let usage = matches!(
+                    &e,
+                    vmm::standby::StandbyError::Build(vmm::builder::BuildError::Cpus { .. })
+                        | vmm::standby::StandbyError::NotPreparable(_)
+                );
+                return fail(Fail(if usage { 2 } else { 1 }, e.to_string()));
+            }
+        };
+        match serve::wait_for_restore(&api, sb, &settings) {
+            Outcome::Restored {
+                vm,
+                cfg,
+                reply,
+                since,
+                loaded,
+            } => {
+                let start = vm::Start {
+                    restore: Some(*loaded),
+                    api: Some(api),
+                    since: Some(since),
+                    ack: None,
+                    reply: Some(reply),
+                };
+                return finish(vm.run(&cfg, start).map_err(vm::VmError::from), stats);
+            }
+            Outcome::Spent => continue,
+        }
+    }
+}
+
+/// Turns the VM's end into the exit status (and `--stats`).
+fn finish(result: Result<vm::RunOutcome, vm::VmError>, stats: Option<StatsTarget>) -> ExitCode {
+    match result {
         Ok(outcome) => {
             let code = outcome.reason.code();
             if code != 0 {

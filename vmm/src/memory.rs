@@ -2,6 +2,8 @@
 //! with KVM as memory slots.
 
 use kvm_bindings::kvm_userspace_memory_region;
+use std::sync::Arc;
+
 use kvm_ioctls::VmFd;
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
@@ -90,6 +92,37 @@ fn register_with(vm: &VmFd, mem: &GuestMemoryMmap, flags: u32) -> Result<(), Mem
             .map_err(|err| MemoryError::Slot { slot, err })?;
     }
     Ok(())
+}
+
+/// Guest RAM's memory slots being registered on a thread of their own: a cold restore
+/// without a cuda engine (`crate::builder::build_from_snapshot`) maps `ram.bin` (instant) and lets KVM register it while the VM's irqchip, the
+/// vCPUs and the devices are made, because `KVM_SET_USER_MEMORY_REGION` mostly sleeps (in
+/// `kvm_swap_active_memslots`' SRCU grace period: 5-12 ms on the PVM dev host, whatever the
+/// size). Waited for before any state goes into the vCPUs (MSRs such as the async-PF or
+/// steal-time ones name guest RAM).
+pub struct PendingSlots(std::thread::JoinHandle<Result<f64, MemoryError>>);
+
+impl PendingSlots {
+    pub fn start(vm: &Arc<VmFd>, mem: &GuestMemoryMmap) -> Result<Self, MemoryError> {
+        let (vm, mem) = (vm.clone(), mem.clone());
+        let t = std::thread::Builder::new()
+            .name("ram-slots".into())
+            .spawn(move || {
+                let t = std::time::Instant::now();
+                register(&vm, &mem).map(|()| t.elapsed().as_secs_f64() * 1e3)
+            })
+            .map_err(|e| MemoryError::External(format!("start the RAM slots' thread: {e}")))?;
+        Ok(PendingSlots(t))
+    }
+
+    /// Waits for the registration; the time it took.
+    pub fn wait(self) -> Result<f64, MemoryError> {
+        self.0.join().unwrap_or_else(|_| {
+            Err(MemoryError::External(
+                "the RAM slots' thread panicked".into(),
+            ))
+        })
+    }
 }
 
 /// Guest RAM in host memory from `alloc` (not unmapped by vm-memory: its owner frees it).

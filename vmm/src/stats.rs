@@ -24,6 +24,10 @@ pub struct Stats {
     /// A migration's destination (`--incoming`): what it did when, its part of the downtime.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incoming: Option<crate::snapshot::incoming::IncomingReport>,
+    /// A restored VM (`--restore`, `--incoming`, a standby's `restore`): the restore's parts
+    /// and its restore-to-running time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<crate::snapshot::restore_report::RestoreReport>,
 }
 
 /// One vCPU's exits.

@@ -23,6 +23,7 @@ use crate::pause::PauseGate;
 use crate::snapshot::cpu;
 use crate::snapshot::load::Loaded;
 use crate::snapshot::manifest::Manifest;
+use crate::snapshot::restore_report::RestoreReport;
 use crate::stats::{Stats, VcpuStats};
 use crate::vcpu::{self, ExitCounters, Vcpu};
 
@@ -105,6 +106,8 @@ pub struct Start {
     /// A migration source waiting for `ok` once the restored VM is about to run (`--incoming`;
     /// if the VM fails before, the connection closes and the source resumes its VM).
     pub ack: Option<crate::snapshot::transport::Link>,
+    /// A standby's `restore` request, answered with the restore's figures once the vCPUs run.
+    pub reply: Option<crate::standby::serve::Reply>,
 }
 
 /// Builds the VM described by `cfg`, runs it to its end, and reports why it ended.
@@ -114,10 +117,15 @@ pub fn run(cfg: &VmConfig) -> Result<RunOutcome, VmError> {
 
 /// [`run`], restoring a snapshot and/or serving the API socket as `start` says.
 pub fn run_with(cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, VmError> {
-    let vm = match start.restore.as_mut() {
+    let building = Instant::now();
+    let mut vm = match start.restore.as_mut() {
         Some(r) => builder::build_from_snapshot(cfg, r)?,
         None => builder::build_for_boot(cfg)?,
     };
+    // `--restore`: what came before the build (reading and checking the snapshot).
+    if let (Some(rep), Some(since)) = (vm.restore.as_mut(), start.since) {
+        rep.check_ms = (building - since).as_secs_f64() * 1e3;
+    }
     Ok(vm.run(cfg, start)?)
 }
 
@@ -129,12 +137,15 @@ struct Shared {
     live_reports: Arc<Mutex<Vec<crate::snapshot::precopy::Report>>>,
     /// A migration's destination: what it did (`--stats`' `incoming`).
     incoming: Option<crate::snapshot::incoming::IncomingReport>,
+    /// A restored VM: the restore's parts (`--stats`' `restore`).
+    restore: Option<RestoreReport>,
 }
 
 impl PausedVm {
     /// Runs the VM until it stops: event loop, API, vCPU threads; then the teardown and the
     /// stats.
     pub fn run(mut self, cfg: &VmConfig, mut start: Start) -> Result<RunOutcome, RunError> {
+        let run_start = Instant::now();
         let mut em: EventManager<Arc<Mutex<dyn MutEventSubscriber + Send>>> =
             EventManager::new().map_err(RunError::EventLoop)?;
         let interactive = std::io::stdin().is_terminal();
@@ -161,6 +172,7 @@ impl PausedVm {
             threads: Arc::new(Mutex::new(Vec::new())),
             live_reports: Arc::new(Mutex::new(Vec::new())),
             incoming: None,
+            restore: self.restore.take(),
         };
         let api_server = match start.api {
             Some(api) => Some(
@@ -177,11 +189,25 @@ impl PausedVm {
             crate::snapshot::stream::answer(&mut conn, Ok(()));
         }
         let answered = Instant::now();
+        if let Some(rep) = shared.restore.as_mut() {
+            rep.start_ms = (answered - run_start).as_secs_f64() * 1e3;
+            if let Some(since) = start.since {
+                rep.restore_to_running_ms = (answered - since).as_secs_f64() * 1e3;
+            }
+            log::info!(
+                "restore: {} ({})",
+                if rep.standby { "standby" } else { "cold" },
+                rep.parts()
+            );
+        }
         if let Some(since) = start.since {
             log::debug!(
                 "restore to running: {:.1} ms",
                 (answered - since).as_secs_f64() * 1e3
             );
+        }
+        if let Some(reply) = start.reply.take() {
+            reply.send(Ok(serde_json::to_value(&shared.restore).unwrap_or_default()));
         }
         // The snapshot's files (a migration's memfds: freeing them takes a while) go only
         // after the times are taken.
@@ -202,12 +228,18 @@ impl PausedVm {
 
     /// The controller the API serves, with the manifest's fixed part.
     fn controller(&self, cfg: &VmConfig, s: &Shared) -> Result<Arc<Controller>, RunError> {
-        let (msrs, refused) = cpu::saveable_msrs(&self.kvm, &self.vcpus[0])?;
-        log::debug!(
-            "snapshots save {} MSRs; KVM lists but refuses to read {:x?}",
-            msrs.len(),
-            refused
-        );
+        let msrs = match &self.msrs {
+            Some(m) => m.clone(),
+            None => {
+                let (msrs, refused) = cpu::saveable_msrs(&self.kvm, &self.vcpus[0])?;
+                log::debug!(
+                    "snapshots save {} MSRs; KVM lists but refuses to read {:x?}",
+                    msrs.len(),
+                    refused
+                );
+                msrs
+            }
+        };
         let manifest = Manifest {
             format: crate::snapshot::manifest::FORMAT.into(),
             version: crate::snapshot::format::VERSION,
@@ -313,15 +345,18 @@ impl PausedVm {
                     .unwrap_or_else(PoisonError::into_inner),
             ),
             incoming: s.incoming,
+            restore: s.restore,
         };
         let PausedVm {
             gpu,
             mem,
             cuda_engine,
+            ram_owner,
             ..
         } = self;
         drop(gpu);
         drop(mem);
+        drop(ram_owner);
         drop(cuda_engine);
         RunOutcome { reason, stats }
     }

@@ -4,7 +4,8 @@
 //! defaults to true, `drain` and `live` to false), `{"op":"migrate","to":"/abs","live":false}`
 //! (with a `tls:` address, optionally `"tls":{"cert":"/abs","key":"/abs","ca":"/abs"}`: the
 //! certificate files for this migration instead of the VM's own; a VM older than `tls:`
-//! refuses the field as unknown), `{"op":"move_gpu","gpu":1}`.
+//! refuses the field as unknown), `{"op":"move_gpu","gpu":1}`, and for a `--standby` VM
+//! `{"op":"restore","dir":"/abs/path"}` (older VMs refuse the op as unknown).
 //! The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
@@ -57,6 +58,9 @@ pub enum Request {
     /// VRAM pre-copied while it runs.
     #[serde(rename = "move_gpu")]
     MoveGpu { gpu: u32 },
+    /// Restore the snapshot in `dir` (absolute) and run it: only a VM started with
+    /// `--standby` takes it (`{"op":"restore","dir":"/abs"}`); answered once the vCPUs run.
+    Restore { dir: PathBuf },
 }
 
 fn yes() -> bool {
@@ -128,6 +132,8 @@ mod tests {
         assert_eq!((f.cert.to_str(), f.ca.to_str()), (Some("/c"), Some("/a")));
         let r: Request = serde_json::from_str(r#"{"op":"move_gpu","gpu":1}"#).unwrap();
         assert_eq!(r, Request::MoveGpu { gpu: 1 });
+        let r: Request = serde_json::from_str(r#"{"op":"restore","dir":"/s"}"#).unwrap();
+        assert_eq!(r, Request::Restore { dir: "/s".into() });
         for bad in [
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k"}}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a","x":1}}"#,
@@ -135,6 +141,8 @@ mod tests {
             r#"{"op":"move_gpu","gpu":-1}"#,
             r#"{"op":"move_gpu","gpu":1,"x":0}"#,
             r#"{"op":"movegpu","gpu":1}"#,
+            r#"{"op":"restore"}"#,
+            r#"{"op":"restore","dir":"/s","x":1}"#,
         ] {
             assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
         }

@@ -73,6 +73,11 @@ impl ApiSocket {
         r
     }
 
+    /// Waits for the next connection (a standby's requests, `crate::standby::serve`).
+    pub fn accept(&self) -> std::io::Result<UnixStream> {
+        self.listener.accept().map(|(c, _)| c)
+    }
+
     /// Starts serving requests on `controller`.
     pub fn serve(self, controller: Arc<Controller>) -> std::io::Result<ApiServer> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -185,6 +190,10 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             Err(e) => Response::err(e),
         },
         Request::Stats {} => json(serde_json::to_value(controller.stats())),
+        Request::Restore { .. } => Response::err(
+            "restore: this VM runs already; a snapshot is restored on request only into a VM \
+             started with --standby",
+        ),
         Request::MoveGpu { gpu } => match controller.move_gpu(gpu) {
             Ok(done) => json(serde_json::to_value(done)),
             Err(e) => Response::err(e),

@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod precopy;
 pub mod ram;
 pub mod ready;
+pub mod restore_report;
 pub mod save;
 pub mod source_report;
 pub mod state;
