@@ -276,6 +276,7 @@ impl Daemon {
         let g = self.gpu_of(c);
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
+        let origin_ns = self.mono_of(Duration::ZERO);
         let gpu = &mut self.gpus[g];
         let Some(run) = gpu.run.as_mut() else {
             return 0;
@@ -318,6 +319,7 @@ impl Daemon {
                     start_to_due_ns: due as i64 - start_ns as i64,
                     run_ns: end_ns - start_ns,
                     slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
+                    due_at_ns: due.saturating_sub(origin_ns),
                 };
                 crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
             }

@@ -69,6 +69,10 @@ pub struct LatePreempt {
     pub run_ns: u64,
     /// The grant's slice (grant → slice end).
     pub slice_ns: u64,
+    /// When the stop was due, in nanoseconds since the daemon started (its time origin, as
+    /// `now_ns` and the windows): tells start-up from steady state (absent in older reports).
+    #[serde(default)]
+    pub due_at_ns: u64,
 }
 
 impl LatePreempt {
