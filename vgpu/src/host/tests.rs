@@ -96,6 +96,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
         name: "t".into(),
         reconnect: Duration::ZERO,
         gpu: None,
+        nice: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
@@ -148,6 +149,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         name: "t".into(),
         reconnect,
         gpu: None,
+        nice: 0,
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
