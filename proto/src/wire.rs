@@ -292,7 +292,11 @@ impl Conn {
             if unsafe { libc::poll(&mut p, 1, 0) } != 0 {
                 return;
             }
-            std::hint::spin_loop();
+            // Give the core away if anything else wants it (returns at once otherwise): the
+            // poller must not delay the thread it waits for — the VM running on the GPU now,
+            // which may share its core (issue 25: 0.6 ms preemption tails, the length of a
+            // standby, on a 16-core host).
+            std::thread::yield_now();
         }
     }
 
@@ -428,5 +432,69 @@ mod tests {
         assert!(l.replaced_stale());
         drop(l);
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    /// CPU time of the calling thread.
+    fn thread_cpu() -> std::time::Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes into the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// Pins the calling thread to `cpu`.
+    fn pin(cpu: usize) {
+        // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity reads it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
+    }
+
+    /// A poller waiting for a message (a VM told its grant is near) gives its core to a thread
+    /// that shares it — there, the VM running on the GPU, which must stop on time (issue 25:
+    /// 0.6 ms preemption tails, a standby's length, on a 16-core host). Both threads pinned to
+    /// one core: the busy one gets most of it (a poller that only spins takes half).
+    #[test]
+    fn a_poller_leaves_its_core_to_a_busy_thread_beside_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let conn = Conn {
+            fd: OwnedFd::from(a),
+        };
+        // SAFETY: sched_getcpu has no arguments.
+        let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let busy = std::thread::spawn(move || {
+            pin(cpu);
+            let mut x = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            thread_cpu()
+        });
+        let poller = std::thread::spawn(move || {
+            pin(cpu);
+            // Let the busy thread start first.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let t0 = thread_cpu();
+            conn.spin_readable(std::time::Instant::now() + std::time::Duration::from_millis(300));
+            thread_cpu() - t0
+        });
+        let polled = poller.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let worked = busy.join().unwrap();
+        assert!(
+            polled * 3 < worked,
+            "the poller took {polled:?} of the core, the busy thread {worked:?}"
+        );
     }
 }

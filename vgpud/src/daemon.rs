@@ -281,6 +281,11 @@ impl Daemon {
         // SAFETY: `fds` is a live array of pollfd of the given length; `tp` is null or points
         // at a timespec that outlives the call; no signal mask is changed.
         let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tp, std::ptr::null()) };
+        if n == 0 && spinning {
+            // Polling around a slice end: give the core away if anything else wants it (the
+            // VM on the GPU may share it and must stop on time; returns at once otherwise).
+            std::thread::yield_now();
+        }
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
