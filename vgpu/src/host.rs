@@ -522,7 +522,7 @@ impl HostLink {
             drop(st);
             let ready = match spin_until {
                 Some(t) => {
-                    conn.spin_readable(t);
+                    conn.spin_readable(t, vgpu_proto::wire::polite_spin());
                     Ok(())
                 }
                 None => conn.wait_readable_for(stop.map(|_| STOP_POLL)).map(|_| ()),
