@@ -735,7 +735,12 @@ impl Inner {
 /// The reader thread: takes the daemon's messages while the worker is not reading them itself
 /// (it does while it waits for a grant: no thread hand-off on the grant path). It exists for
 /// the preempts that arrive while a job runs, and re-registers when the daemon went away.
+/// It runs at the priority of the GPU's thread (`boost`) throughout.
 fn read_loop(inner: &Inner) {
+    // It delivers the preempts that come while a job runs (a turn nobody waited for, a
+    // priority preemption): raised for its whole life, as the worker is while it holds a
+    // grant. It only reads the daemon's messages, which no guest controls.
+    let _raised = inner.boost.raise();
     loop {
         let mut st = inner.lock();
         while st.worker_reading && st.lost.is_none() && st.down.is_none() {
