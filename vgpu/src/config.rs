@@ -196,6 +196,7 @@ impl GpuConfig {
             name,
             reconnect,
             gpu,
+            nice,
         } = d;
         match &mut c.host {
             Some(h) => {
@@ -204,15 +205,17 @@ impl GpuConfig {
                 h.name = name.unwrap_or(std::mem::take(&mut h.name));
                 h.reconnect = reconnect.unwrap_or(h.reconnect);
                 h.gpu = gpu.or(h.gpu);
+                h.nice = nice.unwrap_or(h.nice);
             }
             None if weight.is_some()
                 || priority.is_some()
                 || name.is_some()
                 || reconnect.is_some()
-                || gpu.is_some() =>
+                || gpu.is_some()
+                || nice.is_some() =>
             {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name/reconnect_ms/gpu".into(),
+                    key: "weight/priority/name/reconnect_ms/gpu/nice".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -369,6 +372,7 @@ mod tests {
             ("name", &["a1", "vm-x"]),
             ("reconnect_ms", &["0", "600000"]),
             ("gpu", &["0", "63"]),
+            ("nice", &["-20", "0"]),
             ("spin_us", &["0", "10000"]),
         ];
         for k in keys::KEYS {
@@ -383,12 +387,13 @@ mod tests {
             );
             for v in values {
                 // The vgpud keys apply only with host=.
-                let with =
-                    if ["weight", "priority", "name", "reconnect_ms", "gpu"].contains(&k.name) {
-                        format!("host=/s,{}={v}", k.name)
-                    } else {
-                        format!("{}={v}", k.name)
-                    };
+                let with = if ["weight", "priority", "name", "reconnect_ms", "gpu", "nice"]
+                    .contains(&k.name)
+                {
+                    format!("host=/s,{}={v}", k.name)
+                } else {
+                    format!("{}={v}", k.name)
+                };
                 let c = GpuConfig::parse(&with).unwrap_or_else(|e| panic!("{with}: {e}"));
                 assert_eq!(k.value(&c).as_deref(), Some(v), "{with}");
                 assert_eq!(GpuConfig::parse(&c.spec()).unwrap(), c, "{with}");
@@ -397,7 +402,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,host=/a b,weight=3,priority=4,name=n,\
-             reconnect_ms=250,gpu=1,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,gpu=1,nice=-3,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
@@ -422,7 +427,7 @@ mod tests {
             ("none", None)
         );
         for k in keys::KEYS.iter().filter(|k| k.name != "host") {
-            let with = if ["weight", "priority", "reconnect_ms"].contains(&k.name) {
+            let with = if ["weight", "priority", "reconnect_ms", "nice"].contains(&k.name) {
                 format!("host=/s,{}={}", k.name, k.default)
             } else {
                 format!("{}={}", k.name, k.default)

@@ -14,6 +14,8 @@
 //! GPU of the daemon (`moving`) changes the partition a re-registration claims
 //! (`HostLink::set_partition`: the GPU index, offset and memory object).
 
+// The host priority of the thread holding a grant (issue 25).
+mod boost;
 // multigpu: the link's side of moving to another GPU of the daemon.
 mod moving;
 mod reconnect;
@@ -28,6 +30,7 @@ use pgpu::PreemptHandle;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Received};
 
+pub use boost::{NICE_DEFAULT, current_nice};
 pub use moving::MoveGrant;
 
 /// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=` of `--gpu`.
@@ -42,6 +45,9 @@ pub struct HostConfig {
     pub reconnect: Duration,
     /// `gpu=N`: pinned to the daemon's GPU N; `None`: placed by the daemon (multigpu).
     pub gpu: Option<u32>,
+    /// `nice=N`: the worker thread runs at this nice value while it holds a grant (`boost`;
+    /// 0: unchanged).
+    pub nice: i32,
 }
 
 /// The default of `reconnect_ms`.
@@ -128,6 +134,9 @@ struct St {
     /// The last grant was handed back unused because its slice had ended before the worker
     /// took it: the next one runs whatever its deadline (a VM always late still progresses).
     returned_late: bool,
+    /// The worker thread, raised to the GPU's priority while it waits for a grant or holds
+    /// one (`boost`).
+    boosted: Option<boost::Raised>,
 }
 
 /// A grant as received.
@@ -176,11 +185,27 @@ struct Inner {
     st: Mutex<St>,
     cv: Condvar,
     claim: Claim,
+    boost: boost::Boost,
 }
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, St> {
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The calling thread waits for a grant or holds one: it runs at the GPU's priority until
+    /// the grant ends (or the wait is given up).
+    fn raise(&self, st: &mut St) {
+        if st.boosted.is_none() {
+            st.boosted = self.boost.raise();
+        }
+    }
+
+    /// The grant ended (or the wait was given up): the thread goes back to its own level.
+    fn lower(&self, st: &mut St) {
+        if let Some(r) = st.boosted.take() {
+            self.boost.lower(r);
+        }
     }
 
     /// Sends on the current connection; nothing while the daemon is away (the messages of a
@@ -325,6 +350,7 @@ impl HostLink {
                 standby_until: None,
                 move_answer: None,
                 returned_late: false,
+                boosted: None,
             }),
             cv: Condvar::new(),
             claim: Claim {
@@ -332,6 +358,7 @@ impl HostLink {
                 vram,
                 channels,
             },
+            boost: boost::Boost::new(cfg.nice),
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()
@@ -388,15 +415,21 @@ impl HostLink {
     ) -> Result<Ticket, HostError> {
         let mut st = self.inner.lock();
         loop {
+            // Waiting for a grant, or holding one: this thread is (about to be) the GPU. Raised
+            // while it waits too, so that it runs as soon as the grant comes (it sleeps
+            // meanwhile, or polls for the few hundred microseconds of a standby).
+            self.inner.raise(&mut st);
             if let Some(why) = &st.lost {
                 let e = HostError::Lost(why.clone());
                 self.inner.stop_reading(&mut st);
+                self.inner.lower(&mut st);
                 return Err(e);
             }
             if st.down.is_some() {
                 // The daemon went away: wait for the link to re-register (or give up).
                 self.inner.stop_reading(&mut st);
                 if stop.is_some_and(|f| f()) {
+                    self.inner.lower(&mut st);
                     return Err(HostError::Interrupted);
                 }
                 st = self
@@ -477,6 +510,7 @@ impl HostLink {
             }
             if stop.is_some_and(|f| f()) {
                 self.inner.stop_reading(&mut st);
+                self.inner.lower(&mut st);
                 return Err(HostError::Interrupted);
             }
             // Read the socket ourselves until the grant comes (no thread hand-off on the grant
@@ -488,7 +522,7 @@ impl HostLink {
             drop(st);
             let ready = match spin_until {
                 Some(t) => {
-                    conn.spin_readable(t);
+                    conn.spin_readable(t, vgpu_proto::wire::polite_spin());
                     Ok(())
                 }
                 None => conn.wait_readable_for(stop.map(|_| STOP_POLL)).map(|_| ()),
@@ -521,6 +555,7 @@ impl HostLink {
         if t.epoch != st.epoch || st.down.is_some() {
             // A grant of an instance that went away (the loss stopped the job): nothing to
             // report; its next run waits for a grant of the next instance.
+            self.inner.lower(&mut st);
             return;
         }
         let preempted = st.active.as_ref().is_some_and(|(_, h)| h.is_requested());
@@ -539,6 +574,7 @@ impl HostLink {
         st.held = false;
         st.wanting = more;
         st.identified = false;
+        self.inner.lower(&mut st);
         let msg = ToDaemon::Done {
             seq: t.seq,
             outcome,
@@ -553,6 +589,8 @@ impl HostLink {
     /// The worker has nothing to run: withdraw a Want (or hand back a grant not yet used).
     pub fn idle(&self) {
         let mut st = self.inner.lock();
+        // Back to the guest's work, at the thread's own level.
+        self.inner.lower(&mut st);
         if st.held
             && let Some((seq, _)) = st.active.take()
         {
@@ -697,7 +735,12 @@ impl Inner {
 /// The reader thread: takes the daemon's messages while the worker is not reading them itself
 /// (it does while it waits for a grant: no thread hand-off on the grant path). It exists for
 /// the preempts that arrive while a job runs, and re-registers when the daemon went away.
+/// It runs at the priority of the GPU's thread (`boost`) throughout.
 fn read_loop(inner: &Inner) {
+    // It delivers the preempts that come while a job runs (a turn nobody waited for, a
+    // priority preemption): raised for its whole life, as the worker is while it holds a
+    // grant. It only reads the daemon's messages, which no guest controls.
+    let _raised = inner.boost.raise();
     loop {
         let mut st = inner.lock();
         while st.worker_reading && st.lost.is_none() && st.down.is_none() {

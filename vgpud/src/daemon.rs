@@ -119,6 +119,9 @@ pub struct Daemon {
     pub(crate) sessions: BTreeMap<u64, Session>,
     pub(crate) by_vm: BTreeMap<VmId, u64>,
     quarantine: Vec<Quarantined>,
+    /// The current polling period around a slice end yields at every look
+    /// (`wire::polite_spin`, decided when the period starts).
+    spin_polite: bool,
     next_conn: u64,
     pub(crate) next_vm: u32,
     next_seq: u64,
@@ -182,6 +185,7 @@ impl Daemon {
             sessions: BTreeMap::new(),
             by_vm: BTreeMap::new(),
             quarantine: Vec::new(),
+            spin_polite: true,
             next_conn: 0,
             next_vm: 1,
             next_seq: 1,
@@ -265,6 +269,11 @@ impl Daemon {
         let mut spinning = false;
         for g in 0..self.gpus.len() {
             if self.spin_window(g, now) {
+                if !spinning && !self.gpus[g].run.as_ref().is_some_and(|r| r.standby_sent) {
+                    // A new polling period: yield at every look unless the host is
+                    // oversubscribed (`wire::polite_spin`).
+                    self.spin_polite = crate::wire::polite_spin();
+                }
                 spinning = true;
                 self.send_standby(g);
             }
@@ -282,6 +291,11 @@ impl Daemon {
         // SAFETY: `fds` is a live array of pollfd of the given length; `tp` is null or points
         // at a timespec that outlives the call; no signal mask is changed.
         let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, tp, std::ptr::null()) };
+        if n == 0 && spinning && self.spin_polite {
+            // Polling around a slice end: give the core away if anything else wants it (the
+            // VM on the GPU may share it and must stop on time; returns at once otherwise).
+            std::thread::yield_now();
+        }
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {

@@ -277,6 +277,7 @@ impl Daemon {
         let g = self.gpu_of(c);
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
+        let origin_ns = self.mono_of(Duration::ZERO);
         let gpu = &mut self.gpus[g];
         let Some(run) = gpu.run.as_mut() else {
             return 0;
@@ -321,6 +322,7 @@ impl Daemon {
                     slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
                     jobs_before: run.turn_jobs,
                     extended: run.extended,
+                    due_at_ns: due.saturating_sub(origin_ns),
                 };
                 crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
             }

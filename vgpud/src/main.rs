@@ -49,6 +49,12 @@ struct Args {
     /// and the VM likely next); default 300 with 4 or more CPUs, else 0 (off).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000))]
     spin_us: Option<u64>,
+    /// The daemon's nice value, -20 to 0 (0: unchanged): it must answer a VM that stopped at
+    /// once, also on a host whose cores are busy with VMs' threads. Raising needs
+    /// CAP_SYS_NICE; refused, the daemon says so and runs on.
+    #[arg(long, value_name = "N", default_value_t = -10, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-20..=0))]
+    nice: i32,
     /// Microseconds after a slice end before a VM told to stop by itself is sent a preempt.
     #[arg(long, value_name = "US", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     backstop_us: u64,
@@ -75,6 +81,26 @@ daemon could not start or run (VRAM, scheduler, poll) or the report could not be
 
 fn ms(v: f64) -> Duration {
     Duration::from_secs_f64(v / 1e3)
+}
+
+/// Raises the daemon's thread (the one that runs the loop) to nice `nice`, unless it is there
+/// already; a refusal is said once and the daemon runs on.
+fn raise(nice: i32) {
+    // SAFETY: plain system calls on the calling thread (who = 0).
+    let old = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    if nice == 0 || old <= nice {
+        return;
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+        log::warn!(
+            "vgpud: cannot raise the daemon to nice {nice} ({}; needs CAP_SYS_NICE): it runs at \
+             nice {old} (--nice 0 silences this)",
+            std::io::Error::last_os_error()
+        );
+    } else {
+        log::info!("vgpud: running at nice {nice}");
+    }
 }
 
 fn main() -> ExitCode {
@@ -154,6 +180,7 @@ fn main() -> ExitCode {
     // The daemon must wake for slice ends within microseconds (default timer slack is 50 µs).
     // SAFETY: prctl on this process with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
+    raise(args.nice);
     let mut daemon = match Daemon::new(cfg) {
         Ok(d) => d,
         Err(e) => {

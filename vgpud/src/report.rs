@@ -77,6 +77,10 @@ pub struct LatePreempt {
     /// asked (the daemon's preempt).
     #[serde(default)]
     pub extended: bool,
+    /// When the stop was due, in nanoseconds since the daemon started (its time origin, as
+    /// `now_ns` and the windows): tells start-up from steady state (absent in older reports).
+    #[serde(default)]
+    pub due_at_ns: u64,
 }
 
 impl LatePreempt {

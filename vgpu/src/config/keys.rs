@@ -39,6 +39,7 @@ pub(super) struct Draft {
     pub name: Option<String>,
     pub reconnect: Option<Duration>,
     pub gpu: Option<u32>,
+    pub nice: Option<i32>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -224,6 +225,7 @@ pub static KEYS: &[Key] = &[
                 name: format!("vm-{}", std::process::id()),
                 reconnect: crate::host::RECONNECT_DEFAULT,
                 gpu: None,
+                nice: crate::host::NICE_DEFAULT,
             });
             Ok(())
         },
@@ -291,6 +293,19 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().and_then(|h| h.gpu.map(|g| g.to_string())),
+    },
+    Key {
+        name: "nice",
+        values: "N",
+        default: "-10",
+        help: "with host=: the nice value of the device's worker thread while it holds the \
+               GPU (a grant), -20 to 0 (0: unchanged); raising needs CAP_SYS_NICE, and where \
+               it is refused the VM says so once and runs on",
+        parse: |d, v| {
+            d.nice = Some(num(v, -20, 0).ok_or("-20 to 0")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.nice.to_string()),
     },
     Key {
         name: "doorbell",

@@ -63,6 +63,7 @@ impl Inner {
         if let Some((_, h)) = st.active.take() {
             h.request();
         }
+        self.lower(st);
         self.cv.notify_all();
     }
 
@@ -300,6 +301,7 @@ mod tests {
             name: "t".into(),
             reconnect: Duration::from_millis(reconnect_ms),
             gpu: None,
+            nice: 0,
         };
         HostLink::connect(&cfg, VRAM, 1).unwrap().0
     }

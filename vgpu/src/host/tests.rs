@@ -96,6 +96,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
         name: "t".into(),
         reconnect: Duration::ZERO,
         gpu: None,
+        nice: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
@@ -148,6 +149,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         name: "t".into(),
         reconnect,
         gpu: None,
+        nice: 0,
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
@@ -177,5 +179,77 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
     let t = std::time::Instant::now();
     assert!(HostLink::connect(&cfg(Duration::from_secs(5)), 2 << 20, 1).is_err());
     assert!(t.elapsed() < Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The nice value of thread `tid` of this process.
+fn nice_of(tid: libc::pid_t) -> i32 {
+    // SAFETY: plain system call on a thread id of this process.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) }
+}
+
+/// Whether this process may raise a thread's priority (CAP_SYS_NICE or RLIMIT_NICE); tried on
+/// a thread of its own, which then ends.
+fn may_raise() -> bool {
+    std::thread::spawn(|| {
+        // SAFETY: as in `nice_of`, on the calling thread.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -1) == 0 }
+    })
+    .join()
+    .unwrap()
+}
+
+/// `nice=`: the worker thread runs at the configured nice value from the moment it waits for a
+/// grant until the grant ends (issue 25: a worker that waits in a run queue stops late), and at
+/// its own level before and after. Where the host refuses raising, nothing changes.
+#[test]
+fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-nice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel::<libc::pid_t>();
+    // The scripted daemon looks at the worker's level while it waits for the grant.
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        let tid = tid_rx.recv().unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let waiting = nice_of(tid);
+        grant(&conn, 1);
+        assert_eq!(recv(&conn), done(1, false));
+        waiting
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: -3,
+    };
+    let worker = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments.
+        let tid = unsafe { libc::gettid() };
+        let own = nice_of(tid);
+        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+        tid_tx.send(tid).unwrap();
+        let handle = PreemptHandle::new();
+        let t = link.acquire(&handle, Some(5)).unwrap();
+        let holding = nice_of(tid);
+        let gpu = Duration::from_micros(1);
+        link.release(t, RunOutcome::Completed, gpu, (0, 0), false);
+        let after = nice_of(tid);
+        drop(link);
+        (own, holding, after)
+    });
+    let (own, holding, after) = worker.join().unwrap();
+    let waiting = daemon.join().unwrap();
+    let raised = if may_raise() && own > -3 { -3 } else { own };
+    assert_eq!(
+        (waiting, holding, after),
+        (raised, raised, own),
+        "nice while waiting, holding, after (own level {own})"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

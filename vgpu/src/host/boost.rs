@@ -1,0 +1,156 @@
+//! The host priority of the thread that holds the GPU (`--gpu host=...,nice=N`, issue 25).
+//!
+//! While a VM holds a grant of a shared GPU, its worker thread *is* that GPU for everybody: on
+//! sim it runs the interpreter, and whether it stops at the slice end the daemon told it depends
+//! on it being on a core. With many VMs per host, the VM's own vCPU (woken by the completion
+//! interrupt the worker just raised) or other VMs' threads can take its core, and a thread
+//! waiting in a run queue stops late: measured with 64 VMs on 16 cores, 1-25 ms preemption
+//! tails while the host was 75% idle. And a worker that wakes late for its grant starts late,
+//! which the daemon counts the same way. So the worker raises itself to `nice` when it starts
+//! to wait for a grant (asleep, or polling for the few hundred microseconds of a standby) and
+//! goes back to its own level when the grant ends or the wait is given up (one `setpriority`
+//! each way, a few microseconds per grant); the rest of the time — the guest's CPU work between
+//! jobs, doorbell polling — it runs as any other thread, so a guest cannot use the priority
+//! beyond the slices the daemon gives it.
+//!
+//! Raising a priority needs `CAP_SYS_NICE` (or `RLIMIT_NICE`): where it is refused the link
+//! says so once and runs on unraised. Real-time classes are not used: a real-time thread that
+//! runs guest-driven work can starve its core, and container hosts (the GPU host among them)
+//! refuse them anyway.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The default of `nice=`.
+pub const NICE_DEFAULT: i32 = -10;
+
+/// A thread raised by [`Boost::raise`], and the level it goes back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Raised {
+    tid: libc::pid_t,
+    old: i32,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Boost {
+    /// The nice value of the thread holding a grant; 0: no change.
+    nice: i32,
+    /// Refused once: not asked again (and said once).
+    refused: AtomicBool,
+}
+
+/// The calling thread's id.
+fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The nice value of thread `tid`.
+fn nice_of(tid: libc::pid_t) -> std::io::Result<i32> {
+    // getpriority may return -1 as a value: errno tells.
+    // SAFETY: __errno_location returns this thread's errno, which we may write.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: plain system call on a thread id of this process.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
+    let err = std::io::Error::last_os_error();
+    if n == -1 && err.raw_os_error().is_some_and(|e| e != 0) {
+        return Err(err);
+    }
+    Ok(n)
+}
+
+/// Sets thread `tid`'s nice value.
+fn set_nice(tid: libc::pid_t, nice: i32) -> std::io::Result<()> {
+    // SAFETY: plain system call on a thread id of this process.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Boost {
+    pub fn new(nice: i32) -> Self {
+        Boost {
+            nice,
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Raises the calling thread to the configured level. `None`: nothing changed (off, the
+    /// thread already at or above it, or refused).
+    pub fn raise(&self) -> Option<Raised> {
+        if self.nice == 0 || self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let tid = gettid();
+        let old = nice_of(tid).ok()?;
+        if old <= self.nice {
+            return None;
+        }
+        match set_nice(tid, self.nice) {
+            Ok(()) => Some(Raised { tid, old }),
+            Err(e) => {
+                if !self.refused.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "vgpu: cannot raise the GPU worker to nice {} while it holds the GPU \
+                         ({e}; needs CAP_SYS_NICE): it runs at nice {old}, and may stop late \
+                         at slice ends on a busy host (--gpu nice=0 silences this)",
+                        self.nice
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Puts a raised thread back to its own level (from any thread of the process).
+    pub fn lower(&self, r: Raised) {
+        if let Err(e) = set_nice(r.tid, r.old) {
+            log::debug!("vgpu: nice of thread {} back to {}: {e}", r.tid, r.old);
+        }
+    }
+
+    /// Whether raising was refused (and is no longer tried).
+    #[cfg(test)]
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// The calling thread's nice value (tests, diagnostics).
+pub fn current_nice() -> std::io::Result<i32> {
+    nice_of(gettid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Raise then lower on a thread of its own (the test harness's threads are shared):
+    /// where the host permits it the level is the configured one and comes back; where not,
+    /// nothing changes and the refusal is remembered.
+    #[test]
+    fn raise_sets_the_level_and_lower_restores_it() {
+        std::thread::spawn(|| {
+            let before = current_nice().unwrap();
+            let b = Boost::new(-5);
+            match b.raise() {
+                Some(r) => {
+                    assert_eq!(current_nice().unwrap(), -5);
+                    // Already raised: nothing more to do.
+                    assert_eq!(b.raise(), None);
+                    b.lower(r);
+                    assert_eq!(current_nice().unwrap(), before);
+                }
+                None => {
+                    assert!(b.refused() || before <= -5);
+                    assert_eq!(current_nice().unwrap(), before);
+                }
+            }
+            // Off: never touches the thread.
+            assert_eq!(Boost::new(0).raise(), None);
+        })
+        .join()
+        .unwrap();
+    }
+}
