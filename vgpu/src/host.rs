@@ -33,7 +33,7 @@ use vgpu_proto::wire::{Conn, Received};
 pub use boost::{NICE_DEFAULT, current_nice};
 pub use moving::MoveGrant;
 
-/// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=` of `--gpu`.
+/// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=,nice=` of `--gpu`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostConfig {
     pub socket: PathBuf,

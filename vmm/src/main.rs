@@ -23,7 +23,7 @@ struct Args {
     /// Restore the snapshot in directory DIR (written by `ctl PATH snapshot DIR`) and run it:
     /// memory, vCPUs, boot kind and devices come from the snapshot (docs/snapshot.md), the
     /// virtual GPU's configuration too: `--gpu` may choose only its backend (backend=sim|cuda)
-    /// and the vgpud it attaches to (host=SOCKET[,weight=,priority=,name=,reconnect_ms=]).
+    /// and the vgpud it attaches to (host=SOCKET[,weight=,priority=,name=,reconnect_ms=,gpu=,nice=]).
     #[arg(long, value_name = "DIR",
           conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "memory", "cpus", "testdev", "disk", "run"])]
     restore: Option<PathBuf>,
