@@ -387,6 +387,7 @@ mod tests {
             utilization: 0.0,
             preempt_us: Percentiles::of(&[]),
             switch_us: Percentiles::of(&[]),
+            steady_preempt: None,
         }
     }
 

@@ -77,6 +77,51 @@ pub struct Figures {
     pub utilization: f64,
     pub preempt_us: Percentiles,
     pub switch_us: Percentiles,
+    /// The longest preemption whose stop was due inside the measured windows (the steady
+    /// state Jain's index is taken over, start-up ramp and last window excluded); `None` from
+    /// a daemon that does not say when its stops were due.
+    pub steady_preempt: Option<SteadyMax>,
+}
+
+/// [`Figures::steady_preempt`], from the daemon's `worst_preemptions` (its longest, with when
+/// each was due). Exact when one of them was due in the interval: a longer one there would be
+/// among them too. Otherwise an upper bound (`exact` false): the shortest of a full list, or 0
+/// exactly when the list holds every preemption of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SteadyMax {
+    pub max_us: f64,
+    pub exact: bool,
+}
+
+/// [`SteadyMax`] over the measured `windows` (of `window_ns`), for the preemptions of `gpu`
+/// (all GPUs with `None`).
+pub fn steady_max(report: &Report, windows: &[Window], gpu: Option<u32>) -> Option<SteadyMax> {
+    let worst = &report.worst_preemptions;
+    if worst.iter().any(|p| p.due_at_ns == 0) {
+        return None;
+    }
+    let from = windows.iter().find(|w| w.measured)?.start_ns;
+    let to = windows.iter().rev().find(|w| w.measured)?.start_ns + report.window_ns;
+    let inside = worst
+        .iter()
+        .filter(|p| gpu.is_none_or(|g| p.gpu == g) && (from..to).contains(&p.due_at_ns))
+        .map(|p| p.late_ns)
+        .max();
+    let us = |ns: u64| ns as f64 / 1e3;
+    Some(match inside {
+        Some(ns) => SteadyMax {
+            max_us: us(ns),
+            exact: true,
+        },
+        None if worst.len() < vgpud::report::WORST_KEPT => SteadyMax {
+            max_us: 0.0,
+            exact: true,
+        },
+        None => SteadyMax {
+            max_us: us(worst.iter().map(|p| p.late_ns).min().unwrap_or(0)),
+            exact: false,
+        },
+    })
 }
 
 fn ratio(a: f64, b: f64) -> f64 {
@@ -213,6 +258,7 @@ pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures,
         utilization: ratio(report.busy_ns as f64, report.demand_ns as f64),
         preempt_us: Percentiles::of(&us(&report.preempt_latency_ns)),
         switch_us: Percentiles::of(&us(&report.switch_latency_ns)),
+        steady_preempt: steady_max(report, &windows, None),
         windows,
         vms: figs,
     })
@@ -290,12 +336,15 @@ pub fn per_gpu(
             .cloned()
             .collect();
         let mine: u64 = sub.vms.iter().map(|v| v.gpu_ns).sum();
+        let mut figures = compute(&sub, &specs, ramp_ns)?;
+        // The daemon's list is for all GPUs: this GPU's entries of it, its bound.
+        figures.steady_preempt = steady_max(report, &figures.windows, Some(g.index));
         out.push(GpuFigures {
             index: g.index,
             device: g.device,
             vms: specs.iter().map(|s| s.name.clone()).collect(),
             gpu_share: ratio(mine as f64, total as f64),
-            figures: compute(&sub, &specs, ramp_ns)?,
+            figures,
         });
     }
     Ok(out)
@@ -386,6 +435,45 @@ mod tests {
         assert!((f.utilization - 0.9).abs() < 1e-12);
         assert_eq!(f.preempt_us.p99, 99.0);
         assert_eq!(f.switch_us.p50, 5.0);
+    }
+
+    #[test]
+    fn steady_state_preemption_max_leaves_the_ramp_out() {
+        use vgpud::report::LatePreempt;
+        // Windows start at 300 ms; window 0 is the ramp, window 4 the last: measured 400-700.
+        let mut r = report(&vec![vec![50, 50]; 5]);
+        let late = |late_ms: u64, due_ms: u64, gpu: u32| LatePreempt {
+            late_ns: late_ms * MS,
+            due_at_ns: due_ms * MS,
+            gpu,
+            ..LatePreempt::default()
+        };
+        r.worst_preemptions = vec![late(9, 350, 0), late(3, 650, 1), late(2, 450, 0)];
+        let f = compute(&r, &spec(&[1, 1]), 100 * MS).unwrap();
+        let exact = |max_us| {
+            Some(SteadyMax {
+                max_us,
+                exact: true,
+            })
+        };
+        assert_eq!(f.steady_preempt, exact(3000.0));
+        assert_eq!(steady_max(&r, &f.windows, Some(0)), exact(2000.0));
+        // Nothing due inside: 0 when the list holds every preemption, else the list's bound.
+        r.worst_preemptions = vec![late(9, 350, 0)];
+        assert_eq!(steady_max(&r, &f.windows, None), exact(0.0));
+        r.worst_preemptions = (0..vgpud::report::WORST_KEPT as u64)
+            .map(|k| late(5 + k, 320, 0))
+            .collect();
+        assert_eq!(
+            steady_max(&r, &f.windows, None),
+            Some(SteadyMax {
+                max_us: 5000.0,
+                exact: false
+            })
+        );
+        // An older daemon (no due times): unknown.
+        r.worst_preemptions[0].due_at_ns = 0;
+        assert_eq!(steady_max(&r, &f.windows, None), None);
     }
 
     #[test]

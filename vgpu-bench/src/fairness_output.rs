@@ -9,7 +9,7 @@ use crate::error::BenchError;
 use crate::exp_fairness::{Args, Plan};
 use crate::fairness_calib::Calibration;
 use crate::fairness_guest::GuestRun;
-use crate::fairness_metrics::{Figures, GpuFigures};
+use crate::fairness_metrics::{Figures, GpuFigures, SteadyMax};
 use crate::fairness_native::Native;
 use crate::fairness_window::SliceWindow;
 use crate::{fairness_chart, report};
@@ -148,6 +148,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         "demand_ms": r.report.demand_ns as f64 / 1e6,
         "preempt_latency_us": f.preempt_us.json(),
         "preempt_latency_samples": r.report.preempt_latency_ns.len(),
+        "preempt_steady_max_us": steady_json(f.steady_preempt),
         "switch_latency_us": f.switch_us.json(),
         "switch_latency_samples": r.report.switch_latency_ns.len(),
         "grants": r.report.grants,
@@ -237,7 +238,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         })
         .collect();
     Ok(format!(
-        "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows of {:.0} ms; over {:.0} ms windows holding {} turns of every VM: min {} mean {}), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs, switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
+        "fairness: {} {} VMs {} s: jain min {} mean {} ({} windows of {:.0} ms; over {:.0} ms windows holding {} turns of every VM: min {} mean {}), share error max {:.2}%, utilization {:.1}%, preempt p50/p99/max {:.0}/{:.0}/{:.0} µs (steady state max {}), switch p50/p99 {:.0}/{:.0} µs, {} switches, {} evictions, {kernels} kernels, {}",
         r.plan.sched,
         r.plan.vms,
         r.plan.duration,
@@ -254,6 +255,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         f.preempt_us.p50,
         f.preempt_us.p99,
         f.preempt_us.max,
+        steady_text(f.steady_preempt),
         f.switch_us.p50,
         f.switch_us.p99,
         r.report.switches,
@@ -261,6 +263,23 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         if all_ok { "all ok" } else { "NOT all ok" },
     ) + &per_gpu
         + &native)
+}
+
+/// [`SteadyMax`] in summary.json: `{max_us, exact}` (`exact` false: an upper bound), or null.
+fn steady_json(s: Option<SteadyMax>) -> serde_json::Value {
+    s.map_or(
+        serde_json::Value::Null,
+        |s| serde_json::json!({ "max_us": s.max_us, "exact": s.exact }),
+    )
+}
+
+/// [`SteadyMax`] in the summary line: `N µs`, `≤ N µs` (a bound) or `unknown`.
+fn steady_text(s: Option<SteadyMax>) -> String {
+    match s {
+        Some(s) if s.exact => format!("{:.0} µs", s.max_us),
+        Some(s) => format!("≤ {:.0} µs", s.max_us),
+        None => "unknown".into(),
+    }
 }
 
 /// One GPU's figures in summary.json.
@@ -280,6 +299,7 @@ fn gpu_json(g: &GpuFigures) -> serde_json::Value {
         "window_share_error_max": f.window_error_max,
         "utilization": f.utilization,
         "preempt_latency_us": f.preempt_us.json(),
+        "preempt_steady_max_us": steady_json(f.steady_preempt),
         "switch_latency_us": f.switch_us.json(),
         "vm_shares": g.vms.iter().zip(&f.vms).map(|(n, v)| serde_json::json!({
             "name": n, "share": v.share, "expected_share": v.expected, "gpu_ms": v.gpu_ns as f64 / 1e6,
