@@ -145,25 +145,40 @@ fn serve_conn(conn: UnixStream, controller: &Controller, stop: &AtomicBool) -> s
     let mut out = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
-        let mut line = Vec::new();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 || stop.load(Ordering::Acquire) {
+        let Some(line) = read_request(&mut reader, &mut out)? else {
+            return Ok(());
+        };
+        if stop.load(Ordering::Acquire) {
             return Ok(());
         }
-        let response = if line.len() > MAX_LINE {
-            let r = Response::err(format!("request longer than {MAX_LINE} bytes"));
-            write_line(&mut out, &r)?;
-            return Ok(());
-        } else {
-            handle(&line, controller)
-        };
+        let response = handle(&line, controller);
         write_line(&mut out, &response)?;
     }
 }
 
-fn write_line(out: &mut UnixStream, r: &Response) -> std::io::Result<()> {
+/// The next request line of a connection (at most [`MAX_LINE`] bytes); `None` when the client
+/// closed it, or after answering a longer line with an error (the connection is then done).
+pub(crate) fn read_request(
+    reader: &mut BufReader<UnixStream>,
+    out: &mut UnixStream,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    let n = reader
+        .take(MAX_LINE as u64 + 1)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.len() > MAX_LINE {
+        let r = Response::err(format!("request longer than {MAX_LINE} bytes"));
+        write_line(out, &r)?;
+        return Ok(None);
+    }
+    Ok(Some(line))
+}
+
+/// Writes one response line.
+pub(crate) fn write_line(out: &mut UnixStream, r: &Response) -> std::io::Result<()> {
     let mut text = serde_json::to_vec(r).map_err(std::io::Error::other)?;
     text.push(b'\n');
     out.write_all(&text)

@@ -8,14 +8,14 @@
 //! error is answered and the caller prepares a new one. `stats` says `standby` and what was
 //! prepared; every other request is refused until a snapshot runs.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::Standby;
-use crate::api::protocol::{MAX_LINE, Request, Response};
-use crate::api::server::ApiSocket;
+use crate::api::protocol::{Request, Response};
+use crate::api::server::{ApiSocket, read_request, write_line};
 use crate::builder::PausedVm;
 use crate::snapshot::load::Loaded;
 use crate::vm::VmConfig;
@@ -156,19 +156,10 @@ fn serve_until_restore(
     let mut out = conn.try_clone()?;
     let mut reader = BufReader::new(conn);
     loop {
-        let mut line = Vec::new();
-        let n = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
+        let Some(line) = read_request(&mut reader, &mut out)? else {
             return Ok(None);
-        }
+        };
         let since = Instant::now();
-        if line.len() > MAX_LINE {
-            let r = Response::err(format!("request longer than {MAX_LINE} bytes"));
-            write_line(&mut out, &r)?;
-            return Ok(None);
-        }
         let req: Request = match serde_json::from_slice(&line) {
             Ok(r) => r,
             Err(e) => {
@@ -214,10 +205,4 @@ fn op_name(r: &Request) -> &'static str {
         Request::MoveGpu { .. } => "move_gpu",
         Request::Restore { .. } => "restore",
     }
-}
-
-fn write_line(out: &mut UnixStream, r: &Response) -> std::io::Result<()> {
-    let mut text = serde_json::to_vec(r).map_err(std::io::Error::other)?;
-    text.push(b'\n');
-    out.write_all(&text)
 }
