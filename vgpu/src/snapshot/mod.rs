@@ -156,33 +156,11 @@ impl Vgpu {
 
     /// Pauses in `mode`; waits at most the job time limit plus a second for the worker.
     pub fn pause_with(&self, mode: PauseMode) -> Result<(), SnapshotError> {
-        self.snapshot_supported()?;
-        let limit = self.cfg.job_timeout + Duration::from_secs(1);
-        let shared = &self.shared;
-        let mut r = shared.lock();
-        r.pause.requested = true;
-        if mode == PauseMode::Preempt && !r.pause.parked {
-            shared.pausing.store(true, Ordering::SeqCst);
-            self.job.request();
-        }
-        shared.wake.notify_all();
-        let deadline = Instant::now() + limit;
-        while !r.pause.parked {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || r.shutdown {
-                r.pause.requested = false;
-                shared.pausing.store(false, Ordering::SeqCst);
-                shared.wake.notify_all();
-                return Err(SnapshotError::PauseTimeout(limit));
-            }
-            r = shared
-                .parked
-                .wait_timeout(r, left)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|e| e.into_inner().0);
-        }
-        shared.pausing.store(false, Ordering::SeqCst);
-        Ok(())
+        let preempt_after = match mode {
+            PauseMode::Preempt => Some(Duration::ZERO),
+            PauseMode::Drain => None,
+        };
+        self.pause_inner(preempt_after).map(|_| ())
     }
 
     /// Pauses, letting a running job finish for at most `drain` and preempting it after that
@@ -190,6 +168,13 @@ impl Vgpu {
     /// device's write sets, none that ran unmarked). Returns whether a preemption was asked
     /// for. Waits at most `drain` plus the job time limit plus a second.
     pub fn pause_drain_within(&self, drain: Duration) -> Result<bool, SnapshotError> {
+        self.pause_inner(Some(drain))
+    }
+
+    /// The pause: a running job is preempted once it has had `preempt_after` (never with
+    /// `None`: it finishes); then the worker has the job time limit plus a second to park.
+    /// Returns whether a preemption was asked for.
+    fn pause_inner(&self, preempt_after: Option<Duration>) -> Result<bool, SnapshotError> {
         self.snapshot_supported()?;
         let limit = self.cfg.job_timeout + Duration::from_secs(1);
         let shared = &self.shared;
@@ -200,14 +185,22 @@ impl Vgpu {
         let mut preempt = false;
         while !r.pause.parked {
             let waited = start.elapsed();
-            if !preempt && waited >= drain {
+            if let Some(drain) = preempt_after
+                && !preempt
+                && waited >= drain
+            {
                 preempt = true;
                 shared.pausing.store(true, Ordering::SeqCst);
                 self.job.request();
             }
-            let until = if preempt { drain + limit } else { drain };
+            let until = match preempt_after {
+                Some(drain) if preempt => drain + limit,
+                Some(drain) => drain,
+                None => limit,
+            };
             let left = until.saturating_sub(waited);
-            if (preempt && left.is_zero()) || r.shutdown {
+            let out_of_time = left.is_zero() && (preempt || preempt_after.is_none());
+            if out_of_time || r.shutdown {
                 r.pause.requested = false;
                 shared.pausing.store(false, Ordering::SeqCst);
                 shared.wake.notify_all();
