@@ -154,15 +154,41 @@ fn eight_vms_go_on_through_a_sigkilled_and_restarted_daemon() {
         vms.iter().all(|v| v.has("FAIRNESS t_ms="))
     });
     let done_before: Vec<usize> = vms.iter().map(|v| v.lines.lock().unwrap().len()).collect();
+    // A guest runs for `guest_ms` from its own start: one that ended before the kill (VMs
+    // started far apart on a loaded host) has nothing to re-register with.
+    let ended: Vec<usize> = (0..N).filter(|&i| vms[i].has("FAIRNESS end")).collect();
+    assert!(
+        ended.is_empty(),
+        "VMs {ended:?} ended before the daemon was killed: the host started them too far apart"
+    );
     first.kill().unwrap();
     first.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // Again on the same socket (the killed instance left it behind: a stale socket).
     let second = daemon(&d, &socket, "second.json");
-    wait_until("every VM re-registered", Duration::from_secs(60), || {
-        vms.iter()
-            .all(|v| v.has("re-registered with the restarted vgpud"))
-    });
+    let t = Instant::now();
+    while !vms
+        .iter()
+        .all(|v| v.has("re-registered with the restarted vgpud"))
+    {
+        if t.elapsed() > Duration::from_secs(60) {
+            let missing: Vec<String> = vms
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !v.has("re-registered with the restarted vgpud"))
+                .map(|(i, v)| {
+                    let l = v.lines.lock().unwrap();
+                    let tail = l[l.len().saturating_sub(8)..].join("\n    ");
+                    format!("vm{i}:\n    {tail}")
+                })
+                .collect();
+            panic!(
+                "not every VM re-registered within 60 s:\n{}",
+                missing.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let outs: Vec<(i32, String)> = vms.into_iter().map(Vm::finish).collect();
     let r = stop(second, &d, "second.json");
     for (i, (code, out)) in outs.iter().enumerate() {
