@@ -147,7 +147,7 @@ fn eight_vms_go_on_through_a_sigkilled_and_restarted_daemon() {
     let socket = d.join("vgpud.sock");
     let mut first = daemon(&d, &socket, "first.json");
     let vms: Vec<Vm> = (0..N)
-        .map(|i| vm(&socket, &format!("vm{i}"), 20_000, 12_000))
+        .map(|i| vm(&socket, &format!("vm{i}"), 20_000, 20_000))
         .collect();
     // All of them run kernels (and check their results) before the kill.
     wait_until("every VM running kernels", Duration::from_secs(120), || {
