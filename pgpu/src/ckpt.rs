@@ -36,12 +36,14 @@ pub enum PreemptMethod {
     /// As `Checkpoint`, but idempotent kernels (`ptx::ckpt::Idempotence`: no global atomics,
     /// no parameter both read and written through) restart instead of saving: a stopped
     /// thread writes only its status and reruns from the start on the resume launch. A
-    /// launch whose written and read parameters hold the same pointer runs sliced (counted).
+    /// launch that is not provably idempotent (a written pointer parameter equal to a read
+    /// one, or one the parameters do not hold) runs in the entry's checkpoint form, sliced
+    /// only where it has none within the limits (see [`choose`]; counted).
     Restart,
     /// Per launch: many short CTAs (at least [`AUTO_SLICE_WAVES`] waves of the device's
     /// resident CTAs, estimated as one per SM on cuda and one per worker on sim) run sliced;
-    /// the others run transformed, restarting when idempotent and checkpointing otherwise.
-    /// Each choice and its reason are counted in [`CkptStats`].
+    /// the others run transformed, restarting when provably idempotent and checkpointing
+    /// otherwise (as `Restart`). Each choice and its reason are counted in [`CkptStats`].
     Auto,
 }
 
@@ -106,8 +108,15 @@ pub struct CkptStats {
     pub saved_incremental_bytes: u64,
     /// Launches run transformed with restarting threads (idempotent entries).
     pub restart_launches: u64,
-    /// Launches `Auto` (or a failed alias check of `Restart`) ran sliced.
+    /// Launches run sliced by the method's choice: `Auto`'s many short CTAs, or a launch not
+    /// provably idempotent whose entry has no checkpoint form within the limits (also counted
+    /// in `unproven_launches`).
     pub sliced_launches: u64,
+    /// Launches of a restarting entry that are not provably idempotent (a written pointer
+    /// parameter equal to a read one, or missing from the parameters: [`Choice::SaveForm`]).
+    /// They run in the entry's checkpoint form (counted in `launches`), or sliced where it has
+    /// none within the limits (counted in `sliced_launches` too).
+    pub unproven_launches: u64,
     /// Restarting launches escalated to the checkpoint form (or, where the engine has none
     /// for the entry, to slicing) after a run that finished no thread: see [`stalled`].
     pub escalated_launches: u64,
@@ -134,6 +143,7 @@ pub(crate) struct CkptCounters {
     saved_incremental_bytes: AtomicU64,
     restart_launches: AtomicU64,
     sliced_launches: AtomicU64,
+    unproven_launches: AtomicU64,
     escalated_launches: AtomicU64,
 }
 
@@ -154,8 +164,9 @@ impl CkptCounters {
         ));
     }
 
-    /// The method of one launch of a transformed entry (see [`choose`]): `true` to run it
-    /// transformed, `false` to slice it (counted with its reason).
+    /// The method of one launch of a transformed entry (see [`choose`]), counting the
+    /// restarting and the sliced ones; a [`Choice::SaveForm`] is counted by the engine once it
+    /// knows where the launch runs ([`CkptCounters::unproven`]).
     pub(crate) fn choose(
         &self,
         method: PreemptMethod,
@@ -163,20 +174,34 @@ impl CkptCounters {
         params: &[u8],
         blocks: u64,
         wave: u64,
-    ) -> bool {
-        match choose(method, plan, params, blocks, wave) {
-            Ok(restart) => {
-                if restart {
-                    self.restart_launches.fetch_add(1, Ordering::Relaxed);
-                }
-                true
+    ) -> Choice {
+        let c = choose(method, plan, params, blocks, wave);
+        match &c {
+            Choice::Restart => {
+                self.restart_launches.fetch_add(1, Ordering::Relaxed);
             }
-            Err(why) => {
+            Choice::Slice(why) => {
                 self.sliced_launches.fetch_add(1, Ordering::Relaxed);
                 log::debug!("launch of {}: {why}", plan.name);
-                false
             }
+            Choice::Checkpoint | Choice::SaveForm(_) => {}
         }
+        c
+    }
+
+    /// A launch that is not provably idempotent (`why`) runs in its entry's checkpoint form
+    /// (`sliced` false) or, where the entry has none within the limits, sliced.
+    pub(crate) fn unproven(&self, entry: &str, why: &str, sliced: bool) {
+        self.unproven_launches.fetch_add(1, Ordering::Relaxed);
+        if sliced {
+            self.sliced_launches.fetch_add(1, Ordering::Relaxed);
+        }
+        let to = if sliced {
+            "sliced (no checkpoint form within the limits)"
+        } else {
+            "checkpoint form"
+        };
+        log::debug!("launch of {entry}: {why}: {to}");
     }
 
     fn reason(&self, r: String) {
@@ -219,29 +244,52 @@ impl CkptCounters {
             saved_incremental_bytes: g(&self.saved_incremental_bytes),
             restart_launches: g(&self.restart_launches),
             sliced_launches: g(&self.sliced_launches),
+            unproven_launches: g(&self.unproven_launches),
             escalated_launches: g(&self.escalated_launches),
         }
     }
 }
 
-/// How one launch of a transformed entry runs: `Ok(restart)` transformed (restarting or
-/// checkpointing), `Err(reason)` sliced. `Restart` (and `Auto`) refuse to restart a launch
-/// whose written and read pointer parameters hold the same value (the kernel would read what
-/// it wrote); `Auto` slices grids of at least [`AUTO_SLICE_WAVES`] `wave`s of CTAs.
+/// How one launch of a transformed entry runs (see [`choose`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// Transformed, restarting: an idempotent entry whose pointer parameters are all present
+    /// and no written one equals a read one.
+    Restart,
+    /// Transformed, checkpointing: the entry's loaded form does not restart (not idempotent,
+    /// or the method is `Checkpoint`).
+    Checkpoint,
+    /// The entry restarts but this launch is not provably idempotent (the reason): it runs in
+    /// the entry's checkpoint form (the same text transformed without `restart`, loaded beside
+    /// the restarting form), from its first run; sliced only where the entry has no such form
+    /// or its save area is over the limit.
+    SaveForm(String),
+    /// Sliced (the reason): `Auto` and a grid of many short CTAs.
+    Slice(String),
+}
+
+/// How one launch of a transformed entry runs. The rule, in order:
+/// 1. `Auto` slices a grid of at least [`AUTO_SLICE_WAVES`] `wave`s of CTAs (many short CTAs:
+///    between sub-launches the device frees within one CTA, and nothing is saved);
+/// 2. an entry whose loaded form does not restart checkpoints;
+/// 3. a restarting entry restarts only when the launch is provably idempotent: every pointer
+///    parameter it reads or writes through is in `params`, and no written one holds the value
+///    of a read one (an in-place launch would read what it wrote, and a rerun thread would
+///    start from its own output); otherwise [`Choice::SaveForm`]: checkpointed.
 pub fn choose(
     method: PreemptMethod,
     plan: &ptx::ckpt::EntryPlan,
     params: &[u8],
     blocks: u64,
     wave: u64,
-) -> Result<bool, String> {
+) -> Choice {
     if method == PreemptMethod::Auto && blocks >= AUTO_SLICE_WAVES * wave.max(1) {
-        return Err(format!(
-            "auto: {blocks} CTAs, at least {AUTO_SLICE_WAVES} waves of {wave}: many short CTAs, sliced"
+        return Choice::Slice(format!(
+            "{blocks} CTAs, at least {AUTO_SLICE_WAVES} waves of {wave}: many short CTAs"
         ));
     }
     if !plan.restart {
-        return Ok(false);
+        return Choice::Checkpoint;
     }
     let ptr = |off: &u32| {
         let at = *off as usize;
@@ -250,13 +298,14 @@ pub fn choose(
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     };
     let reads: Vec<Option<u64>> = plan.idempotence.reads.iter().map(ptr).collect();
-    for w in &plan.idempotence.writes {
-        let v = ptr(w);
-        if v.is_none() || reads.contains(&v) {
-            return Err("restart: a written parameter holds a pointer that is also read".into());
-        }
+    let writes: Vec<Option<u64>> = plan.idempotence.writes.iter().map(ptr).collect();
+    if reads.iter().chain(&writes).any(Option::is_none) {
+        return Choice::SaveForm("a pointer parameter is missing from the parameters".into());
     }
-    Ok(true)
+    if writes.iter().any(|w| reads.contains(w)) {
+        return Choice::SaveForm("a written buffer is also read (aliased pointers)".into());
+    }
+    Choice::Restart
 }
 
 /// Whether a run of a *restarting* launch made no progress: it ended preempted with no more

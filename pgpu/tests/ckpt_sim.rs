@@ -531,7 +531,9 @@ fn restart_and_auto_preempt_every_workload_identically() {
 }
 
 /// What `auto` chooses per kernel class (sim: 2 workers, so 8 CTAs or more are "many"):
-/// many short CTAs slice, idempotent long kernels restart, the atomic one checkpoints.
+/// many short CTAs slice, idempotent long kernels restart, the atomic one checkpoints, and so
+/// does an in-place launch of an idempotent entry (its two pointers alias: not provably
+/// idempotent, it runs in the entry's checkpoint form).
 #[test]
 fn auto_chooses_a_method_per_kernel_class() {
     let want = [
@@ -540,6 +542,7 @@ fn auto_chooses_a_method_per_kernel_class() {
         ("long_loose", "restart"),
         ("long_smem", "restart"),
         ("long_atomic", "checkpoint"),
+        ("long_inplace", "checkpoint"),
     ];
     for (name, method) in want {
         let e = method_engine(PreemptMethod::Auto, 2);
@@ -562,16 +565,21 @@ fn auto_chooses_a_method_per_kernel_class() {
             1,
             "{name}: one launch: {s:?}"
         );
+        assert_eq!(
+            s.unproven_launches,
+            u64::from(name == "long_inplace"),
+            "{name}: {s:?}"
+        );
     }
 }
 
-/// `restart` refuses to restart a launch whose written parameter aliases a read one: it runs
-/// sliced (counted) and computes the right bytes.
+/// `pgpu::ckpt::choose`, rule by rule, on `long_loose` (idempotent: `out` written, `table`
+/// read) and `long_atomic` (not idempotent).
 #[test]
-fn restart_slices_a_launch_whose_buffers_alias() {
-    let plan_text = suite::long::PTX;
+fn choose_follows_its_rule() {
+    use pgpu::ckpt::{Choice, choose};
     let t = ptx::ckpt::transform(
-        plan_text,
+        suite::long::PTX,
         &ptx::ckpt::Options {
             restart: true,
             ..ptx::ckpt::Options::default()
@@ -580,24 +588,159 @@ fn restart_slices_a_launch_whose_buffers_alias() {
     .unwrap();
     let plan = t.entry("long_loose").unwrap();
     assert!(plan.restart);
-    // out and table at the same address.
+    // out and table at the same address: not provably idempotent, under both methods.
     let mut params = vec![0u8; 24];
     params[..8].copy_from_slice(&0x1000u64.to_le_bytes());
     params[8..16].copy_from_slice(&0x1000u64.to_le_bytes());
-    assert!(pgpu::ckpt::choose(PreemptMethod::Restart, plan, &params, 2, 2).is_err());
+    for m in [PreemptMethod::Restart, PreemptMethod::Auto] {
+        match choose(m, plan, &params, 2, 2) {
+            Choice::SaveForm(why) => assert!(why.contains("also read"), "{why}"),
+            other => panic!("{m}: {other:?}"),
+        }
+        // A buffer too short to hold `table`: not provable either.
+        assert!(matches!(
+            choose(m, plan, &params[..12], 2, 2),
+            Choice::SaveForm(_)
+        ));
+    }
+    // Many short CTAs slice before anything else, aliased or not.
+    assert!(matches!(
+        choose(PreemptMethod::Auto, plan, &params, 8, 2),
+        Choice::Slice(_)
+    ));
+    assert!(matches!(
+        choose(PreemptMethod::Restart, plan, &params, 8, 2),
+        Choice::SaveForm(_)
+    ));
     params[8..16].copy_from_slice(&0x2000u64.to_le_bytes());
     assert_eq!(
-        pgpu::ckpt::choose(PreemptMethod::Restart, plan, &params, 2, 2),
-        Ok(true)
+        choose(PreemptMethod::Restart, plan, &params, 2, 2),
+        Choice::Restart
     );
-    assert!(pgpu::ckpt::choose(PreemptMethod::Auto, plan, &params, 8, 2).is_err());
+    assert!(matches!(
+        choose(PreemptMethod::Auto, plan, &params, 8, 2),
+        Choice::Slice(_)
+    ));
     assert_eq!(
-        pgpu::ckpt::choose(PreemptMethod::Auto, plan, &params, 7, 2),
-        Ok(true)
+        choose(PreemptMethod::Auto, plan, &params, 7, 2),
+        Choice::Restart
     );
     let atomic = t.entry("long_atomic").unwrap();
+    assert!(!atomic.restart);
     assert_eq!(
-        pgpu::ckpt::choose(PreemptMethod::Auto, atomic, &params, 2, 2),
-        Ok(false)
+        choose(PreemptMethod::Auto, atomic, &params, 2, 2),
+        Choice::Checkpoint
     );
+}
+
+/// Issue 23: an in-place launch (`long_inplace`, its `dst` and `src` the same buffer) of an
+/// idempotent entry, few CTAs, under `auto` and `restart`, runs in the entry's checkpoint form
+/// (before, it ran sliced, which on cuda cannot stop a few-CTA kernel quickly; restarting it
+/// would apply the update again from its own output). Preempted at random points and resumed
+/// (from the live context and from its bytes, kind 4), it gives the unpreempted bytes; its
+/// threads saved their registers at points (a restarting form saves none).
+#[test]
+fn an_aliased_in_place_launch_is_checkpointed_and_resumes_identically() {
+    let plain = plain_engine();
+    let inst = suite::long::find("long_inplace")
+        .unwrap()
+        .instance(suite::Size::Medium);
+    let pr = runner::place(&plain, &inst, 0);
+    let (want, _) = runner::run(&plain, &pr, &inst, || None).unwrap();
+    runner::check(&inst, &want).unwrap();
+    for (method, seed) in [
+        (PreemptMethod::Auto, 0xa11a_5001),
+        (PreemptMethod::Restart, 0xa11a_5002),
+    ] {
+        let e = method_engine(method, 2);
+        let mut rng = Rng(seed);
+        let mut total = 0;
+        let trials = 4u64;
+        let steps = (inst.approx_thread_instrs / 32).max(4);
+        for t in 0..trials {
+            // Requests from another thread at random moments (and the step knob) ...
+            let p = runner::place(&e, &inst, 0);
+            let (got, n) = run_preempted(&e, &p, &inst, &mut rng, 12);
+            total += n;
+            assert!(got == want, "{method} trial {t}: bytes differ");
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+            // ... and every run stopped at a random instruction, up to 20 times.
+            let p = runner::place(&e, &inst, 0);
+            let mut runs = 0;
+            let (got, n) = runner::run(&e, &p, &inst, || {
+                runs += 1;
+                (runs <= 20).then(|| 1 + rng.below(steps / 16))
+            })
+            .unwrap();
+            assert!(
+                n >= 3,
+                "{method} trial {t}: the step knob stopped it {n} times"
+            );
+            total += n;
+            assert!(got == want, "{method} trial {t}, step knob: bytes differ");
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+        }
+        let s = e.ckpt_stats();
+        assert_eq!(s.unproven_launches, 2 * trials, "{method}: {s:?}");
+        assert_eq!(s.launches, 2 * trials, "{method}: {s:?}");
+        assert_eq!(s.restart_launches, 0, "{method}: {s:?}");
+        assert_eq!(s.sliced_launches, 0, "{method}: {s:?}");
+        assert_eq!(s.escalated_launches, 0, "{method}: {s:?}");
+        assert_eq!(s.preemptions, u64::from(total), "{method}: {s:?}");
+        assert!(total >= 4 * trials as u32, "{method}: {total} preemptions");
+        assert!(s.saved_threads > 0, "{method}: nothing saved: {s:?}");
+    }
+}
+
+/// Where the entry's checkpoint form does not fit the save-area limit (its records hold
+/// registers; the restarting form's only a status), the aliased launch runs sliced, counted
+/// as both, and still computes the right bytes.
+#[test]
+fn an_aliased_launch_without_a_checkpoint_form_within_the_limit_runs_sliced() {
+    let inst = suite::long::find("long_inplace")
+        .unwrap()
+        .instance(suite::Size::Small);
+    let l = &inst.launches[0];
+    let area = |restart| {
+        let t = ptx::ckpt::transform(
+            inst.ptx,
+            &ptx::ckpt::Options {
+                restart,
+                ..ptx::ckpt::Options::default()
+            },
+        )
+        .unwrap();
+        let plan = t.entry(l.entry).unwrap();
+        assert_eq!(plan.restart, restart);
+        pgpu::ckpt::area_bytes(plan, l.grid, l.block, 0)
+    };
+    let (restarting, checkpoint) = (area(true), area(false));
+    assert!(restarting < checkpoint, "{restarting} {checkpoint}");
+    let e = SimEngine::new(SimConfig {
+        vram_size: 64 << 20,
+        workers: 2,
+        preempt: PreemptMethod::Auto,
+        max_save_area_bytes: restarting,
+        ckpt_poll_interval: 1,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let p = runner::place(&e, &inst, 0);
+    let mut calls = 0;
+    let (got, pre) = runner::run(&e, &p, &inst, || {
+        calls += 1;
+        (calls <= 5).then_some(200)
+    })
+    .unwrap();
+    runner::check(&inst, &got).unwrap();
+    assert!(pre > 0);
+    let s = e.ckpt_stats();
+    assert_eq!(
+        (s.unproven_launches, s.sliced_launches, s.launches),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.fallback_launches, 0, "{s:?}");
 }

@@ -1,7 +1,8 @@
 //! Print the preemptible (checkpointing) version of a PTX file made by `ptx::ckpt::transform`,
 //! with a summary of each entry's points and save-area layout on stderr.
 //!
-//! `cargo run -p ptx --example ckpt -- FILE.ptx [MAX_GAP] > out.ptx`, or
+//! `cargo run -p ptx --example ckpt -- [--restart] FILE.ptx [MAX_GAP] > out.ptx` (`--restart`:
+//! idempotent entries in their restarting form, `Options::restart`), or
 //! `cargo run -p ptx --example ckpt -- --print FILE.ptx` for the printer's round trip only.
 
 use std::process::ExitCode;
@@ -12,8 +13,12 @@ fn main() -> ExitCode {
     if print_only {
         args.remove(1);
     }
+    let restart = args.get(1).is_some_and(|a| a == "--restart");
+    if restart {
+        args.remove(1);
+    }
     let Some(path) = args.get(1) else {
-        eprintln!("usage: ckpt [--print] FILE.ptx [MAX_GAP]");
+        eprintln!("usage: ckpt [--print | --restart] FILE.ptx [MAX_GAP]");
         return ExitCode::from(2);
     };
     let text = match std::fs::read_to_string(path) {
@@ -35,7 +40,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let mut opts = ptx::ckpt::Options::default();
+    let mut opts = ptx::ckpt::Options {
+        restart,
+        ..ptx::ckpt::Options::default()
+    };
     if let Some(g) = args.get(2) {
         match g.parse() {
             Ok(v) => opts.max_gap = v,
@@ -49,9 +57,10 @@ fn main() -> ExitCode {
         Ok(t) => {
             for e in &t.entries {
                 eprintln!(
-                    "{}: class {:?}, record {} bytes/thread, shared static {} bytes, {} points",
+                    "{}: class {:?}, {}, record {} bytes/thread, shared static {} bytes, {} points",
                     e.name,
                     e.class,
+                    if e.restart { "restarts" } else { "checkpoints" },
                     e.record_bytes,
                     e.shared_static_bytes,
                     e.points.len()

@@ -11,6 +11,11 @@
 //! Not part of [`crate::all`] (whose workloads are short); [`all`] and [`find`] list them. The
 //! PTX is `suite/kernels/long.ptx` (and `lcg_spin.ptx`); every expected output is computed on the
 //! CPU here, exactly, and is independent of scheduling order.
+//!
+//! One more, found by [`find`] but not in [`all`] (the preempt experiment's figures are over the
+//! five above): `long_inplace` (`suite/kernels/inplace.ptx`), few long CTAs updating a buffer in
+//! place through two pointer parameters that hold the same address — an aliased launch, which
+//! a method may not restart (a rerun thread would start from its own output).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -64,9 +69,22 @@ pub fn all() -> &'static [Workload] {
     &ALL
 }
 
-/// The long-running workload with this name.
+/// PTX module of `long_inplace`.
+pub const INPLACE_PTX: &str = include_str!("../kernels/inplace.ptx");
+
+static INPLACE: Workload = Workload::new(
+    "long_inplace",
+    INPLACE_PTX,
+    "long_inplace",
+    "few long CTAs, an in-place update through aliased pointers (not idempotent)",
+    inplace,
+);
+
+/// The long-running workload with this name (one of [`all`], or `long_inplace`).
 pub fn find(name: &str) -> Option<&'static Workload> {
-    ALL.iter().find(|w| w.name == name)
+    ALL.iter()
+        .chain(core::iter::once(&INPLACE))
+        .find(|w| w.name == name)
 }
 
 const SEED: u32 = 0x5eed_1234;
@@ -236,13 +254,49 @@ fn atomic(size: Size) -> Instance {
     }
 }
 
+/// The `long_inplace` value of one element: the LCG step applied `iters` times to `first`.
+pub fn inplace_reference(first: u32, iters: u32) -> u32 {
+    (0..iters).fold(first, |x, _| lcg_step(x))
+}
+
+fn inplace(size: Size) -> Instance {
+    let (ctas, threads, iters) = size.pick(
+        (2, 64, 300),
+        (2, 64, 1_000),
+        (2, 128, 2_500),
+        (4, 256, 100_000),
+    );
+    let mut rng = Rng::for_workload("long_inplace", size.tag());
+    let first: Vec<u32> = (0..ctas * threads).map(|_| rng.next_u32()).collect();
+    let last: Vec<u32> = first.iter().map(|&v| inplace_reference(v, iters)).collect();
+    Instance {
+        workload: "long_inplace",
+        size,
+        ptx: INPLACE_PTX,
+        buffers: vec![Buffer::exact(
+            "data",
+            u32_bytes(&first),
+            Elem::U32,
+            u32_bytes(&last),
+        )],
+        // dst and src: the same buffer.
+        launches: vec![Launch::linear(
+            "long_inplace",
+            ctas,
+            threads,
+            vec![Param::Buffer(0), Param::Buffer(0), Param::U32(iters)],
+        )],
+        approx_thread_instrs: u64::from(ctas * threads) * (16 + 6 * u64::from(iters)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_long_instance_is_valid_and_its_check_catches_a_flipped_bit() {
-        for w in all() {
+        for w in all().iter().chain(find("long_inplace")) {
             for size in [Size::Small, Size::Medium, Size::Large] {
                 let inst = w.instance(size);
                 inst.validate().unwrap();
@@ -272,5 +326,8 @@ mod tests {
         assert_eq!(h.iter().sum::<u32>(), 1);
         // loose: zero iterations store gid ^ seed.
         assert_eq!(loose_reference(5, 0, 3, &[0; 256]), 6);
+        // inplace: two steps of the LCG.
+        assert_eq!(inplace_reference(9, 2), lcg_step(lcg_step(9)));
+        assert!(!all().iter().any(|w| w.name == "long_inplace"));
     }
 }

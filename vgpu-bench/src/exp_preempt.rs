@@ -212,7 +212,8 @@ fn step(
     })
 }
 
-/// Which method the engine used for the runs between two counter snapshots, and why.
+/// Which method the engine used for the runs between two counter snapshots, and why (from
+/// the counters `pgpu::ckpt::choose` and the engines keep: see its rule).
 fn method_used(
     method: PreemptMethod,
     a: &pgpu::CkptStats,
@@ -221,11 +222,15 @@ fn method_used(
     if method == PreemptMethod::Slice {
         return ("slice", "selected");
     }
+    let unproven = b.unproven_launches > a.unproven_launches;
     if b.sliced_launches > a.sliced_launches {
-        if method == PreemptMethod::Auto {
-            ("slice", "many short CTAs (at least 4 waves): sub-launches")
+        if unproven {
+            (
+                "slice",
+                "not provably idempotent (a written buffer is also read) and no checkpoint form within the limits",
+            )
         } else {
-            ("slice", "restart refused: a written buffer is also read")
+            ("slice", "many short CTAs (at least 4 waves): sub-launches")
         }
     } else if b.restart_launches > a.restart_launches {
         (
@@ -235,6 +240,10 @@ fn method_used(
     } else if b.launches > a.launches {
         match method {
             PreemptMethod::Checkpoint => ("checkpoint", "selected"),
+            _ if unproven => (
+                "checkpoint",
+                "few long CTAs, not provably idempotent: a written buffer is also read",
+            ),
             _ => ("checkpoint", "few long CTAs, not idempotent"),
         }
     } else {
@@ -553,6 +562,7 @@ fn output(
             "saved_incremental_bytes": ck.saved_incremental_bytes,
             "restart_launches": ck.restart_launches,
             "sliced_launches": ck.sliced_launches,
+            "unproven_launches": ck.unproven_launches,
         },
         "cuda_path": {
             "flag_write": a.flag_write,
@@ -696,6 +706,43 @@ mod tests {
         // microseconds of a random point far shorter than any of its threads' run.
         sample_runs(e, p, inst, &mut pw, &mut seed, (1, max_preempts), None).unwrap();
         pw
+    }
+
+    /// Issue 23: what `auto` did and why, per kernel class (sim, 2 workers: 8 CTAs are 4
+    /// waves). The in-place launch (`long_inplace`: its written and read pointers are the same
+    /// buffer) runs checkpointed and says why; before, it ran sliced and was reported as "many
+    /// short CTAs".
+    #[test]
+    fn auto_reports_the_method_it_used_and_why() {
+        let e = Eng::new(
+            Backend::Sim,
+            PreemptMethod::Auto,
+            2,
+            64,
+            &CudaKnobs::default(),
+        )
+        .unwrap();
+        for (name, used, why) in [
+            (
+                "long_inplace",
+                "checkpoint",
+                "not provably idempotent: a written buffer is also read",
+            ),
+            ("long_many", "slice", "many short CTAs"),
+            ("long_atomic", "checkpoint", "few long CTAs, not idempotent"),
+            ("long_tight", "restart", "idempotent"),
+        ] {
+            let inst = suite::long::find(name)
+                .unwrap()
+                .instance(suite::Size::Small);
+            let p = env::place(&e, &inst).unwrap();
+            let before = e.ckpt_stats();
+            // Checks the bytes against the CPU reference too.
+            env::timed_runs(&e, &p, &inst, 1).unwrap();
+            let (u, w) = method_used(PreemptMethod::Auto, &before, &e.ckpt_stats());
+            assert_eq!((u, w.contains(why)), (used, true), "{name}: {u}: {w}");
+            env::release(&e, &p).unwrap();
+        }
     }
 
     /// Issue 23: under `restart`, a launch whose every resume is preempted before any thread

@@ -586,8 +586,8 @@ impl Engine for CudaEngine {
                 } else {
                     (module, plan, state)
                 };
-                let need = state.area_len;
-                self.run_ck(l, module, plan, need, Some(state), preempt)
+                let start = super::context::CkStart::Resume(state);
+                self.run_ck(l, module, plan, start, preempt)
             }
             (job, _) => self.run_job(job, preempt),
         }

@@ -22,7 +22,7 @@ use super::ckpath::{
 };
 use super::ckqueue::Queued;
 use super::ckstatus::{Trace, write_to_end};
-use super::context::{CkLive, JobState, LaunchState, Live};
+use super::context::{CkLive, CkStart, JobState, LaunchState, Live};
 use super::driver::ck;
 use super::engine::CudaEngine;
 use super::modules::CkLoaded;
@@ -86,12 +86,15 @@ impl CudaEngine {
         }
     }
 
-    /// The checkpointed module and plan index for a fresh launch, if it runs checkpointed
-    /// (a save area over the limit is counted as a fallback).
+    /// Where a fresh launch runs checkpointed, if it does (a save area over the limit is
+    /// counted as a fallback): the method chooses (`crate::ckpt::choose`), and a restarting
+    /// entry's launch that is not provably idempotent runs in the entry's checkpoint form from
+    /// its first run (`CkStart::Fresh::save_form`), or sliced where there is none within the
+    /// limit.
     pub(crate) fn ck_for(
         &self,
         l: &LaunchState,
-    ) -> Result<Option<(Arc<CkLoaded>, usize, u64)>, EngineError> {
+    ) -> Result<Option<(Arc<CkLoaded>, usize, CkStart)>, EngineError> {
         if l.next_block != 0 {
             return Ok(None);
         }
@@ -101,21 +104,34 @@ impl CudaEngine {
         let Some((idx, plan)) = ck.plan(&l.entry) else {
             return Ok(None);
         };
+        let limit = self.cfg.max_save_area_bytes;
         let need = area_bytes(plan, l.grid, l.block, l.dynamic_shared);
-        if need > self.cfg.max_save_area_bytes {
-            self.ckpt
-                .launch_fallback(&l.entry, need, self.cfg.max_save_area_bytes);
+        if need > limit {
+            self.ckpt.launch_fallback(&l.entry, need, limit);
             return Ok(None);
         }
         // Auto and restart: one CTA per SM is the smallest wave.
         let wave = u64::from(self.sms.max(1));
-        if !self
+        let fresh = |need, save_form| CkStart::Fresh { need, save_form };
+        match self
             .ckpt
             .choose(self.cfg.preempt, plan, &l.params, l.total_blocks(), wave)
         {
-            return Ok(None);
+            ckpt::Choice::Restart | ckpt::Choice::Checkpoint => {
+                Ok(Some((ck.clone(), idx, fresh(need, false))))
+            }
+            ckpt::Choice::Slice(_) => Ok(None),
+            ckpt::Choice::SaveForm(why) => {
+                let save = lock(&self.modules).ck_save(l.module)?;
+                let save = save.and_then(|s| {
+                    let (i, p) = s.plan(&l.entry)?;
+                    let need = area_bytes(p, l.grid, l.block, l.dynamic_shared);
+                    (need <= limit).then_some((s.clone(), i, need))
+                });
+                self.ckpt.unproven(&l.entry, &why, save.is_none());
+                Ok(save.map(|(s, i, need)| (s, i, fresh(need, true))))
+            }
         }
-        Ok(Some((ck, idx, need)))
     }
 
     /// Rebuilds a checkpointed launch's state from its save-area bytes (already bounded by the
@@ -213,8 +229,7 @@ impl CudaEngine {
         l: LaunchState,
         module: Arc<CkLoaded>,
         plan: usize,
-        need: u64,
-        state: Option<CkLive>,
+        start: CkStart,
         h: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
@@ -233,13 +248,14 @@ impl CudaEngine {
         let (_use, ()) = self.begin(l.space, |_| ())?;
         let sig = self.signal()?;
         let (signal, write_value) = (sig.0.stream, sig.1);
-        let (buf, before, resume, escalated) = match state {
-            Some(s) => (s.buf, s.statuses, true, s.escalated),
-            None => (
+        let (buf, before, resume, escalated, need) = match start {
+            CkStart::Resume(s) => (s.buf, s.statuses, true, s.escalated, s.area_len),
+            CkStart::Fresh { need, save_form } => (
                 self.ck_pool.take(need).map_err(|e| self.drv(e))?,
                 Vec::new(),
                 false,
-                false,
+                save_form,
+                need,
             ),
         };
         let mut method = match self.cfg.flag_write {

@@ -9,8 +9,9 @@
 //! entry length (u32) + entry bytes, params length (u32) + param bytes; for a copy: src, dst,
 //! len, done (u64 each); for a checkpointed launch (kind 3) the launch's fields (next block 0)
 //! then the save area: length (u64) + bytes (the GPU state is in it); kind 4 is the same for a
-//! restarting launch escalated to its entry's checkpoint form (`pgpu::ckpt::stalled`; readers
-//! before it refuse the kind by number). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
+//! launch of a restarting entry in the entry's checkpoint form (escalated, `pgpu::ckpt::stalled`,
+//! or not provably idempotent, `pgpu::ckpt::choose`; readers before it refuse the kind by
+//! number). Decoding treats the bytes as hostile (lengths bounded, no trailing bytes,
 //! progress within the job).
 
 use std::any::Any;
@@ -103,8 +104,18 @@ pub struct CkLive {
     /// The last run restarted its threads and finished none (`ckpt::stalled`): the next run
     /// escalates to the entry's checkpoint form.
     pub stalled: bool,
-    /// The launch runs in the checkpoint form of a restarting entry (escalated).
+    /// The launch runs in the checkpoint form of a restarting entry (escalated, or not
+    /// provably idempotent from its first run).
     pub escalated: bool,
+}
+
+/// How `run_ck` starts a checkpointed launch.
+pub(crate) enum CkStart {
+    /// A fresh launch with a save area of `need` bytes; `save_form`: in the checkpoint form of
+    /// a restarting entry (its context is then kind 4, as an escalated one).
+    Fresh { need: u64, save_form: bool },
+    /// A resume from the launch's state after its last run.
+    Resume(CkLive),
 }
 
 /// The in-memory context of one cuda engine.

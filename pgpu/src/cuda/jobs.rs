@@ -74,9 +74,9 @@ impl CudaEngine {
 
     fn run_launch(&self, l: LaunchState, h: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
-        if let Some((ck, plan, need)) = self.ck_for(&l)? {
+        if let Some((ck, plan, start)) = self.ck_for(&l)? {
             self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
-            return self.run_ck(l, ck, plan, need, None, h);
+            return self.run_ck(l, ck, plan, start, h);
         }
         self.run_sliced(l, h)
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use ptx::ckpt::EntryPlan;
 use ptx::{Access, FlatMemory, GlobalMemory, HostSpan, MemFault};
 
-use crate::ckpt::{CkParams, area_bytes, shared_per_cta, tally, threads};
+use crate::ckpt::{Choice, CkParams, area_bytes, shared_per_cta, tally, threads};
 use crate::engine::{EngineError, LaunchJob, ModuleId, Outcome, PreemptHandle, SpaceId};
 
 use super::context::LiveJob;
@@ -53,8 +53,9 @@ pub struct CkJob {
     /// The last run restarted its threads and finished none of them (`ckpt::stalled`): the
     /// next run escalates.
     pub stalled: bool,
-    /// Set once escalated: the restarting form and plan it came from (its bytes say so, as
-    /// `KIND_CKPT_SAVE`, and are read back into the checkpoint form).
+    /// Set when the launch runs in the checkpoint form of a restarting entry (escalated, or
+    /// not provably idempotent from its first run): the restarting form and plan it came from
+    /// (its bytes say so, as `KIND_CKPT_SAVE`, and are read back into the checkpoint form).
     pub from: Option<(Arc<CkModule>, usize)>,
 }
 
@@ -119,7 +120,10 @@ fn params_of(m: &ptx::Module, entry: &str) -> Result<CkParams, EngineError> {
 
 impl SimEngine {
     /// The checkpointed form of `l`, if its module was transformed and its save area fits the
-    /// configured limit (otherwise counted as a fallback and `None`: run it plainly).
+    /// configured limit (otherwise counted as a fallback and `None`: run it plainly), and the
+    /// method chooses it (`crate::ckpt::choose`): a restarting entry's launch that is not
+    /// provably idempotent runs in the entry's checkpoint form (`CkModule::save`) from its
+    /// first run, or sliced where there is none within the limit.
     pub(super) fn ck_job(&self, l: &LaunchJob) -> Result<Option<CkJob>, EngineError> {
         let Some(ck) = lock(&self.modules).ck(l.module)? else {
             return Ok(None);
@@ -136,12 +140,26 @@ impl SimEngine {
         // Auto and restart: the interpreter runs one CTA per worker at a time.
         let blocks: u64 = l.grid.iter().map(|&g| u64::from(g)).product();
         let wave = self.config.workers.max(1) as u64;
-        if !self
-            .ckpt
-            .choose(self.config.preempt, plan, &l.params, blocks, wave)
-        {
-            return Ok(None);
-        }
+        let (ck, idx, need, from) =
+            match self
+                .ckpt
+                .choose(self.config.preempt, plan, &l.params, blocks, wave)
+            {
+                Choice::Restart | Choice::Checkpoint => (ck.clone(), idx, need, None),
+                Choice::Slice(_) => return Ok(None),
+                Choice::SaveForm(why) => {
+                    let save = ck.save.as_ref().and_then(|s| {
+                        let (i, p) = s.plan(&l.entry)?;
+                        let need = area_bytes(p, l.grid, l.block, l.dynamic_shared);
+                        (need <= limit).then(|| (s.clone(), i, need))
+                    });
+                    self.ckpt.unproven(&l.entry, &why, save.is_none());
+                    let Some((save, i, need)) = save else {
+                        return Ok(None);
+                    };
+                    (save, i, need, Some((ck.clone(), idx)))
+                }
+            };
         // Validate the launch (shape, parameters) before allocating its memory.
         let p = params_of(&ck.module, &l.entry)?;
         p.buffer(&l.params, 0, 0, false, 0)?;
@@ -149,11 +167,11 @@ impl SimEngine {
         let mem = Arc::new(FlatMemory::new(CK_BASE, (SAVE_OFF + need) as usize));
         Ok(Some(CkJob {
             launch: l.clone(),
-            ck: ck.clone(),
+            ck,
             plan: idx,
             mem,
             stalled: false,
-            from: None,
+            from,
         }))
     }
 

@@ -6,9 +6,9 @@
 //! each), then for a launch a `PTX\0` section holding the `ptx::Launch` context (itself a
 //! container, written in place so that the interpreter state is never copied), for a
 //! checkpointed launch (`KIND_CKPT`) a `CKPT` section holding `super::ckpt::encode_body` (the
-//! launch and its save area; `KIND_CKPT_SAVE` for a restarting launch escalated to its
-//! entry's checkpoint form, see `pgpu::ckpt::stalled`: readers before it refuse that kind by
-//! number). Version 2 put the fields in a trailer ending in the magic
+//! launch and its save area; `KIND_CKPT_SAVE` for a launch of a restarting entry running in
+//! the entry's checkpoint form — escalated, see `pgpu::ckpt::stalled`, or not provably
+//! idempotent, see `pgpu::ckpt::choose`: readers before it refuse that kind by number). Version 2 put the fields in a trailer ending in the magic
 //! `PGPUCTX2`; such bytes are refused by their version. Decoding treats the bytes as hostile and
 //! borrows the interpreter state.
 

@@ -254,3 +254,39 @@ fn gpu_restart_and_auto_preempted_give_identical_bytes() {
         assert!(st.restart_launches > 0, "{st:?}");
     }
 }
+
+/// Issue 23: an in-place launch (`long_inplace`, its written and read pointers the same
+/// buffer) of an idempotent entry runs in the entry's checkpoint form under `auto` and
+/// `restart` (before, it ran sliced, and a few-CTA sliced kernel cannot be stopped), preempted
+/// from another thread, with the bytes of the unpreempted run on sim.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_an_aliased_in_place_launch_is_checkpointed() {
+    let s = sim();
+    let inst = suite::long::find("long_inplace")
+        .unwrap()
+        .instance(suite::Size::Large);
+    let ps = place(&s, &inst, window());
+    let (want, _) = run(&s, &ps, &inst, None).unwrap();
+    s.destroy_space(ps.space).unwrap();
+    for method in [PreemptMethod::Auto, PreemptMethod::Restart] {
+        let e = cuda(CudaConfig {
+            vram_size: 512 * MIB,
+            preempt: method,
+            ..CudaConfig::default()
+        });
+        let p = place(&e, &inst, window());
+        let (got, n) = run(&e, &p, &inst, Some(Duration::from_micros(30))).unwrap();
+        let st = e.ckpt_stats();
+        println!("MEASURE {method} long_inplace: {n} preemptions, {st:?}");
+        assert!(got == want, "{method}: bytes differ");
+        assert_eq!(
+            (st.unproven_launches, st.launches, st.restart_launches),
+            (1, 1, 0),
+            "{method}: {st:?}"
+        );
+        assert_eq!(st.sliced_launches, 0, "{method}: {st:?}");
+        e.unload_module(p.module).unwrap();
+        e.destroy_space(p.space).unwrap();
+    }
+}
