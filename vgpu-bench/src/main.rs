@@ -66,6 +66,7 @@ mod runner;
 mod snapshot_vgpu;
 mod snapshot_vram;
 mod soak_actions;
+mod soak_leak;
 
 use std::process::ExitCode;
 
