@@ -5,8 +5,8 @@
 # BIN_DIR holds vgpu-vmm, vgpud, vgpu-bench and gpu-tests (the binary of `cargo test --release
 # -p vmm --test gpu --no-run`); optionally snapshot-gpu-tests (`cargo test --release -p vmm
 # --test snapshot_gpu --no-run`), standby-tests (`cargo test --release -p vmm --test standby
-# --no-run`) and pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda
-# --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
+# --no-run`), live-gpu-tests (`cargo test --release -p vmm --test live_gpu --no-run`) and
+# pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
 # SKIP_CUDA=1 runs only the fairness figures.
 set -u
 B=$(realpath "$1"); OUT=$(realpath -m "$2"); SECS=${3:-5}
@@ -59,6 +59,10 @@ if [ -z "${SKIP_CUDA:-}" ]; then
   fi
   if [ -x "$B/snapshot-gpu-tests" ]; then
     VGPU_VMM=$B/vgpu-vmm "$B/snapshot-gpu-tests" --ignored --test-threads=1 cuda
+  fi
+  if [ -x "$B/live-gpu-tests" ]; then
+    # Live migration onto a prepared cuda destination; a planted out-of-extent store.
+    VGPU_VMM=$B/vgpu-vmm "$B/live-gpu-tests" --ignored --test-threads=1 cuda
   fi
   echo "== cuda: restore to running, cold --restore against a --standby process (vgpu-bench restore)"
   "$B/vgpu-bench" restore --backend cuda --reps 20 --vmm "$B/vgpu-vmm" --out "$S/restore-cuda" | tail -1

@@ -6,7 +6,7 @@
 //! finishes `ok=1`; the
 //! reports count the bytes sent more than once. Through write sets every kernel runs
 //! bounds-checked, and a planted store outside its buffer forces a conservative round and
-//! arrives intact.
+//! arrives intact. The `cuda_` tests are the same on a GPU (ignored: `--ignored cuda`).
 
 mod snapshot_support;
 
@@ -233,15 +233,40 @@ fn destination_was_ready(report: &serde_json::Value, stats: &std::path::Path) {
 /// increments arrive intact (the guest checks them after the switch-over).
 #[test]
 fn a_planted_out_of_extent_store_forces_a_conservative_round_and_arrives_intact() {
+    planted_out_of_extent_store(false);
+}
+
+/// The same on a GPU: source and destination on cuda, whose engine keeps no dirty log (write
+/// sets, checked by the transformed PTX on the device, are all there is); the planted store
+/// must raise the flag there too and the guest's words arrive intact on the cuda destination.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_a_planted_out_of_extent_store_forces_a_conservative_round_and_arrives_intact() {
+    planted_out_of_extent_store(true);
+}
+
+fn planted_out_of_extent_store(cuda: bool) {
     // Short kernels, each followed by the planted one: several run between any harvest and
     // the pause (without validation the destination's words come out short: checked by
     // making the flag change nothing). Every round is conservative, so the pre-copy takes all
     // its rounds: 10 s of kernels keep the guest running through them.
-    let s = Scratch::new("live-gpu-mig-stray");
-    let (dest, incoming) = incoming(&s);
+    let s = Scratch::new(if cuda {
+        "live-gpu-mig-stray-cuda"
+    } else {
+        "live-gpu-mig-stray"
+    });
+    let (dest, incoming) = if cuda {
+        incoming_with(&s, &["--gpu", "backend=cuda"])
+    } else {
+        incoming(&s)
+    };
     let mut args = FAIRNESS;
     args[5] = "iters=200 threads=64 blocks=1 depth=3 ms=10000 report_ms=100 out=vram stray=1";
-    args[7] = "vram=64M,dirtylog=writesets";
+    args[7] = if cuda {
+        "vram=64M,backend=cuda"
+    } else {
+        "vram=64M,dirtylog=writesets"
+    };
     let vm = Vm::start(&s, "src", &args);
     vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let done = migrate(&vm, &incoming, true);

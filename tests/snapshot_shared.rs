@@ -140,6 +140,12 @@ fn a_vm_of_a_vgpud_pair_migrates_to_a_second_daemon_while_its_neighbour_runs() {
     vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
     let done = migrate(&vm, &incoming, true);
     assert!(!done["rounds"].as_array().unwrap().is_empty(), "{done}");
+    // A live copy: the GPU (the VM process's own sim engine, arbitrated by A) ran through the
+    // pre-copy, its VRAM logged by the engine's exact log, and the guest launched kernels.
+    let report = &done["precopy"];
+    assert_eq!(report["gpu_running"], true, "{done}");
+    assert_eq!(report["gpu_dirty_log"], "engine", "{done}");
+    assert!(report["rounds"].as_array().unwrap().len() > 1, "{done}");
     migrated_fairness_finishes(vm, dest);
     let (code, out, err) = nb.finish();
     assert_eq!(code, 0, "{err}");

@@ -5,8 +5,9 @@
 //! (the VMM's own figure; the restored guest must finish `ok=1`), stop-and-copy migration
 //! (downtime = the time the VM is paused), live migration with RAM and VRAM pre-copy
 //! (downtime, total time, bytes per round and bytes sent more than once), and the slowdown
-//! of the running VM during a live snapshot (kernels per second of guest time before vs
-//! during it). Every moved or restored guest must end with `ok=1`.
+//! of the running VM during a live snapshot and during the live migration (the GPU's kernel
+//! launches per second before vs during it, `migrate_slowdown`). Every moved or restored guest
+//! must end with `ok=1`.
 //!
 //! `--pool-mib N --dirty-mib-per-s R` give the guest a VRAM working set of N MiB, filled before
 //! its kernels start and rewritten at R MiB per second of guest time while they run
@@ -80,7 +81,8 @@ struct Plan {
     memory_mib: u64,
     /// Guest milliseconds of kernels per VM.
     guest_ms: u64,
-    /// Host time the slowdown measurement looks at before the live snapshot.
+    /// Host time the slowdown measurement looks at before the VM's first live snapshot, and
+    /// before and after a live migration.
     window: Duration,
     /// Live snapshots of the slowdown measurement (each after a baseline window of
     /// `baseline`; `migrate_slowdown`).
@@ -137,6 +139,8 @@ struct Rep {
     rate_during: f64,
     /// The launch-counted windows of the slowdown measurement (`migrate_slowdown`).
     windows: Vec<migrate_slowdown::Window>,
+    /// The live migration's launch-counted window (`migrate_slowdown::migration_window`).
+    live_window: Option<migrate_slowdown::Window>,
 }
 
 /// The VMM command line of the guest.
@@ -259,14 +263,27 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
             if live {
                 req.push("--live");
             }
+            // Live: the guest's launches over a baseline right before the request, and the
+            // destination's first window right after the switch-over (`migrate_slowdown`),
+            // each as long as the one before a VM's first live snapshot (`window`: one
+            // migration per rep, and the sim guest launches a few kernels a second).
+            let base = if live {
+                Some(migrate_slowdown::baseline(&vm, vmm, p.window)?)
+            } else {
+                None
+            };
             let done = vm.ctl(vmm, &req)?;
+            if let Some((b0, b1)) = base {
+                let after = migrate_slowdown::baseline(&dest, vmm, p.window)?;
+                r.live_window = Some(migrate_slowdown::migration_window(b0, b1, &done, after)?);
+            }
             let (code, _) = vm.finish(Duration::from_secs(30))?;
             if code != Some(0) {
                 return Err(BenchError::Invalid(format!(
                     "{tag} migration: source exit {code:?}"
                 )));
             }
-            let (code, g) = migrate_vm::wait_run(&mut dest, long)?;
+            let (code, g) = migrate_vm::wait_run(&mut dest.proc, long)?;
             ok_run(&format!("{tag} migration"), code, &g)?;
             r.dest[usize::from(live)] = migrate_vm::incoming_report(dir, &dest_name);
             if live {
@@ -503,6 +520,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     counted["slowdown_median_of_reps"] = medians["slowdown_median_of_reps"].clone();
     counted["slowdown_per_rep"] = medians["slowdown_per_rep"].clone();
     let slowdown = counted["slowdown"].as_f64();
+    // The live migrations' windows (one per rep), and the median of the reps.
+    let mig: Vec<_> = reps.iter().filter_map(|r| r.live_window.clone()).collect();
+    let mut mig_counted = migrate_slowdown::migration_summary(&mig);
+    let mig_per_rep: Vec<&[migrate_slowdown::Window]> = mig.chunks(1).collect();
+    let mig_medians = migrate_slowdown::median_of(&mig_per_rep);
+    mig_counted["slowdown_median_of_reps"] = mig_medians["slowdown_median_of_reps"].clone();
+    mig_counted["slowdown_per_rep"] = mig_medians["slowdown_per_rep"].clone();
     // The destinations' parts of the downtime, each the median over the reps.
     let dest = |k: usize| {
         let mut out = serde_json::Map::new();
@@ -554,6 +578,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                 .iter()
                 .filter_map(|r| r.live.as_ref().map(|l| l.2["dest_ready"]["outcome"].clone()))
                 .collect::<Vec<_>>(),
+            "slowdown": mig_counted["slowdown"],
+            "launch_windows": mig_counted,
         },
         "live_snapshot": {
             "paused_ms": med(&|r| Some(r.live_snapshot_paused_ms)),
@@ -624,11 +650,15 @@ fn slowdown_line(summary: &serde_json::Value) -> String {
             .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
     };
     let s = &summary["live_migration"]["src"];
+    let m = &summary["live_migration"]["launch_windows"];
     format!(
         " (GPU launches over {} live windows: {}/s before, {}/s during, {} during the rounds \
          only, {} without the tails after the resume, {} over the VMs' first windows, {} over \
          the others, median of the reps {}, {} launches lost; guest progress lines: {}); live migration's source: pause vCPUs {} ms, \
-         GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms",
+         GPU {} ms, harvest {} ms, RAM {} ms, state {} ms, GPU image {} ms, end {} ms; live \
+         migration's slowdown by GPU launches over {} migrations: {} (rounds only {}; median of \
+         the reps {}), {}/s before, {}/s during, {} launches lost; the destination's first \
+         window after the switch-over {}/s ({})",
         c["windows"],
         num(&c["launches_per_s_before"]),
         num(&c["launches_per_s_during"]),
@@ -646,6 +676,15 @@ fn slowdown_line(summary: &serde_json::Value) -> String {
         num(&s["src_state_ms"]),
         num(&s["src_gpu_image_ms"]),
         num(&s["src_end_ms"]),
+        m["windows"],
+        pct(&m["slowdown"]),
+        pct(&m["slowdown_rounds"]),
+        pct(&m["slowdown_median_of_reps"]),
+        num(&m["launches_per_s_before"]),
+        num(&m["launches_per_s_during"]),
+        num(&m["launches_lost"]),
+        num(&m["dest_first_window"]["launches_per_s"]),
+        pct(&m["dest_first_window"]["slowdown"]),
     )
 }
 

@@ -8,8 +8,10 @@
 //! process. At the end no new VM starts, the running ones finish, and the run checks:
 //! - every VM that was not killed on purpose ended with exit code 0 and every result correct
 //!   (kernel outputs and the working set), wherever it was moved or restored to;
-//! - the daemon leaked nothing: its open descriptors and resident memory once every VM is gone,
-//!   against a fresh daemon's with no VM (sampled all along: `samples` in summary.json).
+//! - the daemon leaked nothing (`soak_leak.rs`): its open descriptors and resident memory once
+//!   every VM is gone, against a fresh daemon's with no VM (sampled all along: `samples` in
+//!   summary.json), and its GPUs' VRAM partitions all back to free (and no channel in use, no
+//!   VM registered) in the report the last daemon writes at its exit (`daemon.vram_end`).
 //!
 //! Writes `--out DIR/summary.json` (counts per action and outcome, the VM results, the
 //! samples, the verdict) and `soak.csv` (one row per action). The exit status is non-zero when
@@ -159,7 +161,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     )?;
     let line = format!(
         "soak ({}, {} s, {} VMs): {} actions, {} VMs ended ok, {} wrong, {} killed on purpose; \
-         daemon fds {} -> {}, RSS {} -> {} KiB: {}",
+         daemon fds {} -> {}, RSS {} -> {} KiB, VRAM partitions all free at the end: {}: {}",
         a.backend.name(),
         a.duration_s,
         a.vms,
@@ -171,6 +173,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         summary["daemon"]["end"]["fds"],
         summary["daemon"]["fresh"]["rss_kib"],
         summary["daemon"]["end"]["rss_kib"],
+        summary["daemon"]["vram_end"]["all_free"],
         if summary["pass"] == true {
             "PASS"
         } else {

@@ -13,7 +13,8 @@
 //! - `snapshot`: VRAM checkpoint and restore speed (bulk engine calls and whole-device
 //!   save/restore) to and from memory and files.
 //! - `migrate`: snapshot, restore, stop-and-copy and live migration of a GPU VM running
-//!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot.
+//!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot
+//!   and during a live migration.
 //! - `restore`: restore to running, cold `--restore` against a `--standby` process (made
 //!   before the request): p50/p90 and their parts.
 //! - `apps`: the CUDA application suite (unmodified nvcc-built programs, apps/) natively and in
@@ -66,6 +67,7 @@ mod runner;
 mod snapshot_vgpu;
 mod snapshot_vram;
 mod soak_actions;
+mod soak_leak;
 
 use std::process::ExitCode;
 

@@ -1,4 +1,5 @@
-//! The guest's slowdown during live snapshots, for `vgpu-bench migrate` (issue 24): on one
+//! The guest's slowdown during live snapshots and live migrations, for `vgpu-bench migrate`
+//! (issue 24). Live snapshots: on one
 //! running VM, after its first live snapshot (whose window the caller makes with [`window`]),
 //! `count` times a baseline window (`ctl stats` twice, `baseline` apart: the
 //! virtual GPU's kernel launches over the host clock) immediately followed by a live snapshot
@@ -12,6 +13,17 @@
 //! those it made (live window, pause and tail). Counting the device's launches (not the guest's 20 ms progress
 //! lines) measures exactly the live window, so short snapshots are not diluted by the time
 //! around them.
+//!
+//! A live migration is one window of the same kind ([`migration_window`]): a baseline on the
+//! source right before the request, the source's live window (the pre-copy rounds,
+//! `precopy.guest` of the `migrate` answer) and its downtime (`paused_ms`: from the vCPUs
+//! parked to the destination's `ok`, the guest running again there) — the migration from its
+//! start to the guest resumed on the destination, with no tail (the source ends). The
+//! destination's first window after the switch-over (`ctl stats` on it twice, a baseline
+//! apart) is counted too but kept apart ([`migration_summary`]'s `dest_first_window`): a window
+//! of the bench's chosen length at near full speed would dilute the migration's own figure by
+//! that length, and what it shows is different — work the destination still does after the
+//! switch-over (pages or modules it still waits for), not the cost of copying.
 
 use std::path::Path;
 use std::time::Duration;
@@ -35,10 +47,24 @@ pub struct Window {
     pub parts: serde_json::Value,
     /// The VM's first live copy (which pays for whatever is made on first use).
     pub first: bool,
+    /// A live migration: the destination's first window after the switch-over, ms and
+    /// launches (0 for snapshots).
+    pub dest_ms: f64,
+    pub dest_launches: u64,
+}
+
+/// One `ctl stats`: (host uptime ms, GPU launches).
+pub type Stats = (f64, u64);
+
+/// Two `ctl stats` on `vm`, `baseline` apart: the launches over a window of the host clock.
+pub fn baseline(vm: &Vm, vmm: &Path, baseline: Duration) -> Result<(Stats, Stats), BenchError> {
+    let s0 = stats(vm, vmm)?;
+    std::thread::sleep(baseline);
+    Ok((s0, stats(vm, vmm)?))
 }
 
 /// `ctl stats`: (host uptime ms, GPU launches).
-pub fn stats(vm: &Vm, vmm: &Path) -> Result<(f64, u64), BenchError> {
+pub fn stats(vm: &Vm, vmm: &Path) -> Result<Stats, BenchError> {
     let s = vm.ctl(vmm, &["stats"])?;
     let up = s["uptime_ms"].as_f64();
     let launches = s["gpu"]["launches"].as_u64();
@@ -61,32 +87,51 @@ pub fn measure(
 ) -> Result<Vec<Window>, BenchError> {
     let mut out = Vec::with_capacity(count);
     for k in 0..count {
-        let (t0, l0) = stats(vm, vmm)?;
-        std::thread::sleep(baseline);
-        let (t1, l1) = stats(vm, vmm)?;
+        let (s0, s1) = self::baseline(vm, vmm, baseline)?;
         let snap = dir.join(format!("{name}-{k}"));
         let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--live"])?;
         let _ = std::fs::remove_dir_all(&snap);
-        out.push(window((t0, l0), (t1, l1), &done)?);
+        out.push(window(s0, s1, &done)?);
     }
     Ok(out)
 }
 
 /// The window of a live snapshot's answer `done`, after a baseline between two `ctl stats`.
-pub fn window(
-    (t0, l0): (f64, u64),
-    (t1, l1): (f64, u64),
+pub fn window(b0: Stats, b1: Stats, done: &serde_json::Value) -> Result<Window, BenchError> {
+    of_report(b0, b1, done, "live")
+}
+
+/// The window of a live migration's answer `done` (its report is `precopy`), after a baseline
+/// on the source, with the destination's first window after the switch-over (two `ctl stats`
+/// on the destination, `d0` then `d1`). The VM's first live copy (`first`).
+pub fn migration_window(
+    b0: Stats,
+    b1: Stats,
     done: &serde_json::Value,
+    (d0, d1): (Stats, Stats),
 ) -> Result<Window, BenchError> {
-    let guest = &done["live"]["guest"];
+    let mut w = of_report(b0, b1, done, "precopy")?;
+    w.first = true;
+    w.dest_ms = d1.0 - d0.0;
+    w.dest_launches = d1.1.saturating_sub(d0.1);
+    Ok(w)
+}
+
+/// A window from an answer whose pre-copy report is `done[key]`.
+fn of_report(
+    (t0, l0): Stats,
+    (t1, l1): Stats,
+    done: &serde_json::Value,
+    key: &str,
+) -> Result<Window, BenchError> {
+    let live = &done[key];
+    let guest = &live["guest"];
     let (Some(live_ms), Some(live_launches)) =
         (guest["window_ms"].as_f64(), guest["gpu_launches"].as_u64())
     else {
-        return Err(BenchError::Invalid(
-            "live snapshot: no live.guest window in the answer (a vgpu-vmm older than \
-             vgpu-bench?)"
-                .into(),
-        ));
+        return Err(BenchError::Invalid(format!(
+            "live copy: no {key}.guest window in the answer (a vgpu-vmm older than vgpu-bench?)"
+        )));
     };
     Ok(Window {
         before_ms: t1 - t0,
@@ -94,15 +139,14 @@ pub fn window(
         live_ms,
         paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
         live_launches,
-        // A VM that stayed paused, or a vgpu-vmm older than this count: no tail.
-        tail_ms: done["live"]["guest_tail"]["window_ms"]
-            .as_f64()
-            .unwrap_or(0.0),
-        tail_launches: done["live"]["guest_tail"]["gpu_launches"]
-            .as_u64()
-            .unwrap_or(0),
-        parts: parts(&done["live"]),
+        // A VM that stayed paused, a migration (the source ends), or a vgpu-vmm older than
+        // this count: no tail.
+        tail_ms: live["guest_tail"]["window_ms"].as_f64().unwrap_or(0.0),
+        tail_launches: live["guest_tail"]["gpu_launches"].as_u64().unwrap_or(0),
+        parts: parts(live),
         first: false,
+        dest_ms: 0.0,
+        dest_launches: 0,
     })
 }
 
@@ -153,6 +197,36 @@ pub fn summary(ws: &[Window]) -> serde_json::Value {
     let (first, later): (Vec<Window>, Vec<Window>) = ws.iter().cloned().partition(|w| w.first);
     s["slowdown_first_windows"] = sums(&first)["slowdown"].clone();
     s["slowdown_later_windows"] = sums(&later)["slowdown"].clone();
+    s
+}
+
+/// A live migration's windows (one per migration): [`summary`] (no tail: `slowdown` is the
+/// rounds and the downtime, the migration from its start to the guest running on the
+/// destination), and apart from it the destinations' first windows after the switch-over
+/// against the sources' baselines (`dest_first_window`), per window too.
+pub fn migration_summary(ws: &[Window]) -> serde_json::Value {
+    let mut s = summary(ws);
+    let before_ms: f64 = ws.iter().map(|w| w.before_ms).sum();
+    let before = per_s(ws.iter().map(|w| w.before_launches).sum(), before_ms);
+    let ms: f64 = ws.iter().map(|w| w.dest_ms).sum();
+    let launches: u64 = ws.iter().map(|w| w.dest_launches).sum();
+    let after = per_s(launches, ms);
+    let slowdown = match (before, after) {
+        (Some(b), Some(a)) if b > 0.0 => Some(1.0 - a / b),
+        _ => None,
+    };
+    s["dest_first_window"] = serde_json::json!({
+        "ms": ms,
+        "launches": launches,
+        "launches_per_s": after,
+        "slowdown": slowdown,
+    });
+    if let Some(per) = s["per_window"].as_array_mut() {
+        for (p, w) in per.iter_mut().zip(ws) {
+            p["dest_ms"] = w.dest_ms.into();
+            p["dest_launches"] = w.dest_launches.into();
+        }
+    }
     s
 }
 
@@ -231,6 +305,8 @@ mod tests {
             tail_launches: 0,
             parts: serde_json::Value::Null,
             first: false,
+            dest_ms: 0.0,
+            dest_launches: 0,
         }
     }
 
@@ -295,5 +371,42 @@ mod tests {
             s["slowdown"].is_null() && s["launches_per_s_before"].is_null(),
             "{s}"
         );
+    }
+
+    #[test]
+    fn a_live_migration_is_its_rounds_and_downtime_with_the_destination_apart() {
+        // A `migrate --live` answer: 120 launches in a 200 ms live window, paused 50 ms.
+        let done = serde_json::json!({
+            "paused_ms": 50.0,
+            "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120},
+                        "rounds": [{"round": 0, "ms": 30.0}, {"round": 1, "paused": true}]},
+        });
+        // Baseline 1000 launches/s on the source; the destination 400 launches in 500 ms.
+        let w =
+            migration_window((10.0, 100), (510.0, 600), &done, ((5.0, 7), (505.0, 407))).unwrap();
+        assert!(w.first && w.tail_ms == 0.0 && w.tail_launches == 0, "{w:?}");
+        assert_eq!((w.live_launches, w.dest_launches), (120, 400));
+        let s = migration_summary(&[w]);
+        // 120 launches in 250 ms against 1000/s: 52% slower; the rounds alone 40%.
+        assert!((s["slowdown"].as_f64().unwrap() - 0.52).abs() < 1e-9, "{s}");
+        assert!(
+            (s["slowdown_rounds"].as_f64().unwrap() - 0.4).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(
+            (s["launches_lost"].as_f64().unwrap() - 130.0).abs() < 1e-9,
+            "{s}"
+        );
+        // The destination's first window is not in it: 800/s, 20% below the baseline.
+        let d = &s["dest_first_window"];
+        assert_eq!(d["launches"], 400, "{s}");
+        assert!((d["slowdown"].as_f64().unwrap() - 0.2).abs() < 1e-9, "{s}");
+        assert_eq!(s["per_window"][0]["dest_launches"], 400, "{s}");
+        assert_eq!(s["per_window"][0]["parts"]["round0_ms"], 30.0, "{s}");
+        // An answer without the source's live window is refused, not counted as zero.
+        let old = serde_json::json!({"paused_ms": 50.0, "precopy": {"rounds": []}});
+        assert!(migration_window((0.0, 0), (1.0, 1), &old, ((0.0, 0), (1.0, 1))).is_err());
+        // No window: no figures.
+        assert!(migration_summary(&[])["dest_first_window"]["slowdown"].is_null());
     }
 }

@@ -112,12 +112,12 @@ pub fn incoming_report(dir: &Path, name: &str) -> serde_json::Value {
         .map_or(serde_json::Value::Null, |v| v["incoming"].clone())
 }
 
-/// A `--incoming` destination in `dir` (its `--stats` in [`incoming_stats`]); returns once its
-/// socket exists.
-pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Proc, PathBuf), BenchError> {
+/// A `--incoming` destination in `dir` (its `--stats` in [`incoming_stats`], an API socket
+/// for `ctl` once the guest runs there); returns once its incoming socket exists.
+pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Vm, PathBuf), BenchError> {
     let socket = dir.join(format!("{name}.in"));
     let stats = format!("--stats={}", incoming_stats(dir, name).display());
-    let mut p = Proc::spawn(
+    let mut vm = Vm::start(
         dir,
         name,
         vmm,
@@ -131,15 +131,15 @@ pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Proc, PathBuf), B
     )?;
     let until = Instant::now() + Duration::from_secs(30);
     while !socket.exists() {
-        if p.poll() || Instant::now() > until {
+        if vm.proc.poll() || Instant::now() > until {
             return Err(BenchError::Invalid(format!(
                 "{name}: no incoming socket: {}",
-                p.stderr_head()
+                vm.proc.stderr_head()
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    Ok((p, socket))
+    Ok((vm, socket))
 }
 
 /// Waits for a process to exit; its guest run (stdout) and its exit code.

@@ -10,6 +10,7 @@ use crate::error::BenchError;
 use crate::exp_soak::{Args, RSS_SLACK_KIB, Sample, sample};
 use crate::migrate_vm::Vm;
 use crate::procs::{self, Proc};
+use crate::soak_leak::{Leak, VramEnd};
 
 /// What the soak does to the system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -67,6 +68,8 @@ pub struct Soak {
     daemon: Proc,
     dargs: Vec<String>,
     socket: PathBuf,
+    /// The daemons' `--report` (the last one's, written at its exit, tells its GPUs' VRAM).
+    report: PathBuf,
     slots: Vec<Slot>,
     actions: Vec<Action>,
     rng: u64,
@@ -102,9 +105,12 @@ impl Soak {
         actions: Vec<Action>,
     ) -> Result<Self, BenchError> {
         let socket = dir.join("vgpud.sock");
+        let report = dir.join("vgpud-report.json");
         let dargs: Vec<String> = vec![
             "--socket".into(),
             socket.display().to_string(),
+            "--report".into(),
+            report.display().to_string(),
             "--vram".into(),
             format!("{}M", 48 * a.vms + 64),
             "--sched".into(),
@@ -126,6 +132,7 @@ impl Soak {
             daemon,
             dargs,
             socket,
+            report,
             slots: Vec::new(),
             actions,
             rng: a.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1,
@@ -449,17 +456,17 @@ impl Soak {
         }
     }
 
-    /// The summary (and the verdict); stops the daemon.
+    /// The summary (and the verdict); stops the daemon (SIGTERM: it writes its report, whose
+    /// GPUs must have every partition back to free).
     pub fn finish(&mut self, a: &Args, t0: Instant) -> Result<serde_json::Value, BenchError> {
         let end = self.samples.last().copied();
+        // A report of a daemon killed earlier must not stand in for this one's.
+        let _ = std::fs::remove_file(&self.report);
         self.daemon.stop(libc::SIGTERM, Duration::from_secs(10));
+        let vram = VramEnd::read(&self.report);
         let fresh = self.fresh;
-        let leak_free = match (fresh, end) {
-            (Some(f), Some(e)) => {
-                e.vms == 0 && e.fds <= f.fds && e.rss_kib <= f.rss_kib + RSS_SLACK_KIB
-            }
-            _ => false,
-        };
+        let leak = Leak::judge(fresh, end, vram.as_ref().ok());
+        let leak_free = leak.free();
         let failed: u64 = self.counts.values().map(|c| c.1).sum();
         let total: u64 = self.counts.values().map(|c| c.0).sum();
         let pass = self.wrong == 0 && failed == 0 && leak_free;
@@ -490,7 +497,13 @@ impl Soak {
                     "killed": self.killed, "wrong_details": self.wrong_details},
             "daemon": {"restarts": self.restarts, "fresh": fresh.map(|s| s.json()),
                        "end": end.map(|s| s.json()),
-                       "max_rss_kib": max_rss, "rss_slack_kib": RSS_SLACK_KIB},
+                       "max_rss_kib": max_rss, "rss_slack_kib": RSS_SLACK_KIB,
+                       "vram_end": match &vram {
+                           Ok(v) => v.json(),
+                           Err(e) => serde_json::json!({"all_free": false,
+                                                        "error": format!("no report: {e}")}),
+                       }},
+            "leak": leak.json(),
             "leak_free": leak_free,
             "pass": pass,
             "samples": self.samples.iter().map(Sample::json).collect::<Vec<_>>(),

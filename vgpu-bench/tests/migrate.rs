@@ -1,7 +1,8 @@
 //! `vgpu-bench migrate --short` end to end: real `vgpu-vmm` VMs (KVM) running the `fairness`
 //! guest with its outputs in VRAM: a paused snapshot restored, a stop-and-copy and a live
 //! migration (every moved guest must finish `ok=1`, or the experiment fails), and a live
-//! snapshot of a running VM; asserts on what the run measured. Needs `vgpu-vmm` built in the
+//! snapshot of a running VM; asserts on what the run measured, the guest's slowdown during the
+//! live snapshots and during the live migration included. Needs `vgpu-vmm` built in the
 //! same target directory (as `cargo test --workspace` or `cargo build -p vmm` leaves it).
 
 use std::path::{Path, PathBuf};
@@ -79,6 +80,36 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
     assert!(w["slowdown_later_windows"].as_f64().is_some(), "{s}");
     assert_eq!(w["slowdown_per_rep"].as_array().unwrap().len(), 1, "{s}");
     assert_eq!(w["slowdown_median_of_reps"], w["slowdown"], "{s}");
+    // The slowdown during the live migration, counted the same way: one window (the one
+    // rep's migration) with a baseline on the source in which the guest launched kernels, the
+    // source's live window and downtime, and the destination's first window after the
+    // switch-over (kernels launched there too), kept apart.
+    let m = &live["launch_windows"];
+    assert_eq!(m["windows"], 1, "{s}");
+    assert!(m["baseline_launches"].as_u64().unwrap() > 0, "{s}");
+    assert!(pos(&m["baseline_ms"]) && pos(&m["live_ms"]), "{s}");
+    assert!(pos(&m["launches_per_s_before"]), "{s}");
+    // The downtime in the window is the migration's own.
+    assert_eq!(m["paused_ms"], live["downtime_ms"], "{s}");
+    assert_eq!(m["tail_ms"], 0.0, "{s}");
+    let slow = m["slowdown"].as_f64().unwrap();
+    assert!(slow.is_finite() && slow <= 1.0, "{s}");
+    assert_eq!(live["slowdown"], m["slowdown"], "{s}");
+    assert!(
+        m["slowdown_rounds"].as_f64().is_some_and(|x| x <= 1.0),
+        "{s}"
+    );
+    assert!(
+        m["launches_lost"].as_f64().is_some_and(f64::is_finite),
+        "{s}"
+    );
+    assert_eq!(m["slowdown_per_rep"].as_array().unwrap().len(), 1, "{s}");
+    let d = &m["dest_first_window"];
+    assert!(pos(&d["ms"]) && d["launches"].as_u64().unwrap() > 0, "{s}");
+    assert!(d["slowdown"].as_f64().is_some_and(|x| x <= 1.0), "{s}");
+    let win = &m["per_window"][0];
+    assert!(win["parts"]["round0_ms"].as_f64().is_some(), "{s}");
+    assert_eq!(win["dest_launches"], d["launches"], "{s}");
     // The source's parts of both migrations' downtime.
     for m in ["stop_copy", "live_migration"] {
         for k in [

@@ -2,7 +2,8 @@
 //! for 30 s while one random action a second hits them (daemon SIGKILLed and restarted, VM
 //! killed, paused, snapshotted, snapshot-restored, migrated). Asserts on what the run saw: no
 //! wrong result anywhere a VM ended, the daemon restarted under the VMs at least once and
-//! adopted them, no descriptor or memory left behind in the daemon. Needs `vgpu-vmm` and
+//! adopted them, no descriptor or memory left behind in the daemon, every VRAM partition back to
+//! free at its exit (its report). Needs `vgpu-vmm` and
 //! `vgpud` built in the same target directory (as `cargo test --workspace` leaves them).
 
 use std::path::{Path, PathBuf};
@@ -62,5 +63,22 @@ fn a_short_soak_loses_nothing_and_leaks_nothing() {
     let end = &s["daemon"]["end"];
     assert_eq!(end["vms"], 0, "{s}");
     assert!(end["fds"].as_u64().unwrap() <= s["daemon"]["fresh"]["fds"].as_u64().unwrap());
+    // Every VRAM partition back to free in the last daemon's exit report (it adopted VMs of
+    // the killed ones, which then ended, moved or were killed): one GPU, all of it free, no
+    // channel in use, no VM registered.
+    let leak = &s["leak"];
+    for k in ["no_vm", "fds", "rss", "vram_partitions_free"] {
+        assert_eq!(leak[k], true, "{k}: {s}");
+    }
+    let v = &s["daemon"]["vram_end"];
+    assert_eq!(v["all_free"], true, "{s}");
+    assert_eq!(v["registered"].as_array().map(Vec::len), Some(0), "{s}");
+    let gpus = v["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 1, "{s}");
+    // --vms 3: 48 MiB a VM and 64 MiB more.
+    assert_eq!(gpus[0]["vram"], (48 * 3 + 64) << 20, "{s}");
+    assert_eq!(gpus[0]["vram_free"], gpus[0]["vram"], "{s}");
+    assert_eq!(gpus[0]["vram_held"], 0, "{s}");
+    assert_eq!(gpus[0]["channels_used"], 0, "{s}");
     let _ = std::fs::remove_dir_all(&out);
 }
