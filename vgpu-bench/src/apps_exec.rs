@@ -113,6 +113,8 @@ pub struct Sample {
     pub total_ms: f64,
     /// The program's own event-timed GPU section (`gpu_ms=` of its verdict line).
     pub app_gpu_ms: f64,
+    /// The checksum of its PASS verdict (over the program's result).
+    pub checksum: Option<u64>,
     pub phases: Option<Phases>,
     /// VM only: guest uptime when /init started, and the program's run in the guest (from
     /// /init's uptime lines, 10 ms resolution).
@@ -251,6 +253,7 @@ pub fn run(
         Some(v) if v.pass && r.code == Some(0) => {
             s.pass = true;
             s.app_gpu_ms = v.gpu_ms.unwrap_or(0.0);
+            s.checksum = v.checksum;
         }
         Some(v) => s.error = format!("{} (exit {:?})", v.reason, r.code),
         None if r.timed_out => s.error = format!("time limit {:?}", env.limit),

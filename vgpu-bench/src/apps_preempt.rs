@@ -128,6 +128,18 @@ pub struct Overhead {
     pub programs: Vec<(String, f64, f64, String)>,
     pub gpu_geomean: f64,
     pub total_geomean: f64,
+    /// Programs whose every passing run under the method printed the checksum of the base
+    /// configuration's runs (all alike); the integer programs must, a floating-point one may
+    /// differ in the last bits where the transformed code rounds differently.
+    pub same_checksum: Vec<String>,
+    pub checksum_differs: Vec<String>,
+}
+
+/// The one checksum every passing run of `c` printed, if they agree.
+fn checksum(c: &Cell) -> Option<u64> {
+    let mut sums = c.samples.iter().filter(|s| s.pass).map(|s| s.checksum);
+    let first = sums.next()??;
+    sums.all(|s| s == Some(first)).then_some(first)
 }
 
 fn medians(c: &Cell) -> (f64, f64) {
@@ -146,10 +158,15 @@ pub fn overheads(configs: &[String], cells: &[Cell]) -> Vec<Overhead> {
             continue;
         };
         let mut programs = Vec::new();
+        let (mut same, mut differs) = (Vec::new(), Vec::new());
         for c in cells.iter().filter(|c| &c.config == cfg) {
             let Some(b) = find(&c.program, base) else {
                 continue;
             };
+            match (checksum(c), checksum(b)) {
+                (Some(x), Some(y)) if x == y => same.push(c.program.clone()),
+                _ => differs.push(c.program.clone()),
+            }
             let ((g, t), (bg, bt)) = (medians(c), medians(b));
             let r = |x: f64, y: f64| if y > 0.0 && x > 0.0 { x / y } else { 0.0 };
             let used = c
@@ -172,6 +189,8 @@ pub fn overheads(configs: &[String], cells: &[Cell]) -> Vec<Overhead> {
             gpu_geomean: pos(|p| p.1),
             total_geomean: pos(|p| p.2),
             programs,
+            same_checksum: same,
+            checksum_differs: differs,
         });
     }
     out
@@ -184,6 +203,7 @@ pub fn overheads_json(o: &[Overhead]) -> Value {
                 serde_json::json!({
                     "config": v.config, "base": v.base, "method": v.method,
                     "gpu_side_geomean": v.gpu_geomean, "total_geomean": v.total_geomean,
+                    "same_checksum": v.same_checksum, "checksum_differs": v.checksum_differs,
                     "programs": v.programs.iter().map(|(p, g, t, u)| serde_json::json!({
                         "program": p, "gpu_side": g, "total": t, "used": u,
                     })).collect::<Vec<_>>(),
@@ -197,9 +217,18 @@ pub fn overheads_json(o: &[Overhead]) -> Value {
 pub fn line(o: &[Overhead]) -> String {
     o.iter()
         .map(|v| {
+            let n = v.same_checksum.len() + v.checksum_differs.len();
             format!(
-                "{} gpu-side {:.3}x total {:.3}x",
-                v.config, v.gpu_geomean, v.total_geomean
+                "{} gpu-side {:.3}x total {:.3}x (checksums as without it: {}/{n}{})",
+                v.config,
+                v.gpu_geomean,
+                v.total_geomean,
+                v.same_checksum.len(),
+                if v.checksum_differs.is_empty() {
+                    String::new()
+                } else {
+                    format!(", not: {}", v.checksum_differs.join(" "))
+                }
             )
         })
         .collect::<Vec<_>>()
@@ -216,6 +245,7 @@ mod tests {
             pass: true,
             total_ms: total,
             app_gpu_ms: gpu,
+            checksum: Some(7),
             preempt: used,
             ..Sample::default()
         }
@@ -270,7 +300,14 @@ mod tests {
                 vec![s(11.0, 2.2, Some(used.clone()))],
             ),
             cell("b", "inproc", vec![s(10.0, 4.0, None)]),
-            cell("b", "inproc+checkpoint", vec![s(10.0, 4.4, Some(used))]),
+            cell(
+                "b",
+                "inproc+checkpoint",
+                vec![Sample {
+                    checksum: Some(8),
+                    ..s(10.0, 4.4, Some(used))
+                }],
+            ),
         ];
         let cfg = vec!["inproc".to_string(), "inproc+checkpoint".to_string()];
         let o = overheads(&cfg, &cells);
@@ -282,6 +319,14 @@ mod tests {
         assert!((o[0].gpu_geomean - 1.1).abs() < 1e-9, "{o:?}");
         assert!((o[0].programs[0].2 - 1.0).abs() < 1e-9);
         assert_eq!(o[0].programs[1].3, "checkpoint 2, restart 0, slice 0");
-        assert!(line(&o).contains("inproc+checkpoint gpu-side 1.100x"));
+        assert_eq!(
+            (o[0].same_checksum.clone(), o[0].checksum_differs.clone()),
+            (vec!["a".to_string()], vec!["b".to_string()])
+        );
+        assert!(
+            line(&o).contains("inproc+checkpoint gpu-side 1.100x total 1.000x (checksums as without it: 1/2, not: b)"),
+            "{}",
+            line(&o)
+        );
     }
 }

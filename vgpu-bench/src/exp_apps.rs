@@ -6,9 +6,10 @@
 //!
 //! `--preempt M,...` (issue 23) runs every configuration also under each preemption method
 //! (`CONFIG+M`) and reports the method the engine used and the time against the configuration
-//! without it (`apps_preempt`); `--preempt-test SEED[:N]` (sim, in-process) also preempts every
-//! launch at random moments, so the programs' own checks say whether a method kept their
-//! results right.
+//! without it (`apps_preempt`); `--preempt-test SEED[:N]` (in-process runs: sim's native, cuda's
+//! inproc) also preempts every launch at random moments, so the programs' own checks (and their
+//! checksums against the runs without the method) say whether a method kept their results
+//! right.
 //!
 //! Writes `--out DIR/summary.json`, `apps.csv` (one row per program, configuration and
 //! repetition) and `apps-total.svg` / `apps-gpu.svg` (whole run and GPU-side time relative to
@@ -77,9 +78,10 @@ pub struct Args {
     /// without it (never-preempted overhead) with the method the engine used.
     #[arg(long, value_delimiter = ',')]
     pub preempt: Vec<String>,
-    /// With --preempt, on sim: in-process runs under a method preempt every launch up to N
-    /// times (default 3) at seeded random moments (`VGPU_CUDA_PREEMPT_TEST=SEED[:N]`): a
-    /// correctness run (the programs' checks), whose times are not overheads.
+    /// With --preempt: in-process runs under a method (sim's native, cuda's inproc) preempt
+    /// every launch up to N times (default 3) at seeded random moments
+    /// (`VGPU_CUDA_PREEMPT_TEST=SEED[:N]`): a correctness run (the programs' checks, their
+    /// checksums against the runs without the method), whose times are not overheads.
     #[arg(long, value_name = "SEED[:N]")]
     pub preempt_test: Option<String>,
 }
@@ -177,10 +179,13 @@ fn check_preempt(a: &Args, configs: &[Config]) -> Result<(), BenchError> {
                 "--preempt-test needs --preempt (the methods to preempt under)".into(),
             ));
         }
-        if a.backend != Backend::Sim || configs.iter().all(Config::is_vm) {
+        if !configs
+            .iter()
+            .any(|c| !c.is_vm() && preemptible(a.backend, c))
+        {
             return Err(BenchError::Invalid(
-                "--preempt-test is a sim correctness run of the in-process configuration \
-                 (--backend sim --configs native)"
+                "--preempt-test preempts in-process runs of the project's library: add native \
+                 (sim) or inproc (cuda)"
                     .into(),
             ));
         }
@@ -385,8 +390,26 @@ mod tests {
         );
         assert!(err(&["--preempt-test", "3"]).contains("needs --preempt"));
         assert!(err(&["--preempt", "auto", "--preempt-test", "3:x"]).contains("SEED"));
+        // Forced preemptions are the in-process library's: a VM alone, or NVIDIA's library
+        // alone, has nothing to force them in.
+        for configs in [["sim", "full"], ["cuda", "native,full"]] {
+            assert!(
+                err(&[
+                    "--backend",
+                    configs[0],
+                    "--configs",
+                    configs[1],
+                    "--preempt",
+                    "auto",
+                    "--preempt-test",
+                    "3"
+                ])
+                .contains("in-process"),
+                "{configs:?}"
+            );
+        }
         assert!(
-            err(&[
+            check(&[
                 "--backend",
                 "cuda",
                 "--configs",
@@ -396,18 +419,7 @@ mod tests {
                 "--preempt-test",
                 "3"
             ])
-            .contains("sim")
-        );
-        assert!(
-            err(&[
-                "--configs",
-                "full",
-                "--preempt",
-                "auto",
-                "--preempt-test",
-                "3"
-            ])
-            .contains("sim")
+            .is_ok()
         );
         assert!(
             check(&[
