@@ -31,7 +31,8 @@ pub struct Args {
     /// The GPU engine: sim, or cuda (native then means NVIDIA's libraries, --native-lib).
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
-    /// Output directory (summary.json, apps.csv, apps-total.svg, apps-gpu.svg).
+    /// Output directory (summary.json, apps.csv, apps-total.svg, apps-gpu.svg; vm-stats.json:
+    /// the last VM run's `--stats`, replaced by every VM run).
     #[arg(long, default_value = "vgpu-bench-out/apps")]
     pub out: PathBuf,
     /// The suite's programs (apps/build.sh's output; default: target/apps beside this binary's
@@ -234,10 +235,6 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     }
     let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
     let mut daemon = None;
-    std::fs::create_dir_all(&a.out).map_err(|source| BenchError::Io {
-        path: a.out.display().to_string(),
-        source,
-    })?;
     let vm_stats = a.out.join("vm-stats.json");
     let sock = a.out.join("vgpud.sock");
     if configs.contains(&Config::Vgpud) {
