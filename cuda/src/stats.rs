@@ -11,8 +11,10 @@
 //! - `close`: inside teardown (`cuCtxDestroy`, the last primary-context release or reset,
 //!   `cuModuleUnload`, `cuMemFree`, `cuMemFreeHost`).
 //!
-//! Plus per call name: count, bytes, nanoseconds; and the per-launch library overhead (from
-//! `cuLaunchKernel`'s entry to the backend's `launch` call).
+//! Plus per call name: count, bytes, nanoseconds; the per-launch library overhead (from
+//! `cuLaunchKernel`'s entry to the backend's `launch` call); and, in-process (`sim`, `cuda`),
+//! `preempt`: the preemption method and what the engine did with it
+//! (`backend::host::preempt_report`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -129,7 +131,9 @@ pub fn kernels_done() {
 
 /// The report as JSON.
 pub fn json() -> serde_json::Value {
-    with(|s| {
+    // Outside the report's lock: the engine's counters take their own.
+    let preempt = crate::backend::host::preempt_report();
+    let mut j = with(|s| {
         let calls: serde_json::Map<String, serde_json::Value> = s
             .calls
             .iter()
@@ -158,7 +162,11 @@ pub fn json() -> serde_json::Value {
             },
             "calls": calls,
         })
-    })
+    });
+    if let Some(p) = preempt {
+        j["preempt"] = p;
+    }
+    j
 }
 
 /// Writes the report to `VGPU_CUDA_STATS` if set and anything changed since the last write

@@ -82,6 +82,10 @@ fn a_c_program_links_by_soname_runs_a_kernel_and_writes_stats() {
     assert_eq!(calls["cuMemcpyDtoH_v2"]["bytes"], 2000);
     assert_eq!(calls["cuLaunchKernel"]["count"], 1);
     assert_eq!(json["launch_overhead_ns"]["launches"], 1);
+    // In-process: the preemption method (the default, slice: nothing transformed, so no engine
+    // counters) and no forced preemptions.
+    assert_eq!(json["preempt"]["method"], "slice", "{json}");
+    assert!(json["preempt"].get("engine").is_none() && json["preempt"].get("forced").is_none());
     let phases = &json["phases_ns"];
     for p in ["init", "copies_in", "kernels", "copies_out", "close"] {
         assert!(phases[p].as_u64().unwrap() > 0, "phase {p} is zero: {json}");

@@ -4,10 +4,14 @@
 //! Linux VM (`vgpu-vmm --guest linux --gpu ... --run PROG`), and what it reports: the verdict
 //! line, the whole run's time, the library's phases (`VGPU_CUDA_STATS=-`: one
 //! `vgpu-cuda-stats: {json}` line on stderr at exit) and, in a VM, the guest's own times.
+//! Under a preemption method (`--preempt`): a VM gets `--gpu preempt=M` and `--stats` (what its
+//! engine did with the method), an in-process run `VGPU_CUDA_PREEMPT=M` (and, with
+//! `--preempt-test`, `VGPU_CUDA_PREEMPT_TEST`: its launches preempted at random moments).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::apps_preempt::Used;
 use crate::backend::Backend;
 use crate::error::BenchError;
 
@@ -66,6 +70,15 @@ pub struct Phases {
     pub launches: u64,
 }
 
+/// The last `vgpu-cuda-stats: {json}` report of `text`.
+fn lib_report(text: &str) -> Option<serde_json::Value> {
+    let line = text
+        .lines()
+        .rev()
+        .find_map(|l| l.split_once("vgpu-cuda-stats: ").map(|(_, j)| j))?;
+    serde_json::from_str(line.trim()).ok()
+}
+
 impl Phases {
     /// GPU-side time: copies, kernels and the synchronisation that waits for them.
     pub fn gpu_side(&self) -> f64 {
@@ -74,11 +87,7 @@ impl Phases {
 
     /// The last `vgpu-cuda-stats: {json}` line of `text`.
     pub fn from_output(text: &str) -> Option<Phases> {
-        let line = text
-            .lines()
-            .rev()
-            .find_map(|l| l.split_once("vgpu-cuda-stats: ").map(|(_, j)| j))?;
-        let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+        let v = lib_report(text)?;
         let p = &v["phases_ns"];
         let ms = |k: &str| p[k].as_f64().map(|ns| ns / 1e6);
         let o = &v["launch_overhead_ns"];
@@ -104,11 +113,15 @@ pub struct Sample {
     pub total_ms: f64,
     /// The program's own event-timed GPU section (`gpu_ms=` of its verdict line).
     pub app_gpu_ms: f64,
+    /// The checksum of its PASS verdict (over the program's result).
+    pub checksum: Option<u64>,
     pub phases: Option<Phases>,
     /// VM only: guest uptime when /init started, and the program's run in the guest (from
     /// /init's uptime lines, 10 ms resolution).
     pub boot_ms: Option<f64>,
     pub guest_prog_ms: Option<f64>,
+    /// Under a preemption method: what the engine did with it.
+    pub preempt: Option<Used>,
 }
 
 /// Everything a run needs besides the program.
@@ -125,12 +138,35 @@ pub struct Env<'a> {
     pub memory_mib: u64,
     pub vram: &'a str,
     pub limit: Duration,
+    /// `VGPU_CUDA_PREEMPT_TEST` of in-process runs under a method (forced preemptions).
+    pub preempt_test: Option<&'a str>,
+    /// Where a VM's `--stats` document goes (removed before every run).
+    pub vm_stats: &'a Path,
 }
 
-/// Runs `program` (in `dir`) once under `config`.
-pub fn run(env: &Env, dir: &Path, program: &str, config: &Config) -> Result<Sample, BenchError> {
+/// Runs `program` (in `dir`) once under `config`, with the preemption method `preempt` (the
+/// configuration's default when `None`).
+pub fn run(
+    env: &Env,
+    dir: &Path,
+    program: &str,
+    config: &Config,
+    preempt: Option<&str>,
+) -> Result<Sample, BenchError> {
     let exe = dir.join(program);
     let mut vars: Vec<(&str, String)> = vec![("VGPU_CUDA_STATS", "-".into())];
+    if config.is_vm() {
+        match std::fs::remove_file(env.vm_stats) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(BenchError::Io {
+                    path: env.vm_stats.display().to_string(),
+                    source,
+                });
+            }
+        }
+    }
     let (bin, args, lib): (PathBuf, Vec<String>, PathBuf) = match config {
         Config::Native | Config::InProc => {
             let native_cuda = *config == Config::Native && env.backend == Backend::Cuda;
@@ -144,12 +180,21 @@ pub fn run(env: &Env, dir: &Path, program: &str, config: &Config) -> Result<Samp
                     .to_path_buf()
             } else {
                 vars.push(("VGPU_CUDA_BACKEND", env.backend.name().into()));
+                if let Some(m) = preempt {
+                    vars.push(("VGPU_CUDA_PREEMPT", m.into()));
+                    if let Some(t) = env.preempt_test {
+                        vars.push(("VGPU_CUDA_PREEMPT_TEST", t.into()));
+                    }
+                }
                 env.lib.to_path_buf()
             };
             (exe, vec![env.size.to_string()], lib)
         }
         Config::Vm(_) | Config::Vgpud => {
             let mut gpu = format!("backend={},vram={}", env.backend.name(), env.vram);
+            if let Some(m) = preempt {
+                gpu.push_str(&format!(",preempt={m}"));
+            }
             match config {
                 Config::Vm(mode) => gpu.push_str(&format!(",mode={mode}")),
                 _ => {
@@ -171,6 +216,8 @@ pub fn run(env: &Env, dir: &Path, program: &str, config: &Config) -> Result<Samp
                 "VGPU_CUDA_STATS=-".into(),
                 "--timeout".into(),
                 env.limit.as_secs().max(1).to_string(),
+                "--stats".into(),
+                env.vm_stats.display().to_string(),
                 "--run".into(),
                 exe.display().to_string(),
                 "--".into(),
@@ -193,11 +240,20 @@ pub fn run(env: &Env, dir: &Path, program: &str, config: &Config) -> Result<Samp
     s.phases = Phases::from_output(&all);
     if config.is_vm() {
         (s.boot_ms, s.guest_prog_ms) = guest_times(&r.stdout);
+        if let Some(m) = preempt {
+            let doc = std::fs::read_to_string(env.vm_stats)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+            s.preempt = doc.map(|d| Used::from_vm_stats(&d, m));
+        }
+    } else if preempt.is_some() {
+        s.preempt = lib_report(&all).as_ref().and_then(Used::from_lib_report);
     }
     match r.verdict(program) {
         Some(v) if v.pass && r.code == Some(0) => {
             s.pass = true;
             s.app_gpu_ms = v.gpu_ms.unwrap_or(0.0);
+            s.checksum = v.checksum;
         }
         Some(v) => s.error = format!("{} (exit {:?})", v.reason, r.code),
         None if r.timed_out => s.error = format!("time limit {:?}", env.limit),

@@ -1,10 +1,13 @@
 //! Output of `vgpu-bench apps`: summary.json (per program and configuration the medians of
 //! every figure, with min and max, and the ratios to native), apps.csv (every run), two SVG
-//! charts (whole run and GPU-side time relative to native), and the one-line summary.
+//! charts (whole run and GPU-side time relative to native), and the one-line summary; under
+//! `--preempt`, per program the method the engine used and, per method, the overhead against
+//! the configuration without it (`apps_preempt`).
 
 use std::path::Path;
 
 use crate::apps_exec::Sample;
+use crate::apps_preempt;
 use crate::backend::Backend;
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::error::BenchError;
@@ -51,6 +54,9 @@ fn cell_json(c: &Cell, native: Option<&Cell>) -> serde_json::Value {
         "guest_prog_ms": stat(&pick(&c.samples, |s| s.guest_prog_ms)),
         "errors": c.samples.iter().filter(|s| !s.pass).map(|s| s.error.clone()).collect::<Vec<_>>(),
     });
+    if let Some(u) = c.samples.iter().rev().find_map(|s| s.preempt.as_ref()) {
+        j["preempt"] = u.json();
+    }
     if let Some(n) = native {
         let nt = median(&pick(&n.samples, |s| Some(s.total_ms)));
         let ng = median(&pick(&n.samples, |s| Some(gpu_side(s))));
@@ -67,7 +73,7 @@ fn row(c: &Cell, rep: usize, s: &Sample) -> String {
     let p = s.phases.unwrap_or_default();
     let opt = |v: Option<f64>| v.map(|x| format!("{x:.3}")).unwrap_or_default();
     format!(
-        "{},{},{rep},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},\"{}\"",
+        "{},{},{rep},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},\"{}\"",
         c.program,
         c.config,
         u8::from(s.pass),
@@ -83,13 +89,17 @@ fn row(c: &Cell, rep: usize, s: &Sample) -> String {
         p.launches,
         opt(s.boot_ms),
         opt(s.guest_prog_ms),
+        s.preempt
+            .as_ref()
+            .map(|u| u.describe().replace(',', ";"))
+            .unwrap_or_default(),
         s.error.replace('"', "'")
     )
 }
 
 const HEADER: &str = "program,config,rep,pass,total_ms,gpu_side_ms,lib_gpu_side_ms,init_ms,\
 copies_in_ms,kernels_ms,copies_out_ms,close_ms,launch_overhead_us,launches,boot_ms,\
-guest_prog_ms,error";
+guest_prog_ms,preempt_used,error";
 
 fn chart(
     out: &Path,
@@ -149,13 +159,15 @@ fn chart(
     Ok(geo)
 }
 
-/// Writes everything and returns the one-line summary.
+/// Writes everything and returns the one-line summary. `forced`: the variants' launches were
+/// preempted on purpose (`--preempt-test`), so their times are not the never-preempted cost.
 pub fn write(
     out: &Path,
     backend: Backend,
     size: &str,
     configs: &[String],
     cells: &[Cell],
+    forced: bool,
 ) -> Result<String, BenchError> {
     let mut programs: Vec<String> = Vec::new();
     for c in cells {
@@ -200,7 +212,8 @@ pub fn write(
         .filter(|s| s.pass)
         .count();
     let runs = cells.iter().map(|c| c.samples.len()).sum::<usize>();
-    let summary = serde_json::json!({
+    let over = apps_preempt::overheads(configs, cells);
+    let mut summary = serde_json::json!({
         "experiment": "apps", "backend": backend.name(), "size": size, "configs": configs,
         "programs": programs, "runs": runs, "passed": passed,
         "geomean_vs_native": {
@@ -209,13 +222,17 @@ pub fn write(
         },
         "cells": per,
     });
+    if !over.is_empty() {
+        summary["preempt_overhead"] = apps_preempt::overheads_json(&over);
+        summary["preempt_forced"] = forced.into();
+    }
     report::write(out, &summary, "apps.csv", HEADER, &rows)?;
     let g: Vec<String> = gpu
         .iter()
         .zip(&total)
         .map(|((c, g), (_, t))| format!("{c} gpu-side {g:.2}x total {t:.2}x"))
         .collect();
-    Ok(format!(
+    let mut line = format!(
         "apps ({} {size}): {passed}/{runs} runs passed, {} programs; geomean vs native: {}",
         backend.name(),
         programs.len(),
@@ -224,7 +241,19 @@ pub fn write(
         } else {
             g.join(", ")
         }
-    ))
+    );
+    if !over.is_empty() {
+        line.push_str(&format!(
+            "; {} geomean vs the same configuration without the method: {}",
+            if forced {
+                "preempted (--preempt-test)"
+            } else {
+                "never-preempted"
+            },
+            apps_preempt::line(&over)
+        ));
+    }
+    Ok(line)
 }
 
 #[cfg(test)]
@@ -257,7 +286,7 @@ mod tests {
             },
         ];
         let cfg = vec!["native".to_string(), "full".to_string()];
-        let line = write(&dir, Backend::Sim, "small", &cfg, &cells).unwrap();
+        let line = write(&dir, Backend::Sim, "small", &cfg, &cells, false).unwrap();
         assert!(line.contains("6/6 runs passed"), "{line}");
         assert!(line.contains("full gpu-side 1.10x total 2.00x"), "{line}");
         let j: serde_json::Value =

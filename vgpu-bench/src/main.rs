@@ -22,6 +22,7 @@
 
 mod apps_exec;
 mod apps_output;
+mod apps_preempt;
 mod backend;
 mod chart;
 mod chart_axis;

@@ -106,6 +106,12 @@ pub struct CheckpointStats {
     pub fallback_launches: u64,
     pub fallback_reasons: Vec<String>,
     pub launches: u64,
+    /// Of `launches`, those whose threads restart (idempotent kernels).
+    pub restart_launches: u64,
+    /// Launches `auto` (or a failed alias check of `restart`) ran sliced.
+    pub sliced_launches: u64,
+    /// Restarting launches that continued in the checkpoint form.
+    pub escalated_launches: u64,
     pub preemptions: u64,
     pub saved_full_bytes: u64,
     pub saved_incremental_bytes: u64,
@@ -564,6 +570,9 @@ impl Vgpu {
                     fallback_launches: c.fallback_launches,
                     fallback_reasons: c.fallback_reasons,
                     launches: c.launches,
+                    restart_launches: c.restart_launches,
+                    sliced_launches: c.sliced_launches,
+                    escalated_launches: c.escalated_launches,
                     preemptions: c.preemptions,
                     saved_full_bytes: c.saved_full_bytes,
                     saved_incremental_bytes: c.saved_incremental_bytes,

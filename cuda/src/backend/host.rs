@@ -10,19 +10,23 @@
 //! ([`crate::globals`]).
 
 mod alloc;
+pub mod forced;
 pub mod real_gpu;
+mod report;
 mod shared;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use pgpu::{
     CopyJob, EngineError, FaultKind, HostRegionId, Job, LaunchJob, LoadLimits, MapTarget, Mapping,
-    Outcome, PageSize, Perm, PreemptHandle, SpaceId, VaWindow,
+    Outcome, PageSize, Perm, PreemptHandle, SavedContext, SpaceId, VaWindow,
 };
 
 use self::alloc::RangeAlloc;
+pub use self::report::preempt_report;
 pub use self::shared::EngineKind;
 use self::shared::{HOST_WINDOW, PAGE, Shared, WINDOW_BASE};
 use crate::device::{DevPtr, Device, DeviceError, DeviceInfo, HostBuf, Launch, Marker, ModuleId};
@@ -116,22 +120,44 @@ fn fault_err(fault: &pgpu::JobFault) -> DeviceError {
 
 impl HostDevice {
     fn run(&mut self, job: &Job) -> Result<(), DeviceError> {
-        let mut outcome = self
+        // The test knob (VGPU_CUDA_PREEMPT_TEST) arms the first runs of every launch.
+        let forced = self
             .shared
-            .engine
-            .execute(job, &self.preempt)
-            .map_err(engine_err)?;
+            .forced
+            .as_ref()
+            .filter(|_| matches!(job, Job::Launch(_)));
+        let mut runs = 0u32;
+        if let Some(f) = forced {
+            f.arm(&self.preempt, runs);
+        }
+        // Timed only under the knob (it learns the runs' length); the plain path adds nothing.
+        let t = forced.map(|_| Instant::now());
+        let outcome = self.shared.engine.execute(job, &self.preempt);
+        if let (Some(f), Some(t)) = (forced, t) {
+            f.disarm(&self.preempt, t.elapsed());
+        }
+        let mut outcome = outcome.map_err(engine_err)?;
         loop {
             match outcome {
                 Outcome::Completed { .. } => return Ok(()),
                 Outcome::Faulted { fault, .. } => return Err(fault_err(&fault)),
-                Outcome::Preempted { context, .. } => {
+                Outcome::Preempted { mut context, .. } => {
                     self.preempt.clear();
-                    outcome = self
-                        .shared
-                        .engine
-                        .resume(context, &self.preempt)
-                        .map_err(engine_err)?;
+                    runs += 1;
+                    if let Some(f) = forced {
+                        let n = f.counters.preempted.fetch_add(1, Ordering::Relaxed) + 1;
+                        if forced::Forced::through_bytes(n) {
+                            f.counters.from_bytes.fetch_add(1, Ordering::Relaxed);
+                            context = SavedContext::from_bytes(context.into_bytes());
+                        }
+                        f.arm(&self.preempt, runs);
+                    }
+                    let t = forced.map(|_| Instant::now());
+                    let next = self.shared.engine.resume(context, &self.preempt);
+                    if let (Some(f), Some(t)) = (forced, t) {
+                        f.disarm(&self.preempt, t.elapsed());
+                    }
+                    outcome = next.map_err(engine_err)?;
                 }
             }
         }

@@ -3,13 +3,16 @@
 //!
 //! Settings (environment): `VGPU_CUDA_VRAM_MIB` (VRAM of the engine, default 4096),
 //! `VGPU_CUDA_SIM_WORKERS` (sim interpreter threads, default: the CPUs), `VGPU_CUDA_DEVICE`
-//! (cuda: the GPU's ordinal, default 0).
+//! (cuda: the GPU's ordinal, default 0), `VGPU_CUDA_PREEMPT` (the preemption method:
+//! `slice`, the default, `checkpoint`, `restart` or `auto`), `VGPU_CUDA_CKPT_POLL` (its poll
+//! interval) and `VGPU_CUDA_PREEMPT_TEST` (forced preemptions, [`super::forced`]).
 
 use std::sync::{Arc, Mutex};
 
 use pgpu::Engine;
 
 use super::alloc::RangeAlloc;
+use super::forced::{self, Forced};
 use crate::device::{DeviceError, DeviceInfo};
 
 /// Which pgpu engine.
@@ -33,6 +36,12 @@ pub struct Shared {
     pub kind: EngineKind,
     pub info: DeviceInfo,
     pub vram_size: u64,
+    /// The engine's preemption method (`VGPU_CUDA_PREEMPT`).
+    pub preempt: pgpu::PreemptMethod,
+    /// The transformation's poll interval (`VGPU_CUDA_CKPT_POLL`).
+    pub ckpt_poll: u32,
+    /// Forced preemptions of every launch (`VGPU_CUDA_PREEMPT_TEST`).
+    pub forced: Option<Forced>,
     phys: Mutex<RangeAlloc>,
     /// The host-buffer part of the window, shared by the contexts: on sim a host buffer lives
     /// at the same address in the process as on the GPU, so two contexts must not pick the
@@ -96,20 +105,34 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         .clamp(2, 1 << 20)
         .next_multiple_of(2)
         << 20;
+    let preempt = forced::method_from_env().map_err(DeviceError::NoDevice)?;
+    let poll = forced::poll_from_env()
+        .map_err(DeviceError::NoDevice)?
+        .unwrap_or_else(pgpu::ckpt::default_poll_interval);
+    let forced = Forced::from_env().map_err(DeviceError::NoDevice)?;
     let (engine, info): (Arc<dyn Engine>, DeviceInfo) = match kind {
-        EngineKind::Sim => sim(vram_size)?,
-        EngineKind::Cuda => cuda(vram_size)?,
+        EngineKind::Sim => sim(vram_size, (preempt, poll))?,
+        EngineKind::Cuda => cuda(vram_size, (preempt, poll))?,
     };
     let s = Arc::new(Shared {
         engine,
         kind,
         info,
         vram_size,
+        preempt,
+        ckpt_poll: poll,
+        forced,
         phys: Mutex::new(RangeAlloc::new(0, vram_size)),
         host_va: Mutex::new(RangeAlloc::new(WINDOW_BASE + vram_size, HOST_WINDOW)),
     });
     *slot = Some(Arc::clone(&s));
     Ok(s)
+}
+
+/// The process's engine, if one was made and its slot is free now (the report is written at
+/// exit too, where waiting on a lock another thread holds could hang the process).
+pub fn current() -> Option<Arc<Shared>> {
+    SHARED.try_lock().ok()?.clone()
 }
 
 /// The engine's limits for a program in its own process (the bounds protect the program from
@@ -130,7 +153,10 @@ fn no_device(e: pgpu::EngineError) -> DeviceError {
     DeviceError::NoDevice(e.to_string())
 }
 
-fn sim(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
+fn sim(
+    vram_size: u64,
+    (preempt, ckpt_poll_interval): (pgpu::PreemptMethod, u32),
+) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let workers = env_u64("VGPU_CUDA_SIM_WORKERS")
         .map(|w| w.clamp(1, 256) as usize)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -138,6 +164,8 @@ fn sim(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
         vram_size,
         workers,
         limits: limits(),
+        preempt,
+        ckpt_poll_interval,
         ..Default::default()
     };
     let limits = cfg.limits.clone();
@@ -166,7 +194,10 @@ fn sim(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     Ok((Arc::new(engine), info))
 }
 
-fn cuda(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
+fn cuda(
+    vram_size: u64,
+    (preempt, ckpt_poll_interval): (pgpu::PreemptMethod, u32),
+) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let device = env_u64("VGPU_CUDA_DEVICE").unwrap_or(0).min(64) as i32;
     // In-process nothing preempts a kernel (no scheduler, no snapshot): a grid runs whole
     // unless VGPU_CUDA_SLICE_US asks for the engine's sliced sub-launches (the VM default is
@@ -177,6 +208,8 @@ fn cuda(vram_size: u64) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
         vram_size,
         limits: limits(),
         sub_launch_target: std::time::Duration::from_micros(slice_us.max(1)),
+        preempt,
+        ckpt_poll_interval,
         ..Default::default()
     };
     let limits = cfg.limits.clone();

@@ -1,0 +1,43 @@
+//! The `"preempt"` part of the library's report (`VGPU_CUDA_STATS`) for the in-process
+//! engines: the method (`VGPU_CUDA_PREEMPT`) and its poll interval (`VGPU_CUDA_CKPT_POLL`), what the engine did with it (modules
+//! transformed or refused, launches run transformed, restarting, sliced, preemptions and the
+//! bytes they saved: `pgpu::CkptStats`) and the forced preemptions of the test knob
+//! (`VGPU_CUDA_PREEMPT_TEST`).
+
+use std::sync::atomic::Ordering;
+
+/// The report, or `None` when no in-process engine was made (the guest backend, or a program
+/// that never initialised).
+pub fn preempt_report() -> Option<serde_json::Value> {
+    let s = super::shared::current()?;
+    let mut j = serde_json::json!({ "method": s.preempt.to_string() });
+    if let Some(c) = s.engine.checkpoint_stats() {
+        j["poll_interval"] = s.ckpt_poll.into();
+        j["engine"] = serde_json::json!({
+            "modules_transformed": c.modules_transformed,
+            "fallback_modules": c.fallback_modules,
+            "fallback_launches": c.fallback_launches,
+            "fallback_reasons": c.fallback_reasons,
+            "launches_transformed": c.launches,
+            "restart_launches": c.restart_launches,
+            "checkpoint_launches": c.launches.saturating_sub(c.restart_launches),
+            "sliced_launches": c.sliced_launches,
+            "escalated_launches": c.escalated_launches,
+            "preemptions": c.preemptions,
+            "saved_threads": c.saved_threads,
+            "saved_full_bytes": c.saved_full_bytes,
+            "saved_incremental_bytes": c.saved_incremental_bytes,
+        });
+    }
+    if let Some(f) = &s.forced {
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        j["forced"] = serde_json::json!({
+            "seed": f.seed(),
+            "per_launch": f.per_launch(),
+            "armed": g(&f.counters.armed),
+            "preempted": g(&f.counters.preempted),
+            "from_bytes": g(&f.counters.from_bytes),
+        });
+    }
+    Some(j)
+}
