@@ -641,6 +641,10 @@ impl EngineSnapshot for CudaEngine {
         self.bulk_zero(pa, len)
     }
 
+    fn vram_reserve_writes(&self, bytes: u64) -> Result<(), EngineError> {
+        self.bulk_reserve_writes(bytes)
+    }
+
     fn alloc_flag(&self, _space: SpaceId) -> Result<Option<u64>, EngineError> {
         self.alive()?;
         self.flags.alloc().map_err(|e| self.drv(e))

@@ -293,6 +293,9 @@ impl EngineSnapshot for SwitchEngine {
     fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
         self.current().vram_zero(pa, len)
     }
+    fn vram_reserve_writes(&self, bytes: u64) -> Result<(), EngineError> {
+        self.current().vram_reserve_writes(bytes)
+    }
 
     fn retarget_context(
         &self,
