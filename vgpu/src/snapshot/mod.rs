@@ -557,7 +557,23 @@ impl Vgpu {
                 deadline: Some(Instant::now() + self.cfg.job_timeout),
                 cancel: Some(self.cancel.clone()),
             };
-            match self.engine.load_module(&text, &limits) {
+            // A load the engine's content cache serves (the text loaded already, e.g. by a
+            // standby's template under another budget) is held to this budget as a fresh one
+            // would be.
+            let loaded = self.engine.load_module(&text, &limits).and_then(|m| {
+                if m.host_bytes <= limits.max_host_bytes {
+                    return Ok(m);
+                }
+                if let Err(e) = self.engine.unload_module(m.id) {
+                    log::warn!("vgpu: unload module {:?}: {e}", m.id);
+                }
+                Err(pgpu::EngineError::HostBudget {
+                    what: "module",
+                    used: m.host_bytes,
+                    limit: limits.max_host_bytes,
+                })
+            });
+            match loaded {
                 Ok(m) => {
                     left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
                     out.push(ModuleImage {
