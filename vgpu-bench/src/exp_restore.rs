@@ -127,7 +127,7 @@ struct One {
 
 /// The parts of the VMM's report (`vmm::snapshot::restore_report::RestoreReport`; the GPU's
 /// VRAM and modules are parts of `gpu_restore_ms`, with the modules' counts).
-const PARTS: [&str; 13] = [
+const PARTS: [&str; 14] = [
     "check_ms",
     "vm_ms",
     "engine_ms",
@@ -136,6 +136,7 @@ const PARTS: [&str; 13] = [
     "devices_ms",
     "state_ms",
     "gpu_restore_ms",
+    "gpu_pause_ms",
     "gpu_vram_ms",
     "gpu_modules_ms",
     "modules_cached",
@@ -445,8 +446,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let sp = &summary[mode]["parts_median_ms"];
         format!(
             "{mode} p50 {:.1} / p90 {:.1} ms (check {:.1}, RAM {:.1}, devices {:.1}, state {:.1}, \
-             GPU {:.1}: VRAM {:.1}, modules {:.1} ({} cached, {} cold), start {:.1}; request to \
-             answer p50 {:.1} / p90 {:.1} ms; prepared in {:.1} ms before)",
+             GPU {:.1}: pause {:.1}, VRAM {:.1}, modules {:.1} ({} cached, {} cold), start {:.1}; \
+             request to answer p50 {:.1} / p90 {:.1} ms; prepared in {:.1} ms before)",
             p(mode, "p50"),
             p(mode, "p90"),
             num(&sp["check_ms"]),
@@ -454,6 +455,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             num(&sp["devices_ms"]),
             num(&sp["state_ms"]),
             num(&sp["gpu_restore_ms"]),
+            num(&sp["gpu_pause_ms"]),
             num(&sp["gpu_vram_ms"]),
             num(&sp["gpu_modules_ms"]),
             num(&sp["modules_cached"]),

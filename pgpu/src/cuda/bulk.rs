@@ -98,6 +98,11 @@ fn func(module: sys::CUmodule, name: &std::ffi::CStr) -> Result<sys::CUfunction,
     ck("cuModuleGetFunction", unsafe {
         sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
     })?;
+    // Loaded onto the device now, with the engine, rather than by CUDA's lazy loading at the
+    // kernel's first launch (a restore's first scatter). Optional (CUDA 12.4+): a driver
+    // without it, or a failure, leaves it lazy.
+    // SAFETY: a function handle of this live module.
+    let _ = unsafe { sys::cuFuncLoad(f) };
     Ok(f)
 }
 

@@ -134,6 +134,8 @@ pub struct SaveReport {
 /// What a restore of an image did and how long its parts took (the VMM's restore report).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RestoreParts {
+    /// Waiting for the device's worker to park (a fresh device's: its thread woken), ms.
+    pub pause_ms: f64,
     /// The partition zeroed and the image's VRAM pages written into it, ms.
     pub vram_ms: f64,
     /// The image's modules loaded into the engine (served by its content cache where the same
@@ -371,7 +373,9 @@ impl Vgpu {
                 return Err(SnapshotError::NotFresh(ch as u32));
             }
         }
+        let t = Instant::now();
         self.pause_with(PauseMode::Drain)?;
+        parts.pause_ms = t.elapsed().as_secs_f64() * 1e3;
         let result = self.restore_paused(input, base, io, want, parts);
         if result.is_err()
             && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)

@@ -38,6 +38,9 @@ pub struct RestoreReport {
     /// The GPU image restored (registers, channels, VRAM; the guest's modules loaded, JIT on
     /// cuda).
     pub gpu_restore_ms: f64,
+    /// Of `gpu_restore_ms` (a whole image): waiting for the new device's worker thread to park
+    /// before the image goes in.
+    pub gpu_pause_ms: f64,
     /// Of `gpu_restore_ms` (a whole image): the partition zeroed and the image's VRAM pages
     /// written into it.
     pub gpu_vram_ms: f64,
@@ -72,6 +75,7 @@ impl RestoreReport {
     /// Takes the GPU device's parts of a whole image's restore (every module counted cold until
     /// a standby finds its template's among them); returns the delta bytes (none).
     pub(crate) fn gpu_parts(&mut self, p: vgpu::snapshot::RestoreParts) -> u64 {
+        self.gpu_pause_ms = p.pause_ms;
         self.gpu_vram_ms = p.vram_ms;
         self.gpu_modules_ms = p.modules_ms;
         self.modules_cold = p.modules.len();
@@ -84,8 +88,8 @@ impl RestoreReport {
     pub fn parts(&self) -> String {
         format!(
             "check {:.1}, VM {:.1}, engine {:.1}, RAM {:.1} (slots {:.1} overlapped), vCPUs \
-             {:.1}, devices {:.1}, state {:.1}, GPU {:.1} (VRAM {:.1}, modules {:.1}: {} cached, \
-             {} cold), start {:.1} ms",
+             {:.1}, devices {:.1}, state {:.1}, GPU {:.1} (pause {:.1}, VRAM {:.1}, modules {:.1}: \
+             {} cached, {} cold), start {:.1} ms",
             self.check_ms,
             self.vm_ms,
             self.engine_ms,
@@ -95,6 +99,7 @@ impl RestoreReport {
             self.devices_ms,
             self.state_ms,
             self.gpu_restore_ms,
+            self.gpu_pause_ms,
             self.gpu_vram_ms,
             self.gpu_modules_ms,
             self.modules_cached,
