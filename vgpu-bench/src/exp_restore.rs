@@ -127,7 +127,7 @@ struct One {
 
 /// The parts of the VMM's report (`vmm::snapshot::restore_report::RestoreReport`; the GPU's
 /// VRAM and modules are parts of `gpu_restore_ms`, with the modules' counts).
-const PARTS: [&str; 14] = [
+const PARTS: [&str; 15] = [
     "check_ms",
     "vm_ms",
     "engine_ms",
@@ -141,6 +141,7 @@ const PARTS: [&str; 14] = [
     "gpu_modules_ms",
     "modules_cached",
     "modules_cold",
+    "gpu_apply_ms",
     "start_ms",
 ];
 
@@ -446,7 +447,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         let sp = &summary[mode]["parts_median_ms"];
         format!(
             "{mode} p50 {:.1} / p90 {:.1} ms (check {:.1}, RAM {:.1}, devices {:.1}, state {:.1}, \
-             GPU {:.1}: pause {:.1}, VRAM {:.1}, modules {:.1} ({} cached, {} cold), start {:.1}; \
+             GPU {:.1}: pause {:.1}, VRAM {:.1}, modules {:.1} ({} cached, {} cold), apply {:.1}, \
+             start {:.1}; \
              request to answer p50 {:.1} / p90 {:.1} ms; prepared in {:.1} ms before)",
             p(mode, "p50"),
             p(mode, "p90"),
@@ -460,6 +462,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             num(&sp["gpu_modules_ms"]),
             num(&sp["modules_cached"]),
             num(&sp["modules_cold"]),
+            num(&sp["gpu_apply_ms"]),
             num(&sp["start_ms"]),
             num(&summary[mode]["request_to_answer_ms"]["p50"]),
             num(&summary[mode]["request_to_answer_ms"]["p90"]),

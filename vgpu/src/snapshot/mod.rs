@@ -143,6 +143,10 @@ pub struct RestoreParts {
     pub modules_ms: f64,
     /// The engine modules the image's texts got, in the image's order.
     pub modules: Vec<pgpu::ModuleId>,
+    /// After the modules: the para-virtual spaces, the preempted jobs' contexts re-targeted,
+    /// the registers applied, the doorbell and the BAR's trapped pages (a trap splits the
+    /// aperture's KVM memory slots), ms.
+    pub apply_ms: f64,
 }
 
 impl Vgpu {
@@ -465,6 +469,7 @@ impl Vgpu {
         let modules = self.reload_modules(texts)?;
         parts.modules_ms = t.elapsed().as_secs_f64() * 1e3;
         parts.modules = modules.iter().map(|m| m.id).collect();
+        let t = Instant::now();
         if let Err(e) = self.restore_para(para.as_ref()) {
             self.unload(&modules);
             return Err(e);
@@ -512,6 +517,7 @@ impl Vgpu {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .trap(regs.watched.iter().map(|(p, _)| p << 12));
         }
+        parts.apply_ms = t.elapsed().as_secs_f64() * 1e3;
         Ok(vram_bytes)
     }
 

@@ -47,6 +47,10 @@ pub struct RestoreReport {
     /// Of `gpu_restore_ms` (a whole image): the image's modules loaded into the engine (PTX
     /// rewrite and JIT on cuda for each cold one).
     pub gpu_modules_ms: f64,
+    /// Of `gpu_restore_ms` (a whole image): after the modules, the device's state applied
+    /// (preempted jobs' contexts re-targeted, registers, doorbell, the BAR's trapped pages,
+    /// which split the aperture's memory slots).
+    pub gpu_apply_ms: f64,
     /// The image's modules the engine's content cache served (a standby's template loaded
     /// them before the request).
     pub modules_cached: usize,
@@ -78,6 +82,7 @@ impl RestoreReport {
         self.gpu_pause_ms = p.pause_ms;
         self.gpu_vram_ms = p.vram_ms;
         self.gpu_modules_ms = p.modules_ms;
+        self.gpu_apply_ms = p.apply_ms;
         self.modules_cold = p.modules.len();
         self.modules_cached = 0;
         self.module_ids = p.modules;
@@ -89,7 +94,7 @@ impl RestoreReport {
         format!(
             "check {:.1}, VM {:.1}, engine {:.1}, RAM {:.1} (slots {:.1} overlapped), vCPUs \
              {:.1}, devices {:.1}, state {:.1}, GPU {:.1} (pause {:.1}, VRAM {:.1}, modules {:.1}: \
-             {} cached, {} cold), start {:.1} ms",
+             {} cached, {} cold, apply {:.1}), start {:.1} ms",
             self.check_ms,
             self.vm_ms,
             self.engine_ms,
@@ -104,6 +109,7 @@ impl RestoreReport {
             self.gpu_modules_ms,
             self.modules_cached,
             self.modules_cold,
+            self.gpu_apply_ms,
             self.start_ms
         )
     }
