@@ -1,7 +1,8 @@
 //! Modules loaded into a prepared engine before the restore that uses them (a standby's
 //! template, `vgpu-vmm --standby --template DIR`; issue 24): the engine's content cache
 //! (`Engine::load_module`: identical text gives the same module, its loads counted) then serves
-//! the restore's loads of the same texts without a PTX rewrite or a JIT. [`Preloaded`] holds
+//! the restore's loads of the same texts without a PTX rewrite or a JIT; their entries are
+//! prepared too (`Engine::prepare_module`: on cuda resolved and loaded onto the device). [`Preloaded`] holds
 //! one load of each until it is released; released after the restore, the restored device's
 //! own loads are all that is left, as after a cold restore. Texts the restored image does not
 //! name are released before it loads its own ([`Preloaded::keep_only`]), so that the engine's
@@ -67,6 +68,11 @@ impl PreparedEngine {
                 .map_err(|why| PreloadError { index: i, why })?;
             left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
             p.held.push((text.clone(), m.id));
+            // Its entries resolved and loaded onto the device too (best effort: what fails is
+            // left to the first run).
+            if let Err(e) = p.engine.prepare_module(m.id) {
+                log::debug!("vgpu: prepare preloaded module {i}: {e}");
+            }
         }
         Ok(p)
     }

@@ -517,6 +517,10 @@ impl Engine for CudaEngine {
         self.prepare_job(job)
     }
 
+    fn prepare_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        self.prepare_module_entries(module)
+    }
+
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }

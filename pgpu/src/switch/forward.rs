@@ -230,6 +230,10 @@ impl Engine for SwitchEngine {
         Ok(())
     }
 
+    fn prepare_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        let real = lock(&self.rec).module(module)?;
+        self.current().prepare_module(real)
+    }
     fn prepare(&self, job: &Job) -> Result<(), EngineError> {
         let (real, _) = self.real_job(job)?;
         self.current().prepare(&real)
