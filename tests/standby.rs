@@ -5,7 +5,10 @@
 //! restore's parts. A snapshot that does not fit what the standby prepared (RAM, vCPUs, GPU) or
 //! that `--restore` refuses is refused with the standby left waiting, and still takes a good
 //! one after; a GPU image found corrupted while it is being put in uses the standby up, which
-//! is prepared again. On an NVIDIA GPU (ignored `cuda_*`; `cargo test --release -p vmm --test
+//! is prepared again. A standby started with `--template DIR` has that snapshot's GPU modules
+//! loaded: restoring it loads none (all served by the engine's cache, counted), restoring
+//! another loads its own cold (counted), both with the cold restore's results; a template that
+//! is refused (corrupted, not fitting) refuses the standby's start. On an NVIDIA GPU (ignored `cuda_*`; `cargo test --release -p vmm --test
 //! standby -- --ignored cuda`, or the test binary with `VGPU_VMM=path/to/vgpu-vmm`): the same
 //! on a cuda standby.
 
@@ -323,6 +326,158 @@ fn a_gpu_standby_refuses_other_gpus_and_is_prepared_again_after_a_late_failure()
     let (code, out, err, _) = sb.finish();
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("workloads: 13/13 ok"), "{out}");
+}
+
+/// The fairness guest (other kernels than the workloads guest's) on `gpu`, snapshotted while
+/// its kernels run: a template whose modules no workloads snapshot uses.
+fn fairness_snapshot(s: &Scratch, gpu: &str) -> std::path::PathBuf {
+    let args = [
+        "--guest",
+        "fairness",
+        "--cmdline",
+        "iters=2000 threads=64 blocks=2 depth=3 ms=60000 report_ms=20",
+        "--memory",
+        "256",
+        "--gpu",
+        gpu,
+    ];
+    let vm = Vm::start(s, "f", &args);
+    vm.wait_for(|o| o.matches(" done=").count() >= 2);
+    let dir = s.path("f.snap");
+    let (code, _, err) = vm.ctl(&["snapshot", dir.to_str().unwrap(), "--paused"]);
+    assert_eq!(code, 0, "{err}");
+    vm.terminate();
+    dir
+}
+
+/// A standby started with `--template tmpl` on `gpu` (its modules loaded: `stats` says how
+/// many, at least one).
+fn templated(s: &Scratch, tag: &str, gpu: &str, tmpl: &Path) -> (Standby, u64) {
+    let sb = Standby::start(
+        s,
+        tag,
+        &[
+            "--memory",
+            "256",
+            "--gpu",
+            gpu,
+            "--template",
+            tmpl.to_str().unwrap(),
+        ],
+    );
+    let (code, out, _) = sb.ctl(&["stats"]);
+    assert_eq!(code, 0);
+    let st = json(&out);
+    let n = st["template"]["modules"].as_u64().unwrap_or(0);
+    assert!(n >= 1, "no modules loaded from the template: {out}");
+    (sb, n)
+}
+
+/// A GPU snapshot restored into a standby templated with itself has every module served by the
+/// engine's cache (none loaded cold) and gives the cold restore's results; restored into a
+/// standby templated with another guest's snapshot, every module loads cold (the template's
+/// are released) with the same results.
+fn templated_standby_like_cold(s: &Scratch, gpu: &str) {
+    let (dir, before) = workloads_snapshot(s, gpu);
+    let (code, cold, err) = restore(&dir, &[]);
+    assert_eq!(code, 0, "{err}\n{cold}");
+    let want = workload_results(&format!("{before}{cold}"));
+    assert_eq!(want.len(), 13, "{want:?}");
+    let total = {
+        let (sb, n) = templated(s, "same", gpu, &dir);
+        let answer = sb.restore(&dir);
+        check_report(&answer, true);
+        assert_eq!(answer["template_modules"], n, "{answer}");
+        assert_eq!(answer["modules_cached"], n, "{answer}");
+        assert_eq!(answer["modules_cold"], 0, "{answer}");
+        let (code, out, err, _) = sb.finish();
+        assert_eq!(code, 0, "{err}\n{out}");
+        assert_eq!(workload_results(&format!("{before}{out}")), want);
+        n
+    };
+    let other = fairness_snapshot(s, gpu);
+    let (sb, _) = templated(s, "other", gpu, &other);
+    let answer = sb.restore(&dir);
+    check_report(&answer, true);
+    assert_eq!(answer["modules_cached"], 0, "{answer}");
+    assert_eq!(answer["modules_cold"], total, "{answer}");
+    let (code, out, err, _) = sb.finish();
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(workload_results(&format!("{before}{out}")), want);
+}
+
+#[test]
+fn a_templated_sim_standby_serves_the_snapshots_modules_from_its_cache_and_others_cold() {
+    let s = Scratch::new("standby-template");
+    templated_standby_like_cold(&s, "vram=64M");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cuda_templated_standby_serves_the_snapshots_modules_from_its_cache_and_others_cold() {
+    let s = Scratch::new("standby-template-cuda");
+    templated_standby_like_cold(&s, "vram=64M,backend=cuda");
+}
+
+/// A template that is refused refuses the standby's start (exit 2, the reason named): a GPU
+/// image with a changed byte, one whose module section is corrupted under a forged file
+/// checksum, a snapshot that does not fit, a directory that is none.
+#[test]
+fn a_bad_template_refuses_the_standbys_start() {
+    let s = Scratch::new("standby-template-bad");
+    let (dir, _) = workloads_snapshot(&s, "vram=64M");
+    let start = |tmpl: &Path, args: &[&str]| {
+        let sock = s.path("bad.sock");
+        let mut a = vec!["--standby", "--api-socket", sock.to_str().unwrap()];
+        a.extend(args);
+        a.extend(["--template", tmpl.to_str().unwrap()]);
+        let (code, _, err) = run(&a);
+        (code, err)
+    };
+    let gpu = ["--memory", "256", "--gpu", "vram=64M"];
+    let flipped = s.path("flipped");
+    copy_snapshot(&dir, &flipped);
+    let p = flipped.join("gpu.bin");
+    let mut b = std::fs::read(&p).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 0x40;
+    std::fs::write(&p, &b).unwrap();
+    let (code, err) = start(&flipped, &gpu);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--template") && err.contains("corrupted"),
+        "{err}"
+    );
+    // The module section's bytes changed and the file's CRC-32 forged to match: the section's
+    // own checksum refuses it.
+    let forged = s.path("forged");
+    copy_snapshot(&dir, &forged);
+    let p = forged.join("gpu.bin");
+    let mut b = std::fs::read(&p).unwrap();
+    let at = find(&b, b".version").expect("a module's text in the image");
+    b[at + 1] ^= 0x20;
+    std::fs::write(&p, &b).unwrap();
+    edit_manifest(&forged, |m| m["gpu_crc32"] = crc32(&b).into());
+    let (code, err) = start(&forged, &gpu);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--template") && err.contains("a section is corrupted"),
+        "{err}"
+    );
+    let (code, err) = start(&dir, &["--memory", "128", "--gpu", "vram=64M"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("guest RAM is 256 MiB"), "{err}");
+    let (code, err) = start(&s.path("nothing"), &gpu);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a directory"), "{err}");
+    // The good one starts.
+    let (sb, _) = templated(&s, "good", "vram=64M", &dir);
+    drop(sb);
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! `vgpu-bench restore`: restore to running of one snapshot, cold (`vgpu-vmm --restore DIR`: a
 //! new process makes its KVM VM, RAM slots, vCPUs and GPU engine after it starts) against a
 //! standby (`vgpu-vmm --standby`, prepared before, then `restore DIR` on its API socket; issue
-//! 24, docs/snapshot.md "Restoring into a standby"), `--reps` times each, alternating. The
+//! 24, docs/snapshot.md "Restoring into a standby") and a standby with the snapshot as its
+//! template (`--template DIR`: its GPU modules loaded before the request; every module of the
+//! restore must come from the engine's cache), `--reps` times each, alternating. The
 //! figure is the VMM's own (`--stats`' `restore`: reading the snapshot, or the request's
 //! arrival, to the vCPU threads started) with its parts; for the standby also the request's
 //! round trip as the bench sees it on the socket (request written to answer read). Every
@@ -123,8 +125,9 @@ struct One {
     request_ms: Option<f64>,
 }
 
-/// The parts of the VMM's report (`vmm::snapshot::restore_report::RestoreReport`).
-const PARTS: [&str; 9] = [
+/// The parts of the VMM's report (`vmm::snapshot::restore_report::RestoreReport`; the GPU's
+/// VRAM and modules are parts of `gpu_restore_ms`, with the modules' counts).
+const PARTS: [&str; 15] = [
     "check_ms",
     "vm_ms",
     "engine_ms",
@@ -133,8 +136,33 @@ const PARTS: [&str; 9] = [
     "devices_ms",
     "state_ms",
     "gpu_restore_ms",
+    "gpu_pause_ms",
+    "gpu_vram_ms",
+    "gpu_modules_ms",
+    "modules_cached",
+    "modules_cold",
+    "gpu_apply_ms",
     "start_ms",
 ];
+
+/// How a run restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Cold,
+    Standby,
+    /// A standby with the snapshot as its template.
+    Template,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Cold => "cold",
+            Mode::Standby => "standby",
+            Mode::Template => "template",
+        }
+    }
+}
 
 /// Makes the snapshot: the guest started, snapshotted (paused) once it runs, stopped.
 fn snapshot(a: &Args, vmm: &Path, dir: &Path) -> Result<PathBuf, BenchError> {
@@ -242,15 +270,16 @@ fn request(socket: &Path, line: &str) -> std::io::Result<serde_json::Value> {
     serde_json::from_str(&answer).map_err(std::io::Error::other)
 }
 
+/// A standby's restore (`template`: with the snapshot as its template).
 fn standby(
     a: &Args,
     vmm: &Path,
     dir: &Path,
     snap: &Path,
-    i: usize,
+    (i, template): (usize, bool),
     want: &mut Option<String>,
 ) -> Result<One, BenchError> {
-    let name = format!("standby{i}");
+    let name = format!("{}{i}", if template { "template" } else { "standby" });
     let socket = dir.join(format!("{name}.sock"));
     let stats = dir.join(format!("{name}.stats.json"));
     let mut args = a.standby_args();
@@ -259,6 +288,9 @@ fn standby(
         socket.display().to_string(),
         format!("--stats={}", stats.display()),
     ]);
+    if template {
+        args.extend(["--template".into(), snap.display().to_string()]);
+    }
     let mut p = Proc::spawn(dir, &name, vmm, &args)?;
     // Prepared once it answers `stats` (the socket is bound before preparing).
     let until = Instant::now() + Duration::from_secs(120);
@@ -295,6 +327,12 @@ fn standby(
             "{name}: --stats' restore differs from the answer: {report} / {answer}"
         )));
     }
+    // The template's restore measures modules that are loaded already, or nothing.
+    if template && report["modules_cold"].as_u64() != Some(0) {
+        return Err(BenchError::Invalid(format!(
+            "{name}: modules loaded cold although the template is the snapshot: {report}"
+        )));
+    }
     Ok(One {
         report,
         request_ms: Some(request_ms),
@@ -323,11 +361,13 @@ fn summarize(runs: &[One]) -> serde_json::Value {
     }
     let req: Vec<f64> = runs.iter().filter_map(|r| r.request_ms).collect();
     let prepared = of("prepared_ms");
+    let template = of("template_ms");
     serde_json::json!({
         "restore_to_running_ms": pct(&of("restore_to_running_ms")),
         "parts_median_ms": parts,
         "request_to_answer_ms": (!req.is_empty()).then(|| pct(&req)),
         "prepared_median_ms": (!prepared.is_empty()).then(|| report::median(&prepared)),
+        "template_median_ms": (!template.is_empty()).then(|| report::median(&template)),
     })
 }
 
@@ -344,13 +384,15 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         source,
     })?;
     let snap = snapshot(a, &vmm, &dir)?;
-    let (mut cold_runs, mut standby_runs) = (Vec::new(), Vec::new());
+    let (mut cold_runs, mut standby_runs, mut template_runs) = (Vec::new(), Vec::new(), Vec::new());
     let mut want = None;
     let mut rows = Vec::new();
     for i in 0..a.reps {
         let c = cold(a, &vmm, &dir, &snap, i, &mut want)?;
-        let s = standby(a, &vmm, &dir, &snap, i, &mut want)?;
-        for (mode, r) in [("cold", &c), ("standby", &s)] {
+        let s = standby(a, &vmm, &dir, &snap, (i, false), &mut want)?;
+        let t = standby(a, &vmm, &dir, &snap, (i, true), &mut want)?;
+        for (mode, r) in [(Mode::Cold, &c), (Mode::Standby, &s), (Mode::Template, &t)] {
+            let mode = mode.name();
             let mut row = format!("{mode},{i},{}", r.report["restore_to_running_ms"]);
             for k in PARTS {
                 row.push_str(&format!(",{}", r.report[k]));
@@ -363,6 +405,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         }
         cold_runs.push(c);
         standby_runs.push(s);
+        template_runs.push(t);
     }
     let guest = match a.guest() {
         Guest::Count => "count",
@@ -379,6 +422,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "snapshot_disk_bytes": migrate_vm::dir_bytes(&snap)?.0,
         "cold": summarize(&cold_runs),
         "standby": summarize(&standby_runs),
+        "template": summarize(&template_runs),
     });
     report::write(
         &a.out,
@@ -396,14 +440,39 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             .as_f64()
             .unwrap_or(0.0)
     };
-    let sp = &summary["standby"]["parts_median_ms"];
-    let cp = &summary["cold"]["parts_median_ms"];
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let cp = &summary["cold"]["parts_median_ms"];
+    // A standby's line: its percentiles and the medians of its parts.
+    let line = |mode: &str| {
+        let sp = &summary[mode]["parts_median_ms"];
+        format!(
+            "{mode} p50 {:.1} / p90 {:.1} ms (check {:.1}, RAM {:.1}, devices {:.1}, state {:.1}, \
+             GPU {:.1}: pause {:.1}, VRAM {:.1}, modules {:.1} ({} cached, {} cold), apply {:.1}, \
+             start {:.1}; \
+             request to answer p50 {:.1} / p90 {:.1} ms; prepared in {:.1} ms before)",
+            p(mode, "p50"),
+            p(mode, "p90"),
+            num(&sp["check_ms"]),
+            num(&sp["ram_ms"]),
+            num(&sp["devices_ms"]),
+            num(&sp["state_ms"]),
+            num(&sp["gpu_restore_ms"]),
+            num(&sp["gpu_pause_ms"]),
+            num(&sp["gpu_vram_ms"]),
+            num(&sp["gpu_modules_ms"]),
+            num(&sp["modules_cached"]),
+            num(&sp["modules_cold"]),
+            num(&sp["gpu_apply_ms"]),
+            num(&sp["start_ms"]),
+            num(&summary[mode]["request_to_answer_ms"]["p50"]),
+            num(&summary[mode]["request_to_answer_ms"]["p90"]),
+            num(&summary[mode]["prepared_median_ms"]),
+        )
+    };
     Ok(format!(
         "restore ({}, {guest} guest, {} MiB, {} reps): restore to running cold p50 {:.1} / p90 \
-         {:.1} ms (VM {:.1}, engine {:.1}, RAM {:.1}, vCPUs {:.1}, GPU {:.1}), standby p50 {:.1} \
-         / p90 {:.1} ms (check {:.1}, RAM {:.1}, devices {:.1}, state {:.1}, GPU {:.1}, start \
-         {:.1}; request to answer p50 {:.1} / p90 {:.1} ms; prepared in {:.1} ms before)",
+         {:.1} ms (VM {:.1}, engine {:.1}, RAM {:.1}, vCPUs {:.1}, GPU {:.1}: modules {:.1}); {}; \
+         {}",
         a.backend.name(),
         a.memory_mib,
         a.reps,
@@ -414,16 +483,8 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         num(&cp["ram_ms"]),
         num(&cp["vcpus_ms"]),
         num(&cp["gpu_restore_ms"]),
-        p("standby", "p50"),
-        p("standby", "p90"),
-        num(&sp["check_ms"]),
-        num(&sp["ram_ms"]),
-        num(&sp["devices_ms"]),
-        num(&sp["state_ms"]),
-        num(&sp["gpu_restore_ms"]),
-        num(&sp["start_ms"]),
-        num(&summary["standby"]["request_to_answer_ms"]["p50"]),
-        num(&summary["standby"]["request_to_answer_ms"]["p90"]),
-        num(&summary["standby"]["prepared_median_ms"]),
+        num(&cp["gpu_modules_ms"]),
+        line("standby"),
+        line("template"),
     ))
 }

@@ -16,6 +16,7 @@
 //!   kernels: times, sizes, downtime, bytes per pre-copy round, slowdown during a live snapshot
 //!   and during a live migration.
 //! - `restore`: restore to running, cold `--restore` against a `--standby` process (made
+//!   before the request) and one with the snapshot as its `--template` (its GPU modules loaded
 //!   before the request): p50/p90 and their parts.
 //! - `apps`: the CUDA application suite (unmodified nvcc-built programs, apps/) natively and in
 //!   VMs (pt, full, para, vgpud): per program the library's phases, GPU-side and whole-run time.
@@ -103,7 +104,8 @@ enum Cmd {
     Snapshot(exp_snapshot::Args),
     /// Snapshot, restore and (live) migration of a GPU VM running kernels.
     Migrate(exp_migrate::Args),
-    /// Restore to running: cold `--restore` against a standby process prepared before.
+    /// Restore to running: cold `--restore` against a standby process prepared before, without
+    /// and with the snapshot as its template.
     Restore(exp_restore::Args),
     /// The CUDA application suite (unmodified nvcc-built programs) natively and in VMs.
     Apps(exp_apps::Args),

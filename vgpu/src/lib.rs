@@ -14,7 +14,8 @@
 //! budget, `hostmem=`), `modcache` (loaded modules), `direct` (the worker's direct access to
 //! guest RAM), `remap` (BAR remap), `host` (the link to vgpud, `host=`), `gpu_move` (moving
 //! the VM to another GPU of its vgpud), `prepared` (an engine made before its device: a
-//! migration destination's during the pre-copy rounds).
+//! migration destination's during the pre-copy rounds, a standby's), `preloaded` (a GPU
+//! image's modules loaded into such an engine before the restore: a standby's template).
 
 pub mod bell;
 pub mod budget;
@@ -31,6 +32,7 @@ mod modcache;
 pub mod para;
 pub mod para_bar;
 pub mod para_vram;
+mod preloaded;
 mod prepared;
 pub mod pushbuf;
 pub mod regs;
@@ -50,6 +52,7 @@ use serde::Serialize;
 
 pub use config::{ConfigError, GpuConfig};
 pub use gpu_move::{MoveError, MovePlan, MoveReport};
+pub use preloaded::{PreloadError, Preloaded};
 pub use prepared::{PreparedEngine, engine_misfit};
 pub use state::{FaultRecord, GpuCounters, IrqSink};
 

@@ -306,9 +306,16 @@ pub(crate) fn assemble(
         report.ram_ms += ms_since(t);
     }
     let t = Instant::now();
-    let (gpu_ms, delta) = restore_state(&m.vm, &m.vcpus, &devices, gpu.as_deref(), r, m.applied)?;
-    report.gpu_restore_ms = gpu_ms;
-    report.state_ms = ms_since(t) - gpu_ms;
+    let delta = restore_state(
+        &m.vm,
+        &m.vcpus,
+        &devices,
+        gpu.as_deref(),
+        r,
+        m.applied,
+        &mut report,
+    )?;
+    report.state_ms = ms_since(t) - report.gpu_restore_ms;
     log::debug!("restore: built and restored ({})", report.parts());
     let vm = PausedVm {
         kvm: m.kvm,
@@ -672,8 +679,8 @@ fn attach_gpu(
 /// MSI), the VM (PIT, clock, irqchips), each vCPU, and the GPU last: it runs as soon as it is
 /// restored, and an interrupt it raises must find the interrupt controllers' and LAPICs'
 /// restored state, not be overwritten by it. `applied`: a live image's pre-copied VRAM is in
-/// the GPU's partition already (a migration's prepared engine). Returns the GPU's restore time
-/// (ms) and a live image's delta bytes.
+/// the GPU's partition already (a migration's prepared engine). The GPU's restore time and
+/// parts go into `report`; returns a live image's delta bytes.
 fn restore_state(
     vm: &VmFd,
     vcpus: &[VcpuFd],
@@ -681,7 +688,8 @@ fn restore_state(
     gpu: Option<&vgpu::Vgpu>,
     r: &Loaded,
     applied: bool,
-) -> Result<(f64, u64), RestoreError> {
+    report: &mut RestoreReport,
+) -> Result<u64, RestoreError> {
     let saved: Vec<&dyn DeviceSnapshot> = devices.saved.iter().map(|d| d.as_ref()).collect();
     persist::restore_all(&saved, &r.state.devices)?;
     vmstate::apply(vm, &r.state.vm)?;
@@ -721,21 +729,22 @@ fn restore_state(
                 r
             }
             None => {
-                let r = gpu.restore_file(&img.file, Some((img.bytes, img.crc32)));
+                let r = gpu.restore_file_parts(&img.file, Some((img.bytes, img.crc32)));
                 if r.is_err() {
                     file_first(&mut checked())?;
                 }
-                r.map(|()| 0)
+                r.map(|p| report.gpu_parts(p))
             }
         };
         let delta = restored?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        report.gpu_restore_ms = ms;
         log::debug!(
             "restore: GPU image of {} bytes restored in {ms:.1} ms (VRAM pre-copied into the \
              engine during the rounds: {applied})",
             img.bytes,
         );
-        return Ok((ms, delta));
+        return Ok(delta);
     }
-    Ok((0.0, 0))
+    Ok(0)
 }

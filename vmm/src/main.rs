@@ -37,6 +37,13 @@ struct Args {
     #[arg(long, requires = "api_socket",
           conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "testdev", "disk", "run", "restore", "incoming"])]
     standby: bool,
+    /// With --standby: the snapshot in DIR (of the image the standby will most likely
+    /// restore) is read and checked like --restore's, must fit the standby, and its GPU
+    /// modules are loaded into the engine now (the PTX JIT on cuda), so that restoring that
+    /// image finds them loaded; another image restores as without it. A template that is
+    /// refused refuses the standby's start.
+    #[arg(long, value_name = "DIR", requires = "standby")]
+    template: Option<PathBuf>,
     /// Serve the control API on a unix socket at PATH (pause, resume, stats, snapshot; see
     /// `vgpu-vmm ctl --help` and docs/architecture.md). A stale socket there is replaced;
     /// a file, directory, symbolic link or live socket is a usage error.
@@ -605,6 +612,7 @@ fn standby(args: Args) -> ExitCode {
         memory_mib: args.memory,
         cpus: args.cpus,
         gpu: args.gpu.clone(),
+        template: args.template.clone(),
     };
     let settings = RunSettings {
         timeout: args.timeout,
@@ -622,6 +630,7 @@ fn standby(args: Args) -> ExitCode {
                     &e,
                     vmm::standby::StandbyError::Build(vmm::builder::BuildError::Cpus { .. })
                         | vmm::standby::StandbyError::NotPreparable(_)
+                        | vmm::standby::StandbyError::Template { .. }
                 );
                 return fail(Fail(if usage { 2 } else { 1 }, e.to_string()));
             }

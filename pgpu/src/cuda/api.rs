@@ -517,6 +517,10 @@ impl Engine for CudaEngine {
         self.prepare_job(job)
     }
 
+    fn prepare_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        self.prepare_module_entries(module)
+    }
+
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         self.run_job(super::context::JobState::from_job(job), preempt)
     }
@@ -639,6 +643,10 @@ impl EngineSnapshot for CudaEngine {
 
     fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
         self.bulk_zero(pa, len)
+    }
+
+    fn vram_reserve_writes(&self, bytes: u64) -> Result<(), EngineError> {
+        self.bulk_reserve_writes(bytes)
     }
 
     fn alloc_flag(&self, _space: SpaceId) -> Result<Option<u64>, EngineError> {

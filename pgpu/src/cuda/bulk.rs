@@ -20,7 +20,9 @@
 //! shrunk) when a larger call comes. A live copy of a guest that writes little VRAM thus never
 //! pins 2 × 64 MiB of host memory and allocates as much device memory (about 40 ms on an H100
 //! in the first live copy of a VM, while its kernels wait); writes (restores, the destination
-//! of a migration), whose size is not known in advance, take whole slots.
+//! of a migration), whose size is not known in advance, take whole slots — unless the slots
+//! were reserved for the writes beforehand (`vram_reserve_writes`: a standby sizes them to the
+//! GPU image it will restore, before the request), which the writes then use as they are.
 
 use std::ffi::c_void;
 use std::ops::ControlFlow;
@@ -74,6 +76,8 @@ pub struct Bulk {
     slots: Vec<Slot>,
     /// Pages each slot holds (0: no slots yet).
     slot_pages: u64,
+    /// Pages of the slots writes take ([`SLOT_PAGES`] unless `reserve_writes` sized them).
+    write_pages: u64,
     /// Blocks per launch at most (a grid-stride loop does the rest).
     max_blocks: u32,
 }
@@ -94,6 +98,11 @@ fn func(module: sys::CUmodule, name: &std::ffi::CStr) -> Result<sys::CUfunction,
     ck("cuModuleGetFunction", unsafe {
         sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
     })?;
+    // Loaded onto the device now, with the engine, rather than by CUDA's lazy loading at the
+    // kernel's first launch (a restore's first scatter). Optional (CUDA 12.4+): a driver
+    // without it, or a failure, leaves it lazy.
+    // SAFETY: a function handle of this live module.
+    let _ = unsafe { sys::cuFuncLoad(f) };
     Ok(f)
 }
 
@@ -110,6 +119,7 @@ impl Bulk {
             stream: std::ptr::null_mut(),
             slots: Vec::new(),
             slot_pages: 0,
+            write_pages: SLOT_PAGES,
             max_blocks: sms.max(1).saturating_mul(16),
         };
         b.nonzero = func(module, c"vram_nonzero")?;
@@ -547,14 +557,25 @@ impl CudaEngine {
         })
     }
 
+    /// Reserves the slots of later writes ahead, sized to `bytes` (the next power of two of
+    /// its pages, within [`MIN_SLOT`]..[`SLOT`]): writes then take these slots (or larger ones
+    /// made meanwhile) instead of allocating whole ones (`vram_reserve_writes`).
+    pub(crate) fn bulk_reserve_writes(&self, bytes: u64) -> Result<(), EngineError> {
+        let pages = bytes.div_ceil(PAGE);
+        self.with_bulk(|b| {
+            b.write_pages = slot_pages_for(pages, 0).unwrap_or(SLOT_PAGES);
+            b.reserve(b.write_pages).map_err(|e| self.drv(e))
+        })
+    }
+
     pub(crate) fn bulk_write_pages(
         &self,
         source: &mut PageSource<'_>,
     ) -> Result<ControlFlow<()>, EngineError> {
         let (vram, base) = (self.info.vram_size, self.vram.dev(0));
         self.with_bulk(|b| {
-            // Writes take whole slots: their size is the source's.
-            b.reserve(SLOT_PAGES).map_err(|e| self.drv(e))?;
+            // Writes take whole slots (their size is the source's), or those reserved for them.
+            b.reserve(b.write_pages).map_err(|e| self.drv(e))?;
             let slot_pages = b.slot_pages;
             let mut pas = Vec::with_capacity(slot_pages as usize);
             let mut slot = 0usize;

@@ -378,6 +378,14 @@ impl Modules {
             .ok_or(EngineError::UnknownModule(id))
     }
 
+    /// The text `id` was loaded from.
+    pub fn text(&self, id: ModuleId) -> Result<String, EngineError> {
+        self.by_id
+            .get(&id)
+            .map(|e| e.text.clone())
+            .ok_or(EngineError::UnknownModule(id))
+    }
+
     /// The module (kept alive by the caller while a job uses it).
     pub fn get(&self, id: ModuleId) -> Result<Arc<Loaded>, EngineError> {
         self.by_id

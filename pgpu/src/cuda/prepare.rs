@@ -19,7 +19,7 @@ use super::engine::CudaEngine;
 use super::modules::{CkLoaded, Loaded};
 use super::sys;
 use crate::ckpt::{area_bytes, threads};
-use crate::engine::{EngineError, Job};
+use crate::engine::{EngineError, Job, ModuleId};
 use crate::sync::lock;
 
 /// What a launch's runs may need: its module, the transformed forms with a plan for its entry
@@ -90,6 +90,29 @@ impl CudaEngine {
             let _ = self.host_flags();
         }
         self.prepare_streams(n.streams)
+    }
+
+    /// `Engine::prepare_module`: every entry of module `id` resolved and loaded onto the
+    /// device (`Loaded::func`) in each form that has it, and the streams a launch of it takes.
+    pub(crate) fn prepare_module_entries(&self, id: ModuleId) -> Result<(), EngineError> {
+        self.alive()?;
+        let m = lock(&self.modules);
+        let (loaded, text) = (m.get(id)?, m.text(id)?);
+        let (transformed, save) = (m.ck(id)?, m.ck_save(id)?);
+        drop(m);
+        for entry in super::rewrite::entry_names(&text) {
+            loaded.func(&entry)?;
+            for form in [&transformed, &save].into_iter().flatten() {
+                if form.plan(&entry).is_some() {
+                    form.loaded.func(&entry)?;
+                }
+            }
+        }
+        self.prepare_streams(if loaded.sliced {
+            self.cfg.pipeline_depth.max(1)
+        } else {
+            1
+        })
     }
 
     /// The forms, save areas and streams of launch `l` (`Needs`).

@@ -148,6 +148,33 @@ fn unsliced(src: &str, reason: &str) -> Rewritten {
     }
 }
 
+/// The names of the entries of `src` (`.entry NAME`, outside comments), in order.
+pub fn entry_names(src: &str) -> Vec<String> {
+    let b = mask_comments(src);
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(at) = find(&b, from, b".entry") {
+        from = at + 6;
+        let boundary_before = at == 0 || b[at - 1].is_ascii_whitespace();
+        let boundary_after = b.get(at + 6).is_some_and(|c| c.is_ascii_whitespace());
+        if !boundary_before || !boundary_after {
+            continue;
+        }
+        let mut i = at + 6;
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && is_ident(b[i]) {
+            i += 1;
+        }
+        if i > start {
+            names.push(String::from_utf8_lossy(&b[start..i]).into_owned());
+        }
+    }
+    names
+}
+
 /// Rewrites every entry of `src` for sliced launches (see the module docs).
 pub fn rewrite(src: &str) -> Rewritten {
     let b = mask_comments(src);
@@ -244,6 +271,14 @@ pub fn rewrite(src: &str) -> Rewritten {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_names_skip_comments_and_lookalikes() {
+        let src = "// .entry commented(\n/* .entry blocked */\n.visible .entry first(\n)\n{ ret; }\n\
+                   .entry second\n{ ret; }\n.func notentry() { ret; }\n.entryish x\n";
+        assert_eq!(entry_names(src), ["first", "second"]);
+        assert!(entry_names(".entry (").is_empty());
+    }
 
     const K: &str = ".version 7.8\n.target sm_80\n.address_size 64\n\
         // %ctaid.x in a comment\n\

@@ -113,6 +113,15 @@ pub trait Engine: Send + Sync {
         Ok(())
     }
 
+    /// Does ahead, for every entry of a loaded module, the part of [`Engine::prepare`] that
+    /// does not depend on a launch's grid (the cuda engine: each entry's functions resolved
+    /// and loaded onto the device, in every form, and the streams its launches take), for a
+    /// module loaded before the VM that will launch it (a standby's template). Nothing runs;
+    /// an error only leaves the work to the first run.
+    fn prepare_module(&self, _module: ModuleId) -> Result<(), EngineError> {
+        Ok(())
+    }
+
     /// Whether a run of `job` would find everything [`Engine::prepare`] makes (cheap, no
     /// device work): the caller prepares, and hands a grant back first, only when not.
     fn prepared(&self, _job: &Job) -> bool {

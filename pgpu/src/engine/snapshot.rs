@@ -70,6 +70,15 @@ pub trait EngineSnapshot: Engine {
     fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
         bulk::zero(self, pa, len)
     }
+
+    /// Makes ahead what writes of about `bytes` of pages need (the cuda engine: its pinned
+    /// transfer slots, sized to `bytes`, which later `vram_write_pages` calls take as they are
+    /// instead of allocating their own; about 40 ms of a first restore on an H100), so that a
+    /// restore known to come (a standby's, `vgpu-vmm --standby`) does not make them. Nothing
+    /// the partition holds changes. The default has nothing to make.
+    fn vram_reserve_writes(&self, _bytes: u64) -> Result<(), EngineError> {
+        Ok(())
+    }
     // ---- end of bulk VRAM access
 
     /// Re-targets a saved context of this engine at another space and (for a launch) module:

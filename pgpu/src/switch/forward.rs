@@ -230,6 +230,10 @@ impl Engine for SwitchEngine {
         Ok(())
     }
 
+    fn prepare_module(&self, module: ModuleId) -> Result<(), EngineError> {
+        let real = lock(&self.rec).module(module)?;
+        self.current().prepare_module(real)
+    }
     fn prepare(&self, job: &Job) -> Result<(), EngineError> {
         let (real, _) = self.real_job(job)?;
         self.current().prepare(&real)
@@ -292,6 +296,9 @@ impl EngineSnapshot for SwitchEngine {
     }
     fn vram_zero(&self, pa: u64, len: u64) -> Result<(), EngineError> {
         self.current().vram_zero(pa, len)
+    }
+    fn vram_reserve_writes(&self, bytes: u64) -> Result<(), EngineError> {
+        self.current().vram_reserve_writes(bytes)
     }
 
     fn retarget_context(

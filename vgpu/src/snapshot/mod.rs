@@ -13,7 +13,8 @@
 //! their initial values, as after an eviction).
 //!
 //! Files: `format` (framing, checksum, hostile-bytes cursor), `image` (what is saved, in
-//! memory; the configuration), `regs_image` (the registers), `worker_image` (the worker's
+//! memory; the configuration), `head` (the sections before VRAM: their limits, and reading
+//! them without a device for a standby's template), `regs_image` (the registers), `worker_image` (the worker's
 //! channels, modules and preempted jobs), `para_image` (the para-virtual state), `vram` (the
 //! VRAM section), `lanes` (its bytes checksummed, written and read on several threads, to a
 //! stream or a file at offsets), `live` (VRAM pre-copy with the GPU running, and the `VDLT` section of live
@@ -21,6 +22,7 @@
 //! none; `writes/twins.rs`: the checked twins made before a live copy's first round).
 
 pub mod format;
+pub mod head;
 pub mod image;
 mod lanes;
 pub mod live;
@@ -129,8 +131,23 @@ pub struct SaveReport {
     pub crc32: u32,
 }
 
-/// Section limits that do not depend on the configuration.
-const CONF_LIMIT: u64 = 4096;
+/// What a restore of an image did and how long its parts took (the VMM's restore report).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RestoreParts {
+    /// Waiting for the device's worker to park (a fresh device's: its thread woken), ms.
+    pub pause_ms: f64,
+    /// The partition zeroed and the image's VRAM pages written into it, ms.
+    pub vram_ms: f64,
+    /// The image's modules loaded into the engine (served by its content cache where the same
+    /// text is loaded already, e.g. a standby's template), ms.
+    pub modules_ms: f64,
+    /// The engine modules the image's texts got, in the image's order.
+    pub modules: Vec<pgpu::ModuleId>,
+    /// After the modules: the para-virtual spaces, the preempted jobs' contexts re-targeted,
+    /// the registers applied, the doorbell and the BAR's trapped pages (a trap splits the
+    /// aperture's KVM memory slots), ms.
+    pub apply_ms: f64,
+}
 
 impl Vgpu {
     fn snapshot_supported(&self) -> Result<(), SnapshotError> {
@@ -232,23 +249,7 @@ impl Vgpu {
     }
 
     fn conf_here(&self) -> ConfImage {
-        let page_sizes = self
-            .engine
-            .info()
-            .page_sizes
-            .iter()
-            .fold(0, |m, p| match p {
-                pgpu::PageSize::Size4K => m | 1,
-                pgpu::PageSize::Size2M => m | 2,
-            });
-        ConfImage {
-            vram: self.cfg.vram,
-            channels: self.cfg.channels,
-            va_base: self.cfg.va_base,
-            va_size: self.cfg.va_size,
-            page_sizes,
-            backend: self.engine.info().name.clone(),
-        }
+        head::conf_of(&self.cfg, self.engine.info())
     }
 
     /// Serializes the whole device state (device paused).
@@ -328,11 +329,21 @@ impl Vgpu {
         file: &std::fs::File,
         want: Option<(u64, u32)>,
     ) -> Result<(), SnapshotError> {
+        self.restore_file_parts(file, want).map(|_| ())
+    }
+
+    /// As [`Vgpu::restore_file`], returning what the restore did and how long its parts took.
+    pub fn restore_file_parts(
+        &self,
+        file: &std::fs::File,
+        want: Option<(u64, u32)>,
+    ) -> Result<RestoreParts, SnapshotError> {
         let at = std::cell::Cell::new(0);
         let io = lanes::Io::File { file, at: &at };
         let mut input = lanes::FileAt { file, at: &at };
-        self.restore_io(&mut input, live::Base::Whole, io, want)
-            .map(|_| ())
+        let mut parts = RestoreParts::default();
+        self.restore_io(&mut input, live::Base::Whole, io, want, &mut parts)?;
+        Ok(parts)
     }
 
     /// `restore`, or with `base` (pre-copied VRAM) `restore_live`.
@@ -341,7 +352,13 @@ impl Vgpu {
         input: &mut dyn std::io::Read,
         base: live::Base<'_>,
     ) -> Result<u64, SnapshotError> {
-        self.restore_io(input, base, lanes::Io::Stream, None)
+        self.restore_io(
+            input,
+            base,
+            lanes::Io::Stream,
+            None,
+            &mut RestoreParts::default(),
+        )
     }
 
     /// Returns the VRAM bytes the image's own section wrote (for a live image: its delta).
@@ -351,6 +368,7 @@ impl Vgpu {
         base: live::Base<'_>,
         io: lanes::Io<'_>,
         want: Option<(u64, u32)>,
+        parts: &mut RestoreParts,
     ) -> Result<u64, SnapshotError> {
         self.snapshot_supported()?;
         {
@@ -359,8 +377,10 @@ impl Vgpu {
                 return Err(SnapshotError::NotFresh(ch as u32));
             }
         }
+        let t = Instant::now();
         self.pause_with(PauseMode::Drain)?;
-        let result = self.restore_paused(input, base, io, want);
+        parts.pause_ms = t.elapsed().as_secs_f64() * 1e3;
+        let result = self.restore_paused(input, base, io, want, parts);
         if result.is_err()
             && let Err(e) = vram::scrub(&*self.engine, self.vram_base, self.cfg.vram)
         {
@@ -376,15 +396,15 @@ impl Vgpu {
         base: live::Base<'_>,
         io: lanes::Io<'_>,
         want: Option<(u64, u32)>,
+        parts: &mut RestoreParts,
     ) -> Result<u64, SnapshotError> {
         let here = self.conf_here();
         let (vram, channels) = (self.cfg.vram, self.cfg.channels);
-        let limits = self.engine.info().limits.clone();
+        let lim = head::Limits::of(&self.cfg, self.engine.info());
         let mut rd = format::SnapReader::new(input)?;
-        let conf = ConfImage::decode(&rd.section(format::CONF, CONF_LIMIT)?)?;
+        let conf = ConfImage::decode(&rd.section(format::CONF, head::CONF_LIMIT)?)?;
         conf.check(&here)?;
-        let regs_limit = 1024 + 32 * u64::from(channels) + 13 * (vram >> 12);
-        let regs = RegsImage::decode(&rd.section(format::REGS, regs_limit)?, vram, channels)?;
+        let regs = RegsImage::decode(&rd.section(format::REGS, lim.regs)?, vram, channels)?;
         if let Some(b) = &regs.bell
             && !self
                 .device()
@@ -397,32 +417,21 @@ impl Vgpu {
                 what: format!("doorbell page at {:#x} outside this VM's RAM", b.addr),
             });
         }
-        let chan_limit = 64
-            + u64::from(channels)
-                * (32
-                    + 4 * crate::methods::MethodState::WORDS as u64
-                    + 8 * u64::from(regs::MAX_PUSH));
         let (seen_epoch, next, chans) = WorkerImage::decode_chans(
-            &rd.section(format::CHAN, chan_limit)?,
+            &rd.section(format::CHAN, lim.chan)?,
             &regs,
             self.cfg.lazy_shadowing,
         )?;
-        let max_total = (limits.max_ptx_bytes_total as u64).min(self.cfg.hostmem);
-        let mods_limit = 4 + max_total + 4 * limits.max_modules as u64;
         let texts = WorkerImage::decode_modules(
-            &rd.section(format::MODS, mods_limit)?,
-            limits.max_modules,
-            max_total,
+            &rd.section(format::MODS, lim.mods)?,
+            lim.max_modules,
+            lim.max_total,
         )?;
-        let max_context = (limits.max_context_bytes as u64).min(self.cfg.hostmem) as usize;
         let suspended = WorkerImage::decode_suspended(
-            &rd.section(
-                format::CTXT,
-                max_context as u64 + 4 + 128 * u64::from(channels),
-            )?,
+            &rd.section(format::CTXT, lim.ctxt)?,
             &chans,
             texts.len(),
-            max_context,
+            lim.max_context,
         )?;
         if let Some(s) = suspended.iter().find(|s| s.backend != here.backend) {
             return Err(SnapshotError::ForeignContext {
@@ -438,10 +447,12 @@ impl Vgpu {
                 vram,
             )?
         };
+        let t = Instant::now();
         let vram_bytes = match base {
             live::Base::Whole => vram::restore(&mut rd, &*self.engine, self.vram_base, vram, io)?,
             b => live::restore_delta(&mut rd, &*self.engine, self.vram_base, vram, b)?,
         };
+        parts.vram_ms = t.elapsed().as_secs_f64() * 1e3;
         let total = rd.finish_total()?;
         if let Some((len, crc)) = want
             && (total.len, total.value) != (len, crc)
@@ -454,7 +465,11 @@ impl Vgpu {
             });
         }
         // All bytes verified: reload modules, validate the job context against its module.
+        let t = Instant::now();
         let modules = self.reload_modules(texts)?;
+        parts.modules_ms = t.elapsed().as_secs_f64() * 1e3;
+        parts.modules = modules.iter().map(|m| m.id).collect();
+        let t = Instant::now();
         if let Err(e) = self.restore_para(para.as_ref()) {
             self.unload(&modules);
             return Err(e);
@@ -502,6 +517,7 @@ impl Vgpu {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .trap(regs.watched.iter().map(|(p, _)| p << 12));
         }
+        parts.apply_ms = t.elapsed().as_secs_f64() * 1e3;
         Ok(vram_bytes)
     }
 
@@ -551,7 +567,23 @@ impl Vgpu {
                 deadline: Some(Instant::now() + self.cfg.job_timeout),
                 cancel: Some(self.cancel.clone()),
             };
-            match self.engine.load_module(&text, &limits) {
+            // A load the engine's content cache serves (the text loaded already, e.g. by a
+            // standby's template under another budget) is held to this budget as a fresh one
+            // would be.
+            let loaded = self.engine.load_module(&text, &limits).and_then(|m| {
+                if m.host_bytes <= limits.max_host_bytes {
+                    return Ok(m);
+                }
+                if let Err(e) = self.engine.unload_module(m.id) {
+                    log::warn!("vgpu: unload module {:?}: {e}", m.id);
+                }
+                Err(pgpu::EngineError::HostBudget {
+                    what: "module",
+                    used: m.host_bytes,
+                    limit: limits.max_host_bytes,
+                })
+            });
+            match loaded {
                 Ok(m) => {
                     left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
                     out.push(ModuleImage {

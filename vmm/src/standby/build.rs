@@ -1,6 +1,8 @@
 //! Putting a snapshot into a standby ([`build_on_standby`]): the snapshot's RAM into the
 //! registered RAM, then the same device, GPU and state phases as a cold restore
-//! ([`crate::builder::assemble`]).
+//! ([`crate::builder::assemble`]); a template's modules the snapshot does not use are released
+//! before, the rest after, once the restore's own loads hold them
+//! ([`super::template::Template`]).
 
 use std::time::Instant;
 
@@ -24,6 +26,8 @@ pub fn build_on_standby(
         standby: true,
         check_ms,
         prepared_ms: Some(standby.prepared_ms),
+        template_modules: standby.template.as_ref().map(|t| t.modules),
+        template_ms: standby.template.as_ref().map(|t| t.ms),
         ..RestoreReport::default()
     };
     let Standby {
@@ -34,8 +38,15 @@ pub fn build_on_standby(
         ram,
         engine,
         msrs,
+        mut template,
         ..
     } = standby;
+    if let (Some(tp), Some(e)) = (template.as_mut(), &engine) {
+        // Reading the snapshot's module texts, part of checking it.
+        let t = Instant::now();
+        tp.fit_image(r, cfg.gpu.as_ref(), e.engine());
+        report.check_ms += ms_since(t);
+    }
     let t = Instant::now();
     let (mem, backing, ram_owner, ram_ids) = ram.restore(&r.ram, r.manifest.ram_bytes)?;
     report.ram_ms = ms_since(t);
@@ -60,5 +71,9 @@ pub fn build_on_standby(
         msrs: Some(msrs),
         slots: None,
     };
-    Ok(assemble(cfg, r, made, report)?.0)
+    let mut vm = assemble(cfg, r, made, report)?.0;
+    if let (Some(tp), Some(report)) = (template.as_mut(), vm.restore.as_mut()) {
+        tp.settle(report);
+    }
+    Ok(vm)
 }

@@ -7,11 +7,15 @@
 //! fits what was prepared ([`Standby::fit`]: memory size, vCPUs, the GPU's engine keys), puts
 //! its state in ([`crate::standby::build::build_on_standby`]) and runs it like `--restore` would.
 //! A snapshot that does not fit, or that the checks of `--restore` refuse, is refused with the
-//! standby left as it was.
+//! standby left as it was. With `--template DIR` ([`template`]) the standby also loads the GPU
+//! modules of that snapshot into its engine before the request, and sizes the engine's VRAM
+//! transfer slots to its image (without one, to the partition), so that restoring that image
+//! runs no JIT and allocates nothing.
 
 pub mod build;
 pub mod ram;
 pub mod serve;
+pub mod template;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +35,8 @@ pub struct StandbyConfig {
     /// The GPU's configuration as `--gpu` gives it: its engine is made from it; a snapshot's
     /// GPU must agree on the engine's keys (`vgpu::engine_misfit`).
     pub gpu: Option<GpuConfig>,
+    /// `--template DIR`: the snapshot whose GPU modules are loaded before the request.
+    pub template: Option<std::path::PathBuf>,
 }
 
 /// Why a standby cannot be prepared, or refuses a snapshot.
@@ -53,6 +59,8 @@ pub enum StandbyError {
     Misfit(String),
     #[error("the snapshot's GPU: {0}")]
     GpuSpec(#[from] crate::snapshot::gpu::GpuSpecError),
+    #[error("standby: --template {dir}: {why}")]
+    Template { dir: String, why: String },
 }
 
 /// Everything made before the snapshot is known; no vCPU thread runs.
@@ -66,6 +74,8 @@ pub struct Standby {
     pub(crate) cfg: StandbyConfig,
     /// The MSRs snapshots of the restored VM save (its API's controller needs them).
     pub(crate) msrs: Vec<u32>,
+    /// `--template`: its modules loaded into the engine.
+    pub(crate) template: Option<template::Template>,
     /// How long preparing took, in ms.
     pub prepared_ms: f64,
 }
@@ -75,15 +85,23 @@ impl std::fmt::Debug for Standby {
         f.debug_struct("Standby")
             .field("cfg", &self.cfg)
             .field("engine", &self.engine)
+            .field("template", &self.template)
             .field("prepared_ms", &self.prepared_ms)
             .finish_non_exhaustive()
     }
 }
 
 impl Standby {
-    /// Makes the VM, its vCPUs, guest RAM and the GPU's engine for `cfg`.
+    /// Makes the VM, its vCPUs, guest RAM and the GPU's engine for `cfg` (with its template's
+    /// modules loaded).
     pub fn prepare(cfg: &StandbyConfig) -> Result<Standby, StandbyError> {
         let t = Instant::now();
+        // The template first: one that is refused costs no VM, engine or RAM.
+        let checked = cfg
+            .template
+            .as_deref()
+            .map(|dir| template::check(dir, cfg))
+            .transpose()?;
         let vm_cfg = VmConfig {
             image: crate::loader::Image::Bundled(String::new()),
             cmdline: String::new(),
@@ -110,6 +128,18 @@ impl Standby {
             Some(vgpu::PreparedEngine::Cuda(e, _)) => Some(&**e),
             _ => None,
         };
+        let template = match checked {
+            Some(c) => Some(c.prepare(engine.as_ref())?),
+            None => {
+                // The transfer slots of the largest image the partition holds.
+                if let (Some(e), Some(g)) = (&engine, &cfg.gpu) {
+                    e.engine()
+                        .vram_reserve_writes(g.vram)
+                        .map_err(|e| StandbyError::Engine(vgpu::VgpuError::Engine(e)))?;
+                }
+                None
+            }
+        };
         let ram = ram::StandbyRam::new(&vm, cfg.memory_mib, cuda)?;
         let (vcpus, tsc_khz) = builder::create_vcpus(&kvm, &vm, &vm_cfg)?;
         let (msrs, _) = crate::snapshot::cpu::saveable_msrs(&kvm, &vcpus[0])?;
@@ -131,6 +161,7 @@ impl Standby {
             engine,
             cfg: cfg.clone(),
             msrs,
+            template,
             prepared_ms,
         })
     }
@@ -145,41 +176,49 @@ impl Standby {
     /// configuration the VM is built with: the snapshot's, with the backend and vgpud of the
     /// standby's `--gpu` (as `--restore --gpu backend=...,host=...` would).
     pub fn fit(&self, l: &Loaded) -> Result<Option<GpuConfig>, StandbyError> {
-        let m = &l.manifest;
-        let want = self.cfg.memory_mib << 20;
-        if m.memory_mib != self.cfg.memory_mib || m.ram_bytes != want {
-            return Err(StandbyError::Misfit(format!(
-                "its guest RAM is {} MiB ({} bytes), this standby prepared {} MiB (--memory)",
-                m.memory_mib, m.ram_bytes, self.cfg.memory_mib
-            )));
-        }
-        if m.cpus != self.cfg.cpus {
-            return Err(StandbyError::Misfit(format!(
-                "it has {} vCPUs, this standby prepared {} (--cpus)",
-                m.cpus, self.cfg.cpus
-            )));
-        }
-        match (&m.gpu, &self.cfg.gpu) {
-            (None, None) => Ok(None),
-            (Some(spec), None) => Err(StandbyError::Misfit(format!(
-                "it has a virtual GPU ({spec}), this standby prepared none (--gpu)"
-            ))),
-            (None, Some(_)) => Err(StandbyError::Misfit(
-                "it has no virtual GPU, this standby prepared one (--gpu)".into(),
-            )),
-            (Some(spec), Some(prepared)) => {
-                let given = GpuConfig {
-                    backend: prepared.backend,
-                    host: prepared.host.clone(),
-                    ..GpuConfig::default()
-                };
-                let cfg = crate::snapshot::gpu::restore_config(spec, Some(&given))?;
-                match vgpu::engine_misfit(prepared, &cfg) {
-                    Some(why) => Err(StandbyError::Misfit(format!(
-                        "its GPU ({spec}) differs from the prepared engine's (--gpu): {why}"
-                    ))),
-                    None => Ok(Some(cfg)),
-                }
+        fit_config(&self.cfg, l)
+    }
+}
+
+/// [`Standby::fit`] of a standby prepared for `cfg`.
+pub(crate) fn fit_config(
+    cfg: &StandbyConfig,
+    l: &Loaded,
+) -> Result<Option<GpuConfig>, StandbyError> {
+    let m = &l.manifest;
+    let want = cfg.memory_mib << 20;
+    if m.memory_mib != cfg.memory_mib || m.ram_bytes != want {
+        return Err(StandbyError::Misfit(format!(
+            "its guest RAM is {} MiB ({} bytes), this standby prepared {} MiB (--memory)",
+            m.memory_mib, m.ram_bytes, cfg.memory_mib
+        )));
+    }
+    if m.cpus != cfg.cpus {
+        return Err(StandbyError::Misfit(format!(
+            "it has {} vCPUs, this standby prepared {} (--cpus)",
+            m.cpus, cfg.cpus
+        )));
+    }
+    match (&m.gpu, &cfg.gpu) {
+        (None, None) => Ok(None),
+        (Some(spec), None) => Err(StandbyError::Misfit(format!(
+            "it has a virtual GPU ({spec}), this standby prepared none (--gpu)"
+        ))),
+        (None, Some(_)) => Err(StandbyError::Misfit(
+            "it has no virtual GPU, this standby prepared one (--gpu)".into(),
+        )),
+        (Some(spec), Some(prepared)) => {
+            let given = GpuConfig {
+                backend: prepared.backend,
+                host: prepared.host.clone(),
+                ..GpuConfig::default()
+            };
+            let cfg = crate::snapshot::gpu::restore_config(spec, Some(&given))?;
+            match vgpu::engine_misfit(prepared, &cfg) {
+                Some(why) => Err(StandbyError::Misfit(format!(
+                    "its GPU ({spec}) differs from the prepared engine's (--gpu): {why}"
+                ))),
+                None => Ok(Some(cfg)),
             }
         }
     }

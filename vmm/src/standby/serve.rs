@@ -192,6 +192,11 @@ fn stats(s: &Standby) -> serde_json::Value {
         "cpus": s.cfg.cpus,
         "gpu": s.cfg.gpu.as_ref().map(|g| g.spec()),
         "prepared_ms": s.prepared_ms,
+        "template": s.template.as_ref().map(|t| serde_json::json!({
+            "dir": t.dir,
+            "modules": t.modules,
+            "ms": t.ms,
+        })),
     })
 }
 
