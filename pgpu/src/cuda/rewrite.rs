@@ -153,7 +153,19 @@ pub fn entry_names(src: &str) -> Vec<String> {
     let b = mask_comments(src);
     let mut names = Vec::new();
     let mut from = 0;
-    while let Some(at) = find(&b, from, b".entry") {
+    while let Some((start, end)) = next_entry(&b, from) {
+        from = end;
+        if end > start {
+            names.push(String::from_utf8_lossy(&b[start..end]).into_owned());
+        }
+    }
+    names
+}
+
+/// The next `.entry` keyword (a whole word) in the comment-masked `b` at or after `from`: the
+/// span of the name after it (empty where no identifier follows).
+fn next_entry(b: &[u8], mut from: usize) -> Option<(usize, usize)> {
+    while let Some(at) = find(b, from, b".entry") {
         from = at + 6;
         let boundary_before = at == 0 || b[at - 1].is_ascii_whitespace();
         let boundary_after = b.get(at + 6).is_some_and(|c| c.is_ascii_whitespace());
@@ -168,11 +180,9 @@ pub fn entry_names(src: &str) -> Vec<String> {
         while i < b.len() && is_ident(b[i]) {
             i += 1;
         }
-        if i > start {
-            names.push(String::from_utf8_lossy(&b[start..i]).into_owned());
-        }
+        return Some((start, i));
     }
-    names
+    None
 }
 
 /// Rewrites every entry of `src` for sliced launches (see the module docs).
@@ -183,25 +193,11 @@ pub fn rewrite(src: &str) -> Rewritten {
     let mut bodies = Vec::new();
     let mut from = 0;
     let mut entries = 0;
-    while let Some(at) = find(&b, from, b".entry") {
-        from = at + 6;
-        let boundary_before = at == 0 || b[at - 1].is_ascii_whitespace();
-        let boundary_after = b.get(at + 6).is_some_and(|c| c.is_ascii_whitespace());
-        if !boundary_before || !boundary_after {
-            continue;
-        }
-        let mut i = at + 6;
-        while i < b.len() && b[i].is_ascii_whitespace() {
-            i += 1;
-        }
-        let name_start = i;
-        while i < b.len() && is_ident(b[i]) {
-            i += 1;
-        }
-        if i == name_start {
+    while let Some((name_start, name_end)) = next_entry(&b, from) {
+        if name_end == name_start {
             return unsliced(src, "entry without a name");
         }
-        let name_end = i;
+        let mut i = name_end;
         while i < b.len() && b[i].is_ascii_whitespace() {
             i += 1;
         }

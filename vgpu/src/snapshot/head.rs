@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pgpu::{EngineInfo, PageSize};
 
-use super::image::{ConfImage, RegsImage, WorkerImage};
+use super::image::{ChanImage, ConfImage, RegsImage, SuspendedImage, WorkerImage};
 use super::{SnapshotError, format, para_image};
 use crate::{GpuConfig, methods, regs};
 
@@ -92,12 +92,37 @@ pub fn read_head(
     let mut rd = format::SnapReader::new(input)?;
     ConfImage::decode(&rd.section(format::CONF, CONF_LIMIT)?)?.check(&here)?;
     let regs = RegsImage::decode(&rd.section(format::REGS, lim.regs)?, cfg.vram, cfg.channels)?;
-    let (_, _, chans) = WorkerImage::decode_chans(
-        &rd.section(format::CHAN, lim.chan)?,
-        &regs,
-        cfg.lazy_shadowing,
-    )?;
-    let modules = WorkerImage::decode_modules(
+    let jobs = read_jobs(&mut rd, &lim, &regs, cfg.lazy_shadowing, &here.backend)?;
+    rd.section(format::PARA, para_image::LIMIT)?;
+    Ok(ImageHead {
+        modules: jobs.texts,
+        suspended: jobs.suspended.len(),
+    })
+}
+
+/// The CHAN, MODS and CTXT sections that follow REGS, as [`read_jobs`] decodes them.
+pub(crate) struct Jobs {
+    pub seen_epoch: u64,
+    pub next: u32,
+    pub chans: Vec<Option<ChanImage>>,
+    /// The module texts, in the image's order.
+    pub texts: Vec<Arc<str>>,
+    pub suspended: Vec<SuspendedImage>,
+}
+
+/// Reads and checks the channels, the module texts and the preempted jobs (each within its
+/// limit; every job's context saved by an engine of `backend`), as a restore and
+/// [`read_head`] both do.
+pub(crate) fn read_jobs(
+    rd: &mut format::SnapReader<'_>,
+    lim: &Limits,
+    regs: &RegsImage,
+    lazy_shadowing: bool,
+    backend: &str,
+) -> Result<Jobs, SnapshotError> {
+    let (seen_epoch, next, chans) =
+        WorkerImage::decode_chans(&rd.section(format::CHAN, lim.chan)?, regs, lazy_shadowing)?;
+    let texts = WorkerImage::decode_modules(
         &rd.section(format::MODS, lim.mods)?,
         lim.max_modules,
         lim.max_total,
@@ -105,18 +130,20 @@ pub fn read_head(
     let suspended = WorkerImage::decode_suspended(
         &rd.section(format::CTXT, lim.ctxt)?,
         &chans,
-        modules.len(),
+        texts.len(),
         lim.max_context,
     )?;
-    if let Some(s) = suspended.iter().find(|s| s.backend != here.backend) {
+    if let Some(s) = suspended.iter().find(|s| s.backend != backend) {
         return Err(SnapshotError::ForeignContext {
             saved: s.backend.clone(),
-            here: here.backend,
+            here: backend.to_string(),
         });
     }
-    rd.section(format::PARA, para_image::LIMIT)?;
-    Ok(ImageHead {
-        modules,
-        suspended: suspended.len(),
+    Ok(Jobs {
+        seen_epoch,
+        next,
+        chans,
+        texts,
+        suspended,
     })
 }

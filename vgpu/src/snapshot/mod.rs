@@ -417,28 +417,13 @@ impl Vgpu {
                 what: format!("doorbell page at {:#x} outside this VM's RAM", b.addr),
             });
         }
-        let (seen_epoch, next, chans) = WorkerImage::decode_chans(
-            &rd.section(format::CHAN, lim.chan)?,
-            &regs,
-            self.cfg.lazy_shadowing,
-        )?;
-        let texts = WorkerImage::decode_modules(
-            &rd.section(format::MODS, lim.mods)?,
-            lim.max_modules,
-            lim.max_total,
-        )?;
-        let suspended = WorkerImage::decode_suspended(
-            &rd.section(format::CTXT, lim.ctxt)?,
-            &chans,
-            texts.len(),
-            lim.max_context,
-        )?;
-        if let Some(s) = suspended.iter().find(|s| s.backend != here.backend) {
-            return Err(SnapshotError::ForeignContext {
-                saved: s.backend.clone(),
-                here: here.backend,
-            });
-        }
+        let head::Jobs {
+            seen_epoch,
+            next,
+            chans,
+            texts,
+            suspended,
+        } = head::read_jobs(&mut rd, &lim, &regs, self.cfg.lazy_shadowing, &here.backend)?;
         let para = {
             let spaces = self.para.as_ref().map(crate::para::lock);
             ParaImage::decode(
