@@ -25,6 +25,14 @@ pub const MIN_VERSION: u32 = 1;
 /// The largest message either side sends or accepts, in bytes.
 pub const MAX_MESSAGE: usize = 4096;
 
+/// The largest `ToVm::StatusPart::data`, in bytes: escaped as a JSON string (each byte at most
+/// two) inside its message it stays under [`MAX_MESSAGE`].
+pub const STATUS_CHUNK: usize = 1800;
+
+/// The most parts a status answer has (about 1 MiB of JSON): a daemon whose status would be
+/// longer leaves the oldest departed VMs out, and says how many (`Report::vms_omitted`).
+pub const STATUS_MAX_PARTS: u32 = 580;
+
 /// Messages from a VM process to the daemon.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -81,6 +89,14 @@ pub enum ToDaemon {
     Moved {},
     /// The move failed on the VM's side: the reservation is given back; the VM stays.
     MoveAbort {},
+    // status (an addition to version 3 that VMs never send; a daemon built before it refuses
+    // it as malformed, with a non-fatal `Error`, which `vgpud status` reports clearly).
+    /// Not a VM: `vgpud status` asks for part `part` of the daemon's status (its report as of
+    /// now, without the per-window and per-sample series). Part 0 makes the daemon take the
+    /// snapshot; later parts are of that snapshot. Answered by `StatusPart`; after the last
+    /// part the daemon closes the connection. Only on a connection that has not registered
+    /// (and then never registers).
+    Status { part: u32 },
 }
 
 /// The fields of `ToDaemon::Hello`.
@@ -209,6 +225,10 @@ pub enum ToVm {
     MoveRefused { message: String },
     /// The move is done: the VM is scheduled on its new GPU from its next `Want` on.
     Moved { gpu: Placement },
+    /// Part `part` of `parts` (at most [`STATUS_MAX_PARTS`]) of the status's JSON text (at most
+    /// [`STATUS_CHUNK`] bytes, split at character boundaries): the parts concatenated are one
+    /// `vgpud::Report` object.
+    StatusPart { part: u32, parts: u32, data: String },
 }
 
 /// Errors decoding a message.
@@ -416,6 +436,29 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn a_full_status_part_fits_a_message_and_status_is_not_a_hello() {
+        // The worst case: every byte of the chunk escaped.
+        let m = ToVm::StatusPart {
+            part: STATUS_MAX_PARTS - 1,
+            parts: STATUS_MAX_PARTS,
+            data: "\"".repeat(STATUS_CHUNK),
+        };
+        let b = encode(&m);
+        assert!(b.len() <= MAX_MESSAGE, "{}", b.len());
+        assert_eq!(decode::<ToVm>(&b).unwrap(), m);
+        let q = ToDaemon::Status { part: 3 };
+        assert_eq!(encode(&q), br#"{"type":"status","part":3}"#);
+        assert_eq!(decode::<ToDaemon>(&encode(&q)).unwrap(), q);
+        for bad in [
+            &br#"{"type":"status"}"#[..],
+            br#"{"type":"status","part":-1}"#,
+            br#"{"type":"status","part":0,"x":1}"#,
+        ] {
+            assert!(decode::<ToDaemon>(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -703,6 +703,8 @@ impl Inner {
                 st.standby_until = Some(Instant::now() + 2 * spin);
             }
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
+            // Answers a status connection (`vgpud status`), never a VM's.
+            ToVm::StatusPart { .. } => log::error!("vgpu: unexpected status part from vgpud"),
             // multigpu: the answers of a move (`moving`).
             m @ (ToVm::MoveReady { .. } | ToVm::MoveRefused { .. } | ToVm::Moved { .. }) => {
                 st.move_answer = Some(moving::MoveAnswer::of(m, fd));

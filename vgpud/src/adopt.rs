@@ -58,7 +58,7 @@ pub(crate) struct Adoption {
     /// First registrations wait until this monotonic instant (`None`: no window, or over).
     pub window_until_ns: Option<u64>,
     /// First registrations waiting for the window's end, in arrival order.
-    deferred: Vec<(u64, Hello)>,
+    pub(crate) deferred: Vec<(u64, Hello)>,
     objects: Vec<Object>,
     /// When the socket was listening.
     listen_ns: u64,

@@ -135,6 +135,9 @@ pub struct Daemon {
     report_error: Option<String>,
     /// restart: this instance's boot id, adopted memory objects, the adoption window.
     pub(crate) adoption: crate::adopt::Adoption,
+    /// status: the last status snapshot (monotonic ns until which it is reused, its parts):
+    /// many status connections cost one snapshot (`status::reuse_ns`).
+    pub(crate) status_cache: Option<(u64, std::sync::Arc<Vec<String>>)>,
 }
 
 impl Daemon {
@@ -196,6 +199,7 @@ impl Daemon {
             last_at: std::cell::Cell::new(Duration::ZERO),
             report_error: None,
             adoption,
+            status_cache: None,
         })
     }
 
@@ -658,6 +662,22 @@ impl Daemon {
 
     /// Builds the report (and writes it when `--report` is set).
     pub fn write_report(&mut self, now_ns: u64) -> Report {
+        let r = self.build_report(now_ns, true);
+        if let Some(p) = &self.cfg.report {
+            self.report_error = match r.write(p) {
+                Ok(()) => None,
+                Err(e) => {
+                    log::error!("vgpud: write report {p:?}: {e}");
+                    Some(format!("{}: {e}", p.display()))
+                }
+            };
+        }
+        r
+    }
+
+    /// The report as of `now_ns`, from what the daemon holds (no I/O); without `series`, no
+    /// windows and no latency samples (a status).
+    pub(crate) fn build_report(&self, now_ns: u64, series: bool) -> Report {
         let mut r = self.report.clone();
         r.now_ns = self.at(now_ns).as_nanos() as u64;
         r.vms = self.gone.clone();
@@ -680,6 +700,16 @@ impl Daemon {
                 g.snapshot(on)
             })
             .collect();
+        if !series {
+            r.preempt_latency_ns = Vec::new();
+            r.switch_latency_ns = Vec::new();
+            for g in &mut r.gpus {
+                g.preempt_latency_ns = Vec::new();
+                g.switch_latency_ns = Vec::new();
+            }
+            r.fill_shares();
+            return r;
+        }
         r.windows = self
             .accounting
             .windows()
@@ -692,15 +722,7 @@ impl Daemon {
                     .collect(),
             })
             .collect();
-        if let Some(p) = &self.cfg.report {
-            self.report_error = match r.write(p) {
-                Ok(()) => None,
-                Err(e) => {
-                    log::error!("vgpud: write report {p:?}: {e}");
-                    Some(format!("{}: {e}", p.display()))
-                }
-            };
-        }
+        r.fill_shares();
         r
     }
 }

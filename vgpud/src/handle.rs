@@ -30,12 +30,19 @@ impl Daemon {
                 false,
             );
         }
-        let registered = self
-            .sessions
-            .get(&c)
-            .and_then(|s| s.reg.as_ref())
-            .map(|r| (r.id, r.gpu));
+        let session = self.sessions.get(&c);
+        let registered = session.and_then(|s| s.reg.as_ref()).map(|r| (r.id, r.gpu));
+        // status: a connection that asked for status takes nothing else, ever.
+        if session.is_some_and(|s| s.status.is_some()) && !matches!(msg, ToDaemon::Status { .. }) {
+            return self.refuse_status(c, "a status connection takes only status requests".into());
+        }
         match (msg, registered) {
+            (ToDaemon::Status { part }, None) => self.status(c, part),
+            (ToDaemon::Status { .. }, Some(_)) => self.refuse(
+                c,
+                "status is answered on a connection of its own, not on a VM's".into(),
+                false,
+            ),
             (ToDaemon::Hello(h), None) if claim => self.resume(c, h, fd),
             (ToDaemon::Hello(h), None) => self.hello(c, h),
             (ToDaemon::Hello(_), Some(_)) => self.refuse(c, "already registered".into(), false),

@@ -8,7 +8,7 @@
 //! all`: the host's CUDA devices), `gpus` (per-GPU state,
 //! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one
 //! connection), `daemon` (the poll loop, grants, slice ends, revocation, reclaim), `handle`
-//! (message handling), `adopt` (a restart: the VMs of an earlier instance re-register, each on
+//! (message handling), `status` (`vgpud status`: the live report on the socket), `adopt` (a restart: the VMs of an earlier instance re-register, each on
 //! the GPU it claims), `report` (what was measured).
 
 mod adopt;
@@ -21,6 +21,7 @@ mod moving;
 pub mod partition;
 pub mod report;
 mod session;
+pub mod status;
 
 /// The protocol, its socket layer and command-line sizes live in `vgpu-proto` (shared with the
 /// device model); re-exported here under their old paths.

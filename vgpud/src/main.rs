@@ -1,4 +1,5 @@
-//! `vgpud`: runs the GPU-sharing daemon until SIGINT/SIGTERM, then writes its report.
+//! `vgpud`: runs the GPU-sharing daemon until SIGINT/SIGTERM, then writes its report;
+//! `vgpud status --socket PATH` prints a running daemon's report as of now.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -12,12 +13,15 @@ use vgpud::{Daemon, DaemonConfig, DaemonError};
 
 /// Share one physical GPU among vgpu-vmm processes (`vgpu-vmm --gpu host=SOCKET,...`).
 #[derive(Debug, Parser)]
-#[command(name = "vgpud", version, about, after_help = EXIT_CODES)]
+#[command(name = "vgpud", version, about, after_help = EXIT_CODES,
+          subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Unix socket to listen on (a stale socket there is replaced; anything else, or a socket
     /// something listens on, is refused).
-    #[arg(long, value_name = "PATH")]
-    socket: PathBuf,
+    #[arg(long, value_name = "PATH", required = true)]
+    socket: Option<PathBuf>,
     /// Physical VRAM of each GPU, shared by its VMs (K/M/G suffix; a multiple of 2M, at most
     /// 1024G).
     #[arg(long, value_name = "SIZE", default_value = "8G", value_parser = size_in(2 << 20, 1 << 40, 2 << 20))]
@@ -75,6 +79,39 @@ struct Args {
     log_level: String,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Print the status of the vgpud running at --socket, as JSON.
+    ///
+    /// The daemon's report as of now (per GPU: VRAM total/free, channels, VMs placed, busy time, each VM's share,
+    /// grants, preemptions; per VM: name, GPU, weight, share, GPU time...), without the
+    /// per-window and latency series of the --report file. Exit status 0, or 1 when the
+    /// daemon cannot be reached or does not answer status.
+    Status {
+        /// The daemon's socket (its --socket).
+        #[arg(long, value_name = "PATH")]
+        socket: PathBuf,
+        /// Seconds to wait for each answer.
+        #[arg(long, value_name = "S", default_value_t = 5.0, value_parser = f64_in(0.01, 600.0))]
+        wait: f64,
+    },
+}
+
+/// `vgpud status`: the JSON on stdout, as the --report file has it.
+fn status(socket: &std::path::Path, wait: f64) -> ExitCode {
+    match vgpud::status::query(socket, Duration::from_secs_f64(wait)) {
+        Ok((text, report)) => {
+            // The --report file's form (fields in the same order).
+            println!("{}", serde_json::to_string_pretty(&report).unwrap_or(text));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vgpud status: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 const EXIT_CODES: &str = "Exit status: 0 after SIGINT/SIGTERM with the report written; 1 when the \
 daemon could not start or run (VRAM, scheduler, poll) or the report could not be written; \
 2 on a usage error (bad option, --socket path that is not a stale socket, unwritable --report).";
@@ -105,6 +142,9 @@ fn raise(nice: i32) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Status { socket, wait }) = &args.command {
+        return status(socket, *wait);
+    }
     env_logger::Builder::new()
         .parse_filters(&args.log_level)
         .parse_env("RUST_LOG")
@@ -145,8 +185,11 @@ fn main() -> ExitCode {
     {
         return usage(format!("--report {}: {e}", p.display()));
     }
+    let Some(socket) = args.socket else {
+        return usage("--socket is required".into());
+    };
     let cfg = DaemonConfig {
-        socket: args.socket,
+        socket,
         vram: args.vram,
         channels: args.channels,
         gpus,

@@ -1,6 +1,7 @@
 //! What the daemon measured, as JSON (`vgpud --report PATH`, written at exit and every
 //! `--report-every`): per-VM totals, GPU time per accounting window, preemption and switch
-//! latencies, utilization. `vgpu-bench fairness` reads it.
+//! latencies, utilization, each VM's share of its GPU. `vgpu-bench fairness` reads it, and
+//! `vgpud status` prints it live (`status`: without the windows and latency samples).
 
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,15 @@ pub struct Report {
     /// (the VM came late to its grant, and the run stopped at its first check)?
     #[serde(default)]
     pub worst_preemptions: Vec<LatePreempt>,
+    /// A status (`vgpud status`) whose JSON would pass the protocol's bound leaves out the
+    /// oldest departed VMs (then the oldest connected ones): how many (0 in a report file,
+    /// which lists all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub vms_omitted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Preemptions kept in [`Report::worst_preemptions`].
@@ -135,6 +145,10 @@ pub struct GpuReport {
     pub preempts: u64,
     pub preempt_latency_ns: Vec<u64>,
     pub switch_latency_ns: Vec<u64>,
+    /// `(vm id, share)` of each VM of `vms`: its part of the GPU time its GPU's VMs used so
+    /// far (they sum to 1 once any ran; all 0 before). Absent in older reports.
+    #[serde(default)]
+    pub shares: Vec<(u32, f64)>,
 }
 
 /// One VM.
@@ -167,6 +181,10 @@ pub struct VmReport {
     /// A re-registration: its VM id in the earlier daemon instance.
     #[serde(default)]
     pub resumed_from: Option<u32>,
+    /// Its part of the GPU time used by the VMs of its GPU (`gpu`) so far: `gpu_ns` over
+    /// their sum (0 before any ran). Absent in older reports.
+    #[serde(default)]
+    pub share: f64,
 }
 
 /// One accounting window.
@@ -178,6 +196,24 @@ pub struct WindowReport {
 }
 
 impl Report {
+    /// Sets each VM's `share` and each GPU's `shares` from the VMs' GPU time (a VM counts on
+    /// the GPU it is on now, `VmReport::gpu`, with all its time).
+    pub fn fill_shares(&mut self) {
+        for g in &mut self.gpus {
+            let on = |v: &&mut VmReport| v.gpu == g.index;
+            let total: u64 = self.vms.iter_mut().filter(on).map(|v| v.gpu_ns).sum();
+            g.shares.clear();
+            for v in self.vms.iter_mut().filter(on) {
+                v.share = if total == 0 {
+                    0.0
+                } else {
+                    v.gpu_ns as f64 / total as f64
+                };
+                g.shares.push((v.id, v.share));
+            }
+        }
+    }
+
     /// Writes the report to `path` atomically (a temporary file beside it, renamed over it).
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         let tmp = temp_path(path);
@@ -216,6 +252,33 @@ fn temp_path(path: &std::path::Path) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_are_per_gpu_and_zero_before_any_ran() {
+        let vm = |id, gpu, gpu_ns| VmReport {
+            id,
+            gpu,
+            gpu_ns,
+            ..VmReport::default()
+        };
+        let gpu = |index| GpuReport {
+            index,
+            ..GpuReport::default()
+        };
+        let mut r = Report {
+            vms: vec![vm(1, 0, 3000), vm(2, 1, 0), vm(3, 0, 1000), vm(4, 1, 0)],
+            gpus: vec![gpu(0), gpu(1)],
+            ..Report::default()
+        };
+        r.fill_shares();
+        let shares: Vec<f64> = r.vms.iter().map(|v| v.share).collect();
+        assert_eq!(shares, [0.75, 0.0, 0.25, 0.0]);
+        assert_eq!(r.gpus[0].shares, [(1, 0.75), (3, 0.25)]);
+        assert_eq!(r.gpus[1].shares, [(2, 0.0), (4, 0.0)]);
+        r.vms[1].gpu_ns = 5;
+        r.fill_shares();
+        assert_eq!(r.gpus[1].shares, [(2, 1.0), (4, 0.0)]);
+    }
 
     #[test]
     fn worst_preemptions_keep_the_longest_first() {

@@ -62,6 +62,9 @@ pub struct Session {
     pub reg: Option<Registered>,
     /// Closing: the connection is dropped at the end of this round.
     pub closing: bool,
+    /// A status connection (`ToDaemon::Status`): the parts of the snapshot it is reading.
+    /// Such a connection never registers.
+    pub status: Option<std::sync::Arc<Vec<String>>>,
 }
 
 /// The state of a registered VM.
@@ -89,6 +92,7 @@ impl Session {
             pid,
             reg: None,
             closing: false,
+            status: None,
         }
     }
 
@@ -122,6 +126,9 @@ impl Session {
                 r.id.0,
                 self.pid.unwrap_or(0)
             ),
+            None if self.status.is_some() => {
+                format!("status connection (pid {})", self.pid.unwrap_or(0))
+            }
             None => format!("unregistered connection (pid {})", self.pid.unwrap_or(0)),
         }
     }
