@@ -32,6 +32,12 @@ pub struct Args {
     /// given per GPU as well (Jain's index within each GPU's VMs).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub gpus: u32,
+    /// Pin VM k to the daemon's GPU k mod `--gpus` (`--gpu gpu=`) instead of letting the daemon
+    /// place it: the VMs register in whatever order they boot, so which VMs share a GPU is
+    /// otherwise a race (e.g. `--gpus 2 --vms 4 --kernel-us 500,500,2000,2000 --pin-gpus`: one
+    /// 500 µs and one 2000 µs VM per GPU).
+    #[arg(long)]
+    pub pin_gpus: bool,
     /// Scheduling policy of the daemon: fifo, credit, band, timeslice.
     #[arg(long, default_value = "timeslice")]
     pub policy: String,
@@ -206,6 +212,15 @@ pub fn extra_opts(extra: Option<&str>) -> String {
     }
 }
 
+/// `,gpu=N` for VM `k` with `--pin-gpus` (GPU k mod `--gpus`; empty without).
+fn pin_opt(a: &Args, k: usize) -> String {
+    if a.pin_gpus {
+        format!(",gpu={}", k as u32 % a.gpus)
+    } else {
+        String::new()
+    }
+}
+
 /// Waits for the VMs to finish (or the deadline), showing progress.
 fn watch(
     vms: &mut [Proc],
@@ -303,12 +318,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     ));
     let mut vms = Vec::with_capacity(plan.vms);
     for (k, it) in iters.iter().enumerate() {
+        let pin = pin_opt(a, k);
         let mut args = vec![
             "--guest".into(),
             "fairness".into(),
             "--gpu".into(),
             format!(
-                "host={},weight={},name=vm{k},vram={}M,backend={}{}",
+                "host={},weight={},name=vm{k},vram={}M,backend={}{pin}{}",
                 socket.display(),
                 plan.weights[k],
                 plan.vram_per_vm >> 20,
@@ -459,6 +475,14 @@ mod tests {
             (s.vms, s.duration, s.sched.as_str()),
             (2, 1.0, "policy=timeslice")
         );
+    }
+
+    #[test]
+    fn pinned_vms_go_round_the_gpus() {
+        let a = args(&["--gpus", "2", "--vms", "4", "--pin-gpus"]);
+        let pins: Vec<String> = (0..4).map(|k| pin_opt(&a, k)).collect();
+        assert_eq!(pins, [",gpu=0", ",gpu=1", ",gpu=0", ",gpu=1"]);
+        assert_eq!(pin_opt(&args(&["--gpus", "2"]), 1), "");
     }
 
     #[test]
