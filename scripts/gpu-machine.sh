@@ -7,7 +7,8 @@
 # --test snapshot_gpu --no-run`), standby-tests (`cargo test --release -p vmm --test standby
 # --no-run`), live-gpu-tests (`cargo test --release -p vmm --test live_gpu --no-run`) and
 # pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
-# SKIP_CUDA=1 runs only the fairness figures.
+# SKIP_CUDA=1 runs only the fairness figures. PGPU_FILTER picks pgpu's cuda tests (default
+# `bulk`; empty: all of them). scripts/pack-gpu.sh DIR builds and strips all of BIN_DIR.
 set -u
 B=$(realpath "$1"); OUT=$(realpath -m "$2"); SECS=${3:-5}
 mkdir -p "$OUT"
@@ -55,7 +56,8 @@ if [ -z "${SKIP_CUDA:-}" ]; then
   "$B/vgpu-bench" snapshot --backend cuda --vram 4G --fill 0.5 --run-pages 1 --reps 3 --out "$S/4g-pages" | tail -1
   "$B/vgpu-bench" snapshot --backend cuda --vram 8G --fill 1 --reps 3 --no-device --out "$S/8g-full" | tail -1
   if [ -x "$B/pgpu-cuda-tests" ]; then
-    "$B/pgpu-cuda-tests" --ignored --test-threads=1 --nocapture bulk
+    # shellcheck disable=SC2086 # PGPU_FILTER= (empty) runs every ignored cuda test
+    "$B/pgpu-cuda-tests" --ignored --test-threads=1 --nocapture ${PGPU_FILTER-bulk}
   fi
   if [ -x "$B/snapshot-gpu-tests" ]; then
     VGPU_VMM=$B/vgpu-vmm "$B/snapshot-gpu-tests" --ignored --test-threads=1 cuda
