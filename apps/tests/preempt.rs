@@ -13,17 +13,10 @@
 //! Skipped, with the reason printed, only when the CUDA toolchain cannot be installed (as
 //! apps/tests/suite.rs).
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod common;
 
-/// `target/<profile>`: the test binary is `target/<profile>/deps/preempt-<hash>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
+use common::{built_suite, profile_dir};
+use std::time::{Duration, Instant};
 
 /// The library's last `vgpu-cuda-stats: {json}` report in a run's output.
 fn report(r: &apps::Run) -> Option<serde_json::Value> {
@@ -43,13 +36,8 @@ fn n(v: &serde_json::Value, path: &[&str]) -> u64 {
 fn every_app_passes_with_its_kernels_preempted_under_checkpoint_and_auto() {
     let lib = profile_dir();
     let started = Instant::now();
-    let suite = match apps::build(lib.parent().expect("the target directory")) {
-        Ok(s) => s,
-        Err(apps::Error::NoToolchain(log)) => {
-            eprintln!("SKIPPED: the CUDA toolchain cannot be installed here:\n{log}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(suite) = built_suite(&lib) else {
+        return;
     };
     assert!(suite.programs.len() >= 15, "{:?}", suite.programs);
     let limit = Duration::from_secs(120);

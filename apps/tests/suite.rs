@@ -10,29 +10,17 @@
 //! build.sh exits 3: no python3 venv, no network to PyPI). A program that does not compile, a
 //! missing library, a wrong result, a crash or a hang (bounded per program) is a failure.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod common;
 
-/// `target/<profile>`: the test binary is `target/<profile>/deps/suite-<hash>`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
+use common::{built_suite, profile_dir};
+use std::time::{Duration, Instant};
 
 #[test]
 fn every_app_passes_on_the_software_gpu() {
     let lib = profile_dir();
     let started = Instant::now();
-    let suite = match apps::build(lib.parent().expect("the target directory")) {
-        Ok(s) => s,
-        Err(apps::Error::NoToolchain(log)) => {
-            eprintln!("SKIPPED: the CUDA toolchain cannot be installed here:\n{log}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(suite) = built_suite(&lib) else {
+        return;
     };
     eprintln!("apps/build.sh: {:.1} s", started.elapsed().as_secs_f64());
     assert!(
