@@ -6,39 +6,16 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::daemon::accept_and_welcome;
+use common::daemon::{accept_and_welcome, next};
 use common::para::*;
 use common::*;
 use vgpu::config::Mode;
 use vgpu::host::HostConfig;
 use vgpu::para::{ARGS_HI, ARGS_LO};
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
-use vgpu_proto::wire::{Conn, Listener, Received};
-
-/// The next message from the VM, within 5 s.
-fn next(c: &Conn) -> ToDaemon {
-    let mut buf = [0u8; proto::MAX_MESSAGE];
-    let t = Instant::now();
-    loop {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "no message from the VM"
-        );
-        if !c
-            .wait_readable_for(Some(Duration::from_millis(50)))
-            .unwrap()
-        {
-            continue;
-        }
-        match c.recv(&mut buf).unwrap() {
-            Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
-            Received::Empty => {}
-            Received::Closed => panic!("the VM closed the link"),
-        }
-    }
-}
+use vgpu_proto::wire::{Conn, Listener};
 
 /// Whether a message arrives within `d`.
 fn quiet_for(c: &Conn, d: Duration) -> bool {

@@ -8,15 +8,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::daemon::accept_and_welcome;
+use common::daemon::{accept_and_welcome, next};
 use common::*;
 use vgpu::host::HostConfig;
 use vgpu::regs::method::*;
 use vgpu::regs::*;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
-use vgpu_proto::wire::{Conn, Listener, Received};
+use vgpu_proto::wire::{Conn, Listener};
 
 const SYS_VA_OFF: u64 = 2 << 20;
 /// Sysmem offsets (inside the 2 MiB sysmem page at VA_BASE + 2 MiB).
@@ -38,29 +38,6 @@ fn put_ptx(value: u32) -> String {
          \tld.param.u64 %rd1, [out];\n\tmov.u32 %r1, {value};\n\
          \tst.global.u32 [%rd1], %r1;\n\tret;\n}}\n"
     )
-}
-
-/// The next message from the VM, within 5 s.
-fn next(c: &Conn) -> ToDaemon {
-    let mut buf = [0u8; proto::MAX_MESSAGE];
-    let t = Instant::now();
-    loop {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "no message from the VM"
-        );
-        if !c
-            .wait_readable_for(Some(Duration::from_millis(50)))
-            .unwrap()
-        {
-            continue;
-        }
-        match c.recv(&mut buf).unwrap() {
-            Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
-            Received::Empty => {}
-            Received::Closed => panic!("the VM closed the link"),
-        }
-    }
 }
 
 /// A turn of 10 s (nobody else waits: no deadline).

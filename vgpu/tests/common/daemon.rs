@@ -2,7 +2,7 @@
 
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vgpu_proto::proto::{self, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Listener, Received};
@@ -49,4 +49,27 @@ pub fn accept_and_welcome(listener: &Listener, vram_path: &Path) -> Conn {
     conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
         .unwrap();
     conn
+}
+
+/// The next message from the VM on `c`, within 5 s.
+pub fn next(c: &Conn) -> ToDaemon {
+    let mut buf = [0u8; proto::MAX_MESSAGE];
+    let t = Instant::now();
+    loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no message from the VM"
+        );
+        if !c
+            .wait_readable_for(Some(Duration::from_millis(50)))
+            .unwrap()
+        {
+            continue;
+        }
+        match c.recv(&mut buf).unwrap() {
+            Received::Message(n, _) => return proto::decode(&buf[..n]).unwrap(),
+            Received::Empty => {}
+            Received::Closed => panic!("the VM closed the link"),
+        }
+    }
 }
