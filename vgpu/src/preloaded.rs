@@ -9,10 +9,10 @@
 //! module table holds no more than a cold restore would.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use pgpu::{EngineSnapshot, LoadLimits, ModuleId};
+use pgpu::{EngineSnapshot, ModuleId};
 
+use crate::snapshot::head::ModuleBudget;
 use crate::{GpuConfig, PreparedEngine};
 
 /// A module of the image the engine refused (its load's error).
@@ -55,18 +55,14 @@ impl PreparedEngine {
             engine: self.shared(),
             held: Vec::with_capacity(texts.len()),
         };
-        let mut left = cfg.hostmem;
+        let mut budget = ModuleBudget::of(cfg);
         for (i, text) in texts.iter().enumerate() {
-            let limits = LoadLimits {
-                max_host_bytes: left.saturating_sub(text.len() as u64),
-                deadline: Some(Instant::now() + cfg.job_timeout),
-                cancel: None,
-            };
+            let limits = budget.limits(text, None);
             let m = p
                 .engine
                 .load_module(text, &limits)
                 .map_err(|why| PreloadError { index: i, why })?;
-            left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
+            budget.charge(text, m.host_bytes);
             p.held.push((text.clone(), m.id));
             // Its entries resolved and loaded onto the device too (best effort: what fails is
             // left to the first run).
@@ -140,15 +136,15 @@ mod tests {
         let mut pre = p.preload(&cfg, &texts).unwrap();
         assert_eq!(pre.len(), 2);
         let e = p.shared();
-        let hit = e.load_module(PTX, &LoadLimits::default()).unwrap();
+        let hit = e.load_module(PTX, &pgpu::LoadLimits::default()).unwrap();
         assert!(pre.holds(hit.id));
         assert_eq!(pre.keep_only(&texts[..1]), 1);
-        let again = e.load_module(&other, &LoadLimits::default()).unwrap();
+        let again = e.load_module(&other, &pgpu::LoadLimits::default()).unwrap();
         assert!(!pre.holds(again.id), "released, loaded afresh");
         drop(pre);
         // The restore's own load of PTX keeps it: released once more, it goes.
         e.unload_module(hit.id).unwrap();
-        let fresh = e.load_module(PTX, &LoadLimits::default()).unwrap();
+        let fresh = e.load_module(PTX, &pgpu::LoadLimits::default()).unwrap();
         assert_ne!(fresh.id, hit.id);
         // A text the engine refuses refuses the preload.
         let bad: Vec<Arc<str>> = vec![PTX.into(), "not ptx".into()];

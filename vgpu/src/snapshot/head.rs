@@ -68,6 +68,43 @@ pub(crate) fn conf_of(cfg: &GpuConfig, info: &EngineInfo) -> ConfImage {
     }
 }
 
+/// The host memory a device of configuration `cfg` lets its modules use (`hostmem=`), charged
+/// load by load in the image's order: a restore's reload and a standby's preload of the same
+/// texts admit the same modules.
+pub(crate) struct ModuleBudget {
+    left: u64,
+    timeout: std::time::Duration,
+}
+
+impl ModuleBudget {
+    pub(crate) fn of(cfg: &GpuConfig) -> ModuleBudget {
+        ModuleBudget {
+            left: cfg.hostmem,
+            timeout: cfg.job_timeout,
+        }
+    }
+
+    /// The limits of the next load, of `text` (its own bytes are charged too).
+    pub(crate) fn limits(
+        &self,
+        text: &str,
+        cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    ) -> pgpu::LoadLimits {
+        pgpu::LoadLimits {
+            max_host_bytes: self.left.saturating_sub(text.len() as u64),
+            deadline: Some(std::time::Instant::now() + self.timeout),
+            cancel,
+        }
+    }
+
+    /// Charges a load of `text` that took `host_bytes` of the engine's host memory.
+    pub(crate) fn charge(&mut self, text: &str, host_bytes: u64) {
+        self.left = self
+            .left
+            .saturating_sub(host_bytes.saturating_add(text.len() as u64));
+    }
+}
+
 /// What [`read_head`] found.
 #[derive(Debug, Clone)]
 pub struct ImageHead {

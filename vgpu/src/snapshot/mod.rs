@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use pgpu::{LoadLimits, SpaceId};
+use pgpu::SpaceId;
 
 use crate::Vgpu;
 use crate::regs;
@@ -544,14 +544,10 @@ impl Vgpu {
 
     /// Loads the saved module texts within the VM's host memory budget and the job limit each.
     fn reload_modules(&self, texts: Vec<Arc<str>>) -> Result<Vec<ModuleImage>, SnapshotError> {
-        let mut left = self.cfg.hostmem;
+        let mut budget = head::ModuleBudget::of(&self.cfg);
         let mut out: Vec<ModuleImage> = Vec::with_capacity(texts.len());
         for (index, text) in texts.into_iter().enumerate() {
-            let limits = LoadLimits {
-                max_host_bytes: left.saturating_sub(text.len() as u64),
-                deadline: Some(Instant::now() + self.cfg.job_timeout),
-                cancel: Some(self.cancel.clone()),
-            };
+            let limits = budget.limits(&text, Some(self.cancel.clone()));
             // A load the engine's content cache serves (the text loaded already, e.g. by a
             // standby's template under another budget) is held to this budget as a fresh one
             // would be.
@@ -570,7 +566,7 @@ impl Vgpu {
             });
             match loaded {
                 Ok(m) => {
-                    left = left.saturating_sub(m.host_bytes.saturating_add(text.len() as u64));
+                    budget.charge(&text, m.host_bytes);
                     out.push(ModuleImage {
                         text,
                         id: m.id,
