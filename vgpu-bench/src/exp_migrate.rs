@@ -69,6 +69,13 @@ pub struct Args {
     /// More `--gpu` options (e.g. `preempt=checkpoint`).
     #[arg(long, value_name = "OPTS")]
     pub gpu_extra: Option<String>,
+    /// cuda: run the migration destinations on this CUDA device of the host
+    /// (`CUDA_VISIBLE_DEVICES=N` in their environment), not on the source's GPU, as a
+    /// destination on another host's GPU would be; tells the destination's own GPU work (its
+    /// context, slots and VRAM writes during the rounds) apart from what the copy costs the
+    /// guest. Default: the source's GPU.
+    #[arg(long, value_name = "N")]
+    pub dest_gpu: Option<u32>,
     /// The vgpu-vmm binary (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
@@ -257,7 +264,7 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
         for live in [false, true] {
             let tag = if live { "live" } else { "stop" };
             let dest_name = format!("{tag}-dest{i}");
-            let (mut dest, sock) = migrate_vm::incoming(dir, &dest_name, vmm)?;
+            let (mut dest, sock) = migrate_vm::incoming(dir, &dest_name, vmm, &dest_env(a))?;
             let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, &args)?;
             let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
             if live {
@@ -450,9 +457,21 @@ fn draw_rounds(path: &Path, reps: &[Rep]) -> Result<(), BenchError> {
     )
 }
 
+/// The migration destinations' added environment (`--dest-gpu`).
+fn dest_env(a: &Args) -> Vec<(String, String)> {
+    a.dest_gpu
+        .map(|n| vec![("CUDA_VISIBLE_DEVICES".to_string(), n.to_string())])
+        .unwrap_or_default()
+}
+
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let vmm = procs::sibling(a.vmm.as_deref(), "vgpu-vmm")?;
     let p = Plan::of(a);
+    if a.dest_gpu.is_some() && a.backend != Backend::Cuda {
+        return Err(BenchError::Invalid(
+            "--dest-gpu is for --backend cuda (a sim engine has no device to choose)".into(),
+        ));
+    }
     if a.pool_mib > 0 && p.vram_mib < a.pool_mib + 64 {
         return Err(BenchError::Invalid(format!(
             "--pool-mib {} needs --vram-mib of at least {} (the VM's VRAM holds the working set, \
@@ -545,6 +564,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "vram_mib": p.vram_mib,
         "memory_mib": p.memory_mib,
         "guest": vm_args(a, &p).join(" "),
+        "dest_gpu": a.dest_gpu,
         "vram_working_set": {
             "mib": a.pool_mib,
             "dirty_mib_per_s": a.dirty_mib_per_s,
@@ -605,13 +625,15 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     let ms = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |x| format!("{x:.1} ms"));
     let d = &summary["live_migration"]["dest"];
     Ok(format!(
-        "migrate ({}): snapshot {} ({:.1} MiB on disk), restore {}, stop-and-copy downtime {}, \
+        "migrate ({}{}): snapshot {} ({:.1} MiB on disk), restore {}, stop-and-copy downtime {}, \
          live migration downtime {} of {}, live snapshot paused {} of {}, slowdown {}; live \
          migration's destination: switch-over {} (drain {}, check {}, build {} of which RAM {}, \
          GPU restore {}, state {}), engine made in {} during the rounds: {}, VRAM pages written \
          during the rounds {} / after the switch-over {}; the source waited {} for it before \
          pausing ({})",
         a.backend.name(),
+        a.dest_gpu
+            .map_or(String::new(), |n| format!(", destinations on GPU {n}")),
         ms(&summary["snapshot_paused"]["ms"]),
         summary["snapshot_paused"]["disk_bytes"]
             .as_f64()

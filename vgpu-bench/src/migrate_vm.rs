@@ -20,10 +20,21 @@ pub struct Vm {
 impl Vm {
     /// Starts `vmm args...` with `--api-socket dir/<name>.sock`.
     pub fn start(dir: &Path, name: &str, vmm: &Path, args: &[String]) -> Result<Self, BenchError> {
+        Self::start_env(dir, name, vmm, args, &[])
+    }
+
+    /// As [`Vm::start`], with `env` added to the VMM's environment.
+    pub fn start_env(
+        dir: &Path,
+        name: &str,
+        vmm: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let socket = dir.join(format!("{name}.sock"));
         let mut a = args.to_vec();
         a.extend(["--api-socket".into(), socket.display().to_string()]);
-        let proc = Proc::spawn(dir, name, vmm, &a)?;
+        let proc = Proc::spawn_env(dir, name, vmm, &a, env)?;
         Ok(Vm { proc, socket })
     }
 
@@ -113,11 +124,17 @@ pub fn incoming_report(dir: &Path, name: &str) -> serde_json::Value {
 }
 
 /// A `--incoming` destination in `dir` (its `--stats` in [`incoming_stats`], an API socket
-/// for `ctl` once the guest runs there); returns once its incoming socket exists.
-pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Vm, PathBuf), BenchError> {
+/// for `ctl` once the guest runs there), `env` added to its environment; returns once its
+/// incoming socket exists.
+pub fn incoming(
+    dir: &Path,
+    name: &str,
+    vmm: &Path,
+    env: &[(String, String)],
+) -> Result<(Vm, PathBuf), BenchError> {
     let socket = dir.join(format!("{name}.in"));
     let stats = format!("--stats={}", incoming_stats(dir, name).display());
-    let mut vm = Vm::start(
+    let mut vm = Vm::start_env(
         dir,
         name,
         vmm,
@@ -128,6 +145,7 @@ pub fn incoming(dir: &Path, name: &str, vmm: &Path) -> Result<(Vm, PathBuf), Ben
             "300".into(),
             stats,
         ],
+        env,
     )?;
     let until = Instant::now() + Duration::from_secs(30);
     while !socket.exists() {

@@ -54,18 +54,34 @@ pub struct Proc {
 impl Proc {
     /// Starts `bin args...` with stdout to `dir/<name>.log` and stderr to `dir/<name>.err`.
     pub fn spawn(dir: &Path, name: &str, bin: &Path, args: &[String]) -> Result<Self, BenchError> {
+        Self::spawn_env(dir, name, bin, args, &[])
+    }
+
+    /// As [`Proc::spawn`], with `env` (NAME, value) added to the inherited environment (and
+    /// written before the command in [`Proc::command`]).
+    pub fn spawn_env(
+        dir: &Path,
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<Self, BenchError> {
         let out = dir.join(format!("{name}.log"));
         let err = dir.join(format!("{name}.err"));
         let fo = File::create(&out).map_err(io(&out))?;
         let fe = File::create(&err).map_err(io(&err))?;
         let child = Command::new(bin)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(fo)
             .stderr(fe)
             .spawn()
             .map_err(io(bin))?;
-        let command = std::iter::once(bin.display().to_string())
+        let command = env
+            .iter()
+            .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+            .chain(std::iter::once(bin.display().to_string()))
             .chain(args.iter().map(|a| shell_quote(a)))
             .collect::<Vec<_>>()
             .join(" ");
