@@ -40,7 +40,9 @@ pub enum PreemptMethod {
     /// one, or one the parameters do not hold) runs in the entry's checkpoint form, sliced
     /// only where it has none within the limits (see [`choose`]; counted).
     Restart,
-    /// Per launch: many short CTAs (at least [`AUTO_SLICE_WAVES`] waves of the device's
+    /// Per launch: a request for a launch expected to end within the engine's wait budget
+    /// (`preempt_wait`, from the durations of its kernel's earlier runs) is not acted on: it
+    /// runs to its end (`crate::ckwait`; counted). Otherwise many short CTAs (at least [`AUTO_SLICE_WAVES`] waves of the device's
     /// resident CTAs, estimated as one per SM on cuda and one per worker on sim) run sliced;
     /// the others run transformed, restarting when provably idempotent and checkpointing
     /// otherwise (as `Restart`). Each choice and its reason are counted in [`CkptStats`].
@@ -120,6 +122,16 @@ pub struct CkptStats {
     /// Restarting launches escalated to the checkpoint form (or, where the engine has none
     /// for the entry, to slicing) after a run that finished no thread: see [`stalled`].
     pub escalated_launches: u64,
+    /// `Auto`'s `wait` (`crate::ckwait`): requests not acted on because the launch was
+    /// expected to end within the wait budget.
+    pub waited_preemptions: u64,
+    /// Of those, launches still running when the budget passed (the estimate was wrong):
+    /// stopped then by their own method.
+    pub wait_overruns: u64,
+    /// The expected remaining time of the latest waited request and the budget it was within,
+    /// ns (0: none yet).
+    pub wait_last_expected_ns: u64,
+    pub wait_budget_ns: u64,
 }
 
 /// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
@@ -145,9 +157,35 @@ pub(crate) struct CkptCounters {
     sliced_launches: AtomicU64,
     unproven_launches: AtomicU64,
     escalated_launches: AtomicU64,
+    /// Durations and counters of `Auto`'s `wait`.
+    pub(crate) waits: std::sync::Arc<crate::ckwait::Waits>,
 }
 
 impl CkptCounters {
+    /// The gate of a fresh run of a launch (`key`) under `method` (`Auto` and a non-zero
+    /// `budget` only; `None`: run it under `h` as before).
+    pub(crate) fn wait_gate<'a>(
+        &self,
+        method: PreemptMethod,
+        budget: std::time::Duration,
+        key: impl FnOnce() -> crate::ckwait::Key,
+        h: &'a crate::engine::PreemptHandle,
+    ) -> Option<crate::ckwait::Gate<'a>> {
+        (method == PreemptMethod::Auto && !budget.is_zero())
+            .then(|| crate::ckwait::Gate::new(&self.waits, key(), h, budget))
+    }
+
+    /// Ends a gate made by [`CkptCounters::wait_gate`] with the run's outcome.
+    pub(crate) fn wait_end<T>(
+        &self,
+        gate: Option<crate::ckwait::Gate<'_>>,
+        out: &Result<crate::engine::Outcome, T>,
+    ) {
+        if let Some(g) = gate {
+            g.finish(&self.waits, out.as_ref().ok());
+        }
+    }
+
     pub(crate) fn transformed(&self) {
         self.modules_transformed.fetch_add(1, Ordering::Relaxed);
     }
@@ -246,6 +284,10 @@ impl CkptCounters {
             sliced_launches: g(&self.sliced_launches),
             unproven_launches: g(&self.unproven_launches),
             escalated_launches: g(&self.escalated_launches),
+            waited_preemptions: g(&self.waits.waited),
+            wait_overruns: g(&self.waits.overruns),
+            wait_last_expected_ns: g(&self.waits.last_expected_ns),
+            wait_budget_ns: g(&self.waits.last_budget_ns),
         }
     }
 }

@@ -65,6 +65,7 @@
 
 pub mod bulk_check;
 pub mod ckpt;
+pub mod ckwait;
 pub mod conformance;
 pub mod cuda;
 pub mod dirty;

@@ -55,6 +55,10 @@ pub struct CudaConfig {
     /// guest's grid, not preemptible inside it): the untransformed baseline that
     /// `vgpu-bench preempt` measures the methods' steady-state cost against. Default false.
     pub whole_launches: bool,
+    /// `Auto`'s wait budget (`crate::ckwait`): a request for a launch expected to end within
+    /// it is not acted on (the launch completes). Zero: never waited. Default
+    /// [`crate::ckwait::DEFAULT_WAIT_BUDGET`].
+    pub preempt_wait: Duration,
 }
 
 impl Default for CudaConfig {
@@ -76,6 +80,7 @@ impl Default for CudaConfig {
             ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,
+            preempt_wait: crate::ckwait::DEFAULT_WAIT_BUDGET,
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod bulk_par;
 mod context;
 mod error;
 mod fault;
-mod preempt;
+pub(crate) mod preempt;
 mod snapshot;
 mod types;
 

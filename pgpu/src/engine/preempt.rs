@@ -32,6 +32,8 @@ struct PreemptInner {
     /// Hooks of the jobs running under this handle, by attach number.
     hooks: Mutex<Vec<(u64, PreemptHook)>>,
     next_hook: AtomicU64,
+    /// The handle of a child's caller (`child`): marked running with it.
+    parent: Option<PreemptHandle>,
 }
 
 impl fmt::Debug for PreemptInner {
@@ -88,7 +90,22 @@ impl PreemptHandle {
     }
     /// Records that the job is now running (engines call this once state is restored).
     pub(crate) fn mark_running(&self) {
-        *lock(&self.inner.running_since) = Some(Instant::now());
+        let now = Instant::now();
+        *lock(&self.inner.running_since) = Some(now);
+        if let Some(p) = &self.inner.parent {
+            *lock(&p.inner.running_since) = Some(now);
+        }
+    }
+    /// A handle of its own for one job run on behalf of this one (`ckwait`: requests reach it
+    /// when the engine decides): the same deadline, and marking it running marks this one.
+    pub(crate) fn child(&self) -> PreemptHandle {
+        PreemptHandle {
+            inner: Arc::new(PreemptInner {
+                deadline: Mutex::new(self.deadline()),
+                parent: Some(self.clone()),
+                ..PreemptInner::default()
+            }),
+        }
     }
     /// Installs `hook` to be called on every request until the returned guard drops; calls it
     /// at once if a request is already pending (no request is lost in between).

@@ -303,14 +303,17 @@ impl Engine for SimEngine {
                 Ok(self.run_copy(s, c, preempt, t0))
             }
             Job::Launch(l) => {
-                if let Some(job) = self.ck_job(l)? {
-                    self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
-                    let s = self.spaces.begin(l.space)?;
-                    return self.run_ckpt(s, job, false, preempt, t0);
-                }
-                let launch = self.new_launch(l)?;
-                let s = self.spaces.begin(l.space)?;
-                Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
+                // `Auto`'s wait (`crate::ckwait`): the launch runs under the gate's handle.
+                let gate = self.ckpt.wait_gate(
+                    self.config.preempt,
+                    self.config.preempt_wait,
+                    || crate::ckwait::Key::of(l),
+                    preempt,
+                );
+                let h = gate.as_ref().map_or(preempt, |g| g.handle());
+                let out = self.execute_launch(l, h, t0);
+                self.ckpt.wait_end(gate, &out);
+                out
             }
         }
     }
@@ -503,4 +506,23 @@ fn transform(
         (o.chunk_instructions, o.fast_chunks),
         restart,
     )
+}
+
+impl SimEngine {
+    /// A fresh run of launch `l` under `preempt`, checkpointed where the method chooses.
+    fn execute_launch(
+        &self,
+        l: &crate::engine::LaunchJob,
+        preempt: &PreemptHandle,
+        t0: Instant,
+    ) -> Result<Outcome, EngineError> {
+        if let Some(job) = self.ck_job(l)? {
+            self.ckpt.launches.fetch_add(1, Ordering::Relaxed);
+            let s = self.spaces.begin(l.space)?;
+            return self.run_ckpt(s, job, false, preempt, t0);
+        }
+        let launch = self.new_launch(l)?;
+        let s = self.spaces.begin(l.space)?;
+        Ok(self.run_launch(s, l.module, Box::new(launch), preempt, t0))
+    }
 }

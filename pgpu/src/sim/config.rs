@@ -32,6 +32,10 @@ pub struct SimConfig {
     /// every this many point crossings (1: at every point; larger: less steady-state cost,
     /// longer preemption latency). Default: the transformation's (64).
     pub ckpt_poll_interval: u32,
+    /// `Auto`'s wait budget (`crate::ckwait`): a request for a launch expected to end within
+    /// it is not acted on (the launch completes). Zero: never waited. Default
+    /// [`crate::ckwait::DEFAULT_WAIT_BUDGET`].
+    pub preempt_wait: std::time::Duration,
 }
 
 impl Default for SimConfig {
@@ -48,6 +52,7 @@ impl Default for SimConfig {
             max_save_area_bytes: 64 << 20,
             max_checkpoint_drain: std::time::Duration::from_millis(500),
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
+            preempt_wait: crate::ckwait::DEFAULT_WAIT_BUDGET,
         }
     }
 }

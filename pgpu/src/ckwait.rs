@@ -1,0 +1,397 @@
+//! `wait`, the fourth method of `PreemptMethod::Auto` (issue 23): a preemption request for a
+//! running launch that is expected to end within a budget (`preempt_wait`) is not acted on;
+//! the launch runs to its end and the scheduler sees the job complete, sooner than a stop,
+//! save and resume would free the GPU, and with nothing to resume.
+//!
+//! The expectation comes from what the engine measured: the GPU time of the last
+//! [`RECENT`] completed fresh runs of the same kernel and shape ([`Key`]: module, entry, grid,
+//! block, dynamic shared bytes), their maximum (conservative: one slow run keeps the kernel
+//! from being waited on), once [`MIN_SAMPLES`] are known. At a request, the launch is waited
+//! when that maximum, less the time it has run, is at most the budget. No estimate: not waited.
+//!
+//! Bounded: the engine runs the launch under a *child* handle ([`Gate::handle`]); a request on
+//! the caller's handle reaches the child at once (not waited: the launch stops by its normal
+//! method) or, when waited, from a timer thread once the budget has passed
+//! (`CkptStats::wait_overruns`), so that a launch that outlasts its estimate stops within
+//! budget + its method's own stop. A request already pending when the launch starts is never
+//! waited (a job started with the flag set stops at its first point, as documented for
+//! `PreemptHandle`), nor is a time slice's deadline (`PreemptHandle::set_deadline`): the
+//! child has the same deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::engine::{LaunchJob, Outcome, PreemptHandle};
+use crate::sync::lock;
+
+/// Default wait budget: issue 23's stop target (request → GPU free ≤ 40 µs). A launch that
+/// ends within it frees the GPU as soon as the best stop would, with nothing saved or
+/// resumed; a longer budget would let a mis-estimated kernel delay a stop beyond the target.
+pub const DEFAULT_WAIT_BUDGET: Duration = Duration::from_micros(40);
+
+/// Completed runs of a kernel kept per key.
+pub const RECENT: usize = 8;
+/// Completed runs needed before a kernel is waited on.
+pub const MIN_SAMPLES: usize = 2;
+/// Kernels (keys) whose durations are kept; a new one beyond evicts another (the map's
+/// size is bounded whatever guests launch).
+pub const MAX_KEYS: usize = 4096;
+
+/// A kernel and its launch shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    module: u64,
+    entry: String,
+    shape: [u32; 7],
+}
+
+impl Key {
+    /// The key of a launch.
+    pub fn of(l: &LaunchJob) -> Key {
+        let [g0, g1, g2] = l.grid;
+        let [b0, b1, b2] = l.block;
+        Key {
+            module: l.module.0,
+            entry: l.entry.clone(),
+            shape: [g0, g1, g2, b0, b1, b2, l.dynamic_shared],
+        }
+    }
+}
+
+/// The recent durations of one kernel (nanoseconds, newest at `next - 1`).
+#[derive(Debug, Default, Clone)]
+struct Recent {
+    ns: [u64; RECENT],
+    len: usize,
+    next: usize,
+}
+
+impl Recent {
+    fn push(&mut self, d: Duration) {
+        self.ns[self.next] = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.next = (self.next + 1) % RECENT;
+        self.len = (self.len + 1).min(RECENT);
+    }
+    fn expected(&self) -> Option<Duration> {
+        (self.len >= MIN_SAMPLES)
+            .then(|| Duration::from_nanos(self.ns.iter().copied().max().unwrap_or(0)))
+    }
+}
+
+/// The engine's durations and the wait counters (inside `ckpt::CkptCounters`).
+#[derive(Debug, Default)]
+pub(crate) struct Waits {
+    recent: Mutex<HashMap<Key, Recent>>,
+    pub waited: AtomicU64,
+    pub overruns: AtomicU64,
+    /// Expected remaining time of the latest waited request, ns.
+    pub last_expected_ns: AtomicU64,
+    /// The budget it was compared with, ns.
+    pub last_budget_ns: AtomicU64,
+}
+
+impl Waits {
+    /// The expected duration of a run of `key`, if known.
+    pub fn expected(&self, key: &Key) -> Option<Duration> {
+        lock(&self.recent).get(key).and_then(Recent::expected)
+    }
+
+    /// Records that a run of `key` took (at least) `d`.
+    pub fn record(&self, key: &Key, d: Duration) {
+        let mut m = lock(&self.recent);
+        if !m.contains_key(key) && m.len() >= MAX_KEYS {
+            let old = m.keys().next().cloned();
+            if let Some(old) = old {
+                m.remove(&old);
+            }
+        }
+        m.entry(key.clone()).or_default().push(d);
+    }
+}
+
+/// One fresh run of a launch under `Auto`: the child handle the engine runs it under and the
+/// forwarding of requests from the caller's handle (see the module's documentation).
+pub(crate) struct Gate<'a> {
+    key: Key,
+    child: PreemptHandle,
+    st: Arc<GateState>,
+    /// Removes the forwarding hook from the caller's handle (first, in `finish`).
+    fwd: Option<crate::engine::preempt::HookGuard<'a>>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    started: Instant,
+    expected: Option<Duration>,
+    budget: Duration,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Requests arriving from now on may be waited (the forwarding hook is attached).
+    armed: bool,
+    /// A request was waited on.
+    waited: bool,
+    /// The budget passed with the launch running: when (the child was then asked).
+    overran: Option<Instant>,
+    /// The run ended: the timer asks no more.
+    done: bool,
+}
+
+impl<'a> Gate<'a> {
+    /// A gate for a fresh run of `l` on an engine with `waits` and `budget` (zero: never
+    /// waited, requests are forwarded at once).
+    pub fn new(
+        waits: &Arc<Waits>,
+        key: Key,
+        parent: &'a PreemptHandle,
+        budget: Duration,
+    ) -> Gate<'a> {
+        let expected = if budget.is_zero() {
+            None
+        } else {
+            waits.expected(&key)
+        };
+        let child = parent.child();
+        let st = Arc::new(GateState {
+            started: Instant::now(),
+            expected,
+            budget,
+            inner: Mutex::default(),
+        });
+        let (c, s, w) = (child.clone(), st.clone(), waits.clone());
+        let hook: crate::engine::preempt::PreemptHook = Arc::new(move || s.on_request(&c, &w));
+        // A request pending now is forwarded at once (`armed` is still false).
+        let fwd = parent.attach(hook);
+        lock(&st.inner).armed = true;
+        Gate {
+            key,
+            child,
+            st,
+            fwd: Some(fwd),
+        }
+    }
+
+    /// The handle the engine runs the launch under.
+    pub fn handle(&self) -> &PreemptHandle {
+        &self.child
+    }
+
+    /// The run ended with `out`: no more requests are forwarded, and a completed run's GPU
+    /// time (or, for a waited run that overran, the time it had run when the budget passed:
+    /// a lower bound) is recorded for the next estimates.
+    pub fn finish(mut self, waits: &Waits, out: Option<&Outcome>) {
+        drop(self.fwd.take());
+        let inner = {
+            let mut g = lock(&self.st.inner);
+            g.done = true;
+            std::mem::take(&mut *g)
+        };
+        match out {
+            Some(Outcome::Completed { gpu_time }) => waits.record(&self.key, *gpu_time),
+            _ => {
+                if let Some(at) = inner.overran {
+                    waits.record(&self.key, at.saturating_duration_since(self.st.started));
+                }
+            }
+        }
+    }
+}
+
+impl GateState {
+    /// A request on the caller's handle (called under its hook lock: never blocks long).
+    fn on_request(self: &Arc<Self>, child: &PreemptHandle, waits: &Arc<Waits>) {
+        let mut g = lock(&self.inner);
+        if g.waited || g.done {
+            // Already waited on (the timer forwards it), or over.
+            return;
+        }
+        let remaining = self
+            .expected
+            .map(|e| e.saturating_sub(self.started.elapsed()));
+        match remaining {
+            Some(r) if g.armed && r <= self.budget => {
+                g.waited = true;
+                waits.waited.fetch_add(1, Ordering::Relaxed);
+                waits
+                    .last_expected_ns
+                    .store(r.as_nanos() as u64, Ordering::Relaxed);
+                waits
+                    .last_budget_ns
+                    .store(self.budget.as_nanos() as u64, Ordering::Relaxed);
+                drop(g);
+                log::debug!(
+                    "preemption request waited: expected to end in {} µs ≤ budget {} µs",
+                    r.as_micros(),
+                    self.budget.as_micros()
+                );
+                let (s, c, w) = (self.clone(), child.clone(), waits.clone());
+                timer().at(
+                    Instant::now() + self.budget,
+                    Box::new(move || s.overrun(&c, &w)),
+                );
+            }
+            _ => {
+                drop(g);
+                child.request();
+            }
+        }
+    }
+
+    /// The budget of a waited request has passed: stop the launch by its own method unless
+    /// it ended.
+    fn overrun(&self, child: &PreemptHandle, waits: &Waits) {
+        let mut g = lock(&self.inner);
+        if g.done {
+            return;
+        }
+        g.overran = Some(Instant::now());
+        waits.overruns.fetch_add(1, Ordering::Relaxed);
+        // Under the gate's lock, so that `finish` cannot count the run as ended in between.
+        child.request();
+        drop(g);
+        log::debug!("waited launch outlasted its estimate: stopped by its method");
+    }
+}
+
+/// What the timer runs when due.
+type Due = Box<dyn FnOnce() + Send>;
+
+/// One process-wide thread that runs [`Due`]s at their instants: it sleeps on a condition
+/// variable until the earliest is near, then spins (yielding) to it, since a sleep's wake-up
+/// slack (tens of µs) is as long as the budgets it serves.
+struct Timer {
+    q: Mutex<Vec<(Instant, Due)>>,
+    cv: Condvar,
+}
+
+/// Below this, the timer spins instead of sleeping.
+const SPIN: Duration = Duration::from_micros(300);
+
+fn timer() -> &'static Timer {
+    static T: OnceLock<&'static Timer> = OnceLock::new();
+    T.get_or_init(|| {
+        let t: &'static Timer = Box::leak(Box::new(Timer {
+            q: Mutex::default(),
+            cv: Condvar::new(),
+        }));
+        let spawned = std::thread::Builder::new()
+            .name("pgpu-wait-timer".into())
+            .spawn(move || t.run());
+        if let Err(e) = spawned {
+            // Without the thread, `at` runs each due at once (no waiting: still bounded).
+            log::warn!("preempt wait: no timer thread ({e}): requests are not waited");
+        }
+        t
+    })
+}
+
+impl Timer {
+    fn at(&'static self, when: Instant, f: Due) {
+        lock(&self.q).push((when, f));
+        self.cv.notify_one();
+    }
+
+    fn run(&self) {
+        let mut q = lock(&self.q);
+        loop {
+            let now = Instant::now();
+            let Some(first) = q.iter().map(|(t, _)| *t).min() else {
+                q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            if first <= now {
+                let due: Vec<Due> = {
+                    let (d, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|(t, _)| *t <= now);
+                    *q = keep;
+                    d.into_iter().map(|(_, f)| f).collect()
+                };
+                drop(q);
+                due.into_iter().for_each(|f| f());
+                q = lock(&self.q);
+            } else if first - now > SPIN {
+                q = self
+                    .cv
+                    .wait_timeout(q, first - now - SPIN / 2)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            } else {
+                drop(q);
+                std::thread::yield_now();
+                q = lock(&self.q);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_is_the_recent_maximum_once_warm() {
+        let w = Waits::default();
+        let l = LaunchJob {
+            space: crate::engine::SpaceId(1),
+            module: crate::engine::ModuleId(2),
+            entry: "k".into(),
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: Vec::new(),
+        };
+        let k = Key::of(&l);
+        assert_eq!(w.expected(&k), None);
+        w.record(&k, Duration::from_micros(10));
+        assert_eq!(w.expected(&k), None, "one run is not enough");
+        w.record(&k, Duration::from_micros(30));
+        assert_eq!(w.expected(&k), Some(Duration::from_micros(30)));
+        for _ in 0..RECENT {
+            w.record(&k, Duration::from_micros(5));
+        }
+        assert_eq!(
+            w.expected(&k),
+            Some(Duration::from_micros(5)),
+            "old runs age out"
+        );
+        let other = Key::of(&LaunchJob {
+            grid: [2, 1, 1],
+            ..l
+        });
+        assert_eq!(w.expected(&other), None, "another shape is another kernel");
+    }
+
+    #[test]
+    fn the_map_stays_bounded() {
+        let w = Waits::default();
+        for i in 0..MAX_KEYS as u64 + 10 {
+            let k = Key {
+                module: i,
+                entry: String::new(),
+                shape: [1; 7],
+            };
+            w.record(&k, Duration::from_micros(1));
+        }
+        assert_eq!(lock(&w.recent).len(), MAX_KEYS);
+    }
+
+    #[test]
+    fn the_timer_runs_what_is_due_in_order_of_time() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t0 = Instant::now();
+        for (i, us) in [(0, 2000u64), (1, 50), (2, 500)] {
+            let tx = tx.clone();
+            timer().at(
+                t0 + Duration::from_micros(us),
+                Box::new(move || tx.send((i, Instant::now())).unwrap()),
+            );
+        }
+        let got: Vec<(i32, Instant)> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [1, 2, 0]);
+        assert!(got[0].1 >= t0 + Duration::from_micros(50));
+        assert!(got[2].1 >= t0 + Duration::from_micros(2000));
+    }
+}
