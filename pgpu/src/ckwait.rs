@@ -194,7 +194,8 @@ impl<'a> Gate<'a> {
             Some(Outcome::Completed { gpu_time }) => waits.record(&self.key, *gpu_time),
             _ => {
                 if let Some(at) = inner.overran {
-                    waits.record(&self.key, at.saturating_duration_since(self.st.started));
+                    let from = self.child.running_since().unwrap_or(self.st.started);
+                    waits.record(&self.key, at.saturating_duration_since(from));
                 }
             }
         }
@@ -209,9 +210,12 @@ impl GateState {
             // Already waited on (the timer forwards it), or over.
             return;
         }
-        let remaining = self
-            .expected
-            .map(|e| e.saturating_sub(self.started.elapsed()));
+        // From when the engine started the kernel (its host work before the launch is not
+        // the kernel's run); not running yet: all of it remains.
+        let ran = child
+            .running_since()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        let remaining = self.expected.map(|e| e.saturating_sub(ran));
         match remaining {
             Some(r) if g.armed && r <= self.budget => {
                 g.waited = true;

@@ -86,6 +86,11 @@ pub struct Args {
     /// clamped inner loop (off, the transformation before issue 23's overhead work).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub fast_chunks: String,
+    /// auto: a request for a kernel expected (from its earlier runs) to end within this many
+    /// µs is not acted on, the kernel completes (`wait`; such requests are samples too, their
+    /// latency request → job completed); 0: never wait.
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pub wait_us: u64,
     /// Who requests preemption: a fresh thread per request (fresh, the baseline) or one
     /// long-lived thread for the whole run (warm: its driver calls after the first are a
     /// warm thread's, as a scheduler's are).
@@ -122,6 +127,9 @@ struct Sample {
     saved_incremental: u64,
     /// Where the time went (cuda).
     breakdown: Option<pgpu::cuda::CkBreakdown>,
+    /// `auto` waited on the request: the job completed (no context, no resume); the
+    /// preempt figures are request → job completed.
+    waited: bool,
 }
 
 /// Figures of one workload.
@@ -139,7 +147,41 @@ struct PerWorkload {
     /// The method the engine ran the kernel with (`auto`'s choice), and why.
     used: &'static str,
     why: &'static str,
+    /// Requests `auto` waited on (`CkptStats::waited_preemptions`) and of them the launches
+    /// that outlasted their estimate, while sampling this workload; the latest expected
+    /// remaining time and budget, ns.
+    waited: u64,
+    overruns: u64,
+    wait_last: (u64, u64),
     samples: Vec<Sample>,
+}
+
+impl PerWorkload {
+    /// The method(s) used and why: `wait` where requests were waited on, with the method that
+    /// stopped the others.
+    fn method(&self) -> (String, String) {
+        if self.waited == 0 {
+            return (self.used.to_string(), self.why.to_string());
+        }
+        let stopped = self.samples.iter().filter(|s| !s.waited).count();
+        let wait = format!(
+            "wait: expected to end in {:.1} µs ≤ budget {:.1} µs ({} of {} requests waited, {} \
+             outlasted their estimate)",
+            self.wait_last.0 as f64 / 1e3,
+            self.wait_last.1 as f64 / 1e3,
+            self.waited,
+            self.samples.len(),
+            self.overruns
+        );
+        if stopped == 0 {
+            ("wait".into(), wait)
+        } else {
+            (
+                format!("wait+{}", self.used),
+                format!("{wait}; the others {}: {}", self.used, self.why),
+            )
+        }
+    }
 }
 
 fn since_us(from: Instant, to: Instant) -> f64 {
@@ -280,6 +322,7 @@ fn knobs(a: &Args) -> Result<CudaKnobs, BenchError> {
         status_read: a.status_read.parse().map_err(BenchError::Invalid)?,
         chunk: a.chunk,
         fast_chunks: a.fast_chunks == "on",
+        wait_us: a.wait_us,
     })
 }
 
@@ -356,8 +399,12 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             slice_us,
             original_us: orig.us,
             instructions: orig.thread_instructions.zip(timed.thread_instructions),
+            waited: 0,
+            overruns: 0,
+            wait_last: (0, 0),
             samples: Vec::new(),
         };
+        let waits_before = e.ckpt_stats();
         let max_delay_us = ((timed.us / 4.0) as u64).max(1);
         // Kernels too short to be caught get a bounded number of tries.
         let max_runs = 50 * samples_per as u64 + 8;
@@ -381,6 +428,13 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             );
         }
         bar.finish();
+        let waits_after = e.ckpt_stats();
+        pw.waited = waits_after.waited_preemptions - waits_before.waited_preemptions;
+        pw.overruns = waits_after.wait_overruns - waits_before.wait_overruns;
+        pw.wait_last = (
+            waits_after.wait_last_expected_ns,
+            waits_after.wait_budget_ns,
+        );
         env::release(&e, &p)?;
         per.push(pw);
     }
@@ -404,6 +458,7 @@ fn sample_runs(
     for i in 0..inst.launches.len() {
         let job = env::job(p, inst, i)?;
         h.clear();
+        let waited_before = e.ckpt_stats().waited_preemptions;
         let mut st = step(
             &h,
             Some(Duration::from_micros(next(seed) % max_delay_us)),
@@ -414,7 +469,31 @@ fn sample_runs(
         loop {
             let (out, returned, bytes) = (st.out?, st.returned, st.bytes);
             match out {
-                Outcome::Completed { .. } => break,
+                Outcome::Completed { .. } => {
+                    // `auto` waited on a request that came while the launch ran: a sample
+                    // whose GPU was free when the job completed.
+                    let requested = h.requested_at().filter(|&r| r <= returned);
+                    if let Some(requested) = requested
+                        && preempts == 0
+                        && e.ckpt_stats().waited_preemptions > waited_before
+                    {
+                        let us = since_us(requested, returned);
+                        pw.samples.push(Sample {
+                            workload: pw.name,
+                            run: pw.runs,
+                            preempt_live_us: us,
+                            preempt_bytes_us: us,
+                            resumed_from_bytes: false,
+                            restore_us: f64::NAN,
+                            context_bytes: 0,
+                            saved_full: 0,
+                            saved_incremental: 0,
+                            breakdown: None,
+                            waited: true,
+                        });
+                    }
+                    break;
+                }
                 Outcome::Faulted { fault, .. } => {
                     return Err(BenchError::Fault {
                         workload: inst.workload.to_string(),
@@ -459,6 +538,7 @@ fn sample_runs(
                         saved_full,
                         saved_incremental,
                         breakdown: e.take_breakdown(),
+                        waited: false,
                     });
                 }
             }
@@ -486,9 +566,16 @@ fn output(
     };
     let pre_bytes = pct(&|s| Some(s.preempt_bytes_us), &all);
     let pre_live = pct(&|s| Some(s.preempt_live_us), &all);
-    let res_bytes = pct(&|s| s.resumed_from_bytes.then_some(s.restore_us), &all);
-    let res_live = pct(&|s| (!s.resumed_from_bytes).then_some(s.restore_us), &all);
-    let ctx = pct(&|s| Some(s.context_bytes as f64), &all);
+    // A waited sample has no context and no resume.
+    let res_bytes = pct(
+        &|s| (!s.waited && s.resumed_from_bytes).then_some(s.restore_us),
+        &all,
+    );
+    let res_live = pct(
+        &|s| (!s.waited && !s.resumed_from_bytes).then_some(s.restore_us),
+        &all,
+    );
+    let ctx = pct(&|s| (!s.waited).then_some(s.context_bytes as f64), &all);
     let meets = pre_bytes.p99 <= TARGET_P99_US && res_bytes.p99 <= TARGET_P99_US;
     let mismatches: u64 = per.iter().map(|w| w.mismatches).sum();
     let runs: u64 = per.iter().map(|w| w.runs).sum();
@@ -498,6 +585,7 @@ fn output(
             let s: Vec<&Sample> = w.samples.iter().collect();
             let full: u64 = s.iter().map(|x| x.saved_full).sum();
             let inc: u64 = s.iter().map(|x| x.saved_incremental).sum();
+            let (used, why) = w.method();
             serde_json::json!({
                 "workload": w.name,
                 "samples": s.len(),
@@ -505,12 +593,15 @@ fn output(
                 "mismatches": w.mismatches,
                 "preempt_to_live_context_us": pct(&|x| Some(x.preempt_live_us), &s).json(),
                 "preempt_to_saved_bytes_us": pct(&|x| Some(x.preempt_bytes_us), &s).json(),
-                "restore_to_running_us": pct(&|x| Some(x.restore_us), &s).json(),
-                "context_bytes": pct(&|x| Some(x.context_bytes as f64), &s).json(),
+                "restore_to_running_us": pct(&|x| (!x.waited).then_some(x.restore_us), &s).json(),
+                "context_bytes": pct(&|x| (!x.waited).then_some(x.context_bytes as f64), &s).json(),
+                "waited_preemptions": w.waited,
+                "wait_overruns": w.overruns,
+                "waited_request_to_completed_us": pct(&|x| x.waited.then_some(x.preempt_live_us), &s).json(),
                 "saved_full_bytes": full,
                 "saved_incremental_bytes": inc,
-                "method_used": w.used,
-                "why": w.why,
+                "method_used": used,
+                "why": why,
                 "unpreempted_us": w.method_us,
                 "unpreempted_slice_us": w.slice_us,
                 "unpreempted_original_us": w.original_us,
@@ -563,6 +654,9 @@ fn output(
             "restart_launches": ck.restart_launches,
             "sliced_launches": ck.sliced_launches,
             "unproven_launches": ck.unproven_launches,
+            "waited_preemptions": ck.waited_preemptions,
+            "wait_overruns": ck.wait_overruns,
+            "wait_budget_us": a.wait_us,
         },
         "cuda_path": {
             "flag_write": a.flag_write,
@@ -587,7 +681,9 @@ fn output(
                 s.run,
                 s.preempt_live_us,
                 s.preempt_bytes_us,
-                if s.resumed_from_bytes {
+                if s.waited {
+                    "waited"
+                } else if s.resumed_from_bytes {
                     "bytes"
                 } else {
                     "live"
@@ -636,12 +732,13 @@ fn output(
         .map(|w| {
             let s: Vec<&Sample> = w.samples.iter().collect();
             let live = pct(&|x| Some(x.preempt_live_us), &s);
+            let (used, why) = w.method();
             format!(
-                "\n  {}: {} ({}), request→context p50/p99/max {:.1}/{:.1}/{:.1} µs over {}, never \
+                "\n  {}: {} ({}), request→context (waited: →completed) p50/p99/max {:.1}/{:.1}/{:.1} µs over {}, never \
                  preempted {:.3}x the original; {}",
                 w.name,
-                w.used,
-                w.why,
+                used,
+                why,
                 live.p50,
                 live.p99,
                 live.max,
@@ -699,6 +796,9 @@ mod tests {
             instructions: None,
             used: "",
             why: "",
+            waited: 0,
+            overruns: 0,
+            wait_last: (0, 0),
             samples: Vec::new(),
         };
         let mut seed = 1;
@@ -741,6 +841,57 @@ mod tests {
             env::timed_runs(&e, &p, &inst, 1).unwrap();
             let (u, w) = method_used(PreemptMethod::Auto, &before, &e.ckpt_stats());
             assert_eq!((u, w.contains(why)), (used, true), "{name}: {u}: {w}");
+            env::release(&e, &p).unwrap();
+        }
+    }
+
+    /// Issue 23's `wait`: under `auto` with a budget longer than the kernel, requests that
+    /// come while it runs are waited on: the samples say so (no context), the report names
+    /// `wait` and why, and the bytes are the unpreempted run's. With budget 0 the same runs
+    /// are stopped (restart).
+    #[test]
+    fn auto_waits_on_a_kernel_that_ends_within_the_budget_and_says_so() {
+        let inst = suite::long::find("long_tight")
+            .unwrap()
+            .instance(suite::Size::Medium);
+        for (wait_us, waits) in [(100_000, true), (0, false)] {
+            let knobs = CudaKnobs {
+                wait_us,
+                ..CudaKnobs::default()
+            };
+            let e = Eng::new(Backend::Sim, PreemptMethod::Auto, 1, 64, &knobs).unwrap();
+            let p = env::place(&e, &inst).unwrap();
+            let s0 = e.ckpt_stats();
+            let timed = env::timed_runs(&e, &p, &inst, 3).unwrap();
+            let mut pw = sampled(&e, &p, &inst, 1);
+            (pw.used, pw.why) = method_used(PreemptMethod::Auto, &s0, &e.ckpt_stats());
+            pw.samples.clear();
+            let before = e.ckpt_stats();
+            // Requests between a tenth and a quarter of the way in (the helper thread sleeps).
+            let max = ((timed.us / 4.0) as u64).max(2);
+            let mut seed = 7;
+            for _ in 0..20 {
+                sample_runs(&e, &p, &inst, &mut pw, &mut seed, (max, 1), None).unwrap();
+                assert_eq!(env::read_back(&e, &p, &inst).unwrap(), timed.bytes);
+                if pw.samples.iter().any(|s| s.waited) {
+                    break;
+                }
+            }
+            let after = e.ckpt_stats();
+            pw.waited = after.waited_preemptions - before.waited_preemptions;
+            pw.wait_last = (after.wait_last_expected_ns, after.wait_budget_ns);
+            let (used, why) = pw.method();
+            if waits {
+                assert!(pw.waited > 0, "{:?}", e.ckpt_stats());
+                assert!(used.starts_with("wait"), "{used}: {why}");
+                assert!(why.contains("≤ budget 100000.0 µs"), "{why}");
+                let w = pw.samples.iter().find(|s| s.waited).unwrap();
+                assert_eq!((w.context_bytes, w.saved_full), (0, 0));
+            } else {
+                assert_eq!(after.waited_preemptions, 0);
+                assert!(pw.samples.iter().all(|s| !s.waited));
+                assert_eq!(used, "restart", "{why}");
+            }
             env::release(&e, &p).unwrap();
         }
     }

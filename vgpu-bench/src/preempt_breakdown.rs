@@ -17,6 +17,8 @@ pub struct CudaKnobs {
     pub chunk: u32,
     /// Whole chunks as constant-trip copies.
     pub fast_chunks: bool,
+    /// `auto`'s wait budget, µs, on either engine (`pgpu::ckwait`; 0: never wait).
+    pub wait_us: u64,
 }
 
 impl Default for CudaKnobs {
@@ -28,6 +30,7 @@ impl Default for CudaKnobs {
             status_read: c.status_read,
             chunk: c.ckpt_chunk_instructions,
             fast_chunks: c.ckpt_fast_chunks,
+            wait_us: c.preempt_wait.as_micros() as u64,
         }
     }
 }

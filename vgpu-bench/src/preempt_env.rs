@@ -49,6 +49,7 @@ impl Eng {
                     vram_size: VRAM,
                     preempt: method,
                     ckpt_poll_interval: poll_interval,
+                    preempt_wait: std::time::Duration::from_micros(knobs.wait_us),
                     ..SimConfig::default()
                 };
                 if workers > 0 {
@@ -65,6 +66,7 @@ impl Eng {
                 status_read: knobs.status_read,
                 ckpt_chunk_instructions: knobs.chunk,
                 ckpt_fast_chunks: knobs.fast_chunks,
+                preempt_wait: std::time::Duration::from_micros(knobs.wait_us),
                 ..CudaConfig::default()
             })?)),
         };

@@ -79,6 +79,9 @@ pub struct GpuConfig {
     /// slice: the sim interpreter stops between instructions, cuda runs sliced sub-launches;
     /// checkpoint: compiler-directed checkpoints; restart and auto: `pgpu::PreemptMethod`).
     pub preempt: pgpu::PreemptMethod,
+    /// `preempt=auto`'s wait budget (`preempt_wait_us=`, default
+    /// `pgpu::ckwait::DEFAULT_WAIT_BUDGET`, 0: never wait): `pgpu::ckwait`.
+    pub preempt_wait: Duration,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
     /// Doorbells: trapped registers only, or the polled doorbell page as well (`doorbell=`).
@@ -129,6 +132,7 @@ impl Default for GpuConfig {
             guard: 2 << 20,
             sim_pages_2m_only: false,
             preempt: pgpu::PreemptMethod::Slice,
+            preempt_wait: pgpu::ckwait::DEFAULT_WAIT_BUDGET,
             host: None,
             doorbell: Doorbell::Poll,
             spin: default_spin(),
@@ -266,6 +270,16 @@ mod tests {
             pgpu::PreemptMethod::Checkpoint
         );
         assert_eq!(GpuConfig::default().preempt, pgpu::PreemptMethod::Slice);
+        assert_eq!(
+            GpuConfig::parse("preempt=auto,preempt_wait_us=0")
+                .unwrap()
+                .preempt_wait,
+            std::time::Duration::ZERO
+        );
+        assert!(matches!(
+            GpuConfig::parse("preempt_wait_us=100001"),
+            Err(ConfigError::BadValue { .. })
+        ));
         assert!(matches!(
             GpuConfig::parse("preempt=never"),
             Err(ConfigError::BadValue { .. })
@@ -374,6 +388,7 @@ mod tests {
             ("gpu", &["0", "63"]),
             ("nice", &["-20", "0"]),
             ("spin_us", &["0", "10000"]),
+            ("preempt_wait_us", &["0", "100000"]),
         ];
         for k in keys::KEYS {
             let values: Vec<&str> = match samples.iter().find(|(n, _)| *n == k.name) {
@@ -401,7 +416,7 @@ mod tests {
         }
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
-             opt=lazy,pages=2m,preempt=checkpoint,host=/a b,weight=3,priority=4,name=n,\
+             opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,host=/a b,weight=3,priority=4,name=n,\
              reconnect_ms=250,gpu=1,nice=-3,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();

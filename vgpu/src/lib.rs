@@ -226,6 +226,7 @@ fn sim_config(cfg: &GpuConfig) -> SimConfig {
         vram_size: cfg.physical_vram(),
         workers: cfg.workers,
         preempt: cfg.preempt,
+        preempt_wait: cfg.preempt_wait,
         ..SimConfig::default()
     };
     if cfg.sim_pages_2m_only {
@@ -317,6 +318,7 @@ impl Vgpu {
             device: reg.as_ref().map_or(0, |r| r.welcome.gpu.device as i32),
             vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
+            preempt_wait: cfg.preempt_wait,
             ..pgpu::cuda::CudaConfig::default()
         };
         let engine = Arc::new(pgpu::cuda::CudaEngine::new(cuda.clone())?);

@@ -210,6 +210,21 @@ pub static KEYS: &[Key] = &[
         print: |c| Some(c.preempt.to_string()),
     },
     Key {
+        name: "preempt_wait_us",
+        values: "US",
+        default: "40",
+        help: "with preempt=auto: a preemption request for a kernel expected (from its \
+               earlier runs) to end within US µs is not acted on, the kernel completes; one \
+               that outlasts its estimate is stopped after US µs; 0 to 100000 (0: never wait; \
+               pgpu/src/ckwait.rs)",
+        parse: |d, v| {
+            let us = num(v, 0, 100_000).ok_or("0 to 100000")?;
+            d.cfg.preempt_wait = Duration::from_micros(us);
+            Ok(())
+        },
+        print: |c| Some(c.preempt_wait.as_micros().to_string()),
+    },
+    Key {
         name: "host",
         values: "SOCKET",
         default: "none",
