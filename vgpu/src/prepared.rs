@@ -59,8 +59,9 @@ impl PreparedEngine {
 
 /// Why an engine made for `prepared` cannot serve a GPU of configuration `wanted` (a
 /// standby's engine and a snapshot's GPU, `vgpu-vmm --standby`): the keys the engine is made
-/// from that differ, in `--gpu` syntax (`backend`, `vram`, `guard`, `mode`, `preempt`, the sim
-/// engine's `workers` and `pages`, the vgpud's `host` and the `channels` it registered). The
+/// from that differ, in `--gpu` syntax (`backend`, `vram`, `guard`, `mode`, `preempt`,
+/// `preempt_wait_us`, the sim engine's `workers` and `pages`, the vgpud's `host` and the
+/// `channels` it registered). The
 /// device's other keys (job limits, doorbell, host memory, ...) are the device's, set when it
 /// is built on the engine, and may differ.
 pub fn engine_misfit(prepared: &GpuConfig, wanted: &GpuConfig) -> Option<String> {
@@ -90,6 +91,12 @@ pub fn engine_misfit(prepared: &GpuConfig, wanted: &GpuConfig) -> Option<String>
         p.preempt == w.preempt,
         format!("{:?}", p.preempt),
         format!("{:?}", w.preempt),
+    );
+    key(
+        "preempt_wait_us",
+        p.preempt_wait == w.preempt_wait,
+        p.preempt_wait.as_micros().to_string(),
+        w.preempt_wait.as_micros().to_string(),
     );
     if p.backend == config::Backend::Sim {
         key(
@@ -207,5 +214,11 @@ mod tests {
         let s = GpuConfig::parse("vram=64M,pages=2m").unwrap();
         let why = engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()).unwrap();
         assert!(why.starts_with("pages"), "{why}");
+        let a = GpuConfig::parse("vram=64M,preempt=auto,preempt_wait_us=0").unwrap();
+        let why = engine_misfit(&a, &GpuConfig::parse("vram=64M,preempt=auto").unwrap()).unwrap();
+        assert!(
+            why.contains("preempt_wait_us (prepared 0, the snapshot's 40)"),
+            "{why}"
+        );
     }
 }
