@@ -112,19 +112,27 @@ impl Waits {
 }
 
 /// One fresh run of a launch under `Auto`: the child handle the engine runs it under and the
-/// forwarding of requests from the caller's handle (see the module's documentation).
+/// forwarding of requests from the caller's handle (see the module's documentation); for a
+/// kernel with no estimate yet, only the recording of its duration (it runs under the
+/// caller's handle).
 pub(crate) struct Gate<'a> {
     key: Key,
+    parent: &'a PreemptHandle,
+    live: Option<Forward<'a>>,
+}
+
+/// The child handle and the forwarding hook on the caller's.
+struct Forward<'a> {
     child: PreemptHandle,
     st: Arc<GateState>,
     /// Removes the forwarding hook from the caller's handle (first, in `finish`).
-    fwd: Option<crate::engine::preempt::HookGuard<'a>>,
+    hook: crate::engine::preempt::HookGuard<'a>,
 }
 
 #[derive(Debug)]
 struct GateState {
     started: Instant,
-    expected: Option<Duration>,
+    expected: Duration,
     budget: Duration,
     inner: Mutex<Inner>,
 }
@@ -135,6 +143,8 @@ struct Inner {
     armed: bool,
     /// A request was waited on.
     waited: bool,
+    /// A request was passed on to the child at once (later ones change nothing).
+    forwarded: bool,
     /// The budget passed with the launch running: when (the child was then asked).
     overran: Option<Instant>,
     /// The run ended: the timer asks no more.
@@ -142,62 +152,55 @@ struct Inner {
 }
 
 impl<'a> Gate<'a> {
-    /// A gate for a fresh run of `l` on an engine with `waits` and `budget` (zero: never
-    /// waited, requests are forwarded at once).
+    /// A gate for a fresh run of the launch `key` on an engine with `waits` and `budget`
+    /// (zero, no estimate or no timer thread: never waited, the run is only timed).
     pub fn new(
         waits: &Arc<Waits>,
         key: Key,
         parent: &'a PreemptHandle,
         budget: Duration,
     ) -> Gate<'a> {
-        let expected = if budget.is_zero() {
-            None
-        } else {
-            waits.expected(&key)
-        };
-        let child = parent.child();
-        let st = Arc::new(GateState {
-            started: Instant::now(),
-            expected,
-            budget,
-            inner: Mutex::default(),
+        let expected = waits
+            .expected(&key)
+            .filter(|_| !budget.is_zero() && timer().is_some());
+        let live = expected.map(|expected| {
+            let child = parent.child();
+            let st = Arc::new(GateState {
+                started: Instant::now(),
+                expected,
+                budget,
+                inner: Mutex::default(),
+            });
+            let (c, s, w) = (child.clone(), st.clone(), waits.clone());
+            let hook: crate::engine::preempt::PreemptHook = Arc::new(move || s.on_request(&c, &w));
+            // A request pending now is forwarded at once (`armed` is still false).
+            let hook = parent.attach(hook);
+            lock(&st.inner).armed = true;
+            Forward { child, st, hook }
         });
-        let (c, s, w) = (child.clone(), st.clone(), waits.clone());
-        let hook: crate::engine::preempt::PreemptHook = Arc::new(move || s.on_request(&c, &w));
-        // A request pending now is forwarded at once (`armed` is still false).
-        let fwd = parent.attach(hook);
-        lock(&st.inner).armed = true;
-        Gate {
-            key,
-            child,
-            st,
-            fwd: Some(fwd),
-        }
+        Gate { key, parent, live }
     }
 
     /// The handle the engine runs the launch under.
     pub fn handle(&self) -> &PreemptHandle {
-        &self.child
+        self.live.as_ref().map_or(self.parent, |f| &f.child)
     }
 
     /// The run ended with `out`: no more requests are forwarded, and a completed run's GPU
     /// time (or, for a waited run that overran, the time it had run when the budget passed:
     /// a lower bound) is recorded for the next estimates.
-    pub fn finish(mut self, waits: &Waits, out: Option<&Outcome>) {
-        drop(self.fwd.take());
-        let inner = {
-            let mut g = lock(&self.st.inner);
+    pub fn finish(self, waits: &Waits, out: Option<&Outcome>) {
+        let overran = self.live.and_then(|f| {
+            drop(f.hook);
+            let mut g = lock(&f.st.inner);
             g.done = true;
-            std::mem::take(&mut *g)
-        };
-        match out {
-            Some(Outcome::Completed { gpu_time }) => waits.record(&self.key, *gpu_time),
-            _ => {
-                if let Some(at) = inner.overran {
-                    let from = self.child.running_since().unwrap_or(self.st.started);
-                    waits.record(&self.key, at.saturating_duration_since(from));
-                }
-            }
+            let from = f.child.running_since().unwrap_or(f.st.started);
+            g.overran.map(|at| at.saturating_duration_since(from))
+        });
+        match (out, overran) {
+            (Some(Outcome::Completed { gpu_time }), _) => waits.record(&self.key, *gpu_time),
+            (_, Some(ran)) => waits.record(&self.key, ran),
+            _ => {}
         }
     }
 }
@@ -206,8 +209,8 @@ impl GateState {
     /// A request on the caller's handle (called under its hook lock: never blocks long).
     fn on_request(self: &Arc<Self>, child: &PreemptHandle, waits: &Arc<Waits>) {
         let mut g = lock(&self.inner);
-        if g.waited || g.done {
-            // Already waited on (the timer forwards it), or over.
+        if g.waited || g.forwarded || g.done {
+            // Already waited on (the timer forwards it), passed on, or over.
             return;
         }
         // From when the engine started the kernel (its host work before the launch is not
@@ -215,9 +218,9 @@ impl GateState {
         let ran = child
             .running_since()
             .map_or(Duration::ZERO, |t| t.elapsed());
-        let remaining = self.expected.map(|e| e.saturating_sub(ran));
-        match remaining {
-            Some(r) if g.armed && r <= self.budget => {
+        let r = self.expected.saturating_sub(ran);
+        match timer() {
+            Some(t) if g.armed && r <= self.budget => {
                 g.waited = true;
                 waits.waited.fetch_add(1, Ordering::Relaxed);
                 waits
@@ -233,12 +236,13 @@ impl GateState {
                     self.budget.as_micros()
                 );
                 let (s, c, w) = (self.clone(), child.clone(), waits.clone());
-                timer().at(
+                t.at(
                     Instant::now() + self.budget,
                     Box::new(move || s.overrun(&c, &w)),
                 );
             }
             _ => {
+                g.forwarded = true;
                 drop(g);
                 child.request();
             }
@@ -275,9 +279,11 @@ struct Timer {
 /// Below this, the timer spins instead of sleeping.
 const SPIN: Duration = Duration::from_micros(300);
 
-fn timer() -> &'static Timer {
-    static T: OnceLock<&'static Timer> = OnceLock::new();
-    T.get_or_init(|| {
+/// The timer, its thread started on first use; `None` if the thread could not be made (then
+/// nothing is waited on: a waited request would never be forwarded).
+fn timer() -> Option<&'static Timer> {
+    static T: OnceLock<Option<&'static Timer>> = OnceLock::new();
+    *T.get_or_init(|| {
         let t: &'static Timer = Box::leak(Box::new(Timer {
             q: Mutex::default(),
             cv: Condvar::new(),
@@ -285,11 +291,13 @@ fn timer() -> &'static Timer {
         let spawned = std::thread::Builder::new()
             .name("pgpu-wait-timer".into())
             .spawn(move || t.run());
-        if let Err(e) = spawned {
-            // Without the thread, `at` runs each due at once (no waiting: still bounded).
-            log::warn!("preempt wait: no timer thread ({e}): requests are not waited");
+        match spawned {
+            Ok(_) => Some(t),
+            Err(e) => {
+                log::warn!("preempt wait: no timer thread ({e}): requests are not waited on");
+                None
+            }
         }
-        t
     })
 }
 
@@ -388,7 +396,7 @@ mod tests {
         let t0 = Instant::now();
         for (i, us) in [(0, 2000u64), (1, 50), (2, 500)] {
             let tx = tx.clone();
-            timer().at(
+            timer().unwrap().at(
                 t0 + Duration::from_micros(us),
                 Box::new(move || tx.send((i, Instant::now())).unwrap()),
             );
