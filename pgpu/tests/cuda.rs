@@ -16,7 +16,7 @@
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
 //! (restarting launches longer than a time slice still finish), `cuda/legacy.rs` (escalated
 //! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
-//! prepared first run makes nothing and stops at its slice end).
+//! prepared first run makes nothing and stops at its slice end), `cuda/ckwait.rs` (`auto`'s wait).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -24,6 +24,8 @@ mod bulk;
 mod ckpath;
 #[path = "cuda/ckpt.rs"]
 mod ckpt;
+#[path = "cuda/ckwait.rs"]
+mod ckwait;
 #[path = "cuda/legacy.rs"]
 mod legacy;
 #[path = "cuda/measure.rs"]
