@@ -115,6 +115,10 @@ pub struct CheckpointStats {
     pub sliced_launches: u64,
     /// Restarting launches that continued in the checkpoint form.
     pub escalated_launches: u64,
+    /// Requests `auto` waited on (the launch was expected to end within `preempt_wait_us`),
+    /// and of them the launches that outlasted their estimate (`pgpu::ckwait`).
+    pub waited_preemptions: u64,
+    pub wait_overruns: u64,
     pub preemptions: u64,
     pub saved_full_bytes: u64,
     pub saved_incremental_bytes: u64,
@@ -578,6 +582,8 @@ impl Vgpu {
                     restart_launches: c.restart_launches,
                     sliced_launches: c.sliced_launches,
                     escalated_launches: c.escalated_launches,
+                    waited_preemptions: c.waited_preemptions,
+                    wait_overruns: c.wait_overruns,
                     preemptions: c.preemptions,
                     saved_full_bytes: c.saved_full_bytes,
                     saved_incremental_bytes: c.saved_incremental_bytes,

@@ -23,6 +23,8 @@ pub fn preempt_report() -> Option<serde_json::Value> {
             "checkpoint_launches": c.launches.saturating_sub(c.restart_launches),
             "sliced_launches": c.sliced_launches,
             "escalated_launches": c.escalated_launches,
+            "waited_preemptions": c.waited_preemptions,
+            "wait_overruns": c.wait_overruns,
             "preemptions": c.preemptions,
             "saved_threads": c.saved_threads,
             "saved_full_bytes": c.saved_full_bytes,
