@@ -9,14 +9,19 @@
 //! from being waited on), once [`MIN_SAMPLES`] are known. At a request, the launch is waited
 //! when that maximum, less the time it has run, is at most the budget. No estimate: not waited.
 //!
-//! Bounded: the engine runs the launch under a *child* handle ([`Gate::handle`]); a request on
-//! the caller's handle reaches the child at once (not waited: the launch stops by its normal
-//! method) or, when waited, from a timer thread once the budget has passed
-//! (`CkptStats::wait_overruns`), so that a launch that outlasts its estimate stops within
-//! budget + its method's own stop. A request already pending when the launch starts is never
-//! waited (a job started with the flag set stops at its first point, as documented for
-//! `PreemptHandle`), nor is a time slice's deadline (`PreemptHandle::set_deadline`): the
-//! child has the same deadline.
+//! Bounded: a launch with an estimate runs under a *child* handle ([`Gate::handle`]; one
+//! without, under the caller's, only timed); a request on the caller's handle reaches the
+//! child at once (not waited: the launch stops by its normal method) or, when waited, from a
+//! timer thread once the budget has passed (`CkptStats::wait_overruns`; what the launch had
+//! run then is kept as one of its kernel's durations), so that a launch that outlasts its
+//! estimate stops within budget + its method's own stop. A request already pending when the
+//! launch starts is never waited on (a job started with the flag set stops at its first
+//! point, as documented for `PreemptHandle`), nor is a time slice's deadline
+//! (`PreemptHandle::set_deadline`: the child has the same deadline; vgpud's slice ends), nor
+//! a resumed run (not gated).
+//!
+//! Guests choose their kernels' lengths: one that runs short, then long, costs each request
+//! at most the budget more (an overrun), and the estimate then holds the longer time.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
