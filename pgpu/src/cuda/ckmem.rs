@@ -25,8 +25,31 @@ use super::stream::Stream;
 /// Offset of the save area in a job's buffer (the flag is at 0).
 pub const SAVE_OFF: u64 = 256;
 
-/// Idle buffers kept (their sizes summed) before further ones are freed.
+/// Idle buffers kept (their sizes summed) before further ones are freed, at least (see
+/// [`idle_cap`]).
 const MAX_IDLE_BYTES: u64 = 256 << 20;
+
+/// Granule of the pool's buffers.
+const GRANULE: u64 = 64 << 10;
+
+/// The size of the buffer a save area of `area` bytes takes.
+fn buffer_bytes(area: u64) -> u64 {
+    (SAVE_OFF + area).next_multiple_of(GRANULE)
+}
+
+/// Idle bytes the pool keeps for an engine whose largest save area is `max_area`: 256 MiB, or
+/// two buffers of the largest area if that is more. A flat 256 MiB never kept the buffer of a
+/// 256 MiB area (the limit's default: 256 MiB + its header), so every launch of such a kernel
+/// allocated, zeroed and freed it — `cuMemFree` synchronising the device — and one alternating
+/// with another kernel (bfs: 256 + 32 MiB) evicted the other's. Bounded by the configuration.
+pub(crate) fn idle_cap(max_area: u64) -> u64 {
+    MAX_IDLE_BYTES.max(buffer_bytes(max_area.min(u64::MAX / 4)).saturating_mul(2))
+}
+
+/// Whether an idle set of `held` bytes keeps one more buffer of `size` under `cap`.
+fn keeps(held: u64, size: u64, cap: u64) -> bool {
+    held.saturating_add(size) <= cap
+}
 
 /// How a preemption request writes the flag while the kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,15 +116,19 @@ impl std::str::FromStr for FlagWrite {
 pub struct Pool {
     ctx: Ctx,
     idle: Mutex<Vec<(u64, u64)>>,
+    /// Idle bytes kept ([`idle_cap`]).
+    max_idle: u64,
     /// Buffers allocated so far.
     pub allocs: AtomicU64,
 }
 
 impl Pool {
-    pub fn new(ctx: Ctx) -> Arc<Pool> {
+    /// A pool for save areas of at most `max_area` bytes.
+    pub fn new(ctx: Ctx, max_area: u64) -> Arc<Pool> {
         Arc::new(Pool {
             ctx,
             idle: Mutex::new(Vec::new()),
+            max_idle: idle_cap(max_area),
             allocs: AtomicU64::new(0),
         })
     }
@@ -115,11 +142,11 @@ impl Pool {
     }
 
     /// Whether a new buffer for `take(area)` would be kept idle once given back (the pool
-    /// holds at most `MAX_IDLE_BYTES`): else preparing one is pointless.
+    /// holds at most [`idle_cap`]): else preparing one is pointless.
     pub fn would_keep(&self, area: u64) -> bool {
-        let size = (SAVE_OFF + area).next_multiple_of(64 << 10);
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.iter().map(|&(_, s)| s).sum::<u64>() + size <= MAX_IDLE_BYTES
+        let held = idle.iter().map(|&(_, s)| s).sum::<u64>();
+        keeps(held, buffer_bytes(area), self.max_idle)
     }
 
     /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
@@ -143,7 +170,7 @@ impl Pool {
                 });
             }
         }
-        let size = need.next_multiple_of(64 << 10);
+        let size = buffer_bytes(area);
         let mut ptr: sys::CUdeviceptr = 0;
         self.ctx.bind()?;
         // SAFETY: out-pointer to a local; the size is bounded by the caller's limit.
@@ -314,7 +341,7 @@ impl Drop for DevBuf {
         if self.clean {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
             let held: u64 = idle.iter().map(|&(_, s)| s).sum();
-            if held + self.size <= MAX_IDLE_BYTES {
+            if keeps(held, self.size, self.pool.max_idle) {
                 idle.push((self.ptr, self.size));
                 return;
             }
@@ -505,5 +532,31 @@ impl FlagHook {
         if let Err(e) = r {
             log::warn!("cuda: raising the checkpoint flag failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The buffer of the largest save area the configuration allows is kept idle, beside
+    /// another of the same size (two kernels alternating, as bfs's expand and advance): with
+    /// the flat 256 MiB of before, a 256 MiB area's buffer was never kept.
+    #[test]
+    fn the_largest_allowed_area_is_kept_beside_another() {
+        let max = 256 << 20;
+        let cap = idle_cap(max);
+        let big = buffer_bytes(max);
+        assert!(big > MAX_IDLE_BYTES, "256 MiB + its header");
+        assert!(!keeps(0, big, MAX_IDLE_BYTES), "what the flat cap did");
+        assert!(keeps(0, big, cap));
+        assert!(keeps(big, big, cap));
+        assert!(!keeps(2 * big, GRANULE, cap), "still bounded");
+        // Small limits keep the old 256 MiB; absurd ones do not overflow.
+        assert_eq!(idle_cap(1 << 20), MAX_IDLE_BYTES);
+        assert!(idle_cap(u64::MAX) > MAX_IDLE_BYTES);
+        assert_eq!(buffer_bytes(0), GRANULE);
+        assert_eq!(buffer_bytes(GRANULE - SAVE_OFF), GRANULE);
+        assert_eq!(buffer_bytes(GRANULE - SAVE_OFF + 1), 2 * GRANULE);
     }
 }

@@ -233,7 +233,7 @@ impl CudaEngine {
         h: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
-        let func = module.loaded.func(&l.entry)?;
+        let func = self.run_func(&module.loaded, &l.entry)?;
         let p = func
             .ck
             .ok_or_else(|| EngineError::BadLaunch("checkpoint parameters missing".into()))?;

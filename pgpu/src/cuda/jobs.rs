@@ -91,7 +91,7 @@ impl CudaEngine {
     ) -> Result<Outcome, EngineError> {
         self.check_launch(&l)?;
         let loaded = lock(&self.modules).get(l.module)?;
-        let func = loaded.func(&l.entry)?;
+        let func = self.run_func(&loaded, &l.entry)?;
         if l.params.len() < func.own_end || l.params.len() > func.slice_off {
             return Err(EngineError::BadLaunch(format!(
                 "parameter buffer is {} bytes, the entry takes {}",

@@ -7,16 +7,20 @@
 //! the VM's own thread before it asks vgpud for the GPU. Done under a grant, it kept the GPU
 //! from every other VM and made the first stop of each VM milliseconds late (its run started
 //! late, the slice end came before its kernel did). Nothing of the job runs; what is made is
-//! what the run takes from the same pools, so a prepared run finds it there.
+//! what the run takes from the same pools, so a prepared run finds it there. Per module
+//! (`Engine::prepare_module`: a standby's template, and the in-process library's module loads
+//! under a checkpoint method, which would otherwise pay it inside the program's first timed
+//! launch) the part that does not depend on a launch's grid.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::ckpath::CONTIGUOUS_MAX_BYTES;
-use super::config::{FlagWrite, StatusRead};
+use super::config::{EndWait, FlagWrite, StatusRead};
 use super::context::{JobState, LaunchState};
 use super::driver::ck;
 use super::engine::CudaEngine;
-use super::modules::{CkLoaded, Loaded};
+use super::modules::{CkLoaded, Func, Loaded};
 use super::sys;
 use crate::ckpt::{area_bytes, threads};
 use crate::engine::{EngineError, Job, ModuleId};
@@ -93,26 +97,53 @@ impl CudaEngine {
     }
 
     /// `Engine::prepare_module`: every entry of module `id` resolved and loaded onto the
-    /// device (`Loaded::func`) in each form that has it, and the streams a launch of it takes.
+    /// device (`Loaded::func`) in each form that has it, and the streams a launch of it takes;
+    /// for a module with a transformed form also what every checkpointed run of the engine
+    /// takes whatever its grid: the signal stream, and the pinned flag words where the
+    /// configuration uses them. Only the save area stays with the launch (`prepare_job`, or
+    /// the run): its size is the launch's grid times the entry's record.
     pub(crate) fn prepare_module_entries(&self, id: ModuleId) -> Result<(), EngineError> {
         self.alive()?;
         let m = lock(&self.modules);
         let (loaded, text) = (m.get(id)?, m.text(id)?);
         let (transformed, save) = (m.ck(id)?, m.ck_save(id)?);
         drop(m);
+        let mut checkpointed = false;
         for entry in super::rewrite::entry_names(&text) {
             loaded.func(&entry)?;
             for form in [&transformed, &save].into_iter().flatten() {
                 if form.plan(&entry).is_some() {
                     form.loaded.func(&entry)?;
+                    checkpointed = true;
                 }
             }
         }
-        self.prepare_streams(if loaded.sliced {
+        let mut streams = if loaded.sliced {
             self.cfg.pipeline_depth.max(1)
         } else {
             1
-        })
+        };
+        if checkpointed {
+            self.signal()?;
+            if matches!(
+                self.cfg.flag_write,
+                FlagWrite::HostMapped | FlagWrite::Armed
+            ) || self.cfg.end_wait == EndWait::Notice
+            {
+                let _ = self.host_flags();
+            }
+            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+        }
+        self.prepare_streams(streams)
+    }
+
+    /// The function of `entry` in `loaded` for a run, counting a resolution the run does
+    /// itself (`funcs_in_runs`: the kernel then reaches the device inside the run).
+    pub(crate) fn run_func(&self, loaded: &Loaded, entry: &str) -> Result<Func, EngineError> {
+        if !loaded.resolved(entry) {
+            self.funcs_in_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        loaded.func(entry)
     }
 
     /// The forms, save areas and streams of launch `l` (`Needs`).
