@@ -123,7 +123,8 @@ fn run_checked(
 }
 
 /// A request pending when `execute` is called: the job is preempted with no thread saved at a
-/// point (every thread stopped at the entry point, or no slice ran), and resumes identically.
+/// point (every thread stopped at the entry point, or no slice ran), a restarting launch is not
+/// taken as stalled (no escalation), and every job resumes identically.
 #[test]
 fn a_request_pending_before_execute_preempts_before_any_work_and_resumes_identically() {
     let plain = plain();
@@ -151,6 +152,9 @@ fn a_request_pending_before_execute_preempts_before_any_work_and_resumes_identic
         let s = e.ckpt_stats();
         assert!(s.preemptions > 0, "{method}: {s:?}");
         assert_eq!(s.fallback_modules, 0, "{method}: {:?}", s.fallback_reasons);
+        // No thread ran, so no restarting launch showed the restart hazard (`ckpt::stalled`):
+        // none continues in its checkpoint form.
+        assert_eq!(s.escalated_launches, 0, "{method}: {s:?}");
     }
 }
 

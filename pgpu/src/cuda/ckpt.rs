@@ -569,7 +569,7 @@ impl CudaEngine {
             ck: Some(CkLive {
                 buf,
                 area_len: need,
-                stalled: planr.restart && ckpt::stalled(&before, &after),
+                stalled: planr.restart && !trace.early && ckpt::stalled(&before, &after),
                 statuses: after,
                 escalated,
             }),
@@ -697,6 +697,7 @@ impl CudaEngine {
             (&mut size as *mut usize).cast(),
             std::ptr::null_mut(),
         ];
+        let early = fired.load(Ordering::SeqCst);
         stream.mark_origin()?;
         h.mark_running();
         stream.mark_start()?;
@@ -786,6 +787,7 @@ impl CudaEngine {
                 noticed_by,
                 late: late_used,
                 arm_failed,
+                early,
             },
         ))
     }
