@@ -9,7 +9,8 @@
 //! (`long_tight`, `long_atomic` at size xl) under `checkpoint`. Every run must be preempted and
 //! resume to the exact outputs (the spin to its bounds: `spin_ok`). `MEASURE early` lines say
 //! what the runs did, and whether two unpreempted spin runs even write the same bytes (they are
-//! `%globaltimer` readings).
+//! `%globaltimer` readings). Also: a restarting launch stopped by a pending request is not
+//! escalated (`pgpu::ckpt::stalled` is not asked about a run that started under a request).
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -255,4 +256,31 @@ fn gpu_ckearly_requests_before_and_at_the_launch_resume_to_the_right_bytes() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A restarting launch (`long_tight` at size xl under `restart`) stopped by a request pending at
+/// `execute`, five times: every run is preempted, none is taken as stalled (no escalation to
+/// the checkpoint form: no thread ran), and each resumes to the exact outputs.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckearly_a_pending_request_does_not_escalate_a_restarting_launch() {
+    let e = cuda(CudaConfig {
+        vram_size: 64 * MIB,
+        preempt: PreemptMethod::Restart,
+        ..CudaConfig::default()
+    });
+    let inst = suite::long::find("long_tight")
+        .unwrap()
+        .instance(suite::Size::Xl);
+    let p = place(&e, &inst, window());
+    let req = Requester::new();
+    for run in 0..5 {
+        if let Err(m) = early_once(&e, &p, &inst, When::Pending, &req) {
+            panic!("run {run}: {m}");
+        }
+    }
+    let st = e.ckpt_stats();
+    println!("MEASURE early restart pending: {st:?}");
+    assert!(st.restart_launches >= 5, "{st:?}");
+    assert_eq!(st.escalated_launches, 0, "{st:?}");
 }
