@@ -126,11 +126,13 @@ fn early_once(
     }
     req.tx.send((h.clone(), when)).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let mut out = e.execute(&job, &h).map_err(|e| e.to_string())?;
+    let out = e.execute(&job, &h);
+    // Heard from before anything else: the next run must not read this one's answer.
     let asked = req
         .done
         .recv_timeout(Duration::from_secs(10))
         .map_err(|e| format!("requester: {e}"))?;
+    let mut out = out.map_err(|e| e.to_string())?;
     if !asked {
         return Err("the job was never marked running".into());
     }
