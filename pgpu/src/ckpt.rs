@@ -316,6 +316,8 @@ pub fn choose(
 /// it continues in the entry's checkpoint form (the same text transformed without `restart`,
 /// loaded beside the restarting form), where a stopped thread saves its registers and every
 /// run moves each running thread to a later point — progress whatever the preemption rate.
+/// The engines do not ask about a run whose request came before it started: its threads
+/// stopped at their entry points, which says nothing of their length.
 pub fn stalled(before: &[u32], after: &[u32]) -> bool {
     let done = |v: &[u32]| v.iter().filter(|&&s| s == STATUS_DONE).count();
     let was = if before.is_empty() { 0 } else { done(before) };

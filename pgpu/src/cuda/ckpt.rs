@@ -569,7 +569,7 @@ impl CudaEngine {
             ck: Some(CkLive {
                 buf,
                 area_len: need,
-                stalled: planr.restart && ckpt::stalled(&before, &after),
+                stalled: planr.restart && !trace.early && ckpt::stalled(&before, &after),
                 statuses: after,
                 escalated,
             }),
@@ -638,14 +638,15 @@ impl CudaEngine {
             // A plain store before the launch is enqueued: program order (the mirror's
             // address is in the slot already).
             (FlagWrite::HostMapped, Some(w)) => w.store(0),
-            // The flag, then the mirror's address next to it (0: none), on the job stream.
+            // The flag, then the mirror's address next to it (0: none), on the job stream;
+            // rewritten as 0 too on a mirror engine (a pooled buffer keeps its last job's).
             // SAFETY: the job's own buffer (256 header bytes) and stream.
             _ => unsafe {
                 ck(
                     "cuMemsetD32Async",
                     sys::cuMemsetD32Async(buf.flag(), 0, 4, stream.stream),
                 )?;
-                if mirror != 0 {
+                if mirror != 0 || self.cfg.status_read == super::ckpath::StatusRead::Mirror {
                     let at = buf.flag() + ptx::ckpt::MIRROR_OFF as u64;
                     ck(
                         "cuMemsetD32Async",
@@ -696,6 +697,7 @@ impl CudaEngine {
             (&mut size as *mut usize).cast(),
             std::ptr::null_mut(),
         ];
+        let early = fired.load(Ordering::SeqCst);
         stream.mark_origin()?;
         h.mark_running();
         stream.mark_start()?;
@@ -740,7 +742,7 @@ impl CudaEngine {
                 |_| false,
             );
         if let Some(q) = &queued {
-            q.on_launched(fired.load(Ordering::SeqCst))?;
+            q.on_launched(&fired)?;
         }
         let late = || hook.fire_driver();
         let (noticed, noticed_by, late_used) = match notice {
@@ -785,6 +787,7 @@ impl CudaEngine {
                 noticed_by,
                 late: late_used,
                 arm_failed,
+                early,
             },
         ))
     }
