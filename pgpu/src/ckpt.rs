@@ -120,6 +120,12 @@ pub struct CkptStats {
     /// Restarting launches escalated to the checkpoint form (or, where the engine has none
     /// for the entry, to slicing) after a run that finished no thread: see [`stalled`].
     pub escalated_launches: u64,
+    /// Fresh checkpointed runs that completed with no request (the never-preempted case of
+    /// issue 23's cost target; counted by the cuda engine only, 0 on sim).
+    pub unrequested_runs: u64,
+    /// Driver calls those runs made on the launching thread, from the run's start to its
+    /// outcome (`unrequested_driver_calls / unrequested_runs` is the per-launch host work).
+    pub unrequested_driver_calls: u64,
 }
 
 /// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
@@ -145,6 +151,8 @@ pub(crate) struct CkptCounters {
     sliced_launches: AtomicU64,
     unproven_launches: AtomicU64,
     escalated_launches: AtomicU64,
+    unrequested_runs: AtomicU64,
+    unrequested_driver_calls: AtomicU64,
 }
 
 impl CkptCounters {
@@ -246,7 +254,16 @@ impl CkptCounters {
             sliced_launches: g(&self.sliced_launches),
             unproven_launches: g(&self.unproven_launches),
             escalated_launches: g(&self.escalated_launches),
+            unrequested_runs: g(&self.unrequested_runs),
+            unrequested_driver_calls: g(&self.unrequested_driver_calls),
         }
+    }
+
+    /// A fresh run completed with no request, after `calls` driver calls.
+    pub(crate) fn unrequested(&self, calls: u64) {
+        self.unrequested_runs.fetch_add(1, Ordering::Relaxed);
+        self.unrequested_driver_calls
+            .fetch_add(calls, Ordering::Relaxed);
     }
 }
 

@@ -17,10 +17,13 @@
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
 //! (restarting launches longer than a time slice still finish), `cuda/legacy.rs` (escalated
 //! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
-//! prepared first run makes nothing and stops at its slice end).
+//! prepared first run makes nothing and stops at its slice end), `cuda/ckcost.rs` (the driver
+//! calls and host time of a checkpointed launch no request reaches).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
+#[path = "cuda/ckcost.rs"]
+mod ckcost;
 #[path = "cuda/ckearly.rs"]
 mod ckearly;
 #[path = "cuda/ckpath.rs"]

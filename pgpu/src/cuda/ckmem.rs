@@ -115,7 +115,8 @@ impl std::str::FromStr for FlagWrite {
 #[derive(Debug)]
 pub struct Pool {
     ctx: Ctx,
-    idle: Mutex<Vec<(u64, u64)>>,
+    /// (device pointer, size, whether its flag word may be non-zero: `DevBuf::flag_raised`).
+    idle: Mutex<Vec<(u64, u64, bool)>>,
     /// Idle bytes kept ([`idle_cap`]).
     max_idle: u64,
     /// Buffers allocated so far.
@@ -138,14 +139,14 @@ impl Pool {
         let need = SAVE_OFF + area;
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.iter()
-            .any(|&(_, s)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
+            .any(|&(_, s, _)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
     }
 
     /// Whether a new buffer for `take(area)` would be kept idle once given back (the pool
     /// holds at most [`idle_cap`]): else preparing one is pointless.
     pub fn would_keep(&self, area: u64) -> bool {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let held = idle.iter().map(|&(_, s)| s).sum::<u64>();
+        let held = idle.iter().map(|&(_, s, _)| s).sum::<u64>();
         keeps(held, buffer_bytes(area), self.max_idle)
     }
 
@@ -157,15 +158,16 @@ impl Pool {
             let best = idle
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, s))| *s >= need && *s <= need.saturating_mul(2).max(64 << 10))
-                .min_by_key(|(_, (_, s))| *s)
+                .filter(|(_, (_, s, _))| *s >= need && *s <= need.saturating_mul(2).max(64 << 10))
+                .min_by_key(|(_, (_, s, _))| *s)
                 .map(|(i, _)| i);
             if let Some(i) = best {
-                let (ptr, size) = idle.swap_remove(i);
+                let (ptr, size, flag_raised) = idle.swap_remove(i);
                 return Ok(DevBuf {
                     ptr,
                     size,
                     clean: false,
+                    flag_raised,
                     pool: self.clone(),
                 });
             }
@@ -192,6 +194,7 @@ impl Pool {
             ptr,
             size,
             clean: false,
+            flag_raised: false,
             pool: self.clone(),
         })
     }
@@ -204,7 +207,7 @@ impl Pool {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.ctx.bind()?;
         let mut n = 0u64;
-        for (ptr, size) in idle {
+        for (ptr, size, _) in idle {
             let mut v = vec![0u8; (size - SAVE_OFF) as usize];
             // SAFETY: an idle allocation of this pool, `size` bytes; host buffer of that length
             // minus the flag part.
@@ -222,7 +225,7 @@ impl Drop for Pool {
         if self.ctx.bind().is_err() {
             return;
         }
-        for (ptr, _) in self
+        for (ptr, _, _) in self
             .idle
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
@@ -241,6 +244,12 @@ pub struct DevBuf {
     pub size: u64,
     /// Set when the job completed (the area is all zero again): the buffer returns to the pool.
     pub clean: bool,
+    /// Whether the flag word (offset 0) may be non-zero, or a write to it may still be
+    /// pending: a request raised it (or a job's armed write ran) since the buffer was zeroed or
+    /// its flag last cleared. A launch on a buffer whose flag is down enqueues no clear
+    /// (`ckpt::needs_clear`); the flag is only ever written by a request (the kernel reads
+    /// it), and a job whose request fired lets the write land before the buffer goes back.
+    pub flag_raised: bool,
     pool: Arc<Pool>,
 }
 
@@ -340,9 +349,9 @@ impl Drop for DevBuf {
     fn drop(&mut self) {
         if self.clean {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let held: u64 = idle.iter().map(|&(_, s)| s).sum();
+            let held: u64 = idle.iter().map(|&(_, s, _)| s).sum();
             if keeps(held, self.size, self.pool.max_idle) {
-                idle.push((self.ptr, self.size));
+                idle.push((self.ptr, self.size, self.flag_raised));
                 return;
             }
         }
@@ -378,7 +387,8 @@ unsafe impl Sync for Signal {}
 pub struct FlagHook {
     pub ctx: Ctx,
     pub flag: u64,
-    /// Recorded on the job stream after the flag was cleared.
+    /// Recorded on the job stream after the flag was cleared; null when the launch enqueued no
+    /// clear (its buffer's flag was down: `DevBuf::flag_raised`), so a write waits for nothing.
     pub cleared: sys::CUevent,
     pub signal: sys::CUstream,
     pub method: FlagWrite,
@@ -397,24 +407,32 @@ pub struct FlagHook {
     pub fallback: sys::CUstream,
 }
 
-// SAFETY: CUDA handles usable from any thread with the context current; the event outlives
-// every call of the hook (the job destroys it after removing the hook).
+// SAFETY: CUDA handles usable from any thread with the context current; the events outlive
+// every call of the hook (the job gives them back only after removing the hook).
 unsafe impl Send for FlagHook {}
 // SAFETY: as above.
 unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
+    /// Makes `stream`'s next work wait for the launch's flag clear, if it enqueued one.
+    fn after_clear(&self, stream: sys::CUstream) -> Result<(), super::driver::DrvError> {
+        if self.cleared.is_null() {
+            return Ok(());
+        }
+        // SAFETY: live stream and event (recorded by the launch before the hook was attached).
+        ck("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(stream, self.cleared, 0)
+        })
+    }
+
     /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
     /// flag's clear, with `done` and the completion word behind it.
     pub fn arm(&self) -> Result<(), super::driver::DrvError> {
+        self.after_clear(self.signal)?;
         // SAFETY: live streams and events; `gate` and `armed_done` are words of a pinned slot
         // and `flag` the job's device buffer, all held until the completion word came (or the
         // stream was synchronised) after the kernel.
         unsafe {
-            ck(
-                "cuStreamWaitEvent",
-                sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-            )?;
             ck(
                 "cuStreamWaitValue32_v2",
                 sys::cuStreamWaitValue32_v2(
@@ -442,20 +460,13 @@ impl FlagHook {
         if self.ctx.bind().is_err() {
             return;
         }
-        // SAFETY: live stream and event; `flag` is the job's device buffer, alive while the
-        // hook is attached (the job synchronises this stream after a late request).
-        let r = unsafe {
-            ck(
-                "cuStreamWaitEvent",
-                sys::cuStreamWaitEvent(self.fallback, self.cleared, 0),
-            )
-            .and_then(|_| {
-                ck(
-                    "cuStreamWriteValue32_v2",
-                    sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0),
-                )
+        let r = self.after_clear(self.fallback).and_then(|_| {
+            // SAFETY: live stream; `flag` is the job's device buffer, alive while the hook is
+            // attached (the job synchronises this stream after a late request).
+            ck("cuStreamWriteValue32_v2", unsafe {
+                sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0)
             })
-        };
+        });
         if let Err(e) = r {
             log::warn!("cuda: the driver's write of a late armed flag failed: {e}");
         }
@@ -476,14 +487,12 @@ impl FlagHook {
             // SAFETY: live stream and events; `flag` is the job's device buffer, alive while
             // the hook is attached.
             FlagWrite::WriteValuePriority | FlagWrite::HostMapped | FlagWrite::Armed => unsafe {
-                let q = sys::cuEventQuery(self.cleared);
-                let waited = if q == sys::CUresult::CUDA_SUCCESS {
+                let waited = if self.cleared.is_null()
+                    || sys::cuEventQuery(self.cleared) == sys::CUresult::CUDA_SUCCESS
+                {
                     Ok(())
                 } else {
-                    ck(
-                        "cuStreamWaitEvent",
-                        sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-                    )
+                    self.after_clear(self.signal)
                 };
                 waited.and_then(|_| {
                     ck(
@@ -494,39 +503,41 @@ impl FlagHook {
             },
             // SAFETY: live stream and event; `flag` is the job's device buffer, alive while
             // the hook is attached.
-            FlagWrite::WriteValue => unsafe {
-                ck(
-                    "cuStreamWaitEvent",
-                    sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-                )
-                .and_then(|_| {
-                    ck(
-                        "cuStreamWriteValue32_v2",
-                        sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
-                    )
+            FlagWrite::WriteValue => self.after_clear(self.signal).and_then(|_| {
+                // SAFETY: live stream; `flag` is the job's device buffer, alive while the
+                // hook is attached.
+                ck("cuStreamWriteValue32_v2", unsafe {
+                    sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0)
                 })
-            },
+            }),
             FlagWrite::Memcpy => {
                 let one = 1u32;
-                // SAFETY: live event; 4 bytes from a local to the job's flag.
-                unsafe {
-                    ck("cuEventSynchronize", sys::cuEventSynchronize(self.cleared)).and_then(|_| {
-                        ck(
-                            "cuMemcpyHtoD_v2",
-                            sys::cuMemcpyHtoD_v2(self.flag, (&one as *const u32).cast(), 4),
-                        )
+                let cleared = if self.cleared.is_null() {
+                    Ok(())
+                } else {
+                    // SAFETY: live event, recorded behind the launch's clear.
+                    ck("cuEventSynchronize", unsafe {
+                        sys::cuEventSynchronize(self.cleared)
                     })
-                }
-                // Landed before the hook returns (the job then synchronises the signal stream,
-                // not this one): a late write would raise the flag of the buffer's next job.
-                .and_then(|_| sync_legacy())
+                };
+                cleared
+                    .and_then(|_| {
+                        // SAFETY: 4 bytes from a local to the job's flag.
+                        ck("cuMemcpyHtoD_v2", unsafe {
+                            sys::cuMemcpyHtoD_v2(self.flag, (&one as *const u32).cast(), 4)
+                        })
+                    })
+                    // Landed before the hook returns (the job then synchronises the signal
+                    // stream, not this one): a late write would raise the flag of the buffer's
+                    // next job.
+                    .and_then(|_| sync_legacy())
             }
         };
         let stream = match self.method {
             FlagWrite::Memcpy => std::ptr::null_mut(),
             _ => self.signal,
         };
-        // SAFETY: live event (destroyed by the job after the hook is removed) and stream.
+        // SAFETY: live event (given back by the job after the hook is removed) and stream.
         let r =
             r.and_then(|_| unsafe { ck("cuEventRecord", sys::cuEventRecord(self.done, stream)) });
         if let Err(e) = r {

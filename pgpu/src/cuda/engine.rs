@@ -109,6 +109,10 @@ pub struct CudaEngine {
     /// Kernels and stream of the bulk VRAM calls (made with the engine) and their pinned
     /// slots (made on first use, sized to the calls).
     pub(crate) bulk: Mutex<Option<super::bulk::Bulk>>,
+    /// Request-path event pairs of checkpointed launches, reused (`ckevents`).
+    pub(crate) ck_events: super::ckevents::EventPool,
+    /// Completed plain (sliced or whole) runs and their driver calls (`hostcost`).
+    pub(crate) plain_calls: super::hostcost::RunCalls,
     _ctx: CtxGuard,
 }
 
@@ -184,6 +188,8 @@ impl CudaEngine {
             ck_path: super::ckpath::PathState::new(ctx),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(bulk),
+            ck_events: super::ckevents::EventPool::default(),
+            plain_calls: super::hostcost::RunCalls::default(),
             _ctx: guard,
         })
     }

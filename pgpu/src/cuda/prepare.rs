@@ -3,10 +3,10 @@
 //! loading them onto the device (`cuModuleGetFunction`, `cuFuncLoad`: with CUDA's lazy loading
 //! the kernel is otherwise loaded at its first launch), making the signal stream and the job
 //! streams, allocating a save area of the launch's size into the pool, the pinned pages of the
-//! flag and status-read paths that use them, the signal stream's first flag write — done on
-//! the VM's own thread before it asks vgpud for the GPU. Done under a grant, it kept the GPU
-//! from every other VM and made the first stop of each VM milliseconds late (its run started
-//! late, the slice end came before its kernel did). Nothing of the job runs; what is made is
+//! flag and status-read paths that use them, the signal stream's first flag write, the request
+//! path's event pair — done on the VM's own thread before it asks vgpud for the GPU. Done
+//! under a grant, it kept the GPU from every other VM and made the first stop of each VM
+//! milliseconds late (its run started late, the slice end came before its kernel did). Nothing of the job runs; what is made is
 //! what the run takes from the same pools, so a prepared run finds it there. Per module
 //! (`Engine::prepare_module`: a standby's template, and the in-process library's module loads
 //! under a checkpoint method, which would otherwise pay it inside the program's first timed
@@ -55,7 +55,8 @@ impl CudaEngine {
                         && (self.ck_pool.has_idle(need) || !self.ck_pool.would_keep(need))
                 })
         });
-        n.loaded.resolved(&l.entry) && forms && self.idle_streams() >= n.streams
+        let events = n.forms.is_empty() || self.ck_events.has_idle();
+        n.loaded.resolved(&l.entry) && forms && events && self.idle_streams() >= n.streams
     }
 
     /// See the module documentation.
@@ -84,6 +85,9 @@ impl CudaEngine {
                     .map_err(|e| self.drv(e))?;
                 self.ck_path.pins.give(pin);
             }
+        }
+        if !n.forms.is_empty() {
+            self.prepare_events()?;
         }
         if !n.forms.is_empty()
             && matches!(
@@ -125,6 +129,7 @@ impl CudaEngine {
         };
         if checkpointed {
             self.signal()?;
+            self.prepare_events()?;
             if matches!(
                 self.cfg.flag_write,
                 FlagWrite::HostMapped | FlagWrite::Armed
@@ -188,8 +193,8 @@ impl CudaEngine {
         let mut buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
         if sig.1 {
             // The signal stream's first memory operation (the driver sets them up on first
-            // use) here rather than in the first request: a 0 to the idle buffer's flag, which
-            // every launch clears anyway.
+            // use) here rather than in the first request: a 0 to the idle buffer's flag, down
+            // already (a fresh buffer is zeroed).
             // SAFETY: the engine's live stream; the flag word of a buffer taken from the pool
             // (no job uses it), kept alive until the stream is synchronised.
             ck("cuStreamWriteValue32_v2", unsafe {
@@ -205,6 +210,15 @@ impl CudaEngine {
         }
         buf.clean = true;
         drop(buf);
+        Ok(())
+    }
+
+    /// An idle event pair of the request path (`ckevents`) for the next checkpointed run.
+    fn prepare_events(&self) -> Result<(), EngineError> {
+        if !self.ck_events.has_idle() {
+            let ev = self.ck_events.take().map_err(|e| self.drv(e))?;
+            self.ck_events.give(ev);
+        }
         Ok(())
     }
 
