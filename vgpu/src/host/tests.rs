@@ -97,6 +97,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
         reconnect: Duration::ZERO,
         gpu: None,
         nice: 0,
+        rt: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
@@ -150,6 +151,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         reconnect,
         gpu: None,
         nice: 0,
+        rt: 0,
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
@@ -227,6 +229,7 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         reconnect: Duration::ZERO,
         gpu: None,
         nice: -3,
+        rt: 0,
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
