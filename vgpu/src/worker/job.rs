@@ -272,12 +272,15 @@ fn refused(e: EngineError) -> Fault {
 /// A stop this late after the slice end is logged (with what the thread did meanwhile).
 const LATE_STOP_LOG: Duration = Duration::from_millis(1);
 
-/// The calling thread's CPU time and involuntary context switches (a run's worth tells a
-/// worker waiting in a run queue from one that ran).
+/// The calling thread's CPU time and context switches (a run's worth tells a worker waiting
+/// in a run queue, or blocked, from one that ran).
 #[derive(Clone, Copy)]
 struct ThreadUsage {
     cpu_ns: u64,
+    /// Involuntary switches: preempted by the host scheduler.
     preempted: i64,
+    /// Voluntary switches: blocked (a lock, a page fault's I/O).
+    blocked: i64,
 }
 
 impl ThreadUsage {
@@ -295,6 +298,7 @@ impl ThreadUsage {
         ThreadUsage {
             cpu_ns: ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
             preempted: ru.ru_nivcsw,
+            blocked: ru.ru_nvcsw,
         }
     }
 }
@@ -303,8 +307,9 @@ impl ThreadUsage {
 /// the worker was on a CPU and how often it was preempted meanwhile (issue 25: on a host with
 /// more runnable threads than cores, a worker at a nice value waits in a run queue for whole
 /// scheduler slices; with preemptions and little CPU time that is the cause, `--gpu rt=N`
-/// bounds it where real-time is permitted; with no preemption and little CPU time the host
-/// itself was not running, e.g. a virtual machine's CPU taken by its hypervisor).
+/// bounds it where real-time is permitted; with no switch at all and little CPU time the
+/// thread's CPU itself was not running it: a virtual machine's CPU taken by its hypervisor,
+/// or interrupts).
 fn late_stop(handle: &PreemptHandle, start_ns: u64, u0: ThreadUsage) {
     let Some(deadline) = handle.deadline() else {
         return;
@@ -316,10 +321,11 @@ fn late_stop(handle: &PreemptHandle, start_ns: u64, u0: ThreadUsage) {
     let u1 = ThreadUsage::now();
     log::warn!(
         "vgpu: the GPU job stopped {} us after its slice end: it ran {} us, {} us of them on a \
-         CPU, preempted {} times by the host scheduler",
+         CPU; the worker was preempted {} and blocked {} times meanwhile",
         late.as_micros(),
         monotonic_ns().saturating_sub(start_ns) / 1000,
         u1.cpu_ns.saturating_sub(u0.cpu_ns) / 1000,
-        u1.preempted - u0.preempted
+        u1.preempted - u0.preempted,
+        u1.blocked - u0.blocked
     );
 }
