@@ -313,9 +313,11 @@ pub static KEYS: &[Key] = &[
         name: "rt",
         values: "N",
         default: "0",
-        help: "with host=: the worker thread runs real-time (SCHED_FIFO at priority N, 1 to \
-               99) while it waits for or holds a grant, instead of at `nice` (0: off); where \
-               real-time is refused the VM says so once and uses `nice`",
+        help: "with host=: the device's worker thread runs real-time (SCHED_FIFO at \
+               priority N, 1 to 99) while it waits for or holds a grant, instead of at `nice` \
+               (0: off), meant for the timeslice policy; where real-time is refused (no \
+               CAP_SYS_NICE, or a cgroup without real-time runtime) the VM says so once and \
+               uses `nice`",
         parse: |d, v| {
             d.rt = Some(num(v, 0, 99).ok_or("0 to 99")?);
             Ok(())
