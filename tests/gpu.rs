@@ -353,6 +353,8 @@ fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
         "threads=2000",
         "iters=x",
         "report_ms=0",
+        "kernels=x",
+        "heap=2",
     ] {
         let (code, out, _) = run_gpu(&["--guest", "fairness", "--cmdline", bad], "");
         assert_eq!(
@@ -378,6 +380,55 @@ fn fairness_refuses_bad_arguments_and_reports_gpu_faults() {
     assert!(out.contains("FAIRNESS fault GPU fault: TIMEOUT"), "{out}");
     assert!(!out.contains("FAIRNESS end"), "{out}");
     assert!(stats["gpu"]["counters"]["faults"].as_u64().unwrap() >= 1);
+}
+
+/// A long run keeps the guest's heap bounded: `fairness` in 16 MiB of guest RAM runs 30000
+/// kernels (each with its output copy and the planted `stray` launch, as the live-migration tests
+/// run it) and its heap's high-water mark is what it is after 1000. A heap that keeps what the
+/// guest frees per launch runs out long before (the bump heap did, after ~10000 kernels here and
+/// ~80000 in 64 MiB on an H200: "memory allocation of 272 bytes failed", exit 101).
+#[test]
+fn fairness_runs_many_kernels_in_a_bounded_guest_heap() {
+    let run = |kernels: u64| {
+        let cmdline = format!(
+            "iters=1 threads=1 blocks=1 depth=16 ms=0 kernels={kernels} report_ms=1000 out=vram stray=1 heap=1"
+        );
+        let (code, out, stats) = run_gpu(
+            &[
+                "--guest",
+                "fairness",
+                "--memory",
+                "16",
+                "--cmdline",
+                &cmdline,
+            ],
+            "vram=64M",
+        );
+        assert_eq!(code, 0, "{kernels} kernels: {out}");
+        assert!(
+            out.contains(&format!("FAIRNESS stray launches={kernels} ok\n")),
+            "{out}"
+        );
+        let lines = fairness_lines(&out);
+        let end = lines.last().unwrap();
+        assert_eq!((end["done"], end["ok"]), (kernels, 1), "{out}");
+        // Every kernel and its planted companion ran on the device.
+        let launches = stats["gpu"]["counters"]["launches"].as_u64();
+        assert_eq!(launches, Some(2 * kernels), "{stats}");
+        let tops: Vec<u64> = lines
+            .iter()
+            .filter_map(|m| m.get("top_kib").copied())
+            .collect();
+        assert_eq!(tops.len(), 1, "one heap line: {out}");
+        tops[0]
+    };
+    let short = run(1000);
+    let long = run(30_000);
+    assert!(short > 0 && short <= 16 << 10, "{short} KiB");
+    assert_eq!(
+        long, short,
+        "the heap grew with the run (KiB after 1000, 30000 kernels)"
+    );
 }
 
 /// The 2 MiB-only GPU (what the cuda backend offers): the driver reads PAGE_SIZES and maps

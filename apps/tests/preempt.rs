@@ -116,6 +116,11 @@ fn every_app_passes_with_its_kernels_preempted_under_checkpoint_and_auto() {
             if pre["method"] != method {
                 failures.push(format!("{p}: the library reports method {}", pre["method"]));
             }
+            // The runtime's eager module loads prepared their runs under the method
+            // (`VGPU_CUDA_PREPARE_MODULES`'s default): not the program's first timed launch.
+            if n(pre, &["modules_prepared"]) == 0 {
+                failures.push(format!("{p} under {method}: no module load prepared"));
+            }
             if n(pre, &["forced", "armed"]) == 0 {
                 failures.push(format!("{p} under {method}: no launch was armed"));
             }

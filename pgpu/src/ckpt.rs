@@ -122,6 +122,12 @@ pub struct CkptStats {
     /// Restarting launches escalated to the checkpoint form (or, where the engine has none
     /// for the entry, to slicing) after a run that finished no thread: see [`stalled`].
     pub escalated_launches: u64,
+    /// Fresh checkpointed runs that completed with no request (the never-preempted case of
+    /// issue 23's cost target; counted by the cuda engine only, 0 on sim).
+    pub unrequested_runs: u64,
+    /// Driver calls those runs made on the launching thread, from the run's start to its
+    /// outcome (`unrequested_driver_calls / unrequested_runs` is the per-launch host work).
+    pub unrequested_driver_calls: u64,
     /// `Auto`'s `wait` (`crate::ckwait`): requests not acted on because the launch was
     /// expected to end within the wait budget.
     pub waited_preemptions: u64,
@@ -157,6 +163,8 @@ pub(crate) struct CkptCounters {
     sliced_launches: AtomicU64,
     unproven_launches: AtomicU64,
     escalated_launches: AtomicU64,
+    unrequested_runs: AtomicU64,
+    unrequested_driver_calls: AtomicU64,
     /// Durations and counters of `Auto`'s `wait`.
     pub(crate) waits: std::sync::Arc<crate::ckwait::Waits>,
 }
@@ -284,11 +292,20 @@ impl CkptCounters {
             sliced_launches: g(&self.sliced_launches),
             unproven_launches: g(&self.unproven_launches),
             escalated_launches: g(&self.escalated_launches),
+            unrequested_runs: g(&self.unrequested_runs),
+            unrequested_driver_calls: g(&self.unrequested_driver_calls),
             waited_preemptions: g(&self.waits.waited),
             wait_overruns: g(&self.waits.overruns),
             wait_last_expected_ns: g(&self.waits.last_expected_ns),
             wait_budget_ns: g(&self.waits.last_budget_ns),
         }
+    }
+
+    /// A fresh run completed with no request, after `calls` driver calls.
+    pub(crate) fn unrequested(&self, calls: u64) {
+        self.unrequested_runs.fetch_add(1, Ordering::Relaxed);
+        self.unrequested_driver_calls
+            .fetch_add(calls, Ordering::Relaxed);
     }
 }
 
@@ -358,6 +375,8 @@ pub fn choose(
 /// it continues in the entry's checkpoint form (the same text transformed without `restart`,
 /// loaded beside the restarting form), where a stopped thread saves its registers and every
 /// run moves each running thread to a later point — progress whatever the preemption rate.
+/// The engines do not ask about a run whose request came before it started: its threads
+/// stopped at their entry points, which says nothing of their length.
 pub fn stalled(before: &[u32], after: &[u32]) -> bool {
     let done = |v: &[u32]| v.iter().filter(|&&s| s == STATUS_DONE).count();
     let was = if before.is_empty() { 0 } else { done(before) };

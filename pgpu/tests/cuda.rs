@@ -12,14 +12,21 @@
 //! Files: this one (construction, the rewrite on sim, conformance, every workload against sim,
 //! preemption, kernel faults), `cuda/support.rs` (helpers), `cuda/measure.rs` (the `MEASURE`
 //! figures), `cuda/ckpt.rs` (the checkpoint preemption method), `cuda/ckpath.rs` (its request
-//! path: flag writes, end waits, status reads, breakdowns), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
+//! path: flag writes, end waits, status reads, breakdowns), `cuda/ckearly.rs` (requests before
+//! and at a checkpointed launch's start), `cuda/memory.rs` (host regions, spaces sharing a window, hostile context bytes), `cuda/bulk.rs`
 //! (the bulk VRAM calls of snapshots: bitmap kernel, pinned slots, memset), `cuda/starve.rs`
 //! (restarting launches longer than a time slice still finish), `cuda/legacy.rs` (escalated
 //! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
-//! prepared first run makes nothing and stops at its slice end), `cuda/ckwait.rs` (`auto`'s wait).
+//! prepared first run makes nothing and stops at its slice end), `cuda/ckcost.rs` (the driver
+//! calls and host time of a checkpointed launch no request reaches), `cuda/ckwait.rs` (`auto`'s
+//! wait).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
+#[path = "cuda/ckcost.rs"]
+mod ckcost;
+#[path = "cuda/ckearly.rs"]
+mod ckearly;
 #[path = "cuda/ckpath.rs"]
 mod ckpath;
 #[path = "cuda/ckpt.rs"]

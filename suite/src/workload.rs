@@ -45,8 +45,10 @@ impl Size {
     }
 
     /// Guest RAM in MiB (`vgpu-vmm --memory`) the bundled `workloads` guest needs to run the
-    /// whole suite at this size (its bump heap keeps every workload's host copies): measured,
-    /// 256 (the default) fails `Large`, 512 passes; `Xl`: see [`XL_GUEST_RAM_MIB`].
+    /// whole suite at this size: measured with the guest's earlier bump heap, which kept every
+    /// workload's host copies, 256 (the default) failed `Large`, 512 passed; `Xl`: see
+    /// [`XL_GUEST_RAM_MIB`]. The heap now reuses freed memory (`medium` peaked at 11 MiB
+    /// instead of 15 on dev), so these are upper bounds.
     pub const fn guest_ram_mib(self) -> u64 {
         self.pick(256, 256, 512, XL_GUEST_RAM_MIB)
     }
@@ -90,9 +92,10 @@ impl Size {
 /// for PTX and the channel's staging.
 pub const XL_POOL_MIB: u64 = 160;
 
-/// Guest RAM at `Xl`, MiB: the `workloads` guest's bump heap keeps every workload's host copies
-/// (inputs, expected outputs, the builder's temporaries) next to the driver pool: measured on an
-/// H100 host, the heap peaked at 2425 MiB (3.3× the suite's 742 MiB of buffers). The heap stops
+/// Guest RAM at `Xl`, MiB: the `workloads` guest's earlier bump heap kept every workload's host
+/// copies (inputs, expected outputs, the builder's temporaries) next to the driver pool: measured
+/// on an H100 host, that heap peaked at 2425 MiB (3.3× the suite's 742 MiB of buffers). The
+/// heap now reuses freed memory, so this is an upper bound (not measured again). The heap stops
 /// below 3 GiB (the PCI hole).
 pub const XL_GUEST_RAM_MIB: u64 = 3072;
 

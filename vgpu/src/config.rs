@@ -201,6 +201,7 @@ impl GpuConfig {
             reconnect,
             gpu,
             nice,
+            rt,
         } = d;
         match &mut c.host {
             Some(h) => {
@@ -210,16 +211,18 @@ impl GpuConfig {
                 h.reconnect = reconnect.unwrap_or(h.reconnect);
                 h.gpu = gpu.or(h.gpu);
                 h.nice = nice.unwrap_or(h.nice);
+                h.rt = rt.unwrap_or(h.rt);
             }
             None if weight.is_some()
                 || priority.is_some()
                 || name.is_some()
                 || reconnect.is_some()
                 || gpu.is_some()
-                || nice.is_some() =>
+                || nice.is_some()
+                || rt.is_some() =>
             {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name/reconnect_ms/gpu/nice".into(),
+                    key: "weight/priority/name/reconnect_ms/gpu/nice/rt".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -387,6 +390,7 @@ mod tests {
             ("reconnect_ms", &["0", "600000"]),
             ("gpu", &["0", "63"]),
             ("nice", &["-20", "0"]),
+            ("rt", &["0", "99"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
         ];
@@ -402,8 +406,16 @@ mod tests {
             );
             for v in values {
                 // The vgpud keys apply only with host=.
-                let with = if ["weight", "priority", "name", "reconnect_ms", "gpu", "nice"]
-                    .contains(&k.name)
+                let with = if [
+                    "weight",
+                    "priority",
+                    "name",
+                    "reconnect_ms",
+                    "gpu",
+                    "nice",
+                    "rt",
+                ]
+                .contains(&k.name)
                 {
                     format!("host=/s,{}={v}", k.name)
                 } else {
@@ -417,7 +429,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,host=/a b,weight=3,priority=4,name=n,\
-             reconnect_ms=250,gpu=1,nice=-3,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,gpu=1,nice=-3,rt=2,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
@@ -442,7 +454,7 @@ mod tests {
             ("none", None)
         );
         for k in keys::KEYS.iter().filter(|k| k.name != "host") {
-            let with = if ["weight", "priority", "reconnect_ms", "nice"].contains(&k.name) {
+            let with = if ["weight", "priority", "reconnect_ms", "nice", "rt"].contains(&k.name) {
                 format!("host=/s,{}={}", k.name, k.default)
             } else {
                 format!("{}={}", k.name, k.default)

@@ -48,6 +48,8 @@ pub struct HostConfig {
     /// `nice=N`: the worker thread runs at this nice value while it holds a grant (`boost`;
     /// 0: unchanged).
     pub nice: i32,
+    /// `rt=N`: the worker thread runs `SCHED_FIFO` at priority N instead (0: off; `boost`).
+    pub rt: u8,
 }
 
 /// The default of `reconnect_ms`.
@@ -358,7 +360,7 @@ impl HostLink {
                 vram,
                 channels,
             },
-            boost: boost::Boost::new(cfg.nice),
+            boost: boost::Boost::new(cfg.nice, cfg.rt),
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()
@@ -517,7 +519,12 @@ impl HostLink {
             // path; the reader thread keeps off meanwhile); after a standby hint, poll instead
             // of sleeping.
             st.worker_reading = true;
-            let spin_until = st.standby_until.take();
+            // A real-time worker sleeps through a standby: polling, it would hold its core
+            // from every fair thread (it wakes at once anyway).
+            let spin_until = st
+                .standby_until
+                .take()
+                .filter(|_| !self.inner.boost.realtime());
             let (conn, epoch) = (st.conn.clone(), st.epoch);
             drop(st);
             let ready = match spin_until {

@@ -46,6 +46,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             reconnect: std::time::Duration::ZERO,
             gpu: None,
             nice: 0,
+            rt: 0,
         });
     });
     let (conn, _listener) = handshake.join().unwrap();

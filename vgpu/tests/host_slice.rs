@@ -72,6 +72,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
         reconnect: std::time::Duration::ZERO,
         gpu: None,
         nice: 0,
+        rt: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 4 << 20, 1).unwrap();
     let (conn, listener) = daemon.join().unwrap();

@@ -480,6 +480,17 @@ impl Device for HostDevice {
                 return Err(engine_err(e));
             }
         };
+        if self.shared.prepare_modules {
+            // Before the program's timed section (the runtime loads its modules eagerly): else
+            // the first launch of each kernel would load it onto the device and, under a
+            // checkpoint method, make the signal stream. An error leaves it to that launch.
+            match self.shared.engine.prepare_module(loaded.id) {
+                Ok(()) => {
+                    self.shared.modules_prepared.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => log::debug!("module not prepared at load: {e}"),
+            }
+        }
         let id = self.next_module;
         self.next_module += 1;
         self.modules.insert(

@@ -25,8 +25,31 @@ use super::stream::Stream;
 /// Offset of the save area in a job's buffer (the flag is at 0).
 pub const SAVE_OFF: u64 = 256;
 
-/// Idle buffers kept (their sizes summed) before further ones are freed.
+/// Idle buffers kept (their sizes summed) before further ones are freed, at least (see
+/// [`idle_cap`]).
 const MAX_IDLE_BYTES: u64 = 256 << 20;
+
+/// Granule of the pool's buffers.
+const GRANULE: u64 = 64 << 10;
+
+/// The size of the buffer a save area of `area` bytes takes.
+fn buffer_bytes(area: u64) -> u64 {
+    (SAVE_OFF + area).next_multiple_of(GRANULE)
+}
+
+/// Idle bytes the pool keeps for an engine whose largest save area is `max_area`: 256 MiB, or
+/// two buffers of the largest area if that is more. A flat 256 MiB never kept the buffer of a
+/// 256 MiB area (the limit's default: 256 MiB + its header), so every launch of such a kernel
+/// allocated, zeroed and freed it — `cuMemFree` synchronising the device — and one alternating
+/// with another kernel (bfs: 256 + 32 MiB) evicted the other's. Bounded by the configuration.
+pub(crate) fn idle_cap(max_area: u64) -> u64 {
+    MAX_IDLE_BYTES.max(buffer_bytes(max_area.min(u64::MAX / 4)).saturating_mul(2))
+}
+
+/// Whether an idle set of `held` bytes keeps one more buffer of `size` under `cap`.
+fn keeps(held: u64, size: u64, cap: u64) -> bool {
+    held.saturating_add(size) <= cap
+}
 
 /// How a preemption request writes the flag while the kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,16 +115,21 @@ impl std::str::FromStr for FlagWrite {
 #[derive(Debug)]
 pub struct Pool {
     ctx: Ctx,
-    idle: Mutex<Vec<(u64, u64)>>,
+    /// (device pointer, size, whether its flag word may be non-zero: `DevBuf::flag_raised`).
+    idle: Mutex<Vec<(u64, u64, bool)>>,
+    /// Idle bytes kept ([`idle_cap`]).
+    max_idle: u64,
     /// Buffers allocated so far.
     pub allocs: AtomicU64,
 }
 
 impl Pool {
-    pub fn new(ctx: Ctx) -> Arc<Pool> {
+    /// A pool for save areas of at most `max_area` bytes.
+    pub fn new(ctx: Ctx, max_area: u64) -> Arc<Pool> {
         Arc::new(Pool {
             ctx,
             idle: Mutex::new(Vec::new()),
+            max_idle: idle_cap(max_area),
             allocs: AtomicU64::new(0),
         })
     }
@@ -111,15 +139,15 @@ impl Pool {
         let need = SAVE_OFF + area;
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.iter()
-            .any(|&(_, s)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
+            .any(|&(_, s, _)| s >= need && s <= need.saturating_mul(2).max(64 << 10))
     }
 
     /// Whether a new buffer for `take(area)` would be kept idle once given back (the pool
-    /// holds at most `MAX_IDLE_BYTES`): else preparing one is pointless.
+    /// holds at most [`idle_cap`]): else preparing one is pointless.
     pub fn would_keep(&self, area: u64) -> bool {
-        let size = (SAVE_OFF + area).next_multiple_of(64 << 10);
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.iter().map(|&(_, s)| s).sum::<u64>() + size <= MAX_IDLE_BYTES
+        let held = idle.iter().map(|&(_, s, _)| s).sum::<u64>();
+        keeps(held, buffer_bytes(area), self.max_idle)
     }
 
     /// A zeroed buffer of at least `SAVE_OFF + area` bytes.
@@ -130,20 +158,21 @@ impl Pool {
             let best = idle
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, s))| *s >= need && *s <= need.saturating_mul(2).max(64 << 10))
-                .min_by_key(|(_, (_, s))| *s)
+                .filter(|(_, (_, s, _))| *s >= need && *s <= need.saturating_mul(2).max(64 << 10))
+                .min_by_key(|(_, (_, s, _))| *s)
                 .map(|(i, _)| i);
             if let Some(i) = best {
-                let (ptr, size) = idle.swap_remove(i);
+                let (ptr, size, flag_raised) = idle.swap_remove(i);
                 return Ok(DevBuf {
                     ptr,
                     size,
                     clean: false,
+                    flag_raised,
                     pool: self.clone(),
                 });
             }
         }
-        let size = need.next_multiple_of(64 << 10);
+        let size = buffer_bytes(area);
         let mut ptr: sys::CUdeviceptr = 0;
         self.ctx.bind()?;
         // SAFETY: out-pointer to a local; the size is bounded by the caller's limit.
@@ -165,6 +194,7 @@ impl Pool {
             ptr,
             size,
             clean: false,
+            flag_raised: false,
             pool: self.clone(),
         })
     }
@@ -177,7 +207,7 @@ impl Pool {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.ctx.bind()?;
         let mut n = 0u64;
-        for (ptr, size) in idle {
+        for (ptr, size, _) in idle {
             let mut v = vec![0u8; (size - SAVE_OFF) as usize];
             // SAFETY: an idle allocation of this pool, `size` bytes; host buffer of that length
             // minus the flag part.
@@ -195,7 +225,7 @@ impl Drop for Pool {
         if self.ctx.bind().is_err() {
             return;
         }
-        for (ptr, _) in self
+        for (ptr, _, _) in self
             .idle
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
@@ -214,6 +244,12 @@ pub struct DevBuf {
     pub size: u64,
     /// Set when the job completed (the area is all zero again): the buffer returns to the pool.
     pub clean: bool,
+    /// Whether the flag word (offset 0) may be non-zero, or a write to it may still be
+    /// pending: a request raised it (or a job's armed write ran) since the buffer was zeroed or
+    /// its flag last cleared. A launch on a buffer whose flag is down enqueues no clear
+    /// (`ckpt::needs_clear`); the flag is only ever written by a request (the kernel reads
+    /// it), and a job whose request fired lets the write land before the buffer goes back.
+    pub flag_raised: bool,
     pool: Arc<Pool>,
 }
 
@@ -313,9 +349,9 @@ impl Drop for DevBuf {
     fn drop(&mut self) {
         if self.clean {
             let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let held: u64 = idle.iter().map(|&(_, s)| s).sum();
-            if held + self.size <= MAX_IDLE_BYTES {
-                idle.push((self.ptr, self.size));
+            let held: u64 = idle.iter().map(|&(_, s, _)| s).sum();
+            if keeps(held, self.size, self.pool.max_idle) {
+                idle.push((self.ptr, self.size, self.flag_raised));
                 return;
             }
         }
@@ -351,7 +387,8 @@ unsafe impl Sync for Signal {}
 pub struct FlagHook {
     pub ctx: Ctx,
     pub flag: u64,
-    /// Recorded on the job stream after the flag was cleared.
+    /// Recorded on the job stream after the flag was cleared; null when the launch enqueued no
+    /// clear (its buffer's flag was down: `DevBuf::flag_raised`), so a write waits for nothing.
     pub cleared: sys::CUevent,
     pub signal: sys::CUstream,
     pub method: FlagWrite,
@@ -370,24 +407,32 @@ pub struct FlagHook {
     pub fallback: sys::CUstream,
 }
 
-// SAFETY: CUDA handles usable from any thread with the context current; the event outlives
-// every call of the hook (the job destroys it after removing the hook).
+// SAFETY: CUDA handles usable from any thread with the context current; the events outlive
+// every call of the hook (the job gives them back only after removing the hook).
 unsafe impl Send for FlagHook {}
 // SAFETY: as above.
 unsafe impl Sync for FlagHook {}
 
 impl FlagHook {
+    /// Makes `stream`'s next work wait for the launch's flag clear, if it enqueued one.
+    fn after_clear(&self, stream: sys::CUstream) -> Result<(), super::driver::DrvError> {
+        if self.cleared.is_null() {
+            return Ok(());
+        }
+        // SAFETY: live stream and event (recorded by the launch before the hook was attached).
+        ck("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(stream, self.cleared, 0)
+        })
+    }
+
     /// `Armed`: enqueues the gated flag write on `signal` (the job's own stream), behind the
     /// flag's clear, with `done` and the completion word behind it.
     pub fn arm(&self) -> Result<(), super::driver::DrvError> {
+        self.after_clear(self.signal)?;
         // SAFETY: live streams and events; `gate` and `armed_done` are words of a pinned slot
         // and `flag` the job's device buffer, all held until the completion word came (or the
         // stream was synchronised) after the kernel.
         unsafe {
-            ck(
-                "cuStreamWaitEvent",
-                sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-            )?;
             ck(
                 "cuStreamWaitValue32_v2",
                 sys::cuStreamWaitValue32_v2(
@@ -415,20 +460,13 @@ impl FlagHook {
         if self.ctx.bind().is_err() {
             return;
         }
-        // SAFETY: live stream and event; `flag` is the job's device buffer, alive while the
-        // hook is attached (the job synchronises this stream after a late request).
-        let r = unsafe {
-            ck(
-                "cuStreamWaitEvent",
-                sys::cuStreamWaitEvent(self.fallback, self.cleared, 0),
-            )
-            .and_then(|_| {
-                ck(
-                    "cuStreamWriteValue32_v2",
-                    sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0),
-                )
+        let r = self.after_clear(self.fallback).and_then(|_| {
+            // SAFETY: live stream; `flag` is the job's device buffer, alive while the hook is
+            // attached (the job synchronises this stream after a late request).
+            ck("cuStreamWriteValue32_v2", unsafe {
+                sys::cuStreamWriteValue32_v2(self.fallback, self.flag, 1, 0)
             })
-        };
+        });
         if let Err(e) = r {
             log::warn!("cuda: the driver's write of a late armed flag failed: {e}");
         }
@@ -449,14 +487,12 @@ impl FlagHook {
             // SAFETY: live stream and events; `flag` is the job's device buffer, alive while
             // the hook is attached.
             FlagWrite::WriteValuePriority | FlagWrite::HostMapped | FlagWrite::Armed => unsafe {
-                let q = sys::cuEventQuery(self.cleared);
-                let waited = if q == sys::CUresult::CUDA_SUCCESS {
+                let waited = if self.cleared.is_null()
+                    || sys::cuEventQuery(self.cleared) == sys::CUresult::CUDA_SUCCESS
+                {
                     Ok(())
                 } else {
-                    ck(
-                        "cuStreamWaitEvent",
-                        sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-                    )
+                    self.after_clear(self.signal)
                 };
                 waited.and_then(|_| {
                     ck(
@@ -467,43 +503,71 @@ impl FlagHook {
             },
             // SAFETY: live stream and event; `flag` is the job's device buffer, alive while
             // the hook is attached.
-            FlagWrite::WriteValue => unsafe {
-                ck(
-                    "cuStreamWaitEvent",
-                    sys::cuStreamWaitEvent(self.signal, self.cleared, 0),
-                )
-                .and_then(|_| {
-                    ck(
-                        "cuStreamWriteValue32_v2",
-                        sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0),
-                    )
+            FlagWrite::WriteValue => self.after_clear(self.signal).and_then(|_| {
+                // SAFETY: live stream; `flag` is the job's device buffer, alive while the
+                // hook is attached.
+                ck("cuStreamWriteValue32_v2", unsafe {
+                    sys::cuStreamWriteValue32_v2(self.signal, self.flag, 1, 0)
                 })
-            },
+            }),
             FlagWrite::Memcpy => {
                 let one = 1u32;
-                // SAFETY: live event; 4 bytes from a local to the job's flag.
-                unsafe {
-                    ck("cuEventSynchronize", sys::cuEventSynchronize(self.cleared)).and_then(|_| {
-                        ck(
-                            "cuMemcpyHtoD_v2",
-                            sys::cuMemcpyHtoD_v2(self.flag, (&one as *const u32).cast(), 4),
-                        )
+                let cleared = if self.cleared.is_null() {
+                    Ok(())
+                } else {
+                    // SAFETY: live event, recorded behind the launch's clear.
+                    ck("cuEventSynchronize", unsafe {
+                        sys::cuEventSynchronize(self.cleared)
                     })
-                }
-                // Landed before the hook returns (the job then synchronises the signal stream,
-                // not this one): a late write would raise the flag of the buffer's next job.
-                .and_then(|_| sync_legacy())
+                };
+                cleared
+                    .and_then(|_| {
+                        // SAFETY: 4 bytes from a local to the job's flag.
+                        ck("cuMemcpyHtoD_v2", unsafe {
+                            sys::cuMemcpyHtoD_v2(self.flag, (&one as *const u32).cast(), 4)
+                        })
+                    })
+                    // Landed before the hook returns (the job then synchronises the signal
+                    // stream, not this one): a late write would raise the flag of the buffer's
+                    // next job.
+                    .and_then(|_| sync_legacy())
             }
         };
         let stream = match self.method {
             FlagWrite::Memcpy => std::ptr::null_mut(),
             _ => self.signal,
         };
-        // SAFETY: live event (destroyed by the job after the hook is removed) and stream.
+        // SAFETY: live event (given back by the job after the hook is removed) and stream.
         let r =
             r.and_then(|_| unsafe { ck("cuEventRecord", sys::cuEventRecord(self.done, stream)) });
         if let Err(e) = r {
             log::warn!("cuda: raising the checkpoint flag failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The buffer of the largest save area the configuration allows is kept idle, beside
+    /// another of the same size (two kernels alternating, as bfs's expand and advance): with
+    /// the flat 256 MiB of before, a 256 MiB area's buffer was never kept.
+    #[test]
+    fn the_largest_allowed_area_is_kept_beside_another() {
+        let max = 256 << 20;
+        let cap = idle_cap(max);
+        let big = buffer_bytes(max);
+        assert!(big > MAX_IDLE_BYTES, "256 MiB + its header");
+        assert!(!keeps(0, big, MAX_IDLE_BYTES), "what the flat cap did");
+        assert!(keeps(0, big, cap));
+        assert!(keeps(big, big, cap));
+        assert!(!keeps(2 * big, GRANULE, cap), "still bounded");
+        // Small limits keep the old 256 MiB; absurd ones do not overflow.
+        assert_eq!(idle_cap(1 << 20), MAX_IDLE_BYTES);
+        assert!(idle_cap(u64::MAX) > MAX_IDLE_BYTES);
+        assert_eq!(buffer_bytes(0), GRANULE);
+        assert_eq!(buffer_bytes(GRANULE - SAVE_OFF), GRANULE);
+        assert_eq!(buffer_bytes(GRANULE - SAVE_OFF + 1), 2 * GRANULE);
     }
 }

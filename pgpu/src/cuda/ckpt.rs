@@ -2,8 +2,8 @@
 //! loading the `ptx::ckpt`-transformed module beside the sliced one, and running a launch as
 //! ONE launch of the whole grid with the four checkpoint parameters. The flag and the save area
 //! are engine-owned device memory (`ckmem`); the flag is cleared on the job stream before the
-//! kernel, and a request raises it from the requesting thread (`FlagHook::fire`, ordered after
-//! the clear by an event). When the kernel ends, the records' status words are read (one
+//! kernel when a request may have left it up (`hostcost`), and a request raises it from the
+//! requesting thread (`FlagHook::fire`, ordered after the clear by an event). When the kernel ends, the records' status words are read (one
 //! strided copy, only if the flag was raised): any record not done makes the outcome
 //! `Preempted`, and `resume` relaunches the grid with `__ck_resume = 1`. A time-slice deadline
 //! on the handle is honoured by polling the kernel's end event and raising the flag at it.
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::sys;
 
-use super::ckmem::{DevBuf, FlagHook, FlagWrite, Signal};
+use super::ckmem::{DevBuf, FlagHook, FlagWrite};
 use super::ckpath::{
     AT_ARMED, AT_NOTICE, CkBreakdown, EndWait, HostFlag, HostFlags, HostWord, pick_statuses,
     wait_end,
@@ -188,36 +188,6 @@ impl CudaEngine {
         ))
     }
 
-    pub(crate) fn signal(&self) -> Result<&Signal, EngineError> {
-        if let Some(s) = self.signal.get() {
-            return Ok(s);
-        }
-        let high = self.cfg.flag_write == FlagWrite::WriteValuePriority;
-        let s = Stream::with_priority(high).map_err(|e| self.drv(e))?;
-        let ok = super::ckmem::has_write_value();
-        if !ok {
-            log::warn!(
-                "cuda: no cuStreamWriteValue32_v2 in this driver: checkpoint flags by memcpy"
-            );
-        }
-        let _ = self.signal.set(Signal(s, ok));
-        self.signal
-            .get()
-            .ok_or_else(|| EngineError::Backend("signal stream".into()))
-    }
-
-    /// The engine's host flag words (`FlagWrite::HostMapped`), made on first use; `None`
-    /// (logged once) if the driver refused the pinned page.
-    pub(crate) fn host_flags(&self) -> Option<&HostFlags> {
-        let r = self.ck_path.host_flags.get_or_init(|| {
-            HostFlags::new(self.ctx).map_err(|e| {
-                log::warn!("cuda: no host-mapped checkpoint flags ({e}): device flags instead");
-                e.to_string()
-            })
-        });
-        r.as_ref().ok()
-    }
-
     /// Preemptions' timing breakdowns recorded since the last call (oldest first).
     pub fn take_ck_breakdowns(&self) -> Vec<CkBreakdown> {
         self.ck_path.take()
@@ -232,8 +202,9 @@ impl CudaEngine {
         start: CkStart,
         h: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
+        let calls_at_start = super::driver::calls();
         self.check_launch(&l)?;
-        let func = module.loaded.func(&l.entry)?;
+        let func = self.run_func(&module.loaded, &l.entry)?;
         let p = func
             .ck
             .ok_or_else(|| EngineError::BadLaunch("checkpoint parameters missing".into()))?;
@@ -301,19 +272,19 @@ impl CudaEngine {
             // The kernel reads the mirror's address next to its flag, here in the slot.
             f.set_mirror(mirror_dev);
         }
-        let mut cleared: sys::CUevent = std::ptr::null_mut();
-        let mut done: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointers to locals; destroyed below once the hook is gone.
-        let made = unsafe {
-            ck(
-                "cuEventCreate",
-                sys::cuEventCreate(
-                    &mut cleared,
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-                ),
-            )
-            .and_then(|_| ck("cuEventCreate", sys::cuEventCreate(&mut done, 0)))
+        // The device flag is cleared (a memset, and `cleared` behind it for the hook's write to
+        // wait for) only if it may be up: a buffer's flag stays down from its zeroing until a
+        // request raises it (`hostcost`).
+        let host_word = method == FlagWrite::HostMapped && host_flag.is_some();
+        let clear = super::hostcost::needs_clear(buf.flag_raised, host_word);
+        // The request path's two events, pooled (given back below once the hook is gone).
+        let events = self.ck_events.take();
+        let (cleared, done) = match &events {
+            Ok(ev) if clear => (ev.cleared, ev.done),
+            Ok(ev) => (std::ptr::null_mut(), ev.done),
+            Err(_) => (std::ptr::null_mut(), std::ptr::null_mut()),
         };
+        let made = events.as_ref().map(|_| ()).map_err(Clone::clone);
         let hook = FlagHook {
             ctx: self.ctx,
             flag: flag_at,
@@ -337,7 +308,7 @@ impl CudaEngine {
                 &l,
                 func.f,
                 &mut params,
-                (&buf, mirror_dev),
+                (&buf, mirror_dev, clear),
                 hook,
                 (&stream, q, notice),
                 h,
@@ -447,14 +418,14 @@ impl CudaEngine {
             (Some(_pin), Err(e)) => (None, Err(e)),
             (None, r) => (None, r),
         };
-        // SAFETY: created above (null if not); the hook that used them was removed inside
-        // `ck_kernel`, and the signal stream was synchronised if it fired.
-        unsafe {
-            for ev in [cleared, done] {
-                if !ev.is_null() {
-                    sys::cuEventDestroy_v2(ev);
-                }
-            }
+        // The hook that used the events was removed inside `ck_kernel`, and the signal stream
+        // was synchronised if it fired: reused. After an error a write may still be pending
+        // behind them (destroyed), and an armed write that never completed may still record
+        // `done` (leaked, as its stream).
+        match events {
+            Ok(ev) if stuck.get() => std::mem::forget(ev),
+            Ok(ev) if r.is_ok() && self.lost().is_none() => self.ck_events.give(ev),
+            _ => {}
         }
         if self.lost().is_none() {
             self.give_stream(stream);
@@ -489,6 +460,9 @@ impl CudaEngine {
             }
             Err(e) => return Err(EngineError::BadLaunch(e.to_string())),
         };
+        // The flag's state for the buffer's next launch (the kernel has ended; a raised flag's
+        // write has landed: `finish`).
+        buf.flag_raised = super::hostcost::raised_after(buf.flag_raised, clear, fired, method);
         let planr = &module.plans[plan];
         // A resumed run that ended unrequested must have finished every record (one strided
         // read per resumed completion); if not, its kernel read an area that had not landed.
@@ -512,6 +486,10 @@ impl CudaEngine {
                 std::mem::forget(buf);
             } else {
                 self.release_area(&mut buf, resume, need);
+            }
+            if !resume {
+                self.ckpt
+                    .unrequested(super::driver::calls().wrapping_sub(calls_at_start));
             }
             return Ok(Outcome::Completed {
                 gpu_time: gpu.max(Duration::from_nanos(1)),
@@ -569,7 +547,7 @@ impl CudaEngine {
             ck: Some(CkLive {
                 buf,
                 area_len: need,
-                stalled: planr.restart && ckpt::stalled(&before, &after),
+                stalled: planr.restart && !trace.early && ckpt::stalled(&before, &after),
                 statuses: after,
                 escalated,
             }),
@@ -629,7 +607,7 @@ impl CudaEngine {
         l: &LaunchState,
         f: sys::CUfunction,
         params: &mut [u8],
-        (buf, mirror): (&DevBuf, u64),
+        (buf, mirror, clear): (&DevBuf, u64, bool),
         hook: FlagHook,
         (stream, queued, notice): (&Stream, Option<Arc<Queued>>, Option<NoticeWord>),
         h: &PreemptHandle,
@@ -638,14 +616,19 @@ impl CudaEngine {
             // A plain store before the launch is enqueued: program order (the mirror's
             // address is in the slot already).
             (FlagWrite::HostMapped, Some(w)) => w.store(0),
-            // The flag, then the mirror's address next to it (0: none), on the job stream.
+            // The flag (if it may be up: `clear`), then the mirror's address next to it (0:
+            // none), on the job stream; rewritten as 0 too on a mirror engine (a pooled buffer
+            // keeps its last job's; the flag's clear, which zeroed it, is skipped when the flag
+            // is down). An engine without mirrors never writes it: 0 since the buffer's zeroing.
             // SAFETY: the job's own buffer (256 header bytes) and stream.
             _ => unsafe {
-                ck(
-                    "cuMemsetD32Async",
-                    sys::cuMemsetD32Async(buf.flag(), 0, 4, stream.stream),
-                )?;
-                if mirror != 0 {
+                if clear {
+                    ck(
+                        "cuMemsetD32Async",
+                        sys::cuMemsetD32Async(buf.flag(), 0, 4, stream.stream),
+                    )?;
+                }
+                if mirror != 0 || self.cfg.status_read == super::ckpath::StatusRead::Mirror {
                     let at = buf.flag() + ptx::ckpt::MIRROR_OFF as u64;
                     ck(
                         "cuMemsetD32Async",
@@ -662,10 +645,12 @@ impl CudaEngine {
             // Closed before the hook is attached (a request's store comes after it).
             gate.store(0);
         }
-        // SAFETY: live event and stream.
-        ck("cuEventRecord", unsafe {
-            sys::cuEventRecord(hook.cleared, stream.stream)
-        })?;
+        if !hook.cleared.is_null() {
+            // SAFETY: live event and stream.
+            ck("cuEventRecord", unsafe {
+                sys::cuEventRecord(hook.cleared, stream.stream)
+            })?;
+        }
         let fired = Arc::new(AtomicBool::new(false));
         let fire_times: Arc<Mutex<Option<(Instant, Instant)>>> = Arc::default();
         let fire = {
@@ -696,7 +681,9 @@ impl CudaEngine {
             (&mut size as *mut usize).cast(),
             std::ptr::null_mut(),
         ];
-        stream.mark_origin()?;
+        let early = fired.load(Ordering::SeqCst);
+        // One event starts both the call's GPU time and the kernel's (nothing is enqueued
+        // between them).
         h.mark_running();
         stream.mark_start()?;
         // SAFETY: `f` belongs to the transformed module the caller keeps alive; the parameter
@@ -740,7 +727,7 @@ impl CudaEngine {
                 |_| false,
             );
         if let Some(q) = &queued {
-            q.on_launched(fired.load(Ordering::SeqCst))?;
+            q.on_launched(&fired)?;
         }
         let late = || hook.fire_driver();
         let (noticed, noticed_by, late_used) = match notice {
@@ -769,8 +756,8 @@ impl CudaEngine {
         }
         drop(guard);
         let noticed = noticed?;
-        let gpu = stream.origin_to_end(stream)?;
-        let kernel = stream.start_to_end()?;
+        let gpu = stream.start_to_end()?;
+        let kernel = gpu;
         let fire_times = *fire_times.lock().unwrap_or_else(|e| e.into_inner());
         Ok((
             fired.load(Ordering::SeqCst),
@@ -785,6 +772,7 @@ impl CudaEngine {
                 noticed_by,
                 late: late_used,
                 arm_failed,
+                early,
             },
         ))
     }

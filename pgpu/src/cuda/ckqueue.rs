@@ -6,6 +6,7 @@
 //! same pool type holds `StatusRead::Mirror`'s status mirrors (`PinPool::take_mirror`).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::driver::{Ctx, DrvError, ck};
 use super::sys;
@@ -223,11 +224,13 @@ impl Queued {
         }
     }
 
-    /// The kernel is enqueued: enqueue the copy if the request already came.
-    pub fn on_launched(&self, requested: bool) -> Result<(), DrvError> {
+    /// The kernel is enqueued: enqueue the copy if the request already came (`fired`, read
+    /// under the lock: a request whose `on_request` ran before `launched` was set has set it
+    /// before, so one of the two enqueues).
+    pub fn on_launched(&self, fired: &AtomicBool) -> Result<(), DrvError> {
         let mut st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         st.launched = true;
-        if requested && !st.queued {
+        if fired.load(Ordering::SeqCst) && !st.queued {
             self.enqueue()?;
             st.queued = true;
         }

@@ -91,6 +91,9 @@ pub(crate) struct Trace {
     pub(crate) late: bool,
     /// `Armed`: enqueuing the gated write failed (logged; the stream is synchronised).
     pub(crate) arm_failed: bool,
+    /// The request came before the launch was enqueued: every thread stops at (or next to)
+    /// its entry point, which shows nothing of the restart hazard (`ckpt::stalled`).
+    pub(crate) early: bool,
 }
 
 impl Trace {

@@ -63,8 +63,26 @@ impl From<DrvError> for EngineError {
     }
 }
 
-/// `Ok` for `CUDA_SUCCESS`, else the error naming `call`.
+thread_local! {
+    /// Driver calls this thread made through [`ck`] (or counted by [`count_call`]).
+    static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Driver calls the calling thread has made so far (checked by [`ck`], or counted by
+/// [`count_call`]): a run's host work is the difference across it (`hostcost`).
+pub fn calls() -> u64 {
+    CALLS.with(std::cell::Cell::get)
+}
+
+/// Counts one driver call whose result is not checked by [`ck`] (a query that may say "not
+/// ready").
+pub fn count_call() {
+    CALLS.with(|c| c.set(c.get().wrapping_add(1)));
+}
+
+/// `Ok` for `CUDA_SUCCESS`, else the error naming `call` (and counts the call: [`calls`]).
 pub fn ck(call: &'static str, code: sys::CUresult) -> Result<(), DrvError> {
+    count_call();
     if code == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {

@@ -87,6 +87,9 @@ pub struct CudaEngine {
     pub(crate) streams: Mutex<Vec<Stream>>,
     /// Job streams made so far (the pool was empty).
     pub(crate) streams_made: AtomicU64,
+    /// Functions a run resolved itself (`CudaEngine::run_func`): loaded onto the device
+    /// inside the run, where `Engine::prepare_module` or `Engine::prepare` had not.
+    pub(crate) funcs_in_runs: AtomicU64,
     /// Measured block throughput (blocks per second) per (module, entry, block shape).
     pub(crate) rates: Mutex<HashMap<RateKey, f64>>,
     /// Why the context is lost, once it is.
@@ -106,6 +109,10 @@ pub struct CudaEngine {
     /// Kernels and stream of the bulk VRAM calls (made with the engine) and their pinned
     /// slots (made on first use, sized to the calls).
     pub(crate) bulk: Mutex<Option<super::bulk::Bulk>>,
+    /// Request-path event pairs of checkpointed launches, reused (`ckevents`).
+    pub(crate) ck_events: super::ckevents::EventPool,
+    /// Completed plain (sliced or whole) runs and their driver calls (`hostcost`).
+    pub(crate) plain_calls: super::hostcost::RunCalls,
     _ctx: CtxGuard,
 }
 
@@ -158,6 +165,7 @@ impl CudaEngine {
         let bulk = super::bulk::Bulk::new(ctx, sms)
             .inspect_err(|e| log::info!("cuda: bulk kernels not loaded yet: {e}"))
             .ok();
+        let ck_pool = Pool::new(ctx, cfg.max_save_area_bytes);
         Ok(CudaEngine {
             ctx,
             id: NEXT_ENGINE.fetch_add(1, Ordering::Relaxed),
@@ -170,15 +178,18 @@ impl CudaEngine {
             modules: Mutex::new(Modules::default()),
             streams: Mutex::new(Vec::new()),
             streams_made: AtomicU64::new(0),
+            funcs_in_runs: AtomicU64::new(0),
             rates: Mutex::new(HashMap::new()),
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
-            ck_pool: Pool::new(ctx),
+            ck_pool,
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
             ck_path: super::ckpath::PathState::new(ctx),
             ckpt: CkptCounters::default(),
             bulk: Mutex::new(bulk),
+            ck_events: super::ckevents::EventPool::default(),
+            plain_calls: super::hostcost::RunCalls::default(),
             _ctx: guard,
         })
     }
@@ -285,6 +296,16 @@ impl CudaEngine {
         (
             self.streams_made.load(Ordering::Relaxed),
             self.ck_pool.allocs.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Functions resolved inside runs so far (`run_func`), and whether the checkpoint
+    /// method's signal stream exists: for tests on a GPU.
+    #[doc(hidden)]
+    pub fn lazy_counts(&self) -> (u64, bool) {
+        (
+            self.funcs_in_runs.load(Ordering::Relaxed),
+            self.signal.get().is_some(),
         )
     }
 

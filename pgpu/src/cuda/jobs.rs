@@ -89,9 +89,11 @@ impl CudaEngine {
         mut l: LaunchState,
         h: &PreemptHandle,
     ) -> Result<Outcome, EngineError> {
+        let calls_at_start = super::driver::calls();
+        let fresh = l.next_block == 0;
         self.check_launch(&l)?;
         let loaded = lock(&self.modules).get(l.module)?;
-        let func = loaded.func(&l.entry)?;
+        let func = self.run_func(&loaded, &l.entry)?;
         if l.params.len() < func.own_end || l.params.len() > func.slice_off {
             return Err(EngineError::BadLaunch(format!(
                 "parameter buffer is {} bytes, the entry takes {}",
@@ -131,6 +133,12 @@ impl CudaEngine {
             std::mem::forget(streams);
         }
         let out = out?;
+        if fresh && matches!(out, Outcome::Completed { .. }) {
+            // One run from the first block to the end: the baseline of the checkpointed
+            // runs' host work (`hostcost`).
+            self.plain_calls
+                .record(super::driver::calls().wrapping_sub(calls_at_start));
+        }
         if let Outcome::Preempted { gpu_time, .. } = out {
             let context = SavedContext::live(Box::new(Live {
                 engine: self.id,
@@ -146,6 +154,7 @@ impl CudaEngine {
     fn wave(&self, func: Func, l: &LaunchState) -> u64 {
         let threads = l.block.iter().product::<u32>() as i32;
         let mut per_sm = 0i32;
+        super::driver::count_call();
         // SAFETY: live function handle; out-pointer to a local.
         let r = unsafe {
             sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(

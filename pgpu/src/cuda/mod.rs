@@ -10,12 +10,15 @@
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
-//! / `ckmem` / `ckpath` / `ckqueue` / `ckstatus` / `notice` (checkpointed launches: memory, flag
-//! writes, end waits, status reads, breakdowns), `prepare` (a job's one-time driver work done
-//! before its run).
+//! / `ckmem` / `ckpath` / `ckqueue` / `ckstatus` / `notice` / `ckevents` (checkpointed launches:
+//! memory, flag writes, end waits, status reads, breakdowns, the signal stream, host flag
+//! words and pooled events), `hostcost` (the host work of a launch no request reaches: flag
+//! clears only when raised, driver calls counted), `prepare` (a job's one-time driver work
+//! done before its run).
 
 mod api;
 mod bulk;
+mod ckevents;
 mod ckmem;
 mod ckpath;
 mod ckpt;
@@ -27,6 +30,7 @@ mod driver;
 mod engine;
 mod escalate;
 mod flags;
+mod hostcost;
 mod hostmem;
 mod jobs;
 mod modules;

@@ -3,20 +3,24 @@
 //! loading them onto the device (`cuModuleGetFunction`, `cuFuncLoad`: with CUDA's lazy loading
 //! the kernel is otherwise loaded at its first launch), making the signal stream and the job
 //! streams, allocating a save area of the launch's size into the pool, the pinned pages of the
-//! flag and status-read paths that use them, the signal stream's first flag write — done on
-//! the VM's own thread before it asks vgpud for the GPU. Done under a grant, it kept the GPU
-//! from every other VM and made the first stop of each VM milliseconds late (its run started
-//! late, the slice end came before its kernel did). Nothing of the job runs; what is made is
-//! what the run takes from the same pools, so a prepared run finds it there.
+//! flag and status-read paths that use them, the signal stream's first flag write, the request
+//! path's event pair — done on the VM's own thread before it asks vgpud for the GPU. Done
+//! under a grant, it kept the GPU from every other VM and made the first stop of each VM
+//! milliseconds late (its run started late, the slice end came before its kernel did). Nothing of the job runs; what is made is
+//! what the run takes from the same pools, so a prepared run finds it there. Per module
+//! (`Engine::prepare_module`: a standby's template, and the in-process library's module loads
+//! under a checkpoint method, which would otherwise pay it inside the program's first timed
+//! launch) the part that does not depend on a launch's grid.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::ckpath::CONTIGUOUS_MAX_BYTES;
-use super::config::{FlagWrite, StatusRead};
+use super::config::{EndWait, FlagWrite, StatusRead};
 use super::context::{JobState, LaunchState};
 use super::driver::ck;
 use super::engine::CudaEngine;
-use super::modules::{CkLoaded, Loaded};
+use super::modules::{CkLoaded, Func, Loaded};
 use super::sys;
 use crate::ckpt::{area_bytes, threads};
 use crate::engine::{EngineError, Job, ModuleId};
@@ -51,7 +55,8 @@ impl CudaEngine {
                         && (self.ck_pool.has_idle(need) || !self.ck_pool.would_keep(need))
                 })
         });
-        n.loaded.resolved(&l.entry) && forms && self.idle_streams() >= n.streams
+        let events = n.forms.is_empty() || self.ck_events.has_idle();
+        n.loaded.resolved(&l.entry) && forms && events && self.idle_streams() >= n.streams
     }
 
     /// See the module documentation.
@@ -81,6 +86,9 @@ impl CudaEngine {
                 self.ck_path.pins.give(pin);
             }
         }
+        if !n.forms.is_empty() {
+            self.prepare_events()?;
+        }
         if !n.forms.is_empty()
             && matches!(
                 self.cfg.flag_write,
@@ -93,26 +101,54 @@ impl CudaEngine {
     }
 
     /// `Engine::prepare_module`: every entry of module `id` resolved and loaded onto the
-    /// device (`Loaded::func`) in each form that has it, and the streams a launch of it takes.
+    /// device (`Loaded::func`) in each form that has it, and the streams a launch of it takes;
+    /// for a module with a transformed form also what every checkpointed run of the engine
+    /// takes whatever its grid: the signal stream, and the pinned flag words where the
+    /// configuration uses them. Only the save area stays with the launch (`prepare_job`, or
+    /// the run): its size is the launch's grid times the entry's record.
     pub(crate) fn prepare_module_entries(&self, id: ModuleId) -> Result<(), EngineError> {
         self.alive()?;
         let m = lock(&self.modules);
         let (loaded, text) = (m.get(id)?, m.text(id)?);
         let (transformed, save) = (m.ck(id)?, m.ck_save(id)?);
         drop(m);
+        let mut checkpointed = false;
         for entry in super::rewrite::entry_names(&text) {
             loaded.func(&entry)?;
             for form in [&transformed, &save].into_iter().flatten() {
                 if form.plan(&entry).is_some() {
                     form.loaded.func(&entry)?;
+                    checkpointed = true;
                 }
             }
         }
-        self.prepare_streams(if loaded.sliced {
+        let mut streams = if loaded.sliced {
             self.cfg.pipeline_depth.max(1)
         } else {
             1
-        })
+        };
+        if checkpointed {
+            self.signal()?;
+            self.prepare_events()?;
+            if matches!(
+                self.cfg.flag_write,
+                FlagWrite::HostMapped | FlagWrite::Armed
+            ) || self.cfg.end_wait == EndWait::Notice
+            {
+                let _ = self.host_flags();
+            }
+            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+        }
+        self.prepare_streams(streams)
+    }
+
+    /// The function of `entry` in `loaded` for a run, counting a resolution the run does
+    /// itself (`funcs_in_runs`: the kernel then reaches the device inside the run).
+    pub(crate) fn run_func(&self, loaded: &Loaded, entry: &str) -> Result<Func, EngineError> {
+        if !loaded.resolved(entry) {
+            self.funcs_in_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        loaded.func(entry)
     }
 
     /// The forms, save areas and streams of launch `l` (`Needs`).
@@ -157,8 +193,8 @@ impl CudaEngine {
         let mut buf = self.ck_pool.take(need).map_err(|e| self.drv(e))?;
         if sig.1 {
             // The signal stream's first memory operation (the driver sets them up on first
-            // use) here rather than in the first request: a 0 to the idle buffer's flag, which
-            // every launch clears anyway.
+            // use) here rather than in the first request: a 0 to the idle buffer's flag, down
+            // already (a fresh buffer is zeroed).
             // SAFETY: the engine's live stream; the flag word of a buffer taken from the pool
             // (no job uses it), kept alive until the stream is synchronised.
             ck("cuStreamWriteValue32_v2", unsafe {
@@ -174,6 +210,15 @@ impl CudaEngine {
         }
         buf.clean = true;
         drop(buf);
+        Ok(())
+    }
+
+    /// An idle event pair of the request path (`ckevents`) for the next checkpointed run.
+    fn prepare_events(&self) -> Result<(), EngineError> {
+        if !self.ck_events.has_idle() {
+            let ev = self.ck_events.take().map_err(|e| self.drv(e))?;
+            self.ck_events.give(ev);
+        }
         Ok(())
     }
 

@@ -88,6 +88,7 @@ impl Stream {
         // SAFETY: live event.
         let r = unsafe { sys::cuEventQuery(self.end) };
         if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            super::driver::count_call();
             return Ok(false);
         }
         ck("cuEventQuery", r).map(|_| true)

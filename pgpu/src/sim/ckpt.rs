@@ -269,6 +269,9 @@ impl SimEngine {
             mem.write(flag, &1u32.to_le_bytes());
             hook_ctl.preempt.store(true, Ordering::SeqCst);
         }));
+        // A request (or a passed deadline) there before the run: every thread stops at its
+        // entry point, which shows nothing of the restart hazard (`ckpt::stalled`).
+        let early = preempt.is_requested();
         let mut draining = false;
         preempt.mark_running();
         let c = &self.counters;
@@ -334,7 +337,7 @@ impl SimEngine {
                     }
                 } else {
                     self.ckpt.preempted(&t);
-                    let stalled = plan.restart && crate::ckpt::stalled(&before, &after);
+                    let stalled = plan.restart && !early && crate::ckpt::stalled(&before, &after);
                     let mut job = job;
                     job.stalled = stalled;
                     let context = self.live(LiveJob::Ckpt(job));

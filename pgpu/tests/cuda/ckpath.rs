@@ -43,14 +43,14 @@ impl Warm {
 }
 
 /// The first launch of `inst`, preempted `after` its start (by a fresh thread, or by `warm`),
-/// then resumed to its end; returns request → `Preempted` returned (µs) and the final bytes
-/// of buffer 0.
+/// then resumed to its end; returns request → `Preempted` returned (µs), the final bytes
+/// of buffer 0 and the wall time from `execute` called to the resume's return.
 fn preempt_once(
     e: &CudaEngine,
     inst: &suite::Instance,
     after: Duration,
     warm: Option<&Warm>,
-) -> (f64, Vec<u8>) {
+) -> (f64, Vec<u8>, Duration) {
     let p = place(e, inst, window());
     let l = &inst.launches[0];
     let job = Job::Launch(LaunchJob {
@@ -76,6 +76,7 @@ fn preempt_once(
             }))
         }
     };
+    let t0 = Instant::now();
     let out = e.execute(&job, &h).unwrap();
     let done = Instant::now();
     let asked = match t {
@@ -87,6 +88,7 @@ fn preempt_once(
     };
     let out = e.resume(context, &PreemptHandle::new()).unwrap();
     assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    let span = t0.elapsed();
     let mut buf = vec![0u8; inst.buffers[0].init.len()];
     e.copy_from_space(p.space, p.addrs[0], &mut buf).unwrap();
     e.unload_module(p.module).unwrap();
@@ -94,6 +96,7 @@ fn preempt_once(
     (
         done.saturating_duration_since(asked).as_secs_f64() * 1e6,
         buf,
+        span,
     )
 }
 
@@ -171,11 +174,12 @@ fn gpu_ckpath_breakdown_of_every_path() {
                     for i in 0..(10 + first) as u64 {
                         let after = Duration::from_micros(1500 + 137 * i);
                         let (l, bytes) = if kernel == "spin" {
-                            let (l, b) = preempt_once(&e, &spin, after, w.as_ref());
-                            check(&spin, std::slice::from_ref(&b)).unwrap();
+                            let (l, b, span) = preempt_once(&e, &spin, after, w.as_ref());
+                            spin_ok(&spin, &b, span).unwrap();
                             (l, b)
                         } else {
-                            preempt_once(&e, &tight, after, w.as_ref())
+                            let (l, b, _) = preempt_once(&e, &tight, after, w.as_ref());
+                            (l, b)
                         };
                         if kernel == "long_tight" {
                             assert!(bytes == want_tight, "{fw}/{ew:?}: long_tight bytes differ");
@@ -255,6 +259,7 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
         ),
     ] {
         for &method in methods {
+            let started = Instant::now();
             let e = engine(method, fw, ew, sr);
             let mut failures = Vec::new();
             let mut total = 0;
@@ -267,7 +272,15 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
                 let (want, _) = run(&s, &ps, &inst, None).unwrap();
                 s.destroy_space(ps.space).unwrap();
                 let p = place(&e, &inst, window());
-                match run(&e, &p, &inst, Some(Duration::from_micros(30))) {
+                let t = Instant::now();
+                let r = run(&e, &p, &inst, Some(Duration::from_micros(30)));
+                println!(
+                    "path {fw}/{ew:?}/{sr:?} {method} {}: {} preemptions, {:.0} ms",
+                    w.name,
+                    r.as_ref().map_or(0, |x| x.1),
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                match r {
                     Ok((got, n)) => {
                         total += n;
                         if got != want {
@@ -280,7 +293,8 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
                 e.destroy_space(p.space).unwrap();
             }
             println!(
-                "MEASURE path {fw}/{ew:?}/{sr:?} {method}: {total} preemptions, bytes identical"
+                "MEASURE path {fw}/{ew:?}/{sr:?} {method}: {total} preemptions, bytes identical ({:.1} s)",
+                started.elapsed().as_secs_f64()
             );
             assert!(failures.is_empty(), "{}", failures.join("\n"));
             assert!(total > 0);
@@ -296,8 +310,9 @@ fn gpu_ckpath_new_paths_give_identical_bytes() {
 /// `mirror` status read) beside the default, on every long kernel class at size xl under
 /// `auto` (restart for the loops, checkpoint for `long_atomic`) and the one-CTA 10 ms spin
 /// (checkpoint): each preempted 10 times by a warm requester and resumed to the bytes of the
-/// unpreempted launch; every breakdown of the new path names it with no fallback (no late
-/// driver write, no lost notice).
+/// unpreempted launch (the spin, whose values are timer readings, to its bounds: `spin_ok`);
+/// every breakdown of the new path names it with no fallback (no late driver write, no lost
+/// notice).
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_ckpath_armed_notice_mirror_on_every_long_kernel() {
@@ -329,8 +344,15 @@ fn gpu_ckpath_armed_notice_mirror_on_every_long_kernel() {
             let mut lat = Vec::new();
             for i in 0..11u64 {
                 let after = Duration::from_micros(300 + 61 * i);
-                let (l, bytes) = preempt_once(&e, inst, after, Some(&w));
-                assert!(bytes == want, "{fw}/{ew:?}/{sr:?} {name}: bytes differ");
+                let (l, bytes, span) = preempt_once(&e, inst, after, Some(&w));
+                if *name == "spin" {
+                    // Timer values (a stop counts as spun time): its own bounds, not bytes.
+                    if let Err(m) = spin_ok(inst, &bytes, span) {
+                        panic!("{fw}/{ew:?}/{sr:?} spin run {i}: {m}");
+                    }
+                } else {
+                    assert!(bytes == want, "{fw}/{ew:?}/{sr:?} {name}: bytes differ");
+                }
                 lat.push(l);
             }
             let mut b = e.take_ck_breakdowns();

@@ -126,8 +126,16 @@ impl Drop for Preempter {
     }
 }
 
+/// Most resumes of one launch in `run`, and the most time one launch may take there: a
+/// launch whose resumes all start with the flag already raised (a request between the handle's
+/// clear and the kernel's start) never starts its not-started threads, so a run under a fast
+/// preempter is bounded and reported rather than left to hang.
+pub const RUN_MAX_RESUMES: u32 = 1_000_000;
+pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
+
 /// Runs every launch; with `preempt_every`, a helper thread preempts and the run resumes
-/// (alternately from memory and from bytes). Returns buffers and preemption count.
+/// (alternately from memory and from bytes). Returns buffers and preemption count; a launch
+/// over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
 pub fn run(
     e: &dyn Engine,
     p: &Placed,
@@ -149,9 +157,19 @@ pub fn run(
             params,
         });
         h.clear();
+        let t0 = std::time::Instant::now();
         let mut out = e.execute(&job, &h).map_err(|e| e.to_string())?;
+        let mut resumes = 0u32;
         while let Outcome::Preempted { context, .. } = out {
             n += 1;
+            resumes += 1;
+            if resumes > RUN_MAX_RESUMES || t0.elapsed() > RUN_MAX_LAUNCH_TIME {
+                return Err(format!(
+                    "{}: still preempted after {resumes} resumes in {:?}",
+                    l.entry,
+                    t0.elapsed()
+                ));
+            }
             let context = if n % 2 == 0 {
                 SavedContext::from_bytes(context.into_bytes())
             } else {
@@ -177,6 +195,36 @@ pub fn run(
 pub fn check(inst: &suite::Instance, outs: &[Vec<u8>]) -> Result<(), String> {
     let slices: Vec<&[u8]> = outs.iter().map(Vec::as_slice).collect();
     inst.check(&slices).map(|_| ()).map_err(|m| m.to_string())
+}
+
+/// The `spin` workload's first buffer judged by what a preempted and resumed run can promise:
+/// every thread wrote an elapsed time of at least its duration (none skipped: the buffer starts
+/// zero) and at most `span`, the wall time of the calls that ran it, plus 1 ms for the two
+/// clocks (a start time restored wrong reads as more). Its values are `%globaltimer` differences, and a checkpointed thread
+/// keeps its start time while stopped (the stop counts as spun time), so they are never
+/// compared with another run's bytes.
+pub fn spin_ok(inst: &suite::Instance, out: &[u8], span: Duration) -> Result<(), String> {
+    let Some(suite::Expect::U64AtLeast { count, min }) = inst.buffers.first().map(|b| &b.expect)
+    else {
+        return Err(format!("{}: not a spin instance", inst.workload));
+    };
+    let v: Vec<u64> = out
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    let max_ns = (span + Duration::from_millis(1)).as_nanos() as u64;
+    let low = v.iter().filter(|&&x| x < *min).count();
+    let high = v.iter().filter(|&&x| x > max_ns).count();
+    if v.len() != *count || low > 0 || high > 0 {
+        return Err(format!(
+            "spin: {} values (want {count}): {low} below {min} ns ({} zero), {high} above the run's {max_ns} ns; min {:?} max {:?}",
+            v.len(),
+            v.iter().filter(|&&x| x == 0).count(),
+            v.iter().min(),
+            v.iter().max()
+        ));
+    }
+    Ok(())
 }
 
 /// Conformance set-up for the cuda engine: 1 GiB windows (CUDA honours large reservations at

@@ -40,6 +40,7 @@ pub(super) struct Draft {
     pub reconnect: Option<Duration>,
     pub gpu: Option<u32>,
     pub nice: Option<i32>,
+    pub rt: Option<u8>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -241,6 +242,7 @@ pub static KEYS: &[Key] = &[
                 reconnect: crate::host::RECONNECT_DEFAULT,
                 gpu: None,
                 nice: crate::host::NICE_DEFAULT,
+                rt: 0,
             });
             Ok(())
         },
@@ -321,6 +323,21 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.nice.to_string()),
+    },
+    Key {
+        name: "rt",
+        values: "N",
+        default: "0",
+        help: "with host=: the device's worker thread runs real-time (SCHED_FIFO at \
+               priority N, 1 to 99) while it waits for or holds a grant, instead of at `nice` \
+               (0: off), meant for the timeslice policy; where real-time is refused (no \
+               CAP_SYS_NICE, or a cgroup without real-time runtime) the VM says so once and \
+               uses `nice`",
+        parse: |d, v| {
+            d.rt = Some(num(v, 0, 99).ok_or("0 to 99")?);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.rt.to_string()),
     },
     Key {
         name: "doorbell",

@@ -14,9 +14,20 @@
 //! beyond the slices the daemon gives it.
 //!
 //! Raising a priority needs `CAP_SYS_NICE` (or `RLIMIT_NICE`): where it is refused the link
-//! says so once and runs on unraised. Real-time classes are not used: a real-time thread that
-//! runs guest-driven work can starve its core, and container hosts (the GPU host among them)
-//! refuse them anyway.
+//! says so once and runs on unraised.
+//!
+//! A nice value bounds nothing: under EEVDF a raised thread that has run past its weighted
+//! share waits behind whole slices of nice-0 threads, and a running thread displaced from its
+//! core is picked again only at the next tick or wake-up there (4 ms at `HZ=250`). Measured on
+//! the 2-core dev box with 8 VMs and other builds running: stops 1-16 ms late, each with an
+//! involuntary switch of the worker and a fraction of the wall time on a CPU (the worker logs
+//! such stops, `worker::job`). So `rt=N` (off by default) makes the thread `SCHED_FIFO` at
+//! priority N instead, for the same span: a runnable real-time thread takes its core from any
+//! fair thread at once. The span stays bounded by the daemon: the engine stops by itself at the
+//! slice end, and a VM that does not is revoked. A real-time thread does not poll for a
+//! standby (`HostLink::acquire`): a poller that only yields to its own priority would hold
+//! its core. Where real-time is refused (no `CAP_SYS_NICE`, or a cgroup without real-time
+//! runtime, as in most containers) the link says so once and uses `nice`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,6 +39,8 @@ pub const NICE_DEFAULT: i32 = -10;
 pub(crate) struct Raised {
     tid: libc::pid_t,
     old: i32,
+    /// Raised to `SCHED_FIFO` (else to a nice value).
+    rt: bool,
 }
 
 /// See the module documentation.
@@ -35,8 +48,12 @@ pub(crate) struct Raised {
 pub(crate) struct Boost {
     /// The nice value of the thread holding a grant; 0: no change.
     nice: i32,
+    /// The `SCHED_FIFO` priority of the thread holding a grant; 0: not real-time.
+    rt: u8,
     /// Refused once: not asked again (and said once).
     refused: AtomicBool,
+    /// Real-time refused once: `nice` from then on (said once).
+    rt_refused: AtomicBool,
 }
 
 /// The calling thread's id.
@@ -68,27 +85,72 @@ fn set_nice(tid: libc::pid_t, nice: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sets thread `tid`'s scheduling policy (`SCHED_FIFO` at `prio`, or `SCHED_OTHER` with 0).
+fn set_policy(tid: libc::pid_t, policy: libc::c_int, prio: i32) -> std::io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: plain system call on a thread id of this process, with a live sched_param.
+    if unsafe { libc::sched_setscheduler(tid, policy, &p) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl Boost {
-    pub fn new(nice: i32) -> Self {
+    pub fn new(nice: i32, rt: u8) -> Self {
         Boost {
             nice,
+            rt,
             refused: AtomicBool::new(false),
+            rt_refused: AtomicBool::new(false),
         }
+    }
+
+    /// Whether raised threads run real-time (configured and not refused so far).
+    pub fn realtime(&self) -> bool {
+        self.rt > 0 && !self.rt_refused.load(Ordering::Relaxed)
     }
 
     /// Raises the calling thread to the configured level. `None`: nothing changed (off, the
     /// thread already at or above it, or refused).
     pub fn raise(&self) -> Option<Raised> {
+        let tid = gettid();
+        if self.realtime() {
+            match set_policy(tid, libc::SCHED_FIFO, i32::from(self.rt)) {
+                Ok(()) => {
+                    return Some(Raised {
+                        tid,
+                        old: 0,
+                        rt: true,
+                    });
+                }
+                Err(e) => {
+                    if !self.rt_refused.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "vgpu: cannot make the GPU worker real-time (SCHED_FIFO {}) while it \
+                             holds the GPU ({e}; needs CAP_SYS_NICE and real-time runtime in its \
+                             cgroup): it uses nice {} instead",
+                            self.rt,
+                            self.nice
+                        );
+                    }
+                }
+            }
+        }
         if self.nice == 0 || self.refused.load(Ordering::Relaxed) {
             return None;
         }
-        let tid = gettid();
         let old = nice_of(tid).ok()?;
         if old <= self.nice {
             return None;
         }
         match set_nice(tid, self.nice) {
-            Ok(()) => Some(Raised { tid, old }),
+            Ok(()) => Some(Raised {
+                tid,
+                old,
+                rt: false,
+            }),
             Err(e) => {
                 if !self.refused.swap(true, Ordering::Relaxed) {
                     log::warn!(
@@ -105,6 +167,13 @@ impl Boost {
 
     /// Puts a raised thread back to its own level (from any thread of the process).
     pub fn lower(&self, r: Raised) {
+        if r.rt {
+            // Back to the fair class, at the nice value it kept meanwhile.
+            if let Err(e) = set_policy(r.tid, libc::SCHED_OTHER, 0) {
+                log::debug!("vgpu: thread {} back to SCHED_OTHER: {e}", r.tid);
+            }
+            return;
+        }
         if let Err(e) = set_nice(r.tid, r.old) {
             log::debug!("vgpu: nice of thread {} back to {}: {e}", r.tid, r.old);
         }
@@ -133,7 +202,7 @@ mod tests {
     fn raise_sets_the_level_and_lower_restores_it() {
         std::thread::spawn(|| {
             let before = current_nice().unwrap();
-            let b = Boost::new(-5);
+            let b = Boost::new(-5, 0);
             match b.raise() {
                 Some(r) => {
                     assert_eq!(current_nice().unwrap(), -5);
@@ -148,7 +217,45 @@ mod tests {
                 }
             }
             // Off: never touches the thread.
-            assert_eq!(Boost::new(0).raise(), None);
+            assert_eq!(Boost::new(0, 0).raise(), None);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The calling thread's scheduling policy.
+    fn policy() -> libc::c_int {
+        // SAFETY: plain system call on the calling thread.
+        unsafe { libc::sched_getscheduler(0) }
+    }
+
+    /// `rt=`: real-time while raised and back to the fair class at the same nice value after;
+    /// where the host refuses real-time, the nice value is used instead and the refusal is
+    /// remembered.
+    #[test]
+    fn realtime_raise_and_lower_or_fall_back_to_nice() {
+        std::thread::spawn(|| {
+            let before = current_nice().unwrap();
+            let b = Boost::new(-5, 1);
+            assert!(b.realtime());
+            let r = b.raise();
+            if policy() == libc::SCHED_FIFO {
+                assert!(r.is_some_and(|r| r.rt));
+                assert_eq!(current_nice().unwrap(), before);
+                b.lower(r.unwrap());
+                assert_eq!(policy(), libc::SCHED_OTHER);
+                assert_eq!(current_nice().unwrap(), before);
+            } else {
+                // Refused: the nice path ran (or was refused too), never real-time again.
+                assert!(!b.realtime());
+                assert_eq!(policy(), libc::SCHED_OTHER);
+                if let Some(r) = r {
+                    assert!(!r.rt);
+                    assert_eq!(current_nice().unwrap(), -5);
+                    b.lower(r);
+                }
+                assert_eq!(current_nice().unwrap(), before);
+            }
         })
         .join()
         .unwrap();

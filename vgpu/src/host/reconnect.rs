@@ -302,6 +302,7 @@ mod tests {
             reconnect: Duration::from_millis(reconnect_ms),
             gpu: None,
             nice: 0,
+            rt: 0,
         };
         HostLink::connect(&cfg, VRAM, 1).unwrap().0
     }

@@ -97,6 +97,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
         reconnect: Duration::ZERO,
         gpu: None,
         nice: 0,
+        rt: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
@@ -150,6 +151,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         reconnect,
         gpu: None,
         nice: 0,
+        rt: 0,
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
@@ -227,6 +229,7 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         reconnect: Duration::ZERO,
         gpu: None,
         nice: -3,
+        rt: 0,
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
@@ -250,6 +253,86 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         (waiting, holding, after),
         (raised, raised, own),
         "nice while waiting, holding, after (own level {own})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scheduling policy and nice value of thread `tid`.
+fn sched_of(tid: libc::pid_t) -> (libc::c_int, i32) {
+    // SAFETY: plain system call on a thread id of this process.
+    (unsafe { libc::sched_getscheduler(tid) }, nice_of(tid))
+}
+
+/// Whether this process may make a thread real-time; tried on a thread of its own, which then
+/// ends.
+fn may_realtime() -> bool {
+    std::thread::spawn(|| {
+        let p = libc::sched_param { sched_priority: 1 };
+        // SAFETY: plain system call on the calling thread, with a live sched_param.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
+    })
+    .join()
+    .unwrap()
+}
+
+/// `rt=`: the worker thread is `SCHED_FIFO` from the moment it waits for a grant until the
+/// grant ends, and back in the fair class at its own nice value after; where the host refuses
+/// real-time, it falls back to `nice` for the same span.
+#[test]
+fn the_worker_runs_real_time_while_it_waits_for_and_holds_a_grant() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-rt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel::<libc::pid_t>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        let tid = tid_rx.recv().unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let waiting = sched_of(tid);
+        grant(&conn, 1);
+        assert_eq!(recv(&conn), done(1, false));
+        waiting
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: -3,
+        rt: 1,
+    };
+    let worker = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments.
+        let tid = unsafe { libc::gettid() };
+        let own = sched_of(tid);
+        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+        tid_tx.send(tid).unwrap();
+        let handle = PreemptHandle::new();
+        let t = link.acquire(&handle, Some(5)).unwrap();
+        let holding = sched_of(tid);
+        let gpu = Duration::from_micros(1);
+        link.release(t, RunOutcome::Completed, gpu, (0, 0), false);
+        let after = sched_of(tid);
+        drop(link);
+        (own, holding, after)
+    });
+    let (own, holding, after) = worker.join().unwrap();
+    let waiting = daemon.join().unwrap();
+    assert_eq!(own.0, libc::SCHED_OTHER);
+    let raised = if may_realtime() {
+        (libc::SCHED_FIFO, own.1)
+    } else if may_raise() && own.1 > -3 {
+        (libc::SCHED_OTHER, -3)
+    } else {
+        own
+    };
+    assert_eq!(
+        (waiting, holding, after),
+        (raised, raised, own),
+        "(policy, nice) while waiting, holding, after"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -130,10 +130,14 @@ impl JobRunner {
                 l.job_begins(&*self.engine, job, checked);
                 l.note_worker(t.elapsed().as_nanos() as u64, false);
             }
+            let usage0 = self.host.as_ref().map(|_| ThreadUsage::now());
             let outcome = match saved.take() {
                 None => self.engine.execute(twin.unwrap_or(job), &handle),
                 Some(ctx) => self.engine.resume(ctx, &handle),
             };
+            if let Some(u0) = usage0 {
+                late_stop(&handle, start_ns, u0);
+            }
             if let Some(l) = &self.write_log {
                 let t = Instant::now();
                 l.job_ended();
@@ -263,4 +267,65 @@ fn refused(e: EngineError) -> Fault {
             Fault::new(FaultKind::BadLaunch, 0, 0)
         }
     }
+}
+
+/// A stop this late after the slice end is logged (with what the thread did meanwhile).
+const LATE_STOP_LOG: Duration = Duration::from_millis(1);
+
+/// The calling thread's CPU time and context switches (a run's worth tells a worker waiting
+/// in a run queue, or blocked, from one that ran).
+#[derive(Clone, Copy)]
+struct ThreadUsage {
+    cpu_ns: u64,
+    /// Involuntary switches: preempted by the host scheduler.
+    preempted: i64,
+    /// Voluntary switches: blocked (a lock, a page fault's I/O).
+    blocked: i64,
+}
+
+impl ThreadUsage {
+    fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes the timespec we pass; the calling thread's CPU clock always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: writes the rusage we pass; RUSAGE_THREAD is the calling thread.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        ThreadUsage {
+            cpu_ns: ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+            preempted: ru.ru_nivcsw,
+            blocked: ru.ru_nvcsw,
+        }
+    }
+}
+
+/// A run under a slice deadline that ended more than `LATE_STOP_LOG` after it: says how long
+/// the worker was on a CPU and how often it was preempted meanwhile (issue 25: on a host with
+/// more runnable threads than cores, a worker at a nice value waits in a run queue for whole
+/// scheduler slices; with preemptions and little CPU time that is the cause, `--gpu rt=N`
+/// bounds it where real-time is permitted; with no switch at all and little CPU time the
+/// thread's CPU itself was not running it: a virtual machine's CPU taken by its hypervisor,
+/// or interrupts).
+fn late_stop(handle: &PreemptHandle, start_ns: u64, u0: ThreadUsage) {
+    let Some(deadline) = handle.deadline() else {
+        return;
+    };
+    let late = Instant::now().saturating_duration_since(deadline);
+    if late < LATE_STOP_LOG {
+        return;
+    }
+    let u1 = ThreadUsage::now();
+    log::warn!(
+        "vgpu: the GPU job stopped {} us after its slice end: it ran {} us, {} us of them on a \
+         CPU; the worker was preempted {} and blocked {} times meanwhile",
+        late.as_micros(),
+        monotonic_ns().saturating_sub(start_ns) / 1000,
+        u1.cpu_ns.saturating_sub(u0.cpu_ns) / 1000,
+        u1.preempted - u0.preempted,
+        u1.blocked - u0.blocked
+    );
 }

@@ -54,6 +54,22 @@ pub fn method_from_env() -> Result<PreemptMethod, String> {
     }
 }
 
+/// `VGPU_CUDA_PREPARE_MODULES` (`1` or `0`): whether a module load also prepares its runs
+/// (`Engine::prepare_module`: on cuda each entry's functions loaded onto the device in every
+/// form, the streams and the checkpoint method's signal stream), so that the program's first
+/// timed launch of a kernel does not. Default: on under a method that transforms modules
+/// (`checkpoint`, `restart`, `auto`), off under `slice` (the baseline, unchanged).
+pub fn prepare_from_env(method: PreemptMethod) -> Result<bool, String> {
+    match std::env::var("VGPU_CUDA_PREPARE_MODULES") {
+        Ok(v) => match v.trim() {
+            "1" => Ok(true),
+            "0" => Ok(false),
+            _ => Err(format!("VGPU_CUDA_PREPARE_MODULES={v:?}: expected 1 or 0")),
+        },
+        Err(_) => Ok(method.transforms()),
+    }
+}
+
 /// `VGPU_CUDA_CKPT_POLL`: the transformation's poll interval (a thread reads the flag at every
 /// this many points; 1 stops threads mid-kernel, saving their registers, where the default, 64,
 /// lets a small kernel's threads mostly finish and stops CTAs at their entry). `None`: the

@@ -1,8 +1,9 @@
 //! The `"preempt"` part of the library's report (`VGPU_CUDA_STATS`) for the in-process
-//! engines: the method (`VGPU_CUDA_PREEMPT`) and its poll interval (`VGPU_CUDA_CKPT_POLL`), what the engine did with it (modules
-//! transformed or refused, launches run transformed, restarting, sliced, preemptions and the
-//! bytes they saved: `pgpu::CkptStats`) and the forced preemptions of the test knob
-//! (`VGPU_CUDA_PREEMPT_TEST`).
+//! engines: the method (`VGPU_CUDA_PREEMPT`) and its poll interval (`VGPU_CUDA_CKPT_POLL`),
+//! the module loads prepared (`modules_prepared`, where loads prepare:
+//! `VGPU_CUDA_PREPARE_MODULES`), what the engine did with it (modules transformed or refused,
+//! launches run transformed, restarting, sliced, preemptions and the bytes they saved, the
+//! runs no request reached and the driver calls they made: `pgpu::CkptStats`) and the forced preemptions of the test knob (`VGPU_CUDA_PREEMPT_TEST`).
 
 use std::sync::atomic::Ordering;
 
@@ -11,6 +12,9 @@ use std::sync::atomic::Ordering;
 pub fn preempt_report() -> Option<serde_json::Value> {
     let s = super::shared::current()?;
     let mut j = serde_json::json!({ "method": s.preempt.to_string() });
+    if s.prepare_modules {
+        j["modules_prepared"] = s.modules_prepared.load(Ordering::Relaxed).into();
+    }
     if let Some(c) = s.engine.checkpoint_stats() {
         j["poll_interval"] = s.ckpt_poll.into();
         j["engine"] = serde_json::json!({
@@ -29,6 +33,8 @@ pub fn preempt_report() -> Option<serde_json::Value> {
             "saved_threads": c.saved_threads,
             "saved_full_bytes": c.saved_full_bytes,
             "saved_incremental_bytes": c.saved_incremental_bytes,
+            "unrequested_runs": c.unrequested_runs,
+            "unrequested_driver_calls": c.unrequested_driver_calls,
         });
     }
     if let Some(f) = &s.forced {

@@ -5,8 +5,10 @@
 //! `VGPU_CUDA_SIM_WORKERS` (sim interpreter threads, default: the CPUs), `VGPU_CUDA_DEVICE`
 //! (cuda: the GPU's ordinal, default 0), `VGPU_CUDA_PREEMPT` (the preemption method:
 //! `slice`, the default, `checkpoint`, `restart` or `auto`), `VGPU_CUDA_CKPT_POLL` (its poll
-//! interval) and `VGPU_CUDA_PREEMPT_TEST` (forced preemptions, [`super::forced`]).
+//! interval), `VGPU_CUDA_PREEMPT_TEST` (forced preemptions, [`super::forced`]) and
+//! `VGPU_CUDA_PREPARE_MODULES` (module loads prepare their runs; default under a method).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use pgpu::Engine;
@@ -42,6 +44,10 @@ pub struct Shared {
     pub ckpt_poll: u32,
     /// Forced preemptions of every launch (`VGPU_CUDA_PREEMPT_TEST`).
     pub forced: Option<Forced>,
+    /// Whether a module load prepares its runs (`VGPU_CUDA_PREPARE_MODULES`).
+    pub prepare_modules: bool,
+    /// Module loads the engine prepared (`Engine::prepare_module` succeeded).
+    pub modules_prepared: AtomicU64,
     phys: Mutex<RangeAlloc>,
     /// The host-buffer part of the window, shared by the contexts: on sim a host buffer lives
     /// at the same address in the process as on the GPU, so two contexts must not pick the
@@ -110,6 +116,7 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         .map_err(DeviceError::NoDevice)?
         .unwrap_or_else(pgpu::ckpt::default_poll_interval);
     let forced = Forced::from_env().map_err(DeviceError::NoDevice)?;
+    let prepare_modules = forced::prepare_from_env(preempt).map_err(DeviceError::NoDevice)?;
     let (engine, info): (Arc<dyn Engine>, DeviceInfo) = match kind {
         EngineKind::Sim => sim(vram_size, (preempt, poll))?,
         EngineKind::Cuda => cuda(vram_size, (preempt, poll))?,
@@ -122,6 +129,8 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         preempt,
         ckpt_poll: poll,
         forced,
+        prepare_modules,
+        modules_prepared: AtomicU64::new(0),
         phys: Mutex::new(RangeAlloc::new(0, vram_size)),
         host_va: Mutex::new(RangeAlloc::new(WINDOW_BASE + vram_size, HOST_WINDOW)),
     });

@@ -1,7 +1,7 @@
 //! Runtime for vgpu-vmm's bare-metal guests: 64-bit entry that sets the machine up at CPL0 and
 //! runs the program at CPL3 (see [`cpu`]), an IDT that reports CPU exceptions, local-APIC
 //! interrupts to sleep on a device's MSI ([`apic`]), serial console output, port and MMIO helpers, PCI
-//! enumeration, a bump heap for `alloc`, the command line, and `exit(code)` through the
+//! enumeration, a heap for `alloc` (talc), the command line, and `exit(code)` through the
 //! debug-exit port. A program links this crate and names its main with [`entry!`].
 #![no_std]
 

@@ -18,7 +18,9 @@
 //! a one-page VRAM buffer, the words are in the one allocated just before it, before every
 //! other buffer, which no kernel is given: a store outside the buffer its write set names,
 //! planted for the validation of live write sets; the words are checked at the end against
-//! the number of `stray` launches), and the driver options of
+//! the number of `stray` launches), `kernels=N` (stop submitting after N kernels, whichever
+//! of `ms` and N comes first; default 0: no limit), `heap=1` (report the guest heap's
+//! high-water mark at the end: long runs must not grow it), and the driver options of
 //! `guest_programs::platform::config_from_args` (`vpool_mib=` makes the driver's VRAM pool
 //! large enough for the working set).
 //!
@@ -27,6 +29,8 @@
 //! `FAIRNESS start iters=<N> threads=<T> blocks=<B> depth=<D>` once, when kernels start;
 //! `FAIRNESS t_ms=<guest ms since start> done=<completions>` every `report_ms`;
 //! `FAIRNESS stray launches=<n> ok` before the end line with `stray=1` (a mismatch ends ok=0);
+//! `FAIRNESS heap top_kib=<KiB>` before the end line with `heap=1` (`guest_rt::heap::top`: the
+//! guest RAM the image and the heap used);
 //! `FAIRNESS end t_ms=<t> done=<n> ok=<0|1>` at the end (with `pool_mib`, preceded by
 //! `FAIRNESS pool rewritten_mib=<M> check=<ok|bad>`).
 //! Exit codes: 0 all ok, 1 a result mismatch (`fairness: MISMATCH ...`), 2 a bad argument,
@@ -74,6 +78,10 @@ struct Args {
     dirty_mib_s: u64,
     /// The planted out-of-buffer kernel runs after each kernel (`stray=1`).
     stray: bool,
+    /// Most kernels submitted (0: no limit).
+    kernels: u64,
+    /// Report the heap's high-water mark at the end (`heap=1`).
+    heap: bool,
 }
 
 /// `key=value` as a number in `lo..=hi`, or `default` when absent.
@@ -110,6 +118,12 @@ impl Args {
                 None | Some("0") => false,
                 Some("1") => true,
                 Some(v) => return Err(format!("bad argument stray={v} (must be 0 or 1)")),
+            },
+            kernels: num("kernels", 0, 0, u64::MAX)?,
+            heap: match guest_rt::arg("heap") {
+                None | Some("0") => false,
+                Some("1") => true,
+                Some(v) => return Err(format!("bad argument heap={v} (must be 0 or 1)")),
             },
         })
     }
@@ -255,6 +269,12 @@ fn main() -> u8 {
         .go(&mut gpu, &mut ch, budget_ns)
         .and_then(|()| run.check_pool(&mut gpu, &mut ch));
     let t_ms = run.elapsed_ns(&mut gpu) / 1_000_000;
+    if args.heap {
+        println!(
+            "FAIRNESS heap top_kib={}",
+            guest_rt::heap::top().div_ceil(1024)
+        );
+    }
     match r {
         Ok(()) => {
             println!("FAIRNESS end t_ms={t_ms} done={} ok=1", run.done);
@@ -492,10 +512,16 @@ impl Run {
         let a = self.kernel.args;
         let period = a.report_ms * 1_000_000;
         let stop_at = (a.ms > 0).then(|| a.ms * 1_000_000);
+        let limit = (a.kernels > 0).then_some(a.kernels);
         let mut inflight: VecDeque<(Fence, usize, u32)> = VecDeque::new();
+        let mut submitted = 0u64;
         for s in 0..self.slots.len() {
+            if limit.is_some_and(|n| submitted >= n) {
+                break;
+            }
             let (f, seed) = self.submit(gpu, ch, s)?;
             inflight.push_back((f, s, seed));
+            submitted += 1;
         }
         let mut next_report = period;
         let mut stopping = false;
@@ -514,10 +540,12 @@ impl Run {
                     self.check(gpu, s, seed)?;
                     now = self.elapsed_ns(gpu);
                     head_since = now;
-                    stopping |= stop_at.is_some_and(|t| now >= t);
+                    stopping |=
+                        stop_at.is_some_and(|t| now >= t) || limit.is_some_and(|n| submitted >= n);
                     if !stopping {
                         let (f, seed) = self.submit(gpu, ch, s)?;
                         inflight.push_back((f, s, seed));
+                        submitted += 1;
                     }
                 }
                 Err(Error::Timeout { .. }) => {

@@ -10,7 +10,7 @@
 //! `INIT init_ns=<n> init_exits=<n> init_probe_ns= init_tables_ns= init_pool_alloc_ns=
 //! init_pool_warm_ns= init_map_ns= init_channel_ns=` line (driver initialisation and channel
 //! creation, and its parts: `gpu_driver::InitParts`), and a last `HEAP used_mib=<n>` line (the
-//! bump heap's high-water mark: what `--memory` must hold), and exits 0 only if all were ok. Driver options: see
+//! heap's high-water mark: what `--memory` must hold), and exits 0 only if all were ok. Driver options: see
 //! `guest_programs::platform::config_from_args` (`tables=`, `wait=`, `sys_mib=`, `timeout_s=`);
 //! placement: `ptx=vram`, `buffers=sysmem` (see `guest_programs::runner::RunOpts`).
 #![no_std]
