@@ -5,9 +5,9 @@
 # GPUs; A, B and D use GPU 0):
 #   scripts/gpu-batch.sh A|B|C|D BIN_DIR APPS_DIR OUT_DIR
 # BIN_DIR: `scripts/pack-gpu.sh BIN_DIR` (vgpu-vmm, vgpud, vgpu-bench and the ignored-cuda test
-# binaries). APPS_DIR: apps/ = target/apps (with NVIDIA's libcudart.so.13 in apps/nvidia) and
-# lib/ = our stripped libcudart.so.13 and libcuda.so.1 (target/release/libcudart.so,
-# libcuda.so). Each step is under `timeout`; rc=124 in the log is a hang or a run past its
+# binaries). APPS_DIR (BIN_DIR/suite: pack-gpu.sh packs it when target/apps is built): apps/ =
+# target/apps (NVIDIA's libcudart.so.13 in apps/nvidia), lib/ = our stripped libcudart.so.13
+# and libcuda.so.1. Each step is under `timeout`; rc=124 in the log is a hang or a run past its
 # limit. Output: OUT_DIR/log-PHASE.txt and OUT_DIR/PHASE.tar.gz (summaries, CSVs, daemon
 # reports; VM logs dropped: the device tool brings back at most 8 files).
 #   A (~6 min)  correctness: every ignored cuda test (the slow ckpath measurement tests last,

@@ -6,7 +6,8 @@
 # DIR (e.g. .devcarry/new, a folder .git/info/exclude ignores, named in the device tool's
 # `carry`) gets vgpu-vmm, vgpud, vgpu-bench and the ignored-cuda test binaries: gpu-tests,
 # snapshot-gpu-tests, standby-tests, live-gpu-tests (vmm) and pgpu-cuda-tests (pgpu). DIR must
-# be new or empty: nothing of the user's is overwritten. Prints the total size (the device
+# be new or empty: nothing of the user's is overwritten. With target/apps built, DIR/suite
+# gets the suite and our stripped CUDA libraries. Prints the total size (the device
 # tool carries at most 64 MiB in all).
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
@@ -35,5 +36,16 @@ tests vmm snapshot_gpu snapshot-gpu-tests
 tests vmm standby standby-tests
 tests vmm live_gpu live-gpu-tests
 tests pgpu cuda pgpu-cuda-tests
+# The application suite and the project's CUDA libraries (scripts/gpu-batch.sh's APPS_DIR):
+# DIR/suite/apps (apps/build.sh's target/apps, NVIDIA's runtime in nvidia/) and DIR/suite/lib.
+if [ -d target/apps ]; then
+  cargo build --release -p cuda -p cudart
+  mkdir -p "$D/suite/lib"
+  cp -a target/apps "$D/suite/apps"
+  strip -o "$D/suite/lib/libcudart.so.13" target/release/libcudart.so
+  strip -o "$D/suite/lib/libcuda.so.1" target/release/libcuda.so
+else
+  echo "$0: no target/apps (apps/build.sh builds it): DIR/suite not packed" >&2
+fi
 ls -la "$D"
 du -sh "$D"
