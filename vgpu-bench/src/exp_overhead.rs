@@ -136,7 +136,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub sys_mib: Option<u64>,
     /// Guest RAM of the VMs in MiB (vgpu-vmm's `--memory`; default: what each size needs, 256,
-    /// 512 for `large`, 3072 for `xl`: `suite::Size::guest_ram_mib`, upper bounds measured
+    /// 512 for `large`, 3072 for `xl`: upper bounds measured
     /// when the guest's heap kept every workload's host copies).
     #[arg(long, value_parser = clap::value_parser!(u64).range(2..=1_048_576))]
     pub memory_mib: Option<u64>,
