@@ -54,18 +54,6 @@ fn instances(long: suite::Size) -> Vec<suite::Instance> {
         .collect()
 }
 
-fn job(p: &runner::Placed, l: &suite::Launch) -> Job {
-    Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    })
-}
-
 /// Resumes `out` with no request until it completes (at most 1000 resumes).
 fn finish(e: &SimEngine, mut out: Outcome, what: &str) {
     let mut n = 0;
@@ -101,7 +89,7 @@ fn run_checked(
     plain.destroy_space(pr.space).unwrap();
     let p = runner::place(e, inst, 0);
     for l in &inst.launches {
-        let out = first(e, &job(&p, l));
+        let out = first(e, &p.job(l));
         finish(e, out, what);
     }
     let got: Vec<Vec<u8>> = inst

@@ -302,15 +302,7 @@ fn hostile_checkpoint_context_bytes_are_refused() {
     let inst = suite::find("matmul").unwrap().instance(suite::Size::Small);
     let p = runner::place(&e, &inst, 0);
     let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    });
+    let job = p.job(l);
     let h = PreemptHandle::new();
     e.set_step_limit(Some(40));
     let Outcome::Preempted { context, .. } = e.execute(&job, &h).unwrap() else {
@@ -420,17 +412,7 @@ fn a_checkpoint_context_retargeted_at_another_engine_resumes_identically() {
     // re-targeted at them and resumes to the unpreempted result.
     let inst = suite::find("matmul").unwrap().instance(suite::Size::Small);
     let l = &inst.launches[0];
-    let job_in = |p: &runner::Placed| {
-        Job::Launch(LaunchJob {
-            space: p.space,
-            module: p.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-        })
-    };
+    let job_in = |p: &runner::Placed| p.job(l);
     let a = ck_engine(1, 64 << 20, 1);
     let p = runner::place(&a, &inst, 0);
     let h = PreemptHandle::new();

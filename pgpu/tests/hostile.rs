@@ -13,15 +13,7 @@ fn mutated_context_bytes_never_panic() {
     let inst = suite::find("matmul").unwrap().instance(suite::Size::Small);
     let p = place(&e, &inst, 0);
     let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    });
+    let job = p.job(l);
     let h = PreemptHandle::new();
     e.set_step_limit(Some(40));
     let Outcome::Preempted { context, .. } = e.execute(&job, &h).unwrap() else {

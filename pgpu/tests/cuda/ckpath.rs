@@ -53,15 +53,7 @@ fn preempt_once(
 ) -> (f64, Vec<u8>, Duration) {
     let p = place(e, inst, window());
     let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    });
+    let job = p.job(l);
     let h = PreemptHandle::new();
     let t = match warm {
         Some(w) => {

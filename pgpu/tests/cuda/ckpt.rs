@@ -87,15 +87,7 @@ fn spin_one_cta(
     let inst = suite::hand::spin::instance_with(ns, 1, 256, suite::Size::Large);
     let p = place(e, &inst, window());
     let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    });
+    let job = p.job(l);
     let h = PreemptHandle::new();
     let h2 = h.clone();
     let t = std::thread::spawn(move || {

@@ -83,15 +83,7 @@ fn gpu_escalated_resume_sees_its_status_area_under_legacy_stream_traffic() {
         for round in 0..ROUNDS {
             let p = place(&*e, &inst, window());
             for l in &inst.launches {
-                let job = Job::Launch(LaunchJob {
-                    space: p.space,
-                    module: p.module,
-                    entry: l.entry.to_string(),
-                    grid: l.grid,
-                    block: l.block,
-                    dynamic_shared: l.shared_bytes,
-                    params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-                });
+                let job = p.job(l);
                 h.clear();
                 h.set_deadline(Some(Instant::now() + SLICE));
                 let mut out = e.execute(&job, &h).unwrap();

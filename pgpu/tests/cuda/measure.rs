@@ -61,15 +61,7 @@ fn gpu_measurements() {
             ..CudaConfig::default()
         });
         let p = place(&e, &inst, window());
-        let job = Job::Launch(LaunchJob {
-            space: p.space,
-            module: p.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-        });
+        let job = p.job(l);
         let h = PreemptHandle::new();
         e.execute(&job, &h).unwrap(); // warm-up: JIT, throughput measured
         let reps = 3;

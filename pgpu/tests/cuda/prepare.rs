@@ -31,15 +31,7 @@ fn gpu_prepared_first_run_makes_nothing_and_stops_at_its_slice() {
             .instance(suite::Size::Xl);
         let p = place(&e, &inst, window());
         let l = &inst.launches[0];
-        let job = Job::Launch(LaunchJob {
-            space: p.space,
-            module: p.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-        });
+        let job = p.job(l);
         assert!(!e.prepared(&job), "a fresh engine has made nothing for it");
         if prepared {
             e.prepare(&job).unwrap();

@@ -59,6 +59,21 @@ pub struct Placed {
     pub addrs: Vec<u64>,
 }
 
+impl Placed {
+    /// The job of launch `l` of the instance placed here.
+    pub fn job(&self, l: &suite::Launch) -> Job {
+        Job::Launch(LaunchJob {
+            space: self.space,
+            module: self.module,
+            entry: l.entry.to_string(),
+            grid: l.grid,
+            block: l.block,
+            dynamic_shared: l.shared_bytes,
+            params: suite::layout_params(&l.params, &self.addrs).unwrap(),
+        })
+    }
+}
+
 /// Maps every buffer on 2 MiB pages (an unmapped 2 MiB guard after each) from `window.base`,
 /// VRAM from 0, fills it and loads the PTX.
 pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed {
