@@ -7,7 +7,8 @@
 //! [`RECENT`] completed fresh runs of the same kernel and shape ([`Key`]: module, entry, grid,
 //! block, dynamic shared bytes), their maximum (conservative: one slow run keeps the kernel
 //! from being waited on), once [`MIN_SAMPLES`] are known. At a request, the launch is waited
-//! when that maximum, less the time it has run, is at most the budget. No estimate: not waited.
+//! when that maximum, less the time it has run, is at most the budget; one that has already
+//! run past that maximum is not waited (stopped at once). No estimate: not waited.
 //!
 //! Bounded: a launch with an estimate runs under a *child* handle ([`Gate::handle`]; one
 //! without, under the caller's, only timed); a request on the caller's handle reaches the
@@ -150,7 +151,8 @@ struct Inner {
     waited: bool,
     /// A request was passed on to the child at once (later ones change nothing).
     forwarded: bool,
-    /// The budget passed with the launch running: when (the child was then asked).
+    /// The budget passed with the launch running, or a request came once it had outrun its
+    /// estimate: when (the child was then asked).
     overran: Option<Instant>,
     /// The run ended: the timer asks no more.
     done: bool,
@@ -223,7 +225,22 @@ impl GateState {
         let ran = child
             .running_since()
             .map_or(Duration::ZERO, |t| t.elapsed());
-        let r = self.expected.saturating_sub(ran);
+        if ran >= self.expected {
+            // Already outrun its estimate: no reason to expect it to end within the budget.
+            // Passed on at once (not counted as waited nor as an overrun); what it has run is
+            // kept as one of its kernel's durations (a lower bound), as for an overrun.
+            g.forwarded = true;
+            g.overran = Some(Instant::now());
+            drop(g);
+            log::debug!(
+                "preemption request not waited: the launch ran {} µs, past its estimate {} µs",
+                ran.as_micros(),
+                self.expected.as_micros()
+            );
+            child.request();
+            return;
+        }
+        let r = self.expected - ran;
         match timer() {
             Some(t) if g.armed && r <= self.budget => {
                 g.waited = true;
