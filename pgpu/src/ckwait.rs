@@ -339,12 +339,14 @@ impl Timer {
             };
             if first <= now {
                 let due: Vec<Due> = {
-                    let (d, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|(t, _)| *t <= now);
+                    let (mut d, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|(t, _)| *t <= now);
                     *q = keep;
+                    // Several due at once (the thread was late): still in order of time.
+                    d.sort_by_key(|(t, _)| *t);
                     d.into_iter().map(|(_, f)| f).collect()
                 };
                 drop(q);
-                due.into_iter().for_each(|f| f());
+                due.into_iter().for_each(run_due);
                 q = lock(&self.q);
             } else if first - now > SPIN {
                 q = self
@@ -358,6 +360,19 @@ impl Timer {
                 q = lock(&self.q);
             }
         }
+    }
+}
+
+/// Runs one due task; a panic in it is logged and contained, so that the timer thread lives
+/// on (`timer()` stays `Some`: a dead thread would leave later waited requests unforwarded).
+fn run_due(f: Due) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        log::error!("preempt wait: a timer task panicked: {what}");
     }
 }
 
@@ -427,5 +442,21 @@ mod tests {
         assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [1, 2, 0]);
         assert!(got[0].1 >= t0 + Duration::from_micros(50));
         assert!(got[2].1 >= t0 + Duration::from_micros(2000));
+    }
+
+    #[test]
+    fn a_panicking_task_does_not_stop_the_timer() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t0 = Instant::now();
+        timer().unwrap().at(
+            t0,
+            Box::new(|| panic!("a timer task's panic (expected by this test)")),
+        );
+        timer().unwrap().at(
+            t0 + Duration::from_millis(1),
+            Box::new(move || tx.send(()).unwrap()),
+        );
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the task after the panicking one ran");
     }
 }
