@@ -257,10 +257,12 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The scheduling policy and nice value of thread `tid`.
+/// The scheduling policy (without the `SCHED_RESET_ON_FORK` flag a raise sets) and nice value
+/// of thread `tid`.
 fn sched_of(tid: libc::pid_t) -> (libc::c_int, i32) {
     // SAFETY: plain system call on a thread id of this process.
-    (unsafe { libc::sched_getscheduler(tid) }, nice_of(tid))
+    let p = unsafe { libc::sched_getscheduler(tid) };
+    (p & !libc::SCHED_RESET_ON_FORK, nice_of(tid))
 }
 
 /// Whether this process may make a thread real-time; tried on a thread of its own, which then
