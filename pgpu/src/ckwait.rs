@@ -7,7 +7,8 @@
 //! [`RECENT`] completed fresh runs of the same kernel and shape ([`Key`]: module, entry, grid,
 //! block, dynamic shared bytes), their maximum (conservative: one slow run keeps the kernel
 //! from being waited on), once [`MIN_SAMPLES`] are known. At a request, the launch is waited
-//! when that maximum, less the time it has run, is at most the budget. No estimate: not waited.
+//! when that maximum, less the time it has run, is at most the budget; one that has already
+//! run past that maximum is not waited (stopped at once). No estimate: not waited.
 //!
 //! Bounded: a launch with an estimate runs under a *child* handle ([`Gate::handle`]; one
 //! without, under the caller's, only timed); a request on the caller's handle reaches the
@@ -150,7 +151,8 @@ struct Inner {
     waited: bool,
     /// A request was passed on to the child at once (later ones change nothing).
     forwarded: bool,
-    /// The budget passed with the launch running: when (the child was then asked).
+    /// The budget passed with the launch running, or a request came once it had outrun its
+    /// estimate: when (the child was then asked).
     overran: Option<Instant>,
     /// The run ended: the timer asks no more.
     done: bool,
@@ -223,7 +225,22 @@ impl GateState {
         let ran = child
             .running_since()
             .map_or(Duration::ZERO, |t| t.elapsed());
-        let r = self.expected.saturating_sub(ran);
+        if ran >= self.expected {
+            // Already outrun its estimate: no reason to expect it to end within the budget.
+            // Passed on at once (not counted as waited nor as an overrun); what it has run is
+            // kept as one of its kernel's durations (a lower bound), as for an overrun.
+            g.forwarded = true;
+            g.overran = Some(Instant::now());
+            drop(g);
+            log::debug!(
+                "preemption request not waited: the launch ran {} µs, past its estimate {} µs",
+                ran.as_micros(),
+                self.expected.as_micros()
+            );
+            child.request();
+            return;
+        }
+        let r = self.expected - ran;
         match timer() {
             Some(t) if g.armed && r <= self.budget => {
                 g.waited = true;
@@ -322,12 +339,14 @@ impl Timer {
             };
             if first <= now {
                 let due: Vec<Due> = {
-                    let (d, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|(t, _)| *t <= now);
+                    let (mut d, keep): (Vec<_>, Vec<_>) = q.drain(..).partition(|(t, _)| *t <= now);
                     *q = keep;
+                    // Several due at once (the thread was late): still in order of time.
+                    d.sort_by_key(|(t, _)| *t);
                     d.into_iter().map(|(_, f)| f).collect()
                 };
                 drop(q);
-                due.into_iter().for_each(|f| f());
+                due.into_iter().for_each(run_due);
                 q = lock(&self.q);
             } else if first - now > SPIN {
                 q = self
@@ -341,6 +360,19 @@ impl Timer {
                 q = lock(&self.q);
             }
         }
+    }
+}
+
+/// Runs one due task; a panic in it is logged and contained, so that the timer thread lives
+/// on (`timer()` stays `Some`: a dead thread would leave later waited requests unforwarded).
+fn run_due(f: Due) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        log::error!("preempt wait: a timer task panicked: {what}");
     }
 }
 
@@ -410,5 +442,21 @@ mod tests {
         assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [1, 2, 0]);
         assert!(got[0].1 >= t0 + Duration::from_micros(50));
         assert!(got[2].1 >= t0 + Duration::from_micros(2000));
+    }
+
+    #[test]
+    fn a_panicking_task_does_not_stop_the_timer() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t0 = Instant::now();
+        timer().unwrap().at(
+            t0,
+            Box::new(|| panic!("a timer task's panic (expected by this test)")),
+        );
+        timer().unwrap().at(
+            t0 + Duration::from_millis(1),
+            Box::new(move || tx.send(()).unwrap()),
+        );
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the task after the panicking one ran");
     }
 }

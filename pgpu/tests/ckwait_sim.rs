@@ -3,7 +3,9 @@
 //! completes, counted in `CkptStats::waited_preemptions`, its bytes those of an unrequested
 //! run); a launch expected to run longer is stopped as before; a waited launch that outlasts
 //! its estimate is stopped once the budget has passed, by its own method (here: restart), and
-//! resumes to the same bytes (`wait_overruns`); budget 0 never waits.
+//! resumes to the same bytes (`wait_overruns`); a launch that has already run past its
+//! estimate when the request comes is stopped at once, whatever the budget; budget 0 never
+//! waits.
 
 mod common;
 
@@ -239,6 +241,55 @@ fn a_waited_launch_that_overruns_is_stopped_after_the_budget() {
     assert!(
         latency < budget + Duration::from_secs(1),
         "stopped within budget + its method's stop: {latency:?}"
+    );
+    finish(&e, out);
+    assert_eq!(read_out(&e, &p), want);
+}
+
+/// The request comes once the launch has already run past its kernel's estimate (earlier runs
+/// were short, this one is long): it is not waited (nothing could make it end within the
+/// budget), but stopped at once by its own method, long before the (huge) budget passes; it
+/// resumes to the bytes of an unrequested run.
+#[test]
+fn a_launch_already_past_its_estimate_is_not_waited() {
+    let short = calibrate(Duration::from_millis(5));
+    let budget = Duration::from_secs(20);
+    let e = engine(budget);
+    let p = place(&e);
+    // The warm-up runs' wall time bounds their GPU time, so the estimate (their maximum).
+    let (warm, _) = job(&p, short);
+    let mut longest = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = e.execute(&warm, &PreemptHandle::new()).unwrap();
+        assert!(matches!(out, Outcome::Completed { .. }));
+        longest = longest.max(t.elapsed());
+    }
+    // 100 times the short kernel's length: still running when the request comes.
+    let (j, want) = job(&p, short.saturating_mul(100));
+    clear_out(&e, &p);
+    let before = e.ckpt_stats();
+    let h = PreemptHandle::new();
+    let (out, requested, returned) = std::thread::scope(|s| {
+        let h2 = h.clone();
+        let req = s.spawn(move || {
+            // Twice the longest warm-up run after the kernel started: past its estimate.
+            while h2.running_since().is_none_or(|t| t.elapsed() < longest * 2) {
+                std::thread::yield_now();
+            }
+            h2.request()
+        });
+        let out = e.execute(&j, &h).unwrap();
+        (out, req.join().unwrap(), Instant::now())
+    });
+    let after = e.ckpt_stats();
+    assert!(matches!(out, Outcome::Preempted { .. }), "{out:?}");
+    assert_eq!(after.waited_preemptions, before.waited_preemptions);
+    assert_eq!(after.wait_overruns, before.wait_overruns);
+    let latency = returned - requested;
+    assert!(
+        latency < Duration::from_secs(5),
+        "stopped at once, not after the 20 s budget: {latency:?}"
     );
     finish(&e, out);
     assert_eq!(read_out(&e, &p), want);

@@ -443,6 +443,31 @@ mod tests {
         assert_eq!(GpuConfig::parse(&d.spec()).unwrap(), d);
     }
 
+    /// The keys newer than the manifest are written only when not at their default, so that
+    /// builds that do not know them read the snapshots of configurations that do not use them;
+    /// the spec still parses back to the same configuration either way.
+    #[test]
+    fn spec_omits_the_newer_keys_at_their_default() {
+        for (cfg, absent) in [
+            ("preempt=auto", &["preempt_wait_us", "rt"][..]),
+            ("preempt=auto,host=/s", &["preempt_wait_us", "rt"]),
+            (
+                "preempt=auto,preempt_wait_us=40,host=/s,rt=0",
+                &["preempt_wait_us", "rt"],
+            ),
+            ("preempt=auto,preempt_wait_us=0,host=/s,rt=1", &[]),
+        ] {
+            let c = GpuConfig::parse(cfg).unwrap();
+            let spec = c.spec();
+            for k in ["preempt_wait_us", "rt"] {
+                let written = spec.split(',').any(|kv| kv.starts_with(&format!("{k}=")));
+                assert_eq!(written, !absent.contains(&k), "{cfg}: {spec}");
+            }
+            assert!(!spec.contains("host=") || spec.contains("nice="), "{spec}");
+            assert_eq!(GpuConfig::parse(&spec).unwrap(), c, "{cfg}: {spec}");
+        }
+    }
+
     /// The defaults the help shows are the defaults (where they are values: the others are
     /// exactly the two that depend on the host or the process).
     #[test]

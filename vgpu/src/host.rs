@@ -575,6 +575,8 @@ impl HostLink {
                 end_ns,
             };
             self.inner.send(&mut st, &msg);
+            // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises).
+            self.inner.lower(&mut st);
             return;
         }
         st.active = None;

@@ -167,6 +167,7 @@ impl Pool {
                     ptr,
                     size,
                     clean: false,
+                    retired: false,
                     flag_raised,
                     pool: self.clone(),
                 });
@@ -194,6 +195,7 @@ impl Pool {
             ptr,
             size,
             clean: false,
+            retired: false,
             flag_raised: false,
             pool: self.clone(),
         })
@@ -250,10 +252,40 @@ pub struct DevBuf {
     /// (`ckpt::needs_clear`); the flag is only ever written by a request (the kernel reads
     /// it), and a job whose request fired lets the write land before the buffer goes back.
     pub flag_raised: bool,
+    /// A job's armed flag write on it never completed ([`DevBuf::retire`]): the write may still
+    /// land, so the buffer is never pooled nor freed (its memory could be handed out again),
+    /// whatever job holds it later (a saved context's resumed runs included).
+    pub retired: bool,
     pool: Arc<Pool>,
 }
 
+/// What becomes of a buffer dropped: kept for the next job, freed, or leaked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Pool,
+    Free,
+    Leak,
+}
+
+/// The fate of a dropped buffer: a retired one is leaked whatever else holds; a clean one is
+/// pooled when the pool `has_room` (asked only then); any other is freed.
+fn fate(retired: bool, clean: bool, has_room: impl FnOnce() -> bool) -> Fate {
+    if retired {
+        Fate::Leak
+    } else if clean && has_room() {
+        Fate::Pool
+    } else {
+        Fate::Free
+    }
+}
+
 impl DevBuf {
+    /// A job's armed flag write on this buffer never completed: it may land at any time, so
+    /// the buffer is never reused nor freed (leaked when dropped, logged).
+    pub fn retire(&mut self) {
+        self.retired = true;
+    }
+
     /// Device address of the flag.
     pub fn flag(&self) -> u64 {
         self.ptr
@@ -347,13 +379,25 @@ impl DevBuf {
 
 impl Drop for DevBuf {
     fn drop(&mut self) {
-        if self.clean {
-            let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let room = || {
             let held: u64 = idle.iter().map(|&(_, s, _)| s).sum();
-            if keeps(held, self.size, self.pool.max_idle) {
+            keeps(held, self.size, self.pool.max_idle)
+        };
+        match fate(self.retired, self.clean, room) {
+            Fate::Pool => {
                 idle.push((self.ptr, self.size, self.flag_raised));
                 return;
             }
+            Fate::Leak => {
+                log::warn!(
+                    "cuda: checkpoint buffer of {} bytes at {:#x} leaked: an armed flag write on                      it never completed",
+                    self.size,
+                    self.ptr
+                );
+                return;
+            }
+            Fate::Free => drop(idle),
         }
         if self.pool.ctx.bind().is_ok() {
             // SAFETY: an allocation of the pool, not idle, freed once.
@@ -569,5 +613,22 @@ mod tests {
         assert_eq!(buffer_bytes(0), GRANULE);
         assert_eq!(buffer_bytes(GRANULE - SAVE_OFF), GRANULE);
         assert_eq!(buffer_bytes(GRANULE - SAVE_OFF + 1), 2 * GRANULE);
+    }
+
+    /// A retired buffer (an armed flag write on it never completed) is never pooled nor
+    /// freed, even once its job completed (`clean`); others as before.
+    #[test]
+    fn a_retired_buffer_is_leaked_never_pooled() {
+        let asked = std::cell::Cell::new(false);
+        let room = || {
+            asked.set(true);
+            true
+        };
+        assert_eq!(fate(true, true, room), Fate::Leak);
+        assert!(!asked.get(), "the pool is not even asked");
+        assert_eq!(fate(true, false, || true), Fate::Leak);
+        assert_eq!(fate(false, true, || true), Fate::Pool);
+        assert_eq!(fate(false, true, || false), Fate::Free);
+        assert_eq!(fate(false, false, || true), Fate::Free);
     }
 }

@@ -441,6 +441,9 @@ impl CudaEngine {
         }
         if stuck.get() {
             std::mem::forget(host_flag);
+            // Never pooled nor freed, whichever path below ends the job (a preempted job's
+            // buffer goes into its saved context, and on with its resumed runs).
+            buf.retire();
         } else {
             drop(host_flag);
         }
@@ -481,10 +484,7 @@ impl CudaEngine {
             _ => None,
         };
         if !fired && unfinished.is_none() {
-            if stuck.get() {
-                // The armed write may still land in its flag: never reused.
-                std::mem::forget(buf);
-            } else {
+            if !buf.retired {
                 self.release_area(&mut buf, resume, need);
             }
             if !resume {
@@ -530,10 +530,7 @@ impl CudaEngine {
             );
         }
         if t.pending == 0 {
-            if stuck.get() {
-                // The armed write may still land in its flag: never reused.
-                std::mem::forget(buf);
-            } else {
+            if !buf.retired {
                 self.release_area(&mut buf, resume, need);
             }
             return Ok(Outcome::Completed {

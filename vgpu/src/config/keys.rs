@@ -421,11 +421,24 @@ pub fn names() -> String {
     KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
 }
 
-/// `cfg` in `--gpu` syntax, every key that applies written out, so that it does not depend on
-/// the defaults of the build or host that reads it (the snapshot manifest's `gpu`).
+/// Keys newer than the snapshot manifest's `gpu`, with the value that is their default: written
+/// only when not at it, so that a configuration that does not use them is read by builds that
+/// do not know them (they refuse unknown keys). Their defaults are therefore part of the
+/// manifest format: a build that changed one would have to write it always.
+const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] = &[("preempt_wait_us", "40"), ("rt", "0")];
+
+/// `cfg` in `--gpu` syntax, every key that applies written out (but those of
+/// [`WRITTEN_UNLESS_DEFAULT`] at their default), so that it does not depend on the defaults of
+/// the build or host that reads it (the snapshot manifest's `gpu`).
 pub fn spec(cfg: &GpuConfig) -> String {
     KEYS.iter()
-        .filter_map(|k| k.value(cfg).map(|v| format!("{}={v}", k.name)))
+        .filter_map(|k| {
+            let v = k.value(cfg)?;
+            let default = WRITTEN_UNLESS_DEFAULT
+                .iter()
+                .any(|&(n, d)| n == k.name && d == v);
+            (!default).then(|| format!("{}={v}", k.name))
+        })
         .collect::<Vec<_>>()
         .join(",")
 }

@@ -28,6 +28,11 @@
 //! standby (`HostLink::acquire`): a poller that only yields to its own priority would hold
 //! its core. Where real-time is refused (no `CAP_SYS_NICE`, or a cgroup without real-time
 //! runtime, as in most containers) the link says so once and uses `nice`.
+//!
+//! Either way the thread is raised with `SCHED_RESET_ON_FORK`: a thread it starts while
+//! raised (a `ptx-helper-*` of the sim engine's pool, the `pgpu-wait-timer`, started on first
+//! use from whichever thread runs a job) is a fair-class thread at nice 0, not one that
+//! inherits the raise for life (sched(7)).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -117,7 +122,10 @@ impl Boost {
     pub fn raise(&self) -> Option<Raised> {
         let tid = gettid();
         if self.realtime() {
-            match set_policy(tid, libc::SCHED_FIFO, i32::from(self.rt)) {
+            // Reset on fork: threads this one starts while raised (an engine's helper or timer
+            // threads, started on first use) are fair-class threads, not real-time for life.
+            let policy = libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK;
+            match set_policy(tid, policy, i32::from(self.rt)) {
                 Ok(()) => {
                     return Some(Raised {
                         tid,
@@ -146,11 +154,20 @@ impl Boost {
             return None;
         }
         match set_nice(tid, self.nice) {
-            Ok(()) => Some(Raised {
-                tid,
-                old,
-                rt: false,
-            }),
+            Ok(()) => {
+                // Threads this one starts while raised start at nice 0, not at the raised
+                // level for life (sched(7): a negative nice is reset in children; the
+                // fair class and the nice value just set are kept).
+                let reset = libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK;
+                if let Err(e) = set_policy(tid, reset, 0) {
+                    log::debug!("vgpu: SCHED_RESET_ON_FORK on thread {tid}: {e}");
+                }
+                Some(Raised {
+                    tid,
+                    old,
+                    rt: false,
+                })
+            }
             Err(e) => {
                 if !self.refused.swap(true, Ordering::Relaxed) {
                     log::warn!(
@@ -165,7 +182,8 @@ impl Boost {
         }
     }
 
-    /// Puts a raised thread back to its own level (from any thread of the process).
+    /// Puts a raised thread back to its own level (from any thread of the process), without
+    /// the reset-on-fork flag (`SCHED_OTHER` without it clears it).
     pub fn lower(&self, r: Raised) {
         if r.rt {
             // Back to the fair class, at the nice value it kept meanwhile.
@@ -176,6 +194,11 @@ impl Boost {
         }
         if let Err(e) = set_nice(r.tid, r.old) {
             log::debug!("vgpu: nice of thread {} back to {}: {e}", r.tid, r.old);
+        }
+        // Clearing the reset-on-fork flag needs CAP_SYS_NICE (sched(7)); where refused, the
+        // thread's children start at nice 0 rather than at its own negative level, if any.
+        if let Err(e) = set_policy(r.tid, libc::SCHED_OTHER, 0) {
+            log::debug!("vgpu: thread {} without SCHED_RESET_ON_FORK: {e}", r.tid);
         }
     }
 
@@ -223,10 +246,19 @@ mod tests {
         .unwrap();
     }
 
+    /// The calling thread's scheduling policy and whether it has `SCHED_RESET_ON_FORK`.
+    fn policy_and_reset() -> (libc::c_int, bool) {
+        // SAFETY: plain system call on the calling thread.
+        let p = unsafe { libc::sched_getscheduler(0) };
+        (
+            p & !libc::SCHED_RESET_ON_FORK,
+            p & libc::SCHED_RESET_ON_FORK != 0,
+        )
+    }
+
     /// The calling thread's scheduling policy.
     fn policy() -> libc::c_int {
-        // SAFETY: plain system call on the calling thread.
-        unsafe { libc::sched_getscheduler(0) }
+        policy_and_reset().0
     }
 
     /// `rt=`: real-time while raised and back to the fair class at the same nice value after;
@@ -259,5 +291,37 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A thread started by a raised thread does not inherit the raise (`SCHED_RESET_ON_FORK`):
+    /// fair class, nice 0 or more; for the real-time path and the nice path.
+    #[test]
+    fn threads_started_while_raised_do_not_inherit_it() {
+        for rt in [1u8, 0] {
+            std::thread::spawn(move || {
+                let b = Boost::new(-5, rt);
+                let Some(r) = b.raise() else {
+                    eprintln!("skipped (rt={rt}): raising is not permitted on this host");
+                    return;
+                };
+                assert!(r.rt || current_nice().unwrap() == -5);
+                assert!(
+                    policy_and_reset().1,
+                    "rt={rt}: raised with SCHED_RESET_ON_FORK"
+                );
+                let (pol, nice) = std::thread::spawn(|| (policy(), current_nice().unwrap()))
+                    .join()
+                    .unwrap();
+                assert_eq!(pol, libc::SCHED_OTHER, "rt={rt}: the child is fair-class");
+                assert!(
+                    nice >= 0,
+                    "rt={rt}: the child's nice {nice} is not the raise"
+                );
+                b.lower(r);
+                assert_eq!(policy(), libc::SCHED_OTHER);
+            })
+            .join()
+            .unwrap();
+        }
     }
 }

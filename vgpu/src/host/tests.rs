@@ -257,10 +257,12 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The scheduling policy and nice value of thread `tid`.
+/// The scheduling policy (without the `SCHED_RESET_ON_FORK` flag a raise sets) and nice value
+/// of thread `tid`.
 fn sched_of(tid: libc::pid_t) -> (libc::c_int, i32) {
     // SAFETY: plain system call on a thread id of this process.
-    (unsafe { libc::sched_getscheduler(tid) }, nice_of(tid))
+    let p = unsafe { libc::sched_getscheduler(tid) };
+    (p & !libc::SCHED_RESET_ON_FORK, nice_of(tid))
 }
 
 /// Whether this process may make a thread real-time; tried on a thread of its own, which then
@@ -333,6 +335,68 @@ fn the_worker_runs_real_time_while_it_waits_for_and_holds_a_grant() {
         (waiting, holding, after),
         (raised, raised, own),
         "(policy, nice) while waiting, holding, after"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Between two jobs of a turn the grant is kept (`Progress`), but not the priority: the
+/// guest's CPU work up to the next job runs at the thread's own level, and the next `acquire`
+/// (which returns the kept grant at once) raises it again.
+#[test]
+fn between_two_jobs_of_a_turn_the_worker_runs_at_its_own_level() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-turn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        // A turn (a slice, no deadline): jobs may follow each other under it.
+        let g = ToVm::Grant {
+            seq: 1,
+            slice_ns: 1_000_000_000,
+            deadline_ns: 0,
+        };
+        conn.send(&proto::encode(&g), None).unwrap();
+        assert!(matches!(recv(&conn), ToDaemon::Progress { seq: 1, .. }));
+        assert_eq!(recv(&conn), done(1, false));
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: -3,
+        rt: 0,
+    };
+    let worker = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments.
+        let tid = unsafe { libc::gettid() };
+        let own = nice_of(tid);
+        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+        let handle = PreemptHandle::new();
+        let gpu = Duration::from_micros(1);
+        let t = link.acquire(&handle, Some(5)).unwrap();
+        let first = nice_of(tid);
+        link.release(t, RunOutcome::Completed, gpu, (0, 0), true);
+        let between = nice_of(tid);
+        let t2 = link.acquire(&handle, Some(5)).unwrap();
+        let second = nice_of(tid);
+        assert_eq!(t2.seq, 1, "the kept grant");
+        link.release(t2, RunOutcome::Completed, gpu, (0, 0), false);
+        let after = nice_of(tid);
+        drop(link);
+        (own, [first, between, second, after])
+    });
+    let (own, got) = worker.join().unwrap();
+    daemon.join().unwrap();
+    let raised = if may_raise() && own > -3 { -3 } else { own };
+    assert_eq!(
+        got,
+        [raised, own, raised, own],
+        "nice holding, between the jobs, holding again, after (own level {own})"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
