@@ -96,22 +96,52 @@ impl Listener {
                 if !stale {
                     return Err(WireError::InUse(path.into()));
                 }
-                std::fs::remove_file(path).map_err(|err| WireError::Os {
-                    op: "remove the stale socket",
-                    err,
-                })?;
                 replaced_stale = true;
             }
         }
+        // A stale socket is replaced by a rename over it, not removed first: the path names a
+        // socket at every moment, so a VM that connects meanwhile (a restart's re-registration
+        // or a VM starting) is refused by the old one and retries, rather than finding no file
+        // (which it takes for a wrong path). Bound beside it when that name fits.
+        let beside = replaced_stale
+            .then(|| {
+                let mut n = path.as_os_str().to_owned();
+                n.push(format!(".new-{}", std::process::id()));
+                std::path::PathBuf::from(n)
+            })
+            .filter(|b| sockaddr(b).is_ok());
+        if replaced_stale && beside.is_none() {
+            std::fs::remove_file(path).map_err(|err| WireError::Os {
+                op: "remove the stale socket",
+                err,
+            })?;
+        }
+        let at = beside.as_deref().unwrap_or(path);
+        if beside.is_some() {
+            let _ = std::fs::remove_file(at);
+        }
         let fd = socket(true)?;
-        let (addr, len) = sockaddr(path)?;
+        let (addr, len) = sockaddr(at)?;
         // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
         if unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) } < 0 {
             return Err(os("bind"));
         }
         // SAFETY: listen on the socket we own.
         if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
-            return Err(os("listen"));
+            let e = os("listen");
+            if beside.is_some() {
+                let _ = std::fs::remove_file(at);
+            }
+            return Err(e);
+        }
+        if beside.is_some()
+            && let Err(err) = std::fs::rename(at, path)
+        {
+            let _ = std::fs::remove_file(at);
+            return Err(WireError::Os {
+                op: "rename the new socket over the stale one",
+                err,
+            });
         }
         Ok(Listener {
             fd,
@@ -536,5 +566,55 @@ mod tests {
         assert!(!polite_with("64.1 60.2 30.3 70/812 4242\n", 16));
         assert!(polite_with("garbage", 16));
         assert!(polite_with("", 2));
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("vgpu-wire-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_stale_socket_is_replaced_by_a_rename_and_nothing_is_left_beside_it() {
+        let d = dir("stale");
+        let path = d.join("sock");
+        // A killed daemon's socket: bound, nobody listening.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        let old = std::fs::symlink_metadata(&path).unwrap().ino();
+        let l = Listener::bind(&path).unwrap();
+        assert!(l.replaced_stale());
+        assert_ne!(std::fs::symlink_metadata(&path).unwrap().ino(), old);
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("sock")]);
+        let _c = Conn::connect(&path).unwrap();
+        let mut accepted = None;
+        for _ in 0..1000 {
+            accepted = l.accept().unwrap();
+            if accepted.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(accepted.is_some());
+        // A live socket is refused; a plain file is refused and kept.
+        assert!(matches!(Listener::bind(&path), Err(WireError::InUse(_))));
+        drop(l);
+        std::fs::write(&path, b"keep").unwrap();
+        assert!(matches!(
+            Listener::bind(&path),
+            Err(WireError::NotASocket(_))
+        ));
+        assert_eq!(std::fs::read(&path).unwrap(), b"keep");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -160,8 +160,8 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
     let path = socket.clone();
     let daemon = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));
-        // The new daemon replaces the stale socket and welcomes the VM.
-        std::fs::remove_file(&path).unwrap();
+        // The new daemon replaces the stale socket (a rename over it: the path names a socket
+        // throughout, so the waiting VM never takes it for a wrong path) and welcomes the VM.
         let listener = Listener::bind(&path).unwrap();
         accept_and_welcome(&listener)
     });
