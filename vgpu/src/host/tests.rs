@@ -201,12 +201,11 @@ fn may_raise() -> bool {
     .unwrap()
 }
 
-/// `nice=`: the worker thread runs at the configured nice value from the moment it waits for a
-/// grant until the grant ends (issue 25: a worker that waits in a run queue stops late), and at
-/// its own level before and after. Where the host refuses raising, nothing changes.
-#[test]
-fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-nice-{}", std::process::id()));
+/// One grant to a link at `nice=-3,rt=RT` from a scripted daemon: `level` of the worker thread
+/// before it registers, while it waits for the grant (seen by the daemon), while it holds it
+/// and after it released it.
+fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) -> (T, T, T, T) {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("sock");
     let listener = Listener::bind(&socket).unwrap();
@@ -216,7 +215,7 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         let conn = accept_and_welcome(&listener);
         let tid = tid_rx.recv().unwrap();
         assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
-        let waiting = nice_of(tid);
+        let waiting = level(tid);
         grant(&conn, 1);
         assert_eq!(recv(&conn), done(1, false));
         waiting
@@ -229,32 +228,41 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         reconnect: Duration::ZERO,
         gpu: None,
         nice: -3,
-        rt: 0,
+        rt,
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
         let tid = unsafe { libc::gettid() };
-        let own = nice_of(tid);
+        let own = level(tid);
         let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
         tid_tx.send(tid).unwrap();
         let handle = PreemptHandle::new();
         let t = link.acquire(&handle, Some(5)).unwrap();
-        let holding = nice_of(tid);
+        let holding = level(tid);
         let gpu = Duration::from_micros(1);
         link.release(t, RunOutcome::Completed, gpu, (0, 0), false);
-        let after = nice_of(tid);
+        let after = level(tid);
         drop(link);
         (own, holding, after)
     });
     let (own, holding, after) = worker.join().unwrap();
     let waiting = daemon.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (own, waiting, holding, after)
+}
+
+/// `nice=`: the worker thread runs at the configured nice value from the moment it waits for a
+/// grant until the grant ends (issue 25: a worker that waits in a run queue stops late), and at
+/// its own level before and after. Where the host refuses raising, nothing changes.
+#[test]
+fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
+    let (own, waiting, holding, after) = one_grant("nice", 0, nice_of);
     let raised = if may_raise() && own > -3 { -3 } else { own };
     assert_eq!(
         (waiting, holding, after),
         (raised, raised, own),
         "nice while waiting, holding, after (own level {own})"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The scheduling policy (without the `SCHED_RESET_ON_FORK` flag a raise sets) and nice value
@@ -282,47 +290,7 @@ fn may_realtime() -> bool {
 /// real-time, it falls back to `nice` for the same span.
 #[test]
 fn the_worker_runs_real_time_while_it_waits_for_and_holds_a_grant() {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-rt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
-    let (tid_tx, tid_rx) = std::sync::mpsc::channel::<libc::pid_t>();
-    let daemon = std::thread::spawn(move || {
-        let conn = accept_and_welcome(&listener);
-        let tid = tid_rx.recv().unwrap();
-        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
-        let waiting = sched_of(tid);
-        grant(&conn, 1);
-        assert_eq!(recv(&conn), done(1, false));
-        waiting
-    });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: -3,
-        rt: 1,
-    };
-    let worker = std::thread::spawn(move || {
-        // SAFETY: gettid has no arguments.
-        let tid = unsafe { libc::gettid() };
-        let own = sched_of(tid);
-        let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
-        tid_tx.send(tid).unwrap();
-        let handle = PreemptHandle::new();
-        let t = link.acquire(&handle, Some(5)).unwrap();
-        let holding = sched_of(tid);
-        let gpu = Duration::from_micros(1);
-        link.release(t, RunOutcome::Completed, gpu, (0, 0), false);
-        let after = sched_of(tid);
-        drop(link);
-        (own, holding, after)
-    });
-    let (own, holding, after) = worker.join().unwrap();
-    let waiting = daemon.join().unwrap();
+    let (own, waiting, holding, after) = one_grant("rt", 1, sched_of);
     assert_eq!(own.0, libc::SCHED_OTHER);
     let raised = if may_realtime() {
         (libc::SCHED_FIFO, own.1)
@@ -336,7 +304,6 @@ fn the_worker_runs_real_time_while_it_waits_for_and_holds_a_grant() {
         (raised, raised, own),
         "(policy, nice) while waiting, holding, after"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Between two jobs of a turn the grant is kept (`Progress`), but not the priority: the
