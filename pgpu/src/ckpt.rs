@@ -170,28 +170,24 @@ pub(crate) struct CkptCounters {
 }
 
 impl CkptCounters {
-    /// The gate of a fresh run of a launch (`key`) under `method` (`Auto` and a non-zero
-    /// `budget` only; `None`: run it under `h` as before).
-    pub(crate) fn wait_gate<'a>(
+    /// Runs a fresh launch under `Auto`'s wait (`crate::ckwait`): with a non-zero `budget`,
+    /// `run` gets the gate's handle (requests reach it when the gate decides) and the gate
+    /// ends with the run's outcome; otherwise `run` gets `h` itself.
+    pub(crate) fn waited<E>(
         &self,
         method: PreemptMethod,
         budget: std::time::Duration,
         key: impl FnOnce() -> crate::ckwait::Key,
-        h: &'a crate::engine::PreemptHandle,
-    ) -> Option<crate::ckwait::Gate<'a>> {
-        (method == PreemptMethod::Auto && !budget.is_zero())
-            .then(|| crate::ckwait::Gate::new(&self.waits, key(), h, budget))
-    }
-
-    /// Ends a gate made by [`CkptCounters::wait_gate`] with the run's outcome.
-    pub(crate) fn wait_end<T>(
-        &self,
-        gate: Option<crate::ckwait::Gate<'_>>,
-        out: &Result<crate::engine::Outcome, T>,
-    ) {
-        if let Some(g) = gate {
-            g.finish(&self.waits, out.as_ref().ok());
+        h: &crate::engine::PreemptHandle,
+        run: impl FnOnce(&crate::engine::PreemptHandle) -> Result<crate::engine::Outcome, E>,
+    ) -> Result<crate::engine::Outcome, E> {
+        if method != PreemptMethod::Auto || budget.is_zero() {
+            return run(h);
         }
+        let gate = crate::ckwait::Gate::new(&self.waits, key(), h, budget);
+        let out = run(gate.handle());
+        gate.finish(&self.waits, out.as_ref().ok());
+        out
     }
 
     pub(crate) fn transformed(&self) {

@@ -522,20 +522,18 @@ impl Engine for CudaEngine {
     }
 
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
-        // `Auto`'s wait (`crate::ckwait`): a launch runs under the gate's handle.
-        let gate = match job {
-            Job::Launch(l) if !self.cfg.whole_launches => self.ckpt.wait_gate(
+        let run = |h: &PreemptHandle| self.run_job(super::context::JobState::from_job(job), h);
+        match job {
+            // `Auto`'s wait (`crate::ckwait`).
+            Job::Launch(l) if !self.cfg.whole_launches => self.ckpt.waited(
                 self.cfg.preempt,
                 self.cfg.preempt_wait,
                 || crate::ckwait::Key::of(l),
                 preempt,
+                run,
             ),
-            _ => None,
-        };
-        let h = gate.as_ref().map_or(preempt, |g| g.handle());
-        let out = self.run_job(super::context::JobState::from_job(job), h);
-        self.ckpt.wait_end(gate, &out);
-        out
+            _ => run(preempt),
+        }
     }
 
     fn resume(

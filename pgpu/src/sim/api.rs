@@ -303,17 +303,14 @@ impl Engine for SimEngine {
                 Ok(self.run_copy(s, c, preempt, t0))
             }
             Job::Launch(l) => {
-                // `Auto`'s wait (`crate::ckwait`): the launch runs under the gate's handle.
-                let gate = self.ckpt.wait_gate(
+                // `Auto`'s wait (`crate::ckwait`).
+                self.ckpt.waited(
                     self.config.preempt,
                     self.config.preempt_wait,
                     || crate::ckwait::Key::of(l),
                     preempt,
-                );
-                let h = gate.as_ref().map_or(preempt, |g| g.handle());
-                let out = self.execute_launch(l, h, t0);
-                self.ckpt.wait_end(gate, &out);
-                out
+                    |h| self.execute_launch(l, h, t0),
+                )
             }
         }
     }
