@@ -8,7 +8,9 @@
 //! block, dynamic shared bytes), their maximum (conservative: one slow run keeps the kernel
 //! from being waited on), once [`MIN_SAMPLES`] are known. At a request, the launch is waited
 //! when that maximum, less the time it has run, is at most the budget; one that has already
-//! run past that maximum is not waited (stopped at once). No estimate: not waited.
+//! run well past that maximum (by the lesser of the maximum and the budget, an allowance for
+//! the GPU's start after the host's mark: `past_tolerance`) is not waited (stopped at once).
+//! No estimate: not waited.
 //!
 //! Bounded: a launch with an estimate runs under a *child* handle ([`Gate::handle`]; one
 //! without, under the caller's, only timed); a request on the caller's handle reaches the
@@ -225,7 +227,11 @@ impl GateState {
         let ran = child
             .running_since()
             .map_or(Duration::ZERO, |t| t.elapsed());
-        if ran >= self.expected {
+        if ran
+            >= self
+                .expected
+                .saturating_add(past_tolerance(self.expected, self.budget))
+        {
             // Already outrun its estimate: no reason to expect it to end within the budget.
             // Passed on at once (not counted as waited nor as an overrun); what it has run is
             // kept as one of its kernel's durations (a lower bound), as for an overrun.
@@ -240,7 +246,7 @@ impl GateState {
             child.request();
             return;
         }
-        let r = self.expected - ran;
+        let r = self.expected.saturating_sub(ran);
         match timer() {
             Some(t) if g.armed && r <= self.budget => {
                 g.waited = true;
@@ -285,6 +291,20 @@ impl GateState {
         drop(g);
         log::debug!("waited launch outlasted its estimate: stopped by its method");
     }
+}
+
+/// How far past its estimate a launch may have run, by the engine's clock, and still be
+/// waited on. `ran` is host time since the engine marked the launch running, just before it
+/// submitted the kernel; the estimate is GPU time. On a real GPU the kernel starts a submit
+/// latency later (~5-10 µs on an H100/H200) and its end reaches the host later still, so a
+/// launch within its estimate on the GPU looks past it on the host for that long: a 10 µs
+/// kernel's whole host-visible run is ~20 µs. The allowance is the lesser of the estimate and
+/// the budget: a launch that has run twice its estimate (or its estimate and a whole budget) is
+/// past it, stopped at once; one within is waited, and stopped by its method once the budget
+/// has passed if it has not ended (an overrun), so a waited request never costs more than
+/// the budget.
+fn past_tolerance(expected: Duration, budget: Duration) -> Duration {
+    expected.min(budget)
 }
 
 /// What the timer runs when due.

@@ -3,9 +3,9 @@
 //! completes, counted in `CkptStats::waited_preemptions`, its bytes those of an unrequested
 //! run); a launch expected to run longer is stopped as before; a waited launch that outlasts
 //! its estimate is stopped once the budget has passed, by its own method (here: restart), and
-//! resumes to the same bytes (`wait_overruns`); a launch that has already run past its
-//! estimate when the request comes is stopped at once, whatever the budget; budget 0 never
-//! waits.
+//! resumes to the same bytes (`wait_overruns`); a launch that has already run well past its
+//! estimate when the request comes is stopped at once, whatever the budget, one just past it
+//! is still waited; budget 0 never waits.
 
 mod common;
 
@@ -273,8 +273,9 @@ fn a_launch_already_past_its_estimate_is_not_waited() {
     let (out, requested, returned) = std::thread::scope(|s| {
         let h2 = h.clone();
         let req = s.spawn(move || {
-            // Twice the longest warm-up run after the kernel started: past its estimate.
-            while h2.running_since().is_none_or(|t| t.elapsed() < longest * 2) {
+            // Three times the longest warm-up run after the kernel started: past its
+            // estimate and the allowance (the estimate again, `ckwait::past_tolerance`).
+            while h2.running_since().is_none_or(|t| t.elapsed() < longest * 3) {
                 std::thread::yield_now();
             }
             h2.request()
@@ -292,5 +293,47 @@ fn a_launch_already_past_its_estimate_is_not_waited() {
         "stopped at once, not after the 20 s budget: {latency:?}"
     );
     finish(&e, out);
+    assert_eq!(read_out(&e, &p), want);
+}
+
+/// A request that comes once the launch has run a little past its kernel's estimate (less
+/// than the estimate again: the allowance for a real GPU's start after the engine's mark) is
+/// still waited on, and the launch completes with the bytes of an unrequested run.
+#[test]
+fn a_launch_just_past_its_estimate_is_still_waited() {
+    let short = calibrate(Duration::from_millis(100));
+    let e = engine(Duration::from_secs(20));
+    let p = place(&e);
+    let (warm, _) = job(&p, short);
+    let mut longest = Duration::ZERO;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = e.execute(&warm, &PreemptHandle::new()).unwrap();
+        assert!(matches!(out, Outcome::Completed { .. }));
+        longest = longest.max(t.elapsed());
+    }
+    // Twice the warm-up runs' length; the request at 1.3 times the longest of them: past the
+    // estimate, within twice it, and ~0.7 estimates before this run ends.
+    let (j, want) = job(&p, short.saturating_mul(2));
+    clear_out(&e, &p);
+    let before = e.ckpt_stats();
+    let h = PreemptHandle::new();
+    let out = std::thread::scope(|s| {
+        let h2 = h.clone();
+        let at = longest.mul_f64(1.3);
+        s.spawn(move || {
+            while h2.running_since().is_none_or(|t| t.elapsed() < at) {
+                std::thread::yield_now();
+            }
+            h2.request();
+        });
+        e.execute(&j, &h).unwrap()
+    });
+    let after = e.ckpt_stats();
+    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+    assert_eq!(
+        (after.waited_preemptions, after.wait_overruns),
+        (before.waited_preemptions + 1, before.wait_overruns),
+    );
     assert_eq!(read_out(&e, &p), want);
 }

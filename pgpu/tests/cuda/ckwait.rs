@@ -82,16 +82,23 @@ fn calibrate(at_least: Duration) -> u32 {
 }
 
 /// Executes with a request as soon as the launch runs; the outcome and request → return.
+/// The requesting thread is spinning before the launch starts (a thread's start takes longer
+/// than a 10 µs kernel: the request would come after the job returned).
 fn execute_requested(e: &CudaEngine, j: &Job) -> (Outcome, Duration) {
     let h = PreemptHandle::new();
+    let spinning = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
-        let h2 = h.clone();
+        let (h2, spinning) = (h.clone(), &spinning);
         let req = s.spawn(move || {
+            spinning.store(true, std::sync::atomic::Ordering::SeqCst);
             while h2.running_since().is_none() {
                 std::hint::spin_loop();
             }
             h2.request()
         });
+        while !spinning.load(std::sync::atomic::Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
         let out = e.execute(j, &h).unwrap();
         let returned = Instant::now();
         let at = req.join().unwrap();
@@ -151,9 +158,9 @@ fn gpu_auto_waits_on_a_short_kernel_and_stops_a_long_one() {
     );
     assert!(waited.len() >= 25, "{st:?}");
 
-    // The same kernel and shape, 100× longer: the earlier runs' estimate no longer holds
-    // once these are known; a request at the start is not waited on.
-    let long = short.saturating_mul(100);
+    // The same kernel and shape, at least 1 ms long: the earlier runs' estimate no longer
+    // holds once these are known; a request at the start is not waited on.
+    let long = calibrate(Duration::from_millis(1));
     for _ in 0..RECENT_RUNS {
         plain(&e, &p, long);
     }
@@ -181,8 +188,10 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
     for _ in 0..4 {
         plain(&e, &p, short);
     }
-    // ~500× the short run (several ms): far longer than the 40 µs budget.
-    let (j, want) = job(&p, short.saturating_mul(500));
+    // A run of at least 2 ms: far longer than the 40 µs budget and the restart's stop (the
+    // kernel's launch cost is fixed: 500× the short run's steps ran only ~90 µs on an H200).
+    let long = calibrate(Duration::from_millis(2));
+    let (j, want) = job(&p, long);
     let mut lats = Vec::new();
     for i in 0..5 {
         // Re-teach the short estimate (an overrun keeps what it saw as a duration).
@@ -208,7 +217,7 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
     println!(
         "MEASURE wait overrun lcg_spin ({} steps after {short}-step runs): request→context p50/max \
          {:.1}/{:.1} µs (budget 40 µs + the restart stop)",
-        short.saturating_mul(500),
+        long,
         us(&mut lats, 0.5),
         us(&mut lats, 1.0)
     );
