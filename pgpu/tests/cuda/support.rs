@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgpu::conformance::Setup;
 use pgpu::cuda::{CudaConfig, CudaEngine};
@@ -109,7 +109,12 @@ pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed
     }
 }
 
-/// Preempts every `every` from a helper thread while alive.
+/// Preempts each run of the job `every` after it started running (the handle's
+/// `running_since`: a fresh launch or a resume), from a helper thread while alive. Each run
+/// gets that long before its request, as a scheduler's slice gives it: a request on a fixed
+/// clock instead could land between a resume's clear of the flag and its kernel's start every
+/// time (the H200 run of 2026-11-27: under the host-mapped flag, whose resumes take ~1 ms of
+/// host work, vecadd was still preempted after 120 s with no thread having run).
 pub struct Preempter {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -120,9 +125,18 @@ impl Preempter {
         let stop = Arc::new(AtomicBool::new(false));
         let (s, h) = (stop.clone(), h.clone());
         let thread = std::thread::spawn(move || {
+            let mut last = None;
             while !s.load(Ordering::Relaxed) {
-                std::thread::sleep(every);
-                h.request();
+                match h.running_since() {
+                    Some(t) if last != Some(t) => {
+                        last = Some(t);
+                        if let Some(left) = (t + every).checked_duration_since(Instant::now()) {
+                            std::thread::sleep(left);
+                        }
+                        h.request();
+                    }
+                    _ => std::thread::sleep(Duration::from_micros(5)),
+                }
             }
         });
         Self {
@@ -143,8 +157,8 @@ impl Drop for Preempter {
 
 /// Most resumes of one launch in `run`, and the most time one launch may take there: a
 /// launch whose resumes all start with the flag already raised (a request between the handle's
-/// clear and the kernel's start) never starts its not-started threads, so a run under a fast
-/// preempter is bounded and reported rather than left to hang.
+/// clear and the kernel's start) never starts its not-started threads, so a run that does not
+/// progress is bounded and reported rather than left to hang.
 pub const RUN_MAX_RESUMES: u32 = 1_000_000;
 pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
 
