@@ -209,6 +209,10 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
             "restore: this VM runs already; a snapshot is restored on request only into a VM \
              started with --standby",
         ),
+        Request::Incoming { .. } => Response::err(
+            "incoming: this VM runs already; a migration is taken on request only by a VM \
+             started with --standby (or start one with --incoming URL)",
+        ),
         Request::MoveGpu { gpu } => match controller.move_gpu(gpu) {
             Ok(done) => json(serde_json::to_value(done)),
             Err(e) => Response::err(e),

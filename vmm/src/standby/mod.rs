@@ -13,6 +13,7 @@
 //! runs no JIT and allocates nothing.
 
 pub mod build;
+pub mod incoming;
 pub mod ram;
 pub mod serve;
 pub mod template;
@@ -176,16 +177,16 @@ impl Standby {
     /// configuration the VM is built with: the snapshot's, with the backend and vgpud of the
     /// standby's `--gpu` (as `--restore --gpu backend=...,host=...` would).
     pub fn fit(&self, l: &Loaded) -> Result<Option<GpuConfig>, StandbyError> {
-        fit_config(&self.cfg, l)
+        fit_config(&self.cfg, &l.manifest)
     }
 }
 
-/// [`Standby::fit`] of a standby prepared for `cfg`.
+/// [`Standby::fit`] of a standby prepared for `cfg`, from a snapshot's manifest (or a
+/// migration stream's, before anything else of it is received).
 pub(crate) fn fit_config(
     cfg: &StandbyConfig,
-    l: &Loaded,
+    m: &crate::snapshot::manifest::Manifest,
 ) -> Result<Option<GpuConfig>, StandbyError> {
-    let m = &l.manifest;
     let want = cfg.memory_mib << 20;
     if m.memory_mib != cfg.memory_mib || m.ram_bytes != want {
         return Err(StandbyError::Misfit(format!(
