@@ -215,3 +215,95 @@ fn incoming_is_refused_where_it_cannot_be_taken() {
     let (code, _) = vm.terminate();
     assert_eq!(code, 128 + libc::SIGTERM);
 }
+
+/// Sends `incoming` on `sb`, then a stream that fits it (64 MiB, GPU `vram=64M`) but ends
+/// after a RAM page (and, `live`, a pre-copied VRAM page): the destination's answer.
+fn cut_stream(sb: &Standby, s: &Scratch, tag: &str, live: bool) -> String {
+    use std::io::{Read, Write};
+    use vmm::snapshot::manifest::{BootKind, FORMAT, Manifest};
+    let sock = listen(sb, s, tag);
+    let m = Manifest {
+        format: FORMAT.into(),
+        version: vmm::snapshot::format::VERSION,
+        vmm_version: "0".into(),
+        memory_mib: 64,
+        cpus: 1,
+        boot: BootKind::BareMetal,
+        image: "fairness".into(),
+        testdev: false,
+        gpu: Some("vram=64M".into()),
+        tsc_khz: 0,
+        msrs: 0,
+        state_bytes: 0,
+        state_crc32: 0,
+        ram_bytes: 64 << 20,
+        ram_pages: 0,
+        gpu_bytes: 0,
+        gpu_crc32: 0,
+        gpu_live: live,
+        disks: Vec::new(),
+    };
+    let frame = |out: &mut Vec<u8>, kind: u32, payload: &[u8]| {
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(payload);
+    };
+    let mut bytes = Vec::new();
+    frame(&mut bytes, 1, &serde_json::to_vec(&m).unwrap());
+    let mut ram = 0u64.to_le_bytes().to_vec();
+    ram.extend([7u8; 4096]);
+    frame(&mut bytes, 3, &ram);
+    if live {
+        let mut vram = 0u32.to_le_bytes().to_vec();
+        vram.extend(0u64.to_le_bytes());
+        vram.extend([9u8; 4096]);
+        frame(&mut bytes, 6, &vram);
+    }
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.write_all(&bytes).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// The standby's `prepared_ms`, once it answers `stats` again.
+fn prepared_ms(sb: &Standby) -> f64 {
+    let (code, out, err) = sb.ctl(&["stats"]);
+    assert_eq!(code, 0, "{err}");
+    let st = json(&out);
+    assert_eq!(st["state"], "standby", "{st}");
+    st["prepared_ms"].as_f64().unwrap()
+}
+
+#[test]
+fn a_stream_cut_short_leaves_the_standby_waiting_or_prepares_it_again() {
+    let s = Scratch::new("mig-standby-cut");
+    let sb = Standby::start(&s, "sb", &["--memory", "64", "--gpu", "vram=64M"]);
+    let first = prepared_ms(&sb);
+    // Nothing of the standby was used (RAM went to the stream's own file): it waits on, the
+    // same one.
+    let answer = cut_stream(&sb, &s, "ram", false);
+    assert!(answer.starts_with("error: migration stream: "), "{answer}");
+    assert_eq!(prepared_ms(&sb), first);
+    // Its engine took a pre-copied VRAM page: it is used up and prepared again.
+    let answer = cut_stream(&sb, &s, "vram", true);
+    assert!(answer.starts_with("error: migration stream: "), "{answer}");
+    assert_ne!(prepared_ms(&sb), first);
+    // And the new one takes a VM.
+    let sock = listen(&sb, &s, "fits");
+    let mut args = FAIRNESS;
+    args[5] = "iters=20000 threads=64 blocks=2 depth=3 ms=1500 report_ms=100";
+    let vm = Vm::start(&s, "fits", &args);
+    vm.wait_for(|o| o.contains("FAIRNESS t_ms="));
+    migrate(&vm, &sock, true);
+    assert_eq!(vm.finish().0, 0);
+    let (code, after, err, _) = sb.finish();
+    assert_eq!(code, 0, "{after} {err}");
+    assert!(
+        after
+            .lines()
+            .any(|l| l.starts_with("FAIRNESS end ") && l.ends_with(" ok=1")),
+        "{after}"
+    );
+}
