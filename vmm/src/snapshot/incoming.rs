@@ -10,7 +10,9 @@
 //! frame into it the same way, so that the switch-over neither allocates nor copies guest RAM.
 //! If the engine cannot be
 //! made or written, the receiver falls back to the whole pre-copied file after the switch-over
-//! (as before). [`IncomingReport`] is the destination's side of the downtime.
+//! (as before). A standby destination (`crate::standby::incoming`) gives the thread the engine
+//! it made before the migration, and its guest RAM, instead ([`EngineSource::Given`]).
+//! [`IncomingReport`] is the destination's side of the downtime.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -5,7 +5,8 @@
 //! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
 //! pages the running guest dirtied), VRAM runs of a live migration's pre-copy rounds, the
 //! state file (its vCPUs paused by then), the GPU image, and an end frame with the number of
-//! RAM and VRAM pages sent. The destination (`--incoming DEST`) reads them into an in-memory
+//! RAM and VRAM pages sent. The destination (`--incoming DEST`, or a standby told `incoming
+//! DEST`: [`Destination`]) reads them into an in-memory
 //! RAM file (memfd), checks everything as `--restore` does, builds the VM and answers `ok`
 //! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
 //! Every frame is checked against fixed limits and the manifest before it is used.

@@ -10,7 +10,9 @@
 //! standby left as it was. With `--template DIR` ([`template`]) the standby also loads the GPU
 //! modules of that snapshot into its engine before the request, and sizes the engine's VRAM
 //! transfer slots to its image (without one, to the partition), so that restoring that image
-//! runs no JIT and allocates nothing.
+//! runs no JIT and allocates nothing. `incoming URL` ([`incoming`]) has the standby take a
+//! migration instead of a snapshot: the same fit checked on the stream's manifest, the
+//! pre-copy rounds written into the prepared engine.
 
 pub mod build;
 pub mod incoming;
