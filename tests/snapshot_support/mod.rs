@@ -311,13 +311,19 @@ pub fn migrated_fairness_finishes(vm: Vm, dest: Child) -> String {
     let after = String::from_utf8_lossy(&out.stdout).into_owned();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{after} {err}");
+    fairness_resumed_ok(&after);
+    after
+}
+
+/// The output of a `fairness` guest that was moved (migrated, restored) mid-run: it ended
+/// with `ok=1` and did not start again.
+pub fn fairness_resumed_ok(after: &str) {
     let end = after
         .lines()
         .find(|l| l.starts_with("FAIRNESS end "))
         .unwrap_or_else(|| panic!("no end line:\n{after}"));
     assert!(end.ends_with(" ok=1"), "{end}");
     assert!(!after.contains("FAIRNESS start"), "{after}");
-    after
 }
 
 /// The destination made its engine during the rounds (a standby's: had it made before) and
