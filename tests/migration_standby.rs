@@ -181,8 +181,10 @@ fn a_standby_refuses_a_migration_that_does_not_fit_and_takes_one_that_does() {
     assert_eq!(stats["incoming"]["dest_prepared"], true, "{stats}");
 }
 
+/// Bad `incoming` requests are answered and the standby waits on; one whose source does not
+/// come stops listening after its wait; a running VM refuses the op.
 #[test]
-fn incoming_is_refused_where_it_cannot_be_taken() {
+fn incoming_is_refused_where_it_cannot_be_taken_and_gives_up_on_a_late_source() {
     let s = Scratch::new("mig-standby-usage");
     let sb = Standby::start(&s, "sb", &["--memory", "64"]);
     // A path that is not a socket is never replaced; the standby waits on.
@@ -195,8 +197,21 @@ fn incoming_is_refused_where_it_cannot_be_taken() {
     let (code, _, err) = sb.ctl(&["incoming", "tcp:192.0.2.1:5000"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("loopback"), "{err}");
+    let (code, _, err) = sb.ctl(&["incoming", "/x.in", "--wait-s", "0"]);
+    assert_eq!(code, 2, "{err}");
     let (code, out, _) = sb.ctl(&["stats"]);
     assert_eq!((code, json(&out)["state"].as_str()), (0, Some("standby")));
+    // A source that does not come within --wait-s: the standby stops listening (the socket
+    // file removed) and takes requests again, the same one.
+    let before = prepared_ms(&sb);
+    let sock = s.path("late.in");
+    let t = std::time::Instant::now();
+    let (code, out, err) = sb.ctl(&["incoming", sock.to_str().unwrap(), "--wait-s", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["wait_s"], 1, "{out}");
+    assert_eq!(prepared_ms(&sb), before);
+    assert!(t.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(!sock.exists(), "the socket is left after the wait");
     // A running VM takes no `incoming`.
     let vm = Vm::start(&s, "run", &GUEST);
     let (code, _, err) = vm.ctl(&["incoming", s.path("x.in").to_str().unwrap()]);

@@ -197,7 +197,11 @@ pub fn standby_incoming(
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let answer = vm.ctl(vmm, &["incoming", &socket.display().to_string()])?;
+    // The source starts after this (its guest must show progress first: up to 2 minutes).
+    let answer = vm.ctl(
+        vmm,
+        &["incoming", &socket.display().to_string(), "--wait-s", "600"],
+    )?;
     if answer["state"] != "incoming" {
         return Err(BenchError::Invalid(format!(
             "{name}: incoming answered {answer}"

@@ -201,7 +201,14 @@ enum CtlOp {
     /// `ctl SOCKET migrate URL`, and run it there on what it prepared: the pre-copy rounds are
     /// written into its GPU engine, made before. Answered once it listens; a VM that does not
     /// fit the standby (as for restore) is refused to the source, and the standby waits on.
-    Incoming { url: String },
+    Incoming {
+        url: String,
+        /// Stop listening if no source has connected within SECONDS (the standby then takes
+        /// requests again).
+        #[arg(long, value_name = "SECONDS", default_value_t = vmm::api::protocol::INCOMING_WAIT_S,
+              value_parser = clap::value_parser!(u64).range(1..=vmm::api::protocol::MAX_INCOMING_WAIT_S))]
+        wait_s: u64,
+    },
     /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim, or cuda: a new
     /// engine on device N in this process, its modules loaded first): VRAM is pre-copied to a
     /// partition the daemon reserves there while the VM runs, then the VM pauses for the last
@@ -276,7 +283,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        CtlOp::Incoming { url } => {
+        CtlOp::Incoming { url, wait_s } => {
             // A unix socket's path is made absolute (the standby resolves paths in its own
             // directory).
             let to = vmm::snapshot::transport::Endpoint::parse(&url)
@@ -285,6 +292,7 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
             match to {
                 Ok(to) => Request::Incoming {
                     url: to.to_string(),
+                    wait_s,
                 },
                 Err(e) => {
                     eprintln!("vgpu-vmm ctl: {e}");

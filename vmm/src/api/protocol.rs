@@ -65,12 +65,27 @@ pub enum Request {
     /// Take a migration at `url` (`unix:PATH` or an absolute path, `tcp:HOST:PORT` on
     /// loopback, or `tls:HOST:PORT` with the VM's `--tls-*` files) and run the migrated VM:
     /// only a VM started with `--standby` takes it (`{"op":"incoming","url":"unix:/abs"}`);
-    /// answered once it listens there.
-    Incoming { url: String },
+    /// answered once it listens there. A source that has not connected within `wait_s`
+    /// seconds (default [`INCOMING_WAIT_S`], at most [`MAX_INCOMING_WAIT_S`]) is given up on:
+    /// the standby stops listening and takes requests again.
+    Incoming {
+        url: String,
+        #[serde(default = "incoming_wait_s")]
+        wait_s: u64,
+    },
 }
 
 fn yes() -> bool {
     true
+}
+
+/// How long a standby told `incoming` waits for the source by default, in seconds.
+pub const INCOMING_WAIT_S: u64 = 60;
+/// The longest `wait_s` accepted (a day).
+pub const MAX_INCOMING_WAIT_S: u64 = 86_400;
+
+fn incoming_wait_s() -> u64 {
+    INCOMING_WAIT_S
 }
 
 /// An answer.
@@ -144,13 +159,18 @@ mod tests {
         assert_eq!(
             r,
             Request::Incoming {
-                url: "unix:/i".into()
+                url: "unix:/i".into(),
+                wait_s: INCOMING_WAIT_S
             }
         );
+        let r: Request =
+            serde_json::from_str(r#"{"op":"incoming","url":"/i","wait_s":5}"#).unwrap();
+        assert!(matches!(r, Request::Incoming { wait_s: 5, .. }), "{r:?}");
         for bad in [
             r#"{"op":"incoming"}"#,
             r#"{"op":"incoming","url":"/i","x":1}"#,
             r#"{"op":"incoming","url":1}"#,
+            r#"{"op":"incoming","url":"/i","wait_s":-1}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k"}}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a","x":1}}"#,
             r#"{"op":"move_gpu"}"#,

@@ -73,6 +73,11 @@ impl ApiSocket {
         r
     }
 
+    /// Stops listening: the socket file is removed (a migration that did not come).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     /// Waits for the next connection (a standby's requests, `crate::standby::serve`).
     pub fn accept(&self) -> std::io::Result<UnixStream> {
         self.listener.accept().map(|(c, _)| c)
@@ -93,6 +98,12 @@ impl ApiSocket {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+impl std::os::fd::AsRawFd for ApiSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
     }
 }
 

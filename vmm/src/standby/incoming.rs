@@ -4,7 +4,8 @@
 //! and no context is made on a GPU beside a running guest. The request binds URL as
 //! `--incoming URL` would (`unix:PATH` or an absolute path, loopback `tcp:`, or `tls:` with the
 //! standby's `--tls-*` files), is answered at once (`listening`), and the standby waits there
-//! for one source (its API socket is not served meanwhile). The stream is read by the
+//! for one source (its API socket is not served meanwhile), at most the request's `wait_s`:
+//! then it stops listening and takes requests again, as it was. The stream is read by the
 //! `--incoming` path ([`crate::snapshot::stream::receive_into`]), this module being its
 //! [`Destination`]: the manifest must fit the standby ([`super::fit_config`], as for `restore`)
 //! or the source is answered `error: ...` before any of its state is read, and the standby
@@ -15,7 +16,7 @@
 //! again); one that fails before leaves it waiting.
 
 use std::os::unix::net::UnixStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Standby;
 use super::serve::{Next, Outcome, RunSettings};
@@ -55,8 +56,14 @@ impl Destination for Dest<'_> {
 }
 
 /// `incoming URL` on `out` (the request's connection): binds URL, answers, waits for the
-/// source and receives its VM into `standby`.
-pub(super) fn take(mut out: UnixStream, url: &str, standby: Standby, run: &RunSettings) -> Next {
+/// source (at most `wait`, then stops listening) and receives its VM into `standby`.
+pub(super) fn take(
+    mut out: UnixStream,
+    url: &str,
+    wait: Duration,
+    standby: Standby,
+    run: &RunSettings,
+) -> Next {
     let ep = match Endpoint::parse(url) {
         Ok(Endpoint::Unix(p)) if !p.is_absolute() => {
             Err(EndpointError::Relative(p.display().to_string()))
@@ -78,6 +85,7 @@ pub(super) fn take(mut out: UnixStream, url: &str, standby: Standby, run: &RunSe
     let answer = serde_json::json!({
         "state": "incoming",
         "listening": ep.to_string(),
+        "wait_s": wait.as_secs(),
         "prepared_ms": standby.prepared_ms,
     });
     if let Err(e) = write_line(&mut out, &Response::ok(answer)) {
@@ -85,7 +93,20 @@ pub(super) fn take(mut out: UnixStream, url: &str, standby: Standby, run: &RunSe
         return Next::Wait(Box::new(standby));
     }
     drop(out);
-    log::info!("standby: waiting for a migration on {ep}");
+    log::info!("standby: waiting for a migration on {ep} (at most {wait:?})");
+    match listener.pending_within(wait) {
+        Ok(true) => {}
+        Ok(false) => {
+            log::warn!("standby: no source on {ep} within {wait:?}; waiting on as a standby");
+            listener.close();
+            return Next::Wait(Box::new(standby));
+        }
+        Err(e) => {
+            log::warn!("standby: incoming {ep}: {e}; waiting on as a standby");
+            listener.close();
+            return Next::Wait(Box::new(standby));
+        }
+    }
     match listener.accept_one() {
         Ok(conn) => receive(conn, standby, run),
         Err(e) => {

@@ -73,8 +73,9 @@ pub enum Outcome {
 enum Job {
     /// `restore DIR`.
     Restore(PathBuf),
-    /// `incoming URL`: take a migration there ([`super::incoming`]).
-    Incoming(String),
+    /// `incoming URL`: take a migration there ([`super::incoming`]), waiting at most this
+    /// long for the source.
+    Incoming(String, Duration),
 }
 
 /// After a request: the standby waits on (as it was), or the wait ended.
@@ -106,7 +107,7 @@ pub fn wait_for_vm(api: &ApiSocket, standby: Standby, run: &RunSettings) -> Outc
         };
         let next = match job {
             Job::Restore(dir) => restore(conn, &dir, since, standby, run),
-            Job::Incoming(url) => super::incoming::take(conn, &url, standby, run),
+            Job::Incoming(url, wait) => super::incoming::take(conn, &url, wait, standby, run),
         };
         match next {
             Next::Wait(s) => standby = *s,
@@ -210,7 +211,18 @@ fn serve_until_job(
                 Response::err("restore: dir must be an absolute path")
             }
             Request::Restore { dir } => return Ok(Some((out, Job::Restore(dir), since))),
-            Request::Incoming { url } => return Ok(Some((out, Job::Incoming(url), since))),
+            Request::Incoming { wait_s, .. }
+                if !(1..=crate::api::protocol::MAX_INCOMING_WAIT_S).contains(&wait_s) =>
+            {
+                Response::err(format!(
+                    "incoming: wait_s must be 1 to {}",
+                    crate::api::protocol::MAX_INCOMING_WAIT_S
+                ))
+            }
+            Request::Incoming { url, wait_s } => {
+                let job = Job::Incoming(url, Duration::from_secs(wait_s));
+                return Ok(Some((out, job, since)));
+            }
             Request::Stats {} => Response::ok(stats(standby)),
             other => Response::err(format!(
                 "{}: the VM is on standby (--standby): nothing runs until `restore DIR` gives \
