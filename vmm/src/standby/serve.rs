@@ -250,7 +250,7 @@ fn stats(s: &Standby) -> serde_json::Value {
     })
 }
 
-pub(super) fn op_name(r: &Request) -> &'static str {
+fn op_name(r: &Request) -> &'static str {
     match r {
         Request::Pause {} => "pause",
         Request::Resume {} => "resume",
