@@ -29,7 +29,7 @@ T=$B/pgpu-cuda-tests
 case $P in
 A)
   t 200 "$T" --ignored --test-threads=1 --skip ckpath 2>&1 | grep -vE "^test .* ok$"
-  for x in gpu snapshot-gpu standby live-gpu; do
+  for x in gpu snapshot-gpu standby live-gpu migration-standby; do
     VGPU_VMM=$B/vgpu-vmm t 120 "$B/$x-tests" --ignored --test-threads=1 cuda 2>&1 | grep -vE "^test .* ok$"
   done
   t 90 "$B/vgpu-vmm" --guest fairness --memory 64 --gpu vram=64M,backend=cuda --timeout 80 \

@@ -5,7 +5,8 @@
 # BIN_DIR holds vgpu-vmm, vgpud, vgpu-bench and gpu-tests (the binary of `cargo test --release
 # -p vmm --test gpu --no-run`); optionally snapshot-gpu-tests (`cargo test --release -p vmm
 # --test snapshot_gpu --no-run`), standby-tests (`cargo test --release -p vmm --test standby
-# --no-run`), live-gpu-tests (`cargo test --release -p vmm --test live_gpu --no-run`) and
+# --no-run`), live-gpu-tests (`cargo test --release -p vmm --test live_gpu --no-run`),
+# migration-standby-tests (`cargo test --release -p vmm --test migration_standby --no-run`) and
 # pgpu-cuda-tests (`cargo test --release -p pgpu --test cuda --no-run`). Everything goes to OUT_DIR/log.txt and OUT_DIR/*.tar.gz.
 # SKIP_CUDA=1 runs only the fairness figures. PGPU_FILTER picks pgpu's cuda tests (default
 # `bulk`; empty: all of them). scripts/pack-gpu.sh DIR builds and strips all of BIN_DIR.
@@ -70,6 +71,10 @@ if [ -z "${SKIP_CUDA:-}" ]; then
   "$B/vgpu-bench" restore --backend cuda --reps 20 --vmm "$B/vgpu-vmm" --out "$S/restore-cuda" | tail -1
   if [ -x "$B/standby-tests" ]; then
     VGPU_VMM=$B/vgpu-vmm "$B/standby-tests" --ignored --test-threads=1 cuda
+  fi
+  if [ -x "$B/migration-standby-tests" ]; then
+    # Live migration into a cuda standby (its engine made before the migration).
+    VGPU_VMM=$B/vgpu-vmm "$B/migration-standby-tests" --ignored --test-threads=1 cuda
   fi
   tar czf "$OUT/snapshot.tar.gz" -C "$OUT" snapshot
 fi

@@ -5,7 +5,8 @@
 #   scripts/pack-gpu.sh DIR
 # DIR (e.g. .devcarry/new, a folder .git/info/exclude ignores, named in the device tool's
 # `carry`) gets vgpu-vmm, vgpud, vgpu-bench and the ignored-cuda test binaries: gpu-tests,
-# snapshot-gpu-tests, standby-tests, live-gpu-tests (vmm) and pgpu-cuda-tests (pgpu). DIR must
+# snapshot-gpu-tests, standby-tests, live-gpu-tests, migration-standby-tests (vmm) and
+# pgpu-cuda-tests (pgpu). DIR must
 # be new or empty: nothing of the user's is overwritten. With target/apps built, DIR/suite
 # gets the suite and our stripped CUDA libraries. Prints the total size (the device
 # tool carries at most 64 MiB in all).
@@ -35,6 +36,7 @@ tests vmm gpu gpu-tests
 tests vmm snapshot_gpu snapshot-gpu-tests
 tests vmm standby standby-tests
 tests vmm live_gpu live-gpu-tests
+tests vmm migration_standby migration-standby-tests
 tests pgpu cuda pgpu-cuda-tests
 # The application suite and the project's CUDA libraries (scripts/gpu-batch.sh's APPS_DIR):
 # DIR/suite/apps (apps/build.sh's target/apps, NVIDIA's runtime in nvidia/) and DIR/suite/lib.

@@ -186,45 +186,7 @@ fn live_migrate_fairness(log: &str) {
         mib >= 16,
         "the working set was rewritten {mib} MiB only: {pool}"
     );
-    destination_was_ready(report, &dest_stats);
-}
-
-/// The destination made its engine during the rounds and wrote every VRAM page the rounds sent
-/// into it then; after the switch-over it wrote only the paused round's pages (counters from
-/// its `--stats`, against the source's report).
-fn destination_was_ready(report: &serde_json::Value, stats: &std::path::Path) {
-    let st = json(&std::fs::read_to_string(stats).unwrap());
-    let d = &st["incoming"];
-    assert_eq!(d["dest_prepared"], true, "{d}");
-    let rounds = report["rounds"].as_array().unwrap();
-    let early: u64 = rounds
-        .iter()
-        .filter(|r| r["paused"] == false)
-        .map(|r| r["vram_bytes"].as_u64().unwrap() / 4096)
-        .sum();
-    let paused = rounds.last().unwrap()["vram_bytes"].as_u64().unwrap() / 4096;
-    assert!(early > 0, "{report}");
-    assert_eq!(d["dest_vram_pages_early"], early, "{d} {report}");
-    assert_eq!(d["dest_vram_pages_switch"], paused, "{d} {report}");
-    for key in ["dest_engine_ms", "dest_switch_ms", "dest_gpu_restore_ms"] {
-        assert!(d[key].as_f64().unwrap() > 0.0, "{key}: {d}");
-    }
-    assert!(
-        d["dest_switch_ms"].as_f64().unwrap() >= d["dest_gpu_restore_ms"].as_f64().unwrap(),
-        "{d}"
-    );
-    // The source heard the destination's engine was ready before it paused the guest
-    // (docs/snapshot.md, "The source waits for the destination's engine"): the time the
-    // destination's line gave is the one in its own figures.
-    let w = &report["dest_ready"];
-    assert_eq!(w["outcome"], "prepared", "{report}");
-    assert_eq!(w["before_paused_round"], true, "{report}");
-    assert!(w["src_wait_dest_ready_ms"].as_f64().unwrap() >= 0.0, "{w}");
-    let (src, dest) = (
-        w["dest_engine_ms"].as_f64().unwrap(),
-        d["dest_engine_ms"].as_f64().unwrap(),
-    );
-    assert!((src - dest).abs() < 0.01, "{w} {d}");
+    destination_was_ready(report, &dest_stats, false);
 }
 
 /// A kernel that stores outside the buffer its write set names (`stray=1`: below the page its

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use vmm::snapshot::state::MachineState;
 
+pub mod standby;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_vgpu-vmm");
 
 /// The vgpu-vmm binary: `VGPU_VMM` if set (a test binary run on another machine, such as the
@@ -309,11 +311,65 @@ pub fn migrated_fairness_finishes(vm: Vm, dest: Child) -> String {
     let after = String::from_utf8_lossy(&out.stdout).into_owned();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{after} {err}");
+    fairness_resumed_ok(&after);
+    after
+}
+
+/// The output of a `fairness` guest that was moved (migrated, restored) mid-run: it ended
+/// with `ok=1` and did not start again.
+pub fn fairness_resumed_ok(after: &str) {
     let end = after
         .lines()
         .find(|l| l.starts_with("FAIRNESS end "))
         .unwrap_or_else(|| panic!("no end line:\n{after}"));
     assert!(end.ends_with(" ok=1"), "{end}");
     assert!(!after.contains("FAIRNESS start"), "{after}");
-    after
+}
+
+/// The destination made its engine during the rounds (a standby's: had it made before) and
+/// wrote every VRAM page the rounds sent into it then; after the switch-over it wrote only the
+/// paused round's pages (counters from its `--stats`, against the source's report).
+pub fn destination_was_ready(report: &serde_json::Value, stats: &std::path::Path, standby: bool) {
+    let st = json(&std::fs::read_to_string(stats).unwrap());
+    let d = &st["incoming"];
+    assert_eq!(d["dest_prepared"], true, "{d}");
+    let rounds = report["rounds"].as_array().unwrap();
+    let early: u64 = rounds
+        .iter()
+        .filter(|r| r["paused"] == false)
+        .map(|r| r["vram_bytes"].as_u64().unwrap() / 4096)
+        .sum();
+    let paused = rounds.last().unwrap()["vram_bytes"].as_u64().unwrap() / 4096;
+    assert!(early > 0, "{report}");
+    assert_eq!(d["dest_vram_pages_early"], early, "{d} {report}");
+    assert_eq!(d["dest_vram_pages_switch"], paused, "{d} {report}");
+    for key in ["dest_engine_ms", "dest_switch_ms", "dest_gpu_restore_ms"] {
+        assert!(d[key].as_f64().unwrap() > 0.0, "{key}: {d}");
+    }
+    // A standby's engine was made before the migration: the rounds only waited for the
+    // thread that writes into it to start, and the time to prepare it is reported apart.
+    let prepared = d["dest_standby_prepared_ms"].as_f64();
+    if standby {
+        assert!(d["dest_engine_ms"].as_f64().unwrap() < 5.0, "{d}");
+        assert!(prepared.unwrap() > 0.0, "{d}");
+        assert_eq!(st["restore"]["standby"], true, "{st}");
+    } else {
+        assert_eq!(prepared, None, "{d}");
+    }
+    assert!(
+        d["dest_switch_ms"].as_f64().unwrap() >= d["dest_gpu_restore_ms"].as_f64().unwrap(),
+        "{d}"
+    );
+    // The source heard the destination's engine was ready before it paused the guest
+    // (docs/snapshot.md, "The source waits for the destination's engine"): the time the
+    // destination's line gave is the one in its own figures.
+    let w = &report["dest_ready"];
+    assert_eq!(w["outcome"], "prepared", "{report}");
+    assert_eq!(w["before_paused_round"], true, "{report}");
+    assert!(w["src_wait_dest_ready_ms"].as_f64().unwrap() >= 0.0, "{w}");
+    let (src, dest) = (
+        w["dest_engine_ms"].as_f64().unwrap(),
+        d["dest_engine_ms"].as_f64().unwrap(),
+    );
+    assert!((src - dest).abs() < 0.01, "{w} {d}");
 }

@@ -76,9 +76,23 @@ pub struct Args {
     /// guest. Default: the source's GPU.
     #[arg(long, value_name = "N")]
     pub dest_gpu: Option<u32>,
+    /// The migration destinations: `incoming` (`vgpu-vmm --incoming`: it makes its KVM VM,
+    /// guest RAM and GPU engine, the cuda context, while the pre-copy rounds run) or `standby`
+    /// (`vgpu-vmm --standby`, prepared before the migration starts, then `ctl incoming`: the
+    /// rounds are written into the engine it made before; its preparation is reported apart,
+    /// `dest_standby_prepared_ms`).
+    #[arg(long, value_enum, default_value_t = Dest::Incoming)]
+    pub dest: Dest,
     /// The vgpu-vmm binary (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
+}
+
+/// What receives the migrations (`--dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dest {
+    Incoming,
+    Standby,
 }
 
 /// The run's shape, after `--short`.
@@ -150,18 +164,25 @@ struct Rep {
     live_window: Option<migrate_slowdown::Window>,
 }
 
-/// The VMM command line of the guest.
-fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
+/// The guest's `--memory` and `--gpu` (what a standby destination prepares).
+fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
     let mut gpu = format!("vram={}M,backend={}", p.vram_mib, a.backend.name());
     if let Some(x) = &a.gpu_extra {
         gpu.push(',');
         gpu.push_str(x);
     }
     vec![
-        "--guest".into(),
-        "fairness".into(),
         "--memory".into(),
         p.memory_mib.to_string(),
+        "--gpu".into(),
+        gpu,
+    ]
+}
+
+/// The VMM command line of the guest.
+fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
+    let mut args = vec!["--guest".to_string(), "fairness".into()];
+    args.extend([
         "--timeout".into(),
         "300".into(),
         "--cmdline".into(),
@@ -171,9 +192,9 @@ fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
             p.guest_ms,
             pool_args(a)
         ),
-        "--gpu".into(),
-        gpu,
-    ]
+    ]);
+    args.extend(machine_args(a, p));
+    args
 }
 
 /// The guest's working-set arguments (with room for the driver's own VRAM pool buffers and its
@@ -264,7 +285,15 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
         for live in [false, true] {
             let tag = if live { "live" } else { "stop" };
             let dest_name = format!("{tag}-dest{i}");
-            let (mut dest, sock) = migrate_vm::incoming(dir, &dest_name, vmm, &dest_env(a))?;
+            let (mut dest, sock) = match a.dest {
+                Dest::Incoming => migrate_vm::incoming(dir, &dest_name, vmm, &dest_env(a))?,
+                Dest::Standby => {
+                    let m = machine_args(a, p);
+                    let (vm, sock, _) =
+                        migrate_vm::standby_incoming(dir, &dest_name, vmm, &m, &dest_env(a))?;
+                    (vm, sock)
+                }
+            };
             let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, &args)?;
             let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
             if live {
@@ -565,6 +594,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "memory_mib": p.memory_mib,
         "guest": vm_args(a, &p).join(" "),
         "dest_gpu": a.dest_gpu,
+        "dest": format!("{:?}", a.dest).to_lowercase(),
         "vram_working_set": {
             "mib": a.pool_mib,
             "dirty_mib_per_s": a.dirty_mib_per_s,
@@ -633,7 +663,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
          pausing ({})",
         a.backend.name(),
         a.dest_gpu
-            .map_or(String::new(), |n| format!(", destinations on GPU {n}")),
+            .map_or(String::new(), |n| format!(", destinations on GPU {n}"))
+            + &match a.dest {
+                Dest::Incoming => String::new(),
+                Dest::Standby => format!(
+                    ", destinations standbys prepared in {} before the migration",
+                    ms(&d["dest_standby_prepared_ms"])
+                ),
+            },
         ms(&summary["snapshot_paused"]["ms"]),
         summary["snapshot_paused"]["disk_bytes"]
             .as_f64()
@@ -711,7 +748,8 @@ fn slowdown_line(summary: &serde_json::Value) -> String {
 }
 
 /// The destination's figures (`vmm::snapshot::incoming::IncomingReport`, its `--stats`).
-const DEST_KEYS: [&str; 11] = [
+const DEST_KEYS: [&str; 12] = [
+    "dest_standby_prepared_ms",
     "dest_switch_ms",
     "dest_drain_ms",
     "dest_check_ms",

@@ -1,7 +1,7 @@
 //! The VMs of `vgpu-bench migrate`: a `fairness` guest started with an API socket (its console
 //! in a file that is read for its progress lines), `vgpu-vmm ctl` requests to it, a `--incoming`
-//! destination, and `--restore` of a snapshot (its "restore to running" time from the VMM's
-//! debug log).
+//! destination or a standby one (`--standby`, then `ctl incoming`), and `--restore` of a
+//! snapshot (its "restore to running" time from the VMM's debug log).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -158,6 +158,56 @@ pub fn incoming(
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok((vm, socket))
+}
+
+/// A standby destination in `dir` (`vgpu-vmm --standby` with `prepare`: the guest's
+/// `--memory` and `--gpu`; its `--stats` in [`incoming_stats`]), `env` added to its
+/// environment: once it is prepared (it answers `stats`), `ctl incoming` makes it listen on a
+/// socket, returned with it and how long it took to prepare (its own figure, ms). Its API
+/// socket is the migrated VM's after the switch-over.
+pub fn standby_incoming(
+    dir: &Path,
+    name: &str,
+    vmm: &Path,
+    prepare: &[String],
+    env: &[(String, String)],
+) -> Result<(Vm, PathBuf, f64), BenchError> {
+    let socket = dir.join(format!("{name}.in"));
+    let mut args = vec![
+        "--standby".to_string(),
+        "--timeout".into(),
+        "300".into(),
+        format!("--stats={}", incoming_stats(dir, name).display()),
+    ];
+    args.extend_from_slice(prepare);
+    let mut vm = Vm::start_env(dir, name, vmm, &args, env)?;
+    let until = Instant::now() + Duration::from_secs(120);
+    let prepared_ms = loop {
+        // The API socket is bound before preparing, and answered once prepared.
+        if let Ok(v) = vm.ctl(vmm, &["stats"])
+            && v["state"] == "standby"
+        {
+            break v["prepared_ms"].as_f64().unwrap_or(0.0);
+        }
+        if vm.proc.poll() || Instant::now() > until {
+            return Err(BenchError::Invalid(format!(
+                "{name}: not on standby: {}",
+                vm.proc.stderr_head()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // The source starts after this (its guest must show progress first: up to 2 minutes).
+    let answer = vm.ctl(
+        vmm,
+        &["incoming", &socket.display().to_string(), "--wait-s", "600"],
+    )?;
+    if answer["state"] != "incoming" {
+        return Err(BenchError::Invalid(format!(
+            "{name}: incoming answered {answer}"
+        )));
+    }
+    Ok((vm, socket, prepared_ms))
 }
 
 /// Waits for a process to exit; its guest run (stdout) and its exit code.

@@ -35,6 +35,12 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
     assert!(stdout.starts_with("migrate (sim): snapshot "), "{stdout}");
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    // `--incoming` destinations, which have no standby preparation.
+    assert_eq!(s["dest"], "incoming", "{s}");
+    assert!(
+        s["live_migration"]["dest"]["dest_standby_prepared_ms"].is_null(),
+        "{s}"
+    );
     let pos = |v: &serde_json::Value| v.as_f64().is_some_and(|x| x > 0.0);
     assert!(pos(&s["snapshot_paused"]["ms"]), "{s}");
     assert!(pos(&s["snapshot_paused"]["disk_bytes"]), "{s}");
@@ -144,6 +150,50 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert_eq!(left.len(), 3, "{left:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--dest standby`: every destination a standby prepared before its migration (`ctl
+/// incoming`); the same figures, the standby's preparation apart, the engine ready for the
+/// rounds at once.
+#[test]
+fn short_migrate_run_into_standbys_reports_their_preparation_apart() {
+    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-sb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args(["migrate", "--short", "--dest", "standby", "--out"])
+        .arg(&out)
+        .arg("--vmm")
+        .arg(vmm())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("migrate (sim, destinations standbys prepared in "),
+        "{stdout}"
+    );
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["dest"], "standby", "{s}");
+    for m in ["stop_copy", "live_migration"] {
+        let d = &s[m]["dest"];
+        assert!(
+            d["dest_standby_prepared_ms"].as_f64().unwrap() > 0.0,
+            "{m}: {s}"
+        );
+        assert!(d["dest_switch_ms"].as_f64().unwrap() > 0.0, "{m}: {s}");
+    }
+    let d = &s["live_migration"]["dest"];
+    assert_eq!(d["dest_prepared"], 1.0, "{s}");
+    assert!(d["dest_engine_ms"].as_f64().unwrap() < 5.0, "{s}");
+    assert!(d["dest_vram_pages_early"].as_f64().unwrap() > 0.0, "{s}");
+    assert_eq!(
+        s["live_migration"]["dest_ready_outcomes"][0], "prepared",
+        "{s}"
+    );
+    assert!(s["live_migration"]["slowdown"].as_f64().is_some(), "{s}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

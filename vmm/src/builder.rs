@@ -89,6 +89,11 @@ pub enum RestoreError {
     Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("restore: the VM's GPU configuration does not match the snapshot's")]
     GpuMismatch,
+    #[error(
+        "restore: the standby's GPU engine failed while a migration's rounds were written into \
+         it"
+    )]
+    EngineLost,
     #[error("restore: {0}")]
     Build(#[from] BuildError),
 }
@@ -241,6 +246,13 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
         slots,
     };
     let (vm, delta) = assemble(cfg, r, made, report)?;
+    note_incoming(r, &vm, delta);
+    Ok(vm)
+}
+
+/// A migration's destination (`r` from its stream): the build's parts, and the live image's
+/// `delta` bytes, into its figures (`r.incoming`).
+pub(crate) fn note_incoming(r: &mut Loaded, vm: &PausedVm, delta: u64) {
     if let (Some((rep, _)), Some(t)) = (&mut r.incoming, &vm.restore) {
         rep.dest_build_ms = t.vm_ms + t.engine_ms + t.ram_ms + t.vcpus_ms + t.devices_ms;
         rep.dest_ram_ms = t.ram_ms;
@@ -248,7 +260,6 @@ pub fn build_from_snapshot(cfg: &VmConfig, r: &mut Loaded) -> Result<PausedVm, R
         rep.dest_state_ms = t.state_ms;
         rep.dest_vram_pages_switch = delta / 4096;
     }
-    Ok(vm)
 }
 
 /// What a restore has made before its devices: KVM, guest RAM (and what backs it), vCPUs and

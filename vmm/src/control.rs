@@ -426,6 +426,14 @@ impl Controller {
                         self.gate.resume();
                     }
                 }
+                // A destination that refused the VM at its manifest (a standby it does not
+                // fit) said why before closing: that, rather than the broken pipe.
+                if !matches!(&e, ControlError::Stream(stream::StreamError::Refused(_)))
+                    && let Some(why) = crate::snapshot::ready::refusal(&conn)
+                {
+                    log::warn!("migrate: {e}; the destination refused the VM: {why}");
+                    return Err(stream::StreamError::Refused(why).into());
+                }
                 Err(e)
             }
         }

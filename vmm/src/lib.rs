@@ -10,7 +10,7 @@
 //! snapshot format, saving and loading), [`control`] (pause, resume, stats, snapshot of a running
 //! VM), [`live`] (the pre-copy of live snapshots and migration), [`move_gpu`] (moving the
 //! virtual GPU to another GPU of its vgpud), [`standby`] (`--standby`: a VM prepared before the
-//! snapshot it restores), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
+//! snapshot it restores or the migration it receives), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
 
 pub mod api;
 pub mod arch;

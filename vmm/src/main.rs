@@ -32,8 +32,9 @@ struct Args {
     /// with KVM and the --gpu engine (the cuda context) are made now, so that the restore only
     /// puts the snapshot's state in. The snapshot must have exactly that RAM size and vCPU
     /// count, and a GPU whose engine keys (backend, vram, guard, mode, preempt; sim: workers,
-    /// pages; host) match --gpu; another is refused and the standby waits on. --timeout,
-    /// --stats and --console-prefix apply to the restored VM.
+    /// pages; host) match --gpu; another is refused and the standby waits on. `vgpu-vmm ctl
+    /// SOCKET incoming URL` makes it take a migration instead (the same fit). --timeout,
+    /// --stats, --console-prefix and --tls-* apply to the VM it runs.
     #[arg(long, requires = "api_socket",
           conflicts_with_all = ["guest", "kernel", "linux", "initramfs", "cmdline", "testdev", "disk", "run", "restore", "incoming"])]
     standby: bool,
@@ -195,6 +196,19 @@ enum CtlOp {
     /// snapshot that does not fit what the standby prepared is refused and it waits on); the
     /// answer, once its vCPUs run, gives the restore's times.
     Restore { dir: PathBuf },
+    /// Make a VM started with --standby wait at URL (as --incoming URL: unix:PATH or a path,
+    /// tcp:HOST:PORT on loopback, tls:HOST:PORT with its --tls-* files) for a VM migrated with
+    /// `ctl SOCKET migrate URL`, and run it there on what it prepared: the pre-copy rounds are
+    /// written into its GPU engine, made before. Answered once it listens; a VM that does not
+    /// fit the standby (as for restore) is refused to the source, and the standby waits on.
+    Incoming {
+        url: String,
+        /// Stop listening if no source has connected within SECONDS (the standby then takes
+        /// requests again).
+        #[arg(long, value_name = "SECONDS", default_value_t = vmm::api::protocol::INCOMING_WAIT_S,
+              value_parser = clap::value_parser!(u64).range(1..=vmm::api::protocol::MAX_INCOMING_WAIT_S))]
+        wait_s: u64,
+    },
     /// Move the VM's virtual GPU to GPU N of its vgpud (`--gpu host=`; sim, or cuda: a new
     /// engine on device N in this process, its modules loaded first): VRAM is pre-copied to a
     /// partition the daemon reserves there while the VM runs, then the VM pauses for the last
@@ -269,6 +283,23 @@ fn ctl(socket: &std::path::Path, op: CtlOp) -> ExitCode {
                 return ExitCode::from(2);
             }
         },
+        CtlOp::Incoming { url, wait_s } => {
+            // A unix socket's path is made absolute (the standby resolves paths in its own
+            // directory).
+            let to = vmm::snapshot::transport::Endpoint::parse(&url)
+                .map_err(|e| e.to_string())
+                .and_then(|e| e.absolute().map_err(|e| format!("{url}: {e}")));
+            match to {
+                Ok(to) => Request::Incoming {
+                    url: to.to_string(),
+                    wait_s,
+                },
+                Err(e) => {
+                    eprintln!("vgpu-vmm ctl: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
         CtlOp::Migrate {
             dest,
             live,
@@ -585,8 +616,9 @@ fn restored_gpu(
     }
 }
 
-/// `--standby`: prepares a VM, waits for a snapshot to restore into it and runs that (a
-/// restore that used the standby up and failed makes another).
+/// `--standby`: prepares a VM, waits for a snapshot to restore into it (or a migration to
+/// receive) and runs that (a restore or migration that used the standby up and failed makes
+/// another).
 fn standby(args: Args) -> ExitCode {
     use vmm::standby::serve::{self, Outcome, RunSettings};
     let fail = |Fail(code, msg)| {
@@ -635,11 +667,12 @@ fn standby(args: Args) -> ExitCode {
                 return fail(Fail(if usage { 2 } else { 1 }, e.to_string()));
             }
         };
-        match serve::wait_for_restore(&api, sb, &settings) {
+        match serve::wait_for_vm(&api, sb, &settings) {
             Outcome::Restored {
                 vm,
                 cfg,
                 reply,
+                ack,
                 since,
                 loaded,
             } => {
@@ -647,8 +680,8 @@ fn standby(args: Args) -> ExitCode {
                     restore: Some(*loaded),
                     api: Some(api),
                     since: Some(since),
-                    ack: None,
-                    reply: Some(reply),
+                    ack,
+                    reply,
                 };
                 return finish(vm.run(&cfg, start).map_err(vm::VmError::from), stats);
             }

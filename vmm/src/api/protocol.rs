@@ -5,7 +5,8 @@
 //! (with a `tls:` address, optionally `"tls":{"cert":"/abs","key":"/abs","ca":"/abs"}`: the
 //! certificate files for this migration instead of the VM's own; a VM older than `tls:`
 //! refuses the field as unknown), `{"op":"move_gpu","gpu":1}`, and for a `--standby` VM
-//! `{"op":"restore","dir":"/abs/path"}` (older VMs refuse the op as unknown).
+//! `{"op":"restore","dir":"/abs/path"}` or `{"op":"incoming","url":"unix:/abs/path"}` (older VMs
+//! refuse the op as unknown).
 //! The answer
 //! is one line: `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
 
@@ -61,10 +62,30 @@ pub enum Request {
     /// Restore the snapshot in `dir` (absolute) and run it: only a VM started with
     /// `--standby` takes it (`{"op":"restore","dir":"/abs"}`); answered once the vCPUs run.
     Restore { dir: PathBuf },
+    /// Take a migration at `url` (`unix:PATH` or an absolute path, `tcp:HOST:PORT` on
+    /// loopback, or `tls:HOST:PORT` with the VM's `--tls-*` files) and run the migrated VM:
+    /// only a VM started with `--standby` takes it (`{"op":"incoming","url":"unix:/abs"}`);
+    /// answered once it listens there. A source that has not connected within `wait_s`
+    /// seconds (default [`INCOMING_WAIT_S`], at most [`MAX_INCOMING_WAIT_S`]) is given up on:
+    /// the standby stops listening and takes requests again.
+    Incoming {
+        url: String,
+        #[serde(default = "incoming_wait_s")]
+        wait_s: u64,
+    },
 }
 
 fn yes() -> bool {
     true
+}
+
+/// How long a standby told `incoming` waits for the source by default, in seconds.
+pub const INCOMING_WAIT_S: u64 = 60;
+/// The longest `wait_s` accepted (a day).
+pub const MAX_INCOMING_WAIT_S: u64 = 86_400;
+
+fn incoming_wait_s() -> u64 {
+    INCOMING_WAIT_S
 }
 
 /// An answer.
@@ -134,7 +155,22 @@ mod tests {
         assert_eq!(r, Request::MoveGpu { gpu: 1 });
         let r: Request = serde_json::from_str(r#"{"op":"restore","dir":"/s"}"#).unwrap();
         assert_eq!(r, Request::Restore { dir: "/s".into() });
+        let r: Request = serde_json::from_str(r#"{"op":"incoming","url":"unix:/i"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Incoming {
+                url: "unix:/i".into(),
+                wait_s: INCOMING_WAIT_S
+            }
+        );
+        let r: Request =
+            serde_json::from_str(r#"{"op":"incoming","url":"/i","wait_s":5}"#).unwrap();
+        assert!(matches!(r, Request::Incoming { wait_s: 5, .. }), "{r:?}");
         for bad in [
+            r#"{"op":"incoming"}"#,
+            r#"{"op":"incoming","url":"/i","x":1}"#,
+            r#"{"op":"incoming","url":1}"#,
+            r#"{"op":"incoming","url":"/i","wait_s":-1}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k"}}"#,
             r#"{"op":"migrate","to":"tls:h:1","tls":{"cert":"/c","key":"/k","ca":"/a","x":1}}"#,
             r#"{"op":"move_gpu"}"#,

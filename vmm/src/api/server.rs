@@ -73,6 +73,11 @@ impl ApiSocket {
         r
     }
 
+    /// Stops listening: the socket file is removed (a migration that did not come).
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     /// Waits for the next connection (a standby's requests, `crate::standby::serve`).
     pub fn accept(&self) -> std::io::Result<UnixStream> {
         self.listener.accept().map(|(c, _)| c)
@@ -93,6 +98,12 @@ impl ApiSocket {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+impl std::os::fd::AsRawFd for ApiSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
     }
 }
 
@@ -208,6 +219,10 @@ pub fn handle(line: &[u8], controller: &Controller) -> Response {
         Request::Restore { .. } => Response::err(
             "restore: this VM runs already; a snapshot is restored on request only into a VM \
              started with --standby",
+        ),
+        Request::Incoming { .. } => Response::err(
+            "incoming: this VM runs already; a migration is taken on request only by a VM \
+             started with --standby (or start one with --incoming URL)",
         ),
         Request::MoveGpu { gpu } => match controller.move_gpu(gpu) {
             Ok(done) => json(serde_json::to_value(done)),

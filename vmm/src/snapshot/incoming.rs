@@ -10,7 +10,9 @@
 //! frame into it the same way, so that the switch-over neither allocates nor copies guest RAM.
 //! If the engine cannot be
 //! made or written, the receiver falls back to the whole pre-copied file after the switch-over
-//! (as before). [`IncomingReport`] is the destination's side of the downtime.
+//! (as before). A standby destination (`crate::standby::incoming`) gives the thread the engine
+//! it made before the migration, and its guest RAM, instead ([`EngineSource::Given`]).
+//! [`IncomingReport`] is the destination's side of the downtime.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -58,6 +60,11 @@ pub struct IncomingReport {
     /// From the end frame to the vCPUs started and the source told `ok`: the destination's
     /// part of the downtime.
     pub dest_switch_ms: f64,
+    /// Migrated into a standby (`ctl SOCKET incoming URL`): how long preparing it took (KVM
+    /// VM, RAM, the engine and its template), before the migration; its engine was given to
+    /// the rounds, so `dest_engine_ms` is only the wait for the thread to start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dest_standby_prepared_ms: Option<f64>,
 }
 
 /// The engine a migration's destination made during the rounds, and what it did.
@@ -119,15 +126,45 @@ pub enum EarlyReady {
     Failed,
 }
 
+/// The engine the pre-copy rounds are written into.
+pub enum EngineSource {
+    /// Made now, on the thread, for this configuration (the manifest's GPU with the
+    /// destination's `--gpu` backend and daemon): `--incoming`. On cuda the thread allocates
+    /// guest RAM from it too.
+    Make(GpuConfig),
+    /// Made before the migration (a standby's, `crate::standby`), for this configuration,
+    /// with the guest RAM it backs already (cuda: host region, address, bytes, in the
+    /// layout's order; empty on sim, whose RAM is the received file mapped after the
+    /// switch-over).
+    Given(
+        GpuConfig,
+        PreparedEngine,
+        Vec<(pgpu::HostRegionId, usize, u64)>,
+    ),
+}
+
+impl std::fmt::Debug for EngineSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineSource::Make(c) => write!(f, "Make({})", c.spec()),
+            EngineSource::Given(c, e, _) => write!(f, "Given({}, {e:?})", c.spec()),
+        }
+    }
+}
+
 impl Early {
-    /// Starts making the engine of `cfg` (the manifest's GPU with the destination's `--gpu`
-    /// backend and daemon) on a thread that writes queued pages of `vram` (the in-memory file
-    /// of the pre-copied partition) into it. `None` where the engine cannot come first. With
-    /// `ram` (the in-memory RAM file and its size) on cuda, guest RAM is allocated from the
-    /// engine as well and queued RAM runs copied into it.
-    pub fn start(cfg: GpuConfig, vram: &File, ram: Option<(&File, u64)>) -> Option<Early> {
-        if cfg.mode == vgpu::config::Mode::Pt
-            || (cfg.backend == vgpu::config::Backend::Sim && cfg.host.is_some())
+    /// Starts a thread that makes (or takes, [`EngineSource`]) the engine and writes queued
+    /// pages of `vram` (the in-memory file of the pre-copied partition) into it. `None` where
+    /// the engine cannot come first. With `ram` (the in-memory RAM file and its size) on cuda,
+    /// queued RAM runs are copied into the engine's guest RAM as well (allocated by the
+    /// thread when it makes the engine).
+    pub fn start(source: EngineSource, vram: &File, ram: Option<(&File, u64)>) -> Option<Early> {
+        let cfg = match &source {
+            EngineSource::Make(cfg) | EngineSource::Given(cfg, ..) => cfg,
+        };
+        if let EngineSource::Make(cfg) = &source
+            && (cfg.mode == vgpu::config::Mode::Pt
+                || (cfg.backend == vgpu::config::Backend::Sim && cfg.host.is_some()))
         {
             return None;
         }
@@ -149,7 +186,7 @@ impl Early {
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("incoming-gpu".into())
-            .spawn(move || run(&cfg, &file, ram.as_ref(), &rx, ready_tx));
+            .spawn(move || run(source, &file, ram.as_ref(), &rx, ready_tx));
         match thread {
             Ok(t) => Some(Early {
                 tx: Some(tx),
@@ -247,38 +284,43 @@ impl Drop for Early {
     }
 }
 
-/// The thread: makes the engine (and guest RAM from it, with `ram`), then writes each queued
-/// run read back from `file` (or the RAM file).
+/// The thread: makes the engine (and guest RAM from it, with `ram`) or takes the one given,
+/// then writes each queued run read back from `file` (or the RAM file).
 fn run(
-    cfg: &GpuConfig,
+    source: EngineSource,
     file: &File,
     ram: Option<&(File, u64)>,
     rx: &Receiver<Work>,
     ready: Sender<u64>,
 ) -> Result<Done, String> {
     let t = Instant::now();
-    let engine = vgpu::Vgpu::prepare_engine(cfg)
-        .map_err(|e| e.to_string())?
-        .ok_or("this GPU's engine is made with its device")?;
-    let mut host = Vec::new();
-    if let Some((_, bytes)) = ram {
-        let mut off = 0;
-        for (_, len) in crate::layout::ram_regions(*bytes) {
-            let (id, ptr) = engine
-                .engine()
-                .alloc_host_region(len)
-                .map_err(|e| format!("guest RAM from the engine: {e}"))?;
-            host.push(HostRam {
-                id,
-                addr: ptr.as_ptr() as usize,
-                len,
-                off,
-            });
-            off += len;
+    let (cfg, engine, host) = match source {
+        EngineSource::Make(cfg) => {
+            let engine = vgpu::Vgpu::prepare_engine(&cfg)
+                .map_err(|e| e.to_string())?
+                .ok_or("this GPU's engine is made with its device")?;
+            let host = match ram {
+                Some((_, bytes)) => alloc_ram(&engine, *bytes)?,
+                None => Vec::new(),
+            };
+            (cfg, engine, host)
         }
-    }
+        EngineSource::Given(cfg, engine, regions) => {
+            let mut off = 0;
+            let host = regions
+                .into_iter()
+                .map(|(id, addr, len)| {
+                    let r = HostRam { id, addr, len, off };
+                    off += len;
+                    r
+                })
+                .collect();
+            (cfg, engine, host)
+        }
+    };
+    let cfg = &cfg;
     let engine_ms = t.elapsed().as_secs_f64() * 1e3;
-    log::debug!("migration: GPU engine made during the rounds in {engine_ms:.1} ms");
+    log::debug!("migration: GPU engine ready for the rounds in {engine_ms:.1} ms");
     let mut buf = vec![0u8; (MAX_WRITE_PAGES * 4096) as usize];
     let mut pages = 0u64;
     let mut ready = Some(ready);
@@ -314,6 +356,26 @@ fn run(
     })
 }
 
+/// Guest RAM of `bytes` allocated from `engine`, region by region in the layout's order.
+fn alloc_ram(engine: &PreparedEngine, bytes: u64) -> Result<Vec<HostRam>, String> {
+    let mut host = Vec::new();
+    let mut off = 0;
+    for (_, len) in crate::layout::ram_regions(bytes) {
+        let (id, ptr) = engine
+            .engine()
+            .alloc_host_region(len)
+            .map_err(|e| format!("guest RAM from the engine: {e}"))?;
+        host.push(HostRam {
+            id,
+            addr: ptr.as_ptr() as usize,
+            len,
+            off,
+        });
+        off += len;
+    }
+    Ok(host)
+}
+
 /// Copies `len` bytes at `off` of the RAM file into the engine's guest RAM regions `host`.
 fn copy_ram(host: &[HostRam], f: &File, off: u64, len: u64) -> Result<(), String> {
     let end = off.checked_add(len).ok_or("RAM run wraps")?;
@@ -323,8 +385,10 @@ fn copy_ram(host: &[HostRam], f: &File, off: u64, len: u64) -> Result<(), String
             continue;
         }
         // SAFETY: `r` is a host region of `r.len` bytes the engine allocated for guest RAM and
-        // keeps alive with itself (owned by this thread until it hands both over); no VM or
-        // device uses it yet, so this thread's writes are the only access; the range is inside.
+        // keeps alive with itself (owned by this thread until it hands both over; a standby's
+        // are its guest RAM, registered with KVM but with no vCPU thread, device or other
+        // writer until the switch-over, after this thread ended); this thread's writes are the
+        // only access; the range is inside.
         let dst = unsafe {
             std::slice::from_raw_parts_mut(
                 (r.addr as *mut u8).add((s - r.off) as usize),
@@ -364,6 +428,7 @@ fn write_run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn memfd(len: u64) -> File {
         // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
@@ -379,7 +444,8 @@ mod tests {
     fn queued_pages_reach_the_engine_with_their_last_bytes() {
         let cfg = GpuConfig::parse("vram=4M").unwrap();
         let file = memfd(cfg.vram);
-        let mut early = Early::start(cfg.clone(), &file, None).expect("a sim engine");
+        let mut early =
+            Early::start(EngineSource::Make(cfg.clone()), &file, None).expect("a sim engine");
         file.write_all_at(&[1; 8192], 3 * 4096).unwrap();
         early.note(3, 2);
         // Page 4 sent again by a later round.
@@ -396,6 +462,39 @@ mod tests {
             .unwrap();
         assert_eq!(&b[..4096], &[1; 4096][..]);
         assert_eq!(&b[4096..], &[2; 4096][..]);
+    }
+
+    /// A standby's engine, given: the pages land in it, and the same engine comes back.
+    #[test]
+    fn a_given_engine_takes_the_pages_and_comes_back() {
+        let cfg = GpuConfig::parse("vram=4M").unwrap();
+        let file = memfd(cfg.vram);
+        let engine = vgpu::Vgpu::prepare_engine(&cfg).unwrap().unwrap();
+        let PreparedEngine::Sim(sim) = &engine else {
+            panic!("{engine:?}")
+        };
+        let sim = sim.clone();
+        let source = EngineSource::Given(cfg.clone(), engine, Vec::new());
+        let mut early = Early::start(source, &file, None).expect("started");
+        assert!(matches!(
+            early.ready(std::time::Duration::from_secs(5)),
+            EarlyReady::Ready(_)
+        ));
+        file.write_all_at(&[5; 4096], 7 * 4096).unwrap();
+        early.note(7, 1);
+        let mut report = IncomingReport::default();
+        let p = early.finish(&mut report).expect("prepared");
+        assert_eq!(report.dest_vram_pages_early, 1);
+        let PreparedEngine::Sim(back) = &p.engine else {
+            panic!()
+        };
+        assert!(Arc::ptr_eq(back, &sim), "another engine came back");
+        let mut b = vec![0u8; 4096];
+        p.engine
+            .engine()
+            .vram_read(cfg.partition_base() + 7 * 4096, &mut b)
+            .unwrap();
+        assert_eq!(b, vec![5; 4096]);
     }
 
     /// The cuda path's RAM copy (the engine's host regions stood in for by two buffers): a run
@@ -434,7 +533,7 @@ mod tests {
         // The receiver checks frames against the partition first; the thread checks again.
         let cfg = GpuConfig::parse("vram=4M").unwrap();
         let file = memfd(cfg.vram);
-        let mut early = Early::start(cfg.clone(), &file, None).unwrap();
+        let mut early = Early::start(EngineSource::Make(cfg.clone()), &file, None).unwrap();
         early.note(1023, 2);
         early.note(u64::MAX, 2);
         let mut report = IncomingReport::default();
@@ -442,6 +541,6 @@ mod tests {
         assert!(!report.dest_prepared);
         // Shared sim GPUs (the daemon's VRAM) are not prepared.
         let shared = GpuConfig::parse("vram=4M,host=/x.sock").unwrap();
-        assert!(Early::start(shared, &file, None).is_none());
+        assert!(Early::start(EngineSource::Make(shared), &file, None).is_none());
     }
 }

@@ -168,6 +168,26 @@ impl Inbox {
     }
 }
 
+/// Source side, after sending failed: the destination's `error: ...` line if it sent one
+/// before closing the connection (a destination that refused the VM at its manifest, e.g. a
+/// standby it does not fit), read for at most [`REFUSAL_WAIT`]. Lines before it (`ready/1`)
+/// are skipped; at most [`MAX_LINE`] bytes are read per line.
+pub fn refusal(conn: &Link) -> Option<String> {
+    let mut inbox = Inbox::default();
+    let deadline = Instant::now() + REFUSAL_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match inbox.poll(conn, left) {
+            Ok(Some(DestMsg::Refused(why))) => return Some(why),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+/// How long the source looks for the destination's reason after its sending failed.
+pub const REFUSAL_WAIT: Duration = Duration::from_millis(200);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,8 @@
 //! 1 MiB; a later run of a page overwrites an earlier one, which is how pre-copy rounds resend
 //! pages the running guest dirtied), VRAM runs of a live migration's pre-copy rounds, the
 //! state file (its vCPUs paused by then), the GPU image, and an end frame with the number of
-//! RAM and VRAM pages sent. The destination (`--incoming DEST`) reads them into an in-memory
+//! RAM and VRAM pages sent. The destination (`--incoming DEST`, or a standby told `incoming
+//! DEST`: [`Destination`]) reads them into an in-memory
 //! RAM file (memfd), checks everything as `--restore` does, builds the VM and answers `ok`
 //! once it is about to run (or `error: ...`); the source then exits, or resumes on failure.
 //! Every frame is checked against fixed limits and the manifest before it is used.
@@ -20,7 +21,7 @@ use std::time::Duration;
 use vm_memory::{GuestMemoryBackend, GuestMemoryMmap};
 
 use super::format::MAX_STATE_BYTES;
-use super::incoming::{Early, EarlyReady, IncomingReport};
+use super::incoming::{Early, EarlyReady, EngineSource, IncomingReport};
 use super::load::{self, LoadError, Loaded};
 use super::manifest::{MAX_MANIFEST, Manifest, ManifestError};
 use super::precopy::{Readiness, Sink};
@@ -62,6 +63,8 @@ pub enum StreamError {
     Gpu(#[from] vgpu::snapshot::SnapshotError),
     #[error("the destination refused the VM: {0}")]
     Refused(String),
+    #[error("{0}")]
+    NotAdmitted(String),
 }
 
 fn bad(s: impl Into<String>) -> StreamError {
@@ -315,10 +318,45 @@ fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<File> {
     Ok(f)
 }
 
+/// What takes a received VM: a VM made for it (`--incoming`, [`NewVm`]) or a standby's
+/// prepared one (`crate::standby::incoming`).
+pub trait Destination {
+    /// Checks the manifest before anything else is received; an error refuses the VM (the
+    /// source is answered `error: ...` and nothing of the destination has changed).
+    fn admit(&mut self, manifest: &Manifest) -> Result<(), String>;
+    /// The engine the pre-copied VRAM of a live GPU migration (`spec`: the manifest's GPU) is
+    /// written into while the rounds arrive; `None`: it is made after the switch-over.
+    fn engine(&mut self, spec: &str) -> Option<EngineSource>;
+}
+
+/// `--incoming`: a VM made for the stream, its GPU's engine made during the rounds from the
+/// manifest's GPU and the destination's `--gpu` (its backend and daemon).
+#[derive(Debug, Clone, Copy)]
+pub struct NewVm<'a>(pub Option<&'a vgpu::GpuConfig>);
+
+impl Destination for NewVm<'_> {
+    fn admit(&mut self, _: &Manifest) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// A configuration the build would refuse is refused there, with its own error.
+    fn engine(&mut self, spec: &str) -> Option<EngineSource> {
+        super::gpu::restore_config(spec, self.0)
+            .ok()
+            .map(EngineSource::Make)
+    }
+}
+
 /// Destination side: reads a VM from `conn` and checks it (as `--restore` checks a directory).
 /// `given`: the destination's `--gpu` (its backend and daemon), with which the GPU's engine
 /// of a live migration is made while the pre-copy rounds arrive ([`super::incoming`]).
 pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, StreamError> {
+    receive_into(conn, &mut NewVm(given))
+}
+
+/// [`receive`] for `dest`: its [`Destination::admit`] checks the manifest first (a refusal is
+/// [`StreamError::NotAdmitted`], answered to the source at once), its engine takes the rounds.
+pub fn receive_into(conn: &Link, dest: &mut dyn Destination) -> Result<Loaded, StreamError> {
     conn.set_read_timeout(Some(PATIENCE))?;
     let mut r = BufReader::with_capacity(1 << 20, conn);
     let (kind, len) = read_header(&mut r)?;
@@ -327,6 +365,15 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
     }
     let text = read_payload(&mut r, len, MAX_MANIFEST, "manifest")?;
     let manifest = Manifest::parse(&text)?;
+    if let Err(why) = dest.admit(&manifest) {
+        // Said now, before the source sends its RAM: a source that reads the destination's
+        // lines during the rounds stops there, one that does not finds it after its writes
+        // fail ([`super::ready::refusal`]).
+        let mut w = conn;
+        let _ = w.write_all(super::ready::line(&DestMsg::Refused(why.clone())).as_bytes());
+        let _ = w.flush();
+        return Err(StreamError::NotAdmitted(why));
+    }
     let ram_file = memfd(c"vgpu-vmm-ram", manifest.ram_bytes)?;
     // The GPU image, if the manifest has a GPU: appended frame by frame, bounded by its VRAM.
     let gpu_max = match &manifest.gpu {
@@ -353,9 +400,9 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
     // The engine made now and the rounds written into it as they come (a configuration the
     // build would refuse is refused there, with its own error).
     let mut early = match (&vram_file, &manifest.gpu) {
-        (Some(f), Some(g)) => super::gpu::restore_config(g, given)
-            .ok()
-            .and_then(|cfg| Early::start(cfg, f, Some((&ram_file, manifest.ram_bytes)))),
+        (Some(f), Some(g)) => dest
+            .engine(g)
+            .and_then(|src| Early::start(src, f, Some((&ram_file, manifest.ram_bytes)))),
         _ => None,
     };
     // A source that waits for the engine (and reads the lines) asked in the manifest.

@@ -259,6 +259,33 @@ impl Incoming {
         self.accept_within(tls::SERVER_HANDSHAKE)
     }
 
+    /// Whether a connection is pending within `limit` (then [`Self::accept_one`] takes it);
+    /// false if none came.
+    pub fn pending_within(&self, limit: Duration) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Incoming::Unix(s) => s.as_raw_fd(),
+            Incoming::Tcp(l) | Incoming::Tls(l, _) => l.as_raw_fd(),
+        };
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if readable(fd, left)? {
+                return Ok(true);
+            }
+            if left.is_zero() {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Stops listening (a unix socket's file is removed).
+    pub fn close(self) {
+        if let Incoming::Unix(s) = self {
+            s.remove();
+        }
+    }
+
     /// [`Self::accept_one`] with the handshake's time limit given.
     pub fn accept_within(self, limit: Duration) -> io::Result<Link> {
         match self {

@@ -10,9 +10,12 @@
 //! standby left as it was. With `--template DIR` ([`template`]) the standby also loads the GPU
 //! modules of that snapshot into its engine before the request, and sizes the engine's VRAM
 //! transfer slots to its image (without one, to the partition), so that restoring that image
-//! runs no JIT and allocates nothing.
+//! runs no JIT and allocates nothing. `incoming URL` ([`incoming`]) has the standby take a
+//! migration instead of a snapshot: the same fit checked on the stream's manifest, the
+//! pre-copy rounds written into the prepared engine.
 
 pub mod build;
+pub mod incoming;
 pub mod ram;
 pub mod serve;
 pub mod template;
@@ -176,16 +179,16 @@ impl Standby {
     /// configuration the VM is built with: the snapshot's, with the backend and vgpud of the
     /// standby's `--gpu` (as `--restore --gpu backend=...,host=...` would).
     pub fn fit(&self, l: &Loaded) -> Result<Option<GpuConfig>, StandbyError> {
-        fit_config(&self.cfg, l)
+        fit_config(&self.cfg, &l.manifest)
     }
 }
 
-/// [`Standby::fit`] of a standby prepared for `cfg`.
+/// [`Standby::fit`] of a standby prepared for `cfg`, from a snapshot's manifest (or a
+/// migration stream's, before anything else of it is received).
 pub(crate) fn fit_config(
     cfg: &StandbyConfig,
-    l: &Loaded,
+    m: &crate::snapshot::manifest::Manifest,
 ) -> Result<Option<GpuConfig>, StandbyError> {
-    let m = &l.manifest;
     let want = cfg.memory_mib << 20;
     if m.memory_mib != cfg.memory_mib || m.ram_bytes != want {
         return Err(StandbyError::Misfit(format!(

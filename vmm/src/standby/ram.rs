@@ -161,10 +161,26 @@ impl StandbyRam {
         self.bytes
     }
 
+    /// The engine's host regions backing guest RAM (host region, address, bytes, in the
+    /// layout's order), where a migration's rounds may copy RAM before the switch-over
+    /// (`crate::snapshot::incoming::EngineSource::Given`); none without a cuda engine.
+    pub fn engine_regions(&self) -> Vec<(pgpu::HostRegionId, usize, u64)> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        match &self.kind {
+            Kind::Engine(ids) => ids
+                .iter()
+                .zip(self.mem.iter())
+                .map(|(&id, r)| (id, r.as_ptr() as usize, r.len()))
+                .collect(),
+            Kind::Reserved(_) => Vec::new(),
+        }
+    }
+
     /// Puts the snapshot's RAM file (`bytes` long, as prepared) in: mapped copy-on-write over
-    /// the reserved addresses, or its data copied into the engine's memory. The RAM slots stay
-    /// as registered.
-    pub fn restore(self, file: &File, bytes: u64) -> Result<Restored, RamError> {
+    /// the reserved addresses, or its data copied into the engine's memory, unless `filled`
+    /// (a migration's rounds copied every received page into [`Self::engine_regions`]). The
+    /// RAM slots stay as registered.
+    pub fn restore(self, file: &File, bytes: u64, filled: bool) -> Result<Restored, RamError> {
         if bytes != self.bytes {
             return Err(RamError::Size {
                 found: bytes,
@@ -173,6 +189,10 @@ impl StandbyRam {
         }
         ram::check(file, bytes)?;
         match self.kind {
+            Kind::Engine(ids) if filled => {
+                log::debug!("standby: guest RAM received into engine memory during the rounds");
+                Ok((self.mem, Backing::Other, None, ids))
+            }
             Kind::Engine(ids) => {
                 let n = ram::copy_into(file, bytes, &self.mem)?;
                 log::debug!("standby: {n} bytes of RAM copied into engine memory");
@@ -242,7 +262,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         file.set_len(4 << 20).unwrap();
         file.write_all_at(&[7u8; 4096], 4096).unwrap();
-        let (mem, backing, res, ids) = ram.restore(&file, 4 << 20).unwrap();
+        let (mem, backing, res, ids) = ram.restore(&file, 4 << 20, false).unwrap();
         assert!(res.is_some() && ids.is_empty() && backing == Backing::Other);
         assert_eq!(
             mem.get_host_address(GuestAddress(0)).unwrap() as usize,
@@ -258,7 +278,7 @@ mod tests {
         let vm2 = kvm.create_vm().unwrap();
         let other = StandbyRam::new(&vm2, 2, None).unwrap();
         assert!(matches!(
-            other.restore(&file, 4 << 20),
+            other.restore(&file, 4 << 20, false),
             Err(RamError::Size { .. })
         ));
     }

@@ -1,16 +1,17 @@
-//! A standby's API socket until a snapshot is restored: one connection at a time, one JSON
-//! request per line (the protocol of [`crate::api::protocol`]). `restore` reads and checks the
+//! A standby's API socket until a VM runs in it: one connection at a time, one JSON request
+//! per line (the protocol of [`crate::api::protocol`]). `restore` reads and checks the
 //! snapshot as `--restore` does and checks that it fits the standby ([`Standby::fit`]); a
 //! snapshot refused there is answered with the error and the standby keeps waiting, as it was.
-//! One that passes is put into the standby ([`crate::standby::build::build_on_standby`]): the answer
-//! (the restore's figures) comes once the vCPUs run ([`Reply`]). If that fails — a GPU image
-//! or device state that the checks could not see is refused — the standby is used up: the
-//! error is answered and the caller prepares a new one. `stats` says `standby` and what was
-//! prepared; every other request is refused until a snapshot runs.
+//! One that passes is put into the standby ([`crate::standby::build::build_on_standby`]): the
+//! answer (the restore's figures) comes once the vCPUs run ([`Reply`]). If that fails — a GPU
+//! image or device state that the checks could not see is refused — the standby is used up:
+//! the error is answered and the caller prepares a new one. `incoming URL` takes a migration
+//! instead ([`super::incoming`]). `stats` says `standby` and what was prepared; every other
+//! request is refused until a VM runs.
 
 use std::io::BufReader;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Standby;
@@ -18,6 +19,7 @@ use crate::api::protocol::{Request, Response};
 use crate::api::server::{ApiSocket, read_request, write_line};
 use crate::builder::PausedVm;
 use crate::snapshot::load::Loaded;
+use crate::snapshot::transport::Link;
 use crate::vm::VmConfig;
 
 /// How long a connection may sit idle between requests.
@@ -51,21 +53,41 @@ pub struct RunSettings {
 
 /// How the wait ended.
 pub enum Outcome {
-    /// A snapshot was put into the standby: the VM to run with `cfg`, the request to answer
-    /// once it runs, when the request arrived, and the snapshot (its files).
+    /// A snapshot or a migration was put into the standby: the VM to run with `cfg`, the
+    /// `restore` request to answer once it runs, or the migration source to tell `ok`, when
+    /// the request (or the stream's end) arrived, and the snapshot (its files).
     Restored {
         vm: Box<PausedVm>,
         cfg: Box<VmConfig>,
-        reply: Reply,
+        reply: Option<Reply>,
+        ack: Option<Link>,
         since: Instant,
         loaded: Box<Loaded>,
     },
-    /// A restore failed after it began changing the standby (answered): prepare another.
+    /// A restore or migration failed after it began changing the standby (answered): prepare
+    /// another.
     Spent,
 }
 
-/// Serves `api` until a snapshot is restored into `standby` (or a restore used it up).
-pub fn wait_for_restore(api: &ApiSocket, standby: Standby, run: &RunSettings) -> Outcome {
+/// What a request asks of the standby.
+enum Job {
+    /// `restore DIR`.
+    Restore(PathBuf),
+    /// `incoming URL`: take a migration there ([`super::incoming`]), waiting at most this
+    /// long for the source.
+    Incoming(String, Duration),
+}
+
+/// After a request: the standby waits on (as it was), or the wait ended.
+pub(super) enum Next {
+    Wait(Box<Standby>),
+    Done(Outcome),
+}
+
+/// Serves `api` until a snapshot is restored, or a migration received, into `standby` (or
+/// one used it up).
+pub fn wait_for_vm(api: &ApiSocket, standby: Standby, run: &RunSettings) -> Outcome {
+    let mut standby = standby;
     loop {
         let conn = match api.accept() {
             Ok(c) => c,
@@ -75,7 +97,7 @@ pub fn wait_for_restore(api: &ApiSocket, standby: Standby, run: &RunSettings) ->
                 continue;
             }
         };
-        let (conn, req, since) = match serve_until_restore(conn, &standby) {
+        let (conn, job, since) = match serve_until_job(conn, &standby) {
             Ok(Some(r)) => r,
             Ok(None) => continue,
             Err(e) => {
@@ -83,51 +105,69 @@ pub fn wait_for_restore(api: &ApiSocket, standby: Standby, run: &RunSettings) ->
                 continue;
             }
         };
-        let mut out = conn;
-        let checked = match check(&standby, &req, since, run) {
-            Ok(c) => c,
-            Err(e) => {
-                log::warn!("standby: {}: refused: {e}", req.display());
-                let _ = write_line(&mut out, &Response::err(format!("restore: {e}")));
-                continue;
-            }
+        let next = match job {
+            Job::Restore(dir) => restore(conn, &dir, since, standby, run),
+            Job::Incoming(url, wait) => super::incoming::take(conn, &url, wait, standby, run),
         };
-        let (cfg, loaded, check_ms) = checked;
-        match crate::standby::build::build_on_standby(&cfg, &loaded, standby, check_ms) {
-            Ok(vm) => {
-                return Outcome::Restored {
-                    vm: Box::new(vm),
-                    cfg: Box::new(cfg),
-                    reply: Reply(out),
-                    since,
-                    loaded: Box::new(loaded),
-                };
-            }
-            Err(e) => {
-                log::error!("standby: restore {}: {e}", req.display());
-                let msg = format!(
-                    "restore: {e} (found while it was being put into the standby, which is \
-                     prepared again)"
-                );
-                let _ = write_line(&mut out, &Response::err(msg));
-                return Outcome::Spent;
-            }
+        match next {
+            Next::Wait(s) => standby = *s,
+            Next::Done(o) => return o,
         }
     }
 }
 
-/// Reads and checks the snapshot in `dir` and its fit; the restored VM's configuration.
-fn check(
-    standby: &Standby,
+/// `restore DIR`: the snapshot read, checked and put into the standby.
+fn restore(
+    mut out: UnixStream,
     dir: &Path,
     since: Instant,
+    standby: Standby,
     run: &RunSettings,
-) -> Result<(VmConfig, Loaded, f64), String> {
-    let loaded = crate::snapshot::load::load(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let gpu = standby.fit(&loaded).map_err(|e| e.to_string())?;
+) -> Next {
+    let checked = crate::snapshot::load::load(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))
+        .and_then(|l| Ok((vm_config(&standby, &l, run)?, l)));
+    let (cfg, mut loaded) = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("standby: {}: refused: {e}", dir.display());
+            let _ = write_line(&mut out, &Response::err(format!("restore: {e}")));
+            return Next::Wait(Box::new(standby));
+        }
+    };
+    let check_ms = since.elapsed().as_secs_f64() * 1e3;
+    match crate::standby::build::build_on_standby(&cfg, &mut loaded, standby, check_ms) {
+        Ok(vm) => Next::Done(Outcome::Restored {
+            vm: Box::new(vm),
+            cfg: Box::new(cfg),
+            reply: Some(Reply(out)),
+            ack: None,
+            since,
+            loaded: Box::new(loaded),
+        }),
+        Err(e) => {
+            log::error!("standby: restore {}: {e}", dir.display());
+            let msg = format!(
+                "restore: {e} (found while it was being put into the standby, which is \
+                 prepared again)"
+            );
+            let _ = write_line(&mut out, &Response::err(msg));
+            Next::Done(Outcome::Spent)
+        }
+    }
+}
+
+/// The configuration of the VM of snapshot `loaded` (read and checked) on `standby`: its fit
+/// ([`Standby::fit`]), its disks reopened, the run's settings.
+pub(super) fn vm_config(
+    standby: &Standby,
+    loaded: &Loaded,
+    run: &RunSettings,
+) -> Result<VmConfig, String> {
+    let gpu = standby.fit(loaded).map_err(|e| e.to_string())?;
     let disks = crate::disk::Disk::reopen(&loaded.manifest.disks).map_err(|e| e.to_string())?;
     let m = &loaded.manifest;
-    let cfg = VmConfig {
+    Ok(VmConfig {
         image: crate::loader::Image::Bundled(String::new()),
         cmdline: String::new(),
         memory_mib: m.memory_mib,
@@ -140,17 +180,15 @@ fn check(
         console_prefix: run.console_prefix.clone(),
         disks,
         tls: run.tls.clone(),
-    };
-    let check_ms = since.elapsed().as_secs_f64() * 1e3;
-    Ok((cfg, loaded, check_ms))
+    })
 }
 
-/// Answers the requests on `conn` until one is `restore` (returned with its directory and
-/// arrival), or the client closes it.
-fn serve_until_restore(
+/// Answers the requests on `conn` until one is `restore` or `incoming` (returned with its
+/// argument and arrival), or the client closes it.
+fn serve_until_job(
     conn: UnixStream,
     standby: &Standby,
-) -> std::io::Result<Option<(UnixStream, std::path::PathBuf, Instant)>> {
+) -> std::io::Result<Option<(UnixStream, Job, Instant)>> {
     conn.set_read_timeout(Some(IDLE))?;
     conn.set_write_timeout(Some(IDLE))?;
     let mut out = conn.try_clone()?;
@@ -172,11 +210,23 @@ fn serve_until_restore(
             Request::Restore { dir } if !dir.is_absolute() => {
                 Response::err("restore: dir must be an absolute path")
             }
-            Request::Restore { dir } => return Ok(Some((out, dir, since))),
+            Request::Restore { dir } => return Ok(Some((out, Job::Restore(dir), since))),
+            Request::Incoming { wait_s, .. }
+                if !(1..=crate::api::protocol::MAX_INCOMING_WAIT_S).contains(&wait_s) =>
+            {
+                Response::err(format!(
+                    "incoming: wait_s must be 1 to {}",
+                    crate::api::protocol::MAX_INCOMING_WAIT_S
+                ))
+            }
+            Request::Incoming { url, wait_s } => {
+                let job = Job::Incoming(url, Duration::from_secs(wait_s));
+                return Ok(Some((out, job, since)));
+            }
             Request::Stats {} => Response::ok(stats(standby)),
             other => Response::err(format!(
                 "{}: the VM is on standby (--standby): nothing runs until `restore DIR` gives \
-                 it a snapshot",
+                 it a snapshot or `incoming URL` a migration",
                 op_name(&other)
             )),
         };
@@ -209,5 +259,6 @@ fn op_name(r: &Request) -> &'static str {
         Request::Migrate { .. } => "migrate",
         Request::MoveGpu { .. } => "move_gpu",
         Request::Restore { .. } => "restore",
+        Request::Incoming { .. } => "incoming",
     }
 }

@@ -54,7 +54,7 @@ fn refuse(dir: &Path, why: impl std::fmt::Display) -> StandbyError {
 pub fn check(dir: &Path, cfg: &StandbyConfig) -> Result<Checked, StandbyError> {
     let since = Instant::now();
     let loaded = crate::snapshot::load::load(dir).map_err(|e| refuse(dir, e))?;
-    let gpu = super::fit_config(cfg, &loaded).map_err(|e| refuse(dir, e))?;
+    let gpu = super::fit_config(cfg, &loaded.manifest).map_err(|e| refuse(dir, e))?;
     Ok(Checked {
         dir: dir.to_path_buf(),
         loaded,
