@@ -55,6 +55,11 @@ impl Inner {
                 }
             }
             ToVm::Preempt { seq } => match (&st.active, &mut st.grant) {
+                (Some((s, _)), _) if *s == seq && st.held => {
+                    // Between two jobs of a turn: no job to stop; the GPU goes back now
+                    // (`give_up_kept`), not when the worker comes back to its next job.
+                    self.give_up_kept(st);
+                }
                 (Some((s, h)), _) if *s == seq => {
                     h.request();
                 }
@@ -127,8 +132,22 @@ pub(super) fn read_loop(inner: &Inner) {
             continue;
         }
         let (conn, epoch) = (st.conn.clone(), st.epoch);
+        // The slice end of the grant in use (or received, not taken yet): a turn's grant kept
+        // between two jobs then goes back even if the worker has not come back to its next
+        // job (`give_up_kept`), without waiting for the daemon's backstop preempt.
+        let now = Instant::now();
+        let slice_end = st
+            .active
+            .as_ref()
+            .and_then(|(_, h)| h.deadline())
+            .or_else(|| {
+                st.grant
+                    .filter(|g| g.deadline_ns != 0)
+                    .map(|g| instant_of(g.deadline_ns))
+            })
+            .filter(|&d| d > now);
         drop(st);
-        let ready = conn.wait_readable();
+        let ready = conn.wait_readable_for(slice_end.map(|d| d - now));
         let mut st = inner.lock();
         if st.epoch != epoch || st.down.is_some() {
             continue;
@@ -138,6 +157,14 @@ pub(super) fn read_loop(inner: &Inner) {
             continue;
         }
         if !st.worker_reading {
+            if st
+                .active
+                .as_ref()
+                .and_then(|(_, h)| h.deadline())
+                .is_some_and(|d| Instant::now() >= d)
+            {
+                inner.give_up_kept(&mut st);
+            }
             inner.receive(&mut st);
         }
     }
