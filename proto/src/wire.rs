@@ -320,19 +320,10 @@ impl Conn {
             events: libc::POLLIN,
             revents: 0,
         };
-        // To the nanosecond (`ppoll`): a wait for a slice end must not round it to a whole
-        // millisecond (the VM's reader thread waits for one, `vgpu::host::reader`).
-        let ts = limit.map(|d| libc::timespec {
-            tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
-        });
-        let tp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        let ms = limit.map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
         loop {
-            // SAFETY: one live pollfd; `tp` is null (no limit) or points at a timespec that
-            // outlives the call; no signal mask is changed.
-            let n = unsafe { libc::ppoll(&mut p, 1, tp, std::ptr::null()) };
+            // SAFETY: one live pollfd; the timeout in milliseconds (-1: none).
+            let n = unsafe { libc::poll(&mut p, 1, ms) };
             if n >= 0 {
                 return Ok(n > 0);
             }

@@ -244,12 +244,14 @@ impl Inner {
         self.send(st, &done);
     }
 
-    /// Gives back a turn's grant kept between two jobs (`held`) whose stop is due (a preempt
-    /// came, or its slice ended), whichever thread notices first: `Done` preempted, no run in
-    /// it, more work queued. The worker, busy with the guest's work up to its next job (or
-    /// waiting for a core), must not keep the GPU idle from the VMs waiting until it comes
-    /// back: on the 16-core host with 64 VMs that took 12.8 ms (issue 25). Its next `acquire`
-    /// waits for a new grant. False when no grant is kept.
+    /// Gives back a turn's grant kept between two jobs (`held`) whose stop is due: `Done`
+    /// preempted, no run in it, more work queued. The reader thread does at a preempt for it
+    /// (the daemon's own, or its backstop 1 ms after a slice end the VM was told), the worker's
+    /// next `acquire` at a slice end it finds passed, whichever comes first. The worker, busy
+    /// with the guest's work up to its next job (or waiting for a core), must not keep the GPU
+    /// idle from the VMs waiting until it comes back: on the 16-core host with 64 VMs that took
+    /// 12.8 ms (issue 25). Its next `acquire` waits for a new grant. False when no grant is
+    /// kept.
     fn give_up_kept(&self, st: &mut St) -> bool {
         if !st.held {
             return false;
@@ -473,8 +475,8 @@ impl HostLink {
                 && h.deadline().is_some_and(|d| Instant::now() >= d)
             {
                 // The slice ended while the grant was kept between two jobs (the worker was
-                // busy or descheduled getting to the next one) and the reader thread has not
-                // given it back yet: give it back now, as `release` does at a slice end, and
+                // busy or descheduled getting to the next one) and no preempt made the reader
+                // thread give it back yet: give it back now, as `release` does at a slice end, and
                 // wait for the next grant. Starting the job would keep the GPU from the VMs
                 // waiting until its first preemption point (issue 25).
                 self.inner.give_up_kept(&mut st);

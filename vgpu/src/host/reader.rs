@@ -132,22 +132,8 @@ pub(super) fn read_loop(inner: &Inner) {
             continue;
         }
         let (conn, epoch) = (st.conn.clone(), st.epoch);
-        // The slice end of the grant in use (or received, not taken yet): a turn's grant kept
-        // between two jobs then goes back even if the worker has not come back to its next
-        // job (`give_up_kept`), without waiting for the daemon's backstop preempt.
-        let now = Instant::now();
-        let slice_end = st
-            .active
-            .as_ref()
-            .and_then(|(_, h)| h.deadline())
-            .or_else(|| {
-                st.grant
-                    .filter(|g| g.deadline_ns != 0)
-                    .map(|g| instant_of(g.deadline_ns))
-            })
-            .filter(|&d| d > now);
         drop(st);
-        let ready = conn.wait_readable_for(slice_end.map(|d| d - now));
+        let ready = conn.wait_readable();
         let mut st = inner.lock();
         if st.epoch != epoch || st.down.is_some() {
             continue;
@@ -157,14 +143,6 @@ pub(super) fn read_loop(inner: &Inner) {
             continue;
         }
         if !st.worker_reading {
-            if st
-                .active
-                .as_ref()
-                .and_then(|(_, h)| h.deadline())
-                .is_some_and(|d| Instant::now() >= d)
-            {
-                inner.give_up_kept(&mut st);
-            }
             inner.receive(&mut st);
         }
     }
