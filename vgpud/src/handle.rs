@@ -354,7 +354,8 @@ impl Daemon {
             // A turn's grant given back between two jobs (no run): the GPU stood idle from the
             // turn's last job, and the VMs waiting got it when this came — a preemption like
             // any other, timed to its receipt (issue 25: one kept 12.8 ms by a worker busy
-            // elsewhere; the VM's reader thread gives it back at the preempt or slice end now).
+            // elsewhere; the VM's reader thread gives it back at a preempt now, the backstop's
+            // included, or its worker at its next acquire after the slice end).
             let late = now_ns.saturating_sub(due);
             self.report.preempt_latency_ns.push(late);
             gpu.report.preempt_latency_ns.push(late);
