@@ -1,9 +1,10 @@
 //! The daemon link's slice end between two jobs (issue 25: 64 VMs, preemption up to 6.3 ms),
 //! against a scripted daemon: a VM that finished a job inside its slice with more work behind
 //! it keeps the grant (`Progress`); if the slice has ended by the time its worker asks for the
-//! next run, the grant goes back at once (`Done` with `more`) and the next job waits for a new
-//! grant, instead of starting late under the old one (the GPU held idle from the slice end,
-//! counted by the daemon as preemption latency). Likewise a fresh grant the worker takes only
+//! next run, the grant goes back at once (`Done` preempted, no run, with `more`; a preempt —
+//! the daemon's backstop — makes the reader thread send it earlier, `host::tests`) and the next
+//! job waits for a new grant, instead of starting late under the old one (the GPU held idle
+//! from the slice end). Likewise a fresh grant the worker takes only
 //! after its slice has ended (woken late) goes back unused — once: the next one runs whatever
 //! its deadline, so a VM that is always late still progresses.
 
@@ -112,7 +113,7 @@ fn a_grant_kept_past_its_slice_end_goes_back_before_the_next_job() {
     match next(&conn) {
         Some(ToDaemon::Done {
             seq: 1,
-            outcome: RunOutcome::Completed,
+            outcome: RunOutcome::Preempted,
             gpu_ns: 0,
             more: true,
             ..

@@ -330,6 +330,7 @@ impl Daemon {
                     jobs_before: run.turn_jobs,
                     extended: run.extended,
                     due_at_ns: due.saturating_sub(origin_ns),
+                    kept: false,
                 };
                 crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
             }
@@ -344,6 +345,34 @@ impl Daemon {
                 gpu.report.switches += 1;
             }
             gpu.last_end = Some((vm, end_ns));
+        }
+        if preempted
+            && (start_ns, end_ns) == (0, 0)
+            && run.turn_jobs > 0
+            && let Some(due) = due
+        {
+            // A turn's grant given back between two jobs (no run): the GPU stood idle from the
+            // turn's last job, and the VMs waiting got it when this came — a preemption like
+            // any other, timed to its receipt (issue 25: one kept 12.8 ms by a worker busy
+            // elsewhere; the VM's reader thread gives it back at a preempt now, the backstop's
+            // included, or its worker at its next acquire after the slice end).
+            let late = now_ns.saturating_sub(due);
+            self.report.preempt_latency_ns.push(late);
+            gpu.report.preempt_latency_ns.push(late);
+            let p = crate::report::LatePreempt {
+                vm: vm.0,
+                gpu: g as u32,
+                late_ns: late,
+                grant_to_start_ns: run.last_stamp_ns.saturating_sub(run.granted_ns),
+                start_to_due_ns: 0,
+                run_ns: 0,
+                slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
+                jobs_before: run.turn_jobs,
+                extended: run.extended,
+                due_at_ns: due.saturating_sub(origin_ns),
+                kept: true,
+            };
+            crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
         }
         if stamped && first {
             // restart: the GPU in use again since the socket listened.

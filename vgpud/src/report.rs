@@ -23,7 +23,9 @@ pub struct Report {
     pub busy_ns: u64,
     /// Time during which at least one VM wanted the GPU or held it.
     pub demand_ns: u64,
-    /// Preemption latency samples: daemon sends Preempt → the engine stopped (VM's end stamp).
+    /// Preemption latency samples: the stop was due (slice end, or Preempt sent) → the engine
+    /// stopped (VM's end stamp); for a turn's grant given back between two jobs (no run:
+    /// `LatePreempt::kept`), → the daemon received it back.
     pub preempt_latency_ns: Vec<u64>,
     /// Switch latency samples: one VM's engine stopped → the next VM's engine started.
     pub switch_latency_ns: Vec<u64>,
@@ -91,6 +93,12 @@ pub struct LatePreempt {
     /// `now_ns` and the windows): tells start-up from steady state (absent in older reports).
     #[serde(default)]
     pub due_at_ns: u64,
+    /// No run: the VM gave back a turn's grant it kept between two jobs (`Done` preempted
+    /// without stamps); `late_ns` runs to the daemon receiving it, `run_ns` and
+    /// `start_to_due_ns` are 0, `grant_to_start_ns` is the grant → the end of the turn's last
+    /// job (the GPU idle since then). False in older reports.
+    #[serde(default)]
+    pub kept: bool,
 }
 
 impl LatePreempt {

@@ -55,6 +55,11 @@ impl Inner {
                 }
             }
             ToVm::Preempt { seq } => match (&st.active, &mut st.grant) {
+                (Some((s, _)), _) if *s == seq && st.held => {
+                    // Between two jobs of a turn: no job to stop; the GPU goes back now
+                    // (`give_up_kept`), not when the worker comes back to its next job.
+                    self.give_up_kept(st);
+                }
                 (Some((s, h)), _) if *s == seq => {
                     h.request();
                 }

@@ -1,0 +1,127 @@
+//! Late stops as the daemon reports them (issue 25): the preemption latency samples and
+//! `worst_preemptions` of a turn that stopped late after several jobs, and of a turn's grant
+//! given back between two jobs without a run (the harness: `common`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Vm, start};
+use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
+
+#[test]
+fn a_late_stop_of_an_extended_turn_is_reported_with_the_jobs_before_it() {
+    // Issue 25: a `worst_preemptions` entry with a grant → start of 34 ms read as a VM that
+    // held its grant idle; it was the 7th job of a turn that ran alone past its slice. The
+    // entry says so now.
+    let d = start(
+        "extended-report",
+        "policy=timeslice,slice=20ms,wake_preempt=false",
+        500,
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    a.send(&ToDaemon::Want { kernel: None });
+    let (seq, _) = a.grant();
+    for _ in 0..2 {
+        let start_ns = proto::monotonic_ns();
+        std::thread::sleep(Duration::from_millis(15));
+        let end_ns = proto::monotonic_ns();
+        a.send(&ToDaemon::Progress {
+            seq,
+            gpu_ns: end_ns - start_ns,
+            start_ns,
+            end_ns,
+        });
+    }
+    let start_ns = proto::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(2));
+    b.send(&ToDaemon::Want { kernel: None });
+    match a.recv() {
+        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+        other => panic!("expected preempt, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    let end_ns = proto::monotonic_ns();
+    a.send(&ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Preempted,
+        gpu_ns: end_ns - start_ns,
+        start_ns,
+        end_ns,
+        more: false,
+    });
+    let (sb, _) = b.grant();
+    b.done(sb, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    let r = d.stop();
+    let w = r.worst_preemptions.first().expect("the late stop is kept");
+    assert_eq!((w.vm, w.jobs_before, w.extended), (1, 2, true), "{w:?}");
+    assert!(w.grant_to_start_ns >= 30_000_000, "{w:?}");
+    assert!(w.start_to_due_ns >= 2_000_000, "due at B's want: {w:?}");
+}
+
+#[test]
+fn a_turn_given_back_between_two_jobs_is_a_preemption_timed_to_its_receipt() {
+    // Issue 25: a turn's grant kept between two jobs and given back without a run (`Done`
+    // preempted without stamps: the VM's reader thread at the preempt or the slice end) held
+    // the GPU idle until it came back. It was no latency sample at all; it is one now, up to
+    // the daemon receiving it, and `worst_preemptions` marks it `kept`.
+    let d = start(
+        "kept",
+        "policy=timeslice,slice=20ms,wake_preempt=false",
+        500,
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    a.send(&ToDaemon::Want { kernel: None });
+    let (seq, _) = a.grant();
+    let start_ns = proto::monotonic_ns();
+    std::thread::sleep(Duration::from_millis(1));
+    let end_ns = proto::monotonic_ns();
+    a.send(&ToDaemon::Progress {
+        seq,
+        gpu_ns: end_ns - start_ns,
+        start_ns,
+        end_ns,
+    });
+    b.send(&ToDaemon::Want { kernel: None });
+    match a.recv() {
+        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+        other => panic!("expected preempt, got {other:?}"),
+    }
+    // The VM's worker is elsewhere; the grant comes back 30 ms after the preempt at least.
+    std::thread::sleep(Duration::from_millis(30));
+    a.send(&ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Preempted,
+        gpu_ns: 0,
+        start_ns: 0,
+        end_ns: 0,
+        more: true,
+    });
+    let (sb, _) = b.grant();
+    b.done(sb, RunOutcome::Completed, 1000, false);
+    // `a` is still queued (its next job): the GPU comes back to it without a want.
+    let (sa, _) = a.grant();
+    a.done(sa, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    let r = d.stop();
+    assert_eq!(r.preempts, 1);
+    assert_eq!(r.preempt_latency_ns.len(), 1, "{:?}", r.preempt_latency_ns);
+    assert!(r.preempt_latency_ns[0] >= 30_000_000, "{r:?}");
+    let w = r
+        .worst_preemptions
+        .first()
+        .expect("the late give-back is kept");
+    assert!(w.kept && w.run_ns == 0, "{w:?}");
+    assert_eq!(
+        (w.vm, w.jobs_before, w.late_ns),
+        (1, 1, r.preempt_latency_ns[0])
+    );
+    assert!(
+        w.grant_to_start_ns >= 1_000_000,
+        "grant → last job's end: {w:?}"
+    );
+    assert_eq!((r.vms[0].preempted, r.vms[0].completed), (1, 2));
+}
