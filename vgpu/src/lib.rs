@@ -323,6 +323,7 @@ impl Vgpu {
             vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
             preempt_wait: cfg.preempt_wait,
+            ck_path: cfg.ck_path,
             ..pgpu::cuda::CudaConfig::default()
         };
         let engine = Arc::new(pgpu::cuda::CudaEngine::new(cuda.clone())?);
