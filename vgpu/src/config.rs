@@ -312,7 +312,10 @@ mod tests {
         ] {
             let e = GpuConfig::parse(bad).unwrap_err();
             assert!(matches!(e, ConfigError::BadValue { .. }), "{bad}");
-            assert!(e.to_string().contains("fixed, adaptive or adaptive:US"), "{e}");
+            assert!(
+                e.to_string().contains("fixed, adaptive or adaptive:US"),
+                "{e}"
+            );
         }
         assert!(matches!(
             GpuConfig::parse("preempt=never"),
@@ -424,7 +427,10 @@ mod tests {
             ("rt", &["0", "99"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
-            ("ck_path", &["fixed", "adaptive", "adaptive:0", "adaptive:250"]),
+            (
+                "ck_path",
+                &["fixed", "adaptive", "adaptive:0", "adaptive:250"],
+            ),
         ];
         for k in keys::KEYS {
             let values: Vec<&str> = match samples.iter().find(|(n, _)| *n == k.name) {
@@ -482,7 +488,10 @@ mod tests {
     fn spec_omits_the_newer_keys_at_their_default() {
         for (cfg, absent) in [
             ("preempt=auto", &["preempt_wait_us", "rt", "ck_path"][..]),
-            ("preempt=auto,host=/s", &["preempt_wait_us", "rt", "ck_path"]),
+            (
+                "preempt=auto,host=/s",
+                &["preempt_wait_us", "rt", "ck_path"],
+            ),
             (
                 "preempt=auto,preempt_wait_us=40,host=/s,rt=0,ck_path=fixed",
                 &["preempt_wait_us", "rt", "ck_path"],

@@ -235,6 +235,9 @@ mod tests {
         assert_eq!(why, "ck_path (prepared adaptive, the snapshot's fixed)");
         // The sim engine has no request path: not a misfit there.
         let s = GpuConfig::parse("vram=64M,ck_path=adaptive").unwrap();
-        assert_eq!(engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()), None);
+        assert_eq!(
+            engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()),
+            None
+        );
     }
 }

@@ -444,11 +444,8 @@ pub fn names() -> String {
 /// only when not at it, so that a configuration that does not use them is read by builds that
 /// do not know them (they refuse unknown keys). Their defaults are therefore part of the
 /// manifest format: a build that changed one would have to write it always.
-const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] = &[
-    ("preempt_wait_us", "40"),
-    ("rt", "0"),
-    ("ck_path", "fixed"),
-];
+const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] =
+    &[("preempt_wait_us", "40"), ("rt", "0"), ("ck_path", "fixed")];
 
 /// `cfg` in `--gpu` syntax, every key that applies written out (but those of
 /// [`WRITTEN_UNLESS_DEFAULT`] at their default), so that it does not depend on the defaults of
