@@ -199,10 +199,13 @@ impl CkptCounters {
         out
     }
 
-    /// Records a completed fresh run's GPU time as its kernel's duration where [`waited`]'s
-    /// gate did not (it does under `Auto` with a non-zero budget): the estimates that
-    /// `cuda::CkPathChoice::Adaptive` reads under every method. Preempted runs are not
-    /// recorded (their time is a lower bound that a request chose, not the kernel's).
+    /// Records a fresh run's GPU time as its kernel's duration where [`waited`]'s gate did not
+    /// (it does under `Auto` with a non-zero budget): the estimates that
+    /// `cuda::CkPathChoice::Adaptive` reads under every method. A completed run's time is
+    /// recorded; a preempted run's only when it is longer than the current estimate (the
+    /// kernel runs at least that long: as the gate records a launch that outran its estimate),
+    /// since a request chose where it stopped, and a kernel stopped early every time would
+    /// otherwise look short.
     ///
     /// [`waited`]: CkptCounters::waited
     pub(crate) fn record_unwaited(
@@ -212,9 +215,19 @@ impl CkptCounters {
         key: impl FnOnce() -> crate::ckwait::Key,
         out: Option<&crate::engine::Outcome>,
     ) {
-        let gated = method == PreemptMethod::Auto && !budget.is_zero();
-        if let (false, Some(crate::engine::Outcome::Completed { gpu_time })) = (gated, out) {
-            self.waits.record(&key(), *gpu_time);
+        use crate::engine::Outcome;
+        if method == PreemptMethod::Auto && !budget.is_zero() {
+            return;
+        }
+        match out {
+            Some(Outcome::Completed { gpu_time }) => self.waits.record(&key(), *gpu_time),
+            Some(Outcome::Preempted { gpu_time, .. }) => {
+                let k = key();
+                if self.waits.expected(&k).is_some_and(|e| *gpu_time > e) {
+                    self.waits.record(&k, *gpu_time);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -651,6 +664,28 @@ mod tests {
         assert_eq!(c.waits.expected(&key()), None, "one run is not an estimate");
         c.record_unwaited(PreemptMethod::Auto, Duration::ZERO, key, Some(&done(1500)));
         assert_eq!(c.waits.expected(&key()), Some(Duration::from_micros(1500)));
+        // A preempted run: only a time past the estimate says more about the kernel.
+        let stopped = |us| crate::engine::Outcome::Preempted {
+            context: crate::engine::SavedContext::from_bytes(Vec::new()),
+            gpu_time: Duration::from_micros(us),
+        };
+        for _ in 0..2 * crate::ckwait::RECENT {
+            c.record_unwaited(PreemptMethod::Restart, budget, key, Some(&stopped(300)));
+        }
+        assert_eq!(
+            c.waits.expected(&key()),
+            Some(Duration::from_micros(1500)),
+            "early stops do not make a kernel look short"
+        );
+        c.record_unwaited(PreemptMethod::Restart, budget, key, Some(&stopped(4000)));
+        assert_eq!(c.waits.expected(&key()), Some(Duration::from_micros(4000)));
+        let other = crate::ckwait::Key::of(&crate::engine::LaunchJob {
+            entry: "j".into(),
+            ..l.clone()
+        });
+        let k2 = || other.clone();
+        c.record_unwaited(PreemptMethod::Restart, budget, k2, Some(&stopped(9)));
+        assert_eq!(c.waits.expected(&other), None, "no estimate: not recorded");
         c.path_chosen(true);
         c.path_chosen(false);
         c.path_chosen(false);

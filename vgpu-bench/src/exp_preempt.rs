@@ -82,7 +82,7 @@ pub struct Args {
     /// cuda: how each checkpointed run's request path is chosen: fixed (the three options
     /// above for every run) or adaptive[:US] (kernels not yet measured or expected to run at
     /// least US µs, default 1000, take armed/notice/mirror; the others the three above).
-    #[arg(long, default_value = "fixed", value_parser = |s: &str| s.parse::<pgpu::cuda::CkPathChoice>())]
+    #[arg(long, default_value_t = pgpu::cuda::DEFAULT_CK_PATH, value_parser = |s: &str| s.parse::<pgpu::cuda::CkPathChoice>())]
     pub ck_path: pgpu::cuda::CkPathChoice,
     /// cuda: instructions of a strip-mined loop between two flag polls (0: counted polls).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]

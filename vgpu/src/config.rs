@@ -136,7 +136,7 @@ impl Default for GpuConfig {
             sim_pages_2m_only: false,
             preempt: pgpu::PreemptMethod::Slice,
             preempt_wait: pgpu::ckwait::DEFAULT_WAIT_BUDGET,
-            ck_path: pgpu::cuda::CkPathChoice::Fixed,
+            ck_path: pgpu::cuda::DEFAULT_CK_PATH,
             host: None,
             doorbell: Doorbell::Poll,
             spin: default_spin(),

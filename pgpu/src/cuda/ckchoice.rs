@@ -9,9 +9,11 @@
 //! launch, and the mirror's address written before it).
 //!
 //! The estimate is the engine's recent maximum GPU time of the kernel and shape
-//! (`crate::ckwait::Waits::expected`): kept by `auto`'s wait gate, and by the engine itself
-//! for completed fresh runs under the other methods when the choice is adaptive
-//! (`CkptCounters::record_unwaited`). A resumed run chooses again by the same key: the same
+//! (`crate::ckwait::Waits::expected`; the key has no parameters, so a kernel that runs longer
+//! with other arguments keeps the path of its recent maximum until a longer run is recorded):
+//! kept by `auto`'s wait gate, and by the engine itself under the other methods when the
+//! choice is adaptive (`CkptCounters::record_unwaited`: completed fresh runs, and preempted
+//! ones that outran the estimate). A resumed run chooses again by the same key: the same
 //! answer unless runs of the kernel completed in between (the newer estimate is the better
 //! one), and a context rebuilt from bytes (snapshot, migration) has no record of its path.
 //! Both paths read and write the same save area and status words, so runs of one launch may
@@ -60,11 +62,19 @@ pub const DEFAULT_FAST_FROM: Duration = Duration::from_millis(1);
 /// estimate of a kernel anyone preempts is longer).
 pub const MAX_FAST_FROM_US: u64 = 10_000_000;
 
+/// The default of every engine's choice (`CudaConfig::default`, a VM's `--gpu ck_path=`, the
+/// library's `VGPU_CUDA_CK_PATH`, `vgpu-bench preempt --ck-path`). Issue 23: this one line
+/// becomes `CkPathChoice::adaptive()` once a GPU run shows it wins; the vgpu crate's tests
+/// then ask for the `--gpu` key's declared default and the manifest's omitted value
+/// (`vgpu/src/config/keys.rs`: "default fixed", `WRITTEN_UNLESS_DEFAULT`) and README.md's help
+/// to follow.
+pub const DEFAULT_CK_PATH: CkPathChoice = CkPathChoice::Fixed;
+
 /// How each checkpointed run's request path is chosen (`CudaConfig::ck_path`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CkPathChoice {
-    /// Every run takes `CudaConfig::fixed_path` (the default: `write-value` / `sync` /
-    /// `strided` unless the three parts are set otherwise).
+    /// Every run takes `CudaConfig::fixed_path` (`write-value` / `sync` / `strided` unless
+    /// the three parts are set otherwise).
     #[default]
     Fixed,
     /// A run whose kernel's estimate is unknown or at least `fast_from` takes [`CkPath::FAST`];

@@ -83,9 +83,7 @@ impl Default for CudaConfig {
             flag_write: FlagWrite::WriteValue,
             end_wait: EndWait::Sync,
             status_read: StatusRead::Strided,
-            // Issue 23: `CkPathChoice::adaptive()` once a GPU run shows it wins (the one line
-            // that flips the default of every engine, VMs' and the library's).
-            ck_path: CkPathChoice::Fixed,
+            ck_path: super::ckchoice::DEFAULT_CK_PATH,
             ckpt_chunk_instructions: ptx::ckpt::Options::default().chunk_instructions,
             ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),

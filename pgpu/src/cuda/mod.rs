@@ -45,7 +45,7 @@ mod vmm;
 mod vram;
 
 pub use bulk::PTX as BULK_PTX;
-pub use ckchoice::{DEFAULT_FAST_FROM, MAX_FAST_FROM_US};
+pub use ckchoice::{DEFAULT_CK_PATH, DEFAULT_FAST_FROM, MAX_FAST_FROM_US};
 pub use ckpath::CkBreakdown;
 pub use config::{CkPath, CkPathChoice, CudaConfig, EndWait, FlagWrite, StatusRead};
 pub use driver::{DeviceInfo, devices};

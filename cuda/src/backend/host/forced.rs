@@ -84,7 +84,7 @@ pub fn parse_ck_path(v: Option<&str>) -> Result<pgpu::cuda::CkPathChoice, String
             .trim()
             .parse()
             .map_err(|e| format!("VGPU_CUDA_CK_PATH: {e}")),
-        None => Ok(pgpu::cuda::CudaConfig::default().ck_path),
+        None => Ok(pgpu::cuda::DEFAULT_CK_PATH),
     }
 }
 
