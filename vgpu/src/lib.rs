@@ -436,7 +436,7 @@ impl Vgpu {
                 offset: w.vram_offset,
                 gpu: w.gpu,
             })),
-            _ => cuda_shared.map(gpu_move::Shared::Cuda),
+            _ => cuda_shared.map(|c| gpu_move::Shared::Cuda(Box::new(c))),
         };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
             (Some(m), Some(sim_engine)) => {
