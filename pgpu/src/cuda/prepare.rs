@@ -57,7 +57,8 @@ impl CudaEngine {
                 })
         });
         let events = n.forms.is_empty() || self.ck_events.has_idle();
-        n.loaded.resolved(&l.entry) && forms && events && self.idle_streams() >= n.streams
+        let pages = n.forms.is_empty() || self.path_pages_ready(&l);
+        n.loaded.resolved(&l.entry) && forms && events && pages && self.idle_streams() >= n.streams
     }
 
     /// See the module documentation.
@@ -137,15 +138,29 @@ impl CudaEngine {
         1 + usize::from(self.cfg.may_use(|p| p.flag_write == FlagWrite::Armed))
     }
 
+    /// Whether what `prepare_path_pages(Some(l))` makes is there (no driver call).
+    fn path_pages_ready(&self, l: &LaunchState) -> bool {
+        let host = !self.needs_host_flags() || self.ck_path.host_flags.get().is_some();
+        let span = threads(l.grid, l.block).0.saturating_mul(4);
+        let mirror = !self.cfg.may_use(|p| p.status_read == StatusRead::Mirror)
+            || span > CONTIGUOUS_MAX_BYTES
+            || self.ck_path.mirrors.has_idle(span as usize);
+        host && mirror
+    }
+
+    /// Whether some run may use the host flag words (`HostMapped`, `Armed`, `Notice`).
+    fn needs_host_flags(&self) -> bool {
+        self.cfg.may_use(|p| {
+            matches!(p.flag_write, FlagWrite::HostMapped | FlagWrite::Armed)
+                || p.end_wait == EndWait::Notice
+        })
+    }
+
     /// The pinned pages of the request paths some run may take (`ckchoice`): the host flag
     /// words (`HostMapped`, `Armed`, `Notice`), and for a launch `l` a status mirror of its
     /// threads (`Mirror`), so that neither is made inside a run.
     fn prepare_path_pages(&self, l: Option<&LaunchState>) -> Result<(), EngineError> {
-        let host = self.cfg.may_use(|p| {
-            matches!(p.flag_write, FlagWrite::HostMapped | FlagWrite::Armed)
-                || p.end_wait == EndWait::Notice
-        });
-        if host {
+        if self.needs_host_flags() {
             let _ = self.host_flags();
         }
         if let Some(l) = l.filter(|_| self.cfg.may_use(|p| p.status_read == StatusRead::Mirror)) {
