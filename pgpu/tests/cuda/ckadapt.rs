@@ -7,7 +7,8 @@
 //! and every launch of the measured short kernel the fixed one, and the breakdowns name the
 //! same paths with no fallback; short and long launches interleaved on one engine's pooled
 //! buffers (a stale mirror address must never reach a fixed-path kernel) keep the bytes right
-//! and the pool zero. `MEASURE ckadapt` lines give request → `Preempted` p50/p99/max per kernel.
+//! and the pool zero. `MEASURE ckadapt` lines give request → `Preempted` p50/p99/max per kernel;
+//! `MEASURE ckadapt cost` lines what each path costs a launch no request reaches.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -281,4 +282,87 @@ fn gpu_ckadapt_long_kernels_take_the_fast_path_and_a_short_one_the_fixed_path() 
         0,
         "pooled save areas stay zero"
     );
+}
+
+/// What the fast path costs a launch no request reaches, against the fixed one (the basis of
+/// `DEFAULT_FAST_FROM`): one engine whose every run takes the fast path (`adaptive:0`) and
+/// one on the fixed default, `lcg_spin` on 2 CTAs of 128 threads at three lengths, 40 warm
+/// unpreempted launches each under `checkpoint`; bytes checked, every launch counted on its
+/// path. `MEASURE ckadapt cost` lines: host wall and GPU time per launch (p50) on each path,
+/// the wall time's difference, and the driver calls per launch.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_ckadapt_never_preempted_cost_of_each_path() {
+    const RUNS: usize = 40;
+    const ITERS: [u32; 3] = [20_000, 100_000, 400_000];
+    // Wall time p50 per length, fast path then fixed (one engine at a time).
+    let mut wall_p50 = [[0.0f64; 2]; ITERS.len()];
+    let paths_of = [
+        (
+            "fast",
+            CkPathChoice::Adaptive {
+                fast_from: Duration::ZERO,
+            },
+        ),
+        ("fixed", CkPathChoice::Fixed),
+    ];
+    for (k, (what, ck_path)) in paths_of.into_iter().enumerate() {
+        let e = cuda(CudaConfig {
+            vram_size: 512 * MIB,
+            preempt: PreemptMethod::Checkpoint,
+            ck_path,
+            ..CudaConfig::default()
+        });
+        for (j, iters) in ITERS.into_iter().enumerate() {
+            let inst = suite::lcg::instance(iters, 2, 128, 0x5eed_1234);
+            let p = place(&e, &inst, window());
+            // Warm: the module's functions, streams, pages, a save area in the pool.
+            for _ in 0..3 {
+                unpreempted(&e, &p, &inst);
+            }
+            let s0 = e.ckpt_stats();
+            let job = p.job(&inst.launches[0]);
+            let (mut wall, mut gpu) = (Vec::new(), Vec::new());
+            for _ in 0..RUNS {
+                let t0 = Instant::now();
+                let out = e.execute(&job, &PreemptHandle::new()).unwrap();
+                wall.push(t0.elapsed().as_secs_f64() * 1e6);
+                let Outcome::Completed { gpu_time } = out else {
+                    panic!("{what} {iters}: {out:?}");
+                };
+                gpu.push(gpu_time.as_secs_f64() * 1e6);
+            }
+            check(&inst, &read(&e, &p, &inst)).unwrap_or_else(|m| panic!("{what} {iters}: {m}"));
+            let s = e.ckpt_stats();
+            let want = if k == 0 {
+                (RUNS as u64, 0)
+            } else {
+                (0, RUNS as u64)
+            };
+            assert_eq!(
+                paths(&e, &s0),
+                want,
+                "{what} {iters}: (fast, fixed) launches"
+            );
+            let runs = s.unrequested_runs - s0.unrequested_runs;
+            assert_eq!(runs, RUNS as u64, "{what} {iters}: unrequested runs");
+            let calls = (s.unrequested_driver_calls - s0.unrequested_driver_calls) as f64;
+            let (w, g) = (pct(wall, 0.5), pct(gpu, 0.5));
+            println!(
+                "MEASURE ckadapt cost {what} lcg_spin {iters} steps: wall {w:.1} us, GPU {g:.1} us, host {:.1} us per launch (p50), {:.1} driver calls",
+                w - g,
+                calls / runs as f64
+            );
+            wall_p50[j][k] = w;
+            e.unload_module(p.module).unwrap();
+            e.destroy_space(p.space).unwrap();
+        }
+    }
+    for (iters, [f, x]) in ITERS.into_iter().zip(wall_p50) {
+        println!(
+            "MEASURE ckadapt cost lcg_spin {iters} steps: fast path {:+.1} us per never-preempted launch ({:.3}x the fixed path's wall time)",
+            f - x,
+            f / x.max(1e-9)
+        );
+    }
 }
