@@ -138,6 +138,13 @@ pub struct CkptStats {
     /// ns (0: none yet).
     pub wait_last_expected_ns: u64,
     pub wait_budget_ns: u64,
+    /// cuda: fresh checkpointed launches whose first run took the fast request path
+    /// (`armed` / `notice` / `mirror`, chosen by `cuda::CkPathChoice`: adaptive and the
+    /// kernel unmeasured or long, or configured as the fixed path), and those that took the
+    /// fixed one. The path chosen: its parts' fallbacks (no `cuStreamWaitValue32_v2`, no free
+    /// host word) show in the preemption breakdowns' `path`. 0 on sim.
+    pub fast_path_launches: u64,
+    pub fixed_path_launches: u64,
 }
 
 /// Default of the engines' `ckpt_poll_interval`: the transformation's own default.
@@ -165,6 +172,8 @@ pub(crate) struct CkptCounters {
     escalated_launches: AtomicU64,
     unrequested_runs: AtomicU64,
     unrequested_driver_calls: AtomicU64,
+    fast_path_launches: AtomicU64,
+    fixed_path_launches: AtomicU64,
     /// Durations and counters of `Auto`'s `wait`.
     pub(crate) waits: std::sync::Arc<crate::ckwait::Waits>,
 }
@@ -188,6 +197,48 @@ impl CkptCounters {
         let out = run(gate.handle());
         gate.finish(&self.waits, out.as_ref().ok());
         out
+    }
+
+    /// Records a fresh run's GPU time as its kernel's duration where [`waited`]'s gate did not
+    /// (it does under `Auto` with a non-zero budget): the estimates that
+    /// `cuda::CkPathChoice::Adaptive` reads under every method. A completed run's time is
+    /// recorded; a preempted run's only when it is longer than the current estimate (the
+    /// kernel runs at least that long: as the gate records a launch that outran its estimate),
+    /// since a request chose where it stopped, and a kernel stopped early every time would
+    /// otherwise look short.
+    ///
+    /// [`waited`]: CkptCounters::waited
+    pub(crate) fn record_unwaited(
+        &self,
+        method: PreemptMethod,
+        budget: std::time::Duration,
+        key: impl FnOnce() -> crate::ckwait::Key,
+        out: Option<&crate::engine::Outcome>,
+    ) {
+        use crate::engine::Outcome;
+        if method == PreemptMethod::Auto && !budget.is_zero() {
+            return;
+        }
+        match out {
+            Some(Outcome::Completed { gpu_time }) => self.waits.record(&key(), *gpu_time),
+            Some(Outcome::Preempted { gpu_time, .. }) => {
+                let k = key();
+                if self.waits.expected(&k).is_some_and(|e| *gpu_time > e) {
+                    self.waits.record(&k, *gpu_time);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A fresh checkpointed launch's request path (`fast`: `armed` / `notice` / `mirror`).
+    pub(crate) fn path_chosen(&self, fast: bool) {
+        let c = if fast {
+            &self.fast_path_launches
+        } else {
+            &self.fixed_path_launches
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn transformed(&self) {
@@ -294,6 +345,8 @@ impl CkptCounters {
             wait_overruns: g(&self.waits.overruns),
             wait_last_expected_ns: g(&self.waits.last_expected_ns),
             wait_budget_ns: g(&self.waits.last_budget_ns),
+            fast_path_launches: g(&self.fast_path_launches),
+            fixed_path_launches: g(&self.fixed_path_launches),
         }
     }
 
@@ -579,6 +632,66 @@ pub(crate) fn threads(grid: [u32; 3], block: [u32; 3]) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Completed fresh runs are kept as their kernel's durations (the adaptive request path's
+    /// estimates) wherever `auto`'s wait gate does not keep them itself; errors are not.
+    #[test]
+    fn unwaited_completed_runs_are_recorded_once() {
+        use std::time::Duration;
+        let l = crate::engine::LaunchJob {
+            space: crate::engine::SpaceId(1),
+            module: crate::engine::ModuleId(2),
+            entry: "k".into(),
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: Vec::new(),
+        };
+        let key = || crate::ckwait::Key::of(&l);
+        let done = |us| crate::engine::Outcome::Completed {
+            gpu_time: Duration::from_micros(us),
+        };
+        let budget = Duration::from_micros(40);
+        let c = CkptCounters::default();
+        // The gate records under auto with a budget: not recorded twice.
+        for _ in 0..3 {
+            c.record_unwaited(PreemptMethod::Auto, budget, key, Some(&done(700)));
+        }
+        assert_eq!(c.waits.expected(&key()), None);
+        // Under the other methods (and auto without a wait), completed runs are.
+        c.record_unwaited(PreemptMethod::Checkpoint, budget, key, Some(&done(700)));
+        c.record_unwaited(PreemptMethod::Checkpoint, budget, key, None);
+        assert_eq!(c.waits.expected(&key()), None, "one run is not an estimate");
+        c.record_unwaited(PreemptMethod::Auto, Duration::ZERO, key, Some(&done(1500)));
+        assert_eq!(c.waits.expected(&key()), Some(Duration::from_micros(1500)));
+        // A preempted run: only a time past the estimate says more about the kernel.
+        let stopped = |us| crate::engine::Outcome::Preempted {
+            context: crate::engine::SavedContext::from_bytes(Vec::new()),
+            gpu_time: Duration::from_micros(us),
+        };
+        for _ in 0..2 * crate::ckwait::RECENT {
+            c.record_unwaited(PreemptMethod::Restart, budget, key, Some(&stopped(300)));
+        }
+        assert_eq!(
+            c.waits.expected(&key()),
+            Some(Duration::from_micros(1500)),
+            "early stops do not make a kernel look short"
+        );
+        c.record_unwaited(PreemptMethod::Restart, budget, key, Some(&stopped(4000)));
+        assert_eq!(c.waits.expected(&key()), Some(Duration::from_micros(4000)));
+        let other = crate::ckwait::Key::of(&crate::engine::LaunchJob {
+            entry: "j".into(),
+            ..l.clone()
+        });
+        let k2 = || other.clone();
+        c.record_unwaited(PreemptMethod::Restart, budget, k2, Some(&stopped(9)));
+        assert_eq!(c.waits.expected(&other), None, "no estimate: not recorded");
+        c.path_chosen(true);
+        c.path_chosen(false);
+        c.path_chosen(false);
+        let s = c.snapshot();
+        assert_eq!((s.fast_path_launches, s.fixed_path_launches), (1, 2));
+    }
 
     /// An escalated area (statuses of a restarting run stopped before any thread finished)
     /// read back after a run that ended unrequested must not pass for complete; a run whose

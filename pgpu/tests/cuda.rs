@@ -19,10 +19,12 @@
 //! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
 //! prepared first run makes nothing and stops at its slice end), `cuda/ckcost.rs` (the driver
 //! calls and host time of a checkpointed launch no request reaches), `cuda/ckwait.rs` (`auto`'s
-//! wait).
+//! wait), `cuda/ckadapt.rs` (each run's request path chosen by its kernel's estimate).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
+#[path = "cuda/ckadapt.rs"]
+mod ckadapt;
 #[path = "cuda/ckcost.rs"]
 mod ckcost;
 #[path = "cuda/ckearly.rs"]

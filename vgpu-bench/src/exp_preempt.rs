@@ -22,7 +22,7 @@ use pgpu::{Outcome, PreemptHandle, PreemptMethod, SavedContext};
 
 use crate::backend::Backend;
 use crate::error::BenchError;
-use crate::preempt_breakdown::{self as breakdown, CudaKnobs};
+use crate::preempt_breakdown as breakdown;
 use crate::preempt_env::{self as env, Eng, Placed};
 use crate::preempt_requester::Requester;
 use crate::progress::Progress;
@@ -79,6 +79,11 @@ pub struct Args {
     /// words into pinned host memory too, no copy).
     #[arg(long, default_value = "strided", value_parser = ["strided", "contiguous", "queued", "mirror"])]
     pub status_read: String,
+    /// cuda: how each checkpointed run's request path is chosen: fixed (the three options
+    /// above for every run) or adaptive[:US] (kernels not yet measured or expected to run at
+    /// least US µs, default 1000, take armed/notice/mirror; the others the three above).
+    #[arg(long, default_value_t = pgpu::cuda::DEFAULT_CK_PATH, value_parser = |s: &str| s.parse::<pgpu::cuda::CkPathChoice>())]
+    pub ck_path: pgpu::cuda::CkPathChoice,
     /// cuda: instructions of a strip-mined loop between two flag polls (0: counted polls).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub chunk: u32,
@@ -153,6 +158,8 @@ struct PerWorkload {
     waited: u64,
     overruns: u64,
     wait_last: (u64, u64),
+    /// Launches (timed and sampled) that took the fast request path and the fixed one.
+    paths: (u64, u64),
     samples: Vec<Sample>,
 }
 
@@ -314,18 +321,6 @@ fn workloads(a: &Args) -> Result<Vec<&'static suite::Workload>, BenchError> {
     })
 }
 
-/// The cuda request-path options of `a`.
-fn knobs(a: &Args) -> Result<CudaKnobs, BenchError> {
-    Ok(CudaKnobs {
-        flag_write: a.flag_write.parse().map_err(BenchError::Invalid)?,
-        end_wait: a.end_wait.parse().map_err(BenchError::Invalid)?,
-        status_read: a.status_read.parse().map_err(BenchError::Invalid)?,
-        chunk: a.chunk,
-        fast_chunks: a.fast_chunks == "on",
-        wait_us: a.wait_us,
-    })
-}
-
 pub fn run(a: &Args) -> Result<String, BenchError> {
     let size_name = if a.short { "small" } else { a.size.as_str() };
     let size = suite::Size::from_name(size_name)
@@ -336,7 +331,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         ));
     }
     let method: PreemptMethod = a.method.parse().map_err(BenchError::Invalid)?;
-    let knobs = knobs(a)?;
+    let knobs = breakdown::knobs(a)?;
     let names = workloads(a)?;
     let samples_per = if a.short { 4 } else { a.samples };
     let reps = if a.short { 1 } else { 5 };
@@ -402,6 +397,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             waited: 0,
             overruns: 0,
             wait_last: (0, 0),
+            paths: (0, 0),
             samples: Vec::new(),
         };
         let waits_before = e.ckpt_stats();
@@ -434,6 +430,10 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         pw.wait_last = (
             waits_after.wait_last_expected_ns,
             waits_after.wait_budget_ns,
+        );
+        pw.paths = (
+            waits_after.fast_path_launches - before.fast_path_launches,
+            waits_after.fixed_path_launches - before.fixed_path_launches,
         );
         env::release(&e, &p)?;
         per.push(pw);
@@ -597,6 +597,8 @@ fn output(
                 "context_bytes": pct(&|x| (!x.waited).then_some(x.context_bytes as f64), &s).json(),
                 "waited_preemptions": w.waited,
                 "wait_overruns": w.overruns,
+                "fast_path_launches": w.paths.0,
+                "fixed_path_launches": w.paths.1,
                 "waited_request_to_completed_us": pct(&|x| x.waited.then_some(x.preempt_live_us), &s).json(),
                 "saved_full_bytes": full,
                 "saved_incremental_bytes": inc,
@@ -657,11 +659,14 @@ fn output(
             "waited_preemptions": ck.waited_preemptions,
             "wait_overruns": ck.wait_overruns,
             "wait_budget_us": a.wait_us,
+            "fast_path_launches": ck.fast_path_launches,
+            "fixed_path_launches": ck.fixed_path_launches,
         },
         "cuda_path": {
             "flag_write": a.flag_write,
             "end_wait": a.end_wait,
             "status_read": a.status_read,
+            "ck_path": a.ck_path.to_string(),
             "chunk_instructions": a.chunk,
             "fast_chunks": a.fast_chunks,
             "requester": a.requester,
@@ -735,7 +740,7 @@ fn output(
             let (used, why) = w.method();
             format!(
                 "\n  {}: {} ({}), request→context (waited: →completed) p50/p99/max {:.1}/{:.1}/{:.1} µs over {}, never \
-                 preempted {:.3}x the original; {}",
+                 preempted {:.3}x the original; launches on the fast/fixed path {}/{}; {}",
                 w.name,
                 used,
                 why,
@@ -744,6 +749,8 @@ fn output(
                 live.max,
                 s.len(),
                 w.method_us / w.original_us.max(1e-9),
+                w.paths.0,
+                w.paths.1,
                 breakdown::line(&parts(&s))
             )
         })

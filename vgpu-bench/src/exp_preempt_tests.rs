@@ -2,6 +2,7 @@
 //! per kernel class (its wait included) and the bound on a launch's preemptions.
 
 use super::*;
+use crate::preempt_breakdown::CudaKnobs;
 
 fn sampled(e: &Eng, p: &Placed, inst: &suite::Instance, max_preempts: u32) -> PerWorkload {
     let mut pw = PerWorkload {
@@ -17,6 +18,7 @@ fn sampled(e: &Eng, p: &Placed, inst: &suite::Instance, max_preempts: u32) -> Pe
         waited: 0,
         overruns: 0,
         wait_last: (0, 0),
+        paths: (0, 0),
         samples: Vec::new(),
     };
     let mut seed = 1;

@@ -1,10 +1,12 @@
 //! `vgpu-bench preempt` on cuda: where a preemption's time went (the engine's
 //! `pgpu::cuda::CkBreakdown` of each preempted sample, see docs/performance.md, "Where the
 //! request → context time goes"), summarised as p50/p99/max per part, and the path options
-//! (`--flag-write`, `--end-wait`, `--status-read`, `--chunk`) that pick the mechanisms.
+//! (`--flag-write`, `--end-wait`, `--status-read`, `--ck-path`, `--chunk`) that pick the
+//! mechanisms.
 
-use pgpu::cuda::{CkBreakdown, EndWait, FlagWrite, StatusRead};
+use pgpu::cuda::{CkBreakdown, CkPathChoice, EndWait, FlagWrite, StatusRead};
 
+use crate::error::BenchError;
 use crate::report::Percentiles;
 
 /// The cuda engine's request-path options of one run.
@@ -13,6 +15,9 @@ pub struct CudaKnobs {
     pub flag_write: FlagWrite,
     pub end_wait: EndWait,
     pub status_read: StatusRead,
+    /// How each run's path is chosen: the three above for every run (`fixed`), or the fast
+    /// `armed` / `notice` / `mirror` for long or unmeasured kernels (`adaptive[:US]`).
+    pub ck_path: CkPathChoice,
     /// Strip-mined chunk (instructions between two polls; 0: counted polls).
     pub chunk: u32,
     /// Whole chunks as constant-trip copies.
@@ -28,11 +33,25 @@ impl Default for CudaKnobs {
             flag_write: c.flag_write,
             end_wait: c.end_wait,
             status_read: c.status_read,
+            ck_path: c.ck_path,
             chunk: c.ckpt_chunk_instructions,
             fast_chunks: c.ckpt_fast_chunks,
             wait_us: c.preempt_wait.as_micros() as u64,
         }
     }
+}
+
+/// The cuda request-path options of `a` (a bad name is refused with the accepted ones).
+pub fn knobs(a: &crate::exp_preempt::Args) -> Result<CudaKnobs, BenchError> {
+    Ok(CudaKnobs {
+        flag_write: a.flag_write.parse().map_err(BenchError::Invalid)?,
+        end_wait: a.end_wait.parse().map_err(BenchError::Invalid)?,
+        status_read: a.status_read.parse().map_err(BenchError::Invalid)?,
+        ck_path: a.ck_path,
+        chunk: a.chunk,
+        fast_chunks: a.fast_chunks == "on",
+        wait_us: a.wait_us,
+    })
 }
 
 /// The parts, by name, as read from one breakdown (`None`: not measured for that path).
@@ -155,5 +174,6 @@ mod tests {
         assert_eq!(k.flag_write, FlagWrite::WriteValue);
         assert_eq!(k.end_wait, EndWait::Sync);
         assert_eq!(k.chunk, 512);
+        assert_eq!(k.ck_path, CkPathChoice::Fixed);
     }
 }

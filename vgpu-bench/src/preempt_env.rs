@@ -64,6 +64,7 @@ impl Eng {
                 flag_write: knobs.flag_write,
                 end_wait: knobs.end_wait,
                 status_read: knobs.status_read,
+                ck_path: knobs.ck_path,
                 ckpt_chunk_instructions: knobs.chunk,
                 ckpt_fast_chunks: knobs.fast_chunks,
                 preempt_wait: std::time::Duration::from_micros(knobs.wait_us),

@@ -49,6 +49,20 @@ fn out_of_range_numbers_are_usage_errors_naming_the_option() {
 }
 
 #[test]
+fn a_bad_request_path_choice_is_a_usage_error_naming_the_choices() {
+    for v in ["fast", "adaptive:", "adaptive:1ms", "adaptive:10000001"] {
+        let o = bench(&["preempt", "--backend", "cuda", "--ck-path", v]);
+        assert_eq!(o.status.code(), Some(2), "{v}: {}", err(&o));
+        assert!(
+            err(&o).contains("--ck-path") && err(&o).contains("fixed|adaptive|adaptive:US"),
+            "{v}: {}",
+            err(&o)
+        );
+        assert!(o.stdout.is_empty(), "{v}: it ran");
+    }
+}
+
+#[test]
 fn a_bad_output_directory_is_refused_before_the_work() {
     let file = std::env::temp_dir().join(format!("vgpu-bench-cli-{}", std::process::id()));
     std::fs::write(&file, b"keep me\n").unwrap();

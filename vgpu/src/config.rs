@@ -82,6 +82,9 @@ pub struct GpuConfig {
     /// `preempt=auto`'s wait budget (`preempt_wait_us=`, default
     /// `pgpu::ckwait::DEFAULT_WAIT_BUDGET`, 0: never wait): `pgpu::ckwait`.
     pub preempt_wait: Duration,
+    /// cuda: how each checkpointed kernel run's preemption request path is chosen
+    /// (`ck_path=fixed|adaptive|adaptive:US`, default fixed): `pgpu::cuda::CkPathChoice`.
+    pub ck_path: pgpu::cuda::CkPathChoice,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
     /// Doorbells: trapped registers only, or the polled doorbell page as well (`doorbell=`).
@@ -133,6 +136,7 @@ impl Default for GpuConfig {
             sim_pages_2m_only: false,
             preempt: pgpu::PreemptMethod::Slice,
             preempt_wait: pgpu::ckwait::DEFAULT_WAIT_BUDGET,
+            ck_path: pgpu::cuda::DEFAULT_CK_PATH,
             host: None,
             doorbell: Doorbell::Poll,
             spin: default_spin(),
@@ -283,6 +287,36 @@ mod tests {
             GpuConfig::parse("preempt_wait_us=100001"),
             Err(ConfigError::BadValue { .. })
         ));
+        assert_eq!(
+            GpuConfig::parse("backend=cuda,preempt=auto,ck_path=adaptive")
+                .unwrap()
+                .ck_path,
+            pgpu::cuda::CkPathChoice::adaptive()
+        );
+        assert_eq!(
+            GpuConfig::parse("ck_path=adaptive:250").unwrap().ck_path,
+            pgpu::cuda::CkPathChoice::Adaptive {
+                fast_from: Duration::from_micros(250)
+            }
+        );
+        assert_eq!(
+            GpuConfig::default().ck_path,
+            pgpu::cuda::CkPathChoice::Fixed
+        );
+        for bad in [
+            "ck_path=fast",
+            "ck_path=adaptive:",
+            "ck_path=adaptive:1ms",
+            "ck_path=adaptive:10000001",
+            "ck_path=fixed:3",
+        ] {
+            let e = GpuConfig::parse(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::BadValue { .. }), "{bad}");
+            assert!(
+                e.to_string().contains("fixed, adaptive or adaptive:US"),
+                "{e}"
+            );
+        }
         assert!(matches!(
             GpuConfig::parse("preempt=never"),
             Err(ConfigError::BadValue { .. })
@@ -393,6 +427,10 @@ mod tests {
             ("rt", &["0", "99"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
+            (
+                "ck_path",
+                &["fixed", "adaptive", "adaptive:0", "adaptive:250"],
+            ),
         ];
         for k in keys::KEYS {
             let values: Vec<&str> = match samples.iter().find(|(n, _)| *n == k.name) {
@@ -428,7 +466,7 @@ mod tests {
         }
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
-             opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,host=/a b,weight=3,priority=4,name=n,\
+             opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,ck_path=adaptive:500,host=/a b,weight=3,priority=4,name=n,\
              reconnect_ms=250,gpu=1,nice=-3,rt=2,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
@@ -449,17 +487,23 @@ mod tests {
     #[test]
     fn spec_omits_the_newer_keys_at_their_default() {
         for (cfg, absent) in [
-            ("preempt=auto", &["preempt_wait_us", "rt"][..]),
-            ("preempt=auto,host=/s", &["preempt_wait_us", "rt"]),
+            ("preempt=auto", &["preempt_wait_us", "rt", "ck_path"][..]),
             (
-                "preempt=auto,preempt_wait_us=40,host=/s,rt=0",
-                &["preempt_wait_us", "rt"],
+                "preempt=auto,host=/s",
+                &["preempt_wait_us", "rt", "ck_path"],
             ),
-            ("preempt=auto,preempt_wait_us=0,host=/s,rt=1", &[]),
+            (
+                "preempt=auto,preempt_wait_us=40,host=/s,rt=0,ck_path=fixed",
+                &["preempt_wait_us", "rt", "ck_path"],
+            ),
+            (
+                "preempt=auto,preempt_wait_us=0,host=/s,rt=1,ck_path=adaptive",
+                &[],
+            ),
         ] {
             let c = GpuConfig::parse(cfg).unwrap();
             let spec = c.spec();
-            for k in ["preempt_wait_us", "rt"] {
+            for k in ["preempt_wait_us", "rt", "ck_path"] {
                 let written = spec.split(',').any(|kv| kv.starts_with(&format!("{k}=")));
                 assert_eq!(written, !absent.contains(&k), "{cfg}: {spec}");
             }

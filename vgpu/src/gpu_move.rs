@@ -62,10 +62,11 @@ pub(crate) struct SharedVram {
     pub gpu: Placement,
 }
 
-/// What a move switches: a sim VM's VRAM object, or a cuda VM's engine.
+/// What a move switches: a sim VM's VRAM object, or a cuda VM's engine (boxed: its
+/// configuration is most of its size).
 pub(crate) enum Shared {
     Sim(SharedVram),
-    Cuda(CudaShared),
+    Cuda(Box<CudaShared>),
 }
 
 impl Shared {

@@ -323,6 +323,7 @@ impl Vgpu {
             vram_size: cfg.physical_vram(),
             preempt: cfg.preempt,
             preempt_wait: cfg.preempt_wait,
+            ck_path: cfg.ck_path,
             ..pgpu::cuda::CudaConfig::default()
         };
         let engine = Arc::new(pgpu::cuda::CudaEngine::new(cuda.clone())?);
@@ -435,7 +436,7 @@ impl Vgpu {
                 offset: w.vram_offset,
                 gpu: w.gpu,
             })),
-            _ => cuda_shared.map(gpu_move::Shared::Cuda),
+            _ => cuda_shared.map(|c| gpu_move::Shared::Cuda(Box::new(c))),
         };
         let remap = match (mapper.filter(|_| cfg.bar_remap), &sim_engine) {
             (Some(m), Some(sim_engine)) => {

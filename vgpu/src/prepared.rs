@@ -60,7 +60,8 @@ impl PreparedEngine {
 /// Why an engine made for `prepared` cannot serve a GPU of configuration `wanted` (a
 /// standby's engine and a snapshot's GPU, `vgpu-vmm --standby`): the keys the engine is made
 /// from that differ, in `--gpu` syntax (`backend`, `vram`, `guard`, `mode`, `preempt`,
-/// `preempt_wait_us`, the sim engine's `workers` and `pages`, the vgpud's `host` and the
+/// `preempt_wait_us`, the cuda engine's `ck_path`, the sim engine's `workers` and `pages`, the
+/// vgpud's `host` and the
 /// `channels` it registered). The
 /// device's other keys (job limits, doorbell, host memory, ...) are the device's, set when it
 /// is built on the engine, and may differ.
@@ -98,6 +99,14 @@ pub fn engine_misfit(prepared: &GpuConfig, wanted: &GpuConfig) -> Option<String>
         p.preempt_wait.as_micros().to_string(),
         w.preempt_wait.as_micros().to_string(),
     );
+    if p.backend == config::Backend::Cuda {
+        key(
+            "ck_path",
+            p.ck_path == w.ck_path,
+            p.ck_path.to_string(),
+            w.ck_path.to_string(),
+        );
+    }
     if p.backend == config::Backend::Sim {
         key(
             "workers",
@@ -219,6 +228,16 @@ mod tests {
         assert!(
             why.contains("preempt_wait_us (prepared 0, the snapshot's 40)"),
             "{why}"
+        );
+        let c = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto,ck_path=adaptive").unwrap();
+        let w = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto").unwrap();
+        let why = engine_misfit(&c, &w).unwrap();
+        assert_eq!(why, "ck_path (prepared adaptive, the snapshot's fixed)");
+        // The sim engine has no request path: not a misfit there.
+        let s = GpuConfig::parse("vram=64M,ck_path=adaptive").unwrap();
+        assert_eq!(
+            engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()),
+            None
         );
     }
 }

@@ -524,14 +524,26 @@ impl Engine for CudaEngine {
     fn execute(&self, job: &Job, preempt: &PreemptHandle) -> Result<Outcome, EngineError> {
         let run = |h: &PreemptHandle| self.run_job(super::context::JobState::from_job(job), h);
         match job {
-            // `Auto`'s wait (`crate::ckwait`).
-            Job::Launch(l) if !self.cfg.whole_launches => self.ckpt.waited(
-                self.cfg.preempt,
-                self.cfg.preempt_wait,
-                || crate::ckwait::Key::of(l),
-                preempt,
-                run,
-            ),
+            // `Auto`'s wait (`crate::ckwait`), and the durations an adaptive request path
+            // reads (`ckchoice`) where the wait does not keep them.
+            Job::Launch(l) if !self.cfg.whole_launches => {
+                let out = self.ckpt.waited(
+                    self.cfg.preempt,
+                    self.cfg.preempt_wait,
+                    || crate::ckwait::Key::of(l),
+                    preempt,
+                    run,
+                );
+                if self.cfg.ck_path.is_adaptive() {
+                    self.ckpt.record_unwaited(
+                        self.cfg.preempt,
+                        self.cfg.preempt_wait,
+                        || crate::ckwait::Key::of(l),
+                        out.as_ref().ok(),
+                    );
+                }
+                out
+            }
             _ => run(preempt),
         }
     }

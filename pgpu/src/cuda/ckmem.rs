@@ -115,7 +115,9 @@ impl std::str::FromStr for FlagWrite {
 #[derive(Debug)]
 pub struct Pool {
     ctx: Ctx,
-    /// (device pointer, size, whether its flag word may be non-zero: `DevBuf::flag_raised`).
+    /// (device pointer, size, whether its header may be non-zero: `DevBuf::flag_raised` or
+    /// `DevBuf::mirror_set`; a buffer taken has both set from it, so its first launch clears
+    /// the header, flag and mirror address together).
     idle: Mutex<Vec<(u64, u64, bool)>>,
     /// Idle bytes kept ([`idle_cap`]).
     max_idle: u64,
@@ -162,13 +164,14 @@ impl Pool {
                 .min_by_key(|(_, (_, s, _))| *s)
                 .map(|(i, _)| i);
             if let Some(i) = best {
-                let (ptr, size, flag_raised) = idle.swap_remove(i);
+                let (ptr, size, dirty) = idle.swap_remove(i);
                 return Ok(DevBuf {
                     ptr,
                     size,
                     clean: false,
                     retired: false,
-                    flag_raised,
+                    flag_raised: dirty,
+                    mirror_set: dirty,
                     pool: self.clone(),
                 });
             }
@@ -197,6 +200,7 @@ impl Pool {
             clean: false,
             retired: false,
             flag_raised: false,
+            mirror_set: false,
             pool: self.clone(),
         })
     }
@@ -252,6 +256,11 @@ pub struct DevBuf {
     /// (`ckpt::needs_clear`); the flag is only ever written by a request (the kernel reads
     /// it), and a job whose request fired lets the write land before the buffer goes back.
     pub flag_raised: bool,
+    /// Whether the header's status-mirror address (`ptx::ckpt::MIRROR_OFF`) may be non-zero:
+    /// a run with a mirror wrote it there (`StatusRead::Mirror`). A later run without one
+    /// writes 0 over it (or clears the header with the flag), else its kernel would store
+    /// status words into another run's pinned mirror.
+    pub mirror_set: bool,
     /// A job's armed flag write on it never completed ([`DevBuf::retire`]): the write may still
     /// land, so the buffer is never pooled nor freed (its memory could be handed out again),
     /// whatever job holds it later (a saved context's resumed runs included).
@@ -386,7 +395,7 @@ impl Drop for DevBuf {
         };
         match fate(self.retired, self.clean, room) {
             Fate::Pool => {
-                idle.push((self.ptr, self.size, self.flag_raised));
+                idle.push((self.ptr, self.size, self.flag_raised || self.mirror_set));
                 return;
             }
             Fate::Leak => {

@@ -229,7 +229,12 @@ impl CudaEngine {
                 need,
             ),
         };
-        let mut method = match self.cfg.flag_write {
+        // This run's request path (`ckchoice`); a fresh launch's is counted.
+        let path = self.run_path(&l);
+        if !resume {
+            self.ckpt.path_chosen(path == super::ckchoice::CkPath::FAST);
+        }
+        let mut method = match path.flag_write {
             FlagWrite::Armed if !sys::has_symbol("cuStreamWaitValue32_v2") => FlagWrite::WriteValue,
             m => m,
         };
@@ -238,7 +243,7 @@ impl CudaEngine {
         }
         // One pinned slot holds the host flag or gate, the end notice and the armed write's
         // completion word.
-        let notice_on = self.cfg.end_wait == EndWait::Notice;
+        let notice_on = path.end_wait == EndWait::Notice;
         let host_flag = match method {
             FlagWrite::HostMapped | FlagWrite::Armed => self.host_flags().and_then(HostFlags::take),
             _ if notice_on => self.host_flags().and_then(HostFlags::take),
@@ -265,8 +270,8 @@ impl CudaEngine {
         let stream = self.take_stream()?;
         let (n, per_cta) = threads(l.grid, l.block);
         let stride = module.plans[plan].record_bytes;
-        let queued = self.queue_statuses(&buf, &stream, n, stride)?;
-        let mirror = self.take_mirror(n)?;
+        let queued = self.queue_statuses(&buf, &stream, n, stride, path.status_read)?;
+        let mirror = self.take_mirror(n, path.status_read)?;
         let mirror_dev = mirror.as_ref().map_or(0, |m| m.dev);
         if let (Some(f), FlagWrite::HostMapped) = (&host_flag, method) {
             // The kernel reads the mirror's address next to its flag, here in the slot.
@@ -311,10 +316,18 @@ impl CudaEngine {
                 (&buf, mirror_dev, clear),
                 hook,
                 (&stream, q, notice),
+                path.end_wait,
                 h,
             )
         });
         let mut buf = buf;
+        if !host_word {
+            // The kernel read the mirror's address in the buffer's header: what it holds now
+            // (`ck_kernel` wrote this run's, or 0 over a stale one, or the flag's clear zeroed
+            // it); after an error, possibly either.
+            buf.mirror_set =
+                super::hostcost::mirror_set_after(buf.mirror_set, mirror_dev, r.is_ok());
+        }
         // Set when the armed write never completed (see below): its stream, slot and buffer
         // are retired (leaked), never reused.
         let stuck = std::cell::Cell::new(false);
@@ -473,11 +486,11 @@ impl CudaEngine {
             (false, true) => {
                 let mut after = match mirror_words.clone() {
                     Some(w) => w,
-                    None => self.read_statuses(&buf, n, planr.record_bytes)?,
+                    None => self.read_statuses(&buf, n, planr.record_bytes, path.status_read)?,
                 };
                 if mirror_words.is_some() && !ckpt::unrequested_end_complete(&after) {
                     // Confirmed by the records themselves before resuming again.
-                    after = self.read_statuses(&buf, n, planr.record_bytes)?;
+                    after = self.read_statuses(&buf, n, planr.record_bytes, path.status_read)?;
                 }
                 (!ckpt::unrequested_end_complete(&after)).then_some(after)
             }
@@ -505,7 +518,7 @@ impl CudaEngine {
                 a
             }
             (None, Some(w)) => w,
-            (None, None) => self.read_statuses(&buf, n, planr.record_bytes)?,
+            (None, None) => self.read_statuses(&buf, n, planr.record_bytes, path.status_read)?,
         };
         let statuses_at = Instant::now();
         let mut after = after;
@@ -520,7 +533,7 @@ impl CudaEngine {
             // The mirror says every record is done after a request (the kernel ended before
             // it stopped): confirmed by the records before the job is called complete, so a
             // mirror store that never landed cannot lose a stop.
-            after = self.read_statuses(&buf, n, planr.record_bytes)?;
+            after = self.read_statuses(&buf, n, planr.record_bytes, path.status_read)?;
             t = tally(
                 planr,
                 &before,
@@ -560,7 +573,7 @@ impl CudaEngine {
         if trace.late {
             flag.push_str(" (late: driver write)");
         }
-        let wait = match (self.cfg.end_wait, trace.noticed_by) {
+        let wait = match (path.end_wait, trace.noticed_by) {
             (EndWait::Notice, None) => "notice (no word: event spin)".to_string(),
             (EndWait::Notice, Some(super::notice::Noticed::Event)) => {
                 "notice (word lost: event)".to_string()
@@ -569,7 +582,7 @@ impl CudaEngine {
         };
         let path = format!(
             "{flag}/{wait}/{}",
-            format!("{:?}", self.cfg.status_read).to_lowercase()
+            format!("{:?}", path.status_read).to_lowercase()
         );
         self.ck_path
             .record(trace.breakdown(path, h.requested_at(), statuses_at, Instant::now()));
@@ -607,6 +620,7 @@ impl CudaEngine {
         (buf, mirror, clear): (&DevBuf, u64, bool),
         hook: FlagHook,
         (stream, queued, notice): (&Stream, Option<Arc<Queued>>, Option<NoticeWord>),
+        end_wait: EndWait,
         h: &PreemptHandle,
     ) -> Result<(bool, Duration, Trace), super::driver::DrvError> {
         match (hook.method, hook.host) {
@@ -614,9 +628,10 @@ impl CudaEngine {
             // address is in the slot already).
             (FlagWrite::HostMapped, Some(w)) => w.store(0),
             // The flag (if it may be up: `clear`), then the mirror's address next to it (0:
-            // none), on the job stream; rewritten as 0 too on a mirror engine (a pooled buffer
-            // keeps its last job's; the flag's clear, which zeroed it, is skipped when the flag
-            // is down). An engine without mirrors never writes it: 0 since the buffer's zeroing.
+            // none), on the job stream: this run's, or 0 over a previous run's
+            // (`DevBuf::mirror_set`: runs of one engine may take different status reads,
+            // `ckchoice`) unless the flag's clear, which zeroes it, just did. A buffer no
+            // mirror run used is never written: 0 since its zeroing.
             // SAFETY: the job's own buffer (256 header bytes) and stream.
             _ => unsafe {
                 if clear {
@@ -625,7 +640,7 @@ impl CudaEngine {
                         sys::cuMemsetD32Async(buf.flag(), 0, 4, stream.stream),
                     )?;
                 }
-                if mirror != 0 || self.cfg.status_read == super::ckpath::StatusRead::Mirror {
+                if super::hostcost::writes_mirror(mirror, buf.mirror_set, clear) {
                     let at = buf.flag() + ptx::ckpt::MIRROR_OFF as u64;
                     ck(
                         "cuMemsetD32Async",
@@ -741,7 +756,7 @@ impl CudaEngine {
                 Err(e) => (Err(e), None, false),
             },
             None => (
-                wait_end(stream, self.cfg.end_wait, h.deadline(), &fired, &*fire),
+                wait_end(stream, end_wait, h.deadline(), &fired, &*fire),
                 None,
                 false,
             ),

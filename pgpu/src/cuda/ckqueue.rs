@@ -82,6 +82,12 @@ impl PinPool {
         Ok(pin)
     }
 
+    /// Whether an idle buffer would serve `take(len)` (no allocation).
+    pub fn has_idle(&self, len: usize) -> bool {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.iter().any(|p| p.len >= len)
+    }
+
     /// The first `n` words, each merged with `before` (see `merge_mirror`), then zeroed (the
     /// kernel that stored them has ended).
     pub fn take_mirror(&self, p: &Pinned, n: usize, before: &[u32]) -> Vec<u32> {

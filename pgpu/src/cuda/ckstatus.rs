@@ -14,17 +14,19 @@ use super::sys;
 use crate::engine::EngineError;
 
 impl CudaEngine {
-    /// For `StatusRead::Queued` (records spanning at most `CONTIGUOUS_MAX_BYTES`): the copy
-    /// a request enqueues behind the kernel, and its pinned destination.
+    /// For a run reading by `StatusRead::Queued` (records spanning at most
+    /// `CONTIGUOUS_MAX_BYTES`): the copy a request enqueues behind the kernel, and its pinned
+    /// destination.
     pub(crate) fn queue_statuses(
         &self,
         buf: &DevBuf,
         stream: &Stream,
         n: u64,
         stride: u32,
+        read: StatusRead,
     ) -> Result<Option<(Arc<Queued>, Pinned)>, EngineError> {
         let span = n.saturating_mul(u64::from(stride));
-        if self.cfg.status_read != StatusRead::Queued || span > CONTIGUOUS_MAX_BYTES {
+        if read != StatusRead::Queued || span > CONTIGUOUS_MAX_BYTES {
             return Ok(None);
         }
         let pin = self
@@ -41,14 +43,15 @@ impl CudaEngine {
         }
     }
 
-    /// For `StatusRead::Mirror` (at most `CONTIGUOUS_MAX_BYTES` of words): a zeroed pinned
-    /// mirror of `n` status words.
+    /// For a run reading by `StatusRead::Mirror` (at most `CONTIGUOUS_MAX_BYTES` of words): a
+    /// zeroed pinned mirror of `n` status words.
     pub(crate) fn take_mirror(
         &self,
         n: u64,
+        read: StatusRead,
     ) -> Result<Option<super::ckqueue::Pinned>, EngineError> {
         let span = n.saturating_mul(4);
-        if self.cfg.status_read != StatusRead::Mirror || span > CONTIGUOUS_MAX_BYTES {
+        if read != StatusRead::Mirror || span > CONTIGUOUS_MAX_BYTES {
             return Ok(None);
         }
         self.ck_path
@@ -58,15 +61,17 @@ impl CudaEngine {
             .map_err(|e| self.drv(e))
     }
 
-    /// The status words of `n` records (`StatusRead`).
+    /// The status words of `n` records, read back as the run's `read` says (`Contiguous`:
+    /// one copy of the span; every other: strided).
     pub(crate) fn read_statuses(
         &self,
         buf: &DevBuf,
         n: u64,
         stride: u32,
+        read: StatusRead,
     ) -> Result<Vec<u32>, EngineError> {
         let span = n.saturating_mul(u64::from(stride));
-        let r = if self.cfg.status_read == StatusRead::Contiguous && span <= CONTIGUOUS_MAX_BYTES {
+        let r = if read == StatusRead::Contiguous && span <= CONTIGUOUS_MAX_BYTES {
             buf.read_area(span)
                 .map(|b| pick_statuses(&b, n as usize, stride as usize))
         } else {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub use super::ckchoice::{CkPath, CkPathChoice};
 pub use super::ckmem::FlagWrite;
 pub use super::ckpath::{EndWait, StatusRead};
 use crate::ckpt::PreemptMethod;
@@ -37,12 +38,18 @@ pub struct CudaConfig {
     pub preempt: PreemptMethod,
     /// Largest save area (device memory, bytes) of one checkpointed launch.
     pub max_save_area_bytes: u64,
-    /// How a request writes the checkpoint flag while the kernel runs.
+    /// How a request writes the checkpoint flag while the kernel runs (the fixed path's;
+    /// with `flag_write` also the signal stream's priority).
     pub flag_write: FlagWrite,
-    /// How the engine waits for a checkpointed kernel's end.
+    /// How the engine waits for a checkpointed kernel's end (the fixed path's).
     pub end_wait: EndWait,
-    /// How a preempted launch's status words are read back.
+    /// How a preempted launch's status words are read back (the fixed path's).
     pub status_read: StatusRead,
+    /// How each checkpointed run's request path is chosen (`ckchoice`): `Fixed` (the three
+    /// fields above for every run, the default) or `Adaptive` (the fast `armed` / `notice` /
+    /// `mirror` path for kernels expected to run at least a threshold or not yet measured,
+    /// the three fields above for the others).
+    pub ck_path: CkPathChoice,
     /// `ptx::ckpt::Options::chunk_instructions`: instructions of a strip-mined loop between
     /// two polls (0: counted polls in every loop). Default: the transformation's (512).
     pub ckpt_chunk_instructions: u32,
@@ -76,11 +83,28 @@ impl Default for CudaConfig {
             flag_write: FlagWrite::WriteValue,
             end_wait: EndWait::Sync,
             status_read: StatusRead::Strided,
+            ck_path: super::ckchoice::DEFAULT_CK_PATH,
             ckpt_chunk_instructions: ptx::ckpt::Options::default().chunk_instructions,
             ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,
             preempt_wait: crate::ckwait::DEFAULT_WAIT_BUDGET,
         }
+    }
+}
+
+impl CudaConfig {
+    /// The request path of a run that does not take the fast one (`ck_path`).
+    pub fn fixed_path(&self) -> CkPath {
+        CkPath {
+            flag_write: self.flag_write,
+            end_wait: self.end_wait,
+            status_read: self.status_read,
+        }
+    }
+
+    /// Whether some run may take `pred`'s path part (what preparing must make ready).
+    pub(crate) fn may_use(&self, pred: impl Fn(&CkPath) -> bool) -> bool {
+        self.ck_path.paths(self.fixed_path()).any(|p| pred(&p))
     }
 }

@@ -32,6 +32,21 @@ pub(crate) fn raised_after(raised: bool, cleared: bool, fired: bool, method: Fla
     (raised && !cleared) || fired || method == FlagWrite::Armed
 }
 
+/// Whether a run whose kernel reads the status mirror's address in its buffer's header writes
+/// it before the kernel (two `cuMemsetD32Async`): its own mirror (`mirror` non-zero), or 0 over
+/// the address an earlier run of another status read left there (`set`: `DevBuf::mirror_set`),
+/// unless the flag's clear — 16 bytes, the flag and the address — zeroed it (`clear`). A run
+/// that takes no mirror on a buffer no mirror run used writes nothing.
+pub(crate) fn writes_mirror(mirror: u64, set: bool, clear: bool) -> bool {
+    mirror != 0 || (set && !clear)
+}
+
+/// `DevBuf::mirror_set` after such a run: its own mirror's address is there, or 0 (written,
+/// cleared, or never set); after an error, whichever it may be.
+pub(crate) fn mirror_set_after(set: bool, mirror: u64, ok: bool) -> bool {
+    mirror != 0 || (!ok && set)
+}
+
 /// Completed runs of one kind and the driver calls they made.
 #[derive(Debug, Default)]
 pub struct RunCalls {
@@ -100,6 +115,38 @@ mod tests {
         // The armed write always lands in the flag.
         assert!(raised_after(false, false, false, Armed));
         assert!(raised_after(false, true, false, Armed));
+    }
+
+    /// Runs of one engine may take different status reads (`ckchoice`): a run without a
+    /// mirror must never leave its kernel an earlier run's mirror address.
+    #[test]
+    fn a_stale_mirror_address_is_always_overwritten_or_cleared() {
+        let m = 0x7f00_0000_1000;
+        // A mirror run writes its own, whatever was there.
+        for (set, clear) in [(false, false), (true, false), (false, true), (true, true)] {
+            assert!(writes_mirror(m, set, clear));
+            assert!(mirror_set_after(set, m, true));
+        }
+        // A run without one: 0 over a stale address, unless the clear zeroed it.
+        assert!(writes_mirror(0, true, false));
+        assert!(!writes_mirror(0, true, true));
+        assert!(
+            !writes_mirror(0, false, false),
+            "nothing to overwrite: no call"
+        );
+        assert!(!mirror_set_after(true, 0, true));
+        // After an error the stale one may still be there.
+        assert!(mirror_set_after(true, 0, false));
+        assert!(!mirror_set_after(false, 0, false));
+        // The sequence a pooled buffer sees: mirror run, fixed run, fixed run.
+        let mut set = false;
+        let mut writes = Vec::new();
+        for (mirror, clear) in [(m, false), (0, false), (0, false)] {
+            writes.push(writes_mirror(mirror, set, clear));
+            set = mirror_set_after(set, mirror, true);
+        }
+        assert_eq!(writes, [true, true, false]);
+        assert!(!set);
     }
 
     #[test]

@@ -10,14 +10,15 @@
 //! `hostmem`, `spaces` (page model), `rewrite` (PTX for sliced launches), `modules`, `stream`,
 //! `context` (saved contexts), `engine` (construction, state), `api` (the trait), `jobs`,
 //! `bulk` (bulk VRAM calls for snapshots: kernels in `bulk.ptx`, pinned staging slots), `ckpt`
-//! / `ckmem` / `ckpath` / `ckqueue` / `ckstatus` / `notice` / `ckevents` (checkpointed launches:
-//! memory, flag writes, end waits, status reads, breakdowns, the signal stream, host flag
+//! / `ckmem` / `ckpath` / `ckchoice` / `ckqueue` / `ckstatus` / `notice` / `ckevents` (checkpointed launches:
+//! memory, flag writes, end waits, status reads, each run's choice of them, breakdowns, the signal stream, host flag
 //! words and pooled events), `hostcost` (the host work of a launch no request reaches: flag
 //! clears only when raised, driver calls counted), `prepare` (a job's one-time driver work
 //! done before its run).
 
 mod api;
 mod bulk;
+mod ckchoice;
 mod ckevents;
 mod ckmem;
 mod ckpath;
@@ -44,7 +45,8 @@ mod vmm;
 mod vram;
 
 pub use bulk::PTX as BULK_PTX;
+pub use ckchoice::{DEFAULT_CK_PATH, DEFAULT_FAST_FROM, MAX_FAST_FROM_US};
 pub use ckpath::CkBreakdown;
-pub use config::{CudaConfig, EndWait, FlagWrite, StatusRead};
+pub use config::{CkPath, CkPathChoice, CudaConfig, EndWait, FlagWrite, StatusRead};
 pub use driver::{DeviceInfo, devices};
 pub use engine::CudaEngine;

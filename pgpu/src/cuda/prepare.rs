@@ -3,7 +3,8 @@
 //! loading them onto the device (`cuModuleGetFunction`, `cuFuncLoad`: with CUDA's lazy loading
 //! the kernel is otherwise loaded at its first launch), making the signal stream and the job
 //! streams, allocating a save area of the launch's size into the pool, the pinned pages of the
-//! flag and status-read paths that use them, the signal stream's first flag write, the request
+//! flag and status-read paths that use them (on every path a run may take: both of an adaptive
+//! engine's, `ckchoice`), the signal stream's first flag write, the request
 //! path's event pair — done on the VM's own thread before it asks vgpud for the GPU. Done
 //! under a grant, it kept the GPU from every other VM and made the first stop of each VM
 //! milliseconds late (its run started late, the slice end came before its kernel did). Nothing of the job runs; what is made is
@@ -56,7 +57,8 @@ impl CudaEngine {
                 })
         });
         let events = n.forms.is_empty() || self.ck_events.has_idle();
-        n.loaded.resolved(&l.entry) && forms && events && self.idle_streams() >= n.streams
+        let pages = n.forms.is_empty() || self.path_pages_ready(&l);
+        n.loaded.resolved(&l.entry) && forms && events && pages && self.idle_streams() >= n.streams
     }
 
     /// See the module documentation.
@@ -77,7 +79,8 @@ impl CudaEngine {
                     self.signal()?;
                 }
             }
-            if self.cfg.status_read == StatusRead::Queued && *span <= CONTIGUOUS_MAX_BYTES {
+            let queued = self.cfg.may_use(|p| p.status_read == StatusRead::Queued);
+            if queued && *span <= CONTIGUOUS_MAX_BYTES {
                 let pin = self
                     .ck_path
                     .pins
@@ -88,14 +91,7 @@ impl CudaEngine {
         }
         if !n.forms.is_empty() {
             self.prepare_events()?;
-        }
-        if !n.forms.is_empty()
-            && matches!(
-                self.cfg.flag_write,
-                FlagWrite::HostMapped | FlagWrite::Armed
-            )
-        {
-            let _ = self.host_flags();
+            self.prepare_path_pages(Some(&l))?;
         }
         self.prepare_streams(n.streams)
     }
@@ -130,16 +126,56 @@ impl CudaEngine {
         if checkpointed {
             self.signal()?;
             self.prepare_events()?;
-            if matches!(
-                self.cfg.flag_write,
-                FlagWrite::HostMapped | FlagWrite::Armed
-            ) || self.cfg.end_wait == EndWait::Notice
-            {
-                let _ = self.host_flags();
-            }
-            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+            self.prepare_path_pages(None)?;
+            streams = streams.max(self.ck_streams());
         }
         self.prepare_streams(streams)
+    }
+
+    /// Streams a checkpointed run may take: its job stream, and an `Armed` run's arming one
+    /// (on every path the run may take, `ckchoice`).
+    fn ck_streams(&self) -> usize {
+        1 + usize::from(self.cfg.may_use(|p| p.flag_write == FlagWrite::Armed))
+    }
+
+    /// Whether what `prepare_path_pages(Some(l))` makes is there (no driver call).
+    fn path_pages_ready(&self, l: &LaunchState) -> bool {
+        let host = !self.needs_host_flags() || self.ck_path.host_flags.get().is_some();
+        let span = threads(l.grid, l.block).0.saturating_mul(4);
+        let mirror = !self.cfg.may_use(|p| p.status_read == StatusRead::Mirror)
+            || span > CONTIGUOUS_MAX_BYTES
+            || self.ck_path.mirrors.has_idle(span as usize);
+        host && mirror
+    }
+
+    /// Whether some run may use the host flag words (`HostMapped`, `Armed`, `Notice`).
+    fn needs_host_flags(&self) -> bool {
+        self.cfg.may_use(|p| {
+            matches!(p.flag_write, FlagWrite::HostMapped | FlagWrite::Armed)
+                || p.end_wait == EndWait::Notice
+        })
+    }
+
+    /// The pinned pages of the request paths some run may take (`ckchoice`): the host flag
+    /// words (`HostMapped`, `Armed`, `Notice`), and for a launch `l` a status mirror of its
+    /// threads (`Mirror`), so that neither is made inside a run.
+    fn prepare_path_pages(&self, l: Option<&LaunchState>) -> Result<(), EngineError> {
+        if self.needs_host_flags() {
+            let _ = self.host_flags();
+        }
+        if let Some(l) = l.filter(|_| self.cfg.may_use(|p| p.status_read == StatusRead::Mirror)) {
+            let span = threads(l.grid, l.block).0.saturating_mul(4);
+            if span <= CONTIGUOUS_MAX_BYTES {
+                // Zeroed when made; an idle mirror is all zero (`PathState::mirrors`).
+                let pin = self
+                    .ck_path
+                    .mirrors
+                    .take(span as usize)
+                    .map_err(|e| self.drv(e))?;
+                self.ck_path.mirrors.give(pin);
+            }
+        }
+        Ok(())
     }
 
     /// The function of `entry` in `loaded` for a run, counting a resolution the run does
@@ -176,7 +212,7 @@ impl CudaEngine {
             let need = (need <= self.cfg.max_save_area_bytes).then_some(need);
             forms.push((form.clone(), need, span));
             // The job's stream, and the arming one.
-            streams = streams.max(1 + usize::from(self.cfg.flag_write == FlagWrite::Armed));
+            streams = streams.max(self.ck_streams());
         }
         Ok(Needs {
             loaded,

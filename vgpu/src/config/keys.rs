@@ -226,6 +226,25 @@ pub static KEYS: &[Key] = &[
         print: |c| Some(c.preempt_wait.as_micros().to_string()),
     },
     Key {
+        name: "ck_path",
+        values: "fixed|adaptive|adaptive:US",
+        default: "fixed",
+        help: "backend=cuda with preempt=checkpoint, restart or auto: how a preemption request \
+               reaches each checkpointed kernel run: fixed (driver calls at the request, the \
+               least host work when none comes) or adaptive (a kernel not yet measured, or \
+               expected from its earlier runs to run at least US µs, default 1000, takes the \
+               path with no synchronous driver call, about 3x faster to stop; the others the \
+               fixed one); US 0 to 10000000 (docs/architecture.md \"The request path on \
+               cuda\")",
+        parse: |d, v| {
+            d.cfg.ck_path = v
+                .parse()
+                .map_err(|_| "fixed, adaptive or adaptive:US (US 0 to 10000000)")?;
+            Ok(())
+        },
+        print: |c| Some(c.ck_path.to_string()),
+    },
+    Key {
         name: "host",
         values: "SOCKET",
         default: "none",
@@ -425,7 +444,8 @@ pub fn names() -> String {
 /// only when not at it, so that a configuration that does not use them is read by builds that
 /// do not know them (they refuse unknown keys). Their defaults are therefore part of the
 /// manifest format: a build that changed one would have to write it always.
-const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] = &[("preempt_wait_us", "40"), ("rt", "0")];
+const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] =
+    &[("preempt_wait_us", "40"), ("rt", "0"), ("ck_path", "fixed")];
 
 /// `cfg` in `--gpu` syntax, every key that applies written out (but those of
 /// [`WRITTEN_UNLESS_DEFAULT`] at their default), so that it does not depend on the defaults of

@@ -70,6 +70,24 @@ pub fn prepare_from_env(method: PreemptMethod) -> Result<bool, String> {
     }
 }
 
+/// `VGPU_CUDA_CK_PATH` (`fixed`, `adaptive` or `adaptive:US`): how the cuda engine chooses each
+/// checkpointed run's preemption request path (`pgpu::cuda::CkPathChoice`, as a VM's `--gpu
+/// ck_path=`). Default: the engine's (`fixed`).
+pub fn ck_path_from_env() -> Result<pgpu::cuda::CkPathChoice, String> {
+    parse_ck_path(std::env::var("VGPU_CUDA_CK_PATH").ok().as_deref())
+}
+
+/// [`ck_path_from_env`] of the variable's value (`None`: unset).
+pub fn parse_ck_path(v: Option<&str>) -> Result<pgpu::cuda::CkPathChoice, String> {
+    match v {
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|e| format!("VGPU_CUDA_CK_PATH: {e}")),
+        None => Ok(pgpu::cuda::DEFAULT_CK_PATH),
+    }
+}
+
 /// `VGPU_CUDA_CKPT_POLL`: the transformation's poll interval (a thread reads the flag at every
 /// this many points; 1 stops threads mid-kernel, saving their registers, where the default, 64,
 /// lets a small kernel's threads mostly finish and stops CTAs at their entry). `None`: the
@@ -186,6 +204,30 @@ mod tests {
         assert_eq!(Forced::parse("7:10").unwrap().per_launch(), 10);
         for bad in ["", "x", "1:0", "1:65", "1:y", "-3"] {
             assert!(Forced::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_request_path_choice_parses_and_bad_ones_are_refused() {
+        use pgpu::cuda::CkPathChoice;
+        assert_eq!(parse_ck_path(None), Ok(CkPathChoice::Fixed));
+        assert_eq!(parse_ck_path(Some("fixed")), Ok(CkPathChoice::Fixed));
+        assert_eq!(
+            parse_ck_path(Some(" adaptive\n")),
+            Ok(CkPathChoice::adaptive())
+        );
+        assert_eq!(
+            parse_ck_path(Some("adaptive:300")),
+            Ok(CkPathChoice::Adaptive {
+                fast_from: Duration::from_micros(300)
+            })
+        );
+        for bad in ["", "fast", "adaptive:x", "adaptive:99999999999"] {
+            let e = parse_ck_path(Some(bad)).unwrap_err();
+            assert!(
+                e.starts_with("VGPU_CUDA_CK_PATH: ") && e.contains("fixed|adaptive"),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -1,5 +1,6 @@
 //! The `"preempt"` part of the library's report (`VGPU_CUDA_STATS`) for the in-process
 //! engines: the method (`VGPU_CUDA_PREEMPT`) and its poll interval (`VGPU_CUDA_CKPT_POLL`),
+//! on cuda the request path choice (`VGPU_CUDA_CK_PATH`) and the launches that took each path,
 //! the module loads prepared (`modules_prepared`, where loads prepare:
 //! `VGPU_CUDA_PREPARE_MODULES`), what the engine did with it (modules transformed or refused,
 //! launches run transformed, restarting, sliced, preemptions and the bytes they saved, the
@@ -17,6 +18,9 @@ pub fn preempt_report() -> Option<serde_json::Value> {
     }
     if let Some(c) = s.engine.checkpoint_stats() {
         j["poll_interval"] = s.ckpt_poll.into();
+        if s.kind == super::shared::EngineKind::Cuda {
+            j["ck_path"] = s.ck_path.to_string().into();
+        }
         j["engine"] = serde_json::json!({
             "modules_transformed": c.modules_transformed,
             "fallback_modules": c.fallback_modules,
@@ -35,6 +39,8 @@ pub fn preempt_report() -> Option<serde_json::Value> {
             "saved_incremental_bytes": c.saved_incremental_bytes,
             "unrequested_runs": c.unrequested_runs,
             "unrequested_driver_calls": c.unrequested_driver_calls,
+            "fast_path_launches": c.fast_path_launches,
+            "fixed_path_launches": c.fixed_path_launches,
         });
     }
     if let Some(f) = &s.forced {

@@ -5,8 +5,9 @@
 //! `VGPU_CUDA_SIM_WORKERS` (sim interpreter threads, default: the CPUs), `VGPU_CUDA_DEVICE`
 //! (cuda: the GPU's ordinal, default 0), `VGPU_CUDA_PREEMPT` (the preemption method:
 //! `slice`, the default, `checkpoint`, `restart` or `auto`), `VGPU_CUDA_CKPT_POLL` (its poll
-//! interval), `VGPU_CUDA_PREEMPT_TEST` (forced preemptions, [`super::forced`]) and
-//! `VGPU_CUDA_PREPARE_MODULES` (module loads prepare their runs; default under a method).
+//! interval), `VGPU_CUDA_PREEMPT_TEST` (forced preemptions, [`super::forced`]),
+//! `VGPU_CUDA_PREPARE_MODULES` (module loads prepare their runs; default under a method) and
+//! `VGPU_CUDA_CK_PATH` (cuda: each checkpointed run's request path, `fixed` or `adaptive`).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,8 @@ pub struct Shared {
     pub forced: Option<Forced>,
     /// Whether a module load prepares its runs (`VGPU_CUDA_PREPARE_MODULES`).
     pub prepare_modules: bool,
+    /// cuda: how each checkpointed run's request path is chosen (`VGPU_CUDA_CK_PATH`).
+    pub ck_path: pgpu::cuda::CkPathChoice,
     /// Module loads the engine prepared (`Engine::prepare_module` succeeded).
     pub modules_prepared: AtomicU64,
     phys: Mutex<RangeAlloc>,
@@ -117,9 +120,10 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         .unwrap_or_else(pgpu::ckpt::default_poll_interval);
     let forced = Forced::from_env().map_err(DeviceError::NoDevice)?;
     let prepare_modules = forced::prepare_from_env(preempt).map_err(DeviceError::NoDevice)?;
+    let ck_path = forced::ck_path_from_env().map_err(DeviceError::NoDevice)?;
     let (engine, info): (Arc<dyn Engine>, DeviceInfo) = match kind {
         EngineKind::Sim => sim(vram_size, (preempt, poll))?,
-        EngineKind::Cuda => cuda(vram_size, (preempt, poll))?,
+        EngineKind::Cuda => cuda(vram_size, (preempt, poll), ck_path)?,
     };
     let s = Arc::new(Shared {
         engine,
@@ -130,6 +134,7 @@ pub fn get(kind: EngineKind) -> Result<Arc<Shared>, DeviceError> {
         ckpt_poll: poll,
         forced,
         prepare_modules,
+        ck_path,
         modules_prepared: AtomicU64::new(0),
         phys: Mutex::new(RangeAlloc::new(0, vram_size)),
         host_va: Mutex::new(RangeAlloc::new(WINDOW_BASE + vram_size, HOST_WINDOW)),
@@ -206,6 +211,7 @@ fn sim(
 fn cuda(
     vram_size: u64,
     (preempt, ckpt_poll_interval): (pgpu::PreemptMethod, u32),
+    ck_path: pgpu::cuda::CkPathChoice,
 ) -> Result<(Arc<dyn Engine>, DeviceInfo), DeviceError> {
     let device = env_u64("VGPU_CUDA_DEVICE").unwrap_or(0).min(64) as i32;
     // In-process nothing preempts a kernel (no scheduler, no snapshot): a grid runs whole
@@ -219,6 +225,7 @@ fn cuda(
         sub_launch_target: std::time::Duration::from_micros(slice_us.max(1)),
         preempt,
         ckpt_poll_interval,
+        ck_path,
         ..Default::default()
     };
     let limits = cfg.limits.clone();
