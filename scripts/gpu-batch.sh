@@ -17,6 +17,8 @@
 #               issue 24: migrate ×3 with the destination on the same GPU and on GPU 1
 #   D (~6 min)  issue 23: wait on the suite's short kernels (40 µs budget against 0), the long
 #               kernels under auto, the request paths' breakdown
+#   E (~9 min)  session 12: wait and adaptive-path tests, migration into a cuda standby, the long
+#               kernels under the adaptive path and the fixed one, migrate --dest standby, 64 VMs
 set -u
 P=$1; B=$(realpath "$2"); AP=$(realpath "$3"); O=$(realpath -m "$4")
 mkdir -p "$O"
@@ -72,5 +74,24 @@ D)
   t 150 "$T" --ignored --test-threads=1 --nocapture gpu_ckpath_breakdown_of_every_path 2>&1 | grep -E "MEASURE|panicked|test result"
   find "$O" -name '*.svg' -delete; tar czf "$O/D.tar.gz" -C "$O" w40 w0 long
   ;;
-*) echo "phase A|B|C|D" >&2; exit 2 ;;
+E)
+  # Session 12's new paths, in order of need (the call's limit may cut the tail): auto's
+  # wait and the adaptive request path (tests), live migration into a cuda standby (test),
+  # the long kernels under the adaptive path, a migration into a standby, 64 sim VMs, and the
+  # fixed path and the plain destination as baselines on the same card.
+  t 200 "$T" --ignored --test-threads=1 --nocapture ckwait ckadapt 2>&1 | grep -E "MEASURE|panicked|test result|^test .*FAILED"
+  VGPU_VMM=$B/vgpu-vmm t 100 "$B/migration-standby-tests" --ignored --test-threads=1 cuda 2>&1 | grep -vE "^test .* ok$"
+  t 180 "$B/vgpu-bench" preempt --backend cuda --method auto --workload long --size xl --samples 30 \
+    --ck-path adaptive --out "$O/padapt" 2>/dev/null | last 8
+  t 180 "$B/vgpu-bench" migrate --backend cuda --reps 3 --dest standby --out "$O/migsb" 2>/dev/null | last 1
+  for i in 1 2; do
+    t 45 taskset -c 0-15 "$B/vgpu-bench" fairness --backend sim --vms 64 --policy timeslice --weights 1 \
+      --kernel-us 500,5000 --duration 10 --vm-memory 64 --vram-per-vm 16M --out "$O/s64-$i" 2>/dev/null | last 1
+  done
+  t 150 "$B/vgpu-bench" preempt --backend cuda --method auto --workload long --size xl --samples 30 \
+    --ck-path fixed --out "$O/pfixed" 2>/dev/null | last 8
+  find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
+  tar czf "$O/E.tar.gz" -C "$O" $(cd "$O" && ls -d padapt migsb s64-* pfixed 2>/dev/null)
+  ;;
+*) echo "phase A|B|C|D|E" >&2; exit 2 ;;
 esac
