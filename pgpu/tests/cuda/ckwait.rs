@@ -122,7 +122,9 @@ fn us(v: &mut [Duration], q: f64) -> f64 {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_auto_waits_on_a_short_kernel_and_stops_a_long_one() {
+    // Calibrated before this test's engine is made (one engine at a time).
     let short = calibrate(Duration::from_micros(10));
+    let long = calibrate(Duration::from_millis(1));
     let e = engine();
     let p = place(&e, &suite::lcg::instance(1, CTAS, THREADS, SEED), window());
     for _ in 0..4 {
@@ -160,7 +162,6 @@ fn gpu_auto_waits_on_a_short_kernel_and_stops_a_long_one() {
 
     // The same kernel and shape, at least 1 ms long: the earlier runs' estimate no longer
     // holds once these are known; a request at the start is not waited on.
-    let long = calibrate(Duration::from_millis(1));
     for _ in 0..RECENT_RUNS {
         plain(&e, &p, long);
     }
@@ -182,7 +183,9 @@ const RECENT_RUNS: usize = pgpu::ckwait::RECENT;
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
+    // Calibrated before this test's engine is made (one engine at a time).
     let short = calibrate(Duration::from_micros(10));
+    let long = calibrate(Duration::from_millis(2));
     let e = engine();
     let p = place(&e, &suite::lcg::instance(1, CTAS, THREADS, SEED), window());
     for _ in 0..4 {
@@ -190,7 +193,6 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
     }
     // A run of at least 2 ms: far longer than the 40 µs budget and the restart's stop (the
     // kernel's launch cost is fixed: 500× the short run's steps ran only ~90 µs on an H200).
-    let long = calibrate(Duration::from_millis(2));
     let (j, want) = job(&p, long);
     let mut lats = Vec::new();
     for i in 0..5 {
