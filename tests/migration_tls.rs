@@ -219,3 +219,35 @@ fn tls_migration_refuses_wrong_peers_and_then_moves_the_vm() {
     let refusals = dest_err.matches("still listening").count();
     assert_eq!(refusals, 6, "{dest_err}");
 }
+
+/// A standby listening on `tls:` (`ctl incoming tls:... --wait-s 2`) refuses a peer that is
+/// not TLS and waits on to its deadline, not past it (a failed handshake once left it in a
+/// blocking accept until some source came): then it takes requests again.
+#[test]
+fn a_standby_on_tls_refuses_a_bad_peer_and_stops_listening_at_its_deadline() {
+    let s = Scratch::new("migrate-tls-standby");
+    let ca = ca("ca");
+    let dst = Side::new(&s, "dst", &ca, &["localhost"], false, &ca);
+    let tls = dst.args();
+    let mut args = vec!["--memory", "64"];
+    args.extend(tls.iter().map(String::as_str));
+    let sb = snapshot_support::standby::Standby::start(&s, "sb", &args);
+    let port = free_port();
+    let t = Instant::now();
+    let url = format!("tls:localhost:{port}");
+    let (code, out, err) = sb.ctl(&["incoming", &url, "--wait-s", "2"]);
+    assert_eq!(code, 0, "{out} {err}");
+    // Not TLS at all: refused at its first bytes, the connection closed.
+    let mut c = std::net::TcpStream::connect(("localhost", port)).unwrap();
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut sink = Vec::new();
+    let _ = c.read_to_end(&mut sink);
+    let (code, out, err) = sb.ctl(&["stats"]);
+    let took = t.elapsed();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["state"], "standby", "{out}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+}

@@ -18,8 +18,14 @@ fn vmm() -> PathBuf {
     p
 }
 
+/// The two full runs one at a time: each asserts on what its guest did during the live
+/// copies (VRAM dirtied across rounds), which a second run's VMs on the same 2 cores can
+/// starve.
+static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn short_migrate_run_measures_snapshots_and_migrations() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
@@ -158,6 +164,7 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
 /// rounds at once.
 #[test]
 fn short_migrate_run_into_standbys_reports_their_preparation_apart() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-sb-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))

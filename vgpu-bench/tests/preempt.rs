@@ -75,11 +75,12 @@ fn every_method_preempts_every_kernel_identically_and_auto_chooses_per_class() {
         ("long_atomic", "checkpoint"),
         ("saxpy", "slice"),
     ] {
-        assert_eq!(
-            per(&s, name)["method_used"],
-            used,
-            "{name}: {}",
-            per(&s, name)
-        );
+        // A request that came within the wait budget of the kernel's expected end was waited
+        // on (`wait+METHOD`): the class's method stays `used`. Every request waited (`wait`,
+        // possible only for the sub-millisecond ones) shows no stop to check.
+        let w = per(&s, name);
+        let got = w["method_used"].as_str().unwrap();
+        let method = got.strip_prefix("wait+").unwrap_or(got);
+        assert!(method == used || got == "wait", "{name}: {w}");
     }
 }

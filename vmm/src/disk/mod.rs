@@ -100,6 +100,34 @@ impl Disk {
     /// Opens a disk: read-only files `O_RDONLY` with a shared lock, writable ones with an
     /// exclusive lock (two VMs never write one file, nor one writes what another reads).
     pub fn open(spec: &DiskSpec) -> Result<Self, DiskError> {
+        let (file, bytes) = Self::open_file(spec)?;
+        let path = &spec.path;
+        let open_err = |err| DiskError::Open {
+            path: path.clone(),
+            err,
+        };
+        let op = if spec.read_only {
+            libc::LOCK_SH
+        } else {
+            libc::LOCK_EX
+        };
+        // SAFETY: flock on a file descriptor this function owns; no memory is involved.
+        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+            return Err(DiskError::Locked(path.clone()));
+        }
+        Ok(Disk {
+            spec: DiskSpec {
+                // Absolute: a restore may run in another directory.
+                path: std::path::absolute(path).map_err(open_err)?,
+                read_only: spec.read_only,
+                bytes,
+            },
+            file: Arc::new(file),
+        })
+    }
+
+    /// Opens `spec`'s file as [`Self::open`] does, without its lock: the file and its size.
+    fn open_file(spec: &DiskSpec) -> Result<(File, u64), DiskError> {
         let path = &spec.path;
         let open_err = |err| DiskError::Open {
             path: path.clone(),
@@ -123,24 +151,7 @@ impl Disk {
         if bytes < request::SECTOR {
             return Err(DiskError::Empty(path.clone()));
         }
-        let op = if spec.read_only {
-            libc::LOCK_SH
-        } else {
-            libc::LOCK_EX
-        };
-        // SAFETY: flock on a file descriptor this function owns; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
-            return Err(DiskError::Locked(path.clone()));
-        }
-        Ok(Disk {
-            spec: DiskSpec {
-                // Absolute: a restore may run in another directory.
-                path: std::path::absolute(path).map_err(open_err)?,
-                read_only: spec.read_only,
-                bytes,
-            },
-            file: Arc::new(file),
-        })
+        Ok((file, bytes))
     }
 
     /// Opens the disks a snapshot's manifest lists, each with the size recorded there.
@@ -149,16 +160,35 @@ impl Disk {
             .iter()
             .map(|s| {
                 let d = Disk::open(s)?;
-                if d.spec.bytes != s.bytes {
-                    return Err(DiskError::SizeChanged {
-                        path: s.path.clone(),
-                        want: s.bytes,
-                        got: d.spec.bytes,
-                    });
-                }
+                same_size(s, d.spec.bytes)?;
                 Ok(d)
             })
             .collect()
+    }
+
+    /// Whether [`Self::reopen`] would find the disks a manifest lists (at most [`MAX_DISKS`],
+    /// each openable as recorded, with its recorded size), without taking their locks (the
+    /// source may hold them until it ends): checked before any of a migration's state is
+    /// read into a standby, which the stream would otherwise use up.
+    pub fn check_reopen(specs: &[DiskSpec]) -> Result<(), DiskError> {
+        if specs.len() > MAX_DISKS {
+            return Err(DiskError::TooMany(specs.len()));
+        }
+        specs
+            .iter()
+            .try_for_each(|s| same_size(s, Self::open_file(s)?.1))
+    }
+}
+
+/// A reopened disk must have the size its manifest recorded.
+fn same_size(s: &DiskSpec, got: u64) -> Result<(), DiskError> {
+    match got == s.bytes {
+        true => Ok(()),
+        false => Err(DiskError::SizeChanged {
+            path: s.path.clone(),
+            want: s.bytes,
+            got,
+        }),
     }
 }
 
@@ -296,6 +326,42 @@ mod tests {
         assert!(!DiskSpec::parse("d.img").unwrap().read_only);
         assert!(!DiskSpec::parse("d.img,rw").unwrap().read_only);
         assert!(DiskSpec::parse(",ro").is_err());
+    }
+
+    #[test]
+    fn check_reopen_sees_what_reopen_would_without_the_locks() {
+        let dir = std::env::temp_dir().join(format!("vgpu-disk-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("d.img");
+        std::fs::write(&f, [0u8; 1024]).unwrap();
+        let spec = |bytes| DiskSpec {
+            path: f.clone(),
+            read_only: false,
+            bytes,
+        };
+        // Held for writing by another (as a migration's source holds it): still checkable.
+        let held = Disk::open(&spec(0)).unwrap();
+        assert!(Disk::check_reopen(&[spec(1024)]).is_ok());
+        assert!(matches!(
+            Disk::check_reopen(&[spec(2048)]),
+            Err(DiskError::SizeChanged {
+                want: 2048,
+                got: 1024,
+                ..
+            })
+        ));
+        drop(held);
+        std::fs::remove_file(&f).unwrap();
+        assert!(matches!(
+            Disk::check_reopen(&[spec(1024)]),
+            Err(DiskError::Open { .. })
+        ));
+        let many = vec![spec(1024); MAX_DISKS + 1];
+        assert!(matches!(
+            Disk::check_reopen(&many),
+            Err(DiskError::TooMany(_))
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

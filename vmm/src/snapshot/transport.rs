@@ -288,25 +288,48 @@ impl Incoming {
 
     /// [`Self::accept_one`] with the handshake's time limit given.
     pub fn accept_within(self, limit: Duration) -> io::Result<Link> {
+        if let Incoming::Unix(s) = self {
+            return s.accept_one().map(Link::Unix);
+        }
+        loop {
+            if let Some(link) = self.accept_attempt(limit)? {
+                return Ok(link);
+            }
+        }
+    }
+
+    /// Takes one connection (blocking until one comes: call after [`Self::pending_within`]
+    /// said one is pending). `None`: a `tls:` connection whose handshake failed within
+    /// [`tls::SERVER_HANDSHAKE`], logged and closed (the listener listens on), so that a caller
+    /// with a deadline of its own can go back to waiting. A unix socket's file stays until
+    /// [`Self::close`].
+    pub fn accept_pending(&self) -> io::Result<Option<Link>> {
+        self.accept_attempt(tls::SERVER_HANDSHAKE)
+    }
+
+    fn accept_attempt(&self, limit: Duration) -> io::Result<Option<Link>> {
         match self {
-            Incoming::Unix(s) => s.accept_one().map(Link::Unix),
+            Incoming::Unix(s) => s.accept().map(|c| Some(Link::Unix(c))),
             Incoming::Tcp(l) => {
                 let (s, peer) = l.accept()?;
                 log::info!("migration: incoming connection from {peer}");
                 let _ = s.set_nodelay(true);
-                Ok(Link::Tcp(s))
+                Ok(Some(Link::Tcp(s)))
             }
-            Incoming::Tls(l, config) => loop {
+            Incoming::Tls(l, config) => {
                 let (s, peer) = l.accept()?;
                 let _ = s.set_nodelay(true);
                 match TlsStream::accept(config.clone(), s, &peer.to_string(), limit) {
                     Ok(s) => {
                         log::info!("migration: TLS connection from {peer} accepted");
-                        return Ok(Link::Tls(Box::new(Mutex::new(s))));
+                        Ok(Some(Link::Tls(Box::new(Mutex::new(s)))))
                     }
-                    Err(e) => log::warn!("migration: refused: {e}; still listening"),
+                    Err(e) => {
+                        log::warn!("migration: refused: {e}; still listening");
+                        Ok(None)
+                    }
                 }
-            },
+            }
         }
     }
 }

@@ -39,6 +39,8 @@ struct Dest<'a> {
 impl Destination for Dest<'_> {
     fn admit(&mut self, m: &Manifest) -> Result<(), String> {
         let gpu = super::fit_config(&self.standby.cfg, m).map_err(|e| e.to_string())?;
+        // Its disks too, here rather than when the VM is built after every round.
+        crate::disk::Disk::check_reopen(&m.disks).map_err(|e| e.to_string())?;
         self.gpu = gpu;
         Ok(())
     }
@@ -90,30 +92,37 @@ pub(super) fn take(
     });
     if let Err(e) = write_line(&mut out, &Response::ok(answer)) {
         log::warn!("standby: answer incoming: {e}; not listening");
+        listener.close();
         return Next::Wait(Box::new(standby));
     }
     drop(out);
     log::info!("standby: waiting for a migration on {ep} (at most {wait:?})");
-    match listener.pending_within(wait) {
-        Ok(true) => {}
-        Ok(false) => {
-            log::warn!("standby: no source on {ep} within {wait:?}; waiting on as a standby");
-            listener.close();
-            return Next::Wait(Box::new(standby));
+    // Within `wait` in all: a `tls:` peer that fails its handshake is refused and the wait
+    // goes on to the same deadline (never a blocking accept past it).
+    let deadline = Instant::now() + wait;
+    let conn = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let got = match listener.pending_within(left) {
+            Ok(true) => listener.accept_pending(),
+            Ok(false) => {
+                log::warn!("standby: no source on {ep} within {wait:?}; waiting on as a standby");
+                listener.close();
+                return Next::Wait(Box::new(standby));
+            }
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(Some(conn)) => break conn,
+            Ok(None) => {}
+            Err(e) => {
+                log::warn!("standby: incoming {ep}: {e}; waiting on as a standby");
+                listener.close();
+                return Next::Wait(Box::new(standby));
+            }
         }
-        Err(e) => {
-            log::warn!("standby: incoming {ep}: {e}; waiting on as a standby");
-            listener.close();
-            return Next::Wait(Box::new(standby));
-        }
-    }
-    match listener.accept_one() {
-        Ok(conn) => receive(conn, standby, run),
-        Err(e) => {
-            log::warn!("standby: incoming {ep}: {e}; waiting on as a standby");
-            Next::Wait(Box::new(standby))
-        }
-    }
+    };
+    listener.close();
+    receive(conn, standby, run)
 }
 
 /// Receives the VM on `conn` into `standby` and builds it.
