@@ -105,19 +105,7 @@ fn warm_up(e: &SimEngine, p: &Placed, iters: u32, runs: usize) {
 /// `running_since`; the kernels run 100 ms or more, so the request comes while they run even
 /// on a loaded host); returns the outcome, the request's instant and the return's.
 fn execute_requested(e: &SimEngine, j: &Job) -> (Outcome, Instant, Instant) {
-    let h = PreemptHandle::new();
-    std::thread::scope(|s| {
-        let h2 = h.clone();
-        let req = s.spawn(move || {
-            while h2.running_since().is_none() {
-                std::thread::yield_now();
-            }
-            h2.request()
-        });
-        let out = e.execute(j, &h).unwrap();
-        let returned = Instant::now();
-        (out, req.join().unwrap(), returned)
-    })
+    execute_requested_at(e, j, Duration::ZERO)
 }
 
 /// Resumes until the job completes.
@@ -246,6 +234,38 @@ fn a_waited_launch_that_overruns_is_stopped_after_the_budget() {
     assert_eq!(read_out(&e, &p), want);
 }
 
+/// Three unrequested runs of `warm` (the engine's estimate of its kernel): the longest's wall
+/// time, which bounds their GPU time and so the estimate (their maximum).
+fn longest_of_three(e: &SimEngine, warm: &Job) -> Duration {
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let out = e.execute(warm, &PreemptHandle::new()).unwrap();
+            assert!(matches!(out, Outcome::Completed { .. }));
+            t.elapsed()
+        })
+        .max()
+        .unwrap()
+}
+
+/// Executes `j` with a request once it has run `at` (the handle's `running_since`); the
+/// outcome, the request's instant and the return's.
+fn execute_requested_at(e: &SimEngine, j: &Job, at: Duration) -> (Outcome, Instant, Instant) {
+    let h = PreemptHandle::new();
+    std::thread::scope(|s| {
+        let h2 = h.clone();
+        let req = s.spawn(move || {
+            while h2.running_since().is_none_or(|t| t.elapsed() < at) {
+                std::thread::yield_now();
+            }
+            h2.request()
+        });
+        let out = e.execute(j, &h).unwrap();
+        let returned = Instant::now();
+        (out, req.join().unwrap(), returned)
+    })
+}
+
 /// The request comes once the launch has already run past its kernel's estimate (earlier runs
 /// were short, this one is long): it is not waited (nothing could make it end within the
 /// budget), but stopped at once by its own method, long before the (huge) budget passes; it
@@ -256,33 +276,14 @@ fn a_launch_already_past_its_estimate_is_not_waited() {
     let budget = Duration::from_secs(20);
     let e = engine(budget);
     let p = place(&e);
-    // The warm-up runs' wall time bounds their GPU time, so the estimate (their maximum).
-    let (warm, _) = job(&p, short);
-    let mut longest = Duration::ZERO;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let out = e.execute(&warm, &PreemptHandle::new()).unwrap();
-        assert!(matches!(out, Outcome::Completed { .. }));
-        longest = longest.max(t.elapsed());
-    }
+    let longest = longest_of_three(&e, &job(&p, short).0);
     // 100 times the short kernel's length: still running when the request comes.
     let (j, want) = job(&p, short.saturating_mul(100));
     clear_out(&e, &p);
     let before = e.ckpt_stats();
-    let h = PreemptHandle::new();
-    let (out, requested, returned) = std::thread::scope(|s| {
-        let h2 = h.clone();
-        let req = s.spawn(move || {
-            // Three times the longest warm-up run after the kernel started: past its
-            // estimate and the allowance (the estimate again, `ckwait::past_tolerance`).
-            while h2.running_since().is_none_or(|t| t.elapsed() < longest * 3) {
-                std::thread::yield_now();
-            }
-            h2.request()
-        });
-        let out = e.execute(&j, &h).unwrap();
-        (out, req.join().unwrap(), Instant::now())
-    });
+    // Three times the longest warm-up run after the kernel started: past its estimate and
+    // the allowance (the estimate again, `ckwait::past_tolerance`).
+    let (out, requested, returned) = execute_requested_at(&e, &j, longest * 3);
     let after = e.ckpt_stats();
     assert!(matches!(out, Outcome::Preempted { .. }), "{out:?}");
     assert_eq!(after.waited_preemptions, before.waited_preemptions);
@@ -304,31 +305,13 @@ fn a_launch_just_past_its_estimate_is_still_waited() {
     let short = calibrate(Duration::from_millis(100));
     let e = engine(Duration::from_secs(20));
     let p = place(&e);
-    let (warm, _) = job(&p, short);
-    let mut longest = Duration::ZERO;
-    for _ in 0..3 {
-        let t = Instant::now();
-        let out = e.execute(&warm, &PreemptHandle::new()).unwrap();
-        assert!(matches!(out, Outcome::Completed { .. }));
-        longest = longest.max(t.elapsed());
-    }
+    let longest = longest_of_three(&e, &job(&p, short).0);
     // Twice the warm-up runs' length; the request at 1.3 times the longest of them: past the
     // estimate, within twice it, and ~0.7 estimates before this run ends.
     let (j, want) = job(&p, short.saturating_mul(2));
     clear_out(&e, &p);
     let before = e.ckpt_stats();
-    let h = PreemptHandle::new();
-    let out = std::thread::scope(|s| {
-        let h2 = h.clone();
-        let at = longest.mul_f64(1.3);
-        s.spawn(move || {
-            while h2.running_since().is_none_or(|t| t.elapsed() < at) {
-                std::thread::yield_now();
-            }
-            h2.request();
-        });
-        e.execute(&j, &h).unwrap()
-    });
+    let (out, _, _) = execute_requested_at(&e, &j, longest.mul_f64(1.3));
     let after = e.ckpt_stats();
     assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
     assert_eq!(
