@@ -19,6 +19,8 @@
 #               kernels under auto, the request paths' breakdown
 #   E (~9 min)  session 12: wait and adaptive-path tests, migration into a cuda standby, the long
 #               kernels under the adaptive path and the fixed one, migrate --dest standby, 64 VMs
+#   F (~9 min)  before flipping ck_path's default to adaptive: the suite (never preempted and
+#               forced) and 16 vgpud VMs under it, beside the fixed path
 set -u
 P=$1; B=$(realpath "$2"); AP=$(realpath "$3"); O=$(realpath -m "$4")
 mkdir -p "$O"
@@ -93,5 +95,22 @@ E)
   find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
   tar czf "$O/E.tar.gz" -C "$O" $(cd "$O" && ls -d padapt migsb s64-* pfixed 2>/dev/null)
   ;;
-*) echo "phase A|B|C|D|E" >&2; exit 2 ;;
+F)
+  # Before `ck_path=adaptive` becomes the default (pgpu/src/cuda/ckchoice.rs DEFAULT_CK_PATH):
+  # the VM-level checks under it. The suite never preempted and force-preempted in process
+  # (VGPU_CUDA_CK_PATH), 16 VMs through vgpud on one GPU with one-CTA kernels under
+  # checkpoint (--gpu ck_path=adaptive; beside the same without it), the vmm cuda tests.
+  A="--apps $AP/apps --lib $AP/lib --vmm $B/vgpu-vmm"
+  VGPU_CUDA_CK_PATH=adaptive t 330 "$B/vgpu-bench" apps --backend cuda --size large --configs inproc \
+    --preempt auto --reps 3 $A --out "$O/apps-adaptive" 2>/dev/null | last 2
+  VGPU_CUDA_CK_PATH=adaptive t 90 "$B/vgpu-bench" apps --backend cuda --size small --configs inproc \
+    --preempt checkpoint,restart,auto --preempt-test 1:3 --reps 1 $A --out "$O/appt-adaptive" 2>/dev/null | last 2
+  for x in "" ",ck_path=adaptive"; do
+    t 90 "$B/vgpu-bench" fairness --backend cuda --vms 16 --policy timeslice --kernel-us 5000 \
+      --duration 5 --gpu-extra "preempt=checkpoint$x" --out "$O/fair16${x#,ck_path=}" 2>/dev/null | last 1
+  done
+  find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
+  tar czf "$O/F.tar.gz" -C "$O" $(cd "$O" && ls -d apps-adaptive appt-adaptive fair16* 2>/dev/null)
+  ;;
+*) echo "phase A|B|C|D|E|F" >&2; exit 2 ;;
 esac
