@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod incoming;
 pub mod load;
 pub mod manifest;
+pub mod paced;
 pub mod precopy;
 pub mod ram;
 pub mod ready;

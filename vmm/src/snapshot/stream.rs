@@ -358,13 +358,16 @@ pub fn receive(conn: &Link, given: Option<&vgpu::GpuConfig>) -> Result<Loaded, S
 /// [`StreamError::NotAdmitted`], answered to the source at once), its engine takes the rounds.
 pub fn receive_into(conn: &Link, dest: &mut dyn Destination) -> Result<Loaded, StreamError> {
     conn.set_read_timeout(Some(PATIENCE))?;
-    let mut r = BufReader::with_capacity(1 << 20, conn);
+    // The header and manifest within PATIENCE in all (`paced`), the rest per read.
+    let paced = super::paced::Paced::new(conn, std::time::Instant::now() + PATIENCE);
+    let mut r = BufReader::with_capacity(1 << 20, paced);
     let (kind, len) = read_header(&mut r)?;
     if kind != MANIFEST {
         return Err(bad(format!("frame {kind} where the manifest was due")));
     }
     let text = read_payload(&mut r, len, MAX_MANIFEST, "manifest")?;
     let manifest = Manifest::parse(&text)?;
+    r.get_ref().lift();
     if let Err(why) = dest.admit(&manifest) {
         // Said now, before the source sends its RAM: a source that reads the destination's
         // lines during the rounds stops there, one that does not finds it after its writes
