@@ -58,12 +58,23 @@ pub struct Key {
 impl Key {
     /// The key of a launch.
     pub fn of(l: &LaunchJob) -> Key {
-        let [g0, g1, g2] = l.grid;
-        let [b0, b1, b2] = l.block;
+        Key::new(l.module, &l.entry, l.grid, l.block, l.dynamic_shared)
+    }
+
+    /// The key of a kernel of `module` and its launch shape.
+    pub fn new(
+        module: crate::engine::ModuleId,
+        entry: &str,
+        grid: [u32; 3],
+        block: [u32; 3],
+        dynamic_shared: u32,
+    ) -> Key {
+        let [g0, g1, g2] = grid;
+        let [b0, b1, b2] = block;
         Key {
-            module: l.module.0,
-            entry: l.entry.clone(),
-            shape: [g0, g1, g2, b0, b1, b2, l.dynamic_shared],
+            module: module.0,
+            entry: entry.to_owned(),
+            shape: [g0, g1, g2, b0, b1, b2, dynamic_shared],
         }
     }
 }

@@ -310,6 +310,8 @@ impl Daemon {
         };
         self.accounting
             .charge(vm, Duration::from_nanos(gpu_ns), now);
+        // A preemption's lateness, of a run that stopped or of a grant given back.
+        let mut late_preempt = None;
         if stamped {
             // The daemon's totals and this GPU's own figures.
             let busy = end_ns - start_ns;
@@ -317,9 +319,7 @@ impl Daemon {
             gpu.report.busy_ns += busy;
             if preempted && let Some(due) = due {
                 let late = end_ns.saturating_sub(due);
-                self.report.preempt_latency_ns.push(late);
-                gpu.report.preempt_latency_ns.push(late);
-                let p = crate::report::LatePreempt {
+                late_preempt = Some(crate::report::LatePreempt {
                     vm: vm.0,
                     gpu: g as u32,
                     late_ns: late,
@@ -331,8 +331,7 @@ impl Daemon {
                     extended: run.extended,
                     due_at_ns: due.saturating_sub(origin_ns),
                     kept: false,
-                };
-                crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
+                });
             }
             if first
                 && let Some((prev, prev_end)) = gpu.last_end
@@ -357,9 +356,7 @@ impl Daemon {
             // elsewhere; the VM's reader thread gives it back at a preempt now, the backstop's
             // included, or its worker at its next acquire after the slice end).
             let late = now_ns.saturating_sub(due);
-            self.report.preempt_latency_ns.push(late);
-            gpu.report.preempt_latency_ns.push(late);
-            let p = crate::report::LatePreempt {
+            late_preempt = Some(crate::report::LatePreempt {
                 vm: vm.0,
                 gpu: g as u32,
                 late_ns: late,
@@ -371,7 +368,11 @@ impl Daemon {
                 extended: run.extended,
                 due_at_ns: due.saturating_sub(origin_ns),
                 kept: true,
-            };
+            });
+        }
+        if let Some(p) = late_preempt {
+            self.report.preempt_latency_ns.push(p.late_ns);
+            gpu.report.preempt_latency_ns.push(p.late_ns);
             crate::report::LatePreempt::keep(&mut self.report.worst_preemptions, p);
         }
         if stamped && first {

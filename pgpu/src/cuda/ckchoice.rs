@@ -171,15 +171,7 @@ impl super::engine::CudaEngine {
 
 /// The estimate key of a launch's run (`crate::ckwait::Key`: module, entry, shape).
 pub(crate) fn key(l: &LaunchState) -> crate::ckwait::Key {
-    crate::ckwait::Key::of(&crate::engine::LaunchJob {
-        space: l.space,
-        module: l.module,
-        entry: l.entry.clone(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.dynamic_shared,
-        params: Vec::new(),
-    })
+    crate::ckwait::Key::new(l.module, &l.entry, l.grid, l.block, l.dynamic_shared)
 }
 
 #[cfg(test)]
