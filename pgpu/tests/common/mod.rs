@@ -87,4 +87,5 @@ impl Rng {
     }
 }
 
+pub mod placed;
 pub mod runner;

@@ -7,27 +7,7 @@ use pgpu::*;
 
 use super::BASE;
 
-/// An instance placed in an address space.
-pub struct Placed {
-    pub space: SpaceId,
-    pub module: ModuleId,
-    pub addrs: Vec<u64>,
-}
-
-impl Placed {
-    /// The job of launch `l` of the instance placed here.
-    pub fn job(&self, l: &suite::Launch) -> Job {
-        Job::Launch(LaunchJob {
-            space: self.space,
-            module: self.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params: suite::layout_params(&l.params, &self.addrs).unwrap(),
-        })
-    }
-}
+pub use super::placed::Placed;
 
 /// Creates a space at `BASE`, maps and fills every buffer (VRAM from PA `pa_base` on).
 pub fn place(e: &SimEngine, inst: &suite::Instance, pa_base: u64) -> Placed {

@@ -52,27 +52,9 @@ pub fn is_child(name: &str) -> bool {
     std::env::var("PGPU_CUDA_CHILD").as_deref() == Ok(name)
 }
 
-/// A suite instance placed in an address space.
-pub struct Placed {
-    pub space: SpaceId,
-    pub module: ModuleId,
-    pub addrs: Vec<u64>,
-}
-
-impl Placed {
-    /// The job of launch `l` of the instance placed here.
-    pub fn job(&self, l: &suite::Launch) -> Job {
-        Job::Launch(LaunchJob {
-            space: self.space,
-            module: self.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params: suite::layout_params(&l.params, &self.addrs).unwrap(),
-        })
-    }
-}
+#[path = "../common/placed.rs"]
+mod placed;
+pub use placed::Placed;
 
 /// Maps every buffer on 2 MiB pages (an unmapped 2 MiB guard after each) from `window.base`,
 /// VRAM from 0, fills it and loads the PTX.
