@@ -461,19 +461,40 @@ pub fn status_area(statuses: &[u32], record_bytes: u32, len: u64) -> Vec<u8> {
     a
 }
 
+/// How [`transform`] strip-mines loops (`ptx::ckpt::Options`' `chunk_instructions`,
+/// `fast_chunks` and `atomic_weight`): an engine's choice, sized for where its kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chunking {
+    pub instructions: u32,
+    pub fast: bool,
+    pub atomic_weight: u32,
+}
+
+impl Default for Chunking {
+    fn default() -> Self {
+        let o = ptx::ckpt::Options::default();
+        Chunking {
+            instructions: o.chunk_instructions,
+            fast: o.fast_chunks,
+            atomic_weight: o.atomic_weight,
+        }
+    }
+}
+
 /// Transforms a guest's module within its load limits (the text is hostile: the same host-byte
 /// bound, deadline and cancel flag as the plain load).
 pub(crate) fn transform(
     text: &str,
     limits: &LoadLimits,
     poll_interval: u32,
-    (chunk_instructions, fast_chunks): (u32, bool),
+    chunks: Chunking,
     restart: bool,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
     let opts = ptx::ckpt::Options {
         poll_interval: poll_interval.max(1),
-        chunk_instructions,
-        fast_chunks,
+        chunk_instructions: chunks.instructions,
+        fast_chunks: chunks.fast,
+        atomic_weight: chunks.atomic_weight,
         restart,
         load: ptx::LoadOptions {
             max_host_bytes: limits.max_host_bytes,

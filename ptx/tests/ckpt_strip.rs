@@ -351,3 +351,40 @@ fn the_copy_of_lcg_spin_counts_down_and_steps_once() {
         ]
     );
 }
+
+/// `Options::atomic_weight`: a loop of one global atomic per iteration (`long_atomic`, not
+/// idempotent) gets shorter chunks, so more polls, the larger the weight (the cuda engine's
+/// 64 against the default 8), and keeps the original's bytes never preempted and preempted
+/// at seeded random instructions.
+#[test]
+fn the_atomic_weight_shortens_the_chunks_of_a_loop_of_atomics() {
+    let inst = suite::long::find("long_atomic")
+        .unwrap()
+        .instance(Size::Small);
+    let (orig, plain) = run_plain(&inst, inst.ptx, 1);
+    let mut instrs = Vec::new();
+    for weight in [1, ptx::ckpt::DEFAULT_ATOMIC_WEIGHT, 64] {
+        let t = transform(
+            inst.ptx,
+            &Options {
+                atomic_weight: weight,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert!(t.ptx.contains("$__ck_in"), "strip-mined at weight {weight}");
+        let never = run_ckpt(&inst, &t, 1, None, 0).expect("runs");
+        assert_eq!(never.outs, orig, "never preempted, weight {weight}");
+        let mut rng = Rng(0xa70 + u64::from(weight));
+        for trial in 0..4 {
+            let r = run_ckpt(&inst, &t, 2, Some(&mut rng), 1 + trial).expect("runs");
+            assert_eq!(r.outs, orig, "weight {weight} trial {trial}");
+        }
+        instrs.push(never.stats.thread_instructions);
+    }
+    // More chunks, more polls: strictly more instructions at each larger weight, and the
+    // cuda engine's weight still within 1.25x of the untransformed kernel here.
+    assert!(instrs[0] < instrs[1] && instrs[1] < instrs[2], "{instrs:?}");
+    let over = instrs[2] as f64 / plain.thread_instructions as f64;
+    assert!(over < 1.25, "weight 64: {over:.3}x the original's instructions");
+}

@@ -91,6 +91,10 @@ pub struct Args {
     /// clamped inner loop (off, the transformation before issue 23's overhead work).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub fast_chunks: String,
+    /// cuda: what a global atomic or reduction counts as (instructions) when a strip-mined
+    /// loop's chunk is sized: larger, shorter chunks in loops of atomics.
+    #[arg(long, default_value_t = pgpu::cuda::CUDA_ATOMIC_WEIGHT, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub atomic_weight: u32,
     /// auto: a request for a kernel expected (from its earlier runs) to end within this many
     /// µs is not acted on, the kernel completes (`wait`; such requests are samples too, their
     /// latency request → job completed); 0: never wait.
@@ -669,6 +673,7 @@ fn output(
             "ck_path": a.ck_path.to_string(),
             "chunk_instructions": a.chunk,
             "fast_chunks": a.fast_chunks,
+            "atomic_weight": a.atomic_weight,
             "requester": a.requester,
         },
         "breakdown": breakdown::summary(&parts(&all)),

@@ -22,6 +22,8 @@ pub struct CudaKnobs {
     pub chunk: u32,
     /// Whole chunks as constant-trip copies.
     pub fast_chunks: bool,
+    /// What a global atomic counts as when a chunk is sized (instructions).
+    pub atomic_weight: u32,
     /// `auto`'s wait budget, µs, on either engine (`pgpu::ckwait`; 0: never wait).
     pub wait_us: u64,
 }
@@ -36,6 +38,7 @@ impl Default for CudaKnobs {
             ck_path: c.ck_path,
             chunk: c.ckpt_chunk_instructions,
             fast_chunks: c.ckpt_fast_chunks,
+            atomic_weight: c.ckpt_atomic_weight,
             wait_us: c.preempt_wait.as_micros() as u64,
         }
     }
@@ -50,6 +53,7 @@ pub fn knobs(a: &crate::exp_preempt::Args) -> Result<CudaKnobs, BenchError> {
         ck_path: a.ck_path,
         chunk: a.chunk,
         fast_chunks: a.fast_chunks == "on",
+        atomic_weight: a.atomic_weight,
         wait_us: a.wait_us,
     })
 }

@@ -67,6 +67,7 @@ impl Eng {
                 ck_path: knobs.ck_path,
                 ckpt_chunk_instructions: knobs.chunk,
                 ckpt_fast_chunks: knobs.fast_chunks,
+                ckpt_atomic_weight: knobs.atomic_weight,
                 preempt_wait: std::time::Duration::from_micros(knobs.wait_us),
                 ..CudaConfig::default()
             })?)),

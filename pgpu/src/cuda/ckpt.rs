@@ -57,7 +57,11 @@ impl CudaEngine {
             text,
             limits,
             self.cfg.ckpt_poll_interval,
-            (self.cfg.ckpt_chunk_instructions, self.cfg.ckpt_fast_chunks),
+            ckpt::Chunking {
+                instructions: self.cfg.ckpt_chunk_instructions,
+                fast: self.cfg.ckpt_fast_chunks,
+                atomic_weight: self.cfg.ckpt_atomic_weight,
+            },
             restart,
         ) {
             Ok(t) => t,

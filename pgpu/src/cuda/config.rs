@@ -8,6 +8,14 @@ pub use super::ckpath::{EndWait, StatusRead};
 use crate::ckpt::PreemptMethod;
 use crate::engine::EngineLimits;
 
+/// [`CudaConfig::ckpt_atomic_weight`]'s default. On an H200 `long_atomic` (8 CTAs of 256
+/// threads, one contended `atom.global.add` per iteration) ran its chunk of 34 iterations
+/// (weight 8: 512 / (7 + 8)) in about 33 µs between the flag's write and the kernel's end, the
+/// largest part of its 90 µs request→context p99 (session 12). A weight of 64 makes that
+/// chunk 7 iterations (about 7 µs), and the poll a chunk adds stays small beside seven
+/// contended atomics.
+pub const CUDA_ATOMIC_WEIGHT: u32 = 64;
+
 /// How a [`super::CudaEngine`] is set up (all runtime values, `Default` for tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaConfig {
@@ -53,6 +61,9 @@ pub struct CudaConfig {
     /// `ptx::ckpt::Options::chunk_instructions`: instructions of a strip-mined loop between
     /// two polls (0: counted polls in every loop). Default: the transformation's (512).
     pub ckpt_chunk_instructions: u32,
+    /// `ptx::ckpt::Options::atomic_weight`: what a global atomic or reduction counts as when a
+    /// strip-mined loop's chunk is sized. Default [`CUDA_ATOMIC_WEIGHT`].
+    pub ckpt_atomic_weight: u32,
     /// `ptx::ckpt::Options::fast_chunks`: whole chunks as constant-trip copies. Default on.
     pub ckpt_fast_chunks: bool,
     /// `ptx::ckpt::Options::poll_interval`: a thread reads the flag at every this many point
@@ -85,6 +96,7 @@ impl Default for CudaConfig {
             status_read: StatusRead::Strided,
             ck_path: super::ckchoice::DEFAULT_CK_PATH,
             ckpt_chunk_instructions: ptx::ckpt::Options::default().chunk_instructions,
+            ckpt_atomic_weight: CUDA_ATOMIC_WEIGHT,
             ckpt_fast_chunks: ptx::ckpt::Options::default().fast_chunks,
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,

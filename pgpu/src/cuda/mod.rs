@@ -47,6 +47,8 @@ mod vram;
 pub use bulk::PTX as BULK_PTX;
 pub use ckchoice::{DEFAULT_CK_PATH, DEFAULT_FAST_FROM, MAX_FAST_FROM_US};
 pub use ckpath::CkBreakdown;
-pub use config::{CkPath, CkPathChoice, CudaConfig, EndWait, FlagWrite, StatusRead};
+pub use config::{
+    CUDA_ATOMIC_WEIGHT, CkPath, CkPathChoice, CudaConfig, EndWait, FlagWrite, StatusRead,
+};
 pub use driver::{DeviceInfo, devices};
 pub use engine::CudaEngine;

@@ -495,12 +495,11 @@ fn transform(
     poll_interval: u32,
     restart: bool,
 ) -> Result<ptx::ckpt::Transformed, ptx::ckpt::Unsupported> {
-    let o = ptx::ckpt::Options::default();
     ckpt::transform(
         text,
         limits,
         poll_interval,
-        (o.chunk_instructions, o.fast_chunks),
+        ckpt::Chunking::default(),
         restart,
     )
 }

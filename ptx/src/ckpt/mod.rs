@@ -41,6 +41,10 @@ pub fn print_module(text: &str, opts: &LoadOptions) -> Result<String, PtxError> 
     Ok(print::module(&m))
 }
 
+/// [`Options::atomic_weight`]'s default: what a global atomic or reduction counts as, in
+/// instructions, when a strip-mined loop's chunk is sized.
+pub const DEFAULT_ATOMIC_WEIGHT: u32 = 8;
+
 /// Options of [`transform`].
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -57,6 +61,12 @@ pub struct Options {
     /// clamped bound that `ptxas` can unroll, and the point loads the flag at every crossing
     /// (no countdown). Default 512; 0 keeps the counted poll in every loop.
     pub chunk_instructions: u32,
+    /// What one global atomic or reduction of a strip-mined loop counts as when its chunk is
+    /// sized (instructions). Contended, it takes far longer than an ALU instruction, and a
+    /// chunk is meant to be a short time. Default [`DEFAULT_ATOMIC_WEIGHT`] (the interpreter's
+    /// view: an atomic costs it a few instructions); the cuda engine sets its own
+    /// (`CudaConfig::ckpt_atomic_weight`), sized on the GPU.
+    pub atomic_weight: u32,
     /// Whole chunks of strip-mined `Thread` loops whose induction register only steps and
     /// tests also run as a copy with a constant trip count (`fast.rs`), which `ptxas` unrolls
     /// without a remainder loop per chunk. Default true.
@@ -90,6 +100,7 @@ impl Default for Options {
             max_gap: 64,
             poll_interval: 64,
             chunk_instructions: 512,
+            atomic_weight: DEFAULT_ATOMIC_WEIGHT,
             fast_chunks: true,
             max_points: 256,
             max_record_bytes: 4096,
@@ -412,7 +423,7 @@ fn strip_loops(
         }
         match class {
             Class::Thread if s.kind == PointKind::Loop => {
-                let st = strip::find(e, fl, regs, s.node, chunk, false);
+                let st = strip::find(e, fl, regs, s.node, (chunk, opts.atomic_weight), false);
                 out.push((s, st));
             }
             Class::Cta => {
@@ -422,7 +433,7 @@ fn strip_loops(
                     .min_by_key(|&&(t, i)| i - t)
                     .map(|&(t, _)| t)
                     .filter(|&t| !flow::test(live.row(t), regs.cf()));
-                match header.and_then(|t| Some((t, strip::find(e, fl, regs, t, chunk, true)?))) {
+                match header.and_then(|t| Some((t, strip::find(e, fl, regs, t, (chunk, opts.atomic_weight), true)?))) {
                     Some((t, st)) => out.push((
                         points::Site {
                             node: t,

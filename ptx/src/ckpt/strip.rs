@@ -69,11 +69,6 @@ impl Op {
     }
 }
 
-/// What one atomic or reduction of a loop counts as when its chunk is sized (instructions):
-/// on an H100, `long_atomic`'s chunk of 64 iterations (one contended `atom.global.add` each)
-/// took about 28 µs, so a preemption waited 57 µs on the GPU for two of them.
-const ATOMIC_WEIGHT: u32 = 8;
-
 /// Longest loop (instructions) the strip-miner looks at.
 const MAX_LOOP: usize = 4096;
 
@@ -221,7 +216,8 @@ fn int_width(ty: &str) -> Option<(u32, bool)> {
 /// predicate set once, by an unguarded
 /// integer `setp` of the induction register against a loop-invariant bound; the induction
 /// register set once before it, by `add`/`sub` of an immediate. `chunk_instructions` sets
-/// the chunk: that many instructions of the loop per poll (at least 1 iteration). `cta`:
+/// the chunk: that many instructions of the loop per poll (at least 1 iteration), an atomic or
+/// reduction counting as `atomic_weight`. `cta`:
 /// the loop of a `Cta` kernel, which may hold barriers and must hold one on its spine (its
 /// point moves to the header: the poll's `bar.red` there is one extra barrier per chunk).
 pub(crate) fn find(
@@ -229,7 +225,7 @@ pub(crate) fn find(
     flow: &Flow,
     regs: &Regs,
     site: usize,
-    chunk_instructions: u32,
+    (chunk_instructions, atomic_weight): (u32, u32),
     cta: bool,
 ) -> Option<Strip> {
     // The loop: instructions `site..=back`, whose only backward branch is the back branch;
@@ -373,14 +369,13 @@ pub(crate) fn find(
     if !ok || step == 0 || step.unsigned_abs() > 1 << 16 {
         return None;
     }
-    // A global atomic or reduction counts as `ATOMIC_WEIGHT` instructions: contended, it
-    // takes far longer than an ALU instruction, and a chunk is meant to be a short time.
+    // A global atomic or reduction counts as `atomic_weight` instructions (`Options`).
     let len: u32 = (site..=back)
         .map(|k| match base(&node_inst(e, flow, k).opcode) {
-            "atom" | "red" => ATOMIC_WEIGHT,
+            "atom" | "red" => atomic_weight.max(1),
             _ => 1,
         })
-        .sum();
+        .fold(0u32, u32::saturating_add);
     let chunk = (chunk_instructions / len.max(1)).clamp(1, 4096);
     let fast = !cta
         && (site..=back)
