@@ -91,12 +91,21 @@ pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed
     }
 }
 
-/// Preempts each run of the job `every` after it started running (the handle's
-/// `running_since`: a fresh launch or a resume), from a helper thread while alive. Each run
-/// gets that long before its request, as a scheduler's slice gives it: a request on a fixed
-/// clock instead could land between a resume's clear of the flag and its kernel's start every
-/// time (the H200 run of 2026-11-27: under the host-mapped flag, whose resumes take ~1 ms of
-/// host work, vecadd was still preempted after 120 s with no thread having run).
+/// How long after a run started running (`every` times these, cycled run by run) the
+/// preempter requests: the short offsets catch kernels of a few µs (the suite's medium
+/// sizes end within 30 µs), the long ones let a run whose kernel starts long after the
+/// handle's running mark progress (below).
+const OFFSETS: [f64; 6] = [0.0, 0.5, 1.0, 2.0, 8.0, 64.0];
+
+/// Preempts each run of the job from a helper thread while alive, at an offset after the
+/// run started running (the handle's `running_since`: a fresh launch or a resume) that
+/// cycles through [`OFFSETS`] × `every`. A request on a fixed clock could land between a
+/// resume's clear of the flag and its kernel's start every time (the H200 run of 2026-11-27:
+/// under the host-mapped flag, whose resumes take ~1 ms of host work, vecadd was still
+/// preempted after 120 s with no thread having run); so could one a fixed `every` after the
+/// running mark, which that path sets ~1 ms before its kernel starts (session 13, same test);
+/// a single long offset instead never preempted the suite's short kernels (0 preemptions in
+/// 50 launches). Every sixth run gets 64 × `every` and progresses.
 pub struct Preempter {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -108,11 +117,14 @@ impl Preempter {
         let (s, h) = (stop.clone(), h.clone());
         let thread = std::thread::spawn(move || {
             let mut last = None;
+            let mut i = 0usize;
             while !s.load(Ordering::Relaxed) {
                 match h.running_since() {
                     Some(t) if last != Some(t) => {
                         last = Some(t);
-                        if let Some(left) = (t + every).checked_duration_since(Instant::now()) {
+                        let at = t + every.mul_f64(OFFSETS[i % OFFSETS.len()]);
+                        i += 1;
+                        if let Some(left) = at.checked_duration_since(Instant::now()) {
                             std::thread::sleep(left);
                         }
                         h.request();
