@@ -386,5 +386,8 @@ fn the_atomic_weight_shortens_the_chunks_of_a_loop_of_atomics() {
     // cuda engine's weight still within 1.25x of the untransformed kernel here.
     assert!(instrs[0] < instrs[1] && instrs[1] < instrs[2], "{instrs:?}");
     let over = instrs[2] as f64 / plain.thread_instructions as f64;
-    assert!(over < 1.25, "weight 64: {over:.3}x the original's instructions");
+    assert!(
+        over < 1.25,
+        "weight 64: {over:.3}x the original's instructions"
+    );
 }

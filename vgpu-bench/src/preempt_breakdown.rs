@@ -178,6 +178,6 @@ mod tests {
         assert_eq!(k.flag_write, FlagWrite::WriteValue);
         assert_eq!(k.end_wait, EndWait::Sync);
         assert_eq!(k.chunk, 512);
-        assert_eq!(k.ck_path, CkPathChoice::Fixed);
+        assert_eq!(k.ck_path, CkPathChoice::adaptive());
     }
 }

@@ -34,7 +34,7 @@ fn run(method: &str) -> serde_json::Value {
     assert_eq!(s["mismatches"], 0, "{method}");
     assert_eq!(s["method"], method);
     // The request path is the cuda engine's: on sim, the default and never counted.
-    assert_eq!(s["cuda_path"]["ck_path"], "fixed");
+    assert_eq!(s["cuda_path"]["ck_path"], "adaptive");
     assert_eq!(s["checkpoint"]["fast_path_launches"], 0);
     assert_eq!(s["checkpoint"]["fixed_path_launches"], 0);
     s

@@ -83,7 +83,7 @@ pub struct GpuConfig {
     /// `pgpu::ckwait::DEFAULT_WAIT_BUDGET`, 0: never wait): `pgpu::ckwait`.
     pub preempt_wait: Duration,
     /// cuda: how each checkpointed kernel run's preemption request path is chosen
-    /// (`ck_path=fixed|adaptive|adaptive:US`, default fixed): `pgpu::cuda::CkPathChoice`.
+    /// (`ck_path=fixed|adaptive|adaptive:US`, default adaptive): `pgpu::cuda::CkPathChoice`.
     pub ck_path: pgpu::cuda::CkPathChoice,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
@@ -243,8 +243,21 @@ impl GpuConfig {
         Ok(c)
     }
 
+    /// A configuration [`GpuConfig::spec`] wrote (a snapshot manifest's `gpu`, perhaps of an
+    /// older build): as [`GpuConfig::parse`], but a newer key the text leaves out means what
+    /// its omission meant when it was written (`ck_path` left out: `fixed`), not today's
+    /// default.
+    pub fn parse_written(s: &str) -> Result<Self, ConfigError> {
+        let c = Self::parse(s)?;
+        keys::apply_omitted(c, s).map_err(|why| ConfigError::BadValue {
+            key: "gpu".into(),
+            value: s.into(),
+            why,
+        })
+    }
+
     /// This configuration in `--gpu` syntax, every key that applies written out
-    /// ([`keys::spec`]); [`GpuConfig::parse`] gives it back.
+    /// ([`keys::spec`]); [`GpuConfig::parse_written`] gives it back.
     pub fn spec(&self) -> String {
         keys::spec(self)
     }
@@ -301,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             GpuConfig::default().ck_path,
-            pgpu::cuda::CkPathChoice::Fixed
+            pgpu::cuda::CkPathChoice::adaptive()
         );
         for bad in [
             "ck_path=fast",
@@ -461,7 +474,7 @@ mod tests {
                 };
                 let c = GpuConfig::parse(&with).unwrap_or_else(|e| panic!("{with}: {e}"));
                 assert_eq!(k.value(&c).as_deref(), Some(v), "{with}");
-                assert_eq!(GpuConfig::parse(&c.spec()).unwrap(), c, "{with}");
+                assert_eq!(GpuConfig::parse_written(&c.spec()).unwrap(), c, "{with}");
             }
         }
         let all = GpuConfig::parse(
@@ -470,7 +483,7 @@ mod tests {
              reconnect_ms=250,gpu=1,nice=-3,rt=2,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
-        assert_eq!(GpuConfig::parse(&all.spec()).unwrap(), all);
+        assert_eq!(GpuConfig::parse_written(&all.spec()).unwrap(), all);
         assert_eq!(
             all.spec().split(',').count(),
             keys::KEYS.len(),
@@ -478,20 +491,19 @@ mod tests {
             all.spec()
         );
         let d = GpuConfig::default();
-        assert_eq!(GpuConfig::parse(&d.spec()).unwrap(), d);
+        assert_eq!(GpuConfig::parse_written(&d.spec()).unwrap(), d);
     }
 
-    /// The keys newer than the manifest are written only when not at their default, so that
-    /// builds that do not know them read the snapshots of configurations that do not use them;
-    /// the spec still parses back to the same configuration either way.
+    /// The keys newer than the manifest are written only when not at the value their omission
+    /// means (their default when they came), so that builds that do not know them read the
+    /// snapshots of configurations that do not use them; the spec still parses back to the
+    /// same configuration either way. `ck_path`'s default moved to adaptive: a default
+    /// configuration writes it, and a manifest without it (of the builds before) is `fixed`.
     #[test]
     fn spec_omits_the_newer_keys_at_their_default() {
         for (cfg, absent) in [
-            ("preempt=auto", &["preempt_wait_us", "rt", "ck_path"][..]),
-            (
-                "preempt=auto,host=/s",
-                &["preempt_wait_us", "rt", "ck_path"],
-            ),
+            ("preempt=auto", &["preempt_wait_us", "rt"][..]),
+            ("preempt=auto,host=/s", &["preempt_wait_us", "rt"]),
             (
                 "preempt=auto,preempt_wait_us=40,host=/s,rt=0,ck_path=fixed",
                 &["preempt_wait_us", "rt", "ck_path"],
@@ -508,8 +520,28 @@ mod tests {
                 assert_eq!(written, !absent.contains(&k), "{cfg}: {spec}");
             }
             assert!(!spec.contains("host=") || spec.contains("nice="), "{spec}");
-            assert_eq!(GpuConfig::parse(&spec).unwrap(), c, "{cfg}: {spec}");
+            assert_eq!(GpuConfig::parse_written(&spec).unwrap(), c, "{cfg}: {spec}");
         }
+    }
+
+    /// A manifest's `gpu` read back: a newer key left out means what its omission meant when
+    /// it was written, whatever today's default (`ck_path`: `fixed`, default `adaptive`).
+    #[test]
+    fn a_manifest_without_ck_path_reads_as_fixed() {
+        let old = "mode=full,backend=cuda,vram=64M,preempt=auto";
+        assert_eq!(
+            GpuConfig::parse_written(old).unwrap().ck_path,
+            pgpu::cuda::CkPathChoice::Fixed
+        );
+        assert_eq!(
+            GpuConfig::parse(old).unwrap().ck_path,
+            pgpu::cuda::CkPathChoice::adaptive()
+        );
+        for given in ["ck_path=adaptive", "ck_path=adaptive:250", "ck_path=fixed"] {
+            let c = GpuConfig::parse(&format!("{old},{given}")).unwrap();
+            assert_eq!(GpuConfig::parse_written(&c.spec()).unwrap(), c, "{given}");
+        }
+        assert!(GpuConfig::parse_written("vram=3M").is_err());
     }
 
     /// The defaults the help shows are the defaults (where they are values: the others are

@@ -229,12 +229,17 @@ mod tests {
             why.contains("preempt_wait_us (prepared 0, the snapshot's 40)"),
             "{why}"
         );
-        let c = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto,ck_path=adaptive").unwrap();
-        let w = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto").unwrap();
+        // A standby of today's default against a snapshot of a build before it (no ck_path).
+        let c = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto").unwrap();
+        let w = GpuConfig::parse_written("vram=64M,backend=cuda,preempt=auto").unwrap();
         let why = engine_misfit(&c, &w).unwrap();
         assert_eq!(why, "ck_path (prepared adaptive, the snapshot's fixed)");
+        assert_eq!(
+            engine_misfit(&c, &GpuConfig::parse_written(&c.spec()).unwrap()),
+            None
+        );
         // The sim engine has no request path: not a misfit there.
-        let s = GpuConfig::parse("vram=64M,ck_path=adaptive").unwrap();
+        let s = GpuConfig::parse("vram=64M,ck_path=fixed").unwrap();
         assert_eq!(
             engine_misfit(&s, &GpuConfig::parse("vram=64M").unwrap()),
             None

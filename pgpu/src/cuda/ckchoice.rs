@@ -63,23 +63,28 @@ pub const DEFAULT_FAST_FROM: Duration = Duration::from_millis(1);
 pub const MAX_FAST_FROM_US: u64 = 10_000_000;
 
 /// The default of every engine's choice (`CudaConfig::default`, a VM's `--gpu ck_path=`, the
-/// library's `VGPU_CUDA_CK_PATH`, `vgpu-bench preempt --ck-path`). Issue 23: this one line
-/// becomes `CkPathChoice::adaptive()` once a GPU run shows it wins; the vgpu crate's tests
-/// then ask for the `--gpu` key's declared default and the manifest's omitted value
-/// (`vgpu/src/config/keys.rs`: "default fixed", `WRITTEN_UNLESS_DEFAULT`) and README.md's help
-/// to follow.
-pub const DEFAULT_CK_PATH: CkPathChoice = CkPathChoice::Fixed;
+/// library's `VGPU_CUDA_CK_PATH`, `vgpu-bench preempt --ck-path`): adaptive since session 13,
+/// when on an H200 it stopped the long kernels ~3x faster (p99), gave 16 vgpud VMs a
+/// preemption p99 of 64 µs against 358 and cost the application suite nothing measurable
+/// never preempted (docs/performance.md, "session 13"). The vgpu crate's `--gpu` key declares
+/// the same default (`vgpu/src/config/keys.rs`), and the snapshot manifest omits it there.
+pub const DEFAULT_CK_PATH: CkPathChoice = CkPathChoice::adaptive();
 
 /// How each checkpointed run's request path is chosen (`CudaConfig::ck_path`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CkPathChoice {
     /// Every run takes `CudaConfig::fixed_path` (`write-value` / `sync` / `strided` unless
     /// the three parts are set otherwise).
-    #[default]
     Fixed,
     /// A run whose kernel's estimate is unknown or at least `fast_from` takes [`CkPath::FAST`];
     /// the others the fixed path. `fast_from` zero: every run takes the fast path.
     Adaptive { fast_from: Duration },
+}
+
+impl Default for CkPathChoice {
+    fn default() -> Self {
+        DEFAULT_CK_PATH
+    }
 }
 
 impl CkPathChoice {

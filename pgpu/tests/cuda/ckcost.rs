@@ -166,6 +166,8 @@ fn gpu_a_never_requested_checkpointed_launch_makes_fewer_driver_calls_than_a_who
         let e = cuda(CudaConfig {
             vram_size: 64 * MIB,
             preempt: method,
+            // The fixed path's count (the adaptive one's is `ckadapt`'s).
+            ck_path: pgpu::cuda::CkPathChoice::Fixed,
             ..CudaConfig::default()
         });
         let f = fill_setup(&e);
@@ -288,6 +290,7 @@ fn gpu_armed_launches_clear_the_flag_their_predecessor_left_up() {
         vram_size: 64 * MIB,
         preempt: PreemptMethod::Checkpoint,
         flag_write: pgpu::cuda::FlagWrite::Armed,
+        ck_path: pgpu::cuda::CkPathChoice::Fixed,
         ..CudaConfig::default()
     });
     let f = fill_setup(&e);

@@ -32,6 +32,8 @@ fn ck_engine(fw: FlagWrite, ew: EndWait, sr: StatusRead) -> CudaEngine {
         flag_write: fw,
         end_wait: ew,
         status_read: sr,
+        // These three for every run, whatever the kernel's length.
+        ck_path: pgpu::cuda::CkPathChoice::Fixed,
         ..CudaConfig::default()
     })
 }

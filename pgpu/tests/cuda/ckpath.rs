@@ -18,6 +18,8 @@ fn engine(method: PreemptMethod, fw: FlagWrite, ew: EndWait, sr: StatusRead) -> 
         flag_write: fw,
         end_wait: ew,
         status_read: sr,
+        // These three for every run, whatever the kernel's length.
+        ck_path: pgpu::cuda::CkPathChoice::Fixed,
         ..CudaConfig::default()
     })
 }

@@ -17,6 +17,8 @@ fn ck_cuda(flag_write: FlagWrite) -> CudaEngine {
         vram_size: 512 * MIB,
         preempt: PreemptMethod::Checkpoint,
         flag_write,
+        // This flag write for every run, whatever the kernel's length.
+        ck_path: pgpu::cuda::CkPathChoice::Fixed,
         ..CudaConfig::default()
     })
 }

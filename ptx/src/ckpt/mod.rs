@@ -433,7 +433,12 @@ fn strip_loops(
                     .min_by_key(|&&(t, i)| i - t)
                     .map(|&(t, _)| t)
                     .filter(|&t| !flow::test(live.row(t), regs.cf()));
-                match header.and_then(|t| Some((t, strip::find(e, fl, regs, t, (chunk, opts.atomic_weight), true)?))) {
+                match header.and_then(|t| {
+                    Some((
+                        t,
+                        strip::find(e, fl, regs, t, (chunk, opts.atomic_weight), true)?,
+                    ))
+                }) {
                     Some((t, st)) => out.push((
                         points::Site {
                             node: t,

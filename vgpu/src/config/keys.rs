@@ -228,7 +228,7 @@ pub static KEYS: &[Key] = &[
     Key {
         name: "ck_path",
         values: "fixed|adaptive|adaptive:US",
-        default: "fixed",
+        default: "adaptive",
         help: "backend=cuda with preempt=checkpoint, restart or auto: how a preemption request \
                reaches each checkpointed kernel run: fixed (driver calls at the request, the \
                least host work when none comes) or adaptive (a kernel not yet measured, or \
@@ -440,16 +440,39 @@ pub fn names() -> String {
     KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
 }
 
-/// Keys newer than the snapshot manifest's `gpu`, with the value that is their default: written
+/// Keys newer than the snapshot manifest's `gpu`, with the value their omission means: written
 /// only when not at it, so that a configuration that does not use them is read by builds that
-/// do not know them (they refuse unknown keys). Their defaults are therefore part of the
-/// manifest format: a build that changed one would have to write it always.
+/// do not know them (they refuse unknown keys). The value is part of the manifest format and
+/// never changes; it was each key's default when the key came, but a default may move on
+/// (`ck_path`: omitted means `fixed`, the default is `adaptive` since session 13, so a default
+/// configuration writes `ck_path=adaptive`), which is why a manifest is read with
+/// [`apply_omitted`].
 const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] =
     &[("preempt_wait_us", "40"), ("rt", "0"), ("ck_path", "fixed")];
 
+/// `cfg` as a manifest that left out (`spec` holds no `KEY=`) keys of
+/// [`WRITTEN_UNLESS_DEFAULT`] means it: each such key whose omitted value is not today's
+/// default takes the omitted value (`GpuConfig::parse_written`).
+pub(super) fn apply_omitted(cfg: GpuConfig, spec: &str) -> Result<GpuConfig, &'static str> {
+    let today = GpuConfig::default();
+    let mut d = Draft {
+        cfg,
+        ..Draft::default()
+    };
+    for &(name, omitted) in WRITTEN_UNLESS_DEFAULT {
+        let present = vgpu_proto::units::pairs(spec).any(|p| matches!(p, Ok((k, _)) if k == name));
+        let k = find(name).ok_or("a key of the manifest format is missing")?;
+        if !present && k.value(&today).is_some_and(|v| v != omitted) {
+            k.set(&mut d, omitted)?;
+        }
+    }
+    Ok(d.cfg)
+}
+
 /// `cfg` in `--gpu` syntax, every key that applies written out (but those of
-/// [`WRITTEN_UNLESS_DEFAULT`] at their default), so that it does not depend on the defaults of
-/// the build or host that reads it (the snapshot manifest's `gpu`).
+/// [`WRITTEN_UNLESS_DEFAULT`] at the value their omission means), so that it does not depend on
+/// the defaults of the build or host that reads it (the snapshot manifest's `gpu`, read back
+/// with `GpuConfig::parse_written`).
 pub fn spec(cfg: &GpuConfig) -> String {
     KEYS.iter()
         .filter_map(|k| {

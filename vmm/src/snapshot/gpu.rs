@@ -39,7 +39,7 @@ pub fn spec(cfg: &GpuConfig) -> String {
 /// resumes attached to another (migration between daemons), or one that had its own GPU
 /// attaches to a daemon. Nothing else the guest sees may change.
 pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig, GpuSpecError> {
-    let mut cfg = GpuConfig::parse(spec).map_err(|err| GpuSpecError::Parse {
+    let mut cfg = GpuConfig::parse_written(spec).map_err(|err| GpuSpecError::Parse {
         spec: spec.to_owned(),
         err,
     })?;

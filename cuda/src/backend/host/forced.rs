@@ -72,7 +72,7 @@ pub fn prepare_from_env(method: PreemptMethod) -> Result<bool, String> {
 
 /// `VGPU_CUDA_CK_PATH` (`fixed`, `adaptive` or `adaptive:US`): how the cuda engine chooses each
 /// checkpointed run's preemption request path (`pgpu::cuda::CkPathChoice`, as a VM's `--gpu
-/// ck_path=`). Default: the engine's (`fixed`).
+/// ck_path=`). Default: the engine's (`adaptive`).
 pub fn ck_path_from_env() -> Result<pgpu::cuda::CkPathChoice, String> {
     parse_ck_path(std::env::var("VGPU_CUDA_CK_PATH").ok().as_deref())
 }
@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn the_request_path_choice_parses_and_bad_ones_are_refused() {
         use pgpu::cuda::CkPathChoice;
-        assert_eq!(parse_ck_path(None), Ok(CkPathChoice::Fixed));
+        assert_eq!(parse_ck_path(None), Ok(CkPathChoice::adaptive()));
         assert_eq!(parse_ck_path(Some("fixed")), Ok(CkPathChoice::Fixed));
         assert_eq!(
             parse_ck_path(Some(" adaptive\n")),
