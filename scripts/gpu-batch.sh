@@ -21,6 +21,12 @@
 #               kernels under the adaptive path and the fixed one, migrate --dest standby, 64 VMs
 #   F (~9 min)  before flipping ck_path's default to adaptive: the suite (never preempted and
 #               forced) and 16 vgpud VMs under it, beside the fixed path
+#   G (~8 min)  session 13, correctness after the flip: every ignored cuda test (new_paths too)
+#   H (~9 min)  session 13, issue 23: the long kernels ×3 (adaptive default, atomic weight 64;
+#               long_atomic at weight 8 beside), priority with filling at 2 and 20 ms LP
+#               kernels under auto, 8 VMs beside plain CUDA processes under auto
+#   I (~8 min)  session 13, issues 24/25: 64 sim VMs ×3, migrate into a standby ×2 (3 reps),
+#               a 1 GiB working set into a standby
 set -u
 P=$1; B=$(realpath "$2"); AP=$(realpath "$3"); O=$(realpath -m "$4")
 mkdir -p "$O"
@@ -112,5 +118,42 @@ F)
   find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
   tar czf "$O/F.tar.gz" -C "$O" $(cd "$O" && ls -d apps-adaptive appt-adaptive fair16* 2>/dev/null)
   ;;
-*) echo "phase A|B|C|D|E|F" >&2; exit 2 ;;
+G)
+  t 240 "$T" --ignored --test-threads=1 --skip ckpath 2>&1 | grep -vE "^test .* ok$"
+  t 150 "$T" --ignored --test-threads=1 --nocapture gpu_ckpath_new_paths_give_identical_bytes 2>&1 |
+    grep -E "MEASURE|panicked|test result|FAILED"
+  for x in gpu snapshot-gpu standby live-gpu migration-standby; do
+    VGPU_VMM=$B/vgpu-vmm t 120 "$B/$x-tests" --ignored --test-threads=1 cuda 2>&1 | grep -vE "^test .* ok$"
+  done
+  ;;
+H)
+  for i in 1 2 3; do
+    t 100 "$B/vgpu-bench" preempt --backend cuda --method auto --workload long --size xl --samples 50 \
+      --out "$O/long-$i" 2>/dev/null | last 6
+  done
+  t 60 "$B/vgpu-bench" preempt --backend cuda --method auto --workload long_atomic --size xl --samples 50 \
+    --atomic-weight 8 --out "$O/atomic8" 2>/dev/null | last 1
+  for k in 2000 20000; do
+    t 100 "$B/vgpu-bench" priority --backend cuda --lp 4 --duration 5 --kernel-us 500,$k \
+      --gpu-extra preempt=auto --out "$O/prio$k" 2>&1 | grep -vE "^\s*$" | tail -12
+  done
+  t 90 "$B/vgpu-bench" fairness --backend cuda --vms 8 --policy timeslice --kernel-us 500,5000 \
+    --duration 5 --gpu-extra preempt=auto --baseline native --out "$O/fair8" 2>&1 | tail -3
+  find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
+  tar czf "$O/H.tar.gz" -C "$O" $(cd "$O" && ls -d long-* atomic8 prio* fair8 2>/dev/null)
+  ;;
+I)
+  for i in 1 2 3; do
+    t 45 taskset -c 0-15 "$B/vgpu-bench" fairness --backend sim --vms 64 --policy timeslice --weights 1 \
+      --kernel-us 500,5000 --duration 10 --vm-memory 64 --vram-per-vm 16M --out "$O/s64-$i" 2>/dev/null | last 1
+  done
+  for i in 1 2; do
+    t 180 "$B/vgpu-bench" migrate --backend cuda --reps 3 --dest standby --out "$O/migsb-$i" 2>/dev/null | last 1
+  done
+  t 150 "$B/vgpu-bench" migrate --backend cuda --reps 1 --dest standby --vram-mib 2048 --pool-mib 1024 \
+    --dirty-mib-per-s 100 --out "$O/migsb1g" 2>/dev/null | last 1
+  find "$O" \( -name 'vm*.log' -o -name 'vm*.err' -o -name '*.svg' -o -name '*.sock' \) -delete
+  tar czf "$O/I.tar.gz" -C "$O" $(cd "$O" && ls -d s64-* migsb* 2>/dev/null)
+  ;;
+*) echo "phase A|B|C|D|E|F|G|H|I" >&2; exit 2 ;;
 esac
