@@ -233,6 +233,10 @@ impl GpuConfig {
             }
             None => {}
         }
+        if c.backend != Backend::Cuda {
+            // The sim engine has no request path (the key is not written for it).
+            c.ck_path = pgpu::cuda::DEFAULT_CK_PATH;
+        }
         if c.mode == Mode::Pt && c.host.is_some() {
             return Err(ConfigError::BadValue {
                 key: "mode".into(),
@@ -307,7 +311,9 @@ mod tests {
             pgpu::cuda::CkPathChoice::adaptive()
         );
         assert_eq!(
-            GpuConfig::parse("ck_path=adaptive:250").unwrap().ck_path,
+            GpuConfig::parse("backend=cuda,ck_path=adaptive:250")
+                .unwrap()
+                .ck_path,
             pgpu::cuda::CkPathChoice::Adaptive {
                 fast_from: Duration::from_micros(250)
             }
@@ -469,6 +475,8 @@ mod tests {
                 .contains(&k.name)
                 {
                     format!("host=/s,{}={v}", k.name)
+                } else if k.name == "ck_path" {
+                    format!("backend=cuda,{}={v}", k.name)
                 } else {
                     format!("{}={v}", k.name)
                 };
@@ -502,14 +510,23 @@ mod tests {
     #[test]
     fn spec_omits_the_newer_keys_at_their_default() {
         for (cfg, absent) in [
-            ("preempt=auto", &["preempt_wait_us", "rt"][..]),
-            ("preempt=auto,host=/s", &["preempt_wait_us", "rt"]),
+            ("preempt=auto", &["preempt_wait_us", "rt", "ck_path"][..]),
             (
-                "preempt=auto,preempt_wait_us=40,host=/s,rt=0,ck_path=fixed",
+                "preempt=auto,host=/s",
+                &["preempt_wait_us", "rt", "ck_path"],
+            ),
+            // A sim configuration has no request path: never written, whatever is given.
+            (
+                "preempt=auto,preempt_wait_us=0,host=/s,rt=1,ck_path=fixed",
+                &["ck_path"],
+            ),
+            ("backend=cuda,preempt=auto", &["preempt_wait_us", "rt"]),
+            (
+                "backend=cuda,preempt=auto,preempt_wait_us=40,host=/s,rt=0,ck_path=fixed",
                 &["preempt_wait_us", "rt", "ck_path"],
             ),
             (
-                "preempt=auto,preempt_wait_us=0,host=/s,rt=1,ck_path=adaptive",
+                "backend=cuda,preempt=auto,preempt_wait_us=0,host=/s,rt=1,ck_path=adaptive",
                 &[],
             ),
         ] {
@@ -542,6 +559,11 @@ mod tests {
             assert_eq!(GpuConfig::parse_written(&c.spec()).unwrap(), c, "{given}");
         }
         assert!(GpuConfig::parse_written("vram=3M").is_err());
+        // A sim manifest (no ck_path) keeps today's default: the key does not apply there.
+        assert_eq!(
+            GpuConfig::parse_written("vram=64M,preempt=auto").unwrap(),
+            GpuConfig::parse("vram=64M,preempt=auto").unwrap()
+        );
     }
 
     /// The defaults the help shows are the defaults (where they are values: the others are

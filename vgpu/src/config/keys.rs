@@ -242,7 +242,9 @@ pub static KEYS: &[Key] = &[
                 .map_err(|_| "fixed, adaptive or adaptive:US (US 0 to 10000000)")?;
             Ok(())
         },
-        print: |c| Some(c.ck_path.to_string()),
+        // Only the cuda engine has a request path: a sim configuration neither writes nor keeps
+        // one (`GpuConfig::parse` resets it), so its manifest is what builds before the key read.
+        print: |c| (c.backend == Backend::Cuda).then(|| c.ck_path.to_string()),
     },
     Key {
         name: "host",
@@ -462,7 +464,8 @@ pub(super) fn apply_omitted(cfg: GpuConfig, spec: &str) -> Result<GpuConfig, &'s
     for &(name, omitted) in WRITTEN_UNLESS_DEFAULT {
         let present = vgpu_proto::units::pairs(spec).any(|p| matches!(p, Ok((k, _)) if k == name));
         let k = find(name).ok_or("a key of the manifest format is missing")?;
-        if !present && k.value(&today).is_some_and(|v| v != omitted) {
+        let applies = k.value(&d.cfg).is_some();
+        if !present && applies && k.value(&today).is_none_or(|v| v != omitted) {
             k.set(&mut d, omitted)?;
         }
     }
