@@ -698,6 +698,18 @@ impl CudaEngine {
             std::ptr::null_mut(),
         ];
         let early = fired.load(Ordering::SeqCst);
+        if early && hook.flag == buf.flag() {
+            // A request pending before the launch (the hook fired at `attach`) must stop the
+            // kernel at its first point: the hook's own write goes on another stream (the
+            // signal or arming stream; the armed one is enqueued only after the launch), which
+            // a short kernel may outrun. The same flag raised on the job's stream, behind the
+            // clear, is in program order before the kernel. (A host-mapped word the kernel
+            // reads instead was stored by the hook before the launch.)
+            // SAFETY: the job's own buffer and stream.
+            ck("cuMemsetD32Async", unsafe {
+                sys::cuMemsetD32Async(buf.flag(), 1, 1, stream.stream)
+            })?;
+        }
         // One event starts both the call's GPU time and the kernel's (nothing is enqueued
         // between them).
         h.mark_running();

@@ -195,7 +195,14 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
     // kernel's launch cost is fixed: 500× the short run's steps ran only ~90 µs on an H200).
     let (j, want) = job(&p, long);
     let mut lats = Vec::new();
-    for i in 0..5 {
+    let mut not_waited = 0;
+    // Five waited overruns, in at most ten tries: a try whose request the gate passed on at
+    // once is not one (the estimate is the maximum of the last runs, and one slow short run,
+    // as an H100's clocks gave once in session 13, is over the budget by design).
+    for i in 0..10 {
+        if lats.len() == 5 {
+            break;
+        }
         // Re-teach the short estimate (an overrun keeps what it saw as a duration).
         for _ in 0..RECENT_RUNS {
             plain(&e, &p, short);
@@ -205,6 +212,14 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
         let (out, lat) = execute_requested(&e, &j);
         let after = e.ckpt_stats();
         assert!(matches!(out, Outcome::Preempted { .. }), "{i}: {out:?}");
+        finish(&e, out);
+        assert_eq!(read_out(&e, &p), want);
+        if after.waited_preemptions == before.waited_preemptions {
+            not_waited += 1;
+            assert_eq!(after.wait_overruns, before.wait_overruns, "{i}");
+            continue;
+        }
+        // Waited: it outlasted its estimate, so it overran, and stopped after the budget.
         assert_eq!(
             (after.waited_preemptions, after.wait_overruns),
             (before.waited_preemptions + 1, before.wait_overruns + 1),
@@ -213,12 +228,11 @@ fn gpu_a_waited_launch_that_overruns_stops_after_the_budget() {
         assert!(lat >= pgpu::ckwait::DEFAULT_WAIT_BUDGET, "{i}: {lat:?}");
         assert!(lat < Duration::from_millis(2), "{i}: {lat:?}");
         lats.push(lat);
-        finish(&e, out);
-        assert_eq!(read_out(&e, &p), want);
     }
+    assert_eq!(lats.len(), 5, "{not_waited} of the tries not waited");
     println!(
         "MEASURE wait overrun lcg_spin ({} steps after {short}-step runs): request→context p50/max \
-         {:.1}/{:.1} µs (budget 40 µs + the restart stop)",
+         {:.1}/{:.1} µs (budget 40 µs + the restart stop); {not_waited} tries not waited",
         long,
         us(&mut lats, 0.5),
         us(&mut lats, 1.0)
