@@ -96,23 +96,15 @@ pub fn place(e: &dyn Engine, inst: &suite::Instance, window: VaWindow) -> Placed
 /// whose kernel starts long after the handle's running mark progress (below).
 const OFFSETS: [f64; 6] = [0.0, 0.5, 1.0, 2.0, 8.0, 64.0];
 
-/// Every this many runs, the preempter also requests the *next* run before it starts (at the
-/// handle's clear): a request pending at the start stops the kernel at its first point. On a
-/// real GPU nothing else preempts a kernel of a few µs (the suite's medium sizes): a request
-/// after its start lands when it has ended.
-const BEFORE_EVERY: usize = 3;
-
-/// Preempts each run of the job from a helper thread while alive: at an offset after the run
+/// Preempts each run of the job from a helper thread while alive, at an offset after the run
 /// started running (the handle's `running_since`: a fresh launch or a resume) that cycles
-/// through [`OFFSETS`] × `every`, and every [`BEFORE_EVERY`]th run also the next one before it
-/// starts (such a run gets no other request). Why: a request on a fixed clock could land
-/// between a resume's clear of the flag and its kernel's start every time (the H200 run of
-/// 2026-11-27: under the host-mapped flag, whose resumes take ~1 ms of host work, vecadd was
-/// still preempted after 120 s with no thread having run); so could one a fixed `every` after
-/// the running mark, which that path sets ~1 ms before its kernel starts (session 13, same
-/// test); and requests only after the start never preempted the suite's short kernels
-/// (session 13: 0 preemptions in 50 launches). Each sixth run gets 64 × `every`, and a run
-/// requested before its start is followed by one that is not: progress.
+/// through [`OFFSETS`] × `every` (a run already requested, by [`run`] before it started, gets
+/// no other request). Why: a request on a fixed clock could land between a resume's clear of
+/// the flag and its kernel's start every time (the H200 run of 2026-11-27: under the
+/// host-mapped flag, whose resumes take ~1 ms of host work, vecadd was still preempted after
+/// 120 s with no thread having run); so could one a fixed `every` after the running mark,
+/// which that path sets ~1 ms before its kernel starts (session 13, same test). Each sixth
+/// run gets 64 × `every` and progresses.
 pub struct Preempter {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -129,23 +121,15 @@ impl Preempter {
                 match h.running_since() {
                     Some(t) if last != Some(t) => {
                         last = Some(t);
-                        i += 1;
                         if h.is_requested() {
-                            // Requested before it started: it stops at its first point.
                             continue;
                         }
                         let at = t + every.mul_f64(OFFSETS[i % OFFSETS.len()]);
+                        i += 1;
                         if let Some(left) = at.checked_duration_since(Instant::now()) {
                             std::thread::sleep(left);
                         }
                         h.request();
-                        if i.is_multiple_of(BEFORE_EVERY) {
-                            // The next run (a resume, or the next launch), at the clear.
-                            while h.is_requested() && !s.load(Ordering::Relaxed) {
-                                std::thread::sleep(Duration::from_micros(2));
-                            }
-                            h.request();
-                        }
                     }
                     _ => std::thread::sleep(Duration::from_micros(5)),
                 }
@@ -174,9 +158,12 @@ impl Drop for Preempter {
 pub const RUN_MAX_RESUMES: u32 = 1_000_000;
 pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
 
-/// Runs every launch; with `preempt_every`, a helper thread preempts and the run resumes
-/// (alternately from memory and from bytes). Returns buffers and preemption count; a launch
-/// over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
+/// Runs every launch; with `preempt_every`, each launch's fresh run is requested before it
+/// starts (it stops at its first point: on a real GPU nothing else preempts a kernel of a few
+/// µs, which has ended before a request after its start lands — session 13: 0 preemptions in
+/// 50 launches of the suite's medium sizes) and a helper thread preempts every run ([`Preempter`]);
+/// the run resumes (alternately from memory and from bytes). Returns buffers and preemption
+/// count; a launch over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
 pub fn run(
     e: &dyn Engine,
     p: &Placed,
@@ -198,6 +185,9 @@ pub fn run(
             params,
         });
         h.clear();
+        if preempt_every.is_some() {
+            h.request();
+        }
         let t0 = std::time::Instant::now();
         let mut out = e.execute(&job, &h).map_err(|e| e.to_string())?;
         let mut resumes = 0u32;
