@@ -16,6 +16,8 @@
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
+// The grant word (version 4): a kept grant the daemon takes back without this process.
+mod kept;
 // multigpu: the link's side of moving to another GPU of the daemon.
 mod moving;
 // The daemon's messages: the reader thread and what a message does to the link's state.
@@ -141,6 +143,8 @@ struct St {
     /// The worker thread, raised to the GPU's priority while it waits for a grant or holds
     /// one (`boost`).
     boosted: Option<boost::Raised>,
+    /// Version 4: the grant word of the current connection (`kept`), once the daemon sent it.
+    word: Option<vgpu_proto::word::GrantWord>,
 }
 
 /// A grant as received.
@@ -260,7 +264,14 @@ impl Inner {
             return false;
         };
         st.held = false;
-        self.end_unused(st, seq, RunOutcome::Preempted);
+        if self.let_go(st, seq) {
+            self.end_unused(st, seq, RunOutcome::Preempted);
+        } else {
+            // The daemon took it back through the word: it counts the grant as ended, the VM
+            // as queued (`kept`).
+            st.wanting = true;
+            st.identified = false;
+        }
         true
     }
 }
@@ -276,6 +287,7 @@ fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resum
         channels,
         resume,
         gpu: cfg.gpu,
+        word: true,
     })
 }
 
@@ -381,6 +393,7 @@ impl HostLink {
                 move_answer: None,
                 returned_late: false,
                 boosted: None,
+                word: None,
             }),
             cv: Condvar::new(),
             claim: Claim {
@@ -486,6 +499,10 @@ impl HostLink {
                 && let Some((seq, _)) = &st.active
             {
                 let seq = *seq;
+                if !self.inner.resume_kept(&mut st, seq) {
+                    // The daemon took the kept grant back (`kept`): want a new one.
+                    continue;
+                }
                 st.held = false;
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket {
@@ -521,6 +538,8 @@ impl HostLink {
                 }
                 st.active = Some((g.seq, handle.clone()));
                 st.turn = g.turn;
+                self.inner
+                    .word_store(&st, g.seq, vgpu_proto::word::State::Running);
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket {
@@ -600,6 +619,10 @@ impl HostLink {
                 end_ns,
             };
             self.inner.send(&mut st, &msg);
+            // After the `Progress` (the daemon reads it before it acts on the word): the
+            // daemon may take the grant back from here without this process (`kept`).
+            self.inner
+                .word_store(&st, t.seq, vgpu_proto::word::State::Kept);
             // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises).
             self.inner.lower(&mut st);
             return;
@@ -630,7 +653,12 @@ impl HostLink {
         {
             st.held = false;
             st.wanting = false;
-            self.inner.send(&mut st, &reader::empty_done(seq));
+            if self.inner.let_go(&st, seq) {
+                self.inner.send(&mut st, &reader::empty_done(seq));
+            } else {
+                // Taken back through the word: the daemon still counts the VM queued.
+                self.inner.send(&mut st, &ToDaemon::Idle {});
+            }
         } else if let Some(Granted { seq, .. }) = st.grant.take() {
             st.wanting = false;
             self.inner.send(&mut st, &reader::empty_done(seq));

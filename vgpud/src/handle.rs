@@ -193,8 +193,10 @@ impl Daemon {
         }
     }
 
-    /// Sends a preempt to the running VM `v` of GPU `g` now (wake-up or priority preemption).
-    fn preempt_now(&mut self, g: usize, v: VmId) {
+    /// Stops the running VM `v` of GPU `g` now (wake-up or priority preemption, a slice end or
+    /// a run limit): takes its grant back through its word if it keeps it between two jobs
+    /// (`kept`), else sends a preempt.
+    pub(crate) fn preempt_now(&mut self, g: usize, v: VmId) {
         let now_ns = monotonic_ns();
         let Some(run) = self.gpus[g].run.as_mut().filter(|r| r.vm == v) else {
             return;
@@ -206,8 +208,16 @@ impl Daemon {
         let (conn, seq) = (run.conn, run.seq);
         self.report.preempts += 1;
         self.gpus[g].report.preempts += 1;
-        if let Some(s) = self.sessions.get_mut(&conn) {
+        if self.revoke_kept(g) {
+            return;
+        }
+        let word = self.sessions.get_mut(&conn).is_some_and(|s| {
             s.send(&ToVm::Preempt { seq });
+            s.reg.as_ref().is_some_and(|r| r.word.is_some())
+        });
+        if let Some(run) = self.gpus[g].run.as_mut().filter(|_| word) {
+            // The VM may keep the grant before it reads the preempt: look at its word again.
+            run.word_check_ns = Some(now_ns + crate::kept::RECHECK_NS);
         }
     }
 
@@ -331,6 +341,7 @@ impl Daemon {
                     extended: run.extended,
                     due_at_ns: due.saturating_sub(origin_ns),
                     kept: false,
+                    revoked: false,
                 });
             }
             if first
@@ -368,6 +379,7 @@ impl Daemon {
                 extended: run.extended,
                 due_at_ns: due.saturating_sub(origin_ns),
                 kept: true,
+                revoked: run.revoked,
             });
         }
         if let Some(p) = late_preempt {
@@ -386,7 +398,7 @@ impl Daemon {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn done(
+    pub(crate) fn done(
         &mut self,
         c: u64,
         vm: VmId,

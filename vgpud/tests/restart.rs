@@ -50,6 +50,7 @@ fn hello(name: &str, vram: u64, resume: Option<Resume>) -> ToDaemon {
         channels: 1,
         resume,
         gpu: None,
+        word: false,
     })
 }
 

@@ -60,6 +60,8 @@ impl Inner {
         st.grant = None;
         st.held = false;
         st.standby_until = None;
+        // The word was the connection's: the next instance sends its own (`kept`).
+        st.word = None;
         if let Some((_, h)) = st.active.take() {
             h.request();
         }

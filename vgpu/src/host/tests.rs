@@ -477,3 +477,105 @@ fn a_preempt_between_two_jobs_of_a_turn_gives_the_grant_back_without_the_worker(
 fn a_backstop_after_the_slice_end_gives_a_kept_grant_back_without_the_worker() {
     kept_grant_goes_back("kept-backstop", true);
 }
+
+/// Issue 25, protocol version 4: a turn's grant kept between two jobs is taken back by the
+/// daemon through the grant word while the worker is away (a frozen VM: nothing of it runs).
+/// Back, the worker must not run its next job under that grant: it finds it revoked, sends
+/// nothing for it, and runs under a new grant. With `crossing`, the next grant arrives before
+/// the worker is back (the reader thread takes it for the new grant it is), after a preempt for
+/// the revoked grant with `preempt` (the reader's give-back loses to the revocation: nothing
+/// is sent for the grant).
+fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
+    use vgpu_proto::word::{GrantWord, State, decode};
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let (revoked_tx, revoked_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        let (word, fd) = GrantWord::create().unwrap();
+        conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
+            .unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let g = ToVm::Grant {
+            seq: 1,
+            slice_ns: 1_000_000_000,
+            deadline_ns: 0,
+        };
+        conn.send(&proto::encode(&g), None).unwrap();
+        assert!(matches!(recv(&conn), ToDaemon::Progress { seq: 1, .. }));
+        // The worker keeps the grant: the word says so once the Progress is out.
+        let until = Instant::now() + Duration::from_secs(10);
+        while decode(word.load()) != (1, State::Kept) {
+            assert!(Instant::now() < until, "never kept: {word:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(word.revoke(1), "{word:?}");
+        if preempt {
+            conn.send(&proto::encode(&ToVm::Preempt { seq: 1 }), None)
+                .unwrap();
+        }
+        if crossing {
+            grant(&conn, 2);
+        }
+        revoked_tx.send(()).unwrap();
+        if !crossing {
+            // The worker's next job: its identity (still queued), then a grant of its own.
+            assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+            grant(&conn, 2);
+        }
+        // Nothing for grant 1 (the daemon ended it): the next message is grant 2's end.
+        assert_eq!(recv(&conn), done(2, false));
+        assert_eq!(
+            decode(word.load()),
+            (2, State::Running),
+            "taken under the word"
+        );
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    let gpu = Duration::from_micros(1);
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    assert_eq!(t.seq, 1);
+    link.release(t, RunOutcome::Completed, gpu, (0, 0), true);
+    // Frozen until the daemon took the grant back (a failed daemon drops the sender).
+    if revoked_rx.recv().is_ok() {
+        if crossing {
+            // The reader thread takes the preempt and the grant meanwhile.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let t2 = link.acquire(&handle, Some(5)).unwrap();
+        assert_eq!(t2.seq, 2, "a new grant, not the revoked one");
+        link.release(t2, RunOutcome::Completed, gpu, (0, 0), false);
+    }
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.unwrap();
+}
+
+#[test]
+fn a_kept_grant_revoked_through_the_word_is_not_run_under_and_the_worker_asks_again() {
+    revoked_kept_grant("word-revoked", false, false);
+}
+
+#[test]
+fn a_grant_after_a_revocation_is_taken_for_the_new_grant_it_is() {
+    revoked_kept_grant("word-crossing", true, false);
+}
+
+#[test]
+fn a_preempt_after_a_revocation_gives_nothing_back() {
+    revoked_kept_grant("word-preempt", true, true);
+}
