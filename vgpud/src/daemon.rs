@@ -96,8 +96,11 @@ pub(crate) struct Run {
     pub last_stamp_ns: u64,
     /// Version-4 VMs: when to look at the VM's grant word next, once the stop is due (`kept`).
     pub word_check_ns: Option<u64>,
-    /// The daemon took the grant back through the VM's word (`kept`).
+    /// The daemon took the grant back through the VM's word (`kept`), after this many looks
+    /// at the word, the last one this late after it was planned.
     pub revoked: bool,
+    pub word_looks: u32,
+    pub look_late_ns: u64,
 }
 
 /// A departed VM's partition, held until its process has exited.
@@ -436,6 +439,8 @@ impl Daemon {
                     // A VM told its slice end: its word is looked at from then on (`kept`).
                     word_check_ns: (word && self_deadline).then_some(now_ns + limit),
                     revoked: false,
+                    word_looks: 0,
+                    look_late_ns: 0,
                 });
                 self.report.grants += 1;
                 self.gpus[g].report.grants += 1;

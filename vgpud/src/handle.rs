@@ -206,9 +206,16 @@ impl Daemon {
         }
         run.preempt_sent_ns = Some(now_ns);
         let (conn, seq) = (run.conn, run.seq);
+        // Planned at the run's deadline when that is what brought the stop (the slice end, the
+        // backstop, a run limit), else now (a want).
+        let planned_ns = if now_ns >= run.deadline_ns {
+            run.deadline_ns
+        } else {
+            now_ns
+        };
         self.report.preempts += 1;
         self.gpus[g].report.preempts += 1;
-        if self.revoke_kept(g) {
+        if self.revoke_kept(g, planned_ns) {
             return;
         }
         let word = self.sessions.get_mut(&conn).is_some_and(|s| {
@@ -341,7 +348,7 @@ impl Daemon {
                     extended: run.extended,
                     due_at_ns: due.saturating_sub(origin_ns),
                     kept: false,
-                    revoked: false,
+                    ..Default::default()
                 });
             }
             if first
@@ -380,6 +387,8 @@ impl Daemon {
                 due_at_ns: due.saturating_sub(origin_ns),
                 kept: true,
                 revoked: run.revoked,
+                word_looks: run.word_looks,
+                look_late_ns: run.look_late_ns,
             });
         }
         if let Some(p) = late_preempt {

@@ -50,19 +50,28 @@ impl Daemon {
     }
 
     /// Takes back GPU `g`'s grant if its VM keeps it between two jobs (its word says `Kept`
-    /// for this grant): ends it as a preemption now. True when the grant ended.
-    pub(crate) fn revoke_kept(&mut self, g: usize) -> bool {
+    /// for this grant): ends it as a preemption now. `planned_ns`: when this look was due (the
+    /// report's `look_late_ns`). True when the grant ended.
+    pub(crate) fn revoke_kept(&mut self, g: usize, planned_ns: u64) -> bool {
         let Some(run) = &self.gpus[g].run else {
             return false;
         };
         let (c, vm, seq) = (run.conn, run.vm, run.seq);
-        let took = self
+        let Some(word) = self
             .sessions
             .get(&c)
             .and_then(|s| s.reg.as_ref())
             .filter(|r| r.id == vm)
             .and_then(|r| r.word.as_ref())
-            .is_some_and(|w| w.revoke(seq));
+        else {
+            return false;
+        };
+        let took = word.revoke(seq);
+        let now_ns = proto::monotonic_ns();
+        if let Some(r) = &mut self.gpus[g].run {
+            r.word_looks = r.word_looks.saturating_add(1);
+            r.look_late_ns = now_ns.saturating_sub(planned_ns);
+        }
         if !took {
             return false;
         }
@@ -100,9 +109,10 @@ impl Daemon {
         if run.word_check_ns.is_none_or(|t| now_ns < t) {
             return false;
         }
+        let planned_ns = run.word_check_ns.unwrap_or(now_ns);
         run.word_check_ns = Some(now_ns + RECHECK_NS);
         let due = run.preempt_sent_ns.is_some()
             || (run.self_deadline && others && now_ns >= run.slice_end_ns);
-        due && self.revoke_kept(g)
+        due && self.revoke_kept(g, planned_ns)
     }
 }

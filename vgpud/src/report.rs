@@ -110,6 +110,16 @@ pub struct LatePreempt {
     /// word late). False in older reports.
     #[serde(default)]
     pub revoked: bool,
+    /// For `revoked`: the daemon's looks at the word for this grant, the last one won (1: the
+    /// VM kept the grant when the stop was due, so `late_ns` is all the daemon's; more: the VM
+    /// kept it later, after the preempt went out, say).
+    #[serde(default)]
+    pub word_looks: u32,
+    /// For `revoked`: how late the daemon's loop made the look that won, after the instant it
+    /// was planned for (the slice end, the backstop, a recheck): its own thread waiting for a
+    /// core.
+    #[serde(default)]
+    pub look_late_ns: u64,
 }
 
 impl LatePreempt {

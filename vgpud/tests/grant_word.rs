@@ -73,7 +73,8 @@ fn a_frozen_vms_kept_grant_is_taken_back_through_its_word_and_the_next_vm_runs()
         .first()
         .expect("the revocation is a sample");
     assert!(w.kept && w.revoked && w.run_ns == 0, "{w:?}");
-    assert_eq!((w.vm, w.jobs_before), (1, 1), "{w:?}");
+    // Kept before the stop was due: the daemon's first look at the word won.
+    assert_eq!((w.vm, w.jobs_before, w.word_looks), (1, 1, 1), "{w:?}");
     // `a`: one job by Progress, one after; the revoked grant counts as preempted.
     assert_eq!((r.vms[0].completed, r.vms[0].preempted), (2, 1), "{r:?}");
 }
@@ -159,6 +160,12 @@ fn a_grant_kept_after_its_preempt_went_out_is_taken_back_without_the_vm_reading_
         (1, 1, 0),
         "{r:?}"
     );
+    // Looked at when the preempt went out (Running), won at a later look.
+    let w = r
+        .worst_preemptions
+        .first()
+        .expect("the revocation is a sample");
+    assert!(w.revoked && w.word_looks >= 2, "{w:?}");
 }
 
 #[test]
