@@ -125,3 +125,66 @@ fn a_turn_given_back_between_two_jobs_is_a_preemption_timed_to_its_receipt() {
     );
     assert_eq!((r.vms[0].preempted, r.vms[0].completed), (1, 2));
 }
+
+#[test]
+fn a_turn_given_back_with_nobody_waiting_is_no_preemption_sample() {
+    // `b` waits when `a` is granted (a slice end to stop at), then withdraws; `a`'s worker,
+    // back from the guest's work past the slice end, gives the kept grant back: nobody was kept
+    // from the GPU, so no latency sample (it read as a stop late by the guest's CPU time).
+    let d = start(
+        "kept-alone",
+        "policy=timeslice,slice=10ms,wake_preempt=false",
+        500,
+    );
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    let (b, _) = Vm::hello(&d, "b", 1, 2);
+    b.send(&ToDaemon::Want { kernel: None });
+    let (sb, _) = b.grant();
+    a.send(&ToDaemon::Want { kernel: None });
+    std::thread::sleep(Duration::from_millis(2));
+    b.done(sb, RunOutcome::Preempted, 1000, true);
+    let (seq, deadline_ns) = match a.recv() {
+        Some((
+            ToVm::Grant {
+                seq, deadline_ns, ..
+            },
+            _,
+        )) => (seq, deadline_ns),
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    assert_ne!(deadline_ns, 0);
+    b.send(&ToDaemon::Idle {});
+    let start_ns = proto::monotonic_ns();
+    let end_ns = start_ns + 1000;
+    a.send(&ToDaemon::Progress {
+        seq,
+        gpu_ns: 1000,
+        start_ns,
+        end_ns,
+    });
+    // The worker comes back 30 ms after the slice end.
+    while proto::monotonic_ns() < deadline_ns + 30_000_000 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.send(&ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Preempted,
+        gpu_ns: 0,
+        start_ns: 0,
+        end_ns: 0,
+        more: false,
+    });
+    // `a` is queued still (preempted): the GPU comes back to it.
+    let (sa, _) = a.grant();
+    a.done(sa, RunOutcome::Completed, 1000, false);
+    drop((a, b));
+    let r = d.stop();
+    assert_eq!((r.preempts, r.refused, r.evictions), (0, 0, 0), "{r:?}");
+    assert!(
+        r.preempt_latency_ns.is_empty(),
+        "{:?}",
+        r.preempt_latency_ns
+    );
+    assert!(r.worst_preemptions.is_empty(), "{:?}", r.worst_preemptions);
+    assert_eq!(r.vms[0].preempted, 1);
+}
