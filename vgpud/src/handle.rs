@@ -302,9 +302,15 @@ impl Daemon {
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
         let origin_ns = self.mono_of(Duration::ZERO);
-        // Another VM waits for the GPU (a grant given back with nobody waiting kept no one
-        // from it).
-        let waiting = self.others_waiting(g, vm);
+        // Since when another VM waits for the GPU (a grant given back with nobody waiting kept
+        // no one from it).
+        let waiting_since = self
+            .sessions
+            .values()
+            .filter_map(|s| s.reg.as_ref())
+            .filter(|r| r.pending && r.id != vm && r.gpu == g)
+            .map(|r| r.want_since_ns)
+            .min();
         let gpu = &mut self.gpus[g];
         let Some(run) = gpu.run.as_mut() else {
             return 0;
@@ -366,22 +372,30 @@ impl Daemon {
             }
             gpu.last_end = Some((vm, end_ns));
         }
+        // Since when a stop was wanted: a VM waiting, or the preempt (a grant given back with
+        // nobody waiting kept no one from the GPU).
+        let wanted = match (waiting_since, run.preempt_sent_ns) {
+            (Some(w), Some(p)) => Some(w.min(p)),
+            (w, p) => w.or(p),
+        };
         if preempted
             && (start_ns, end_ns) == (0, 0)
             && run.turn_jobs > 0
-            && (waiting || run.preempt_sent_ns.is_some())
+            && let Some(wanted) = wanted
             && let Some(due) = due
         {
             // A turn's grant given back between two jobs (no run): the GPU stood idle from the
             // turn's last job, and the VMs waiting got it when this came — a preemption like
             // any other, timed to its receipt (issue 25: one kept 12.8 ms by a worker busy
             // elsewhere; the VM's reader thread gives it back at a preempt now, the backstop's
-            // included, or its worker at its next acquire after the slice end). Only while a
-            // stop was wanted: a preempt went out, or another VM waits now. A turn told its
-            // slice end that nobody waited for at its end goes on (`extended`), yet the worker
-            // gives it back at its next job past that slice end: that kept nobody from the GPU,
-            // and timed from the slice end it read as a stop late by the guest's CPU work (4-10
-            // ms samples on the 2-core dev box, the daemon never having looked at the word).
+            // included, or its worker at its next acquire after the slice end; with a grant
+            // word the daemon takes it back itself, `kept`). Late from when the stop was due
+            // and wanted: a turn told its slice end that nobody waited for at its end goes on
+            // (`extended`), yet the worker gives it back at its next job past that slice end;
+            // timed from the slice end, that read as a stop late by the guest's CPU work (9-10
+            // ms samples on the 2-core dev box, the daemon never having looked at the word),
+            // though nobody waited, or only since a want (which also preempts an extended turn).
+            let due = due.max(wanted);
             let late = now_ns.saturating_sub(due);
             late_preempt = Some(crate::report::LatePreempt {
                 vm: vm.0,
