@@ -145,6 +145,9 @@ struct St {
     boosted: Option<boost::Raised>,
     /// Version 4: the grant word of the current connection (`kept`), once the daemon sent it.
     word: Option<vgpu_proto::word::GrantWord>,
+    /// The protocol version of the registration: this build's, or 3 with a daemon that
+    /// refused it (no grant word); a re-registration asks the same (`older_daemon`).
+    version: u32,
 }
 
 /// A grant as received.
@@ -276,10 +279,25 @@ impl Inner {
     }
 }
 
-/// The first message of a registration (`resume`: of a re-registration).
-fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resume>) -> ToDaemon {
+/// Whether `refusal` is a daemon of an older protocol refusing this build's version (its
+/// `validate_hello` text, in every daemon since version 1): the link registers again as
+/// version 3, without a grant word (as a version-3 VM would).
+fn older_daemon(version: u32, refusal: &str) -> bool {
+    version > proto::RESUME_VERSION
+        && refusal.starts_with(&format!("protocol version {version} is not supported"))
+}
+
+/// The first message of a registration in protocol `version` (`resume`: of a
+/// re-registration); a version-4 one asks for a grant word.
+fn hello(
+    cfg: &HostConfig,
+    vram: u64,
+    channels: u32,
+    resume: Option<proto::Resume>,
+    version: u32,
+) -> ToDaemon {
     ToDaemon::Hello(proto::Hello {
-        version: proto::VERSION,
+        version,
         name: cfg.name.clone(),
         weight: cfg.weight,
         priority: cfg.priority,
@@ -287,7 +305,7 @@ fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resum
         channels,
         resume,
         gpu: cfg.gpu,
-        word: true,
+        word: version >= proto::WORD_VERSION,
     })
 }
 
@@ -323,14 +341,38 @@ pub struct HostLink {
 }
 
 impl HostLink {
-    /// Registers with the daemon; `vram` is the partition size asked for.
+    /// Registers with the daemon; `vram` is the partition size asked for. A daemon of protocol
+    /// version 3 refuses this build's version: the link registers again as version 3 (no
+    /// grant word; `older_daemon`).
     pub fn connect(
         cfg: &HostConfig,
         vram: u64,
         channels: u32,
     ) -> Result<(Self, Welcome), HostError> {
+        let mut version = proto::VERSION;
+        loop {
+            match Self::register(cfg, vram, channels, version) {
+                Err(HostError::Refused(m)) if older_daemon(version, &m) => {
+                    log::warn!(
+                        "vgpu: vgpud speaks an older protocol ({m}): registering as version {} \
+                         (no grant word)",
+                        proto::RESUME_VERSION
+                    );
+                    version = proto::RESUME_VERSION;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn register(
+        cfg: &HostConfig,
+        vram: u64,
+        channels: u32,
+        version: u32,
+    ) -> Result<(Self, Welcome), HostError> {
         let conn = connect_first(cfg)?;
-        let hello = hello(cfg, vram, channels, None);
+        let hello = hello(cfg, vram, channels, None, version);
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)
             .map_err(|e| proto_err(&e))?;
@@ -339,7 +381,7 @@ impl HostLink {
             Received::Message(n, fd) => match (proto::decode::<ToVm>(&buf[..n]), fd) {
                 (
                     Ok(ToVm::Welcome {
-                        version,
+                        version: welcomed,
                         vm,
                         vram_offset,
                         vram_size,
@@ -347,7 +389,7 @@ impl HostLink {
                         gpu: Some(gpu),
                     }),
                     Some(vram_fd),
-                ) if version == proto::VERSION
+                ) if welcomed == version
                     && vram_size == vram
                     && cfg.gpu.is_none_or(|p| p == gpu.index) =>
                 {
@@ -394,6 +436,7 @@ impl HostLink {
                 returned_late: false,
                 boosted: None,
                 word: None,
+                version,
             }),
             cv: Condvar::new(),
             claim: Claim {

@@ -579,3 +579,83 @@ fn a_grant_after_a_revocation_is_taken_for_the_new_grant_it_is() {
 fn a_preempt_after_a_revocation_gives_nothing_back() {
     revoked_kept_grant("word-preempt", true, true);
 }
+
+/// A daemon of protocol version 3 refuses this build's version at its `hello` (fatal, with the
+/// text every daemon's `validate_hello` writes): the link registers again as version 3 without
+/// a grant word, and works as a version-3 VM.
+#[test]
+fn a_version_3_daemon_is_registered_with_as_version_3() {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-v3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let daemon = std::thread::spawn(move || {
+        let accept = || loop {
+            if let Some(c) = listener.accept().unwrap() {
+                break c;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let first = accept();
+        let ToDaemon::Hello(h) = recv(&first) else {
+            panic!("expected hello")
+        };
+        assert_eq!((h.version, h.word), (proto::VERSION, true));
+        let refusal = ToVm::Error {
+            message: format!(
+                "protocol version {} is not supported (this daemon speaks 1..=3)",
+                h.version
+            ),
+            fatal: true,
+        };
+        first.send(&proto::encode(&refusal), None).unwrap();
+        first.shutdown();
+        let conn = accept();
+        let ToDaemon::Hello(h) = recv(&conn) else {
+            panic!("expected hello")
+        };
+        assert_eq!((h.version, h.word), (3, false));
+        let vram = std::fs::File::open("/dev/null").unwrap();
+        let welcome = ToVm::Welcome {
+            version: 3,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: h.vram,
+            boot: Some("0f".into()),
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
+        };
+        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+            .unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        grant(&conn, 1);
+        assert_eq!(recv(&conn), done(1, false));
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    link.release(
+        t,
+        RunOutcome::Completed,
+        Duration::from_micros(1),
+        (0, 0),
+        false,
+    );
+    assert_eq!(link.inner.lock().version, 3);
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.unwrap();
+}
