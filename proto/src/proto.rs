@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 /// by the daemon's policy like any other and told nothing new (its `Welcome` has neither).
 /// Version 4 added the grant word (`Hello::word`, `ToVm::GrantWord`, `crate::word`): memory
 /// shared with the daemon through which it takes back a turn's grant the VM keeps between two
-/// jobs without the VM being scheduled. A version-3 daemon refuses a version-4 `Hello` (naming
-/// the versions it speaks: the VM then registers again as version 3, without a word); a VM of
-/// version 3 or older never gets a word.
+/// jobs without the VM being scheduled. A version-3 daemon refuses a version-4 `Hello` (as
+/// malformed: `word` is unknown to it; the VM then registers again as version 3, without a
+/// word); a VM of version 3 or older never gets a word.
 pub const VERSION: u32 = 4;
 
 /// The first version with `Hello::word` and `ToVm::GrantWord`.

@@ -279,12 +279,15 @@ impl Inner {
     }
 }
 
-/// Whether `refusal` is a daemon of an older protocol refusing this build's version (its
-/// `validate_hello` text, in every daemon since version 1): the link registers again as
-/// version 3, without a grant word (as a version-3 VM would).
+/// Whether `refusal` is a daemon of an older protocol refusing this build's `hello`: a
+/// version-3 daemon cannot decode its `word` field (serde's text: "malformed message: unknown
+/// field `word`, expected one of ..."), and one that could would refuse the version itself
+/// (`validate_hello`'s text). The link registers again as version 3, without a grant word (as a
+/// version-3 VM would).
 fn older_daemon(version: u32, refusal: &str) -> bool {
     version > proto::RESUME_VERSION
-        && refusal.starts_with(&format!("protocol version {version} is not supported"))
+        && (refusal.contains("unknown field `word`")
+            || refusal.starts_with(&format!("protocol version {version} is not supported")))
 }
 
 /// The first message of a registration in protocol `version` (`resume`: of a
