@@ -458,6 +458,44 @@ mod tests {
     }
 
     #[test]
+    fn the_version_4_word_is_optional_and_absent_in_older_forms() {
+        let mut h = Hello {
+            version: 3,
+            name: "a".into(),
+            weight: 1,
+            priority: 0,
+            vram: 2 << 20,
+            channels: 1,
+            resume: None,
+            gpu: None,
+            word: false,
+        };
+        // Not asked: the version-3 form, which a version-3 daemon decodes.
+        let old = br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
+        assert_eq!(encode(&ToDaemon::Hello(h.clone())), old);
+        assert_eq!(decode::<ToDaemon>(old).unwrap(), ToDaemon::Hello(h.clone()));
+        (h.version, h.word) = (4, true);
+        let b = encode(&ToDaemon::Hello(h.clone()));
+        assert!(
+            std::str::from_utf8(&b)
+                .unwrap()
+                .ends_with(r#","word":true}"#)
+        );
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), ToDaemon::Hello(h));
+        assert_eq!(encode(&ToVm::GrantWord {}), br#"{"type":"grant_word"}"#);
+        for bad in [
+            &br#"{"type":"grant_word","x":1}"#[..],
+            br#"{"type":"hello","version":4,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"word":1}"#,
+        ] {
+            assert!(
+                decode::<ToDaemon>(bad).is_err() && decode::<ToVm>(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
     fn a_full_status_part_fits_a_message_and_status_is_not_a_hello() {
         // The worst case: every byte of the chunk escaped.
         let m = ToVm::StatusPart {
