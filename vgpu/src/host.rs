@@ -13,6 +13,10 @@
 //! Several GPUs per daemon: the `Welcome` names the GPU the VM was placed on; a move to another
 //! GPU of the daemon (`moving`) changes the partition a re-registration claims
 //! (`HostLink::set_partition`: the GPU index, offset and memory object).
+//!
+//! Protocol version 4: the daemon sends a grant word (`kept`) through which it takes back a
+//! turn's grant kept between two jobs without this process running; a version-3 daemon is
+//! registered with as version 3 (`older_daemon`).
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
