@@ -119,6 +119,7 @@ mod tests {
                 channels: 4,
                 resume: None,
                 gpu: Some(1),
+                word: false,
             })),
             encode(&ToDaemon::Hello(Hello {
                 version: 3,
@@ -134,6 +135,7 @@ mod tests {
                     vram_offset: 2 << 20,
                 }),
                 gpu: None,
+                word: true,
             })),
             encode(&ToDaemon::Done {
                 seq: 3,

@@ -1,4 +1,4 @@
-//! The vgpud protocol, version 3: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
+//! The vgpud protocol, version 4: the messages a VM process (`vgpu-vmm --gpu host=SOCKET`) and
 //! the daemon exchange. One message per `SOCK_SEQPACKET` datagram, JSON encoded (small, rare
 //! next to a GPU time slice, readable with `strace`). The rules are in docs/architecture.md
 //! ("Sharing one GPU: vgpud"); the state machines live in `client` and `daemon`.
@@ -13,7 +13,15 @@ use serde::{Deserialize, Serialize};
 /// the partition it holds), and several GPUs per daemon (`Hello::gpu`, a pin to one of the
 /// daemon's GPUs, and `Welcome::gpu`, where the VM was placed). A version-1 or -2 VM is placed
 /// by the daemon's policy like any other and told nothing new (its `Welcome` has neither).
-pub const VERSION: u32 = 3;
+/// Version 4 added the grant word (`Hello::word`, `ToVm::GrantWord`, `crate::word`): memory
+/// shared with the daemon through which it takes back a turn's grant the VM keeps between two
+/// jobs without the VM being scheduled. A version-3 daemon refuses a version-4 `Hello` (as
+/// malformed: `word` is unknown to it; the VM then registers again as version 3, without a
+/// word); a VM of version 3 or older never gets a word.
+pub const VERSION: u32 = 4;
+
+/// The first version with `Hello::word` and `ToVm::GrantWord`.
+pub const WORD_VERSION: u32 = 4;
 
 /// The first version with `Welcome::boot` and `Hello::resume`.
 pub const RESUME_VERSION: u32 = 3;
@@ -124,6 +132,10 @@ pub struct Hello {
     /// (fatal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<u32>,
+    /// Version 4: the VM takes a grant word (`crate::word`): the daemon sends `GrantWord`
+    /// right after the `Welcome` (unless it cannot make one: then the messages alone apply).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub word: bool,
 }
 
 /// The claim of a re-registering VM (`Hello::resume`): what it kept of its registration with
@@ -207,6 +219,10 @@ pub enum ToVm {
     /// waits longest): a VM waiting for a grant may poll for it instead of sleeping, for at most
     /// `2 × spin_us`, so that waking up does not delay the switch.
     Standby { spin_us: u64 },
+    /// Version 4, to a VM whose `Hello` asked for it, right after its `Welcome`: the datagram
+    /// carries the grant word's memory object (a sealed memfd of `word::SIZE` bytes,
+    /// `SCM_RIGHTS`), valid for this connection only (`crate::word`).
+    GrantWord {},
     /// Stop grant `seq`'s job at its next preemption point and answer with `Done`.
     /// A preempt for a grant that already ended is ignored.
     Preempt { seq: u64 },
@@ -335,6 +351,7 @@ mod tests {
             channels: 1,
             resume: None,
             gpu: None,
+            word: false,
         };
         let b = encode(&ToDaemon::Hello(h.clone()));
         assert!(!std::str::from_utf8(&b).unwrap().contains("resume"));
@@ -394,6 +411,7 @@ mod tests {
             channels: 1,
             resume: None,
             gpu: None,
+            word: false,
         };
         let old = br#"{"type":"hello","version":2,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
         assert_eq!(encode(&ToDaemon::Hello(h.clone())), old);
@@ -430,6 +448,44 @@ mod tests {
             br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"gpu":4294967296}"#,
             br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1}}"#,
             br#"{"type":"welcome","version":3,"vm":1,"vram_offset":0,"vram_size":2097152,"gpu":{"index":1,"device":0,"x":0}}"#,
+        ] {
+            assert!(
+                decode::<ToDaemon>(bad).is_err() && decode::<ToVm>(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn the_version_4_word_is_optional_and_absent_in_older_forms() {
+        let mut h = Hello {
+            version: 3,
+            name: "a".into(),
+            weight: 1,
+            priority: 0,
+            vram: 2 << 20,
+            channels: 1,
+            resume: None,
+            gpu: None,
+            word: false,
+        };
+        // Not asked: the version-3 form, which a version-3 daemon decodes.
+        let old = br#"{"type":"hello","version":3,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1}"#;
+        assert_eq!(encode(&ToDaemon::Hello(h.clone())), old);
+        assert_eq!(decode::<ToDaemon>(old).unwrap(), ToDaemon::Hello(h.clone()));
+        (h.version, h.word) = (4, true);
+        let b = encode(&ToDaemon::Hello(h.clone()));
+        assert!(
+            std::str::from_utf8(&b)
+                .unwrap()
+                .ends_with(r#","word":true}"#)
+        );
+        assert_eq!(decode::<ToDaemon>(&b).unwrap(), ToDaemon::Hello(h));
+        assert_eq!(encode(&ToVm::GrantWord {}), br#"{"type":"grant_word"}"#);
+        for bad in [
+            &br#"{"type":"grant_word","x":1}"#[..],
+            br#"{"type":"hello","version":4,"name":"a","weight":1,"priority":0,"vram":2097152,"channels":1,"word":1}"#,
         ] {
             assert!(
                 decode::<ToDaemon>(bad).is_err() && decode::<ToVm>(bad).is_err(),

@@ -13,9 +13,15 @@
 //! Several GPUs per daemon: the `Welcome` names the GPU the VM was placed on; a move to another
 //! GPU of the daemon (`moving`) changes the partition a re-registration claims
 //! (`HostLink::set_partition`: the GPU index, offset and memory object).
+//!
+//! Protocol version 4: the daemon sends a grant word (`kept`) through which it takes back a
+//! turn's grant kept between two jobs without this process running; a version-3 daemon is
+//! registered with as version 3 (`older_daemon`).
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
+// The grant word (version 4): a kept grant the daemon takes back without this process.
+mod kept;
 // multigpu: the link's side of moving to another GPU of the daemon.
 mod moving;
 // The daemon's messages: the reader thread and what a message does to the link's state.
@@ -141,6 +147,11 @@ struct St {
     /// The worker thread, raised to the GPU's priority while it waits for a grant or holds
     /// one (`boost`).
     boosted: Option<boost::Raised>,
+    /// Version 4: the grant word of the current connection (`kept`), once the daemon sent it.
+    word: Option<vgpu_proto::word::GrantWord>,
+    /// The protocol version of the registration: this build's, or 3 with a daemon that
+    /// refused it (no grant word); a re-registration asks the same (`older_daemon`).
+    version: u32,
 }
 
 /// A grant as received.
@@ -260,15 +271,40 @@ impl Inner {
             return false;
         };
         st.held = false;
-        self.end_unused(st, seq, RunOutcome::Preempted);
+        if self.let_go(st, seq) {
+            self.end_unused(st, seq, RunOutcome::Preempted);
+        } else {
+            // The daemon took it back through the word: it counts the grant as ended, the VM
+            // as queued (`kept`).
+            st.wanting = true;
+            st.identified = false;
+        }
         true
     }
 }
 
-/// The first message of a registration (`resume`: of a re-registration).
-fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resume>) -> ToDaemon {
+/// Whether `refusal` is a daemon of an older protocol refusing this build's `hello`: a
+/// version-3 daemon cannot decode its `word` field (serde's text: "malformed message: unknown
+/// field `word`, expected one of ..."), and one that could would refuse the version itself
+/// (`validate_hello`'s text). The link registers again as version 3, without a grant word (as a
+/// version-3 VM would).
+fn older_daemon(version: u32, refusal: &str) -> bool {
+    version > proto::RESUME_VERSION
+        && (refusal.contains("unknown field `word`")
+            || refusal.starts_with(&format!("protocol version {version} is not supported")))
+}
+
+/// The first message of a registration in protocol `version` (`resume`: of a
+/// re-registration); a version-4 one asks for a grant word.
+fn hello(
+    cfg: &HostConfig,
+    vram: u64,
+    channels: u32,
+    resume: Option<proto::Resume>,
+    version: u32,
+) -> ToDaemon {
     ToDaemon::Hello(proto::Hello {
-        version: proto::VERSION,
+        version,
         name: cfg.name.clone(),
         weight: cfg.weight,
         priority: cfg.priority,
@@ -276,6 +312,7 @@ fn hello(cfg: &HostConfig, vram: u64, channels: u32, resume: Option<proto::Resum
         channels,
         resume,
         gpu: cfg.gpu,
+        word: version >= proto::WORD_VERSION,
     })
 }
 
@@ -311,14 +348,38 @@ pub struct HostLink {
 }
 
 impl HostLink {
-    /// Registers with the daemon; `vram` is the partition size asked for.
+    /// Registers with the daemon; `vram` is the partition size asked for. A daemon of protocol
+    /// version 3 refuses this build's version: the link registers again as version 3 (no
+    /// grant word; `older_daemon`).
     pub fn connect(
         cfg: &HostConfig,
         vram: u64,
         channels: u32,
     ) -> Result<(Self, Welcome), HostError> {
+        let mut version = proto::VERSION;
+        loop {
+            match Self::register(cfg, vram, channels, version) {
+                Err(HostError::Refused(m)) if older_daemon(version, &m) => {
+                    log::warn!(
+                        "vgpu: vgpud speaks an older protocol ({m}): registering as version {} \
+                         (no grant word)",
+                        proto::RESUME_VERSION
+                    );
+                    version = proto::RESUME_VERSION;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn register(
+        cfg: &HostConfig,
+        vram: u64,
+        channels: u32,
+        version: u32,
+    ) -> Result<(Self, Welcome), HostError> {
         let conn = connect_first(cfg)?;
-        let hello = hello(cfg, vram, channels, None);
+        let hello = hello(cfg, vram, channels, None, version);
         let proto_err = |e: &dyn std::fmt::Display| HostError::Protocol(e.to_string());
         conn.send(&proto::encode(&hello), None)
             .map_err(|e| proto_err(&e))?;
@@ -327,7 +388,7 @@ impl HostLink {
             Received::Message(n, fd) => match (proto::decode::<ToVm>(&buf[..n]), fd) {
                 (
                     Ok(ToVm::Welcome {
-                        version,
+                        version: welcomed,
                         vm,
                         vram_offset,
                         vram_size,
@@ -335,7 +396,7 @@ impl HostLink {
                         gpu: Some(gpu),
                     }),
                     Some(vram_fd),
-                ) if version == proto::VERSION
+                ) if welcomed == version
                     && vram_size == vram
                     && cfg.gpu.is_none_or(|p| p == gpu.index) =>
                 {
@@ -381,6 +442,8 @@ impl HostLink {
                 move_answer: None,
                 returned_late: false,
                 boosted: None,
+                word: None,
+                version,
             }),
             cv: Condvar::new(),
             claim: Claim {
@@ -486,6 +549,10 @@ impl HostLink {
                 && let Some((seq, _)) = &st.active
             {
                 let seq = *seq;
+                if !self.inner.resume_kept(&mut st, seq) {
+                    // The daemon took the kept grant back (`kept`): want a new one.
+                    continue;
+                }
                 st.held = false;
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket {
@@ -521,6 +588,8 @@ impl HostLink {
                 }
                 st.active = Some((g.seq, handle.clone()));
                 st.turn = g.turn;
+                self.inner
+                    .word_store(&st, g.seq, vgpu_proto::word::State::Running);
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket {
@@ -600,6 +669,10 @@ impl HostLink {
                 end_ns,
             };
             self.inner.send(&mut st, &msg);
+            // After the `Progress` (the daemon reads it before it acts on the word): the
+            // daemon may take the grant back from here without this process (`kept`).
+            self.inner
+                .word_store(&st, t.seq, vgpu_proto::word::State::Kept);
             // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises).
             self.inner.lower(&mut st);
             return;
@@ -630,7 +703,12 @@ impl HostLink {
         {
             st.held = false;
             st.wanting = false;
-            self.inner.send(&mut st, &reader::empty_done(seq));
+            if self.inner.let_go(&st, seq) {
+                self.inner.send(&mut st, &reader::empty_done(seq));
+            } else {
+                // Taken back through the word: the daemon still counts the VM queued.
+                self.inner.send(&mut st, &ToDaemon::Idle {});
+            }
         } else if let Some(Granted { seq, .. }) = st.grant.take() {
             st.wanting = false;
             self.inner.send(&mut st, &reader::empty_done(seq));

@@ -376,6 +376,7 @@ impl Daemon {
                 pending: false,
                 want_since_ns: 0,
                 object,
+                word: None,
                 report: VmReport {
                     id: id.0,
                     name: reg.name.clone(),
@@ -395,6 +396,13 @@ impl Daemon {
         });
         if adopted {
             self.report.restart.adopted += 1;
+        }
+        if let Some(Ok(())) = sent {
+            // Version 4: the grant word follows the welcome, if the VM asked for it.
+            let word = self.give_word(c, reg.version, reg.word);
+            if let Some(r) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) {
+                r.word = word;
+            }
         }
         match sent {
             Some(Ok(())) => log::info!(

@@ -94,6 +94,13 @@ pub(crate) struct Run {
     pub turn_jobs: u32,
     /// The end stamp of the grant's last job (the grant time before the first).
     pub last_stamp_ns: u64,
+    /// Version-4 VMs: when to look at the VM's grant word next, once the stop is due (`kept`).
+    pub word_check_ns: Option<u64>,
+    /// The daemon took the grant back through the VM's word (`kept`), after this many looks
+    /// at the word, the last one this late after it was planned.
+    pub revoked: bool,
+    pub word_looks: u32,
+    pub look_late_ns: u64,
 }
 
 /// A departed VM's partition, held until its process has exited.
@@ -348,7 +355,7 @@ impl Daemon {
     }
 
     /// Reads every message waiting on connection `c`.
-    fn read_all(&mut self, c: u64) {
+    pub(crate) fn read_all(&mut self, c: u64) {
         let mut buf = [0u8; proto::MAX_MESSAGE];
         loop {
             let Some(s) = self.sessions.get_mut(&c) else {
@@ -403,6 +410,11 @@ impl Daemon {
                 // Others wait: the VM stops by itself at the slice end (no message, no thread
                 // to wake); the daemon's preempt follows only as a backstop.
                 let self_deadline = slice_ns > 0 && self.others_waiting(g, d.run);
+                let word = self
+                    .sessions
+                    .get(&conn)
+                    .and_then(|s| s.reg.as_ref())
+                    .is_some_and(|r| r.word.is_some());
                 let backstop = if self_deadline {
                     self.cfg.backstop.as_nanos() as u64
                 } else {
@@ -424,6 +436,11 @@ impl Daemon {
                     turn_gpu_ns: 0,
                     turn_jobs: 0,
                     last_stamp_ns: now_ns,
+                    // A VM told its slice end: its word is looked at from then on (`kept`).
+                    word_check_ns: (word && self_deadline).then_some(now_ns + limit),
+                    revoked: false,
+                    word_looks: 0,
+                    look_late_ns: 0,
                 });
                 self.report.grants += 1;
                 self.gpus[g].report.grants += 1;
@@ -465,6 +482,11 @@ impl Daemon {
             .run
             .as_ref()
             .is_some_and(|r| self.others_waiting(g, r.vm));
+        // A turn's grant the VM keeps between two jobs goes back through its word as soon as
+        // its stop is due (`kept`), without the VM.
+        if self.recheck_word(g, now_ns, others) {
+            return;
+        }
         let Some(run) = &mut self.gpus[g].run else {
             return;
         };
@@ -476,13 +498,8 @@ impl Daemon {
                 run.extended = true;
             }
             None if now_ns >= run.deadline_ns => {
-                run.preempt_sent_ns = Some(now_ns);
-                let (conn, seq) = (run.conn, run.seq);
-                self.report.preempts += 1;
-                self.gpus[g].report.preempts += 1;
-                if let Some(s) = self.sessions.get_mut(&conn) {
-                    s.send(&ToVm::Preempt { seq });
-                }
+                let vm = run.vm;
+                self.preempt_now(g, vm);
             }
             Some(sent) if now_ns - sent >= self.cfg.revoke_after.as_nanos() as u64 => {
                 let conn = run.conn;
@@ -553,12 +570,20 @@ impl Daemon {
     fn next_deadline(&self) -> Option<u64> {
         let spin = self.cfg.spin.as_nanos() as u64;
         let runs = self.gpus.iter().filter_map(|g| {
-            g.run.as_ref().map(|r| match r.preempt_sent_ns {
-                None if spin > 0 && r.self_deadline && !r.standby_sent => {
-                    r.slice_end_ns.saturating_sub(spin)
-                }
-                None => r.deadline_ns,
-                Some(s) => s + self.cfg.revoke_after.as_nanos() as u64,
+            g.run.as_ref().map(|r| {
+                let t = match r.preempt_sent_ns {
+                    None if spin > 0 && r.self_deadline && !r.standby_sent => {
+                        r.slice_end_ns.saturating_sub(spin)
+                    }
+                    None => r.deadline_ns,
+                    Some(s) => s + self.cfg.revoke_after.as_nanos() as u64,
+                };
+                // The next look at a version-4 VM's grant word (`kept`); not through a turn
+                // extended because nobody waits.
+                let word = r
+                    .word_check_ns
+                    .filter(|_| r.preempt_sent_ns.is_some() || !r.extended);
+                word.map_or(t, |w| w.min(t))
             })
         });
         let waits = self.gpus.iter().filter_map(|g| g.wait_until_ns);

@@ -193,8 +193,10 @@ impl Daemon {
         }
     }
 
-    /// Sends a preempt to the running VM `v` of GPU `g` now (wake-up or priority preemption).
-    fn preempt_now(&mut self, g: usize, v: VmId) {
+    /// Stops the running VM `v` of GPU `g` now (wake-up or priority preemption, a slice end or
+    /// a run limit): takes its grant back through its word if it keeps it between two jobs
+    /// (`kept`), else sends a preempt.
+    pub(crate) fn preempt_now(&mut self, g: usize, v: VmId) {
         let now_ns = monotonic_ns();
         let Some(run) = self.gpus[g].run.as_mut().filter(|r| r.vm == v) else {
             return;
@@ -204,10 +206,25 @@ impl Daemon {
         }
         run.preempt_sent_ns = Some(now_ns);
         let (conn, seq) = (run.conn, run.seq);
+        // Planned at the run's deadline when that is what brought the stop (the slice end, the
+        // backstop, a run limit), else now (a want).
+        let planned_ns = if now_ns >= run.deadline_ns {
+            run.deadline_ns
+        } else {
+            now_ns
+        };
         self.report.preempts += 1;
         self.gpus[g].report.preempts += 1;
-        if let Some(s) = self.sessions.get_mut(&conn) {
+        if self.revoke_kept(g, planned_ns) {
+            return;
+        }
+        let word = self.sessions.get_mut(&conn).is_some_and(|s| {
             s.send(&ToVm::Preempt { seq });
+            s.reg.as_ref().is_some_and(|r| r.word.is_some())
+        });
+        if let Some(run) = self.gpus[g].run.as_mut().filter(|_| word) {
+            // The VM may keep the grant before it reads the preempt: look at its word again.
+            run.word_check_ns = Some(now_ns + crate::kept::RECHECK_NS);
         }
     }
 
@@ -285,6 +302,15 @@ impl Daemon {
         let now_ns = monotonic_ns();
         let now = self.at(now_ns);
         let origin_ns = self.mono_of(Duration::ZERO);
+        // Since when another VM waits for the GPU (a grant given back with nobody waiting kept
+        // no one from it).
+        let waiting_since = self
+            .sessions
+            .values()
+            .filter_map(|s| s.reg.as_ref())
+            .filter(|r| r.pending && r.id != vm && r.gpu == g)
+            .map(|r| r.want_since_ns)
+            .min();
         let gpu = &mut self.gpus[g];
         let Some(run) = gpu.run.as_mut() else {
             return 0;
@@ -331,6 +357,7 @@ impl Daemon {
                     extended: run.extended,
                     due_at_ns: due.saturating_sub(origin_ns),
                     kept: false,
+                    ..Default::default()
                 });
             }
             if first
@@ -345,16 +372,30 @@ impl Daemon {
             }
             gpu.last_end = Some((vm, end_ns));
         }
+        // Since when a stop was wanted: a VM waiting, or the preempt (a grant given back with
+        // nobody waiting kept no one from the GPU).
+        let wanted = match (waiting_since, run.preempt_sent_ns) {
+            (Some(w), Some(p)) => Some(w.min(p)),
+            (w, p) => w.or(p),
+        };
         if preempted
             && (start_ns, end_ns) == (0, 0)
             && run.turn_jobs > 0
+            && let Some(wanted) = wanted
             && let Some(due) = due
         {
             // A turn's grant given back between two jobs (no run): the GPU stood idle from the
             // turn's last job, and the VMs waiting got it when this came — a preemption like
             // any other, timed to its receipt (issue 25: one kept 12.8 ms by a worker busy
             // elsewhere; the VM's reader thread gives it back at a preempt now, the backstop's
-            // included, or its worker at its next acquire after the slice end).
+            // included, or its worker at its next acquire after the slice end; with a grant
+            // word the daemon takes it back itself, `kept`). Late from when the stop was due
+            // and wanted: a turn told its slice end that nobody waited for at its end goes on
+            // (`extended`), yet the worker gives it back at its next job past that slice end;
+            // timed from the slice end, that read as a stop late by the guest's CPU work (9-10
+            // ms samples on the 2-core dev box, the daemon never having looked at the word),
+            // though nobody waited, or only since a want (which also preempts an extended turn).
+            let due = due.max(wanted);
             let late = now_ns.saturating_sub(due);
             late_preempt = Some(crate::report::LatePreempt {
                 vm: vm.0,
@@ -368,6 +409,9 @@ impl Daemon {
                 extended: run.extended,
                 due_at_ns: due.saturating_sub(origin_ns),
                 kept: true,
+                revoked: run.revoked,
+                word_looks: run.word_looks,
+                look_late_ns: run.look_late_ns,
             });
         }
         if let Some(p) = late_preempt {
@@ -386,7 +430,7 @@ impl Daemon {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn done(
+    pub(crate) fn done(
         &mut self,
         c: u64,
         vm: VmId,

@@ -8,7 +8,7 @@
 //! all`: the host's CUDA devices), `gpus` (per-GPU state,
 //! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one
 //! connection), `daemon` (the poll loop, grants, slice ends, revocation, reclaim), `handle`
-//! (message handling), `status` (`vgpud status`: the live report on the socket), `adopt` (a restart: the VMs of an earlier instance re-register, each on
+//! (message handling), `kept` (a kept grant taken back through the VM's grant word), `status` (`vgpud status`: the live report on the socket), `adopt` (a restart: the VMs of an earlier instance re-register, each on
 //! the GPU it claims), `report` (what was measured).
 
 mod adopt;
@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod discover;
 pub mod gpus;
 mod handle;
+mod kept;
 mod moving;
 pub mod partition;
 pub mod report;
@@ -25,7 +26,7 @@ pub mod status;
 
 /// The protocol, its socket layer and command-line sizes live in `vgpu-proto` (shared with the
 /// device model); re-exported here under their old paths.
-pub use vgpu_proto::{proto, units, wire};
+pub use vgpu_proto::{proto, units, wire, word};
 
 pub use background::Background;
 pub use daemon::{Daemon, DaemonConfig, DaemonError};

@@ -29,13 +29,18 @@ pub struct Report {
     pub preempt_latency_ns: Vec<u64>,
     /// Switch latency samples: one VM's engine stopped → the next VM's engine started.
     pub switch_latency_ns: Vec<u64>,
-    /// Grants made, switches between different VMs, preempts sent.
+    /// Grants made, switches between different VMs, preempts made (sent, or a kept grant taken
+    /// back through its word at that moment: `kept_revoked`).
     pub grants: u64,
     pub switches: u64,
     pub preempts: u64,
     /// Messages refused and VMs evicted (stopped yielding).
     pub refused: u64,
     pub evictions: u64,
+    /// Turns' grants kept between two jobs that the daemon took back through the VMs' grant
+    /// words (version-4 VMs), without a message (each also a latency sample, `revoked`).
+    #[serde(default)]
+    pub kept_revoked: u64,
     /// This daemon instance (`Welcome::boot`).
     #[serde(default)]
     pub boot: String,
@@ -99,6 +104,22 @@ pub struct LatePreempt {
     /// job (the GPU idle since then). False in older reports.
     #[serde(default)]
     pub kept: bool,
+    /// A kept grant the daemon took back itself through the VM's grant word (protocol version
+    /// 4, `vgpu_proto::word`) without the VM being scheduled: `late_ns` is the daemon's own
+    /// delay from the stop being due to it acting (its thread woke late, or the VM stored the
+    /// word late). False in older reports.
+    #[serde(default)]
+    pub revoked: bool,
+    /// For `revoked`: the daemon's looks at the word for this grant, the last one won (1: the
+    /// VM kept the grant when the stop was due, so `late_ns` is all the daemon's; more: the VM
+    /// kept it later, after the preempt went out, say).
+    #[serde(default)]
+    pub word_looks: u32,
+    /// For `revoked`: how late the daemon's loop made the look that won, after the instant it
+    /// was planned for (the slice end, the backstop, a recheck): its own thread waiting for a
+    /// core.
+    #[serde(default)]
+    pub look_late_ns: u64,
 }
 
 impl LatePreempt {

@@ -81,6 +81,8 @@ pub struct Registered {
     /// The VRAM memory object its partition is in: this instance's own, or one adopted from
     /// the VMs of an earlier instance (`adopt`).
     pub object: crate::adopt::ObjectKey,
+    /// Version 4: the grant word shared with the VM (`kept`), if it asked for one.
+    pub word: Option<vgpu_proto::word::GrantWord>,
     pub report: VmReport,
 }
 

@@ -81,6 +81,7 @@ impl Vm {
             channels: 2,
             resume: None,
             gpu: pin,
+            word: false,
         }));
         vm
     }

@@ -438,6 +438,7 @@ fn a_version_1_vm_is_served_in_version_1() {
         channels: 1,
         resume: None,
         gpu: None,
+        word: false,
     }));
     assert!(matches!(
         vm.recv(),
@@ -484,6 +485,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
             channels: ch,
             resume: None,
             gpu: None,
+            word: false,
         }));
         assert!(
             matches!(y.recv(), Some((ToVm::Error { fatal: true, .. }, _))),
@@ -511,6 +513,7 @@ fn hostile_messages_are_refused_and_nothing_else_changes() {
         channels: 1,
         resume: None,
         gpu: None,
+        word: false,
     }));
     assert!(matches!(
         a.recv(),

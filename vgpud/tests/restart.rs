@@ -50,6 +50,7 @@ fn hello(name: &str, vram: u64, resume: Option<Resume>) -> ToDaemon {
         channels: 1,
         resume,
         gpu: None,
+        word: false,
     })
 }
 
@@ -464,5 +465,43 @@ fn a_vm_moved_to_another_gpu_is_adopted_there_after_a_restart() {
     assert!(e.contains("GPU 1: this daemon has 1 GPU"), "{e}");
     let rc = c.stop().unwrap();
     assert_eq!((rc.restart.adopted, rc.restart.claims_refused), (0, 1));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_re_registration_gets_a_grant_word_of_the_new_instance() {
+    // Protocol version 4: the grant word is the connection's; a VM re-registering after a
+    // restart gets a fresh one from the new instance (the old instance's mapping means
+    // nothing to it).
+    let with_word = |m: ToDaemon| match m {
+        ToDaemon::Hello(h) => ToDaemon::Hello(Hello { word: true, ..h }),
+        other => other,
+    };
+    let word_of = |r: &Registered| match recv_within(&r.conn, Duration::from_secs(5)) {
+        Some((ToVm::GrantWord {}, Some(fd))) => {
+            vgpud::word::GrantWord::map(&fd).expect("a sealed word");
+            fd
+        }
+        other => panic!("expected the grant word, got {other:?}"),
+    };
+    let d = dir("word");
+    let socket = d.join("sock");
+    let a = daemon(&socket, Duration::ZERO);
+    let x = register(&socket, &with_word(hello("x", 2 * MIB, None)), None).unwrap();
+    let w1 = word_of(&x);
+    a.stop().unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let b = daemon(&socket, Duration::ZERO);
+    let x2 = register(
+        &socket,
+        &with_word(hello("x", 2 * MIB, claim(&x, 0))),
+        Some(x.fd.as_fd()),
+    )
+    .unwrap();
+    let w2 = word_of(&x2);
+    assert_ne!(inode(w1.as_fd()), inode(w2.as_fd()), "a new word");
+    drop((x, x2));
+    let r = b.stop().unwrap();
+    assert_eq!((r.restart.adopted, r.refused), (1, 0));
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -105,6 +105,7 @@ fn vm(socket: &Path, name: &str, weight: u32, vram_mib: u64) -> (Conn, u32) {
             channels: 2,
             resume: None,
             gpu: None,
+            word: false,
         }),
     );
     match recv(&conn) {
@@ -273,6 +274,7 @@ fn hostile_status_connections_neither_crash_nor_stall_the_daemon() {
         channels: 1,
         resume: None,
         gpu: None,
+        word: false,
     });
     send(&s, &hello);
     match recv(&s) {

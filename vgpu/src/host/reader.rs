@@ -33,6 +33,8 @@ impl Inner {
             Ok(m) => m,
             Err(e) => return log::error!("vgpu: bad message from vgpud: {e}"),
         };
+        // A grant the daemon took back through the word is over before anything follows.
+        self.reconcile(st);
         match msg {
             ToVm::Grant {
                 seq,
@@ -77,6 +79,8 @@ impl Inner {
                 let spin = Duration::from_micros(spin_us.min(10_000));
                 st.standby_until = Some(Instant::now() + 2 * spin);
             }
+            // Version 4: right after the welcome (`kept`).
+            ToVm::GrantWord {} => self.take_word(st, fd),
             ToVm::Welcome { .. } => log::error!("vgpu: unexpected welcome from vgpud"),
             // Answers a status connection (`vgpud status`), never a VM's.
             ToVm::StatusPart { .. } => log::error!("vgpu: unexpected status part from vgpud"),

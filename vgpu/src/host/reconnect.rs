@@ -60,6 +60,8 @@ impl Inner {
         st.grant = None;
         st.held = false;
         st.standby_until = None;
+        // The word was the connection's: the next instance sends its own (`kept`).
+        st.word = None;
         if let Some((_, h)) = st.active.take() {
             h.request();
         }
@@ -96,6 +98,12 @@ impl Inner {
                     Ok(()) => return self.resumed(conn, since),
                     Err(Rereg::Refused(m)) => {
                         let mut st = self.lock();
+                        if super::older_daemon(st.version, &m) {
+                            // Replaced by a daemon of the older protocol: claim as version 3.
+                            log::warn!("vgpu: the restarted vgpud: {m}: claiming as version 3");
+                            st.version = proto::RESUME_VERSION;
+                            continue;
+                        }
                         return self.lose(&mut st, format!("the restarted vgpud: {m}"));
                     }
                     Err(Rereg::Again(m)) => last = m,
@@ -125,7 +133,8 @@ impl Inner {
             gpu: part.gpu,
             vram_offset: part.offset,
         };
-        let msg = proto::encode(&hello(&c.cfg, c.vram, c.channels, Some(resume)));
+        let version = self.lock().version;
+        let msg = proto::encode(&hello(&c.cfg, c.vram, c.channels, Some(resume), version));
         conn.send(&msg, Some(part.fd.as_fd()))
             .map_err(|e| Rereg::Again(format!("send the claim: {e}")))?;
         let mut buf = [0u8; proto::MAX_MESSAGE];
@@ -148,13 +157,13 @@ impl Inner {
             };
             return match proto::decode::<ToVm>(&buf[..n]) {
                 Ok(ToVm::Welcome {
-                    version,
+                    version: welcomed,
                     vm: new_vm,
                     vram_offset,
                     vram_size,
                     boot: Some(new_boot),
                     gpu,
-                }) if version == proto::VERSION
+                }) if welcomed == version
                     && gpu.is_none_or(|g| g.index == part.gpu)
                     && vram_offset == part.offset
                     && vram_size == c.vram

@@ -477,3 +477,205 @@ fn a_preempt_between_two_jobs_of_a_turn_gives_the_grant_back_without_the_worker(
 fn a_backstop_after_the_slice_end_gives_a_kept_grant_back_without_the_worker() {
     kept_grant_goes_back("kept-backstop", true);
 }
+
+/// Issue 25, protocol version 4: a turn's grant kept between two jobs is taken back by the
+/// daemon through the grant word while the worker is away (a frozen VM: nothing of it runs).
+/// Back, the worker must not run its next job under that grant: it finds it revoked, sends
+/// nothing for it, and runs under a new grant. With `crossing`, the next grant arrives before
+/// the worker is back (the reader thread takes it for the new grant it is), after a preempt for
+/// the revoked grant with `preempt` (the reader's give-back loses to the revocation: nothing
+/// is sent for the grant).
+fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
+    use vgpu_proto::word::{GrantWord, State, decode};
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let (revoked_tx, revoked_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        let (word, fd) = GrantWord::create().unwrap();
+        conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
+            .unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let g = ToVm::Grant {
+            seq: 1,
+            slice_ns: 1_000_000_000,
+            deadline_ns: 0,
+        };
+        conn.send(&proto::encode(&g), None).unwrap();
+        assert!(matches!(recv(&conn), ToDaemon::Progress { seq: 1, .. }));
+        // The worker keeps the grant: the word says so once the Progress is out.
+        let until = Instant::now() + Duration::from_secs(10);
+        while decode(word.load()) != (1, State::Kept) {
+            assert!(Instant::now() < until, "never kept: {word:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(word.revoke(1), "{word:?}");
+        if preempt {
+            conn.send(&proto::encode(&ToVm::Preempt { seq: 1 }), None)
+                .unwrap();
+        }
+        if crossing {
+            grant(&conn, 2);
+        }
+        revoked_tx.send(()).unwrap();
+        if !crossing {
+            // The worker's next job: its identity (still queued), then a grant of its own.
+            assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+            grant(&conn, 2);
+        }
+        // Nothing for grant 1 (the daemon ended it): the next message is grant 2's end.
+        assert_eq!(recv(&conn), done(2, false));
+        assert_eq!(
+            decode(word.load()),
+            (2, State::Running),
+            "taken under the word"
+        );
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    let gpu = Duration::from_micros(1);
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    assert_eq!(t.seq, 1);
+    link.release(t, RunOutcome::Completed, gpu, (0, 0), true);
+    // Frozen until the daemon took the grant back (a failed daemon drops the sender).
+    if revoked_rx.recv().is_ok() {
+        if crossing {
+            // The reader thread takes the preempt and the grant meanwhile.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let t2 = link.acquire(&handle, Some(5)).unwrap();
+        assert_eq!(t2.seq, 2, "a new grant, not the revoked one");
+        link.release(t2, RunOutcome::Completed, gpu, (0, 0), false);
+    }
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.unwrap();
+}
+
+#[test]
+fn a_kept_grant_revoked_through_the_word_is_not_run_under_and_the_worker_asks_again() {
+    revoked_kept_grant("word-revoked", false, false);
+}
+
+#[test]
+fn a_grant_after_a_revocation_is_taken_for_the_new_grant_it_is() {
+    revoked_kept_grant("word-crossing", true, false);
+}
+
+#[test]
+fn a_preempt_after_a_revocation_gives_nothing_back() {
+    revoked_kept_grant("word-preempt", true, true);
+}
+
+/// A daemon of protocol version 3 refuses this build's `hello`: main's vgpud at 3 cannot decode
+/// the `word` field (its exact answer below, taken from a run against it; not fatal), and one
+/// that could would refuse the version (fatal, `validate_hello`'s text). Either way the link
+/// registers again as version 3, without a grant word, and works as a version-3 VM.
+fn version_3_daemon(tag: &str, refusal: ToVm) {
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let daemon = std::thread::spawn(move || {
+        let accept = || loop {
+            if let Some(c) = listener.accept().unwrap() {
+                break c;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let first = accept();
+        let ToDaemon::Hello(h) = recv(&first) else {
+            panic!("expected hello")
+        };
+        assert_eq!((h.version, h.word), (proto::VERSION, true));
+        first.send(&proto::encode(&refusal), None).unwrap();
+        first.shutdown();
+        let conn = accept();
+        let ToDaemon::Hello(h) = recv(&conn) else {
+            panic!("expected hello")
+        };
+        assert_eq!((h.version, h.word), (3, false));
+        let vram = std::fs::File::open("/dev/null").unwrap();
+        let welcome = ToVm::Welcome {
+            version: 3,
+            vm: 1,
+            vram_offset: 0,
+            vram_size: h.vram,
+            boot: Some("0f".into()),
+            gpu: Some(proto::Placement {
+                index: 0,
+                device: 0,
+            }),
+        };
+        conn.send(&proto::encode(&welcome), Some(vram.as_fd()))
+            .unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        grant(&conn, 1);
+        assert_eq!(recv(&conn), done(1, false));
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    link.release(
+        t,
+        RunOutcome::Completed,
+        Duration::from_micros(1),
+        (0, 0),
+        false,
+    );
+    assert_eq!(link.inner.lock().version, 3);
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.unwrap();
+}
+
+#[test]
+fn a_version_3_daemon_that_cannot_decode_the_hello_is_registered_with_as_version_3() {
+    version_3_daemon(
+        "v3-decode",
+        ToVm::Error {
+            message: "malformed message: unknown field `word`, expected one of `version`, \
+                      `name`, `weight`, `priority`, `vram`, `channels`, `resume`, `gpu`"
+                .into(),
+            fatal: false,
+        },
+    );
+}
+
+#[test]
+fn a_daemon_refusing_the_version_is_registered_with_as_version_3() {
+    version_3_daemon(
+        "v3-version",
+        ToVm::Error {
+            message: format!(
+                "protocol version {} is not supported (this daemon speaks 1..=3)",
+                proto::VERSION
+            ),
+            fatal: true,
+        },
+    );
+}

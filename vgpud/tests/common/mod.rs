@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use vgpud::proto::{self, Hello, RunOutcome, ToDaemon, ToVm};
 use vgpud::wire::{Conn, Received};
+use vgpud::word::GrantWord;
 use vgpud::{Background, DaemonConfig, Report};
 
 /// A daemon of one test, and the lock of each test file: the tests measure slice ends, standbys and
@@ -121,6 +122,7 @@ impl Vm {
             channels: 4,
             resume: None,
             gpu: None,
+            word: false,
         }));
         match vm.recv() {
             Some((
@@ -136,6 +138,51 @@ impl Vm {
             }
             other => panic!("expected welcome with a descriptor, got {other:?}"),
         }
+    }
+
+    /// A version-4 VM that takes a grant word: its welcome, then the word (mapped).
+    pub fn hello_word(r: &Running, name: &str, weight: u32, vram_mib: u64) -> (Vm, GrantWord) {
+        let vm = Vm::connect(r);
+        vm.send(&ToDaemon::Hello(Hello {
+            version: proto::VERSION,
+            name: name.into(),
+            weight,
+            priority: 0,
+            vram: vram_mib << 20,
+            channels: 4,
+            resume: None,
+            gpu: None,
+            word: true,
+        }));
+        assert!(matches!(vm.recv(), Some((ToVm::Welcome { .. }, true))));
+        let (msg, fd) = vm.recv_fd();
+        assert_eq!(msg, ToVm::GrantWord {});
+        let word = GrantWord::map(&fd.expect("the word's memory object")).unwrap();
+        (vm, word)
+    }
+
+    /// The next message and the descriptor it carried (fails the test after 2 s).
+    pub fn recv_fd(&self) -> (ToVm, Option<std::os::fd::OwnedFd>) {
+        assert!(
+            self.readable_within(Duration::from_secs(2)),
+            "no message within 2 s"
+        );
+        let mut buf = [0u8; 4096];
+        match self.conn.recv(&mut buf).unwrap() {
+            Received::Message(n, fd) => (proto::decode(&buf[..n]).unwrap(), fd),
+            _ => panic!("expected a message"),
+        }
+    }
+
+    /// Whether a message (or the end) is waiting within `limit`.
+    pub fn readable_within(&self, limit: Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.conn.as_fd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut pfd, 1, limit.as_millis() as i32) == 1 }
     }
 
     pub fn grant(&self) -> (u64, u64) {

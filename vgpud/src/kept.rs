@@ -1,0 +1,118 @@
+//! A turn's grant kept by a VM between two jobs, taken back by the daemon itself through the
+//! VM's grant word (protocol version 4, `vgpu_proto::word`), without waiting for the VM process
+//! to be scheduled (issue 25: with 64 VMs booting on 16 cores, a kept grant's give-back by the
+//! VM's reader thread came 4–18 ms after its stop was due, the GPU idle meanwhile).
+//!
+//! When a run's stop is due (a preempt the daemon sends, its backstop, or the slice end the VM
+//! was told to stop at), the daemon first tries `Kept → Revoked` on the word of the grant's
+//! `seq`. Won: the grant ends at once as if the VM had sent `Done { preempted, more }` (a
+//! latency sample, `kept` and `revoked`), no message goes out, and the next VM runs; the VM finds
+//! `Revoked` at its next job and asks for a new grant. Lost (a job runs, the VM gave the grant
+//! back first, or the word holds anything else): the preempt message and its revocation
+//! deadline apply as before, and the word is looked at again every `RECHECK` until the grant
+//! ends (a VM that kept the grant after the preempt went out, before reading it). The word is
+//! the VM's to write: nothing in it is trusted beyond "the VM lets go of this grant now".
+
+use crate::daemon::Daemon;
+use crate::proto::{self, RunOutcome, ToVm};
+use vgpu_proto::word::GrantWord;
+
+/// How often the word of a run whose stop is due is looked at again.
+pub(crate) const RECHECK_NS: u64 = 250_000;
+
+impl Daemon {
+    /// The grant word of a version-4 VM that asked for one: made and sent right after its
+    /// `Welcome` (a daemon that cannot make one serves the VM with messages alone). `None` for
+    /// the others.
+    pub(crate) fn give_word(&mut self, c: u64, version: u32, asked: bool) -> Option<GrantWord> {
+        if !asked || version < proto::WORD_VERSION {
+            return None;
+        }
+        let s = self.sessions.get_mut(&c)?;
+        let (word, fd) = match GrantWord::create() {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn!("vgpud: {}: no grant word: {e}", s.label());
+                return None;
+            }
+        };
+        use std::os::fd::AsFd;
+        match s
+            .conn
+            .send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
+        {
+            Ok(()) => Some(word),
+            Err(e) => {
+                log::warn!("vgpud: {}: grant word not sent: {e}", s.label());
+                None
+            }
+        }
+    }
+
+    /// Takes back GPU `g`'s grant if its VM keeps it between two jobs (its word says `Kept`
+    /// for this grant): ends it as a preemption now. `planned_ns`: when this look was due (the
+    /// report's `look_late_ns`). True when the grant ended.
+    pub(crate) fn revoke_kept(&mut self, g: usize, planned_ns: u64) -> bool {
+        let Some(run) = &self.gpus[g].run else {
+            return false;
+        };
+        let (c, vm, seq) = (run.conn, run.vm, run.seq);
+        let Some(word) = self
+            .sessions
+            .get(&c)
+            .and_then(|s| s.reg.as_ref())
+            .filter(|r| r.id == vm)
+            .and_then(|r| r.word.as_ref())
+        else {
+            return false;
+        };
+        let took = word.revoke(seq);
+        let now_ns = proto::monotonic_ns();
+        if let Some(r) = &mut self.gpus[g].run {
+            r.word_looks = r.word_looks.saturating_add(1);
+            r.look_late_ns = now_ns.saturating_sub(planned_ns);
+        }
+        if !took {
+            return false;
+        }
+        // The VM stores `Kept` only after sending the `Progress` of the turn's last job: read
+        // it (and anything before it) so that the job is charged to this grant.
+        self.read_all(c);
+        if !self.gpus[g]
+            .run
+            .as_ref()
+            .is_some_and(|r| r.vm == vm && r.seq == seq)
+        {
+            // The session went away meanwhile (a malformed message closed it, say).
+            return true;
+        }
+        if let Some(r) = &mut self.gpus[g].run {
+            r.revoked = true;
+        }
+        self.report.kept_revoked += 1;
+        log::debug!(
+            "vgpud: grant {seq} of vm {} taken back through its word at {}",
+            vm.0,
+            proto::monotonic_ns()
+        );
+        self.done(c, vm, seq, RunOutcome::Preempted, 0, (0, 0), true);
+        true
+    }
+
+    /// Looks at the word of GPU `g`'s run when its stop is due and a look is scheduled
+    /// (`Run::word_check_ns`); schedules the next look. `others`: other VMs wait for the GPU
+    /// (a slice end the VM was told is due only then). True when the grant ended.
+    pub(crate) fn recheck_word(&mut self, g: usize, now_ns: u64, others: bool) -> bool {
+        let Some(run) = &mut self.gpus[g].run else {
+            return false;
+        };
+        if run.word_check_ns.is_none_or(|t| now_ns < t) {
+            return false;
+        }
+        let planned_ns = run.word_check_ns.unwrap_or(now_ns);
+        run.word_check_ns = Some(now_ns + RECHECK_NS);
+        let due = run.preempt_sent_ns.is_some()
+            || (run.self_deadline && others && now_ns >= run.slice_end_ns);
+        due && self.revoke_kept(g, planned_ns)
+    }
+}
