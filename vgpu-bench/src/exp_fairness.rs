@@ -104,6 +104,11 @@ pub struct Args {
     /// (`fairness_restart`). The figures are then the restarted daemon's.
     #[arg(long, value_name = "MS", value_parser = f64_in(0.0, 3_600_000.0))]
     pub kill_daemon_at: Option<f64>,
+    /// Run vgpud on these CPUs only (`15`, `14-15`) and every VM on the others this process
+    /// may use, as a host keeps housekeeping cores for its control plane (`vgpu-bench/src/cpus.rs`).
+    /// Default: every process on every CPU.
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| s.parse::<crate::cpus::CpuList>())]
+    pub daemon_cpus: Option<crate::cpus::CpuList>,
 }
 
 /// `--baseline`.
@@ -310,7 +315,15 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "--gpus".into(),
         a.gpus.to_string(),
     ];
-    let mut daemon = Proc::spawn(&a.out, "vgpud", &vgpud, &dargs)?;
+    let (daemon_cpus, vm_cpus) = match &a.daemon_cpus {
+        Some(d) => {
+            let (d, v) = crate::cpus::split(&crate::cpus::allowed()?, &d.0)
+                .map_err(|e| BenchError::Invalid(format!("--daemon-cpus: {e}")))?;
+            (Some(d), Some(v))
+        }
+        None => (None, None),
+    };
+    let mut daemon = Proc::spawn_on(&a.out, "vgpud", &vgpud, &dargs, &[], daemon_cpus.as_deref())?;
     procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
     p.note(&format!(
         "vgpud up ({}); starting {} VMs",
@@ -339,11 +352,18 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         if let Some(m) = a.vm_memory {
             args.extend(["--memory".into(), m.to_string()]);
         }
-        vms.push(Proc::spawn(&a.out, &format!("vm{k}"), &vmm, &args)?);
+        vms.push(Proc::spawn_on(
+            &a.out,
+            &format!("vm{k}"),
+            &vmm,
+            &args,
+            &[],
+            vm_cpus.as_deref(),
+        )?);
     }
     let mut restarter = a
         .kill_daemon_at
-        .map(|ms| Restarter::new(ms, &a.out, &vgpud, &dargs, &socket));
+        .map(|ms| Restarter::new(ms, &a.out, &vgpud, &dargs, &socket, daemon_cpus.clone()));
     watch(&mut vms, &mut daemon, &plan, &mut p, restarter.as_mut())?;
     // Guests that have not ended by now will not: stop them, then the daemon.
     for v in &mut vms {

@@ -111,6 +111,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "window_ms": f.window_ns as f64 / 1e6,
             "short": r.args.short,
             "gpu_extra": r.args.gpu_extra,
+            "daemon_cpus": r.args.daemon_cpus.as_ref().map(|c| c.0.clone()),
             "host_cpus": cpus,
             "host_load_1min_at_end": load,
         },

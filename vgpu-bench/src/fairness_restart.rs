@@ -24,11 +24,21 @@ pub struct Restarter {
     killed: Option<Instant>,
     /// Kill → the new daemon's socket listening, milliseconds.
     down_ms: Option<f64>,
+    /// `--daemon-cpus`: the new daemon's CPUs, as the first one's.
+    cpus: Option<Vec<usize>>,
 }
 
 impl Restarter {
-    pub fn new(at_ms: f64, out: &Path, vgpud: &Path, args: &[String], socket: &Path) -> Self {
+    pub fn new(
+        at_ms: f64,
+        out: &Path,
+        vgpud: &Path,
+        args: &[String],
+        socket: &Path,
+        cpus: Option<Vec<usize>>,
+    ) -> Self {
         Restarter {
+            cpus,
             at: Duration::from_secs_f64(at_ms / 1e3),
             out: out.into(),
             vgpud: vgpud.into(),
@@ -58,7 +68,14 @@ impl Restarter {
         let t = Instant::now();
         daemon.stop(libc::SIGKILL, Duration::from_secs(2));
         self.killed = Some(t);
-        let mut next = Proc::spawn(&self.out, "vgpud-restarted", &self.vgpud, &self.args)?;
+        let mut next = Proc::spawn_on(
+            &self.out,
+            "vgpud-restarted",
+            &self.vgpud,
+            &self.args,
+            &[],
+            self.cpus.as_deref(),
+        )?;
         // The killed daemon's socket is still there: wait until the new one accepts.
         let until = Instant::now() + Duration::from_secs(10);
         while vgpud::wire::Conn::connect(&self.socket).is_err() {

@@ -28,6 +28,7 @@ mod backend;
 mod chart;
 mod chart_axis;
 mod chart_cdf;
+mod cpus;
 mod error;
 mod exp_apps;
 mod exp_fairness;

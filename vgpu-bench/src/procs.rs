@@ -66,18 +66,32 @@ impl Proc {
         args: &[String],
         env: &[(String, String)],
     ) -> Result<Self, BenchError> {
+        Self::spawn_on(dir, name, bin, args, env, None)
+    }
+
+    /// As [`Proc::spawn_env`], on the CPUs `cpus` only (`crate::cpus::pin`) if given.
+    pub fn spawn_on(
+        dir: &Path,
+        name: &str,
+        bin: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        cpus: Option<&[usize]>,
+    ) -> Result<Self, BenchError> {
         let out = dir.join(format!("{name}.log"));
         let err = dir.join(format!("{name}.err"));
         let fo = File::create(&out).map_err(io(&out))?;
         let fe = File::create(&err).map_err(io(&err))?;
-        let child = Command::new(bin)
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(fo)
-            .stderr(fe)
-            .spawn()
-            .map_err(io(bin))?;
+            .stderr(fe);
+        if let Some(c) = cpus {
+            crate::cpus::pin(&mut cmd, c);
+        }
+        let child = cmd.spawn().map_err(io(bin))?;
         let command = env
             .iter()
             .map(|(k, v)| format!("{k}={}", shell_quote(v)))
