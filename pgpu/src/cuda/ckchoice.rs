@@ -275,6 +275,6 @@ mod tests {
             let e = bad.parse::<CkPathChoice>().unwrap_err();
             assert!(e.contains("fixed|adaptive|adaptive:US"), "{bad}: {e}");
         }
-        assert_eq!(CkPathChoice::default(), CkPathChoice::Fixed);
+        assert_eq!(CkPathChoice::default(), CkPathChoice::adaptive());
     }
 }
