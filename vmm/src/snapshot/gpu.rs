@@ -56,6 +56,10 @@ pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig
         if g.host.is_some() {
             cfg.host = g.host.clone();
         }
+        if cfg.backend != vgpu::config::Backend::Cuda {
+            // A cuda snapshot restored on sim: no request path there (as `GpuConfig::parse`).
+            cfg.ck_path = pgpu::cuda::DEFAULT_CK_PATH;
+        }
     }
     Ok(cfg)
 }

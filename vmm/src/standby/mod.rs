@@ -210,19 +210,53 @@ pub(crate) fn fit_config(
         (None, Some(_)) => Err(StandbyError::Misfit(
             "it has no virtual GPU, this standby prepared one (--gpu)".into(),
         )),
-        (Some(spec), Some(prepared)) => {
-            let given = GpuConfig {
-                backend: prepared.backend,
-                host: prepared.host.clone(),
-                ..GpuConfig::default()
-            };
-            let cfg = crate::snapshot::gpu::restore_config(spec, Some(&given))?;
-            match vgpu::engine_misfit(prepared, &cfg) {
-                Some(why) => Err(StandbyError::Misfit(format!(
-                    "its GPU ({spec}) differs from the prepared engine's (--gpu): {why}"
-                ))),
-                None => Ok(Some(cfg)),
-            }
-        }
+        (Some(spec), Some(prepared)) => fit_gpu(spec, prepared).map(Some),
+    }
+}
+
+/// The configuration a snapshot's GPU (`spec`, the manifest's) gets on an engine prepared for
+/// `prepared`, or why it does not fit.
+fn fit_gpu(spec: &str, prepared: &GpuConfig) -> Result<GpuConfig, StandbyError> {
+    let given = GpuConfig {
+        backend: prepared.backend,
+        host: prepared.host.clone(),
+        ..GpuConfig::default()
+    };
+    let mut cfg = crate::snapshot::gpu::restore_config(spec, Some(&given))?;
+    if cfg.backend == vgpu::config::Backend::Cuda {
+        // How a preemption request reaches a kernel is the host's choice, invisible to the
+        // guest: the prepared engine's (a cuda snapshot of a build before `ck_path=adaptive`
+        // became the default reads as `fixed`, and would otherwise never fit a standby started
+        // with the default).
+        cfg.ck_path = prepared.ck_path;
+    }
+    match vgpu::engine_misfit(prepared, &cfg) {
+        Some(why) => Err(StandbyError::Misfit(format!(
+            "its GPU ({spec}) differs from the prepared engine's (--gpu): {why}"
+        ))),
+        None => Ok(cfg),
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    /// A cuda snapshot of a build before the adaptive default (no `ck_path`: fixed) fits a
+    /// standby started with the default and runs on its engine's path; the other keys the
+    /// engine is made from still decide.
+    #[test]
+    fn the_request_path_is_the_standbys() {
+        let prepared = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto").unwrap();
+        let got = fit_gpu("mode=full,backend=cuda,vram=64M,preempt=auto", &prepared).unwrap();
+        assert_eq!(got.ck_path, pgpu::cuda::CkPathChoice::adaptive());
+        let fixed = GpuConfig::parse("vram=64M,backend=cuda,preempt=auto,ck_path=fixed").unwrap();
+        let got = fit_gpu(&prepared.spec(), &fixed).unwrap();
+        assert_eq!(got.ck_path, pgpu::cuda::CkPathChoice::Fixed);
+        let e = fit_gpu(
+            "mode=full,backend=cuda,vram=64M,preempt=checkpoint",
+            &prepared,
+        );
+        assert!(matches!(e, Err(StandbyError::Misfit(m)) if m.contains("preempt")));
     }
 }
