@@ -41,6 +41,11 @@ pub struct Report {
     /// words (version-4 VMs), without a message (each also a latency sample, `revoked`).
     #[serde(default)]
     pub kept_revoked: u64,
+    /// Grants the daemon took back through the VMs' grant words before the VMs took them (the
+    /// VM woken late: its stop came first), with nothing run (each a latency sample,
+    /// `unstarted`).
+    #[serde(default)]
+    pub unstarted_revoked: u64,
     /// This daemon instance (`Welcome::boot`).
     #[serde(default)]
     pub boot: String,
@@ -110,6 +115,11 @@ pub struct LatePreempt {
     /// word late). False in older reports.
     #[serde(default)]
     pub revoked: bool,
+    /// With `revoked`: the grant was taken back before the VM took it (it had not started:
+    /// `run_ns`, `start_to_due_ns`, `grant_to_start_ns` and `jobs_before` are 0). False in
+    /// older reports.
+    #[serde(default)]
+    pub unstarted: bool,
     /// For `revoked`: the daemon's looks at the word for this grant, the last one won (1: the
     /// VM kept the grant when the stop was due, so `late_ns` is all the daemon's; more: the VM
     /// kept it later, after the preempt went out, say).
