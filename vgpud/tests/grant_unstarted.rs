@@ -63,7 +63,10 @@ fn a_grant_not_taken_by_its_slice_end_goes_back_and_the_late_vm_still_progresses
         waited < Duration::from_millis(20 + 200),
         "b waited {waited:?} for the GPU"
     );
-    assert!(proto::monotonic_ns() >= deadline_ns, "not before the slice end");
+    assert!(
+        proto::monotonic_ns() >= deadline_ns,
+        "not before the slice end"
+    );
     assert_eq!(decode(word.load()), (seq, State::Revoked));
     b.done(sb, RunOutcome::Completed, 1000, false);
     // `a` thaws: taking the grant, it finds it revoked and sends nothing for it. The daemon set
