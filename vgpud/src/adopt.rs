@@ -377,7 +377,7 @@ impl Daemon {
                 want_since_ns: 0,
                 object,
                 word: None,
-                spare_next: false,
+                unstarted_streak: 0,
                 report: VmReport {
                     id: id.0,
                     name: reg.name.clone(),

@@ -23,6 +23,12 @@ impl Daemon {
             Err(e) => return self.refuse(c, e.to_string(), false),
         };
         let claim = matches!(&msg, ToDaemon::Hello(h) if h.resume.is_some());
+        if matches!(msg, ToDaemon::Done { .. } | ToDaemon::Progress { .. })
+            && let Some(r) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut())
+        {
+            // The VM answered a grant itself: no longer late in a row (`kept`).
+            r.unstarted_streak = 0;
+        }
         if fd.is_some() && !claim {
             return self.refuse(
                 c,

@@ -19,11 +19,14 @@
 //!
 //! Progress: a VM whose grant was taken back unstarted is set aside (no longer queued: the
 //! scheduler's `on_idle`) until it shows it is awake: its worker, finding `Revoked`, sends a new
-//! `Want`, which queues it again; the grant that follows is not taken back unstarted
-//! (`Registered::spare_next`: it runs whatever its deadline, as the VM runs the grant after one
-//! it handed back late). So a VM always woken late loses at most that one grant (two with the
-//! VM's own late hand-back before it), never all of them, and the GPU never waits for a VM that
-//! is asleep.
+//! `Want`, which queues it again. After `SPARE_AFTER` such take-backs in a row (none of its
+//! grants answered by message in between: `Registered::unstarted_streak`), its next grant is
+//! not taken back unstarted: it runs whatever its deadline, as the VM runs the grant after one
+//! it handed back late or that was taken back. So a VM always woken late loses at most
+//! `SPARE_AFTER` grants in a row (one more with a late hand-back of its own), never all of
+//! them, and the GPU never waits for a VM that is asleep. More than one: a VM re-queued with
+//! the least GPU time is picked again at once, likely still in the boot storm that made it
+//! late, and a spared grant taken late is the preemption sample the take-back avoids.
 
 use crate::daemon::Daemon;
 use crate::proto::{self, RunOutcome, ToVm};
@@ -31,6 +34,10 @@ use vgpu_proto::word::GrantWord;
 
 /// How often the word of a run whose stop is due is looked at again.
 pub(crate) const RECHECK_NS: u64 = 250_000;
+
+/// A VM's grant after this many of its grants in a row went back unstarted is spared (see the
+/// module documentation).
+pub const SPARE_AFTER: u32 = 3;
 
 impl Daemon {
     /// The grant word of a version-4 VM that asked for one: made and sent right after its
@@ -126,14 +133,14 @@ impl Daemon {
     }
 
     /// A VM whose grant was taken back before it took it is no longer queued until its next
-    /// `Want` (it shows it is awake), and its next grant is spared (see the module
-    /// documentation).
+    /// `Want` (it shows it is awake), and one more such take-back counts towards sparing its
+    /// next grant (see the module documentation).
     fn set_aside(&mut self, c: u64, vm: scheduler::VmId, g: usize) {
         let now = self.at(proto::monotonic_ns());
         let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
             return;
         };
-        reg.spare_next = true;
+        reg.unstarted_streak = reg.unstarted_streak.saturating_add(1);
         if !reg.pending {
             return;
         }

@@ -2,7 +2,8 @@
 //! by its stop's due time (its worker woken late: here, a VM that does not act on the grant at
 //! all) is taken back by the daemon through the word, the next VM runs, and nobody is evicted;
 //! the VM, back, finds the grant revoked, sends nothing for it, is not granted again until it
-//! asks (it shows it is awake), and its next grant is not taken back unstarted (progress).
+//! asks (it shows it is awake), and its grant after `SPARE_AFTER` such take-backs in a row is
+//! not taken back unstarted (progress).
 //! Hostile words only cost their own VM. Scripted VMs over the daemon's real socket
 //! (`common`).
 
@@ -77,11 +78,26 @@ fn a_grant_not_taken_by_its_slice_end_goes_back_and_the_late_vm_still_progresses
         "a VM set aside was sent {:?}",
         a.recv()
     );
+    // Late again, `SPARE_AFTER` grants in a row in all: each goes back at its stop (`b` asks
+    // meanwhile), and `a` is set aside each time.
+    let mut last = sb;
+    for _ in 1..vgpud::SPARE_AFTER {
+        a.send(&ToDaemon::Want { kernel: None });
+        let (s, _) = a.grant();
+        assert!(s > last);
+        b.send(&ToDaemon::Want { kernel: None });
+        let (sb, _) = b.grant();
+        assert_eq!(decode(word.load()), (s, State::Revoked));
+        b.done(sb, RunOutcome::Completed, 1000, false);
+        assert_eq!(word.resume(s, State::Granted), Resumed::Revoked);
+        assert!(!a.readable_within(Duration::from_millis(30)), "set aside");
+        last = sb;
+    }
     a.send(&ToDaemon::Want { kernel: None });
     let (sa, _) = a.grant();
-    assert!(sa > sb && sb > seq);
+    assert!(sa > last);
     assert_eq!(decode(word.load()), (sa, State::Granted));
-    // Its next grant is spared: `a`, late again (frozen past the stop, `b` waiting), is sent a
+    // This grant is spared: `a`, late again (frozen past the stop, `b` waiting), is sent a
     // preempt instead and its word is left alone; it then runs and answers.
     b.send(&ToDaemon::Want { kernel: None });
     match a.recv() {
@@ -95,9 +111,10 @@ fn a_grant_not_taken_by_its_slice_end_goes_back_and_the_late_vm_still_progresses
     b.done(sb2, RunOutcome::Completed, 1000, false);
     drop((a, b));
     let r = d.stop();
+    let n = u64::from(vgpud::SPARE_AFTER);
     assert_eq!(
         (r.unstarted_revoked, r.kept_revoked, r.evictions, r.refused),
-        (1, 0, 0, 0),
+        (n, 0, 0, 0),
         "{r:?}"
     );
     let w = r
@@ -107,8 +124,8 @@ fn a_grant_not_taken_by_its_slice_end_goes_back_and_the_late_vm_still_progresses
         .expect("the take-back is a sample");
     assert!(w.revoked && !w.kept && w.run_ns == 0 && w.vm == 1, "{w:?}");
     assert_eq!((w.jobs_before, w.grant_to_start_ns), (0, 0), "{w:?}");
-    // `a`: the revoked grant ended preempted, the spared one ran.
-    assert_eq!((r.vms[0].preempted, r.vms[0].completed), (1, 1), "{r:?}");
+    // `a`: the revoked grants ended preempted, the spared one ran.
+    assert_eq!((r.vms[0].preempted, r.vms[0].completed), (n, 1), "{r:?}");
 }
 
 #[test]
