@@ -127,7 +127,7 @@ impl Daemon {
         );
         self.done(c, vm, seq, RunOutcome::Preempted, 0, (0, 0), true);
         if unstarted {
-            self.set_aside(c, vm, g);
+            self.set_aside(c, vm);
         }
         true
     }
@@ -135,11 +135,13 @@ impl Daemon {
     /// A VM whose grant was taken back before it took it is no longer queued until its next
     /// `Want` (it shows it is awake), and one more such take-back counts towards sparing its
     /// next grant (see the module documentation).
-    fn set_aside(&mut self, c: u64, vm: scheduler::VmId, g: usize) {
+    fn set_aside(&mut self, c: u64, vm: scheduler::VmId) {
         let now = self.at(proto::monotonic_ns());
         let Some(reg) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut()) else {
             return;
         };
+        // Its GPU now: the grant's end may have committed a move to another (multigpu).
+        let g = reg.gpu;
         reg.unstarted_streak = reg.unstarted_streak.saturating_add(1);
         if !reg.pending {
             return;
