@@ -15,8 +15,8 @@
 //! (`HostLink::set_partition`: the GPU index, offset and memory object).
 //!
 //! Protocol version 4: the daemon sends a grant word (`kept`) through which it takes back a
-//! grant not taken yet, or a turn's grant kept between two jobs, without this process running; a version-3 daemon is
-//! registered with as version 3 (`older_daemon`).
+//! grant not taken yet, or a turn's grant kept between two jobs, without this process running;
+//! a version-3 daemon is registered with as version 3 (`older_daemon`).
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
