@@ -25,12 +25,14 @@ pub struct Report {
     pub demand_ns: u64,
     /// Preemption latency samples: the stop was due (slice end, or Preempt sent) → the engine
     /// stopped (VM's end stamp); for a turn's grant given back between two jobs (no run:
-    /// `LatePreempt::kept`), → the daemon received it back.
+    /// `LatePreempt::kept`), → the daemon received it back; for a grant taken back through the
+    /// word (`LatePreempt::revoked`, kept or `unstarted`), → the daemon took it.
     pub preempt_latency_ns: Vec<u64>,
     /// Switch latency samples: one VM's engine stopped → the next VM's engine started.
     pub switch_latency_ns: Vec<u64>,
-    /// Grants made, switches between different VMs, preempts made (sent, or a kept grant taken
-    /// back through its word at that moment: `kept_revoked`).
+    /// Grants made, switches between different VMs, preempts made (sent, or a grant taken back
+    /// through its word at that moment: `kept_revoked`, `unstarted_revoked`; one taken back at
+    /// a slice end the VM was told is no preempt).
     pub grants: u64,
     pub switches: u64,
     pub preempts: u64,
