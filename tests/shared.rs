@@ -181,23 +181,30 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     let t0 = Instant::now();
     let (cs, os) = finish(survivor);
     let survivor_time = t0.elapsed();
-    // Thawed, the frozen VM finds its GPU gone: its guest sees fault kind 16 and stops.
     // SAFETY: SIGCONT to our own (stopped) child.
     unsafe { libc::kill(stopped.id() as i32, libc::SIGCONT) };
     let (c_stopped, _) = finish(stopped);
     let stopped_out = stopped_out.join().unwrap();
-    assert_eq!(
-        c_stopped,
-        i32::from(guest_abi::exit_codes::GPU_FAULT),
-        "{stopped_out}"
-    );
-    assert!(
-        stopped_out.contains("FAIRNESS fault") && stopped_out.contains("GPU_LOST"),
-        "{stopped_out}"
-    );
-    // The daemon noticed the frozen VM (revoked at its next grant) and, once both processes
-    // are gone, took their partitions back: a VM needing more than what was never used (560 -
-    // 3 × 20 MiB) registers.
+    // Frozen while its job ran, the VM did not answer the preempt and was evicted: thawed, it
+    // finds its GPU gone (its guest sees fault kind 16 and stops). Frozen while it waited for
+    // the GPU (or between two jobs), the daemon took its grant back through the grant word
+    // before it was taken and set it aside (issue 25: nothing to evict, the GPU never waited
+    // for it): thawed, it asks again and finishes its work.
+    let evicted = c_stopped == i32::from(guest_abi::exit_codes::GPU_FAULT);
+    if evicted {
+        assert!(
+            stopped_out.contains("FAIRNESS fault") && stopped_out.contains("GPU_LOST"),
+            "{stopped_out}"
+        );
+    } else {
+        assert_eq!(c_stopped, 0, "{stopped_out}");
+        assert!(
+            stopped_out.contains("FAIRNESS end") && stopped_out.contains("ok=1"),
+            "{stopped_out}"
+        );
+    }
+    // Once both processes are gone, the daemon took their partitions back: a VM needing more
+    // than what was never used (560 - 3 × 20 MiB) registers.
     std::thread::sleep(Duration::from_millis(300));
     let big = h.vm("fairness", "name=big,vram=512M", &spin_cmdline(200));
     let (cb, ob) = finish(big);
@@ -207,13 +214,17 @@ fn a_killed_vm_and_a_stopped_vm_do_not_stall_the_others() {
     assert!(survivor_time < Duration::from_secs(30), "{survivor_time:?}");
     assert_eq!(cb, 0, "{ob}");
     let by = |n: &str| r.vms.iter().find(|v| v.name == n).unwrap().clone();
-    assert!(
+    assert_eq!(
         by("stopped").evicted,
+        evicted,
         "{:?} refused {} evictions {}",
         r.vms,
         r.refused,
         r.evictions
     );
+    if !evicted {
+        assert!(r.unstarted_revoked > 0, "set aside: {r:?}");
+    }
     assert!(by("killed").gone_ns.is_some() && by("killed").gpu_ns > 0);
     assert!(by("survivor").completed > 0 && !by("survivor").evicted);
 }

@@ -15,8 +15,8 @@
 //! (`HostLink::set_partition`: the GPU index, offset and memory object).
 //!
 //! Protocol version 4: the daemon sends a grant word (`kept`) through which it takes back a
-//! turn's grant kept between two jobs without this process running; a version-3 daemon is
-//! registered with as version 3 (`older_daemon`).
+//! grant not taken yet, or a turn's grant kept between two jobs, without this process running;
+//! a version-3 daemon is registered with as version 3 (`older_daemon`).
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
@@ -576,7 +576,16 @@ impl HostLink {
                         g.seq
                     );
                     st.returned_late = true;
-                    self.inner.hand_back(&mut st, g.seq);
+                    if self.inner.let_go_granted(&st, g.seq) {
+                        self.inner.hand_back(&mut st, g.seq);
+                    } else {
+                        // The daemon took it back through the word meanwhile (`kept`).
+                        self.inner.revoked_unstarted(&mut st);
+                    }
+                    continue;
+                }
+                if !self.inner.take_granted(&mut st, g.seq) {
+                    // The daemon took it back before the worker came (`kept`): ask again.
                     continue;
                 }
                 st.returned_late = false;
@@ -588,8 +597,6 @@ impl HostLink {
                 }
                 st.active = Some((g.seq, handle.clone()));
                 st.turn = g.turn;
-                self.inner
-                    .word_store(&st, g.seq, vgpu_proto::word::State::Running);
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
                 return Ok(Ticket {
@@ -711,7 +718,10 @@ impl HostLink {
             }
         } else if let Some(Granted { seq, .. }) = st.grant.take() {
             st.wanting = false;
-            self.inner.send(&mut st, &reader::empty_done(seq));
+            // Taken back through the word: the daemon set the VM aside already (`kept`).
+            if self.inner.let_go_granted(&st, seq) {
+                self.inner.send(&mut st, &reader::empty_done(seq));
+            }
         } else if st.wanting {
             st.wanting = false;
             self.inner.send(&mut st, &ToDaemon::Idle {});

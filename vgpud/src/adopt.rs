@@ -377,6 +377,7 @@ impl Daemon {
                 want_since_ns: 0,
                 object,
                 word: None,
+                unstarted_streak: 0,
                 report: VmReport {
                     id: id.0,
                     name: reg.name.clone(),

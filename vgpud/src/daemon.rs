@@ -99,6 +99,10 @@ pub(crate) struct Run {
     /// The daemon took the grant back through the VM's word (`kept`), after this many looks
     /// at the word, the last one this late after it was planned.
     pub revoked: bool,
+    /// The daemon may take the grant back through the word before the VM takes it (not a VM's
+    /// grant after `kept::SPARE_AFTER` such take-backs in a row), and did (`unstarted`).
+    pub may_revoke_unstarted: bool,
+    pub unstarted: bool,
     pub word_looks: u32,
     pub look_late_ns: u64,
 }
@@ -410,11 +414,16 @@ impl Daemon {
                 // Others wait: the VM stops by itself at the slice end (no message, no thread
                 // to wake); the daemon's preempt follows only as a backstop.
                 let self_deadline = slice_ns > 0 && self.others_waiting(g, d.run);
-                let word = self
+                // Version 4: the word says `Granted` before the grant goes out (`kept`); a VM
+                // whose last grants went back unstarted has this one spared.
+                let (word, spared) = self
                     .sessions
                     .get(&conn)
                     .and_then(|s| s.reg.as_ref())
-                    .is_some_and(|r| r.word.is_some());
+                    .and_then(|r| Some((r.word.as_ref()?, r.unstarted_streak)))
+                    .map_or((false, false), |(w, streak)| {
+                        (w.grant(seq), streak >= crate::kept::SPARE_AFTER)
+                    });
                 let backstop = if self_deadline {
                     self.cfg.backstop.as_nanos() as u64
                 } else {
@@ -439,6 +448,8 @@ impl Daemon {
                     // A VM told its slice end: its word is looked at from then on (`kept`).
                     word_check_ns: (word && self_deadline).then_some(now_ns + limit),
                     revoked: false,
+                    may_revoke_unstarted: word && !spared,
+                    unstarted: false,
                     word_looks: 0,
                     look_late_ns: 0,
                 });

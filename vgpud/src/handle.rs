@@ -23,6 +23,12 @@ impl Daemon {
             Err(e) => return self.refuse(c, e.to_string(), false),
         };
         let claim = matches!(&msg, ToDaemon::Hello(h) if h.resume.is_some());
+        if matches!(msg, ToDaemon::Done { .. } | ToDaemon::Progress { .. })
+            && let Some(r) = self.sessions.get_mut(&c).and_then(|s| s.reg.as_mut())
+        {
+            // The VM answered a grant itself: no longer late in a row (`kept`).
+            r.unstarted_streak = 0;
+        }
         if fd.is_some() && !claim {
             return self.refuse(
                 c,
@@ -194,8 +200,8 @@ impl Daemon {
     }
 
     /// Stops the running VM `v` of GPU `g` now (wake-up or priority preemption, a slice end or
-    /// a run limit): takes its grant back through its word if it keeps it between two jobs
-    /// (`kept`), else sends a preempt.
+    /// a run limit): takes its grant back through its word if it keeps it between two jobs or
+    /// has not taken it yet (`kept`), else sends a preempt.
     pub(crate) fn preempt_now(&mut self, g: usize, v: VmId) {
         let now_ns = monotonic_ns();
         let Some(run) = self.gpus[g].run.as_mut().filter(|r| r.vm == v) else {
@@ -380,7 +386,7 @@ impl Daemon {
         };
         if preempted
             && (start_ns, end_ns) == (0, 0)
-            && run.turn_jobs > 0
+            && (run.turn_jobs > 0 || run.unstarted)
             && let Some(wanted) = wanted
             && let Some(due) = due
         {
@@ -395,6 +401,8 @@ impl Daemon {
             // timed from the slice end, that read as a stop late by the guest's CPU work (9-10
             // ms samples on the 2-core dev box, the daemon never having looked at the word),
             // though nobody waited, or only since a want (which also preempts an extended turn).
+            // A grant taken back through the word before the VM took it (`unstarted`) is the
+            // same kind of sample: nothing ran, the GPU went on when the daemon acted.
             let due = due.max(wanted);
             let late = now_ns.saturating_sub(due);
             late_preempt = Some(crate::report::LatePreempt {
@@ -402,13 +410,14 @@ impl Daemon {
                 gpu: g as u32,
                 late_ns: late,
                 grant_to_start_ns: run.last_stamp_ns.saturating_sub(run.granted_ns),
+                unstarted: run.unstarted,
                 start_to_due_ns: 0,
                 run_ns: 0,
                 slice_ns: run.slice_end_ns.saturating_sub(run.granted_ns),
                 jobs_before: run.turn_jobs,
                 extended: run.extended,
                 due_at_ns: due.saturating_sub(origin_ns),
-                kept: true,
+                kept: !run.unstarted,
                 revoked: run.revoked,
                 word_looks: run.word_looks,
                 look_late_ns: run.look_late_ns,

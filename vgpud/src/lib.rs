@@ -8,7 +8,7 @@
 //! all`: the host's CUDA devices), `gpus` (per-GPU state,
 //! placement), `moving` (a VM moved to another GPU), `partition` (VRAM pool), `session` (one
 //! connection), `daemon` (the poll loop, grants, slice ends, revocation, reclaim), `handle`
-//! (message handling), `kept` (a kept grant taken back through the VM's grant word), `status` (`vgpud status`: the live report on the socket), `adopt` (a restart: the VMs of an earlier instance re-register, each on
+//! (message handling), `kept` (a grant taken back through the VM's grant word: kept between two jobs, or not taken yet), `status` (`vgpud status`: the live report on the socket), `adopt` (a restart: the VMs of an earlier instance re-register, each on
 //! the GPU it claims), `report` (what was measured).
 
 mod adopt;
@@ -30,4 +30,5 @@ pub use vgpu_proto::{proto, units, wire, word};
 
 pub use background::Background;
 pub use daemon::{Daemon, DaemonConfig, DaemonError};
+pub use kept::SPARE_AFTER;
 pub use report::Report;

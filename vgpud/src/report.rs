@@ -25,12 +25,14 @@ pub struct Report {
     pub demand_ns: u64,
     /// Preemption latency samples: the stop was due (slice end, or Preempt sent) → the engine
     /// stopped (VM's end stamp); for a turn's grant given back between two jobs (no run:
-    /// `LatePreempt::kept`), → the daemon received it back.
+    /// `LatePreempt::kept`), → the daemon received it back; for a grant taken back through the
+    /// word (`LatePreempt::revoked`, kept or `unstarted`), → the daemon took it.
     pub preempt_latency_ns: Vec<u64>,
     /// Switch latency samples: one VM's engine stopped → the next VM's engine started.
     pub switch_latency_ns: Vec<u64>,
-    /// Grants made, switches between different VMs, preempts made (sent, or a kept grant taken
-    /// back through its word at that moment: `kept_revoked`).
+    /// Grants made, switches between different VMs, preempts made (sent, or a grant taken back
+    /// through its word at that moment: `kept_revoked`, `unstarted_revoked`; one taken back at
+    /// a slice end the VM was told is no preempt).
     pub grants: u64,
     pub switches: u64,
     pub preempts: u64,
@@ -41,6 +43,11 @@ pub struct Report {
     /// words (version-4 VMs), without a message (each also a latency sample, `revoked`).
     #[serde(default)]
     pub kept_revoked: u64,
+    /// Grants the daemon took back through the VMs' grant words before the VMs took them (the
+    /// VM woken late: its stop came first), with nothing run (each a latency sample,
+    /// `unstarted`).
+    #[serde(default)]
+    pub unstarted_revoked: u64,
     /// This daemon instance (`Welcome::boot`).
     #[serde(default)]
     pub boot: String,
@@ -110,6 +117,11 @@ pub struct LatePreempt {
     /// word late). False in older reports.
     #[serde(default)]
     pub revoked: bool,
+    /// With `revoked`: the grant was taken back before the VM took it (it had not started:
+    /// `run_ns`, `start_to_due_ns`, `grant_to_start_ns` and `jobs_before` are 0). False in
+    /// older reports.
+    #[serde(default)]
+    pub unstarted: bool,
     /// For `revoked`: the daemon's looks at the word for this grant, the last one won (1: the
     /// VM kept the grant when the stop was due, so `late_ns` is all the daemon's; more: the VM
     /// kept it later, after the preempt went out, say).

@@ -83,6 +83,10 @@ pub struct Registered {
     pub object: crate::adopt::ObjectKey,
     /// Version 4: the grant word shared with the VM (`kept`), if it asked for one.
     pub word: Option<vgpu_proto::word::GrantWord>,
+    /// Its grants taken back through the word before it took them (`kept`) since it last
+    /// answered one by message: from `kept::SPARE_AFTER` on, its next grant is not (it runs
+    /// whatever its deadline, so that a VM always late progresses).
+    pub unstarted_streak: u32,
     pub report: VmReport,
 }
 

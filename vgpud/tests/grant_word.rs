@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Vm, start};
 use vgpud::proto::{self, RunOutcome, ToDaemon, ToVm};
-use vgpud::word::{GrantWord, Resumed, State, decode};
+use vgpud::word::{GrantWord, Resumed, State, decode, encode};
 
 /// The revocation deadline of these daemons: a frozen VM the word does not help keeps the GPU
 /// this long, then is evicted.
@@ -60,7 +60,7 @@ fn a_frozen_vms_kept_grant_is_taken_back_through_its_word_and_the_next_vm_runs()
     // `a` thaws: its next job finds the grant revoked (it must not run under it). It is still
     // queued (the daemon counted `Done { preempted, more }`): the GPU comes back to it with a
     // new grant, and no preempt was ever sent it (the daemon acted on the word alone).
-    assert_eq!(word.resume(seq), Resumed::Revoked);
+    assert_eq!(word.resume(seq, State::Kept), Resumed::Revoked);
     let (sa, _) = a.grant();
     assert!(sa > sb && sb > seq);
     assert!(word.store(sa, State::Running));
@@ -185,13 +185,13 @@ fn a_hostile_word_only_costs_its_own_vm_its_turn() {
     for w in [
         u64::MAX,
         0,
-        (seq + 1) << 2 | 2,
-        (seq - 1) << 2 | 2,
-        seq << 2 | 3,
+        encode(seq + 1, State::Kept).unwrap(),
+        encode(seq - 1, State::Kept).unwrap(),
+        encode(seq, State::Kept).unwrap() | 5,
+        encode(seq, State::Revoked).unwrap(),
     ] {
-        // Every value names some (seq, state): written as a hostile VM would.
-        let (s, state) = decode(w);
-        assert!(word.store(s, state));
+        // Written as a hostile VM would.
+        word.store_raw(w);
         assert_eq!(word.load(), w);
         std::thread::sleep(Duration::from_millis(2));
     }

@@ -1,19 +1,26 @@
 //! The VM's side of the grant word (protocol version 4, `vgpu_proto::word`): memory shared
-//! with the daemon through which it takes back a turn's grant this VM keeps between two jobs
-//! without this process being scheduled (issue 25: during a boot storm the reader thread that
-//! would give it back waited milliseconds for a core).
+//! with the daemon through which it takes back a grant this VM has not taken yet, or a turn's
+//! grant it keeps between two jobs, without this process being scheduled (issue 25: during a
+//! boot storm the worker that would take the grant, or the reader thread that would give it
+//! back, waited milliseconds for a core).
 //!
-//! The worker writes `Running` when it takes a grant and `Kept` after the `Progress` of a job
-//! it follows with another under the same grant; before that next job it moves `Kept →
-//! Running`, and finding `Revoked` instead, it treats the grant as ended (the daemon counted it
-//! as `Done { preempted, more }`: the VM is still queued) and waits for a new one. Any thread
-//! that would give the kept grant back by message (`give_up_kept`, `idle`) first moves `Kept →
-//! Free`: losing to the daemon's `Revoked`, it sends nothing for the grant. A message of the
-//! daemon is handled only after the state agrees with the word (`reconcile`), so that a grant
-//! that follows a revocation is taken as the new grant it is. Without a word (an older daemon,
-//! none made) every step is as before.
+//! The daemon writes `Granted` before it sends a grant; the worker, taking it, moves `Granted
+//! → Running` (`take_granted`), and finding `Revoked` instead (the daemon took it back at its
+//! stop, counted as preempted with nothing run, and set the VM aside until it asks again), it
+//! sends nothing for that grant, sends a new `Want` (the sign that it is awake) and runs its
+//! next grant whatever its deadline (`returned_late`: the daemon does not take that one back
+//! unstarted either). The worker writes `Kept` after the `Progress` of a job it follows with
+//! another under the same grant; before that next job it moves `Kept → Running`, and finding
+//! `Revoked` instead, it treats the grant as ended (the daemon counted it as `Done { preempted,
+//! more }`: the VM is still queued) and waits for a new one. Any thread that would give a grant
+//! back by message (`give_up_kept`, `idle`, a late grant handed back, a grant crossing an
+//! `Idle`) first moves `Kept → Free` or `Granted → Free`: losing to the daemon's `Revoked`, it
+//! sends nothing for the grant. A word naming a later grant means the same as `Revoked` (the
+//! daemon wrote its next grant's `Granted`). A message of the daemon is handled only after the
+//! state agrees with the word (`reconcile`), so that a grant that follows a revocation is taken
+//! as the new grant it is. Without a word (an older daemon, none made) every step is as before.
 
-use vgpu_proto::word::{GrantWord, Resumed, State, decode};
+use vgpu_proto::word::{GrantWord, Resumed, State, ended};
 
 use super::*;
 
@@ -42,7 +49,7 @@ impl Inner {
         let Some(w) = &st.word else {
             return true;
         };
-        match w.resume(seq) {
+        match w.resume(seq, State::Kept) {
             Resumed::Go => true,
             Resumed::Revoked => {
                 log::debug!("vgpu: kept grant {seq} was taken back by vgpud");
@@ -58,16 +65,47 @@ impl Inner {
         }
     }
 
+    /// The worker takes the grant `seq` it was sent (`Granted → Running`): false when the
+    /// daemon took it back before (the state then says so: no grant, no want outstanding, so
+    /// that the worker's loop sends a new `Want`; its next grant runs whatever its deadline).
+    pub(super) fn take_granted(&self, st: &mut St, seq: u64) -> bool {
+        let Some(w) = &st.word else {
+            return true;
+        };
+        match w.resume(seq, State::Granted) {
+            Resumed::Go => true,
+            Resumed::Revoked => {
+                log::debug!("vgpu: grant {seq} was taken back by vgpud before it was taken");
+                self.revoked_unstarted(st);
+                false
+            }
+            Resumed::Other(v) => {
+                // Not the daemon's `Granted` (nothing else writes it): the messages decide, as
+                // without a word; the word says the grant runs.
+                log::debug!("vgpu: grant word {v:#x} at grant {seq}: running it");
+                w.store(seq, State::Running);
+                true
+            }
+        }
+    }
+
     /// Lets go of the kept grant `seq` before giving it back by message: false when the daemon
     /// took it back already (nothing is to be sent for it).
     pub(super) fn let_go(&self, st: &St, seq: u64) -> bool {
-        match st
-            .word
-            .as_ref()
-            .map(|w| w.swap(seq, State::Kept, State::Free))
-        {
+        self.let_go_from(st, seq, State::Kept)
+    }
+
+    /// Lets go of the grant `seq` not taken yet before giving it back by message: false when
+    /// the daemon took it back already (nothing is to be sent for it; the caller then says so
+    /// with `revoked_unstarted`).
+    pub(super) fn let_go_granted(&self, st: &St, seq: u64) -> bool {
+        self.let_go_from(st, seq, State::Granted)
+    }
+
+    fn let_go_from(&self, st: &St, seq: u64, from: State) -> bool {
+        match st.word.as_ref().map(|w| w.swap(seq, from, State::Free)) {
             None | Some(Ok(())) => true,
-            Some(Err(v)) => decode(v) != (seq, State::Revoked),
+            Some(Err(v)) => !ended(v, seq),
         }
     }
 
@@ -80,13 +118,18 @@ impl Inner {
         let Some((seq, _)) = &st.active else {
             return;
         };
-        if st
-            .word
-            .as_ref()
-            .is_some_and(|w| decode(w.load()) == (*seq, State::Revoked))
-        {
+        if st.word.as_ref().is_some_and(|w| ended(w.load(), *seq)) {
             self.revoked(st);
         }
+    }
+
+    /// A grant not taken yet is gone (the daemon took it back at its stop and set the VM aside
+    /// until it asks again): a new `Want` goes out (`wanting` false), and the next grant runs
+    /// whatever its deadline (a VM always late still progresses).
+    pub(super) fn revoked_unstarted(&self, st: &mut St) {
+        st.wanting = false;
+        st.identified = false;
+        st.returned_late = true;
     }
 
     /// The kept grant is gone (the daemon ended it as preempted, more work queued).

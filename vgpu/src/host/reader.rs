@@ -51,8 +51,9 @@ impl Inner {
                         deadline_ns,
                     });
                     self.cv.notify_all();
-                } else {
-                    // Crossed with our Idle: nothing to run.
+                } else if self.let_go_granted(st, seq) {
+                    // Crossed with our Idle: nothing to run (unless the daemon took it back
+                    // through the word already: then nothing is sent for it).
                     self.send(st, &empty_done(seq));
                 }
             }

@@ -498,6 +498,8 @@ fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
         conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
             .unwrap();
         assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        // As the daemon does: the word says `Granted` before each grant goes out.
+        assert!(word.grant(1));
         let g = ToVm::Grant {
             seq: 1,
             slice_ns: 1_000_000_000,
@@ -517,12 +519,16 @@ fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
                 .unwrap();
         }
         if crossing {
+            // The word now names grant 2: grant 1's `Revoked` is gone (the VM must still take
+            // grant 1 as over).
+            assert!(word.grant(2));
             grant(&conn, 2);
         }
         revoked_tx.send(()).unwrap();
         if !crossing {
             // The worker's next job: its identity (still queued), then a grant of its own.
             assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+            assert!(word.grant(2));
             grant(&conn, 2);
         }
         // Nothing for grant 1 (the daemon ended it): the next message is grant 2's end.
@@ -678,4 +684,109 @@ fn a_daemon_refusing_the_version_is_registered_with_as_version_3() {
             fatal: true,
         },
     );
+}
+
+/// Issue 25, the word's `Granted`: the daemon took grant 1 back before the worker took it
+/// (`revoke`; with `late`, its slice had ended too, so the worker would hand it back), or the
+/// worker hands a late grant back first (`late` alone). A revoked grant: nothing is sent for
+/// it, a new `Want` goes out (the daemon set the VM aside until it asks), and the next grant
+/// runs whatever its deadline (here already past). A late grant handed back: `Granted → Free`
+/// first, then its `Done`, and the same for the next grant.
+fn unstarted_grant(tag: &str, revoke: bool, late: bool) {
+    use vgpu_proto::word::{GrantWord, State, decode};
+    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        let (word, fd) = GrantWord::create().unwrap();
+        conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
+            .unwrap();
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let past = proto::monotonic_ns() - 1_000_000;
+        let g = |seq, deadline_ns| ToVm::Grant {
+            seq,
+            slice_ns: 1_000_000,
+            deadline_ns,
+        };
+        assert!(word.grant(1));
+        if revoke {
+            // Taken back before the worker took it (here before it was even sent: the worker
+            // cannot win the race).
+            assert!(word.revoke_unstarted(1));
+        }
+        conn.send(&proto::encode(&g(1, if late { past } else { 0 })), None)
+            .unwrap();
+        if revoke {
+            // Nothing for grant 1: the worker shows it is awake with a new want.
+            assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+            assert_eq!(decode(word.load()), (1, State::Revoked));
+        } else {
+            let m = recv(&conn);
+            assert!(
+                matches!(
+                    m,
+                    ToDaemon::Done {
+                        seq: 1,
+                        gpu_ns: 0,
+                        more: true,
+                        ..
+                    }
+                ),
+                "{m:?}"
+            );
+            assert_eq!(decode(word.load()), (1, State::Free), "let go first");
+            assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        }
+        // The next grant runs though its slice has ended.
+        assert!(word.grant(2));
+        conn.send(&proto::encode(&g(2, past)), None).unwrap();
+        assert_eq!(recv(&conn), done(2, false));
+        assert_eq!(
+            decode(word.load()),
+            (2, State::Running),
+            "taken under the word"
+        );
+    });
+    let cfg = HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    };
+    let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
+    let handle = PreemptHandle::new();
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    assert_eq!(t.seq, 2, "grant 1 was never run");
+    link.release(
+        t,
+        RunOutcome::Completed,
+        Duration::from_micros(1),
+        (0, 0),
+        false,
+    );
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(&dir);
+    joined.unwrap();
+}
+
+#[test]
+fn a_grant_revoked_before_it_is_taken_is_not_run_and_the_worker_asks_again() {
+    unstarted_grant("word-unstarted", true, false);
+}
+
+#[test]
+fn a_late_grant_revoked_before_its_hand_back_sends_nothing_for_it() {
+    unstarted_grant("word-unstarted-late", true, true);
+}
+
+#[test]
+fn a_late_grant_is_let_go_in_the_word_before_it_is_handed_back() {
+    unstarted_grant("word-late", false, true);
 }
