@@ -105,6 +105,19 @@ pub(crate) struct Run {
     pub unstarted: bool,
     pub word_looks: u32,
     pub look_late_ns: u64,
+    /// A take-back through the word won and the VM's queued messages are being read
+    /// (`kept::revoke_kept`): a `Want` or `Idle` the VM sent after it saw `Revoked` is kept
+    /// here (the last one) and applied once the grant has ended, not dropped as one that
+    /// crossed a grant in flight.
+    pub revoking: bool,
+    pub after_revoke: Option<AfterRevoke>,
+}
+
+/// A VM's message read while its grant is being taken back (`Run::after_revoke`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterRevoke {
+    Want(Option<scheduler::KernelKey>),
+    Idle,
 }
 
 /// A departed VM's partition, held until its process has exited.
@@ -452,6 +465,8 @@ impl Daemon {
                     unstarted: false,
                     word_looks: 0,
                     look_late_ns: 0,
+                    revoking: false,
+                    after_revoke: None,
                 });
                 self.report.grants += 1;
                 self.gpus[g].report.grants += 1;

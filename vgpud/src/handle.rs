@@ -136,10 +136,14 @@ impl Daemon {
     /// Marks `vm` queued (once) with the identity `key` of its job, and sends a preempt the
     /// scheduler asks for. A want while queued identifies the job queued by a `Done`'s `more`
     /// (whose identity the VM did not know yet).
-    fn want(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
+    pub(crate) fn want(&mut self, c: u64, vm: VmId, key: Option<KernelKey>) {
         let g = self.gpu_of(c);
         // A crossing Want while the grant is in flight: the VM answers the grant instead.
-        if self.gpus[g].run.as_ref().is_some_and(|r| r.vm == vm) {
+        // One sent after the VM saw its grant taken back waits for the grant's end.
+        if let Some(r) = self.gpus[g].run.as_mut().filter(|r| r.vm == vm) {
+            if r.revoking {
+                r.after_revoke = Some(crate::daemon::AfterRevoke::Want(key));
+            }
             return;
         }
         let queued = self
@@ -234,9 +238,12 @@ impl Daemon {
         }
     }
 
-    fn idle(&mut self, c: u64, vm: VmId) {
+    pub(crate) fn idle(&mut self, c: u64, vm: VmId) {
         let g = self.gpu_of(c);
-        if self.gpus[g].run.as_ref().is_some_and(|r| r.vm == vm) {
+        if let Some(r) = self.gpus[g].run.as_mut().filter(|r| r.vm == vm) {
+            if r.revoking {
+                r.after_revoke = Some(crate::daemon::AfterRevoke::Idle);
+            }
             return;
         }
         let now = self.at(monotonic_ns());

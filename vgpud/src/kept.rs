@@ -99,9 +99,21 @@ impl Daemon {
         }
         if kept {
             // The VM stores `Kept` only after sending the `Progress` of the turn's last job:
-            // read it (and anything before it) so that the job is charged to this grant.
+            // read it (and anything before it) so that the job is charged to this grant. A
+            // `Want`/`Idle` behind it (the VM saw `Revoked` meanwhile) is kept for after.
+            if let Some(r) = &mut self.gpus[g].run {
+                r.revoking = true;
+            }
             self.read_all(c);
         }
+        let after = self.gpus[g]
+            .run
+            .as_mut()
+            .filter(|r| r.vm == vm && r.seq == seq)
+            .and_then(|r| {
+                r.revoking = false;
+                r.after_revoke.take()
+            });
         if !self.gpus[g]
             .run
             .as_ref()
@@ -128,6 +140,11 @@ impl Daemon {
         self.done(c, vm, seq, RunOutcome::Preempted, 0, (0, 0), true);
         if unstarted {
             self.set_aside(c, vm);
+        }
+        match after {
+            Some(crate::daemon::AfterRevoke::Want(key)) => self.want(c, vm, key),
+            Some(crate::daemon::AfterRevoke::Idle) => self.idle(c, vm),
+            None => {}
         }
         true
     }
