@@ -20,6 +20,7 @@ mod api;
 mod bulk;
 mod ckchoice;
 mod ckevents;
+mod cklaunch;
 mod ckmem;
 mod ckpath;
 mod ckpt;
