@@ -7,6 +7,52 @@ use vgpu_proto::wire::Listener;
 
 use super::*;
 
+/// A scratch directory for one scripted daemon and its listening socket there
+/// (`vgpu-host[-TAG]-PID/sock`).
+fn daemon_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf, Listener) {
+    let name = match tag {
+        "" => format!("vgpu-host-{}", std::process::id()),
+        t => format!("vgpu-host-{t}-{}", std::process::id()),
+    };
+    let dir = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("sock");
+    let listener = Listener::bind(&socket).unwrap();
+    (dir, socket, listener)
+}
+
+/// The link's configuration for the scripted daemon at `socket`: weight 1, no reconnection,
+/// the worker not raised.
+fn link_cfg(socket: std::path::PathBuf) -> HostConfig {
+    HostConfig {
+        socket,
+        weight: 1,
+        priority: 0,
+        name: "t".into(),
+        reconnect: Duration::ZERO,
+        gpu: None,
+        nice: 0,
+        rt: 0,
+    }
+}
+
+/// The scripted daemon hands the VM a grant word (protocol 4), as vgpud does after `Welcome`.
+fn give_word(conn: &Conn) -> vgpu_proto::word::GrantWord {
+    let (word, fd) = vgpu_proto::word::GrantWord::create().unwrap();
+    conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
+        .unwrap();
+    word
+}
+
+/// Ends a test: the link closes, the scripted daemon's thread is joined (its failed
+/// assertions surface here) and the scratch directory goes.
+fn finish(link: HostLink, daemon: std::thread::JoinHandle<()>, dir: &std::path::Path) {
+    drop(link);
+    let joined = daemon.join();
+    let _ = std::fs::remove_dir_all(dir);
+    joined.unwrap();
+}
+
 /// The next message on the daemon's side of the link.
 fn recv(c: &Conn) -> ToDaemon {
     let mut buf = [0u8; proto::MAX_MESSAGE];
@@ -71,10 +117,7 @@ fn done(seq: u64, more: bool) -> ToDaemon {
 
 #[test]
 fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    let (dir, socket, listener) = daemon_socket("");
     // A scripted daemon: registers the VM, grants each job, returns what the VM sent.
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
@@ -89,16 +132,7 @@ fn wants_carry_the_job_identity_and_the_job_a_more_announced_is_identified() {
         }
         seen
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-    };
+    let cfg = link_cfg(socket);
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
     for (kernel, more) in [
@@ -205,10 +239,7 @@ fn may_raise() -> bool {
 /// before it registers, while it waits for the grant (seen by the daemon), while it holds it
 /// and after it released it.
 fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) -> (T, T, T, T) {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    let (dir, socket, listener) = daemon_socket(tag);
     let (tid_tx, tid_rx) = std::sync::mpsc::channel::<libc::pid_t>();
     // The scripted daemon looks at the worker's level while it waits for the grant.
     let daemon = std::thread::spawn(move || {
@@ -311,10 +342,7 @@ fn the_worker_runs_real_time_while_it_waits_for_and_holds_a_grant() {
 /// (which returns the kept grant at once) raises it again.
 #[test]
 fn between_two_jobs_of_a_turn_the_worker_runs_at_its_own_level() {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-turn-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    let (dir, socket, listener) = daemon_socket("turn");
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
         assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
@@ -395,10 +423,7 @@ fn recv_within(c: &Conn, limit: Duration) -> Option<ToDaemon> {
 /// `deadline`, the grant carries a slice end (already passed when the preempt comes: the
 /// daemon's backstop).
 fn kept_grant_goes_back(tag: &str, deadline: bool) {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    let (dir, socket, listener) = daemon_socket(tag);
     let (back_tx, back_rx) = std::sync::mpsc::channel::<()>();
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
@@ -440,16 +465,7 @@ fn kept_grant_goes_back(tag: &str, deadline: bool) {
         grant(&conn, 2);
         assert_eq!(recv(&conn), done(2, false));
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-    };
+    let cfg = link_cfg(socket);
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
     let gpu = Duration::from_micros(1);
@@ -462,10 +478,7 @@ fn kept_grant_goes_back(tag: &str, deadline: bool) {
         assert_eq!(t2.seq, 2, "a new grant, not the one given back");
         link.release(t2, RunOutcome::Completed, gpu, (0, 0), false);
     }
-    drop(link);
-    let joined = daemon.join();
-    let _ = std::fs::remove_dir_all(&dir);
-    joined.unwrap();
+    finish(link, daemon, &dir);
 }
 
 #[test]
@@ -486,17 +499,12 @@ fn a_backstop_after_the_slice_end_gives_a_kept_grant_back_without_the_worker() {
 /// the revoked grant with `preempt` (the reader's give-back loses to the revocation: nothing
 /// is sent for the grant).
 fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
-    use vgpu_proto::word::{GrantWord, State, decode};
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    use vgpu_proto::word::{State, decode};
+    let (dir, socket, listener) = daemon_socket(tag);
     let (revoked_tx, revoked_rx) = std::sync::mpsc::channel::<()>();
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
-        let (word, fd) = GrantWord::create().unwrap();
-        conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
-            .unwrap();
+        let word = give_word(&conn);
         assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
         // As the daemon does: the word says `Granted` before each grant goes out.
         assert!(word.grant(1));
@@ -539,16 +547,7 @@ fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
             "taken under the word"
         );
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-    };
+    let cfg = link_cfg(socket);
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
     let gpu = Duration::from_micros(1);
@@ -565,10 +564,7 @@ fn revoked_kept_grant(tag: &str, crossing: bool, preempt: bool) {
         assert_eq!(t2.seq, 2, "a new grant, not the revoked one");
         link.release(t2, RunOutcome::Completed, gpu, (0, 0), false);
     }
-    drop(link);
-    let joined = daemon.join();
-    let _ = std::fs::remove_dir_all(&dir);
-    joined.unwrap();
+    finish(link, daemon, &dir);
 }
 
 #[test]
@@ -591,10 +587,7 @@ fn a_preempt_after_a_revocation_gives_nothing_back() {
 /// that could would refuse the version (fatal, `validate_hello`'s text). Either way the link
 /// registers again as version 3, without a grant word, and works as a version-3 VM.
 fn version_3_daemon(tag: &str, refusal: ToVm) {
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    let (dir, socket, listener) = daemon_socket(tag);
     let daemon = std::thread::spawn(move || {
         let accept = || loop {
             if let Some(c) = listener.accept().unwrap() {
@@ -632,16 +625,7 @@ fn version_3_daemon(tag: &str, refusal: ToVm) {
         grant(&conn, 1);
         assert_eq!(recv(&conn), done(1, false));
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-    };
+    let cfg = link_cfg(socket);
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
     let t = link.acquire(&handle, Some(5)).unwrap();
@@ -653,10 +637,7 @@ fn version_3_daemon(tag: &str, refusal: ToVm) {
         false,
     );
     assert_eq!(link.inner.lock().version, 3);
-    drop(link);
-    let joined = daemon.join();
-    let _ = std::fs::remove_dir_all(&dir);
-    joined.unwrap();
+    finish(link, daemon, &dir);
 }
 
 #[test]
@@ -693,16 +674,11 @@ fn a_daemon_refusing_the_version_is_registered_with_as_version_3() {
 /// runs whatever its deadline (here already past). A late grant handed back: `Granted → Free`
 /// first, then its `Done`, and the same for the next grant.
 fn unstarted_grant(tag: &str, revoke: bool, late: bool) {
-    use vgpu_proto::word::{GrantWord, State, decode};
-    let dir = std::env::temp_dir().join(format!("vgpu-host-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("sock");
-    let listener = Listener::bind(&socket).unwrap();
+    use vgpu_proto::word::{State, decode};
+    let (dir, socket, listener) = daemon_socket(tag);
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
-        let (word, fd) = GrantWord::create().unwrap();
-        conn.send(&proto::encode(&ToVm::GrantWord {}), Some(fd.as_fd()))
-            .unwrap();
+        let word = give_word(&conn);
         assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
         let past = proto::monotonic_ns() - 1_000_000;
         let g = |seq, deadline_ns| ToVm::Grant {
@@ -749,16 +725,7 @@ fn unstarted_grant(tag: &str, revoke: bool, late: bool) {
             "taken under the word"
         );
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-    };
+    let cfg = link_cfg(socket);
     let (link, _welcome) = HostLink::connect(&cfg, 2 << 20, 1).unwrap();
     let handle = PreemptHandle::new();
     let t = link.acquire(&handle, Some(5)).unwrap();
@@ -770,10 +737,7 @@ fn unstarted_grant(tag: &str, revoke: bool, late: bool) {
         (0, 0),
         false,
     );
-    drop(link);
-    let joined = daemon.join();
-    let _ = std::fs::remove_dir_all(&dir);
-    joined.unwrap();
+    finish(link, daemon, &dir);
 }
 
 #[test]
