@@ -448,7 +448,12 @@ fn a_checkpoint_context_retargeted_at_another_engine_resumes_identically() {
         b.copy_to_space(q.space, q.addrs[i], v).unwrap();
     }
     let ctx = b
-        .retarget_context(SavedContext::from_bytes(bytes), q.space, Some(q.module))
+        .retarget_context(
+            SavedContext::from_bytes(bytes),
+            q.space,
+            Some(q.module),
+            None,
+        )
         .unwrap();
     let mut out = b.resume(ctx, &h).unwrap();
     while let Outcome::Preempted { context, .. } = out {

@@ -570,7 +570,12 @@ fn a_context_retargeted_at_another_engine_s_space_and_module_resumes_identically
     let stale = b.resume(SavedContext::from_bytes(bytes.clone()), &h);
     assert!(!matches!(stale, Ok(Outcome::Completed { .. })), "{stale:?}");
     let ctx = b
-        .retarget_context(SavedContext::from_bytes(bytes), q.space, Some(q.module))
+        .retarget_context(
+            SavedContext::from_bytes(bytes),
+            q.space,
+            Some(q.module),
+            None,
+        )
         .unwrap();
     h.clear();
     let mut out = b.resume(ctx, &h).unwrap();
@@ -583,7 +588,7 @@ fn a_context_retargeted_at_another_engine_s_space_and_module_resumes_identically
     assert!(got == want[2], "the re-targeted matmul differs");
     // Bytes that are not a context, and a context re-targeted at a module it does not fit.
     assert!(matches!(
-        b.retarget_context(SavedContext::from_bytes(vec![1, 2, 3]), q.space, None),
+        b.retarget_context(SavedContext::from_bytes(vec![1, 2, 3]), q.space, None, None),
         Err(EngineError::BadContext(_))
     ));
 }

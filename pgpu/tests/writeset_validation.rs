@@ -276,3 +276,102 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
     e.free_flag(flag);
     assert!(e.take_flag(flag).is_err(), "freed");
 }
+
+/// A preempted run of a checked twin resumed by another engine (a restored or migrated VM):
+/// the flag word it was given is the first engine's and means nothing to the second (on cuda
+/// another process's address: the store faulted the run). Re-targeted with its flag parameter
+/// patched (`ParamPatch`, at `ptx::ckpt::bounds::flag_offset`) to 0, it completes and still
+/// stores outside; resumed as it was, it faults.
+#[test]
+fn a_twin_resumed_by_another_engine_completes_with_its_flag_parameter_patched() {
+    let engine = || {
+        let e = SimEngine::new(SimConfig {
+            vram_size: VRAM,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let space = e
+            .create_space(VaWindow {
+                base: BASE,
+                size: 1 << 30,
+            })
+            .unwrap();
+        e.map(
+            space,
+            &Mapping {
+                va: BASE,
+                len: 2 * PAGE,
+                target: MapTarget::Vram { pa: 0 },
+                perm: Perm::ReadWrite,
+                page_size: PageSize::Size4K,
+            },
+        )
+        .unwrap();
+        (e, space)
+    };
+    let t = transform(PLANTED, &ptx::LoadOptions::default()).unwrap();
+    let ce = t.entry("k").unwrap();
+    let offset = ptx::ckpt::bounds::flag_offset(&t.ptx, "k").expect("a flag parameter");
+    assert_eq!(offset, ce.flag_off);
+    let dst = BASE + PAGE;
+    let (a, space) = engine();
+    let twin = a.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
+    let flag = a.alloc_flag(space).unwrap().unwrap();
+    let mut own = dst.to_le_bytes().to_vec();
+    own.extend_from_slice(&1u32.to_le_bytes());
+    let job = Job::Launch(LaunchJob {
+        space,
+        module: twin,
+        entry: "k".into(),
+        grid: [64, 1, 1],
+        block: [64, 1, 1],
+        dynamic_shared: 0,
+        params: ce.buffer(&own, flag, &[(dst, dst + PAGE)]),
+    });
+    let h = PreemptHandle::new();
+    h.request();
+    let bytes = match a.execute(&job, &h).unwrap() {
+        Outcome::Preempted { context, .. } => context.into_bytes(),
+        other => panic!("not preempted: {other:?}"),
+    };
+    for patched in [false, true] {
+        let (b, space) = engine();
+        let twin = b.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
+        let patch = patched.then_some(ParamPatch { offset, value: 0 });
+        let ctx = b
+            .retarget_context(
+                SavedContext::from_bytes(bytes.clone()),
+                space,
+                Some(twin),
+                patch,
+            )
+            .unwrap();
+        let out = b.resume(ctx, &PreemptHandle::new()).unwrap();
+        if !patched {
+            assert!(matches!(out, Outcome::Faulted { .. }), "{out:?}");
+            continue;
+        }
+        assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+        let mut w = [0u8; 4];
+        b.vram_read(0, &mut w).unwrap();
+        assert_eq!(u32::from_le_bytes(w), 77, "the outside store happened");
+        b.vram_read(PAGE + 4 * 63, &mut w).unwrap();
+        assert_eq!(u32::from_le_bytes(w), 63);
+    }
+    // A patch outside the parameters is refused.
+    let (b, space) = engine();
+    let twin = b.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
+    let far = ParamPatch {
+        offset: ce.param_size,
+        value: 0,
+    };
+    assert!(matches!(
+        b.retarget_context(
+            SavedContext::from_bytes(bytes),
+            space,
+            Some(twin),
+            Some(far)
+        ),
+        Err(EngineError::BadContext(_))
+    ));
+}

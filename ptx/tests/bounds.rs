@@ -183,6 +183,40 @@ fn an_atomic_outside_flags_and_still_happens() {
 }
 
 #[test]
+fn a_zero_flag_address_stores_no_flag_and_the_kernel_still_stores() {
+    // A suspended run resumed by an engine without this run's flag word gets 0 there (vgpu's
+    // write sets): the outside stores happen, and nothing is stored at address 0 (which this
+    // memory does not hold: a store there would fault the run).
+    let t = transform(PLANTED, &LoadOptions::default()).expect("transforms");
+    let e = t.entry("k").expect("checked");
+    assert_eq!(
+        ptx::ckpt::bounds::flag_offset(&t.ptx, "k"),
+        Some(e.flag_off),
+        "the flag parameter is found in the checked text"
+    );
+    assert_eq!(ptx::ckpt::bounds::flag_offset(PLANTED, "k"), None);
+    let base = 0x10_0000u64;
+    let mem = FlatMemory::new(base, 2 * 4096);
+    let (src, dst) = (base, base + 4096);
+    assert!(mem.write(src, &5u32.to_le_bytes()));
+    let mut own = Vec::new();
+    own.extend_from_slice(&src.to_le_bytes());
+    own.extend_from_slice(&dst.to_le_bytes());
+    own.extend_from_slice(&1u32.to_le_bytes());
+    run(
+        &t,
+        "k",
+        &mem,
+        &own,
+        &[(dst, dst + 256)],
+        0,
+        ([1, 1, 1], [32, 1, 1], 0),
+    );
+    assert_eq!(mem.read(dst - 4, 4).unwrap(), 7u32.to_le_bytes());
+    assert_eq!(mem.read(dst, 4).unwrap(), 5u32.to_le_bytes());
+}
+
+#[test]
 fn unbounded_kernels_are_left_unchecked_and_reserved_names_refused() {
     let chase = r#".version 7.0
 .target sm_70
@@ -204,4 +238,54 @@ fn unbounded_kernels_are_left_unchecked_and_reserved_names_refused() {
     );
     assert!(transform(&reserved, &LoadOptions::default()).is_err());
     assert!(transform("not ptx", &LoadOptions::default()).is_err());
+}
+
+/// A checked twin stays preemptible where its original is, and no preemption point stands
+/// where the flag's address is in a register (between its load and the flag store): a saved
+/// run never carries the address of the engine that ran it.
+#[test]
+fn checkpointed_twins_keep_their_points_and_never_save_the_flag_address() {
+    let opts = ptx::ckpt::Options {
+        max_gap: 2,
+        ..ptx::ckpt::Options::default()
+    };
+    let (mut twin_points, mut orig_points) = (0, 0);
+    for w in suite::all() {
+        let t =
+            transform(w.ptx, &LoadOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", w.name));
+        let (Ok(orig), Ok(ck)) = (
+            ptx::ckpt::transform(w.ptx, &opts),
+            ptx::ckpt::transform(&t.ptx, &opts),
+        ) else {
+            continue;
+        };
+        let lines: Vec<&str> = t.ptx.lines().collect();
+        for e in &ck.entries {
+            for p in &e.points {
+                let at = lines[p.line as usize - 1];
+                // Before the flag's load is fine (the register is dead there); before a use
+                // of it is not.
+                let f = ptx::ckpt::bounds::FLAG_REG;
+                assert!(
+                    !at.contains(f) || at.trim().starts_with(&format!("ld.param.u64 {f},")),
+                    "{}: point {} before `{at}`",
+                    w.name,
+                    p.id
+                );
+            }
+            let o = orig.entry(&e.name).expect("same entries");
+            let loops = |v: &[ptx::ckpt::Point]| {
+                v.iter()
+                    .filter(|p| p.kind == ptx::ckpt::PointKind::Loop)
+                    .count()
+            };
+            twin_points += loops(&e.points);
+            orig_points += loops(&o.points);
+        }
+    }
+    assert!(orig_points > 0);
+    assert!(
+        twin_points >= orig_points,
+        "twins {twin_points} loop points, originals {orig_points}"
+    );
 }

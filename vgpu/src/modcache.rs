@@ -63,6 +63,14 @@ impl ModuleCache {
         v.into_iter().map(|(t, c)| (t.clone(), c.id)).collect()
     }
 
+    /// The text cached for engine module `id` (a scan: for rare callers).
+    pub fn text_of(&self, id: ModuleId) -> Option<Arc<str>> {
+        self.by_text
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .map(|(t, _)| t.clone())
+    }
+
     /// Marks the module of the job about to run (`None` when it ended).
     pub fn set_in_use(&mut self, id: Option<ModuleId>) {
         self.in_use = id;

@@ -622,9 +622,10 @@ impl Worker {
                     Job::Copy(c) => (c.space, None),
                     Job::Launch(l) => (l.space, Some(l.module)),
                 };
+                let patch = twin.as_ref().and_then(|t| self.twin_flag_patch(t));
                 let context = self
                     .engine
-                    .retarget_context(s.context, space, module)
+                    .retarget_context(s.context, space, module, patch)
                     .map_err(|e| {
                         log::info!("vgpu: channel {ch}: the suspended job cannot resume: {e}");
                         Fault::new(FaultKind::BadLaunch, 0, 0)

@@ -694,6 +694,7 @@ impl EngineSnapshot for CudaEngine {
         context: SavedContext,
         space: SpaceId,
         module: Option<ModuleId>,
+        patch: Option<crate::engine::ParamPatch>,
     ) -> Result<SavedContext, EngineError> {
         let bytes = context.into_bytes();
         if bytes.len() > self.info.limits.max_context_bytes {
@@ -708,6 +709,9 @@ impl EngineSnapshot for CudaEngine {
                 l.space = space;
                 if let Some(m) = module {
                     l.module = m;
+                }
+                if let Some(p) = patch {
+                    p.apply(&mut l.params)?;
                 }
             }
         }

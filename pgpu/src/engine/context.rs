@@ -20,6 +20,35 @@ pub trait LiveContext: Send + fmt::Debug {
     }
 }
 
+/// Eight bytes of a suspended launch's parameter buffer that change when its context is
+/// re-targeted (`EngineSnapshot::retarget_context`): a bounds-checked twin's flag parameter
+/// (vgpu's write sets, `ptx::ckpt::bounds::flag_offset`), whose word belongs to the engine
+/// that ran it and means nothing to the one that resumes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamPatch {
+    /// Byte offset in the launch's parameter buffer.
+    pub offset: u32,
+    /// The new value (little-endian, as a `.u64` parameter).
+    pub value: u64,
+}
+
+impl ParamPatch {
+    /// Applies the patch to `params`; an error when the eight bytes are not all inside.
+    pub fn apply(&self, params: &mut [u8]) -> Result<(), super::EngineError> {
+        let at = self.offset as usize;
+        match params.get_mut(at..at.saturating_add(8)) {
+            Some(b) if b.len() == 8 => {
+                b.copy_from_slice(&self.value.to_le_bytes());
+                Ok(())
+            }
+            _ => Err(super::EngineError::BadContext(format!(
+                "parameter patch at {at} outside the launch's {} parameter bytes",
+                params.len()
+            ))),
+        }
+    }
+}
+
 /// A preempted job's complete state. Either the engine's in-memory state (fast path: resuming
 /// on the same engine needs no serialization) or bytes; [`SavedContext::to_bytes`] serializes the
 /// former (store, send, migrate), [`SavedContext::from_bytes`] wraps the latter (validated when

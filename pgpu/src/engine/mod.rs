@@ -26,7 +26,7 @@ mod snapshot;
 mod types;
 
 pub(crate) use context::ContextRepr;
-pub use context::{LiveContext, Outcome, SavedContext};
+pub use context::{LiveContext, Outcome, ParamPatch, SavedContext};
 pub use error::{EngineError, MapError};
 pub use fault::{FaultKind, JobFault, KernelSite};
 pub use preempt::PreemptHandle;

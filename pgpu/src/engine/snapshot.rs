@@ -6,7 +6,7 @@
 
 use std::ops::ControlFlow;
 
-use super::{Engine, EngineError, MapTarget, ModuleId, SavedContext, SpaceId, bulk};
+use super::{Engine, EngineError, MapTarget, ModuleId, ParamPatch, SavedContext, SpaceId, bulk};
 
 /// The snapshot and dirty-log extension of [`Engine`].
 pub trait EngineSnapshot: Engine {
@@ -83,16 +83,17 @@ pub trait EngineSnapshot: Engine {
 
     /// Re-targets a saved context of this engine at another space and (for a launch) module:
     /// the same job after a VM snapshot was restored, where the shadow space and the reloaded
-    /// module have new ids. The context is validated as far as the engine can without running
-    /// it (a launch's state against the module). Engines that cannot refuse with
-    /// `EngineError::BadContext`.
+    /// module have new ids; `patch` (a launch only) changes eight bytes of its parameters. The
+    /// context is validated as far as the engine can without running it (a launch's state
+    /// against the module). Engines that cannot refuse with `EngineError::BadContext`.
     fn retarget_context(
         &self,
         context: SavedContext,
         space: SpaceId,
         module: Option<ModuleId>,
+        patch: Option<ParamPatch>,
     ) -> Result<SavedContext, EngineError> {
-        let _ = (context, space, module);
+        let _ = (context, space, module, patch);
         Err(EngineError::BadContext(format!(
             "the {} engine cannot re-target saved contexts",
             self.info().name

@@ -434,6 +434,7 @@ impl EngineSnapshot for SimEngine {
         context: SavedContext,
         space: SpaceId,
         module: Option<ModuleId>,
+        patch: Option<crate::engine::ParamPatch>,
     ) -> Result<SavedContext, EngineError> {
         let bytes = match context.into_repr() {
             ContextRepr::Live(l) => match l.into_any().downcast::<Live>() {
@@ -449,11 +450,13 @@ impl EngineSnapshot for SimEngine {
                         ..
                     } if module.is_none_or(|n| n == *m) => {
                         *s = space;
+                        patch_live(&mut live.job, patch)?;
                         return Ok(self.live(live.job));
                     }
                     LiveJob::Launch { .. } => live.to_bytes(),
                     LiveJob::Ckpt(j) if module.is_none_or(|n| n == j.launch.module) => {
                         j.launch.space = space;
+                        patch_live(&mut live.job, patch)?;
                         return Ok(self.live(live.job));
                     }
                     LiveJob::Ckpt(_) => live.to_bytes(),
@@ -482,8 +485,26 @@ impl EngineSnapshot for SimEngine {
             };
         drop(bytes);
         // Validates (a launch's interpreter state against the module) into the in-memory form.
-        let live = self.live_from_bytes(&re)?;
+        let mut live = self.live_from_bytes(&re)?;
+        patch_live(&mut live.job, patch)?;
         Ok(SavedContext::live(Box::new(live)))
+    }
+}
+
+/// Applies `patch` to the parameters of a suspended launch (`retarget_context`).
+fn patch_live(
+    job: &mut LiveJob,
+    patch: Option<crate::engine::ParamPatch>,
+) -> Result<(), EngineError> {
+    let Some(p) = patch else {
+        return Ok(());
+    };
+    match job {
+        LiveJob::Copy(_) => Err(EngineError::BadContext(
+            "a parameter patch for a copy".into(),
+        )),
+        LiveJob::Launch { launch, .. } => p.apply(launch.params_mut()),
+        LiveJob::Ckpt(j) => p.apply(&mut j.launch.params),
     }
 }
 

@@ -306,6 +306,7 @@ impl EngineSnapshot for SwitchEngine {
         context: SavedContext,
         space: SpaceId,
         module: Option<ModuleId>,
+        patch: Option<crate::engine::ParamPatch>,
     ) -> Result<SavedContext, EngineError> {
         let (real_space, real_module) = {
             let rec = lock(&self.rec);
@@ -317,7 +318,7 @@ impl EngineSnapshot for SwitchEngine {
         };
         let (ctx, _) = self.unwrap_context(context)?;
         let e = self.current();
-        let out = e.retarget_context(ctx, real_space, real_module)?;
+        let out = e.retarget_context(ctx, real_space, real_module, patch)?;
         Ok(self.wrap_context(out, e, Tag { space, module }))
     }
 

@@ -332,7 +332,7 @@ impl SwitchEngine {
         // Serialized while the engine that made it is still held (`t.engine`).
         let bytes = SavedContext::from_bytes(t.inner.into_bytes());
         drop(t.engine);
-        let ctx = current.retarget_context(bytes, space, module)?;
+        let ctx = current.retarget_context(bytes, space, module, None)?;
         Ok((ctx, Some(tag)))
     }
 

@@ -7,7 +7,8 @@
 //!
 //! Works on the statement IR of `ckpt::module` (parsed, calls inlined) and prints PTX back with
 //! `ckpt::print`, never by editing text. Per checked entry the parameter list grows by
-//! `__ws_flag` (`.u64`, the flag word's address: the kernel stores `1` there, `st.global.u32`)
+//! `__ws_flag` (`.u64`, the flag word's address: the kernel stores `1` there, `st.global.u32`,
+//! reading the address from the parameter at each such store and storing nothing when it is 0)
 //! and one `__ws_lo<k>`, `__ws_hi<k>` pair (`.u64`) per write-set parameter `k` (in the order of
 //! [`CheckedEntry::params`]): a store of `w` bytes at `a` is inside when `lo_k <= a` and
 //! `a + w <= hi_k` for some `k`. An entry whose write set is unbounded (it counts as writing
@@ -26,6 +27,9 @@ use crate::module::ParamInfo;
 
 /// Name of the flag parameter appended to a checked entry.
 pub const FLAG_PARAM: &str = "__ws_flag";
+/// The register that holds the flag's address between its load and the flag store (never
+/// live at a preemption point: `ckpt::points`).
+pub const FLAG_REG: &str = "%__ws_f";
 /// The reserved prefix of the names this transformation adds.
 const PREFIX: &str = "__ws_";
 
@@ -102,6 +106,18 @@ impl Checked {
     pub fn entry(&self, name: &str) -> Option<&CheckedEntry> {
         self.entries.iter().find(|e| e.name == name)
     }
+}
+
+/// The offset of the flag parameter ([`FLAG_PARAM`]) of `entry` in checked module `text`:
+/// where a suspended run of it gets the flag word of the engine that resumes it. `None` when
+/// the text does not parse or the entry has no such parameter (not a checked entry).
+pub fn flag_offset(text: &str, entry: &str) -> Option<u32> {
+    let m = crate::parse(text).ok()?;
+    let e = m.entry(entry)?;
+    e.params
+        .iter()
+        .find(|p| p.name == FLAG_PARAM && p.size == 8)
+        .map(|p| p.offset)
 }
 
 /// Transforms `text` (within the budgets of `opts`): every entry with a bounded write set
@@ -221,10 +237,12 @@ fn check_entry(
             size: 8,
             align: 8,
         });
-        d.regs.insert(format!("%{p}"), Ty::U64);
+        if k > 0 {
+            d.regs.insert(format!("%{p}"), Ty::U64);
+        }
     }
     d.param_size = flag_off + 8 * extra.len() as u32;
-    for n in ["a", "e"] {
+    for n in ["a", "e", "f"] {
         d.regs.insert(format!("%{PREFIX}{n}"), Ty::U64);
     }
     for n in ["p", "q"] {
@@ -236,8 +254,11 @@ fn check_entry(
         pos: d.pos,
         labels: 0,
     };
-    // Prologue: the flag address and the extents in registers.
-    for p in &extra {
+    // Prologue: the extents in registers. The flag's address is read from its parameter where
+    // a store flags (`check`): no register holds it across the kernel, so a preempted run's
+    // saved registers never carry it, and the device can re-point a suspended run's flag
+    // parameter at a word of the engine that resumes it (or at 0: no flag).
+    for p in extra.iter().skip(1) {
         g.i(
             "ld.param.u64",
             vec![
@@ -307,9 +328,10 @@ fn check_entry(
 }
 
 /// `%__ws_p` = the `width`-byte access at `[base + off]` lies outside every `[lo_k, hi_k)`;
-/// then the flag store under it.
+/// then the flag's address read from its parameter and, under `%__ws_p`, the flag store unless
+/// that address is 0.
 fn check(g: &mut Emit, base: &str, off: i64, width: u64, ranges: usize) {
-    let (a, e, p, q) = ("%__ws_a", "%__ws_e", "%__ws_p", "%__ws_q");
+    let (a, e, f, p, q) = ("%__ws_a", "%__ws_e", FLAG_REG, "%__ws_p", "%__ws_q");
     g.i("add.s64", vec![r(a), r(base), ROp::Int(off as u64)]);
     g.i("add.s64", vec![r(e), r(a), ROp::Int(width)]);
     for k in 0..ranges {
@@ -330,12 +352,27 @@ fn check(g: &mut Emit, base: &str, off: i64, width: u64, ranges: usize) {
         // No write-set parameter but a store: every such store is outside.
         g.i("setp.eq.u64", vec![r(p), r(a), r(a)]);
     }
+    // The load is not guarded: a guarded definition would keep the register live back to the
+    // kernel's entry (it kills nothing), and no preemption point could be placed.
+    let under_p = || Some((p.to_string(), false));
+    g.i(
+        "ld.param.u64",
+        vec![
+            r(f),
+            ROp::Addr {
+                base: Some(FLAG_PARAM.to_string()),
+                off: 0,
+                pos: Pos::default(),
+            },
+        ],
+    );
+    g.g(under_p(), "setp.ne.u64", vec![r(p), r(f), ROp::Int(0)]);
     g.g(
-        Some((p.to_string(), false)),
+        under_p(),
         "st.global.u32",
         vec![
             ROp::Addr {
-                base: Some(format!("%{FLAG_PARAM}")),
+                base: Some(f.to_string()),
                 off: 0,
                 pos: Pos::default(),
             },

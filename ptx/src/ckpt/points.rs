@@ -13,7 +13,8 @@
 //! sites of the other classes, every loop (backward branch) gets one point (its first
 //! candidate, the loop header for `Thread`), and straight-line code gets one more wherever a
 //! path has run `max_gap` instructions since the last point. A site where the carry flag is
-//! live is never a candidate.
+//! live is never a candidate, nor one where a bounds-checked twin's flag address is
+//! (`bounds::FLAG_REG`: the address of the engine that ran it must not reach a save area).
 
 use super::budget::{Budget, Unsupported};
 use super::flow::{Exit, Flow, Regs, base, test};
@@ -158,9 +159,10 @@ fn candidates(
     live: &super::flow::BitRows,
     regs: &Regs,
 ) -> Vec<bool> {
+    let flag = regs.get(super::bounds::FLAG_REG);
     (0..flow.nodes.len())
         .map(|k| {
-            if test(live.row(k), regs.cf()) {
+            if test(live.row(k), regs.cf()) || flag.is_some_and(|f| test(live.row(k), f)) {
                 return false;
             }
             let i = inst(e, flow, k);

@@ -222,6 +222,13 @@ impl Launch {
         &self.cfg
     }
 
+    /// The parameter buffer, to change in a launch between runs (its length is the entry's):
+    /// a value every run reads from its parameter, such as a bounds-checked entry's flag
+    /// address (`ckpt::bounds`), may be re-pointed; values CTAs already loaded stay.
+    pub fn params_mut(&mut self) -> &mut [u8] {
+        &mut self.cfg.params
+    }
+
     /// True when every CTA has finished.
     pub fn is_complete(&self) -> bool {
         self.fault.is_none() && self.next_cta >= self.total_ctas && self.pending.is_empty()

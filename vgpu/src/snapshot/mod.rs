@@ -465,7 +465,7 @@ impl Vgpu {
             // The space is set when the job resumes (its shadow does not exist yet).
             match self
                 .engine
-                .retarget_context(s.context, SpaceId(u64::MAX), module)
+                .retarget_context(s.context, SpaceId(u64::MAX), module, None)
             {
                 Ok(c) => s.context = c,
                 Err(e) => {

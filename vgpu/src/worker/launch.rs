@@ -98,6 +98,27 @@ impl Worker {
         }
     }
 
+    /// For a suspended run of a bounds-checked twin about to resume (`twin`): its flag
+    /// parameter re-pointed at this engine's flag word of its space while write sets log, else
+    /// at 0 (no flag). The word it was given belongs to the engine that ran it: after a restore
+    /// or a migration, another process's address (a store there faulted the run on cuda).
+    /// `None` when the module's text does not name a flag parameter (not a twin).
+    pub(super) fn twin_flag_patch(&self, twin: &Job) -> Option<pgpu::ParamPatch> {
+        let Job::Launch(l) = twin else {
+            return None;
+        };
+        let text = self.modules.text_of(l.module)?;
+        let offset = ptx::ckpt::bounds::flag_offset(&text, &l.entry)?;
+        let value = self
+            .jobs
+            .write_log
+            .as_ref()
+            .filter(|w| w.on())
+            .and_then(|w| w.flag_word(&*self.engine, l.space))
+            .unwrap_or(0);
+        Some(pgpu::ParamPatch { offset, value })
+    }
+
     /// The engine module for `text`: cached, or loaded under the job's time limit, the device's
     /// cancel flag and the VM's host memory budget (evicting idle modules and shadow spaces,
     /// least recently used first, when it does not fit).
