@@ -206,6 +206,7 @@ impl GpuConfig {
             gpu,
             nice,
             rt,
+            slice_us,
         } = d;
         match &mut c.host {
             Some(h) => {
@@ -216,6 +217,7 @@ impl GpuConfig {
                 h.gpu = gpu.or(h.gpu);
                 h.nice = nice.unwrap_or(h.nice);
                 h.rt = rt.unwrap_or(h.rt);
+                h.slice_us = slice_us.unwrap_or(h.slice_us);
             }
             None if weight.is_some()
                 || priority.is_some()
@@ -223,10 +225,11 @@ impl GpuConfig {
                 || reconnect.is_some()
                 || gpu.is_some()
                 || nice.is_some()
-                || rt.is_some() =>
+                || rt.is_some()
+                || slice_us.is_some() =>
             {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name/reconnect_ms/gpu/nice/rt".into(),
+                    key: "weight/priority/name/reconnect_ms/gpu/nice/rt/slice_us".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -444,6 +447,7 @@ mod tests {
             ("gpu", &["0", "63"]),
             ("nice", &["-20", "0"]),
             ("rt", &["0", "99"]),
+            ("slice_us", &["0", "100", "100000"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
             (
@@ -471,6 +475,7 @@ mod tests {
                     "gpu",
                     "nice",
                     "rt",
+                    "slice_us",
                 ]
                 .contains(&k.name)
                 {
@@ -488,7 +493,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,ck_path=adaptive:500,host=/a b,weight=3,priority=4,name=n,\
-             reconnect_ms=250,gpu=1,nice=-3,rt=2,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,gpu=1,nice=-3,rt=2,slice_us=300,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse_written(&all.spec()).unwrap(), all);
@@ -577,7 +582,9 @@ mod tests {
             ("none", None)
         );
         for k in keys::KEYS.iter().filter(|k| k.name != "host") {
-            let with = if ["weight", "priority", "reconnect_ms", "nice", "rt"].contains(&k.name) {
+            let with = if ["weight", "priority", "reconnect_ms", "nice", "rt", "slice_us"]
+                .contains(&k.name)
+            {
                 format!("host=/s,{}={}", k.name, k.default)
             } else {
                 format!("{}={}", k.name, k.default)

@@ -38,7 +38,7 @@ use pgpu::PreemptHandle;
 use vgpu_proto::proto::{self, RunOutcome, ToDaemon, ToVm};
 use vgpu_proto::wire::{Conn, Received};
 
-pub use boost::{NICE_DEFAULT, current_nice};
+pub use boost::{NICE_DEFAULT, SLICE_US_DEFAULT, current_nice};
 pub use moving::MoveGrant;
 
 /// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=,nice=` of `--gpu`.
@@ -58,6 +58,9 @@ pub struct HostConfig {
     pub nice: i32,
     /// `rt=N`: the worker thread runs `SCHED_FIFO` at priority N instead (0: off; `boost`).
     pub rt: u8,
+    /// `slice_us=N`: the worker thread's fair-scheduler slice while it holds a grant (0: the
+    /// kernel's; `boost`).
+    pub slice_us: u32,
 }
 
 /// The default of `reconnect_ms`.
@@ -451,7 +454,7 @@ impl HostLink {
                 vram,
                 channels,
             },
-            boost: boost::Boost::new(cfg.nice, cfg.rt),
+            boost: boost::Boost::new(cfg.nice, cfg.rt).with_slice_us(cfg.slice_us),
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()

@@ -136,6 +136,7 @@ fn a_kept_grant_goes_back_before_a_module_load_not_before_a_loaded_one() {
             gpu: None,
             nice: 0,
             rt: 0,
+            slice_us: 0,
         });
     });
     let (conn, _listener) = handshake.join().unwrap();

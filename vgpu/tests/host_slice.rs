@@ -74,6 +74,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
         gpu: None,
         nice: 0,
         rt: 0,
+        slice_us: 0,
     };
     let (link, _welcome) = HostLink::connect(&cfg, 4 << 20, 1).unwrap();
     let (conn, listener) = daemon.join().unwrap();

@@ -41,6 +41,7 @@ pub(super) struct Draft {
     pub gpu: Option<u32>,
     pub nice: Option<i32>,
     pub rt: Option<u8>,
+    pub slice_us: Option<u32>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -264,6 +265,7 @@ pub static KEYS: &[Key] = &[
                 gpu: None,
                 nice: crate::host::NICE_DEFAULT,
                 rt: 0,
+                slice_us: crate::host::SLICE_US_DEFAULT,
             });
             Ok(())
         },
@@ -359,6 +361,25 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.rt.to_string()),
+    },
+    Key {
+        name: "slice_us",
+        values: "US",
+        default: "0",
+        help: "with host=: the device's worker thread asks the kernel's fair scheduler for \
+               slices of US microseconds (EEVDF's custom slice, sched_setattr's \
+               sched_runtime; 100 to 100000, 0: the kernel's) while it waits for or holds a \
+               grant, beside `nice`: a short slice puts its deadline before other threads' \
+               (needs Linux 6.12 and no privilege; where refused the VM says so once)",
+        parse: |d, v| {
+            let us = num(v, 0, 100_000).ok_or("0, or 100 to 100000")?;
+            if us != 0 && us < 100 {
+                return Err("0, or 100 to 100000");
+            }
+            d.slice_us = Some(us);
+            Ok(())
+        },
+        print: |c| c.host.as_ref().map(|h| h.slice_us.to_string()),
     },
     Key {
         name: "doorbell",

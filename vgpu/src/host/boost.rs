@@ -29,6 +29,16 @@
 //! its core. Where real-time is refused (no `CAP_SYS_NICE`, or a cgroup without real-time
 //! runtime, as in most containers) the link says so once and uses `nice`.
 //!
+//! `slice_us=N` (off by default) also gives the raised thread a short slice of the fair
+//! scheduler (Linux 6.12+: EEVDF's custom slice, `sched_attr.sched_runtime`; the default is
+//! 0.75 ms × (1 + log2 CPUs), 3 ms on 16 cores). EEVDF picks the eligible thread of earliest
+//! virtual deadline, a thread's deadline is its slice (weighted) after its eligible time, and a
+//! waking thread preempts the running one only with an earlier deadline: with a slice of
+//! 100 µs the worker's deadline comes before those of the nice-0 threads around it, so they
+//! neither displace it from its core nor run ahead of it when it waits in a run queue. No
+//! privilege is needed (it raises no priority: the thread's share stays its weight's), so it
+//! also applies where `nice` is refused. It ends with the raise (`lower`).
+//!
 //! Either way the thread is raised with `SCHED_RESET_ON_FORK`: a thread it starts while
 //! raised (a `ptx-helper-*` of the sim engine's pool, the `pgpu-wait-timer`, started on first
 //! use from whichever thread runs a job) is a fair-class thread at nice 0, not one that
@@ -38,6 +48,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The default of `nice=`.
 pub const NICE_DEFAULT: i32 = -10;
+/// The default of `slice_us=` (0: the kernel's slice).
+pub const SLICE_US_DEFAULT: u32 = 0;
 
 /// A thread raised by [`Boost::raise`], and the level it goes back to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +71,10 @@ pub(crate) struct Boost {
     refused: AtomicBool,
     /// Real-time refused once: `nice` from then on (said once).
     rt_refused: AtomicBool,
+    /// The fair-scheduler slice of a raised thread, ns (0: the kernel's).
+    slice_ns: u64,
+    /// The slice refused once (an older kernel): not asked again (said once).
+    slice_refused: AtomicBool,
 }
 
 /// The calling thread's id.
@@ -90,6 +106,86 @@ fn set_nice(tid: libc::pid_t, nice: i32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `struct sched_attr` of sched_setattr(2), its first version (`SCHED_ATTR_SIZE_VER1`).
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// `SCHED_FLAG_RESET_ON_FORK` of `sched_attr.sched_flags`.
+const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// Makes thread `tid` a fair-class thread at `nice` with a slice of `slice_ns` (EEVDF's custom
+/// slice; the kernel clamps it to 0.1-100 ms) and `SCHED_RESET_ON_FORK`.
+fn set_slice(tid: libc::pid_t, nice: i32, slice_ns: u64) -> std::io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: SCHED_FLAG_RESET_ON_FORK,
+        nice,
+        priority: 0,
+        runtime: slice_ns,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: sched_setattr on a thread id of this process with a live, fully initialised
+    // attribute of the size it states; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid,
+            &attr as *const SchedAttr,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Thread `tid`'s fair-scheduler slice in ns (tests, diagnostics).
+fn slice_of(tid: libc::pid_t) -> std::io::Result<u64> {
+    let mut attr = SchedAttr {
+        size: 0,
+        policy: 0,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: 0,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: sched_getattr on a thread id of this process into a live attribute of the size
+    // passed; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid,
+            &mut attr as *mut SchedAttr,
+            std::mem::size_of::<SchedAttr>() as u32,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(attr.runtime)
+}
+
 /// Sets thread `tid`'s scheduling policy (`SCHED_FIFO` at `prio`, or `SCHED_OTHER` with 0).
 fn set_policy(tid: libc::pid_t, policy: libc::c_int, prio: i32) -> std::io::Result<()> {
     let p = libc::sched_param {
@@ -109,7 +205,15 @@ impl Boost {
             rt,
             refused: AtomicBool::new(false),
             rt_refused: AtomicBool::new(false),
+            slice_ns: 0,
+            slice_refused: AtomicBool::new(false),
         }
+    }
+
+    /// With `slice_us=`: a raised thread's fair-scheduler slice (0: the kernel's).
+    pub fn with_slice_us(mut self, us: u32) -> Self {
+        self.slice_ns = u64::from(us) * 1000;
+        self
     }
 
     /// Whether raised threads run real-time (configured and not refused so far).
@@ -146,40 +250,58 @@ impl Boost {
                 }
             }
         }
-        if self.nice == 0 || self.refused.load(Ordering::Relaxed) {
+        let slice = self.slice_ns > 0 && !self.slice_refused.load(Ordering::Relaxed);
+        if (self.nice == 0 || self.refused.load(Ordering::Relaxed)) && !slice {
             return None;
         }
         let old = nice_of(tid).ok()?;
-        if old <= self.nice {
-            return None;
-        }
-        match set_nice(tid, self.nice) {
-            Ok(()) => {
-                // Threads this one starts while raised start at nice 0, not at the raised
-                // level for life (sched(7): a negative nice is reset in children; the
-                // fair class and the nice value just set are kept).
-                let reset = libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK;
-                if let Err(e) = set_policy(tid, reset, 0) {
-                    log::debug!("vgpu: SCHED_RESET_ON_FORK on thread {tid}: {e}");
+        let mut now = old;
+        if self.nice != 0 && !self.refused.load(Ordering::Relaxed) && old > self.nice {
+            match set_nice(tid, self.nice) {
+                Ok(()) => {
+                    now = self.nice;
+                    // Threads this one starts while raised start at nice 0, not at the raised
+                    // level for life (sched(7): a negative nice is reset in children; the
+                    // fair class and the nice value just set are kept).
+                    let reset = libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK;
+                    if let Err(e) = set_policy(tid, reset, 0) {
+                        log::debug!("vgpu: SCHED_RESET_ON_FORK on thread {tid}: {e}");
+                    }
                 }
-                Some(Raised {
-                    tid,
-                    old,
-                    rt: false,
-                })
-            }
-            Err(e) => {
-                if !self.refused.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "vgpu: cannot raise the GPU worker to nice {} while it holds the GPU \
-                         ({e}; needs CAP_SYS_NICE): it runs at nice {old}, and may stop late \
-                         at slice ends on a busy host (--gpu nice=0 silences this)",
-                        self.nice
-                    );
+                Err(e) => {
+                    if !self.refused.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "vgpu: cannot raise the GPU worker to nice {} while it holds the \
+                             GPU ({e}; needs CAP_SYS_NICE): it runs at nice {old}, and may \
+                             stop late at slice ends on a busy host (--gpu nice=0 silences \
+                             this)",
+                            self.nice
+                        );
+                    }
                 }
-                None
             }
         }
+        let mut sliced = false;
+        if slice {
+            // Last: a policy change without a slice resets it to the kernel's.
+            match set_slice(tid, now, self.slice_ns) {
+                Ok(()) => sliced = true,
+                Err(e) => {
+                    if !self.slice_refused.swap(true, Ordering::Relaxed) {
+                        log::warn!(
+                            "vgpu: cannot give the GPU worker a {} µs slice while it holds the \
+                             GPU ({e}; needs Linux 6.12): it runs with the kernel's",
+                            self.slice_ns / 1000
+                        );
+                    }
+                }
+            }
+        }
+        (now != old || sliced).then_some(Raised {
+            tid,
+            old,
+            rt: false,
+        })
     }
 
     /// Puts a raised thread back to its own level (from any thread of the process), without
@@ -194,6 +316,13 @@ impl Boost {
         }
         if let Err(e) = set_nice(r.tid, r.old) {
             log::debug!("vgpu: nice of thread {} back to {}: {e}", r.tid, r.old);
+        }
+        // The kernel's slice again (a policy change without a slice would do it too, but the
+        // one below may be refused).
+        if self.slice_ns > 0
+            && let Err(e) = set_slice(r.tid, r.old, 0)
+        {
+            log::debug!("vgpu: slice of thread {} back to the kernel's: {e}", r.tid);
         }
         // Clearing the reset-on-fork flag needs CAP_SYS_NICE (sched(7)); where refused, the
         // thread's children start at nice 0 rather than at its own negative level, if any.
@@ -241,6 +370,30 @@ mod tests {
             }
             // Off: never touches the thread.
             assert_eq!(Boost::new(0, 0).raise(), None);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// With `slice_us=`, a raised thread has that slice (where the kernel takes custom slices:
+    /// Linux 6.12+, no privilege needed), and the kernel's again once lowered; without, the
+    /// slice is never touched.
+    #[test]
+    fn a_raised_thread_has_the_configured_slice_until_lowered() {
+        std::thread::spawn(|| {
+            let tid = gettid();
+            let before = slice_of(tid).unwrap();
+            let b = Boost::new(0, 0).with_slice_us(200);
+            match b.raise() {
+                Some(r) => {
+                    assert_eq!(slice_of(tid).unwrap(), 200_000);
+                    b.lower(r);
+                    assert_eq!(slice_of(tid).unwrap(), before);
+                }
+                None => assert!(b.slice_refused.load(Ordering::Relaxed)),
+            }
+            assert_eq!(Boost::new(0, 0).raise(), None);
+            assert_eq!(slice_of(tid).unwrap(), before);
         })
         .join()
         .unwrap();

@@ -312,6 +312,7 @@ mod tests {
             gpu: None,
             nice: 0,
             rt: 0,
+            slice_us: 0,
         };
         HostLink::connect(&cfg, VRAM, 1).unwrap().0
     }

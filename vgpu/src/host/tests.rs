@@ -33,6 +33,7 @@ fn link_cfg(socket: std::path::PathBuf) -> HostConfig {
         gpu: None,
         nice: 0,
         rt: 0,
+        slice_us: 0,
     }
 }
 
@@ -186,6 +187,7 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
         gpu: None,
         nice: 0,
         rt: 0,
+        slice_us: 0,
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
@@ -260,6 +262,7 @@ fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) 
         gpu: None,
         nice: -3,
         rt,
+        slice_us: 0,
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
@@ -365,6 +368,7 @@ fn between_two_jobs_of_a_turn_the_worker_runs_at_its_own_level() {
         gpu: None,
         nice: -3,
         rt: 0,
+        slice_us: 0,
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
