@@ -582,8 +582,15 @@ mod tests {
             ("none", None)
         );
         for k in keys::KEYS.iter().filter(|k| k.name != "host") {
-            let with = if ["weight", "priority", "reconnect_ms", "nice", "rt", "slice_us"]
-                .contains(&k.name)
+            let with = if [
+                "weight",
+                "priority",
+                "reconnect_ms",
+                "nice",
+                "rt",
+                "slice_us",
+            ]
+            .contains(&k.name)
             {
                 format!("host=/s,{}={}", k.name, k.default)
             } else {

@@ -155,7 +155,8 @@ fn set_slice(tid: libc::pid_t, nice: i32, slice_ns: u64) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Thread `tid`'s fair-scheduler slice in ns (tests, diagnostics).
+/// Thread `tid`'s fair-scheduler slice in ns (tests).
+#[cfg(test)]
 fn slice_of(tid: libc::pid_t) -> std::io::Result<u64> {
     let mut attr = SchedAttr {
         size: 0,
