@@ -47,6 +47,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
             gpu: None,
             nice: 0,
             rt: 0,
+            slice_us: 0,
         });
     });
     let (conn, _listener) = handshake.join().unwrap();
