@@ -7,7 +7,11 @@
 //!
 //! What the daemon cannot tell (when a guest's kernels started) is read off its windows: a VM is
 //! *active* in a window when it used the GPU in an earlier and in a later window. Measured
-//! windows start `ramp` after the first window with any use and exclude the last one.
+//! windows start `ramp` after the first window with any use, exclude the last one, and end
+//! before the first VM's last window with any use: every VM competes in every measured window
+//! (the native anchor's windows likewise end at the first process's end, `fairness_native`).
+//! While VMs finish, the others' shares and preemptions reflect VM processes ending (a cuda
+//! VM's context torn down on the GPU), not the scheduler; the whole run's figures stay beside.
 
 use vgpud::Report;
 
@@ -182,10 +186,13 @@ pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures,
         .collect();
     let t0 = windows.first().map_or(0, |w| w.start_ns);
     let count = windows.len();
+    // The first VM's last window with use (VMs that never used the GPU are left out).
+    let all_end = used.iter().filter_map(|u| u.1).min();
     let (mut vm_gpu, mut vm_total, mut vm_expected, mut vm_windows) =
         (vec![0u64; n], vec![0u64; n], vec![0.0; n], vec![0u32; n]);
     for (k, w) in windows.iter_mut().enumerate() {
-        w.measured = w.start_ns >= t0 + ramp_ns && k + 1 < count;
+        w.measured =
+            w.start_ns >= t0 + ramp_ns && k + 1 < count && all_end.is_none_or(|e| k < e);
         for (a, u) in w.active.iter_mut().zip(&used) {
             *a = matches!(*u, (Some(f), Some(l)) if f < k && k < l);
         }
@@ -409,6 +416,26 @@ mod tests {
         assert!((jain(&[(1.0, 1.0), (0.0, 1.0)]).unwrap() - 0.5).abs() < 1e-12);
         assert_eq!(jain(&[]), None);
         assert_eq!(jain(&[(0.0, 1.0)]), None);
+    }
+
+    #[test]
+    fn measured_windows_end_before_the_first_vm_finishes() {
+        // VM 1 uses the GPU until window 3; VM 0 to window 6 (the last). Measured: from the
+        // ramp (window 1) to window 2, the last one before VM 1's last window.
+        let r = report(&[
+            vec![90, 10],
+            vec![50, 50],
+            vec![50, 50],
+            vec![90, 10],
+            vec![100, 0],
+            vec![100, 0],
+            vec![100, 0],
+        ]);
+        let f = compute(&r, &spec(&[1, 1]), 100 * MS).unwrap();
+        let measured: Vec<bool> = f.windows.iter().map(|w| w.measured).collect();
+        assert_eq!(measured, [false, true, true, false, false, false, false]);
+        assert_eq!(f.jain_windows, 2);
+        assert_eq!(f.jain_min, Some(1.0));
     }
 
     #[test]
