@@ -191,8 +191,7 @@ pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures,
     let (mut vm_gpu, mut vm_total, mut vm_expected, mut vm_windows) =
         (vec![0u64; n], vec![0u64; n], vec![0.0; n], vec![0u32; n]);
     for (k, w) in windows.iter_mut().enumerate() {
-        w.measured =
-            w.start_ns >= t0 + ramp_ns && k + 1 < count && all_end.is_none_or(|e| k < e);
+        w.measured = w.start_ns >= t0 + ramp_ns && k + 1 < count && all_end.is_none_or(|e| k < e);
         for (a, u) in w.active.iter_mut().zip(&used) {
             *a = matches!(*u, (Some(f), Some(l)) if f < k && k < l);
         }
