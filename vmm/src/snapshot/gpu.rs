@@ -20,7 +20,7 @@ pub enum GpuSpecError {
     },
     #[error(
         "with --restore or --incoming, --gpu may only choose the backend (backend=sim|cuda) and \
-         the vgpud to attach to (host=SOCKET[,weight=,priority=,name=,reconnect_ms=,gpu=,nice=]); the rest of the GPU's \
+         the vgpud to attach to (host=SOCKET[,weight=,priority=,name=,reconnect_ms=,gpu=,nice=,rt=,slice_us=]); the rest of the GPU's \
          configuration comes from the snapshot"
     )]
     Override,
