@@ -354,10 +354,24 @@ impl PausedVm {
             ram_owner,
             ..
         } = self;
+        // Timed: a cuda VM's teardown (its context destroyed, its pinned RAM freed) runs on
+        // the GPU beside the VMs still running (docs/performance.md, session 14).
+        let t = Instant::now();
         drop(gpu);
+        let gpu_ms = t.elapsed().as_secs_f64() * 1e3;
         drop(mem);
         drop(ram_owner);
+        let ram_ms = t.elapsed().as_secs_f64() * 1e3 - gpu_ms;
+        let engine = cuda_engine.is_some();
         drop(cuda_engine);
+        let all_ms = t.elapsed().as_secs_f64() * 1e3;
+        if engine {
+            log::info!(
+                "vmm: teardown: GPU device {gpu_ms:.1} ms, guest RAM {ram_ms:.1} ms, cuda engine \
+                 {:.1} ms",
+                all_ms - gpu_ms - ram_ms
+            );
+        }
         RunOutcome { reason, stats }
     }
 }
