@@ -155,28 +155,39 @@ fn a_request_at_the_start_races_the_launch_and_resumes_identically() {
     for method in METHODS {
         let e = engine(method);
         let (mut preempted, mut runs) = (0, 0);
-        for inst in instances(suite::Size::Medium) {
-            for rep in 0..3 {
-                let what = format!("{method} {} (at start, run {rep})", inst.workload);
-                run_checked(&e, &plain, &inst, &what, |e, job| {
-                    let h = PreemptHandle::new();
-                    let h2 = h.clone();
-                    let t = std::thread::spawn(move || {
-                        let t0 = Instant::now();
-                        while h2.running_since().is_none() && t0.elapsed() < Duration::from_secs(10)
-                        {
-                            std::hint::spin_loop();
+        // Rounds until the race was won a few times: on a loaded host (the whole suite runs
+        // in parallel) the requesting thread often comes after the short kernels ended.
+        for round in 0..4 {
+            if preempted >= 5 {
+                break;
+            }
+            for inst in instances(suite::Size::Medium) {
+                for rep in 0..3 {
+                    let what = format!(
+                        "{method} {} (at start, round {round} run {rep})",
+                        inst.workload
+                    );
+                    run_checked(&e, &plain, &inst, &what, |e, job| {
+                        let h = PreemptHandle::new();
+                        let h2 = h.clone();
+                        let t = std::thread::spawn(move || {
+                            let t0 = Instant::now();
+                            while h2.running_since().is_none()
+                                && t0.elapsed() < Duration::from_secs(10)
+                            {
+                                std::hint::spin_loop();
+                            }
+                            h2.request();
+                        });
+                        let out = e.execute(job, &h).unwrap();
+                        t.join().unwrap();
+                        runs += 1;
+                        if matches!(out, Outcome::Preempted { .. }) {
+                            preempted += 1;
                         }
-                        h2.request();
+                        out
                     });
-                    let out = e.execute(job, &h).unwrap();
-                    t.join().unwrap();
-                    runs += 1;
-                    if matches!(out, Outcome::Preempted { .. }) {
-                        preempted += 1;
-                    }
-                    out
-                });
+                }
             }
         }
         println!("{method}: {preempted} of {runs} runs preempted by a request at their start");

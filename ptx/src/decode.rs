@@ -569,8 +569,21 @@ fn decode_body(
         maxntid: decls.maxntid,
         instructions: code.len(),
     };
+    let flag_regs = info
+        .params
+        .iter()
+        .find(|p| p.name == crate::ckpt::bounds::FLAG_PARAM && p.size == 8)
+        .map(|p| crate::ir::FlagRegs {
+            param: p.offset,
+            regs: [crate::ckpt::bounds::FLAG_REG, "%__ws_flag"]
+                .iter()
+                .filter_map(|n| ctx.regs.get(*n).copied())
+                .collect(),
+            pred: ctx.preds.get("%__ws_p").copied(),
+        });
     let entry = Entry {
         info,
+        flag_regs,
         nregs: ctx.regs.len() as u32,
         npreds: ctx.preds.len() as u32,
         code,

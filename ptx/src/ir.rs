@@ -630,6 +630,19 @@ pub(crate) struct Op {
     pub guard: Option<(u32, bool)>,
 }
 
+/// Where a bounds-checked twin (`ckpt::bounds`) keeps its flag word's address.
+#[derive(Debug, Clone)]
+pub(crate) struct FlagRegs {
+    /// Offset of the `__ws_flag` parameter.
+    pub param: u32,
+    /// Registers that hold the address: `%__ws_f` (loaded before each flag store), and
+    /// `%__ws_flag` of twins made before it was (loaded once, at the start).
+    pub regs: Vec<u32>,
+    /// The predicate the flag store is guarded by (`%__ws_p`), already true for a store the
+    /// interpreter stopped a warp before.
+    pub pred: Option<u32>,
+}
+
 /// A decoded kernel entry.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
@@ -643,4 +656,6 @@ pub(crate) struct Entry {
     pub nregs: u32,
     /// Number of predicate registers per thread.
     pub npreds: u32,
+    /// A bounds-checked twin's flag state (`ckpt::bounds`); `None` for other entries.
+    pub flag_regs: Option<FlagRegs>,
 }

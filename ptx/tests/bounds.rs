@@ -289,3 +289,57 @@ fn checkpointed_twins_keep_their_points_and_never_save_the_flag_address() {
         "twins {twin_points} loop points, originals {orig_points}"
     );
 }
+
+/// A twin stopped by the interpreter at any instruction — between the flag's load and its
+/// store too: one warp, every warp-instruction boundary — and re-pointed at flag 0
+/// (`Launch::patch_param_u64`: the parameter and the registers of started threads that hold
+/// it) completes without storing at the old flag address, which this memory does not hold;
+/// the outside store still happens.
+#[test]
+fn a_twin_stopped_anywhere_and_re_pointed_at_no_flag_completes() {
+    let t = transform(PLANTED, &LoadOptions::default()).expect("transforms");
+    let e = t.entry("k").expect("checked");
+    let module = Arc::new(ptx::parse(&t.ptx).expect("parses"));
+    let base = 0x10_0000u64;
+    let (src, dst) = (base, base + 4096);
+    let mut own = Vec::new();
+    own.extend_from_slice(&src.to_le_bytes());
+    own.extend_from_slice(&dst.to_le_bytes());
+    own.extend_from_slice(&1u32.to_le_bytes());
+    // The first engine's flag word, in its memory (a third page) and not in the memory the
+    // run resumes in.
+    let gone = base + 2 * 4096;
+    let mut stops = 0;
+    for steps in 1..200u64 {
+        let first = FlatMemory::new(base, 3 * 4096);
+        assert!(first.write(src, &5u32.to_le_bytes()));
+        let cfg = LaunchConfig {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared: 0,
+            params: e.buffer(&own, gone, &[(dst, dst + 256)]),
+        };
+        let mut l = Launch::new(module.clone(), "k", cfg, &Limits::default()).expect("launch");
+        let mut ctl = RunControl::new(1);
+        ctl.step_limit = Some(steps);
+        match l.run(&first, &ctl) {
+            RunOutcome::Preempted(_) => stops += 1,
+            RunOutcome::Completed(_) => break,
+            RunOutcome::Faulted(f) => panic!("steps {steps}: {f:?}"),
+        }
+        let mem = FlatMemory::new(base, 2 * 4096);
+        assert!(mem.write(base, &first.read(base, 2 * 4096).unwrap()));
+        assert!(!l.patch_param_u64(e.param_size as usize, 0), "outside");
+        assert!(l.patch_param_u64(e.flag_off as usize, 0));
+        match l.run(&mem, &RunControl::new(1)) {
+            RunOutcome::Completed(_) => {}
+            other => panic!("stopped after {steps} steps, re-pointed: {other:?}"),
+        }
+        assert_eq!(
+            mem.read(dst - 4, 4).unwrap(),
+            7u32.to_le_bytes(),
+            "steps {steps}"
+        );
+    }
+    assert!(stops > 10, "{stops} stop points");
+}

@@ -186,8 +186,14 @@ pub fn compute(report: &Report, vms: &[VmSpec], ramp_ns: u64) -> Result<Figures,
         .collect();
     let t0 = windows.first().map_or(0, |w| w.start_ns);
     let count = windows.len();
-    // The first VM's last window with use (VMs that never used the GPU are left out).
-    let all_end = used.iter().filter_map(|u| u.1).min();
+    // The first VM's last window with use (VMs that never used the GPU, or that the daemon
+    // evicted, are left out: their end is not the run's).
+    let all_end = used
+        .iter()
+        .zip(&ids)
+        .filter(|(_, r)| !r.is_some_and(|r| r.evicted))
+        .filter_map(|(u, _)| u.1)
+        .min();
     let (mut vm_gpu, mut vm_total, mut vm_expected, mut vm_windows) =
         (vec![0u64; n], vec![0u64; n], vec![0.0; n], vec![0u32; n]);
     for (k, w) in windows.iter_mut().enumerate() {
@@ -435,6 +441,13 @@ mod tests {
         assert_eq!(measured, [false, true, true, false, false, false, false]);
         assert_eq!(f.jain_windows, 2);
         assert_eq!(f.jain_min, Some(1.0));
+        // A VM the daemon evicted does not end the measurement: every window but the ramp
+        // and the last.
+        let mut r = r;
+        r.vms[1].evicted = true;
+        let f = compute(&r, &spec(&[1, 1]), 100 * MS).unwrap();
+        let measured: Vec<bool> = f.windows.iter().map(|w| w.measured).collect();
+        assert_eq!(measured, [false, true, true, true, true, true, false]);
     }
 
     #[test]

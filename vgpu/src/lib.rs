@@ -603,6 +603,7 @@ impl Vgpu {
 
 impl Drop for Vgpu {
     fn drop(&mut self) {
+        let t = std::time::Instant::now();
         self.shared.lock().shutdown = true;
         // A module load or a job of the worker stops now, not at the job's time limit.
         self.cancel.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -611,9 +612,14 @@ impl Drop for Vgpu {
         if let Some(l) = &self.link {
             l.close();
         }
-        if let Some(t) = self.worker.take() {
-            let _ = t.join();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
         }
         self.write_log.release(&*self.engine);
+        log::info!(
+            "vgpu: teardown: worker stopped in {:.1} ms (the engine's own teardown follows \
+             when its last user lets it go)",
+            t.elapsed().as_secs_f64() * 1e3
+        );
     }
 }

@@ -29,6 +29,9 @@ pub struct ModuleCache {
     by_text: HashMap<Arc<str>, Cached>,
     /// The module of the job running now (never evicted).
     in_use: Option<ModuleId>,
+    /// The modules suspended jobs resume in (never evicted: a context cannot resume in a
+    /// module loaded again).
+    kept: Vec<ModuleId>,
 }
 
 impl ModuleCache {
@@ -76,7 +79,13 @@ impl ModuleCache {
         self.in_use = id;
     }
 
-    /// Unloads the least recently used module not in use, if it was used before `older_than`
+    /// The modules of the jobs a pause suspended (replaces the last set).
+    pub fn keep(&mut self, ids: impl IntoIterator<Item = ModuleId>) {
+        self.kept.clear();
+        self.kept.extend(ids);
+    }
+
+    /// Unloads the least recently used module not in use nor kept, if it was used before `older_than`
     /// (any, if `None`), and gives back its charge; returns whether one was evicted.
     pub fn evict_older(
         &mut self,
@@ -87,7 +96,7 @@ impl ModuleCache {
         let victim = self
             .by_text
             .iter()
-            .filter(|(_, c)| Some(c.id) != self.in_use)
+            .filter(|(_, c)| Some(c.id) != self.in_use && !self.kept.contains(&c.id))
             .filter(|(_, c)| older_than.is_none_or(|t| c.last_use < t))
             .min_by_key(|(_, c)| c.last_use)
             .map(|(t, _)| t.clone());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use pgpu::{CopyJob, EngineSnapshot, Job, PreemptHandle, SpaceId};
+use pgpu::{CopyJob, EngineSnapshot, Job, ModuleId, PreemptHandle, SpaceId};
 
 use crate::budget::HostBudget;
 use crate::config::GpuConfig;
@@ -559,6 +559,7 @@ impl Worker {
                 if len == 0 {
                     // Nothing runs: a suspended job (only a forged snapshot puts one here) goes.
                     self.chans[ch].suspended = None;
+                    self.keep_suspended_modules();
                     return Ok(Turn::Advanced);
                 }
                 self.run_copy(
@@ -595,6 +596,9 @@ impl Worker {
         spent: Duration,
     ) -> Result<Turn, Fault> {
         let suspended = self.chans[ch].suspended.take();
+        if suspended.is_some() {
+            self.keep_suspended_modules();
+        }
         // A launch runs its bounds-checked twin while live write sets log; a context a pause
         // suspended resumes in the module it ran in (a twin, or the launch's own).
         let twin = match (&job, &suspended) {
@@ -649,10 +653,23 @@ impl Worker {
                 if let Some(context) = context {
                     let ran = twin.as_ref().unwrap_or(&job);
                     self.chans[ch].suspended = Some(pause::Suspended::of(context, gpu, ran));
+                    self.keep_suspended_modules();
                 }
                 Ok(Turn::Suspended)
             }
         }
+    }
+}
+
+impl Worker {
+    /// Keeps the modules suspended jobs resume in out of the module cache's evictions.
+    pub(super) fn keep_suspended_modules(&mut self) {
+        let ids: Vec<ModuleId> = self
+            .chans
+            .iter()
+            .filter_map(|c| c.suspended.as_ref()?.module)
+            .collect();
+        self.modules.keep(ids);
     }
 }
 

@@ -704,6 +704,11 @@ impl EngineSnapshot for CudaEngine {
             super::context::decode_ck(&bytes, &self.info.limits, self.cfg.max_save_area_bytes)
                 .map_err(EngineError::BadContext)?;
         match &mut job {
+            super::context::JobState::Copy(_) if patch.is_some() => {
+                return Err(EngineError::BadContext(
+                    "a parameter patch for a copy".into(),
+                ));
+            }
             super::context::JobState::Copy(c) => c.space = space,
             super::context::JobState::Launch(l) => {
                 l.space = space;

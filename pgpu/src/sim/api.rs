@@ -503,7 +503,17 @@ fn patch_live(
         LiveJob::Copy(_) => Err(EngineError::BadContext(
             "a parameter patch for a copy".into(),
         )),
-        LiveJob::Launch { launch, .. } => p.apply(launch.params_mut()),
+        LiveJob::Launch { launch, .. } => {
+            if launch.patch_param_u64(p.offset as usize, p.value) {
+                Ok(())
+            } else {
+                Err(EngineError::BadContext(format!(
+                    "parameter patch at {} outside the launch's {} parameter bytes",
+                    p.offset,
+                    launch.config().params.len()
+                )))
+            }
+        }
         LiveJob::Ckpt(j) => p.apply(&mut j.launch.params),
     }
 }

@@ -159,7 +159,14 @@ fn candidates(
     live: &super::flow::BitRows,
     regs: &Regs,
 ) -> Vec<bool> {
-    let flag = regs.get(super::bounds::FLAG_REG);
+    // Only in a bounds-checked twin (the entry has the flag parameter).
+    let flag = e
+        .decls
+        .params
+        .iter()
+        .any(|p| p.name == super::bounds::FLAG_PARAM)
+        .then(|| regs.get(super::bounds::FLAG_REG))
+        .flatten();
     (0..flow.nodes.len())
         .map(|k| {
             if test(live.row(k), regs.cf()) || flag.is_some_and(|f| test(live.row(k), f)) {

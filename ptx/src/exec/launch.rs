@@ -222,11 +222,40 @@ impl Launch {
         &self.cfg
     }
 
-    /// The parameter buffer, to change in a launch between runs (its length is the entry's):
-    /// a value every run reads from its parameter, such as a bounds-checked entry's flag
-    /// address (`ckpt::bounds`), may be re-pointed; values CTAs already loaded stay.
-    pub fn params_mut(&mut self) -> &mut [u8] {
-        &mut self.cfg.params
+    /// Sets the `.u64` parameter at byte `offset` to `value`; `false` (nothing changed) when
+    /// the eight bytes are not inside the parameters. When it is a bounds-checked twin's flag
+    /// parameter (`ckpt::bounds`), the threads already started get it too in the registers
+    /// that hold it (a warp the interpreter stopped between the flag's load and its store),
+    /// and with 0 their flag store's guard is cleared (a warp stopped after the zero test):
+    /// a suspended twin re-pointed at another engine's flag word, or at none, stores nothing
+    /// at the old one. Both are dead outside that window.
+    pub fn patch_param_u64(&mut self, offset: usize, value: u64) -> bool {
+        let Some(b) = self.cfg.params.get_mut(offset..offset.saturating_add(8)) else {
+            return false;
+        };
+        if b.len() != 8 {
+            return false;
+        }
+        b.copy_from_slice(&value.to_le_bytes());
+        let entry = &self.module.entries[self.entry];
+        if let Some(f) = &entry.flag_regs
+            && f.param as usize == offset
+        {
+            for w in self.pending.iter_mut().flat_map(|c| c.warps.iter_mut()) {
+                for &r in &f.regs {
+                    let lanes = (r as usize * 32)..(r as usize * 32 + 32);
+                    if let Some(v) = w.regs.get_mut(lanes) {
+                        v.fill(value);
+                    }
+                }
+                if value == 0
+                    && let Some(p) = f.pred.and_then(|p| w.preds.get_mut(p as usize))
+                {
+                    *p = 0;
+                }
+            }
+        }
+        true
     }
 
     /// True when every CTA has finished.

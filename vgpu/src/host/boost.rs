@@ -37,7 +37,9 @@
 //! 100 µs the worker's deadline comes before those of the nice-0 threads around it, so they
 //! neither displace it from its core nor run ahead of it when it waits in a run queue. No
 //! privilege is needed (it raises no priority: the thread's share stays its weight's), so it
-//! also applies where `nice` is refused. It ends with the raise (`lower`).
+//! also applies where `nice` is refused. It ends with the raise (`lower`); the link's reader
+//! thread, raised for its life, keeps it for its life. A kernel before 6.12 takes the call and
+//! keeps no slice: the first raise reads it back and, finding none, says so once.
 //!
 //! Either way the thread is raised with `SCHED_RESET_ON_FORK`: a thread it starts while
 //! raised (a `ptx-helper-*` of the sim engine's pool, the `pgpu-wait-timer`, started on first
@@ -75,6 +77,12 @@ pub(crate) struct Boost {
     slice_ns: u64,
     /// The slice refused once (an older kernel): not asked again (said once).
     slice_refused: AtomicBool,
+    /// The slice was read back once (a kernel before 6.12 takes `sched_runtime` and ignores
+    /// it for fair threads).
+    slice_checked: AtomicBool,
+    /// Clearing `SCHED_RESET_ON_FORK` at `lower` was refused once (no `CAP_SYS_NICE`): not
+    /// tried again.
+    reset_refused: AtomicBool,
 }
 
 /// The calling thread's id.
@@ -155,8 +163,8 @@ fn set_slice(tid: libc::pid_t, nice: i32, slice_ns: u64) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Thread `tid`'s fair-scheduler slice in ns (tests).
-#[cfg(test)]
+/// Thread `tid`'s fair-scheduler slice in ns: its custom slice, 0 where it has none or the
+/// kernel keeps none (before Linux 6.12).
 fn slice_of(tid: libc::pid_t) -> std::io::Result<u64> {
     let mut attr = SchedAttr {
         size: 0,
@@ -208,6 +216,8 @@ impl Boost {
             rt_refused: AtomicBool::new(false),
             slice_ns: 0,
             slice_refused: AtomicBool::new(false),
+            slice_checked: AtomicBool::new(false),
+            reset_refused: AtomicBool::new(false),
         }
     }
 
@@ -285,7 +295,17 @@ impl Boost {
         let mut sliced = false;
         if slice {
             // Last: a policy change without a slice resets it to the kernel's.
-            match set_slice(tid, now, self.slice_ns) {
+            let set = set_slice(tid, now, self.slice_ns).and_then(|()| {
+                if self.slice_checked.swap(true, Ordering::Relaxed) {
+                    return Ok(());
+                }
+                // The kernel clamps it to 0.1-100 ms; one that keeps no custom slice reads 0.
+                match slice_of(tid)? {
+                    0 => Err(std::io::Error::other("the kernel keeps no custom slice")),
+                    _ => Ok(()),
+                }
+            });
+            match set {
                 Ok(()) => sliced = true,
                 Err(e) => {
                     if !self.slice_refused.swap(true, Ordering::Relaxed) {
@@ -326,8 +346,12 @@ impl Boost {
             log::debug!("vgpu: slice of thread {} back to the kernel's: {e}", r.tid);
         }
         // Clearing the reset-on-fork flag needs CAP_SYS_NICE (sched(7)); where refused, the
-        // thread's children start at nice 0 rather than at its own negative level, if any.
-        if let Err(e) = set_policy(r.tid, libc::SCHED_OTHER, 0) {
+        // thread's children start at nice 0 rather than at its own negative level, if any
+        // (not tried again).
+        if !self.reset_refused.load(Ordering::Relaxed)
+            && let Err(e) = set_policy(r.tid, libc::SCHED_OTHER, 0)
+        {
+            self.reset_refused.store(true, Ordering::Relaxed);
             log::debug!("vgpu: thread {} without SCHED_RESET_ON_FORK: {e}", r.tid);
         }
     }

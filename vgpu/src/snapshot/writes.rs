@@ -234,12 +234,6 @@ impl WriteSetLog {
     }
 
     /// The flag word of `space`'s checked kernels, taken from `engine` the first time.
-    /// The flag word of `space`'s checked launches (allocated on first use): what a
-    /// suspended twin resumed while the log is on stores to.
-    pub fn flag_word(&self, engine: &dyn EngineSnapshot, space: SpaceId) -> Option<u64> {
-        self.flag(engine, space)
-    }
-
     fn flag(&self, engine: &dyn EngineSnapshot, space: SpaceId) -> Option<u64> {
         let mut i = self.lock();
         if let Some(f) = i.flags.get(&space) {

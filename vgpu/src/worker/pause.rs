@@ -142,5 +142,6 @@ impl Worker {
                 });
             }
         }
+        self.keep_suspended_modules();
     }
 }
