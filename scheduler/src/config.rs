@@ -117,7 +117,7 @@ pub struct Config {
     /// kernels predicted to fit the gap run (see README.md, "Filling").
     pub fill: bool,
     /// A higher-class submission lets a filler predicted to end within this finish instead of
-    /// preempting it (`fill_bound=`, default 50 µs; the learned stop latency when longer).
+    /// preempting it (`fill_bound=`, default 50 µs).
     pub fill_bound: Duration,
     /// Slice of lower-class runs while a higher VM's gap is not predicted yet (`fill_slice=`,
     /// default 200 µs).

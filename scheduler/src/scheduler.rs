@@ -207,7 +207,7 @@ impl Scheduler {
                 let higher = self.config.priority_preempt && class > running_class;
                 let finishing = self.fill.as_ref().and_then(|f| {
                     let filler = f.filler().filter(|x| x.vm == r.vm)?;
-                    let bound = f.bound_now();
+                    let bound = f.params().bound;
                     (now <= filler.end && filler.end - now <= bound)
                         .then(|| now.saturating_add(bound))
                 });

@@ -315,40 +315,6 @@ fn the_high_vm_preempts_a_filler_unless_it_ends_within_the_bound() {
 }
 
 #[test]
-fn a_filler_that_would_end_before_it_could_stop_is_let_finish() {
-    let mut s = sched(
-        "fill=on,fill_bound=50us",
-        &[(1, 1, 0), (2, 1, 0), (10, 1, 1)],
-    );
-    let t = teach_kernel(&mut s, L1, 1, ms(1), ms(0));
-    let t = teach_kernel(&mut s, L2, 2, us(250), t);
-    let t = teach_gap(&mut s, H, us(300), t);
-    s.on_submit_kernel(L1, k(1), t).unwrap();
-    assert_eq!(run(&mut s, t).run, L1);
-    // The high VM arrives on time; the filler reports its stop 200 µs later: learned.
-    assert_eq!(
-        s.on_submit_kernel(H, k(7), t + us(300)).unwrap(),
-        Action::Preempt(L1)
-    );
-    s.on_preempted(L1, us(500), t + us(500)).unwrap();
-    assert_eq!(run(&mut s, t + us(500)).run, H);
-    s.on_complete(H, us(100), t + us(600)).unwrap();
-    // Next gap: the 250 µs kernel fills it. The high VM comes 100 µs before its predicted
-    // end: more than fill_bound (50 µs), less than a stop takes (200 µs): it is let end,
-    // stopped at the latest when a stop asked now would have ended.
-    let t = t + us(600);
-    s.on_submit_kernel(L2, k(2), t).unwrap();
-    assert_eq!(run(&mut s, t).run, L2);
-    assert_eq!(
-        s.on_submit_kernel(H, k(7), t + us(150)).unwrap(),
-        Action::PreemptAt {
-            vm: L2,
-            at: t + us(350)
-        }
-    );
-}
-
-#[test]
 fn a_sliced_filler_stops_early_by_the_learned_stop_latency() {
     let mut s = sched("fill=on", &[(1, 1, 0), (10, 1, 1)]);
     let t = teach_kernel(&mut s, L1, 1, ms(1), ms(0));

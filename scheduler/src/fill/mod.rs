@@ -149,15 +149,13 @@ impl Fill {
         self.stop.high()
     }
 
-    /// A higher-class submission lets a filler predicted to end within this finish: `bound`,
-    /// or the stop latency if longer (stopping it would take as long as letting it end).
-    pub fn bound_now(&self) -> Duration {
-        self.params.bound.max(self.stop_latency())
-    }
-
     /// A run ended without preemption: a pending stop request is void.
     pub fn clear_stop(&mut self) {
         self.stop_requested = None;
+    }
+
+    pub fn params(&self) -> &FillParams {
+        &self.params
     }
 
     pub fn add(&mut self, vm: VmId) {
