@@ -184,8 +184,9 @@ const PLANTED: &str = r#".version 7.0
 }
 "#;
 
-#[test]
-fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_missed_page() {
+/// A sim engine with one space of two adjacent one-page buffers at `BASE`: a (PA 0) then dst
+/// (PA 4096).
+fn two_pages() -> (SimEngine, SpaceId) {
     let e = SimEngine::new(SimConfig {
         vram_size: VRAM,
         ..SimConfig::default()
@@ -197,7 +198,6 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
             size: 1 << 30,
         })
         .unwrap();
-    // Two adjacent buffers of one page each: a (PA 0) then dst (PA 4096).
     e.map(
         space,
         &Mapping {
@@ -209,6 +209,12 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
         },
     )
     .unwrap();
+    (e, space)
+}
+
+#[test]
+fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_missed_page() {
+    let (e, space) = two_pages();
     let dst = BASE + PAGE;
     let t = transform(PLANTED, &ptx::LoadOptions::default()).unwrap();
     let twin = e.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
@@ -284,37 +290,12 @@ fn a_planted_store_outside_its_buffer_raises_the_flag_and_the_log_shows_the_miss
 /// stores outside; resumed as it was, it faults.
 #[test]
 fn a_twin_resumed_by_another_engine_completes_with_its_flag_parameter_patched() {
-    let engine = || {
-        let e = SimEngine::new(SimConfig {
-            vram_size: VRAM,
-            ..SimConfig::default()
-        })
-        .unwrap();
-        let space = e
-            .create_space(VaWindow {
-                base: BASE,
-                size: 1 << 30,
-            })
-            .unwrap();
-        e.map(
-            space,
-            &Mapping {
-                va: BASE,
-                len: 2 * PAGE,
-                target: MapTarget::Vram { pa: 0 },
-                perm: Perm::ReadWrite,
-                page_size: PageSize::Size4K,
-            },
-        )
-        .unwrap();
-        (e, space)
-    };
     let t = transform(PLANTED, &ptx::LoadOptions::default()).unwrap();
     let ce = t.entry("k").unwrap();
     let offset = ptx::ckpt::bounds::flag_offset(&t.ptx, "k").expect("a flag parameter");
     assert_eq!(offset, ce.flag_off);
     let dst = BASE + PAGE;
-    let (a, space) = engine();
+    let (a, space) = two_pages();
     let twin = a.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
     let flag = a.alloc_flag(space).unwrap().unwrap();
     let mut own = dst.to_le_bytes().to_vec();
@@ -335,7 +316,7 @@ fn a_twin_resumed_by_another_engine_completes_with_its_flag_parameter_patched() 
         other => panic!("not preempted: {other:?}"),
     };
     for patched in [false, true] {
-        let (b, space) = engine();
+        let (b, space) = two_pages();
         let twin = b.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
         let patch = patched.then_some(ParamPatch { offset, value: 0 });
         let ctx = b
@@ -359,7 +340,7 @@ fn a_twin_resumed_by_another_engine_completes_with_its_flag_parameter_patched() 
         assert_eq!(u32::from_le_bytes(w), 63);
     }
     // A patch outside the parameters is refused.
-    let (b, space) = engine();
+    let (b, space) = two_pages();
     let twin = b.load_module(&t.ptx, &LoadLimits::default()).unwrap().id;
     let far = ParamPatch {
         offset: ce.param_size,

@@ -121,6 +121,15 @@ const PLANTED: &str = r#".version 7.0
 }
 "#;
 
+/// The planted kernel's own parameters: `src`, `dst`, `mode`.
+fn planted_params(src: u64, dst: u64, mode: u32) -> Vec<u8> {
+    let mut own = Vec::new();
+    own.extend_from_slice(&src.to_le_bytes());
+    own.extend_from_slice(&dst.to_le_bytes());
+    own.extend_from_slice(&mode.to_le_bytes());
+    own
+}
+
 /// dst is 256 bytes at BASE + 4096 (32 threads store 4 bytes each); src a page below.
 fn planted(mode: u32) -> (FlatMemory, u32, Vec<u8>) {
     let t = transform(PLANTED, &LoadOptions::default()).expect("transforms");
@@ -131,10 +140,7 @@ fn planted(mode: u32) -> (FlatMemory, u32, Vec<u8>) {
     let mem = FlatMemory::new(base, 3 * 4096);
     let (src, dst, at) = (base, base + 4096, base + 2 * 4096);
     assert!(mem.write(src, &5u32.to_le_bytes()));
-    let mut own = Vec::new();
-    own.extend_from_slice(&src.to_le_bytes());
-    own.extend_from_slice(&dst.to_le_bytes());
-    own.extend_from_slice(&mode.to_le_bytes());
+    let own = planted_params(src, dst, mode);
     run(
         &t,
         "k",
@@ -199,10 +205,7 @@ fn a_zero_flag_address_stores_no_flag_and_the_kernel_still_stores() {
     let mem = FlatMemory::new(base, 2 * 4096);
     let (src, dst) = (base, base + 4096);
     assert!(mem.write(src, &5u32.to_le_bytes()));
-    let mut own = Vec::new();
-    own.extend_from_slice(&src.to_le_bytes());
-    own.extend_from_slice(&dst.to_le_bytes());
-    own.extend_from_slice(&1u32.to_le_bytes());
+    let own = planted_params(src, dst, 1);
     run(
         &t,
         "k",
@@ -302,10 +305,7 @@ fn a_twin_stopped_anywhere_and_re_pointed_at_no_flag_completes() {
     let module = Arc::new(ptx::parse(&t.ptx).expect("parses"));
     let base = 0x10_0000u64;
     let (src, dst) = (base, base + 4096);
-    let mut own = Vec::new();
-    own.extend_from_slice(&src.to_le_bytes());
-    own.extend_from_slice(&dst.to_le_bytes());
-    own.extend_from_slice(&1u32.to_le_bytes());
+    let own = planted_params(src, dst, 1);
     // The first engine's flag word, in its memory (a third page) and not in the memory the
     // run resumes in.
     let gone = base + 2 * 4096;

@@ -116,6 +116,7 @@ fn set_nice(tid: libc::pid_t, nice: i32) -> std::io::Result<()> {
 
 /// `struct sched_attr` of sched_setattr(2), its first version (`SCHED_ATTR_SIZE_VER1`).
 #[repr(C)]
+#[derive(Default)]
 struct SchedAttr {
     size: u32,
     policy: u32,
@@ -140,12 +141,8 @@ fn set_slice(tid: libc::pid_t, nice: i32, slice_ns: u64) -> std::io::Result<()> 
         policy: libc::SCHED_OTHER as u32,
         flags: SCHED_FLAG_RESET_ON_FORK,
         nice,
-        priority: 0,
         runtime: slice_ns,
-        deadline: 0,
-        period: 0,
-        util_min: 0,
-        util_max: 0,
+        ..SchedAttr::default()
     };
     // SAFETY: sched_setattr on a thread id of this process with a live, fully initialised
     // attribute of the size it states; flags 0.
@@ -166,18 +163,7 @@ fn set_slice(tid: libc::pid_t, nice: i32, slice_ns: u64) -> std::io::Result<()> 
 /// Thread `tid`'s fair-scheduler slice in ns: its custom slice, 0 where it has none or the
 /// kernel keeps none (before Linux 6.12).
 fn slice_of(tid: libc::pid_t) -> std::io::Result<u64> {
-    let mut attr = SchedAttr {
-        size: 0,
-        policy: 0,
-        flags: 0,
-        nice: 0,
-        priority: 0,
-        runtime: 0,
-        deadline: 0,
-        period: 0,
-        util_min: 0,
-        util_max: 0,
-    };
+    let mut attr = SchedAttr::default();
     // SAFETY: sched_getattr on a thread id of this process into a live attribute of the size
     // passed; flags 0.
     let r = unsafe {
