@@ -115,7 +115,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "host_cpus": cpus,
             "host_load_1min_at_end": load,
         },
-        "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use, exclude the last, and end before the first VM's last window with GPU use (every VM competes in each; as the native anchor's end at the first process's end); preempt_steady_max_us = the longest preemption due inside the measured windows; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more (daemon windows); jain_slices = the same over windows of whole daemon windows holding jain_slices.rounds turns of every VM (its rule); share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon",
+        "definitions": "windows of the daemon's accounting; a VM is active in a window when it used the GPU in an earlier and a later one; measured windows start ramp_ms after the first GPU use, exclude the last, and end before the first VM's last window with GPU use (every VM competes in each; as the native anchor's end at the first process's end); preempt_steady_max_us = the longest preemption due inside the measured windows; jain = weighted Jain's index (x = gpu/weight) over the active VMs of a measured window with 2 or more (daemon windows); jain_slices = the same over windows of whole daemon windows holding jain_slices.rounds turns of every VM (its rule); share = a VM's GPU time over that of the VMs active beside it in its measured windows, expected_share the mean weight share there, share_error = |share - expected_share|; share_run = of the whole run; target_share = weight / sum of weights; utilization = busy_ns / demand_ns of the daemon; idle_while_wanted = demand - busy, with the switches' part (one VM's run ended → the next VM's started, summed) and the part between two jobs of one grant (one job's end → the next's start), each also as a fraction of demand",
         "calibration": r.calibration.json(),
         "commands": {
             "vgpud": r.daemon_command,
@@ -147,6 +147,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
         "utilization": f.utilization,
         "busy_ms": r.report.busy_ns as f64 / 1e6,
         "demand_ms": r.report.demand_ns as f64 / 1e6,
+        "idle_while_wanted": idle_split(r.report),
         "preempt_latency_us": f.preempt_us.json(),
         "preempt_latency_samples": r.report.preempt_latency_ns.len(),
         "preempt_steady_max_us": steady_json(f.steady_preempt),
@@ -305,5 +306,23 @@ fn gpu_json(g: &GpuFigures) -> serde_json::Value {
         "vm_shares": g.vms.iter().zip(&f.vms).map(|(n, v)| serde_json::json!({
             "name": n, "share": v.share, "expected_share": v.expected, "gpu_ms": v.gpu_ns as f64 / 1e6,
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// `demand - busy` of the daemon's report, and the parts the switches between VMs and the
+/// gaps between two jobs of one grant make of it (ms, and as fractions of `demand`).
+fn idle_split(report: &vgpud::Report) -> serde_json::Value {
+    let demand = report.demand_ns as f64;
+    let idle = report.demand_ns.saturating_sub(report.busy_ns) as f64;
+    let switches: u64 = report.switch_latency_ns.iter().sum();
+    let part = |ns: f64| if demand > 0.0 { ns / demand } else { 0.0 };
+    serde_json::json!({
+        "ms": idle / 1e6,
+        "fraction": part(idle),
+        "switches_ms": switches as f64 / 1e6,
+        "switches_fraction": part(switches as f64),
+        "between_jobs_ms": report.job_gap_ns as f64 / 1e6,
+        "between_jobs_fraction": part(report.job_gap_ns as f64),
+        "between_jobs": report.job_gaps,
     })
 }

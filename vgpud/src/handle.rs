@@ -336,6 +336,9 @@ impl Daemon {
             && run.last_stamp_ns <= start_ns
             && start_ns <= end_ns
             && end_ns <= now_ns;
+        // The grant's idle time since its previous job ended (none before its first job: that
+        // is the switch's).
+        let job_gap = (stamped && !first).then(|| start_ns - run.last_stamp_ns);
         if stamped {
             run.last_stamp_ns = end_ns;
         }
@@ -356,6 +359,12 @@ impl Daemon {
             let busy = end_ns - start_ns;
             self.report.busy_ns += busy;
             gpu.report.busy_ns += busy;
+            if let Some(gap) = job_gap {
+                self.report.job_gap_ns += gap;
+                self.report.job_gaps += 1;
+                gpu.report.job_gap_ns += gap;
+                gpu.report.job_gaps += 1;
+            }
             if preempted && let Some(due) = due {
                 let late = end_ns.saturating_sub(due);
                 late_preempt = Some(crate::report::LatePreempt {

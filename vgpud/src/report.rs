@@ -23,6 +23,14 @@ pub struct Report {
     pub busy_ns: u64,
     /// Time during which at least one VM wanted the GPU or held it.
     pub demand_ns: u64,
+    /// Idle time inside grants: from one job's end to the next job's start of the same grant
+    /// (stamped runs in order), summed, and how many such gaps. With the switches'
+    /// (`switch_latency_ns`), what keeps `busy_ns` under `demand_ns`: a VM's host path
+    /// between two of its jobs, against the hand-over between VMs. Absent in older reports.
+    #[serde(default)]
+    pub job_gap_ns: u64,
+    #[serde(default)]
+    pub job_gaps: u64,
     /// Preemption latency samples: the stop was due (slice end, or Preempt sent) → the engine
     /// stopped (VM's end stamp); for a turn's grant given back between two jobs (no run:
     /// `LatePreempt::kept`), → the daemon received it back; for a grant taken back through the
@@ -181,6 +189,11 @@ pub struct GpuReport {
     pub vms: Vec<u32>,
     pub busy_ns: u64,
     pub demand_ns: u64,
+    /// See [`Report::job_gap_ns`] (this GPU's).
+    #[serde(default)]
+    pub job_gap_ns: u64,
+    #[serde(default)]
+    pub job_gaps: u64,
     pub grants: u64,
     pub switches: u64,
     pub preempts: u64,

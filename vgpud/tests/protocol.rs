@@ -97,6 +97,40 @@ fn a_turn_runs_jobs_back_to_back_and_a_fifo_grant_is_one_job() {
 }
 
 #[test]
+fn the_idle_time_between_two_jobs_of_a_grant_is_reported() {
+    let d = start("job-gaps", "policy=timeslice,slice=50ms", 500);
+    let (a, _) = Vm::hello(&d, "a", 1, 2);
+    a.send(&ToDaemon::Want { kernel: None });
+    let (seq, _) = a.grant();
+    let base = proto::monotonic_ns();
+    // Every stamp below is in the past when the daemon reads it.
+    std::thread::sleep(Duration::from_millis(3));
+    // Four jobs of 100 µs, 300 µs apart: three gaps of 200 µs inside the grant.
+    for k in 0..3u64 {
+        let start_ns = base + k * 300_000;
+        a.send(&ToDaemon::Progress {
+            seq,
+            gpu_ns: 100_000,
+            start_ns,
+            end_ns: start_ns + 100_000,
+        });
+    }
+    a.send(&ToDaemon::Done {
+        seq,
+        outcome: RunOutcome::Completed,
+        gpu_ns: 100_000,
+        start_ns: base + 900_000,
+        end_ns: base + 1_000_000,
+        more: false,
+    });
+    drop(a);
+    let r = d.stop();
+    assert_eq!((r.job_gaps, r.job_gap_ns), (3, 600_000));
+    assert_eq!((r.gpus[0].job_gaps, r.gpus[0].job_gap_ns), (3, 600_000));
+    assert_eq!(r.busy_ns, 400_000);
+}
+
+#[test]
 fn a_turn_nobody_waits_for_goes_on_until_someone_asks() {
     let d = start(
         "extend",
