@@ -100,10 +100,7 @@ fn a_grant_not_taken_by_its_slice_end_goes_back_and_the_late_vm_still_progresses
     // This grant is spared: `a`, late again (frozen past the stop, `b` waiting), is sent a
     // preempt instead and its word is left alone; it then runs and answers.
     b.send(&ToDaemon::Want { kernel: None });
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, sa),
-        other => panic!("expected a preempt, got {other:?}"),
-    }
+    a.preempted(sa);
     assert_eq!(decode(word.load()), (sa, State::Granted));
     assert_eq!(word.resume(sa, State::Granted), Resumed::Go);
     a.done(sa, RunOutcome::Completed, 1000, false);
@@ -140,10 +137,7 @@ fn a_grant_taken_first_is_stopped_by_message_and_a_late_hand_back_is_not_revoked
     // 1. The VM wins the swap: the daemon's fails and the backstop preempt goes out.
     let (seq, _) = a_granted_while_b_waits(&a, &b);
     assert_eq!(word.resume(seq, State::Granted), Resumed::Go);
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
-        other => panic!("expected a preempt, got {other:?}"),
-    }
+    a.preempted(seq);
     // More GPU time than `b`: `b` runs next (then leaves the GPU to `a` alone).
     a.done(seq, RunOutcome::Preempted, 30_000_000, true);
     let (sb, _) = b.grant();
@@ -154,10 +148,7 @@ fn a_grant_taken_first_is_stopped_by_message_and_a_late_hand_back_is_not_revoked
     let (sa, _) = a.grant();
     word.swap(sa, State::Granted, State::Free).unwrap();
     b.send(&ToDaemon::Want { kernel: None });
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, sa),
-        other => panic!("expected a preempt, got {other:?}"),
-    }
+    a.preempted(sa);
     assert_eq!(decode(word.load()), (sa, State::Free));
     a.done(sa, RunOutcome::Completed, 0, true);
     // Both queued: served in the scheduler's order, each taking its grant at once.
@@ -206,10 +197,7 @@ fn a_hostile_word_cannot_revoke_another_grant_and_only_costs_its_own_vm() {
         word.store_raw(w);
         std::thread::sleep(Duration::from_millis(4));
     }
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
-        other => panic!("expected a preempt, got {other:?}"),
-    }
+    a.preempted(seq);
     // More GPU time than `b`: `b` runs next (then leaves the GPU to `a` alone).
     a.done(seq, RunOutcome::Preempted, 30_000_000, true);
     let (sb, _) = b.grant();

@@ -37,10 +37,7 @@ fn a_late_stop_of_an_extended_turn_is_reported_with_the_jobs_before_it() {
     let start_ns = proto::monotonic_ns();
     std::thread::sleep(Duration::from_millis(2));
     b.send(&ToDaemon::Want { kernel: None });
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
-        other => panic!("expected preempt, got {other:?}"),
-    }
+    a.preempted(seq);
     std::thread::sleep(Duration::from_millis(1));
     let end_ns = proto::monotonic_ns();
     a.send(&ToDaemon::Done {
@@ -86,10 +83,7 @@ fn a_turn_given_back_between_two_jobs_is_a_preemption_timed_to_its_receipt() {
         end_ns,
     });
     b.send(&ToDaemon::Want { kernel: None });
-    match a.recv() {
-        Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
-        other => panic!("expected preempt, got {other:?}"),
-    }
+    a.preempted(seq);
     // The VM's worker is elsewhere; the grant comes back 30 ms after the preempt at least.
     std::thread::sleep(Duration::from_millis(30));
     a.send(&ToDaemon::Done {

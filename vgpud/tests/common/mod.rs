@@ -185,6 +185,14 @@ impl Vm {
         unsafe { libc::poll(&mut pfd, 1, limit.as_millis() as i32) == 1 }
     }
 
+    /// The next message is a preempt of grant `seq`.
+    pub fn preempted(&self, seq: u64) {
+        match self.recv() {
+            Some((ToVm::Preempt { seq: s }, _)) => assert_eq!(s, seq),
+            other => panic!("expected a preempt of {seq}, got {other:?}"),
+        }
+    }
+
     pub fn grant(&self) -> (u64, u64) {
         match self.recv() {
             Some((ToVm::Grant { seq, slice_ns, .. }, _)) => (seq, slice_ns),
