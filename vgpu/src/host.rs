@@ -63,6 +63,25 @@ pub struct HostConfig {
     pub slice_us: u32,
 }
 
+impl HostConfig {
+    /// A link to the daemon at `socket` as VM `name` with weight 1 in class 0, no wait for a
+    /// daemon that went away, and the worker thread's scheduling left alone (no `nice`, `rt`
+    /// or `slice_us`): what tests and tools start from.
+    pub fn plain(socket: std::path::PathBuf, name: &str) -> Self {
+        HostConfig {
+            socket,
+            weight: 1,
+            priority: 0,
+            name: name.into(),
+            reconnect: Duration::ZERO,
+            gpu: None,
+            nice: 0,
+            rt: 0,
+            slice_us: 0,
+        }
+    }
+}
+
 /// The default of `reconnect_ms`.
 pub const RECONNECT_DEFAULT: Duration = Duration::from_secs(10);
 

@@ -38,17 +38,7 @@ fn a_pause_does_not_wait_for_a_grant_and_the_job_runs_after_resume() {
     });
     let b = Bench::with(|c| {
         c.mode = Mode::Para;
-        c.host = Some(HostConfig {
-            socket: socket.clone(),
-            weight: 1,
-            priority: 0,
-            name: "t".into(),
-            reconnect: std::time::Duration::ZERO,
-            gpu: None,
-            nice: 0,
-            rt: 0,
-            slice_us: 0,
-        });
+        c.host = Some(HostConfig::plain(socket.clone(), "t"));
     });
     let (conn, _listener) = handshake.join().unwrap();
     b.para_write(ARGS_LO, ARGS as u32);

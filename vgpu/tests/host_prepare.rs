@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::daemon::{accept_and_welcome, next};
 use common::*;
@@ -127,17 +126,7 @@ fn a_kept_grant_goes_back_before_a_module_load_not_before_a_loaded_one() {
         (conn, listener)
     });
     let b = Bench::with(|c| {
-        c.host = Some(HostConfig {
-            socket: socket.clone(),
-            weight: 1,
-            priority: 0,
-            name: "t".into(),
-            reconnect: Duration::ZERO,
-            gpu: None,
-            nice: 0,
-            rt: 0,
-            slice_us: 0,
-        });
+        c.host = Some(HostConfig::plain(socket.clone(), "t"));
     });
     let (conn, _listener) = handshake.join().unwrap();
     b.map_big(0, 1, 0);

@@ -65,17 +65,7 @@ fn connect(dir: &std::path::Path) -> (HostLink, Conn) {
         let conn = common::daemon::accept_and_welcome(&listener, &vram_path);
         (conn, listener)
     });
-    let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: std::time::Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-        slice_us: 0,
-    };
+    let cfg = HostConfig::plain(socket, "t");
     let (link, _welcome) = HostLink::connect(&cfg, 4 << 20, 1).unwrap();
     let (conn, listener) = daemon.join().unwrap();
     std::mem::forget(listener);

@@ -257,15 +257,10 @@ pub static KEYS: &[Key] = &[
                 return Err("the path of vgpud's socket");
             }
             d.cfg.host = Some(HostConfig {
-                socket: v.into(),
-                weight: 1,
-                priority: 0,
-                name: format!("vm-{}", std::process::id()),
                 reconnect: crate::host::RECONNECT_DEFAULT,
-                gpu: None,
                 nice: crate::host::NICE_DEFAULT,
-                rt: 0,
                 slice_us: crate::host::SLICE_US_DEFAULT,
+                ..HostConfig::plain(v.into(), &format!("vm-{}", std::process::id()))
             });
             Ok(())
         },

@@ -304,15 +304,8 @@ mod tests {
 
     fn link(socket: PathBuf, reconnect_ms: u64) -> HostLink {
         let cfg = HostConfig {
-            socket,
-            weight: 1,
-            priority: 0,
-            name: "t".into(),
             reconnect: Duration::from_millis(reconnect_ms),
-            gpu: None,
-            nice: 0,
-            rt: 0,
-            slice_us: 0,
+            ..HostConfig::plain(socket, "t")
         };
         HostLink::connect(&cfg, VRAM, 1).unwrap().0
     }

@@ -24,17 +24,7 @@ fn daemon_socket(tag: &str) -> (std::path::PathBuf, std::path::PathBuf, Listener
 /// The link's configuration for the scripted daemon at `socket`: weight 1, no reconnection,
 /// the worker not raised.
 fn link_cfg(socket: std::path::PathBuf) -> HostConfig {
-    HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-        slice_us: 0,
-    }
+    HostConfig::plain(socket, "t")
 }
 
 /// The scripted daemon hands the VM a grant word (protocol 4), as vgpud does after `Welcome`.
@@ -179,15 +169,8 @@ fn a_vm_started_during_a_daemon_restart_waits_for_the_new_daemon() {
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     assert!(socket.exists());
     let cfg = |reconnect| HostConfig {
-        socket: socket.clone(),
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
         reconnect,
-        gpu: None,
-        nice: 0,
-        rt: 0,
-        slice_us: 0,
+        ..HostConfig::plain(socket.clone(), "t")
     };
     assert!(matches!(
         HostLink::connect(&cfg(Duration::ZERO), 2 << 20, 1),
@@ -254,15 +237,9 @@ fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) 
         waiting
     });
     let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
         nice: -3,
         rt,
-        slice_us: 0,
+        ..HostConfig::plain(socket, "t")
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
@@ -360,15 +337,8 @@ fn between_two_jobs_of_a_turn_the_worker_runs_at_its_own_level() {
         assert_eq!(recv(&conn), done(1, false));
     });
     let cfg = HostConfig {
-        socket,
-        weight: 1,
-        priority: 0,
-        name: "t".into(),
-        reconnect: Duration::ZERO,
-        gpu: None,
         nice: -3,
-        rt: 0,
-        slice_us: 0,
+        ..HostConfig::plain(socket, "t")
     };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
