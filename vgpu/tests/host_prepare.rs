@@ -8,7 +8,6 @@
 
 mod common;
 
-
 use common::daemon::{accept_and_welcome, next};
 use common::*;
 use vgpu::host::HostConfig;
