@@ -95,6 +95,40 @@ pub fn split(allowed: &[usize], daemon: &[usize]) -> Result<(Vec<usize>, Vec<usi
     Ok((daemon.to_vec(), vms))
 }
 
+/// `--gpu-cpus`: the CPUs reserved for the thread that holds the GPU (`--gpu cpus=N-M` of
+/// every VM, `vgpu/src/host/pin.rs`), taken from the VMs' CPUs (`vms`, from [`split`] or
+/// every allowed CPU); returns the key's value and the VMs' CPUs without them. Refused
+/// unless the list is one range of allowed CPUs (the key's form) leaving the VMs a CPU.
+pub fn reserve_gpu(
+    allowed: &[usize],
+    vms: &[usize],
+    gpu: &[usize],
+) -> Result<(String, Vec<usize>), String> {
+    let (Some(&first), Some(&last)) = (gpu.first(), gpu.last()) else {
+        return Err("no CPU for the GPU".into());
+    };
+    if last - first + 1 != gpu.len() {
+        return Err(format!(
+            "{gpu:?}: one range N-M (the --gpu cpus= key's form)"
+        ));
+    }
+    if let Some(c) = gpu.iter().find(|c| !allowed.contains(c)) {
+        return Err(format!(
+            "CPU {c} is not one this process may run on ({allowed:?})"
+        ));
+    }
+    let rest: Vec<usize> = vms.iter().copied().filter(|c| !gpu.contains(c)).collect();
+    if rest.is_empty() {
+        return Err(format!("no CPU left for the VMs (allowed {allowed:?})"));
+    }
+    let key = if first == last {
+        first.to_string()
+    } else {
+        format!("{first}-{last}")
+    };
+    Ok((key, rest))
+}
+
 /// Makes `cmd`'s process run on `cpus` only, from before it executes.
 pub fn pin(cmd: &mut Command, cpus: &[usize]) {
     // SAFETY: a zeroed `cpu_set_t` is a valid empty set.
@@ -137,6 +171,20 @@ mod tests {
         assert!(split(&all, &[16]).is_err());
         assert!(split(&[3], &[3]).is_err());
         assert!(split(&all, &[]).is_err());
+    }
+
+    #[test]
+    fn the_gpu_takes_a_range_from_the_vms() {
+        let all: Vec<usize> = (0..16).collect();
+        let (_, vms) = split(&all, &[15]).unwrap();
+        let (key, rest) = reserve_gpu(&all, &vms, &[14]).unwrap();
+        assert_eq!((key.as_str(), rest.len(), rest[13]), ("14", 14, 13));
+        let (key, rest) = reserve_gpu(&all, &all, &[12, 13]).unwrap();
+        assert_eq!((key.as_str(), rest.len()), ("12-13", 14));
+        assert!(reserve_gpu(&all, &all, &[12, 14]).is_err());
+        assert!(reserve_gpu(&all, &all, &[16]).is_err());
+        assert!(reserve_gpu(&all, &all, &[]).is_err());
+        assert!(reserve_gpu(&[3, 4], &[3], &[3]).is_err());
     }
 
     /// A pinned child runs where it was put: its own `/proc/self/status` says so.

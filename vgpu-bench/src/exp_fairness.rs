@@ -109,6 +109,12 @@ pub struct Args {
     /// Default: every process on every CPU.
     #[arg(long, value_name = "LIST", value_parser = |s: &str| s.parse::<crate::cpus::CpuList>())]
     pub daemon_cpus: Option<crate::cpus::CpuList>,
+    /// Keep these CPUs (one range, `14` or `12-13`) for the thread that holds the GPU: every
+    /// VM's worker moves onto them while it holds a grant (`--gpu cpus=`,
+    /// vgpu/src/host/pin.rs) and the VMs run on the other CPUs (those `--daemon-cpus` leaves),
+    /// as a real GPU's processors are not the vCPUs'. Meant for sim, whose GPU is that thread.
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| s.parse::<crate::cpus::CpuList>())]
+    pub gpu_cpus: Option<crate::cpus::CpuList>,
 }
 
 /// `--baseline`.
@@ -323,6 +329,16 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         }
         None => (None, None),
     };
+    let (gpu_cpus_key, vm_cpus) = match &a.gpu_cpus {
+        Some(g) => {
+            let allowed = crate::cpus::allowed()?;
+            let vms = vm_cpus.unwrap_or_else(|| allowed.clone());
+            let (key, rest) = crate::cpus::reserve_gpu(&allowed, &vms, &g.0)
+                .map_err(|e| BenchError::Invalid(format!("--gpu-cpus: {e}")))?;
+            (format!(",cpus={key}"), Some(rest))
+        }
+        None => (String::new(), vm_cpus),
+    };
     let mut daemon = Proc::spawn_on(&a.out, "vgpud", &vgpud, &dargs, &[], daemon_cpus.as_deref())?;
     procs::wait_socket(&mut daemon, &socket, Duration::from_secs(10))?;
     p.note(&format!(
@@ -337,7 +353,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "fairness".into(),
             "--gpu".into(),
             format!(
-                "host={},weight={},name=vm{k},vram={}M,backend={}{pin}{}",
+                "host={},weight={},name=vm{k},vram={}M,backend={}{pin}{gpu_cpus_key}{}",
                 socket.display(),
                 plan.weights[k],
                 plan.vram_per_vm >> 20,

@@ -112,6 +112,7 @@ pub fn write(dir: &Path, r: &Run) -> Result<String, BenchError> {
             "short": r.args.short,
             "gpu_extra": r.args.gpu_extra,
             "daemon_cpus": r.args.daemon_cpus.as_ref().map(|c| c.0.clone()),
+            "gpu_cpus": r.args.gpu_cpus.as_ref().map(|c| c.0.clone()),
             "host_cpus": cpus,
             "host_load_1min_at_end": load,
         },

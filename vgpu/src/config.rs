@@ -207,6 +207,7 @@ impl GpuConfig {
             nice,
             rt,
             slice_us,
+            cpus,
         } = d;
         match &mut c.host {
             Some(h) => {
@@ -218,6 +219,7 @@ impl GpuConfig {
                 h.nice = nice.unwrap_or(h.nice);
                 h.rt = rt.unwrap_or(h.rt);
                 h.slice_us = slice_us.unwrap_or(h.slice_us);
+                h.cpus = cpus.or(h.cpus);
             }
             None if weight.is_some()
                 || priority.is_some()
@@ -226,10 +228,11 @@ impl GpuConfig {
                 || gpu.is_some()
                 || nice.is_some()
                 || rt.is_some()
-                || slice_us.is_some() =>
+                || slice_us.is_some()
+                || cpus.is_some() =>
             {
                 return Err(ConfigError::BadValue {
-                    key: "weight/priority/name/reconnect_ms/gpu/nice/rt/slice_us".into(),
+                    key: "weight/priority/name/reconnect_ms/gpu/nice/rt/slice_us/cpus".into(),
                     value: String::new(),
                     why: "only with host=SOCKET",
                 });
@@ -448,6 +451,7 @@ mod tests {
             ("nice", &["-20", "0"]),
             ("rt", &["0", "99"]),
             ("slice_us", &["0", "100", "100000"]),
+            ("cpus", &["0", "14", "2-3", "1023"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
             (
@@ -476,6 +480,7 @@ mod tests {
                     "nice",
                     "rt",
                     "slice_us",
+                    "cpus",
                 ]
                 .contains(&k.name)
                 {
@@ -493,7 +498,7 @@ mod tests {
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
              opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,ck_path=adaptive:500,host=/a b,weight=3,priority=4,name=n,\
-             reconnect_ms=250,gpu=1,nice=-3,rt=2,slice_us=300,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
+             reconnect_ms=250,gpu=1,nice=-3,rt=2,slice_us=300,cpus=4-5,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();
         assert_eq!(GpuConfig::parse_written(&all.spec()).unwrap(), all);
@@ -609,7 +614,7 @@ mod tests {
                 Err(_) => described.push(k.name),
             }
         }
-        assert_eq!(described, ["name", "gpu", "spin_us"]);
+        assert_eq!(described, ["name", "gpu", "cpus", "spin_us"]);
         let e = GpuConfig::parse("color=red").unwrap_err().to_string();
         for k in keys::KEYS {
             assert!(e.contains(k.name), "{e}");

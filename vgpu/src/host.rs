@@ -20,6 +20,7 @@
 
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
+mod pin;
 // The grant word (version 4): a kept grant the daemon takes back without this process.
 mod kept;
 // multigpu: the link's side of moving to another GPU of the daemon.
@@ -40,6 +41,7 @@ use vgpu_proto::wire::{Conn, Received};
 
 pub use boost::{NICE_DEFAULT, SLICE_US_DEFAULT, current_nice};
 pub use moving::MoveGrant;
+pub use pin::{parse as parse_cpus, print as print_cpus};
 
 /// `host=...,weight=,priority=,name=,reconnect_ms=,gpu=,nice=` of `--gpu`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,9 @@ pub struct HostConfig {
     /// `slice_us=N`: the worker thread's fair-scheduler slice while it holds a grant (0: the
     /// kernel's; `boost`).
     pub slice_us: u32,
+    /// `cpus=N[-M]`: the worker thread runs on these CPUs while it waits for or holds a grant
+    /// (`pin`; `None`: where it is).
+    pub cpus: Option<(u16, u16)>,
 }
 
 impl HostConfig {
@@ -78,6 +83,7 @@ impl HostConfig {
             nice: 0,
             rt: 0,
             slice_us: 0,
+            cpus: None,
         }
     }
 }
@@ -169,6 +175,8 @@ struct St {
     /// The worker thread, raised to the GPU's priority while it waits for a grant or holds
     /// one (`boost`).
     boosted: Option<boost::Raised>,
+    /// The worker moved onto `cpus=` while it waits for or holds a grant.
+    pinned: Option<pin::Pinned>,
     /// Version 4: the grant word of the current connection (`kept`), once the daemon sent it.
     word: Option<vgpu_proto::word::GrantWord>,
     /// The protocol version of the registration: this build's, or 3 with a daemon that
@@ -223,6 +231,7 @@ struct Inner {
     cv: Condvar,
     claim: Claim,
     boost: boost::Boost,
+    pin: pin::Pin,
 }
 
 impl Inner {
@@ -238,8 +247,30 @@ impl Inner {
         }
     }
 
+    /// The calling thread starts a run under a grant: onto the GPU's CPUs (`cpus=`). Not while
+    /// it waits: every waiting worker of every VM would sleep there, and each wake-up of one
+    /// (a message, a look at its stop) would take the CPU from the holder.
+    fn pin(&self, st: &mut St) {
+        if st.pinned.is_none() {
+            st.pinned = self.pin.pin();
+        }
+    }
+
     /// The grant ended (or the wait was given up): the thread goes back to its own level.
     fn lower(&self, st: &mut St) {
+        self.lower_priority(st);
+        self.unpin(st);
+    }
+
+    /// Off the GPU's CPUs (`cpus=`), back on the thread's own.
+    fn unpin(&self, st: &mut St) {
+        if let Some(p) = st.pinned.take() {
+            self.pin.unpin(p);
+        }
+    }
+
+    /// A grant kept between two jobs: the thread's own priority again, on the CPUs it has.
+    fn lower_priority(&self, st: &mut St) {
         if let Some(r) = st.boosted.take() {
             self.boost.lower(r);
         }
@@ -464,6 +495,7 @@ impl HostLink {
                 move_answer: None,
                 returned_late: false,
                 boosted: None,
+                pinned: None,
                 word: None,
                 version,
             }),
@@ -474,6 +506,7 @@ impl HostLink {
                 channels,
             },
             boost: boost::Boost::new(cfg.nice, cfg.rt).with_slice_us(cfg.slice_us),
+            pin: pin::Pin::new(cfg.cpus),
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()
@@ -577,6 +610,7 @@ impl HostLink {
                 }
                 st.held = false;
                 self.inner.stop_reading(&mut st);
+                self.inner.pin(&mut st);
                 return Ok(Ticket {
                     seq,
                     epoch: st.epoch,
@@ -621,6 +655,7 @@ impl HostLink {
                 st.turn = g.turn;
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
+                self.inner.pin(&mut st);
                 return Ok(Ticket {
                     seq: g.seq,
                     epoch: st.epoch,
@@ -648,6 +683,8 @@ impl HostLink {
                 .standby_until
                 .take()
                 .filter(|_| !self.inner.boost.realtime());
+            // Waiting, the worker is off the GPU's CPUs (`cpus=`; a kept grant taken back).
+            self.inner.unpin(&mut st);
             let (conn, epoch) = (st.conn.clone(), st.epoch);
             drop(st);
             let ready = match spin_until {
@@ -702,15 +739,15 @@ impl HostLink {
             // daemon may take the grant back from here without this process (`kept`).
             self.inner
                 .word_store(&st, t.seq, vgpu_proto::word::State::Kept);
-            // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises).
-            self.inner.lower(&mut st);
+            // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises). It
+            // stays on the GPU's CPUs (`cpus=`), which are its VM's while the grant is.
+            self.inner.lower_priority(&mut st);
             return;
         }
         st.active = None;
         st.held = false;
         st.wanting = more;
         st.identified = false;
-        self.inner.lower(&mut st);
         let msg = ToDaemon::Done {
             seq: t.seq,
             outcome,
@@ -720,6 +757,9 @@ impl HostLink {
             more,
         };
         self.inner.send(&mut st, &msg);
+        // After the Done: the next VM's grant does not wait for this thread's move off the
+        // GPU's CPUs (`cpus=`) or its priority's drop.
+        self.inner.lower(&mut st);
     }
 
     /// The worker has nothing to run: withdraw a Want (or hand back a grant not yet used).

@@ -42,6 +42,7 @@ pub(super) struct Draft {
     pub nice: Option<i32>,
     pub rt: Option<u8>,
     pub slice_us: Option<u32>,
+    pub cpus: Option<(u16, u16)>,
 }
 
 /// A size as the manifest has always written it: in KiB (`65536K`), exact for every size
@@ -375,6 +376,25 @@ pub static KEYS: &[Key] = &[
             Ok(())
         },
         print: |c| c.host.as_ref().map(|h| h.slice_us.to_string()),
+    },
+    Key {
+        name: "cpus",
+        values: "N|N-M",
+        default: "none",
+        help: "with host=: the device's worker thread moves onto these CPUs while it holds \
+               a grant, and back when the grant ends: on sim the thread holding the grant is \
+               the GPU, and CPUs kept free of vCPUs (taskset, cpusets) keep it on a core; a \
+               set outside the process's cpuset is refused once and the thread stays where it \
+               was",
+        parse: |d, v| {
+            d.cpus = Some(crate::host::parse_cpus(v).ok_or("a CPU or a range N-M, 0 to 1023")?);
+            Ok(())
+        },
+        print: |c| {
+            c.host
+                .as_ref()
+                .and_then(|h| h.cpus.map(crate::host::print_cpus))
+        },
     },
     Key {
         name: "doorbell",

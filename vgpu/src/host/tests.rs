@@ -224,6 +224,23 @@ fn may_raise() -> bool {
 /// before it registers, while it waits for the grant (seen by the daemon), while it holds it
 /// and after it released it.
 fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) -> (T, T, T, T) {
+    one_grant_with(
+        tag,
+        HostConfig {
+            nice: -3,
+            rt,
+            ..HostConfig::plain(PathBuf::new(), "t")
+        },
+        level,
+    )
+}
+
+/// [`one_grant`] with the link configured as `base` (its socket replaced).
+fn one_grant_with<T: Send + 'static>(
+    tag: &str,
+    base: HostConfig,
+    level: fn(libc::pid_t) -> T,
+) -> (T, T, T, T) {
     let (dir, socket, listener) = daemon_socket(tag);
     let (tid_tx, tid_rx) = std::sync::mpsc::channel::<libc::pid_t>();
     // The scripted daemon looks at the worker's level while it waits for the grant.
@@ -236,11 +253,7 @@ fn one_grant<T: Send + 'static>(tag: &str, rt: u8, level: fn(libc::pid_t) -> T) 
         assert_eq!(recv(&conn), done(1, false));
         waiting
     });
-    let cfg = HostConfig {
-        nice: -3,
-        rt,
-        ..HostConfig::plain(socket, "t")
-    };
+    let cfg = HostConfig { socket, ..base };
     let worker = std::thread::spawn(move || {
         // SAFETY: gettid has no arguments.
         let tid = unsafe { libc::gettid() };
@@ -274,6 +287,37 @@ fn the_worker_runs_raised_while_it_waits_for_and_holds_a_grant() {
         (raised, raised, own),
         "nice while waiting, holding, after (own level {own})"
     );
+}
+
+/// The CPUs thread `tid` of this process may run on.
+fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
+    // SAFETY: an all-zero `cpu_set_t` is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live, writable `cpu_set_t` of the size passed.
+    let r =
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(r, 0);
+    // SAFETY: `set` is initialised; CPU_ISSET only reads it.
+    (0..1024)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// `cpus=`: the worker thread runs on the configured CPU while it holds a grant (issue 25: the
+/// thread holding a sim GPU kept off the vCPUs' cores), and on its own CPUs before, while it
+/// waits (asleep on the vCPUs' CPUs, not waking on the holder's) and after.
+#[test]
+fn the_worker_runs_on_its_cpus_while_it_waits_for_and_holds_a_grant() {
+    let own = cpus_of(0);
+    let last = *own.last().unwrap();
+    let cfg = HostConfig {
+        cpus: Some((last as u16, last as u16)),
+        ..HostConfig::plain(PathBuf::new(), "t")
+    };
+    let (before, waiting, holding, after) = one_grant_with("cpus", cfg, cpus_of);
+    assert_eq!(before, own);
+    assert_eq!((waiting, holding), (own.clone(), vec![last]));
+    assert_eq!(after, own);
 }
 
 /// The scheduling policy (without the `SCHED_RESET_ON_FORK` flag a raise sets) and nice value
