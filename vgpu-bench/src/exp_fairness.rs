@@ -110,7 +110,7 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_parser = |s: &str| s.parse::<crate::cpus::CpuList>())]
     pub daemon_cpus: Option<crate::cpus::CpuList>,
     /// Keep these CPUs (one range, `14` or `12-13`) for the thread that holds the GPU: every
-    /// VM's worker moves onto them while it holds a grant (`--gpu cpus=`,
+    /// VM's worker moves onto them while it waits for or holds a grant (`--gpu cpus=`,
     /// vgpu/src/host/pin.rs) and the VMs run on the other CPUs (those `--daemon-cpus` leaves),
     /// as a real GPU's processors are not the vCPUs'. Meant for sim, whose GPU is that thread.
     #[arg(long, value_name = "LIST", value_parser = |s: &str| s.parse::<crate::cpus::CpuList>())]

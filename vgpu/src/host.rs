@@ -177,6 +177,8 @@ struct St {
     boosted: Option<boost::Raised>,
     /// The worker moved onto `cpus=` while it waits for or holds a grant.
     pinned: Option<pin::Pinned>,
+    /// The reader thread moved onto `cpus=` while the VM holds a grant.
+    reader_pinned: Option<pin::Pinned>,
     /// Version 4: the grant word of the current connection (`kept`), once the daemon sent it.
     word: Option<vgpu_proto::word::GrantWord>,
     /// The protocol version of the registration: this build's, or 3 with a daemon that
@@ -232,6 +234,8 @@ struct Inner {
     claim: Claim,
     boost: boost::Boost,
     pin: pin::Pin,
+    /// The reader thread's id (0 until it runs), for `pin`.
+    reader_tid: std::sync::atomic::AtomicI32,
 }
 
 impl Inner {
@@ -256,6 +260,15 @@ impl Inner {
         }
     }
 
+    /// The VM holds a grant: the reader thread, which delivers the preempts while a job runs,
+    /// onto the GPU's CPUs too (`pin`).
+    fn pin_reader(&self, st: &mut St) {
+        let tid = self.reader_tid.load(std::sync::atomic::Ordering::Relaxed);
+        if st.reader_pinned.is_none() && tid != 0 && self.pin.active() {
+            st.reader_pinned = self.pin.pin_tid(tid);
+        }
+    }
+
     /// The grant ended (or the wait was given up): the thread goes back to its own level.
     fn lower(&self, st: &mut St) {
         self.lower_priority(st);
@@ -265,6 +278,14 @@ impl Inner {
     /// Off the GPU's CPUs (`cpus=`), back on the thread's own.
     fn unpin(&self, st: &mut St) {
         if let Some(p) = st.pinned.take() {
+            self.pin.unpin(p);
+        }
+        self.unpin_reader(st);
+    }
+
+    /// The VM holds no grant: the reader thread back on its own CPUs.
+    fn unpin_reader(&self, st: &mut St) {
+        if let Some(p) = st.reader_pinned.take() {
             self.pin.unpin(p);
         }
     }
@@ -496,6 +517,7 @@ impl HostLink {
                 returned_late: false,
                 boosted: None,
                 pinned: None,
+                reader_pinned: None,
                 word: None,
                 version,
             }),
@@ -507,6 +529,7 @@ impl HostLink {
             },
             boost: boost::Boost::new(cfg.nice, cfg.rt).with_slice_us(cfg.slice_us),
             pin: pin::Pin::new(cfg.cpus),
+            reader_tid: std::sync::atomic::AtomicI32::new(0),
         });
         let i = inner.clone();
         let reader = std::thread::Builder::new()
@@ -565,8 +588,14 @@ impl HostLink {
         loop {
             // Waiting for a grant, or holding one: this thread is (about to be) the GPU. Raised
             // while it waits too, so that it runs as soon as the grant comes (it sleeps
-            // meanwhile, or polls for the few hundred microseconds of a standby).
-            self.inner.raise(&mut st);
+            // meanwhile, or polls for the few hundred microseconds of a standby). With
+            // `cpus=` it waits on the GPU's CPUs instead, at its own level (the holder there
+            // is raised), and is raised when the grant comes.
+            if self.inner.pin.active() {
+                self.inner.pin(&mut st);
+            } else {
+                self.inner.raise(&mut st);
+            }
             if let Some(why) = &st.lost {
                 let e = HostError::Lost(why.clone());
                 self.inner.stop_reading(&mut st);
@@ -610,7 +639,9 @@ impl HostLink {
                 }
                 st.held = false;
                 self.inner.stop_reading(&mut st);
+                self.inner.raise(&mut st);
                 self.inner.pin(&mut st);
+                self.inner.pin_reader(&mut st);
                 return Ok(Ticket {
                     seq,
                     epoch: st.epoch,
@@ -655,7 +686,9 @@ impl HostLink {
                 st.turn = g.turn;
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
+                self.inner.raise(&mut st);
                 self.inner.pin(&mut st);
+                self.inner.pin_reader(&mut st);
                 return Ok(Ticket {
                     seq: g.seq,
                     epoch: st.epoch,
@@ -679,12 +712,17 @@ impl HostLink {
             st.worker_reading = true;
             // A real-time worker sleeps through a standby: polling, it would hold its core
             // from every fair thread (it wakes at once anyway).
+            // So does one waiting on the GPU's CPUs (`cpus=`): it would take them from the holder.
             let spin_until = st
                 .standby_until
                 .take()
-                .filter(|_| !self.inner.boost.realtime());
-            // Waiting, the worker is off the GPU's CPUs (`cpus=`; a kept grant taken back).
-            self.inner.unpin(&mut st);
+                .filter(|_| !self.inner.boost.realtime() && !self.inner.pin.active());
+            // Off the priority of a grant it no longer holds (a kept grant taken back), and
+            // its reader off the GPU's CPUs.
+            if self.inner.pin.active() {
+                self.inner.lower_priority(&mut st);
+                self.inner.unpin_reader(&mut st);
+            }
             let (conn, epoch) = (st.conn.clone(), st.epoch);
             drop(st);
             let ready = match spin_until {
@@ -739,9 +777,13 @@ impl HostLink {
             // daemon may take the grant back from here without this process (`kept`).
             self.inner
                 .word_store(&st, t.seq, vgpu_proto::word::State::Kept);
-            // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises). It
-            // stays on the GPU's CPUs (`cpus=`), which are its VM's while the grant is.
-            self.inner.lower_priority(&mut st);
+            // Kept: the grant, not the priority (the guest's CPU work; `acquire` raises) —
+            // unless the thread is on the GPU's CPUs (`cpus=`), which are its VM's while the
+            // grant is: there the other VMs' waiting workers would delay its way to the next
+            // job, and with it the GPU.
+            if st.pinned.is_none() {
+                self.inner.lower_priority(&mut st);
+            }
             return;
         }
         st.active = None;

@@ -381,11 +381,11 @@ pub static KEYS: &[Key] = &[
         name: "cpus",
         values: "N|N-M",
         default: "none",
-        help: "with host=: the device's worker thread moves onto these CPUs while it holds \
-               a grant, and back when the grant ends: on sim the thread holding the grant is \
-               the GPU, and CPUs kept free of vCPUs (taskset, cpusets) keep it on a core; a \
-               set outside the process's cpuset is refused once and the thread stays where it \
-               was",
+        help: "with host=: the device's worker thread moves onto these CPUs while it waits \
+               for (at its own level) or holds (raised) a grant, and back when the grant ends: \
+               on sim the thread holding the grant is the GPU, and CPUs kept free of vCPUs \
+               (taskset, cpusets) keep it on a core; a set outside the process's cpuset is \
+               refused once and the thread stays where it was",
         parse: |d, v| {
             d.cpus = Some(crate::host::parse_cpus(v).ok_or("a CPU or a range N-M, 0 to 1023")?);
             Ok(())

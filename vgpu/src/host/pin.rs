@@ -8,18 +8,32 @@
 //! core for its whole slice, 3 ms on 16 CPUs), and that wait is the late stop vgpud counts.
 //! A real GPU does not share its processors with the VMs' vCPUs; reserving host cores for the
 //! simulated GPU, as hosts reserve cores for their device back ends, gives the model the same
-//! property. With `cpus=`, the worker moves itself onto those CPUs when a grant lets it start
-//! a run, stays there while its VM keeps the grant between two jobs, and goes back to the CPUs
-//! it had when the grant ends: one `sched_setaffinity` each way per grant. Keeping the VMs'
-//! other threads off those CPUs is the host's part (`taskset`, cgroup cpusets; `vgpu-bench
-//! fairness --gpu-cpus`). Only one VM per GPU holds a grant, so one CPU per GPU is enough.
-//! Workers are not moved while they *wait* for a grant: tried first, and with 64 VMs every
-//! waiting worker slept on the one CPU, each of their wake-ups (a daemon message, the 5 ms look
-//! at a pause) took it from the holder, and preemption maxima went from 1-7 ms to 21-27 ms.
-//! Nor the VM told to stand by (its grant is near), sleeping there instead of polling: on the
-//! H100 host that was no better than no pinning (grants started up to 4 ms late). A VM that
-//! ends its run tells the daemon first and moves off after, so the next grant does not wait
-//! for the move.
+//! property. With `cpus=`, the worker moves itself onto those CPUs when it starts to wait for a
+//! grant and goes back to the CPUs it had when the grant ends or the wait is given up (one
+//! `sched_setaffinity` each way); keeping the VMs' other threads off those CPUs is the host's
+//! part (`taskset`, cgroup cpusets; `vgpu-bench fairness --gpu-cpus`). Only one VM per GPU holds
+//! a grant, so one CPU per GPU is enough. On those CPUs the priorities are what keep the holder
+//! running (`HostLink::acquire`, `release`):
+//!
+//! - the waiting workers of every VM sleep there *at their own level* and are raised (`nice=`)
+//!   only when their grant comes; they do not poll for a standby. The holder, raised, runs
+//!   before them, and a grant wakes its worker where no vCPU runs and where the previous
+//!   holder just stopped: no move on the switch's path, no run-queue wait behind vCPUs.
+//! - the holder stays raised while its VM keeps the grant between two jobs (the guest's CPU
+//!   work on the way to the next job, which the GPU waits for);
+//! - the VM's reader thread, which delivers the daemon's preempts while a job runs (a turn
+//!   extended while nobody waited has no slice end to stop at by itself), moves there too
+//!   while its VM holds the grant: left among the vCPUs it delivered them late in the boot
+//!   storm (a 3.9 ms late stop the worker never saw as one);
+//! - a VM that ends its run tells the daemon first and moves off after.
+//!
+//! Measured with 64 sim VMs on 16 cores (docs/performance.md, session 15), each form against no
+//! pinning in one lease: waiters left on the vCPUs' CPUs and the worker moved at its grant:
+//! the run-queue waits went, grants woken late (3-15 ms) stayed, and the move cost ~50 µs per
+//! switch; every waiter raised on the GPU's CPU: their wake-ups (a daemon message, the 5 ms look
+//! at a pause) took it from the holder, 21-27 ms late stops; this form: switch latency and
+//! utilization no worse than without pinning, and the whole run's preemption maximum ≤ 2 ms in
+//! most runs where no pinning had none.
 //!
 //! Where the set is refused (a CPU outside the process's cpuset) the VM says so once and runs
 //! where it was.
@@ -82,7 +96,6 @@ impl Pin {
     }
 
     /// Whether threads are moved (configured and not refused so far).
-    #[cfg(test)]
     pub fn active(&self) -> bool {
         self.cpus.is_some() && !self.refused.load(Ordering::Relaxed)
     }
@@ -90,12 +103,16 @@ impl Pin {
     /// Moves the calling thread onto the configured CPUs. `None`: nothing changed (off, or
     /// refused).
     pub fn pin(&self) -> Option<Pinned> {
+        // SAFETY: gettid has no arguments and cannot fail.
+        self.pin_tid(unsafe { libc::gettid() })
+    }
+
+    /// Moves thread `tid` of this process onto the configured CPUs.
+    pub fn pin_tid(&self, tid: libc::pid_t) -> Option<Pinned> {
         let (first, last) = self.cpus?;
         if self.refused.load(Ordering::Relaxed) {
             return None;
         }
-        // SAFETY: gettid has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
         let mut old = empty_set();
         let mut want = empty_set();
         for c in first..=last.min(MAX_CPU) {

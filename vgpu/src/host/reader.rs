@@ -123,6 +123,11 @@ pub(super) fn read_loop(inner: &Inner) {
     // priority preemption): raised for its whole life, as the worker is while it holds a
     // grant. It only reads the daemon's messages, which no guest controls.
     let _raised = inner.boost.raise();
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    inner
+        .reader_tid
+        .store(tid, std::sync::atomic::Ordering::Relaxed);
     loop {
         let mut st = inner.lock();
         while st.worker_reading && st.lost.is_none() && st.down.is_none() {

@@ -303,9 +303,10 @@ fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
         .collect()
 }
 
-/// `cpus=`: the worker thread runs on the configured CPU while it holds a grant (issue 25: the
-/// thread holding a sim GPU kept off the vCPUs' cores), and on its own CPUs before, while it
-/// waits (asleep on the vCPUs' CPUs, not waking on the holder's) and after.
+/// `cpus=`: the worker thread runs on the configured CPU from the moment it waits for a grant
+/// until the grant ends (issue 25: the thread holding a sim GPU kept off the vCPUs' cores), at
+/// its own level while it waits (the holder there runs first) and raised while it holds the
+/// grant; on its own CPUs before and after.
 #[test]
 fn the_worker_runs_on_its_cpus_while_it_waits_for_and_holds_a_grant() {
     let own = cpus_of(0);
@@ -314,10 +315,58 @@ fn the_worker_runs_on_its_cpus_while_it_waits_for_and_holds_a_grant() {
         cpus: Some((last as u16, last as u16)),
         ..HostConfig::plain(PathBuf::new(), "t")
     };
-    let (before, waiting, holding, after) = one_grant_with("cpus", cfg, cpus_of);
+    let (before, waiting, holding, after) = one_grant_with("cpus", cfg.clone(), cpus_of);
     assert_eq!(before, own);
-    assert_eq!((waiting, holding), (own.clone(), vec![last]));
+    assert_eq!((waiting, holding), (vec![last], vec![last]));
     assert_eq!(after, own);
+    // The link's reader thread with it while the grant is held, back after.
+    let (dir, socket, listener) = daemon_socket("cpus-reader");
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        grant(&conn, 1);
+        assert_eq!(recv(&conn), done(1, false));
+        // The connection (and so the reader thread) lives until the test has looked.
+        let _ = end_rx.recv();
+    });
+    let (link, _welcome) = HostLink::connect(
+        &HostConfig {
+            socket,
+            ..cfg.clone()
+        },
+        2 << 20,
+        1,
+    )
+    .unwrap();
+    let handle = PreemptHandle::new();
+    let t = link.acquire(&handle, Some(5)).unwrap();
+    let reader = link
+        .inner
+        .reader_tid
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_ne!(reader, 0);
+    let holding = cpus_of(reader);
+    link.release(
+        t,
+        RunOutcome::Completed,
+        Duration::from_micros(1),
+        (0, 0),
+        false,
+    );
+    assert_eq!((holding, cpus_of(reader)), (vec![last], own.clone()));
+    end_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    drop(link);
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = HostConfig { nice: -3, ..cfg };
+    let (own, waiting, holding, after) = one_grant_with("cpus-nice", cfg, nice_of);
+    let raised = if may_raise() && own > -3 { -3 } else { own };
+    assert_eq!(
+        (waiting, holding, after),
+        (own, raised, own),
+        "nice while waiting, holding, after (own level {own})"
+    );
 }
 
 /// The scheduling policy (without the `SCHED_RESET_ON_FORK` flag a raise sets) and nice value
