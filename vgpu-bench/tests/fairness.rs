@@ -167,3 +167,72 @@ fn kill_daemon_at_restarts_vgpud_under_the_running_vms() {
     assert_eq!(s["all_ok"], true, "{s}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `--gpu-cpus`: the VMs run off the named CPU and get `cpus=` for their GPU worker
+/// (vgpu/src/host/pin.rs); the run works end to end and records the choice.
+#[test]
+fn gpu_cpus_keep_a_cpu_for_the_gpu_thread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("SKIPPED: one CPU, none to keep for the GPU");
+        return;
+    }
+    // The highest CPU this process may use (CPU numbers may have gaps under a cpuset).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let last = list
+        .split(',')
+        .next_back()
+        .and_then(|r| r.split('-').next_back())
+        .unwrap()
+        .to_string();
+    let out = std::env::temp_dir().join(format!("vgpu-bench-gpucpus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args([
+            "fairness",
+            "--short",
+            "--kernel-us",
+            "500,2000",
+            "--gpu-cpus",
+        ])
+        .arg(&last)
+        .arg("--out")
+        .arg(&out)
+        .arg("--vmm")
+        .arg(&vmm)
+        .arg("--vgpud")
+        .arg(&vgpud)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["all_ok"], true, "{s}");
+    let want: u64 = last.parse().unwrap();
+    assert_eq!(s["config"]["gpu_cpus"], serde_json::json!([want]), "{s}");
+    for c in s["commands"]["vms"].as_array().unwrap() {
+        assert!(
+            c.as_str().unwrap().contains(&format!(",cpus={last} ")),
+            "{c}"
+        );
+    }
+    for v in s["vms"].as_array().unwrap() {
+        assert!(v["kernels_completed"].as_u64().unwrap() > 0, "{v}");
+    }
+    // No VM was refused the CPU (a warning it would log once).
+    for k in 0..2 {
+        let err = std::fs::read_to_string(out.join(format!("vm{k}.err"))).unwrap_or_default();
+        assert!(!err.contains("cannot move the GPU worker"), "vm{k}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
