@@ -334,6 +334,39 @@ impl Conn {
         }
     }
 
+    /// As [`Conn::wait_readable_for`], also returning when `other` is readable (an eventfd
+    /// another thread writes to wake the waiter); whether a message (or the end) can be read.
+    pub fn wait_readable_or(
+        &self,
+        other: BorrowedFd<'_>,
+        limit: Option<std::time::Duration>,
+    ) -> Result<bool, WireError> {
+        let mut p = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: other.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = limit.map_or(-1, |d| d.as_millis().clamp(1, i32::MAX as u128) as i32);
+        loop {
+            // SAFETY: two live pollfds; the timeout in milliseconds (-1: none).
+            let n = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
+            if n >= 0 {
+                return Ok(p[0].revents != 0);
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(WireError::Os { op: "poll", err });
+            }
+        }
+    }
+
     /// Polls (without sleeping) until a message can be read or `until` has passed; `polite`:
     /// giving the core away at every look (the caller asks [`polite_spin`]).
     pub fn spin_readable(&self, until: std::time::Instant, polite: bool) {

@@ -339,13 +339,20 @@ fn the_worker_runs_on_its_cpus_while_it_waits_for_and_holds_a_grant() {
         1,
     )
     .unwrap();
+    // The reader thread names itself once it runs (before that a grant leaves it in place).
+    let reader_tid = || {
+        link.inner
+            .reader_tid
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let t0 = Instant::now();
+    while reader_tid() == 0 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reader = reader_tid();
+    assert_ne!(reader, 0);
     let handle = PreemptHandle::new();
     let t = link.acquire(&handle, Some(5)).unwrap();
-    let reader = link
-        .inner
-        .reader_tid
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert_ne!(reader, 0);
     let holding = cpus_of(reader);
     link.release(
         t,
@@ -820,4 +827,45 @@ fn a_late_grant_revoked_before_its_hand_back_sends_nothing_for_it() {
 #[test]
 fn a_late_grant_is_let_go_in_the_word_before_it_is_handed_back() {
     unstarted_grant("word-late", false, true);
+}
+
+/// A worker waiting for a grant in `acquire_unless` looks at its `stop` when `interrupt` wakes
+/// it (a pause), not at a periodic look: interrupted well before the 250 ms safety wake-up.
+#[test]
+fn interrupt_wakes_a_waiting_worker_to_its_stop() {
+    let (dir, socket, listener) = daemon_socket("interrupt");
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        // No grant: the worker waits until the test lets it go.
+        let _ = end_rx.recv();
+    });
+    let (link, _welcome) = HostLink::connect(&HostConfig::plain(socket, "t"), 2 << 20, 1).unwrap();
+    let link = Arc::new(link);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (l2, s2) = (link.clone(), stop.clone());
+    let worker = std::thread::spawn(move || {
+        let handle = PreemptHandle::new();
+        let r = l2.acquire_unless(&handle, Some(5), &|| {
+            s2.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        (
+            r.is_err_and(|e| matches!(e, HostError::Interrupted)),
+            Instant::now(),
+        )
+    });
+    // Let it reach its wait (the Want is sent first).
+    std::thread::sleep(Duration::from_millis(30));
+    let t = Instant::now();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    link.interrupt();
+    let (interrupted, at) = worker.join().unwrap();
+    assert!(interrupted);
+    let took = at.saturating_duration_since(t);
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    end_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    drop(link);
+    let _ = std::fs::remove_dir_all(&dir);
 }

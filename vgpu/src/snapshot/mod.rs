@@ -209,6 +209,10 @@ impl Vgpu {
                 preempt = true;
                 shared.pausing.store(true, Ordering::SeqCst);
                 self.job.request();
+                // A worker waiting for the daemon's grant looks at `pausing` when woken.
+                if let Some(link) = &self.link {
+                    link.interrupt();
+                }
             }
             let until = match preempt_after {
                 Some(drain) if preempt => drain + limit,

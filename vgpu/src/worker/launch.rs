@@ -76,23 +76,26 @@ impl Worker {
         let log = self.jobs.write_log.clone()?;
         match log.checked_launch(&*self.engine, l) {
             Checked::Twin { twin, params } => {
-                let cached = self.modules.lookup(&twin.ptx, &mut self.budget).is_some();
-                match self.module_for(&twin.ptx, 0) {
-                    Ok((module, _)) => {
-                        if !cached {
+                // One look-up by text per launch (it hashes the twin's whole PTX), a load only
+                // when it is not cached.
+                let module = match self.modules.lookup(&twin.ptx, &mut self.budget) {
+                    Some((module, _)) => module,
+                    None => match self.module_for(&twin.ptx, 0) {
+                        Ok((module, _)) => {
                             log.note_twin_load(&twin, module);
+                            module
                         }
-                        Some(Job::Launch(LaunchJob {
-                            module,
-                            params,
-                            ..l.clone()
-                        }))
-                    }
-                    Err(f) => {
-                        log::info!("vgpu: write sets: the checked module did not load: {f:?}");
-                        None
-                    }
-                }
+                        Err(f) => {
+                            log::info!("vgpu: write sets: the checked module did not load: {f:?}");
+                            return None;
+                        }
+                    },
+                };
+                Some(Job::Launch(LaunchJob {
+                    module,
+                    params,
+                    ..l.clone()
+                }))
             }
             Checked::Plain | Checked::Unchecked => None,
         }
