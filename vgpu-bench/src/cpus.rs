@@ -117,6 +117,9 @@ pub fn reserve_gpu(
             "CPU {c} is not one this process may run on ({allowed:?})"
         ));
     }
+    if let Some(c) = gpu.iter().find(|c| !vms.contains(c)) {
+        return Err(format!("CPU {c} is the daemon's (--daemon-cpus)"));
+    }
     let rest: Vec<usize> = vms.iter().copied().filter(|c| !gpu.contains(c)).collect();
     if rest.is_empty() {
         return Err(format!("no CPU left for the VMs (allowed {allowed:?})"));
@@ -185,6 +188,8 @@ mod tests {
         assert!(reserve_gpu(&all, &all, &[16]).is_err());
         assert!(reserve_gpu(&all, &all, &[]).is_err());
         assert!(reserve_gpu(&[3, 4], &[3], &[3]).is_err());
+        // Not one of the daemon's.
+        assert!(reserve_gpu(&all, &vms, &[15]).is_err());
     }
 
     /// A pinned child runs where it was put: its own `/proc/self/status` says so.

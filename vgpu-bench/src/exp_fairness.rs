@@ -331,6 +331,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
     };
     let (gpu_cpus_key, vm_cpus) = match &a.gpu_cpus {
         Some(g) => {
+            // One grant holder per GPU: a CPU each (the VMs' `cpus=` is one set).
+            if g.0.len() < a.gpus as usize {
+                return Err(BenchError::Invalid(format!(
+                    "--gpu-cpus: {} CPU(s) for {} GPUs (one per GPU)",
+                    g.0.len(),
+                    a.gpus
+                )));
+            }
             let allowed = crate::cpus::allowed()?;
             let vms = vm_cpus.unwrap_or_else(|| allowed.clone());
             let (key, rest) = crate::cpus::reserve_gpu(&allowed, &vms, &g.0)

@@ -260,13 +260,20 @@ impl Inner {
         }
     }
 
-    /// The calling thread starts a run under a grant: onto the GPU's CPUs (`cpus=`). Not while
-    /// it waits: every waiting worker of every VM would sleep there, and each wake-up of one
-    /// (a message, a look at its stop) would take the CPU from the holder.
+    /// The calling thread (the worker, waiting for a grant or holding one) onto the GPU's CPUs
+    /// (`cpus=`, `pin`).
     fn pin(&self, st: &mut St) {
         if st.pinned.is_none() {
             st.pinned = self.pin.pin();
         }
+    }
+
+    /// Wakes a worker waiting for a grant (`acquire_unless`) to look at its `stop` and at `lost`.
+    fn wake_waiter(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full counter (EAGAIN)
+        // already wakes the waiter.
+        let _ = unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
     }
 
     /// Empties the wake eventfd (a worker woke to look at its `stop`).
@@ -370,6 +377,9 @@ impl Inner {
             st.wanting = true;
             st.identified = false;
         }
+        // The grant is over: its worker (doing the guest's work) back to its own level and
+        // CPUs, off the next holder's (`cpus=`).
+        self.lower(st);
         true
     }
 }
@@ -609,10 +619,7 @@ impl HostLink {
     /// Wakes a worker waiting for a grant in [`HostLink::acquire_unless`] to look at its
     /// `stop` now (call after making it hold: a pause).
     pub fn interrupt(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full counter (EAGAIN)
-        // already wakes the waiter.
-        let _ = unsafe { libc::write(self.inner.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+        self.inner.wake_waiter();
     }
 
     fn acquire_inner(
@@ -847,28 +854,33 @@ impl HostLink {
     /// The worker has nothing to run: withdraw a Want (or hand back a grant not yet used).
     pub fn idle(&self) {
         let mut st = self.inner.lock();
-        // Back to the guest's work, at the thread's own level.
+        self.idle_inner(&mut st);
+        // Back to the guest's work, at the thread's own level and on its own CPUs — after the
+        // hand-back, so that the next grant does not wait for the move (`cpus=`).
         self.inner.lower(&mut st);
+    }
+
+    fn idle_inner(&self, st: &mut St) {
         if st.held
             && let Some((seq, _)) = st.active.take()
         {
             st.held = false;
             st.wanting = false;
-            if self.inner.let_go(&st, seq) {
-                self.inner.send(&mut st, &reader::empty_done(seq));
+            if self.inner.let_go(st, seq) {
+                self.inner.send(st, &reader::empty_done(seq));
             } else {
                 // Taken back through the word: the daemon still counts the VM queued.
-                self.inner.send(&mut st, &ToDaemon::Idle {});
+                self.inner.send(st, &ToDaemon::Idle {});
             }
         } else if let Some(Granted { seq, .. }) = st.grant.take() {
             st.wanting = false;
             // Taken back through the word: the daemon set the VM aside already (`kept`).
-            if self.inner.let_go_granted(&st, seq) {
-                self.inner.send(&mut st, &reader::empty_done(seq));
+            if self.inner.let_go_granted(st, seq) {
+                self.inner.send(st, &reader::empty_done(seq));
             }
         } else if st.wanting {
             st.wanting = false;
-            self.inner.send(&mut st, &ToDaemon::Idle {});
+            self.inner.send(st, &ToDaemon::Idle {});
         }
     }
 
@@ -882,6 +894,8 @@ impl HostLink {
             h.request();
         }
         self.inner.cv.notify_all();
+        // A worker waiting for a grant sleeps on the socket and the eventfd: it sees `lost`.
+        self.inner.wake_waiter();
     }
 
     /// The VM's partition is now `[offset, offset + size)` of `fd` on the daemon's GPU `gpu`

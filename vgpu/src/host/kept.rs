@@ -138,5 +138,8 @@ impl Inner {
         st.held = false;
         st.wanting = true;
         st.identified = false;
+        // Its worker (doing the guest's work) off the GPU's priority and CPUs (`cpus=`): the
+        // next holder runs there.
+        self.lower(st);
     }
 }

@@ -40,6 +40,13 @@
 //!
 //! Where the set is refused (a CPU outside the process's cpuset) the VM says so once and runs
 //! where it was.
+//!
+//! Known limits: the set is one per VM, not per GPU (a VM moved to another GPU of the daemon
+//! keeps it; `vgpu-bench fairness` refuses fewer CPUs than GPUs), and a thread the worker
+//! starts while it is on these CPUs inherits them for life (CPU masks have no reset on fork):
+//! with the defaults none is (the sim engine's interpreter helpers exist only with
+//! `workers=` > 1, `preempt=auto`'s wait timer only under `auto`), and those two would then
+//! share the GPU's CPUs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -134,6 +134,12 @@ pub(super) fn read_loop(inner: &Inner) {
             st = inner.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         if st.lost.is_some() {
+            // This thread ends: nothing may move its id later (`pin`; a reused id would be
+            // another thread's).
+            inner
+                .reader_tid
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            drop(st.reader_pinned.take());
             return;
         }
         if st.down.is_some() {

@@ -869,3 +869,38 @@ fn interrupt_wakes_a_waiting_worker_to_its_stop() {
     drop(link);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `close` (device teardown) wakes a worker waiting for a grant at once: it returns `Lost`
+/// well before the 250 ms safety wake-up.
+#[test]
+fn close_wakes_a_waiting_worker() {
+    let (dir, socket, listener) = daemon_socket("close-wakes");
+    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+    let daemon = std::thread::spawn(move || {
+        let conn = accept_and_welcome(&listener);
+        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
+        let _ = end_rx.recv();
+    });
+    let (link, _welcome) = HostLink::connect(&HostConfig::plain(socket, "t"), 2 << 20, 1).unwrap();
+    let link = Arc::new(link);
+    let l2 = link.clone();
+    let worker = std::thread::spawn(move || {
+        let handle = PreemptHandle::new();
+        let r = l2.acquire_unless(&handle, Some(5), &|| false);
+        (
+            r.is_err_and(|e| matches!(e, HostError::Lost(_))),
+            Instant::now(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    let t = Instant::now();
+    link.close();
+    let (lost, at) = worker.join().unwrap();
+    assert!(lost);
+    let took = at.saturating_duration_since(t);
+    assert!(took < Duration::from_millis(200), "{took:?}");
+    end_tx.send(()).unwrap();
+    daemon.join().unwrap();
+    drop(link);
+    let _ = std::fs::remove_dir_all(&dir);
+}
