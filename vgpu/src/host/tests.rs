@@ -829,11 +829,16 @@ fn a_late_grant_is_let_go_in_the_word_before_it_is_handed_back() {
     unstarted_grant("word-late", false, true);
 }
 
-/// A worker waiting for a grant in `acquire_unless` looks at its `stop` when `interrupt` wakes
-/// it (a pause), not at a periodic look: interrupted well before the 250 ms safety wake-up.
-#[test]
-fn interrupt_wakes_a_waiting_worker_to_its_stop() {
-    let (dir, socket, listener) = daemon_socket("interrupt");
+/// A worker waiting in `acquire_unless` (stop: `stop`) on a scripted daemon that never grants;
+/// `poke` is called on the link 30 ms in; returns how the wait ended (`is`) and how long after
+/// the poke.
+fn waiting_worker_poked(
+    tag: &str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    poke: fn(&HostLink),
+    is: fn(&HostError) -> bool,
+) -> (bool, Duration) {
+    let (dir, socket, listener) = daemon_socket(tag);
     let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
     let daemon = std::thread::spawn(move || {
         let conn = accept_and_welcome(&listener);
@@ -843,64 +848,55 @@ fn interrupt_wakes_a_waiting_worker_to_its_stop() {
     });
     let (link, _welcome) = HostLink::connect(&HostConfig::plain(socket, "t"), 2 << 20, 1).unwrap();
     let link = Arc::new(link);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (l2, s2) = (link.clone(), stop.clone());
+    let l2 = link.clone();
     let worker = std::thread::spawn(move || {
         let handle = PreemptHandle::new();
         let r = l2.acquire_unless(&handle, Some(5), &|| {
-            s2.load(std::sync::atomic::Ordering::SeqCst)
+            stop.load(std::sync::atomic::Ordering::SeqCst)
         });
-        (
-            r.is_err_and(|e| matches!(e, HostError::Interrupted)),
-            Instant::now(),
-        )
+        (r.is_err_and(|e| is(&e)), Instant::now())
     });
     // Let it reach its wait (the Want is sent first).
     std::thread::sleep(Duration::from_millis(30));
     let t = Instant::now();
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    link.interrupt();
-    let (interrupted, at) = worker.join().unwrap();
-    assert!(interrupted);
-    let took = at.saturating_duration_since(t);
-    assert!(took < Duration::from_millis(200), "{took:?}");
+    poke(&link);
+    let (ended_so, at) = worker.join().unwrap();
     end_tx.send(()).unwrap();
     daemon.join().unwrap();
     drop(link);
     let _ = std::fs::remove_dir_all(&dir);
+    (ended_so, at.saturating_duration_since(t))
+}
+
+/// A worker waiting for a grant in `acquire_unless` looks at its `stop` when `interrupt` wakes
+/// it (a pause), not at a periodic look: interrupted well before the 250 ms safety wake-up.
+#[test]
+fn interrupt_wakes_a_waiting_worker_to_its_stop() {
+    static STOP: std::sync::OnceLock<Arc<std::sync::atomic::AtomicBool>> =
+        std::sync::OnceLock::new();
+    let stop = STOP.get_or_init(Arc::default).clone();
+    let (interrupted, took) = waiting_worker_poked(
+        "interrupt",
+        stop,
+        |link| {
+            STOP.get()
+                .unwrap()
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            link.interrupt();
+        },
+        |e| matches!(e, HostError::Interrupted),
+    );
+    assert!(interrupted);
+    assert!(took < Duration::from_millis(200), "{took:?}");
 }
 
 /// `close` (device teardown) wakes a worker waiting for a grant at once: it returns `Lost`
 /// well before the 250 ms safety wake-up.
 #[test]
 fn close_wakes_a_waiting_worker() {
-    let (dir, socket, listener) = daemon_socket("close-wakes");
-    let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
-    let daemon = std::thread::spawn(move || {
-        let conn = accept_and_welcome(&listener);
-        assert_eq!(recv(&conn), ToDaemon::Want { kernel: Some(5) });
-        let _ = end_rx.recv();
+    let (lost, took) = waiting_worker_poked("close-wakes", Arc::default(), HostLink::close, |e| {
+        matches!(e, HostError::Lost(_))
     });
-    let (link, _welcome) = HostLink::connect(&HostConfig::plain(socket, "t"), 2 << 20, 1).unwrap();
-    let link = Arc::new(link);
-    let l2 = link.clone();
-    let worker = std::thread::spawn(move || {
-        let handle = PreemptHandle::new();
-        let r = l2.acquire_unless(&handle, Some(5), &|| false);
-        (
-            r.is_err_and(|e| matches!(e, HostError::Lost(_))),
-            Instant::now(),
-        )
-    });
-    std::thread::sleep(Duration::from_millis(30));
-    let t = Instant::now();
-    link.close();
-    let (lost, at) = worker.join().unwrap();
     assert!(lost);
-    let took = at.saturating_duration_since(t);
     assert!(took < Duration::from_millis(200), "{took:?}");
-    end_tx.send(()).unwrap();
-    daemon.join().unwrap();
-    drop(link);
-    let _ = std::fs::remove_dir_all(&dir);
 }
