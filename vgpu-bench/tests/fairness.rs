@@ -23,14 +23,16 @@ fn bin(name: &str) -> PathBuf {
     p
 }
 
-#[test]
-fn short_fairness_run_shares_the_gpu_between_two_vms() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+/// Runs `vgpu-bench fairness ARGS` with the built `vgpu-vmm` and `vgpud` and a fresh output
+/// folder named after `tag`; asserts it succeeded; returns the folder and the standard output.
+fn fairness(tag: &str, args: &[&str]) -> (PathBuf, String) {
     let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
-    let out = std::env::temp_dir().join(format!("vgpu-bench-fairness-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!("vgpu-bench-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args(["fairness", "--short", "--kernel-us", "500,2000", "--out"])
+        .arg("fairness")
+        .args(args)
+        .arg("--out")
         .arg(&out)
         .arg("--vmm")
         .arg(&vmm)
@@ -38,9 +40,16 @@ fn short_fairness_run_shares_the_gpu_between_two_vms() {
         .arg(&vgpud)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stdout}\n{stderr}");
+    (out, stdout)
+}
+
+#[test]
+fn short_fairness_run_shares_the_gpu_between_two_vms() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (out, stdout) = fairness("fairness", &["--short", "--kernel-us", "500,2000"]);
     assert!(
         stdout.starts_with("fairness: policy=timeslice 2 VMs"),
         "{stdout}"
@@ -118,30 +127,21 @@ fn short_fairness_run_shares_the_gpu_between_two_vms() {
 #[test]
 fn kill_daemon_at_restarts_vgpud_under_the_running_vms() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
-    let out = std::env::temp_dir().join(format!("vgpu-bench-restart-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args([
-            "fairness",
+    let (out, _) = fairness(
+        "restart",
+        &[
             "--vms",
             "2",
             "--duration",
             "3",
             "--kernel-us",
             "500,2000",
-        ])
-        .args(["--vram-per-vm", "16M", "--kill-daemon-at", "300", "--out"])
-        .arg(&out)
-        .arg("--vmm")
-        .arg(&vmm)
-        .arg("--vgpud")
-        .arg(&vgpud)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+            "--vram-per-vm",
+            "16M",
+            "--kill-daemon-at",
+            "300",
+        ],
+    );
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("restart.json")).unwrap()).unwrap();
     assert_eq!(r["killed"], true, "{r}");
@@ -173,7 +173,6 @@ fn kill_daemon_at_restarts_vgpud_under_the_running_vms() {
 #[test]
 fn gpu_cpus_keep_a_cpu_for_the_gpu_thread() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let (vmm, vgpud) = (bin("vgpu-vmm"), bin("vgpud"));
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpus < 2 {
         eprintln!("SKIPPED: one CPU, none to keep for the GPU");
@@ -193,28 +192,10 @@ fn gpu_cpus_keep_a_cpu_for_the_gpu_thread() {
         .and_then(|r| r.split('-').next_back())
         .unwrap()
         .to_string();
-    let out = std::env::temp_dir().join(format!("vgpu-bench-gpucpus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args([
-            "fairness",
-            "--short",
-            "--kernel-us",
-            "500,2000",
-            "--gpu-cpus",
-        ])
-        .arg(&last)
-        .arg("--out")
-        .arg(&out)
-        .arg("--vmm")
-        .arg(&vmm)
-        .arg("--vgpud")
-        .arg(&vgpud)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let (out, _) = fairness(
+        "gpucpus",
+        &["--short", "--kernel-us", "500,2000", "--gpu-cpus", &last],
+    );
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["all_ok"], true, "{s}");
