@@ -21,6 +21,10 @@
 // The host priority of the thread holding a grant (issue 25).
 mod boost;
 mod pin;
+// Where and at which priority the link's threads run: raising and pinning around grants.
+mod placement;
+// Wakes the worker waiting for a grant (a pause, the device's end).
+mod wake;
 // The grant word (version 4): a kept grant the daemon takes back without this process.
 mod kept;
 // multigpu: the link's side of moving to another GPU of the daemon.
@@ -29,7 +33,7 @@ mod moving;
 mod reader;
 mod reconnect;
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -242,83 +246,14 @@ struct Inner {
     pin: pin::Pin,
     /// The reader thread's id (0 until it runs), for `pin`.
     reader_tid: std::sync::atomic::AtomicI32,
-    /// An eventfd that wakes a worker waiting for a grant to look at its `stop`
-    /// ([`HostLink::interrupt`]).
-    wake: OwnedFd,
+    /// Wakes a worker waiting for a grant to look at its `stop` and at `lost`
+    /// ([`HostLink::interrupt`], [`HostLink::close`]).
+    wake: wake::Wake,
 }
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, St> {
         self.st.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The calling thread waits for a grant or holds one: it runs at the GPU's priority until
-    /// the grant ends (or the wait is given up).
-    fn raise(&self, st: &mut St) {
-        if st.boosted.is_none() {
-            st.boosted = self.boost.raise();
-        }
-    }
-
-    /// The calling thread (the worker, waiting for a grant or holding one) onto the GPU's CPUs
-    /// (`cpus=`, `pin`).
-    fn pin(&self, st: &mut St) {
-        if st.pinned.is_none() {
-            st.pinned = self.pin.pin();
-        }
-    }
-
-    /// Wakes a worker waiting for a grant (`acquire_unless`) to look at its `stop` and at `lost`.
-    fn wake_waiter(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full counter (EAGAIN)
-        // already wakes the waiter.
-        let _ = unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
-    }
-
-    /// Empties the wake eventfd (a worker woke to look at its `stop`).
-    fn drain_wake(&self) {
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our non-blocking eventfd; the result
-        // (EAGAIN when nothing was written) needs no handling.
-        let _ = unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut v).cast(), 8) };
-    }
-
-    /// The VM holds a grant: the reader thread, which delivers the preempts while a job runs,
-    /// onto the GPU's CPUs too (`pin`).
-    fn pin_reader(&self, st: &mut St) {
-        let tid = self.reader_tid.load(std::sync::atomic::Ordering::Relaxed);
-        if st.reader_pinned.is_none() && tid != 0 && self.pin.active() {
-            st.reader_pinned = self.pin.pin_tid(tid);
-        }
-    }
-
-    /// The grant ended (or the wait was given up): the thread goes back to its own level.
-    fn lower(&self, st: &mut St) {
-        self.lower_priority(st);
-        self.unpin(st);
-    }
-
-    /// Off the GPU's CPUs (`cpus=`), back on the thread's own.
-    fn unpin(&self, st: &mut St) {
-        if let Some(p) = st.pinned.take() {
-            self.pin.unpin(p);
-        }
-        self.unpin_reader(st);
-    }
-
-    /// The VM holds no grant: the reader thread back on its own CPUs.
-    fn unpin_reader(&self, st: &mut St) {
-        if let Some(p) = st.reader_pinned.take() {
-            self.pin.unpin(p);
-        }
-    }
-
-    /// A grant kept between two jobs: the thread's own priority again, on the CPUs it has.
-    fn lower_priority(&self, st: &mut St) {
-        if let Some(r) = st.boosted.take() {
-            self.boost.lower(r);
-        }
     }
 
     /// Sends on the current connection; nothing while the daemon is away (the messages of a
@@ -519,16 +454,7 @@ impl HostLink {
             .vram_fd
             .try_clone()
             .map_err(|e| proto_err(&format!("dup the VRAM descriptor: {e}")))?;
-        // SAFETY: eventfd with valid flags; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(proto_err(&format!(
-                "eventfd: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake = wake::Wake::new().map_err(|e| proto_err(&format!("eventfd: {e}")))?;
         let inner = Arc::new(Inner {
             st: Mutex::new(St {
                 conn: Arc::new(conn),
@@ -605,8 +531,8 @@ impl HostLink {
 
     /// As [`HostLink::acquire`], but returns `Interrupted` once `stop()` holds while no grant
     /// is there (checked when [`HostLink::interrupt`] wakes the waiting worker, and at the
-    /// latest every 250 ms): a pause does not wait for a grant. The Want stays outstanding; [`HostLink::idle`] withdraws it (or hands back a
-    /// grant that crossed it).
+    /// latest every 250 ms): a pause does not wait for a grant. The Want stays outstanding;
+    /// [`HostLink::idle`] withdraws it (or hands back a grant that crossed it).
     pub fn acquire_unless(
         &self,
         handle: &PreemptHandle,
@@ -619,7 +545,7 @@ impl HostLink {
     /// Wakes a worker waiting for a grant in [`HostLink::acquire_unless`] to look at its
     /// `stop` now (call after making it hold: a pause).
     pub fn interrupt(&self) {
-        self.inner.wake_waiter();
+        self.inner.wake.wake();
     }
 
     fn acquire_inner(
@@ -683,9 +609,7 @@ impl HostLink {
                 }
                 st.held = false;
                 self.inner.stop_reading(&mut st);
-                self.inner.raise(&mut st);
-                self.inner.pin(&mut st);
-                self.inner.pin_reader(&mut st);
+                self.inner.take_gpu(&mut st);
                 return Ok(Ticket {
                     seq,
                     epoch: st.epoch,
@@ -730,9 +654,7 @@ impl HostLink {
                 st.turn = g.turn;
                 log::debug!("vgpu: grant {} taken at {}", g.seq, proto::monotonic_ns());
                 self.inner.stop_reading(&mut st);
-                self.inner.raise(&mut st);
-                self.inner.pin(&mut st);
-                self.inner.pin_reader(&mut st);
+                self.inner.take_gpu(&mut st);
                 return Ok(Ticket {
                     seq: g.seq,
                     epoch: st.epoch,
@@ -776,7 +698,7 @@ impl HostLink {
                 }
                 None if stop.is_some() => conn
                     .wait_readable_or(self.inner.wake.as_fd(), Some(STOP_SAFETY))
-                    .map(|_| self.inner.drain_wake()),
+                    .map(|_| self.inner.wake.drain()),
                 None => conn.wait_readable_for(None).map(|_| ()),
             };
             st = self.inner.lock();
@@ -895,7 +817,7 @@ impl HostLink {
         }
         self.inner.cv.notify_all();
         // A worker waiting for a grant sleeps on the socket and the eventfd: it sees `lost`.
-        self.inner.wake_waiter();
+        self.inner.wake.wake();
     }
 
     /// The VM's partition is now `[offset, offset + size)` of `fd` on the daemon's GPU `gpu`
@@ -934,5 +856,7 @@ impl Drop for HostLink {
     }
 }
 
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod tests;
