@@ -4,6 +4,11 @@
 //! job are unloaded from the engine to make room; an evicted module's `.global` variables go
 //! with it, and a later launch of the same text loads it afresh with the variables' initial
 //! values (docs/hardware.md, "Host limits").
+//!
+//! Texts the device itself holds as `Arc<str>` (the write sets' bounds-checked twins, run at
+//! every launch while a live copy logs) are also found by their allocation's address
+//! ([`ModuleCache::lookup_shared`]), without hashing and comparing the whole text per launch
+//! (issue 24: the guest's slowdown during a live copy).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +18,7 @@ use pgpu::{Engine, ModuleId};
 use crate::budget::{Class, HostBudget};
 
 struct Cached {
-    id: ModuleId,
+    text: Arc<str>,
     /// `vgpu_proto::kernel::KernelKey::content_hash` of the text (the module part of a launch's
     /// identity on a shared GPU), computed once.
     hash: u64,
@@ -26,7 +31,11 @@ struct Cached {
 /// See the module documentation.
 #[derive(Default)]
 pub struct ModuleCache {
-    by_text: HashMap<Arc<str>, Cached>,
+    by_id: HashMap<ModuleId, Cached>,
+    by_text: HashMap<Arc<str>, ModuleId>,
+    /// Shared texts by the address of their allocation, each with a clone that keeps that
+    /// allocation (so its address) from being reused while it is here.
+    by_ptr: HashMap<usize, (Arc<str>, ModuleId)>,
     /// The module of the job running now (never evicted).
     in_use: Option<ModuleId>,
     /// The modules suspended jobs resume in (never evicted: a context cannot resume in a
@@ -34,12 +43,43 @@ pub struct ModuleCache {
     kept: Vec<ModuleId>,
 }
 
+fn addr(text: &Arc<str>) -> usize {
+    Arc::as_ptr(text).cast::<u8>() as usize
+}
+
 impl ModuleCache {
     /// The module cached for `text` and the text's content hash, marked as used now.
     pub fn lookup(&mut self, text: &str, budget: &mut HostBudget) -> Option<(ModuleId, u64)> {
-        let c = self.by_text.get_mut(text)?;
+        let id = *self.by_text.get(text)?;
+        self.touch(id, budget)
+    }
+
+    /// The module cached for the shared text `text` once [`ModuleCache::alias`] named it (one
+    /// map look-up by address, the text neither hashed nor compared), marked as used now.
+    pub fn lookup_shared(
+        &mut self,
+        text: &Arc<str>,
+        budget: &mut HostBudget,
+    ) -> Option<(ModuleId, u64)> {
+        let (_, id) = self.by_ptr.get(&addr(text))?;
+        let id = *id;
+        self.touch(id, budget)
+    }
+
+    /// Lets [`ModuleCache::lookup_shared`] find module `id` by the shared text `text`, if `id`
+    /// is cached for a text equal to it (compared once, here). One alias per module: a newer
+    /// one replaces it (so the texts held here stay bounded by the modules cached).
+    pub fn alias(&mut self, text: &Arc<str>, id: ModuleId) {
+        if self.by_id.get(&id).is_some_and(|c| *c.text == **text) {
+            self.by_ptr.retain(|_, (_, m)| *m != id);
+            self.by_ptr.insert(addr(text), (text.clone(), id));
+        }
+    }
+
+    fn touch(&mut self, id: ModuleId, budget: &mut HostBudget) -> Option<(ModuleId, u64)> {
+        let c = self.by_id.get_mut(&id)?;
         c.last_use = budget.tick();
-        Some((c.id, c.hash))
+        Some((id, c.hash))
     }
 
     /// Caches a module just loaded for `text` (its `bytes` already charged); returns the text's
@@ -47,10 +87,17 @@ impl ModuleCache {
     pub fn insert(&mut self, text: &str, id: ModuleId, bytes: u64, budget: &mut HostBudget) -> u64 {
         let last_use = budget.tick();
         let hash = vgpu_proto::kernel::KernelKey::content_hash(text.as_bytes());
-        self.by_text.insert(
-            Arc::from(text),
+        let text: Arc<str> = Arc::from(text);
+        // One entry per text and per module (a replaced one is dropped from both indexes).
+        if let Some(&old) = self.by_text.get(&text) {
+            self.forget(old);
+        }
+        self.forget(id);
+        self.by_text.insert(text.clone(), id);
+        self.by_id.insert(
+            id,
             Cached {
-                id,
+                text,
                 hash,
                 bytes,
                 last_use,
@@ -59,19 +106,26 @@ impl ModuleCache {
         hash
     }
 
-    /// The cached texts and their modules, least recently used first (snapshot).
-    pub fn texts(&self) -> Vec<(Arc<str>, ModuleId)> {
-        let mut v: Vec<_> = self.by_text.iter().collect();
-        v.sort_by_key(|(_, c)| c.last_use);
-        v.into_iter().map(|(t, c)| (t.clone(), c.id)).collect()
+    /// Drops `id` from the indexes (its entry in `by_id` goes with the caller).
+    fn forget(&mut self, id: ModuleId) -> Option<Cached> {
+        let c = self.by_id.remove(&id)?;
+        if self.by_text.get(&c.text) == Some(&id) {
+            self.by_text.remove(&c.text);
+        }
+        self.by_ptr.retain(|_, (_, m)| *m != id);
+        Some(c)
     }
 
-    /// The text cached for engine module `id` (a scan: for rare callers).
+    /// The cached texts and their modules, least recently used first (snapshot).
+    pub fn texts(&self) -> Vec<(Arc<str>, ModuleId)> {
+        let mut v: Vec<_> = self.by_id.iter().collect();
+        v.sort_by_key(|(_, c)| c.last_use);
+        v.into_iter().map(|(id, c)| (c.text.clone(), *id)).collect()
+    }
+
+    /// The text cached for engine module `id`.
     pub fn text_of(&self, id: ModuleId) -> Option<Arc<str>> {
-        self.by_text
-            .iter()
-            .find(|(_, c)| c.id == id)
-            .map(|(t, _)| t.clone())
+        self.by_id.get(&id).map(|c| c.text.clone())
     }
 
     /// Marks the module of the job about to run (`None` when it ended).
@@ -94,22 +148,22 @@ impl ModuleCache {
         older_than: Option<u64>,
     ) -> bool {
         let victim = self
-            .by_text
+            .by_id
             .iter()
-            .filter(|(_, c)| Some(c.id) != self.in_use && !self.kept.contains(&c.id))
+            .filter(|(id, _)| Some(**id) != self.in_use && !self.kept.contains(id))
             .filter(|(_, c)| older_than.is_none_or(|t| c.last_use < t))
             .min_by_key(|(_, c)| c.last_use)
-            .map(|(t, _)| t.clone());
-        let Some(c) = victim.and_then(|t| self.by_text.remove(&t)) else {
+            .map(|(id, _)| *id);
+        let Some((id, c)) = victim.and_then(|id| Some((id, self.forget(id)?))) else {
             return false;
         };
         log::debug!(
             "vgpu: evicting module {:?} ({} bytes; host memory budget)",
-            c.id,
+            id,
             c.bytes
         );
-        if let Err(e) = engine.unload_module(c.id) {
-            log::warn!("vgpu: unload module {:?}: {e}", c.id);
+        if let Err(e) = engine.unload_module(id) {
+            log::warn!("vgpu: unload module {:?}: {e}", id);
         }
         budget.release(Class::Module, c.bytes);
         budget.count(|s| &mut s.modules_evicted);
@@ -118,11 +172,78 @@ impl ModuleCache {
 
     /// Unloads everything (device teardown).
     pub fn clear(&mut self, engine: &dyn Engine, budget: &mut HostBudget) {
-        for (_, c) in self.by_text.drain() {
-            if let Err(e) = engine.unload_module(c.id) {
-                log::warn!("vgpu: unload module {:?}: {e}", c.id);
+        self.by_text.clear();
+        self.by_ptr.clear();
+        for (id, c) in self.by_id.drain() {
+            if let Err(e) = engine.unload_module(id) {
+                log::warn!("vgpu: unload module {:?}: {e}", id);
             }
             budget.release(Class::Module, c.bytes);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget() -> HostBudget {
+        HostBudget::new(1 << 30)
+    }
+
+    #[test]
+    fn a_shared_text_is_found_by_address_once_aliased_and_forgotten_with_its_module() {
+        let mut b = budget();
+        let mut c = ModuleCache::default();
+        let shared: Arc<str> = Arc::from(".version 7.0 // twin");
+        c.insert(&shared, ModuleId(7), 10, &mut b);
+        // Not aliased yet: only the look-up by text finds it.
+        assert!(c.lookup_shared(&shared, &mut b).is_none());
+        assert_eq!(c.lookup(&shared, &mut b).map(|f| f.0), Some(ModuleId(7)));
+        c.alias(&shared, ModuleId(7));
+        assert_eq!(
+            c.lookup_shared(&shared, &mut b).map(|f| f.0),
+            Some(ModuleId(7))
+        );
+        // An equal text in another allocation is not the alias.
+        let other: Arc<str> = Arc::from(&*shared);
+        assert!(c.lookup_shared(&other, &mut b).is_none());
+        // A text that differs is never aliased to the module.
+        let wrong: Arc<str> = Arc::from(".version 7.0 // other");
+        c.alias(&wrong, ModuleId(7));
+        assert!(c.lookup_shared(&wrong, &mut b).is_none());
+        // A newer alias replaces the older one.
+        c.alias(&other, ModuleId(7));
+        assert!(c.lookup_shared(&shared, &mut b).is_none());
+        assert_eq!(
+            c.lookup_shared(&other, &mut b).map(|f| f.0),
+            Some(ModuleId(7))
+        );
+        assert_eq!(c.text_of(ModuleId(7)).as_deref(), Some(&*shared));
+    }
+
+    #[test]
+    fn eviction_drops_every_index_of_the_module() {
+        let engine = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 4 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut b = budget();
+        let mut c = ModuleCache::default();
+        let a: Arc<str> = Arc::from("a");
+        let z: Arc<str> = Arc::from("z");
+        c.insert(&a, ModuleId(1), 10, &mut b);
+        c.insert(&z, ModuleId(2), 10, &mut b);
+        c.alias(&a, ModuleId(1));
+        c.set_in_use(Some(ModuleId(2)));
+        assert!(c.evict_older(&engine, &mut b, None));
+        assert!(c.lookup_shared(&a, &mut b).is_none());
+        assert!(c.lookup(&a, &mut b).is_none());
+        assert!(c.text_of(ModuleId(1)).is_none());
+        assert_eq!(c.texts().len(), 1);
+        // Module 2 is in use: nothing else to evict.
+        assert!(!c.evict_older(&engine, &mut b, None));
     }
 }

@@ -42,7 +42,8 @@ pub const MAX_DECLARED: usize = 4096;
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// VRAM partition pages: dirty since the last harvest, and pinned by the running job.
+    /// VRAM partition pages: dirty since the last harvest (a bitmap), and pinned by the
+    /// running job (their numbers: a launch pins a few, and a job's end then ORs only those).
     dirty: Vec<u64>,
     pinned: Vec<u64>,
     /// A job that may have written anywhere ended since the last VRAM / RAM harvest.
@@ -53,7 +54,7 @@ struct Inner {
     ram_dirty: BTreeSet<u64>,
     ram_pinned: BTreeSet<u64>,
     /// Write sets by (module, entry); `None`: the text did not analyse (everything).
-    sets: HashMap<(ModuleId, String), Option<ptx::WriteSet>>,
+    sets: HashMap<(ModuleId, String), Option<Arc<ptx::WriteSet>>>,
     /// Bounds-checked twins by module; `None`: the transformation refused the text.
     checked: HashMap<ModuleId, Option<Arc<Twin>>>,
     /// The flag word (VA) of the checked kernels of each address space (`None`: the engine
@@ -212,7 +213,7 @@ impl WriteSetLog {
         }
         let words = pgpu::dirty::words(self.vram_pages * PAGE);
         i.dirty = vec![0; words];
-        i.pinned = vec![0; words];
+        i.pinned.clear();
         i.all_dirty_vram = false;
         i.all_dirty_ram = false;
         i.all_pinned = false;
@@ -259,7 +260,10 @@ impl WriteSetLog {
         if self.lock().sets.contains_key(&key) {
             return;
         }
-        let ws = ptx::parse(text).ok().and_then(|m| m.write_set(entry));
+        let ws = ptx::parse(text)
+            .ok()
+            .and_then(|m| m.write_set(entry))
+            .map(Arc::new);
         let twin = if self.lock().checked.contains_key(&module) {
             None
         } else {
@@ -391,7 +395,7 @@ impl WriteSetLog {
                 }
                 match ws {
                     Some(ws) if !ws.unbounded && checked => {
-                        for off in ws.params {
+                        for &off in &ws.params {
                             let o = off as usize;
                             let Some(b) = l.params.get(o..o + 8) else {
                                 all = true;
@@ -407,20 +411,18 @@ impl WriteSetLog {
         }
         let mut i = self.lock();
         i.all_pinned |= all;
-        for p in vram {
-            set(&mut i.pinned, p);
-        }
+        i.pinned.extend(vram);
         i.ram_pinned.extend(ram);
     }
 
     /// The job ended: what it pinned becomes dirty.
     pub fn job_ended(&self) {
         let mut i = self.lock();
-        let pinned = std::mem::take(&mut i.pinned);
-        for (d, p) in i.dirty.iter_mut().zip(&pinned) {
-            *d |= p;
+        let i = &mut *i;
+        for &p in &i.pinned {
+            set(&mut i.dirty, p);
         }
-        i.pinned = vec![0; pinned.len()];
+        i.pinned.clear();
         if std::mem::take(&mut i.all_pinned) {
             i.all_dirty_vram = true;
             i.all_dirty_ram = true;
@@ -625,11 +627,12 @@ impl WriteSetLog {
         if std::mem::take(&mut i.all_dirty_vram) || i.all_pinned {
             pgpu::dirty::set_all(bits, self.vram_pages * PAGE);
         }
-        let dirty = std::mem::take(&mut i.dirty);
-        for ((b, d), p) in bits.iter_mut().zip(&dirty).zip(&i.pinned) {
-            *b |= d | p;
+        for (b, d) in bits.iter_mut().zip(i.dirty.iter_mut()) {
+            *b |= std::mem::take(d);
         }
-        i.dirty = vec![0; dirty.len()];
+        for &p in &i.pinned {
+            set(bits, p);
+        }
     }
 
     /// Guest-physical pages written since the last harvest (and those pinned); `None` when a

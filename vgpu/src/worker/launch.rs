@@ -76,20 +76,29 @@ impl Worker {
         let log = self.jobs.write_log.clone()?;
         match log.checked_launch(&*self.engine, l) {
             Checked::Twin { twin, params } => {
-                // One look-up by text per launch (it hashes the twin's whole PTX), a load only
-                // when it is not cached.
-                let module = match self.modules.lookup(&twin.ptx, &mut self.budget) {
+                // Found by the twin's address (no hashing of its PTX per launch) once the
+                // first launch named it; a load only when it is not cached.
+                let module = match self.modules.lookup_shared(&twin.ptx, &mut self.budget) {
                     Some((module, _)) => module,
-                    None => match self.module_for(&twin.ptx, 0) {
-                        Ok((module, _)) => {
-                            log.note_twin_load(&twin, module);
-                            module
-                        }
-                        Err(f) => {
-                            log::info!("vgpu: write sets: the checked module did not load: {f:?}");
-                            return None;
-                        }
-                    },
+                    None => {
+                        let module = match self.modules.lookup(&twin.ptx, &mut self.budget) {
+                            Some((module, _)) => module,
+                            None => match self.module_for(&twin.ptx, 0) {
+                                Ok((module, _)) => {
+                                    log.note_twin_load(&twin, module);
+                                    module
+                                }
+                                Err(f) => {
+                                    log::info!(
+                                        "vgpu: write sets: the checked module did not load: {f:?}"
+                                    );
+                                    return None;
+                                }
+                            },
+                        };
+                        self.modules.alias(&twin.ptx, module);
+                        module
+                    }
                 };
                 Some(Job::Launch(LaunchJob {
                     module,

@@ -113,7 +113,7 @@ impl WriteSetLog {
                     if i.sets.len() >= MAX_CACHED {
                         i.sets.clear();
                     }
-                    let ws = parsed.as_ref().and_then(|m| m.write_set(&e));
+                    let ws = parsed.as_ref().and_then(|m| m.write_set(&e)).map(Arc::new);
                     i.sets.insert((module, e), ws);
                 }
                 if let Some(tw) = twin {
