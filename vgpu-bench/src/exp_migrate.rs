@@ -86,6 +86,12 @@ pub struct Args {
     /// The vgpu-vmm binary (default: next to this one).
     #[arg(long)]
     pub vmm: Option<PathBuf>,
+    /// Measure the live migrations only (their downtime and the guest's slowdown during
+    /// them): no paused snapshot and restore, no stop-and-copy, no live snapshots, whose
+    /// figures are then null. A rep takes about a quarter of the time, for more reps of the
+    /// migration's slowdown.
+    #[arg(long)]
+    pub live_migration_only: bool,
 }
 
 /// What receives the migrations (`--dest`).
@@ -251,8 +257,26 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     let mut r = Rep::default();
     let long = Duration::from_millis(p.guest_ms) + Duration::from_secs(120);
 
-    // A paused snapshot, then its restore.
-    let mut vm = start(dir, &format!("snap{i}"), vmm, &args)?;
+    if !a.live_migration_only {
+        paused_snapshot(&mut r, vmm, dir, i, &args, long)?;
+    }
+    migrations(a, p, &mut r, vmm, dir, i, &args, long)?;
+    if !a.live_migration_only {
+        live_snapshots(a, p, &mut r, vmm, dir, i)?;
+    }
+    Ok(r)
+}
+
+/// A paused snapshot, then its restore.
+fn paused_snapshot(
+    r: &mut Rep,
+    vmm: &Path,
+    dir: &Path,
+    i: usize,
+    args: &[String],
+    long: Duration,
+) -> Result<(), BenchError> {
+    let mut vm = start(dir, &format!("snap{i}"), vmm, args)?;
     let snap = dir.join(format!("snap{i}"));
     let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--paused"])?;
     r.snapshot_ms = f(&done, "ms");
@@ -279,10 +303,29 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
         })?);
     }
     let _ = std::fs::remove_dir_all(&snap);
+    Ok(())
+}
 
-    // Migrations (the destination restores on the same backend).
+/// The stop-and-copy migration (unless `--live-migration-only`), then the live one (the
+/// destination restores on the same backend).
+#[allow(clippy::too_many_arguments)]
+fn migrations(
+    a: &Args,
+    p: &Plan,
+    r: &mut Rep,
+    vmm: &Path,
+    dir: &Path,
+    i: usize,
+    args: &[String],
+    long: Duration,
+) -> Result<(), BenchError> {
     {
-        for live in [false, true] {
+        let kinds: &[bool] = if a.live_migration_only {
+            &[true]
+        } else {
+            &[false, true]
+        };
+        for &live in kinds {
             let tag = if live { "live" } else { "stop" };
             let dest_name = format!("{tag}-dest{i}");
             let (mut dest, sock) = match a.dest {
@@ -294,7 +337,7 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
                     (vm, sock)
                 }
             };
-            let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, &args)?;
+            let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, args)?;
             let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
             if live {
                 req.push("--live");
@@ -338,7 +381,19 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
             }
         }
     }
+    Ok(())
+}
 
+/// The guest's slowdown during live snapshots.
+fn live_snapshots(
+    a: &Args,
+    p: &Plan,
+    r: &mut Rep,
+    vmm: &Path,
+    dir: &Path,
+    i: usize,
+) -> Result<(), BenchError> {
+    let long = Duration::from_millis(p.guest_ms) + Duration::from_secs(120);
     // Slowdown during a live snapshot: guest progress before vs during (the first), then
     // more live snapshots counted by the GPU's launches (the guest runs long enough for them).
     let slow_plan = Plan {
@@ -385,7 +440,7 @@ fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, 
     let (code, g) = vm.finish(long)?;
     ok_run("live snapshot's VM", code, &g)?;
     let _ = std::fs::remove_dir_all(&live_snap);
-    Ok(r)
+    Ok(())
 }
 
 /// The source's parts of a downtime (`src_*`), each the median over the reps.
@@ -521,11 +576,14 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         reps.push(one_rep(a, &p, &vmm, &dir, i)?);
     }
     let mut rows = Vec::new();
+    let all = !a.live_migration_only;
     for (i, r) in reps.iter().enumerate() {
-        rows.push(format!(
-            "snapshot,{i},,{:.3},{:.3},,,,,{}",
-            r.snapshot_ms, r.snapshot_ms, r.snapshot_disk_bytes
-        ));
+        if all {
+            rows.push(format!(
+                "snapshot,{i},,{:.3},{:.3},,,,,{}",
+                r.snapshot_ms, r.snapshot_ms, r.snapshot_disk_bytes
+            ));
+        }
         if let Some(ms) = r.restore_ms {
             rows.push(format!("restore,{i},,{ms:.3},,,,,,"));
         }
@@ -541,6 +599,9 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
                 report["vram_resent_bytes"]
             ));
             rows.extend(round_rows("live_migrate_round", i, report));
+        }
+        if !all {
+            continue;
         }
         rows.push(format!(
             "live_snapshot,{i},,{:.3},{:.3},{},{},{},{},",
@@ -586,8 +647,9 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         }
         serde_json::Value::Object(out)
     };
-    let summary = serde_json::json!({
+    let mut summary = serde_json::json!({
         "experiment": "migrate",
+        "live_migration_only": a.live_migration_only,
         "backend": a.backend.name(),
         "reps": p.reps,
         "vram_mib": p.vram_mib,
@@ -643,6 +705,11 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
             "downtime": reps.first().map(|r| r.live_snapshot["downtime"].clone()),
         },
     });
+    if !all {
+        // Not measured (`--live-migration-only`).
+        summary["snapshot_paused"] = serde_json::Value::Null;
+        summary["live_snapshot"] = serde_json::Value::Null;
+    }
     report::write(
         &a.out,
         &summary,

@@ -36,6 +36,9 @@ use crate::migrate_vm::Vm;
 pub struct Window {
     pub before_ms: f64,
     pub before_launches: u64,
+    /// The GPU time of the baseline's jobs, ms (to compare a launch's GPU time before and
+    /// during: the live window runs bounds-checked twins).
+    pub before_gpu_ms: f64,
     /// The live window (rounds) and the paused round, in ms, and the launches in the former.
     pub live_ms: f64,
     pub paused_ms: f64,
@@ -53,8 +56,8 @@ pub struct Window {
     pub dest_launches: u64,
 }
 
-/// One `ctl stats`: (host uptime ms, GPU launches).
-pub type Stats = (f64, u64);
+/// One `ctl stats`: (host uptime ms, GPU launches, GPU time of the guest's jobs in ms).
+pub type Stats = (f64, u64, f64);
 
 /// Two `ctl stats` on `vm`, `baseline` apart: the launches over a window of the host clock.
 pub fn baseline(vm: &Vm, vmm: &Path, baseline: Duration) -> Result<(Stats, Stats), BenchError> {
@@ -63,13 +66,14 @@ pub fn baseline(vm: &Vm, vmm: &Path, baseline: Duration) -> Result<(Stats, Stats
     Ok((s0, stats(vm, vmm)?))
 }
 
-/// `ctl stats`: (host uptime ms, GPU launches).
+/// `ctl stats`: (host uptime ms, GPU launches, GPU time in ms).
 pub fn stats(vm: &Vm, vmm: &Path) -> Result<Stats, BenchError> {
     let s = vm.ctl(vmm, &["stats"])?;
     let up = s["uptime_ms"].as_f64();
     let launches = s["gpu"]["launches"].as_u64();
+    let gpu_ms = s["gpu"]["gpu_ns"].as_f64().unwrap_or(0.0) / 1e6;
     match (up, launches) {
-        (Some(u), Some(l)) => Ok((u, l)),
+        (Some(u), Some(l)) => Ok((u, l, gpu_ms)),
         _ => Err(BenchError::Invalid(format!(
             "ctl stats: no uptime_ms or gpu.launches in {s} (a vgpu-vmm older than vgpu-bench?)"
         ))),
@@ -119,8 +123,8 @@ pub fn migration_window(
 
 /// A window from an answer whose pre-copy report is `done[key]`.
 fn of_report(
-    (t0, l0): Stats,
-    (t1, l1): Stats,
+    (t0, l0, g0): Stats,
+    (t1, l1, g1): Stats,
     done: &serde_json::Value,
     key: &str,
 ) -> Result<Window, BenchError> {
@@ -136,6 +140,7 @@ fn of_report(
     Ok(Window {
         before_ms: t1 - t0,
         before_launches: l1.saturating_sub(l0),
+        before_gpu_ms: (g1 - g0).max(0.0),
         live_ms,
         paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
         live_launches,
@@ -182,6 +187,11 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
         "kvm_log_off_ms": live["kvm_log_off_ms"],
         "tail_ms": live["guest_tail"]["window_ms"],
     })
+}
+
+/// Microseconds of GPU time per launch (`None` without launches).
+fn us_per(ms: f64, launches: u64) -> Option<f64> {
+    (launches > 0).then(|| ms * 1e3 / launches as f64)
 }
 
 /// Launches per second.
@@ -284,6 +294,9 @@ fn sums(ws: &[Window]) -> serde_json::Value {
         "launches_lost": lost,
         "per_window": ws.iter().map(|w| serde_json::json!({
             "before_ms": w.before_ms, "before_launches": w.before_launches,
+            "before_gpu_us_per_launch": us_per(w.before_gpu_ms, w.before_launches),
+            "live_gpu_us_per_launch": w.parts["gpu_busy_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -298,6 +311,7 @@ mod tests {
         Window {
             before_ms: before.0,
             before_launches: before.1,
+            before_gpu_ms: 0.0,
             live_ms: live.0,
             paused_ms: live.1,
             live_launches: live.2,
@@ -378,12 +392,17 @@ mod tests {
         // A `migrate --live` answer: 120 launches in a 200 ms live window, paused 50 ms.
         let done = serde_json::json!({
             "paused_ms": 50.0,
-            "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120},
+            "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120, "gpu_busy_ms": 12.0},
                         "rounds": [{"round": 0, "ms": 30.0}, {"round": 1, "paused": true}]},
         });
         // Baseline 1000 launches/s on the source; the destination 400 launches in 500 ms.
-        let w =
-            migration_window((10.0, 100), (510.0, 600), &done, ((5.0, 7), (505.0, 407))).unwrap();
+        let w = migration_window(
+            (10.0, 100, 0.0),
+            (510.0, 600, 40.0),
+            &done,
+            ((5.0, 7, 0.0), (505.0, 407, 0.0)),
+        )
+        .unwrap();
         assert!(w.first && w.tail_ms == 0.0 && w.tail_launches == 0, "{w:?}");
         assert_eq!((w.live_launches, w.dest_launches), (120, 400));
         let s = migration_summary(&[w]);
@@ -403,9 +422,13 @@ mod tests {
         assert!((d["slowdown"].as_f64().unwrap() - 0.2).abs() < 1e-9, "{s}");
         assert_eq!(s["per_window"][0]["dest_launches"], 400, "{s}");
         assert_eq!(s["per_window"][0]["parts"]["round0_ms"], 30.0, "{s}");
+        // A launch's GPU time: 40 ms over 500 launches before, 12 ms over 120 during.
+        assert_eq!(s["per_window"][0]["before_gpu_us_per_launch"], 80.0, "{s}");
+        assert_eq!(s["per_window"][0]["live_gpu_us_per_launch"], 100.0, "{s}");
         // An answer without the source's live window is refused, not counted as zero.
         let old = serde_json::json!({"paused_ms": 50.0, "precopy": {"rounds": []}});
-        assert!(migration_window((0.0, 0), (1.0, 1), &old, ((0.0, 0), (1.0, 1))).is_err());
+        let (a, b) = ((0.0, 0, 0.0), (1.0, 1, 0.0));
+        assert!(migration_window(a, b, &old, (a, b)).is_err());
         // No window: no figures.
         assert!(migration_summary(&[])["dest_first_window"]["slowdown"].is_null());
     }

@@ -221,3 +221,47 @@ fn an_unwritable_out_is_refused_before_any_vm_starts() {
     );
     let _ = std::fs::remove_file(&file);
 }
+
+/// `--live-migration-only`: the live migration measured alone, the other figures null; a
+/// launch's GPU time before and during the migration in its window.
+#[test]
+fn a_live_migration_only_run_measures_it_alone() {
+    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-lo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
+        .args(["migrate", "--short", "--live-migration-only", "--out"])
+        .arg(&out)
+        .arg("--vmm")
+        .arg(vmm())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["live_migration_only"], true, "{s}");
+    assert!(
+        s["snapshot_paused"].is_null() && s["live_snapshot"].is_null(),
+        "{s}"
+    );
+    assert!(s["restore_to_running_ms"].is_null(), "{s}");
+    assert!(s["stop_copy"]["downtime_ms"].is_null(), "{s}");
+    let m = &s["live_migration"];
+    assert!(m["downtime_ms"].as_f64().unwrap() > 0.0, "{s}");
+    assert!(m["slowdown"].as_f64().is_some(), "{s}");
+    let w = &m["launch_windows"]["per_window"][0];
+    assert!(w["before_gpu_us_per_launch"].as_f64().unwrap() > 0.0, "{s}");
+    let csv = std::fs::read_to_string(out.join("migrate.csv")).unwrap();
+    assert!(
+        csv.lines().any(|l| l.starts_with("live_migrate,0,")),
+        "{csv}"
+    );
+    assert!(
+        !csv.lines()
+            .any(|l| l.starts_with("snapshot,") || l.starts_with("live_snapshot")),
+        "{csv}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
