@@ -51,8 +51,13 @@ impl Read for FileAt<'_> {
     }
 }
 
-/// Writes `pieces` one after another at `at` in `file`, lanes on several threads; returns each
-/// piece's CRC.
+/// Bytes from which a call's lanes write a tmpfs file through a mapping of it
+/// (`super::mapped`), not `pwrite` (which one file's inode lock serialises).
+const MAP_MIN: u64 = 1 << 20;
+
+/// Writes `pieces` one after another at `at` in `file`, lanes on several threads (on tmpfs
+/// each copying into a shared mapping of the file, elsewhere or where none could be made with
+/// `pwrite`); returns each piece's CRC.
 pub fn write_at(file: &File, at: u64, pieces: &[&[u8]]) -> std::io::Result<Vec<Crc>> {
     let mut lanes = Vec::new();
     let mut off = at;
@@ -62,11 +67,21 @@ pub fn write_at(file: &File, at: u64, pieces: &[&[u8]]) -> std::io::Result<Vec<C
             off += l.len() as u64;
         }
     }
+    let region = (off - at >= MAP_MIN && super::mapped::on_tmpfs(file))
+        .then(|| {
+            super::mapped::Region::new(file, at, off - at)
+                .inspect_err(|e| log::debug!("vgpu: snapshot lanes: no mapping ({e}): pwrite"))
+                .ok()
+        })
+        .flatten();
     let done: Vec<std::io::Result<(usize, Crc)>> = lanes
         .par_iter()
         .map(|&(i, off, l)| {
             let c = Crc::of(l);
-            file.write_all_at(l, off)?;
+            match &region {
+                Some(r) => r.write(file, l, off)?,
+                None => file.write_all_at(l, off)?,
+            }
             Ok((i, c))
         })
         .collect();
@@ -112,7 +127,15 @@ mod tests {
 
     #[test]
     fn lanes_write_and_read_back_with_their_crcs() {
-        let dir = std::env::temp_dir().join(format!("vgpu-lanes-{}", std::process::id()));
+        // Through `pwrite` or, on tmpfs (/dev/shm where it is one), a mapping.
+        lanes_in(&std::env::temp_dir());
+        if std::path::Path::new("/dev/shm").is_dir() {
+            lanes_in(std::path::Path::new("/dev/shm"));
+        }
+    }
+
+    fn lanes_in(base: &std::path::Path) {
+        let dir = base.join(format!("vgpu-lanes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("f");
         let file = File::options()

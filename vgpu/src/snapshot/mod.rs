@@ -26,6 +26,7 @@ pub mod head;
 pub mod image;
 mod lanes;
 pub mod live;
+mod mapped;
 mod para_image;
 pub(crate) mod regs_image;
 mod vram;
