@@ -23,24 +23,33 @@ fn vmm() -> PathBuf {
 /// starve.
 static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
-fn short_migrate_run_measures_snapshots_and_migrations() {
+/// Runs `vgpu-bench migrate --short ARGS` into a fresh `out` named after `tag` (one run at a
+/// time); it must succeed: its stdout, its summary.json and `out` (removed by the caller).
+fn short_run(tag: &str, args: &[&str]) -> (String, serde_json::Value, PathBuf) {
     let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args(["migrate", "--short", "--out"])
+        .args(["migrate", "--short"])
+        .args(args)
+        .arg("--out")
         .arg(&out)
         .arg("--vmm")
         .arg(vmm())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.starts_with("migrate (sim): snapshot "), "{stdout}");
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    (stdout, s, out)
+}
+
+#[test]
+fn short_migrate_run_measures_snapshots_and_migrations() {
+    let (stdout, s, out) = short_run("", &[]);
+    assert!(stdout.starts_with("migrate (sim): snapshot "), "{stdout}");
     // `--incoming` destinations, which have no standby preparation.
     assert_eq!(s["dest"], "incoming", "{s}");
     assert!(
@@ -164,25 +173,11 @@ fn short_migrate_run_measures_snapshots_and_migrations() {
 /// rounds at once.
 #[test]
 fn short_migrate_run_into_standbys_reports_their_preparation_apart() {
-    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-sb-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args(["migrate", "--short", "--dest", "standby", "--out"])
-        .arg(&out)
-        .arg("--vmm")
-        .arg(vmm())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let (stdout, s, out) = short_run("-sb", &["--dest", "standby"]);
     assert!(
         stdout.starts_with("migrate (sim, destinations standbys prepared in "),
         "{stdout}"
     );
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(s["dest"], "standby", "{s}");
     for m in ["stop_copy", "live_migration"] {
         let d = &s[m]["dest"];
@@ -226,21 +221,14 @@ fn an_unwritable_out_is_refused_before_any_vm_starts() {
 /// launch's GPU time before and during the migration in its window.
 #[test]
 fn a_live_migration_only_run_measures_it_alone() {
-    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
-    let out = std::env::temp_dir().join(format!("vgpu-bench-migrate-lo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_vgpu-bench"))
-        .args(["migrate", "--short", "--live-migration-only", "--out"])
-        .arg(&out)
-        .arg("--vmm")
-        .arg(vmm())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let (stdout, s, out) = short_run("-lo", &["--live-migration-only"]);
+    // The skipped figures print as "-".
+    assert!(
+        stdout.starts_with(
+            "migrate (sim): snapshot - (0.0 MiB on disk), restore -, stop-and-copy downtime -"
+        ),
+        "{stdout}"
+    );
     assert_eq!(s["live_migration_only"], true, "{s}");
     assert!(
         s["snapshot_paused"].is_null() && s["live_snapshot"].is_null(),
