@@ -325,12 +325,12 @@ impl RamSent {
                 // Runs of non-zero pages within the run.
                 let mut i = 0;
                 while i < n {
-                    if buf[i..i + PAGE as usize].iter().all(|&b| b == 0) {
+                    if all_zero(&buf[i..i + PAGE as usize]) {
                         i += PAGE as usize;
                         continue;
                     }
                     let s = i;
-                    while i < n && buf[i..i + PAGE as usize].iter().any(|&b| b != 0) {
+                    while i < n && !all_zero(&buf[i..i + PAGE as usize]) {
                         i += PAGE as usize;
                     }
                     sink.ram(base + s as u64, &buf[s..i]).map_err(io)?;
@@ -343,9 +343,38 @@ impl RamSent {
     }
 }
 
+/// Whether `bytes` are all zero: words ORed 64 bytes at a time (vectorised), not a byte-wise
+/// search (round 0 looks at every page of a cuda VM's RAM, which is all pinned, so present:
+/// the byte-wise check ran at ~3 GB/s, 90-160 ms for 256 MiB on the GPU host).
+fn all_zero(bytes: &[u8]) -> bool {
+    let mut blocks = bytes.chunks_exact(64);
+    let words = |c: &[u8]| {
+        c.chunks_exact(8)
+            .fold(0u64, |a, w| a | u64::from_ne_bytes(w.try_into().unwrap_or([0xff; 8])))
+    };
+    blocks.all(|c| words(c) == 0) && blocks.remainder().iter().all(|&b| b == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_pages_are_told_from_pages_with_one_byte_set() {
+        let mut page = vec![0u8; 4096];
+        assert!(all_zero(&page));
+        for at in [0, 7, 63, 64, 2049, 4095] {
+            page[at] = 1;
+            assert!(!all_zero(&page), "byte {at}");
+            page[at] = 0;
+        }
+        // A length that is not a multiple of 64: the tail counts too.
+        let mut odd = vec![0u8; 100];
+        assert!(all_zero(&odd));
+        odd[99] = 9;
+        assert!(!all_zero(&odd));
+        assert!(all_zero(&[]));
+    }
 
     #[derive(Default)]
     struct Rec(Vec<(u64, usize)>);
