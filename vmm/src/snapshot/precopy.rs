@@ -349,8 +349,9 @@ impl RamSent {
 fn all_zero(bytes: &[u8]) -> bool {
     let mut blocks = bytes.chunks_exact(64);
     let words = |c: &[u8]| {
-        c.chunks_exact(8)
-            .fold(0u64, |a, w| a | u64::from_ne_bytes(w.try_into().unwrap_or([0xff; 8])))
+        c.chunks_exact(8).fold(0u64, |a, w| {
+            a | u64::from_ne_bytes(w.try_into().unwrap_or([0xff; 8]))
+        })
     };
     blocks.all(|c| words(c) == 0) && blocks.remainder().iter().all(|&b| b == 0)
 }
