@@ -54,8 +54,9 @@ impl ModuleCache {
         self.touch(id, budget)
     }
 
-    /// The module cached for the shared text `text` once [`ModuleCache::alias`] named it (one
-    /// map look-up by address, the text neither hashed nor compared), marked as used now.
+    /// The module cached for the shared text `text` once [`ModuleCache::alias`] named it (map
+    /// look-ups by address and by id, the text neither hashed nor compared), marked as used
+    /// now.
     pub fn lookup_shared(
         &mut self,
         text: &Arc<str>,
@@ -67,13 +68,18 @@ impl ModuleCache {
     }
 
     /// Lets [`ModuleCache::lookup_shared`] find module `id` by the shared text `text`, if `id`
-    /// is cached for a text equal to it (compared once, here). One alias per module: a newer
-    /// one replaces it (so the texts held here stay bounded by the modules cached).
+    /// is cached for a text equal to it (compared once, here). The cache then keeps `text`
+    /// itself as the module's text (no second copy). One alias per module: a newer one
+    /// replaces it (so the texts held here stay bounded by the modules cached).
     pub fn alias(&mut self, text: &Arc<str>, id: ModuleId) {
-        if self.by_id.get(&id).is_some_and(|c| *c.text == **text) {
-            self.by_ptr.retain(|_, (_, m)| *m != id);
-            self.by_ptr.insert(addr(text), (text.clone(), id));
-        }
+        let Some(c) = self.by_id.get_mut(&id).filter(|c| *c.text == **text) else {
+            return;
+        };
+        c.text = text.clone();
+        self.by_text.remove(&**text);
+        self.by_text.insert(text.clone(), id);
+        self.by_ptr.retain(|_, (_, m)| *m != id);
+        self.by_ptr.insert(addr(text), (text.clone(), id));
     }
 
     fn touch(&mut self, id: ModuleId, budget: &mut HostBudget) -> Option<(ModuleId, u64)> {
@@ -205,6 +211,9 @@ mod tests {
             c.lookup_shared(&shared, &mut b).map(|f| f.0),
             Some(ModuleId(7))
         );
+        // The cache keeps the shared text itself, found by text as before.
+        assert!(Arc::ptr_eq(&c.text_of(ModuleId(7)).unwrap(), &shared));
+        assert_eq!(c.lookup(&shared, &mut b).map(|f| f.0), Some(ModuleId(7)));
         // An equal text in another allocation is not the alias.
         let other: Arc<str> = Arc::from(&*shared);
         assert!(c.lookup_shared(&other, &mut b).is_none());

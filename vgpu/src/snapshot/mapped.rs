@@ -20,11 +20,27 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-const PAGE: u64 = 4096;
+/// Set once `MADV_POPULATE_WRITE` was refused as unknown (a kernel before 5.14): no more
+/// mappings are made, every lane writes with `pwrite`.
+static NO_POPULATE: AtomicBool = AtomicBool::new(false);
 
-/// Whether `file` lives on tmpfs (where [`Region`] is used).
+/// The host's page size (mappings and `madvise` work in it).
+fn page() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// Whether `file` lives on tmpfs (where [`Region`] is used), and mappings are worth trying.
 pub fn on_tmpfs(file: &File) -> bool {
+    if NO_POPULATE.load(Ordering::Relaxed) {
+        return false;
+    }
     // SAFETY: an all-zero `statfs` is a valid out-buffer; the descriptor is open.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -35,6 +51,8 @@ pub fn on_tmpfs(file: &File) -> bool {
 /// `[at, at + len)` of a file, mapped shared and writable (the file extended to its end).
 pub struct Region {
     base: *mut u8,
+    /// The page size the mapping was made with.
+    page: u64,
     /// The mapping's length and the file offset it starts at (`at` rounded down to a page).
     map_len: usize,
     map_off: u64,
@@ -42,8 +60,8 @@ pub struct Region {
     len: u64,
 }
 
-// SAFETY: the mapping is plain memory; `copy` writes only the bytes a caller names, and the
-// lanes name disjoint ranges.
+// SAFETY: the mapping is plain memory; `write` (unsafe) writes only the bytes a caller names,
+// and its callers name disjoint ranges.
 unsafe impl Sync for Region {}
 // SAFETY: as above; the pointer is released once, in Drop.
 unsafe impl Send for Region {}
@@ -61,7 +79,8 @@ impl Region {
         if file.metadata()?.len() < end {
             file.set_len(end)?;
         }
-        let map_off = at & !(PAGE - 1);
+        let page = page();
+        let map_off = at & !(page - 1);
         let map_len = usize::try_from(end - map_off)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let off = libc::off_t::try_from(map_off)
@@ -83,6 +102,7 @@ impl Region {
         }
         Ok(Region {
             base: base.cast(),
+            page,
             map_len,
             map_off,
             at,
@@ -92,7 +112,11 @@ impl Region {
 
     /// Writes `bytes` at file offset `off` (inside the region): the pages populated, then the
     /// bytes copied; `pwrite` to `file` when the population fails (no `SIGBUS` either way).
-    pub fn write(&self, file: &File, bytes: &[u8], off: u64) -> io::Result<()> {
+    ///
+    /// # Safety
+    /// No other call writes any of the bytes `[off, off + bytes.len())` at the same time
+    /// (calls on disjoint ranges may run on several threads at once; they may share pages).
+    pub unsafe fn write(&self, file: &File, bytes: &[u8], off: u64) -> io::Result<()> {
         let end = off.saturating_add(bytes.len() as u64);
         if off < self.at || end > self.at + self.len {
             return Err(io::ErrorKind::InvalidInput.into());
@@ -100,9 +124,9 @@ impl Region {
         if bytes.is_empty() {
             return Ok(());
         }
-        let first = (off & !(PAGE - 1)) - self.map_off;
+        let first = (off & !(self.page - 1)) - self.map_off;
         let last = end
-            .next_multiple_of(PAGE)
+            .next_multiple_of(self.page)
             .min(self.map_off + self.map_len as u64)
             - self.map_off;
         // SAFETY: `[first, last)` lies inside the mapping (checked above); populating pages
@@ -116,11 +140,18 @@ impl Region {
         } == 0;
         if !populated {
             let e = io::Error::last_os_error();
-            log::debug!("vgpu: snapshot lane at {off:#x}: not populated ({e}); pwrite");
+            if e.raw_os_error() == Some(libc::EINVAL) && !NO_POPULATE.swap(true, Ordering::Relaxed)
+            {
+                log::info!(
+                    "vgpu: snapshot lanes: no MADV_POPULATE_WRITE on this kernel ({e}): pwrite"
+                );
+            } else {
+                log::debug!("vgpu: snapshot lane at {off:#x}: not populated ({e}); pwrite");
+            }
             return file.write_all_at(bytes, off);
         }
         // SAFETY: `[off, end)` lies inside the mapping (checked above) and its pages are
-        // populated; no other lane writes these bytes.
+        // populated; no other call writes these bytes (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -164,16 +195,22 @@ mod tests {
         let b = vec![0x5au8; 1000];
         // Two lanes sharing a page, written from two threads.
         std::thread::scope(|s| {
-            s.spawn(|| r.write(&file, &b, at + a.len() as u64).unwrap());
-            s.spawn(|| r.write(&file, &a, at).unwrap());
+            // SAFETY: the two ranges are disjoint.
+            s.spawn(|| unsafe { r.write(&file, &b, at + a.len() as u64) }.unwrap());
+            // SAFETY: as above.
+            s.spawn(|| unsafe { r.write(&file, &a, at) }.unwrap());
         });
         // Outside the region: refused, nothing written.
         assert_eq!(
-            r.write(&file, b"x", at - 1).unwrap_err().kind(),
+            // SAFETY: nothing else writes meanwhile.
+            unsafe { r.write(&file, b"x", at - 1) }.unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
         assert_eq!(
-            r.write(&file, b"xy", at + len - 1).unwrap_err().kind(),
+            // SAFETY: as above.
+            unsafe { r.write(&file, b"xy", at + len - 1) }
+                .unwrap_err()
+                .kind(),
             io::ErrorKind::InvalidInput
         );
         drop(r);

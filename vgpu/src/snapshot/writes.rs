@@ -42,10 +42,13 @@ pub const MAX_DECLARED: usize = 4096;
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// VRAM partition pages: dirty since the last harvest (a bitmap), and pinned by the
-    /// running job (their numbers: a launch pins a few, and a job's end then ORs only those).
+    /// VRAM partition pages (bitmaps of the partition's size): dirty since the last harvest,
+    /// and pinned by the running job, with the indexes of the pinned bitmap's non-zero words
+    /// (a launch pins a few pages: a job's end and a harvest visit only those words, and the
+    /// memory stays the bitmaps' whatever a hostile launch names).
     dirty: Vec<u64>,
     pinned: Vec<u64>,
+    pinned_words: Vec<usize>,
     /// A job that may have written anywhere ended since the last VRAM / RAM harvest.
     all_dirty_vram: bool,
     all_dirty_ram: bool,
@@ -159,12 +162,6 @@ pub struct WriteSetLog {
     seen: Mutex<twins::Seen>,
 }
 
-fn set(bits: &mut [u64], p: u64) {
-    if let Some(w) = bits.get_mut((p / 64) as usize) {
-        *w |= 1 << (p % 64);
-    }
-}
-
 impl WriteSetLog {
     /// A log for the partition `[vram_base, vram_base + vram)` and the RAM of `sysmem`.
     pub fn new(vram_base: u64, vram: u64, sysmem: SysmemMap) -> Self {
@@ -213,7 +210,8 @@ impl WriteSetLog {
         }
         let words = pgpu::dirty::words(self.vram_pages * PAGE);
         i.dirty = vec![0; words];
-        i.pinned.clear();
+        i.pinned = vec![0; words];
+        i.pinned_words.clear();
         i.all_dirty_vram = false;
         i.all_dirty_ram = false;
         i.all_pinned = false;
@@ -411,7 +409,16 @@ impl WriteSetLog {
         }
         let mut i = self.lock();
         i.all_pinned |= all;
-        i.pinned.extend(vram);
+        let i = &mut *i;
+        for p in vram {
+            let w = (p / 64) as usize;
+            if let Some(word) = i.pinned.get_mut(w) {
+                if *word == 0 {
+                    i.pinned_words.push(w);
+                }
+                *word |= 1 << (p % 64);
+            }
+        }
         i.ram_pinned.extend(ram);
     }
 
@@ -419,10 +426,11 @@ impl WriteSetLog {
     pub fn job_ended(&self) {
         let mut i = self.lock();
         let i = &mut *i;
-        for &p in &i.pinned {
-            set(&mut i.dirty, p);
+        for w in i.pinned_words.drain(..) {
+            if let (Some(d), Some(p)) = (i.dirty.get_mut(w), i.pinned.get_mut(w)) {
+                *d |= std::mem::take(p);
+            }
         }
-        i.pinned.clear();
         if std::mem::take(&mut i.all_pinned) {
             i.all_dirty_vram = true;
             i.all_dirty_ram = true;
@@ -630,8 +638,10 @@ impl WriteSetLog {
         for (b, d) in bits.iter_mut().zip(i.dirty.iter_mut()) {
             *b |= std::mem::take(d);
         }
-        for &p in &i.pinned {
-            set(bits, p);
+        for &w in &i.pinned_words {
+            if let (Some(b), Some(p)) = (bits.get_mut(w), i.pinned.get(w)) {
+                *b |= p;
+            }
         }
     }
 

@@ -90,10 +90,13 @@ impl OutputDir {
         &self.dir
     }
 
-    /// Creates `name` in the directory (it must not exist).
+    /// Creates `name` in the directory (it must not exist), opened for reading too (the GPU
+    /// image's lanes map a tmpfs file shared and writable, which needs a descriptor open both
+    /// ways: `vgpu/src/snapshot/mapped.rs`).
     fn create(&mut self, name: &str) -> Result<File, SaveError> {
         let path = self.dir.join(name);
         let f = OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
