@@ -262,3 +262,27 @@ impl Drop for OutputDir {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn its_files_are_open_both_ways_and_go_with_an_unfinished_save() {
+        let dir = std::env::temp_dir().join(format!("vmm-save-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let mut out = OutputDir::prepare(&dir).unwrap();
+            let f = out.create(manifest::GPU_FILE).unwrap();
+            f.write_all_at(b"abc", 0).unwrap();
+            // Readable too: the GPU image's lanes map a tmpfs file shared and writable
+            // (vgpu/src/snapshot/mapped.rs), which a write-only descriptor cannot be.
+            let mut back = [0u8; 3];
+            f.read_exact_at(&mut back, 0).unwrap();
+            assert_eq!(&back, b"abc");
+        }
+        // Not finished: the file and the directory it made are gone.
+        assert!(!dir.exists());
+    }
+}
