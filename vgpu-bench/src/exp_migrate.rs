@@ -19,6 +19,9 @@
 //! round) and `migrate-rounds.svg` (RAM and VRAM bytes per round of a live migration and a live
 //! snapshot). On `--backend cuda` the restores and migration destinations run on cuda too
 //! (guest RAM copied into engine memory, docs/snapshot.md).
+//!
+//! This module holds the command line, the plan and the summary; one repetition's VMs and
+//! measurements are `migrate_rep`'s.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,10 +29,9 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::error::BenchError;
-use crate::fairness_guest::GuestRun;
+use crate::migrate_rep::{Rep, f, one_rep};
 use crate::migrate_slowdown;
-use crate::migrate_vm::{self, Vm};
-use crate::procs::{self, Proc};
+use crate::procs;
 use crate::report;
 
 #[derive(Debug, clap::Args)]
@@ -102,23 +104,23 @@ pub enum Dest {
 }
 
 /// The run's shape, after `--short`.
-struct Plan {
-    reps: usize,
-    vram_mib: u64,
-    memory_mib: u64,
+pub(crate) struct Plan {
+    pub(crate) reps: usize,
+    pub(crate) vram_mib: u64,
+    pub(crate) memory_mib: u64,
     /// Guest milliseconds of kernels per VM.
-    guest_ms: u64,
+    pub(crate) guest_ms: u64,
     /// Host time the slowdown measurement looks at before the VM's first live snapshot, and
     /// before and after a live migration.
-    window: Duration,
+    pub(crate) window: Duration,
     /// Live snapshots of the slowdown measurement (each after a baseline window of
     /// `baseline`; `migrate_slowdown`).
-    live_windows: usize,
-    baseline: Duration,
+    pub(crate) live_windows: usize,
+    pub(crate) baseline: Duration,
 }
 
 impl Plan {
-    fn of(a: &Args) -> Self {
+    pub(crate) fn of(a: &Args) -> Self {
         if a.short {
             Plan {
                 reps: 1,
@@ -143,35 +145,8 @@ impl Plan {
     }
 }
 
-/// One repetition's figures (None: not measured on this backend).
-#[derive(Debug, Default, Clone)]
-struct Rep {
-    snapshot_ms: f64,
-    snapshot_disk_bytes: u64,
-    snapshot_apparent_bytes: u64,
-    snapshot_gpu_bytes: u64,
-    restore_ms: Option<f64>,
-    stop_copy: Option<(f64, f64)>,
-    /// (total ms, paused ms, report).
-    live: Option<(f64, f64, serde_json::Value)>,
-    /// The destinations' own figures (`dest_*`; null without them): stop-and-copy's, live's.
-    dest: [serde_json::Value; 2],
-    /// The sources' `downtime` answers (`src_*`): stop-and-copy's, live migration's.
-    stop_downtime: serde_json::Value,
-    live_downtime: serde_json::Value,
-    live_snapshot_ms: f64,
-    live_snapshot_paused_ms: f64,
-    live_snapshot: serde_json::Value,
-    rate_before: f64,
-    rate_during: f64,
-    /// The launch-counted windows of the slowdown measurement (`migrate_slowdown`).
-    windows: Vec<migrate_slowdown::Window>,
-    /// The live migration's launch-counted window (`migrate_slowdown::migration_window`).
-    live_window: Option<migrate_slowdown::Window>,
-}
-
 /// The guest's `--memory` and `--gpu` (what a standby destination prepares).
-fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
+pub(crate) fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
     let mut gpu = format!("vram={}M,backend={}", p.vram_mib, a.backend.name());
     if let Some(x) = &a.gpu_extra {
         gpu.push(',');
@@ -186,7 +161,7 @@ fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
 }
 
 /// The VMM command line of the guest.
-fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
+pub(crate) fn vm_args(a: &Args, p: &Plan) -> Vec<String> {
     let mut args = vec!["--guest".to_string(), "fairness".into()];
     args.extend([
         "--timeout".into(),
@@ -214,233 +189,6 @@ fn pool_args(a: &Args) -> String {
             n + 16
         ),
     }
-}
-
-fn ok_run(what: &str, code: Option<i32>, g: &GuestRun) -> Result<(), BenchError> {
-    if code == Some(0) && g.ok() {
-        return Ok(());
-    }
-    Err(BenchError::Invalid(format!(
-        "{what}: the guest did not finish ok=1 (exit {code:?}, {:?})",
-        g.fault
-    )))
-}
-
-fn f(v: &serde_json::Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or(0.0)
-}
-
-/// Starts a guest and waits until its kernels are running.
-fn start(dir: &Path, name: &str, vmm: &Path, args: &[String]) -> Result<Vm, BenchError> {
-    let mut vm = Vm::start(dir, name, vmm, args)?;
-    vm.wait_for("progress", Duration::from_secs(120), |g| {
-        g.progress.len() >= 3
-    })?;
-    Ok(vm)
-}
-
-/// Kernels per second of guest time between two progress points.
-fn rate(a: (u64, u64), b: (u64, u64)) -> f64 {
-    let dt = b.0.saturating_sub(a.0) as f64 / 1e3;
-    if dt <= 0.0 {
-        return 0.0;
-    }
-    b.1.saturating_sub(a.1) as f64 / dt
-}
-
-fn last(g: &GuestRun) -> (u64, u64) {
-    g.progress.last().copied().unwrap_or((0, 0))
-}
-
-fn one_rep(a: &Args, p: &Plan, vmm: &Path, dir: &Path, i: usize) -> Result<Rep, BenchError> {
-    let args = vm_args(a, p);
-    let mut r = Rep::default();
-    let long = Duration::from_millis(p.guest_ms) + Duration::from_secs(120);
-
-    if !a.live_migration_only {
-        paused_snapshot(&mut r, vmm, dir, i, &args, long)?;
-    }
-    migrations(a, p, &mut r, vmm, dir, i, &args, long)?;
-    if !a.live_migration_only {
-        live_snapshots(a, p, &mut r, vmm, dir, i)?;
-    }
-    Ok(r)
-}
-
-/// A paused snapshot, then its restore.
-fn paused_snapshot(
-    r: &mut Rep,
-    vmm: &Path,
-    dir: &Path,
-    i: usize,
-    args: &[String],
-    long: Duration,
-) -> Result<(), BenchError> {
-    let mut vm = start(dir, &format!("snap{i}"), vmm, args)?;
-    let snap = dir.join(format!("snap{i}"));
-    let done = vm.ctl(vmm, &["snapshot", &snap.display().to_string(), "--paused"])?;
-    r.snapshot_ms = f(&done, "ms");
-    (r.snapshot_disk_bytes, r.snapshot_apparent_bytes) = migrate_vm::dir_bytes(&snap)?;
-    r.snapshot_gpu_bytes = done["gpu_bytes"].as_u64().unwrap_or(0);
-    vm.proc.stop(libc::SIGKILL, Duration::from_secs(5));
-    {
-        let mut rp = Proc::spawn(
-            dir,
-            &format!("restore{i}"),
-            vmm,
-            &[
-                "--restore".into(),
-                snap.display().to_string(),
-                "--log-level".into(),
-                "debug".into(),
-            ],
-        )?;
-        let (code, g) = migrate_vm::wait_run(&mut rp, long)?;
-        ok_run("restore", code, &g)?;
-        let err = std::fs::read_to_string(&rp.err).unwrap_or_default();
-        r.restore_ms = Some(migrate_vm::restore_ms(&err).ok_or_else(|| {
-            BenchError::Invalid("restore: no \"restore to running\" in its log".into())
-        })?);
-    }
-    let _ = std::fs::remove_dir_all(&snap);
-    Ok(())
-}
-
-/// The stop-and-copy migration (unless `--live-migration-only`), then the live one (the
-/// destination restores on the same backend).
-#[allow(clippy::too_many_arguments)]
-fn migrations(
-    a: &Args,
-    p: &Plan,
-    r: &mut Rep,
-    vmm: &Path,
-    dir: &Path,
-    i: usize,
-    args: &[String],
-    long: Duration,
-) -> Result<(), BenchError> {
-    {
-        let kinds: &[bool] = if a.live_migration_only {
-            &[true]
-        } else {
-            &[false, true]
-        };
-        for &live in kinds {
-            let tag = if live { "live" } else { "stop" };
-            let dest_name = format!("{tag}-dest{i}");
-            let (mut dest, sock) = match a.dest {
-                Dest::Incoming => migrate_vm::incoming(dir, &dest_name, vmm, &dest_env(a))?,
-                Dest::Standby => {
-                    let m = machine_args(a, p);
-                    let (vm, sock, _) =
-                        migrate_vm::standby_incoming(dir, &dest_name, vmm, &m, &dest_env(a))?;
-                    (vm, sock)
-                }
-            };
-            let mut vm = start(dir, &format!("{tag}-src{i}"), vmm, args)?;
-            let mut req = vec!["migrate", sock.to_str().unwrap_or_default()];
-            if live {
-                req.push("--live");
-            }
-            // Live: the guest's launches over a baseline right before the request, and the
-            // destination's first window right after the switch-over (`migrate_slowdown`),
-            // each as long as the one before a VM's first live snapshot (`window`: one
-            // migration per rep, and the sim guest launches a few kernels a second).
-            let base = if live {
-                Some(migrate_slowdown::baseline(&vm, vmm, p.window)?)
-            } else {
-                None
-            };
-            let done = vm.ctl(vmm, &req)?;
-            if let Some((b0, b1)) = base {
-                let after = migrate_slowdown::baseline(&dest, vmm, p.window)?;
-                r.live_window = Some(migrate_slowdown::migration_window(b0, b1, &done, after)?);
-            }
-            let (code, _) = vm.finish(Duration::from_secs(30))?;
-            if code != Some(0) {
-                return Err(BenchError::Invalid(format!(
-                    "{tag} migration: source exit {code:?}"
-                )));
-            }
-            let (code, g) = migrate_vm::wait_run(&mut dest.proc, long)?;
-            ok_run(&format!("{tag} migration"), code, &g)?;
-            r.dest[usize::from(live)] = migrate_vm::incoming_report(dir, &dest_name);
-            if live {
-                r.live_downtime = done["downtime"].clone();
-            } else {
-                r.stop_downtime = done["downtime"].clone();
-            }
-            if live {
-                r.live = Some((
-                    f(&done, "ms"),
-                    f(&done, "paused_ms"),
-                    done["precopy"].clone(),
-                ));
-            } else {
-                r.stop_copy = Some((f(&done, "ms"), f(&done, "paused_ms")));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The guest's slowdown during live snapshots.
-fn live_snapshots(
-    a: &Args,
-    p: &Plan,
-    r: &mut Rep,
-    vmm: &Path,
-    dir: &Path,
-    i: usize,
-) -> Result<(), BenchError> {
-    let long = Duration::from_millis(p.guest_ms) + Duration::from_secs(120);
-    // Slowdown during a live snapshot: guest progress before vs during (the first), then
-    // more live snapshots counted by the GPU's launches (the guest runs long enough for them).
-    let slow_plan = Plan {
-        guest_ms: p.guest_ms + p.live_windows as u64 * 2000,
-        ..Plan::of(a)
-    };
-    let mut vm = start(dir, &format!("slow{i}"), vmm, &vm_args(a, &slow_plan))?;
-    let s0 = migrate_slowdown::stats(&vm, vmm)?;
-    let g0 = vm.output();
-    std::thread::sleep(p.window);
-    let g1 = vm.output();
-    let s1 = migrate_slowdown::stats(&vm, vmm)?;
-    let live_snap = dir.join(format!("live{i}"));
-    let done = vm.ctl(
-        vmm,
-        &["snapshot", &live_snap.display().to_string(), "--live"],
-    )?;
-    // The progress line printed after the snapshot ended (the guest prints every 20 ms).
-    let before_end = last(&vm.output());
-    let g2 = vm.wait_for(
-        "progress after the snapshot",
-        Duration::from_secs(30),
-        |g| last(g).0 > before_end.0,
-    )?;
-    r.rate_before = rate(last(&g0), last(&g1));
-    r.rate_during = rate(last(&g1), last(&g2));
-    r.live_snapshot_ms = f(&done, "ms");
-    r.live_snapshot_paused_ms = f(&done, "paused_ms");
-    r.live_snapshot = done["live"].clone();
-    // The VM's first live copy is a window too (with write sets it pays for the checked
-    // twins' transformation and load), then `live_windows - 1` more.
-    let mut first = migrate_slowdown::window(s0, s1, &done)?;
-    first.first = true;
-    r.windows = vec![first];
-    r.windows.extend(migrate_slowdown::measure(
-        &mut vm,
-        vmm,
-        dir,
-        &format!("window{i}"),
-        p.live_windows.saturating_sub(1),
-        p.baseline,
-    )?);
-    let long = long + Duration::from_millis(p.live_windows as u64 * 2000);
-    let (code, g) = vm.finish(long)?;
-    ok_run("live snapshot's VM", code, &g)?;
-    let _ = std::fs::remove_dir_all(&live_snap);
-    Ok(())
 }
 
 /// The source's parts of a downtime (`src_*`), each the median over the reps.
@@ -539,13 +287,6 @@ fn draw_rounds(path: &Path, reps: &[Rep]) -> Result<(), BenchError> {
             series: vec![&ram, &vram],
         },
     )
-}
-
-/// The migration destinations' added environment (`--dest-gpu`).
-fn dest_env(a: &Args) -> Vec<(String, String)> {
-    a.dest_gpu
-        .map(|n| vec![("CUDA_VISIBLE_DEVICES".to_string(), n.to_string())])
-        .unwrap_or_default()
 }
 
 pub fn run(a: &Args) -> Result<String, BenchError> {

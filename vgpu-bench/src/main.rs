@@ -48,6 +48,7 @@ mod fairness_native;
 mod fairness_output;
 mod fairness_restart;
 mod fairness_window;
+mod migrate_rep;
 mod migrate_slowdown;
 mod migrate_vm;
 mod native;
