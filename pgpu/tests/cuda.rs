@@ -19,7 +19,8 @@
 //! resumes see their status area while the legacy stream is busy), `cuda/prepare.rs` (a
 //! prepared first run makes nothing and stops at its slice end), `cuda/ckcost.rs` (the driver
 //! calls and host time of a checkpointed launch no request reaches), `cuda/ckwait.rs` (`auto`'s
-//! wait), `cuda/ckadapt.rs` (each run's request path chosen by its kernel's estimate).
+//! wait), `cuda/ckadapt.rs` (each run's request path chosen by its kernel's estimate), `cuda/contend.rs`
+//! (a guest kernel's GPU time beside the bulk VRAM calls of a live copy).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -35,6 +36,8 @@ mod ckpath;
 mod ckpt;
 #[path = "cuda/ckwait.rs"]
 mod ckwait;
+#[path = "cuda/contend.rs"]
+mod contend;
 #[path = "cuda/legacy.rs"]
 mod legacy;
 #[path = "cuda/measure.rs"]
