@@ -89,16 +89,33 @@ impl ModuleCache {
     }
 
     /// Caches a module just loaded for `text` (its `bytes` already charged); returns the text's
-    /// content hash.
-    pub fn insert(&mut self, text: &str, id: ModuleId, bytes: u64, budget: &mut HostBudget) -> u64 {
+    /// content hash. One entry per text and per module: a module cached for the same text
+    /// before (a restored image may list one text twice) is unloaded from `engine` and its
+    /// charge given back; an entry of the same module id gives back its charge only (the
+    /// module stays loaded: it is this one).
+    pub fn insert(
+        &mut self,
+        engine: &dyn Engine,
+        text: &str,
+        id: ModuleId,
+        bytes: u64,
+        budget: &mut HostBudget,
+    ) -> u64 {
         let last_use = budget.tick();
         let hash = vgpu_proto::kernel::KernelKey::content_hash(text.as_bytes());
         let text: Arc<str> = Arc::from(text);
-        // One entry per text and per module (a replaced one is dropped from both indexes).
-        if let Some(&old) = self.by_text.get(&text) {
-            self.forget(old);
+        if let Some(&old) = self.by_text.get(&text).filter(|&&old| old != id)
+            && let Some(c) = self.forget(old)
+        {
+            log::debug!("vgpu: module {old:?} replaced by {id:?} for the same text");
+            if let Err(e) = engine.unload_module(old) {
+                log::warn!("vgpu: unload module {old:?}: {e}");
+            }
+            budget.release(Class::Module, c.bytes);
         }
-        self.forget(id);
+        if let Some(c) = self.forget(id) {
+            budget.release(Class::Module, c.bytes);
+        }
         self.by_text.insert(text.clone(), id);
         self.by_id.insert(
             id,
@@ -197,12 +214,59 @@ mod tests {
         HostBudget::new(1 << 30)
     }
 
+    fn sim() -> pgpu::sim::SimEngine {
+        pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 4 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    const PTX: &str =
+        ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry k() { ret; }\n";
+
+    /// A text inserted again under another module (a restored image listing one text twice):
+    /// the first module is unloaded from the engine and its charge given back, so nothing is
+    /// loaded or charged that the cache no longer knows.
+    #[test]
+    fn a_text_cached_again_unloads_and_releases_the_module_it_replaces() {
+        let engine = sim();
+        let mut b = budget();
+        let mut c = ModuleCache::default();
+        let limits = pgpu::LoadLimits::default();
+        let m1 = engine.load_module(PTX, &limits).unwrap().id;
+        assert!(b.charge(Class::Module, 100));
+        c.insert(&engine, PTX, m1, 100, &mut b);
+        let m2 = engine
+            .load_module(&format!("{PTX}// again"), &limits)
+            .unwrap()
+            .id;
+        assert_ne!(m1, m2);
+        assert!(b.charge(Class::Module, 70));
+        c.insert(&engine, PTX, m2, 70, &mut b);
+        assert_eq!(b.used(), 70, "the replaced module's charge is given back");
+        assert_eq!(c.lookup(PTX, &mut b).map(|f| f.0), Some(m2));
+        assert!(c.text_of(m1).is_none());
+        assert!(
+            engine.unload_module(m1).is_err(),
+            "the replaced module is no longer loaded"
+        );
+        // The same module again: its former charge is given back, the module stays loaded.
+        assert!(b.charge(Class::Module, 70));
+        c.insert(&engine, PTX, m2, 70, &mut b);
+        assert_eq!(b.used(), 70);
+        c.clear(&engine, &mut b);
+        assert_eq!(b.used(), 0);
+    }
+
     #[test]
     fn a_shared_text_is_found_by_address_once_aliased_and_forgotten_with_its_module() {
+        let engine = sim();
         let mut b = budget();
         let mut c = ModuleCache::default();
         let shared: Arc<str> = Arc::from(".version 7.0 // twin");
-        c.insert(&shared, ModuleId(7), 10, &mut b);
+        c.insert(&engine, &shared, ModuleId(7), 10, &mut b);
         // Not aliased yet: only the look-up by text finds it.
         assert!(c.lookup_shared(&shared, &mut b).is_none());
         assert_eq!(c.lookup(&shared, &mut b).map(|f| f.0), Some(ModuleId(7)));
@@ -233,18 +297,13 @@ mod tests {
 
     #[test]
     fn eviction_drops_every_index_of_the_module() {
-        let engine = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
-            vram_size: 4 << 20,
-            workers: 1,
-            ..Default::default()
-        })
-        .unwrap();
+        let engine = sim();
         let mut b = budget();
         let mut c = ModuleCache::default();
         let a: Arc<str> = Arc::from("a");
         let z: Arc<str> = Arc::from("z");
-        c.insert(&a, ModuleId(1), 10, &mut b);
-        c.insert(&z, ModuleId(2), 10, &mut b);
+        c.insert(&engine, &a, ModuleId(1), 10, &mut b);
+        c.insert(&engine, &z, ModuleId(2), 10, &mut b);
         c.alias(&a, ModuleId(1));
         c.set_in_use(Some(ModuleId(2)));
         assert!(c.evict_older(&engine, &mut b, None));

@@ -157,7 +157,9 @@ impl Worker {
                 Ok(m) => {
                     let bytes = m.host_bytes.saturating_add(text.len() as u64);
                     if self.budget.charge(Class::Module, bytes) {
-                        let hash = self.modules.insert(text, m.id, bytes, &mut self.budget);
+                        let hash =
+                            self.modules
+                                .insert(&*self.engine, text, m.id, bytes, &mut self.budget);
                         self.budget.count(|s| &mut s.module_loads);
                         return Ok((m.id, hash));
                     }

@@ -120,7 +120,8 @@ impl Worker {
         for m in image.modules {
             let bytes = m.host_bytes.saturating_add(m.text.len() as u64);
             if self.budget.charge(Class::Module, bytes) {
-                self.modules.insert(&m.text, m.id, bytes, &mut self.budget);
+                self.modules
+                    .insert(&*self.engine, &m.text, m.id, bytes, &mut self.budget);
                 self.budget.count(|s| &mut s.module_loads);
                 ids.push(Some(m.id));
             } else {
