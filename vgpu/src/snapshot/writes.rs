@@ -393,6 +393,10 @@ impl WriteSetLog {
                 }
                 match ws {
                     Some(ws) if !ws.unbounded && checked => {
+                        // The VA ranges marked so far: parameters pointing into one buffer
+                        // (up to the parameter space's 512 pointers at one 2 GiB extent)
+                        // visit and list its pages once.
+                        let mut marked = Vec::new();
                         for &off in &ws.params {
                             let o = off as usize;
                             let Some(b) = l.params.get(o..o + 8) else {
@@ -400,7 +404,8 @@ impl WriteSetLog {
                                 continue;
                             };
                             let ptr = u64::from_le_bytes(b.try_into().unwrap_or_default());
-                            self.mark_extent(engine, l.space, ptr, &mut vram, &mut ram);
+                            let out = (&mut vram, &mut ram);
+                            self.mark_extent(engine, l.space, ptr, &mut marked, out);
                         }
                     }
                     _ => all = true,
@@ -460,24 +465,46 @@ impl WriteSetLog {
         }
     }
 
-    /// Marks the run of mapped, writable pages from `va` on (at most the partition's size).
+    /// Marks the run of mapped, writable pages from `va` on (at most the partition's size),
+    /// jumping over the ranges in `marked` (mapped and writable, already marked: the walk goes
+    /// on after them, each of their pages counted against the size) and adding the pages it
+    /// marked to it.
     fn extent(
         &self,
         engine: &dyn Engine,
         space: SpaceId,
         va: u64,
-        vram: &mut Vec<u64>,
-        ram: &mut Vec<u64>,
+        marked: &mut Vec<(u64, u64)>,
+        (vram, ram): (&mut Vec<u64>, &mut Vec<u64>),
     ) {
         let mut page = va & !(PAGE - 1);
-        for _ in 0..self.vram_pages.max(1) {
-            if !self.mark(engine, space, page, vram, ram) {
-                return;
+        let mut left = self.vram_pages.max(1);
+        let mut from = page;
+        // Where the next marked range starts (the ranges are looked at there only).
+        let mut check = page;
+        while left > 0 {
+            if page >= check {
+                if let Some(hi) = covered(marked, page) {
+                    if from < page {
+                        marked.push((from, page));
+                    }
+                    left = left.saturating_sub((hi - page) / PAGE);
+                    (page, from, check) = (hi, hi, hi);
+                    continue;
+                }
+                check = next_start(marked, page);
             }
+            if !self.mark(engine, space, page, vram, ram) {
+                break;
+            }
+            left -= 1;
             page = match page.checked_add(PAGE) {
                 Some(p) => p,
-                None => return,
+                None => break,
             };
+        }
+        if from < page {
+            marked.push((from, page));
         }
     }
 
@@ -553,8 +580,8 @@ impl WriteSetLog {
         engine: &dyn Engine,
         space: SpaceId,
         va: u64,
-        vram: &mut Vec<u64>,
-        ram: &mut Vec<u64>,
+        marked: &mut Vec<(u64, u64)>,
+        (vram, ram): (&mut Vec<u64>, &mut Vec<u64>),
     ) {
         let declared = self
             .lock()
@@ -564,14 +591,19 @@ impl WriteSetLog {
             .map(|(s, e)| (*s, *e));
         match declared {
             Some((s, e)) if va < e => {
-                // At most the partition's size (a declaration is no longer).
-                let mut page = s & !(PAGE - 1);
+                // At most the partition's size (a declaration is no longer); once per job.
+                let lo = s & !(PAGE - 1);
+                if marked.iter().any(|&(a, b)| a <= lo && e <= b) {
+                    return;
+                }
+                let mut page = lo;
                 while page < e {
                     self.mark(engine, space, page, vram, ram);
                     page += PAGE;
                 }
+                marked.push((lo, e));
             }
-            _ => self.extent(engine, space, va, vram, ram),
+            _ => self.extent(engine, space, va, marked, (vram, ram)),
         }
     }
 
@@ -667,6 +699,24 @@ impl WriteSetLog {
     }
 }
 
+/// The lowest start of a range of `marked` above `page` (`u64::MAX` if none).
+fn next_start(marked: &[(u64, u64)], page: u64) -> u64 {
+    marked
+        .iter()
+        .map(|&(lo, _)| lo)
+        .filter(|&lo| lo > page)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// The end of the range of `marked` that holds `page`, if one does.
+fn covered(marked: &[(u64, u64)], page: u64) -> Option<u64> {
+    marked
+        .iter()
+        .find(|&&(lo, hi)| lo <= page && page < hi)
+        .map(|&(_, hi)| hi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -701,6 +751,67 @@ mod tests {
         l.declare(ALLOC_OP_FORGET_ALL, 0, 0, WINDOW);
         assert_eq!(l.declared(), 0);
         assert_eq!(l.stats().declarations_refused, 0);
+    }
+
+    /// Marks what each pointer of `ptrs` may write, as a checked launch's parameters do; the
+    /// VRAM pages listed (in order, duplicates kept).
+    fn marks(l: &WriteSetLog, e: &dyn Engine, space: SpaceId, ptrs: &[u64]) -> Vec<u64> {
+        let (mut marked, mut vram, mut ram) = (Vec::new(), Vec::new(), Vec::new());
+        for &p in ptrs {
+            l.mark_extent(e, space, p, &mut marked, (&mut vram, &mut ram));
+        }
+        assert!(ram.is_empty());
+        vram
+    }
+
+    /// Parameters pointing into one buffer list its pages once (a hostile launch's 512
+    /// pointers at one 2 GiB extent made 512 walks and a list of 512 × 512 Ki pages); a walk
+    /// that reaches pages an earlier one marked goes on after them; a declared allocation is
+    /// marked once.
+    #[test]
+    fn pointers_into_one_buffer_mark_its_pages_once() {
+        let e = pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 64 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let space = e
+            .create_space(pgpu::VaWindow {
+                base: WINDOW.0,
+                size: WINDOW.1,
+            })
+            .unwrap();
+        // 16 writable pages at VA -> VRAM 0x10000, then a hole, then 4 pages at VA + 1 MiB.
+        let map = |va: u64, pa: u64, len: u64| pgpu::Mapping {
+            va,
+            len,
+            target: MapTarget::Vram { pa },
+            perm: Perm::ReadWrite,
+            page_size: pgpu::PageSize::Size4K,
+        };
+        e.map_batch(
+            space,
+            &[
+                map(VA, 0x10000, 0x10000),
+                map(VA + (1 << 20), 0x40000, 0x4000),
+            ],
+        )
+        .unwrap();
+        let l = log();
+        let run: Vec<u64> = (0x10..0x20).collect();
+        // From the middle: to the run's end; then its start: the pages before, the rest jumped.
+        let got = marks(&l, &e, space, &[VA + 0x3000, VA + 0x5000, VA + 0x10]);
+        assert_eq!(got, [&run[3..], &run[..3]].concat());
+        // 512 pointers into it, and one into the other run.
+        let mut ptrs = vec![VA + 0x8000; 512];
+        ptrs.push(VA + (1 << 20) + 0x2000);
+        let got = marks(&l, &e, space, &ptrs);
+        assert_eq!(got, [&run[8..], &[0x42, 0x43][..]].concat());
+        // A declared allocation: its pages, once.
+        l.declare(ALLOC_OP_DECLARE, VA + 0x2000, 0x3000, WINDOW);
+        let got = marks(&l, &e, space, &[VA + 0x2000, VA + 0x4000, VA + 0x3000]);
+        assert_eq!(got, vec![0x12, 0x13, 0x14]);
     }
 
     #[test]
