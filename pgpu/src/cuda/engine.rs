@@ -94,8 +94,11 @@ pub struct CudaEngine {
     pub(crate) rates: Mutex<HashMap<RateKey, f64>>,
     /// Why the context is lost, once it is.
     pub(crate) lost: Mutex<Option<String>>,
-    /// Sub-launches issued (for experiments).
+    /// Sub-launches issued (for experiments), and the host time their calls took (start event,
+    /// `cuLaunchKernel`, end event), ns: whether a launch waits in the driver behind another
+    /// thread's calls (issue 24: the guest's kernels beside a live copy's bulk transfers).
     pub(crate) sub_launches: AtomicU64,
+    pub(crate) launch_call_ns: AtomicU64,
     /// Device buffers (flag + save area) of checkpointed launches.
     pub(crate) ck_pool: Arc<Pool>,
     /// Flag words of write-set validation (`flags`).
@@ -182,6 +185,7 @@ impl CudaEngine {
             rates: Mutex::new(HashMap::new()),
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
+            launch_call_ns: AtomicU64::new(0),
             ck_pool,
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),
@@ -207,6 +211,12 @@ impl CudaEngine {
     /// Kernel sub-launches issued so far (a sliced launch issues several).
     pub fn sub_launches(&self) -> u64 {
         self.sub_launches.load(Ordering::Relaxed)
+    }
+
+    /// Host time the sub-launches' driver calls took so far (their events and
+    /// `cuLaunchKernel`), ns.
+    pub fn launch_call_ns(&self) -> u64 {
+        self.launch_call_ns.load(Ordering::Relaxed)
     }
 
     /// Why the engine's context is lost (after a kernel fault), if it is.

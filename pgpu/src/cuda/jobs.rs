@@ -242,6 +242,7 @@ impl CudaEngine {
                 ];
                 let st = &streams[slot];
                 self.sub_launches.fetch_add(1, Ordering::Relaxed);
+                let called = std::time::Instant::now();
                 let r = st.mark_start().and_then(|_| {
                     // SAFETY: `func` belongs to a module the caller keeps alive; the parameter
                     // buffer is laid out as the entry declares (offsets from
@@ -262,7 +263,10 @@ impl CudaEngine {
                         )
                     })
                 });
-                if let Err(e) = r.and_then(|_| st.mark_end()) {
+                let r = r.and_then(|_| st.mark_end());
+                self.launch_call_ns
+                    .fetch_add(called.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if let Err(e) = r {
                     failure = Some(e);
                     break;
                 }

@@ -6,7 +6,8 @@
 //! rounds, through the gather kernel), page writes (a destination on the same GPU) and the
 //! non-zero bitmap — each with its host copy of the bytes, as a snapshot's sink makes. Prints a
 //! `MEASURE` line per phase: the launch's GPU time (the engine's, from an event recorded before
-//! the launch call) and its wall time, median and p90, beside the bulk call's GB/s. The
+//! the launch call) and its wall time, median and p90, the mean host time of the launch's
+//! driver calls (a wait behind the bulk thread's calls shows there), and the bulk call's GB/s. The
 //! kernel's output is checked after every phase.
 
 use std::ops::ControlFlow;
@@ -150,6 +151,7 @@ fn gpu_kernels_beside_the_bulk_calls() {
         let moved = AtomicU64::new(0);
         let (mut gpu, mut wall) = (Vec::new(), Vec::new());
         let t0 = Instant::now();
+        let (calls0, call_ns0) = (e.sub_launches(), e.launch_call_ns());
         let mut bulk_time = Duration::ZERO;
         std::thread::scope(|s| {
             let bulk = s.spawn(|| {
@@ -177,8 +179,11 @@ fn gpu_kernels_beside_the_bulk_calls() {
         e.copy_from_space(p.space, p.addrs[0], &mut out).unwrap();
         check(&inst, &[out]).unwrap();
         let gbs = moved.load(Ordering::Relaxed) as f64 / bulk_time.as_secs_f64().max(1e-9) / 1e9;
+        let calls = (e.sub_launches() - calls0).max(1);
+        let call_us = (e.launch_call_ns() - call_ns0) as f64 / calls as f64 / 1e3;
         println!(
-            "MEASURE contend {what:?}: {} launches, gpu p50 {:.1} p90 {:.1} us, wall p50 {:.1} p90 {:.1} us, bulk {gbs:.2} GB/s",
+            "MEASURE contend {what:?}: {} launches, gpu p50 {:.1} p90 {:.1} us, wall p50 {:.1} p90 {:.1} us, \
+             launch calls {call_us:.1} us each, bulk {gbs:.2} GB/s",
             gpu.len(),
             pct(&mut gpu, 0.5),
             pct(&mut gpu, 0.9),
