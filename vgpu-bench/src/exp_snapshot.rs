@@ -267,6 +267,8 @@ fn output(
     let m = |p: &str| median.get(p).copied().unwrap_or(0.0);
     let save = gbps(f.bytes, m("save_mem"));
     let restore = gbps(f.bytes, m("restore_mem"));
+    // Where the data files were written: the file figures depend on it (tmpfs and its `huge=`).
+    let out_fs = crate::mounts::of(&a.out);
     let summary = serde_json::json!({
         "experiment": "snapshot",
         "backend": a.backend.name(),
@@ -292,6 +294,7 @@ fn output(
         "target_gb_per_s": TARGET_GBPS,
         "meets_target": a.backend == Backend::Cuda && save >= TARGET_GBPS && restore >= TARGET_GBPS,
         "device_file_target_gb_per_s": DEVICE_FILE_TARGET_GBPS,
+        "out_fs": out_fs.as_ref().map(crate::mounts::Mount::json),
         "phases": phases,
     });
     report::write(
@@ -324,7 +327,7 @@ fn output(
         line.push_str(&format!(
             "; device save {:.2} GB/s (file+fsync {:.2}, through one writer {:.2}), restore {:.2} \
              (file {:.2}, through one reader {:.2}); the file alone: write+fsync {:.2}, read {:.2} \
-             (device file target {DEVICE_FILE_TARGET_GBPS} GB/s each way)",
+             (device file target {DEVICE_FILE_TARGET_GBPS} GB/s each way; files on {})",
             g("device_save_mem"),
             g("device_save_file_fsync"),
             g("device_save_stream_fsync"),
@@ -333,6 +336,10 @@ fn output(
             g("device_restore_stream"),
             g("file_write_fsync"),
             g("file_read"),
+            out_fs.as_ref().map_or_else(
+                || "an unknown file system".into(),
+                crate::mounts::Mount::describe
+            ),
         ));
     }
     if a.backend == Backend::Cuda {

@@ -51,6 +51,7 @@ mod fairness_window;
 mod migrate_rep;
 mod migrate_slowdown;
 mod migrate_vm;
+mod mounts;
 mod native;
 mod native_load;
 mod overhead_output;
