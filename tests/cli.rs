@@ -47,6 +47,8 @@ fn out_of_range_numbers_are_usage_errors_naming_the_option_and_range() {
         ("--memory", "0", "2..=1048576"),
         ("--memory", "1", "2..=1048576"),
         ("--timeout", "0", "0.001"),
+        ("--copy-nice", "20", "0..=19"),
+        ("--copy-threads", "0", "1..=1024"),
     ] {
         let out = vmm()
             .args(["--guest", "hello", opt, value])
@@ -119,6 +121,47 @@ pub fn assert_help_documents_every_option(help: &str) {
     }
     assert!(options > 3, "{help}");
     assert!(!help.contains("::"), "internal name in help:\n{help}");
+}
+
+/// `--copy-threads` and `--copy-nice`: the copy pool's threads are there from the start,
+/// named, as many as asked, at the nice value asked; the vCPU and main threads keep theirs.
+#[test]
+fn copy_threads_run_as_many_and_as_nice_as_asked() {
+    let mut child = vmm()
+        .args(["--guest", "idle", "--copy-threads", "3", "--copy-nice", "7"])
+        .args(["--timeout", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tasks = format!("/proc/{}/task", child.id());
+    let nice_of = |name: &str| -> Vec<i64> {
+        let mut v = Vec::new();
+        for t in std::fs::read_dir(&tasks).into_iter().flatten().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            // Fields after the command's closing parenthesis: state is field 3, nice 19.
+            let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let nice = after
+                .split_whitespace()
+                .nth(16)
+                .and_then(|n| n.parse().ok());
+            if comm.trim().starts_with(name)
+                && let Some(n) = nice
+            {
+                v.push(n);
+            }
+        }
+        v
+    };
+    let t0 = std::time::Instant::now();
+    while nice_of("vcpu").is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (copy, vcpu) = (nice_of("vgpu-copy-"), nice_of("vcpu"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(copy, vec![7, 7, 7], "the copy threads");
+    assert_eq!(vcpu, vec![0], "the vCPU thread");
 }
 
 #[test]

@@ -71,6 +71,13 @@ pub struct Args {
     /// More `--gpu` options (e.g. `preempt=checkpoint`).
     #[arg(long, value_name = "OPTS")]
     pub gpu_extra: Option<String>,
+    /// Every VMM's `--copy-nice N` (source, destination, standby): the nice value of the
+    /// threads that copy and checksum the snapshot's data (default: the VMM's, 0).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub copy_nice: Option<i32>,
+    /// Every VMM's `--copy-threads N` (default: the VMM's, one per CPU).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub copy_threads: Option<u64>,
     /// cuda: run the migration destinations on this CUDA device of the host
     /// (`CUDA_VISIBLE_DEVICES=N` in their environment), not on the source's GPU, as a
     /// destination on another host's GPU would be; tells the destination's own GPU work (its
@@ -152,12 +159,26 @@ pub(crate) fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
         gpu.push(',');
         gpu.push_str(x);
     }
-    vec![
+    let mut v = vec![
         "--memory".into(),
         p.memory_mib.to_string(),
         "--gpu".into(),
         gpu,
-    ]
+    ];
+    v.extend(copy_args(a));
+    v
+}
+
+/// The copy pool's options every VMM of a run gets (`--copy-nice`, `--copy-threads`).
+pub(crate) fn copy_args(a: &Args) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(n) = a.copy_nice {
+        v.extend(["--copy-nice".into(), n.to_string()]);
+    }
+    if let Some(n) = a.copy_threads {
+        v.extend(["--copy-threads".into(), n.to_string()]);
+    }
+    v
 }
 
 /// The VMM command line of the guest.

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::BenchError;
-use crate::exp_migrate::{Args, Dest, Plan, machine_args, vm_args};
+use crate::exp_migrate::{Args, Dest, Plan, copy_args, machine_args, vm_args};
 use crate::fairness_guest::GuestRun;
 use crate::migrate_slowdown;
 use crate::migrate_vm::{self, Vm};
@@ -180,7 +180,10 @@ impl RepRun<'_> {
                 let tag = if live { "live" } else { "stop" };
                 let dest_name = format!("{tag}-dest{i}");
                 let (mut dest, sock) = match a.dest {
-                    Dest::Incoming => migrate_vm::incoming(dir, &dest_name, vmm, &dest_env(a))?,
+                    Dest::Incoming => {
+                        let x = copy_args(a);
+                        migrate_vm::incoming(dir, &dest_name, vmm, &x, &dest_env(a))?
+                    }
                     Dest::Standby => {
                         let m = machine_args(a, p);
                         let (vm, sock, _) =

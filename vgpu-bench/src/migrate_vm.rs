@@ -130,23 +130,20 @@ pub fn incoming(
     dir: &Path,
     name: &str,
     vmm: &Path,
+    extra: &[String],
     env: &[(String, String)],
 ) -> Result<(Vm, PathBuf), BenchError> {
     let socket = dir.join(format!("{name}.in"));
     let stats = format!("--stats={}", incoming_stats(dir, name).display());
-    let mut vm = Vm::start_env(
-        dir,
-        name,
-        vmm,
-        &[
-            "--incoming".into(),
-            socket.display().to_string(),
-            "--timeout".into(),
-            "300".into(),
-            stats,
-        ],
-        env,
-    )?;
+    let mut args = vec![
+        "--incoming".into(),
+        socket.display().to_string(),
+        "--timeout".into(),
+        "300".into(),
+        stats,
+    ];
+    args.extend_from_slice(extra);
+    let mut vm = Vm::start_env(dir, name, vmm, &args, env)?;
     let until = Instant::now() + Duration::from_secs(30);
     while !socket.exists() {
         if vm.proc.poll() || Instant::now() > until {

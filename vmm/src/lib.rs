@@ -8,7 +8,8 @@
 //! (`--stats`), [`builder`] (building a VM, for boot or from a snapshot), [`vm`] (running it),
 //! [`pause`] (parking vCPUs), [`persist`] (the devices' state contract), [`snapshot`] (the
 //! snapshot format, saving and loading), [`control`] (pause, resume, stats, snapshot of a running
-//! VM), [`live`] (the pre-copy of live snapshots and migration), [`move_gpu`] (moving the
+//! VM), [`live`] (the pre-copy of live snapshots and migration), [`copy_pool`] (the threads
+//! that copy and checksum snapshot data: how many, at what nice value), [`move_gpu`] (moving the
 //! virtual GPU to another GPU of its vgpud), [`standby`] (`--standby`: a VM prepared before the
 //! snapshot it restores or the migration it receives), [`api`] (`--api-socket` and `vgpu-vmm ctl`).
 
@@ -16,6 +17,7 @@ pub mod api;
 pub mod arch;
 pub mod builder;
 pub mod control;
+pub mod copy_pool;
 pub mod devices;
 pub mod disk;
 pub mod exit;

@@ -125,6 +125,16 @@ struct Args {
     /// each line is written whole).
     #[arg(long, value_name = "TEXT")]
     console_prefix: Option<String>,
+    /// Threads that copy and checksum snapshot and migration data (the VRAM lanes, the CRC
+    /// lanes), 1 to 1024 (default: one per CPU the process may use).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    copy_threads: Option<u64>,
+    /// Nice value of those threads, 0 to 19 (0: the VMM's own): a positive value makes the copy
+    /// of a live snapshot or live migration yield the host's cores to the running guest
+    /// (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    copy_nice: i32,
     /// Log level; RUST_LOG overrides it.
     #[arg(long, value_name = "LEVEL", default_value = "warn", value_parser = LOG_LEVELS)]
     log_level: String,
@@ -389,6 +399,10 @@ fn main() -> ExitCode {
             println!("{n:width$}  {}", guest_images::description(n));
         }
         return ExitCode::SUCCESS;
+    }
+    if let Err(e) = vmm::copy_pool::init(args.copy_threads.map(|n| n as usize), args.copy_nice) {
+        eprintln!("vgpu-vmm: {e}");
+        return ExitCode::from(1);
     }
     if args.standby {
         return standby(args);
