@@ -4,7 +4,8 @@
 //! ~90 µs on an H100) launched back to back, alone and while another thread loops one bulk
 //! call over 1 GiB — batched reads of contiguous runs (round 0), of scattered pages (later
 //! rounds, through the gather kernel), page writes (a destination on the same GPU) and the
-//! non-zero bitmap — each with its host copy of the bytes, as a snapshot's sink makes. Prints a
+//! non-zero bitmap — each with its host copy of the bytes, as a snapshot's sink makes — and,
+//! without GPU work, one thread per CPU copying host memory (the live copy's lanes). Prints a
 //! `MEASURE` line per phase: the launch's GPU time (the engine's, from an event recorded before
 //! the launch call) and its wall time, median and p90, the mean host time of the launch's
 //! driver calls (a wait behind the bulk thread's calls shows there), and the bulk call's GB/s. The
@@ -30,6 +31,9 @@ enum Bulk {
     ReadScattered,
     WritePages,
     Nonzero,
+    /// No GPU work: one thread per CPU copying host memory, as a live copy's CRC and copy
+    /// lanes keep the host's cores busy (does the launch's host path lose its core?).
+    CpuLoad,
 }
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
@@ -42,6 +46,22 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
 fn bulk_pass(e: &pgpu::cuda::CudaEngine, what: Bulk, host: &mut [u8]) -> u64 {
     match what {
         Bulk::Alone => 0,
+        Bulk::CpuLoad => {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let per = host.len() / threads;
+            std::thread::scope(|s| {
+                for chunk in host.chunks_mut(per.max(1)) {
+                    s.spawn(move || {
+                        let src = vec![7u8; chunk.len()];
+                        for _ in 0..16 {
+                            chunk.copy_from_slice(&src);
+                            std::hint::black_box(&mut *chunk);
+                        }
+                    });
+                }
+            });
+            16 * host.len() as u64
+        }
         Bulk::ReadContiguous | Bulk::ReadScattered => {
             let runs: Vec<(u64, u64)> = if what == Bulk::ReadContiguous {
                 vec![(GIB, GIB)]
@@ -144,6 +164,7 @@ fn gpu_kernels_beside_the_bulk_calls() {
         Bulk::ReadScattered,
         Bulk::WritePages,
         Bulk::Nonzero,
+        Bulk::CpuLoad,
         Bulk::Alone,
     ];
     for what in phases {
