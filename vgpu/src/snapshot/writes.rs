@@ -466,9 +466,11 @@ impl WriteSetLog {
     }
 
     /// Marks the run of mapped, writable pages from `va` on (at most the partition's size),
-    /// jumping over the ranges in `marked` (mapped and writable, already marked: the walk goes
-    /// on after them, each of their pages counted against the size) and adding the pages it
-    /// marked to it.
+    /// jumping over the ranges in `marked` (whole pages already marked: the walk goes on after
+    /// them, each of their pages counted against the size) and adding the pages it marked to
+    /// it. A declared range in `marked` may hold pages that are not mapped writable, where a
+    /// walk of its own would have stopped: jumping over it marks more than that walk, never
+    /// less (the marks stay a superset of what each pointer's own walk marks).
     fn extent(
         &self,
         engine: &dyn Engine,
@@ -592,8 +594,10 @@ impl WriteSetLog {
         match declared {
             Some((s, e)) if va < e => {
                 // At most the partition's size (a declaration is no longer); once per job.
+                // Ranges stay whole pages: a walk that jumps over this one resumes at a page.
                 let lo = s & !(PAGE - 1);
-                if marked.iter().any(|&(a, b)| a <= lo && e <= b) {
+                let hi = e.checked_next_multiple_of(PAGE).unwrap_or(u64::MAX);
+                if marked.iter().any(|&(a, b)| a <= lo && hi <= b) {
                     return;
                 }
                 let mut page = lo;
@@ -601,7 +605,7 @@ impl WriteSetLog {
                     self.mark(engine, space, page, vram, ram);
                     page += PAGE;
                 }
-                marked.push((lo, e));
+                marked.push((lo, hi));
             }
             _ => self.extent(engine, space, va, marked, (vram, ram)),
         }
@@ -812,6 +816,116 @@ mod tests {
         l.declare(ALLOC_OP_DECLARE, VA + 0x2000, 0x3000, WINDOW);
         let got = marks(&l, &e, space, &[VA + 0x2000, VA + 0x4000, VA + 0x3000]);
         assert_eq!(got, vec![0x12, 0x13, 0x14]);
+    }
+
+    fn map4k(va: u64, pa: u64, perm: Perm) -> pgpu::Mapping {
+        pgpu::Mapping {
+            va,
+            len: PAGE,
+            target: MapTarget::Vram { pa },
+            perm,
+            page_size: pgpu::PageSize::Size4K,
+        }
+    }
+
+    fn sim64() -> pgpu::sim::SimEngine {
+        pgpu::sim::SimEngine::new(pgpu::sim::SimConfig {
+            vram_size: 64 << 20,
+            workers: 1,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn space(e: &pgpu::sim::SimEngine) -> SpaceId {
+        e.create_space(pgpu::VaWindow {
+            base: WINDOW.0,
+            size: WINDOW.1,
+        })
+        .unwrap()
+    }
+
+    /// What each pointer's own walk marks (a fresh `marked` per pointer: what the code marked
+    /// before pointers shared one).
+    fn alone(l: &WriteSetLog, e: &dyn Engine, space: SpaceId, ptrs: &[u64]) -> BTreeSet<u64> {
+        ptrs.iter()
+            .flat_map(|&p| marks(l, e, space, &[p]))
+            .collect()
+    }
+
+    /// Found by review: a walk that jumped to a declared range's unaligned end and stopped at
+    /// the partition's size left a range whose last page it had not marked; a declared range
+    /// inside it was then skipped, its page missed. Ranges are now whole pages.
+    #[test]
+    fn a_capped_walk_after_a_declared_range_misses_no_page() {
+        let e = sim64();
+        let s = space(&e);
+        // VA pages 0..8 alias VRAM page 0; VA page 8 is VRAM page 5.
+        let mut ms: Vec<_> = (0..8)
+            .map(|k| map4k(VA + k * PAGE, 0, Perm::ReadWrite))
+            .collect();
+        ms.push(map4k(VA + 8 * PAGE, 5 * PAGE, Perm::ReadWrite));
+        e.map_batch(s, &ms).unwrap();
+        let l = WriteSetLog::new(0, 8 * PAGE, SysmemMap::default());
+        l.declare(ALLOC_OP_DECLARE, VA + 0x100, 0x1700, WINDOW);
+        l.declare(ALLOC_OP_DECLARE, VA + 0x7000, 0x1400, WINDOW);
+        let ptrs = [VA + 0x100, VA, VA + 0x7000];
+        let one = alone(&l, &e, s, &ptrs);
+        let all: BTreeSet<u64> = marks(&l, &e, s, &ptrs).into_iter().collect();
+        assert!(one.contains(&5));
+        assert!(all.is_superset(&one), "alone {one:?}, together {all:?}");
+    }
+
+    /// Random address spaces (holes, read-only pages, aliases), declarations and pointers:
+    /// the pages marked together are a superset of those each pointer's walk marks alone.
+    #[test]
+    fn pointers_marked_together_cover_what_each_marks_alone() {
+        let e = sim64();
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..200_000 {
+            let s = space(&e);
+            let (pages, vram_pages) = (4 + rnd(12), 1 + rnd(12));
+            let ms: Vec<_> = (0..pages)
+                .filter_map(|k| {
+                    let (va, pa) = (VA + k * PAGE, rnd(vram_pages + 4) * PAGE);
+                    match rnd(16) {
+                        0 => None,
+                        1 => Some(map4k(va, pa, Perm::ReadOnly)),
+                        _ => Some(map4k(va, pa, Perm::ReadWrite)),
+                    }
+                })
+                .collect();
+            if !ms.is_empty() {
+                e.map_batch(s, &ms).unwrap();
+            }
+            let l = WriteSetLog::new(0, vram_pages * PAGE, SysmemMap::default());
+            for _ in 0..1 + rnd(3) {
+                l.declare(
+                    ALLOC_OP_DECLARE,
+                    VA + rnd(pages * PAGE),
+                    1 + rnd(4 * PAGE),
+                    WINDOW,
+                );
+            }
+            let ptrs: Vec<u64> = (0..1 + rnd(8))
+                .map(|_| VA + rnd((pages + 2) * PAGE))
+                .collect();
+            let one = alone(&l, &e, s, &ptrs);
+            let all: BTreeSet<u64> = marks(&l, &e, s, &ptrs).into_iter().collect();
+            assert!(
+                all.is_superset(&one),
+                "round {round}: {vram_pages} pages, declared {:x?}, pointers {ptrs:x?}: \
+                 alone {one:?}, together {all:?}",
+                ranges(&l)
+            );
+            e.destroy_space(s).unwrap();
+        }
     }
 
     #[test]
