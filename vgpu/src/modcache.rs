@@ -89,10 +89,12 @@ impl ModuleCache {
     }
 
     /// Caches a module just loaded for `text` (its `bytes` already charged); returns the text's
-    /// content hash. One entry per text and per module: a module cached for the same text
-    /// before (a restored image may list one text twice) is unloaded from `engine` and its
-    /// charge given back; an entry of the same module id gives back its charge only (the
-    /// module stays loaded: it is this one).
+    /// content hash. The engines give a text one module id and count its loads: a text cached
+    /// already under `id` (a GPU image imported into a warm cache) was loaded once more, and
+    /// that load is given back to `engine` at once, with the earlier charge, so that the
+    /// entry holds one load and one charge. Another id for a cached text (no engine makes
+    /// one) replaces it: the old module is unloaded unless a job runs or resumes in it, and
+    /// its charge is given back either way.
     pub fn insert(
         &mut self,
         engine: &dyn Engine,
@@ -104,16 +106,24 @@ impl ModuleCache {
         let last_use = budget.tick();
         let hash = vgpu_proto::kernel::KernelKey::content_hash(text.as_bytes());
         let text: Arc<str> = Arc::from(text);
-        if let Some(&old) = self.by_text.get(&text).filter(|&&old| old != id)
-            && let Some(c) = self.forget(old)
-        {
-            log::debug!("vgpu: module {old:?} replaced by {id:?} for the same text");
-            if let Err(e) = engine.unload_module(old) {
-                log::warn!("vgpu: unload module {old:?}: {e}");
+        if let Some(&old) = self.by_text.get(&text).filter(|&&old| old != id) {
+            debug_assert!(false, "module {old:?} and {id:?} for one text");
+            let busy = Some(old) == self.in_use || self.kept.contains(&old);
+            if let Some(c) = self.forget(old) {
+                if busy {
+                    log::warn!("vgpu: module {old:?} replaced by {id:?} while in use: kept loaded");
+                } else if let Err(e) = engine.unload_module(old) {
+                    log::warn!("vgpu: unload module {old:?}: {e}");
+                }
+                budget.release(Class::Module, c.bytes);
             }
-            budget.release(Class::Module, c.bytes);
         }
         if let Some(c) = self.forget(id) {
+            if *c.text == *text
+                && let Err(e) = engine.unload_module(id)
+            {
+                log::warn!("vgpu: unload module {id:?} (loaded twice): {e}");
+            }
             budget.release(Class::Module, c.bytes);
         }
         self.by_text.insert(text.clone(), id);
@@ -226,38 +236,33 @@ mod tests {
     const PTX: &str =
         ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry k() { ret; }\n";
 
-    /// A text inserted again under another module (a restored image listing one text twice):
-    /// the first module is unloaded from the engine and its charge given back, so nothing is
-    /// loaded or charged that the cache no longer knows.
+    /// A text cached again under its module (an image imported into a warm cache: the engine
+    /// loaded it once more, under the same id): the extra load and the earlier charge are
+    /// given back, so that clearing the cache leaves the engine with nothing loaded.
     #[test]
-    fn a_text_cached_again_unloads_and_releases_the_module_it_replaces() {
+    fn a_module_cached_twice_holds_one_load_and_one_charge() {
         let engine = sim();
         let mut b = budget();
         let mut c = ModuleCache::default();
         let limits = pgpu::LoadLimits::default();
-        let m1 = engine.load_module(PTX, &limits).unwrap().id;
+        let m = engine.load_module(PTX, &limits).unwrap().id;
         assert!(b.charge(Class::Module, 100));
-        c.insert(&engine, PTX, m1, 100, &mut b);
-        let m2 = engine
-            .load_module(&format!("{PTX}// again"), &limits)
-            .unwrap()
-            .id;
-        assert_ne!(m1, m2);
-        assert!(b.charge(Class::Module, 70));
-        c.insert(&engine, PTX, m2, 70, &mut b);
-        assert_eq!(b.used(), 70, "the replaced module's charge is given back");
-        assert_eq!(c.lookup(PTX, &mut b).map(|f| f.0), Some(m2));
-        assert!(c.text_of(m1).is_none());
-        assert!(
-            engine.unload_module(m1).is_err(),
-            "the replaced module is no longer loaded"
+        c.insert(&engine, PTX, m, 100, &mut b);
+        assert_eq!(
+            engine.load_module(PTX, &limits).unwrap().id,
+            m,
+            "one id per text"
         );
-        // The same module again: its former charge is given back, the module stays loaded.
         assert!(b.charge(Class::Module, 70));
-        c.insert(&engine, PTX, m2, 70, &mut b);
-        assert_eq!(b.used(), 70);
+        c.insert(&engine, PTX, m, 70, &mut b);
+        assert_eq!(b.used(), 70, "one charge");
+        assert_eq!(c.lookup(PTX, &mut b).map(|f| f.0), Some(m));
         c.clear(&engine, &mut b);
         assert_eq!(b.used(), 0);
+        assert!(
+            engine.unload_module(m).is_err(),
+            "the second load was given back: nothing is left loaded"
+        );
     }
 
     #[test]
