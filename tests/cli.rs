@@ -124,7 +124,7 @@ pub fn assert_help_documents_every_option(help: &str) {
 }
 
 /// `--copy-threads` and `--copy-nice`: the copy pool's threads are there from the start,
-/// named, as many as asked, at the nice value asked; the vCPU and main threads keep theirs.
+/// named, as many as asked, that many nice steps below the vCPU thread (the VMM's level).
 #[test]
 fn copy_threads_run_as_many_and_as_nice_as_asked() {
     let mut child = vmm()
@@ -160,8 +160,10 @@ fn copy_threads_run_as_many_and_as_nice_as_asked() {
     let (copy, vcpu) = (nice_of("vgpu-copy-"), nice_of("vcpu"));
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(copy, vec![7, 7, 7], "the copy threads");
-    assert_eq!(vcpu, vec![0], "the vCPU thread");
+    // Relative to the VMM's own level (the test may run niced).
+    assert_eq!(vcpu.len(), 1, "one vCPU thread");
+    let want = (vcpu[0] + 7).min(19);
+    assert_eq!(copy, vec![want; 3], "the copy threads, vCPU at {}", vcpu[0]);
 }
 
 #[test]

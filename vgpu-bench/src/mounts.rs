@@ -44,8 +44,8 @@ impl Mount {
 /// The mount `path` (made absolute and resolved) is on, from this process's `mountinfo`.
 pub fn of(path: &Path) -> Option<Mount> {
     let path = std::fs::canonicalize(path).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    find(&info, &path)
+    let info = std::fs::read("/proc/self/mountinfo").ok()?;
+    find(&String::from_utf8_lossy(&info), &path)
 }
 
 /// Octal escapes of `mountinfo` (`\040` for a space) undone.
@@ -54,9 +54,12 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+            && let Some(d) = octal
+            && let Ok(v) = u8::from_str_radix(&String::from_utf8_lossy(d), 8)
         {
             out.push(v);
             i += 4;
@@ -138,6 +141,8 @@ mod tests {
         // Not a prefix by components: /tmp/snap is not under /tmp/snap dir.
         assert_eq!(find(INFO, Path::new("/tmp/snap")).unwrap().mount_point, "/");
         assert!(find("garbage\n", Path::new("/")).is_none());
+        // A backslash before anything but three octal digits stays as it is.
+        assert_eq!(unescape("a\\é\\04\\040b"), "a\\é\\04 b");
     }
 
     #[test]

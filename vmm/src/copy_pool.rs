@@ -26,7 +26,10 @@ pub const MAX_THREADS: usize = 1024;
 static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// Makes the global pool: `threads` workers (`None`: one per CPU this process may use, as
-/// rayon's default), each at nice value `nice` (0: unchanged), named `vgpu-copy-N`.
+/// rayon's default), each `nice` steps below the thread that made it (its nice value plus
+/// `nice`, at most 19; 0: unchanged), named `vgpu-copy-N`. Relative, so that the copy never
+/// runs above the VMM's own threads (an absolute value below the VMM's would raise it where
+/// the process may, as root, and be refused where it may not).
 pub fn init(threads: Option<usize>, nice: i32) -> Result<(), CopyPoolError> {
     let mut b = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("vgpu-copy-{i}"));
     if let Some(n) = threads {
@@ -39,15 +42,29 @@ pub fn init(threads: Option<usize>, nice: i32) -> Result<(), CopyPoolError> {
     Ok(())
 }
 
-/// Sets the calling thread's nice value (Linux: per thread).
+/// Lowers the calling thread's priority by `nice` steps (Linux: nice values are per thread; a
+/// new thread starts at its creator's).
 fn set_nice(nice: i32) {
     // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    let tid = unsafe { libc::gettid() } as libc::id_t;
+    // getpriority returns the nice value, which may be -1: errno tells a failure apart.
+    // SAFETY: errno of this thread, then getpriority on this thread's id; no memory passed.
+    let cur = unsafe {
+        *libc::__errno_location() = 0;
+        libc::getpriority(libc::PRIO_PROCESS, tid)
+    };
+    // SAFETY: this thread's errno.
+    let cur = if cur == -1 && unsafe { *libc::__errno_location() } != 0 {
+        0
+    } else {
+        cur
+    };
+    let target = cur.saturating_add(nice).min(19);
     // SAFETY: setpriority on this thread's id; no memory is passed.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, target) };
     if r != 0 && !WARNED.swap(true, Ordering::Relaxed) {
         log::warn!(
-            "copy threads: nice {nice} refused ({}); they run at the process's level",
+            "copy threads: nice {target} refused ({}); they run at the process's level",
             std::io::Error::last_os_error()
         );
     }

@@ -129,9 +129,9 @@ struct Args {
     /// lanes), 1 to 1024 (default: one per CPU the process may use).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     copy_threads: Option<u64>,
-    /// Nice value of those threads, 0 to 19 (0: the VMM's own): a positive value makes the copy
-    /// of a live snapshot or live migration yield the host's cores to the running guest
-    /// (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
+    /// How many nice steps those threads run below the VMM, 0 to 19 (at most nice 19): a
+    /// positive value makes the copy of a live snapshot or live migration yield the host's
+    /// cores to the running guest (docs/snapshot.md, "Live snapshots and VRAM pre-copy").
     #[arg(long, value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(i32).range(0..=19))]
     copy_nice: i32,
