@@ -112,16 +112,7 @@ fn early_once(
         e.copy_to_space(p.space, va, &b.init)
             .map_err(|e| e.to_string())?;
     }
-    let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).map_err(|e| e.to_string())?,
-    });
+    let job = launch_job(p, &inst.launches[0])?;
     let h = PreemptHandle::new();
     if matches!(when, When::Pending) {
         h.request();

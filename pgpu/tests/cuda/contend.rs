@@ -126,16 +126,7 @@ fn gpu_kernels_beside_the_bulk_calls() {
     for off in (0..GIB).step_by(chunk.len()) {
         e.vram_write(GIB + off, &chunk).unwrap();
     }
-    let l = &inst.launches[0];
-    let job = Job::Launch(LaunchJob {
-        space: p.space,
-        module: p.module,
-        entry: l.entry.to_string(),
-        grid: l.grid,
-        block: l.block,
-        dynamic_shared: l.shared_bytes,
-        params: suite::layout_params(&l.params, &p.addrs).unwrap(),
-    });
+    let job = launch_job(&p, &inst.launches[0]).unwrap();
     let h = PreemptHandle::new();
     let launch = || {
         let t = Instant::now();

@@ -27,16 +27,7 @@ fn run_in_slices(
     let h = PreemptHandle::new();
     let (mut runs, mut gpu) = (0u32, Duration::ZERO);
     for l in &inst.launches {
-        let params = suite::layout_params(&l.params, &p.addrs).unwrap();
-        let job = Job::Launch(LaunchJob {
-            space: p.space,
-            module: p.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params,
-        });
+        let job = launch_job(p, l).unwrap();
         let mut ctx: Option<SavedContext> = None;
         loop {
             assert!(

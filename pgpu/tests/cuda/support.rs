@@ -164,6 +164,20 @@ pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
 /// 50 launches of the suite's medium sizes) and a helper thread preempts every run ([`Preempter`]);
 /// the run resumes (alternately from memory and from bytes). Returns buffers and preemption
 /// count; a launch over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
+/// The job of `l`, one of `p`'s instance's launches (its pointer parameters at the placed
+/// buffers).
+pub fn launch_job(p: &Placed, l: &suite::Launch) -> Result<Job, String> {
+    Ok(Job::Launch(LaunchJob {
+        space: p.space,
+        module: p.module,
+        entry: l.entry.to_string(),
+        grid: l.grid,
+        block: l.block,
+        dynamic_shared: l.shared_bytes,
+        params: suite::layout_params(&l.params, &p.addrs).map_err(|e| e.to_string())?,
+    }))
+}
+
 pub fn run(
     e: &dyn Engine,
     p: &Placed,
@@ -174,16 +188,7 @@ pub fn run(
     let _p = preempt_every.map(|d| Preempter::start(&h, d));
     let mut n = 0;
     for l in &inst.launches {
-        let params = suite::layout_params(&l.params, &p.addrs).map_err(|e| e.to_string())?;
-        let job = Job::Launch(LaunchJob {
-            space: p.space,
-            module: p.module,
-            entry: l.entry.to_string(),
-            grid: l.grid,
-            block: l.block,
-            dynamic_shared: l.shared_bytes,
-            params,
-        });
+        let job = launch_job(p, l)?;
         h.clear();
         if preempt_every.is_some() {
             h.request();
