@@ -71,6 +71,11 @@ pub struct Args {
     /// More `--gpu` options (e.g. `preempt=checkpoint`).
     #[arg(long, value_name = "OPTS")]
     pub gpu_extra: Option<String>,
+    /// Guest milliseconds of kernels per VM (default 8000, 4000 with `--short`): the guest
+    /// must outlive a live migration and the destination's window after it, so raise it where
+    /// a migration takes seconds (a 1 GiB working set on the sim engine of a small host).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    pub guest_ms: Option<u64>,
     /// Every VMM's `--copy-nice N` (source, destination, standby): the nice value of the
     /// threads that copy and checksum the snapshot's data (default: the VMM's, 0).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
@@ -133,7 +138,7 @@ impl Plan {
                 reps: 1,
                 vram_mib: 64,
                 memory_mib: 64,
-                guest_ms: 4000,
+                guest_ms: a.guest_ms.unwrap_or(4000),
                 window: Duration::from_millis(600),
                 live_windows: a.live_windows.unwrap_or(3),
                 baseline: Duration::from_millis(300),
@@ -143,7 +148,7 @@ impl Plan {
                 reps: a.reps,
                 vram_mib: a.vram_mib,
                 memory_mib: a.memory_mib,
-                guest_ms: 8000,
+                guest_ms: a.guest_ms.unwrap_or(8000),
                 window: Duration::from_millis(1500),
                 live_windows: a.live_windows.unwrap_or(5),
                 baseline: Duration::from_millis(500),
