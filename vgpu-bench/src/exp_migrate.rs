@@ -73,11 +73,12 @@ pub struct Args {
     pub gpu_extra: Option<String>,
     /// Guest milliseconds of kernels per VM (default 8000, 4000 with `--short`): the guest
     /// must outlive a live migration and the destination's window after it, so raise it where
-    /// a migration takes seconds (a 1 GiB working set on the sim engine of a small host).
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    /// a migration takes seconds (a 1 GiB working set on the sim engine of a small host). At
+    /// most 240 s: every VMM of a run stops at its `--timeout 300`.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1000..=240_000))]
     pub guest_ms: Option<u64>,
-    /// Every VMM's `--copy-nice N` (source, destination, standby): the nice value of the
-    /// threads that copy and checksum the snapshot's data (default: the VMM's, 0).
+    /// Every VMM's `--copy-nice N` (source, destination, standby): how many nice steps the
+    /// threads that copy and checksum the snapshot's data run below the VMM (default 0).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
     pub copy_nice: Option<i32>,
     /// Every VMM's `--copy-threads N` (default: the VMM's, one per CPU).

@@ -54,11 +54,16 @@ fn set_nice(nice: i32) {
         libc::getpriority(libc::PRIO_PROCESS, tid)
     };
     // SAFETY: this thread's errno.
-    let cur = if cur == -1 && unsafe { *libc::__errno_location() } != 0 {
-        0
-    } else {
-        cur
-    };
+    if cur == -1 && unsafe { *libc::__errno_location() } != 0 {
+        // Unknown level: setting one could raise the thread above the VMM (as root).
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "copy threads: their nice value is unknown ({}); left as it is",
+                std::io::Error::last_os_error()
+            );
+        }
+        return;
+    }
     let target = cur.saturating_add(nice).min(19);
     // SAFETY: setpriority on this thread's id; no memory is passed.
     let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, target) };

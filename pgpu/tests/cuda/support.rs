@@ -151,19 +151,6 @@ impl Drop for Preempter {
     }
 }
 
-/// Most resumes of one launch in `run`, and the most time one launch may take there: a
-/// launch whose resumes all start with the flag already raised (a request between the handle's
-/// clear and the kernel's start) never starts its not-started threads, so a run that does not
-/// progress is bounded and reported rather than left to hang.
-pub const RUN_MAX_RESUMES: u32 = 1_000_000;
-pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
-
-/// Runs every launch; with `preempt_every`, each launch's fresh run is requested before it
-/// starts (it stops at its first point: on a real GPU nothing else preempts a kernel of a few
-/// µs, which has ended before a request after its start lands — session 13: 0 preemptions in
-/// 50 launches of the suite's medium sizes) and a helper thread preempts every run ([`Preempter`]);
-/// the run resumes (alternately from memory and from bytes). Returns buffers and preemption
-/// count; a launch over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
 /// The job of `l`, one of `p`'s instance's launches (its pointer parameters at the placed
 /// buffers).
 pub fn launch_job(p: &Placed, l: &suite::Launch) -> Result<Job, String> {
@@ -178,6 +165,19 @@ pub fn launch_job(p: &Placed, l: &suite::Launch) -> Result<Job, String> {
     }))
 }
 
+/// Most resumes of one launch in `run`, and the most time one launch may take there: a
+/// launch whose resumes all start with the flag already raised (a request between the handle's
+/// clear and the kernel's start) never starts its not-started threads, so a run that does not
+/// progress is bounded and reported rather than left to hang.
+pub const RUN_MAX_RESUMES: u32 = 1_000_000;
+pub const RUN_MAX_LAUNCH_TIME: Duration = Duration::from_secs(120);
+
+/// Runs every launch; with `preempt_every`, each launch's fresh run is requested before it
+/// starts (it stops at its first point: on a real GPU nothing else preempts a kernel of a few
+/// µs, which has ended before a request after its start lands — session 13: 0 preemptions in
+/// 50 launches of the suite's medium sizes) and a helper thread preempts every run ([`Preempter`]);
+/// the run resumes (alternately from memory and from bytes). Returns buffers and preemption
+/// count; a launch over `RUN_MAX_RESUMES` or `RUN_MAX_LAUNCH_TIME` is an error.
 pub fn run(
     e: &dyn Engine,
     p: &Placed,

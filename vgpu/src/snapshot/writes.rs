@@ -603,7 +603,10 @@ impl WriteSetLog {
                 let mut page = lo;
                 while page < e {
                     self.mark(engine, space, page, vram, ram);
-                    page += PAGE;
+                    page = match page.checked_add(PAGE) {
+                        Some(p) => p,
+                        None => break,
+                    };
                 }
                 marked.push((lo, hi));
             }

@@ -119,7 +119,15 @@ impl Worker {
         let mut ids = Vec::with_capacity(image.modules.len());
         for m in image.modules {
             let bytes = m.host_bytes.saturating_add(m.text.len() as u64);
-            if self.budget.charge(Class::Module, bytes) {
+            if self.modules.text_of(m.id).is_some_and(|t| *t == *m.text) {
+                // Cached already (a warm cache): the engine's extra load goes back, the entry
+                // and its charge stay, and a suspended job in it keeps it (no second charge
+                // that a tight budget could refuse).
+                if let Err(e) = self.engine.unload_module(m.id) {
+                    log::warn!("vgpu: unload module {:?}: {e}", m.id);
+                }
+                ids.push(Some(m.id));
+            } else if self.budget.charge(Class::Module, bytes) {
                 self.modules
                     .insert(&*self.engine, &m.text, m.id, bytes, &mut self.budget);
                 self.budget.count(|s| &mut s.module_loads);
