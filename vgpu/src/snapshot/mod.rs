@@ -486,7 +486,9 @@ impl Vgpu {
         let mut r = self.shared.lock();
         regs.apply(&mut r);
         self.shared.set_timer_ns(regs.timer_ns);
-        r.pause.image = Some(Box::new(WorkerImage {
+        // An image restored before in the same pause, not yet taken by the worker, is replaced:
+        // its modules' loads go back to the engine.
+        let replaced = r.pause.image.replace(Box::new(WorkerImage {
             seen_epoch,
             next,
             chans,
@@ -495,6 +497,9 @@ impl Vgpu {
         }));
         r.pause.restored = true;
         drop(r);
+        if let Some(old) = replaced {
+            self.unload(&old.modules);
+        }
         if let Some(b) = &regs.bell {
             self.device()
                 .lock()
