@@ -191,9 +191,12 @@ fn snapshot_and_restore_with_a_read_only_disk() {
     let _ = source.wait();
     let manifest = std::fs::read_to_string(snap.join("manifest.json")).unwrap();
     let m: serde_json::Value = serde_json::from_str(&manifest).unwrap();
-    // The program's image, then the data disk; both read-only, with their sizes.
+    // The program's image, the data disk, then the guest's root image (the file its link
+    // names); all read-only, with their sizes.
     let disks = m["disks"].as_array().expect("disks in the manifest");
-    assert_eq!(disks.len(), 2, "{manifest}");
+    assert_eq!(disks.len(), 3, "{manifest}");
+    let root = std::fs::canonicalize(dir.join("rootfs.ext2")).unwrap();
+    assert_eq!(disks[2]["path"].as_str(), root.to_str(), "{manifest}");
     assert_eq!(disks[1]["path"].as_str(), disk.to_str(), "{manifest}");
     assert_eq!(
         disks[1]["bytes"].as_u64(),

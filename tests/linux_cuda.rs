@@ -1,6 +1,6 @@
 //! CUDA programs in the Linux guest: the guest backend of libcuda (`cuda::backend::guest`),
-//! driven by `cuda-guest-check` (cuda/src/bin/cuda_guest_check.rs, built static and added to
-//! the guest's initramfs), with several processes on the virtual GPU at once, in full and para
+//! driven by `cuda-guest-check` (cuda/src/bin/cuda_guest_check.rs, built static, on a
+//! read-only disk the guest mounts), with several processes on the virtual GPU at once, in full and para
 //! mode: a process whose kernel faults gets the sticky illegal-address error while another
 //! process's launches, copies and fills run on and check out against the CPU; a process killed
 //! while it holds a slot leaves it to be taken back by the next one.
@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-/// The Linux guest with `cuda-guest-check` in `/root`: a directory holding `vmlinux` and an
-/// initramfs made of build.sh's plus a second archive with the program (the kernel unpacks
-/// concatenated archives), built once per test process.
-fn guest_dir() -> Option<&'static Path> {
+/// The Linux guest (build.sh's) and a read-only ext2 image holding `cuda-guest-check`, which
+/// the guest mounts at `/mnt` (its first disk, `/dev/vda`; the root image is the last), built
+/// once per test process.
+fn guest_dir() -> Option<&'static (PathBuf, PathBuf)> {
     if std::env::var_os("VGPU_SKIP_LINUX").is_some_and(|v| v == "1") {
         eprintln!("VGPU_SKIP_LINUX=1: Linux guest test skipped");
         return None;
     }
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static DIR: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
     let dir = DIR.get_or_init(build);
     match dir {
-        Ok(d) => Some(d.as_path()),
+        Ok(d) => Some(d),
         Err(e) => panic!("the Linux guest with the CUDA check cannot be built: {e}"),
     }
 }
@@ -41,19 +41,18 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
     Ok(text)
 }
 
-fn build() -> Result<PathBuf, String> {
+/// The guest's directory and the program's image.
+fn build() -> Result<(PathBuf, PathBuf), String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text = run(
         &mut Command::new(root.join("guest-images/linux/build.sh")),
         "guest-images/linux/build.sh",
     )?;
-    let path = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("build.sh printed no {key}:\n{text}"))
-    };
-    let (vmlinux, initramfs) = (path("vmlinux: ")?, path("initramfs: ")?);
+    let vmlinux = text
+        .lines()
+        .find_map(|l| l.strip_prefix("vmlinux: "))
+        .map(PathBuf::from)
+        .ok_or_else(|| format!("build.sh printed no vmlinux:\n{text}"))?;
     let cache = vmlinux.parent().unwrap().to_path_buf();
     // The program, static and small as build.sh builds the guest tools (same flags and
     // target directory, so their common crates are built once).
@@ -86,35 +85,40 @@ fn build() -> Result<PathBuf, String> {
     let bin = cache.join(format!("tools-target/{target}/release/cuda-guest-check"));
     let dir = cache.join("cuda-check");
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("root")).map_err(|e| format!("{}: {e}", dir.display()))?;
-    std::fs::copy(&bin, dir.join("root/cuda-guest-check"))
+    std::fs::create_dir_all(dir.join("files")).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::copy(&bin, dir.join("files/cuda-guest-check"))
         .map_err(|e| format!("copy {}: {e}", bin.display()))?;
-    // The second archive (cpio's output is binary, so not through `run`).
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("echo root/cuda-guest-check | cpio --quiet -o -H newc -R 0:0")
-        .current_dir(&dir)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cpio: {e}"))?;
-    if !out.status.success() || out.stdout.is_empty() {
-        return Err(format!("cpio failed ({})", out.status));
-    }
-    let mut cpio =
-        std::fs::read(&initramfs).map_err(|e| format!("{}: {e}", initramfs.display()))?;
-    cpio.resize(cpio.len().next_multiple_of(4), 0);
-    cpio.extend_from_slice(&out.stdout);
-    std::fs::write(dir.join("initramfs.cpio"), cpio).map_err(|e| format!("initramfs: {e}"))?;
-    std::os::unix::fs::symlink(&vmlinux, dir.join("vmlinux"))
-        .map_err(|e| format!("vmlinux: {e}"))?;
-    Ok(dir)
+    let image = dir.join("check.ext2");
+    let mke2fs = ["/usr/sbin/mke2fs", "/sbin/mke2fs"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or("no mke2fs (build.sh installs e2fsprogs)")?;
+    run(
+        Command::new(mke2fs)
+            .args(["-q", "-F", "-t", "ext2", "-b", "4096", "-m", "0", "-d"])
+            .arg(dir.join("files"))
+            .arg(&image)
+            .arg("8M"),
+        "mke2fs",
+    )?;
+    Ok((cache, image))
 }
 
 /// Boots the guest with `--gpu GPU` running `cmd`; the VMM's exit code and console output.
-fn boot(dir: &Path, gpu: &str, cmd: &str) -> (i32, String) {
+fn boot(guest: &(PathBuf, PathBuf), gpu: &str, cmd: &str) -> (i32, String) {
+    let (dir, image) = guest;
     let out = Command::new(env!("CARGO_BIN_EXE_vgpu-vmm"))
         .env("VGPU_LINUX_DIR", dir)
-        .args(["--guest", "linux", "--gpu", gpu, "--timeout", "1200"])
+        .args([
+            "--guest",
+            "linux",
+            "--gpu",
+            gpu,
+            "--timeout",
+            "1200",
+            "--disk",
+        ])
+        .arg(format!("{},ro", image.display()))
         .args(["--cmdline", &format!("vgpu_run=\"{cmd}\"")])
         .stdin(Stdio::null())
         .output()
@@ -126,7 +130,8 @@ fn boot(dir: &Path, gpu: &str, cmd: &str) -> (i32, String) {
 
 /// The shell script the guest runs: a first process, two at once (one faults), a killed
 /// holder, and a process that takes its slot back.
-const SCRIPT: &str = "export PATH=/root:/bin; cuda-guest-check info; echo info=$?; \
+const SCRIPT: &str = "mount -t ext2 -o ro /dev/vda /mnt; export PATH=/mnt:/bin; \
+    cuda-guest-check info; echo info=$?; \
     cuda-guest-check vadd 100000 --ready /tmp/ready --until /tmp/faulted > /tmp/vadd.out & V=$!; \
     n=0; until [ -f /tmp/ready ] || ! kill -0 $V || [ $n -ge 300 ]; do sleep 1; n=$((n+1)); done; \
     cuda-guest-check fault --wait /tmp/ready --done /tmp/faulted; echo fault=$?; \
@@ -142,7 +147,7 @@ fn line<'a>(out: &'a str, prefix: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line {prefix:?}:\n{out}"))
 }
 
-fn check(dir: &Path, gpu: &str, para: bool) {
+fn check(dir: &(PathBuf, PathBuf), gpu: &str, para: bool) {
     let (code, out) = boot(dir, gpu, SCRIPT);
     assert_eq!(code, 0, "{out}");
     let first = line(&out, "CHECK info ");
@@ -213,7 +218,8 @@ fn two_processes_copying_at_once_keep_their_bytes() {
     let (code, out) = boot(
         dir,
         "mode=full",
-        "export PATH=/root:/bin; cuda-guest-check copies 30 0 & cuda-guest-check copies 30 1; wait",
+        "mount -t ext2 -o ro /dev/vda /mnt; export PATH=/mnt:/bin; \
+         cuda-guest-check copies 30 0 & cuda-guest-check copies 30 1; wait",
     );
     assert_eq!(code, 0, "{out}");
     let lines: Vec<&str> = out

@@ -3,11 +3,17 @@
 #   vmlinux          Linux 6.1 from Debian's linux-source-6.1: `make tinyconfig` + guest.config,
 #                    with the PVM patches in patches/ (see patches/README.md); rebuilt only when
 #                    the source version, the config, the patches or the compiler change
-#   initramfs.cpio   busybox-static, /init (init.sh) and the guest tools (vgpu, linked as
-#                    vgpu-smi, vgpu-run, vgpu-exit), static, uncompressed; rebuilt every run
-#                    (cargo keeps the tools' build incremental)
+#   rootfs.ext2      the root file system, a read-only ext2 image that vgpu-vmm attaches as the
+#                    guest's last virtio disk: busybox-static, /init (init.sh), /etc/fstab and the
+#                    guest tools (vgpu, linked as vgpu-smi, vgpu-run, vgpu-exit), static. A link
+#                    to rootfs-KEY.ext2, KEY a hash of its contents: an image is never rewritten
+#                    (a snapshot of a running guest keeps reading the one it booted from), a new
+#                    one is made when the contents change (cargo keeps the tools' build
+#                    incremental). Not an initramfs: the kernel copies every initramfs byte in
+#                    PVM's CPL0 emulator (~12 s for 3.3 MB), while a disk's pages arrive by the
+#                    device's copy and only those the guest touches (docs/performance.md).
 # Installs what it lacks from Debian's packages when run as root (apt-get).
-# Usage: guest-images/linux/build.sh [--add FILE]...   (FILEs go to /root in the initramfs)
+# Usage: guest-images/linux/build.sh [--add FILE]...   (FILEs go to /root in the image)
 # Prints the two paths; exits non-zero when anything cannot be built.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,7 +39,7 @@ done
 [ -f /usr/include/gelf.h ] || need_pkgs="$need_pkgs libelf-dev"
 [ -f "$src_tar" ] || need_pkgs="$need_pkgs linux-source-6.1"
 [ -x /bin/busybox ] || need_pkgs="$need_pkgs busybox-static"
-# vgpu-vmm --run makes its program images with mke2fs -d (and tests/disk.rs its data disk).
+# The root image, vgpu-vmm --run's program images and tests/disk.rs's data disk: mke2fs -d.
 [ -x /usr/sbin/mke2fs ] || [ -x /sbin/mke2fs ] || need_pkgs="$need_pkgs e2fsprogs"
 if [ -n "$need_pkgs" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -83,7 +89,6 @@ else
     done
     echo "$key" > "$kdir/.vgpu-prepared"
   fi
-  # vmlinux also builds usr/gen_init_cpio (BLK_DEV_INITRD), used for the initramfs below.
   nice -n 10 make -C "$kdir" -s -j"$jobs" vmlinux >&2
   echo "$key" > "$kdir/.vgpu-key"
   log "kernel built in $(( $(date +%s) - start )) s"
@@ -95,7 +100,7 @@ cargo=${CARGO:-cargo}
 tools_target=x86_64-unknown-linux-gnu
 # A nested cargo (this script run from a test) must not take the outer build's flags.
 unset CARGO_ENCODED_RUSTFLAGS RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CARGO_BUILD_RUSTFLAGS
-# Small (every initramfs byte is copied by the kernel in PVM's emulator: ~3 us per byte).
+# Small (every page the guest touches costs emulated kernel work to bring in).
 RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" \
   "$cargo" build --quiet --release -p vgpu-linux-tools --bin vgpu --target "$tools_target" \
   --config 'profile.release.opt-level="s"' --config profile.release.lto=true \
@@ -103,24 +108,43 @@ RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" \
   --manifest-path "$root/Cargo.toml" --target-dir "$cache/tools-target" >&2
 tool="$cache/tools-target/$tools_target/release/vgpu"
 
-# --- the initramfs (uncompressed: every byte would be decompressed in the CPL0 emulator) ---
-list="$cache/initramfs.list"
-{
-  echo "dir /dev 0755 0 0"
-  echo "nod /dev/console 0600 0 0 c 5 1"
-  for d in /proc /sys /bin /root /tmp /mnt /run /run/prog /run/work; do echo "dir $d 0755 0 0"; done
-  # --run: the program's image is mounted at /run/prog; the x86-64 loader's path leads there.
-  echo "slink /lib64 /run/prog/lib 0777 0 0"
-  echo "file /bin/busybox /bin/busybox 0755 0 0"
-  for a in sh mount cat echo ls poweroff sleep dmesg uname head grep hexdump; do
-    echo "slink /bin/$a busybox 0777 0 0"
-  done
-  echo "file /bin/vgpu $tool 0755 0 0"
-  for a in vgpu-smi vgpu-run vgpu-exit lspci; do echo "slink /bin/$a vgpu 0777 0 0"; done
-  echo "file /init $here/init.sh 0755 0 0"
-  for f in $here/examples/*.ptx $extra; do echo "file /root/$(basename "$f") $f 0644 0 0"; done
-} > "$list"
-"$kdir/usr/gen_init_cpio" "$list" > "$cache/initramfs.cpio.tmp"
-mv "$cache/initramfs.cpio.tmp" "$cache/initramfs.cpio"
+# --- the root file system: a read-only ext2 image, named by its contents ---
+stage="$cache/rootfs-stage"
+rm -rf "$stage"
+mkdir -p "$stage/bin" "$stage/etc" "$stage/root"
+for d in dev proc sys tmp mnt run; do mkdir -p "$stage/$d"; done
+# --run: the program's image is mounted at /run/prog; the x86-64 loader's path leads there.
+ln -s /run/prog/lib "$stage/lib64"
+cp /bin/busybox "$stage/bin/busybox"
+for a in sh mount mkdir cat echo ls poweroff sleep dmesg uname head grep hexdump; do
+  ln -s busybox "$stage/bin/$a"
+done
+cp "$tool" "$stage/bin/vgpu"
+for a in vgpu-smi vgpu-run vgpu-exit lspci; do ln -s vgpu "$stage/bin/$a"; done
+cp "$here/init.sh" "$stage/init"
+chmod 0755 "$stage/init" "$stage/bin/busybox" "$stage/bin/vgpu"
+# What /init mounts with one `mount -a` (each exec costs emulated kernel work); /dev is the
+# kernel's devtmpfs (DEVTMPFS_MOUNT). Writable: /tmp and /run, in RAM (/init makes /run/prog
+# and /run/work there; the guest's libcuda keeps its state in /run/vgpu-cuda).
+cat > "$stage/etc/fstab" <<'FSTAB'
+proc /proc proc defaults 0 0
+sysfs /sys sysfs defaults 0 0
+ramfs /tmp ramfs defaults 0 0
+ramfs /run ramfs defaults 0 0
+FSTAB
+for f in "$here"/examples/*.ptx $extra; do cp "$f" "$stage/root/$(basename "$f")"; done
+key=$(cd "$stage" && find . -printf '%p %y %m %l\n' | LC_ALL=C sort |
+      { cat; find . -type f | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -c1-16)
+image="$cache/rootfs-$key.ext2"
+if [ ! -f "$image" ]; then
+  kib=$(( $(du -sk "$stage" | cut -f1) * 5 / 4 + 1024 ))
+  rm -f "$image.tmp"
+  mke2fs -q -F -t ext2 -b 4096 -m 0 -L vgpu-root -E root_owner=0:0 -d "$stage" "$image.tmp" "${kib}k" >&2
+  mv "$image.tmp" "$image"
+  log "root image $image ($kib KiB)"
+fi
+ln -sfn "rootfs-$key.ext2" "$cache/rootfs.ext2.tmp"
+mv -T "$cache/rootfs.ext2.tmp" "$cache/rootfs.ext2"
+rm -rf "$stage"
 echo "vmlinux: $cache/vmlinux"
-echo "initramfs: $cache/initramfs.cpio"
+echo "rootfs: $image"

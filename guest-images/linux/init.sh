@@ -1,6 +1,8 @@
 #!/bin/sh
-# /init of the vgpu-vmm Linux guest (guest-images/linux/build.sh puts it in the initramfs).
-# Mounts /proc, /sys and /dev, prints the uptime, then either runs a program and stops the VM
+# /init of the vgpu-vmm Linux guest (guest-images/linux/build.sh puts it in the root image, a
+# read-only ext2 disk; the kernel has mounted its devtmpfs on /dev). Mounts /proc, /sys and the
+# writable /tmp and /run (/etc/fstab, one `mount -a`: every exec costs ~0.2-1 s of emulated
+# kernel work), makes /run/prog and /run/work, prints the uptime, then either runs a program and stops the VM
 # with its exit status (vgpu-exit), or, without one, gives a shell on the console and powers
 # off when it ends. The program: with vgpu_prog=NAME (vgpu-vmm --run), the one on the
 # read-only image /dev/vda, mounted at /run/prog, whose run.sh is sourced in a subshell (it
@@ -14,9 +16,10 @@ export PATH=/bin
 # another's at the next switch (a large memcpy's first 64 bytes came back as another process's
 # bytes). Every program started from here inherits this: glibc stays on its SSE2 routines.
 export GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX_Fast_Unaligned_Load
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
+mount -a
+mkdir -p /run/prog /run/work
+# A kernel without DEVTMPFS_MOUNT, or an initramfs root: /dev is still empty.
+[ -e /dev/console ] || mount -t devtmpfs devtmpfs /dev
 read -r up _ < /proc/uptime
 echo "vgpu-linux: /init running, uptime $up s"
 cd /root || exit 1

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-/// The guest's directory (vmlinux, initramfs.cpio), or `None` with VGPU_SKIP_LINUX=1.
+/// The guest's directory (vmlinux, rootfs.ext2), or `None` with VGPU_SKIP_LINUX=1.
 pub fn guest_dir() -> Option<&'static Path> {
     if std::env::var_os("VGPU_SKIP_LINUX").is_some_and(|v| v == "1") {
         eprintln!("VGPU_SKIP_LINUX=1: Linux guest test skipped");

@@ -96,8 +96,9 @@ struct Args {
     testdev: bool,
     /// Attach a disk to a Linux guest: a virtio-blk device over the file or block device PATH
     /// (checked before the VM starts), read-only with `,ro` (opened O_RDONLY; guest writes fail
-    /// with an I/O error). Repeatable, at most 4: /dev/vda, vdb, ... in that order (after
-    /// --run's image). Snapshots and migration need every disk read-only.
+    /// with an I/O error). Repeatable: /dev/vda, vdb, ... in that order (after --run's image),
+    /// at most 4 disks in all, `--guest linux`'s root image the last of them. Snapshots and
+    /// migration need every disk read-only.
     #[arg(long, value_name = "PATH[,ro]", value_parser = parse_disk)]
     disk: Vec<vmm::disk::DiskSpec>,
     /// Run the program PROG in the Linux guest (--guest linux) and exit with its exit status:
@@ -462,13 +463,34 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         ),
         None => None,
     };
-    let (cmdline, disk_specs) = run_program(&args)?;
-    // `--guest linux`: the Linux guest of guest-images/linux/build.sh.
+    let (cmdline, mut disk_specs) = run_program(&args)?;
+    // `--guest linux`: the Linux guest of guest-images/linux/build.sh, its root image the last
+    // disk (a restore's disks come from its manifest).
     let linux_guest = match args.guest.as_deref() {
-        Some(vmm::linux::guest::NAME) => Some(
-            vmm::linux::guest::resolve(&vmm::linux::guest::dir(), args.memory, &cmdline)
-                .map_err(|e| Fail(1, e.to_string()))?,
-        ),
+        Some(vmm::linux::guest::NAME) if loaded.is_none() => {
+            let dir = vmm::linux::guest::dir();
+            let g = vmm::linux::guest::resolve(&dir, args.memory, disk_specs.len(), &cmdline)
+                .map_err(|e| Fail(1, e.to_string()))?;
+            if disk_specs.len() >= vmm::disk::MAX_DISKS {
+                let msg = format!(
+                    "--guest {}: its root image is a disk too: at most {} --disk{}",
+                    vmm::linux::guest::NAME,
+                    vmm::disk::MAX_DISKS - 1 - usize::from(args.run.is_some()),
+                    if args.run.is_some() {
+                        " with --run"
+                    } else {
+                        ""
+                    }
+                );
+                return Err(Fail(2, msg));
+            }
+            disk_specs.push(vmm::disk::DiskSpec {
+                path: g.rootfs.clone(),
+                read_only: true,
+                bytes: 0,
+            });
+            Some(g)
+        }
         _ => None,
     };
     let image = match (&linux_guest, &args.guest, &args.kernel) {
@@ -499,7 +521,7 @@ fn prepare(args: Args) -> Result<(VmConfig, vm::Start, Option<StatsTarget>), Fai
         testdev,
         timeout: args.timeout,
         linux,
-        initramfs: linux_guest.map(|g| g.initramfs).or(args.initramfs),
+        initramfs: args.initramfs,
         gpu,
         console_prefix: args.console_prefix,
         disks,

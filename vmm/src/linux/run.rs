@@ -14,10 +14,10 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where `/init` mounts the image (the initramfs has the directory, and `/lib64` links to
-/// its `lib/`, where the x86-64 loader is).
+/// Where `/init` mounts the image (it makes the directory, and the root image's `/lib64`
+/// links to its `lib/`, where the x86-64 loader is).
 pub const MOUNT: &str = "/run/prog";
-/// The program's working directory: a directory of the initramfs's root (a ramfs), writable.
+/// The program's working directory: a directory of the ramfs `/init` mounts on `/run`.
 pub const WORKDIR: &str = "/run/work";
 /// The guest CUDA libraries packed when found next to the vgpu-vmm executable.
 pub const CUDA_LIBS: [&str; 2] = ["libcudart.so.13", "libcuda.so.1"];
@@ -163,7 +163,7 @@ pub fn collect(prog: &Path, args: &[String], cuda_dir: &Path) -> Result<Contents
             c.files
                 .entry(format!("lib/{base}"))
                 .or_insert_with(|| i.clone());
-            // The initramfs links /lib64 to the image's lib/ (the x86-64 loader's path);
+            // The root image links /lib64 to the image's lib/ (the x86-64 loader's path);
             // another loader path gets its link here.
             if i != Path::new(&format!("/lib64/{base}")) {
                 let dir = i.parent().unwrap_or(Path::new("/")).display().to_string();
