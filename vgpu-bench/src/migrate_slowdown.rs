@@ -39,6 +39,8 @@ pub struct Window {
     /// The GPU time of the baseline's jobs, ms (to compare a launch's GPU time before and
     /// during: the live window runs bounds-checked twins).
     pub before_gpu_ms: f64,
+    /// The engine's split of the baseline's launch time (cuda; see [`Timing`]).
+    pub before_timing: Timing,
     /// The live window (rounds) and the paused round, in ms, and the launches in the former.
     pub live_ms: f64,
     pub paused_ms: f64,
@@ -56,8 +58,30 @@ pub struct Window {
     pub dest_launches: u64,
 }
 
-/// One `ctl stats`: (host uptime ms, GPU launches, GPU time of the guest's jobs in ms).
-pub type Stats = (f64, u64, f64);
+/// One `ctl stats`: (host uptime ms, GPU launches, GPU time of the guest's jobs in ms, the
+/// engine's split of it).
+pub type Stats = (f64, u64, f64, Timing);
+
+/// The engine's split of the launches' GPU time (`ctl stats`' `gpu.sub_launches`,
+/// `kernel_ns`, `launch_call_ns`; cuda only, else zero): sub-launches, their device time from
+/// the event before each `cuLaunchKernel` to the one after it (ms), and the host time of those
+/// driver calls (ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timing {
+    pub sub_launches: u64,
+    pub kernel_ms: f64,
+    pub call_ms: f64,
+}
+
+impl Timing {
+    fn since(&self, earlier: &Timing) -> Timing {
+        Timing {
+            sub_launches: self.sub_launches.saturating_sub(earlier.sub_launches),
+            kernel_ms: (self.kernel_ms - earlier.kernel_ms).max(0.0),
+            call_ms: (self.call_ms - earlier.call_ms).max(0.0),
+        }
+    }
+}
 
 /// Two `ctl stats` on `vm`, `baseline` apart: the launches over a window of the host clock.
 pub fn baseline(vm: &Vm, vmm: &Path, baseline: Duration) -> Result<(Stats, Stats), BenchError> {
@@ -72,8 +96,13 @@ pub fn stats(vm: &Vm, vmm: &Path) -> Result<Stats, BenchError> {
     let up = s["uptime_ms"].as_f64();
     let launches = s["gpu"]["launches"].as_u64();
     let gpu_ms = s["gpu"]["gpu_ns"].as_f64().unwrap_or(0.0) / 1e6;
+    let timing = Timing {
+        sub_launches: s["gpu"]["sub_launches"].as_u64().unwrap_or(0),
+        kernel_ms: s["gpu"]["kernel_ns"].as_f64().unwrap_or(0.0) / 1e6,
+        call_ms: s["gpu"]["launch_call_ns"].as_f64().unwrap_or(0.0) / 1e6,
+    };
     match (up, launches) {
-        (Some(u), Some(l)) => Ok((u, l, gpu_ms)),
+        (Some(u), Some(l)) => Ok((u, l, gpu_ms, timing)),
         _ => Err(BenchError::Invalid(format!(
             "ctl stats: no uptime_ms or gpu.launches in {s} (a vgpu-vmm older than vgpu-bench?)"
         ))),
@@ -123,8 +152,8 @@ pub fn migration_window(
 
 /// A window from an answer whose pre-copy report is `done[key]`.
 fn of_report(
-    (t0, l0, g0): Stats,
-    (t1, l1, g1): Stats,
+    (t0, l0, g0, x0): Stats,
+    (t1, l1, g1, x1): Stats,
     done: &serde_json::Value,
     key: &str,
 ) -> Result<Window, BenchError> {
@@ -141,6 +170,7 @@ fn of_report(
         before_ms: t1 - t0,
         before_launches: l1.saturating_sub(l0),
         before_gpu_ms: (g1 - g0).max(0.0),
+        before_timing: x1.since(&x0),
         live_ms,
         paused_ms: done["paused_ms"].as_f64().unwrap_or(0.0),
         live_launches,
@@ -171,6 +201,9 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
     let ws = &live["write_sets"];
     serde_json::json!({
         "gpu_busy_ms": live["guest"]["gpu_busy_ms"],
+        "gpu_sub_launches": live["guest"]["gpu_sub_launches"],
+        "gpu_kernel_ms": live["guest"]["gpu_kernel_ms"],
+        "gpu_launch_call_ms": live["guest"]["gpu_launch_call_ms"],
         "round0_ms": r0["ms"],
         "round0_ram_ms": r0["ram_ms"],
         "round0_vram_find_ms": r0["vram_find_ms"],
@@ -297,6 +330,13 @@ fn sums(ws: &[Window]) -> serde_json::Value {
             "before_gpu_us_per_launch": us_per(w.before_gpu_ms, w.before_launches),
             "live_gpu_us_per_launch": w.parts["gpu_busy_ms"].as_f64()
                 .and_then(|ms| us_per(ms, w.live_launches)),
+            // The split (cuda): the sub-launches' device time and their calls' host time.
+            "before_kernel_us_per_launch": us_per(w.before_timing.kernel_ms, w.before_launches),
+            "before_call_us_per_launch": us_per(w.before_timing.call_ms, w.before_launches),
+            "live_kernel_us_per_launch": w.parts["gpu_kernel_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
+            "live_call_us_per_launch": w.parts["gpu_launch_call_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -312,6 +352,7 @@ mod tests {
             before_ms: before.0,
             before_launches: before.1,
             before_gpu_ms: 0.0,
+            before_timing: Timing::default(),
             live_ms: live.0,
             paused_ms: live.1,
             live_launches: live.2,
@@ -392,15 +433,28 @@ mod tests {
         // A `migrate --live` answer: 120 launches in a 200 ms live window, paused 50 ms.
         let done = serde_json::json!({
             "paused_ms": 50.0,
-            "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120, "gpu_busy_ms": 12.0},
+            "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120, "gpu_busy_ms": 12.0,
+                                  "gpu_kernel_ms": 10.8, "gpu_launch_call_ms": 2.4},
                         "rounds": [{"round": 0, "ms": 30.0}, {"round": 1, "paused": true}]},
         });
         // Baseline 1000 launches/s on the source; the destination 400 launches in 500 ms.
         let w = migration_window(
-            (10.0, 100, 0.0),
-            (510.0, 600, 40.0),
+            (10.0, 100, 0.0, Timing::default()),
+            (
+                510.0,
+                600,
+                40.0,
+                Timing {
+                    sub_launches: 500,
+                    kernel_ms: 35.0,
+                    call_ms: 5.0,
+                },
+            ),
             &done,
-            ((5.0, 7, 0.0), (505.0, 407, 0.0)),
+            (
+                (5.0, 7, 0.0, Timing::default()),
+                (505.0, 407, 0.0, Timing::default()),
+            ),
         )
         .unwrap();
         assert!(w.first && w.tail_ms == 0.0 && w.tail_launches == 0, "{w:?}");
@@ -425,9 +479,24 @@ mod tests {
         // A launch's GPU time: 40 ms over 500 launches before, 12 ms over 120 during.
         assert_eq!(s["per_window"][0]["before_gpu_us_per_launch"], 80.0, "{s}");
         assert_eq!(s["per_window"][0]["live_gpu_us_per_launch"], 100.0, "{s}");
+        // Its split: the kernels' device time and the launch calls' host time, before and during.
+        let pw = &s["per_window"][0];
+        assert_eq!(pw["before_kernel_us_per_launch"], 70.0, "{s}");
+        assert_eq!(pw["before_call_us_per_launch"], 10.0, "{s}");
+        assert!(
+            (pw["live_kernel_us_per_launch"].as_f64().unwrap() - 90.0).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(
+            (pw["live_call_us_per_launch"].as_f64().unwrap() - 20.0).abs() < 1e-9,
+            "{s}"
+        );
         // An answer without the source's live window is refused, not counted as zero.
         let old = serde_json::json!({"paused_ms": 50.0, "precopy": {"rounds": []}});
-        let (a, b) = ((0.0, 0, 0.0), (1.0, 1, 0.0));
+        let (a, b) = (
+            (0.0, 0, 0.0, Timing::default()),
+            (1.0, 1, 0.0, Timing::default()),
+        );
         assert!(migration_window(a, b, &old, (a, b)).is_err());
         // No window: no figures.
         assert!(migration_summary(&[])["dest_first_window"]["slowdown"].is_null());

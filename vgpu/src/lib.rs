@@ -97,6 +97,12 @@ pub struct Activity {
     pub copies: u64,
     pub gpu_ns: u64,
     pub mmio_traps: u64,
+    /// The engine's split of the launches' GPU time (`pgpu::LaunchTiming`; cuda only, else
+    /// zero; the whole engine's, which is the VM's own unless vgpud shares it): sub-launches,
+    /// their device time (start to end event each, ns) and their driver calls' host time (ns).
+    pub sub_launches: u64,
+    pub kernel_ns: u64,
+    pub launch_call_ns: u64,
 }
 
 /// `--stats` of the checkpoint preemption method (`pgpu::CkptStats`).
@@ -543,12 +549,16 @@ impl Vgpu {
     /// Kernel launches, copies, GPU time of the guest's jobs (ns) and trapped accesses so far:
     /// the cheap part of [`Vgpu::stats`] (no guard check), for windows of a live snapshot.
     pub fn activity(&self) -> Activity {
+        let t = self.engine.launch_timing();
         let r = self.shared.lock();
         Activity {
             launches: r.counters.launches,
             copies: r.counters.copies,
             gpu_ns: r.counters.gpu_ns,
             mmio_traps: self.shared.traps.load(std::sync::atomic::Ordering::Relaxed),
+            sub_launches: t.sub_launches,
+            kernel_ns: t.kernel_ns,
+            launch_call_ns: t.launch_call_ns,
         }
     }
 

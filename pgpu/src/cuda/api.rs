@@ -505,6 +505,14 @@ impl Engine for CudaEngine {
         self.cfg.preempt.transforms().then(|| self.ckpt_stats())
     }
 
+    fn launch_timing(&self) -> crate::engine::LaunchTiming {
+        crate::engine::LaunchTiming {
+            sub_launches: self.sub_launches(),
+            kernel_ns: self.kernel_ns.load(std::sync::atomic::Ordering::Relaxed),
+            launch_call_ns: self.launch_call_ns(),
+        }
+    }
+
     fn unload_module(&self, module: ModuleId) -> Result<(), EngineError> {
         lock(&self.modules).unload(module)
     }

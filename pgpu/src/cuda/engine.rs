@@ -99,6 +99,8 @@ pub struct CudaEngine {
     /// thread's calls (issue 24: the guest's kernels beside a live copy's bulk transfers).
     pub(crate) sub_launches: AtomicU64,
     pub(crate) launch_call_ns: AtomicU64,
+    /// Device time of the sub-launches (start to end event each), ns.
+    pub(crate) kernel_ns: AtomicU64,
     /// Device buffers (flag + save area) of checkpointed launches.
     pub(crate) ck_pool: Arc<Pool>,
     /// Flag words of write-set validation (`flags`).
@@ -186,6 +188,7 @@ impl CudaEngine {
             lost: Mutex::new(None),
             sub_launches: AtomicU64::new(0),
             launch_call_ns: AtomicU64::new(0),
+            kernel_ns: AtomicU64::new(0),
             ck_pool,
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),

@@ -279,6 +279,8 @@ impl CudaEngine {
             };
             match streams[si].wait_end() {
                 Ok(d) => {
+                    self.kernel_ns
+                        .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
                     l.next_block += n;
                     last = Some(si);
                     if sliced {

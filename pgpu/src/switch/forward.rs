@@ -252,6 +252,9 @@ impl Engine for SwitchEngine {
     fn checkpoint_stats(&self) -> Option<crate::ckpt::CkptStats> {
         self.current().checkpoint_stats()
     }
+    fn launch_timing(&self) -> crate::engine::LaunchTiming {
+        self.current().launch_timing()
+    }
     fn resume(
         &self,
         context: SavedContext,
