@@ -71,6 +71,8 @@ pub struct Timing {
     pub sub_launches: u64,
     pub kernel_ms: f64,
     pub call_ms: f64,
+    /// Host time from each launch's origin event to its first sub-launch (ms).
+    pub gap_ms: f64,
 }
 
 impl Timing {
@@ -79,6 +81,7 @@ impl Timing {
             sub_launches: self.sub_launches.saturating_sub(earlier.sub_launches),
             kernel_ms: (self.kernel_ms - earlier.kernel_ms).max(0.0),
             call_ms: (self.call_ms - earlier.call_ms).max(0.0),
+            gap_ms: (self.gap_ms - earlier.gap_ms).max(0.0),
         }
     }
 }
@@ -100,6 +103,7 @@ pub fn stats(vm: &Vm, vmm: &Path) -> Result<Stats, BenchError> {
         sub_launches: s["gpu"]["sub_launches"].as_u64().unwrap_or(0),
         kernel_ms: s["gpu"]["kernel_ns"].as_f64().unwrap_or(0.0) / 1e6,
         call_ms: s["gpu"]["launch_call_ns"].as_f64().unwrap_or(0.0) / 1e6,
+        gap_ms: s["gpu"]["origin_gap_ns"].as_f64().unwrap_or(0.0) / 1e6,
     };
     match (up, launches) {
         (Some(u), Some(l)) => Ok((u, l, gpu_ms, timing)),
@@ -204,6 +208,7 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
         "gpu_sub_launches": live["guest"]["gpu_sub_launches"],
         "gpu_kernel_ms": live["guest"]["gpu_kernel_ms"],
         "gpu_launch_call_ms": live["guest"]["gpu_launch_call_ms"],
+        "gpu_origin_gap_ms": live["guest"]["gpu_origin_gap_ms"],
         "round0_ms": r0["ms"],
         "round0_ram_ms": r0["ram_ms"],
         "round0_vram_find_ms": r0["vram_find_ms"],
@@ -337,6 +342,9 @@ fn sums(ws: &[Window]) -> serde_json::Value {
                 .and_then(|ms| us_per(ms, w.live_launches)),
             "live_call_us_per_launch": w.parts["gpu_launch_call_ms"].as_f64()
                 .and_then(|ms| us_per(ms, w.live_launches)),
+            "before_gap_us_per_launch": us_per(w.before_timing.gap_ms, w.before_launches),
+            "live_gap_us_per_launch": w.parts["gpu_origin_gap_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -448,6 +456,7 @@ mod tests {
                     sub_launches: 500,
                     kernel_ms: 35.0,
                     call_ms: 5.0,
+                    gap_ms: 1.0,
                 },
             ),
             &done,
@@ -483,6 +492,7 @@ mod tests {
         let pw = &s["per_window"][0];
         assert_eq!(pw["before_kernel_us_per_launch"], 70.0, "{s}");
         assert_eq!(pw["before_call_us_per_launch"], 10.0, "{s}");
+        assert_eq!(pw["before_gap_us_per_launch"], 2.0, "{s}");
         assert!(
             (pw["live_kernel_us_per_launch"].as_f64().unwrap() - 90.0).abs() < 1e-9,
             "{s}"

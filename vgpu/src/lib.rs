@@ -103,6 +103,8 @@ pub struct Activity {
     pub sub_launches: u64,
     pub kernel_ns: u64,
     pub launch_call_ns: u64,
+    /// Host time from each launch's origin event to its first sub-launch (ns).
+    pub origin_gap_ns: u64,
 }
 
 /// `--stats` of the checkpoint preemption method (`pgpu::CkptStats`).
@@ -559,6 +561,7 @@ impl Vgpu {
             sub_launches: t.sub_launches,
             kernel_ns: t.kernel_ns,
             launch_call_ns: t.launch_call_ns,
+            origin_gap_ns: t.origin_gap_ns,
         }
     }
 

@@ -510,6 +510,9 @@ impl Engine for CudaEngine {
             sub_launches: self.sub_launches(),
             kernel_ns: self.kernel_ns.load(std::sync::atomic::Ordering::Relaxed),
             launch_call_ns: self.launch_call_ns(),
+            origin_gap_ns: self
+                .origin_gap_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

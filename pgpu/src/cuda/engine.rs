@@ -101,6 +101,8 @@ pub struct CudaEngine {
     pub(crate) launch_call_ns: AtomicU64,
     /// Device time of the sub-launches (start to end event each), ns.
     pub(crate) kernel_ns: AtomicU64,
+    /// Host time from a launch's origin event to its first sub-launch's start event, ns.
+    pub(crate) origin_gap_ns: AtomicU64,
     /// Device buffers (flag + save area) of checkpointed launches.
     pub(crate) ck_pool: Arc<Pool>,
     /// Flag words of write-set validation (`flags`).
@@ -189,6 +191,7 @@ impl CudaEngine {
             sub_launches: AtomicU64::new(0),
             launch_call_ns: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
+            origin_gap_ns: AtomicU64::new(0),
             ck_pool,
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),

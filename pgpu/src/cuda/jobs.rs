@@ -217,6 +217,8 @@ impl CudaEngine {
         let mut slot = 0;
         let mut last: Option<usize> = None;
         let mut failure: Option<DrvError> = None;
+        let origin_at = std::time::Instant::now();
+        let mut first_call = true;
         streams[0].mark_origin().map_err(|e| self.drv(e))?;
         h.mark_running();
         loop {
@@ -243,6 +245,13 @@ impl CudaEngine {
                 let st = &streams[slot];
                 self.sub_launches.fetch_add(1, Ordering::Relaxed);
                 let called = std::time::Instant::now();
+                if first_call {
+                    first_call = false;
+                    self.origin_gap_ns.fetch_add(
+                        called.duration_since(origin_at).as_nanos() as u64,
+                        Ordering::Relaxed,
+                    );
+                }
                 let r = st.mark_start().and_then(|_| {
                     // SAFETY: `func` belongs to a module the caller keeps alive; the parameter
                     // buffer is laid out as the entry declares (offsets from

@@ -178,4 +178,7 @@ pub struct LaunchTiming {
     pub kernel_ns: u64,
     /// Host time of the sub-launches' driver calls (those two events and `cuLaunchKernel`), ns.
     pub launch_call_ns: u64,
+    /// Host time from the call that records a launch's origin event (where its GPU time
+    /// starts) to its first sub-launch's calls, ns: on an idle stream, GPU time too.
+    pub origin_gap_ns: u64,
 }

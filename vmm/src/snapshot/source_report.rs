@@ -71,6 +71,8 @@ pub struct GuestWindow {
     pub gpu_sub_launches: u64,
     pub gpu_kernel_ms: f64,
     pub gpu_launch_call_ms: f64,
+    /// Host time from each launch's origin event to its first sub-launch (ms).
+    pub gpu_origin_gap_ms: f64,
     /// Register and aperture accesses that trapped (MMIO exits reaching the GPU).
     pub gpu_mmio_traps: u64,
     /// Port and MMIO exits of the vCPUs (all devices).
@@ -89,7 +91,7 @@ pub struct GuestMark {
     gpu_ns: u64,
     traps: u64,
     exits: u64,
-    timing: (u64, u64, u64),
+    timing: (u64, u64, u64, u64),
 }
 
 impl GuestMark {
@@ -102,7 +104,12 @@ impl GuestMark {
             copies: a.copies,
             gpu_ns: a.gpu_ns,
             traps: a.mmio_traps,
-            timing: (a.sub_launches, a.kernel_ns, a.launch_call_ns),
+            timing: (
+                a.sub_launches,
+                a.kernel_ns,
+                a.launch_call_ns,
+                a.origin_gap_ns,
+            ),
             exits: vcpus
                 .iter()
                 .map(|e| e.io_in + e.io_out + e.mmio_read + e.mmio_write)
@@ -127,6 +134,7 @@ impl GuestMark {
             gpu_sub_launches: end.timing.0.saturating_sub(self.timing.0),
             gpu_kernel_ms: end.timing.1.saturating_sub(self.timing.1) as f64 / 1e6,
             gpu_launch_call_ms: end.timing.2.saturating_sub(self.timing.2) as f64 / 1e6,
+            gpu_origin_gap_ms: end.timing.3.saturating_sub(self.timing.3) as f64 / 1e6,
             gpu_mmio_traps: end.traps.saturating_sub(self.traps),
             vcpu_exits: end.exits.saturating_sub(self.exits),
             kvm_dirty_pages,
@@ -148,7 +156,7 @@ mod tests {
             gpu_ns: 1_000_000,
             traps: 5,
             exits: 7,
-            timing: (10, 900_000, 70_000),
+            timing: (10, 900_000, 70_000, 20_000),
         };
         let b = GuestMark {
             at: t + std::time::Duration::from_millis(250),
@@ -157,7 +165,7 @@ mod tests {
             gpu_ns: 3_500_000,
             traps: 9,
             exits: 7,
-            timing: (60, 3_000_000, 420_000),
+            timing: (60, 3_000_000, 420_000, 120_000),
         };
         let w = a.window(&b, 3);
         assert_eq!(w.gpu_launches, 50);
@@ -166,6 +174,7 @@ mod tests {
         assert_eq!(w.gpu_sub_launches, 50);
         assert!((w.gpu_kernel_ms - 2.1).abs() < 1e-9, "{w:?}");
         assert!((w.gpu_launch_call_ms - 0.35).abs() < 1e-9, "{w:?}");
+        assert!((w.gpu_origin_gap_ms - 0.1).abs() < 1e-9, "{w:?}");
         assert_eq!(
             (w.gpu_mmio_traps, w.vcpu_exits, w.kvm_dirty_pages),
             (4, 0, 3)
