@@ -212,18 +212,14 @@ impl CudaEngine {
         let floor = self.k_floor(wave);
         let mut k = self.first_k(&key, wave);
         let mut size = buf.len();
-        let mut inflight: VecDeque<(usize, u64, bool)> = VecDeque::new();
+        let mut inflight: VecDeque<(usize, u64)> = VecDeque::new();
         let mut issued = l.next_block;
         let mut slot = 0;
         let mut last: Option<usize> = None;
         let mut failure: Option<DrvError> = None;
-        // The run's GPU time starts at its origin event, recorded as its first sub-launch's
-        // start (on `streams[0]`: the first slot), not as a command of its own before it (one
-        // event fewer per run; with it, the device took ~8-10 µs from that event to the
-        // kernel's start event, ~20-30 µs beside a live copy's transfers, though the host
-        // issued them 1.5 µs apart: docs/performance.md, session 18).
         let origin_at = std::time::Instant::now();
         let mut first_call = true;
+        streams[0].mark_origin().map_err(|e| self.drv(e))?;
         h.mark_running();
         loop {
             while failure.is_none()
@@ -249,19 +245,14 @@ impl CudaEngine {
                 let st = &streams[slot];
                 self.sub_launches.fetch_add(1, Ordering::Relaxed);
                 let called = std::time::Instant::now();
-                let first = std::mem::take(&mut first_call);
-                if first {
+                if first_call {
+                    first_call = false;
                     self.origin_gap_ns.fetch_add(
                         called.duration_since(origin_at).as_nanos() as u64,
                         Ordering::Relaxed,
                     );
                 }
-                let mark = if first {
-                    st.mark_origin()
-                } else {
-                    st.mark_start()
-                };
-                let r = mark.and_then(|_| {
+                let r = st.mark_start().and_then(|_| {
                     // SAFETY: `func` belongs to a module the caller keeps alive; the parameter
                     // buffer is laid out as the entry declares (offsets from
                     // cuFuncGetParamInfo) and the driver copies it at launch; the stream is ours.
@@ -288,19 +279,14 @@ impl CudaEngine {
                     failure = Some(e);
                     break;
                 }
-                inflight.push_back((slot, n, first));
+                inflight.push_back((slot, n));
                 issued += n;
                 slot = (slot + 1) % streams.len();
             }
-            let Some((si, n, first)) = inflight.pop_front() else {
+            let Some((si, n)) = inflight.pop_front() else {
                 break;
             };
-            let ended = if first {
-                streams[si].wait_end_from_origin()
-            } else {
-                streams[si].wait_end()
-            };
-            match ended {
+            match streams[si].wait_end() {
                 Ok(d) => {
                     self.kernel_ns
                         .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);

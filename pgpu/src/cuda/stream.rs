@@ -117,16 +117,6 @@ impl Stream {
         }
     }
 
-    /// Waits for the end event; the time since the origin event (a run's first sub-launch is
-    /// timed from its origin: one event fewer per run).
-    pub fn wait_end_from_origin(&self) -> Result<Duration, DrvError> {
-        // SAFETY: live events; out-pointer to a local.
-        unsafe {
-            ck("cuEventSynchronize", sys::cuEventSynchronize(self.end))?;
-            elapsed(self.origin, self.end)
-        }
-    }
-
     /// Time from the start event to `ev` (both completed; `ev` may be another stream's).
     pub fn start_to(&self, ev: sys::CUevent) -> Result<Duration, DrvError> {
         // SAFETY: live events of one context.

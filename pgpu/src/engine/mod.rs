@@ -166,7 +166,8 @@ mod tests {
 /// [`Engine::launch_timing`]: cumulative counters that split a launch's GPU time (a job's, from
 /// an event recorded before its first sub-launch to the end of its last) into the kernels' own
 /// time on the device and what is around them, e.g. host time in the driver's launch calls
-/// (issue 24: the guest's kernels took ~15% more GPU time beside a live migration's copy).
+/// (issue 24: the guest's jobs took ~15% more GPU time beside a live migration's copy; the
+/// kernels' own time did not grow, the copy jobs' did: docs/performance.md, session 18).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LaunchTiming {
     /// Sub-launches issued.

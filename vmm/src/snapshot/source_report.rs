@@ -62,12 +62,12 @@ pub struct GuestWindow {
     pub gpu_launches: u64,
     pub gpu_launches_per_s: f64,
     pub gpu_copies: u64,
-    /// GPU time of the guest's jobs in the window (ms).
+    /// GPU time of the guest's jobs in the window, its copies included (ms).
     pub gpu_busy_ms: f64,
     /// The engine's split of it (cuda; `vgpu::Activity`): sub-launches, their device time
-    /// (start to end event, ms) and their driver calls' host time (ms). A launch's GPU time
-    /// that grows with `gpu_launch_call_ms` is host time in the driver; with
-    /// `gpu_kernel_ms - gpu_launch_call_ms`, the kernels themselves ran longer.
+    /// (start to end event, ms) and their driver calls' host time (ms). GPU time that grows
+    /// with `gpu_launch_call_ms` is host time in the driver; with `gpu_kernel_ms -
+    /// gpu_launch_call_ms`, the kernels themselves ran longer; with neither, the copy jobs.
     pub gpu_sub_launches: u64,
     pub gpu_kernel_ms: f64,
     pub gpu_launch_call_ms: f64,
