@@ -12,7 +12,8 @@
 #                    incremental). Not an initramfs: the kernel copies every initramfs byte in
 #                    PVM's CPL0 emulator (~12 s for 3.3 MB), while a disk's pages arrive by the
 #                    device's copy and only those the guest touches (a boot ~3 s shorter,
-#                    docs/performance.md).
+#                    docs/performance.md). Old images stay (snapshots of running guests name
+#                    them, docs/snapshot.md); remove those no snapshot needs.
 # Installs what it lacks from Debian's packages when run as root (apt-get).
 # Usage: guest-images/linux/build.sh [--add FILE]...   (FILEs go to /root in the image)
 # Prints the two paths; exits non-zero when anything cannot be built.
@@ -110,7 +111,8 @@ RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" \
 tool="$cache/tools-target/$tools_target/release/vgpu"
 
 # --- the root file system: a read-only ext2 image, named by its contents ---
-stage="$cache/rootfs-stage"
+# Per-process names: two runs at once never share a stage or a half-written image.
+stage="$cache/rootfs-stage.$$"
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/etc" "$stage/root"
 for d in dev proc sys tmp mnt run; do mkdir -p "$stage/$d"; done
@@ -134,18 +136,22 @@ ramfs /tmp ramfs defaults 0 0
 ramfs /run ramfs defaults 0 0
 FSTAB
 for f in "$here"/examples/*.ptx $extra; do cp "$f" "$stage/root/$(basename "$f")"; done
-key=$(cd "$stage" && find . -printf '%p %y %m %l\n' | LC_ALL=C sort |
-      { cat; find . -type f | LC_ALL=C sort | xargs sha256sum; } | sha256sum | cut -c1-16)
+# The key: how the image is made (bump the layout when that changes), every entry's name, type,
+# mode and link target, and every file's contents (NUL-separated: any name).
+mkfs="mke2fs -q -F -t ext2 -b 4096 -m 0 -L vgpu-root -E root_owner=0:0"
+listing=$(cd "$stage" && find . -printf '%p %y %m %l\n' | LC_ALL=C sort)
+sums=$(cd "$stage" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum)
+key=$(printf 'vgpu-rootfs-1 %s\n%s\n%s\n' "$mkfs" "$listing" "$sums" | sha256sum | cut -c1-16)
 image="$cache/rootfs-$key.ext2"
 if [ ! -f "$image" ]; then
   kib=$(( $(du -sk "$stage" | cut -f1) * 5 / 4 + 1024 ))
-  rm -f "$image.tmp"
-  mke2fs -q -F -t ext2 -b 4096 -m 0 -L vgpu-root -E root_owner=0:0 -d "$stage" "$image.tmp" "${kib}k" >&2
-  mv "$image.tmp" "$image"
+  # shellcheck disable=SC2086
+  $mkfs -d "$stage" "$image.tmp.$$" "${kib}k" >&2
+  mv "$image.tmp.$$" "$image"
   log "root image $image ($kib KiB)"
 fi
-ln -sfn "rootfs-$key.ext2" "$cache/rootfs.ext2.tmp"
-mv -T "$cache/rootfs.ext2.tmp" "$cache/rootfs.ext2"
+ln -sfn "rootfs-$key.ext2" "$cache/rootfs.ext2.tmp.$$"
+mv -T "$cache/rootfs.ext2.tmp.$$" "$cache/rootfs.ext2"
 rm -rf "$stage"
 echo "vmlinux: $cache/vmlinux"
 echo "rootfs: $image"

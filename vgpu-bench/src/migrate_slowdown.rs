@@ -228,6 +228,24 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
 }
 
 /// Microseconds of GPU time per launch (`None` without launches).
+/// A baseline's split figure per launch (`None` without sub-launches counted).
+fn before_split(w: &Window, f: impl Fn(&Timing) -> f64) -> Option<f64> {
+    (w.before_timing.sub_launches > 0)
+        .then(|| us_per(f(&w.before_timing), w.before_launches))
+        .flatten()
+}
+
+/// A live window's split figure `key` per launch (`None` without sub-launches counted).
+fn live_split(w: &Window, key: &str) -> Option<f64> {
+    (w.parts["gpu_sub_launches"].as_u64().unwrap_or(0) > 0)
+        .then(|| {
+            w.parts[key]
+                .as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches))
+        })
+        .flatten()
+}
+
 fn us_per(ms: f64, launches: u64) -> Option<f64> {
     (launches > 0).then(|| ms * 1e3 / launches as f64)
 }
@@ -335,16 +353,14 @@ fn sums(ws: &[Window]) -> serde_json::Value {
             "before_gpu_us_per_launch": us_per(w.before_gpu_ms, w.before_launches),
             "live_gpu_us_per_launch": w.parts["gpu_busy_ms"].as_f64()
                 .and_then(|ms| us_per(ms, w.live_launches)),
-            // The split (cuda): the sub-launches' device time and their calls' host time.
-            "before_kernel_us_per_launch": us_per(w.before_timing.kernel_ms, w.before_launches),
-            "before_call_us_per_launch": us_per(w.before_timing.call_ms, w.before_launches),
-            "live_kernel_us_per_launch": w.parts["gpu_kernel_ms"].as_f64()
-                .and_then(|ms| us_per(ms, w.live_launches)),
-            "live_call_us_per_launch": w.parts["gpu_launch_call_ms"].as_f64()
-                .and_then(|ms| us_per(ms, w.live_launches)),
-            "before_gap_us_per_launch": us_per(w.before_timing.gap_ms, w.before_launches),
-            "live_gap_us_per_launch": w.parts["gpu_origin_gap_ms"].as_f64()
-                .and_then(|ms| us_per(ms, w.live_launches)),
+            // The split (cuda): the sub-launches' device time and their calls' host time; null
+            // where the engine counts none (sim, checkpointed launches, an older vgpu-vmm).
+            "before_kernel_us_per_launch": before_split(w, |t| t.kernel_ms),
+            "before_call_us_per_launch": before_split(w, |t| t.call_ms),
+            "before_gap_us_per_launch": before_split(w, |t| t.gap_ms),
+            "live_kernel_us_per_launch": live_split(w, "gpu_kernel_ms"),
+            "live_call_us_per_launch": live_split(w, "gpu_launch_call_ms"),
+            "live_gap_us_per_launch": live_split(w, "gpu_origin_gap_ms"),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -442,7 +458,8 @@ mod tests {
         let done = serde_json::json!({
             "paused_ms": 50.0,
             "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120, "gpu_busy_ms": 12.0,
-                                  "gpu_kernel_ms": 10.8, "gpu_launch_call_ms": 2.4},
+                                  "gpu_sub_launches": 120, "gpu_kernel_ms": 10.8,
+                                  "gpu_launch_call_ms": 2.4},
                         "rounds": [{"round": 0, "ms": 30.0}, {"round": 1, "paused": true}]},
         });
         // Baseline 1000 launches/s on the source; the destination 400 launches in 500 ms.
@@ -488,6 +505,22 @@ mod tests {
         // A launch's GPU time: 40 ms over 500 launches before, 12 ms over 120 during.
         assert_eq!(s["per_window"][0]["before_gpu_us_per_launch"], 80.0, "{s}");
         assert_eq!(s["per_window"][0]["live_gpu_us_per_launch"], 100.0, "{s}");
+        // No sub-launches counted (a sim engine): no split, not zeros.
+        let sim = migration_window(
+            (10.0, 100, 0.0, Timing::default()),
+            (510.0, 600, 40.0, Timing::default()),
+            &done,
+            (
+                (5.0, 7, 0.0, Timing::default()),
+                (505.0, 407, 0.0, Timing::default()),
+            ),
+        )
+        .unwrap();
+        let sim = migration_summary(&[sim]);
+        assert!(
+            sim["per_window"][0]["before_kernel_us_per_launch"].is_null(),
+            "{sim}"
+        );
         // Its split: the kernels' device time and the launch calls' host time, before and during.
         let pw = &s["per_window"][0];
         assert_eq!(pw["before_kernel_us_per_launch"], 70.0, "{s}");

@@ -180,6 +180,19 @@ pub struct LaunchTiming {
     /// Host time of the sub-launches' driver calls (those two events and `cuLaunchKernel`), ns.
     pub launch_call_ns: u64,
     /// Host time from the call that records a launch's origin event (where its GPU time
-    /// starts) to its first sub-launch's calls, ns: on an idle stream, GPU time too.
+    /// starts) to its first sub-launch's calls, ns: on an idle stream, GPU time too. A
+    /// preempted launch counts it again at each resume.
     pub origin_gap_ns: u64,
+}
+
+impl LaunchTiming {
+    /// The sums of `self` and `other` (an engine's counters after another's, `SwitchEngine`).
+    pub fn plus(self, other: LaunchTiming) -> LaunchTiming {
+        LaunchTiming {
+            sub_launches: self.sub_launches.saturating_add(other.sub_launches),
+            kernel_ns: self.kernel_ns.saturating_add(other.kernel_ns),
+            launch_call_ns: self.launch_call_ns.saturating_add(other.launch_call_ns),
+            origin_gap_ns: self.origin_gap_ns.saturating_add(other.origin_gap_ns),
+        }
+    }
 }

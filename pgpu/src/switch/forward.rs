@@ -253,7 +253,7 @@ impl Engine for SwitchEngine {
         self.current().checkpoint_stats()
     }
     fn launch_timing(&self) -> crate::engine::LaunchTiming {
-        self.current().launch_timing()
+        self.launch_timing_total()
     }
     fn resume(
         &self,

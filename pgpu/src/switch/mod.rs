@@ -74,6 +74,9 @@ pub struct SwitchEngine {
     generation: AtomicU64,
     /// Flag words handed out and not freed (virtual space of each).
     flags: Mutex<HashMap<u64, SpaceId>>,
+    /// The launch timing of the engines switched away from, as of their switch (the counters
+    /// the VM reports keep growing across a switch, as its launches do).
+    retired: Mutex<crate::engine::LaunchTiming>,
 }
 
 /// A saved context of a job run through the switch: the engine's own, with the engine that
@@ -136,10 +139,16 @@ impl SwitchEngine {
             busy: AtomicU32::new(0),
             generation: AtomicU64::new(0),
             flags: Mutex::new(HashMap::new()),
+            retired: Mutex::new(crate::engine::LaunchTiming::default()),
         }
     }
 
     /// The backing engine now.
+    /// The launch timing of every engine this one has been backed by (`Engine::launch_timing`).
+    pub fn launch_timing_total(&self) -> crate::engine::LaunchTiming {
+        lock(&self.retired).plus(self.current().launch_timing())
+    }
+
     pub fn current(&self) -> Arc<dyn EngineSnapshot> {
         self.current
             .read()
@@ -281,6 +290,10 @@ impl SwitchEngine {
             }
         }
         old.dirty_log_stop();
+        {
+            let mut r = lock(&self.retired);
+            *r = r.plus(old.launch_timing());
+        }
         *self
             .current
             .write()

@@ -1,5 +1,5 @@
 //! `vgpu`: the multi-call binary of the Linux guest's tools. Called as `vgpu-smi`, `vgpu-run`,
-//! `vgpu-exit` or `lspci` (links in the initramfs), or as `vgpu COMMAND ...`.
+//! `vgpu-exit` or `lspci` (links in the root image), or as `vgpu COMMAND ...`.
 
 use std::process::ExitCode;
 
