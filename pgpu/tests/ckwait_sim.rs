@@ -299,24 +299,36 @@ fn a_launch_already_past_its_estimate_is_not_waited() {
 
 /// A request that comes once the launch has run a little past its kernel's estimate (less
 /// than the estimate again: the allowance for a real GPU's start after the engine's mark) is
-/// still waited on, and the launch completes with the bytes of an unrequested run.
+/// still waited on, and the launch completes with the bytes of an unrequested run. On a loaded
+/// host the run can end before the request lands (its length varies with the load): such a try
+/// shows nothing and is made again, up to 10 times; a request that landed well before the end
+/// and was not waited fails.
 #[test]
 fn a_launch_just_past_its_estimate_is_still_waited() {
     let short = calibrate(Duration::from_millis(100));
     let e = engine(Duration::from_secs(20));
     let p = place(&e);
-    let longest = longest_of_three(&e, &job(&p, short).0);
     // Twice the warm-up runs' length; the request at 1.3 times the longest of them: past the
     // estimate, within twice it, and ~0.7 estimates before this run ends.
     let (j, want) = job(&p, short.saturating_mul(2));
-    clear_out(&e, &p);
-    let before = e.ckpt_stats();
-    let (out, _, _) = execute_requested_at(&e, &j, longest.mul_f64(1.3));
-    let after = e.ckpt_stats();
-    assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
-    assert_eq!(
-        (after.waited_preemptions, after.wait_overruns),
-        (before.waited_preemptions + 1, before.wait_overruns),
-    );
-    assert_eq!(read_out(&e, &p), want);
+    for _ in 0..10 {
+        let longest = longest_of_three(&e, &job(&p, short).0);
+        clear_out(&e, &p);
+        let before = e.ckpt_stats();
+        let (out, requested, returned) = execute_requested_at(&e, &j, longest.mul_f64(1.3));
+        let after = e.ckpt_stats();
+        assert!(matches!(out, Outcome::Completed { .. }), "{out:?}");
+        assert_eq!(read_out(&e, &p), want);
+        assert_eq!(after.wait_overruns, before.wait_overruns);
+        if after.waited_preemptions == before.waited_preemptions + 1 {
+            return;
+        }
+        assert_eq!(after.waited_preemptions, before.waited_preemptions);
+        let ahead = returned.saturating_duration_since(requested);
+        assert!(
+            ahead < longest / 4,
+            "a request {ahead:?} before the end (runs of {longest:?}) was not waited"
+        );
+    }
+    panic!("in 10 tries no request landed while the launch ran");
 }
