@@ -542,14 +542,15 @@ mod tests {
     use super::*;
     use crate::regs::{ALLOC_OP_DECLARE, ALLOC_OP_FORGET, ALLOC_OP_FORGET_ALL};
 
-    const WINDOW: (u64, u64) = (0x10_0000_0000, 4 << 30);
-    const VA: u64 = WINDOW.0;
+    // Shared with `marks`' tests.
+    pub(super) const WINDOW: (u64, u64) = (0x10_0000_0000, 4 << 30);
+    pub(super) const VA: u64 = WINDOW.0;
 
-    fn log() -> WriteSetLog {
+    pub(super) fn log() -> WriteSetLog {
         WriteSetLog::new(0, 64 << 20, SysmemMap::default())
     }
 
-    fn ranges(l: &WriteSetLog) -> Vec<(u64, u64)> {
+    pub(super) fn ranges(l: &WriteSetLog) -> Vec<(u64, u64)> {
         l.lock().declared.iter().map(|(s, e)| (*s, *e)).collect()
     }
 

@@ -210,19 +210,9 @@ mod tests {
 
     use shadow::SysmemMap;
 
+    use super::super::tests::{VA, WINDOW, log, ranges};
     use super::*;
     use crate::regs::ALLOC_OP_DECLARE;
-
-    const WINDOW: (u64, u64) = (0x10_0000_0000, 4 << 30);
-    const VA: u64 = WINDOW.0;
-
-    fn log() -> WriteSetLog {
-        WriteSetLog::new(0, 64 << 20, SysmemMap::default())
-    }
-
-    fn ranges(l: &WriteSetLog) -> Vec<(u64, u64)> {
-        l.lock().declared.iter().map(|(s, e)| (*s, *e)).collect()
-    }
 
     /// Marks what each pointer of `ptrs` may write, as a checked launch's parameters do; the
     /// VRAM pages listed (in order, duplicates kept).
