@@ -20,7 +20,8 @@
 //! prepared first run makes nothing and stops at its slice end), `cuda/ckcost.rs` (the driver
 //! calls and host time of a checkpointed launch no request reaches), `cuda/ckwait.rs` (`auto`'s
 //! wait), `cuda/ckadapt.rs` (each run's request path chosen by its kernel's estimate), `cuda/contend.rs`
-//! (a guest kernel's GPU time beside the bulk VRAM calls of a live copy).
+//! (a guest kernel's GPU time beside the bulk VRAM calls of a live copy), `cuda/contend_copy.rs`
+//! (a guest's small copy jobs beside them, by the copy engine and by a kernel).
 
 #[path = "cuda/bulk.rs"]
 mod bulk;
@@ -38,6 +39,8 @@ mod ckpt;
 mod ckwait;
 #[path = "cuda/contend.rs"]
 mod contend;
+#[path = "cuda/contend_copy.rs"]
+mod contend_copy;
 #[path = "cuda/legacy.rs"]
 mod legacy;
 #[path = "cuda/measure.rs"]

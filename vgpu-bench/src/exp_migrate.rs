@@ -81,6 +81,13 @@ pub struct Args {
     /// threads that copy and checksum the snapshot's data run below the VMM (default 0).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(0..=19))]
     pub copy_nice: Option<i32>,
+    /// cuda: every VMM's `--gpu copy_slots=N` in MiB (1 to 64, a power of two; 0: none): the
+    /// staging slots of the snapshot and migration copies made when the VM starts. Without
+    /// them the first live copy makes them while the guest runs, and that allocation stalls
+    /// the guest's copy jobs (docs/performance.md, session 19). Default 64; ignored on sim.
+    #[arg(long, value_name = "MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub copy_slots: u64,
     /// Every VMM's `--copy-threads N` (default: the VMM's, one per CPU).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub copy_threads: Option<u64>,
@@ -161,6 +168,9 @@ impl Plan {
 /// The guest's `--memory` and `--gpu` (what a standby destination prepares).
 pub(crate) fn machine_args(a: &Args, p: &Plan) -> Vec<String> {
     let mut gpu = format!("vram={}M,backend={}", p.vram_mib, a.backend.name());
+    if a.backend == Backend::Cuda && a.copy_slots > 0 {
+        gpu.push_str(&format!(",copy_slots={}M", a.copy_slots));
+    }
     if let Some(x) = &a.gpu_extra {
         gpu.push(',');
         gpu.push_str(x);
@@ -424,6 +434,7 @@ pub fn run(a: &Args) -> Result<String, BenchError> {
         "memory_mib": p.memory_mib,
         "guest": vm_args(a, &p).join(" "),
         "dest_gpu": a.dest_gpu,
+        "copy_slots_mib": (a.backend == Backend::Cuda).then_some(a.copy_slots),
         "dest": format!("{:?}", a.dest).to_lowercase(),
         "vram_working_set": {
             "mib": a.pool_mib,

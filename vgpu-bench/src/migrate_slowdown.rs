@@ -73,6 +73,11 @@ pub struct Timing {
     pub call_ms: f64,
     /// Host time from each launch's origin event to its first sub-launch (ms).
     pub gap_ms: f64,
+    /// GPU time of the guest's copy jobs (`gpu.copy_gpu_ns`, ms; any engine).
+    pub copy_ms: f64,
+    /// The copy jobs' host time in their copy calls and their waits (cuda; ms).
+    pub copy_call_ms: f64,
+    pub copy_wait_ms: f64,
 }
 
 impl Timing {
@@ -82,6 +87,9 @@ impl Timing {
             kernel_ms: (self.kernel_ms - earlier.kernel_ms).max(0.0),
             call_ms: (self.call_ms - earlier.call_ms).max(0.0),
             gap_ms: (self.gap_ms - earlier.gap_ms).max(0.0),
+            copy_ms: (self.copy_ms - earlier.copy_ms).max(0.0),
+            copy_call_ms: (self.copy_call_ms - earlier.copy_call_ms).max(0.0),
+            copy_wait_ms: (self.copy_wait_ms - earlier.copy_wait_ms).max(0.0),
         }
     }
 }
@@ -104,6 +112,9 @@ pub fn stats(vm: &Vm, vmm: &Path) -> Result<Stats, BenchError> {
         kernel_ms: s["gpu"]["kernel_ns"].as_f64().unwrap_or(0.0) / 1e6,
         call_ms: s["gpu"]["launch_call_ns"].as_f64().unwrap_or(0.0) / 1e6,
         gap_ms: s["gpu"]["origin_gap_ns"].as_f64().unwrap_or(0.0) / 1e6,
+        copy_ms: s["gpu"]["copy_gpu_ns"].as_f64().unwrap_or(0.0) / 1e6,
+        copy_call_ms: s["gpu"]["copy_call_ns"].as_f64().unwrap_or(0.0) / 1e6,
+        copy_wait_ms: s["gpu"]["copy_wait_ns"].as_f64().unwrap_or(0.0) / 1e6,
     };
     match (up, launches) {
         (Some(u), Some(l)) => Ok((u, l, gpu_ms, timing)),
@@ -205,6 +216,9 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
     let ws = &live["write_sets"];
     serde_json::json!({
         "gpu_busy_ms": live["guest"]["gpu_busy_ms"],
+        "gpu_copy_ms": live["guest"]["gpu_copy_ms"],
+        "gpu_copy_call_ms": live["guest"]["gpu_copy_call_ms"],
+        "gpu_copy_wait_ms": live["guest"]["gpu_copy_wait_ms"],
         "gpu_sub_launches": live["guest"]["gpu_sub_launches"],
         "gpu_kernel_ms": live["guest"]["gpu_kernel_ms"],
         "gpu_launch_call_ms": live["guest"]["gpu_launch_call_ms"],
@@ -361,6 +375,17 @@ fn sums(ws: &[Window]) -> serde_json::Value {
             "live_kernel_us_per_launch": live_split(w, "gpu_kernel_ms"),
             "live_call_us_per_launch": live_split(w, "gpu_launch_call_ms"),
             "live_gap_us_per_launch": live_split(w, "gpu_origin_gap_ms"),
+            // The copy jobs' GPU time per launch (any engine; null from an older vgpu-vmm).
+            "before_copy_us_per_launch": us_per(w.before_timing.copy_ms, w.before_launches),
+            "live_copy_us_per_launch": w.parts["gpu_copy_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
+            // Of which the copy calls' and the waits' host time (cuda).
+            "before_copy_call_us_per_launch": us_per(w.before_timing.copy_call_ms, w.before_launches),
+            "before_copy_wait_us_per_launch": us_per(w.before_timing.copy_wait_ms, w.before_launches),
+            "live_copy_call_us_per_launch": w.parts["gpu_copy_call_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
+            "live_copy_wait_us_per_launch": w.parts["gpu_copy_wait_ms"].as_f64()
+                .and_then(|ms| us_per(ms, w.live_launches)),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -459,7 +484,7 @@ mod tests {
             "paused_ms": 50.0,
             "precopy": {"guest": {"window_ms": 200.0, "gpu_launches": 120, "gpu_busy_ms": 12.0,
                                   "gpu_sub_launches": 120, "gpu_kernel_ms": 10.8,
-                                  "gpu_launch_call_ms": 2.4},
+                                  "gpu_launch_call_ms": 2.4, "gpu_copy_ms": 1.8},
                         "rounds": [{"round": 0, "ms": 30.0}, {"round": 1, "paused": true}]},
         });
         // Baseline 1000 launches/s on the source; the destination 400 launches in 500 ms.
@@ -474,6 +499,9 @@ mod tests {
                     kernel_ms: 35.0,
                     call_ms: 5.0,
                     gap_ms: 1.0,
+                    copy_ms: 4.0,
+                    copy_call_ms: 1.0,
+                    copy_wait_ms: 2.5,
                 },
             ),
             &done,
@@ -505,6 +533,17 @@ mod tests {
         // A launch's GPU time: 40 ms over 500 launches before, 12 ms over 120 during.
         assert_eq!(s["per_window"][0]["before_gpu_us_per_launch"], 80.0, "{s}");
         assert_eq!(s["per_window"][0]["live_gpu_us_per_launch"], 100.0, "{s}");
+        // Of which the copy jobs: 4 ms over 500 before, 1.8 ms over 120 during.
+        assert_eq!(s["per_window"][0]["before_copy_us_per_launch"], 8.0, "{s}");
+        assert_eq!(s["per_window"][0]["live_copy_us_per_launch"], 15.0, "{s}");
+        assert_eq!(
+            s["per_window"][0]["before_copy_wait_us_per_launch"], 5.0,
+            "{s}"
+        );
+        assert!(
+            s["per_window"][0]["live_copy_call_us_per_launch"].is_null(),
+            "{s}"
+        );
         // No sub-launches counted (a sim engine): no split, not zeros.
         let sim = migration_window(
             (10.0, 100, 0.0, Timing::default()),

@@ -85,6 +85,9 @@ pub struct GpuConfig {
     /// cuda: how each checkpointed kernel run's preemption request path is chosen
     /// (`ck_path=fixed|adaptive|adaptive:US`, default adaptive): `pgpu::cuda::CkPathChoice`.
     pub ck_path: pgpu::cuda::CkPathChoice,
+    /// cuda: bytes of each bulk staging slot made when the engine is (`copy_slots=`, 0: none,
+    /// the default): `pgpu::cuda::CudaConfig::bulk_slot_bytes`.
+    pub copy_slots: u64,
     /// Share a GPU owned by `vgpud` (`host=SOCKET`); `None`: this VM owns its GPU alone.
     pub host: Option<crate::host::HostConfig>,
     /// Doorbells: trapped registers only, or the polled doorbell page as well (`doorbell=`).
@@ -137,6 +140,7 @@ impl Default for GpuConfig {
             preempt: pgpu::PreemptMethod::Slice,
             preempt_wait: pgpu::ckwait::DEFAULT_WAIT_BUDGET,
             ck_path: pgpu::cuda::DEFAULT_CK_PATH,
+            copy_slots: 0,
             host: None,
             doorbell: Doorbell::Poll,
             spin: default_spin(),
@@ -242,6 +246,7 @@ impl GpuConfig {
         if c.backend != Backend::Cuda {
             // The sim engine has no request path (the key is not written for it).
             c.ck_path = pgpu::cuda::DEFAULT_CK_PATH;
+            c.copy_slots = 0;
         }
         if c.mode == Mode::Pt && c.host.is_some() {
             return Err(ConfigError::BadValue {
@@ -346,6 +351,38 @@ mod tests {
             GpuConfig::parse("preempt=never"),
             Err(ConfigError::BadValue { .. })
         ));
+        // copy_slots: cuda only, written back when set, bounded.
+        let c = GpuConfig::parse("backend=cuda,copy_slots=64M").unwrap();
+        assert_eq!(c.copy_slots, 64 << 20);
+        assert!(c.spec().contains("copy_slots=65536K"), "{}", c.spec());
+        assert_eq!(GpuConfig::parse(&c.spec()).unwrap().copy_slots, 64 << 20);
+        assert_eq!(GpuConfig::parse("copy_slots=8M").unwrap().copy_slots, 0);
+        assert!(
+            !GpuConfig::parse("copy_slots=2M")
+                .unwrap()
+                .spec()
+                .contains("copy_slots")
+        );
+        assert!(
+            !GpuConfig::parse("backend=cuda")
+                .unwrap()
+                .spec()
+                .contains("copy_slots")
+        );
+        for bad in [
+            "copy_slots=128M",
+            "copy_slots=512K",
+            "copy_slots=3M",
+            "copy_slots=x",
+        ] {
+            assert!(
+                matches!(
+                    GpuConfig::parse(&format!("backend=cuda,{bad}")),
+                    Err(ConfigError::BadValue { .. })
+                ),
+                "{bad}"
+            );
+        }
         assert_eq!(GpuConfig::parse("hostmem=1G").unwrap().hostmem, 1 << 30);
         for bad in ["hostmem=8M", "hostmem=65G", "hostmem=lots"] {
             assert!(
@@ -454,6 +491,7 @@ mod tests {
             ("cpus", &["0", "14", "2-3", "1023"]),
             ("spin_us", &["0", "10000"]),
             ("preempt_wait_us", &["0", "100000"]),
+            ("copy_slots", &["0", "1024K", "65536K"]),
             (
                 "ck_path",
                 &["fixed", "adaptive", "adaptive:0", "adaptive:250"],
@@ -485,7 +523,7 @@ mod tests {
                 .contains(&k.name)
                 {
                     format!("host=/s,{}={v}", k.name)
-                } else if k.name == "ck_path" {
+                } else if k.name == "ck_path" || k.name == "copy_slots" {
                     format!("backend=cuda,{}={v}", k.name)
                 } else {
                     format!("{}={v}", k.name)
@@ -497,7 +535,7 @@ mod tests {
         }
         let all = GpuConfig::parse(
             "mode=para,backend=cuda,vram=1G,channels=3,timeout_ms=7,hostmem=1G,workers=2,\
-             opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,ck_path=adaptive:500,host=/a b,weight=3,priority=4,name=n,\
+             opt=lazy,pages=2m,preempt=checkpoint,preempt_wait_us=7,ck_path=adaptive:500,copy_slots=2M,host=/a b,weight=3,priority=4,name=n,\
              reconnect_ms=250,gpu=1,nice=-3,rt=2,slice_us=300,cpus=4-5,doorbell=mmio,spin_us=9,backoff=off,direct=off,dirtylog=writesets",
         )
         .unwrap();

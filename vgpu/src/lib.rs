@@ -96,6 +96,8 @@ pub struct Activity {
     pub launches: u64,
     pub copies: u64,
     pub gpu_ns: u64,
+    /// The part of `gpu_ns` the copy jobs took.
+    pub copy_gpu_ns: u64,
     pub mmio_traps: u64,
     /// The engine's split of the launches' GPU time (`pgpu::LaunchTiming`; cuda only, else
     /// zero; the whole engine's, which is the VM's own unless vgpud shares it): sub-launches,
@@ -105,6 +107,10 @@ pub struct Activity {
     pub launch_call_ns: u64,
     /// Host time from each launch's origin event to its first sub-launch (ns).
     pub origin_gap_ns: u64,
+    /// The copy jobs' host time in their copy calls and in their waits for the copies (ns;
+    /// cuda only, the whole engine's like the launches' split).
+    pub copy_call_ns: u64,
+    pub copy_wait_ns: u64,
 }
 
 /// `--stats` of the checkpoint preemption method (`pgpu::CkptStats`).
@@ -332,6 +338,7 @@ impl Vgpu {
             preempt: cfg.preempt,
             preempt_wait: cfg.preempt_wait,
             ck_path: cfg.ck_path,
+            bulk_slot_bytes: cfg.copy_slots,
             ..pgpu::cuda::CudaConfig::default()
         };
         let engine = Arc::new(pgpu::cuda::CudaEngine::new(cuda.clone())?);
@@ -557,11 +564,14 @@ impl Vgpu {
             launches: r.counters.launches,
             copies: r.counters.copies,
             gpu_ns: r.counters.gpu_ns,
+            copy_gpu_ns: r.counters.copy_gpu_ns,
             mmio_traps: self.shared.traps.load(std::sync::atomic::Ordering::Relaxed),
             sub_launches: t.sub_launches,
             kernel_ns: t.kernel_ns,
             launch_call_ns: t.launch_call_ns,
             origin_gap_ns: t.origin_gap_ns,
+            copy_call_ns: t.copy_call_ns,
+            copy_wait_ns: t.copy_wait_ns,
         }
     }
 

@@ -154,6 +154,9 @@ pub struct GpuCounters {
     pub faults: u64,
     pub faults_dropped: u64,
     pub gpu_ns: u64,
+    /// The part of `gpu_ns` that copy jobs took (not kept in snapshots: a restored VM counts
+    /// from zero).
+    pub copy_gpu_ns: u64,
     /// Register, aperture and para-virtual BAR accesses that reached the device: each is a VM
     /// exit of the guest (MMIO exits).
     pub mmio_traps: u64,

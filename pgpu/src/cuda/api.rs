@@ -513,6 +513,8 @@ impl Engine for CudaEngine {
             origin_gap_ns: self
                 .origin_gap_ns
                 .load(std::sync::atomic::Ordering::Relaxed),
+            copy_call_ns: self.copy_call_ns.load(std::sync::atomic::Ordering::Relaxed),
+            copy_wait_ns: self.copy_wait_ns.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 

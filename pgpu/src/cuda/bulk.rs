@@ -78,6 +78,8 @@ pub struct Bulk {
     slot_pages: u64,
     /// Pages of the slots writes take ([`SLOT_PAGES`] unless `reserve_writes` sized them).
     write_pages: u64,
+    /// The slots were made ahead at a fixed size (`reserve_fixed`): never regrown.
+    fixed: bool,
     /// Blocks per launch at most (a grid-stride loop does the rest).
     max_blocks: u32,
 }
@@ -120,6 +122,7 @@ impl Bulk {
             slots: Vec::new(),
             slot_pages: 0,
             write_pages: SLOT_PAGES,
+            fixed: false,
             max_blocks: sms.max(1).saturating_mul(16),
         };
         b.nonzero = func(module, c"vram_nonzero")?;
@@ -135,10 +138,22 @@ impl Bulk {
         Ok(b)
     }
 
+    /// Makes the two slots of `bytes` each (rounded as [`Bulk::reserve`] does) for good: later
+    /// calls use them as they are, never regrown (`CudaConfig::bulk_slot_bytes`).
+    pub(crate) fn reserve_fixed(&mut self, bytes: u64) -> Result<(), DrvError> {
+        self.reserve(bytes.div_ceil(PAGE))?;
+        self.fixed = true;
+        Ok(())
+    }
+
     /// Makes the two slots hold at least `pages` pages (the next power of two, at least
-    /// [`MIN_SLOT`], at most [`SLOT`]); slots already that large are kept. Call with nothing
-    /// in flight (`with_bulk` synchronises the stream after every call).
+    /// [`MIN_SLOT`], at most [`SLOT`]); slots already that large, or fixed ones
+    /// ([`Bulk::reserve_fixed`]), are kept. Call with nothing in flight (`with_bulk`
+    /// synchronises the stream after every call).
     fn reserve(&mut self, pages: u64) -> Result<(), DrvError> {
+        if self.fixed && self.slots.len() == 2 {
+            return Ok(());
+        }
         let have = if self.slots.len() == 2 {
             self.slot_pages
         } else {
@@ -431,6 +446,18 @@ impl RunCursor {
 }
 
 impl CudaEngine {
+    /// Bytes of each bulk staging slot now (0: none made): for tests on a GPU.
+    #[doc(hidden)]
+    pub fn bulk_slot_bytes(&self) -> u64 {
+        lock(&self.bulk).as_ref().map_or(0, |b| {
+            if b.slots.len() == 2 {
+                b.slot_pages * PAGE
+            } else {
+                0
+            }
+        })
+    }
+
     /// Runs `f` with the bulk state (made with the engine; again here if that failed).
     fn with_bulk<T>(
         &self,

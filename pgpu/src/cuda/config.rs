@@ -77,6 +77,14 @@ pub struct CudaConfig {
     /// it is not acted on (the launch completes). Zero: never waited. Default
     /// [`crate::ckwait::DEFAULT_WAIT_BUDGET`].
     pub preempt_wait: Duration,
+    /// Bytes of each of the bulk calls' two staging slots to make with the engine, kept at
+    /// that size (rounded up to a power of two within 1 MiB..64 MiB; `bulk.rs`). 0 (the
+    /// default): the slots come with the first snapshot, live copy or restore, sized to it,
+    /// and that allocation (2 × slot of pinned host memory and of device memory) stalls the
+    /// guest's copy jobs while it runs: ~15 µs more per copy over a 1 GiB live migration's
+    /// first round on an H200 (docs/performance.md, session 19). A VM that will be
+    /// migrated or snapshotted live reserves them here (`--gpu copy_slots=`).
+    pub bulk_slot_bytes: u64,
 }
 
 impl Default for CudaConfig {
@@ -101,6 +109,7 @@ impl Default for CudaConfig {
             ckpt_poll_interval: crate::ckpt::default_poll_interval(),
             whole_launches: false,
             preempt_wait: crate::ckwait::DEFAULT_WAIT_BUDGET,
+            bulk_slot_bytes: 0,
         }
     }
 }

@@ -103,6 +103,9 @@ pub struct CudaEngine {
     pub(crate) kernel_ns: AtomicU64,
     /// Host time from a launch's origin event to its first sub-launch's start event, ns.
     pub(crate) origin_gap_ns: AtomicU64,
+    /// Host time of the copy jobs' copy calls and of their waits for the copies, ns.
+    pub(crate) copy_call_ns: AtomicU64,
+    pub(crate) copy_wait_ns: AtomicU64,
     /// Device buffers (flag + save area) of checkpointed launches.
     pub(crate) ck_pool: Arc<Pool>,
     /// Flag words of write-set validation (`flags`).
@@ -168,10 +171,20 @@ impl CudaEngine {
         );
         // The bulk calls' kernels and stream now, not in the first snapshot or live copy
         // (where the module load would wait for the guest's kernels and stall them); the
-        // pinned slots come with the first call, sized to it. A failure here is retried there.
-        let bulk = super::bulk::Bulk::new(ctx, sms)
+        // pinned slots come with the first call, sized to it, unless `bulk_slot_bytes` makes
+        // them now (that allocation stalls the guest's copy jobs for tens of ms: the driver's
+        // pinned allocation holds up their `cuMemcpy` calls). A failure to load is retried in
+        // the first call; a failure to make the asked-for slots is the engine's.
+        let mut bulk = super::bulk::Bulk::new(ctx, sms)
             .inspect_err(|e| log::info!("cuda: bulk kernels not loaded yet: {e}"))
             .ok();
+        if cfg.bulk_slot_bytes > 0 {
+            let b = bulk.as_mut().ok_or_else(|| {
+                EngineError::Backend("bulk_slot_bytes: the bulk kernels did not load".into())
+            })?;
+            b.reserve_fixed(cfg.bulk_slot_bytes)
+                .map_err(|e| EngineError::Backend(format!("bulk_slot_bytes: {e}")))?;
+        }
         let ck_pool = Pool::new(ctx, cfg.max_save_area_bytes);
         Ok(CudaEngine {
             ctx,
@@ -192,6 +205,8 @@ impl CudaEngine {
             launch_call_ns: AtomicU64::new(0),
             kernel_ns: AtomicU64::new(0),
             origin_gap_ns: AtomicU64::new(0),
+            copy_call_ns: AtomicU64::new(0),
+            copy_wait_ns: AtomicU64::new(0),
             ck_pool,
             flags: super::flags::Flags::new(ctx),
             signal: OnceLock::new(),

@@ -379,17 +379,24 @@ impl CudaEngine {
                 });
             }
             let n = chunk.min(c.len - c.done);
+            let t0 = Instant::now();
             // SAFETY: both ranges were checked mapped (source readable, destination writable)
             // in this space, whose mappings are frozen while `_use` lives; the stream is ours.
             let r = ck("cuMemcpyDtoDAsync", unsafe {
                 sys::cuMemcpyDtoDAsync_v2(c.dst + c.done, c.src + c.done, n as usize, stream.stream)
-            })
-            .and_then(|_| {
+            });
+            let t1 = Instant::now();
+            let r = r.and_then(|_| {
                 // SAFETY: our stream.
                 ck("cuStreamSynchronize", unsafe {
                     sys::cuStreamSynchronize(stream.stream)
                 })
             });
+            let (call, wait) = (t1 - t0, t1.elapsed());
+            self.copy_call_ns
+                .fetch_add(call.as_nanos() as u64, Ordering::Relaxed);
+            self.copy_wait_ns
+                .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
             if let Err(e) = r {
                 break Err(self.drv(e));
             }

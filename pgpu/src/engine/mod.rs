@@ -183,6 +183,10 @@ pub struct LaunchTiming {
     /// starts) to its first sub-launch's calls, ns: on an idle stream, GPU time too. A
     /// preempted launch counts it again at each resume.
     pub origin_gap_ns: u64,
+    /// Host time of the copy jobs' copy calls (`cuMemcpyDtoDAsync`), ns.
+    pub copy_call_ns: u64,
+    /// Host time of the copy jobs' waits for their copies (`cuStreamSynchronize`), ns.
+    pub copy_wait_ns: u64,
 }
 
 impl LaunchTiming {
@@ -193,6 +197,8 @@ impl LaunchTiming {
             kernel_ns: self.kernel_ns.saturating_add(other.kernel_ns),
             launch_call_ns: self.launch_call_ns.saturating_add(other.launch_call_ns),
             origin_gap_ns: self.origin_gap_ns.saturating_add(other.origin_gap_ns),
+            copy_call_ns: self.copy_call_ns.saturating_add(other.copy_call_ns),
+            copy_wait_ns: self.copy_wait_ns.saturating_add(other.copy_wait_ns),
         }
     }
 }

@@ -108,3 +108,42 @@ fn gpu_bulk_vram_calls_match_byte_scans() {
         zero.as_secs_f64() * 1e3
     );
 }
+
+/// `CudaConfig::bulk_slot_bytes`: the slots are made with the engine and kept at their size
+/// (here the smallest, 1 MiB: every call below goes through many slots), never regrown by a
+/// larger call, and every bulk call is still exact.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_bulk_calls_through_fixed_slots() {
+    let vram = 256 * MIB;
+    let e = cuda(CudaConfig {
+        vram_size: vram,
+        bulk_slot_bytes: 700 << 10,
+        ..CudaConfig::default()
+    });
+    assert_eq!(e.bulk_slot_bytes(), MIB, "made with the engine, rounded up");
+    for (pa, pages, seed) in [
+        (5 * MIB, 1, 4),
+        (3 * PG, 3 * 256 + 77, 1),
+        (0, vram / PG, 2),
+    ] {
+        let r = check_bulk(&e, pa, pages, seed)
+            .unwrap_or_else(|m| panic!("at {pa:#x}+{pages} pages: {m}"));
+        assert!(r.nonzero > 0);
+        assert_eq!(e.bulk_slot_bytes(), MIB, "kept after {pa:#x}+{pages} pages");
+    }
+    e.vram_reserve_writes(64 * MIB).unwrap();
+    assert_eq!(
+        e.bulk_slot_bytes(),
+        MIB,
+        "kept after a reservation of writes"
+    );
+    // Without the option: none until the first call, then sized to it.
+    let plain = cuda(CudaConfig {
+        vram_size: vram,
+        ..CudaConfig::default()
+    });
+    assert_eq!(plain.bulk_slot_bytes(), 0);
+    check_bulk(&plain, 0, vram / PG, 5).unwrap();
+    assert_eq!(plain.bulk_slot_bytes(), 64 * MIB);
+}

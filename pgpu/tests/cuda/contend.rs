@@ -21,11 +21,11 @@ use pgpu::*;
 use crate::support::*;
 
 const PG: u64 = 4096;
-const GIB: u64 = 1 << 30;
+pub(crate) const GIB: u64 = 1 << 30;
 
 /// What the second thread does during a phase.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Bulk {
+pub(crate) enum Bulk {
     Alone,
     ReadContiguous,
     ReadScattered,
@@ -36,14 +36,14 @@ enum Bulk {
     CpuLoad,
 }
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
+pub(crate) fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 /// One pass of `what` over the GiB at `GIB` (reads, bitmap) or `2 * GIB` (writes); returns
 /// the bytes moved.
-fn bulk_pass(e: &pgpu::cuda::CudaEngine, what: Bulk, host: &mut [u8]) -> u64 {
+pub(crate) fn bulk_pass(e: &pgpu::cuda::CudaEngine, what: Bulk, host: &mut [u8]) -> u64 {
     match what {
         Bulk::Alone => 0,
         Bulk::CpuLoad => {

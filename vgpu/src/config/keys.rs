@@ -249,6 +249,33 @@ pub static KEYS: &[Key] = &[
         print: |c| (c.backend == Backend::Cuda).then(|| c.ck_path.to_string()),
     },
     Key {
+        name: "copy_slots",
+        values: "0|SIZE",
+        default: "0",
+        help: "backend=cuda: make the two staging slots of snapshot and migration copies \
+               (SIZE of pinned host memory and SIZE of device memory each, a power of two \
+               from 1M to 64M) when the VM starts, not in its first snapshot or live copy, \
+               whose allocation stalls the guest's copies meanwhile; 0: sized to the first \
+               copy (pgpu::cuda::CudaConfig::bulk_slot_bytes)",
+        parse: |d, v| {
+            d.cfg.copy_slots = match v {
+                "0" => 0,
+                v => parse_size(v)
+                    .filter(|v| v.is_power_of_two() && (1 << 20..=64 << 20).contains(v))
+                    .ok_or("0, or a power of two from 1M to 64M, e.g. 64M")?,
+            };
+            Ok(())
+        },
+        // Written for cuda only (the sim engine has no slots; `GpuConfig::parse` resets it); a
+        // manifest without it (older builds) meant 0.
+        print: |c| {
+            (c.backend == Backend::Cuda).then(|| match c.copy_slots {
+                0 => "0".to_string(),
+                n => kib(n),
+            })
+        },
+    },
+    Key {
         name: "host",
         values: "SOCKET",
         default: "none",
@@ -485,8 +512,12 @@ pub fn names() -> String {
 /// (`ck_path`: omitted means `fixed`, the default is `adaptive` since session 13, so a default
 /// configuration writes `ck_path=adaptive`), which is why a manifest is read with
 /// [`apply_omitted`].
-const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] =
-    &[("preempt_wait_us", "40"), ("rt", "0"), ("ck_path", "fixed")];
+const WRITTEN_UNLESS_DEFAULT: &[(&str, &str)] = &[
+    ("preempt_wait_us", "40"),
+    ("rt", "0"),
+    ("ck_path", "fixed"),
+    ("copy_slots", "0"),
+];
 
 /// `cfg` as a manifest that left out (`spec` holds no `KEY=`) keys of
 /// [`WRITTEN_UNLESS_DEFAULT`] means it: each such key whose omitted value is not today's

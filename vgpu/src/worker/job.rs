@@ -185,7 +185,13 @@ impl JobRunner {
             }
         };
         let outcome = outcome.map_err(refused)?;
-        self.shared.lock().counters.gpu_ns += gpu.as_nanos() as u64;
+        {
+            let c = &mut self.shared.lock().counters;
+            c.gpu_ns += gpu.as_nanos() as u64;
+            if matches!(job, Job::Copy(_)) {
+                c.copy_gpu_ns += gpu.as_nanos() as u64;
+            }
+        }
         self.ended(outcome, timed_out, matches!(job, Job::Launch(_)))
     }
 

@@ -64,6 +64,8 @@ pub struct GuestWindow {
     pub gpu_copies: u64,
     /// GPU time of the guest's jobs in the window, its copies included (ms).
     pub gpu_busy_ms: f64,
+    /// The part of `gpu_busy_ms` the copy jobs took (ms).
+    pub gpu_copy_ms: f64,
     /// The engine's split of it (cuda; `vgpu::Activity`): sub-launches, their device time
     /// (start to end event, ms) and their driver calls' host time (ms). GPU time that grows
     /// with `gpu_launch_call_ms` is host time in the driver; with `gpu_kernel_ms -
@@ -73,6 +75,10 @@ pub struct GuestWindow {
     pub gpu_launch_call_ms: f64,
     /// Host time from each launch's origin event to its first sub-launch (ms).
     pub gpu_origin_gap_ms: f64,
+    /// The copy jobs' host time in their copy calls and in their waits for the copies (ms;
+    /// cuda): which of the two `gpu_copy_ms` grows in.
+    pub gpu_copy_call_ms: f64,
+    pub gpu_copy_wait_ms: f64,
     /// Register and aperture accesses that trapped (MMIO exits reaching the GPU).
     pub gpu_mmio_traps: u64,
     /// Port and MMIO exits of the vCPUs (all devices).
@@ -89,9 +95,11 @@ pub struct GuestMark {
     launches: u64,
     copies: u64,
     gpu_ns: u64,
+    copy_gpu_ns: u64,
     traps: u64,
     exits: u64,
     timing: (u64, u64, u64, u64),
+    copy_timing: (u64, u64),
 }
 
 impl GuestMark {
@@ -103,6 +111,7 @@ impl GuestMark {
             launches: a.launches,
             copies: a.copies,
             gpu_ns: a.gpu_ns,
+            copy_gpu_ns: a.copy_gpu_ns,
             traps: a.mmio_traps,
             timing: (
                 a.sub_launches,
@@ -110,6 +119,7 @@ impl GuestMark {
                 a.launch_call_ns,
                 a.origin_gap_ns,
             ),
+            copy_timing: (a.copy_call_ns, a.copy_wait_ns),
             exits: vcpus
                 .iter()
                 .map(|e| e.io_in + e.io_out + e.mmio_read + e.mmio_write)
@@ -131,10 +141,13 @@ impl GuestMark {
             },
             gpu_copies: end.copies.saturating_sub(self.copies),
             gpu_busy_ms: end.gpu_ns.saturating_sub(self.gpu_ns) as f64 / 1e6,
+            gpu_copy_ms: end.copy_gpu_ns.saturating_sub(self.copy_gpu_ns) as f64 / 1e6,
             gpu_sub_launches: end.timing.0.saturating_sub(self.timing.0),
             gpu_kernel_ms: end.timing.1.saturating_sub(self.timing.1) as f64 / 1e6,
             gpu_launch_call_ms: end.timing.2.saturating_sub(self.timing.2) as f64 / 1e6,
             gpu_origin_gap_ms: end.timing.3.saturating_sub(self.timing.3) as f64 / 1e6,
+            gpu_copy_call_ms: end.copy_timing.0.saturating_sub(self.copy_timing.0) as f64 / 1e6,
+            gpu_copy_wait_ms: end.copy_timing.1.saturating_sub(self.copy_timing.1) as f64 / 1e6,
             gpu_mmio_traps: end.traps.saturating_sub(self.traps),
             vcpu_exits: end.exits.saturating_sub(self.exits),
             kvm_dirty_pages,
@@ -154,27 +167,34 @@ mod tests {
             launches: 10,
             copies: 0,
             gpu_ns: 1_000_000,
+            copy_gpu_ns: 100_000,
             traps: 5,
             exits: 7,
             timing: (10, 900_000, 70_000, 20_000),
+            copy_timing: (30_000, 60_000),
         };
         let b = GuestMark {
             at: t + std::time::Duration::from_millis(250),
             launches: 60,
             copies: 2,
             gpu_ns: 3_500_000,
+            copy_gpu_ns: 400_000,
             traps: 9,
             exits: 7,
             timing: (60, 3_000_000, 420_000, 120_000),
+            copy_timing: (80_000, 310_000),
         };
         let w = a.window(&b, 3);
         assert_eq!(w.gpu_launches, 50);
         assert!((w.gpu_launches_per_s - 200.0).abs() < 1e-6, "{w:?}");
         assert!((w.gpu_busy_ms - 2.5).abs() < 1e-9);
+        assert!((w.gpu_copy_ms - 0.3).abs() < 1e-9, "{w:?}");
         assert_eq!(w.gpu_sub_launches, 50);
         assert!((w.gpu_kernel_ms - 2.1).abs() < 1e-9, "{w:?}");
         assert!((w.gpu_launch_call_ms - 0.35).abs() < 1e-9, "{w:?}");
         assert!((w.gpu_origin_gap_ms - 0.1).abs() < 1e-9, "{w:?}");
+        assert!((w.gpu_copy_call_ms - 0.05).abs() < 1e-9, "{w:?}");
+        assert!((w.gpu_copy_wait_ms - 0.25).abs() < 1e-9, "{w:?}");
         assert_eq!(
             (w.gpu_mmio_traps, w.vcpu_exits, w.kvm_dirty_pages),
             (4, 0, 3)
