@@ -85,8 +85,9 @@ pub struct Args {
     /// staging slots of the snapshot and migration copies made when the VM starts. Without
     /// them the first live copy makes them while the guest runs, and that allocation stalls
     /// the guest's copy jobs (docs/performance.md, session 19). Default 64; ignored on sim.
-    #[arg(long, value_name = "MIB", default_value_t = 64,
-          value_parser = clap::value_parser!(u64).range(0..=64))]
+    /// A vgpu-vmm older than session 19 refuses the key: give it `--copy-slots 0`, which is
+    /// also how runs of earlier sessions were made.
+    #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = copy_slots_mib)]
     pub copy_slots: u64,
     /// Every VMM's `--copy-threads N` (default: the VMM's, one per CPU).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -162,6 +163,14 @@ impl Plan {
                 baseline: Duration::from_millis(500),
             }
         }
+    }
+}
+
+/// `--copy-slots`: 0, or a power of two from 1 to 64 (what `--gpu copy_slots=` takes, in MiB).
+fn copy_slots_mib(v: &str) -> Result<u64, String> {
+    match v.parse::<u64>() {
+        Ok(n) if n == 0 || (n.is_power_of_two() && n <= 64) => Ok(n),
+        _ => Err("0, or a power of two from 1 to 64 (MiB)".into()),
     }
 }
 
@@ -608,3 +617,18 @@ const DEST_KEYS: [&str; 12] = [
     "dest_vram_pages_switch",
     "dest_prepared",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_slots_take_what_the_vmm_takes() {
+        for ok in [0, 1, 2, 32, 64] {
+            assert_eq!(copy_slots_mib(&ok.to_string()), Ok(ok));
+        }
+        for bad in ["3", "48", "128", "-1", "64M", ""] {
+            assert!(copy_slots_mib(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -241,7 +241,6 @@ pub fn parts(live: &serde_json::Value) -> serde_json::Value {
     })
 }
 
-/// Microseconds of GPU time per launch (`None` without launches).
 /// A baseline's split figure per launch (`None` without sub-launches counted).
 fn before_split(w: &Window, f: impl Fn(&Timing) -> f64) -> Option<f64> {
     (w.before_timing.sub_launches > 0)
@@ -260,6 +259,7 @@ fn live_split(w: &Window, key: &str) -> Option<f64> {
         .flatten()
 }
 
+/// Microseconds per launch of `ms` (`None` without launches).
 fn us_per(ms: f64, launches: u64) -> Option<f64> {
     (launches > 0).then(|| ms * 1e3 / launches as f64)
 }
@@ -379,13 +379,11 @@ fn sums(ws: &[Window]) -> serde_json::Value {
             "before_copy_us_per_launch": us_per(w.before_timing.copy_ms, w.before_launches),
             "live_copy_us_per_launch": w.parts["gpu_copy_ms"].as_f64()
                 .and_then(|ms| us_per(ms, w.live_launches)),
-            // Of which the copy calls' and the waits' host time (cuda).
-            "before_copy_call_us_per_launch": us_per(w.before_timing.copy_call_ms, w.before_launches),
-            "before_copy_wait_us_per_launch": us_per(w.before_timing.copy_wait_ms, w.before_launches),
-            "live_copy_call_us_per_launch": w.parts["gpu_copy_call_ms"].as_f64()
-                .and_then(|ms| us_per(ms, w.live_launches)),
-            "live_copy_wait_us_per_launch": w.parts["gpu_copy_wait_ms"].as_f64()
-                .and_then(|ms| us_per(ms, w.live_launches)),
+            // Of which the copy calls' and the waits' host time (cuda; null like the split).
+            "before_copy_call_us_per_launch": before_split(w, |t| t.copy_call_ms),
+            "before_copy_wait_us_per_launch": before_split(w, |t| t.copy_wait_ms),
+            "live_copy_call_us_per_launch": live_split(w, "gpu_copy_call_ms"),
+            "live_copy_wait_us_per_launch": live_split(w, "gpu_copy_wait_ms"),
             "live_ms": w.live_ms, "paused_ms": w.paused_ms, "live_launches": w.live_launches,
             "tail_ms": w.tail_ms, "tail_launches": w.tail_launches, "parts": w.parts,
         })).collect::<Vec<_>>(),
@@ -556,6 +554,10 @@ mod tests {
         )
         .unwrap();
         let sim = migration_summary(&[sim]);
+        assert!(
+            sim["per_window"][0]["before_copy_call_us_per_launch"].is_null(),
+            "{sim}"
+        );
         assert!(
             sim["per_window"][0]["before_kernel_us_per_launch"].is_null(),
             "{sim}"

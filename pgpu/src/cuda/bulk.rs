@@ -139,7 +139,9 @@ impl Bulk {
     }
 
     /// Makes the two slots of `bytes` each (rounded as [`Bulk::reserve`] does) for good: later
-    /// calls use them as they are, never regrown (`CudaConfig::bulk_slot_bytes`).
+    /// calls use them as they are, never regrown (`CudaConfig::bulk_slot_bytes`), and a
+    /// reservation of writes (`vram_reserve_writes`) keeps them too: with small fixed slots
+    /// a restore goes through that many more, smaller transfers.
     pub(crate) fn reserve_fixed(&mut self, bytes: u64) -> Result<(), DrvError> {
         self.reserve(bytes.div_ceil(PAGE))?;
         self.fixed = true;

@@ -81,9 +81,11 @@ pub struct CudaConfig {
     /// that size (rounded up to a power of two within 1 MiB..64 MiB; `bulk.rs`). 0 (the
     /// default): the slots come with the first snapshot, live copy or restore, sized to it,
     /// and that allocation (2 × slot of pinned host memory and of device memory) stalls the
-    /// guest's copy jobs while it runs: ~15 µs more per copy over a 1 GiB live migration's
-    /// first round on an H200 (docs/performance.md, session 19). A VM that will be
-    /// migrated or snapshotted live reserves them here (`--gpu copy_slots=`).
+    /// guest's copy jobs while it runs: their GPU time per launch 6-14 µs higher over a 1 GiB
+    /// live migration on an H200 than with the slots made here (docs/performance.md, session
+    /// 19). A VM that will be migrated or snapshotted live reserves them here (`--gpu
+    /// copy_slots=`); fixed slots also serve `vram_reserve_writes` as they are. Slots that
+    /// cannot be made at creation are logged, and come with the first call.
     pub bulk_slot_bytes: u64,
 }
 

@@ -174,16 +174,28 @@ impl CudaEngine {
         // pinned slots come with the first call, sized to it, unless `bulk_slot_bytes` makes
         // them now (that allocation stalls the guest's copy jobs for tens of ms: the driver's
         // pinned allocation holds up their `cuMemcpy` calls). A failure to load is retried in
-        // the first call; a failure to make the asked-for slots is the engine's.
+        // the first call. Slots that cannot be made now (pinned memory or VRAM short) are a
+        // warning, not a failure of the engine (a VM restored or moved here still runs): the
+        // first call then makes them, sized to it.
         let mut bulk = super::bulk::Bulk::new(ctx, sms)
-            .inspect_err(|e| log::info!("cuda: bulk kernels not loaded yet: {e}"))
+            .inspect_err(|e| {
+                let why = if cfg.bulk_slot_bytes > 0 {
+                    "; the copy slots (--gpu copy_slots) come with the first snapshot or live copy"
+                } else {
+                    ""
+                };
+                log::warn!("cuda: bulk kernels not loaded yet: {e}{why}")
+            })
             .ok();
-        if cfg.bulk_slot_bytes > 0 {
-            let b = bulk.as_mut().ok_or_else(|| {
-                EngineError::Backend("bulk_slot_bytes: the bulk kernels did not load".into())
-            })?;
-            b.reserve_fixed(cfg.bulk_slot_bytes)
-                .map_err(|e| EngineError::Backend(format!("bulk_slot_bytes: {e}")))?;
+        if cfg.bulk_slot_bytes > 0
+            && let Some(b) = bulk.as_mut()
+            && let Err(e) = b.reserve_fixed(cfg.bulk_slot_bytes)
+        {
+            log::warn!(
+                "cuda: the copy slots (--gpu copy_slots, 2 x {} KiB pinned and on the device) \
+                 could not be made: {e}; they come with the first snapshot or live copy",
+                cfg.bulk_slot_bytes >> 10
+            );
         }
         let ck_pool = Pool::new(ctx, cfg.max_save_area_bytes);
         Ok(CudaEngine {

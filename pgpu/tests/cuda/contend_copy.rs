@@ -119,9 +119,16 @@ fn gpu_copy_jobs_beside_the_bulk_calls() {
         params,
     });
     let h = PreemptHandle::new();
-    // SAFETY: the region is 2 MiB of host memory the engine keeps until unregistered; the GPU
-    // writes it only inside `execute`, which has returned when this reads.
-    let host = unsafe { std::slice::from_raw_parts(host_ptr.as_ptr(), out_len as usize) };
+    // The copy's bytes, read after each step (no slice over memory the GPU writes).
+    let copied = || {
+        let mut b = vec![0u8; out_len as usize];
+        // SAFETY: the region is 2 MiB of host memory the engine keeps until unregistered;
+        // the GPU writes it only inside `execute`, which has returned when this reads.
+        unsafe {
+            std::ptr::copy_nonoverlapping(host_ptr.as_ptr(), b.as_mut_ptr(), b.len());
+        }
+        b
+    };
     let step = |way: Way| {
         let g = gpu_time(e.execute(&launch, &h).unwrap());
         let t = Instant::now();
@@ -181,7 +188,7 @@ fn gpu_copy_jobs_beside_the_bulk_calls() {
                     wall_us.push(w.as_secs_f64() * 1e6);
                     let mut want = vec![0u8; out_len as usize];
                     e.copy_from_space(p.space, p.addrs[0], &mut want).unwrap();
-                    assert_eq!(host, &want[..], "{way:?} {what:?}: the copy's bytes");
+                    assert_eq!(copied(), want, "{way:?} {what:?}: the copy's bytes");
                     if t0.elapsed() > Duration::from_secs(30) {
                         break;
                     }

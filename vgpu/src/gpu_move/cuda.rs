@@ -60,6 +60,10 @@ impl CudaShared {
                 "the target is CUDA device {device}, the one this VM runs on"
             )));
         }
+        // The source engine's configuration, `bulk_slot_bytes` too: the target makes its copy
+        // slots here, while the guest runs on the source (its copies may wait behind that
+        // allocation, as in a first live copy), and holds them beside the source's until the
+        // move ends; the move's page writes need slots on the target either way.
         let cfg = CudaConfig {
             device,
             ..self.cfg.clone()

@@ -37,7 +37,9 @@ pub fn spec(cfg: &GpuConfig) -> String {
 /// `given` (`--gpu` on the command line) if there is one, and its vgpud (`host=`, with its
 /// weight, priority and name) if it names one: a VM that shared a GPU through one daemon
 /// resumes attached to another (migration between daemons), or one that had its own GPU
-/// attaches to a daemon. Nothing else the guest sees may change.
+/// attaches to a daemon, and its `copy_slots` (the restoring host's memory for its copies,
+/// invisible to the guest: with `--gpu` given, its value, 0 unless set). Nothing else the guest
+/// sees may change.
 pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig, GpuSpecError> {
     let mut cfg = GpuConfig::parse_written(spec).map_err(|err| GpuSpecError::Parse {
         spec: spec.to_owned(),
@@ -47,6 +49,7 @@ pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig
         let allowed = GpuConfig {
             backend: g.backend,
             host: g.host.clone(),
+            copy_slots: g.copy_slots,
             ..GpuConfig::default()
         };
         if *g != allowed {
@@ -56,9 +59,12 @@ pub fn restore_config(spec: &str, given: Option<&GpuConfig>) -> Result<GpuConfig
         if g.host.is_some() {
             cfg.host = g.host.clone();
         }
+        cfg.copy_slots = g.copy_slots;
         if cfg.backend != vgpu::config::Backend::Cuda {
-            // A cuda snapshot restored on sim: no request path there (as `GpuConfig::parse`).
+            // A cuda snapshot restored on sim: no request path or copy slots there (as
+            // `GpuConfig::parse`).
             cfg.ck_path = pgpu::cuda::DEFAULT_CK_PATH;
+            cfg.copy_slots = 0;
         }
     }
     Ok(cfg)
@@ -180,6 +186,27 @@ mod tests {
             got.host, shared.host,
             "the snapshot's daemon unless another is named"
         );
+        // The copy slots are the restoring host's: the given `--gpu`'s, none on sim.
+        let slots = GpuConfig::parse("backend=cuda,copy_slots=64M").unwrap();
+        assert_eq!(
+            restore_config(&spec(&slots), None).unwrap().copy_slots,
+            64 << 20
+        );
+        assert_eq!(
+            restore_config(&spec(&slots), Some(&cuda))
+                .unwrap()
+                .copy_slots,
+            0
+        );
+        let few = GpuConfig::parse("backend=cuda,copy_slots=4M").unwrap();
+        assert_eq!(
+            restore_config(&spec(&cfg), Some(&few)).unwrap().copy_slots,
+            4 << 20
+        );
+        let sim = GpuConfig::parse("backend=sim").unwrap();
+        let on_sim = restore_config(&spec(&slots), Some(&sim)).unwrap();
+        assert_eq!(on_sim.copy_slots, 0);
+        assert_eq!(GpuConfig::parse_written(&spec(&on_sim)).unwrap(), on_sim);
         let more = GpuConfig::parse("backend=cuda,vram=128M").unwrap();
         assert!(matches!(
             restore_config(&spec(&cfg), Some(&more)),

@@ -229,6 +229,9 @@ fn fit_gpu(spec: &str, prepared: &GpuConfig) -> Result<GpuConfig, StandbyError> 
         // became the default reads as `fixed`, and would otherwise never fit a standby started
         // with the default).
         cfg.ck_path = prepared.ck_path;
+        // So are the copy slots (host memory and VRAM of this host's engine, made when the
+        // standby started): the engine's, not the snapshot's.
+        cfg.copy_slots = prepared.copy_slots;
     }
     match vgpu::engine_misfit(prepared, &cfg) {
         Some(why) => Err(StandbyError::Misfit(format!(
@@ -258,5 +261,15 @@ mod fit_tests {
             &prepared,
         );
         assert!(matches!(e, Err(StandbyError::Misfit(m)) if m.contains("preempt")));
+    }
+
+    /// The copy slots are the standby engine's either way: a snapshot with them fits a standby
+    /// without, and takes none (its engine made none); one without takes the standby's.
+    #[test]
+    fn the_copy_slots_are_the_standbys() {
+        let plain = GpuConfig::parse("vram=64M,backend=cuda").unwrap();
+        let slots = GpuConfig::parse("vram=64M,backend=cuda,copy_slots=64M").unwrap();
+        assert_eq!(fit_gpu(&slots.spec(), &plain).unwrap().copy_slots, 0);
+        assert_eq!(fit_gpu(&plain.spec(), &slots).unwrap().copy_slots, 64 << 20);
     }
 }
