@@ -5,8 +5,8 @@
 //! code as the VM's; a second, read-only `--disk` whose file the guest reads back with the
 //! host's checksum and cannot write; a snapshot of such a VM restored after its source ended
 //! (the program goes on and reads the disk through the restored device), refused while the
-//! disk's size differs from the snapshot's. Each test is one boot (~30 s of emulated kernel on
-//! a quiet machine, minutes on a loaded one).
+//! disk's size differs from the snapshot's. Each test is one boot (~15-20 s of emulated kernel
+//! on a quiet machine, minutes on a loaded one).
 //!
 //! VGPU_SKIP_LINUX=1 skips them on a machine that cannot build the guest (CI never does).
 
