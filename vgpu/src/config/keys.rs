@@ -256,7 +256,7 @@ pub static KEYS: &[Key] = &[
                (SIZE of pinned host memory and SIZE of device memory each, a power of two \
                from 1M to 64M) when the VM starts, not in its first snapshot or live copy, \
                whose allocation stalls the guest's copies meanwhile; 0: sized to the first \
-               copy (pgpu::cuda::CudaConfig::bulk_slot_bytes)",
+               copy (docs/snapshot.md, the VRAM transfer table)",
         parse: |d, v| {
             d.cfg.copy_slots = match v {
                 "0" => 0,
