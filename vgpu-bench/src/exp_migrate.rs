@@ -166,12 +166,14 @@ impl Plan {
     }
 }
 
-/// `--copy-slots`: 0, or a power of two from 1 to 64 (what `--gpu copy_slots=` takes, in MiB).
+/// `--copy-slots`: MiB that `--gpu copy_slots=` takes (its key's own check: 0, or a power of
+/// two from 1 to 64).
 fn copy_slots_mib(v: &str) -> Result<u64, String> {
-    match v.parse::<u64>() {
-        Ok(n) if n == 0 || (n.is_power_of_two() && n <= 64) => Ok(n),
-        _ => Err("0, or a power of two from 1 to 64 (MiB)".into()),
-    }
+    let n: u64 = v.parse().map_err(|_| format!("{v}: not a number of MiB"))?;
+    let size = if n == 0 { "0".into() } else { format!("{n}M") };
+    vgpu::GpuConfig::parse(&format!("backend=cuda,copy_slots={size}"))
+        .map(|_| n)
+        .map_err(|e| e.to_string())
 }
 
 /// The guest's `--memory` and `--gpu` (what a standby destination prepares).
